@@ -1,0 +1,1 @@
+"""The ``subspaces`` command line: thin typer commands over the library (no logic a Python user could not call)."""

@@ -1,0 +1,28 @@
+"""Entry point of the ``subspaces`` command. Each capability registers its commands in its own module."""
+
+from __future__ import annotations
+
+import importlib
+
+from subspaces.cli.groups import app
+
+# Modules that attach commands to the groups in ``subspaces.cli.groups``; importing them is cheap
+# (each command imports torch and the library lazily, inside its body).
+COMMAND_MODULES = (
+    "subspaces.cli.core",  # models, encode, eval sts, train simcse
+    "subspaces.cli.matryoshka",  # eval dims, train matryoshka
+    "subspaces.cli.align",  # align fit/apply/eval
+    "subspaces.cli.cond",  # cond train/eval, bench csts-cache
+    "subspaces.cli.kgc",  # kgc train/eval
+)
+
+for _module in COMMAND_MODULES:
+    importlib.import_module(_module)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,71 @@
+"""Shared CLI helpers: console, error handling, option parsing."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console(stderr=True)
+out = Console()
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(func: F) -> F:
+    """Turn user errors (bad paths, names, files) into one red line and exit code 2, not a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from subspaces.errors import SubspacesError
+
+        try:
+            return func(*args, **kwargs)
+        except SubspacesError as exc:
+            console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            sys.exit(2)
+        except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+            console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted[/]: outputs are written atomically, nothing half-written was left")
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def parse_dims(text: str, full: int | None = None) -> list[int | None]:
+    """``"16,32,full"`` -> ``[16, 32, None]`` (None = the full dimension)."""
+    from subspaces.errors import SubspacesError
+
+    dims: list[int | None] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if part == "full":
+            dims.append(None)
+            continue
+        try:
+            value = int(part)
+        except ValueError:
+            raise SubspacesError(f"bad dimension {part!r} in {text!r}: use integers or 'full'") from None
+        if value <= 0:
+            raise SubspacesError(f"dimension must be positive, got {value}")
+        dims.append(value)
+    if not dims:
+        raise SubspacesError("no dimensions given")
+    return dims
+
+
+def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
+    t = Table(title=title)
+    for c in columns:
+        t.add_column(c, justify="right" if c not in (columns[0],) else "left")
+    for r in rows:
+        t.add_row(*[f"{v:.2f}" if isinstance(v, float) else str(v) for v in r])
+    return t

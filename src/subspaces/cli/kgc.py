@@ -1,0 +1,1 @@
+"""Commands for this capability (being written)."""

@@ -1,0 +1,177 @@
+"""STS readers: STS-B, STS12-16 (SentEval 'all' setting), SICK-R.
+
+``variant="original"`` reads the organisers' raw, cased files; ``variant="senteval"`` reads SentEval's
+tokenised, lower-cased copies (what the SimCSE paper evaluates on). STS-B and SICK have one layout for both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from subspaces.config import dataset_dir
+from subspaces.errors import DataError
+
+Variant = Literal["original", "senteval"]
+
+STS_YEARS = {
+    "STS12": ["MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"],
+    "STS13": ["FNWN", "headlines", "OnWN"],
+    "STS14": ["deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"],
+    "STS15": ["answers-forums", "answers-students", "belief", "headlines", "images"],
+    "STS16": ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"],
+}
+TASKS = (*STS_YEARS, "STSBenchmark", "SICKRelatedness")
+
+
+@dataclass
+class STSPairs:
+    """Sentence pairs with gold similarity scores; ``subsets`` maps a subset name to its slice of rows."""
+
+    name: str
+    sentences1: list[str]
+    sentences2: list[str]
+    scores: list[float]
+    subsets: dict[str, slice] = field(default_factory=dict)
+    skipped: int = 0  # rows without a gold score, dropped as SentEval does
+
+    def __post_init__(self) -> None:
+        if not (len(self.sentences1) == len(self.sentences2) == len(self.scores)):
+            raise ValueError("sentences1, sentences2 and scores must have the same length")
+
+    def __len__(self) -> int:
+        return len(self.scores)
+
+    def head(self, n: int) -> STSPairs:
+        return STSPairs(self.name, self.sentences1[:n], self.sentences2[:n], self.scores[:n])
+
+
+def _float(text: str, path: Path, line: int) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise DataError(f"score {text!r} is not a number", path=path, line=line) from None
+    if value != value:  # NaN
+        raise DataError("score is NaN", path=path, line=line)
+    return value
+
+
+def read_stsb_file(path: Path) -> STSPairs:
+    """One STS-B csv: tab-separated ``genre, file, year, id, score, s1, s2[, src1, src2]``, read without quoting."""
+    s1, s2, scores = [], [], []
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, 1):
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            cols = line.split("\t")
+            if len(cols) < 7:
+                raise DataError(f"expected at least 7 tab-separated columns, found {len(cols)}", path=path, line=lineno)
+            scores.append(_float(cols[4], path, lineno))
+            s1.append(cols[5])
+            s2.append(cols[6])
+    if not scores:
+        raise DataError("holds no pairs", path=path)
+    return STSPairs(path.stem, s1, s2, scores)
+
+
+def load_stsb(split: Literal["train", "dev", "test"] = "test", variant: Variant = "original") -> STSPairs:
+    path = dataset_dir("stsb") / variant / f"sts-{split}.csv"
+    if not path.is_file():
+        raise DataError("STS-B file not found", path=path)
+    pairs = read_stsb_file(path)
+    pairs.name = "STSBenchmark" if split == "test" else f"STSBenchmark-{split}"
+    return pairs
+
+
+def read_sts_subset(input_path: Path, gold_path: Path) -> tuple[list[str], list[str], list[float], int]:
+    """A SemEval STS subset: ``s1\\ts2[\\t...]`` lines aligned with gold-score lines; unscored lines are skipped."""
+    for p in (input_path, gold_path):
+        if not p.is_file():
+            raise DataError("file not found", path=p)
+    inputs = input_path.read_text(encoding="utf-8").split("\n")
+    golds = gold_path.read_text(encoding="utf-8").split("\n")
+    # Files end with a newline: drop the one trailing empty element of each.
+    if inputs and inputs[-1] == "":
+        inputs.pop()
+    if golds and golds[-1] == "":
+        golds.pop()
+    if len(inputs) != len(golds):
+        raise DataError(f"{len(inputs)} input lines but {len(golds)} gold lines in {gold_path.name}", path=input_path)
+    s1, s2, scores, skipped = [], [], [], 0
+    for lineno, (row, gold) in enumerate(zip(inputs, golds), 1):
+        if not gold.strip():
+            skipped += 1
+            continue
+        cols = row.rstrip("\r").split("\t")
+        if len(cols) < 2:
+            raise DataError("expected two tab-separated sentences", path=input_path, line=lineno)
+        s1.append(cols[0])
+        s2.append(cols[1])
+        scores.append(_float(gold.strip(), gold_path, lineno))
+    return s1, s2, scores, skipped
+
+
+def load_sts_year(year: str, variant: Variant = "original") -> STSPairs:
+    """All subsets of one STS year, concatenated (SentEval's 'all' setting)."""
+    if year not in STS_YEARS:
+        raise DataError(f"unknown STS year {year!r}; choose one of {', '.join(STS_YEARS)}")
+    folder = dataset_dir("sts12-16") / variant / year
+    s1: list[str] = []
+    s2: list[str] = []
+    scores: list[float] = []
+    subsets: dict[str, slice] = {}
+    skipped = 0
+    for subset in STS_YEARS[year]:
+        a, b, g, k = read_sts_subset(folder / f"STS.input.{subset}.txt", folder / f"STS.gs.{subset}.txt")
+        subsets[subset] = slice(len(scores), len(scores) + len(g))
+        s1 += a
+        s2 += b
+        scores += g
+        skipped += k
+    return STSPairs(year, s1, s2, scores, subsets, skipped)
+
+
+def read_sick_file(path: Path) -> STSPairs:
+    """SentEval's SICK TSV with a header ``pair_ID sentence_A sentence_B relatedness_score entailment_judgment``."""
+    if not path.is_file():
+        raise DataError("file not found", path=path)
+    s1, s2, scores = [], [], []
+    with open(path, encoding="utf-8") as handle:
+        header = handle.readline().rstrip("\n").split("\t")
+        try:
+            ia, ib, ir = header.index("sentence_A"), header.index("sentence_B"), header.index("relatedness_score")
+        except ValueError:
+            raise DataError(f"header {header} lacks sentence_A/sentence_B/relatedness_score", path=path, line=1) from None
+        for lineno, line in enumerate(handle, 2):
+            line = line.rstrip("\n").rstrip("\r")
+            if not line.strip():
+                continue
+            cols = line.split("\t")
+            if len(cols) <= max(ia, ib, ir):
+                raise DataError(f"expected {len(header)} columns, found {len(cols)}", path=path, line=lineno)
+            s1.append(cols[ia])
+            s2.append(cols[ib])
+            scores.append(_float(cols[ir], path, lineno))
+    if not scores:
+        raise DataError("holds no pairs", path=path)
+    return STSPairs("SICKRelatedness", s1, s2, scores)
+
+
+def load_sick(split: Literal["train", "trial", "test"] = "test") -> STSPairs:
+    name = {"train": "SICK_train.txt", "trial": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}[split]
+    pairs = read_sick_file(dataset_dir("sick") / name)
+    pairs.name = "SICKRelatedness" if split == "test" else f"SICKRelatedness-{split}"
+    return pairs
+
+
+def load_task(task: str, variant: Variant = "original") -> STSPairs:
+    """One task of the SimCSE STS table by its name (``STS12`` ... ``STS16``, ``STSBenchmark``, ``SICKRelatedness``)."""
+    if task in STS_YEARS:
+        return load_sts_year(task, variant)
+    if task == "STSBenchmark":
+        return load_stsb("test", variant)
+    if task == "SICKRelatedness":
+        return load_sick("test")
+    raise DataError(f"unknown STS task {task!r}; choose from {', '.join(TASKS)}")

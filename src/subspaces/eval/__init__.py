@@ -1,0 +1,1 @@
+"""Evaluators: callables that take a model and return a dict of named metrics."""

@@ -1,0 +1,96 @@
+"""The SimCSE STS table: cosine similarity, Spearman x 100, over STS12-16, STS-B test and SICK-R test."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from subspaces.data.sts import TASKS, STSPairs, Variant, load_stsb, load_task
+from subspaces.eval.geometry import alignment, uniformity
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a / np.clip(np.linalg.norm(a, axis=1, keepdims=True), 1e-12, None)
+    b = b / np.clip(np.linalg.norm(b, axis=1, keepdims=True), 1e-12, None)
+    return (a * b).sum(1)
+
+
+def embed_pairs(model, pairs: STSPairs, batch_size: int = 128, truncate_dim: int | None = None):
+    """Embed the distinct sentences of ``pairs`` once; return (emb1, emb2) row-aligned with the pairs."""
+    from subspaces.models.encoder import encode
+
+    unique = list(dict.fromkeys([*pairs.sentences1, *pairs.sentences2]))
+    index = {s: i for i, s in enumerate(unique)}
+    emb = encode(model, unique, batch_size=batch_size, truncate_dim=truncate_dim, normalize=True)
+    e1 = emb[[index[s] for s in pairs.sentences1]]
+    e2 = emb[[index[s] for s in pairs.sentences2]]
+    return e1, e2
+
+
+def spearman_x100(pred: np.ndarray, gold: Sequence[float]) -> float:
+    return float(spearmanr(pred, gold).statistic * 100)
+
+
+@dataclass
+class STSEvaluator:
+    """Callable evaluator: ``STSEvaluator()(model)`` -> ``{"STS12": .., ..., "avg": .., "alignment": .., ...}``.
+
+    Args:
+        tasks: which tasks of the table to run (default: all seven).
+        variant: ``original`` (raw files) or ``senteval`` (SentEval's tokenised, lower-cased copies).
+        geometry: also report alignment (STS-B pairs scored above 4) and uniformity (all STS-B sentences), on the
+            test split; SimCSE's Figure 2 uses the dev split, pass ``geometry_split="dev"`` for that.
+        truncate_dim: evaluate the first ``truncate_dim`` coordinates only (re-normalised).
+    """
+
+    tasks: Sequence[str] = TASKS
+    variant: Variant = "original"
+    batch_size: int = 128
+    geometry: bool = True
+    geometry_split: str = "test"
+    truncate_dim: int | None = None
+    pairs: dict[str, STSPairs] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.tasks if t not in TASKS]
+        if unknown:
+            from subspaces.errors import SubspacesError
+
+            raise SubspacesError(f"unknown STS task(s) {unknown}; choose from {', '.join(TASKS)}")
+
+    def _pairs(self, task: str) -> STSPairs:
+        if task not in self.pairs:
+            self.pairs[task] = load_task(task, self.variant)
+        return self.pairs[task]
+
+    def __call__(self, model, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
+        scores: dict[str, float] = {}
+        for task in self.tasks:
+            pairs = self._pairs(task)
+            e1, e2 = embed_pairs(model, pairs, self.batch_size, self.truncate_dim)
+            scores[task] = spearman_x100(cosine_rows(e1, e2), pairs.scores)
+        scores["avg"] = float(np.mean([scores[t] for t in self.tasks]))
+        if self.geometry:
+            scores.update(geometry(model, self.variant, self.geometry_split, self.batch_size, self.truncate_dim))
+        return scores
+
+
+def geometry(model, variant: Variant = "original", split: str = "test", batch_size: int = 128, truncate_dim=None):
+    """Alignment over STS-B pairs scored > 4 and uniformity over all STS-B sentences of the split."""
+    pairs = load_stsb(split, variant)  # type: ignore[arg-type]
+    e1, e2 = embed_pairs(model, pairs, batch_size, truncate_dim)
+    positive = np.asarray(pairs.scores) > 4.0
+    both = np.concatenate([e1, e2])
+    return {"alignment": alignment(e1[positive], e2[positive]), "uniformity": uniformity(both)}
+
+
+def stsb_dev_spearman(model, variant: Variant = "original", batch_size: int = 128, limit: int | None = None) -> float:
+    """Spearman x 100 on STS-B dev: what SimCSE uses to pick checkpoints."""
+    pairs = load_stsb("dev", variant)
+    if limit is not None:
+        pairs = pairs.head(limit)
+    e1, e2 = embed_pairs(model, pairs, batch_size)
+    return spearman_x100(cosine_rows(e1, e2), pairs.scores)

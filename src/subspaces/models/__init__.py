@@ -1,0 +1,1 @@
+"""Encoders: the bundled-model registry, SimCSE poolers, loading and encoding."""

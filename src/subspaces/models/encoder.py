@@ -1,0 +1,236 @@
+"""Load a sentence encoder (bundled name, sentence-transformers folder, or plain transformers folder) and encode.
+
+The encoder *is* a :class:`sentence_transformers.SentenceTransformer`: it trains with sentence-transformers'
+losses and trainer, saves as a plain folder, and loads back with ``SentenceTransformer(path)``. What this
+module adds is offline resolution of bundled names, SimCSE's poolers, and checked, truncatable encoding.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import torch
+
+from subspaces.errors import DimensionError, ModelNotFoundError, SubspacesError
+from subspaces.models import registry
+from subspaces.models.pooling import LAYER_POOLERS, POOLERS, SimCSEPooling
+
+# Nothing here may reach for the hub; set before transformers/huggingface_hub read them.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from sentence_transformers import SentenceTransformer  # noqa: E402
+from sentence_transformers.sentence_transformer.modules import Pooling, Transformer  # noqa: E402
+
+
+def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:
+    """A bundled short name or a local folder -> the folder to load. Unknown names list the known ones."""
+    text = str(name_or_path)
+    if text in registry.known_models():
+        return registry.resolve(text)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        if not ((path / "modules.json").is_file() or (path / "config.json").is_file()):
+            raise ModelNotFoundError(f"{path} holds no model (no modules.json or config.json)")
+        return path
+    known = ", ".join(sorted(registry.known_models()))
+    raise ModelNotFoundError(f"{text!r} is neither a bundled model ({known}) nor a local model folder")
+
+
+def load_encoder(
+    name_or_path: str | os.PathLike[str] | SentenceTransformer,
+    *,
+    pooler: str | None = None,
+    max_seq_length: int | None = None,
+    mlp_only_train: bool = False,
+    device: str | None = "cpu",
+) -> SentenceTransformer:
+    """Load a sentence encoder offline.
+
+    Args:
+        name_or_path: a bundled short name (see ``subspaces models``), a sentence-transformers folder, or a plain
+            transformers folder (then the pooler defaults to ``mean``). An already-built model is returned as is
+            (after applying ``pooler``/``max_seq_length``).
+        pooler: replace the model's pooling with one of SimCSE's poolers (:mod:`subspaces.models.pooling`).
+        max_seq_length: truncate inputs to this many tokens.
+        mlp_only_train: with ``pooler="cls"``, use the MLP only while training (unsupervised SimCSE's recipe).
+        device: torch device; CPU by default.
+    """
+    if pooler is not None and pooler not in POOLERS:
+        raise SubspacesError(f"unknown pooler {pooler!r}; choose one of {', '.join(POOLERS)}")
+    if isinstance(name_or_path, SentenceTransformer):
+        model = name_or_path
+    else:
+        path = resolve_model_path(name_or_path)
+        if (path / "modules.json").is_file():
+            model = SentenceTransformer(
+                str(path), device=device, local_files_only=True, trust_remote_code=_only_known_modules(path)
+            )
+        else:
+            transformer = Transformer(str(path), max_seq_length=max_seq_length)
+            model = SentenceTransformer(modules=[transformer, _make_pooler(transformer, pooler or "mean")], device=device)
+            pooler = None
+    if pooler is not None:
+        model = with_pooler(model, pooler, mlp_only_train=mlp_only_train)
+    if max_seq_length is not None:
+        model.max_seq_length = max_seq_length
+    return model
+
+
+def _only_known_modules(path: Path) -> bool:
+    """True when every module type in ``modules.json`` comes from sentence-transformers or subspaces itself.
+
+    sentence-transformers asks for ``trust_remote_code`` before importing any class outside its own package;
+    our own pooling module is local, installed code, so it is safe to allow exactly those.
+    """
+    import json
+
+    try:
+        entries = json.loads((path / "modules.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelNotFoundError(f"{path / 'modules.json'} is unreadable: {exc}") from exc
+    return all(str(e.get("type", "")).startswith(("sentence_transformers.", "subspaces.")) for e in entries)
+
+
+def portable(model: SentenceTransformer) -> SentenceTransformer:
+    """Swap :class:`SimCSEPooling` for sentence-transformers' own modules where they compute the same thing.
+
+    ``cls`` -> ``Pooling('cls')`` + ``Dense(Tanh)`` (the MLP; dropped when it is used only in training),
+    ``cls_before_pooler`` -> ``Pooling('cls')``. The saved folder then loads in plain sentence-transformers
+    without ``trust_remote_code``. The layer-averaging poolers have no equivalent there and stay as they are.
+    """
+    from sentence_transformers.sentence_transformer.modules import Dense
+
+    modules = list(model)
+    if len(modules) < 2 or not isinstance(modules[1], SimCSEPooling) or modules[1].pooler in LAYER_POOLERS:
+        return model
+    pooling: SimCSEPooling = modules[1]
+    new = [modules[0], Pooling(pooling.hidden_size, pooling_mode="cls")]
+    if pooling.mlp is not None and not pooling.mlp_only_train:
+        dense = Dense(pooling.hidden_size, pooling.hidden_size, activation_function=torch.nn.Tanh())
+        dense.linear.load_state_dict(pooling.mlp[0].state_dict())
+        new.append(dense)
+    return SentenceTransformer(modules=[*new, *modules[2:]], device=str(model.device))
+
+
+def _make_pooler(transformer: Transformer, pooler: str, mlp_only_train: bool = False):
+    dim = transformer.get_embedding_dimension()
+    if pooler == "mean":
+        return Pooling(dim, pooling_mode="mean")
+    if pooler in LAYER_POOLERS:
+        transformer.model.config.output_hidden_states = True
+    return SimCSEPooling(dim, pooler=pooler, mlp_only_train=mlp_only_train)
+
+
+def with_pooler(model: SentenceTransformer, pooler: str, *, mlp_only_train: bool = False) -> SentenceTransformer:
+    """Replace the pooling module (the one right after the transformer) of ``model``; later modules are kept."""
+    modules = list(model)
+    transformer = modules[0]
+    if not isinstance(transformer, Transformer):
+        raise SubspacesError(f"pooler {pooler!r} needs a transformer encoder, got {type(transformer).__name__}")
+    rest = modules[2:] if len(modules) > 1 and isinstance(modules[1], (Pooling, SimCSEPooling)) else modules[1:]
+    new = SentenceTransformer(modules=[transformer, _make_pooler(transformer, pooler, mlp_only_train), *rest], device=str(model.device))
+    return new
+
+
+def check_finite(embeddings: np.ndarray | torch.Tensor, what: str = "embeddings") -> None:
+    bad = ~torch.isfinite(embeddings) if isinstance(embeddings, torch.Tensor) else ~np.isfinite(embeddings)
+    if bad.any():
+        rows = int(bad.any(axis=1).sum()) if bad.ndim == 2 else int(bad.sum())
+        raise DimensionError(f"{what}: {rows} row(s) hold NaN or inf")
+
+
+def truncate_and_normalize(embeddings: torch.Tensor, dim: int | None = None, normalize: bool = True) -> torch.Tensor:
+    """Keep the first ``dim`` coordinates (Matryoshka prefix) and L2-normalise again."""
+    if dim is not None:
+        if dim <= 0 or dim > embeddings.shape[-1]:
+            raise DimensionError(f"truncate dim {dim} is outside 1..{embeddings.shape[-1]}")
+        embeddings = embeddings[..., :dim]
+    return torch.nn.functional.normalize(embeddings, dim=-1) if normalize else embeddings
+
+
+def encode(
+    model: SentenceTransformer,
+    texts: Sequence[str],
+    *,
+    batch_size: int = 64,
+    normalize: bool = False,
+    truncate_dim: int | None = None,
+    output: Literal["numpy", "torch"] = "numpy",
+    show_progress: bool | None = None,
+) -> np.ndarray | torch.Tensor:
+    """Embed ``texts`` in input order.
+
+    sentence-transformers' ``encode`` already sorts by length into batches and restores the order; this adds
+    truncation *before* normalisation (so prefixes are unit vectors), a progress bar for long inputs, and a
+    check that no row is NaN.
+    """
+    if isinstance(texts, str):
+        raise TypeError("texts must be a sequence of strings, not one string")
+    texts = list(texts)
+    dim = model.get_embedding_dimension()
+    if truncate_dim is not None and not 0 < truncate_dim <= (dim or truncate_dim):
+        raise DimensionError(f"truncate dim {truncate_dim} is outside 1..{dim}")
+    if not texts:
+        out = torch.empty(0, truncate_dim or dim or 0)
+        return out.numpy() if output == "numpy" else out
+    if show_progress is None:
+        show_progress = len(texts) >= 2048
+    emb = model.encode(
+        texts,
+        batch_size=batch_size,
+        show_progress_bar=show_progress,
+        convert_to_tensor=True,
+        normalize_embeddings=False,
+    ).float().cpu()
+    emb = truncate_and_normalize(emb, truncate_dim, normalize)
+    check_finite(emb, "encoded embeddings")
+    return emb.numpy() if output == "numpy" else emb
+
+
+def build_random_bert(
+    output_dir: str | os.PathLike[str] | None = None,
+    *,
+    num_layers: int = 4,
+    hidden_size: int = 256,
+    num_heads: int = 4,
+    intermediate_size: int | None = None,
+    max_position: int = 512,
+    dropout: float = 0.1,
+    pooler: str = "cls",
+    mlp_only_train: bool = True,
+    seed: int = 0,
+    vocab_from: str = "minilm-l6",
+) -> SentenceTransformer:
+    """A randomly initialised BERT with the bundled uncased vocabulary, as a sentence encoder.
+
+    Used for SimCSE from scratch (no raw BERT checkpoint is reachable offline) and for tiny test models.
+    """
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    torch.manual_seed(seed)
+    vocab_dir = resolve_model_path(vocab_from)
+    tokenizer = BertTokenizerFast.from_pretrained(str(vocab_dir))
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        intermediate_size=intermediate_size or 4 * hidden_size,
+        max_position_embeddings=max_position,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+    )
+    bert = BertModel(config)
+    import tempfile
+
+    folder = Path(output_dir) if output_dir is not None else Path(tempfile.mkdtemp(prefix="random-bert-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    bert.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    transformer = Transformer(str(folder), max_seq_length=max_position)
+    return SentenceTransformer(modules=[transformer, _make_pooler(transformer, pooler, mlp_only_train)], device="cpu")
