@@ -1,0 +1,272 @@
+"""Condition heads: turn a sentence embedding into its view *under a condition* (C-STS baselines and Hyper-CL).
+
+Every head maps ``(sentence_emb (B, d), condition_emb (B, d)) -> projected (B, d)``; the similarity of two
+sentences under condition ``c`` is then ``cos(head(s1, c), head(s2, c))``.
+
+The work a head does per condition is split out so it can be cached (the point of a tri-encoder):
+
+    params = head.condition_params(condition_emb)   # once per distinct condition; a tuple of (B, ...) tensors
+    projected = head.project(sentence_emb, params)  # per sentence, cheap
+    head(sentence_emb, condition_emb) == head.project(sentence_emb, head.condition_params(condition_emb))
+
+Heads (``make_head(kind, dim, rank)``):
+
+- ``hadamard``: ``s ⊙ f(c)`` -- the C-STS tri-encoder baseline; equals the diagonal projection ``diag(f(c)) s``.
+- ``concat``: ``act(Linear([s; f(c)]))`` -- the other C-STS baseline. The condition only shifts the bias, so
+  there is no per-condition matrix.
+- ``hypernet``: Hyper-CL. Two linear hypernetworks map ``f(c)`` to ``W1(c), W2(c) ∈ R^{d×K}`` and
+  ``h = W_c s`` with ``W_c = W1(c) W2(c)ᵀ``; computed as ``W1 (W2ᵀ s)`` so the d×d matrix is never formed.
+  ``rank=None`` ("full") has one hypernetwork emit the whole d×d matrix: d³ weights, an ablation only.
+
+``f`` is the condition transform, a d×d linear layer started at the identity (so an untrained hadamard head is
+exactly the C-STS ``s ⊙ c``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+import torch
+from torch import nn
+
+from subspaces.errors import SubspacesError
+
+HeadKind = Literal["hadamard", "concat", "hypernet"]
+HEAD_KINDS: tuple[str, ...] = ("hadamard", "concat", "hypernet")
+# Training with Adam keeps weights, gradients and two moment buffers: 4 float32 copies of every parameter.
+TRAIN_BYTES_PER_PARAM = 16
+
+
+class ConditionTransform(nn.Module):
+    """``f(c) = W c + b``, started at the identity so an untrained head sees the raw condition embedding."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(dim, dim)
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.eye(dim))
+            self.linear.bias.zero_()
+
+    def forward(self, condition_emb: torch.Tensor) -> torch.Tensor:
+        return self.linear(condition_emb)
+
+
+class ConditionHead(nn.Module):
+    """Base class. Subclasses define :meth:`condition_params` and :meth:`project`."""
+
+    kind: str = ""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        if dim <= 0:
+            raise SubspacesError(f"head dimension must be positive, got {dim}")
+        self.dim = dim
+        self.condition_transform = ConditionTransform(dim)
+
+    @property
+    def out_dim(self) -> int:
+        return self.dim
+
+    def condition_params(self, condition_emb: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """What the head computes once per condition; each tensor has the batch as its first axis."""
+        raise NotImplementedError
+
+    def project(self, sentence_emb: torch.Tensor, params: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Apply the per-condition ``params`` (row-aligned with ``sentence_emb``) to the sentences."""
+        raise NotImplementedError
+
+    def forward(self, sentence_emb: torch.Tensor, condition_emb: torch.Tensor) -> torch.Tensor:
+        _check_pair(sentence_emb, condition_emb, self.dim)
+        return self.project(sentence_emb, self.condition_params(condition_emb))
+
+    def projection_matrix(self, condition_emb: torch.Tensor) -> torch.Tensor:
+        """The explicit linear map ``(B, d, d)`` each condition applies to sentences (for analyses)."""
+        raise SubspacesError(f"the {self.kind!r} head is not a per-condition linear map of the sentence")
+
+    def config(self) -> dict:
+        """Constructor arguments, so a saved head can be rebuilt with ``make_head(**config)``."""
+        return {"kind": self.kind, "dim": self.dim}
+
+
+class HadamardHead(ConditionHead):
+    """``h = s ⊙ f(c)`` (C-STS tri-encoder baseline)."""
+
+    kind = "hadamard"
+
+    def condition_params(self, condition_emb: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (self.condition_transform(condition_emb),)
+
+    def project(self, sentence_emb: torch.Tensor, params: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return sentence_emb * params[0]
+
+    def projection_matrix(self, condition_emb: torch.Tensor) -> torch.Tensor:
+        return torch.diag_embed(self.condition_transform(condition_emb))
+
+
+class ConcatHead(ConditionHead):
+    """``h = act(A s + B f(c) + b)``, i.e. ``act(Linear([s; f(c)]))`` (C-STS tri-encoder baseline)."""
+
+    kind = "concat"
+
+    def __init__(self, dim: int, activation: str = "relu") -> None:
+        super().__init__(dim)
+        activations = {"relu": nn.ReLU(), "tanh": nn.Tanh(), "gelu": nn.GELU(), "identity": nn.Identity()}
+        if activation not in activations:
+            raise SubspacesError(f"unknown activation {activation!r}; choose one of {', '.join(activations)}")
+        self.activation_name = activation
+        self.linear = nn.Linear(2 * dim, dim)
+        self.activation = activations[activation]
+
+    def condition_params(self, condition_emb: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        # The condition's half of the linear layer plus the bias: a per-condition offset, cacheable.
+        weight_c = self.linear.weight[:, self.dim :]
+        return (self.condition_transform(condition_emb) @ weight_c.T + self.linear.bias,)
+
+    def project(self, sentence_emb: torch.Tensor, params: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        weight_s = self.linear.weight[:, : self.dim]
+        return self.activation(sentence_emb @ weight_s.T + params[0])
+
+    def config(self) -> dict:
+        return {**super().config(), "activation": self.activation_name}
+
+
+class HypernetHead(ConditionHead):
+    """Hyper-CL: ``h = W_c s`` with ``W_c = W1(c) W2(c)ᵀ`` (``rank=K``) or a full d×d ``W_c`` (``rank=None``).
+
+    ``W1`` and ``W2`` come from two linear hypernetworks ``R^d -> R^{d·K}`` applied to ``f(c)``.
+    ``condition_params`` returns the factors ``(W1, W2)``, each ``(B, d, K)``, or ``(W_c,)`` at full rank --
+    exactly what a cache of condition matrices stores.
+    """
+
+    kind = "hypernet"
+
+    def __init__(self, dim: int, rank: int | None = 64) -> None:
+        super().__init__(dim)
+        if rank is not None and not 0 < rank <= dim:
+            raise SubspacesError(f"hypernet rank must be in 1..{dim} (or full), got {rank}")
+        self.rank = rank
+        if rank is None:
+            self.hyper_full = nn.Linear(dim, dim * dim)
+        else:
+            self.hyper_w1 = nn.Linear(dim, dim * rank)
+            self.hyper_w2 = nn.Linear(dim, dim * rank)
+        self._rescale_init()
+
+    def _rescale_init(self) -> None:
+        # nn.Linear's default init makes ||W_c s|| shrink with d and K; choose the std so that for unit-norm c
+        # and s, W_c s starts with about unit norm (cosine ignores scale, the optimiser's step size does not):
+        # full: entries of W_c ~ N(0, 1/d); low rank: entries of W1, W2 ~ N(0, (dK)^-1/2).
+        with torch.no_grad():
+            if self.rank is None:
+                nn.init.normal_(self.hyper_full.weight, std=self.dim**-0.5)
+                nn.init.zeros_(self.hyper_full.bias)
+            else:
+                for layer in (self.hyper_w1, self.hyper_w2):
+                    nn.init.normal_(layer.weight, std=(self.dim * self.rank) ** -0.25)
+                    nn.init.zeros_(layer.bias)
+
+    def condition_params(self, condition_emb: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        c = self.condition_transform(condition_emb)
+        batch = c.shape[0]
+        if self.rank is None:
+            return (self.hyper_full(c).view(batch, self.dim, self.dim),)
+        w1 = self.hyper_w1(c).view(batch, self.dim, self.rank)
+        w2 = self.hyper_w2(c).view(batch, self.dim, self.rank)
+        return (w1, w2)
+
+    def project(self, sentence_emb: torch.Tensor, params: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        s = sentence_emb.unsqueeze(-1)  # (B, d, 1)
+        if self.rank is None:
+            return torch.bmm(params[0], s).squeeze(-1)
+        w1, w2 = params
+        return torch.bmm(w1, torch.bmm(w2.transpose(1, 2), s)).squeeze(-1)  # W1 (W2ᵀ s): O(dK), not O(d²)
+
+    def projection_matrix(self, condition_emb: torch.Tensor) -> torch.Tensor:
+        params = self.condition_params(condition_emb)
+        if self.rank is None:
+            return params[0]
+        w1, w2 = params
+        return torch.bmm(w1, w2.transpose(1, 2))
+
+    def config(self) -> dict:
+        return {**super().config(), "rank": self.rank}
+
+
+def head_parameter_count(kind: str, dim: int, rank: int | None = 64) -> int:
+    """Parameters of a head, computed without building it (for the memory check)."""
+    transform = dim * dim + dim
+    if kind == "hadamard":
+        return transform
+    if kind == "concat":
+        return transform + 2 * dim * dim + dim
+    if kind == "hypernet":
+        per_entry = dim + 1  # a weight row of length d plus a bias, per output entry
+        return transform + (dim * dim * per_entry if rank is None else 2 * dim * rank * per_entry)
+    raise SubspacesError(f"unknown head {kind!r}; choose one of {', '.join(HEAD_KINDS)}")
+
+
+def available_memory_bytes() -> int:
+    """Memory the OS can still hand out (``MemAvailable``), falling back to total physical memory."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_head_fits(kind: str, dim: int, rank: int | None = 64, *, memory_bytes: int | None = None) -> int:
+    """Raise a clear :class:`SubspacesError` if training this head would not fit in memory; return its bytes."""
+    params = head_parameter_count(kind, dim, rank)
+    needed = params * TRAIN_BYTES_PER_PARAM
+    budget = available_memory_bytes() if memory_bytes is None else memory_bytes
+    if needed > budget:
+        what = f"{kind} head (rank {'full' if rank is None else rank}, d={dim})"
+        hint = f"; use a low rank, e.g. --rank {max(1, round(dim / 12))} (about d/12, as Hyper-CL)" if kind == "hypernet" else ""
+        raise SubspacesError(
+            f"the {what} has {params:,} parameters and needs about {needed / 2**30:.1f} GiB to train "
+            f"(weights, gradients, Adam state), but only {budget / 2**30:.1f} GiB is available{hint}"
+        )
+    return needed
+
+
+def make_head(
+    kind: str,
+    dim: int,
+    rank: int | None = 64,
+    *,
+    activation: str = "relu",
+    memory_bytes: int | None = None,
+) -> ConditionHead:
+    """Build a condition head. ``rank`` applies to ``hypernet`` only (``None`` = full rank).
+
+    Raises :class:`SubspacesError` for an unknown kind, a bad rank, or a head too large for memory.
+    """
+    if kind not in HEAD_KINDS:
+        raise SubspacesError(f"unknown head {kind!r}; choose one of {', '.join(HEAD_KINDS)}")
+    check_head_fits(kind, dim, rank, memory_bytes=memory_bytes)
+    if kind == "hadamard":
+        return HadamardHead(dim)
+    if kind == "concat":
+        return ConcatHead(dim, activation=activation)
+    return HypernetHead(dim, rank=rank)
+
+
+def head_from_config(config: dict) -> ConditionHead:
+    """Rebuild a head from :meth:`ConditionHead.config` (as saved in a model folder)."""
+    config = dict(config)
+    return make_head(config.pop("kind"), config.pop("dim"), config.pop("rank", None), **config)
+
+
+def _check_pair(sentence_emb: torch.Tensor, condition_emb: torch.Tensor, dim: int) -> None:
+    from subspaces.errors import DimensionError
+
+    if sentence_emb.ndim != 2 or sentence_emb.shape[-1] != dim:
+        raise DimensionError(f"sentence embeddings must be (B, {dim}), got {tuple(sentence_emb.shape)}")
+    if condition_emb.shape != sentence_emb.shape:
+        raise DimensionError(
+            f"condition embeddings {tuple(condition_emb.shape)} must match sentence embeddings {tuple(sentence_emb.shape)}"
+        )
