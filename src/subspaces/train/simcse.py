@@ -1,0 +1,88 @@
+"""SimCSE recipes: unsupervised (dropout views of one sentence) and supervised (NLI triplets).
+
+Defaults are the paper's (Gao et al., 2021, Appendix A / ``run_unsup_example.sh`` / ``run_sup_example.sh``):
+
+============  =====  =====  ======  =======  ======================  ===========
+mode          batch  lr     epochs  max len  pooler                  temperature
+============  =====  =====  ======  =======  ======================  ===========
+unsup         64     3e-5   1       32       cls, MLP in training    0.05
+sup           512    5e-5   3       32       cls, MLP kept           0.05
+============  =====  =====  ======  =======  ======================  ===========
+
+Both evaluate on STS-B dev (Spearman) every 125 steps and keep the best checkpoint.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from subspaces.losses.simcse import SimCSELoss
+from subspaces.train.loop import TrainConfig, TrainResult, train
+
+Mode = Literal["unsup", "sup"]
+Augmentation = Literal["dropout", "none", "delete_one_word"]
+
+DEFAULTS: dict[str, dict[str, float | int | str]] = {
+    "unsup": {"batch_size": 64, "lr": 3e-5, "epochs": 1, "max_length": 32, "pooler": "cls", "mlp_only_train": True},
+    "sup": {"batch_size": 512, "lr": 5e-5, "epochs": 3, "max_length": 32, "pooler": "cls", "mlp_only_train": False},
+}
+
+
+def delete_one_word(sentence: str, rng: random.Random) -> str:
+    """SimCSE Table 1's discrete augmentation: drop one word at random (sentences of one word are kept)."""
+    words = sentence.split()
+    if len(words) < 2:
+        return sentence
+    del words[rng.randrange(len(words))]
+    return " ".join(words)
+
+
+def unsup_examples(sentences: Sequence[str], augmentation: Augmentation = "dropout", seed: int = 0) -> list[tuple[str, ...]]:
+    """Rows for unsupervised SimCSE.
+
+    ``dropout``: one column; the loss encodes it twice and dropout makes the two views differ.
+    ``none``: same rows, but the caller switches dropout off (see :func:`set_dropout`), so both views are equal.
+    ``delete_one_word``: two columns, the sentence and a copy with one word deleted.
+    """
+    if augmentation == "delete_one_word":
+        rng = random.Random(seed)
+        return [(s, delete_one_word(s, rng)) for s in sentences]
+    return [(s,) for s in sentences]
+
+
+def set_dropout(model, p: float) -> None:
+    """Set every dropout probability of ``model`` to ``p`` (SimCSE's "no dropout" ablation uses p = 0)."""
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = p
+
+
+@dataclass
+class SimCSEConfig(TrainConfig):
+    mode: Mode = "unsup"
+    temperature: float = 0.05
+    hard_negative_weight: float = 0.0
+    stsb_dev: bool = True  # evaluate on STS-B dev and keep the best model
+    stsb_variant: Literal["original", "senteval"] = "original"
+
+
+def train_simcse(model, examples: Sequence[tuple[str, ...]], config: SimCSEConfig, evaluator=None) -> TrainResult:
+    """Train ``model`` with SimCSE's InfoNCE on ``examples`` (1, 2 or 3 columns).
+
+    ``evaluator`` defaults to STS-B dev Spearman when ``config.stsb_dev``.
+    """
+    from subspaces.models.encoder import portable
+
+    loss = SimCSELoss(model, temperature=config.temperature, hard_negative_weight=config.hard_negative_weight)
+    if evaluator is None and config.stsb_dev:
+        from subspaces.eval.sts import stsb_dev_spearman
+
+        def evaluator(m):  # noqa: E306
+            return stsb_dev_spearman(m, variant=config.stsb_variant)
+
+    return train(model, loss, examples, config, evaluator, export=portable)
