@@ -1,0 +1,175 @@
+"""Content-keyed, memory-bounded LRU caches with hit statistics.
+
+A tri-encoder encodes each sentence and each condition on its own, so repeated texts (and the per-condition
+matrices W_c computed from them) can be reused; a bi-encoder sees every (sentence, condition) pair as new.
+This module holds the cache both use, so their hit rates are counted the same way.
+
+    cache = LRUCache(max_bytes=256 * 2**20)
+    key = content_key("minilm-l6", "sentence", text)     # the content, not the position, is the key
+    vectors = cache.get_many(keys, compute)               # computes only the misses, in one batch
+    cache.stats()  # -> CacheStats(hits, misses, evictions, items, bytes, max_bytes, hit_rate)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from subspaces.errors import SubspacesError
+
+
+def content_key(*parts: object) -> str:
+    """A short stable key for content: SHA-1 of the parts (e.g. model name, kind, text), unambiguously joined."""
+    digest = hashlib.sha1()
+    for part in parts:
+        data = str(part).encode("utf-8")
+        digest.update(len(data).to_bytes(8, "little"))  # length prefix: ("ab", "c") != ("a", "bc")
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def nbytes(value: Any) -> int:
+    """Memory held by a cached value: arrays, tensors, and tuples/lists of them (others count as 64 bytes)."""
+    if isinstance(value, np.ndarray):
+        return int(value.nbytes)
+    if isinstance(value, (tuple, list)):
+        return sum(nbytes(v) for v in value)
+    numel = getattr(value, "numel", None)
+    if callable(numel) and hasattr(value, "element_size"):
+        return int(numel() * value.element_size())
+    return 64
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    hits: int
+    misses: int
+    evictions: int
+    items: int
+    bytes: int
+    max_bytes: int | None
+
+    @property
+    def lookups(self) -> int:
+        return self.hits + self.misses
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hits / self.lookups if self.lookups else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "lookups": self.lookups, "hit_rate": self.hit_rate}
+
+
+class LRUCache:
+    """A least-recently-used cache bounded by total bytes (and optionally by item count).
+
+    ``get``/``get_many`` count a hit or a miss per lookup; ``put`` evicts the least recently used entries
+    until the new one fits. A value larger than ``max_bytes`` on its own is returned but not stored.
+    Thread-safe (one lock), so a data loader and a model may share it.
+    """
+
+    def __init__(self, max_bytes: int | None = 256 * 2**20, max_items: int | None = None, name: str = "cache") -> None:
+        if max_bytes is not None and max_bytes < 0:
+            raise SubspacesError(f"cache size must be non-negative, got {max_bytes} bytes")
+        if max_items is not None and max_items < 0:
+            raise SubspacesError(f"cache item bound must be non-negative, got {max_items}")
+        self.max_bytes = max_bytes
+        self.max_items = max_items
+        self.name = name
+        self._data: OrderedDict[Hashable, tuple[Any, int]] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.RLock()
+        self.hits = self.misses = self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: Hashable) -> bool:  # a peek: neither counted nor refreshed
+        return key in self._data
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        with self._lock:
+            entry = self._data.get(key)
+            if entry is None:
+                self.misses += 1
+                return default
+            self.hits += 1
+            self._data.move_to_end(key)
+            return entry[0]
+
+    def put(self, key: Hashable, value: Any) -> None:
+        size = nbytes(value)
+        with self._lock:
+            if key in self._data:
+                self._bytes -= self._data.pop(key)[1]
+            if (self.max_bytes is not None and size > self.max_bytes) or self.max_items == 0:
+                return
+            self._data[key] = (value, size)
+            self._bytes += size
+            while (self.max_bytes is not None and self._bytes > self.max_bytes) or (
+                self.max_items is not None and len(self._data) > self.max_items
+            ):
+                _, (_, evicted) = self._data.popitem(last=False)
+                self._bytes -= evicted
+                self.evictions += 1
+
+    def get_many(self, keys: Sequence[Hashable], compute: Callable[[list[int]], Sequence[Any]]) -> list[Any]:
+        """Values for ``keys`` in order; ``compute(indices)`` is called once with the positions of the misses.
+
+        Lookups are counted as if made one by one: a key repeated within ``keys`` misses the first time and
+        hits after that. ``compute`` gets the position of each distinct missing key's first occurrence.
+        """
+        out: list[Any] = [None] * len(keys)
+        first_miss: dict[Hashable, int] = {}
+        with self._lock:
+            for i, key in enumerate(keys):
+                entry = self._data.get(key)
+                if entry is not None:
+                    self.hits += 1
+                    self._data.move_to_end(key)
+                    out[i] = entry[0]
+                elif key in first_miss:
+                    self.hits += 1
+                else:
+                    self.misses += 1
+                    first_miss[key] = i
+        if first_miss:
+            positions = list(first_miss.values())
+            values = compute(positions)
+            if len(values) != len(positions):
+                raise ValueError(f"compute returned {len(values)} values for {len(positions)} missing keys")
+            computed = dict(zip(first_miss, values))
+            for key, value in computed.items():
+                self.put(key, value)
+            for i, key in enumerate(keys):
+                if out[i] is None:
+                    out[i] = computed[key]
+        return out
+
+    def clear(self) -> None:
+        """Drop every entry (the counters stay; see :meth:`reset_stats`)."""
+        with self._lock:
+            self._data.clear()
+            self._bytes = 0
+
+    def reset_stats(self) -> None:
+        with self._lock:
+            self.hits = self.misses = self.evictions = 0
+
+    def stats(self) -> CacheStats:
+        return CacheStats(self.hits, self.misses, self.evictions, len(self._data), self._bytes, self.max_bytes)
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        return f"LRUCache({self.name!r}, items={s.items}, bytes={s.bytes}, hit_rate={s.hit_rate:.3f})"
