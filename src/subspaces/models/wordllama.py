@@ -1,0 +1,50 @@
+"""WordLlama as a sentence-transformers :class:`StaticEmbedding`.
+
+WordLlama embeds a text as the mean of its tokens' vectors (LLaMA-2 tokenizer, no special tokens, float16
+weights promoted to float32). ``StaticEmbedding`` computes exactly that with an ``EmbeddingBag`` in mean mode, so
+the converted model reproduces ``WordLlama.embed`` and trains like any sentence-transformers model.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+def convert_wordllama(
+    weights_path: str | os.PathLike[str],
+    tokenizer_path: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
+    *,
+    truncate_dim: int | None = None,
+) -> Path:
+    """Write a sentence-transformers folder holding WordLlama's token table and tokenizer.
+
+    ``truncate_dim`` keeps a Matryoshka prefix of the table (WordLlama is trained for 64/128/256...).
+    """
+    from safetensors import safe_open
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import StaticEmbedding
+    from tokenizers import Tokenizer
+
+    with safe_open(str(weights_path), framework="np", device="cpu") as handle:
+        table = handle.get_tensor("embedding.weight").astype("float32")
+    if truncate_dim is not None:
+        table = table[:, :truncate_dim]
+    tokenizer = Tokenizer.from_file(str(tokenizer_path))
+    tokenizer.no_truncation()
+    module = StaticEmbedding(tokenizer, embedding_weights=table)
+
+    target = Path(output_dir)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        SentenceTransformer(modules=[module], device="cpu").save(str(build / "model"))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(build / "model", target)
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    return target

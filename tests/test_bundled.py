@@ -1,0 +1,74 @@
+"""Bundled models registered by ``subspaces.models.bundled``: conversions match their reference runtimes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from subspaces.errors import ModelNotFoundError
+from subspaces.models import bundled
+from subspaces.models.registry import known_models, package_path
+
+TEXTS = [
+    "A man is playing a guitar.",
+    "The quick brown fox jumps over the lazy dog, twice, at dawn!",
+    "hello",
+    "Antidisestablishmentarianism is rarely tokenised as one piece.",
+]
+
+
+def test_models_are_registered():
+    models = known_models()
+    assert {"paraphrase-l3", "wordllama", "mpnet-base"} <= set(models)
+    assert models["paraphrase-l3"].dim == 384 and models["wordllama"].dim == 256 and models["mpnet-base"].dim == 768
+
+
+def test_mpnet_names_missing_parts(monkeypatch, tmp_path):
+    monkeypatch.setenv("SUBSPACES_CACHE", str(tmp_path))
+    monkeypatch.setattr(bundled, "MPNET_PARTS", ("no-such-part-001", "no-such-part-002"))
+    with pytest.raises(ModelNotFoundError, match="no-such-part-001, no-such-part-002.*--no-deps"):
+        bundled._mpnet_base()
+
+
+@pytest.mark.slow
+def test_paraphrase_l3_matches_onnxruntime(monkeypatch, tmp_path):
+    import onnxruntime as ort
+
+    from subspaces.models.encoder import encode, load_encoder
+    from subspaces.models.onnx_bert import max_token_difference
+
+    monkeypatch.setenv("SUBSPACES_CACHE", str(tmp_path))
+    onnx_path = package_path(bundled.PARAPHRASE_PACKAGE, bundled.PARAPHRASE_ONNX)
+    folder = bundled._paraphrase_l3()
+    assert max_token_difference(onnx_path, folder, TEXTS) < 1e-4
+
+    model = load_encoder("paraphrase-l3")
+    got = encode(model, TEXTS)
+    batch = model.tokenizer(TEXTS, padding=True, return_tensors="np")
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    pooled = [o.name for o in session.get_outputs()][3]  # mean-pooled sentence output of the ST export
+    (expected,) = session.run(
+        [pooled], {k: batch[k].astype(np.int64) for k in ("input_ids", "attention_mask")}
+    )
+    np.testing.assert_allclose(got, expected, atol=1e-4)
+    # A trainable BertModel, not an inference-only wrapper.
+    assert any(p.requires_grad for p in model.parameters())
+
+
+@pytest.mark.slow
+def test_wordllama_matches_package(monkeypatch, tmp_path):
+    from safetensors import safe_open
+    from tokenizers import Tokenizer
+    from wordllama.inference import WordLlamaInference
+
+    from subspaces.models.encoder import encode, load_encoder
+
+    monkeypatch.setenv("SUBSPACES_CACHE", str(tmp_path))
+    weights = package_path("wordllama", "wordllama/weights/l2_supercat_256.safetensors")
+    tokenizer = package_path("wordllama", "wordllama/tokenizers/l2_supercat_tokenizer_config.json")
+    with safe_open(str(weights), framework="np") as handle:
+        table = handle.get_tensor("embedding.weight")
+    reference = WordLlamaInference(table, Tokenizer.from_file(str(tokenizer))).embed(TEXTS)
+    got = encode(load_encoder("wordllama"), TEXTS)
+    assert got.shape == (len(TEXTS), 256)
+    np.testing.assert_allclose(got, reference, atol=1e-5)
