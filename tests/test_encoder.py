@@ -1,0 +1,80 @@
+import numpy as np
+import pytest
+import torch
+
+from subspaces.errors import DimensionError, ModelNotFoundError
+from subspaces.models.encoder import encode, load_encoder, truncate_and_normalize
+
+
+def test_unknown_name_lists_known_models():
+    with pytest.raises(ModelNotFoundError, match="minilm-l6"):
+        load_encoder("no-such-model")
+
+
+def test_folder_without_model(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="holds no model"):
+        load_encoder(str(tmp_path))
+
+
+def test_bundled_path_resolves_through_metadata():
+    from subspaces.models.registry import resolve
+
+    path = resolve("minilm-l6")
+    assert (path / "modules.json").is_file() and "site-packages" in str(path)
+
+
+def test_encode_keeps_input_order_and_normalises(tiny_model):
+    texts = ["a much longer sentence about a cat that plays the guitar", "dog", "a man runs in the park"]
+    batch = encode(tiny_model, texts, batch_size=2, normalize=True)
+    singles = np.stack([encode(tiny_model, [t], normalize=True)[0] for t in texts])
+    assert np.allclose(batch, singles, atol=1e-5)
+    assert np.allclose(np.linalg.norm(batch, axis=1), 1.0, atol=1e-5)
+
+
+def test_truncate_then_normalise(tiny_model):
+    full = encode(tiny_model, ["a cat", "a dog"], output="torch")
+    short = encode(tiny_model, ["a cat", "a dog"], truncate_dim=8, normalize=True, output="torch")
+    assert short.shape == (2, 8)
+    assert torch.allclose(short, torch.nn.functional.normalize(full[:, :8], dim=-1), atol=1e-5)
+    with pytest.raises(DimensionError):
+        encode(tiny_model, ["a"], truncate_dim=1000)
+    with pytest.raises(DimensionError):
+        truncate_and_normalize(full, 0)
+
+
+def test_save_load_round_trip_gives_same_outputs(tiny_model, tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    tiny_model.save(str(tmp_path / "m"))
+    texts = ["a cat plays", "the dog"]
+    assert np.allclose(encode(load_encoder(str(tmp_path / "m")), texts), encode(tiny_model, texts), atol=1e-6)
+    # The portable folder loads in plain sentence-transformers, with no trust_remote_code.
+    assert np.allclose(SentenceTransformer(str(tmp_path / "m")).encode(texts), encode(tiny_model, texts), atol=1e-6)
+
+
+@pytest.mark.parametrize("pooler", ["cls", "cls_before_pooler", "mean", "avg_first_last", "avg_top2"])
+def test_every_pooler_encodes_and_round_trips(tiny_model_dir, tmp_path, pooler):
+    model = load_encoder(str(tiny_model_dir), pooler=pooler)
+    emb = encode(model, ["a cat plays", "the dog"])
+    assert emb.shape == (2, 32) and np.isfinite(emb).all()
+    model.save(str(tmp_path / pooler))
+    assert np.allclose(encode(load_encoder(str(tmp_path / pooler)), ["a cat plays", "the dog"]), emb, atol=1e-6)
+
+
+def test_nan_embeddings_are_rejected():
+    from subspaces.models.encoder import check_finite
+
+    with pytest.raises(DimensionError, match="1 row"):
+        check_finite(np.array([[0.0, 1.0], [np.nan, 0.0]]))
+
+
+@pytest.mark.slow
+def test_minilm_reproduces_sentence_transformers_sts_table():
+    """The figures the issue measured with sentence-transformers for all-MiniLM-L6-v2 on the original files."""
+    from subspaces.eval.sts import STSEvaluator
+
+    scores = STSEvaluator(geometry=False)(load_encoder("minilm-l6"))
+    expected = {"STS12": 72.37, "STS13": 80.60, "STS14": 75.60, "STS15": 85.39, "STS16": 78.99,
+                "STSBenchmark": 82.03, "SICKRelatedness": 77.15, "avg": 78.87}
+    for task, value in expected.items():
+        assert scores[task] == pytest.approx(value, abs=0.01), task
