@@ -1,0 +1,87 @@
+"""Metrics for conditional similarity, overall and split by seen / unseen conditions.
+
+Scores are cosines; labels are scaled to [0, 1]. Binary tasks (WiC) get accuracy at a threshold chosen on dev,
+ROC-AUC and Spearman; graded tasks (C-STS) get Spearman (primary), Pearson and MSE. Metrics that do not apply to
+a task are left out rather than filled in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from scipy.stats import pearsonr, spearmanr
+from sklearn.metrics import roc_auc_score
+
+from subspaces.errors import SubspacesError
+
+
+def choose_threshold(scores: np.ndarray, labels: np.ndarray) -> float:
+    """The cut that maximises accuracy of ``score >= t`` on (dev) data; midpoints between sorted scores."""
+    scores, labels = np.asarray(scores, dtype=np.float64), np.asarray(labels) > 0.5
+    order = np.argsort(scores)
+    s, y = scores[order], labels[order]
+    # Predict positive for everything from position i on: correct = negatives before i + positives from i.
+    neg_before = np.concatenate([[0], np.cumsum(~y)])
+    pos_from = np.concatenate([np.cumsum(y[::-1])[::-1], [0]])
+    correct = neg_before + pos_from
+    # Only cut between distinct scores.
+    valid = np.ones(len(s) + 1, dtype=bool)
+    valid[1:-1] = s[1:] > s[:-1]
+    best = int(np.argmax(np.where(valid, correct, -1)))
+    if best == 0:
+        return float(s[0] - 1e-6)
+    if best == len(s):
+        return float(s[-1] + 1e-6)
+    return float((s[best - 1] + s[best]) / 2)
+
+
+def binary_metrics(scores: np.ndarray, labels: np.ndarray, threshold: float | None) -> dict[str, float]:
+    scores, labels = np.asarray(scores, dtype=np.float64), np.asarray(labels, dtype=np.float64)
+    out: dict[str, float] = {}
+    if threshold is not None:
+        out["accuracy"] = float(((scores >= threshold) == (labels > 0.5)).mean())
+    if len(np.unique(labels)) == 2:
+        out["auc"] = float(roc_auc_score(labels > 0.5, scores))
+        out["spearman"] = float(spearmanr(scores, labels).statistic)
+    return out
+
+
+def graded_metrics(scores: np.ndarray, labels01: np.ndarray) -> dict[str, float]:
+    scores, labels01 = np.asarray(scores, dtype=np.float64), np.asarray(labels01, dtype=np.float64)
+    out = {"mse": float(np.mean((scores - labels01) ** 2))}
+    if len(scores) > 1 and np.ptp(scores) > 0 and np.ptp(labels01) > 0:
+        out["spearman"] = float(spearmanr(scores, labels01).statistic)
+        out["pearson"] = float(pearsonr(scores, labels01).statistic)
+    return out
+
+
+def conditional_metrics(
+    scores: np.ndarray,
+    labels01: Sequence[float],
+    *,
+    binary: bool,
+    threshold: float | None = None,
+    seen: np.ndarray | None = None,
+) -> dict[str, object]:
+    """``{"metrics": ..., "seen": ..., "unseen": ..., "n": ...}``; ``seen`` is a boolean mask over rows."""
+    labels = np.asarray(labels01, dtype=np.float64)
+    scores = np.asarray(scores, dtype=np.float64)
+    if len(scores) != len(labels):
+        raise SubspacesError(f"{len(scores)} scores for {len(labels)} labels")
+    if len(scores) == 0:
+        raise SubspacesError("no labelled rows to evaluate")
+
+    def metrics(mask: np.ndarray) -> dict[str, float]:
+        if binary:
+            return binary_metrics(scores[mask], labels[mask], threshold)
+        return graded_metrics(scores[mask], labels[mask])
+
+    everything = np.ones(len(scores), dtype=bool)
+    result: dict[str, object] = {"metrics": metrics(everything), "n": int(len(scores))}
+    if seen is not None:
+        seen = np.asarray(seen, dtype=bool)
+        for name, mask in (("seen", seen), ("unseen", ~seen)):
+            if mask.any():
+                result[name] = {**metrics(mask), "n": int(mask.sum()), "share": float(mask.mean())}
+    return result

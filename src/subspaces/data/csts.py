@@ -1,0 +1,124 @@
+"""Conditional similarity records and the C-STS file format.
+
+C-STS (Deshpande et al., 2023) rates two sentences' similarity *with respect to a condition* on 1-5. Its CSVs
+have the columns ``sentence1, sentence2, condition, label`` (the hidden test split has ``label = -1``), and the
+official scorer reads predictions as JSON ``{"idx": score}``. The data is released encrypted under terms that
+forbid redistribution, so it is not bundled: pass the folder that holds ``csts_{train,validation,test}.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from subspaces.errors import DataError
+from subspaces.io import save_json
+
+CSTS_LABEL_RANGE = (1.0, 5.0)
+CSTS_SPLITS = ("train", "validation", "test")
+REQUIRED_COLUMNS = ("sentence1", "sentence2", "condition", "label")
+
+
+@dataclass(frozen=True)
+class ConditionalPair:
+    """Two sentences, a condition, and a gold label on the dataset's own scale (``None`` when withheld)."""
+
+    sentence1: str
+    sentence2: str
+    condition: str
+    label: float | None
+    idx: int  # the row's id in the official prediction file
+
+
+def scale_label(label: float, low: float, high: float) -> float:
+    """Map a label on ``[low, high]`` to ``[0, 1]`` (the target of the ``mse`` objective)."""
+    return (label - low) / (high - low)
+
+
+def read_csts(path: str | Path) -> list[ConditionalPair]:
+    """Read one C-STS CSV. ``idx`` comes from an ``idx`` column if present, else the 0-based row number.
+
+    Labels must be numbers in 1..5, or -1/empty for withheld ones (read as ``None``).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise DataError("file not found", path=p)
+    rows: list[ConditionalPair] = []
+    with open(p, encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle)
+        try:
+            header = [h.strip() for h in next(reader)]
+        except StopIteration:
+            raise DataError("file is empty", path=p) from None
+        except UnicodeDecodeError as exc:
+            raise DataError(f"not UTF-8 text ({exc.reason})", path=p) from exc
+        missing = [c for c in REQUIRED_COLUMNS if c not in header]
+        if missing:
+            raise DataError(f"header lacks column(s) {', '.join(missing)}; found {header}", path=p, line=1)
+        col = {name: header.index(name) for name in (*REQUIRED_COLUMNS, "idx") if name in header}
+        seen_idx: set[int] = set()
+        try:
+            for number, row in enumerate(reader):
+                line = reader.line_num
+                if not row or all(not c.strip() for c in row):
+                    continue
+                if len(row) != len(header):
+                    raise DataError(f"expected {len(header)} fields, found {len(row)}", path=p, line=line)
+                s1, s2, cond = row[col["sentence1"]], row[col["sentence2"]], row[col["condition"]]
+                if not s1.strip() or not s2.strip() or not cond.strip():
+                    raise DataError("empty sentence or condition", path=p, line=line)
+                label = _label(row[col["label"]], p, line)
+                idx = _int(row[col["idx"]], "idx", p, line) if "idx" in col else number
+                if idx in seen_idx:
+                    raise DataError(f"duplicate idx {idx}", path=p, line=line)
+                seen_idx.add(idx)
+                rows.append(ConditionalPair(s1, s2, cond, label, idx))
+        except UnicodeDecodeError as exc:
+            raise DataError(f"not UTF-8 text ({exc.reason})", path=p) from exc
+    if not rows:
+        raise DataError("holds no rows", path=p)
+    return rows
+
+
+def load_csts(data_dir: str | Path, split: str) -> list[ConditionalPair]:
+    """``data_dir/csts_{split}.csv``; a clear error says where to get the data when it is missing."""
+    if split not in CSTS_SPLITS:
+        raise DataError(f"unknown C-STS split {split!r}; choose one of {', '.join(CSTS_SPLITS)}")
+    path = Path(data_dir) / f"csts_{split}.csv"
+    if not path.is_file():
+        raise DataError(
+            "C-STS split not found: the data is not redistributable; request it from princeton-nlp/c-sts and "
+            "pass the folder holding csts_{train,validation,test}.csv with --data",
+            path=path,
+        )
+    return read_csts(path)
+
+
+def write_predictions(path: str | Path, rows: Sequence[ConditionalPair], scores: Sequence[float]) -> None:
+    """The official C-STS prediction file: ``{"idx": score}`` (scores on the 1-5 label scale), written atomically."""
+    if len(rows) != len(scores):
+        raise ValueError(f"{len(rows)} rows but {len(scores)} scores")
+    save_json(path, {str(r.idx): float(s) for r, s in zip(rows, scores)})
+
+
+def _label(text: str, path: Path, line: int) -> float | None:
+    text = text.strip()
+    if text in ("", "-1", "-1.0"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise DataError(f"label {text!r} is not a number", path=path, line=line) from None
+    low, high = CSTS_LABEL_RANGE
+    if not low <= value <= high:
+        raise DataError(f"label {value} is outside {low:g}..{high:g} (or -1 for a withheld label)", path=path, line=line)
+    return value
+
+
+def _int(text: str, what: str, path: Path, line: int) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise DataError(f"{what} {text!r} is not an integer", path=path, line=line) from None

@@ -1,0 +1,98 @@
+"""WiC (Word-in-Context) as conditional similarity data.
+
+Each WiC instance asks whether a target word has the same sense in two sentences. Read as C-STS-style data,
+the two sentences are compared *with respect to* the target word: the condition is the word with its part of
+speech, e.g. ``"carry (verb)"``; the label is 1 for ``T`` (same sense) and 0 for ``F``.
+
+The sentences are kept as they are (WiC's tokenised text): the encoder sees neither the target word's position
+nor a marker, so the sentence embedding stays condition-free and cacheable, and only the condition tells the
+model which word to look at. The token positions are kept on the records for anyone who wants them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from subspaces.config import dataset_dir
+from subspaces.data.csts import ConditionalPair
+from subspaces.errors import DataError
+
+WIC_SPLITS = {"train": "train", "validation": "dev", "dev": "dev", "test": "test"}
+POS_NAMES = {"N": "noun", "V": "verb"}
+WIC_LABEL_RANGE = (0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class WiCInstance:
+    word: str
+    pos: str  # "N" or "V"
+    index1: int
+    index2: int
+    sentence1: str
+    sentence2: str
+    label: bool | None
+
+    @property
+    def condition(self) -> str:
+        return wic_condition(self.word, self.pos)
+
+
+def wic_condition(word: str, pos: str) -> str:
+    """``("carry", "V") -> "carry (verb)"``."""
+    return f"{word} ({POS_NAMES[pos]})"
+
+
+def read_wic(data_path: str | Path, gold_path: str | Path | None = None) -> list[WiCInstance]:
+    """Read ``*.data.txt`` (TSV: word, PoS, i1-i2, sentence1, sentence2) and, if given, its ``*.gold.txt``."""
+    data_path = Path(data_path)
+    if not data_path.is_file():
+        raise DataError("file not found", path=data_path)
+    labels: list[bool] | None = None
+    if gold_path is not None:
+        labels = []
+        for line_no, text in enumerate(Path(gold_path).read_text(encoding="utf-8").splitlines(), 1):
+            if text.strip() not in ("T", "F"):
+                raise DataError(f"gold label must be T or F, got {text!r}", path=gold_path, line=line_no)
+            labels.append(text.strip() == "T")
+    out: list[WiCInstance] = []
+    with open(data_path, encoding="utf-8") as handle:
+        for line_no, text in enumerate(handle, 1):
+            text = text.rstrip("\n")
+            if not text.strip():
+                continue
+            fields = text.split("\t")
+            if len(fields) != 5:
+                raise DataError(f"expected 5 tab-separated fields, found {len(fields)}", path=data_path, line=line_no)
+            word, pos, indices, s1, s2 = fields
+            if pos not in POS_NAMES:
+                raise DataError(f"part of speech must be N or V, got {pos!r}", path=data_path, line=line_no)
+            try:
+                i1, i2 = (int(x) for x in indices.split("-"))
+            except ValueError:
+                raise DataError(f"indices must look like 3-7, got {indices!r}", path=data_path, line=line_no) from None
+            label = None
+            if labels is not None:
+                if len(out) >= len(labels):
+                    raise DataError(f"gold file has fewer lines ({len(labels)}) than the data", path=gold_path)
+                label = labels[len(out)]
+            out.append(WiCInstance(word, pos, i1, i2, s1, s2, label))
+    if labels is not None and len(labels) != len(out):
+        raise DataError(f"gold file has {len(labels)} labels for {len(out)} instances", path=gold_path)
+    if not out:
+        raise DataError("holds no instances", path=data_path)
+    return out
+
+
+def load_wic(split: str, data_dir: str | Path | None = None) -> list[ConditionalPair]:
+    """WiC ``split`` (train, validation/dev, test) as :class:`ConditionalPair` rows with labels 1.0 / 0.0."""
+    if split not in WIC_SPLITS:
+        raise DataError(f"unknown WiC split {split!r}; choose one of train, validation, test")
+    folder = Path(data_dir) if data_dir is not None else dataset_dir("wic")
+    name = WIC_SPLITS[split]
+    gold = folder / f"{name}.gold.txt"
+    instances = read_wic(folder / f"{name}.data.txt", gold if gold.is_file() else None)
+    return [
+        ConditionalPair(i.sentence1, i.sentence2, i.condition, None if i.label is None else float(i.label), idx)
+        for idx, i in enumerate(instances)
+    ]

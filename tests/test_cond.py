@@ -1,0 +1,251 @@
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from subspaces.cond.metrics import choose_threshold, conditional_metrics
+from subspaces.cond.models import BiEncoder, TriEncoder, load_model
+from subspaces.cond.sampler import PairSampler, RowSampler
+from subspaces.cond.tasks import get_task
+from subspaces.cond.train import CondTrainConfig, evaluate, fit
+from subspaces.data.csts import ConditionalPair, read_csts, write_predictions
+from subspaces.data.wic import load_wic, read_wic
+from subspaces.errors import DataError, SubspacesError
+from subspaces.losses.conditional import ConditionalLoss
+from subspaces.models.heads import make_head
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CSTS = FIXTURES / "csts_mini.csv"
+
+
+@pytest.fixture(scope="module")
+def tiny_encoder(tmp_path_factory):
+    from subspaces.models.encoder import build_random_bert
+
+    folder = tmp_path_factory.mktemp("bert")
+    model = build_random_bert(folder, num_layers=2, hidden_size=32, num_heads=2, pooler="mean", dropout=0.0)
+    model.save(str(folder / "st"))
+    return str(folder / "st")
+
+
+def row(s1, s2, c, y, i=0):
+    return ConditionalPair(s1, s2, c, y, i)
+
+
+# --- data -------------------------------------------------------------------------------------------------
+
+
+def test_read_csts_fixture():
+    rows = read_csts(CSTS)
+    assert len(rows) == 15
+    assert rows[0].condition == "The color of clothing." and rows[0].label == 5.0 and rows[0].idx == 0
+    test = read_csts(FIXTURES / "csts_mini_test.csv")
+    assert all(r.label is None for r in test)
+
+
+def test_csts_errors_name_file_and_line(tmp_path):
+    bad = tmp_path / "csts_train.csv"
+    bad.write_text("sentence1,sentence2,condition,label\na,b,c,3\na,b,c,seven\n")
+    with pytest.raises(DataError, match=r"csts_train.csv, line 3: label 'seven'"):
+        read_csts(bad)
+    bad.write_text("sentence1,sentence2,label\na,b,3\n")
+    with pytest.raises(DataError, match="lacks column.*condition"):
+        read_csts(bad)
+    bad.write_text("sentence1,sentence2,condition,label\na,b,c,9\n")
+    with pytest.raises(DataError, match="outside 1..5"):
+        read_csts(bad)
+
+
+def test_prediction_file(tmp_path):
+    rows = read_csts(FIXTURES / "csts_mini_test.csv")
+    write_predictions(tmp_path / "pred.json", rows, [4.5, 1.0, 3.25])
+    assert json.loads((tmp_path / "pred.json").read_text()) == {"0": 4.5, "1": 1.0, "2": 3.25}
+
+
+def test_wic_conversion(tmp_path):
+    (tmp_path / "dev.data.txt").write_text(
+        "carry\tV\t2-1\tYou must carry your camping gear .\tSound carries well over water .\n"
+        "bank\tN\t1-1\tThe bank closed .\tA river bank .\n"
+    )
+    (tmp_path / "dev.gold.txt").write_text("F\nT\n")
+    rows = load_wic("validation", tmp_path)
+    assert [r.condition for r in rows] == ["carry (verb)", "bank (noun)"]
+    assert [r.label for r in rows] == [0.0, 1.0]
+    assert rows[0].sentence1 == "You must carry your camping gear ."
+    (tmp_path / "dev.gold.txt").write_text("F\nX\n")
+    with pytest.raises(DataError, match="line 2"):
+        read_wic(tmp_path / "dev.data.txt", tmp_path / "dev.gold.txt")
+
+
+# --- sampler ----------------------------------------------------------------------------------------------
+
+
+def test_pair_sampler_on_hand_made_rows():
+    rows = [
+        row("a", "b", "c1", 5.0),
+        row("b", "a", "c2", 1.0),  # same pair, reversed order
+        row("x", "y", "c1", 3.0),  # one condition only
+        row("p", "q", "c1", 2.0),
+        row("p", "q", "c2", 2.0),  # equal labels
+        row("m", "n", "c1", 4.0),
+        row("m", "n", "c2", 2.0),
+        row("m", "n", "c3", 1.0),  # third condition
+        row("u", "v", "c1", None),
+    ]
+    sampler = PairSampler(rows, batch_size=4, seed=0)
+    assert sorted(sampler.couples) == [(0, 1), (5, 7)]
+    assert sampler.dropped == {
+        "pair under one condition only": 1,
+        "pair with equal labels under all its conditions": 2,
+        "extra conditions beyond the highest and lowest": 1,
+        "no label": 1,
+    }
+    batches = list(sampler.epoch(0))
+    assert len(batches) == len(sampler) == 1
+    flat = batches[0]
+    assert {tuple(flat[i : i + 2]) for i in (0, 2)} == {(0, 1), (5, 7)}
+    assert "dropped 1 row(s): pair under one condition only" in sampler.summary()
+
+
+def test_pair_sampler_refuses_unpaired_data():
+    with pytest.raises(SubspacesError, match="use --objective mse"):
+        PairSampler([row("a", "b", "c", 1.0), row("c", "d", "c", 0.0)], batch_size=2)
+    with pytest.raises(SubspacesError, match="even batch size"):
+        PairSampler([row("a", "b", "c", 1.0)], batch_size=3)
+
+
+def test_row_sampler_covers_each_row_once():
+    rows = [row(str(i), "b", "c", float(i % 2)) for i in range(10)] + [row("z", "b", "c", None)]
+    sampler = RowSampler(rows, batch_size=3, seed=1)
+    seen = [i for b in sampler.epoch(0) for i in b]
+    assert sorted(seen) == list(range(10)) and len(sampler) == 4
+
+
+# --- losses -----------------------------------------------------------------------------------------------
+
+
+def test_losses_by_hand():
+    # Two rows = one (high, low) pair. z vectors chosen so that cos_high = 1 and cos_low = 0.
+    z1 = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    z2 = torch.tensor([[2.0, 0.0], [0.0, 3.0]])
+    y = torch.tensor([0.75, 0.25])
+    mse = ConditionalLoss("mse")(z1, z2, y)
+    assert mse.item() == pytest.approx(((1 - 0.75) ** 2 + 0.25**2) / 2)
+    quad = ConditionalLoss("quadruplet", margin=1.0)(z1, z2, y)
+    assert quad.item() == pytest.approx(0.0)  # cos_high - cos_low = 1 = margin
+    quad_reversed = ConditionalLoss("quadruplet", margin=1.0)(z1, z2.flip(0), y)
+    assert quad_reversed.item() == pytest.approx(2.0)
+    tau = 1.5
+    info = ConditionalLoss("infonce_mse", temperature=tau)(z1, z2, y)
+    contrast = -math.log(math.exp(1 / tau) / (math.exp(1 / tau) + math.exp(0)))
+    assert info.item() == pytest.approx(contrast + ((1 - 0.75) ** 2 + 0.25**2) / 2, rel=1e-5)
+
+
+def test_infonce_in_batch_negatives_add_terms():
+    torch.manual_seed(0)
+    z1, z2 = torch.randn(4, 3), torch.randn(4, 3)
+    y = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    plain = ConditionalLoss("infonce_mse")(z1, z2, y)
+    extra = ConditionalLoss("infonce_mse", in_batch_negatives=True)(z1, z2, y)
+    assert extra.item() > plain.item()  # more negatives can only raise the cross-entropy
+
+
+# --- metrics ----------------------------------------------------------------------------------------------
+
+
+def test_threshold_and_metrics():
+    scores = np.array([0.1, 0.2, 0.35, 0.4, 0.8, 0.9])
+    labels = np.array([0, 0, 1, 0, 1, 1])
+    t = choose_threshold(scores, labels)
+    assert ((scores >= t) == labels).mean() == pytest.approx(5 / 6)
+    result = conditional_metrics(scores, labels, binary=True, threshold=t, seen=np.array([1, 1, 1, 0, 0, 0], bool))
+    assert result["metrics"]["accuracy"] == pytest.approx(5 / 6)
+    assert result["metrics"]["auc"] == pytest.approx(8 / 9)
+    assert result["seen"]["n"] == 3 and "pearson" not in result["metrics"]
+    graded = conditional_metrics(scores, scores * 0.5, binary=False)
+    assert graded["metrics"]["spearman"] == pytest.approx(1.0) and "accuracy" not in graded["metrics"]
+
+
+# --- models -----------------------------------------------------------------------------------------------
+
+
+def test_tri_encoder_caches_and_matches_head(tiny_encoder):
+    from subspaces.models.encoder import load_encoder
+
+    enc = load_encoder(tiny_encoder)
+    torch.manual_seed(0)
+    model = TriEncoder(enc, make_head("hypernet", 32, 4), encoder_name=tiny_encoder)
+    s1 = ["a dog runs", "a cat sleeps", "a dog runs"]
+    s2 = ["a cat sleeps", "a dog runs", "a bird sings"]
+    c = ["the animal", "the animal", "the action"]
+    sims = model.similarity(s1, s2, c)
+    # By hand: encode, project with the explicit W_c, cosine.
+    e1 = torch.tensor(enc.encode(s1)); e2 = torch.tensor(enc.encode(s2)); ec = torch.tensor(enc.encode(c))
+    w = model.head.projection_matrix(ec)
+    p1, p2 = torch.einsum("bij,bj->bi", w, e1), torch.einsum("bij,bj->bi", w, e2)
+    assert np.allclose(sims, torch.nn.functional.cosine_similarity(p1, p2).detach().numpy(), atol=1e-5)
+    stats = model.cache_stats()["caches"]
+    assert stats["sentences"]["misses"] == 3 and stats["sentences"]["hits"] == 3  # 6 lookups, 3 distinct
+    assert stats["condition_params"]["misses"] == 2 and stats["condition_params"]["hits"] == 1
+    model.similarity(s1, s2, c)
+    assert model.cache_stats()["caches"]["sentences"]["hits"] == 9
+
+
+def test_bi_encoder_sees_condition(tiny_encoder):
+    from subspaces.models.encoder import load_encoder
+
+    model = BiEncoder(load_encoder(tiny_encoder), encoder_name=tiny_encoder)
+    a = model.similarity(["a dog runs"], ["a cat sleeps"], ["the animal"])
+    b = model.similarity(["a dog runs"], ["a cat sleeps"], ["the weather today"])
+    assert a.shape == (1,) and not np.isclose(a[0], b[0])
+
+
+@pytest.mark.parametrize("objective", ["mse", "infonce_mse", "quadruplet"])
+def test_train_frozen_head_on_fixture_and_round_trip(tiny_encoder, tmp_path, objective):
+    from subspaces.cond.models import build_model
+
+    task = get_task("csts")
+    rows = read_csts(CSTS)
+    model = build_model("tri", tiny_encoder, head="hypernet", rank=4, freeze_encoder=True)
+    before = evaluate(model, task, rows)["metrics"]["mse"]
+    enc_before = next(model.encoder.parameters()).detach().clone()
+    result = fit(model, task, rows, CondTrainConfig(objective=objective, batch_size=4, epochs=30, lr=1e-2,
+                                                    show_progress=False))
+    assert result.steps > 0
+    assert torch.equal(next(model.encoder.parameters()), enc_before)  # frozen
+    after = evaluate(model, task, rows)
+    if objective == "mse":
+        assert after["metrics"]["mse"] < before  # it learns the training rows
+    if objective != "mse":
+        assert "(high, low) pairs" in result.sampler and "one condition only" in result.sampler
+    model.save(tmp_path / "m")
+    loaded = load_model(tmp_path / "m")
+    assert isinstance(loaded, TriEncoder) and loaded.metadata["task"] == "csts"
+    rows_text = ([r.sentence1 for r in rows], [r.sentence2 for r in rows], [r.condition for r in rows])
+    assert np.allclose(loaded.similarity(*rows_text), model.similarity(*rows_text), atol=1e-6)
+    assert not (tmp_path / "m" / "encoder").exists()  # frozen: a reference to the encoder, not a copy
+
+
+def test_fine_tune_bi_encoder_saves_encoder(tiny_encoder, tmp_path):
+    from subspaces.cond.models import build_model
+
+    task = get_task("csts")
+    rows = read_csts(CSTS)
+    model = build_model("bi", tiny_encoder, freeze_encoder=False)
+    before = next(model.encoder.parameters()).detach().clone()
+    fit(model, task, rows, CondTrainConfig(batch_size=8, epochs=1, encoder_lr=1e-3, show_progress=False))
+    assert not torch.equal(next(model.encoder.parameters()), before)
+    model.save(tmp_path / "bi")
+    loaded = load_model(tmp_path / "bi")
+    args = (["a man rides"], ["a man drives"], ["the vehicle"])
+    assert np.allclose(loaded.similarity(*args), model.similarity(*args), atol=1e-5)
+
+
+def test_load_model_errors(tmp_path):
+    from subspaces.errors import ModelNotFoundError
+
+    with pytest.raises(ModelNotFoundError, match="not a conditional model folder"):
+        load_model(tmp_path)
