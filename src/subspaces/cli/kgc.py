@@ -1,1 +1,116 @@
-"""Commands for this capability (being written)."""
+"""``subspaces kgc train`` and ``subspaces kgc eval``: thin wrappers over :mod:`subspaces.kgc.pipeline`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from subspaces.cli.common import console, out, table, user_errors
+from subspaces.cli.groups import kgc_app
+
+
+def _parse_rank(text: str) -> int | None:
+    from subspaces.errors import SubspacesError
+
+    if text == "full":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise SubspacesError(f"--rank must be a positive integer or 'full', got {text!r}") from None
+    if value <= 0:
+        raise SubspacesError(f"--rank must be positive, got {value}")
+    return value
+
+
+def _show(result: dict) -> None:
+    rows = []
+    for direction in ("forward", "backward", "average"):
+        m = result[direction]
+        rows.append([direction, m["mrr"], m["hits@1"], m["hits@3"], m["hits@10"], m["mr"]])
+    if "rerank" in result:
+        m = result["rerank"]["average"]
+        rows.append([f"average, {result['rerank']['n_hop']}-hop re-rank", m["mrr"], m["hits@1"], m["hits@3"], m["hits@10"], m["mr"]])
+    title = f"{result['dataset']} {result['split']} ({result['arch']}-encoder, filtered, {result['queries']} queries)"
+    t = table(title, ["direction", "MRR", "H@1", "H@3", "H@10", "MR"], [[r[0], *[f"{v:.4f}" for v in r[1:5]], f"{r[5]:.1f}"] for r in rows])
+    out.print(t)
+    out.print(
+        f"inference {result['inference_seconds']:.1f} s, text-cache hit rate {result['cache_hit_rate']:.2%}, "
+        f"{result['encoded_texts']} texts encoded"
+    )
+
+
+@kgc_app.command("train")
+@user_errors
+def train(
+    output: Path = typer.Option(..., "--output", "-o", help="Folder for the trained model and its evaluation."),
+    dataset: str = typer.Option("wn18rr", help="wn18rr, fb15k237, or a folder in either layout."),
+    model: str = typer.Option("minilm-l6", help="Bundled encoder name or a local model folder."),
+    arch: str = typer.Option("tri", help="bi (SimKGC) or tri (Hyper-CL tri-encoder)."),
+    head: str = typer.Option("hypernet", help="Tri-encoder head: hadamard, concat or hypernet."),
+    rank: str = typer.Option("32", help="Hypernet rank K (about d/12) or 'full'."),
+    freeze_encoder: bool = typer.Option(False, "--freeze-encoder", help="Train only the head on cached embeddings."),
+    batch_size: int = typer.Option(1024, help="Batch size (in-batch negatives)."),
+    lr: Optional[float] = typer.Option(None, help="Learning rate (default 1e-3 frozen, 5e-5 fine-tuning)."),
+    epochs: int = typer.Option(1),
+    max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps."),
+    seed: int = typer.Option(42),
+    max_length: int = typer.Option(50, help="Tokens per text (SimKGC: 50)."),
+    pre_batch: int = typer.Option(0, help="Pre-batch queue size in batches (SimKGC: 0 on WN18RR, 2 on FB15k-237)."),
+    pre_batch_weight: float = typer.Option(0.5),
+    self_negatives: bool = typer.Option(True, "--self-negatives/--no-self-negatives"),
+    margin: float = typer.Option(0.02, help="Additive margin on the positive."),
+    temperature: float = typer.Option(0.05, help="Initial temperature (learnable)."),
+    separate_encoders: bool = typer.Option(False, "--separate-encoders", help="Bi-encoder: separate hr and tail encoders, as SimKGC."),
+    neighbour_names: Optional[bool] = typer.Option(None, "--neighbour-names/--no-neighbour-names", help="Append neighbour names to short descriptions (default: on for FB15k-237)."),
+    eval_split: str = typer.Option("test", help="Split to evaluate after training, or 'none'."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the evaluation here."),
+) -> None:
+    """Train a KGC model with SimKGC's loss, then evaluate it (filtered ranking against every entity)."""
+    from subspaces.io import save_json
+    from subspaces.kgc.pipeline import train_pipeline
+
+    report = train_pipeline(
+        output=output, dataset=dataset, model=model, arch=arch, head=head, rank=_parse_rank(rank),
+        freeze_encoder=freeze_encoder, batch_size=batch_size, lr=lr, epochs=epochs, max_steps=max_steps, seed=seed,
+        max_length=max_length, margin=margin, temperature=temperature, pre_batch=pre_batch,
+        pre_batch_weight=pre_batch_weight, self_negatives=self_negatives, neighbour_names=neighbour_names,
+        shared_encoder=not separate_encoders, evaluate_split=None if eval_split == "none" else eval_split,
+    )
+    r = report["train_result"]
+    console.print(f"trained {r['steps']} steps in {r['seconds']:.1f} s ({r['examples_per_second']:.0f} examples/s); saved to {output}")
+    if "eval" in report:
+        _show(report["eval"])
+        if json_path is not None:
+            save_json(json_path, report["eval"])
+
+
+@kgc_app.command("eval")
+@user_errors
+def evaluate(
+    model: str = typer.Argument(..., help="A folder from `kgc train`, or an encoder (name/folder) for the zero-shot bi-encoder."),
+    dataset: Optional[str] = typer.Option(None, help="wn18rr, fb15k237 or a folder (default: the one the model was trained on)."),
+    split: str = typer.Option("test", help="test or valid."),
+    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the metrics as JSON."),
+    predictions: Optional[Path] = typer.Option(None, help="Write per-query rank and top-10 as JSON lines."),
+    rerank_n_hop: int = typer.Option(0, help="SimKGC's graph re-ranking (off by default; reported separately)."),
+    neighbour_weight: float = typer.Option(0.05),
+    ties: str = typer.Option("realistic", help="realistic (expected rank), optimistic or pessimistic."),
+    no_disk_cache: bool = typer.Option(False, "--no-disk-cache", help="Encode everything afresh (for timing)."),
+) -> None:
+    """Filtered MR, MRR and Hits@1/3/10, forward, backward (inverse relations) and averaged."""
+    from subspaces.errors import SubspacesError
+    from subspaces.io import save_json
+    from subspaces.kgc.pipeline import evaluate_model
+
+    if ties not in ("realistic", "optimistic", "pessimistic"):
+        raise SubspacesError(f"--ties must be realistic, optimistic or pessimistic, got {ties!r}")
+    result = evaluate_model(
+        model, dataset, split=split, predictions=predictions, n_hop=rerank_n_hop, neighbour_weight=neighbour_weight,
+        ties=ties, disk_cache=False if no_disk_cache else None,  # type: ignore[arg-type]
+    )
+    _show(result)
+    if json_path is not None:
+        save_json(json_path, result)

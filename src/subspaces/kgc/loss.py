@@ -1,0 +1,169 @@
+"""SimKGC's contrastive objective (Wang et al., 2022), for any model with ``embed_batch``.
+
+For a batch of B training triples with query vectors ``hr_i`` and tail vectors ``t_j`` (L2-normalised)::
+
+    logits_ij = (cos(hr_i, t_j) - γ·[i = j]) · exp(log_inv_t)            in-batch negatives, additive margin γ
+    pre_ik    = cos(hr_i, q_k) · exp(log_inv_t) · w                       pre-batch queue q of earlier tails
+    self_i    = cos(hr_i, h_i) · exp(log_inv_t)                           the head itself as a negative tail
+    loss = CE([logits | pre | self], i) + CE(logits[:, :B]ᵀ, i)           plus the tail -> (h, r) direction
+
+* the margin γ (0.02) is subtracted from the positive only, in training;
+* ``log_inv_t`` is learnable, started at ``log(1/0.05)``;
+* false negatives are masked to -1e4: a column whose tail equals row i's tail, or is a known *training*
+  neighbour of row i's ``(h, r)`` (inverses included); the self-negative is masked where ``h`` is a known tail of
+  ``(h, r)``; pre-batch entries are masked the same way (and empty queue slots too);
+* pre-batch logits are multiplied by ``w`` (0.5), as SimKGC's ``pre_batch_weight`` does.
+
+SimKGC starts the queue with random unit vectors and unmasked; here empty slots are masked, so the first
+batches see only real negatives.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from subspaces.kgc.graph import KnownTails
+
+MASKED = -1e4
+
+
+def false_negative_mask(row_triples: np.ndarray, col_tails: np.ndarray, known: KnownTails, diagonal: bool) -> torch.Tensor:
+    """``True`` where column j is a usable negative for row i (SimKGC's ``construct_mask``).
+
+    With ``diagonal`` the columns are the rows' own tails and ``(i, i)`` is the positive (kept ``True``).
+    """
+    row_triples = np.asarray(row_triples)
+    cols = np.asarray(col_tails)
+    mask = row_triples[:, 2][:, None] != cols[None, :]
+    columns_of: dict[int, list[int]] = {}
+    for j, tail in enumerate(cols.tolist()):
+        columns_of.setdefault(tail, []).append(j)
+    for i, (h, r, _t) in enumerate(row_triples.tolist()):
+        neighbours = known(h, r)
+        if len(neighbours) <= 1:  # only the row's own tail: the exact-match test above suffices
+            continue
+        for tail in neighbours:
+            for j in columns_of.get(tail, ()):
+                mask[i, j] = False
+    mask = torch.from_numpy(mask)
+    if diagonal:
+        mask.fill_diagonal_(True)
+    return mask
+
+
+def self_negative_mask(triples: np.ndarray, known: KnownTails) -> torch.Tensor:
+    """``False`` where the head is itself a known tail of ``(h, r)`` (then it is no negative)."""
+    return torch.tensor([h not in known(h, r) for h, r, _t in np.asarray(triples).tolist()], dtype=torch.bool)
+
+
+class SimKGCLoss(nn.Module):
+    """SimKGC's loss for a KGC model (anything with ``embed_batch(triples, texts) -> (hr, tail, head)``).
+
+    ``known`` holds the *training* triples with inverses (for the false-negative masks).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        known: KnownTails,
+        *,
+        margin: float = 0.02,
+        temperature: float = 0.05,
+        learn_temperature: bool = True,
+        pre_batch: int = 0,
+        pre_batch_weight: float = 0.5,
+        self_negatives: bool = True,
+        batch_size: int | None = None,
+    ) -> None:
+        super().__init__()
+        if temperature <= 0:
+            raise ValueError(f"temperature must be positive, got {temperature}")
+        if pre_batch < 0:
+            raise ValueError(f"pre_batch must be >= 0, got {pre_batch}")
+        self.model = model
+        self.known = known
+        self.margin = margin
+        self.log_inv_t = nn.Parameter(torch.tensor(math.log(1.0 / temperature)), requires_grad=learn_temperature)
+        self.pre_batch = pre_batch
+        self.pre_batch_weight = pre_batch_weight
+        self.self_negatives = self_negatives
+        self._queue_vectors: torch.Tensor | None = None  # (pre_batch * B, d), detached tails of earlier batches
+        self._queue_tails: torch.Tensor | None = None  # their entity ids, -1 = empty slot
+        self._queue_offset = 0
+        self._queue_rows = pre_batch * batch_size if batch_size else None
+
+    @property
+    def temperature(self) -> float:
+        return float(torch.exp(-self.log_inv_t))
+
+    def forward(self, triples: np.ndarray, texts=None) -> torch.Tensor:
+        hr, tails, heads = self.model.embed_batch(triples, texts)
+        return self.loss_from_vectors(hr, tails, heads, np.asarray(triples))
+
+    def logits(self, hr: torch.Tensor, tails: torch.Tensor, heads: torch.Tensor | None, triples: np.ndarray) -> torch.Tensor:
+        """The (B, B [+ queue] [+ 1]) logits, masks applied; column i of the first block is row i's positive."""
+        hr = F.normalize(hr, dim=-1)
+        tails = F.normalize(tails, dim=-1)
+        inv_t = self.log_inv_t.exp()
+        batch = len(hr)
+        logits = hr @ tails.T
+        if self.training and self.margin:
+            logits = logits - self.margin * torch.eye(batch, dtype=logits.dtype, device=logits.device)
+        logits = logits * inv_t
+        mask = false_negative_mask(triples, triples[:, 2], self.known, diagonal=True).to(logits.device)
+        logits = logits.masked_fill(~mask, MASKED)
+        blocks = [logits]
+        if self.pre_batch and self.training:
+            blocks.append(self._pre_batch_logits(hr, tails, triples, inv_t))
+        if self.self_negatives and self.training and heads is not None:
+            self_logits = (hr * F.normalize(heads, dim=-1)).sum(dim=1) * inv_t
+            self_logits = self_logits.masked_fill(~self_negative_mask(triples, self.known).to(hr.device), MASKED)
+            blocks.append(self_logits[:, None])
+        return torch.cat(blocks, dim=1)
+
+    def loss_from_vectors(self, hr: torch.Tensor, tails: torch.Tensor, heads: torch.Tensor | None, triples: np.ndarray) -> torch.Tensor:
+        logits = self.logits(hr, tails, heads, triples)
+        labels = torch.arange(len(hr), device=logits.device)
+        # SimKGC also trains the reverse direction: each tail picks its (h, r) among the batch's queries.
+        return F.cross_entropy(logits, labels) + F.cross_entropy(logits[:, : len(hr)].T, labels)
+
+    def _pre_batch_logits(self, hr: torch.Tensor, tails: torch.Tensor, triples: np.ndarray, inv_t: torch.Tensor) -> torch.Tensor:
+        rows = self._queue_rows or self.pre_batch * len(hr)
+        if self._queue_vectors is None or self._queue_vectors.shape != (rows, hr.shape[1]):
+            self._queue_vectors = torch.zeros(rows, hr.shape[1], device=hr.device)
+            self._queue_tails = torch.full((rows,), -1, dtype=torch.long)
+            self._queue_offset = 0
+        logits = hr @ self._queue_vectors.clone().T * inv_t * self.pre_batch_weight  # clone: the queue is updated below
+        queue_tails = self._queue_tails.numpy()
+        mask = false_negative_mask(triples, queue_tails, self.known, diagonal=False)
+        mask &= torch.as_tensor(queue_tails >= 0)[None, :]
+        logits = logits.masked_fill(~mask.to(hr.device), MASKED)
+        # Enqueue this batch's tails (no gradient flows into the queue), overwriting the oldest.
+        n = min(len(tails), rows)
+        slots = (self._queue_offset + torch.arange(n)) % rows
+        self._queue_vectors[slots] = tails[:n].detach()
+        self._queue_tails[slots] = torch.as_tensor(triples[:n, 2])
+        self._queue_offset = int((self._queue_offset + n) % rows)
+        return logits
+
+    def reset_queue(self) -> None:
+        self._queue_vectors = self._queue_tails = None
+        self._queue_offset = 0
+
+    def get_config_dict(self) -> dict:
+        return {
+            "margin": self.margin,
+            "temperature": self.temperature,
+            "pre_batch": self.pre_batch,
+            "pre_batch_weight": self.pre_batch_weight,
+            "self_negatives": self.self_negatives,
+        }
+
+    @property
+    def citation(self) -> str:
+        return "Wang, Zhao, Wei & Liu (2022). SimKGC: Simple Contrastive Knowledge Graph Completion with Pre-trained Language Models. ACL."

@@ -1,0 +1,202 @@
+"""The two KGC architectures: SimKGC's bi-encoder and Hyper-CL's tri-encoder.
+
+Both turn a query ``(h, r, ?)`` into a vector and score every entity by cosine with it:
+
+* :class:`BiEncoderKGC` (SimKGC): ``hr = enc_hr("head text", "relation")`` encoded as a text pair, tails
+  ``enc_t("tail text")``; two encoders as in SimKGC or one shared. A query needs its own encoder pass, since
+  the relation is inside the input.
+* :class:`TriEncoderKGC` (Hyper-CL): one backbone encodes entities and relation names separately; a condition
+  head (:mod:`subspaces.models.heads`) conditions the head entity on the relation, ``hr = head(e_h, e_r)`` --
+  for ``hypernet``, ``W_r e_h`` with ``W_r`` made from ``e_r``. Tails are the plain entity embeddings, so a
+  query costs no encoder pass: every entity and every relation is encoded once.
+
+Both expose ``embed_batch(triples, texts)`` -> ``(hr, tail, head)`` for SimKGC's loss (``head`` feeds the
+self-negatives), and save/load as a folder (``kgc_model.json`` + encoder folders + ``head.pt``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from subspaces.errors import ModelNotFoundError, SubspacesError
+from subspaces.io import atomic_path, save_json
+from subspaces.kgc.data import KnowledgeGraph
+from subspaces.kgc.graph import LinkGraph
+from subspaces.kgc.texts import entity_text, entity_texts
+
+ARCHS = ("bi", "tri")
+CONFIG_NAME = "kgc_model.json"
+
+
+@dataclass
+class KGCTexts:
+    """The texts a model reads for one graph: one per entity and one per relation (inverses included).
+
+    ``link_graph`` set means SimKGC's neighbour names are used; then training texts leave each example's own
+    tail out of its head's neighbours (:meth:`head_text`), as SimKGC does against label leakage.
+    """
+
+    kg: KnowledgeGraph
+    entities: list[str]
+    relations: list[str]
+    link_graph: LinkGraph | None = None
+
+    @classmethod
+    def build(cls, kg: KnowledgeGraph, neighbour_names: bool | None = None) -> KGCTexts:
+        if neighbour_names is None:
+            neighbour_names = not any(kg.entity_descriptions)
+        graph = LinkGraph(kg.splits["train"], kg.num_entities) if neighbour_names else None
+        return cls(kg, entity_texts(kg, neighbour_names), kg.relation_texts(), graph)
+
+    def head_text(self, head: int, tail: int) -> str:
+        if self.link_graph is None:
+            return self.entities[head]
+        return entity_text(self.kg, head, self.link_graph, exclude=tail)
+
+
+def _features(encoder, texts: Sequence):
+    features = encoder.preprocess(list(texts))
+    device = encoder.device
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
+
+
+def embed_texts(encoder, texts: Sequence) -> torch.Tensor:
+    """Encoder forward with gradients (training); ``encode`` in :mod:`subspaces.models.encoder` is for inference.
+
+    Inputs are truncated to the encoder's ``max_seq_length``.
+    """
+    return encoder(_features(encoder, texts))["sentence_embedding"]
+
+
+class BiEncoderKGC(nn.Module):
+    """SimKGC: ``hr`` from the (head text, relation) pair, tails from the entity text; cosine scores."""
+
+    arch = "bi"
+
+    def __init__(self, hr_encoder, tail_encoder=None) -> None:
+        super().__init__()
+        self.hr_encoder = hr_encoder
+        self.tail_encoder = tail_encoder if tail_encoder is not None else hr_encoder
+        self.shared = tail_encoder is None or tail_encoder is hr_encoder
+
+    @property
+    def dim(self) -> int:
+        return int(self.tail_encoder.get_embedding_dimension())
+
+    def query_inputs(self, kg_texts: KGCTexts, triples: np.ndarray, training: bool = False) -> list[tuple[str, str]]:
+        return [
+            (kg_texts.head_text(h, t) if training else kg_texts.entities[h], kg_texts.relations[r])
+            for h, r, t in np.asarray(triples).tolist()
+        ]
+
+    def embed_batch(self, triples: np.ndarray, kg_texts: KGCTexts) -> tuple[torch.Tensor, ...]:
+        hr = embed_texts(self.hr_encoder, self.query_inputs(kg_texts, triples, training=True))
+        tails = embed_texts(self.tail_encoder, [kg_texts.entities[t] for t in triples[:, 2]])
+        heads = embed_texts(self.tail_encoder, [kg_texts.entities[h] for h in triples[:, 0]])
+        return hr, tails, heads
+
+    def save(self, folder: str | Path, extra: dict | None = None) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.hr_encoder.save(str(folder / "hr_encoder"))
+        if not self.shared:
+            self.tail_encoder.save(str(folder / "tail_encoder"))
+        save_json(folder / CONFIG_NAME, {"arch": self.arch, "shared": self.shared, **(extra or {})})
+
+
+class TriEncoderKGC(nn.Module):
+    """Hyper-CL: entities and relations encoded separately by one backbone; ``hr = head(e_h, e_r)``."""
+
+    arch = "tri"
+
+    def __init__(self, encoder, head: nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.head = head
+
+    @property
+    def dim(self) -> int:
+        return int(self.encoder.get_embedding_dimension())
+
+    def condition(self, head_vectors: torch.Tensor, relation_vectors: torch.Tensor) -> torch.Tensor:
+        return self.head(head_vectors, relation_vectors)
+
+    def embed_batch(self, triples: np.ndarray, kg_texts: KGCTexts) -> tuple[torch.Tensor, ...]:
+        # One backbone pass over the batch's distinct entities and relations (shared, as in a tri-encoder).
+        entities = sorted(set(triples[:, 0].tolist()) | set(triples[:, 2].tolist()))
+        relations = sorted(set(triples[:, 1].tolist()))
+        vectors = embed_texts(self.encoder, [kg_texts.entities[e] for e in entities] + [kg_texts.relations[r] for r in relations])
+        e_row = {e: i for i, e in enumerate(entities)}
+        r_row = {r: len(entities) + i for i, r in enumerate(relations)}
+        heads = vectors[[e_row[h] for h in triples[:, 0].tolist()]]
+        tails = vectors[[e_row[t] for t in triples[:, 2].tolist()]]
+        rels = vectors[[r_row[r] for r in triples[:, 1].tolist()]]
+        return self.condition(heads, rels), tails, heads
+
+    def save(self, folder: str | Path, extra: dict | None = None, save_encoder: bool = True) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        if save_encoder:
+            self.encoder.save(str(folder / "encoder"))
+        with atomic_path(folder / "head.pt") as tmp:
+            torch.save(self.head.state_dict(), tmp)
+        save_json(folder / CONFIG_NAME, {"arch": self.arch, "head": self.head.config(), **(extra or {})})
+
+
+class FrozenTriEncoder(nn.Module):
+    """A tri-encoder trained on cached embeddings: only the head learns (``--freeze-encoder``).
+
+    ``entity_vectors`` and ``relation_vectors`` are the frozen backbone's outputs for every entity and relation.
+    """
+
+    def __init__(self, model: TriEncoderKGC, entity_vectors: torch.Tensor, relation_vectors: torch.Tensor) -> None:
+        super().__init__()
+        self.model = model
+        self.register_buffer("entity_vectors", entity_vectors.float(), persistent=False)
+        self.register_buffer("relation_vectors", relation_vectors.float(), persistent=False)
+        for p in model.encoder.parameters():
+            p.requires_grad_(False)
+
+    def embed_batch(self, triples: np.ndarray, kg_texts: KGCTexts | None = None) -> tuple[torch.Tensor, ...]:
+        index = torch.as_tensor(triples, dtype=torch.long)
+        heads = self.entity_vectors[index[:, 0]]
+        return self.model.condition(heads, self.relation_vectors[index[:, 1]]), self.entity_vectors[index[:, 2]], heads
+
+
+def read_config(folder: str | Path) -> dict:
+    path = Path(folder) / CONFIG_NAME
+    if not path.is_file():
+        raise ModelNotFoundError(f"{folder} is not a KGC model folder (no {CONFIG_NAME}); train one with `subspaces kgc train`")
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise ModelNotFoundError(f"{path} is not valid JSON: {exc}") from exc
+
+
+def load_kgc_model(folder: str | Path, max_seq_length: int | None = None) -> BiEncoderKGC | TriEncoderKGC:
+    """Rebuild a model saved by :meth:`BiEncoderKGC.save` / :meth:`TriEncoderKGC.save`."""
+    from subspaces.models.encoder import load_encoder
+    from subspaces.models.heads import head_from_config
+
+    folder = Path(folder)
+    config = read_config(folder)
+    if config.get("arch") == "bi":
+        hr = load_encoder(folder / "hr_encoder", max_seq_length=max_seq_length)
+        tail = None if config.get("shared", True) else load_encoder(folder / "tail_encoder", max_seq_length=max_seq_length)
+        return BiEncoderKGC(hr, tail)
+    if config.get("arch") == "tri":
+        encoder_path = folder / "encoder" if (folder / "encoder").is_dir() else config.get("base_model")
+        if encoder_path is None:
+            raise ModelNotFoundError(f"{folder} has no encoder/ folder and names no base_model")
+        encoder = load_encoder(encoder_path, max_seq_length=max_seq_length)
+        head = head_from_config(config["head"])
+        head.load_state_dict(torch.load(folder / "head.pt", map_location="cpu", weights_only=True))
+        return TriEncoderKGC(encoder, head)
+    raise SubspacesError(f"{folder / CONFIG_NAME}: unknown arch {config.get('arch')!r}; expected one of {ARCHS}")

@@ -1,0 +1,289 @@
+"""Knowledge-graph completion: loaders, filtered ranking, SimKGC's masks/queue/loss, caches, train+eval end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from subspaces.errors import DataError, SubspacesError
+from subspaces.kgc.data import fb15k237_relation, load_fb15k237, load_kg, load_wn18rr, wn18rr_name
+from subspaces.kgc.graph import KnownTails, LinkGraph
+from subspaces.kgc.loss import MASKED, SimKGCLoss, false_negative_mask, self_negative_mask
+from subspaces.kgc.ranking import filtered_ranks, rank_metrics
+from subspaces.kgc.texts import entity_texts, join_name_description
+
+WORDS = ["dog", "cat", "animal", "tree", "oak", "plant", "car", "wheel", "vehicle", "house", "roof", "building"]
+
+
+def write_wn18rr(folder: Path) -> Path:
+    """A 12-entity graph in SimKGC's WN18RR layout: hypernyms and parts of three small families."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = [f"{i:08d}" for i in range(len(WORDS))]
+    definitions = [f"{ids[i]}\t__{w}_NN_1\ta {w} of the kind people call {w}" for i, w in enumerate(WORDS)]
+    (folder / "wordnet-mlj12-definitions.txt").write_text("\n".join(definitions) + "\n")
+    hyper = [(0, 2), (1, 2), (4, 3), (3, 5), (6, 8), (9, 11)]
+    part = [(6, 7), (9, 10), (3, 4), (0, 1)]
+    train = [(ids[h], "_hypernym", ids[t]) for h, t in hyper] + [(ids[h], "_has_part", ids[t]) for h, t in part]
+    valid = [(ids[1], "_has_part", ids[0]), (ids[10], "_hypernym", ids[11])]
+    test = [(ids[7], "_hypernym", ids[8]), (ids[5], "_has_part", ids[3]), (ids[2], "_hypernym", ids[5])]
+    for name, rows in (("train", train), ("valid", valid), ("test", test)):
+        (folder / f"{name}.txt").write_text("".join("\t".join(r) + "\n" for r in rows))
+    return folder
+
+
+# -- data ------------------------------------------------------------------------------------------------------
+def test_wn18rr_loader_names_texts_and_inverses(tmp_path):
+    kg = load_wn18rr(write_wn18rr(tmp_path / "wn"))
+    assert kg.num_entities == 12 and kg.num_relations == 2
+    assert [len(kg.splits[s]) for s in ("train", "valid", "test")] == [10, 2, 3]
+    assert kg.entity_names[0] == "dog" and kg.relation_names == ["hypernym", "has part"]
+    assert kg.relation_text(2) == "inverse hypernym"
+    both = kg.with_inverses("train")
+    assert len(both) == 20 and tuple(both[10]) == (2, 2, 0)  # (dog hypernym animal) -> (animal inverse-hypernym dog)
+    assert entity_texts(kg)[0] == "dog: a dog of the kind people call dog"
+
+
+def test_name_and_relation_normalisation():
+    assert wn18rr_name("__land_reform_NN_1") == "land reform"
+    assert wn18rr_name("__raise_VB_8") == "raise"
+    assert join_name_description("oak", "oak tree of the genus Quercus") == "oak: tree of the genus Quercus"
+    assert join_name_description("oak", "") == "oak"
+    assert fb15k237_relation("/people/person/spouse_s./people/marriage/type_of_union") == "type of union marriage spouse s person people"
+
+
+@pytest.mark.parametrize(
+    "split, content, message",
+    [
+        ("train", "00000000\t_hypernym\n", "line 1"),
+        ("valid", "00000001\t_has_part\t00000000\n00000001\t_has_part\t99999999\n", "line 2"),
+        ("test", "00000007\t_unseen_relation\t00000008\n", "never occurs in train"),
+    ],
+)
+def test_wn18rr_broken_files_name_file_and_line(tmp_path, split, content, message):
+    folder = write_wn18rr(tmp_path / "wn")
+    (folder / f"{split}.txt").write_text(content)
+    with pytest.raises(DataError, match=message) as info:
+        load_wn18rr(folder)
+    assert f"{split}.txt" in str(info.value)
+
+
+def test_missing_definitions_and_unknown_dataset(tmp_path):
+    folder = write_wn18rr(tmp_path / "wn")
+    (folder / "wordnet-mlj12-definitions.txt").write_text("00000000\t__dog_NN_1\ta dog\nbroken-line-without-tabs\n")
+    with pytest.raises(DataError, match="line 2"):
+        load_wn18rr(folder)
+    with pytest.raises(DataError, match="unknown dataset"):
+        load_kg("no-such-graph")
+
+
+def test_fb15k237_names_and_neighbour_texts(tmp_path):
+    folder = tmp_path / "fb"
+    folder.mkdir()
+    (folder / "FB15k_mid2name.txt").write_text("/m/a\tAda_Lovelace\n/m/b\tLondon\n/m/c\tMathematics\n")
+    (folder / "train.txt").write_text("/m/a\t/people/person/place_of_birth\t/m/b\n/m/a\t/people/person/profession\t/m/c\n")
+    (folder / "valid.txt").write_text("/m/b\t/people/person/place_of_birth\t/m/a\n")
+    (folder / "test.txt").write_text("/m/c\t/people/person/profession\t/m/b\n")
+    kg = load_fb15k237(folder)
+    assert kg.entity_names == ["Ada Lovelace", "London", "Mathematics"]
+    assert kg.relation_names[0] == "place of birth person people"
+    # No descriptions: neighbour names stand in for them (SimKGC's link-graph text).
+    assert entity_texts(kg) == ["Ada Lovelace: London Mathematics", "London: Ada Lovelace", "Mathematics: Ada Lovelace"]
+    (folder / "test.txt").write_text("/m/c\t/people/person/profession\t/m/zzz\n")
+    with pytest.raises(DataError, match=r"test.txt, line 1: entity '/m/zzz' has no name"):
+        load_fb15k237(folder)
+
+
+def test_link_graph_neighbours_and_hops():
+    graph = LinkGraph(np.array([[0, 0, 1], [1, 0, 2], [3, 1, 2]]), 5)
+    assert graph.neighbour_ids(1) == [0, 2]
+    assert graph.neighbour_ids(1, exclude=2) == [0]
+    assert graph.n_hop(0, 1) == [0, 1] and graph.n_hop(0, 2) == [0, 1, 2] and graph.n_hop(4, 3) == [4]
+
+
+# -- filtered ranking -----------------------------------------------------------------------------------------
+def test_filtered_ranks_on_hand_made_scores_with_ties():
+    scores = torch.tensor([[0.9, 0.5, 0.7, 0.7, 0.1], [0.2, 0.3, 0.1, 0.4, 0.25]])
+    targets = [2, 4]
+    filtered = [{0, 2}, set()]  # row 0: entity 0 is another true answer (filtered); 2 is the target (kept)
+    # row 0: nothing better once 0 is filtered, one tie (entity 3); row 1: entities 1 and 3 are better.
+    assert filtered_ranks(scores, targets, filtered, "optimistic").tolist() == [1.0, 3.0]
+    assert filtered_ranks(scores, targets, filtered, "pessimistic").tolist() == [2.0, 3.0]
+    assert filtered_ranks(scores, targets, filtered, "realistic").tolist() == [1.5, 3.0]
+    # unfiltered, entity 0 beats the target
+    assert filtered_ranks(scores, targets, [set(), set()], "optimistic").tolist() == [2.0, 3.0]
+    metrics = rank_metrics(np.array([1.0, 3.0]))
+    assert metrics["mrr"] == pytest.approx((1 + 1 / 3) / 2) and metrics["mr"] == 2.0
+    assert metrics["hits@1"] == 0.5 and metrics["hits@3"] == 1.0
+
+
+def test_filtered_ranking_on_hand_made_graph_embeddings(tmp_path):
+    """Embeddings built so the right ranks are known; the head ranks itself first unless it is filtered."""
+    from subspaces.kgc.ranking import rank_queries
+
+    entities = torch.eye(4)
+    # query (0, r0, 1): closest to entity 0 (itself), then 1, then 2; entity 2 is another known answer.
+    query = torch.tensor([[1.0, 0.8, 0.6, 0.0]])
+    known = KnownTails(np.array([[0, 0, 1], [0, 0, 2]]))
+    ranks, top = rank_queries(query, entities, np.array([[0, 0, 1]]), known, top_k=3)
+    assert ranks.tolist() == [2.0]  # entity 0 (the head itself) is not filtered; entity 2 is
+    assert top[0].tolist()[:2] == [0, 1]
+
+
+# -- SimKGC's masks, queue and loss -------------------------------------------------------------------------
+def test_false_negative_and_self_negative_masks():
+    known = KnownTails(np.array([[0, 0, 1], [0, 0, 3], [5, 1, 5]]))
+    batch = np.array([[0, 0, 1], [2, 0, 1], [0, 0, 3]])
+    mask = false_negative_mask(batch, batch[:, 2], known, diagonal=True)
+    expected = torch.tensor([[True, False, False], [False, True, True], [False, False, True]])
+    assert torch.equal(mask, expected)
+    assert self_negative_mask(np.array([[0, 0, 1], [5, 1, 5]]), known).tolist() == [True, False]
+
+
+class _FixedVectors(torch.nn.Module):
+    """A stand-in model whose batch vectors are given (the loss, not the model, is under test here)."""
+
+    def __init__(self, hr, tails, heads):
+        super().__init__()
+        self.hr, self.tails, self.heads = hr, tails, heads
+
+    def embed_batch(self, triples, texts=None):
+        return self.hr, self.tails, self.heads
+
+
+def test_loss_margin_and_temperature_against_hand_computation():
+    hr = torch.tensor([[1.0, 0.0], [0.6, 0.8]])
+    tails = torch.tensor([[0.8, 0.6], [0.0, 1.0]])
+    heads = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    triples = np.array([[0, 0, 1], [2, 0, 3]])
+    known = KnownTails(triples)
+    loss = SimKGCLoss(_FixedVectors(hr, tails, heads), known, margin=0.1, temperature=0.5, self_negatives=True)
+    loss.train()
+    value = loss(triples)
+    cos = [[0.8, 0.0], [0.48 + 0.48, 0.8]]
+    inv_t = 2.0
+    z = [[(cos[0][0] - 0.1) * inv_t, cos[0][1] * inv_t], [cos[1][0] * inv_t, (cos[1][1] - 0.1) * inv_t]]
+    self_z = [1.0 * inv_t, 0.6 * inv_t]
+    row = [-z[i][i] + math.log(math.exp(z[i][0]) + math.exp(z[i][1]) + math.exp(self_z[i])) for i in range(2)]
+    col = [-z[j][j] + math.log(math.exp(z[0][j]) + math.exp(z[1][j])) for j in range(2)]
+    assert value.item() == pytest.approx(sum(row) / 2 + sum(col) / 2, rel=1e-5)
+    value.backward()
+    assert loss.log_inv_t.grad is not None and loss.log_inv_t.grad.abs() > 0  # the temperature learns
+    loss.eval()  # no margin and no extra negatives at evaluation
+    assert loss.logits(hr, tails, heads, triples).shape == (2, 2)
+
+
+def test_pre_batch_queue_holds_earlier_tails_and_masks_false_negatives():
+    known = KnownTails(np.array([[0, 0, 1], [2, 0, 3], [4, 0, 1], [6, 0, 7]]))
+    loss = SimKGCLoss(_FixedVectors(None, None, None), known, pre_batch=1, pre_batch_weight=0.5, self_negatives=False, batch_size=2)
+    loss.train()
+    hr1 = F.normalize(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), dim=-1)
+    tails1 = F.normalize(torch.tensor([[1.0, 1.0], [1.0, -1.0]]), dim=-1)
+    first = loss.logits(hr1, tails1, None, np.array([[0, 0, 1], [2, 0, 3]]))
+    assert first.shape == (2, 4) and (first[:, 2:] == MASKED).all()  # the queue starts empty: nothing to use
+    hr2 = F.normalize(torch.tensor([[1.0, 0.0], [1.0, 2.0]]), dim=-1)
+    second = loss.logits(hr2, tails1, None, np.array([[4, 0, 1], [6, 0, 7]]))
+    inv_t = 20.0
+    # row 0's tail (entity 1) equals the first queued tail: a false negative, masked; the rest are scaled by 0.5.
+    assert second[0, 2] == MASKED
+    assert second[0, 3].item() == pytest.approx(float(hr2[0] @ tails1[1]) * inv_t * 0.5, rel=1e-5)
+    assert second[1, 2].item() == pytest.approx(float(hr2[1] @ tails1[0]) * inv_t * 0.5, rel=1e-5)
+
+
+# -- caches -----------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_encoder_dir(tmp_path_factory):
+    from subspaces.models.encoder import build_random_bert
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    build_random_bert(folder, num_layers=2, hidden_size=32, num_heads=2, dropout=0.0, max_position=64)
+    return folder
+
+
+def test_entity_embedding_shards_are_reused_and_keyed_by_text_and_weights(tmp_path, tiny_encoder_dir):
+    from subspaces.kgc.embedding_cache import EmbeddingShardCache
+    from subspaces.models.encoder import load_encoder
+
+    model = load_encoder(tiny_encoder_dir, max_seq_length=32)
+    texts = [f"entity number {i}" for i in range(10)]
+    first = EmbeddingShardCache(model, tmp_path, shard_size=4, show_progress=False)
+    a = first.encode(texts)
+    assert (first.stats.miss_shards, first.stats.hit_shards) == (3, 0)
+    second = EmbeddingShardCache(model, tmp_path, shard_size=4, show_progress=False)
+    b = second.encode(texts)
+    assert (second.stats.miss_shards, second.stats.hit_shards) == (0, 3)
+    np.testing.assert_array_equal(a, b)
+    changed = EmbeddingShardCache(model, tmp_path, shard_size=4, show_progress=False)
+    changed.encode(texts[:5] + ["a new text"] + texts[6:])
+    assert (changed.stats.miss_shards, changed.stats.hit_shards) == (1, 2)
+    with torch.no_grad():
+        next(model.parameters()).add_(0.01)  # other weights: another fingerprint, nothing reused
+    other = EmbeddingShardCache(model, tmp_path, shard_size=4, show_progress=False)
+    other.encode(texts)
+    assert other.stats.hit_shards == 0
+
+
+# -- end to end ------------------------------------------------------------------------------------------------
+def test_frozen_tri_encoder_trains_saves_loads_and_evaluates(tmp_path, tiny_encoder_dir):
+    from subspaces.kgc.pipeline import evaluate_model, train_pipeline
+
+    data = write_wn18rr(tmp_path / "wn")
+    report = train_pipeline(
+        output=tmp_path / "run", dataset=data, model=str(tiny_encoder_dir), arch="tri", head="hypernet", rank=4,
+        freeze_encoder=True, batch_size=8, epochs=40, lr=1e-2, max_length=32, disk_cache=tmp_path / "cache",
+        show_progress=False,
+    )
+    history = report["train_result"]["history"]
+    assert history[-1]["loss"] < history[0]["loss"]  # the head learns on the cached embeddings
+    result = report["eval"]
+    assert result["queries"] == 6 and set(result["average"]) == {"mrr", "mr", "hits@1", "hits@3", "hits@10"}
+    assert 0 < result["average"]["mrr"] <= 1 and 1 <= result["forward"]["mr"] <= 12
+    lines = (tmp_path / "run" / "predictions-test.jsonl").read_text().splitlines()
+    assert len(lines) == 6 and json.loads(lines[3])["direction"] == "backward"
+    assert not (tmp_path / "run" / "encoder").exists()  # a frozen encoder is referenced, not copied
+    again = evaluate_model(tmp_path / "run", data, disk_cache=tmp_path / "cache", show_progress=False)
+    assert again["average"] == pytest.approx(result["average"])
+    assert again["encoded_texts"] == 0  # entity and relation embeddings all came back from the disk cache
+
+
+def test_bi_encoder_fine_tunes_and_tri_needs_no_encoder_pass_per_query(tmp_path, tiny_encoder_dir):
+    from subspaces.kgc.pipeline import evaluate_model, train_pipeline
+
+    data = write_wn18rr(tmp_path / "wn")
+    report = train_pipeline(
+        output=tmp_path / "bi", dataset=data, model=str(tiny_encoder_dir), arch="bi", freeze_encoder=False,
+        batch_size=8, max_steps=2, max_length=32, pre_batch=1, disk_cache=False, show_progress=False,
+    )
+    bi = report["eval"]
+    assert bi["arch"] == "bi" and (tmp_path / "bi" / "hr_encoder").is_dir()
+    assert bi["encoded_texts"] == 12 + 6  # every entity, and one (head, relation) pair per query
+    tri = train_pipeline(
+        output=tmp_path / "tri", dataset=data, model=str(tiny_encoder_dir), arch="tri", head="hadamard",
+        freeze_encoder=True, batch_size=8, max_steps=2, max_length=32, disk_cache=False, show_progress=False,
+    )["eval"]
+    assert tri["encoded_texts"] == 12 + 4  # every entity and every relation name, nothing per query
+    assert tri["cache_hit_rate"] > bi["cache_hit_rate"]
+    zero_shot = evaluate_model(str(tiny_encoder_dir), data, disk_cache=False, show_progress=False)
+    assert zero_shot["arch"] == "bi"
+    with pytest.raises(SubspacesError, match="nothing to train"):
+        train_pipeline(output=tmp_path / "x", dataset=data, model=str(tiny_encoder_dir), arch="bi", freeze_encoder=True)
+
+
+def test_cli_reports_bad_input_without_traceback(tmp_path):
+    from typer.testing import CliRunner
+
+    from subspaces.cli.app import app
+
+    data = write_wn18rr(tmp_path / "wn")
+    (data / "test.txt").write_text("00000001\t_hypernym\n")
+    result = CliRunner().invoke(app, ["kgc", "eval", "minilm-l6", "--dataset", str(data)])
+    text = " ".join(result.output.split())  # rich wraps long lines
+    assert result.exit_code == 2
+    assert "test.txt, line 1" in text and "Traceback" not in text
+    result = CliRunner().invoke(app, ["kgc", "train", "--output", str(tmp_path / "o"), "--dataset", str(data), "--rank", "zero"])
+    assert result.exit_code == 2 and "--rank" in result.output
