@@ -1,1 +1,163 @@
-"""Commands for this capability (being written)."""
+"""Matryoshka commands: ``train matryoshka`` (MRL, optionally + MIC) and ``eval dims`` (scores at truncated dims)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from subspaces.cli.common import console, out, parse_dims, table, user_errors
+from subspaces.cli.groups import eval_app, train_app
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Bundled model name (see `subspaces models`) or a local folder.")]
+
+
+def _floats(text: str | None, what: str) -> list[float] | None:
+    from subspaces.errors import SubspacesError
+
+    if text is None:
+        return None
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SubspacesError(f"bad {what} {text!r}: use comma-separated numbers") from None
+
+
+def _ints(text: str | None, what: str) -> list[int] | None:
+    from subspaces.errors import SubspacesError
+
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SubspacesError(f"bad {what} {text!r}: use comma-separated integers") from None
+
+
+def _training_rows(data: Path | None, limit: int | None) -> list[tuple[str, ...]]:
+    """A text file trains unsupervised (one column); a CSV with sent0,sent1[,hard_neg] trains on pairs/triplets."""
+    from subspaces.data.nli import read_triplets
+    from subspaces.data.text import read_corpus, wordnet_sentences
+
+    if data is None:
+        return [(s,) for s in wordnet_sentences(limit=limit)]
+    if data.suffix == ".csv":
+        rows = [(t.anchor, t.positive, t.negative) if t.negative else (t.anchor, t.positive) for t in read_triplets(data)]
+        return rows[:limit] if limit else rows
+    return [(s,) for s in read_corpus(data, limit=limit)]
+
+
+@train_app.command("matryoshka")
+@user_errors
+def train_matryoshka_cmd(
+    output: Annotated[Path, typer.Option(help="Folder for the trained model, checkpoint.pt and trainer_state.json.")],
+    model: ModelOpt = "minilm-l6",
+    data: Annotated[Optional[Path], typer.Option(help="Text file (one sentence a line: unsupervised SimCSE) or CSV with sent0,sent1[,hard_neg]. Default: the WordNet sentences.")] = None,
+    dims: Annotated[str, typer.Option(help="Nested prefix sizes, e.g. 16,32,64,128,full.")] = "16,32,64,128,full",
+    weights: Annotated[Optional[str], typer.Option(help="One MRL weight per dim (default 1 each).")] = None,
+    mic: Annotated[bool, typer.Option("--mic/--no-mic", help="Add MIC's regularisers (SCR + SIR) to MRL.")] = False,
+    gamma: Annotated[float, typer.Option(help="MIC: weight of L_align.")] = 0.1,
+    tau_corr: Annotated[float, typer.Option(help="MIC/SCR: correlations below this are free.")] = 0.1,
+    lambda_var: Annotated[float, typer.Option(help="MIC/SCR: weight of the variance floor.")] = 1.0,
+    t: Annotated[float, typer.Option("--t", help="MIC/SIR: uniformity temperature.")] = 2.0,
+    layers: Annotated[Optional[str], typer.Option(help="MIC: transformer layers to regularise, 1-based (-1 = last). Default: middle,last.")] = None,
+    temperature: Annotated[float, typer.Option(help="InfoNCE temperature.")] = 0.05,
+    hard_negative_weight: Annotated[float, typer.Option(help="Log-weight of each anchor's own hard negative (triplets).")] = 0.0,
+    pooler: Annotated[Optional[str], typer.Option(help="Replace the model's pooling (cls, cls_before_pooler, mean, ...).")] = None,
+    batch_size: Annotated[int, typer.Option(help="Per process.")] = 64,
+    lr: Annotated[float, typer.Option()] = 3e-5,
+    epochs: Annotated[int, typer.Option()] = 1,
+    max_steps: Annotated[Optional[int], typer.Option(help="Stop after this many steps.")] = None,
+    max_length: Annotated[int, typer.Option(help="Tokens per sentence.")] = 32,
+    eval_steps: Annotated[int, typer.Option(help="Evaluate STS-B dev at every dim every N steps (0: only at the end).")] = 125,
+    save_steps: Annotated[int, typer.Option(help="Write a resumable checkpoint every N steps.")] = 125,
+    no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip STS-B dev evaluation; keep the last model.")] = False,
+    limit: Annotated[Optional[int], typer.Option(help="Use only the first N training rows.")] = None,
+    seed: Annotated[int, typer.Option()] = 42,
+    resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Continue from OUTPUT/checkpoint.pt if present.")] = True,
+) -> None:
+    """Matryoshka Representation Learning over SimCSE's InfoNCE, with MIC's SCR + SIR regularisers if --mic."""
+    from subspaces.models.encoder import load_encoder
+    from subspaces.train.matryoshka import MatryoshkaConfig, train_matryoshka
+
+    enc = load_encoder(model, pooler=pooler, max_seq_length=max_length)
+    config = MatryoshkaConfig(
+        output_dir=str(output),
+        batch_size=batch_size,
+        lr=lr,
+        epochs=epochs,
+        max_steps=max_steps,
+        max_length=max_length,
+        eval_steps=eval_steps,
+        save_steps=save_steps,
+        seed=seed,
+        resume=resume,
+        dims=parse_dims(dims),
+        weights=_floats(weights, "weights"),
+        temperature=temperature,
+        hard_negative_weight=hard_negative_weight,
+        mic=mic,
+        gamma=gamma,
+        tau_corr=tau_corr,
+        lambda_var=lambda_var,
+        t=t,
+        layers=_ints(layers, "layers"),
+        stsb_dev=not no_eval,
+    )
+    result = train_matryoshka(enc, _training_rows(data, limit), config)
+    best = "-" if result.best_score is None else f"{result.best_score:.2f}"
+    console.print(
+        f"trained {result.steps} steps in {result.seconds:.0f}s ({result.seconds / max(result.steps, 1):.2f} s/step); "
+        f"best mean STS-B dev over dims {best}; model in {output}"
+    )
+
+
+@eval_app.command("dims")
+@user_errors
+def eval_dims_cmd(
+    model: Annotated[list[str], typer.Option("--model", "-m", help="Model name or folder; repeat to compare several.")],
+    dims: Annotated[str, typer.Option(help="Prefix sizes, e.g. 16,32,64,128,full.")] = "16,32,64,128,full",
+    tasks: Annotated[Optional[str], typer.Option(help="Comma-separated tasks (default: all but TweetEval-emoji and STS12-16); see --list-tasks.")] = None,
+    max_train: Annotated[Optional[int], typer.Option(help="Cap each probe's training rows (seeded random subset).")] = None,
+    max_test: Annotated[Optional[int], typer.Option(help="Cap each probe's test rows.")] = None,
+    c: Annotated[float, typer.Option("--C", help="Inverse L2 strength of the logistic-regression probe.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seeds the row subsets.")] = 0,
+    batch_size: Annotated[int, typer.Option()] = 64,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report here; the plot goes next to it (.png).")] = None,
+    list_tasks: Annotated[bool, typer.Option("--list-tasks", help="Print the task names and exit.")] = False,
+) -> None:
+    """Probes (logistic regression on frozen embeddings) and STS at each truncated dimension."""
+    from subspaces.eval.dims import DEFAULT_TASKS, DimsEvaluator, known_tasks, plot_dims
+    from subspaces.io import save_json
+    from subspaces.models.encoder import load_encoder
+
+    if list_tasks:
+        out.print("\n".join(known_tasks()))
+        return
+    chosen = [x.strip() for x in tasks.split(",") if x.strip()] if tasks else list(DEFAULT_TASKS)
+    evaluator = DimsEvaluator(
+        tasks=chosen,
+        dims=parse_dims(dims),
+        max_train=max_train,
+        max_test=max_test,
+        C=c,
+        batch_size=batch_size,
+        random_state=seed,
+        show_progress=True,
+    )
+    reports = []
+    for name in model:
+        enc = load_encoder(name)
+        console.print(f"[bold]{name}[/]: {len(chosen)} task(s) at dims {evaluator.resolve_dims(enc.get_embedding_dimension())}")
+        report = evaluator(enc, name=name)
+        reports.append(report)
+        header = ["task (metric)", *[str(d) for d in report["dims"]]]
+        rows = [[f"{task} ({report['metrics'][task]})", *report["scores"][task].values()] for task in chosen]
+        out.print(table(f"scores at truncated dims — {name}", header, rows))
+        for task, note in report["notes"].items():
+            console.print(f"note: {task}: {note}")
+    if json_path:
+        save_json(json_path, reports[0] if len(reports) == 1 else reports)
+        png = plot_dims(reports, json_path.with_suffix(".png"))
+        console.print(f"wrote {json_path} and {png}")

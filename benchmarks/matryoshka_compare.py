@@ -1,0 +1,161 @@
+"""Plain SimCSE vs MRL vs MRL+MIC from the same start, then every model at truncated dimensions.
+
+Same start model, same WordNet sentences, same steps, batch, learning rate and seed for the three objectives.
+Writes into ``--out`` (default ``runs/matryoshka``, git-ignored):
+
+- ``<method>-seed<k>/``: the trained models (sentence-transformers folders);
+- ``timing.json``: per-step time of each objective, interleaved on the same batches in one process, so the ratios
+  are comparable even on a shared machine;
+- ``dims.json`` + ``dims.png``: :class:`subspaces.eval.dims.DimsEvaluator` on the start model and each trained one.
+
+Example (the figures in BENCHMARKS.md section 3)::
+
+    OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python benchmarks/matryoshka_compare.py --model paraphrase-l3 \
+        --steps 150 --batch-size 64 --tasks Banking77,TweetEval-emotion,MRPC,STSBenchmark \
+        --max-train 2000 --max-test 1000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from subspaces.data.text import wordnet_sentences
+from subspaces.eval.dims import DimsEvaluator, plot_dims
+from subspaces.io import save_json
+from subspaces.losses.matryoshka import matryoshka_simcse_loss
+from subspaces.losses.mic import MICLoss
+from subspaces.losses.simcse import SimCSELoss
+from subspaces.models.encoder import load_encoder
+from subspaces.train.loop import TrainConfig, train
+
+METHODS = ("simcse", "mrl", "mic")
+
+
+def build_loss(method: str, model, dims: list[int], args: argparse.Namespace):
+    if method == "simcse":
+        return SimCSELoss(model, temperature=args.temperature)
+    mrl = matryoshka_simcse_loss(model, dims, temperature=args.temperature)
+    if method == "mrl":
+        return mrl
+    return MICLoss(model, mrl, gamma=args.gamma, tau_corr=args.tau_corr, lambda_var=args.lambda_var, t=args.t)
+
+
+def time_steps(args: argparse.Namespace, dims: list[int], sentences: list[str]) -> dict:
+    """Forward + backward of each objective on the same batches, interleaved round by round."""
+    model = load_encoder(args.model, max_seq_length=args.max_length)
+    model.train()
+    losses = {m: build_loss(m, model, dims, args) for m in METHODS}
+    times: dict[str, list[float]] = {m: [] for m in METHODS}
+    generator = torch.Generator().manual_seed(args.seed)
+    for round_ in range(args.timing_rounds + 1):
+        idx = torch.randperm(len(sentences), generator=generator)[: args.batch_size].tolist()
+        features = [model.preprocess([sentences[i] for i in idx])]
+        for method in METHODS:
+            start = time.perf_counter()
+            value = losses[method](features, None)
+            value.backward()
+            elapsed = time.perf_counter() - start
+            model.zero_grad(set_to_none=True)
+            if round_ > 0:  # round 0 warms up allocators and kernels
+                times[method].append(elapsed)
+    median = {m: statistics.median(v) for m, v in times.items()}
+    return {
+        "rounds": args.timing_rounds,
+        "median_seconds_per_step": median,
+        "mic_over_mrl": median["mic"] / median["mrl"],
+        "mrl_over_simcse": median["mrl"] / median["simcse"],
+        "mic_over_simcse": median["mic"] / median["simcse"],
+        "all_seconds": times,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="paraphrase-l3")
+    parser.add_argument("--dims", default="16,32,64,128,384")
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--max-length", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=3e-5)
+    parser.add_argument("--temperature", type=float, default=0.05)
+    parser.add_argument("--gamma", type=float, default=0.1)
+    parser.add_argument("--tau-corr", type=float, default=0.1)
+    parser.add_argument("--lambda-var", type=float, default=1.0)
+    parser.add_argument("--t", type=float, default=2.0)
+    parser.add_argument("--seeds", default="42")
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--tasks", default="Banking77,TweetEval-emotion,MRPC,STSBenchmark")
+    parser.add_argument("--max-train", type=int, default=2000)
+    parser.add_argument("--max-test", type=int, default=1000)
+    parser.add_argument("--timing-rounds", type=int, default=5)
+    parser.add_argument("--skip", default="", help="comma list of phases to skip: timing, train, eval")
+    parser.add_argument("--out", default="runs/matryoshka")
+    args = parser.parse_args()
+    args.seed = int(args.seeds.split(",")[0])
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dims = [int(d) for d in args.dims.split(",")]
+    skip = set(filter(None, args.skip.split(",")))
+    methods = args.methods.split(",")
+    seeds = [int(s) for s in args.seeds.split(",")]
+    sentences = wordnet_sentences()
+    settings = {k: v for k, v in vars(args).items() if k != "skip"}
+
+    if "timing" not in skip:
+        timing = time_steps(args, dims, sentences)
+        save_json(out / "timing.json", {"settings": settings, **timing})
+        print(json.dumps({k: v for k, v in timing.items() if k != "all_seconds"}, indent=2))
+
+    runs: dict[str, Path] = {}
+    for seed in seeds:
+        for method in methods:
+            folder = out / f"{method}-seed{seed}"
+            runs[f"{method}-seed{seed}"] = folder
+            if "train" in skip or (folder / "trainer_state.json").is_file():
+                continue
+            model = load_encoder(args.model, max_seq_length=args.max_length)
+            config = TrainConfig(
+                output_dir=str(folder),
+                batch_size=args.batch_size,
+                lr=args.lr,
+                max_steps=args.steps,
+                max_length=args.max_length,
+                seed=seed,
+                eval_steps=0,
+                save_steps=50,
+            )
+            result = train(model, build_loss(method, model, dims, args), [(s,) for s in sentences], config)
+            print(f"{method} seed {seed}: {result.steps} steps in {result.seconds:.0f} s ({result.seconds / max(result.steps, 1):.2f} s/step)")
+
+    if "eval" not in skip:
+        evaluator = DimsEvaluator(
+            tasks=args.tasks.split(","),
+            dims=dims,
+            max_train=args.max_train,
+            max_test=args.max_test,
+            show_progress=True,
+        )
+        reports = []
+        for name, target in [("start", args.model), *runs.items()]:
+            cached = out / f"dims-{name}.json"
+            if cached.is_file():
+                reports.append(json.loads(cached.read_text()))
+                continue
+            report = evaluator(load_encoder(str(target), max_seq_length=args.max_length), name=name)
+            save_json(cached, report)
+            reports.append(report)
+        save_json(out / "dims.json", {"settings": settings, "reports": reports})
+        plot_dims(reports, out / "dims.png")
+        for report in reports:
+            print(report["model"], json.dumps(report["scores"]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+"""Labelled texts and text pairs for probing frozen embeddings: Banking77, Emotion, TweetEval, MRPC, WiC.
+
+Every loader returns plain records with integer labels and the label names; each reads the dataset's own files
+as described in its ``SOURCE.md`` and names the file and line of anything malformed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from subspaces.config import dataset_dir
+from subspaces.errors import DataError
+
+TWEETEVAL_TASKS = ("emoji", "emotion", "hate", "irony", "offensive", "sentiment")
+
+
+@dataclass(frozen=True)
+class LabelledTexts:
+    texts: list[str]
+    labels: list[int]
+    label_names: list[str]
+
+    def __post_init__(self) -> None:
+        if len(self.texts) != len(self.labels):
+            raise ValueError(f"{len(self.texts)} texts for {len(self.labels)} labels")
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+@dataclass(frozen=True)
+class LabelledPairs:
+    texts1: list[str]
+    texts2: list[str]
+    labels: list[int]
+    label_names: list[str]
+
+    def __post_init__(self) -> None:
+        if not len(self.texts1) == len(self.texts2) == len(self.labels):
+            raise ValueError("texts1, texts2 and labels must have the same length")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def _require(path: Path) -> Path:
+    if not path.is_file():
+        raise DataError("file not found", path=path)
+    return path
+
+
+def _non_empty(records: LabelledTexts | LabelledPairs, path: Path):
+    if len(records) == 0:
+        raise DataError("holds no rows", path=path)
+    return records
+
+
+def load_banking77(split: str = "train", folder: str | Path | None = None) -> LabelledTexts:
+    """Banking77 ``train`` or ``test`` (CSV ``text,category``); intents are numbered in sorted name order."""
+    if split not in ("train", "test"):
+        raise DataError(f"Banking77 has splits train and test (no dev), not {split!r}")
+    root = Path(folder) if folder is not None else dataset_dir("banking77")
+    path = _require(root / f"{split}.csv")
+    names_path = root / "categories.json"
+    try:
+        names = sorted(json.loads(_require(names_path).read_text(encoding="utf-8")))
+    except ValueError as exc:
+        raise DataError(f"not a JSON list of intent names: {exc}", path=names_path) from exc
+    index = {name: i for i, name in enumerate(names)}
+    texts, labels = [], []
+    with open(path, encoding="utf-8", newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader, None)
+        if header != ["text", "category"]:
+            raise DataError(f"expected the header text,category, got {header}", path=path, line=1)
+        for row in reader:
+            if not row:
+                continue
+            if len(row) != 2:
+                raise DataError(f"expected 2 fields, found {len(row)}", path=path, line=reader.line_num)
+            if row[1] not in index:
+                raise DataError(f"unknown intent {row[1]!r} (not in categories.json)", path=path, line=reader.line_num)
+            texts.append(row[0])
+            labels.append(index[row[1]])
+    return _non_empty(LabelledTexts(texts, labels, names), path)
+
+
+EMOTION_LABELS = ["sadness", "joy", "love", "anger", "fear", "surprise"]
+
+
+def load_emotion(split: str = "train", folder: str | Path | None = None) -> LabelledTexts:
+    """dair-ai Emotion ``train``, ``validation`` or ``test`` (JSON lines ``{"text", "label"}``, 6 classes)."""
+    if split not in ("train", "validation", "test"):
+        raise DataError(f"Emotion has splits train, validation and test, not {split!r}")
+    path = _require((Path(folder) if folder is not None else dataset_dir("emotion")) / f"{split}.jsonl")
+    texts, labels = [], []
+    with open(path, encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                text, label = row["text"], int(row["label"])
+            except (ValueError, KeyError, TypeError) as exc:
+                raise DataError(f"expected {{'text': str, 'label': int}}: {exc}", path=path, line=line_no) from exc
+            if not 0 <= label < len(EMOTION_LABELS):
+                raise DataError(f"label {label} is outside 0..{len(EMOTION_LABELS) - 1}", path=path, line=line_no)
+            texts.append(text)
+            labels.append(label)
+    return _non_empty(LabelledTexts(texts, labels, list(EMOTION_LABELS)), path)
+
+
+def load_tweeteval(task: str, split: str = "train", folder: str | Path | None = None) -> LabelledTexts:
+    """TweetEval ``task`` ``train``/``val``/``test`` from ``{split}_text.txt`` + ``{split}_labels.txt``.
+
+    The sentiment task has no ``train_text.txt`` in our copy (see the dataset's SOURCE.md): asking for it is an
+    error that says so; :mod:`subspaces.eval.dims` trains that probe on ``val`` instead.
+    """
+    if task not in TWEETEVAL_TASKS:
+        raise DataError(f"unknown TweetEval task {task!r}; choose one of {', '.join(TWEETEVAL_TASKS)}")
+    if split not in ("train", "val", "test"):
+        raise DataError(f"TweetEval has splits train, val and test, not {split!r}")
+    root = (Path(folder) if folder is not None else dataset_dir("tweeteval")) / task
+    text_path, label_path = root / f"{split}_text.txt", root / f"{split}_labels.txt"
+    if not text_path.is_file():
+        raise DataError(
+            "file not found" + (" (the sentiment training texts are missing from this copy; use split 'val')"
+                                if task == "sentiment" and split == "train" else ""),
+            path=text_path,
+        )
+    texts = _lines(text_path)
+    raw_labels = [x.strip() for x in _lines(_require(label_path))]
+    if len(texts) != len(raw_labels):
+        raise DataError(f"{len(texts)} texts but {len(raw_labels)} labels in {label_path.name}", path=text_path)
+    names = _tweeteval_mapping(root / "mapping.txt")
+    labels = []
+    for line_no, value in enumerate(raw_labels, 1):
+        try:
+            label = int(value)
+        except ValueError:
+            raise DataError(f"label must be an integer, got {value!r}", path=label_path, line=line_no) from None
+        if not 0 <= label < len(names):
+            raise DataError(f"label {label} is outside 0..{len(names) - 1}", path=label_path, line=line_no)
+        labels.append(label)
+    return _non_empty(LabelledTexts(texts, labels, names), text_path)
+
+
+def _lines(path: Path) -> list[str]:
+    """The lines of a file, without the empty string a final newline leaves."""
+    lines = path.read_text(encoding="utf-8").split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def _tweeteval_mapping(path: Path) -> list[str]:
+    names: dict[int, str] = {}
+    for line_no, line in enumerate(open(_require(path), encoding="utf-8"), 1):
+        if not line.strip():
+            continue
+        parts = line.rstrip("\n").split("\t")
+        try:
+            names[int(parts[0])] = parts[1] if len(parts) > 1 else parts[0]
+        except (ValueError, IndexError):
+            raise DataError(f"expected 'id<TAB>name', got {line.strip()!r}", path=path, line=line_no) from None
+    if sorted(names) != list(range(len(names))):
+        raise DataError(f"label ids must be 0..{len(names) - 1}, got {sorted(names)}", path=path)
+    return [names[i] for i in range(len(names))]
+
+
+def load_mrpc(split: str = "train", folder: str | Path | None = None) -> LabelledPairs:
+    """MRPC ``train`` or ``test`` (MSR TSV with a BOM; quotes are literal text, so ``QUOTE_NONE``)."""
+    if split not in ("train", "test"):
+        raise DataError(f"MRPC has splits train and test, not {split!r}")
+    path = _require((Path(folder) if folder is not None else dataset_dir("mrpc")) / f"msr_paraphrase_{split}.txt")
+    texts1, texts2, labels = [], [], []
+    with open(path, encoding="utf-8-sig", newline="") as handle:
+        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        header = next(reader, None)
+        if not header or header[0] != "Quality":
+            raise DataError(f"expected a header starting with 'Quality', got {header}", path=path, line=1)
+        for row in reader:
+            if not row:
+                continue
+            if len(row) != 5 or row[0] not in ("0", "1"):
+                raise DataError(
+                    f"expected 5 tab-separated fields with quality 0 or 1, got {len(row)} field(s)",
+                    path=path,
+                    line=reader.line_num,
+                )
+            labels.append(int(row[0]))
+            texts1.append(row[3])
+            texts2.append(row[4])
+    return _non_empty(LabelledPairs(texts1, texts2, labels, ["not_paraphrase", "paraphrase"]), path)
+
+
+def load_wic_pairs(split: str = "train", folder: str | Path | None = None) -> LabelledPairs:
+    """WiC ``train``/``dev``/``test`` as plain sentence pairs labelled 1 (same sense) or 0; the target word is dropped."""
+    from subspaces.data.wic import WIC_SPLITS, read_wic
+
+    if split not in WIC_SPLITS:
+        raise DataError(f"WiC has splits train, dev and test, not {split!r}")
+    root = Path(folder) if folder is not None else dataset_dir("wic")
+    name = WIC_SPLITS[split]
+    instances = read_wic(root / f"{name}.data.txt", _require(root / f"{name}.gold.txt"))
+    return LabelledPairs(
+        [i.sentence1 for i in instances],
+        [i.sentence2 for i in instances],
+        [int(bool(i.label)) for i in instances],
+        ["different_sense", "same_sense"],
+    )

@@ -1,0 +1,307 @@
+"""How much of an embedding's quality its prefixes keep: probes and STS at truncated dimensions.
+
+For every task the texts are encoded **once** at full size; each dimension d then uses the first d coordinates,
+L2-normalised again (what ``encode(..., truncate_dim=d)`` returns). On top of those frozen features:
+
+- single-text classification (Banking77, Emotion, TweetEval): a logistic-regression probe (standardised
+  features, scikit-learn's ``LogisticRegression``), trained on the train split, scored on test;
+- pair classification (MRPC, WiC): the same probe on SentEval's pair features ``[u, v, |u - v|, u * v]``;
+- STS (the foundation's tasks): Spearman x 100 of the prefix cosines, the number
+  ``STSEvaluator(truncate_dim=d)`` reports, without re-encoding per dimension.
+
+Each task reports its own convention: accuracy for Banking77, Emotion, MRPC and WiC; TweetEval's official
+metrics (macro-F1; F1 of the ironic class for irony; macro-recall for sentiment). Accuracy and macro-F1 are kept
+for every classification task under ``details``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from subspaces.data import classification as cls_data
+from subspaces.errors import DimensionError, SubspacesError
+
+Kind = Literal["text", "pair", "sts"]
+
+
+@dataclass(frozen=True)
+class DimsTask:
+    name: str
+    kind: Kind
+    metric: str  # accuracy | macro_f1 | f1 | macro_recall | spearman
+    train: Callable[[], Any] | None = None
+    test: Callable[[], Any] | None = None
+    note: str = ""
+
+
+def _tweeteval(task: str, metric: str, train_split: str = "train", note: str = "") -> DimsTask:
+    return DimsTask(
+        f"TweetEval-{task}",
+        "text",
+        metric,
+        lambda: cls_data.load_tweeteval(task, train_split),
+        lambda: cls_data.load_tweeteval(task, "test"),
+        note,
+    )
+
+
+def _sts(name: str) -> DimsTask:
+    return DimsTask(name, "sts", "spearman")
+
+
+def _registry() -> dict[str, DimsTask]:
+    from subspaces.data.sts import TASKS as STS_TASKS
+
+    tasks = [
+        DimsTask("Banking77", "text", "accuracy", lambda: cls_data.load_banking77("train"), lambda: cls_data.load_banking77("test")),
+        DimsTask("Emotion", "text", "accuracy", lambda: cls_data.load_emotion("train"), lambda: cls_data.load_emotion("test")),
+        _tweeteval("emotion", "macro_f1"),
+        _tweeteval("hate", "macro_f1"),
+        _tweeteval("irony", "f1"),
+        _tweeteval("offensive", "macro_f1"),
+        _tweeteval("emoji", "macro_f1"),
+        _tweeteval("sentiment", "macro_recall", "val", "probe trained on val: the train texts are missing"),
+        DimsTask("MRPC", "pair", "accuracy", lambda: cls_data.load_mrpc("train"), lambda: cls_data.load_mrpc("test")),
+        DimsTask("WiC", "pair", "accuracy", lambda: cls_data.load_wic_pairs("train"), lambda: cls_data.load_wic_pairs("test")),
+        *[_sts(name) for name in STS_TASKS],
+    ]
+    return {t.name: t for t in tasks}
+
+
+DEFAULT_TASKS = (
+    "Banking77",
+    "Emotion",
+    "TweetEval-emotion",
+    "TweetEval-hate",
+    "TweetEval-irony",
+    "TweetEval-offensive",
+    "TweetEval-sentiment",
+    "MRPC",
+    "WiC",
+    "STSBenchmark",
+    "SICKRelatedness",
+)
+
+
+def known_tasks() -> list[str]:
+    return list(_registry())
+
+
+def prefix(embeddings: np.ndarray, dim: int) -> np.ndarray:
+    """First ``dim`` columns, each row L2-normalised again (a Matryoshka prefix)."""
+    if not 0 < dim <= embeddings.shape[1]:
+        raise DimensionError(f"truncate dim {dim} is outside 1..{embeddings.shape[1]}")
+    part = embeddings[:, :dim]
+    return part / np.clip(np.linalg.norm(part, axis=1, keepdims=True), 1e-12, None)
+
+
+def pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """SentEval's pair representation ``[u, v, |u - v|, u * v]``."""
+    return np.concatenate([u, v, np.abs(u - v), u * v], axis=1)
+
+
+def classification_scores(gold: Sequence[int], pred: Sequence[int], positive: int = 1) -> dict[str, float]:
+    """Accuracy, macro-F1, macro-recall and the positive class's F1, all x 100."""
+    from sklearn.metrics import accuracy_score, f1_score, recall_score
+
+    return {
+        "accuracy": 100 * float(accuracy_score(gold, pred)),
+        "macro_f1": 100 * float(f1_score(gold, pred, average="macro", zero_division=0)),
+        "macro_recall": 100 * float(recall_score(gold, pred, average="macro", zero_division=0)),
+        "f1": 100 * float(f1_score(gold, pred, pos_label=positive, average="binary", zero_division=0))
+        if len(set(gold) | set(pred)) <= 2
+        else float("nan"),
+    }
+
+
+def _subsample(n: int, cap: int | None, seed: int) -> np.ndarray:
+    if cap is None or n <= cap:
+        return np.arange(n)
+    return np.sort(np.random.default_rng(seed).permutation(n)[:cap])
+
+
+@dataclass
+class DimsEvaluator:
+    """``DimsEvaluator(dims=[16, 32, 64, None])(model)`` -> a JSON-ready report (see :meth:`__call__`).
+
+    Args:
+        tasks: names from :func:`known_tasks`.
+        dims: prefix sizes; ``None`` = the full size.
+        max_train, max_test: cap the rows of each split (a seeded random subset) to bound CPU time.
+        C: inverse L2 strength of the logistic-regression probe.
+        max_iter: iterations of its lbfgs solver.
+        random_state: seeds the subsets.
+    """
+
+    tasks: Sequence[str] = DEFAULT_TASKS
+    dims: Sequence[int | None] = (16, 32, 64, 128, None)
+    max_train: int | None = None
+    max_test: int | None = None
+    C: float = 1.0
+    max_iter: int = 1000
+    batch_size: int = 64
+    random_state: int = 0
+    show_progress: bool = False
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        registry = _registry()
+        unknown = [t for t in self.tasks if t not in registry]
+        if unknown:
+            raise SubspacesError(f"unknown task(s) {unknown}; choose from {', '.join(registry)}")
+        if not self.dims:
+            raise SubspacesError("no dimensions given")
+
+    def resolve_dims(self, full: int) -> list[int]:
+        dims = [full if d is None else int(d) for d in self.dims]
+        bad = [d for d in dims if not 0 < d <= full]
+        if bad:
+            raise DimensionError(f"dims {bad} are outside 1..{full} (the model's embedding size)")
+        return list(dict.fromkeys(dims))
+
+    def _data(self, task: DimsTask) -> tuple[Any, Any]:
+        if task.name not in self._cache:
+            if task.kind == "sts":
+                from subspaces.data.sts import load_task
+
+                self._cache[task.name] = (None, load_task(task.name))
+            else:
+                assert task.train is not None and task.test is not None
+                self._cache[task.name] = (task.train(), task.test())
+        return self._cache[task.name]
+
+    def _encode(self, model, texts: Sequence[str]) -> np.ndarray:
+        from subspaces.models.encoder import encode
+
+        unique = list(dict.fromkeys(texts))
+        emb = np.asarray(encode(model, unique, batch_size=self.batch_size, normalize=False))
+        index = {t: i for i, t in enumerate(unique)}
+        return emb[[index[t] for t in texts]]
+
+    def _probe(self, x_train: np.ndarray, y_train: Sequence[int], x_test: np.ndarray, y_test: Sequence[int]):
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        probe = make_pipeline(StandardScaler(), LogisticRegression(C=self.C, max_iter=self.max_iter))
+        probe.fit(x_train, np.asarray(y_train))
+        return classification_scores(list(y_test), list(probe.predict(x_test)))
+
+    def evaluate_task(self, model, task_name: str, dims: Sequence[int]) -> tuple[dict[str, float], dict[str, Any]]:
+        """Scores of one task at each dim: ``({"16": main metric, ...}, {"16": every metric, ...})``."""
+        task = _registry()[task_name]
+        train, test = self._data(task)
+        scores: dict[str, float] = {}
+        details: dict[str, Any] = {}
+        if task.kind == "sts":
+            from subspaces.eval.sts import cosine_rows, spearman_x100
+
+            e1 = self._encode(model, test.sentences1)
+            e2 = self._encode(model, test.sentences2)
+            for d in dims:
+                scores[str(d)] = spearman_x100(cosine_rows(prefix(e1, d), prefix(e2, d)), test.scores)
+            return scores, details
+        tr = _subsample(len(train), self.max_train, self.random_state)
+        te = _subsample(len(test), self.max_test, self.random_state + 1)
+        y_train = [train.labels[i] for i in tr]
+        y_test = [test.labels[i] for i in te]
+        if task.kind == "text":
+            x_train_full = self._encode(model, [train.texts[i] for i in tr])
+            x_test_full = self._encode(model, [test.texts[i] for i in te])
+        else:
+            u_train = self._encode(model, [train.texts1[i] for i in tr])
+            v_train = self._encode(model, [train.texts2[i] for i in tr])
+            u_test = self._encode(model, [test.texts1[i] for i in te])
+            v_test = self._encode(model, [test.texts2[i] for i in te])
+        for d in dims:
+            if task.kind == "text":
+                x_train, x_test = prefix(x_train_full, d), prefix(x_test_full, d)
+            else:
+                x_train = pair_features(prefix(u_train, d), prefix(v_train, d))
+                x_test = pair_features(prefix(u_test, d), prefix(v_test, d))
+            result = self._probe(x_train, y_train, x_test, y_test)
+            scores[str(d)] = result[task.metric]
+            details[str(d)] = result
+        return scores, details
+
+    def __call__(self, model, name: str | None = None) -> dict[str, Any]:
+        """Run every task at every dim.
+
+        Returns ``{"model", "dims", "scores": {task: {dim: score}}, "metrics": {task: metric}, "details",
+        "notes", "settings"}`` with dims as strings in ``scores``; ``full`` is written as the model's size.
+        """
+        full = model.get_embedding_dimension()
+        if full is None:
+            raise DimensionError("the model does not report its embedding size")
+        dims = self.resolve_dims(int(full))
+        registry = _registry()
+        report: dict[str, Any] = {
+            "model": name or "model",
+            "dims": dims,
+            "scores": {},
+            "metrics": {t: registry[t].metric for t in self.tasks},
+            "details": {},
+            "notes": {t: registry[t].note for t in self.tasks if registry[t].note},
+            "settings": {
+                "max_train": self.max_train,
+                "max_test": self.max_test,
+                "C": self.C,
+                "random_state": self.random_state,
+            },
+        }
+        tasks: Sequence[str] = self.tasks
+        if self.show_progress:
+            from tqdm.auto import tqdm
+
+            tasks = tqdm(self.tasks, desc="tasks", unit="task", dynamic_ncols=True)
+        for task in tasks:
+            scores, details = self.evaluate_task(model, task, dims)
+            report["scores"][task] = scores
+            if details:
+                report["details"][task] = details
+        return report
+
+
+def plot_dims(reports: Sequence[dict[str, Any]], path: str | Path) -> Path:
+    """Score against dimension, one panel per task and one line per model; written atomically as PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from subspaces.io import atomic_path
+
+    tasks = list(dict.fromkeys(t for r in reports for t in r["scores"]))
+    if not tasks:
+        raise SubspacesError("nothing to plot: the reports hold no scores")
+    cols = min(4, len(tasks))
+    rows = -(-len(tasks) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)
+    for ax, task in zip(axes.flat, tasks):
+        for report in reports:
+            if task not in report["scores"]:
+                continue
+            points = sorted((int(d), s) for d, s in report["scores"][task].items())
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=report["model"])
+        ax.set_xscale("log", base=2)
+        ax.set_title(task, fontsize=9)
+        ax.set_xlabel("dimension", fontsize=8)
+        metric = next((r["metrics"].get(task) for r in reports if task in r.get("metrics", {})), "")
+        ax.set_ylabel(metric, fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(tasks):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=max(1, len(reports)), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    target = Path(path)
+    with atomic_path(target) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+    return target

@@ -1,0 +1,88 @@
+"""Matryoshka Representation Learning (Kusupati et al., 2022) over SimCSE's InfoNCE.
+
+MRL trains every nested prefix of the embedding at once::
+
+    L_MRL = Σ_d  w_d · L(normalize(h[:, :d]))        for d in the chosen dims (e.g. 16, 32, 64, 128, 384)
+
+sentence-transformers' :class:`~sentence_transformers.sentence_transformer.losses.MatryoshkaLoss` computes exactly
+this sum: it runs the model once per forward call of the inner loss, caches the outputs in call order, and
+re-evaluates the inner loss on each prefix truncated and L2-normalised again (``shrink``), weighted by
+``matryoshka_weights`` (default 1). So this module does not re-implement MRL; it builds that loss around
+:class:`~subspaces.losses.simcse.SimCSELoss` and checks the dimensions with a user-facing error.
+
+One catch, fixed here: unsupervised SimCSE encodes *the same* features dict twice, and sentence-transformers
+modules write their outputs into the dict they are given. The cache then holds one dict twice, so at every dim
+below the largest both "views" would be the second dropout view, and the smaller prefixes would be trained
+without any noise between their views. :class:`MatryoshkaSimCSELoss` hands the inner loss two shallow copies
+(a two-column batch of identical texts, which SimCSE treats exactly like one column), so each view keeps its own
+cached output; a test checks the loss against two explicit dropout views.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from sentence_transformers.sentence_transformer.losses import MatryoshkaLoss
+from torch import Tensor, nn
+
+from subspaces.errors import DimensionError
+from subspaces.losses.simcse import SimCSELoss
+
+__all__ = ["MatryoshkaLoss", "MatryoshkaSimCSELoss", "check_dims", "matryoshka_simcse_loss"]
+
+
+class MatryoshkaSimCSELoss(MatryoshkaLoss):
+    """sentence-transformers' MatryoshkaLoss that gives each unsupervised view its own features dict."""
+
+    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
+        features = list(sentence_features)
+        if len(features) == 1 and isinstance(self.loss, SimCSELoss):  # two dropout views: two dicts, so the forward cache keeps both outputs
+            features = [features[0], dict(features[0])]
+        return super().forward(features, labels)
+
+
+def check_dims(dims: Sequence[int | None], full: int) -> list[int]:
+    """Resolve ``None`` (= full size) and check every dim is in 1..full; sorted largest first, duplicates dropped."""
+    resolved = sorted({full if d is None else int(d) for d in dims}, reverse=True)
+    if not resolved:
+        raise DimensionError("no Matryoshka dimensions given")
+    bad = [d for d in resolved if not 0 < d <= full]
+    if bad:
+        raise DimensionError(f"Matryoshka dims {bad} are outside 1..{full} (the model's embedding size)")
+    return resolved
+
+
+def matryoshka_simcse_loss(
+    model: nn.Module,
+    dims: Sequence[int | None],
+    weights: Sequence[float] | None = None,
+    *,
+    temperature: float = 0.05,
+    hard_negative_weight: float = 0.0,
+    inner: nn.Module | None = None,
+    n_dims_per_step: int = -1,
+) -> MatryoshkaSimCSELoss:
+    """MRL with SimCSE's InfoNCE at every prefix in ``dims`` (``None`` = full size).
+
+    Args:
+        model: the ``SentenceTransformer`` being trained.
+        dims: nested prefix sizes; the full size should be among them or the full vector is not trained.
+        weights: one weight per entry of ``dims`` (same order); default 1 each.
+        temperature, hard_negative_weight: of the inner :class:`SimCSELoss` (1 column: unsupervised dropout views;
+            2-3 columns: supervised pairs / triplets with hard negatives).
+        inner: another sentence-transformers loss to use at each prefix instead of SimCSE.
+        n_dims_per_step: train a random subset of this many dims per step (-1 = all, the MRL paper's recipe).
+    """
+    full = model.get_embedding_dimension()
+    if weights is not None and len(weights) != len(dims):
+        raise DimensionError(f"{len(weights)} weight(s) for {len(dims)} dim(s): give one weight per dim")
+    if weights is not None and any(w < 0 for w in weights):
+        raise DimensionError(f"Matryoshka weights must be non-negative, got {list(weights)}")
+    resolved = [full if d is None else int(d) for d in dims]
+    check_dims(resolved, full)
+    if len(set(resolved)) != len(resolved):
+        raise DimensionError(f"Matryoshka dims repeat: {resolved}")
+    loss = inner or SimCSELoss(model, temperature=temperature, hard_negative_weight=hard_negative_weight)
+    return MatryoshkaSimCSELoss(
+        model, loss, resolved, list(weights) if weights is not None else None, n_dims_per_step=n_dims_per_step
+    )
