@@ -1,1 +1,163 @@
-"""Commands for this capability (being written)."""
+"""``subspaces cond train|eval`` and ``subspaces bench csts-cache`` (Hyper-CL conditional similarity)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from subspaces.cli.common import console, out, table, user_errors
+from subspaces.cli.groups import bench_app, cond_app
+
+
+class Task(str, Enum):
+    wic = "wic"
+    csts = "csts"
+
+
+class Arch(str, Enum):
+    tri = "tri"
+    bi = "bi"
+
+
+class Head(str, Enum):
+    hadamard = "hadamard"
+    concat = "concat"
+    hypernet = "hypernet"
+
+
+class Objective(str, Enum):
+    mse = "mse"
+    quadruplet = "quadruplet"
+    infonce_mse = "infonce_mse"
+
+
+class Split(str, Enum):
+    train = "train"
+    validation = "validation"
+    test = "test"
+
+
+TaskOpt = Annotated[Task, typer.Option(help="wic (bundled) or csts (needs --data).")]
+DataOpt = Annotated[Optional[Path], typer.Option("--data", help="Folder with csts_{train,validation,test}.csv (C-STS).")]
+
+
+def parse_rank(text: str) -> int | None:
+    from subspaces.errors import SubspacesError
+
+    if text == "full":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise SubspacesError(f"--rank must be a positive integer or 'full', got {text!r}") from None
+    if value <= 0:
+        raise SubspacesError(f"--rank must be positive, got {value}")
+    return value
+
+
+def _metrics_table(title: str, report: dict) -> None:
+    parts = [("all", report.get("metrics"))] + [(p, report.get(p)) for p in ("seen", "unseen")]
+    parts = [(name, m) for name, m in parts if m]
+    if not parts:
+        return
+    keys = [k for k in ("accuracy", "auc", "spearman", "pearson", "mse") if k in parts[0][1]]
+    rows = [[name, m.get("n", report.get("n", "")), *[f"{m[k]:.4f}" if k in m else "-" for k in keys]] for name, m in parts]
+    out.print(table(title, ["conditions", "n", *keys], rows))
+
+
+@cond_app.command("train")
+@user_errors
+def train_cmd(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder to save the model in.")],
+    task: TaskOpt = Task.wic,
+    data: DataOpt = None,
+    model: Annotated[str, typer.Option("--model", "-m", help="Bundled model name or local folder.")] = "minilm-l6",
+    arch: Annotated[Arch, typer.Option(help="tri: sentence and condition encoded apart (cacheable); bi: (s, c) pairs.")] = Arch.tri,
+    head: Annotated[Head, typer.Option(help="Tri-encoder head.")] = Head.hypernet,
+    rank: Annotated[str, typer.Option(help="Hypernet rank K (Hyper-CL: about d/12) or 'full'.")] = "64",
+    objective: Annotated[Objective, typer.Option(help="mse; quadruplet and infonce_mse need pairs under two conditions.")] = Objective.mse,
+    freeze_encoder: Annotated[bool, typer.Option("--freeze-encoder/--fine-tune", help="Train only the head on cached embeddings.")] = True,
+    condition_encoder: Annotated[Optional[str], typer.Option(help="A separate encoder for conditions (tri only).")] = None,
+    batch_size: int = 32,
+    lr: Annotated[float, typer.Option(help="Learning rate of the head.")] = 1e-3,
+    encoder_lr: Annotated[float, typer.Option(help="Learning rate of the encoder when fine-tuning.")] = 2e-5,
+    epochs: int = 10,
+    max_steps: Optional[int] = None,
+    temperature: Annotated[float, typer.Option(help="τ of infonce_mse.")] = 1.7,
+    margin: Annotated[float, typer.Option(help="Margin of the quadruplet loss.")] = 1.0,
+    in_batch_negatives: Annotated[bool, typer.Option(help="infonce_mse: other pairs of the batch as negatives.")] = False,
+    max_seq_length: Optional[int] = None,
+    seed: int = 42,
+) -> None:
+    """Train a conditional similarity model; the state best on the validation split is saved."""
+    from subspaces.cond.pipeline import train_conditional
+    from subspaces.cond.train import CondTrainConfig
+
+    config = CondTrainConfig(objective=objective.value, batch_size=batch_size, lr=lr, encoder_lr=encoder_lr, epochs=epochs,
+                             max_steps=max_steps, temperature=temperature, margin=margin,
+                             in_batch_negatives=in_batch_negatives, seed=seed)
+    summary = train_conditional(task.value, model, output=output, arch=arch.value, head=head.value, rank=parse_rank(rank),
+                                freeze_encoder=freeze_encoder, condition_encoder=condition_encoder, data_dir=data,
+                                config=config, max_seq_length=max_seq_length)
+    console.print(f"[green]saved[/] {output}  ({summary['sampler']}; {summary['steps']} steps in {summary['train_seconds']:.1f}s)")
+    rows = [[h["epoch"], f"{h['loss']:.4f}" if h.get("loss") is not None else "-",
+             *[f"{h['dev'].get(k, float('nan')):.4f}" for k in ("accuracy", "auc", "spearman")]]
+            for h in summary["history"] if "dev" in h]
+    if rows:
+        out.print(table("validation by epoch", ["epoch", "loss", "accuracy", "auc", "spearman"], rows))
+
+
+@cond_app.command("eval")
+@user_errors
+def eval_cmd(
+    model_dir: Annotated[Path, typer.Argument(help="A folder written by `cond train`.")],
+    task: TaskOpt = Task.wic,
+    split: Annotated[Split, typer.Option(help="Split to score (binary tasks pick the threshold on validation).")] = Split.test,
+    data: DataOpt = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report here (atomically).")] = None,
+    predictions: Annotated[Optional[Path], typer.Option(help="C-STS: write {idx: score} predictions (1-5) here.")] = None,
+) -> None:
+    """Score a conditional model: metrics overall and on seen / unseen conditions, cache hit rate, time."""
+    from subspaces.cond.pipeline import evaluate_conditional
+    from subspaces.io import save_json
+
+    report = evaluate_conditional(model_dir, task.value, split=split.value, data_dir=data, predictions=predictions)
+    _metrics_table(f"{task.value} {split.value}: {report['arch']} {report.get('head', '')}", report)
+    console.print(f"cache hit rate {report['cache']['hit_rate']:.2%} ({report['cache']['bytes'] / 2**20:.1f} MiB), "
+                  f"{report['seconds']:.1f}s")
+    if json_path is not None:
+        save_json(json_path, report)
+        console.print(f"wrote {json_path}")
+
+
+@bench_app.command("csts-cache")
+@user_errors
+def csts_cache_cmd(
+    task: Annotated[Task, typer.Option(help="csts (needs --data) or wic.")] = Task.csts,
+    data: DataOpt = None,
+    model: Annotated[str, typer.Option("--model", "-m")] = "minilm-l6",
+    split: Split = Split.test,
+    rank: str = "64",
+    tri: Annotated[Optional[Path], typer.Option(help="A trained tri-encoder folder (default: a fresh hypernet head).")] = None,
+    bi: Annotated[Optional[Path], typer.Option(help="A trained bi-encoder folder (default: the plain encoder).")] = None,
+    limit: Annotated[Optional[int], typer.Option(help="Only the first N rows.")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json")] = None,
+) -> None:
+    """Inference time and cache hit rate of the bi- and tri-encoder on the same rows, cold and warm caches."""
+    from subspaces.cond.pipeline import cache_benchmark
+    from subspaces.io import save_json
+
+    report = cache_benchmark(task.value, model, split=split.value, data_dir=data, rank=parse_rank(rank), tri=tri, bi=bi,
+                             limit=limit)
+    rows = []
+    for name, run in report["runs"].items():
+        for phase in ("cold", "warm"):
+            r = run[phase]
+            rows.append([f"{name}-encoder", phase, f"{r['seconds']:.2f}", f"{r['rows_per_second']:.1f}", f"{r['hit_rate']:.2%}"])
+    out.print(table(f"{task.value} {split.value} ({report['rows']} rows)", ["model", "cache", "seconds", "rows/s", "hit rate"], rows))
+    console.print(f"tri-encoder is {report['tri_speedup_cold']:.2f}x the bi-encoder's speed with cold caches")
+    if json_path is not None:
+        save_json(json_path, report)

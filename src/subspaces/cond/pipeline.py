@@ -1,0 +1,167 @@
+"""One-call pipelines behind ``subspaces cond train``, ``cond eval`` and ``bench csts-cache``.
+
+    from subspaces.cond.pipeline import train_conditional, evaluate_conditional
+    train_conditional("wic", "minilm-l6", output="runs/wic-hyper", arch="tri", head="hypernet", rank=32)
+    report = evaluate_conditional("runs/wic-hyper", "wic", split="test")
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from subspaces.cond.models import ConditionalModel, TriEncoder, build_model, load_model
+from subspaces.cond.tasks import get_task
+from subspaces.cond.train import CondTrainConfig, evaluate, fit, predict
+from subspaces.data.csts import write_predictions
+from subspaces.errors import SubspacesError
+from subspaces.io import save_json
+
+
+def _describe(model: ConditionalModel) -> dict[str, Any]:
+    info: dict[str, Any] = {"arch": model.arch, "freeze_encoder": model.freeze_encoder}
+    if isinstance(model, TriEncoder):
+        head = model.head.config()
+        info["head"] = head["kind"]
+        if head["kind"] == "hypernet":
+            info["rank"] = "full" if head.get("rank") is None else head["rank"]
+    return info
+
+
+def train_conditional(
+    task: str,
+    model: str,
+    *,
+    output: str | Path,
+    arch: str = "tri",
+    head: str = "hypernet",
+    rank: int | None = 64,
+    freeze_encoder: bool = True,
+    condition_encoder: str | None = None,
+    data_dir: str | Path | None = None,
+    config: CondTrainConfig | None = None,
+    max_seq_length: int | None = None,
+) -> dict[str, Any]:
+    """Build, train (best state on validation), save to ``output``; returns a JSON-ready summary."""
+    spec = get_task(task)
+    config = config or CondTrainConfig()
+    train_rows = spec.load("train", data_dir)
+    dev_rows = spec.load("validation", data_dir)
+    start = time.perf_counter()
+    cond_model = build_model(arch, model, head=head, rank=rank, freeze_encoder=freeze_encoder,
+                             condition_encoder=condition_encoder, max_seq_length=max_seq_length, seed=config.seed)
+    result = fit(cond_model, spec, train_rows, config, dev_rows=dev_rows)
+    seconds = time.perf_counter() - start
+    cond_model.save(output)
+    summary = {
+        "task": task,
+        "model": model,
+        **_describe(cond_model),
+        "objective": config.objective,
+        "train_rows": len(train_rows),
+        "sampler": result.sampler,
+        "steps": result.steps,
+        "train_seconds": result.seconds,  # the optimisation loop only
+        "total_seconds": seconds,  # including loading, the frozen encoder's one pass, and dev evaluations
+        "best_epoch": result.best_epoch,
+        f"best_dev_{spec.selection_metric}": result.best_dev,
+        "history": result.history,
+        "config": {k: v for k, v in vars(config).items()},
+    }
+    save_json(Path(output) / "train_result.json", summary)
+    return summary
+
+
+def evaluate_conditional(
+    path: str | Path | ConditionalModel,
+    task: str,
+    *,
+    split: str = "test",
+    data_dir: str | Path | None = None,
+    predictions: str | Path | None = None,
+) -> dict[str, Any]:
+    """Metrics of a saved model on ``split`` in the issue's JSON shape; optionally the C-STS prediction file.
+
+    Binary tasks choose the accuracy threshold on the validation split. ``cache`` reports the tri-encoder's /
+    bi-encoder's cache over this evaluation (cold at the start), ``seconds`` its wall time.
+    """
+    spec = get_task(task)
+    model = path if isinstance(path, ConditionalModel) else load_model(path)
+    model.clear_caches(reset_stats=True)
+    rows = spec.load(split, data_dir)
+    seen_keys = model.metadata.get("seen_keys")
+    if seen_keys is None:
+        seen_keys = spec.seen_keys(spec.load("train", data_dir))
+    start = time.perf_counter()
+    report: dict[str, Any] = {"task": task, "split": split, **_describe(model)}
+    labelled = [r for r in rows if r.label is not None]
+    if labelled:
+        dev_rows = spec.load("validation", data_dir) if spec.binary and split != "validation" else None
+        result = evaluate(model, spec, labelled, dev_rows=dev_rows, seen_keys=seen_keys)
+        report["metrics"] = result["metrics"]
+        for part in ("seen", "unseen"):
+            if part in result:
+                report[part] = result[part]
+        if "threshold" in result:
+            report["threshold"] = result["threshold"]
+        report["n"] = result["n"]
+    if predictions is not None:
+        if spec.name != "csts":
+            raise SubspacesError("prediction files are written in C-STS's {idx: score} form; use --task csts")
+        scores = predict(model, rows)
+        low, high = spec.label_range
+        write_predictions(predictions, rows, low + (high - low) * np.clip(scores, 0.0, 1.0))
+        report["predictions"] = str(predictions)
+    if "metrics" not in report and predictions is None:
+        raise SubspacesError(f"split {split!r} has no gold labels; pass --predictions FILE to write the prediction file")
+    report["seconds"] = time.perf_counter() - start
+    stats = model.cache_stats()
+    report["cache"] = {"hit_rate": stats["hit_rate"], "bytes": stats["bytes"], "caches": stats["caches"]}
+    return report
+
+
+def cache_benchmark(
+    task: str,
+    model: str,
+    *,
+    split: str = "test",
+    data_dir: str | Path | None = None,
+    rank: int | None = 64,
+    tri: str | Path | None = None,
+    bi: str | Path | None = None,
+    limit: int | None = None,
+) -> dict[str, Any]:
+    """Inference time and cache hit rate of a bi- and a tri-encoder on the same rows, cold then warm.
+
+    *Cold*: caches emptied, one pass over the rows (hits come only from repeats within the data).
+    *Warm*: the same pass again with the caches as the cold pass left them. Untrained heads are used unless
+    saved models are given: the timing does not depend on the weights.
+    """
+    spec = get_task(task)
+    rows = spec.load(split, data_dir)[:limit]
+    models: dict[str, ConditionalModel] = {
+        "bi": load_model(bi) if bi else build_model("bi", model),
+        "tri": load_model(tri) if tri else build_model("tri", model, head="hypernet", rank=rank),
+    }
+    s1, s2, c = [r.sentence1 for r in rows], [r.sentence2 for r in rows], [r.condition for r in rows]
+    report: dict[str, Any] = {"task": task, "split": split, "rows": len(rows), "model": model, "runs": {}}
+    for name, m in models.items():
+        m.eval()
+        m.clear_caches(reset_stats=True)
+        runs = {}
+        for phase in ("cold", "warm"):
+            for cache in m.caches().values():
+                cache.reset_stats()
+            start = time.perf_counter()
+            m.similarity(s1, s2, c)
+            seconds = time.perf_counter() - start
+            stats = m.cache_stats()
+            runs[phase] = {"seconds": seconds, "rows_per_second": len(rows) / seconds, "hit_rate": stats["hit_rate"],
+                           "bytes": stats["bytes"], "caches": {k: v["hit_rate"] for k, v in stats["caches"].items()}}
+        report["runs"][name] = {**_describe(m), **runs}
+    cold_bi, cold_tri = report["runs"]["bi"]["cold"]["seconds"], report["runs"]["tri"]["cold"]["seconds"]
+    report["tri_speedup_cold"] = cold_bi / cold_tri
+    return report
