@@ -183,6 +183,11 @@ class DimsEvaluator:
         index = {t: i for i, t in enumerate(unique)}
         return emb[[index[t] for t in texts]]
 
+    def _encode_pairs(self, model, first: Sequence[str], second: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        # One pass over the distinct texts of both sides, as the STS evaluator's embed_pairs does.
+        both = self._encode(model, [*first, *second])
+        return both[: len(first)], both[len(first) :]
+
     def _probe(self, x_train: np.ndarray, y_train: Sequence[int], x_test: np.ndarray, y_test: Sequence[int]):
         from sklearn.linear_model import LogisticRegression
         from sklearn.pipeline import make_pipeline
@@ -201,8 +206,7 @@ class DimsEvaluator:
         if task.kind == "sts":
             from subspaces.eval.sts import cosine_rows, spearman_x100
 
-            e1 = self._encode(model, test.sentences1)
-            e2 = self._encode(model, test.sentences2)
+            e1, e2 = self._encode_pairs(model, test.sentences1, test.sentences2)
             for d in dims:
                 scores[str(d)] = spearman_x100(cosine_rows(prefix(e1, d), prefix(e2, d)), test.scores)
             return scores, details
@@ -214,10 +218,8 @@ class DimsEvaluator:
             x_train_full = self._encode(model, [train.texts[i] for i in tr])
             x_test_full = self._encode(model, [test.texts[i] for i in te])
         else:
-            u_train = self._encode(model, [train.texts1[i] for i in tr])
-            v_train = self._encode(model, [train.texts2[i] for i in tr])
-            u_test = self._encode(model, [test.texts1[i] for i in te])
-            v_test = self._encode(model, [test.texts2[i] for i in te])
+            u_train, v_train = self._encode_pairs(model, [train.texts1[i] for i in tr], [train.texts2[i] for i in tr])
+            u_test, v_test = self._encode_pairs(model, [test.texts1[i] for i in te], [test.texts2[i] for i in te])
         for d in dims:
             if task.kind == "text":
                 x_train, x_test = prefix(x_train_full, d), prefix(x_test_full, d)
