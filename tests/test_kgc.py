@@ -287,3 +287,16 @@ def test_cli_reports_bad_input_without_traceback(tmp_path):
     assert "test.txt, line 1" in text and "Traceback" not in text
     result = CliRunner().invoke(app, ["kgc", "train", "--output", str(tmp_path / "o"), "--dataset", str(data), "--rank", "zero"])
     assert result.exit_code == 2 and "--rank" in result.output
+
+
+def test_grouped_conditioning_equals_per_row_head():
+    from subspaces.kgc.models import TriEncoderKGC
+    from subspaces.models.heads import make_head
+
+    torch.manual_seed(0)
+    for kind in ("hadamard", "concat", "hypernet"):
+        model = TriEncoderKGC(encoder=None, head=make_head(kind, 8, 3))
+        heads, relations = torch.randn(6, 8), torch.randn(4, 8)
+        ids = torch.tensor([2, 0, 2, 3, 0, 2])
+        grouped = model.condition_by_relation(heads, ids, relations)
+        torch.testing.assert_close(grouped, model.condition(heads, relations[ids]))

@@ -67,6 +67,7 @@ def train(
     neighbour_names: Optional[bool] = typer.Option(None, "--neighbour-names/--no-neighbour-names", help="Append neighbour names to short descriptions (default: on for FB15k-237)."),
     eval_split: str = typer.Option("test", help="Split to evaluate after training, or 'none'."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the evaluation here."),
+    device: str = typer.Option("cpu", help="torch device, e.g. cuda for the fine-tuning recipe."),
 ) -> None:
     """Train a KGC model with SimKGC's loss, then evaluate it (filtered ranking against every entity)."""
     from subspaces.io import save_json
@@ -77,7 +78,7 @@ def train(
         freeze_encoder=freeze_encoder, batch_size=batch_size, lr=lr, epochs=epochs, max_steps=max_steps, seed=seed,
         max_length=max_length, margin=margin, temperature=temperature, pre_batch=pre_batch,
         pre_batch_weight=pre_batch_weight, self_negatives=self_negatives, neighbour_names=neighbour_names,
-        shared_encoder=not separate_encoders, evaluate_split=None if eval_split == "none" else eval_split,
+        shared_encoder=not separate_encoders, evaluate_split=None if eval_split == "none" else eval_split, device=device,
     )
     r = report["train_result"]
     console.print(f"trained {r['steps']} steps in {r['seconds']:.1f} s ({r['examples_per_second']:.0f} examples/s); saved to {output}")

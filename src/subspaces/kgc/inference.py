@@ -83,6 +83,13 @@ class KGCInference:
             return torch.zeros(0, int(encoder.get_embedding_dimension()))
         return torch.from_numpy(np.stack(rows))
 
+    def seed_entities(self, vectors: np.ndarray | torch.Tensor) -> None:
+        """Put precomputed entity vectors in the memory cache without counting lookups (timing the query side)."""
+        encoder = self.model.tail_encoder if isinstance(self.model, BiEncoderKGC) else self.model.encoder
+        fingerprint = self._fingerprint(encoder)
+        for text, vector in zip(self.texts.entities, np.asarray(vectors, dtype=np.float32)):
+            self.text_cache.put(content_key(fingerprint, "entity", text), vector)
+
     # -- what ranking needs -------------------------------------------------------------------------------
     def entity_vectors(self) -> torch.Tensor:
         encoder = self.model.tail_encoder if isinstance(self.model, BiEncoderKGC) else self.model.encoder
@@ -104,6 +111,8 @@ class KGCInference:
         head = self.model.head
         if not hasattr(head, "condition_params"):
             return head(heads, relations)
+        device = next(head.parameters()).device
+        heads, relations = heads.to(device), relations.to(device)
         # One lookup per query, so the hit rate counts queries; W_r is computed once per distinct relation.
         keys = [content_key(id(head), name) for name in names]
         params = self.condition_cache.get_many(keys, lambda missing: [head.condition_params(relations[i : i + 1]) for i in missing])
@@ -113,7 +122,7 @@ class KGCInference:
             groups.setdefault(name, []).append(i)
         for rows in groups.values():
             shared = tuple(p.expand(len(rows), *p.shape[1:]) for p in params[rows[0]])
-            out[rows] = head.project(heads[rows], shared)
+            out[rows] = head.project(heads[rows], shared).cpu()
         return out
 
     def stats(self) -> dict:

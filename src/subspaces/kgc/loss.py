@@ -47,9 +47,14 @@ def false_negative_mask(row_triples: np.ndarray, col_tails: np.ndarray, known: K
         neighbours = known(h, r)
         if len(neighbours) <= 1:  # only the row's own tail: the exact-match test above suffices
             continue
-        for tail in neighbours:
-            for j in columns_of.get(tail, ()):
-                mask[i, j] = False
+        if len(neighbours) < len(columns_of):
+            for tail in neighbours:
+                for j in columns_of.get(tail, ()):
+                    mask[i, j] = False
+        else:  # hubs (FB15k-237 has (h, r) with thousands of tails): walk the columns instead
+            for tail, js in columns_of.items():
+                if tail in neighbours:
+                    mask[i, js] = False
     mask = torch.from_numpy(mask)
     if diagonal:
         mask.fill_diagonal_(True)

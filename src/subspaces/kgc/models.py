@@ -128,6 +128,28 @@ class TriEncoderKGC(nn.Module):
     def condition(self, head_vectors: torch.Tensor, relation_vectors: torch.Tensor) -> torch.Tensor:
         return self.head(head_vectors, relation_vectors)
 
+    def condition_by_relation(self, head_vectors: torch.Tensor, relation_ids, relation_vectors: torch.Tensor) -> torch.Tensor:
+        """``head(e_h, e_r)`` computing each distinct relation's parameters (``W_r``) once, not once per row.
+
+        ``relation_vectors[k]`` is the embedding of relation ``k``; ``relation_ids[i]`` is row i's relation.
+        """
+        ids = torch.as_tensor(relation_ids, dtype=torch.long, device=head_vectors.device)
+        distinct, inverse = torch.unique(ids, return_inverse=True)
+        params = self.head.condition_params(relation_vectors[distinct])
+        out = head_vectors.new_empty(len(head_vectors), self.head.out_dim)
+        hypernet = getattr(self.head, "kind", "") == "hypernet"
+        for k in range(len(distinct)):
+            rows = (inverse == k).nonzero(as_tuple=True)[0]
+            h = head_vectors[rows]
+            if hypernet and len(params) == 2:  # rows sharing W_r = W1 W2ᵀ: (h W2) W1ᵀ as two matrix products
+                out[rows] = (h @ params[1][k]) @ params[0][k].T
+            elif hypernet:
+                out[rows] = h @ params[0][k].T
+            else:
+                shared = tuple(p[k : k + 1].expand(len(rows), *p.shape[1:]) for p in params)
+                out[rows] = self.head.project(h, shared)
+        return out
+
     def embed_batch(self, triples: np.ndarray, kg_texts: KGCTexts) -> tuple[torch.Tensor, ...]:
         # One backbone pass over the batch's distinct entities and relations (shared, as in a tri-encoder).
         entities = sorted(set(triples[:, 0].tolist()) | set(triples[:, 2].tolist()))
@@ -165,9 +187,10 @@ class FrozenTriEncoder(nn.Module):
             p.requires_grad_(False)
 
     def embed_batch(self, triples: np.ndarray, kg_texts: KGCTexts | None = None) -> tuple[torch.Tensor, ...]:
-        index = torch.as_tensor(triples, dtype=torch.long)
+        index = torch.as_tensor(triples, dtype=torch.long, device=self.entity_vectors.device)
         heads = self.entity_vectors[index[:, 0]]
-        return self.model.condition(heads, self.relation_vectors[index[:, 1]]), self.entity_vectors[index[:, 2]], heads
+        hr = self.model.condition_by_relation(heads, index[:, 1], self.relation_vectors)
+        return hr, self.entity_vectors[index[:, 2]], heads
 
 
 def read_config(folder: str | Path) -> dict:

@@ -40,17 +40,24 @@ DEFAULT_MAX_LENGTH = 50  # SimKGC's --max-num-tokens
 
 
 def build_model(
-    model: str, arch: str, head: str = "hypernet", rank: int | None = 32, *, max_length: int = DEFAULT_MAX_LENGTH, shared_encoder: bool = True
+    model: str,
+    arch: str,
+    head: str = "hypernet",
+    rank: int | None = 32,
+    *,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    shared_encoder: bool = True,
+    device: str = "cpu",
 ) -> BiEncoderKGC | TriEncoderKGC:
     from subspaces.models.encoder import load_encoder
     from subspaces.models.heads import make_head
 
     if arch not in ARCHS:
         raise SubspacesError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
-    encoder = load_encoder(model, max_seq_length=max_length)
+    encoder = load_encoder(model, max_seq_length=max_length, device=device)
     if arch == "bi":
-        return BiEncoderKGC(encoder, None if shared_encoder else load_encoder(model, max_seq_length=max_length))
-    return TriEncoderKGC(encoder, make_head(head, int(encoder.get_embedding_dimension()), rank))
+        return BiEncoderKGC(encoder, None if shared_encoder else load_encoder(model, max_seq_length=max_length, device=device))
+    return TriEncoderKGC(encoder, make_head(head, int(encoder.get_embedding_dimension()), rank).to(device))
 
 
 def _entity_and_relation_vectors(model: TriEncoderKGC, texts: KGCTexts, disk_cache) -> tuple[torch.Tensor, torch.Tensor]:
@@ -85,6 +92,7 @@ def train_pipeline(
     warmup_steps: int = 400,
     disk_cache=None,
     evaluate_split: str | None = "test",
+    device: str = "cpu",
     show_progress: bool = True,
 ) -> dict:
     """Train a KGC model with SimKGC's objective, save it to ``output``, and (optionally) evaluate it.
@@ -98,7 +106,7 @@ def train_pipeline(
     seed_everything(seed)
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)
     texts = KGCTexts.build(kg, neighbour_names)
-    kgc_model = build_model(model, arch, head, rank, max_length=max_length, shared_encoder=shared_encoder)
+    kgc_model = build_model(model, arch, head, rank, max_length=max_length, shared_encoder=shared_encoder, device=device)
     examples = kg.with_inverses("train")
     known = KnownTails(examples)
     config = KGCTrainConfig(
@@ -115,7 +123,7 @@ def train_pipeline(
         started = time.perf_counter()
         entities, relations = _entity_and_relation_vectors(kgc_model, texts, disk_cache)
         prepare_seconds = time.perf_counter() - started
-        trainable = FrozenTriEncoder(kgc_model, entities, relations)
+        trainable = FrozenTriEncoder(kgc_model, entities.to(device), relations.to(device))
     else:
         trainable = kgc_model
     loss = SimKGCLoss(
@@ -128,7 +136,7 @@ def train_pipeline(
         self_negatives=self_negatives,
         batch_size=min(batch_size, len(examples)),
     )
-    result = train_kgc(loss, examples, config, texts)
+    result = train_kgc(loss.to(device), examples, config, texts)
     output = Path(output)
     saved = {
         "dataset": kg.name,

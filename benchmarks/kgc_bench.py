@@ -1,0 +1,165 @@
+"""Knowledge-graph completion benchmarks (issue 6): WN18RR and FB15k-237 with ``minilm-l6`` on CPU.
+
+Each part writes ``benchmarks/results/kgc/<part>.json``; ``table`` prints the Markdown rows of BENCHMARKS.md
+from those files. Entity embeddings come from the on-disk shard cache (the first run encodes them).
+
+    export OMP_NUM_THREADS=1
+    nice -n 5 .venv/bin/python benchmarks/kgc_bench.py zero-shot                  # SimKGC bi-encoder, no training
+    nice -n 5 .venv/bin/python benchmarks/kgc_bench.py frozen --heads hadamard,concat,hypernet --epochs 3
+    nice -n 5 .venv/bin/python benchmarks/kgc_bench.py efficiency                 # bi vs tri inference, same run
+    nice -n 5 .venv/bin/python benchmarks/kgc_bench.py fb15k237 --head hypernet --epochs 1
+    .venv/bin/python benchmarks/kgc_bench.py table
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from subspaces.config import cache_dir
+from subspaces.io import save_json
+
+RESULTS = Path(__file__).parent / "results" / "kgc"
+MODEL = "minilm-l6"
+
+
+def _meta(command: str) -> dict:
+    return {
+        "command": command,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {torch.get_num_threads()} torch thread(s), shared 2-core CPU box (other jobs running)",
+        "torch": torch.__version__,
+    }
+
+
+def _rank(text: str) -> int | None:
+    return None if text == "full" else int(text)
+
+
+def zero_shot(args: argparse.Namespace) -> dict:
+    from subspaces.kgc.pipeline import evaluate_model
+
+    result = evaluate_model(MODEL, args.dataset, split="test", n_hop=5 if args.dataset == "wn18rr" else 0, model_name=MODEL)
+    return {"zero_shot_bi": result}
+
+
+def frozen(args: argparse.Namespace) -> dict:
+    from subspaces.kgc.pipeline import train_pipeline
+
+    out: dict = {}
+    for spec in args.heads.split(","):
+        kind, _, rank = spec.partition(":")
+        name = kind if kind != "hypernet" else f"hypernet-{rank or args.rank}"
+        report = train_pipeline(
+            output=cache_dir() / "kgc-runs" / f"{args.dataset}-{name}", dataset=args.dataset, model=MODEL, arch="tri", head=kind,
+            rank=_rank(rank or args.rank), freeze_encoder=True, batch_size=args.batch_size, lr=args.lr, epochs=args.epochs,
+            pre_batch=args.pre_batch, seed=args.seed,
+        )
+        out[name] = {"train": report["train_result"], "eval": report["eval"], "output": report["output"]}
+        print(name, json.dumps(report["eval"]["average"]), f"train {report['train_result']['seconds']:.0f}s", flush=True)
+    return out
+
+
+def efficiency(args: argparse.Namespace) -> dict:
+    """Full test-set inference, bi vs tri, in one process; entity vectors shared, query side cold."""
+    from subspaces.kgc.data import load_kg
+    from subspaces.kgc.embedding_cache import EmbeddingShardCache
+    from subspaces.kgc.graph import KnownTails
+    from subspaces.kgc.inference import KGCInference
+    from subspaces.kgc.models import KGCTexts, load_kgc_model
+    from subspaces.kgc.pipeline import build_model
+    from subspaces.kgc.ranking import rank_metrics, rank_queries
+    from subspaces.models.encoder import encode
+
+    kg = load_kg(args.dataset)
+    texts = KGCTexts.build(kg)
+    queries = kg.with_inverses("test")
+    known = KnownTails(np.concatenate([kg.with_inverses(s) for s in kg.splits]))
+    bi = build_model(MODEL, "bi")
+    tri = load_kgc_model(cache_dir() / "kgc-runs" / f"{args.dataset}-{args.tri_run}")
+    entities = EmbeddingShardCache(bi.tail_encoder).encode(texts.entities)  # from disk: identical for both
+    # Cold entity encoding is the same work for both models; time a sample and scale it (said so in the output).
+    sample = texts.entities[: args.entity_sample]
+    started = time.perf_counter()
+    encode(bi.tail_encoder, sample, batch_size=64)
+    entity_seconds = (time.perf_counter() - started) * len(texts.entities) / len(sample)
+    out: dict = {"entity_encoding_seconds_extrapolated": entity_seconds, "entity_sample": len(sample), "entities": kg.num_entities}
+    for name, model in (("bi", bi), ("tri", tri)):
+        inference = KGCInference(model, texts, disk_cache=False, show_progress=False)
+        inference.seed_entities(entities)
+        started = time.perf_counter()
+        with torch.no_grad():
+            query_vectors = inference.query_vectors(queries)
+            ranks, _ = rank_queries(query_vectors, torch.from_numpy(entities), queries, known)
+        seconds = time.perf_counter() - started
+        out[name] = {"query_side_seconds": seconds, "total_seconds_with_cold_entities": seconds + entity_seconds,
+                     "mrr_average": float((rank_metrics(ranks[: len(queries) // 2])["mrr"] + rank_metrics(ranks[len(queries) // 2 :])["mrr"]) / 2),
+                     **inference.stats()}
+        print(name, json.dumps(out[name]), flush=True)
+    return out
+
+
+def table(_args: argparse.Namespace) -> None:
+    def row(label: str, r: dict, train_s: float | None = None) -> str:
+        a = r["average"]
+        t = "" if train_s is None else f"{train_s:.0f}"
+        return (f"| {label} | {a['mrr']:.3f} | {a['hits@1']:.3f} | {a['hits@3']:.3f} | {a['hits@10']:.3f} | {a['mr']:.0f} "
+                f"| {r['forward']['mrr']:.3f} | {r['backward']['mrr']:.3f} | {t} | {r['inference_seconds']:.0f} |")
+
+    for path in sorted(RESULTS.glob("*.json")):
+        data = json.loads(path.read_text())
+        print(f"\n{path.name}: {data.get('meta', {}).get('command', '')}")
+        for key, value in data.items():
+            if key == "meta" or not isinstance(value, dict):
+                continue
+            if "average" in value:
+                print(row(key, value))
+                if "rerank" in value:
+                    print(row(f"{key} + {value['rerank']['n_hop']}-hop re-rank", {**value, **value["rerank"]}))
+            elif "eval" in value:
+                print(row(key, value["eval"], value["train"]["seconds"]))
+            else:
+                print(key, json.dumps(value))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("part", choices=["zero-shot", "frozen", "efficiency", "fb15k237", "table"])
+    parser.add_argument("--dataset", default="wn18rr")
+    parser.add_argument("--heads", default="hadamard,concat,hypernet")
+    parser.add_argument("--head", default="hypernet")
+    parser.add_argument("--rank", default="32")
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--pre-batch", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--tri-run", default="hypernet-32")
+    parser.add_argument("--entity-sample", type=int, default=2048)
+    args = parser.parse_args()
+    if args.part == "table":
+        table(args)
+        return
+    import sys
+
+    command = "OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python benchmarks/kgc_bench.py " + " ".join(sys.argv[1:])
+    if args.part == "fb15k237":
+        args.dataset, args.heads, args.pre_batch = "fb15k237", args.head, args.pre_batch or 2
+        result = frozen(args)
+        name = "fb15k237"
+    else:
+        result = {"zero-shot": zero_shot, "frozen": frozen, "efficiency": efficiency}[args.part](args)
+        name = f"{args.dataset}-{args.part}"
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    save_json(RESULTS / f"{name}.json", {"meta": _meta(command), **result})
+
+
+if __name__ == "__main__":
+    main()
