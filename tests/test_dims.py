@@ -181,3 +181,17 @@ def test_eval_dims_cli(tiny_model_dir, probe_data, tmp_path):
     assert target.with_suffix(".png").is_file()
     bad = CliRunner().invoke(app, ["eval", "dims", "--model", str(tiny_model_dir), "--dims", "8,x"])
     assert bad.exit_code == 2 and "bad dimension" in bad.output
+
+
+@pytest.mark.slow
+def test_real_datasets_match_their_source_counts():
+    """The counts each SOURCE.md states (needs ../shared/data)."""
+    assert (len(cd.load_banking77("train")), len(cd.load_banking77("test"))) == (10003, 3080)
+    assert len(cd.load_banking77("test").label_names) == 77
+    assert [len(cd.load_emotion(s)) for s in ("train", "validation", "test")] == [16000, 2000, 2000]
+    assert [len(cd.load_tweeteval("emotion", s)) for s in ("train", "val", "test")] == [3257, 374, 1421]
+    assert [len(cd.load_tweeteval("sentiment", s)) for s in ("val", "test")] == [2000, 12284]
+    mrpc = cd.load_mrpc("train")
+    assert (len(mrpc), sum(mrpc.labels)) == (4076, 2753)
+    assert (len(cd.load_mrpc("test")), sum(cd.load_mrpc("test").labels)) == (1725, 1147)
+    assert [len(cd.load_wic_pairs(s)) for s in ("train", "dev", "test")] == [5428, 638, 1400]
