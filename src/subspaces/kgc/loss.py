@@ -104,7 +104,7 @@ class SimKGCLoss(nn.Module):
 
     @property
     def temperature(self) -> float:
-        return float(torch.exp(-self.log_inv_t))
+        return float(torch.exp(-self.log_inv_t.detach()))
 
     def forward(self, triples: np.ndarray, texts=None) -> torch.Tensor:
         hr, tails, heads = self.model.embed_batch(triples, texts)
