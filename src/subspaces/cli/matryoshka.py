@@ -116,7 +116,7 @@ def train_matryoshka_cmd(
 @eval_app.command("dims")
 @user_errors
 def eval_dims_cmd(
-    model: Annotated[list[str], typer.Option("--model", "-m", help="Model name or folder; repeat to compare several.")],
+    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Model name or folder; repeat to compare several.")] = None,
     dims: Annotated[str, typer.Option(help="Prefix sizes, e.g. 16,32,64,128,full.")] = "16,32,64,128,full",
     tasks: Annotated[Optional[str], typer.Option(help="Comma-separated tasks (default: all but TweetEval-emoji and STS12-16); see --list-tasks.")] = None,
     max_train: Annotated[Optional[int], typer.Option(help="Cap each probe's training rows (seeded random subset).")] = None,
@@ -135,6 +135,10 @@ def eval_dims_cmd(
     if list_tasks:
         out.print("\n".join(known_tasks()))
         return
+    if not model:
+        from subspaces.errors import SubspacesError
+
+        raise SubspacesError("give at least one --model")
     chosen = [x.strip() for x in tasks.split(",") if x.strip()] if tasks else list(DEFAULT_TASKS)
     evaluator = DimsEvaluator(
         tasks=chosen,

@@ -10,6 +10,7 @@ import csv
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from subspaces.config import dataset_dir
 from subspaces.errors import DataError
@@ -52,7 +53,10 @@ def _require(path: Path) -> Path:
     return path
 
 
-def _non_empty(records: LabelledTexts | LabelledPairs, path: Path):
+Records = TypeVar("Records", LabelledTexts, LabelledPairs)
+
+
+def _non_empty(records: Records, path: Path) -> Records:
     if len(records) == 0:
         raise DataError("holds no rows", path=path)
     return records
