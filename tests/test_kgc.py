@@ -300,3 +300,16 @@ def test_grouped_conditioning_equals_per_row_head():
         ids = torch.tensor([2, 0, 2, 3, 0, 2])
         grouped = model.condition_by_relation(heads, ids, relations)
         torch.testing.assert_close(grouped, model.condition(heads, relations[ids]))
+
+
+def test_shards_hold_distinct_texts_so_repeats_share_them(tmp_path, tiny_encoder_dir):
+    from subspaces.kgc.embedding_cache import EmbeddingShardCache
+    from subspaces.models.encoder import load_encoder
+
+    model = load_encoder(tiny_encoder_dir, max_seq_length=32)
+    texts = ["a", "b", "a", "c", "d", "b", "e"]
+    with_repeats = EmbeddingShardCache(model, tmp_path, shard_size=2, show_progress=False).encode(texts)
+    np.testing.assert_array_equal(with_repeats[0], with_repeats[2])
+    distinct = EmbeddingShardCache(model, tmp_path, shard_size=2, show_progress=False)
+    distinct.encode(["a", "b", "c", "d", "e"])
+    assert distinct.stats.miss_shards == 0 and distinct.stats.hit_shards == 3

@@ -7,6 +7,7 @@ training run needs them. Each shard of ``shard_size`` consecutive texts is store
 * a second run with the same encoder and texts reads every shard back and encodes nothing;
 * an interrupted run resumes from the shards already written (each is written atomically);
 * a changed text (another neighbour setting, a new description) invalidates only its own shard;
+* repeated texts are encoded once (shards hold distinct texts, in first-seen order);
 * a fine-tuned encoder has other weights, hence another fingerprint, and never reads a stale vector.
 
 Texts may be strings or ``(text, text_pair)`` tuples (the bi-encoder's "head text [SEP] relation" queries).
@@ -100,6 +101,12 @@ class EmbeddingShardCache:
         from subspaces.models.encoder import encode
 
         texts = list(texts)
+        # Shard the distinct texts in first-seen order, so a list with repeats and its deduplicated form (what a
+        # memory cache passes on) share their shards.
+        distinct = list(dict.fromkeys(texts))
+        if len(distinct) < len(texts):
+            row = {text: i for i, text in enumerate(distinct)}
+            return self.encode(distinct, description)[[row[t] for t in texts]]
         parts: list[np.ndarray] = []
         starts = range(0, len(texts), self.shard_size)
         with Progress(transient=True, disable=not self.show_progress) as progress:
