@@ -202,6 +202,13 @@ class MICLoss(nn.Module):
         self.last_terms = {"mrl": float(main.detach()), "scr": float(scr.detach()), "sir": float(sir.detach())}
         return main + self.gamma * align
 
+    @property
+    def citation(self) -> str:
+        return (
+            "MIC: Maximizing Informational Capacity in Adaptive Representations via Isotropic Subspace Alignment. "
+            "ICML 2026, arXiv:2605.29987."
+        )
+
     def get_config_dict(self) -> dict[str, Any]:
         return {
             "loss": type(self.loss).__name__,
