@@ -1,0 +1,96 @@
+"""Text pools for the alignment benchmark, embedded once and cached on disk.
+
+The paper's protocol: shuffle a pool of ``size`` texts; the last ``n_eval`` are held out as pairs (embedded by
+both models); the rest is cut into two disjoint halves, the first embedded only by the source model, the
+second only by the target model. Embeddings go to ``cache_dir()/align_bench/<pool>-<size>-<seed>/``.
+
+    nice -n 5 .venv/bin/python benchmarks/align_pools.py --pool wordnet --size 40000 --models minilm-l6,paraphrase-l3,wordllama
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from subspaces.config import cache_dir, dataset_dir
+from subspaces.data.text import read_corpus, wordnet_sentences
+from subspaces.io import save_json, save_npy
+
+SOURCE_MODEL = "minilm-l6"
+
+
+def pool_texts(pool: str, size: int, seed: int) -> list[str]:
+    if pool == "wordnet":
+        texts = wordnet_sentences()
+    elif pool == "tweets":
+        folder = dataset_dir("tweeteval")
+        texts = []
+        for path in sorted(folder.rglob("*_text.txt")):
+            texts += read_corpus(path)
+        texts = list(dict.fromkeys(t for t in texts if t))
+    else:
+        raise SystemExit(f"unknown pool {pool!r}: wordnet or tweets")
+    random.Random(seed).shuffle(texts)
+    if len(texts) < size:
+        raise SystemExit(f"pool {pool!r} has only {len(texts)} texts, fewer than {size}")
+    return texts[:size]
+
+
+@dataclass(frozen=True)
+class Split:
+    source_train: slice
+    target_train: slice
+    held_out: slice
+
+
+def split(size: int, n_eval: int) -> Split:
+    half = (size - n_eval) // 2
+    return Split(slice(0, half), slice(half, 2 * half), slice(size - n_eval, size))
+
+
+def pool_folder(pool: str, size: int, seed: int) -> Path:
+    return cache_dir() / "align_bench" / f"{pool}-{size}-{seed}"
+
+
+def embed_pool(pool: str, size: int, seed: int, n_eval: int, models: list[str], batch_size: int = 64) -> Path:
+    """Embed what each model needs: the source its half + held-out, each target its half + held-out."""
+    from subspaces.models.encoder import encode, load_encoder
+
+    texts = pool_texts(pool, size, seed)
+    parts = split(size, n_eval)
+    folder = pool_folder(pool, size, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in models:
+        train_part = parts.source_train if name == SOURCE_MODEL else parts.target_train
+        for part_name, part in (("train", train_part), ("eval", parts.held_out)):
+            path = folder / f"{name}.{part_name}.npy"
+            if path.is_file():
+                continue
+            model = load_encoder(name)
+            start = time.perf_counter()
+            emb = encode(model, texts[part], batch_size=batch_size, show_progress=True)
+            seconds = time.perf_counter() - start
+            save_npy(path, emb.astype(np.float32))
+            save_json(path.with_suffix(".json"), {"n": len(emb), "seconds": seconds, "model": name, "part": part_name})
+            print(f"{pool} {name} {part_name}: {len(emb)} texts in {seconds:.0f}s -> {path}", flush=True)
+    return folder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pool", choices=["wordnet", "tweets"], required=True)
+    parser.add_argument("--size", type=int, default=40_000)
+    parser.add_argument("--n-eval", type=int, default=8192)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--models", default="minilm-l6,paraphrase-l3,wordllama")
+    args = parser.parse_args()
+    embed_pool(args.pool, args.size, args.seed, args.n_eval, args.models.split(","))
+
+
+if __name__ == "__main__":
+    main()

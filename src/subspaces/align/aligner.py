@@ -1,0 +1,357 @@
+"""mini-vec2vec (Dar, 2025): a linear map between two embedding spaces learned from unpaired vectors.
+
+    aligner = MiniVec2Vec(random_state=0).fit(source_vectors, target_vectors)   # different texts, no pairs
+    moved = aligner.transform(old_store)        # old model's vectors, now in the new model's space
+
+Stages (each its own module): centre + normalise (:mod:`.preprocess`); matched anchors from an ensemble of
+k-means runs and quadratic assignment (:mod:`.anchors`, :mod:`.matching`); relative representations -> neighbour
+means -> Procrustes (:mod:`.relative`, :mod:`.procrustes`); neighbour-mean and centroid refinement
+(:mod:`.refine`). Label-free diagnostics (:mod:`.diagnostics`) pick among ``n_restarts`` independent anchor
+stages and stop refinement; ``fit`` never sees paired data.
+
+Beyond the paper's notebook: restarts chosen by a label-free score, runs filtered by matching agreement
+(``anchor_keep``), relative representations centred per anchor, blended maps projected back to orthogonal,
+early stopping with the best map kept, a centroid refinement that is only accepted if the label-free score
+does not drop, and IVF indexes for the repeated searches. ``n_restarts=1, orthogonalize=False,
+refine_patience=refine_iter, ann_lists=0`` is the paper's plain recipe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from subspaces.align.anchors import matched_anchors
+from subspaces.align.diagnostics import anchor_consistency, bidirectional_nn_similarity
+from subspaces.align.neighbours import NeighbourIndex
+from subspaces.align.preprocess import center_normalize, check_embeddings, normalize_rows
+from subspaces.align.procrustes import orthogonality_gap
+from subspaces.align.refine import refine_by_centroids, refine_by_neighbours
+from subspaces.align.relative import initial_map
+from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.io import atomic_path, save_json
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+CONFIG_FILE = "aligner.json"
+STATE_FILE = "state.npz"
+
+
+class MiniVec2Vec:
+    """Unsupervised linear alignment of a source embedding space onto a target space.
+
+    Args:
+        n_anchor_runs: k-means runs pooled into anchors (paper: 30).
+        n_anchor_clusters: clusters per run (paper: 20).
+        anchor_sample: rows sampled from each space per run (paper: 10,000).
+        kmeans_iter: Lloyd iterations of every k-means.
+        qap_method: ``"faq"`` or ``"2opt"`` (scipy's quadratic-assignment solvers).
+        qap_restarts: solver restarts per run; the best objective is kept.
+        anchor_keep: fraction of runs kept, best matching agreement first (1.0 = paper, keep all).
+        n_restarts: independent anchor stages + initial maps; the best by label-free score is refined.
+        n_pseudo_pairs: source rows used to fit the initial map.
+        relative_k: target neighbours averaged in relative space (paper: 50).
+        refine_iter: maximum refine-1 iterations (paper: 100).
+        refine_sample: source rows per refine-1 iteration.
+        refine_k: target neighbours averaged per mapped source row in refine-1 (paper: 50).
+        refine_alpha: blend weight of each new map (paper: 0.5).
+        refine_patience: stop refine-1 after this many iterations without a better label-free score.
+        refine_tol: smallest score gain that counts as better.
+        centroid_clusters: k of refine-2's k-means (paper: 500); 0 skips refine-2.
+        centroid_alpha: blend weight of refine-2's map (paper: 0.5).
+        orthogonalize: project every blended map back onto the (semi-)orthogonal matrices (the paper lets it drift).
+        ann_lists: IVF cells of the faiss indexes searched during refinement and scoring (0 = exact search).
+        ann_probe: cells visited per query.
+        probe_size: rows of each space used for the label-free score.
+        random_state: seed for every sample, k-means and QAP start.
+        verbose: show progress bars.
+    """
+
+    def __init__(
+        self,
+        *,
+        n_anchor_runs: int = 30,
+        n_anchor_clusters: int = 20,
+        anchor_sample: int = 10_000,
+        kmeans_iter: int = 25,
+        qap_method: str = "faq",
+        qap_restarts: int = 10,
+        anchor_keep: float = 1.0,
+        n_restarts: int = 3,
+        n_pseudo_pairs: int = 10_000,
+        relative_k: int = 50,
+        refine_iter: int = 100,
+        refine_sample: int = 4096,
+        refine_k: int = 50,
+        refine_alpha: float = 0.5,
+        refine_patience: int = 10,
+        refine_tol: float = 1e-4,
+        centroid_clusters: int = 500,
+        centroid_alpha: float = 0.5,
+        orthogonalize: bool = True,
+        ann_lists: int = 64,
+        ann_probe: int = 8,
+        probe_size: int = 4096,
+        random_state: int | None = 0,
+        verbose: bool = False,
+    ) -> None:
+        self.n_anchor_runs = n_anchor_runs
+        self.n_anchor_clusters = n_anchor_clusters
+        self.anchor_sample = anchor_sample
+        self.kmeans_iter = kmeans_iter
+        self.qap_method = qap_method
+        self.qap_restarts = qap_restarts
+        self.anchor_keep = anchor_keep
+        self.n_restarts = n_restarts
+        self.n_pseudo_pairs = n_pseudo_pairs
+        self.relative_k = relative_k
+        self.refine_iter = refine_iter
+        self.refine_sample = refine_sample
+        self.refine_k = refine_k
+        self.refine_alpha = refine_alpha
+        self.refine_patience = refine_patience
+        self.refine_tol = refine_tol
+        self.centroid_clusters = centroid_clusters
+        self.centroid_alpha = centroid_alpha
+        self.orthogonalize = orthogonalize
+        self.ann_lists = ann_lists
+        self.ann_probe = ann_probe
+        self.probe_size = probe_size
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # -- scikit-learn protocol ---------------------------------------------------------------------------------
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        import inspect
+
+        names = [p for p in inspect.signature(type(self).__init__).parameters if p != "self"]
+        return {name: getattr(self, name) for name in names}
+
+    def set_params(self, **params: Any) -> MiniVec2Vec:
+        valid = self.get_params()
+        for key, value in params.items():
+            if key not in valid:
+                raise ValueError(f"unknown parameter {key!r} of MiniVec2Vec")
+            setattr(self, key, value)
+        return self
+
+    def _check_params(self, n_source: int, n_target: int) -> None:
+        if self.qap_method not in ("faq", "2opt"):
+            raise SubspacesError(f"qap_method must be 'faq' or '2opt', got {self.qap_method!r}")
+        for name in ("n_anchor_runs", "n_anchor_clusters", "kmeans_iter", "qap_restarts", "n_restarts",
+                     "relative_k", "refine_k", "refine_sample", "n_pseudo_pairs", "probe_size", "anchor_sample",
+                     "ann_probe"):
+            if int(getattr(self, name)) < 1:
+                raise SubspacesError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("refine_alpha", "centroid_alpha", "anchor_keep"):
+            if not 0 < float(getattr(self, name)) <= 1:
+                raise SubspacesError(f"{name} must be in (0, 1], got {getattr(self, name)}")
+        # k-means needs several points per cluster or its centroids are single points (or faiss refuses).
+        need = max(4 * self.n_anchor_clusters, self.relative_k, self.refine_k)
+        for what, n in (("source", n_source), ("target", n_target)):
+            if n < need:
+                raise DataError(
+                    f"{what} has {n} rows; the aligner needs at least {need} "
+                    f"(4 x n_anchor_clusters={self.n_anchor_clusters}, and relative_k/refine_k neighbours)"
+                )
+
+    def fit(self, source: np.ndarray, target: np.ndarray) -> MiniVec2Vec:
+        """Learn the map from unpaired ``source`` (n_a x d_a) and ``target`` (n_b x d_b) vectors."""
+        start = time.perf_counter()
+        source = check_embeddings(source, "source embeddings")
+        target = check_embeddings(target, "target embeddings")
+        self._check_params(len(source), len(target))
+        rng = np.random.default_rng(self.random_state)
+
+        self.source_mean_ = source.mean(axis=0)
+        self.target_mean_ = target.mean(axis=0)
+        a = center_normalize(source, self.source_mean_)
+        b = center_normalize(target, self.target_mean_)
+        # Typical length of a centred target vector: lets transform() return vectors in the target's own space.
+        self.target_scale_ = float(np.linalg.norm(target - self.target_mean_, axis=1).mean())
+        self.n_features_in_ = a.shape[1]
+        self.n_features_out_ = b.shape[1]
+
+        probe_a = a[rng.choice(len(a), min(self.probe_size, len(a)), replace=False)]
+        probe_b = b[rng.choice(len(b), min(self.probe_size, len(b)), replace=False)]
+
+        index_a = NeighbourIndex(a, n_lists=self.ann_lists, n_probe=self.ann_probe, seed=int(rng.integers(2**31)))
+        index_b = NeighbourIndex(b, n_lists=self.ann_lists, n_probe=self.ann_probe, seed=int(rng.integers(2**31)))
+
+        def score(matrix: np.ndarray) -> float:
+            return bidirectional_nn_similarity(probe_a, probe_b, index_a, index_b, matrix)
+
+        restarts = []
+        for restart in range(self.n_restarts):
+            with self._progress(f"anchors (restart {restart + 1}/{self.n_restarts})", self.n_anchor_runs) as tick:
+                anchors = matched_anchors(
+                    a, b,
+                    n_runs=self.n_anchor_runs, n_clusters=self.n_anchor_clusters, sample_size=self.anchor_sample,
+                    kmeans_iter=self.kmeans_iter, qap_method=self.qap_method, qap_restarts=self.qap_restarts,
+                    keep_fraction=self.anchor_keep, rng=rng, progress=tick,
+                )
+            rows = rng.choice(len(a), min(self.n_pseudo_pairs, len(a)), replace=False)
+            matrix = initial_map(a[rows], b, anchors.source, anchors.target, k=self.relative_k)
+            # Procrustes already returns an orthogonal map; nothing to project here.
+            restarts.append({
+                "matrix": matrix,
+                "anchors": anchors,
+                "score": score(matrix),
+                "anchor_consistency": anchor_consistency(anchors, matrix),
+                "qap_agreement": float(anchors.agreement[anchors.kept].mean()),
+            })
+            logger.info("restart %d: nn-similarity %.4f", restart, restarts[-1]["score"])
+        chosen = int(np.argmax([r["score"] for r in restarts]))
+        matrix = restarts[chosen]["matrix"]
+        initial_score = restarts[chosen]["score"]
+
+        with self._progress("refine", self.refine_iter) as tick:
+            matrix, history = refine_by_neighbours(
+                a, b, matrix, score=score, target_index=index_b, n_iter=self.refine_iter,
+                sample_size=self.refine_sample, k=self.refine_k, alpha=self.refine_alpha,
+                patience=self.refine_patience, tol=self.refine_tol, orthogonalize=self.orthogonalize,
+                rng=rng, progress=tick,
+            )
+        refined_score = score(matrix)
+
+        centroid_score, centroid_accepted = None, False
+        if self.centroid_clusters > 0:
+            candidate = refine_by_centroids(
+                a, b, matrix, n_clusters=self.centroid_clusters, kmeans_iter=self.kmeans_iter,
+                alpha=self.centroid_alpha, orthogonalize=self.orthogonalize, seed=int(rng.integers(2**31)),
+            )
+            centroid_score = score(candidate)
+            # Accepted unless it makes the label-free score worse: refinement may not undo a good map.
+            if centroid_score >= refined_score - self.refine_tol:
+                matrix, centroid_accepted = candidate, True
+
+        self.matrix_ = matrix.astype(np.float32)
+        self.fit_seconds_ = time.perf_counter() - start
+        self.diagnostics_ = {
+            "restarts": [
+                {k: v for k, v in r.items() if k not in ("matrix", "anchors")}
+                | {"runs_kept": int(r["anchors"].kept.sum()), "mean_qap_objective": float(r["anchors"].objective.mean())}
+                for r in restarts
+            ],
+            "chosen_restart": chosen,
+            "nn_similarity": {
+                "initial": initial_score,
+                "refine1": refined_score,
+                "refine2": centroid_score,
+                "final": score(self.matrix_),
+            },
+            "refine1_iterations": len(history.scores),
+            "refine1_best_iteration": history.best_iteration,
+            "refine1_stopped_early": history.stopped_early,
+            "refine1_scores": history.scores,
+            "refine2_accepted": centroid_accepted,
+            "anchor_consistency": anchor_consistency(restarts[chosen]["anchors"], self.matrix_),
+            "orthogonality_gap": orthogonality_gap(self.matrix_),
+        }
+        return self
+
+    def _progress(self, description: str, total: int):
+        """A context manager yielding ``tick(done, total)``; silent unless ``verbose``."""
+        import contextlib
+
+        @contextlib.contextmanager
+        def bar():
+            if not self.verbose:
+                yield None
+                return
+            from tqdm.auto import tqdm
+
+            with tqdm(total=total, desc=description, leave=False) as pbar:
+                yield lambda done, _total: pbar.update(done - pbar.n)
+
+        return bar()
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "matrix_"):
+            raise SubspacesError("this MiniVec2Vec is not fitted yet; call fit() or MiniVec2Vec.load()")
+
+    def preprocess_source(self, x: np.ndarray) -> np.ndarray:
+        """Source vectors as the map sees them: centred on the training mean, unit length."""
+        self._check_fitted()
+        return center_normalize(check_embeddings(x, "source embeddings", dim=self.n_features_in_), self.source_mean_)
+
+    def preprocess_target(self, y: np.ndarray) -> np.ndarray:
+        """Target vectors in the space ``transform(..., centered=True)`` maps into."""
+        self._check_fitted()
+        return center_normalize(check_embeddings(y, "target embeddings", dim=self.n_features_out_), self.target_mean_)
+
+    def transform(self, x: np.ndarray, *, centered: bool = False) -> np.ndarray:
+        """Map source vectors into the target space.
+
+        By default the result lives in the target model's own coordinates (the target's training mean added
+        back, typical length restored), so it can be searched with raw vectors of the target model. With
+        ``centered=True`` it is the unit vector in the centred target space (compare with ``preprocess_target``).
+        """
+        mapped = normalize_rows(self.preprocess_source(x) @ self.matrix_)
+        if centered:
+            return mapped
+        return (self.target_mean_ + self.target_scale_ * mapped).astype(np.float32)
+
+    def fit_transform(self, source: np.ndarray, target: np.ndarray) -> np.ndarray:
+        return self.fit(source, target).transform(source)
+
+    # -- persistence -------------------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write ``aligner.json`` (parameters, diagnostics) and ``state.npz`` (map, means) into folder ``path``."""
+        self._check_fitted()
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        with atomic_path(folder / STATE_FILE) as tmp:
+            with open(tmp, "wb") as handle:
+                np.savez(
+                    handle, matrix=self.matrix_, source_mean=self.source_mean_, target_mean=self.target_mean_,
+                    target_scale=np.float32(self.target_scale_),
+                )
+        save_json(folder / CONFIG_FILE, {
+            "format_version": FORMAT_VERSION,
+            "class": "MiniVec2Vec",
+            "params": self.get_params(),
+            "n_features_in": self.n_features_in_,
+            "n_features_out": self.n_features_out_,
+            "fit_seconds": self.fit_seconds_,
+            "diagnostics": self.diagnostics_,
+        })
+        return folder
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> MiniVec2Vec:
+        folder = Path(path)
+        config_path, state_path = folder / CONFIG_FILE, folder / STATE_FILE
+        for p in (config_path, state_path):
+            if not p.is_file():
+                raise DataError("not found; is this a folder written by `subspaces align fit`?", path=p)
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise DataError(f"not valid JSON: {exc}", path=config_path) from exc
+        if config.get("format_version") != FORMAT_VERSION:
+            raise DataError(f"unsupported format_version {config.get('format_version')!r}", path=config_path)
+        aligner = cls(**config["params"])
+        try:
+            with np.load(state_path, allow_pickle=False) as state:
+                aligner.matrix_ = state["matrix"]
+                aligner.source_mean_ = state["source_mean"]
+                aligner.target_mean_ = state["target_mean"]
+                aligner.target_scale_ = float(state["target_scale"])
+        except (OSError, ValueError, KeyError) as exc:
+            raise DataError(f"unreadable aligner state: {exc}", path=state_path) from exc
+        aligner.n_features_in_ = int(config["n_features_in"])
+        aligner.n_features_out_ = int(config["n_features_out"])
+        if aligner.matrix_.shape != (aligner.n_features_in_, aligner.n_features_out_):
+            raise DimensionError(f"{state_path}: map has shape {aligner.matrix_.shape}, config says "
+                                 f"{aligner.n_features_in_} x {aligner.n_features_out_}")
+        aligner.fit_seconds_ = config.get("fit_seconds")
+        aligner.diagnostics_ = config.get("diagnostics", {})
+        return aligner

@@ -1,0 +1,92 @@
+"""Step 2 of mini-vec2vec: matched anchor pairs from an ensemble of k-means runs on the two unpaired spaces.
+
+Each run clusters an independent subsample of each space, matches the two centroid sets by quadratic
+assignment, and contributes its matched centroid pairs as anchors. Runs whose matching is poor (low agreement
+between the matched similarity structures, a label-free score) can be dropped before the runs are pooled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+
+from subspaces.align.matching import match_centroids
+from subspaces.align.preprocess import normalize_rows
+
+
+def kmeans(
+    x: np.ndarray, n_clusters: int, *, n_iter: int = 25, seed: int = 0, init: np.ndarray | None = None
+) -> np.ndarray:
+    """Spherical k-means centroids (unit rows) of unit-norm rows ``x``; ``init`` seeds the centroids."""
+    model = faiss.Kmeans(
+        x.shape[1], n_clusters, niter=n_iter, seed=int(seed), spherical=True, verbose=False,
+        max_points_per_centroid=max(256, int(np.ceil(len(x) / n_clusters))),  # use every point, no silent subsample
+    )
+    model.train(np.ascontiguousarray(x, dtype=np.float32), init_centroids=None if init is None else np.ascontiguousarray(init, dtype=np.float32))
+    return normalize_rows(model.centroids)
+
+
+@dataclass(frozen=True)
+class AnchorSet:
+    source: np.ndarray  # (n_anchors, d_source), row i matched to target row i
+    target: np.ndarray  # (n_anchors, d_target)
+    run: np.ndarray  # (n_anchors,) index of the k-means run each anchor came from
+    agreement: np.ndarray  # (n_runs,) similarity-structure agreement of each run's matching
+    objective: np.ndarray  # (n_runs,) QAP objective of each run
+    kept: np.ndarray  # (n_runs,) bool, runs pooled into the anchors
+
+    @property
+    def n_runs(self) -> int:
+        return len(self.agreement)
+
+    def runs(self) -> list[np.ndarray]:
+        """Row indices of each kept run's anchors."""
+        return [np.flatnonzero(self.run == r) for r in np.flatnonzero(self.kept)]
+
+    def keep_runs(self, keep: np.ndarray) -> AnchorSet:
+        """The same anchors restricted to the runs flagged in ``keep`` (n_runs,) bool."""
+        keep = keep & self.kept
+        rows = keep[self.run]
+        return AnchorSet(self.source[rows], self.target[rows], self.run[rows], self.agreement, self.objective, keep)
+
+
+def matched_anchors(
+    source: np.ndarray,
+    target: np.ndarray,
+    *,
+    n_runs: int = 30,
+    n_clusters: int = 20,
+    sample_size: int = 10_000,
+    kmeans_iter: int = 25,
+    qap_method: str = "faq",
+    qap_restarts: int = 10,
+    keep_fraction: float = 1.0,
+    rng: np.random.Generator,
+    progress=None,
+) -> AnchorSet:
+    """Pool the matched centroids of ``n_runs`` k-means runs, keeping the best ``keep_fraction`` by agreement."""
+    src, tgt, runs, agreements, objectives = [], [], [], [], []
+    for run in range(n_runs):
+        a = source[rng.choice(len(source), min(sample_size, len(source)), replace=False)]
+        b = target[rng.choice(len(target), min(sample_size, len(target)), replace=False)]
+        ca = kmeans(a, n_clusters, n_iter=kmeans_iter, seed=int(rng.integers(2**31)))
+        cb = kmeans(b, n_clusters, n_iter=kmeans_iter, seed=int(rng.integers(2**31)))
+        match = match_centroids(ca, cb, method=qap_method, n_restarts=qap_restarts, rng=rng)
+        src.append(ca)
+        tgt.append(cb[match.permutation])
+        runs.append(np.full(n_clusters, run))
+        agreements.append(match.agreement)
+        objectives.append(match.objective)
+        if progress is not None:
+            progress(run + 1, n_runs)
+    agreement = np.asarray(agreements)
+    n_keep = max(1, int(round(keep_fraction * n_runs)))
+    kept = np.zeros(n_runs, dtype=bool)
+    kept[np.argsort(-agreement, kind="stable")[:n_keep]] = True
+    run_of = np.concatenate(runs)
+    rows = kept[run_of]
+    return AnchorSet(
+        np.concatenate(src)[rows], np.concatenate(tgt)[rows], run_of[rows], agreement, np.asarray(objectives), kept
+    )

@@ -1,0 +1,37 @@
+"""Orthogonal Procrustes, also between spaces of different dimension.
+
+``argmin_W ||X W - Y||_F`` over W with orthonormal columns (d_x >= d_y) or rows (d_x < d_y) is ``U V^T`` from the
+thin SVD ``X^T Y = U S V^T``. With equal dimensions that is the classic orthogonal map (scipy's
+``orthogonal_procrustes``, which only takes equal shapes); with unequal ones it equals zero-padding the smaller
+space and solving the square problem, then dropping the padding, so norms and angles are kept on the shared
+``min(d_x, d_y)``-dimensional subspace.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def procrustes(x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """The (semi-)orthogonal ``W`` (d_x x d_y) that best maps rows of ``x`` onto the paired rows of ``y``."""
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"procrustes needs paired rows, got {x.shape[0]} and {y.shape[0]}")
+    cross = (x * weights[:, None]).T @ y if weights is not None else x.T @ y
+    u, _, vt = np.linalg.svd(cross.astype(np.float64), full_matrices=False)
+    return (u @ vt).astype(np.float32)
+
+
+def nearest_orthogonal(w: np.ndarray) -> np.ndarray:
+    """The (semi-)orthogonal matrix closest to ``w`` in Frobenius norm (the polar factor, ``U V^T``)."""
+    u, _, vt = np.linalg.svd(w.astype(np.float64), full_matrices=False)
+    return (u @ vt).astype(np.float32)
+
+
+def orthogonality_gap(w: np.ndarray) -> float:
+    """``||W^T W - I||_F / sqrt(r)`` on the smaller side: 0 for a (semi-)orthogonal map.
+
+    Blending two orthogonal maps (refinement's smoothing) leaves the orthogonal group; this says how far.
+    """
+    gram = w.T @ w if w.shape[0] >= w.shape[1] else w @ w.T
+    r = gram.shape[0]
+    return float(np.linalg.norm(gram - np.eye(r, dtype=gram.dtype)) / np.sqrt(r))

@@ -1,0 +1,171 @@
+"""mini-vec2vec aligner: stages checked against hand computations, and the whole fit on synthetic spaces."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import ortho_group
+
+from subspaces.align import MiniVec2Vec, evaluate_alignment, retrieval_metrics
+from subspaces.align.anchors import kmeans
+from subspaces.align.matching import match_centroids
+from subspaces.align.preprocess import center_normalize
+from subspaces.align.procrustes import nearest_orthogonal, orthogonality_gap, procrustes
+from subspaces.errors import DataError, DimensionError
+
+# Small but complete settings: every stage runs, on a few thousand rows.
+FAST = dict(
+    n_anchor_runs=6, n_anchor_clusters=10, anchor_sample=1000, n_restarts=2, n_pseudo_pairs=1000,
+    refine_iter=30, refine_sample=500, centroid_clusters=40, probe_size=500, ann_lists=0, random_state=0,
+)
+
+
+def clustered(rng: np.random.Generator, n: int, dim: int = 8, n_clusters: int = 10, seed: int = 0) -> np.ndarray:
+    """Anisotropic Gaussian clusters of unequal weight: a distinctive shape that survives rotation."""
+    layout = np.random.default_rng(seed)
+    scale = np.geomspace(4, 0.5, dim)
+    centers = layout.normal(size=(n_clusters, dim)) * scale
+    weights = layout.dirichlet(np.full(n_clusters, 2.0))
+    labels = rng.choice(n_clusters, n, p=weights)
+    return centers[labels] + 0.3 * rng.normal(size=(n, dim)) * scale
+
+
+def test_procrustes_matches_hand_computation():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(50, 4))
+    y = rng.normal(size=(50, 4))
+    u, _, vt = np.linalg.svd(x.T @ y)
+    np.testing.assert_allclose(procrustes(x, y), u @ vt, atol=1e-5)
+    # and it recovers an exact rotation
+    q = ortho_group.rvs(4, random_state=1)
+    np.testing.assert_allclose(procrustes(x, x @ q), q, atol=1e-5)
+
+
+def test_procrustes_between_different_dimensions_is_semi_orthogonal():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(100, 6))
+    q = ortho_group.rvs(9, random_state=2)[:6]  # 6 x 9 with orthonormal rows
+    w = procrustes(x, x @ q)
+    assert w.shape == (6, 9)
+    np.testing.assert_allclose(w, q, atol=1e-5)
+    assert orthogonality_gap(w) < 1e-5
+    blended = 0.5 * w + 0.5 * procrustes(x, rng.normal(size=(100, 9)))
+    assert orthogonality_gap(blended) > 0.01
+    assert orthogonality_gap(nearest_orthogonal(blended)) < 1e-5
+
+
+def test_qap_recovers_permuted_centroids():
+    rng = np.random.default_rng(0)
+    centroids = kmeans(center_normalize(clustered(rng, 2000), np.zeros(8)), 10, seed=0)
+    perm = rng.permutation(10)
+    q = ortho_group.rvs(8, random_state=3)
+    # target centroid perm[i] is source centroid i, rotated: the shapes agree, the coordinates do not.
+    target = np.empty_like(centroids)
+    target[perm] = centroids @ q
+    match = match_centroids(centroids, target, n_restarts=5, rng=rng)
+    np.testing.assert_array_equal(match.permutation, perm)
+    assert match.agreement == pytest.approx(1.0, abs=1e-6)
+
+
+def test_recovers_a_random_rotation_between_unpaired_clustered_spaces():
+    rng = np.random.default_rng(0)
+    q = ortho_group.rvs(8, random_state=1)
+    source = clustered(rng, 2000)
+    target = clustered(rng, 2000) @ q + 3.0  # different rows, rotated and shifted
+    held_out = clustered(rng, 500)
+    aligner = MiniVec2Vec(**FAST).fit(source, target)
+    report = evaluate_alignment(aligner, held_out, held_out @ q + 3.0)
+    assert report["oracle"]["top1"] > 0.99
+    assert report["identity"]["top1"] < 0.1
+    assert report["top1"] > 0.95
+    diagnostics = aligner.diagnostics_
+    assert diagnostics["orthogonality_gap"] < 1e-4
+    assert diagnostics["nn_similarity"]["final"] >= diagnostics["nn_similarity"]["initial"]
+
+
+@pytest.mark.parametrize("source_dim,target_dim", [(8, 12), (12, 8)])
+def test_different_dimensions(source_dim, target_dim):
+    """A lossless embedding of an 8-d space into 12-d, in either direction, is recovered."""
+    rng = np.random.default_rng(0)
+    lift = ortho_group.rvs(12, random_state=4)[:8]  # 8 x 12, orthonormal rows
+
+    def space(x, dim):
+        return x if dim == 8 else x @ lift
+
+    source = space(clustered(rng, 2000), source_dim)
+    target = space(clustered(rng, 2000), target_dim) + 1.0
+    held = clustered(rng, 500)
+    aligner = MiniVec2Vec(**FAST).fit(source, target)
+    assert aligner.matrix_.shape == (source_dim, target_dim)
+    report = evaluate_alignment(aligner, space(held, source_dim), space(held, target_dim) + 1.0)
+    assert report["identity"] is None
+    assert report["top1"] > 0.9
+
+
+def test_save_load_round_trip_and_stored_means(tmp_path):
+    rng = np.random.default_rng(0)
+    q = ortho_group.rvs(8, random_state=1)
+    source = clustered(rng, 1500) + 5.0
+    target = clustered(rng, 1500) @ q - 2.0
+    aligner = MiniVec2Vec(**FAST).fit(source, target)
+    aligner.save(tmp_path / "aligner")
+    loaded = MiniVec2Vec.load(tmp_path / "aligner")
+    new = clustered(rng, 7) + 5.0
+    np.testing.assert_array_equal(loaded.transform(new), aligner.transform(new))
+    assert loaded.get_params() == aligner.get_params()
+    # New rows are centred on the *training* mean, not their own: one row transforms the same alone or in a batch.
+    np.testing.assert_allclose(loaded.transform(new[:1]), loaded.transform(new)[:1], atol=1e-6)
+    expected = center_normalize(new, aligner.source_mean_) @ aligner.matrix_
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)
+    np.testing.assert_allclose(loaded.transform(new, centered=True), expected, atol=1e-5)
+    # Default output lives in the target's own coordinates.
+    np.testing.assert_allclose(
+        loaded.transform(new), aligner.target_mean_ + aligner.target_scale_ * expected, atol=1e-4
+    )
+
+
+def test_retrieval_metrics_by_hand():
+    target = np.eye(4, dtype=np.float32)
+    mapped = np.array([[1, 0, 0, 0], [0.9, 0.1, 0, 0], [0, 0, 1, 0], [0, 0, 0.2, 1]], dtype=np.float32)
+    metrics = retrieval_metrics(mapped, target, pool_size=4)
+    # ranks: 1, 2 (row 1 is closer to target 0), 1, 1
+    assert metrics["top1"] == pytest.approx(0.75)
+    assert metrics["mean_rank"] == pytest.approx(1.25)
+    # pools of 2: rows 0-1 compete only with targets 0-1, rows 2-3 with 2-3
+    assert retrieval_metrics(mapped, target, pool_size=2)["mean_rank"] == pytest.approx(1.25)
+
+
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (lambda x: np.where(np.arange(len(x))[:, None] == 3, np.nan, x), "NaN or inf.*row 3"),
+        (lambda x: np.where(np.arange(len(x))[:, None] == 5, 0.0, x), "zero vectors.*row 5"),
+        (lambda x: x[:, :, None], "2-D"),
+    ],
+)
+def test_bad_input_is_a_clear_error(mutate, message):
+    rng = np.random.default_rng(0)
+    good = clustered(rng, 500)
+    with pytest.raises(DimensionError, match=message):
+        MiniVec2Vec(**FAST).fit(mutate(good), good)
+
+
+def test_too_few_rows_for_the_cluster_counts():
+    rng = np.random.default_rng(0)
+    with pytest.raises(DataError, match="needs at least"):
+        MiniVec2Vec(**FAST).fit(clustered(rng, 500), clustered(rng, 30))
+
+
+def test_transform_checks_dimension_and_fitted_state(tmp_path):
+    from subspaces.errors import SubspacesError
+
+    with pytest.raises(SubspacesError, match="not fitted"):
+        MiniVec2Vec().transform(np.ones((2, 8)))
+    with pytest.raises(DataError, match="aligner.json"):
+        MiniVec2Vec.load(tmp_path)
+    rng = np.random.default_rng(0)
+    aligner = MiniVec2Vec(**FAST).fit(clustered(rng, 1000), clustered(rng, 1000))
+    with pytest.raises(DimensionError, match="fitted on 8"):
+        aligner.transform(np.ones((2, 5)))
+    with pytest.raises(DimensionError, match="equal row counts"):
+        evaluate_alignment(aligner, np.ones((3, 8)), np.ones((2, 8)))
