@@ -83,6 +83,50 @@ def time_steps(args: argparse.Namespace, dims: list[int], sentences: list[str]) 
     }
 
 
+@torch.no_grad()
+def prefix_geometry(model, sentences: list[str], dims: list[int], batch_size: int = 64) -> dict:
+    """What MIC's regularisers target, measured on held-out sentences at the last layer, per prefix size.
+
+    ``mean_abs_corr``: mean |C_uv| between prefix and residual token dims (SCR's C); ``variance_cv`` and
+    ``uniformity`` of the pooled prefixes (SIR's two terms, uniformity over all pairs of the batch).
+    """
+    from subspaces.losses.mic import token_statistics
+    from subspaces.models.pooling import masked_mean
+
+    model.eval()
+    transformer = model[0]
+    config = transformer.model.config
+    previous, config.output_hidden_states = config.output_hidden_states, True
+    corr_sum, pooled_all, batches = None, [], 0
+    try:
+        for start in range(0, len(sentences), batch_size):
+            features = model.preprocess(sentences[start : start + batch_size])
+            out = model(features)
+            hidden, mask = out["all_layer_embeddings"][-1], out["attention_mask"]
+            corr, _ = token_statistics(hidden, mask)
+            corr_sum = corr if corr_sum is None else corr_sum + corr
+            pooled_all.append(masked_mean(hidden, mask))
+            batches += 1
+    finally:
+        config.output_hidden_states = previous
+    corr = corr_sum / batches
+    pooled = torch.cat(pooled_all)
+    result = {}
+    for d in dims:
+        if d >= corr.shape[0]:
+            continue
+        z = pooled[:, :d]
+        v = z.var(dim=0, unbiased=False)
+        unit = torch.nn.functional.normalize(z, dim=-1)
+        sq = torch.pdist(unit).pow(2)
+        result[str(d)] = {
+            "mean_abs_corr": float(corr[:d, d:].abs().mean()),
+            "variance_cv": float(v.std(unbiased=False) / v.mean()),
+            "uniformity": float(torch.logsumexp(-2.0 * sq, 0) - torch.log(torch.tensor(float(sq.numel())))),
+        }
+    return result
+
+
 def markdown_table(reports: list[dict]) -> str:
     """Rows = task x model, columns = dims: the table BENCHMARKS.md shows, made from the JSON reports."""
     dims = [str(d) for d in reports[0]["dims"]]
@@ -114,6 +158,7 @@ def main() -> None:
     parser.add_argument("--max-test", type=int, default=1000)
     parser.add_argument("--timing-rounds", type=int, default=5)
     parser.add_argument("--timing-file", default="timing.json")
+    parser.add_argument("--geometry-sentences", type=int, default=512)
     parser.add_argument("--skip", default="", help="comma list of phases to skip: timing, train, eval")
     parser.add_argument("--out", default="runs/matryoshka")
     args = parser.parse_args()
@@ -174,6 +219,14 @@ def main() -> None:
             report = evaluator(load_encoder(str(target), max_seq_length=args.max_length), name=name)
             save_json(cached, report)
             reports.append(report)
+        from subspaces.data.sts import load_stsb
+
+        held_out = list(dict.fromkeys(load_stsb("test").sentences1))[: args.geometry_sentences]
+        geometry = {}
+        for name, target in [("start", args.model), *runs.items()]:
+            geometry[name] = prefix_geometry(load_encoder(str(target), max_seq_length=args.max_length), held_out, dims)
+        save_json(out / "geometry.json", {"sentences": len(held_out), "layer": "last", "models": geometry})
+        print(json.dumps(geometry, indent=1))
         save_json(out / "dims.json", {"settings": settings, "reports": reports})
         plot_dims(reports, out / "dims.png")
         print(markdown_table(reports))
