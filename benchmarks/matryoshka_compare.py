@@ -168,7 +168,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     dims = [int(d) for d in args.dims.split(",")]
     skip = set(filter(None, args.skip.split(",")))
-    methods = args.methods.split(",")
+    methods = [m for m in args.methods.split(",") if m]
     seeds = [int(s) for s in args.seeds.split(",")]
     sentences = wordnet_sentences()
     settings = {k: v for k, v in vars(args).items() if k != "skip"}
