@@ -8,6 +8,7 @@ from those files. Entity embeddings come from the on-disk shard cache (the first
     nice -n 5 .venv/bin/python benchmarks/kgc_bench.py frozen --heads hadamard,concat,hypernet --epochs 3
     nice -n 5 .venv/bin/python benchmarks/kgc_bench.py efficiency                 # bi vs tri inference, same run
     nice -n 5 .venv/bin/python benchmarks/kgc_bench.py fb15k237 --head hypernet --epochs 1
+    nice -n 5 .venv/bin/python benchmarks/kgc_bench.py finetune-timing --batch-size 64 --max-steps 3
     .venv/bin/python benchmarks/kgc_bench.py table
 """
 
@@ -60,7 +61,7 @@ def frozen(args: argparse.Namespace) -> dict:
         report = train_pipeline(
             output=cache_dir() / "kgc-runs" / f"{args.dataset}-{name}", dataset=args.dataset, model=MODEL, arch="tri", head=kind,
             rank=_rank(rank or args.rank), freeze_encoder=True, batch_size=args.batch_size, lr=args.lr, epochs=args.epochs,
-            pre_batch=args.pre_batch, seed=args.seed,
+            max_steps=args.train_steps, pre_batch=args.pre_batch, seed=args.seed,
         )
         out[name] = {"train": report["train_result"], "eval": report["eval"], "output": report["output"]}
         print(name, json.dumps(report["eval"]["average"]), f"train {report['train_result']['seconds']:.0f}s", flush=True)
@@ -106,6 +107,29 @@ def efficiency(args: argparse.Namespace) -> dict:
     return out
 
 
+def finetune_timing(args: argparse.Namespace) -> dict:
+    """Seconds per fine-tuning step on this CPU (encoder trained), to size what a full run would take."""
+    from subspaces.kgc.data import load_kg
+    from subspaces.kgc.graph import KnownTails
+    from subspaces.kgc.loss import SimKGCLoss
+    from subspaces.kgc.models import KGCTexts
+    from subspaces.kgc.pipeline import build_model
+    from subspaces.kgc.train import KGCTrainConfig, train_kgc
+
+    kg = load_kg(args.dataset)
+    texts = KGCTexts.build(kg)
+    examples = kg.with_inverses("train")
+    out: dict = {"batch_size": args.batch_size, "steps": args.max_steps, "examples_per_epoch": int(len(examples))}
+    for arch in ("bi", "tri"):
+        model = build_model(MODEL, arch, "hypernet", 32)
+        loss = SimKGCLoss(model, KnownTails(examples), batch_size=args.batch_size)
+        result = train_kgc(loss, examples, KGCTrainConfig(batch_size=args.batch_size, lr=5e-5, max_steps=args.max_steps, show_progress=False), texts)
+        per_step = result.seconds / result.steps
+        out[arch] = {"seconds_per_step": per_step, "epoch_hours_extrapolated": per_step * len(examples) / args.batch_size / 3600}
+        print(arch, json.dumps(out[arch]), flush=True)
+    return out
+
+
 def table(_args: argparse.Namespace) -> None:
     def row(label: str, r: dict, train_s: float | None = None) -> str:
         a = r["average"]
@@ -131,7 +155,7 @@ def table(_args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["zero-shot", "frozen", "efficiency", "fb15k237", "table"])
+    parser.add_argument("part", choices=["zero-shot", "frozen", "efficiency", "fb15k237", "finetune-timing", "table"])
     parser.add_argument("--dataset", default="wn18rr")
     parser.add_argument("--heads", default="hadamard,concat,hypernet")
     parser.add_argument("--head", default="hypernet")
@@ -143,6 +167,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--tri-run", default="hypernet-32")
     parser.add_argument("--entity-sample", type=int, default=2048)
+    parser.add_argument("--max-steps", type=int, default=3, help="finetune-timing: steps to time")
+    parser.add_argument("--train-steps", type=int, default=None, help="frozen/fb15k237: stop after this many steps")
     args = parser.parse_args()
     if args.part == "table":
         table(args)
@@ -155,7 +181,8 @@ def main() -> None:
         result = frozen(args)
         name = "fb15k237"
     else:
-        result = {"zero-shot": zero_shot, "frozen": frozen, "efficiency": efficiency}[args.part](args)
+        parts = {"zero-shot": zero_shot, "frozen": frozen, "efficiency": efficiency, "finetune-timing": finetune_timing}
+        result = parts[args.part](args)
         name = f"{args.dataset}-{args.part}"
     RESULTS.mkdir(parents=True, exist_ok=True)
     save_json(RESULTS / f"{name}.json", {"meta": _meta(command), **result})

@@ -313,3 +313,14 @@ def test_shards_hold_distinct_texts_so_repeats_share_them(tmp_path, tiny_encoder
     distinct = EmbeddingShardCache(model, tmp_path, shard_size=2, show_progress=False)
     distinct.encode(["a", "b", "c", "d", "e"])
     assert distinct.stats.miss_shards == 0 and distinct.stats.hit_shards == 3
+
+
+def test_conditioning_with_many_relations_falls_back_to_rows():
+    from subspaces.kgc.models import TriEncoderKGC
+    from subspaces.models.heads import make_head
+
+    torch.manual_seed(0)
+    model = TriEncoderKGC(encoder=None, head=make_head("hypernet", 8, 2))
+    model.max_relation_groups = 2
+    heads, relations, ids = torch.randn(5, 8), torch.randn(5, 8), torch.tensor([0, 1, 2, 3, 4])
+    torch.testing.assert_close(model.condition_by_relation(heads, ids, relations), model.condition(heads, relations[ids]))

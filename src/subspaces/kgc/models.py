@@ -115,6 +115,7 @@ class TriEncoderKGC(nn.Module):
     """Hyper-CL: entities and relations encoded separately by one backbone; ``hr = head(e_h, e_r)``."""
 
     arch = "tri"
+    max_relation_groups = 32  # above this many distinct relations in a batch, condition row by row
 
     def __init__(self, encoder, head: nn.Module) -> None:
         super().__init__()
@@ -135,6 +136,8 @@ class TriEncoderKGC(nn.Module):
         """
         ids = torch.as_tensor(relation_ids, dtype=torch.long, device=head_vectors.device)
         distinct, inverse = torch.unique(ids, return_inverse=True)
+        if len(distinct) > self.max_relation_groups:  # many relations, few rows each: one batched call is faster
+            return self.condition(head_vectors, relation_vectors[ids])
         params = self.head.condition_params(relation_vectors[distinct])
         out = head_vectors.new_empty(len(head_vectors), self.head.out_dim)
         hypernet = getattr(self.head, "kind", "") == "hypernet"
