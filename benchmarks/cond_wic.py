@@ -80,9 +80,11 @@ def no_condition_baseline(sentence_cache: LRUCache, task, dev, test, seen_keys) 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="benchmarks/results/cond_wic.json")
-    parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--full-epochs", type=int, default=8, help="epochs of the full-rank hypernet (56M weights)")
+    parser.add_argument("--epochs", type=int, default=10, help="epochs of the hadamard and concat heads")
+    parser.add_argument("--hyper-epochs", type=int, default=6, help="epochs of the low-rank hypernet (9.4M weights)")
+    parser.add_argument("--full-epochs", type=int, default=2, help="epochs of the full-rank hypernet (57M weights)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--hyper-seeds", type=int, nargs="+", default=[0], help="seeds of the hypernet heads (CPU-bound)")
     parser.add_argument("--rank", type=int, default=32, help="hypernet rank K (d/12 = 32 for d = 384)")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--fine-tune", action="store_true", help="fine-tune the encoder (1 epoch) instead")
@@ -121,12 +123,12 @@ def main() -> None:
         bi.metadata["seen_keys"] = seen_keys
         results["bi_frozen"] = summarise(evaluate(bi, task, test, dev_rows=dev, seen_keys=seen_keys))
 
-        heads = [("hadamard", None, args.epochs), ("concat", None, args.epochs), ("hypernet", args.rank, args.epochs),
+        heads = [("hadamard", None, args.epochs), ("concat", None, args.epochs), ("hypernet", args.rank, args.hyper_epochs),
                  ("hypernet", None, args.full_epochs)]
         trained: dict[str, TriEncoder] = {}
         for kind, rank, epochs in heads:
             name = f"tri_{kind}" + ("" if kind != "hypernet" else f"_k{rank}" if rank else "_full")
-            seeds = args.seeds if rank is not None or kind != "hypernet" else args.seeds[:1]
+            seeds = args.hyper_seeds if kind == "hypernet" else args.seeds
             runs = []
             for seed in seeds:
                 torch.manual_seed(seed)

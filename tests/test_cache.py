@@ -74,3 +74,11 @@ def test_get_many_computes_only_distinct_misses():
 def test_bad_bounds():
     with pytest.raises(SubspacesError):
         LRUCache(max_bytes=-1)
+
+
+def test_hit_rate_is_undefined_without_lookups():
+    cache = LRUCache()
+    cache.put("a", vec())
+    assert cache.stats().to_dict()["hit_rate"] is None
+    cache.get("a")
+    assert cache.stats().to_dict()["hit_rate"] == 1.0

@@ -64,7 +64,8 @@ class CacheStats:
         return self.hits / self.lookups if self.lookups else 0.0
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "lookups": self.lookups, "hit_rate": self.hit_rate}
+        # No lookups: the hit rate is undefined (None), not 0.
+        return {**asdict(self), "lookups": self.lookups, "hit_rate": self.hit_rate if self.lookups else None}
 
 
 class LRUCache:

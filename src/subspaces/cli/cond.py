@@ -58,6 +58,10 @@ def parse_rank(text: str) -> int | None:
     return value
 
 
+def _pct(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate:.2%}"
+
+
 def _metrics_table(title: str, report: dict) -> None:
     parts = [("all", report.get("metrics"))] + [(p, report.get(p)) for p in ("seen", "unseen")]
     parts = [(name, m) for name, m in parts if m]
@@ -126,7 +130,7 @@ def eval_cmd(
 
     report = evaluate_conditional(model_dir, task.value, split=split.value, data_dir=data, predictions=predictions)
     _metrics_table(f"{task.value} {split.value}: {report['arch']} {report.get('head', '')}", report)
-    console.print(f"cache hit rate {report['cache']['hit_rate']:.2%} ({report['cache']['bytes'] / 2**20:.1f} MiB), "
+    console.print(f"cache hit rate {_pct(report['cache']['hit_rate'])} ({report['cache']['bytes'] / 2**20:.1f} MiB), "
                   f"{report['seconds']:.1f}s")
     if json_path is not None:
         save_json(json_path, report)
@@ -156,7 +160,7 @@ def csts_cache_cmd(
     for name, run in report["runs"].items():
         for phase in ("cold", "warm"):
             r = run[phase]
-            rows.append([f"{name}-encoder", phase, f"{r['seconds']:.2f}", f"{r['rows_per_second']:.1f}", f"{r['hit_rate']:.2%}"])
+            rows.append([f"{name}-encoder", phase, f"{r['seconds']:.2f}", f"{r['rows_per_second']:.1f}", _pct(r["hit_rate"])])
     out.print(table(f"{task.value} {split.value} ({report['rows']} rows)", ["model", "cache", "seconds", "rows/s", "hit rate"], rows))
     console.print(f"tri-encoder is {report['tri_speedup_cold']:.2f}x the bi-encoder's speed with cold caches")
     if json_path is not None:

@@ -94,7 +94,7 @@ class ConditionalModel(nn.Module):
         hits = sum(s["hits"] for s in per.values())
         lookups = sum(s["lookups"] for s in per.values())
         return {
-            "hit_rate": hits / lookups if lookups else 0.0,
+            "hit_rate": hits / lookups if lookups else None,
             "hits": hits,
             "lookups": lookups,
             "bytes": sum(s["bytes"] for s in per.values()),
