@@ -258,3 +258,13 @@ def test_load_model_errors(tmp_path):
 
     with pytest.raises(ModelNotFoundError, match="not a conditional model folder"):
         load_model(tmp_path)
+
+
+def test_auto_rank_is_d_over_12(tiny_encoder):
+    from subspaces.cond.models import auto_rank, build_model
+
+    assert (auto_rank(768), auto_rank(1024), auto_rank(384)) == (64, 85, 32)
+    model = build_model("tri", tiny_encoder, head="hypernet")
+    assert model.head.rank == 3  # d = 32
+    with pytest.raises(SubspacesError, match="rank must be"):
+        build_model("tri", tiny_encoder, head="hypernet", rank="big")

@@ -44,15 +44,17 @@ TaskOpt = Annotated[Task, typer.Option(help="wic (bundled) or csts (needs --data
 DataOpt = Annotated[Optional[Path], typer.Option("--data", help="Folder with csts_{train,validation,test}.csv (C-STS).")]
 
 
-def parse_rank(text: str) -> int | None:
+def parse_rank(text: str) -> int | str | None:
     from subspaces.errors import SubspacesError
 
     if text == "full":
         return None
+    if text == "auto":
+        return "auto"
     try:
         value = int(text)
     except ValueError:
-        raise SubspacesError(f"--rank must be a positive integer or 'full', got {text!r}") from None
+        raise SubspacesError(f"--rank must be a positive integer, 'auto' or 'full', got {text!r}") from None
     if value <= 0:
         raise SubspacesError(f"--rank must be positive, got {value}")
     return value
@@ -81,7 +83,7 @@ def train_cmd(
     model: Annotated[str, typer.Option("--model", "-m", help="Bundled model name or local folder.")] = "minilm-l6",
     arch: Annotated[Arch, typer.Option(help="tri: sentence and condition encoded apart (cacheable); bi: (s, c) pairs.")] = Arch.tri,
     head: Annotated[Head, typer.Option(help="Tri-encoder head.")] = Head.hypernet,
-    rank: Annotated[str, typer.Option(help="Hypernet rank K (Hyper-CL: about d/12) or 'full'.")] = "64",
+    rank: Annotated[str, typer.Option(help="Hypernet rank K, 'auto' (d/12, as Hyper-CL) or 'full'.")] = "auto",
     objective: Annotated[Objective, typer.Option(help="mse; quadruplet and infonce_mse need pairs under two conditions.")] = Objective.mse,
     freeze_encoder: Annotated[bool, typer.Option("--freeze-encoder/--fine-tune", help="Train only the head on cached embeddings.")] = True,
     condition_encoder: Annotated[Optional[str], typer.Option(help="A separate encoder for conditions (tri only).")] = None,
@@ -144,7 +146,7 @@ def csts_cache_cmd(
     data: DataOpt = None,
     model: Annotated[str, typer.Option("--model", "-m")] = "minilm-l6",
     split: Split = Split.test,
-    rank: str = "64",
+    rank: Annotated[str, typer.Option(help="Hypernet rank K, 'auto' (d/12) or 'full'.")] = "auto",
     tri: Annotated[Optional[Path], typer.Option(help="A trained tri-encoder folder (default: a fresh hypernet head).")] = None,
     bi: Annotated[Optional[Path], typer.Option(help="A trained bi-encoder folder (default: the plain encoder).")] = None,
     limit: Annotated[Optional[int], typer.Option(help="Only the first N rows.")] = None,

@@ -306,19 +306,28 @@ class BiEncoder(ConditionalModel):
         return {**super().config(), "encode_batch_size": self.encode_batch_size}
 
 
+def auto_rank(dim: int) -> int:
+    """Hyper-CL's rule of thumb: K of about d / 12."""
+    return max(1, round(dim / 12))
+
+
 def build_model(
     arch: str,
     encoder: str,
     *,
     head: str = "hypernet",
-    rank: int | None = 64,
+    rank: int | str | None = "auto",
     freeze_encoder: bool = True,
     condition_encoder: str | None = None,
     cache_bytes: int | None = DEFAULT_CACHE_BYTES,
     max_seq_length: int | None = None,
     seed: int = 0,
 ) -> ConditionalModel:
-    """A fresh conditional model on ``encoder`` (a bundled name or a folder). ``rank=None`` is full rank."""
+    """A fresh conditional model on ``encoder`` (a bundled name or a folder).
+
+    ``rank``: the hypernet's K; ``None`` is full rank; ``"auto"`` is ``round(d / 12)`` (Hyper-CL's K = 64 for
+    d = 768 and 85 for d = 1024).
+    """
     from subspaces.models.encoder import load_encoder
 
     if arch not in ARCHS:
@@ -329,6 +338,10 @@ def build_model(
             raise SubspacesError("a separate condition encoder applies to the tri-encoder only")
         return BiEncoder(backbone, freeze_encoder=freeze_encoder, encoder_name=str(encoder), cache_bytes=cache_bytes)
     dim = int(backbone.get_embedding_dimension())
+    if rank == "auto":
+        rank = auto_rank(dim)
+    elif isinstance(rank, str):
+        raise SubspacesError(f"rank must be an integer, None (full) or 'auto', got {rank!r}")
     torch.manual_seed(seed)
     cond = load_encoder(condition_encoder, max_seq_length=max_seq_length) if condition_encoder else None
     return TriEncoder(

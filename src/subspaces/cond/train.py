@@ -175,7 +175,10 @@ def fit(
     if best_state is not None:
         model.load_state_dict(best_state, strict=False)
     model.eval()
-    model.clear_caches(reset_stats=True) if not model.freeze_encoder else _reset_stats(model)
+    if model.freeze_encoder:
+        _reset_stats(model)  # the cached embeddings stay valid; only training's lookups are forgotten
+    else:
+        model.clear_caches(reset_stats=True)  # embeddings from mid-training encoders are stale
     result = CondTrainResult(step, seconds, best_epoch, best_dev, sampler.summary(), history)
     model.metadata["training"] = {k: v for k, v in asdict(result).items() if k != "history"}
     return result
