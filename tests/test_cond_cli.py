@@ -70,6 +70,8 @@ def test_cache_bench_and_user_errors(setup):
     # The fixture holds each sentence pair under two conditions: the tri-encoder reuses sentences, the bi-encoder cannot.
     assert tri["cold"]["caches"]["sentences"] > 0.4 and bi["cold"]["hit_rate"] == 0.0
     assert tri["warm"]["hit_rate"] == 1.0 and bi["warm"]["hit_rate"] == 1.0
+    # New conditions for known sentences: the tri-encoder reuses every sentence embedding.
+    assert tri["new_conditions"]["caches"]["sentences"] == 1.0
     res = runner.invoke(app, ["cond", "train", "--task", "csts", "--output", str(setup / "x")])
     assert res.exit_code == 2 and "--data" in res.output
     res = runner.invoke(app, ["cond", "train", "--task", "csts", "--data", str(setup), "--output", str(setup / "x")])
