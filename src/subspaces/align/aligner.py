@@ -53,9 +53,10 @@ class MiniVec2Vec:
         anchor_sample: rows sampled from each space per run (paper: 10,000).
         kmeans_iter: Lloyd iterations of every k-means.
         qap_method: ``"faq"`` or ``"2opt"`` (scipy's quadratic-assignment solvers).
-        qap_restarts: solver restarts per run; the best objective is kept.
+        qap_restarts: solver starts per run, each polished by pairwise swaps; the best objective is kept.
         anchor_keep: fraction of runs kept, best matching agreement first (1.0 = paper, keep all).
-        n_restarts: independent anchor stages + initial maps; the best by label-free score is refined.
+        n_restarts: independent full passes (anchors, initial map, both refinements); the one with the best
+            label-free score after refinement is kept.
         n_pseudo_pairs: source rows used to fit the initial map.
         relative_k: target neighbours averaged in relative space (paper: 50).
         refine_iter: maximum refine-1 iterations (paper: 100).
@@ -82,7 +83,7 @@ class MiniVec2Vec:
         anchor_sample: int = 10_000,
         kmeans_iter: int = 25,
         qap_method: str = "faq",
-        qap_restarts: int = 10,
+        qap_restarts: int = 30,
         anchor_keep: float = 1.0,
         n_restarts: int = 3,
         n_pseudo_pairs: int = 10_000,
@@ -188,31 +189,38 @@ class MiniVec2Vec:
         def score(matrix: np.ndarray) -> float:
             return bidirectional_nn_similarity(probe_a, probe_b, index_a, index_b, matrix)
 
-        restarts = []
-        for restart in range(self.n_restarts):
-            with self._progress(f"anchors (restart {restart + 1}/{self.n_restarts})", self.n_anchor_runs) as tick:
-                anchors = matched_anchors(
-                    a, b,
-                    n_runs=self.n_anchor_runs, n_clusters=self.n_anchor_clusters, sample_size=self.anchor_sample,
-                    kmeans_iter=self.kmeans_iter, qap_method=self.qap_method, qap_restarts=self.qap_restarts,
-                    keep_fraction=self.anchor_keep, rng=rng, progress=tick,
-                )
-            rows = rng.choice(len(a), min(self.n_pseudo_pairs, len(a)), replace=False)
-            matrix = initial_map(a[rows], b, anchors.source, anchors.target, k=self.relative_k)
-            # Procrustes already returns an orthogonal map; nothing to project here.
-            restarts.append({
-                "matrix": matrix,
-                "anchors": anchors,
-                "score": score(matrix),
-                "anchor_consistency": anchor_consistency(anchors, matrix),
-                "qap_agreement": float(anchors.agreement[anchors.kept].mean()),
-            })
-            logger.info("restart %d: nn-similarity %.4f", restart, restarts[-1]["score"])
-        chosen = int(np.argmax([r["score"] for r in restarts]))
-        matrix = restarts[chosen]["matrix"]
-        initial_score = restarts[chosen]["score"]
+        restarts = [self._fit_one(restart, a, b, index_b, score, rng) for restart in range(self.n_restarts)]
+        # Refined maps are compared, not initial ones: a wrong start can look as good as a right one before
+        # refinement, but only a right one reaches a high neighbour similarity after it.
+        chosen = int(np.argmax([r["nn_similarity"]["final"] for r in restarts]))
+        self.matrix_ = restarts[chosen].pop("matrix").astype(np.float32)
+        for r in restarts:
+            r.pop("matrix", None)
+        self.fit_seconds_ = time.perf_counter() - start
+        self.diagnostics_ = {
+            "chosen_restart": chosen,
+            "nn_similarity": restarts[chosen]["nn_similarity"],
+            "anchor_consistency": restarts[chosen]["anchor_consistency_final"],
+            "orthogonality_gap": orthogonality_gap(self.matrix_),
+            "restarts": restarts,
+        }
+        return self
 
-        with self._progress("refine", self.refine_iter) as tick:
+    def _fit_one(self, restart: int, a, b, index_b, score, rng: np.random.Generator) -> dict[str, Any]:
+        """One full pass: anchors -> initial map -> refine-1 -> refine-2, with its label-free diagnostics."""
+        with self._progress(f"anchors (restart {restart + 1}/{self.n_restarts})", self.n_anchor_runs) as tick:
+            anchors = matched_anchors(
+                a, b,
+                n_runs=self.n_anchor_runs, n_clusters=self.n_anchor_clusters, sample_size=self.anchor_sample,
+                kmeans_iter=self.kmeans_iter, qap_method=self.qap_method, qap_restarts=self.qap_restarts,
+                keep_fraction=self.anchor_keep, rng=rng, progress=tick,
+            )
+        rows = rng.choice(len(a), min(self.n_pseudo_pairs, len(a)), replace=False)
+        matrix = initial_map(a[rows], b, anchors.source, anchors.target, k=self.relative_k)
+        initial_score = score(matrix)
+        initial_consistency = anchor_consistency(anchors, matrix)
+
+        with self._progress(f"refine (restart {restart + 1}/{self.n_restarts})", self.refine_iter) as tick:
             matrix, history = refine_by_neighbours(
                 a, b, matrix, score=score, target_index=index_b, n_iter=self.refine_iter,
                 sample_size=self.refine_sample, k=self.refine_k, alpha=self.refine_alpha,
@@ -231,31 +239,24 @@ class MiniVec2Vec:
             # Accepted unless it makes the label-free score worse: refinement may not undo a good map.
             if centroid_score >= refined_score - self.refine_tol:
                 matrix, centroid_accepted = candidate, True
-
-        self.matrix_ = matrix.astype(np.float32)
-        self.fit_seconds_ = time.perf_counter() - start
-        self.diagnostics_ = {
-            "restarts": [
-                {k: v for k, v in r.items() if k not in ("matrix", "anchors")}
-                | {"runs_kept": int(r["anchors"].kept.sum()), "mean_qap_objective": float(r["anchors"].objective.mean())}
-                for r in restarts
-            ],
-            "chosen_restart": chosen,
+        final_score = max(refined_score, centroid_score) if centroid_accepted else refined_score
+        logger.info("restart %d: nn-similarity %.4f -> %.4f", restart, initial_score, final_score)
+        return {
+            "matrix": matrix,
             "nn_similarity": {
-                "initial": initial_score,
-                "refine1": refined_score,
-                "refine2": centroid_score,
-                "final": score(self.matrix_),
+                "initial": initial_score, "refine1": refined_score, "refine2": centroid_score, "final": final_score,
             },
+            "qap_agreement": float(anchors.agreement[anchors.kept].mean()),
+            "mean_qap_objective": float(anchors.objective.mean()),
+            "runs_kept": int(anchors.kept.sum()),
+            "anchor_consistency_initial": initial_consistency,
+            "anchor_consistency_final": anchor_consistency(anchors, matrix),
             "refine1_iterations": len(history.scores),
             "refine1_best_iteration": history.best_iteration,
             "refine1_stopped_early": history.stopped_early,
             "refine1_scores": history.scores,
             "refine2_accepted": centroid_accepted,
-            "anchor_consistency": anchor_consistency(restarts[chosen]["anchors"], self.matrix_),
-            "orthogonality_gap": orthogonality_gap(self.matrix_),
         }
-        return self
 
     def _progress(self, description: str, total: int):
         """A context manager yielding ``tick(done, total)``; silent unless ``verbose``."""

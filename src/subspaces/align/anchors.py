@@ -23,6 +23,7 @@ def kmeans(
     model = faiss.Kmeans(
         x.shape[1], n_clusters, niter=n_iter, seed=int(seed), spherical=True, verbose=False,
         max_points_per_centroid=max(256, int(np.ceil(len(x) / n_clusters))),  # use every point, no silent subsample
+        min_points_per_centroid=1,  # the caller checks row counts; faiss would only warn
     )
     model.train(np.ascontiguousarray(x, dtype=np.float32), init_centroids=None if init is None else np.ascontiguousarray(init, dtype=np.float32))
     return normalize_rows(model.centroids)
@@ -61,7 +62,7 @@ def matched_anchors(
     sample_size: int = 10_000,
     kmeans_iter: int = 25,
     qap_method: str = "faq",
-    qap_restarts: int = 10,
+    qap_restarts: int = 30,
     keep_fraction: float = 1.0,
     rng: np.random.Generator,
     progress=None,

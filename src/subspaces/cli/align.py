@@ -1,1 +1,153 @@
-"""Commands for this capability (being written)."""
+"""``subspaces align fit|apply|eval``: unsupervised alignment of embedding spaces (mini-vec2vec)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from subspaces.cli.common import console, out, table, user_errors
+from subspaces.cli.groups import align_app
+
+
+class QapMethod(str, Enum):
+    faq = "faq"
+    two_opt = "2opt"
+
+
+def _embed(model: str, texts_path: Path):
+    from subspaces.io import read_lines
+    from subspaces.models.encoder import encode, load_encoder
+
+    texts = read_lines(texts_path)
+    console.print(f"embedding {len(texts)} texts of {texts_path} with {model}")
+    return encode(load_encoder(model), texts, show_progress=True)
+
+
+def _side(name: str, emb: Optional[Path], model: Optional[str], texts: Optional[Path]):
+    from subspaces.errors import SubspacesError
+    from subspaces.io import load_embeddings
+
+    if emb is not None:
+        if model is not None or texts is not None:
+            raise SubspacesError(f"give either --{name}-emb or --{name} with --{name}-texts, not both")
+        return load_embeddings(emb)
+    if model is None or texts is None:
+        raise SubspacesError(f"give --{name}-emb FILE, or --{name} MODEL with --{name}-texts FILE")
+    return _embed(model, texts)
+
+
+@align_app.command("fit")
+@user_errors
+def fit_cmd(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted aligner to.")],
+    source_emb: Annotated[Optional[Path], typer.Option(help="Source-model vectors (.npy/.parquet).")] = None,
+    target_emb: Annotated[Optional[Path], typer.Option(help="Target-model vectors of *other* texts.")] = None,
+    source: Annotated[Optional[str], typer.Option(help="Source model, to embed --source-texts first.")] = None,
+    source_texts: Annotated[Optional[Path], typer.Option(help="Texts for the source model, one a line.")] = None,
+    target: Annotated[Optional[str], typer.Option(help="Target model, to embed --target-texts first.")] = None,
+    target_texts: Annotated[Optional[Path], typer.Option(help="Texts for the target model, one a line.")] = None,
+    n_anchor_runs: Annotated[int, typer.Option(help="k-means runs pooled into anchors.")] = 30,
+    n_anchor_clusters: Annotated[int, typer.Option(help="Clusters per anchor run.")] = 20,
+    anchor_sample: Annotated[int, typer.Option(help="Rows sampled from each space per run.")] = 10_000,
+    kmeans_iter: Annotated[int, typer.Option(help="Lloyd iterations of every k-means.")] = 25,
+    qap_method: Annotated[QapMethod, typer.Option(help="scipy quadratic-assignment solver.")] = QapMethod.faq,
+    qap_restarts: Annotated[int, typer.Option(help="Solver starts per run, each polished by swaps; best kept.")] = 30,
+    anchor_keep: Annotated[float, typer.Option(help="Fraction of runs kept, best matching agreement first.")] = 1.0,
+    n_restarts: Annotated[int, typer.Option(help="Independent anchor stages; best label-free score wins.")] = 3,
+    n_pseudo_pairs: Annotated[int, typer.Option(help="Source rows used for the initial map.")] = 10_000,
+    relative_k: Annotated[int, typer.Option(help="Neighbours averaged in relative space.")] = 50,
+    refine_iter: Annotated[int, typer.Option(help="Maximum refine-1 iterations.")] = 100,
+    refine_sample: Annotated[int, typer.Option(help="Source rows per refine-1 iteration.")] = 4096,
+    refine_k: Annotated[int, typer.Option(help="Target neighbours averaged in refine-1.")] = 50,
+    refine_alpha: Annotated[float, typer.Option(help="Blend weight of each refine-1 map.")] = 0.5,
+    refine_patience: Annotated[int, typer.Option(help="Stop after this many iterations without gain.")] = 10,
+    refine_tol: Annotated[float, typer.Option(help="Smallest label-free score gain that counts.")] = 1e-4,
+    centroid_clusters: Annotated[int, typer.Option(help="k of refine-2's k-means (0 skips refine-2).")] = 500,
+    centroid_alpha: Annotated[float, typer.Option(help="Blend weight of refine-2's map.")] = 0.5,
+    orthogonalize: Annotated[bool, typer.Option("--orthogonalize/--no-orthogonalize", help="Project blended maps back to orthogonal.")] = True,
+    ann_lists: Annotated[int, typer.Option(help="IVF cells of the refinement indexes (0 = exact search).")] = 64,
+    ann_probe: Annotated[int, typer.Option(help="IVF cells visited per query.")] = 8,
+    probe_size: Annotated[int, typer.Option(help="Rows of each space used for the label-free score.")] = 4096,
+    seed: Annotated[int, typer.Option(help="Random seed (samples, k-means, QAP starts).")] = 0,
+) -> None:
+    """Learn a linear map from the source space into the target space from UNPAIRED vectors (row counts may differ)."""
+    from subspaces.align import MiniVec2Vec
+
+    a = _side("source", source_emb, source, source_texts)
+    b = _side("target", target_emb, target, target_texts)
+    console.print(f"fitting mini-vec2vec: source {a.shape[0]} x {a.shape[1]}, target {b.shape[0]} x {b.shape[1]}")
+    aligner = MiniVec2Vec(
+        n_anchor_runs=n_anchor_runs, n_anchor_clusters=n_anchor_clusters, anchor_sample=anchor_sample,
+        kmeans_iter=kmeans_iter, qap_method=qap_method.value, qap_restarts=qap_restarts, anchor_keep=anchor_keep,
+        n_restarts=n_restarts, n_pseudo_pairs=n_pseudo_pairs, relative_k=relative_k, refine_iter=refine_iter,
+        refine_sample=refine_sample, refine_k=refine_k, refine_alpha=refine_alpha, refine_patience=refine_patience,
+        refine_tol=refine_tol, centroid_clusters=centroid_clusters, centroid_alpha=centroid_alpha,
+        orthogonalize=orthogonalize, ann_lists=ann_lists, ann_probe=ann_probe, probe_size=probe_size,
+        random_state=seed, verbose=True,
+    ).fit(a, b)
+    aligner.save(output)
+    d = aligner.diagnostics_
+    rows = [
+        [f"restart {i}{' (chosen)' if i == d['chosen_restart'] else ''}", r["qap_agreement"],
+         r["nn_similarity"]["initial"], r["nn_similarity"]["refine1"], r["nn_similarity"]["final"],
+         r["refine1_iterations"], r["anchor_consistency_final"]]
+        for i, r in enumerate(d["restarts"])
+    ]
+    columns = ["", "QAP agreement", "nn-sim initial", "nn-sim refine-1", "nn-sim final", "refine-1 iters", "anchor consistency"]
+    out.print(table("label-free diagnostics", columns, [[c if not isinstance(c, float) else f"{c:.4f}" for c in r] for r in rows]))
+    out.print(f"orthogonality gap {d['orthogonality_gap']:.2e}")
+    console.print(f"fitted in {aligner.fit_seconds_:.1f}s; wrote {output}")
+
+
+@align_app.command("apply")
+@user_errors
+def apply_cmd(
+    aligner_dir: Annotated[Path, typer.Argument(help="Folder written by `align fit`.")],
+    input: Annotated[Path, typer.Argument(help="Source-model vectors, .npy or .parquet (one embedding column).")],
+    output: Annotated[Path, typer.Argument(help="Where to write the mapped vectors (.npy or .parquet).")],
+    centered: Annotated[bool, typer.Option("--centered/--target-space", help="Unit vectors in the centred target space, or (default) in the target model's own coordinates.")] = False,
+    chunk_size: Annotated[int, typer.Option(help="Rows mapped per chunk.")] = 65_536,
+) -> None:
+    """Map a stored collection into the target space, in chunks; the output is written atomically, the input untouched."""
+    from subspaces.align import MiniVec2Vec
+    from subspaces.align.apply import apply_to_file
+
+    if output.resolve() == input.resolve():
+        from subspaces.errors import SubspacesError
+
+        raise SubspacesError("output must differ from input: the original collection is never modified")
+    aligner = MiniVec2Vec.load(aligner_dir)
+    n = apply_to_file(aligner, input, output, centered=centered, chunk_size=chunk_size, progress=True)
+    console.print(f"mapped {n} vectors {aligner.n_features_in_}-d -> {aligner.n_features_out_}-d into {output}")
+
+
+@align_app.command("eval")
+@user_errors
+def eval_cmd(
+    aligner_dir: Annotated[Path, typer.Argument(help="Folder written by `align fit`.")],
+    source_emb: Annotated[Path, typer.Option(help="Held-out source vectors; row i pairs with target row i.")],
+    target_emb: Annotated[Path, typer.Option(help="Held-out target vectors of the same texts.")],
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report here (atomically).")] = None,
+    pool_size: Annotated[int, typer.Option(help="Candidates per retrieval pool.")] = 8192,
+    source_name: Annotated[Optional[str], typer.Option(help="Name of the source model in the report.")] = None,
+    target_name: Annotated[Optional[str], typer.Option(help="Name of the target model in the report.")] = None,
+) -> None:
+    """Top-1, mean rank and cosine on paired held-out vectors, beside identity and oracle-Procrustes baselines."""
+    from subspaces.align import MiniVec2Vec, evaluate_alignment
+    from subspaces.io import load_embeddings, save_json
+
+    aligner = MiniVec2Vec.load(aligner_dir)
+    report = {"source": source_name or source_emb.stem, "target": target_name or target_emb.stem}
+    report |= evaluate_alignment(aligner, load_embeddings(source_emb), load_embeddings(target_emb), pool_size=pool_size)
+    report["fit_seconds"] = aligner.fit_seconds_
+    if json_path is not None:
+        save_json(json_path, report)
+    rows = [["mini-vec2vec", report["top1"], report["mean_rank"], report["cosine"]]]
+    for name in ("identity", "oracle"):
+        if report[name] is not None:
+            rows.append([name, report[name]["top1"], report[name]["mean_rank"], report[name]["cosine"]])
+    title = f"{report['source']} -> {report['target']}: {report['n_eval']} pairs, pools of {report['pool_size']}"
+    out.print(table(title, ["map", "top-1", "mean rank", "cosine"], [[r[0], f"{r[1]:.4f}", f"{r[2]:.2f}", f"{r[3]:.4f}"] for r in rows]))
