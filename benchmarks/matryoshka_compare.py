@@ -159,7 +159,8 @@ def main() -> None:
     parser.add_argument("--timing-rounds", type=int, default=5)
     parser.add_argument("--timing-file", default="timing.json")
     parser.add_argument("--geometry-sentences", type=int, default=512)
-    parser.add_argument("--skip", default="", help="comma list of phases to skip: timing, train, eval")
+    parser.add_argument("--checkpoint-dir", default=None, help="evaluate <dir>/<method>.pt resume checkpoints instead of training")
+    parser.add_argument("--skip", default="", help="comma list of phases to skip: timing, train, eval, geometry")
     parser.add_argument("--out", default="runs/matryoshka")
     args = parser.parse_args()
     args.seed = int(args.seeds.split(",")[0])
@@ -179,7 +180,19 @@ def main() -> None:
         print(json.dumps({k: v for k, v in timing.items() if k != "all_cpu_seconds"}, indent=2))
 
     runs: dict[str, Path] = {}
-    for seed in seeds:
+    if args.checkpoint_dir:
+        # Evaluate models restored from resume checkpoints (<dir>/<method>.pt), e.g. all three taken at the same
+        # step of the same schedule when a run had to be cut short.
+        for method in methods:
+            state = torch.load(Path(args.checkpoint_dir) / f"{method}.pt", map_location="cpu", weights_only=False)
+            name = f"{method}-seed{state['config']['seed']}-step{state['step']}"
+            folder = out / name
+            if not (folder / "modules.json").is_file():
+                model = load_encoder(args.model, max_seq_length=args.max_length)
+                model.load_state_dict(state["model"])
+                model.save(str(folder))
+            runs[name] = folder
+    for seed in seeds if not args.checkpoint_dir else []:
         for method in methods:
             folder = out / f"{method}-seed{seed}"
             runs[f"{method}-seed{seed}"] = folder
@@ -219,14 +232,16 @@ def main() -> None:
             report = evaluator(load_encoder(str(target), max_seq_length=args.max_length), name=name)
             save_json(cached, report)
             reports.append(report)
-        from subspaces.data.sts import load_stsb
+        if "geometry" not in skip:
+            from subspaces.data.sts import load_stsb
 
-        held_out = list(dict.fromkeys(load_stsb("test").sentences1))[: args.geometry_sentences]
-        geometry = {}
-        for name, target in [("start", args.model), *runs.items()]:
-            geometry[name] = prefix_geometry(load_encoder(str(target), max_seq_length=args.max_length), held_out, dims)
-        save_json(out / "geometry.json", {"sentences": len(held_out), "layer": "last", "models": geometry})
-        print(json.dumps(geometry, indent=1))
+            held_out = list(dict.fromkeys(load_stsb("test").sentences1))[: args.geometry_sentences]
+            geometry = {}
+            for name, target in [("start", args.model), *runs.items()]:
+                model = load_encoder(str(target), max_seq_length=args.max_length)
+                geometry[name] = prefix_geometry(model, held_out, dims)
+            save_json(out / "geometry.json", {"sentences": len(held_out), "layer": "last", "models": geometry})
+            print(json.dumps(geometry, indent=1))
         save_json(out / "dims.json", {"settings": settings, "reports": reports})
         plot_dims(reports, out / "dims.png")
         print(markdown_table(reports))
