@@ -121,8 +121,7 @@ class KGCInference:
         for i, name in enumerate(names):
             groups.setdefault(name, []).append(i)
         for rows in groups.values():
-            shared = tuple(p.expand(len(rows), *p.shape[1:]) for p in params[rows[0]])
-            out[rows] = head.project(heads[rows], shared).cpu()
+            out[rows] = self.model.project_shared(heads[rows], params[rows[0]]).cpu()
         return out
 
     def stats(self) -> dict:

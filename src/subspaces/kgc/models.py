@@ -140,18 +140,18 @@ class TriEncoderKGC(nn.Module):
             return self.condition(head_vectors, relation_vectors[ids])
         params = self.head.condition_params(relation_vectors[distinct])
         out = head_vectors.new_empty(len(head_vectors), self.head.out_dim)
-        hypernet = getattr(self.head, "kind", "") == "hypernet"
         for k in range(len(distinct)):
             rows = (inverse == k).nonzero(as_tuple=True)[0]
-            h = head_vectors[rows]
-            if hypernet and len(params) == 2:  # rows sharing W_r = W1 W2ᵀ: (h W2) W1ᵀ as two matrix products
-                out[rows] = (h @ params[1][k]) @ params[0][k].T
-            elif hypernet:
-                out[rows] = h @ params[0][k].T
-            else:
-                shared = tuple(p[k : k + 1].expand(len(rows), *p.shape[1:]) for p in params)
-                out[rows] = self.head.project(h, shared)
+            out[rows] = self.project_shared(head_vectors[rows], tuple(p[k : k + 1] for p in params))
         return out
+
+    def project_shared(self, head_vectors: torch.Tensor, params: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Project rows that all share one relation's parameters (each of batch size 1)."""
+        if getattr(self.head, "kind", "") == "hypernet":
+            if len(params) == 2:  # W_r = W1 W2ᵀ: (h W2) W1ᵀ as two matrix products, no per-row copies of W_r
+                return (head_vectors @ params[1][0]) @ params[0][0].T
+            return head_vectors @ params[0][0].T
+        return self.head.project(head_vectors, tuple(p.expand(len(head_vectors), *p.shape[1:]) for p in params))
 
     def embed_batch(self, triples: np.ndarray, kg_texts: KGCTexts) -> tuple[torch.Tensor, ...]:
         # One backbone pass over the batch's distinct entities and relations (shared, as in a tri-encoder).
