@@ -59,7 +59,7 @@ def frozen(args: argparse.Namespace) -> dict:
         kind, _, rank = spec.partition(":")
         name = kind if kind != "hypernet" else f"hypernet-{rank or args.rank}"
         report = train_pipeline(
-            output=cache_dir() / "kgc-runs" / f"{args.dataset}-{name}", dataset=args.dataset, model=MODEL, arch="tri", head=kind,
+            output=cache_dir() / "kgc-runs" / f"{args.dataset}-{name}{args.tag}", dataset=args.dataset, model=MODEL, arch="tri", head=kind,
             rank=_rank(rank or args.rank), freeze_encoder=True, batch_size=args.batch_size, lr=args.lr, epochs=args.epochs,
             max_steps=args.train_steps, pre_batch=args.pre_batch, seed=args.seed,
         )
@@ -165,6 +165,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--pre-batch", type=int, default=0)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--tag", default="", help="suffix for the results file and run folders (e.g. -6ep)")
     parser.add_argument("--tri-run", default="hypernet-32")
     parser.add_argument("--entity-sample", type=int, default=2048)
     parser.add_argument("--max-steps", type=int, default=3, help="finetune-timing: steps to time")
@@ -184,6 +185,7 @@ def main() -> None:
         parts = {"zero-shot": zero_shot, "frozen": frozen, "efficiency": efficiency, "finetune-timing": finetune_timing}
         result = parts[args.part](args)
         name = f"{args.dataset}-{args.part}"
+    name += args.tag
     RESULTS.mkdir(parents=True, exist_ok=True)
     save_json(RESULTS / f"{name}.json", {"meta": _meta(command), **result})
 
