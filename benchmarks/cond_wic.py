@@ -16,6 +16,7 @@ import argparse
 import json
 import platform
 import time
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -90,6 +91,9 @@ def main() -> None:
     parser.add_argument("--fine-tune", action="store_true", help="fine-tune the encoder (1 epoch) instead")
     parser.add_argument("--ft-epochs", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--heads", nargs="+", default=["hadamard", "concat", "hypernet", "hypernet-full"],
+                        help="which tri-encoder heads to train")
+    parser.add_argument("--no-analyses", action="store_true", help="skip expressiveness, impurity and cache timing")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -123,8 +127,9 @@ def main() -> None:
         bi.metadata["seen_keys"] = seen_keys
         results["bi_frozen"] = summarise(evaluate(bi, task, test, dev_rows=dev, seen_keys=seen_keys))
 
-        heads = [("hadamard", None, args.epochs), ("concat", None, args.epochs), ("hypernet", args.rank, args.hyper_epochs),
-                 ("hypernet", None, args.full_epochs)]
+        every = {"hadamard": ("hadamard", None, args.epochs), "concat": ("concat", None, args.epochs),
+                 "hypernet": ("hypernet", args.rank, args.hyper_epochs), "hypernet-full": ("hypernet", None, args.full_epochs)}
+        heads = [every[h] for h in args.heads]
         trained: dict[str, TriEncoder] = {}
         for kind, rank, epochs in heads:
             name = f"tri_{kind}" + ("" if kind != "hypernet" else f"_k{rank}" if rank else "_full")
@@ -149,24 +154,28 @@ def main() -> None:
                     trained[name] = model
             results[name] = aggregate(runs)
 
-        # Analyses on the first seed's heads.
-        test_conditions = sorted({r.condition for r in test})
-        cond_emb = torch.from_numpy(np.stack([condition_cache.get(content_key("condition", c)) for c in test_conditions]))
-        report["expressiveness"] = {name: expressiveness(m.head, cond_emb) for name, m in trained.items()
-                                    if m.head.kind != "concat"}
-        top = [c for c, _ in __import__("collections").Counter(r.condition for r in train).most_common(10)]
-        members = [(s, r.condition) for r in train if r.condition in top for s in (r.sentence1, r.sentence2)]
-        members = sorted(set(members))
-        report["cluster_impurity"] = {
-            "data": "sentences of the 10 most frequent train conditions, k-means with k = 10, entropy / log 10",
-            **{name: cluster_impurity(m, [s for s, _ in members], [c for _, c in members])
-               for name, m in trained.items()},
-        }
-        # Cold vs warm caches on the test split: fresh models, nothing cached.
-        report["cache_benchmark"] = cache_benchmark("wic", MODEL, split="test", rank=args.rank)
+        if not args.no_analyses:
+            report.update(analyses(trained, condition_cache, train, test, args.rank))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     save_json(args.out, report)
     print_table(report)
+
+
+def analyses(trained: dict[str, TriEncoder], condition_cache: LRUCache, train, test, rank: int) -> dict:
+    """Expressiveness and cluster impurity of the first seed's heads; bi- vs tri-encoder cache timing."""
+    test_conditions = sorted({r.condition for r in test})
+    cond_emb = torch.from_numpy(np.stack([condition_cache.get(content_key("condition", c)) for c in test_conditions]))
+    top = {c for c, _ in Counter(r.condition for r in train).most_common(10)}
+    members = sorted({(s, r.condition) for r in train if r.condition in top for s in (r.sentence1, r.sentence2)})
+    return {
+        "expressiveness": {name: expressiveness(m.head, cond_emb) for name, m in trained.items() if m.head.kind != "concat"},
+        "cluster_impurity": {
+            "data": "sentences of the 10 most frequent train conditions, k-means with k = 10, entropy / log 10",
+            **{name: cluster_impurity(m, [s for s, _ in members], [c for _, c in members]) for name, m in trained.items()},
+        },
+        # Fresh models, nothing cached: cold, warm, and the same pairs under new conditions.
+        "cache_benchmark": cache_benchmark("wic", MODEL, split="test", rank=rank),
+    }
 
 
 def fine_tune(report, encoder, task, train, dev, test, seen_keys, args) -> None:
