@@ -37,6 +37,10 @@ from subspaces.train.loop import TrainConfig, train
 METHODS = ("simcse", "mrl", "mic")
 
 
+class StopAtSnapshot(Exception):
+    """Raised from the training callback to end a run right after its snapshot (``--stop-at-snapshot``)."""
+
+
 def build_loss(method: str, model, dims: list[int], args: argparse.Namespace):
     if method == "simcse":
         return SimCSELoss(model, temperature=args.temperature)
@@ -159,6 +163,8 @@ def main() -> None:
     parser.add_argument("--timing-rounds", type=int, default=5)
     parser.add_argument("--timing-file", default="timing.json")
     parser.add_argument("--geometry-sentences", type=int, default=512)
+    parser.add_argument("--snapshot-step", type=int, default=None, help="also save each model after this many steps; evaluate that")
+    parser.add_argument("--stop-at-snapshot", action="store_true", help="end each run at --snapshot-step")
     parser.add_argument("--checkpoint-dir", default=None, help="evaluate <dir>/<method>.pt resume checkpoints instead of training")
     parser.add_argument("--skip", default="", help="comma list of phases to skip: timing, train, eval, geometry")
     parser.add_argument("--out", default="runs/matryoshka")
@@ -195,8 +201,11 @@ def main() -> None:
     for seed in seeds if not args.checkpoint_dir else []:
         for method in methods:
             folder = out / f"{method}-seed{seed}"
-            runs[f"{method}-seed{seed}"] = folder
+            snapshot = out / f"{method}-seed{seed}-step{args.snapshot_step}" if args.snapshot_step else None
+            runs[snapshot.name if snapshot else folder.name] = snapshot or folder
             if "train" in skip or (folder / "trainer_state.json").is_file():
+                continue
+            if snapshot is not None and args.stop_at_snapshot and (snapshot / "modules.json").is_file():
                 continue
             model = load_encoder(args.model, max_seq_length=args.max_length)
             config = TrainConfig(
@@ -209,8 +218,22 @@ def main() -> None:
                 eval_steps=0,
                 save_steps=50,
             )
+
+            def take_snapshot(step: int, loss: float, model=model, snapshot=snapshot) -> None:
+                # The model after `step` steps of a `--steps`-long schedule (the LR has not decayed to 0 yet).
+                if snapshot is not None and step == args.snapshot_step:
+                    model.save(str(snapshot))
+                    if args.stop_at_snapshot:
+                        raise StopAtSnapshot
+
             cpu = time.process_time()
-            result = train(model, build_loss(method, model, dims, args), [(s,) for s in sentences], config)
+            try:
+                result = train(
+                    model, build_loss(method, model, dims, args), [(s,) for s in sentences], config, callback=take_snapshot
+                )
+            except StopAtSnapshot:
+                print(f"{method} seed {seed}: stopped at step {args.snapshot_step}, model in {snapshot}")
+                continue
             cpu = time.process_time() - cpu
             save_json(folder / "cpu_seconds.json", {"steps": result.steps, "cpu_seconds": cpu, "wall_seconds": result.seconds})
             print(f"{method} seed {seed}: {result.steps} steps in {result.seconds:.0f} s ({result.seconds / max(result.steps, 1):.2f} s/step)")
