@@ -1,0 +1,35 @@
+"""Markdown table of alignment results from the JSON files ``align_bench.py`` writes.
+
+    .venv/bin/python benchmarks/align_table.py benchmarks/results/align_wordnet.json benchmarks/results/align_tweets.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def fmt(metrics: dict | None, key: str, digits: int = 3) -> str:
+    return "n/a" if metrics is None else f"{metrics[key]:.{digits}f}"
+
+
+def main(paths: list[str]) -> None:
+    print("| pool | pair | n_eval | mini-vec2vec top-1 | mean rank | cosine | identity top-1 | oracle top-1 | "
+          "gap to oracle | fit s | paper recipe top-1 | paper fit s | speed-up |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for path in paths:
+        results = json.load(open(path))
+        for r in results["pairs"]:
+            paper = r.get("paper_recipe")
+            gap = (r["oracle"]["top1"] - r["top1"]) / r["oracle"]["top1"]
+            print(
+                f"| {results['pool']} ({results['size']}) | {r['source']} → {r['target']} | {r['n_eval']} | "
+                f"{r['top1']:.3f} | {r['mean_rank']:.1f} | {r['cosine']:.3f} | {fmt(r['identity'], 'top1')} | "
+                f"{r['oracle']['top1']:.3f} | {100 * gap:.1f}% | {r['fit_seconds']:.0f} | {fmt(paper, 'top1')} | "
+                f"{'n/a' if paper is None else f'{paper['fit_seconds']:.0f}'} | "
+                f"{'n/a' if paper is None else f'{r['speedup_vs_paper_recipe']:.1f}x'} |"
+            )
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
