@@ -57,17 +57,20 @@ def _sts(name: str) -> DimsTask:
 def _registry() -> dict[str, DimsTask]:
     from subspaces.data.sts import TASKS as STS_TASKS
 
+    def splits(load: Callable[[str], Any], kind: Kind, name: str, metric: str, train: str, test: str) -> DimsTask:
+        return DimsTask(name, kind, metric, lambda: load(train), lambda: load(test))
+
     tasks = [
-        DimsTask("Banking77", "text", "accuracy", lambda: cls_data.load_banking77("train"), lambda: cls_data.load_banking77("test")),
-        DimsTask("Emotion", "text", "accuracy", lambda: cls_data.load_emotion("train"), lambda: cls_data.load_emotion("test")),
+        splits(cls_data.load_banking77, "text", "Banking77", "accuracy", "train", "test"),
+        splits(cls_data.load_emotion, "text", "Emotion", "accuracy", "train", "test"),
         _tweeteval("emotion", "macro_f1"),
         _tweeteval("hate", "macro_f1"),
         _tweeteval("irony", "f1"),
         _tweeteval("offensive", "macro_f1"),
         _tweeteval("emoji", "macro_f1"),
         _tweeteval("sentiment", "macro_recall", "val", "probe trained on val: the train texts are missing"),
-        DimsTask("MRPC", "pair", "accuracy", lambda: cls_data.load_mrpc("train"), lambda: cls_data.load_mrpc("test")),
-        DimsTask("WiC", "pair", "accuracy", lambda: cls_data.load_wic_pairs("train"), lambda: cls_data.load_wic_pairs("test")),
+        splits(cls_data.load_mrpc, "pair", "MRPC", "accuracy", "train", "test"),
+        splits(cls_data.load_wic_pairs, "pair", "WiC", "accuracy", "train", "test"),
         *[_sts(name) for name in STS_TASKS],
     ]
     return {t.name: t for t in tasks}

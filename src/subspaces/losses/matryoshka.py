@@ -36,7 +36,8 @@ class MatryoshkaSimCSELoss(MatryoshkaLoss):
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         features = list(sentence_features)
-        if len(features) == 1 and isinstance(self.loss, SimCSELoss):  # two dropout views: two dicts, so the forward cache keeps both outputs
+        if len(features) == 1 and isinstance(self.loss, SimCSELoss):
+            # two dropout views in two dicts, so the forward cache keeps both outputs
             features = [features[0], dict(features[0])]
         return super().forward(features, labels)
 
