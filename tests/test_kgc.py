@@ -324,3 +324,23 @@ def test_conditioning_with_many_relations_falls_back_to_rows():
     model.max_relation_groups = 2
     heads, relations, ids = torch.randn(5, 8), torch.randn(5, 8), torch.tensor([0, 1, 2, 3, 4])
     torch.testing.assert_close(model.condition_by_relation(heads, ids, relations), model.condition(heads, relations[ids]))
+
+
+def test_cli_train_then_eval_writes_the_documented_json(tmp_path, tiny_encoder_dir, monkeypatch):
+    from typer.testing import CliRunner
+
+    from subspaces.cli.app import app
+
+    monkeypatch.setenv("SUBSPACES_CACHE", str(tmp_path / "cache"))
+    data = write_wn18rr(tmp_path / "wn")
+    run = tmp_path / "run"
+    args = ["kgc", "train", "--dataset", str(data), "--model", str(tiny_encoder_dir), "--arch", "tri", "--head", "hadamard",
+            "--freeze-encoder", "--max-steps", "2", "--batch-size", "8", "--max-length", "32", "--output", str(run)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(app, ["kgc", "eval", str(run), "--split", "valid", "--json", str(tmp_path / "e.json")])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "e.json").read_text())
+    assert metrics["dataset"] == "wn18rr" and metrics["split"] == "valid" and metrics["queries"] == 4
+    assert {"forward", "backward", "average", "inference_seconds", "cache_hit_rate"} <= set(metrics)
+    assert set(metrics["forward"]) == {"mrr", "hits@1", "hits@3", "hits@10", "mr"}

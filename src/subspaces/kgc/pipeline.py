@@ -19,7 +19,7 @@ import torch
 
 from subspaces.errors import SubspacesError
 from subspaces.io import atomic_open, save_json
-from subspaces.kgc.data import KnowledgeGraph, load_kg
+from subspaces.kgc.data import DATASETS, KnowledgeGraph, load_kg
 from subspaces.kgc.graph import KnownTails, LinkGraph
 from subspaces.kgc.inference import KGCInference
 from subspaces.kgc.loss import SimKGCLoss
@@ -138,8 +138,13 @@ def train_pipeline(
     )
     result = train_kgc(loss.to(device), examples, config, texts)
     output = Path(output)
+    if isinstance(dataset, KnowledgeGraph) or str(dataset) in DATASETS:
+        source = kg.name
+    else:
+        source = str(Path(dataset).resolve())
     saved = {
         "dataset": kg.name,
+        "dataset_source": source,  # what evaluation reloads: a dataset name or the folder trained on
         "base_model": model,
         "max_length": max_length,
         "neighbour_names": texts.link_graph is not None,
@@ -186,7 +191,7 @@ def evaluate_model(
     is_folder = not isinstance(model, torch.nn.Module) and (Path(str(model)) / CONFIG_NAME).is_file()
     config: dict = read_config(model) if is_folder else {}
     if dataset is None:
-        dataset = config.get("dataset")
+        dataset = config.get("dataset_source", config.get("dataset"))
         if dataset is None:
             raise SubspacesError("name the dataset (--dataset wn18rr|fb15k237): the model folder does not record one")
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)  # bad data fails before a model loads
