@@ -98,7 +98,7 @@ def scratch(aug: str = "dropout", steps: int = 200, batch_size: int = 64, lr: fl
 
 @app.command()
 def sup(epochs: int = 1, batch_size: int = 64, lr: float = 5e-5, max_steps: int | None = None, seed: int = 42,
-        pooler: str = "mean") -> None:
+        pooler: str = "mean", before: bool = True) -> None:
     """Supervised SimCSE on the SNLI dev/test triplets, starting from minilm-l6."""
     from subspaces.config import dataset_dir
     from subspaces.data.nli import read_triplets
@@ -108,7 +108,8 @@ def sup(epochs: int = 1, batch_size: int = 64, lr: float = 5e-5, max_steps: int 
     rows = [(t.anchor, t.positive, t.negative) for t in read_triplets(dataset_dir("nli") / "snli_devtest_triplets.csv")]
     results: dict = {"config": {"epochs": epochs, "batch_size": batch_size, "lr": lr, "max_steps": max_steps,
                                 "pooler": pooler, "n_triplets": len(rows), "seed": seed}}
-    results["before"] = _sts(load_encoder("minilm-l6"))
+    if before:  # the same table as `sts`; skip it when that has been measured already
+        results["before"] = _sts(load_encoder("minilm-l6"))
     model = load_encoder("minilm-l6", pooler=pooler)
     cfg = SimCSEConfig(output_dir="outputs/bench-sup", mode="sup", batch_size=batch_size, lr=lr, epochs=epochs,
                        max_steps=max_steps, eval_steps=25, save_steps=0, seed=seed, resume=False)
