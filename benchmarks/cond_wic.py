@@ -29,7 +29,7 @@ from subspaces.cond.metrics import choose_threshold, conditional_metrics
 from subspaces.cond.models import BiEncoder, TriEncoder
 from subspaces.cond.pipeline import cache_benchmark
 from subspaces.cond.tasks import get_task
-from subspaces.cond.train import CondTrainConfig, evaluate, fit, predict
+from subspaces.cond.train import CondTrainConfig, evaluate, fit
 from subspaces.config import cache_dir
 from subspaces.io import save_json
 from subspaces.models.encoder import load_encoder
