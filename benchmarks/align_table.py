@@ -22,12 +22,13 @@ def main(paths: list[str]) -> None:
         for r in results["pairs"]:
             paper = r.get("paper_recipe")
             gap = (r["oracle"]["top1"] - r["top1"]) / r["oracle"]["top1"]
+            paper_seconds = "n/a" if paper is None else f"{paper['fit_seconds']:.0f}"
+            speedup = "n/a" if paper is None else f"{r['speedup_vs_paper_recipe']:.1f}x"
             print(
                 f"| {results['pool']} ({results['size']}) | {r['source']} → {r['target']} | {r['n_eval']} | "
                 f"{r['top1']:.3f} | {r['mean_rank']:.1f} | {r['cosine']:.3f} | {fmt(r['identity'], 'top1')} | "
                 f"{r['oracle']['top1']:.3f} | {100 * gap:.1f}% | {r['fit_seconds']:.0f} | {fmt(paper, 'top1')} | "
-                f"{'n/a' if paper is None else f'{paper['fit_seconds']:.0f}'} | "
-                f"{'n/a' if paper is None else f'{r['speedup_vs_paper_recipe']:.1f}x'} |"
+                f"{paper_seconds} | {speedup} |"
             )
 
 
