@@ -95,7 +95,9 @@ class SimCSELoss(nn.Module):
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         features = list(sentence_features)
         if len(features) == 1:  # unsupervised: two dropout views of the same batch
-            features = [features[0], features[0]]
+            # Two dicts, not one twice: the model writes its outputs into the dict it is given, and a wrapper
+            # that caches those outputs (MatryoshkaLoss) would otherwise see the second view under both names.
+            features = [features[0], dict(features[0])]
         if len(features) not in (2, 3):
             raise ValueError(f"SimCSELoss takes 1, 2 or 3 columns, got {len(features)}")
         embeddings = [self.embed(f) for f in features]
