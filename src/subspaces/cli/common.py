@@ -5,8 +5,9 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
+import typer
 from rich.console import Console
 from rich.table import Table
 
@@ -14,6 +15,8 @@ console = Console(stderr=True)
 out = Console()
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Bundled model name (see `subspaces models`) or a local folder.")]
 
 
 def user_errors(func: F) -> F:
@@ -69,3 +72,16 @@ def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
     for r in rows:
         t.add_row(*[f"{v:.2f}" if isinstance(v, float) else str(v) for v in r])
     return t
+
+
+def parse_numbers(text: str | None, what: str, kind: type = float) -> list[Any] | None:
+    """``"1,0.5,2"`` -> ``[1.0, 0.5, 2.0]`` (``kind=int`` for integers); None stays None."""
+    from subspaces.errors import SubspacesError
+
+    if text is None:
+        return None
+    try:
+        return [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        noun = "integers" if kind is int else "numbers"
+        raise SubspacesError(f"bad {what} {text!r}: use comma-separated {noun}") from None

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import console, out, table, user_errors
+from subspaces.cli.common import ModelOpt, console, out, table, user_errors
 from subspaces.cli.groups import app, eval_app, train_app
 
 
@@ -36,7 +36,6 @@ class Augmentation(str, Enum):
     delete_one_word = "delete_one_word"
 
 
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Bundled model name (see `subspaces models`) or a local folder.")]
 
 
 @app.command("models")

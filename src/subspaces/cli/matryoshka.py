@@ -7,32 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import console, out, parse_dims, table, user_errors
+from subspaces.cli.common import ModelOpt, console, out, parse_dims, parse_numbers, table, user_errors
 from subspaces.cli.groups import eval_app, train_app
 
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Bundled model name (see `subspaces models`) or a local folder.")]
-
-
-def _floats(text: str | None, what: str) -> list[float] | None:
-    from subspaces.errors import SubspacesError
-
-    if text is None:
-        return None
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SubspacesError(f"bad {what} {text!r}: use comma-separated numbers") from None
-
-
-def _ints(text: str | None, what: str) -> list[int] | None:
-    from subspaces.errors import SubspacesError
-
-    if text is None:
-        return None
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise SubspacesError(f"bad {what} {text!r}: use comma-separated integers") from None
 
 
 def _training_rows(data: Path | None, limit: int | None) -> list[tuple[str, ...]]:
@@ -94,7 +71,7 @@ def train_matryoshka_cmd(
         seed=seed,
         resume=resume,
         dims=parse_dims(dims),
-        weights=_floats(weights, "weights"),
+        weights=parse_numbers(weights, "weights"),
         temperature=temperature,
         hard_negative_weight=hard_negative_weight,
         mic=mic,
@@ -102,7 +79,7 @@ def train_matryoshka_cmd(
         tau_corr=tau_corr,
         lambda_var=lambda_var,
         t=t,
-        layers=_ints(layers, "layers"),
+        layers=parse_numbers(layers, "layers", kind=int),
         stsb_dev=not no_eval,
     )
     result = train_matryoshka(enc, _training_rows(data, limit), config)

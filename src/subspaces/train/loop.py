@@ -11,7 +11,6 @@ Layout of ``output_dir``: the best model (by the evaluator) or the last one, as 
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import time
