@@ -14,6 +14,17 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 WORDS = "the a cat dog man woman plays eats runs sleeps guitar food park house red big small quickly".split()
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: thread hand-offs cost more than the maths, so every test runs torch on one thread."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _sentence(rng: random.Random, n: int = 6) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
 

@@ -21,15 +21,6 @@ FIXTURES = Path(__file__).parent / "fixtures"
 CSTS = FIXTURES / "csts_mini.csv"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny models on a shared 2-core box: thread hand-offs cost more than the maths.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tiny_encoder(tmp_path_factory):
     from subspaces.models.encoder import build_random_bert

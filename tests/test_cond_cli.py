@@ -3,21 +3,11 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from subspaces.cli.app import app
 
 FIXTURES = Path(__file__).parent / "fixtures"
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny models on a shared 2-core box: thread hand-offs cost more than the maths.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
