@@ -87,30 +87,49 @@ def read_lines(path: str | os.PathLike[str], *, skip_blank: bool = True, limit: 
     return out
 
 
-def load_embeddings(path: str | os.PathLike[str], *, allow_nan: bool = False) -> np.ndarray:
-    """Load a 2-D float array from ``.npy`` (or ``.parquet`` with one list column), checked for NaN/inf."""
+def read_embedding_file(path: str | os.PathLike[str], *, mmap: bool = False) -> tuple[np.ndarray, str | None]:
+    """A 2-D array from ``.npy`` (memory-mapped if ``mmap``) or ``.parquet`` with one list column.
+
+    Returns the array and, for parquet, the embedding column's name (so a writer can keep it). No value checks:
+    see :func:`load_embeddings`.
+    """
     from subspaces.errors import DimensionError
 
     p = Path(path)
     if not p.is_file():
         raise DataError("file not found", path=p)
+    column = None
     if p.suffix == ".parquet":
         import pandas as pd
 
         frame = pd.read_parquet(p)
         if frame.shape[1] != 1:
             raise DataError(f"expected one embedding column, found {list(frame.columns)}", path=p)
-        arr = np.stack(frame.iloc[:, 0].to_numpy())
-    else:
         try:
-            arr = np.load(p, allow_pickle=False)
+            arr = np.stack(frame.iloc[:, 0].to_numpy()).astype(np.float32)
+        except ValueError as exc:
+            raise DataError(f"rows of the embedding column differ in length: {exc}", path=p) from exc
+        column = str(frame.columns[0])
+    elif p.suffix == ".npy":
+        try:
+            arr = np.load(p, mmap_mode="r" if mmap else None, allow_pickle=False)
         except ValueError as exc:
             raise DataError(f"not a .npy array: {exc}", path=p) from exc
+    else:
+        raise DataError("expected a .npy or .parquet file", path=p)
     if arr.ndim != 2:
         raise DimensionError(f"{p}: expected a 2-D array (rows x dims), got shape {arr.shape}")
+    return arr, column
+
+
+def load_embeddings(path: str | os.PathLike[str], *, allow_nan: bool = False) -> np.ndarray:
+    """Load a 2-D float array (see :func:`read_embedding_file`), checked for rows and NaN/inf."""
+    from subspaces.errors import DimensionError
+
+    arr, _ = read_embedding_file(path)
     if arr.shape[0] == 0:
-        raise DataError("holds no rows", path=p)
+        raise DataError("holds no rows", path=path)
     if not allow_nan and not np.isfinite(arr).all():
         bad = int((~np.isfinite(arr)).any(axis=1).sum())
-        raise DimensionError(f"{p}: {bad} row(s) hold NaN or inf")
+        raise DimensionError(f"{path}: {bad} row(s) hold NaN or inf")
     return arr

@@ -12,32 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from subspaces.errors import DataError, DimensionError
-from subspaces.io import atomic_path
-
-
-def _read(path: Path) -> tuple[np.ndarray, str | None]:
-    """The vectors (memory-mapped for .npy) and, for parquet, the embedding column's name."""
-    if not path.is_file():
-        raise DataError("file not found", path=path)
-    if path.suffix == ".parquet":
-        import pandas as pd
-
-        frame = pd.read_parquet(path)
-        if frame.shape[1] != 1:
-            raise DataError(f"expected one embedding column, found {list(frame.columns)}", path=path)
-        try:
-            return np.stack(frame.iloc[:, 0].to_numpy()).astype(np.float32), str(frame.columns[0])
-        except ValueError as exc:
-            raise DataError(f"rows of the embedding column differ in length: {exc}", path=path) from exc
-    if path.suffix != ".npy":
-        raise DataError("expected a .npy or .parquet file", path=path)
-    try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except ValueError as exc:
-        raise DataError(f"not a .npy array: {exc}", path=path) from exc
-    if array.ndim != 2:
-        raise DimensionError(f"{path}: expected a 2-D array (rows x dims), got shape {array.shape}")
-    return array, None
+from subspaces.io import atomic_path, read_embedding_file
 
 
 def apply_to_file(
@@ -55,7 +30,7 @@ def apply_to_file(
     """
     from tqdm.auto import tqdm
 
-    source, column = _read(Path(input_path))
+    source, column = read_embedding_file(input_path, mmap=True)
     if source.shape[1] != aligner.n_features_in_:
         raise DimensionError(f"{input_path}: has {source.shape[1]} dimensions, the aligner maps {aligner.n_features_in_}")
     n = source.shape[0]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -94,8 +95,6 @@ def _save_model(model: Any, folder: Path, export: Callable[[Any], Any] | None) -
     to_save = export(model) if export is not None else model
     tmp = folder.with_name(folder.name + ".saving")
     if tmp.exists():
-        import shutil
-
         shutil.rmtree(tmp)
     to_save.save(str(tmp))
     # Move the new files over the old ones; checkpoint.pt and trainer_state.json live beside them untouched.
@@ -103,8 +102,6 @@ def _save_model(model: Any, folder: Path, export: Callable[[Any], Any] | None) -
     for item in tmp.iterdir():
         dest = folder / item.name
         if dest.is_dir():
-            import shutil
-
             shutil.rmtree(dest)
         item.replace(dest)
     tmp.rmdir()
@@ -144,10 +141,8 @@ def train(
     if global_batch > n:
         raise SubspacesError(f"batch size {config.batch_size} x {world} process(es) is larger than the data ({n} rows)")
     per_epoch = _batches(n, global_batch, config.drop_last)
-    total = per_epoch * config.epochs if config.max_steps is None else min(config.max_steps, per_epoch * config.epochs)
-    if config.max_steps is not None and config.max_steps > per_epoch * config.epochs:
-        # max_steps wins over epochs, as in Hugging Face's Trainer.
-        total = config.max_steps
+    # max_steps, when given, wins over epochs (as in Hugging Face's Trainer).
+    total = config.max_steps if config.max_steps is not None else per_epoch * config.epochs
 
     seed_everything(config.seed)
     ddp.broadcast_parameters(model)
