@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Optional, TypeVar
 
 import typer
 from rich.console import Console
@@ -17,6 +17,15 @@ out = Console()
 F = TypeVar("F", bound=Callable[..., Any])
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Bundled model name (see `subspaces models`) or a local folder.")]
+
+# Options every encoder-training command shares (train simcse, train matryoshka).
+MaxStepsOpt = Annotated[Optional[int], typer.Option(help="Stop after this many steps.")]
+MaxLengthOpt = Annotated[int, typer.Option(help="Tokens per sentence.")]
+SaveStepsOpt = Annotated[int, typer.Option(help="Write a resumable checkpoint every N steps.")]
+NoEvalOpt = Annotated[bool, typer.Option("--no-eval", help="Skip STS-B dev evaluation; keep the last model.")]
+LimitOpt = Annotated[Optional[int], typer.Option(help="Use only the first N training rows.")]
+SeedOpt = Annotated[int, typer.Option()]
+ResumeOpt = Annotated[bool, typer.Option("--resume/--no-resume", help="Continue from OUTPUT/checkpoint.pt if present.")]
 
 
 def user_errors(func: F) -> F:

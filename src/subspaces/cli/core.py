@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import ModelOpt, console, out, table, user_errors
+from subspaces.cli.common import LimitOpt, MaxLengthOpt, MaxStepsOpt, ModelOpt, NoEvalOpt, ResumeOpt, SaveStepsOpt, SeedOpt, console, out, table, user_errors
 from subspaces.cli.groups import app, eval_app, train_app
 
 
@@ -123,18 +123,18 @@ def train_simcse_cmd(
     batch_size: Annotated[Optional[int], typer.Option(help="Per process. Default: 64 unsup, 512 sup.")] = None,
     lr: Annotated[Optional[float], typer.Option(help="Default: 3e-5 unsup, 5e-5 sup.")] = None,
     epochs: Annotated[Optional[int], typer.Option(help="Default: 1 unsup, 3 sup.")] = None,
-    max_steps: Annotated[Optional[int], typer.Option(help="Stop after this many steps.")] = None,
-    max_length: Annotated[int, typer.Option(help="Tokens per sentence.")] = 32,
+    max_steps: MaxStepsOpt = None,
+    max_length: MaxLengthOpt = 32,
     temperature: Annotated[float, typer.Option(help="InfoNCE temperature.")] = 0.05,
     hard_negative_weight: Annotated[float, typer.Option(help="Log-weight added to each anchor's own hard-negative logit.")] = 0.0,
     pooler: Annotated[Optional[Pooler], typer.Option(help="Default: cls (MLP in training only for unsup).")] = None,
     augmentation: Annotated[Augmentation, typer.Option(help="unsup views: dropout, none (dropout off), delete_one_word.")] = Augmentation.dropout,
     eval_steps: Annotated[int, typer.Option(help="Evaluate on STS-B dev every N steps (0: only at the end).")] = 125,
-    save_steps: Annotated[int, typer.Option(help="Write a resumable checkpoint every N steps.")] = 125,
-    no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip STS-B dev evaluation; keep the last model.")] = False,
-    limit: Annotated[Optional[int], typer.Option(help="Use only the first N training rows.")] = None,
-    seed: Annotated[int, typer.Option()] = 42,
-    resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Continue from OUTPUT/checkpoint.pt if present.")] = True,
+    save_steps: SaveStepsOpt = 125,
+    no_eval: NoEvalOpt = False,
+    limit: LimitOpt = None,
+    seed: SeedOpt = 42,
+    resume: ResumeOpt = True,
 ) -> None:
     """SimCSE: unsupervised (dropout) or supervised (NLI triplets) InfoNCE training."""
     from subspaces.data.nli import read_triplets

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import ModelOpt, console, out, parse_dims, parse_numbers, table, user_errors
+from subspaces.cli.common import LimitOpt, MaxLengthOpt, MaxStepsOpt, ModelOpt, NoEvalOpt, ResumeOpt, SaveStepsOpt, SeedOpt, console, out, parse_dims, parse_numbers, table, user_errors
 from subspaces.cli.groups import eval_app, train_app
 
 
@@ -45,14 +45,14 @@ def train_matryoshka_cmd(
     batch_size: Annotated[int, typer.Option(help="Per process.")] = 64,
     lr: Annotated[float, typer.Option()] = 3e-5,
     epochs: Annotated[int, typer.Option()] = 1,
-    max_steps: Annotated[Optional[int], typer.Option(help="Stop after this many steps.")] = None,
-    max_length: Annotated[int, typer.Option(help="Tokens per sentence.")] = 32,
+    max_steps: MaxStepsOpt = None,
+    max_length: MaxLengthOpt = 32,
     eval_steps: Annotated[int, typer.Option(help="Evaluate STS-B dev at every dim every N steps (0: only at the end).")] = 125,
-    save_steps: Annotated[int, typer.Option(help="Write a resumable checkpoint every N steps.")] = 125,
-    no_eval: Annotated[bool, typer.Option("--no-eval", help="Skip STS-B dev evaluation; keep the last model.")] = False,
-    limit: Annotated[Optional[int], typer.Option(help="Use only the first N training rows.")] = None,
-    seed: Annotated[int, typer.Option()] = 42,
-    resume: Annotated[bool, typer.Option("--resume/--no-resume", help="Continue from OUTPUT/checkpoint.pt if present.")] = True,
+    save_steps: SaveStepsOpt = 125,
+    no_eval: NoEvalOpt = False,
+    limit: LimitOpt = None,
+    seed: SeedOpt = 42,
+    resume: ResumeOpt = True,
 ) -> None:
     """Matryoshka Representation Learning over SimCSE's InfoNCE, with MIC's SCR + SIR regularisers if --mic."""
     from subspaces.models.encoder import load_encoder
