@@ -5,15 +5,16 @@
 
 Stages (each its own module): centre + normalise (:mod:`.preprocess`); matched anchors from an ensemble of
 k-means runs and quadratic assignment (:mod:`.anchors`, :mod:`.matching`); relative representations -> neighbour
-means -> Procrustes (:mod:`.relative`, :mod:`.procrustes`); neighbour-mean and centroid refinement
+means -> Procrustes (:mod:`.relative`, :mod:`.procrustes`); structural, neighbour-mean and centroid refinement
 (:mod:`.refine`). Label-free diagnostics (:mod:`.diagnostics`) pick among ``n_restarts`` independent anchor
 stages and stop refinement; ``fit`` never sees paired data.
 
-Beyond the paper's notebook: restarts chosen by a label-free score, runs filtered by matching agreement
-(``anchor_keep``), relative representations centred per anchor, blended maps projected back to orthogonal,
-early stopping with the best map kept, a centroid refinement that is only accepted if the label-free score
-does not drop, and IVF indexes for the repeated searches. ``n_restarts=1, orthogonalize=False,
-refine_patience=refine_iter, ann_lists=0`` is the paper's plain recipe.
+Beyond the paper's notebook: a structural refinement (seeded k-means partitions whose pairing is corrected by
+the clusters' similarity structure) that pulls a weak initial map into the right basin, restarts chosen by a
+label-free score, runs filtered by matching agreement (``anchor_keep``), relative representations centred per
+anchor, blended maps projected back to orthogonal, early stopping with the best map kept, a centroid refinement
+that is only accepted if the label-free score does not drop, and IVF indexes for the repeated searches. ``n_restarts=1, structure_iter=0,
+orthogonalize=False, refine_patience=refine_iter, ann_lists=0`` is the paper's plain recipe.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from subspaces.align.diagnostics import anchor_consistency, bidirectional_nn_sim
 from subspaces.align.neighbours import NeighbourIndex
 from subspaces.align.preprocess import center_normalize, check_embeddings, normalize_rows
 from subspaces.align.procrustes import orthogonality_gap
-from subspaces.align.refine import refine_by_centroids, refine_by_neighbours
+from subspaces.align.refine import StructureHistory, refine_by_centroids, refine_by_neighbours, refine_by_structure
 from subspaces.align.relative import initial_map
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.io import atomic_path, save_json
@@ -52,6 +53,7 @@ class MiniVec2Vec:
         n_anchor_clusters: clusters per run (paper: 20).
         anchor_sample: rows sampled from each space per run (paper: 10,000).
         kmeans_iter: Lloyd iterations of every k-means.
+        kmeans_redo: random starts of each anchor k-means, the lowest-inertia one kept (steadier partitions).
         qap_method: ``"faq"`` or ``"2opt"`` (scipy's quadratic-assignment solvers).
         qap_restarts: solver starts per run, each polished by pairwise swaps; the best objective is kept.
         anchor_keep: fraction of runs kept, best matching agreement first (1.0 = paper, keep all).
@@ -59,6 +61,12 @@ class MiniVec2Vec:
             label-free score after refinement is kept.
         n_pseudo_pairs: source rows used to fit the initial map.
         relative_k: target neighbours averaged in relative space (paper: 50).
+        structure_iter: maximum rounds of structural refinement (ours; 0 = the paper's pipeline without it).
+        structure_clusters: clusters per k-means in a structural round.
+        structure_runs: k-means pairs (seeded target at mapped source centroids) per structural round.
+        structure_sample: rows sampled from each space per structural k-means.
+        structure_steps: refine-1 steps after each structural correction.
+        structure_patience: stop structural refinement after this many rounds without a better label-free score.
         refine_iter: maximum refine-1 iterations (paper: 100).
         refine_sample: source rows per refine-1 iteration.
         refine_k: target neighbours averaged per mapped source row in refine-1 (paper: 50).
@@ -82,12 +90,19 @@ class MiniVec2Vec:
         n_anchor_clusters: int = 20,
         anchor_sample: int = 10_000,
         kmeans_iter: int = 25,
+        kmeans_redo: int = 1,
         qap_method: str = "faq",
         qap_restarts: int = 30,
         anchor_keep: float = 1.0,
         n_restarts: int = 3,
         n_pseudo_pairs: int = 10_000,
         relative_k: int = 50,
+        structure_iter: int = 10,
+        structure_clusters: int = 50,
+        structure_runs: int = 6,
+        structure_sample: int = 10_000,
+        structure_steps: int = 5,
+        structure_patience: int = 2,
         refine_iter: int = 100,
         refine_sample: int = 4096,
         refine_k: int = 50,
@@ -107,12 +122,19 @@ class MiniVec2Vec:
         self.n_anchor_clusters = n_anchor_clusters
         self.anchor_sample = anchor_sample
         self.kmeans_iter = kmeans_iter
+        self.kmeans_redo = kmeans_redo
         self.qap_method = qap_method
         self.qap_restarts = qap_restarts
         self.anchor_keep = anchor_keep
         self.n_restarts = n_restarts
         self.n_pseudo_pairs = n_pseudo_pairs
         self.relative_k = relative_k
+        self.structure_iter = structure_iter
+        self.structure_clusters = structure_clusters
+        self.structure_runs = structure_runs
+        self.structure_sample = structure_sample
+        self.structure_steps = structure_steps
+        self.structure_patience = structure_patience
         self.refine_iter = refine_iter
         self.refine_sample = refine_sample
         self.refine_k = refine_k
@@ -148,7 +170,8 @@ class MiniVec2Vec:
             raise SubspacesError(f"qap_method must be 'faq' or '2opt', got {self.qap_method!r}")
         for name in ("n_anchor_runs", "n_anchor_clusters", "kmeans_iter", "qap_restarts", "n_restarts",
                      "relative_k", "refine_k", "refine_sample", "n_pseudo_pairs", "probe_size", "anchor_sample",
-                     "ann_probe"):
+                     "ann_probe", "kmeans_redo", "structure_clusters", "structure_runs", "structure_sample",
+                     "structure_patience"):
             if int(getattr(self, name)) < 1:
                 raise SubspacesError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("refine_alpha", "centroid_alpha", "anchor_keep"):
@@ -212,13 +235,27 @@ class MiniVec2Vec:
             anchors = matched_anchors(
                 a, b,
                 n_runs=self.n_anchor_runs, n_clusters=self.n_anchor_clusters, sample_size=self.anchor_sample,
-                kmeans_iter=self.kmeans_iter, qap_method=self.qap_method, qap_restarts=self.qap_restarts,
+                kmeans_iter=self.kmeans_iter, kmeans_redo=self.kmeans_redo, qap_method=self.qap_method,
+                qap_restarts=self.qap_restarts,
                 keep_fraction=self.anchor_keep, rng=rng, progress=tick,
             )
         rows = rng.choice(len(a), min(self.n_pseudo_pairs, len(a)), replace=False)
         matrix = initial_map(a[rows], b, anchors.source, anchors.target, k=self.relative_k)
         initial_score = score(matrix)
         initial_consistency = anchor_consistency(anchors, matrix)
+
+        structure = StructureHistory()
+        if self.structure_iter > 0:
+            with self._progress(f"structure (restart {restart + 1}/{self.n_restarts})", self.structure_iter) as tick:
+                matrix, structure = refine_by_structure(
+                    a, b, matrix, score=score, target_index=index_b, n_iter=self.structure_iter,
+                    n_clusters=self.structure_clusters, n_runs=self.structure_runs,
+                    sample_size=self.structure_sample, kmeans_iter=self.kmeans_iter,
+                    inner_steps=self.structure_steps, inner_sample=self.refine_sample, k=self.refine_k,
+                    alpha=self.refine_alpha, patience=self.structure_patience, tol=self.refine_tol,
+                    orthogonalize=self.orthogonalize, rng=rng, progress=tick,
+                )
+        structure_score = score(matrix)
 
         with self._progress(f"refine (restart {restart + 1}/{self.n_restarts})", self.refine_iter) as tick:
             matrix, history = refine_by_neighbours(
@@ -244,13 +281,17 @@ class MiniVec2Vec:
         return {
             "matrix": matrix,
             "nn_similarity": {
-                "initial": initial_score, "refine1": refined_score, "refine2": centroid_score, "final": final_score,
+                "initial": initial_score, "structure": structure_score, "refine1": refined_score,
+                "refine2": centroid_score, "final": final_score,
             },
             "qap_agreement": float(anchors.agreement[anchors.kept].mean()),
             "mean_qap_objective": float(anchors.objective.mean()),
             "runs_kept": int(anchors.kept.sum()),
             "anchor_consistency_initial": initial_consistency,
             "anchor_consistency_final": anchor_consistency(anchors, matrix),
+            "structure_iterations": len(structure.scores),
+            "structure_scores": structure.scores,
+            "structure_swapped": structure.swapped,
             "refine1_iterations": len(history.scores),
             "refine1_best_iteration": history.best_iteration,
             "refine1_stopped_early": history.stopped_early,

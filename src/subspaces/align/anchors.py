@@ -17,11 +17,22 @@ from subspaces.align.preprocess import normalize_rows
 
 
 def kmeans(
-    x: np.ndarray, n_clusters: int, *, n_iter: int = 25, seed: int = 0, init: np.ndarray | None = None
+    x: np.ndarray,
+    n_clusters: int,
+    *,
+    n_iter: int = 25,
+    seed: int = 0,
+    init: np.ndarray | None = None,
+    n_redo: int = 1,
 ) -> np.ndarray:
-    """Spherical k-means centroids (unit rows) of unit-norm rows ``x``; ``init`` seeds the centroids."""
+    """Spherical k-means centroids (unit rows) of unit-norm rows ``x``.
+
+    ``init`` seeds the centroids; otherwise ``n_redo`` random starts are run and the lowest-inertia one kept
+    (steadier partitions make the two spaces' clusterings more likely to correspond).
+    """
     model = faiss.Kmeans(
         x.shape[1], n_clusters, niter=n_iter, seed=int(seed), spherical=True, verbose=False,
+        nredo=1 if init is not None else max(1, int(n_redo)),
         max_points_per_centroid=max(256, int(np.ceil(len(x) / n_clusters))),  # use every point, no silent subsample
         min_points_per_centroid=1,  # the caller checks row counts; faiss would only warn
     )
@@ -61,6 +72,7 @@ def matched_anchors(
     n_clusters: int = 20,
     sample_size: int = 10_000,
     kmeans_iter: int = 25,
+    kmeans_redo: int = 1,
     qap_method: str = "faq",
     qap_restarts: int = 30,
     keep_fraction: float = 1.0,
@@ -72,8 +84,8 @@ def matched_anchors(
     for run in range(n_runs):
         a = source[rng.choice(len(source), min(sample_size, len(source)), replace=False)]
         b = target[rng.choice(len(target), min(sample_size, len(target)), replace=False)]
-        ca = kmeans(a, n_clusters, n_iter=kmeans_iter, seed=int(rng.integers(2**31)))
-        cb = kmeans(b, n_clusters, n_iter=kmeans_iter, seed=int(rng.integers(2**31)))
+        ca = kmeans(a, n_clusters, n_iter=kmeans_iter, seed=int(rng.integers(2**31)), n_redo=kmeans_redo)
+        cb = kmeans(b, n_clusters, n_iter=kmeans_iter, seed=int(rng.integers(2**31)), n_redo=kmeans_redo)
         match = match_centroids(ca, cb, method=qap_method, n_restarts=qap_restarts, rng=rng)
         src.append(ca)
         tgt.append(cb[match.permutation])

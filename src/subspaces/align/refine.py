@@ -7,6 +7,14 @@ notebook lets it drift, which lets a map shrink onto dense regions and fool the 
 Each iteration is scored with a label-free diagnostic on a fixed probe set; the best-scoring map is kept and
 refinement stops after ``patience`` iterations without improvement.
 
+Structural refinement (ours, run before refine-1) repairs a weak initial map that refine-1 cannot: it clusters
+samples of both spaces with the target k-means *seeded at the mapped source centroids*, so the two partitions
+correspond wherever the map is right, then corrects the pairing by a pairwise-swap search on the two centroid
+similarity structures started from that seeded pairing, and fits Procrustes on the corrected pairs. Independently
+drawn partitions of two different models hardly correspond (on minilm-l6 -> wordllama the matched structures
+correlate at 0.5-0.6, below what wrong matchings reach), whereas the structures of truly corresponding clusters
+agree at ~0.9; seeding supplies the correspondence and the structure fixes the map's mistakes.
+
 Refine-2 clusters the source, seeds k-means on the target with the mapped source centroids (so cluster i of the
 target starts where cluster i of the source lands), and fits Procrustes on the centroid pairs: a map fitted on
 many well-populated cluster means rather than on individual noisy neighbours.
@@ -20,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from subspaces.align.anchors import kmeans
+from subspaces.align.matching import swap_local_search
 from subspaces.align.neighbours import NeighbourIndex, neighbour_means
 from subspaces.align.preprocess import normalize_rows
 from subspaces.align.procrustes import nearest_orthogonal, procrustes
@@ -62,6 +71,102 @@ def refine_by_neighbours(
             matrix = nearest_orthogonal(matrix)
         current = score(matrix)
         history.scores.append(current)
+        if progress is not None:
+            progress(it + 1, n_iter)
+        if current > best_score + tol:
+            best, best_score, since_best = matrix, current, 0
+            history.best_iteration = it
+        else:
+            since_best += 1
+            if since_best >= patience:
+                history.stopped_early = True
+                break
+    return best, history
+
+
+@dataclass
+class StructureHistory:
+    scores: list[float] = field(default_factory=list)  # label-free score after each iteration
+    swapped: list[float] = field(default_factory=list)  # share of seeded pairs the structure search changed
+    best_iteration: int = -1
+    stopped_early: bool = False
+
+
+def structure_step(
+    source: np.ndarray,
+    target: np.ndarray,
+    matrix: np.ndarray,
+    *,
+    n_clusters: int,
+    n_runs: int,
+    sample_size: int,
+    kmeans_iter: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """Seeded, structure-corrected centroid pairs: returns (source centroids, target centroids, share swapped)."""
+    src, tgt, swapped = [], [], []
+    identity = np.arange(n_clusters)
+    for _ in range(n_runs):
+        a = source[rng.choice(len(source), min(sample_size, len(source)), replace=False)]
+        b = target[rng.choice(len(target), min(sample_size, len(target)), replace=False)]
+        ca = kmeans(a, n_clusters, n_iter=kmeans_iter, seed=int(rng.integers(2**31)))
+        cb = kmeans(b, n_clusters, n_iter=kmeans_iter, seed=int(rng.integers(2**31)), init=normalize_rows(ca @ matrix))
+        perm = swap_local_search((ca @ ca.T).astype(np.float64), (cb @ cb.T).astype(np.float64), identity)
+        src.append(ca)
+        tgt.append(cb[perm])
+        swapped.append(float((perm != identity).mean()))
+    return np.concatenate(src), np.concatenate(tgt), float(np.mean(swapped))
+
+
+def refine_by_structure(
+    source: np.ndarray,
+    target: np.ndarray,
+    matrix: np.ndarray,
+    *,
+    score: Callable[[np.ndarray], float],
+    target_index: NeighbourIndex | None = None,
+    n_iter: int = 10,
+    n_clusters: int = 50,
+    n_runs: int = 6,
+    sample_size: int = 10_000,
+    kmeans_iter: int = 25,
+    inner_steps: int = 5,
+    inner_sample: int = 4096,
+    k: int = 50,
+    alpha: float = 0.5,
+    patience: int = 2,
+    tol: float = 1e-4,
+    orthogonalize: bool = True,
+    rng: np.random.Generator,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[np.ndarray, StructureHistory]:
+    """Up to ``n_iter`` rounds of (structural correction, ``inner_steps`` refine-1 steps); the best map by ``score``.
+
+    Stops after ``patience`` rounds without a better label-free score. ``history.swapped`` falls towards 0 as
+    the map comes to agree with both spaces' cluster structure (a label-free sign of convergence).
+    """
+    n_clusters = min(n_clusters, len(source) // 4, len(target) // 4)
+    history = StructureHistory()
+    best, best_score = matrix, score(matrix)
+    since_best = 0
+    for it in range(n_iter):
+        ca, cb, swapped = structure_step(
+            source, target, matrix, n_clusters=n_clusters, n_runs=n_runs, sample_size=sample_size,
+            kmeans_iter=kmeans_iter, rng=rng,
+        )
+        matrix = (1 - alpha) * matrix + alpha * procrustes(ca, cb)
+        if orthogonalize:
+            matrix = nearest_orthogonal(matrix)
+        for _ in range(inner_steps):
+            rows = rng.choice(len(source), min(inner_sample, len(source)), replace=False)
+            batch = source[rows]
+            pseudo = neighbour_means(normalize_rows(batch @ matrix), target_index or target, target, k)
+            matrix = (1 - alpha) * matrix + alpha * procrustes(batch, normalize_rows(pseudo))
+            if orthogonalize:
+                matrix = nearest_orthogonal(matrix)
+        current = score(matrix)
+        history.scores.append(current)
+        history.swapped.append(swapped)
         if progress is not None:
             progress(it + 1, n_iter)
         if current > best_score + tol:
