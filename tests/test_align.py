@@ -8,9 +8,11 @@ from scipy.stats import ortho_group
 
 from subspaces.align import MiniVec2Vec, evaluate_alignment, retrieval_metrics
 from subspaces.align.anchors import kmeans
+from subspaces.align.diagnostics import bidirectional_nn_similarity
 from subspaces.align.matching import match_centroids
 from subspaces.align.preprocess import center_normalize
 from subspaces.align.procrustes import nearest_orthogonal, orthogonality_gap, procrustes
+from subspaces.align.refine import refine_by_structure
 from subspaces.errors import DataError, DimensionError
 
 # Small but complete settings: every stage runs, on a few thousand rows.
@@ -85,6 +87,32 @@ def test_recovers_a_random_rotation_between_unpaired_clustered_spaces():
     # The restart kept is the one with the best label-free score after refinement.
     finals = [r["nn_similarity"]["final"] for r in diagnostics["restarts"]]
     assert diagnostics["chosen_restart"] == int(np.argmax(finals))
+
+
+def test_structural_refinement_pulls_a_poor_map_onto_the_true_rotation():
+    rng = np.random.default_rng(0)
+    q = ortho_group.rvs(8, random_state=1)
+    source, target, held = clustered(rng, 3000), clustered(rng, 3000) @ q, clustered(rng, 500)
+    a, b = center_normalize(source, source.mean(0)), center_normalize(target, target.mean(0))
+    x, y = center_normalize(held, source.mean(0)), center_normalize(held @ q, target.mean(0))
+    start = nearest_orthogonal(0.4 * q + 0.6 * ortho_group.rvs(8, random_state=2))
+
+    def top1(w):
+        return retrieval_metrics(x @ w, y)["top1"]
+
+    def score(w):
+        return bidirectional_nn_similarity(a[:500], b[:500], a, b, w)
+
+    matrix, history = refine_by_structure(
+        a, b, start, score=score, n_iter=8, n_clusters=10, n_runs=3, sample_size=3000, inner_steps=3,
+        inner_sample=1000, k=10, rng=np.random.default_rng(0),
+    )
+    assert top1(start) < 0.05
+    assert top1(matrix) > 0.95
+    # The structure search corrects many seeded pairs at first and none once the map is right.
+    assert history.swapped[0] > 0.2 and history.swapped[-1] == 0.0
+    assert score(matrix) == history.scores[history.best_iteration]  # the best map seen is kept
+    assert orthogonality_gap(matrix) < 1e-4
 
 
 @pytest.mark.parametrize("source_dim,target_dim", [(8, 12), (12, 8)])

@@ -53,12 +53,19 @@ def fit_cmd(
     n_anchor_clusters: Annotated[int, typer.Option(help="Clusters per anchor run.")] = 20,
     anchor_sample: Annotated[int, typer.Option(help="Rows sampled from each space per run.")] = 10_000,
     kmeans_iter: Annotated[int, typer.Option(help="Lloyd iterations of every k-means.")] = 25,
+    kmeans_redo: Annotated[int, typer.Option(help="Random starts per anchor k-means; lowest inertia kept.")] = 1,
     qap_method: Annotated[QapMethod, typer.Option(help="scipy quadratic-assignment solver.")] = QapMethod.faq,
     qap_restarts: Annotated[int, typer.Option(help="Solver starts per run, each polished by swaps; best kept.")] = 30,
     anchor_keep: Annotated[float, typer.Option(help="Fraction of runs kept, best matching agreement first.")] = 1.0,
     n_restarts: Annotated[int, typer.Option(help="Independent anchor stages; best label-free score wins.")] = 3,
     n_pseudo_pairs: Annotated[int, typer.Option(help="Source rows used for the initial map.")] = 10_000,
     relative_k: Annotated[int, typer.Option(help="Neighbours averaged in relative space.")] = 50,
+    structure_iter: Annotated[int, typer.Option(help="Maximum structural-refinement rounds (0 skips it).")] = 10,
+    structure_clusters: Annotated[int, typer.Option(help="Clusters per structural k-means.")] = 50,
+    structure_runs: Annotated[int, typer.Option(help="Seeded k-means pairs per structural round.")] = 6,
+    structure_sample: Annotated[int, typer.Option(help="Rows per structural k-means.")] = 10_000,
+    structure_steps: Annotated[int, typer.Option(help="Refine-1 steps after each structural correction.")] = 5,
+    structure_patience: Annotated[int, typer.Option(help="Stop after this many rounds without gain.")] = 2,
     refine_iter: Annotated[int, typer.Option(help="Maximum refine-1 iterations.")] = 100,
     refine_sample: Annotated[int, typer.Option(help="Source rows per refine-1 iteration.")] = 4096,
     refine_k: Annotated[int, typer.Option(help="Target neighbours averaged in refine-1.")] = 50,
@@ -81,8 +88,11 @@ def fit_cmd(
     console.print(f"fitting mini-vec2vec: source {a.shape[0]} x {a.shape[1]}, target {b.shape[0]} x {b.shape[1]}")
     aligner = MiniVec2Vec(
         n_anchor_runs=n_anchor_runs, n_anchor_clusters=n_anchor_clusters, anchor_sample=anchor_sample,
-        kmeans_iter=kmeans_iter, qap_method=qap_method.value, qap_restarts=qap_restarts, anchor_keep=anchor_keep,
-        n_restarts=n_restarts, n_pseudo_pairs=n_pseudo_pairs, relative_k=relative_k, refine_iter=refine_iter,
+        kmeans_iter=kmeans_iter, kmeans_redo=kmeans_redo, qap_method=qap_method.value, qap_restarts=qap_restarts, anchor_keep=anchor_keep,
+        n_restarts=n_restarts, n_pseudo_pairs=n_pseudo_pairs, relative_k=relative_k,
+        structure_iter=structure_iter, structure_clusters=structure_clusters, structure_runs=structure_runs,
+        structure_sample=structure_sample, structure_steps=structure_steps, structure_patience=structure_patience,
+        refine_iter=refine_iter,
         refine_sample=refine_sample, refine_k=refine_k, refine_alpha=refine_alpha, refine_patience=refine_patience,
         refine_tol=refine_tol, centroid_clusters=centroid_clusters, centroid_alpha=centroid_alpha,
         orthogonalize=orthogonalize, ann_lists=ann_lists, ann_probe=ann_probe, probe_size=probe_size,
@@ -92,11 +102,13 @@ def fit_cmd(
     d = aligner.diagnostics_
     rows = [
         [f"restart {i}{' (chosen)' if i == d['chosen_restart'] else ''}", r["qap_agreement"],
-         r["nn_similarity"]["initial"], r["nn_similarity"]["refine1"], r["nn_similarity"]["final"],
+         r["nn_similarity"]["initial"], r["nn_similarity"]["structure"], r["nn_similarity"]["refine1"],
+         r["nn_similarity"]["final"], r["structure_swapped"][-1] if r["structure_swapped"] else float("nan"),
          r["refine1_iterations"], r["anchor_consistency_final"]]
         for i, r in enumerate(d["restarts"])
     ]
-    columns = ["", "QAP agreement", "nn-sim initial", "nn-sim refine-1", "nn-sim final", "refine-1 iters", "anchor consistency"]
+    columns = ["", "QAP agreement", "nn-sim initial", "nn-sim structure", "nn-sim refine-1", "nn-sim final",
+               "last share swapped", "refine-1 iters", "anchor consistency"]
     out.print(table("label-free diagnostics", columns, [[c if not isinstance(c, float) else f"{c:.4f}" for c in r] for r in rows]))
     out.print(f"orthogonality gap {d['orthogonality_gap']:.2e}")
     console.print(f"fitted in {aligner.fit_seconds_:.1f}s; wrote {output}")
