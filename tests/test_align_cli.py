@@ -51,7 +51,8 @@ def test_eval_writes_report_with_baselines(spaces):
     )
     assert result.exit_code == 0, result.output
     report = json.loads(report_path.read_text())
-    assert {"source", "target", "n_eval", "top1", "mean_rank", "cosine", "identity", "oracle", "fit_seconds"} <= set(report)
+    assert {"source", "target", "n_eval", "top1", "mean_rank", "cosine", "identity", "oracle", "fit_seconds",
+            "oracle_cross_fitted"} <= set(report)
     assert report["source"] == "A" and report["n_eval"] == 300
     assert report["top1"] > 0.9 and report["oracle"]["top1"] > 0.99
 

@@ -2,7 +2,9 @@
 
 Every report carries two baselines from the same rows: ``identity`` (no map; only where the dimensions agree)
 and ``oracle`` (orthogonal Procrustes fitted on the true pairs themselves: the best any orthogonal map can do on
-these rows, hence the ceiling for mini-vec2vec). All three are scored in the same centred, normalised space.
+these rows, hence the ceiling for mini-vec2vec), plus ``oracle_cross_fitted`` (each half mapped by Procrustes
+fitted on the other half's pairs: the ceiling without fitting to the scored rows). All are scored in the same
+centred, normalised space.
 """
 
 from __future__ import annotations
@@ -43,6 +45,21 @@ def oracle_procrustes(source: np.ndarray, target: np.ndarray) -> np.ndarray:
     return procrustes(source, target)
 
 
+def cross_fitted_oracle(source: np.ndarray, target: np.ndarray, n_folds: int = 2) -> np.ndarray:
+    """Each row mapped by Procrustes fitted on the *other* folds' true pairs (consecutive folds).
+
+    The in-sample oracle fits ``d_a x d_b`` parameters to the very rows it is scored on and overfits where the
+    two spaces agree less (minilm-l6 -> wordllama: 0.91 top-1 in-sample vs 0.78 on other rows, 4,096 pairs);
+    the cross-fitted one is the ceiling an orthogonal map reaches on rows it has not seen.
+    """
+    folds = np.array_split(np.arange(len(source)), n_folds)
+    mapped = np.empty((len(source), target.shape[1]), dtype=np.float32)
+    for fold in folds:
+        rest = np.setdiff1d(np.arange(len(source)), fold)
+        mapped[fold] = source[fold] @ procrustes(source[rest], target[rest])
+    return normalize_rows(mapped)
+
+
 def evaluate_alignment(aligner, source: np.ndarray, target: np.ndarray, *, pool_size: int = POOL_SIZE) -> dict:
     """Score a fitted aligner on paired rows (row i of ``source`` and ``target`` embed the same text)."""
     if len(source) != len(target):
@@ -53,4 +70,5 @@ def evaluate_alignment(aligner, source: np.ndarray, target: np.ndarray, *, pool_
     report |= retrieval_metrics(normalize_rows(a @ aligner.matrix_), b, pool_size=pool_size)
     report["identity"] = retrieval_metrics(a, b, pool_size=pool_size) if a.shape[1] == b.shape[1] else None
     report["oracle"] = retrieval_metrics(normalize_rows(a @ oracle_procrustes(a, b)), b, pool_size=pool_size)
+    report["oracle_cross_fitted"] = retrieval_metrics(cross_fitted_oracle(a, b), b, pool_size=pool_size)
     return report

@@ -158,8 +158,8 @@ def eval_cmd(
     if json_path is not None:
         save_json(json_path, report)
     rows = [["mini-vec2vec", report["top1"], report["mean_rank"], report["cosine"]]]
-    for name in ("identity", "oracle"):
-        if report[name] is not None:
+    for name in ("identity", "oracle", "oracle_cross_fitted"):
+        if report.get(name) is not None:
             rows.append([name, report[name]["top1"], report[name]["mean_rank"], report[name]["cosine"]])
     title = f"{report['source']} -> {report['target']}: {report['n_eval']} pairs, pools of {report['pool_size']}"
     out.print(table(title, ["map", "top-1", "mean rank", "cosine"], [[r[0], f"{r[1]:.4f}", f"{r[2]:.2f}", f"{r[3]:.4f}"] for r in rows]))
