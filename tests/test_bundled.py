@@ -72,3 +72,23 @@ def test_wordllama_matches_package(monkeypatch, tmp_path):
     got = encode(load_encoder("wordllama"), TEXTS)
     assert got.shape == (len(TEXTS), 256)
     np.testing.assert_allclose(got, reference, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_mpnet_base_unpacks_and_ranks_paraphrases_first(monkeypatch, tmp_path):
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        for part in bundled.MPNET_PARTS:
+            distribution(part)
+    except PackageNotFoundError:
+        pytest.skip("mpnet-base parts not installed (make install-mpnet)")
+    from subspaces.models.encoder import encode, load_encoder
+
+    monkeypatch.setenv("SUBSPACES_CACHE", str(tmp_path))
+    model = load_encoder("mpnet-base")
+    emb = encode(model, ["A man is playing a guitar.", "Someone plays an instrument.", "The stock market fell."])
+    assert emb.shape == (3, 768)
+    emb = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+    sims = emb @ emb.T
+    assert sims[0, 1] > 0.5 > sims[0, 2]
