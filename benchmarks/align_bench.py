@@ -47,6 +47,7 @@ def run_pair(folder: Path, target: str, *, seed: int, paper: bool, params: dict)
         "nn_similarity": diag["nn_similarity"],
         "restart_final_nn_similarity": [r["nn_similarity"]["final"] for r in diag["restarts"]],
         "restart_qap_agreement": [r["qap_agreement"] for r in diag["restarts"]],
+        "restart_structure_swapped": [r.get("structure_swapped") for r in diag["restarts"]],
         "anchor_consistency": diag["anchor_consistency"],
         "orthogonality_gap": diag["orthogonality_gap"],
     }
