@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 from align_paper_recipe import fit_paper_recipe, map_paper_recipe  # noqa: E402
-from align_pools import SOURCE_MODEL, embed_pool, pool_folder  # noqa: E402
+from align_pools import SOURCE_MODEL, embed_pool  # noqa: E402
 
 from subspaces.align import MiniVec2Vec, evaluate_alignment, retrieval_metrics  # noqa: E402
 from subspaces.align.preprocess import center_normalize  # noqa: E402
