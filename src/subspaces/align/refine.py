@@ -41,6 +41,53 @@ class RefineHistory:
     stopped_early: bool = False
 
 
+@dataclass
+class StructureHistory(RefineHistory):
+    swapped: list[float] = field(default_factory=list)  # share of seeded pairs the structure search changed
+
+
+class _BestMap:
+    """Keeps the best-scoring map and says when ``patience`` iterations have passed without a gain of ``tol``."""
+
+    def __init__(self, matrix: np.ndarray, score: float, *, patience: int, tol: float) -> None:
+        self.matrix, self.score, self.patience, self.tol, self.since_best = matrix, score, patience, tol, 0
+
+    def offer(self, matrix: np.ndarray, score: float, iteration: int, history: RefineHistory) -> bool:
+        """Record ``score``; returns True when refinement should stop."""
+        history.scores.append(score)
+        if score > self.score + self.tol:
+            self.matrix, self.score, self.since_best = matrix, score, 0
+            history.best_iteration = iteration
+            return False
+        self.since_best += 1
+        history.stopped_early = self.since_best >= self.patience
+        return history.stopped_early
+
+
+def blend(matrix: np.ndarray, new: np.ndarray, alpha: float, orthogonalize: bool) -> np.ndarray:
+    """``(1 - alpha) W + alpha W_new``, projected back onto the (semi-)orthogonal matrices if ``orthogonalize``."""
+    mixed = (1 - alpha) * matrix + alpha * new
+    return nearest_orthogonal(mixed) if orthogonalize else mixed
+
+
+def neighbour_step(
+    source: np.ndarray,
+    target: np.ndarray,
+    matrix: np.ndarray,
+    *,
+    target_index: NeighbourIndex | None,
+    sample_size: int,
+    k: int,
+    alpha: float,
+    orthogonalize: bool,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """One refine-1 step: sample, map, mean of ``k`` nearest target rows, Procrustes, blend."""
+    batch = source[rng.choice(len(source), min(sample_size, len(source)), replace=False)]
+    pseudo = neighbour_means(normalize_rows(batch @ matrix), target_index or target, target, k)
+    return blend(matrix, procrustes(batch, normalize_rows(pseudo)), alpha, orthogonalize)
+
+
 def refine_by_neighbours(
     source: np.ndarray,
     target: np.ndarray,
@@ -60,36 +107,18 @@ def refine_by_neighbours(
 ) -> tuple[np.ndarray, RefineHistory]:
     """Refine-1. Returns the best map by ``score`` (higher is better) and the score history."""
     history = RefineHistory()
-    best, best_score = matrix, score(matrix)
-    since_best = 0
+    best = _BestMap(matrix, score(matrix), patience=patience, tol=tol)
     for it in range(n_iter):
-        rows = rng.choice(len(source), min(sample_size, len(source)), replace=False)
-        batch = source[rows]
-        pseudo = neighbour_means(normalize_rows(batch @ matrix), target_index or target, target, k)
-        matrix = (1 - alpha) * matrix + alpha * procrustes(batch, normalize_rows(pseudo))
-        if orthogonalize:
-            matrix = nearest_orthogonal(matrix)
-        current = score(matrix)
-        history.scores.append(current)
+        matrix = neighbour_step(
+            source, target, matrix, target_index=target_index, sample_size=sample_size, k=k, alpha=alpha,
+            orthogonalize=orthogonalize, rng=rng,
+        )
+        stop = best.offer(matrix, score(matrix), it, history)
         if progress is not None:
             progress(it + 1, n_iter)
-        if current > best_score + tol:
-            best, best_score, since_best = matrix, current, 0
-            history.best_iteration = it
-        else:
-            since_best += 1
-            if since_best >= patience:
-                history.stopped_early = True
-                break
-    return best, history
-
-
-@dataclass
-class StructureHistory:
-    scores: list[float] = field(default_factory=list)  # label-free score after each iteration
-    swapped: list[float] = field(default_factory=list)  # share of seeded pairs the structure search changed
-    best_iteration: int = -1
-    stopped_early: bool = False
+        if stop:
+            break
+    return best.matrix, history
 
 
 def structure_step(
@@ -147,37 +176,25 @@ def refine_by_structure(
     """
     n_clusters = min(n_clusters, len(source) // 4, len(target) // 4)
     history = StructureHistory()
-    best, best_score = matrix, score(matrix)
-    since_best = 0
+    best = _BestMap(matrix, score(matrix), patience=patience, tol=tol)
     for it in range(n_iter):
         ca, cb, swapped = structure_step(
             source, target, matrix, n_clusters=n_clusters, n_runs=n_runs, sample_size=sample_size,
             kmeans_iter=kmeans_iter, rng=rng,
         )
-        matrix = (1 - alpha) * matrix + alpha * procrustes(ca, cb)
-        if orthogonalize:
-            matrix = nearest_orthogonal(matrix)
-        for _ in range(inner_steps):
-            rows = rng.choice(len(source), min(inner_sample, len(source)), replace=False)
-            batch = source[rows]
-            pseudo = neighbour_means(normalize_rows(batch @ matrix), target_index or target, target, k)
-            matrix = (1 - alpha) * matrix + alpha * procrustes(batch, normalize_rows(pseudo))
-            if orthogonalize:
-                matrix = nearest_orthogonal(matrix)
-        current = score(matrix)
-        history.scores.append(current)
         history.swapped.append(swapped)
+        matrix = blend(matrix, procrustes(ca, cb), alpha, orthogonalize)
+        for _ in range(inner_steps):
+            matrix = neighbour_step(
+                source, target, matrix, target_index=target_index, sample_size=inner_sample, k=k, alpha=alpha,
+                orthogonalize=orthogonalize, rng=rng,
+            )
+        stop = best.offer(matrix, score(matrix), it, history)
         if progress is not None:
             progress(it + 1, n_iter)
-        if current > best_score + tol:
-            best, best_score, since_best = matrix, current, 0
-            history.best_iteration = it
-        else:
-            since_best += 1
-            if since_best >= patience:
-                history.stopped_early = True
-                break
-    return best, history
+        if stop:
+            break
+    return best.matrix, history
 
 
 def refine_by_centroids(
@@ -196,5 +213,4 @@ def refine_by_centroids(
     source_centroids = kmeans(source, n_clusters, n_iter=kmeans_iter, seed=seed)
     seeded = normalize_rows(source_centroids @ matrix)
     target_centroids = kmeans(target, n_clusters, n_iter=kmeans_iter, seed=seed, init=seeded)
-    matrix = (1 - alpha) * matrix + alpha * procrustes(source_centroids, target_centroids)
-    return nearest_orthogonal(matrix) if orthogonalize else matrix
+    return blend(matrix, procrustes(source_centroids, target_centroids), alpha, orthogonalize)
