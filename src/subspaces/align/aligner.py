@@ -13,8 +13,9 @@ Beyond the paper's notebook: a structural refinement (seeded k-means partitions 
 the clusters' similarity structure) that pulls a weak initial map into the right basin, restarts chosen by a
 label-free score, runs filtered by matching agreement (``anchor_keep``), relative representations centred per
 anchor, blended maps projected back to orthogonal, early stopping with the best map kept, a centroid refinement
-that is only accepted if the label-free score does not drop, and IVF indexes for the repeated searches. ``n_restarts=1, structure_iter=0,
-orthogonalize=False, refine_patience=refine_iter, ann_lists=0`` is the paper's plain recipe.
+that is only accepted if the label-free score does not drop, and IVF indexes for the repeated searches.
+``n_restarts=1, structure_iter=0, orthogonalize=False, refine_patience=refine_iter, ann_lists=0`` is the paper's
+plain recipe.
 """
 
 from __future__ import annotations
@@ -244,7 +245,7 @@ class MiniVec2Vec:
         initial_score = score(matrix)
         initial_consistency = anchor_consistency(anchors, matrix)
 
-        structure = StructureHistory()
+        structure = StructureHistory(best_score=initial_score)  # as it stands when the stage is skipped
         if self.structure_iter > 0:
             with self._progress(f"structure (restart {restart + 1}/{self.n_restarts})", self.structure_iter) as tick:
                 matrix, structure = refine_by_structure(
@@ -253,18 +254,18 @@ class MiniVec2Vec:
                     sample_size=self.structure_sample, kmeans_iter=self.kmeans_iter,
                     inner_steps=self.structure_steps, inner_sample=self.refine_sample, k=self.refine_k,
                     alpha=self.refine_alpha, patience=self.structure_patience, tol=self.refine_tol,
-                    orthogonalize=self.orthogonalize, rng=rng, progress=tick,
+                    orthogonalize=self.orthogonalize, rng=rng, start_score=initial_score, progress=tick,
                 )
-        structure_score = score(matrix)
+        structure_score = structure.best_score
 
         with self._progress(f"refine (restart {restart + 1}/{self.n_restarts})", self.refine_iter) as tick:
             matrix, history = refine_by_neighbours(
                 a, b, matrix, score=score, target_index=index_b, n_iter=self.refine_iter,
                 sample_size=self.refine_sample, k=self.refine_k, alpha=self.refine_alpha,
                 patience=self.refine_patience, tol=self.refine_tol, orthogonalize=self.orthogonalize,
-                rng=rng, progress=tick,
+                rng=rng, start_score=structure_score, progress=tick,
             )
-        refined_score = score(matrix)
+        refined_score = history.best_score
 
         centroid_score, centroid_accepted = None, False
         if self.centroid_clusters > 0:

@@ -38,6 +38,7 @@ from subspaces.align.procrustes import nearest_orthogonal, procrustes
 class RefineHistory:
     scores: list[float] = field(default_factory=list)  # label-free score after each iteration
     best_iteration: int = -1  # -1: the starting map was never beaten
+    best_score: float = float("nan")  # score of the map returned
     stopped_early: bool = False
 
 
@@ -46,22 +47,37 @@ class StructureHistory(RefineHistory):
     swapped: list[float] = field(default_factory=list)  # share of seeded pairs the structure search changed
 
 
-class _BestMap:
-    """Keeps the best-scoring map and says when ``patience`` iterations have passed without a gain of ``tol``."""
-
-    def __init__(self, matrix: np.ndarray, score: float, *, patience: int, tol: float) -> None:
-        self.matrix, self.score, self.patience, self.tol, self.since_best = matrix, score, patience, tol, 0
-
-    def offer(self, matrix: np.ndarray, score: float, iteration: int, history: RefineHistory) -> bool:
-        """Record ``score``; returns True when refinement should stop."""
-        history.scores.append(score)
-        if score > self.score + self.tol:
-            self.matrix, self.score, self.since_best = matrix, score, 0
-            history.best_iteration = iteration
-            return False
-        self.since_best += 1
-        history.stopped_early = self.since_best >= self.patience
-        return history.stopped_early
+def _keep_best(
+    matrix: np.ndarray,
+    step: Callable[[np.ndarray], np.ndarray],
+    *,
+    score: Callable[[np.ndarray], float],
+    start_score: float | None,
+    n_iter: int,
+    patience: int,
+    tol: float,
+    history: RefineHistory,
+    progress: Callable[[int, int], None] | None,
+) -> np.ndarray:
+    """Apply ``step`` up to ``n_iter`` times; return the best map by ``score``, stopping after ``patience``
+    iterations without a gain of ``tol``. ``start_score`` spares scoring a map the caller already scored."""
+    best = matrix
+    history.best_score = score(matrix) if start_score is None else start_score
+    since_best = 0
+    for it in range(n_iter):
+        matrix = step(matrix)
+        current = score(matrix)
+        history.scores.append(current)
+        if progress is not None:
+            progress(it + 1, n_iter)
+        if current > history.best_score + tol:
+            best, history.best_score, history.best_iteration, since_best = matrix, current, it, 0
+            continue
+        since_best += 1
+        if since_best >= patience:
+            history.stopped_early = True
+            break
+    return best
 
 
 def blend(matrix: np.ndarray, new: np.ndarray, alpha: float, orthogonalize: bool) -> np.ndarray:
@@ -103,22 +119,21 @@ def refine_by_neighbours(
     tol: float = 1e-4,
     orthogonalize: bool = True,
     rng: np.random.Generator,
+    start_score: float | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[np.ndarray, RefineHistory]:
     """Refine-1. Returns the best map by ``score`` (higher is better) and the score history."""
-    history = RefineHistory()
-    best = _BestMap(matrix, score(matrix), patience=patience, tol=tol)
-    for it in range(n_iter):
-        matrix = neighbour_step(
+
+    def step(matrix: np.ndarray) -> np.ndarray:
+        return neighbour_step(
             source, target, matrix, target_index=target_index, sample_size=sample_size, k=k, alpha=alpha,
             orthogonalize=orthogonalize, rng=rng,
         )
-        stop = best.offer(matrix, score(matrix), it, history)
-        if progress is not None:
-            progress(it + 1, n_iter)
-        if stop:
-            break
-    return best.matrix, history
+
+    history = RefineHistory()
+    best = _keep_best(matrix, step, score=score, start_score=start_score, n_iter=n_iter, patience=patience,
+                      tol=tol, history=history, progress=progress)
+    return best, history
 
 
 def structure_step(
@@ -167,6 +182,7 @@ def refine_by_structure(
     tol: float = 1e-4,
     orthogonalize: bool = True,
     rng: np.random.Generator,
+    start_score: float | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[np.ndarray, StructureHistory]:
     """Up to ``n_iter`` rounds of (structural correction, ``inner_steps`` refine-1 steps); the best map by ``score``.
@@ -176,8 +192,8 @@ def refine_by_structure(
     """
     n_clusters = min(n_clusters, len(source) // 4, len(target) // 4)
     history = StructureHistory()
-    best = _BestMap(matrix, score(matrix), patience=patience, tol=tol)
-    for it in range(n_iter):
+
+    def step(matrix: np.ndarray) -> np.ndarray:
         ca, cb, swapped = structure_step(
             source, target, matrix, n_clusters=n_clusters, n_runs=n_runs, sample_size=sample_size,
             kmeans_iter=kmeans_iter, rng=rng,
@@ -189,12 +205,11 @@ def refine_by_structure(
                 source, target, matrix, target_index=target_index, sample_size=inner_sample, k=k, alpha=alpha,
                 orthogonalize=orthogonalize, rng=rng,
             )
-        stop = best.offer(matrix, score(matrix), it, history)
-        if progress is not None:
-            progress(it + 1, n_iter)
-        if stop:
-            break
-    return best.matrix, history
+        return matrix
+
+    best = _keep_best(matrix, step, score=score, start_score=start_score, n_iter=n_iter, patience=patience,
+                      tol=tol, history=history, progress=progress)
+    return best, history
 
 
 def refine_by_centroids(
