@@ -50,6 +50,7 @@ def run_pair(folder: Path, target: str, *, seed: int, paper: bool, params: dict)
         "restart_structure_swapped": [r.get("structure_swapped") for r in diag["restarts"]],
         "anchor_consistency": diag["anchor_consistency"],
         "orthogonality_gap": diag["orthogonality_gap"],
+        "stage_seconds": diag["restarts"][diag["chosen_restart"]].get("stage_seconds"),
     }
     if paper:
         fitted = fit_paper_recipe(a, b, seed=seed)

@@ -100,12 +100,12 @@ class MiniVec2Vec:
         relative_k: int = 50,
         structure_iter: int = 10,
         structure_clusters: int = 50,
-        structure_runs: int = 6,
+        structure_runs: int = 4,
         structure_sample: int = 10_000,
         structure_steps: int = 5,
         structure_patience: int = 2,
         refine_iter: int = 100,
-        refine_sample: int = 4096,
+        refine_sample: int = 2048,
         refine_k: int = 50,
         refine_alpha: float = 0.5,
         refine_patience: int = 10,
@@ -113,9 +113,9 @@ class MiniVec2Vec:
         centroid_clusters: int = 500,
         centroid_alpha: float = 0.5,
         orthogonalize: bool = True,
-        ann_lists: int = 64,
+        ann_lists: int = 128,
         ann_probe: int = 8,
-        probe_size: int = 4096,
+        probe_size: int = 2048,
         random_state: int | None = 0,
         verbose: bool = False,
     ) -> None:
@@ -232,6 +232,15 @@ class MiniVec2Vec:
 
     def _fit_one(self, restart: int, a, b, index_b, score, rng: np.random.Generator) -> dict[str, Any]:
         """One full pass: anchors -> initial map -> refine-1 -> refine-2, with its label-free diagnostics."""
+        seconds: dict[str, float] = {}
+        clock = time.perf_counter()
+
+        def lap(stage: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            seconds[stage] = now - clock
+            clock = now
+
         with self._progress(f"anchors (restart {restart + 1}/{self.n_restarts})", self.n_anchor_runs) as tick:
             anchors = matched_anchors(
                 a, b,
@@ -244,6 +253,7 @@ class MiniVec2Vec:
         matrix = initial_map(a[rows], b, anchors.source, anchors.target, k=self.relative_k)
         initial_score = score(matrix)
         initial_consistency = anchor_consistency(anchors, matrix)
+        lap("anchors_and_initial_map")
 
         structure = StructureHistory(best_score=initial_score)  # as it stands when the stage is skipped
         if self.structure_iter > 0:
@@ -257,6 +267,7 @@ class MiniVec2Vec:
                     orthogonalize=self.orthogonalize, rng=rng, start_score=initial_score, progress=tick,
                 )
         structure_score = structure.best_score
+        lap("structure")
 
         with self._progress(f"refine (restart {restart + 1}/{self.n_restarts})", self.refine_iter) as tick:
             matrix, history = refine_by_neighbours(
@@ -266,6 +277,7 @@ class MiniVec2Vec:
                 rng=rng, start_score=structure_score, progress=tick,
             )
         refined_score = history.best_score
+        lap("refine1")
 
         centroid_score, centroid_accepted = None, False
         if self.centroid_clusters > 0:
@@ -278,6 +290,7 @@ class MiniVec2Vec:
             if centroid_score >= refined_score - self.refine_tol:
                 matrix, centroid_accepted = candidate, True
         final_score = max(refined_score, centroid_score) if centroid_accepted else refined_score
+        lap("refine2")
         logger.info("restart %d: nn-similarity %.4f -> %.4f", restart, initial_score, final_score)
         return {
             "matrix": matrix,
@@ -298,6 +311,7 @@ class MiniVec2Vec:
             "refine1_stopped_early": history.stopped_early,
             "refine1_scores": history.scores,
             "refine2_accepted": centroid_accepted,
+            "stage_seconds": seconds,
         }
 
     def _progress(self, description: str, total: int):

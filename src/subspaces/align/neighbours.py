@@ -54,4 +54,9 @@ def neighbour_means(
     of a small neighbourhood is a much less noisy estimate of the true counterpart than any one neighbour.
     """
     _, ids = knn(queries, search_base, k)
-    return values[ids].mean(axis=1)
+    # One gather per neighbour rank rather than values[ids] (n x k x d at once): same sums, a few times faster
+    # because each step's rows stay in cache.
+    total = values[ids[:, 0]].astype(np.float32, copy=True)
+    for rank in range(1, ids.shape[1]):
+        total += values[ids[:, rank]]
+    return total / ids.shape[1]
