@@ -7,7 +7,9 @@ an analysis with labels, never part of ``fit``:
    other half (unseen);
 2. partition mismatch: the similarity-structure correlation of truly corresponding clusters (the held-out texts
    clustered once in the source space, centroids taken in both spaces) against that of the two spaces' own k-means
-   centroids paired by the oracle map and paired by the QAP, and the share of QAP pairs that are right;
+   centroids paired by the oracle map and paired by the QAP, and the share of QAP pairs that are right, with the
+   library's kernel (cosines of the spherical centroids) and with the notebook's (double-centred Gram of the raw
+   cluster means);
 3. refine-1's fixed point: refine-1 started *at the oracle map*, for several neighbour counts k, and optionally with
    CSLS, exact-assignment and entropic-OT pseudo-targets instead of neighbour means (``--alternatives``, slow).
 
@@ -43,8 +45,22 @@ def top1(matrix: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
     return retrieval_metrics(normalize_rows(x @ matrix), y, pool_size=len(x))["top1"]
 
 
-def partition_mismatch(a, b, x, y, oracle, n_clusters: int, n_runs: int, rng) -> dict:
-    true_corr, oracle_paired, qap_paired, qap_right = [], [], [], []
+def cluster_means(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    """Raw (not re-normalised) mean of the rows assigned to each centroid: its length is the cluster's tightness."""
+    labels = knn(x, centroids, 1)[1][:, 0]
+    return np.stack([x[labels == c].mean(0) for c in range(len(centroids))])
+
+
+def gram_factor(means: np.ndarray) -> np.ndarray:
+    """Rows F with F Fᵀ = H M Mᵀ H, the notebook's double-centred Gram of raw cluster means (H = centring)."""
+    n = len(means)
+    h = np.eye(n) - np.full((n, n), 1.0 / n)
+    w, v = np.linalg.eigh(h @ means @ means.T @ h)
+    return v * np.sqrt(np.clip(w, 0, None))
+
+
+def partition_mismatch(a, b, x, y, oracle, n_clusters: int, n_runs: int, rng, gram_rng) -> dict:
+    true_corr, oracle_paired, qap_paired, qap_right, gram_right = [], [], [], [], []
     for _ in range(n_runs):
         labels = knn(x, kmeans(x, n_clusters, seed=int(rng.integers(2**31))), 1)[1][:, 0]
         ca = normalize_rows(np.stack([x[labels == c].mean(0) for c in range(n_clusters)]))
@@ -59,12 +75,17 @@ def partition_mismatch(a, b, x, y, oracle, n_clusters: int, n_runs: int, rng) ->
         oracle_paired.append(similarity_agreement(ka @ ka.T, (kb @ kb.T)[np.ix_(right, right)]))
         qap_paired.append(match.agreement)
         qap_right.append(float((match.permutation == right).mean()))
+        # The notebook's kernel: double-centred Gram of the raw cluster means (same clusters, same solver).
+        gram = match_centroids(gram_factor(cluster_means(sa, ka)), gram_factor(cluster_means(sb, kb)),
+                               n_restarts=10, rng=gram_rng)  # own stream: the other figures stay as they were
+        gram_right.append(float((gram.permutation == right).mean()))
     return {
         "n_clusters": n_clusters, "runs": n_runs,
         "agreement_true_correspondence": float(np.mean(true_corr)),
         "agreement_own_kmeans_oracle_paired": float(np.mean(oracle_paired)),
         "agreement_own_kmeans_qap_paired": float(np.mean(qap_paired)),
         "qap_pairs_right": float(np.mean(qap_right)),
+        "qap_pairs_right_notebook_gram_kernel": float(np.mean(gram_right)),
     }
 
 
@@ -136,7 +157,9 @@ def main() -> None:
             "in_sample_top1": top1(fitted_on_second, x[half:], y[half:]),
             "unseen_top1": top1(fitted_on_second, x[:half], y[:half]),
         },
-        "partition_mismatch": partition_mismatch(a, b, x, y, oracle, args.clusters, args.runs, rng),
+        "partition_mismatch": partition_mismatch(
+            a, b, x, y, oracle, args.clusters, args.runs, rng, np.random.default_rng([args.seed, 1])
+        ),
         "refine1_from_oracle": refine_from_oracle(
             a, b, x, y, oracle, rounds=args.rounds, ks=[int(k) for k in args.ks.split(",")],
             alternatives=args.alternatives, rng=rng,

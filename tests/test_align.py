@@ -11,6 +11,7 @@ from subspaces.align.anchors import kmeans
 from subspaces.align.diagnostics import bidirectional_nn_similarity
 from subspaces.align.matching import match_centroids
 from subspaces.align.metrics import cross_fitted_oracle
+from subspaces.align.neighbours import NeighbourIndex, mean_of_rows, neighbour_means
 from subspaces.align.preprocess import center_normalize
 from subspaces.align.procrustes import nearest_orthogonal, orthogonality_gap, procrustes
 from subspaces.align.refine import refine_by_structure
@@ -214,3 +215,14 @@ def test_transform_checks_dimension_and_fitted_state(tmp_path):
         aligner.transform(np.ones((2, 5)))
     with pytest.raises(DimensionError, match="equal row counts"):
         evaluate_alignment(aligner, np.ones((3, 8)), np.ones((2, 8)))
+
+
+def test_neighbour_means_average_the_k_nearest_rows():
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((300, 8)).astype(np.float32)
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    values = rng.standard_normal((300, 5)).astype(np.float32)
+    queries = base[:20] + 0.01 * rng.standard_normal((20, 8)).astype(np.float32)
+    ids = np.argsort(-(queries @ base.T), axis=1)[:, :7]  # brute force, by hand
+    np.testing.assert_allclose(neighbour_means(queries, NeighbourIndex(base), values, 7), values[ids].mean(1), atol=1e-6)
+    np.testing.assert_allclose(mean_of_rows(values, ids), values[ids].mean(1), atol=1e-6)

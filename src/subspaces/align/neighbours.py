@@ -54,8 +54,15 @@ def neighbour_means(
     of a small neighbourhood is a much less noisy estimate of the true counterpart than any one neighbour.
     """
     _, ids = knn(queries, search_base, k)
-    # One gather per neighbour rank rather than values[ids] (n x k x d at once): same sums, a few times faster
-    # because each step's rows stay in cache.
+    return mean_of_rows(values, ids)
+
+
+def mean_of_rows(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Row i is the mean of ``values[ids[i]]``.
+
+    Summed one neighbour rank at a time rather than as ``values[ids].mean(1)``, which materialises n x k x d
+    floats: the same sums, a few times faster because each step's rows stay in cache.
+    """
     total = values[ids[:, 0]].astype(np.float32, copy=True)
     for rank in range(1, ids.shape[1]):
         total += values[ids[:, rank]]
