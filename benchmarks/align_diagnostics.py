@@ -99,7 +99,7 @@ def sinkhorn_targets(sims: np.ndarray, candidates: np.ndarray, eps: float = 0.05
 
 
 def refine_from_oracle(a, b, x, y, oracle, *, rounds: int, ks: list[int], alternatives: bool, rng) -> dict:
-    index = NeighbourIndex(b)
+    index, source_index = NeighbourIndex(b), NeighbourIndex(a)
     out = {"rounds": rounds, "oracle_top1": top1(oracle, x, y)}
     for k in ks:
         matrix = oracle
@@ -107,6 +107,11 @@ def refine_from_oracle(a, b, x, y, oracle, *, rounds: int, ks: list[int], altern
             matrix = neighbour_step(a, b, matrix, target_index=index, sample_size=4096, k=k, alpha=0.5,
                                     orthogonalize=True, rng=rng)
         out[f"neighbour_mean_k{k}"] = top1(matrix, x, y)
+        matrix = oracle
+        for _ in range(rounds):
+            matrix = neighbour_step(a, b, matrix, target_index=index, sample_size=4096, k=k, alpha=0.5,
+                                    orthogonalize=True, rng=rng, source_index=source_index, bidirectional=True)
+        out[f"bidirectional_neighbour_mean_k{k}"] = top1(matrix, x, y)
     if alternatives:
         for name in ("csls", "assignment", "entropic_ot"):
             matrix = oracle
@@ -139,6 +144,7 @@ def main() -> None:
     parser.add_argument("--ks", default="10,50")
     parser.add_argument("--alternatives", action="store_true", help="also CSLS / assignment / entropic OT (slow)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", type=Path, default=None, help="default: results/align_diagnostics_<pool>_<target>.json")
     args = parser.parse_args()
 
     folder = pool_folder(args.pool, args.size, 0)
@@ -165,7 +171,7 @@ def main() -> None:
             alternatives=args.alternatives, rng=rng,
         ),
     }
-    output = RESULTS / f"align_diagnostics_{args.pool}_{args.target}.json"
+    output = args.output or RESULTS / f"align_diagnostics_{args.pool}_{args.target}.json"
     save_json(output, report)
     for key in ("oracle_overfitting", "partition_mismatch", "refine1_from_oracle"):
         print(key, {k: round(v, 3) if isinstance(v, float) else v for k, v in report[key].items()})

@@ -19,6 +19,10 @@ def main(paths: list[str]) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for path in paths:
         results = json.load(open(path))
+        # Runs that override more than the restart count are labelled with their overrides.
+        extra = {k: v for k, v in results.get("params", {}).items() if k != "n_restarts"}
+        restarts = results.get("params", {}).get("n_restarts", 3)
+        label = (f", {restarts} restarts" if restarts != 1 else "") + (f", {json.dumps(extra)}" if extra else "")
         for r in results["pairs"]:
             paper = r.get("paper_recipe")
             gap = (r["oracle"]["top1"] - r["top1"]) / r["oracle"]["top1"]
@@ -27,7 +31,7 @@ def main(paths: list[str]) -> None:
             paper_seconds = "n/a" if paper is None else f"{paper['fit_seconds']:.0f}"
             speedup = "n/a" if paper is None else f"{r['speedup_vs_paper_recipe']:.1f}x"
             print(
-                f"| {results['pool']} ({results['size']}) | {r['source']} → {r['target']} | {r['n_eval']} | "
+                f"| {results['pool']} ({results['size']}) | {r['source']} → {r['target']}{label} | {r['n_eval']} | "
                 f"{r['top1']:.3f} | {r['mean_rank']:.1f} | {r['cosine']:.3f} | {fmt(r['identity'], 'top1')} | "
                 f"{r['oracle']['top1']:.3f} | {100 * gap:.1f}% | {fmt(cross, 'top1')} | {cross_gap} | "
                 f"{r['fit_seconds']:.0f} | {fmt(paper, 'top1')} | "

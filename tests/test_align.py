@@ -226,3 +226,20 @@ def test_neighbour_means_average_the_k_nearest_rows():
     ids = np.argsort(-(queries @ base.T), axis=1)[:, :7]  # brute force, by hand
     np.testing.assert_allclose(neighbour_means(queries, NeighbourIndex(base), values, 7), values[ids].mean(1), atol=1e-6)
     np.testing.assert_allclose(mean_of_rows(values, ids), values[ids].mean(1), atol=1e-6)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_refine1_steps_move_a_nearby_map_onto_the_true_rotation(bidirectional):
+    from subspaces.align.refine import neighbour_step
+
+    rng = np.random.default_rng(0)
+    q = ortho_group.rvs(8, random_state=1)
+    source, target = clustered(rng, 3000), clustered(rng, 3000) @ q
+    a, b = center_normalize(source, source.mean(0)), center_normalize(target, target.mean(0))
+    matrix = start = nearest_orthogonal(0.8 * q + 0.2 * ortho_group.rvs(8, random_state=2))
+    for _ in range(10):
+        matrix = neighbour_step(a, b, matrix, target_index=NeighbourIndex(b), sample_size=1000, k=10, alpha=0.5,
+                                orthogonalize=True, rng=rng, source_index=NeighbourIndex(a),
+                                bidirectional=bidirectional)
+    assert np.linalg.norm(matrix - q) < 0.5 * np.linalg.norm(start - q)
+    assert orthogonality_gap(matrix) < 1e-4

@@ -72,6 +72,8 @@ class MiniVec2Vec:
         refine_sample: source rows per refine-1 iteration.
         refine_k: target neighbours averaged per mapped source row in refine-1 (paper: 50).
         refine_alpha: blend weight of each new map (paper: 0.5).
+        refine_bidirectional: also pair sampled target rows with their mapped-back source neighbour means in each
+            refine-1 step (ours; the paper pairs source rows only).
         refine_patience: stop refine-1 after this many iterations without a better label-free score.
         refine_tol: smallest score gain that counts as better.
         centroid_clusters: k of refine-2's k-means (paper: 500); 0 skips refine-2.
@@ -108,6 +110,7 @@ class MiniVec2Vec:
         refine_sample: int = 2048,
         refine_k: int = 50,
         refine_alpha: float = 0.5,
+        refine_bidirectional: bool = False,
         refine_patience: int = 10,
         refine_tol: float = 1e-4,
         centroid_clusters: int = 500,
@@ -140,6 +143,7 @@ class MiniVec2Vec:
         self.refine_sample = refine_sample
         self.refine_k = refine_k
         self.refine_alpha = refine_alpha
+        self.refine_bidirectional = refine_bidirectional
         self.refine_patience = refine_patience
         self.refine_tol = refine_tol
         self.centroid_clusters = centroid_clusters
@@ -213,7 +217,7 @@ class MiniVec2Vec:
         def score(matrix: np.ndarray) -> float:
             return bidirectional_nn_similarity(probe_a, probe_b, index_a, index_b, matrix)
 
-        restarts = [self._fit_one(restart, a, b, index_b, score, rng) for restart in range(self.n_restarts)]
+        restarts = [self._fit_one(restart, a, b, index_a, index_b, score, rng) for restart in range(self.n_restarts)]
         # Refined maps are compared, not initial ones: a wrong start can look as good as a right one before
         # refinement, but only a right one reaches a high neighbour similarity after it.
         chosen = int(np.argmax([r["nn_similarity"]["final"] for r in restarts]))
@@ -230,7 +234,7 @@ class MiniVec2Vec:
         }
         return self
 
-    def _fit_one(self, restart: int, a, b, index_b, score, rng: np.random.Generator) -> dict[str, Any]:
+    def _fit_one(self, restart: int, a, b, index_a, index_b, score, rng: np.random.Generator) -> dict[str, Any]:
         """One full pass: anchors -> initial map -> refine-1 -> refine-2, with its label-free diagnostics."""
         seconds: dict[str, float] = {}
         clock = time.perf_counter()
@@ -265,6 +269,7 @@ class MiniVec2Vec:
                     inner_steps=self.structure_steps, inner_sample=self.refine_sample, k=self.refine_k,
                     alpha=self.refine_alpha, patience=self.structure_patience, tol=self.refine_tol,
                     orthogonalize=self.orthogonalize, rng=rng, start_score=initial_score, progress=tick,
+                    source_index=index_a, bidirectional=self.refine_bidirectional,
                 )
         structure_score = structure.best_score
         lap("structure")
@@ -275,6 +280,7 @@ class MiniVec2Vec:
                 sample_size=self.refine_sample, k=self.refine_k, alpha=self.refine_alpha,
                 patience=self.refine_patience, tol=self.refine_tol, orthogonalize=self.orthogonalize,
                 rng=rng, start_score=structure_score, progress=tick,
+                source_index=index_a, bidirectional=self.refine_bidirectional,
             )
         refined_score = history.best_score
         lap("refine1")

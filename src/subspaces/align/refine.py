@@ -97,11 +97,23 @@ def neighbour_step(
     alpha: float,
     orthogonalize: bool,
     rng: np.random.Generator,
+    source_index: NeighbourIndex | None = None,
+    bidirectional: bool = False,
 ) -> np.ndarray:
-    """One refine-1 step: sample, map, mean of ``k`` nearest target rows, Procrustes, blend."""
+    """One refine-1 step: sample, map, mean of ``k`` nearest target rows, Procrustes, blend.
+
+    With ``bidirectional`` a target sample is also mapped back (``W^T``) and paired with the mean of its ``k``
+    nearest source rows, and Procrustes is fitted on both sets of pairs at once: the pull of each space's dense
+    regions on its own neighbour means then acts from both sides instead of one.
+    """
     batch = source[rng.choice(len(source), min(sample_size, len(source)), replace=False)]
-    pseudo = neighbour_means(normalize_rows(batch @ matrix), target_index or target, target, k)
-    return blend(matrix, procrustes(batch, normalize_rows(pseudo)), alpha, orthogonalize)
+    pseudo = normalize_rows(neighbour_means(normalize_rows(batch @ matrix), target_index or target, target, k))
+    if bidirectional:
+        back = target[rng.choice(len(target), min(sample_size, len(target)), replace=False)]
+        pseudo_source = neighbour_means(normalize_rows(back @ matrix.T), source_index or source, source, k)
+        batch = np.concatenate([batch, normalize_rows(pseudo_source)])
+        pseudo = np.concatenate([pseudo, back])
+    return blend(matrix, procrustes(batch, pseudo), alpha, orthogonalize)
 
 
 def refine_by_neighbours(
@@ -121,13 +133,15 @@ def refine_by_neighbours(
     rng: np.random.Generator,
     start_score: float | None = None,
     progress: Callable[[int, int], None] | None = None,
+    source_index: NeighbourIndex | None = None,
+    bidirectional: bool = False,
 ) -> tuple[np.ndarray, RefineHistory]:
     """Refine-1. Returns the best map by ``score`` (higher is better) and the score history."""
 
     def step(matrix: np.ndarray) -> np.ndarray:
         return neighbour_step(
             source, target, matrix, target_index=target_index, sample_size=sample_size, k=k, alpha=alpha,
-            orthogonalize=orthogonalize, rng=rng,
+            orthogonalize=orthogonalize, rng=rng, source_index=source_index, bidirectional=bidirectional,
         )
 
     history = RefineHistory()
@@ -184,6 +198,8 @@ def refine_by_structure(
     rng: np.random.Generator,
     start_score: float | None = None,
     progress: Callable[[int, int], None] | None = None,
+    source_index: NeighbourIndex | None = None,
+    bidirectional: bool = False,
 ) -> tuple[np.ndarray, StructureHistory]:
     """Up to ``n_iter`` rounds of (structural correction, ``inner_steps`` refine-1 steps); the best map by ``score``.
 
@@ -203,7 +219,7 @@ def refine_by_structure(
         for _ in range(inner_steps):
             matrix = neighbour_step(
                 source, target, matrix, target_index=target_index, sample_size=inner_sample, k=k, alpha=alpha,
-                orthogonalize=orthogonalize, rng=rng,
+                orthogonalize=orthogonalize, rng=rng, source_index=source_index, bidirectional=bidirectional,
             )
         return matrix
 
