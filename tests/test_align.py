@@ -15,7 +15,7 @@ from subspaces.align.neighbours import NeighbourIndex, mean_of_rows, neighbour_m
 from subspaces.align.preprocess import center_normalize
 from subspaces.align.procrustes import nearest_orthogonal, orthogonality_gap, procrustes
 from subspaces.align.refine import refine_by_structure
-from subspaces.errors import DataError, DimensionError
+from subspaces.errors import DataError, DimensionError, SubspacesError
 
 # Small but complete settings: every stage runs, on a few thousand rows.
 FAST = dict(
@@ -243,3 +243,31 @@ def test_refine1_steps_move_a_nearby_map_onto_the_true_rotation(bidirectional):
                                 bidirectional=bidirectional)
     assert np.linalg.norm(matrix - q) < 0.5 * np.linalg.norm(start - q)
     assert orthogonality_gap(matrix) < 1e-4
+
+
+def test_gram_kernel_factor_and_matching_of_raw_cluster_means():
+    from subspaces.align.anchors import cluster_means
+    from subspaces.align.matching import gram_factor
+
+    rng = np.random.default_rng(0)
+    x = center_normalize(clustered(rng, 2000), np.zeros(8))
+    means = cluster_means(x, kmeans(x, 10, seed=0))
+    assert np.all(np.linalg.norm(means, axis=1) < 1.0)  # means of unit vectors: their length is the tightness
+    h = np.eye(10) - 1.0 / 10
+    factor = gram_factor(means)
+    np.testing.assert_allclose(factor @ factor.T, h @ means @ means.T @ h, atol=1e-5)
+    perm = rng.permutation(10)
+    rotated = np.empty_like(means)
+    rotated[perm] = means @ ortho_group.rvs(8, random_state=3)
+    match = match_centroids(factor, gram_factor(rotated), n_restarts=5, rng=rng)
+    np.testing.assert_array_equal(match.permutation, perm)
+
+
+def test_gram_anchor_kernel_recovers_the_rotation():
+    rng = np.random.default_rng(0)
+    q = ortho_group.rvs(8, random_state=1)
+    source, target, held = clustered(rng, 3000), clustered(rng, 3000) @ q, clustered(rng, 500)
+    aligner = MiniVec2Vec(**FAST | {"anchor_kernel": "gram"}).fit(source, target)
+    assert evaluate_alignment(aligner, held, held @ q)["top1"] > 0.95
+    with pytest.raises(SubspacesError, match="anchor_kernel"):
+        MiniVec2Vec(anchor_kernel="euclid").fit(source, target)

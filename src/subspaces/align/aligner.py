@@ -56,6 +56,8 @@ class MiniVec2Vec:
         kmeans_iter: Lloyd iterations of every k-means.
         kmeans_redo: random starts of each anchor k-means, the lowest-inertia one kept (steadier partitions).
         qap_method: ``"faq"`` or ``"2opt"`` (scipy's quadratic-assignment solvers).
+        anchor_kernel: what the QAP compares: ``"cosine"`` of the unit centroids, or ``"gram"``, the double-centred
+            Gram matrix of the raw cluster means (the paper's notebook).
         qap_restarts: solver starts per run, each polished by pairwise swaps; the best objective is kept.
         anchor_keep: fraction of runs kept, best matching agreement first (1.0 = paper, keep all).
         n_restarts: independent full passes (anchors, initial map, both refinements); the one with the best
@@ -95,6 +97,7 @@ class MiniVec2Vec:
         kmeans_iter: int = 25,
         kmeans_redo: int = 1,
         qap_method: str = "faq",
+        anchor_kernel: str = "cosine",
         qap_restarts: int = 30,
         anchor_keep: float = 1.0,
         n_restarts: int = 3,
@@ -128,6 +131,7 @@ class MiniVec2Vec:
         self.kmeans_iter = kmeans_iter
         self.kmeans_redo = kmeans_redo
         self.qap_method = qap_method
+        self.anchor_kernel = anchor_kernel
         self.qap_restarts = qap_restarts
         self.anchor_keep = anchor_keep
         self.n_restarts = n_restarts
@@ -173,6 +177,8 @@ class MiniVec2Vec:
     def _check_params(self, n_source: int, n_target: int) -> None:
         if self.qap_method not in ("faq", "2opt"):
             raise SubspacesError(f"qap_method must be 'faq' or '2opt', got {self.qap_method!r}")
+        if self.anchor_kernel not in ("cosine", "gram"):
+            raise SubspacesError(f"anchor_kernel must be 'cosine' or 'gram', got {self.anchor_kernel!r}")
         for name in ("n_anchor_runs", "n_anchor_clusters", "kmeans_iter", "qap_restarts", "n_restarts",
                      "relative_k", "refine_k", "refine_sample", "n_pseudo_pairs", "probe_size", "anchor_sample",
                      "ann_probe", "kmeans_redo", "structure_clusters", "structure_runs", "structure_sample",
@@ -251,7 +257,7 @@ class MiniVec2Vec:
                 n_runs=self.n_anchor_runs, n_clusters=self.n_anchor_clusters, sample_size=self.anchor_sample,
                 kmeans_iter=self.kmeans_iter, kmeans_redo=self.kmeans_redo, qap_method=self.qap_method,
                 qap_restarts=self.qap_restarts,
-                keep_fraction=self.anchor_keep, rng=rng, progress=tick,
+                keep_fraction=self.anchor_keep, kernel=self.anchor_kernel, rng=rng, progress=tick,
             )
         rows = rng.choice(len(a), min(self.n_pseudo_pairs, len(a)), replace=False)
         matrix = initial_map(a[rows], b, anchors.source, anchors.target, k=self.relative_k)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
-from subspaces.align.matching import match_centroids
+from subspaces.align.matching import gram_factor, match_centroids
 from subspaces.align.preprocess import normalize_rows
 
 
@@ -38,6 +38,15 @@ def kmeans(
     )
     model.train(np.ascontiguousarray(x, dtype=np.float32), init_centroids=None if init is None else np.ascontiguousarray(init, dtype=np.float32))
     return normalize_rows(model.centroids)
+
+
+def cluster_means(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
+    """Mean of the rows of ``x`` nearest to each centroid, not re-normalised (an empty cluster gives zeros)."""
+    labels = (x @ centroids.T).argmax(axis=1)
+    sums = np.zeros((len(centroids), x.shape[1]), dtype=np.float64)
+    np.add.at(sums, labels, x)
+    counts = np.bincount(labels, minlength=len(centroids))[:, None]
+    return (sums / np.maximum(counts, 1)).astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -76,17 +85,28 @@ def matched_anchors(
     qap_method: str = "faq",
     qap_restarts: int = 30,
     keep_fraction: float = 1.0,
+    kernel: str = "cosine",
     rng: np.random.Generator,
     progress=None,
 ) -> AnchorSet:
-    """Pool the matched centroids of ``n_runs`` k-means runs, keeping the best ``keep_fraction`` by agreement."""
+    """Pool the matched centroids of ``n_runs`` k-means runs, keeping the best ``keep_fraction`` by agreement.
+
+    ``kernel`` is what the quadratic assignment compares: ``"cosine"``, the cosines of the unit centroids, or
+    ``"gram"``, the double-centred Gram matrix of the raw cluster means (the paper's notebook).
+    """
+    if kernel not in ("cosine", "gram"):
+        raise ValueError(f"unknown anchor kernel {kernel!r}; use 'cosine' or 'gram'")
     src, tgt, runs, agreements, objectives = [], [], [], [], []
     for run in range(n_runs):
         a = source[rng.choice(len(source), min(sample_size, len(source)), replace=False)]
         b = target[rng.choice(len(target), min(sample_size, len(target)), replace=False)]
         ca = kmeans(a, n_clusters, n_iter=kmeans_iter, seed=int(rng.integers(2**31)), n_redo=kmeans_redo)
         cb = kmeans(b, n_clusters, n_iter=kmeans_iter, seed=int(rng.integers(2**31)), n_redo=kmeans_redo)
-        match = match_centroids(ca, cb, method=qap_method, n_restarts=qap_restarts, rng=rng)
+        if kernel == "gram":
+            match = match_centroids(gram_factor(cluster_means(a, ca)), gram_factor(cluster_means(b, cb)),
+                                    method=qap_method, n_restarts=qap_restarts, rng=rng)
+        else:
+            match = match_centroids(ca, cb, method=qap_method, n_restarts=qap_restarts, rng=rng)
         src.append(ca)
         tgt.append(cb[match.permutation])
         runs.append(np.full(n_clusters, run))

@@ -17,6 +17,11 @@ class QapMethod(str, Enum):
     two_opt = "2opt"
 
 
+class AnchorKernel(str, Enum):
+    cosine = "cosine"
+    gram = "gram"
+
+
 def _embed(model: str, texts_path: Path):
     from subspaces.io import read_lines
     from subspaces.models.encoder import encode, load_encoder
@@ -55,6 +60,7 @@ def fit_cmd(
     kmeans_iter: Annotated[int, typer.Option(help="Lloyd iterations of every k-means.")] = 25,
     kmeans_redo: Annotated[int, typer.Option(help="Random starts per anchor k-means; lowest inertia kept.")] = 1,
     qap_method: Annotated[QapMethod, typer.Option(help="scipy quadratic-assignment solver.")] = QapMethod.faq,
+    anchor_kernel: Annotated[AnchorKernel, typer.Option(help="QAP kernel: cosines of unit centroids, or the double-centred Gram of raw cluster means (the notebook's).")] = AnchorKernel.cosine,
     qap_restarts: Annotated[int, typer.Option(help="Solver starts per run, each polished by swaps; best kept.")] = 30,
     anchor_keep: Annotated[float, typer.Option(help="Fraction of runs kept, best matching agreement first.")] = 1.0,
     n_restarts: Annotated[int, typer.Option(help="Independent anchor stages; best label-free score wins.")] = 3,
@@ -89,7 +95,8 @@ def fit_cmd(
     console.print(f"fitting mini-vec2vec: source {a.shape[0]} x {a.shape[1]}, target {b.shape[0]} x {b.shape[1]}")
     aligner = MiniVec2Vec(
         n_anchor_runs=n_anchor_runs, n_anchor_clusters=n_anchor_clusters, anchor_sample=anchor_sample,
-        kmeans_iter=kmeans_iter, kmeans_redo=kmeans_redo, qap_method=qap_method.value, qap_restarts=qap_restarts, anchor_keep=anchor_keep,
+        kmeans_iter=kmeans_iter, kmeans_redo=kmeans_redo, qap_method=qap_method.value, anchor_kernel=anchor_kernel.value,
+        qap_restarts=qap_restarts, anchor_keep=anchor_keep,
         n_restarts=n_restarts, n_pseudo_pairs=n_pseudo_pairs, relative_k=relative_k,
         structure_iter=structure_iter, structure_clusters=structure_clusters, structure_runs=structure_runs,
         structure_sample=structure_sample, structure_steps=structure_steps, structure_patience=structure_patience,
