@@ -113,7 +113,7 @@ class MiniVec2Vec:
         refine_sample: int = 2048,
         refine_k: int = 50,
         refine_alpha: float = 0.5,
-        refine_bidirectional: bool = False,
+        refine_bidirectional: bool = True,
         refine_patience: int = 10,
         refine_tol: float = 1e-4,
         centroid_clusters: int = 500,

@@ -76,7 +76,7 @@ def fit_cmd(
     refine_sample: Annotated[int, typer.Option(help="Source rows per refine-1 iteration.")] = 2048,
     refine_k: Annotated[int, typer.Option(help="Target neighbours averaged in refine-1.")] = 50,
     refine_alpha: Annotated[float, typer.Option(help="Blend weight of each refine-1 map.")] = 0.5,
-    refine_bidirectional: Annotated[bool, typer.Option("--refine-bidirectional/--no-refine-bidirectional", help="Also pair target rows with mapped-back source neighbour means.")] = False,
+    refine_bidirectional: Annotated[bool, typer.Option("--refine-bidirectional/--no-refine-bidirectional", help="Also pair target rows with mapped-back source neighbour means.")] = True,
     refine_patience: Annotated[int, typer.Option(help="Stop after this many iterations without gain.")] = 10,
     refine_tol: Annotated[float, typer.Option(help="Smallest label-free score gain that counts.")] = 1e-4,
     centroid_clusters: Annotated[int, typer.Option(help="k of refine-2's k-means (0 skips refine-2).")] = 500,
