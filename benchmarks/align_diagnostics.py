@@ -35,7 +35,7 @@ from subspaces.align.metrics import retrieval_metrics  # noqa: E402
 from subspaces.align.neighbours import NeighbourIndex, knn  # noqa: E402
 from subspaces.align.preprocess import center_normalize, normalize_rows  # noqa: E402
 from subspaces.align.procrustes import procrustes  # noqa: E402
-from subspaces.align.refine import blend, neighbour_step  # noqa: E402
+from subspaces.align.refine import NeighbourStep, blend  # noqa: E402
 from subspaces.io import save_json  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -102,16 +102,13 @@ def refine_from_oracle(a, b, x, y, oracle, *, rounds: int, ks: list[int], altern
     index, source_index = NeighbourIndex(b), NeighbourIndex(a)
     out = {"rounds": rounds, "oracle_top1": top1(oracle, x, y)}
     for k in ks:
-        matrix = oracle
-        for _ in range(rounds):
-            matrix = neighbour_step(a, b, matrix, target_index=index, sample_size=4096, k=k, alpha=0.5,
-                                    orthogonalize=True, rng=rng)
-        out[f"neighbour_mean_k{k}"] = top1(matrix, x, y)
-        matrix = oracle
-        for _ in range(rounds):
-            matrix = neighbour_step(a, b, matrix, target_index=index, sample_size=4096, k=k, alpha=0.5,
-                                    orthogonalize=True, rng=rng, source_index=source_index, bidirectional=True)
-        out[f"bidirectional_neighbour_mean_k{k}"] = top1(matrix, x, y)
+        for name, bidirectional in (("neighbour_mean", False), ("bidirectional_neighbour_mean", True)):
+            step = NeighbourStep(a, b, rng, target_index=index, source_index=source_index, sample_size=4096, k=k,
+                                 bidirectional=bidirectional)
+            matrix = oracle
+            for _ in range(rounds):
+                matrix = step(matrix)
+            out[f"{name}_k{k}"] = top1(matrix, x, y)
     if alternatives:
         for name in ("csls", "assignment", "entropic_ot"):
             matrix = oracle

@@ -14,7 +14,7 @@ from subspaces.align.metrics import cross_fitted_oracle
 from subspaces.align.neighbours import NeighbourIndex, mean_of_rows, neighbour_means
 from subspaces.align.preprocess import center_normalize
 from subspaces.align.procrustes import nearest_orthogonal, orthogonality_gap, procrustes
-from subspaces.align.refine import refine_by_structure
+from subspaces.align.refine import NeighbourStep, refine_by_structure
 from subspaces.errors import DataError, DimensionError, SubspacesError
 
 # Small but complete settings: every stage runs, on a few thousand rows.
@@ -105,9 +105,9 @@ def test_structural_refinement_pulls_a_poor_map_onto_the_true_rotation():
     def score(w):
         return bidirectional_nn_similarity(a[:500], b[:500], a, b, w)
 
+    step = NeighbourStep(a, b, np.random.default_rng(0), sample_size=1000, k=10, bidirectional=False)
     matrix, history = refine_by_structure(
-        a, b, start, score=score, n_iter=8, n_clusters=10, n_runs=3, sample_size=3000, inner_steps=3,
-        inner_sample=1000, k=10, rng=np.random.default_rng(0),
+        start, step, score=score, n_iter=8, n_clusters=10, n_runs=3, sample_size=3000, inner_steps=3,
     )
     assert top1(start) < 0.05
     assert top1(matrix) > 0.95
@@ -230,17 +230,15 @@ def test_neighbour_means_average_the_k_nearest_rows():
 
 @pytest.mark.parametrize("bidirectional", [False, True])
 def test_refine1_steps_move_a_nearby_map_onto_the_true_rotation(bidirectional):
-    from subspaces.align.refine import neighbour_step
-
     rng = np.random.default_rng(0)
     q = ortho_group.rvs(8, random_state=1)
     source, target = clustered(rng, 3000), clustered(rng, 3000) @ q
     a, b = center_normalize(source, source.mean(0)), center_normalize(target, target.mean(0))
     matrix = start = nearest_orthogonal(0.8 * q + 0.2 * ortho_group.rvs(8, random_state=2))
+    step = NeighbourStep(a, b, rng, target_index=NeighbourIndex(b), source_index=NeighbourIndex(a), sample_size=1000,
+                         k=10, bidirectional=bidirectional)
     for _ in range(10):
-        matrix = neighbour_step(a, b, matrix, target_index=NeighbourIndex(b), sample_size=1000, k=10, alpha=0.5,
-                                orthogonalize=True, rng=rng, source_index=NeighbourIndex(a),
-                                bidirectional=bidirectional)
+        matrix = step(matrix)
     assert np.linalg.norm(matrix - q) < 0.5 * np.linalg.norm(start - q)
     assert orthogonality_gap(matrix) < 1e-4
 

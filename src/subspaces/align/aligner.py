@@ -34,7 +34,13 @@ from subspaces.align.diagnostics import anchor_consistency, bidirectional_nn_sim
 from subspaces.align.neighbours import NeighbourIndex
 from subspaces.align.preprocess import center_normalize, check_embeddings, normalize_rows
 from subspaces.align.procrustes import orthogonality_gap
-from subspaces.align.refine import StructureHistory, refine_by_centroids, refine_by_neighbours, refine_by_structure
+from subspaces.align.refine import (
+    NeighbourStep,
+    StructureHistory,
+    refine_by_centroids,
+    refine_by_neighbours,
+    refine_by_structure,
+)
 from subspaces.align.relative import initial_map
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.io import atomic_path, save_json
@@ -265,28 +271,26 @@ class MiniVec2Vec:
         initial_consistency = anchor_consistency(anchors, matrix)
         lap("anchors_and_initial_map")
 
+        step = NeighbourStep(
+            a, b, rng, target_index=index_b, source_index=index_a, sample_size=self.refine_sample, k=self.refine_k,
+            alpha=self.refine_alpha, orthogonalize=self.orthogonalize, bidirectional=self.refine_bidirectional,
+        )
         structure = StructureHistory(best_score=initial_score)  # as it stands when the stage is skipped
         if self.structure_iter > 0:
             with self._progress(f"structure (restart {restart + 1}/{self.n_restarts})", self.structure_iter) as tick:
                 matrix, structure = refine_by_structure(
-                    a, b, matrix, score=score, target_index=index_b, n_iter=self.structure_iter,
-                    n_clusters=self.structure_clusters, n_runs=self.structure_runs,
-                    sample_size=self.structure_sample, kmeans_iter=self.kmeans_iter,
-                    inner_steps=self.structure_steps, inner_sample=self.refine_sample, k=self.refine_k,
-                    alpha=self.refine_alpha, patience=self.structure_patience, tol=self.refine_tol,
-                    orthogonalize=self.orthogonalize, rng=rng, start_score=initial_score, progress=tick,
-                    source_index=index_a, bidirectional=self.refine_bidirectional,
+                    matrix, step, score=score, n_iter=self.structure_iter, n_clusters=self.structure_clusters,
+                    n_runs=self.structure_runs, sample_size=self.structure_sample, kmeans_iter=self.kmeans_iter,
+                    inner_steps=self.structure_steps, patience=self.structure_patience, tol=self.refine_tol,
+                    start_score=initial_score, progress=tick,
                 )
         structure_score = structure.best_score
         lap("structure")
 
         with self._progress(f"refine (restart {restart + 1}/{self.n_restarts})", self.refine_iter) as tick:
             matrix, history = refine_by_neighbours(
-                a, b, matrix, score=score, target_index=index_b, n_iter=self.refine_iter,
-                sample_size=self.refine_sample, k=self.refine_k, alpha=self.refine_alpha,
-                patience=self.refine_patience, tol=self.refine_tol, orthogonalize=self.orthogonalize,
-                rng=rng, start_score=structure_score, progress=tick,
-                source_index=index_a, bidirectional=self.refine_bidirectional,
+                matrix, step, score=score, n_iter=self.refine_iter, patience=self.refine_patience,
+                tol=self.refine_tol, start_score=structure_score, progress=tick,
             )
         refined_score = history.best_score
         lap("refine1")

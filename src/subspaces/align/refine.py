@@ -86,64 +86,52 @@ def blend(matrix: np.ndarray, new: np.ndarray, alpha: float, orthogonalize: bool
     return nearest_orthogonal(mixed) if orthogonalize else mixed
 
 
-def neighbour_step(
-    source: np.ndarray,
-    target: np.ndarray,
-    matrix: np.ndarray,
-    *,
-    target_index: NeighbourIndex | None,
-    sample_size: int,
-    k: int,
-    alpha: float,
-    orthogonalize: bool,
-    rng: np.random.Generator,
-    source_index: NeighbourIndex | None = None,
-    bidirectional: bool = False,
-) -> np.ndarray:
-    """One refine-1 step: sample, map, mean of ``k`` nearest target rows, Procrustes, blend.
+@dataclass(frozen=True)
+class NeighbourStep:
+    """One refine-1 step, with its settings: sample, map, mean of ``k`` nearest target rows, Procrustes, blend.
 
     With ``bidirectional`` a target sample is also mapped back (``W^T``) and paired with the mean of its ``k``
     nearest source rows, and Procrustes is fitted on both sets of pairs at once: the pull of each space's dense
-    regions on its own neighbour means then acts from both sides instead of one.
+    regions on its own neighbour means then acts from both sides instead of one. Refine-1 repeats it; the
+    structural refinement runs a few after each of its corrections.
     """
-    batch = source[rng.choice(len(source), min(sample_size, len(source)), replace=False)]
-    pseudo = normalize_rows(neighbour_means(normalize_rows(batch @ matrix), target_index or target, target, k))
-    if bidirectional:
-        back = target[rng.choice(len(target), min(sample_size, len(target)), replace=False)]
-        pseudo_source = neighbour_means(normalize_rows(back @ matrix.T), source_index or source, source, k)
-        batch = np.concatenate([batch, normalize_rows(pseudo_source)])
-        pseudo = np.concatenate([pseudo, back])
-    return blend(matrix, procrustes(batch, pseudo), alpha, orthogonalize)
+
+    source: np.ndarray
+    target: np.ndarray
+    rng: np.random.Generator
+    target_index: NeighbourIndex | None = None
+    source_index: NeighbourIndex | None = None
+    sample_size: int = 4096
+    k: int = 50
+    alpha: float = 0.5
+    orthogonalize: bool = True
+    bidirectional: bool = False
+
+    def __call__(self, matrix: np.ndarray) -> np.ndarray:
+        source, target, rng, k = self.source, self.target, self.rng, self.k
+        batch = source[rng.choice(len(source), min(self.sample_size, len(source)), replace=False)]
+        pseudo = normalize_rows(neighbour_means(normalize_rows(batch @ matrix), self.target_index or target, target, k))
+        if self.bidirectional:
+            back = target[rng.choice(len(target), min(self.sample_size, len(target)), replace=False)]
+            pseudo_source = neighbour_means(normalize_rows(back @ matrix.T), self.source_index or source, source, k)
+            batch = np.concatenate([batch, normalize_rows(pseudo_source)])
+            pseudo = np.concatenate([pseudo, back])
+        return blend(matrix, procrustes(batch, pseudo), self.alpha, self.orthogonalize)
 
 
 def refine_by_neighbours(
-    source: np.ndarray,
-    target: np.ndarray,
     matrix: np.ndarray,
+    step: NeighbourStep,
     *,
     score: Callable[[np.ndarray], float],
-    target_index: NeighbourIndex | None = None,
     n_iter: int = 100,
-    sample_size: int = 4096,
-    k: int = 50,
-    alpha: float = 0.5,
     patience: int = 10,
     tol: float = 1e-4,
-    orthogonalize: bool = True,
-    rng: np.random.Generator,
     start_score: float | None = None,
     progress: Callable[[int, int], None] | None = None,
-    source_index: NeighbourIndex | None = None,
-    bidirectional: bool = False,
 ) -> tuple[np.ndarray, RefineHistory]:
-    """Refine-1. Returns the best map by ``score`` (higher is better) and the score history."""
-
-    def step(matrix: np.ndarray) -> np.ndarray:
-        return neighbour_step(
-            source, target, matrix, target_index=target_index, sample_size=sample_size, k=k, alpha=alpha,
-            orthogonalize=orthogonalize, rng=rng, source_index=source_index, bidirectional=bidirectional,
-        )
-
+    """Refine-1: ``step`` up to ``n_iter`` times. Returns the best map by ``score`` (higher is better) and the
+    score history."""
     history = RefineHistory()
     best = _keep_best(matrix, step, score=score, start_score=start_score, n_iter=n_iter, patience=patience,
                       tol=tol, history=history, progress=progress)
@@ -177,53 +165,43 @@ def structure_step(
 
 
 def refine_by_structure(
-    source: np.ndarray,
-    target: np.ndarray,
     matrix: np.ndarray,
+    step: NeighbourStep,
     *,
     score: Callable[[np.ndarray], float],
-    target_index: NeighbourIndex | None = None,
     n_iter: int = 10,
     n_clusters: int = 50,
     n_runs: int = 6,
     sample_size: int = 10_000,
     kmeans_iter: int = 25,
     inner_steps: int = 5,
-    inner_sample: int = 4096,
-    k: int = 50,
-    alpha: float = 0.5,
     patience: int = 2,
     tol: float = 1e-4,
-    orthogonalize: bool = True,
-    rng: np.random.Generator,
     start_score: float | None = None,
     progress: Callable[[int, int], None] | None = None,
-    source_index: NeighbourIndex | None = None,
-    bidirectional: bool = False,
 ) -> tuple[np.ndarray, StructureHistory]:
-    """Up to ``n_iter`` rounds of (structural correction, ``inner_steps`` refine-1 steps); the best map by ``score``.
+    """Up to ``n_iter`` rounds of (structural correction, ``inner_steps`` refine-1 ``step``s) on ``step``'s two
+    spaces; the best map by ``score``.
 
     Stops after ``patience`` rounds without a better label-free score. ``history.swapped`` falls towards 0 as
     the map comes to agree with both spaces' cluster structure (a label-free sign of convergence).
     """
+    source, target = step.source, step.target
     n_clusters = min(n_clusters, len(source) // 4, len(target) // 4)
     history = StructureHistory()
 
-    def step(matrix: np.ndarray) -> np.ndarray:
+    def round_(matrix: np.ndarray) -> np.ndarray:
         ca, cb, swapped = structure_step(
             source, target, matrix, n_clusters=n_clusters, n_runs=n_runs, sample_size=sample_size,
-            kmeans_iter=kmeans_iter, rng=rng,
+            kmeans_iter=kmeans_iter, rng=step.rng,
         )
         history.swapped.append(swapped)
-        matrix = blend(matrix, procrustes(ca, cb), alpha, orthogonalize)
+        matrix = blend(matrix, procrustes(ca, cb), step.alpha, step.orthogonalize)
         for _ in range(inner_steps):
-            matrix = neighbour_step(
-                source, target, matrix, target_index=target_index, sample_size=inner_sample, k=k, alpha=alpha,
-                orthogonalize=orthogonalize, rng=rng, source_index=source_index, bidirectional=bidirectional,
-            )
+            matrix = step(matrix)
         return matrix
 
-    best = _keep_best(matrix, step, score=score, start_score=start_score, n_iter=n_iter, patience=patience,
+    best = _keep_best(matrix, round_, score=score, start_score=start_score, n_iter=n_iter, patience=patience,
                       tol=tol, history=history, progress=progress)
     return best, history
 
