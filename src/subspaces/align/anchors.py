@@ -43,10 +43,11 @@ def kmeans(
 def cluster_means(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     """Mean of the rows of ``x`` nearest to each centroid, not re-normalised (an empty cluster gives zeros)."""
     labels = (x @ centroids.T).argmax(axis=1)
-    sums = np.zeros((len(centroids), x.shape[1]), dtype=np.float64)
-    np.add.at(sums, labels, x)
-    counts = np.bincount(labels, minlength=len(centroids))[:, None]
-    return (sums / np.maximum(counts, 1)).astype(np.float32)
+    # A one-hot product rather than np.add.at (unbuffered, ~50x slower here).
+    members = np.zeros((len(centroids), len(x)), dtype=np.float32)
+    members[labels, np.arange(len(x))] = 1.0
+    counts = members.sum(axis=1, keepdims=True)
+    return (members @ x) / np.maximum(counts, 1.0)
 
 
 @dataclass(frozen=True)
