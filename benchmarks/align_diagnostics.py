@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from align_pools import SOURCE_MODEL, pool_folder  # noqa: E402
 
-from subspaces.align.anchors import kmeans  # noqa: E402
-from subspaces.align.matching import match_centroids, similarity_agreement  # noqa: E402
+from subspaces.align.anchors import cluster_means, kmeans  # noqa: E402
+from subspaces.align.matching import gram_factor, match_centroids, similarity_agreement  # noqa: E402
 from subspaces.align.metrics import retrieval_metrics  # noqa: E402
 from subspaces.align.neighbours import NeighbourIndex, knn  # noqa: E402
 from subspaces.align.preprocess import center_normalize, normalize_rows  # noqa: E402
@@ -43,20 +43,6 @@ RESULTS = Path(__file__).parent / "results"
 
 def top1(matrix: np.ndarray, x: np.ndarray, y: np.ndarray) -> float:
     return retrieval_metrics(normalize_rows(x @ matrix), y, pool_size=len(x))["top1"]
-
-
-def cluster_means(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
-    """Raw (not re-normalised) mean of the rows assigned to each centroid: its length is the cluster's tightness."""
-    labels = knn(x, centroids, 1)[1][:, 0]
-    return np.stack([x[labels == c].mean(0) for c in range(len(centroids))])
-
-
-def gram_factor(means: np.ndarray) -> np.ndarray:
-    """Rows F with F Fᵀ = H M Mᵀ H, the notebook's double-centred Gram of raw cluster means (H = centring)."""
-    n = len(means)
-    h = np.eye(n) - np.full((n, n), 1.0 / n)
-    w, v = np.linalg.eigh(h @ means @ means.T @ h)
-    return v * np.sqrt(np.clip(w, 0, None))
 
 
 def partition_mismatch(a, b, x, y, oracle, n_clusters: int, n_runs: int, rng, gram_rng) -> dict:
