@@ -23,6 +23,7 @@ def main(paths: list[str]) -> None:
         extra = {k: v for k, v in results.get("params", {}).items() if k != "n_restarts"}
         restarts = results.get("params", {}).get("n_restarts", 3)
         label = (f", {restarts} restarts" if restarts != 1 else "") + (f", {json.dumps(extra)}" if extra else "")
+        label += f", seed {results['seed']}" if results.get("seed", 0) != 0 else ""
         for r in results["pairs"]:
             paper = r.get("paper_recipe")
             gap = (r["oracle"]["top1"] - r["top1"]) / r["oracle"]["top1"]
