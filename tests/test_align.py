@@ -7,9 +7,9 @@ import pytest
 from scipy.stats import ortho_group
 
 from subspaces.align import MiniVec2Vec, evaluate_alignment, retrieval_metrics
-from subspaces.align.anchors import kmeans
+from subspaces.align.anchors import cluster_means, kmeans
 from subspaces.align.diagnostics import bidirectional_nn_similarity
-from subspaces.align.matching import match_centroids
+from subspaces.align.matching import gram_factor, match_centroids
 from subspaces.align.metrics import cross_fitted_oracle
 from subspaces.align.neighbours import NeighbourIndex, mean_of_rows, neighbour_means
 from subspaces.align.preprocess import center_normalize
@@ -244,9 +244,6 @@ def test_refine1_steps_move_a_nearby_map_onto_the_true_rotation(bidirectional):
 
 
 def test_gram_kernel_factor_and_matching_of_raw_cluster_means():
-    from subspaces.align.anchors import cluster_means
-    from subspaces.align.matching import gram_factor
-
     rng = np.random.default_rng(0)
     x = center_normalize(clustered(rng, 2000), np.zeros(8))
     means = cluster_means(x, kmeans(x, 10, seed=0))

@@ -30,17 +30,16 @@ def similarity_agreement(sim_a: np.ndarray, sim_b: np.ndarray) -> float:
     return float(np.corrcoef(a, b)[0, 1])
 
 
-def gram_factor(vectors: np.ndarray, *, centre: bool = True) -> np.ndarray:
-    """Rows ``F`` with ``F Fᵀ = H V Vᵀ H`` (``H`` the centring matrix; ``V Vᵀ`` if not ``centre``).
+def gram_factor(vectors: np.ndarray) -> np.ndarray:
+    """Rows ``F`` with ``F Fᵀ = H V Vᵀ H`` (``H`` the centring matrix).
 
     Matching ``F`` instead of ``V`` runs the quadratic assignment on the double-centred Gram matrix of ``V``, the
     kernel of the paper's notebook. With raw cluster means as ``V`` its diagonal carries each cluster's
     tightness (the length of a mean of unit vectors), which the cosines of normalised centroids throw away.
     """
     gram = vectors.astype(np.float64) @ vectors.T.astype(np.float64)
-    if centre:
-        h = np.eye(len(gram)) - np.full(gram.shape, 1.0 / len(gram))
-        gram = h @ gram @ h
+    h = np.eye(len(gram)) - np.full(gram.shape, 1.0 / len(gram))
+    gram = h @ gram @ h
     values, vecs = np.linalg.eigh((gram + gram.T) / 2)
     return vecs * np.sqrt(np.clip(values, 0.0, None))
 

@@ -101,7 +101,7 @@ class NeighbourStep:
     rng: np.random.Generator
     target_index: NeighbourIndex | None = None
     source_index: NeighbourIndex | None = None
-    sample_size: int = 4096
+    sample_size: int = 2048
     k: int = 50
     alpha: float = 0.5
     orthogonalize: bool = True
@@ -171,7 +171,7 @@ def refine_by_structure(
     score: Callable[[np.ndarray], float],
     n_iter: int = 10,
     n_clusters: int = 50,
-    n_runs: int = 6,
+    n_runs: int = 4,
     sample_size: int = 10_000,
     kmeans_iter: int = 25,
     inner_steps: int = 5,
