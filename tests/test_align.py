@@ -14,7 +14,7 @@ from subspaces.align.metrics import cross_fitted_oracle
 from subspaces.align.neighbours import NeighbourIndex, mean_of_rows, neighbour_means
 from subspaces.align.preprocess import center_normalize
 from subspaces.align.procrustes import nearest_orthogonal, orthogonality_gap, procrustes
-from subspaces.align.refine import NeighbourStep, refine_by_structure
+from subspaces.align.refine import NeighbourStep, refine_by_neighbours, refine_by_structure
 from subspaces.errors import DataError, DimensionError, SubspacesError
 
 # Small but complete settings: every stage runs, on a few thousand rows.
@@ -241,6 +241,45 @@ def test_refine1_steps_move_a_nearby_map_onto_the_true_rotation(bidirectional):
         matrix = step(matrix)
     assert np.linalg.norm(matrix - q) < 0.5 * np.linalg.norm(start - q)
     assert orthogonality_gap(matrix) < 1e-4
+
+
+class NoisyStep:
+    """A refine-1 step whose fits scatter around a fixed rotation, as steps on random samples do."""
+
+    orthogonalize = True
+
+    def __init__(self, rotation: np.ndarray, noise: float, rng: np.random.Generator) -> None:
+        self.rotation, self.noise, self.rng = rotation, noise, rng
+
+    def __call__(self, matrix: np.ndarray) -> np.ndarray:
+        fitted = nearest_orthogonal(self.rotation + self.noise * self.rng.standard_normal(self.rotation.shape))
+        return nearest_orthogonal(0.5 * matrix + 0.5 * fitted)
+
+
+@pytest.mark.parametrize("average", [False, True])
+def test_refine1_tail_average_lands_closer_to_the_fixed_point_than_any_iterate(average):
+    q = ortho_group.rvs(16, random_state=4)
+    distance = lambda m: float(np.linalg.norm(m - q))  # noqa: E731
+    iterates = []
+    step = NoisyStep(q, 0.3, np.random.default_rng(0))
+
+    def recorded(m):
+        iterates.append(step(m))
+        return iterates[-1]
+
+    recorded.orthogonalize = True
+    start = ortho_group.rvs(16, random_state=5)
+    matrix, history = refine_by_neighbours(start, recorded, score=lambda m: -distance(m), n_iter=40, patience=40,
+                                           average=average)
+    assert len(history.scores) == 40
+    best_iterate = min(distance(m) for m in iterates)
+    if average:
+        assert history.averaged and history.average_score == pytest.approx(-distance(matrix))
+        assert distance(matrix) < 0.7 * best_iterate  # averaging 20 scattered iterates cancels most of the scatter
+        assert orthogonality_gap(matrix) < 1e-5
+    else:
+        assert not history.averaged and history.average_score is None
+        assert distance(matrix) == pytest.approx(best_iterate)
 
 
 def test_gram_kernel_factor_and_matching_of_raw_cluster_means():

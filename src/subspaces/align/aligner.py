@@ -13,8 +13,8 @@ Beyond the paper's notebook: a structural refinement (seeded k-means partitions 
 the clusters' similarity structure) that pulls a weak initial map into the right basin, restarts chosen by a
 label-free score, runs filtered by matching agreement (``anchor_keep``), relative representations centred per
 anchor, blended maps projected back to orthogonal, early stopping with the best map kept, a centroid refinement
-that is only accepted if the label-free score does not drop, bidirectional refine-1 steps, and IVF indexes for
-the repeated searches. ``n_restarts=1, structure_iter=0, refine_bidirectional=False, anchor_kernel="gram",
+that is only accepted if the label-free score does not drop, bidirectional refine-1 steps, tail-averaged
+refine-1 iterates, and IVF indexes for the repeated searches. ``n_restarts=1, structure_iter=0, refine_bidirectional=False, refine_average=False, anchor_kernel="gram",
 orthogonalize=False, refine_patience=refine_iter, ann_lists=0`` is close to the paper's plain recipe (the k-means
 and QAP solver still differ; see docs/align.md).
 """
@@ -84,6 +84,8 @@ class MiniVec2Vec:
         refine_bidirectional: also pair sampled target rows with their mapped-back source neighbour means in each
             refine-1 step (ours; the paper pairs source rows only).
         refine_patience: stop refine-1 after this many iterations without a better label-free score.
+        refine_average: also score the orthogonal projection of the mean of refine-1's last half of iterates
+            (Polyak-Ruppert tail averaging; ours) and keep it if it scores higher than the best single iterate.
         refine_tol: smallest score gain that counts as better.
         centroid_clusters: k of refine-2's k-means (paper: 500); 0 skips refine-2.
         centroid_alpha: blend weight of refine-2's map (paper: 0.5).
@@ -122,6 +124,7 @@ class MiniVec2Vec:
         refine_alpha: float = 0.5,
         refine_bidirectional: bool = True,
         refine_patience: int = 10,
+        refine_average: bool = True,
         refine_tol: float = 1e-4,
         centroid_clusters: int = 500,
         centroid_alpha: float = 0.5,
@@ -156,6 +159,7 @@ class MiniVec2Vec:
         self.refine_alpha = refine_alpha
         self.refine_bidirectional = refine_bidirectional
         self.refine_patience = refine_patience
+        self.refine_average = refine_average
         self.refine_tol = refine_tol
         self.centroid_clusters = centroid_clusters
         self.centroid_alpha = centroid_alpha
@@ -291,7 +295,7 @@ class MiniVec2Vec:
         with self._progress(f"refine (restart {restart + 1}/{self.n_restarts})", self.refine_iter) as tick:
             matrix, history = refine_by_neighbours(
                 matrix, step, score=score, n_iter=self.refine_iter, patience=self.refine_patience,
-                tol=self.refine_tol, start_score=structure_score, progress=tick,
+                tol=self.refine_tol, start_score=structure_score, average=self.refine_average, progress=tick,
             )
         refined_score = history.best_score
         lap("refine1")
@@ -327,6 +331,8 @@ class MiniVec2Vec:
             "refine1_best_iteration": history.best_iteration,
             "refine1_stopped_early": history.stopped_early,
             "refine1_scores": history.scores,
+            "refine1_average_score": history.average_score,
+            "refine1_averaged": history.averaged,
             "refine2_accepted": centroid_accepted,
             "stage_seconds": seconds,
         }

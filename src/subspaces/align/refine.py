@@ -5,7 +5,9 @@ k nearest target vectors, solve Procrustes, and blend the new map into the old o
 A blend of two orthogonal maps is not orthogonal; with ``orthogonalize`` it is projected back (the paper's
 notebook lets it drift, which lets a map shrink onto dense regions and fool the neighbour-similarity score).
 Each iteration is scored with a label-free diagnostic on a fixed probe set; the best-scoring map is kept and
-refinement stops after ``patience`` iterations without improvement.
+refinement stops after ``patience`` iterations without improvement. Each step fits a fresh random sample, so
+the iterates wander around the objective's fixed point; with ``average`` the orthogonal projection of the mean of
+the last half of the iterates (Polyak-Ruppert tail averaging) is scored too and kept when it scores higher.
 
 Structural refinement (ours, run before refine-1) repairs a weak initial map that refine-1 cannot: it clusters
 samples of both spaces with the target k-means *seeded at the mapped source centroids*, so the two partitions
@@ -40,6 +42,8 @@ class RefineHistory:
     best_iteration: int = -1  # -1: the starting map was never beaten
     best_score: float = float("nan")  # score of the map returned
     stopped_early: bool = False
+    average_score: float | None = None  # score of the tail-averaged map, when one was formed
+    averaged: bool = False  # the map returned is the tail average
 
 
 @dataclass
@@ -128,13 +132,32 @@ def refine_by_neighbours(
     patience: int = 10,
     tol: float = 1e-4,
     start_score: float | None = None,
+    average: bool = True,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[np.ndarray, RefineHistory]:
     """Refine-1: ``step`` up to ``n_iter`` times. Returns the best map by ``score`` (higher is better) and the
-    score history."""
+    score history.
+
+    With ``average`` the last half of the iterates is averaged (and projected back to orthogonal when the step
+    does so); the average replaces the best single iterate if it scores higher. Each iterate is the previous one
+    moved by a Procrustes fit on a fresh random sample, so late iterates scatter around the fixed point and their
+    mean sits closer to it than any one of them (on tweets minilm-l6 -> paraphrase-l3, +1 to +3 points top-1).
+    """
     history = RefineHistory()
-    best = _keep_best(matrix, step, score=score, start_score=start_score, n_iter=n_iter, patience=patience,
+    iterates: list[np.ndarray] = []
+
+    def recorded(current: np.ndarray) -> np.ndarray:
+        iterates.append(step(current))
+        return iterates[-1]
+
+    best = _keep_best(matrix, recorded, score=score, start_score=start_score, n_iter=n_iter, patience=patience,
                       tol=tol, history=history, progress=progress)
+    if average and len(iterates) >= 2:
+        mean = np.mean(iterates[len(iterates) // 2:], axis=0)
+        averaged = nearest_orthogonal(mean) if step.orthogonalize else mean.astype(np.float32)
+        history.average_score = score(averaged)
+        if history.average_score > history.best_score + tol:
+            best, history.best_score, history.averaged = averaged, history.average_score, True
     return best, history
 
 
