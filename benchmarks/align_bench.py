@@ -51,6 +51,8 @@ def run_pair(folder: Path, target: str, *, seed: int, paper: bool, params: dict)
         "anchor_consistency": diag["anchor_consistency"],
         "orthogonality_gap": diag["orthogonality_gap"],
         "stage_seconds": diag["restarts"][diag["chosen_restart"]].get("stage_seconds"),
+        "refine1_iterations": diag["restarts"][diag["chosen_restart"]].get("refine1_iterations"),
+        "refine1_averaged": diag["restarts"][diag["chosen_restart"]].get("refine1_averaged"),
     }
     if paper:
         fitted = fit_paper_recipe(a, b, seed=seed)

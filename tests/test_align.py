@@ -282,6 +282,19 @@ def test_refine1_tail_average_lands_closer_to_the_fixed_point_than_any_iterate(a
         assert distance(matrix) == pytest.approx(best_iterate)
 
 
+def test_refine1_scores_every_nth_iteration_and_counts_patience_in_iterations():
+    q = ortho_group.rvs(8, random_state=4)
+    step = NoisyStep(q, 0.3, np.random.default_rng(0))
+    scored = []
+    score = lambda m: scored.append(m) or -float(np.linalg.norm(m - q))  # noqa: E731
+    _, history = refine_by_neighbours(np.eye(8), step, score=score, n_iter=23, patience=100, score_every=5,
+                                      average=False)
+    assert len(history.scores) == 5 and len(scored) == 6  # iterations 5, 10, 15, 20, the last (23); the start
+    _, history = refine_by_neighbours(q, step, score=lambda m: 0.0, start_score=1.0, n_iter=100, patience=10,
+                                      score_every=5, average=False)
+    assert history.stopped_early and len(history.scores) == 2  # two checks = 10 iterations without a gain
+
+
 def test_gram_kernel_factor_and_matching_of_raw_cluster_means():
     rng = np.random.default_rng(0)
     x = center_normalize(clustered(rng, 2000), np.zeros(8))

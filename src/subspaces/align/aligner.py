@@ -84,6 +84,7 @@ class MiniVec2Vec:
         refine_bidirectional: also pair sampled target rows with their mapped-back source neighbour means in each
             refine-1 step (ours; the paper pairs source rows only).
         refine_patience: stop refine-1 after this many iterations without a better label-free score.
+        refine_score_every: score the refine-1 map only every so many iterations (a score costs about a step).
         refine_average: also score the orthogonal projection of the mean of refine-1's last half of iterates
             (Polyak-Ruppert tail averaging; ours) and keep it if it scores higher than the best single iterate.
         refine_tol: smallest score gain that counts as better.
@@ -124,6 +125,7 @@ class MiniVec2Vec:
         refine_alpha: float = 0.5,
         refine_bidirectional: bool = True,
         refine_patience: int = 10,
+        refine_score_every: int = 1,
         refine_average: bool = True,
         refine_tol: float = 1e-4,
         centroid_clusters: int = 500,
@@ -159,6 +161,7 @@ class MiniVec2Vec:
         self.refine_alpha = refine_alpha
         self.refine_bidirectional = refine_bidirectional
         self.refine_patience = refine_patience
+        self.refine_score_every = refine_score_every
         self.refine_average = refine_average
         self.refine_tol = refine_tol
         self.centroid_clusters = centroid_clusters
@@ -192,7 +195,7 @@ class MiniVec2Vec:
             raise SubspacesError(f"anchor_kernel must be 'cosine' or 'gram', got {self.anchor_kernel!r}")
         for name in ("n_anchor_runs", "n_anchor_clusters", "kmeans_iter", "qap_restarts", "n_restarts",
                      "relative_k", "refine_k", "refine_sample", "n_pseudo_pairs", "probe_size", "anchor_sample",
-                     "ann_probe", "kmeans_redo", "structure_clusters", "structure_runs", "structure_sample",
+                     "ann_probe", "kmeans_redo", "refine_score_every", "structure_clusters", "structure_runs", "structure_sample",
                      "structure_patience"):
             if int(getattr(self, name)) < 1:
                 raise SubspacesError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -295,7 +298,8 @@ class MiniVec2Vec:
         with self._progress(f"refine (restart {restart + 1}/{self.n_restarts})", self.refine_iter) as tick:
             matrix, history = refine_by_neighbours(
                 matrix, step, score=score, n_iter=self.refine_iter, patience=self.refine_patience,
-                tol=self.refine_tol, start_score=structure_score, average=self.refine_average, progress=tick,
+                tol=self.refine_tol, start_score=structure_score, average=self.refine_average,
+                score_every=self.refine_score_every, progress=tick,
             )
         refined_score = history.best_score
         lap("refine1")
