@@ -269,7 +269,7 @@ def test_refine1_tail_average_lands_closer_to_the_fixed_point_than_any_iterate(a
 
     recorded.orthogonalize = True
     start = ortho_group.rvs(16, random_state=5)
-    matrix, history = refine_by_neighbours(start, recorded, score=lambda m: -distance(m), n_iter=40, patience=40,
+    matrix, history = refine_by_neighbours(start, recorded, score=lambda m: -distance(m), n_iter=40, patience=40, score_every=1,
                                            average=average)
     assert len(history.scores) == 40
     best_iterate = min(distance(m) for m in iterates)

@@ -39,6 +39,7 @@ from subspaces.align.procrustes import nearest_orthogonal, procrustes
 @dataclass
 class RefineHistory:
     scores: list[float] = field(default_factory=list)  # label-free score after each scored iteration
+    iterations: int = 0  # steps taken
     best_iteration: int = -1  # -1: the starting map was never beaten
     best_score: float = float("nan")  # score of the map returned
     stopped_early: bool = False
@@ -72,6 +73,7 @@ def _keep_best(
     since_best = 0
     for it in range(n_iter):
         matrix = step(matrix)
+        history.iterations = it + 1
         if progress is not None:
             progress(it + 1, n_iter)
         if (it + 1) % score_every and it + 1 < n_iter:
@@ -109,7 +111,7 @@ class NeighbourStep:
     rng: np.random.Generator
     target_index: NeighbourIndex | None = None
     source_index: NeighbourIndex | None = None
-    sample_size: int = 2048
+    sample_size: int = 1024
     k: int = 50
     alpha: float = 0.5
     orthogonalize: bool = True
@@ -133,11 +135,11 @@ def refine_by_neighbours(
     *,
     score: Callable[[np.ndarray], float],
     n_iter: int = 100,
-    patience: int = 10,
+    patience: int = 30,
     tol: float = 1e-4,
     start_score: float | None = None,
     average: bool = True,
-    score_every: int = 1,
+    score_every: int = 5,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[np.ndarray, RefineHistory]:
     """Refine-1: ``step`` up to ``n_iter`` times. Returns the best map by ``score`` (higher is better) and the
