@@ -1,6 +1,8 @@
 """Markdown table of alignment results from the JSON files ``align_bench.py`` writes.
 
     .venv/bin/python benchmarks/align_table.py benchmarks/results/align_wordnet.json benchmarks/results/align_tweets.json
+
+``PATH=NOTE`` appends NOTE to the label of that file's rows (e.g. what the defaults were when it ran).
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ def main(paths: list[str]) -> None:
     print("| pool | pair | n_eval | mini-vec2vec top-1 | mean rank | cosine | identity top-1 | oracle top-1 | "
           "gap to oracle | cross-fitted oracle top-1 | gap to it | fit s | paper recipe top-1 | paper fit s | speed-up |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for path in paths:
+    for arg in paths:
+        path, _, note = arg.partition("=")
         results = json.load(open(path))
         # Runs that override more than the restart count are labelled with their overrides.
         extra = {k: v for k, v in results.get("params", {}).items() if k != "n_restarts"}
         restarts = results.get("params", {}).get("n_restarts", 3)
         label = (f", {restarts} restarts" if restarts != 1 else "") + (f", {json.dumps(extra)}" if extra else "")
         label += f", seed {results['seed']}" if results.get("seed", 0) != 0 else ""
+        label += f", {note}" if note else ""
         for r in results["pairs"]:
             paper = r.get("paper_recipe")
             gap = (r["oracle"]["top1"] - r["top1"]) / r["oracle"]["top1"]
