@@ -269,12 +269,14 @@ def test_refine1_tail_average_lands_closer_to_the_fixed_point_than_any_iterate(a
 
     recorded.orthogonalize = True
     start = ortho_group.rvs(16, random_state=5)
-    matrix, history = refine_by_neighbours(start, recorded, score=lambda m: -distance(m), n_iter=40, patience=40, score_every=1,
-                                           average=average)
+    matrix, history = refine_by_neighbours(start, recorded, score=lambda m: -distance(m), n_iter=40, patience=40,
+                                           score_every=1, average=average)
     assert len(history.scores) == 40
     best_iterate = min(distance(m) for m in iterates)
     if average:
         assert history.averaged and history.average_score == pytest.approx(-distance(matrix))
+        tail_mean = nearest_orthogonal(np.mean(iterates[20:], axis=0))  # the last half, by hand
+        np.testing.assert_allclose(matrix, tail_mean, atol=1e-5)
         assert distance(matrix) < 0.7 * best_iterate  # averaging 20 scattered iterates cancels most of the scatter
         assert orthogonality_gap(matrix) < 1e-5
     else:

@@ -24,6 +24,7 @@ many well-populated cluster means rather than on individual noisy neighbours.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -151,16 +152,21 @@ def refine_by_neighbours(
     mean sits closer to it than any one of them (measured in BENCHMARKS.md section 2).
     """
     history = RefineHistory()
-    iterates: list[np.ndarray] = []
+    tail: deque[np.ndarray] = deque()  # the last ceil(t / 2) of the t iterates so far: older ones are never averaged
+    taken = 0
 
     def recorded(current: np.ndarray) -> np.ndarray:
-        iterates.append(step(current))
-        return iterates[-1]
+        nonlocal taken
+        tail.append(step(current))
+        taken += 1
+        while len(tail) > taken - taken // 2:
+            tail.popleft()
+        return tail[-1]
 
     best = _keep_best(matrix, recorded, score=score, start_score=start_score, n_iter=n_iter, patience=patience,
                       tol=tol, history=history, progress=progress, score_every=score_every)
-    if average and len(iterates) >= 2:
-        mean = np.mean(iterates[len(iterates) // 2:], axis=0)
+    if average and taken >= 2:
+        mean = np.mean(tail, axis=0)
         averaged = nearest_orthogonal(mean) if step.orthogonalize else mean.astype(np.float32)
         history.average_score = score(averaged)
         if history.average_score > history.best_score + tol:
