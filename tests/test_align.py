@@ -89,6 +89,18 @@ def test_recovers_a_random_rotation_between_unpaired_clustered_spaces():
     # The restart kept is the one with the best label-free score after refinement.
     finals = [r["nn_similarity"]["final"] for r in diagnostics["restarts"]]
     assert diagnostics["chosen_restart"] == int(np.argmax(finals))
+    # Restarts stop at the first pass whose structural search converged.
+    last_swapped = [r["structure_swapped"][-1] for r in diagnostics["restarts"]]
+    assert all(share > 0.1 for share in last_swapped[:-1])
+    assert len(last_swapped) == FAST["n_restarts"] or last_swapped[-1] <= 0.1
+
+
+@pytest.mark.parametrize(("share", "passes"), [(None, 3), (1.0, 1)])
+def test_converged_swap_share_decides_how_many_restarts_run(share, passes):
+    rng = np.random.default_rng(0)
+    source, target = clustered(rng, 1000), clustered(rng, 1000)
+    aligner = MiniVec2Vec(**QUICK | {"n_restarts": 3, "converged_swap_share": share, "structure_iter": 1}).fit(source, target)
+    assert len(aligner.diagnostics_["restarts"]) == passes
 
 
 def test_structural_refinement_pulls_a_poor_map_onto_the_true_rotation():

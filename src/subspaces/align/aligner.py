@@ -67,8 +67,11 @@ class MiniVec2Vec:
             Gram matrix of the raw cluster means (the paper's notebook).
         qap_restarts: solver starts per run, each polished by pairwise swaps; the best objective is kept.
         anchor_keep: fraction of runs kept, best matching agreement first (1.0 = paper, keep all).
-        n_restarts: independent full passes (anchors, initial map, both refinements); the one with the best
-            label-free score after refinement is kept.
+        n_restarts: at most this many independent full passes (anchors, initial map, both refinements); the one
+            with the best label-free score after refinement is kept.
+        converged_swap_share: no further restarts once a pass's last structural round changed at most this share
+            of the seeded cluster pairs (the label-free sign that the map agrees with both spaces' cluster
+            structure; working pairs end at 0-6 %, failing ones at 16-42 %). ``None`` always runs ``n_restarts``.
         n_pseudo_pairs: source rows used to fit the initial map.
         relative_k: target neighbours averaged in relative space (paper: 50).
         structure_iter: maximum rounds of structural refinement (ours; 0 = the paper's pipeline without it).
@@ -111,6 +114,7 @@ class MiniVec2Vec:
         qap_restarts: int = 30,
         anchor_keep: float = 1.0,
         n_restarts: int = 3,
+        converged_swap_share: float | None = 0.1,
         n_pseudo_pairs: int = 10_000,
         relative_k: int = 50,
         structure_iter: int = 10,
@@ -147,6 +151,7 @@ class MiniVec2Vec:
         self.qap_restarts = qap_restarts
         self.anchor_keep = anchor_keep
         self.n_restarts = n_restarts
+        self.converged_swap_share = converged_swap_share
         self.n_pseudo_pairs = n_pseudo_pairs
         self.relative_k = relative_k
         self.structure_iter = structure_iter
@@ -202,6 +207,8 @@ class MiniVec2Vec:
         for name in ("refine_alpha", "centroid_alpha", "anchor_keep"):
             if not 0 < float(getattr(self, name)) <= 1:
                 raise SubspacesError(f"{name} must be in (0, 1], got {getattr(self, name)}")
+        if self.converged_swap_share is not None and not 0 <= float(self.converged_swap_share) <= 1:
+            raise SubspacesError(f"converged_swap_share must be in [0, 1] or None, got {self.converged_swap_share}")
         # k-means needs several points per cluster or its centroids are single points (or faiss refuses).
         need = max(4 * self.n_anchor_clusters, self.relative_k, self.refine_k)
         for what, n in (("source", n_source), ("target", n_target)):
@@ -237,7 +244,11 @@ class MiniVec2Vec:
         def score(matrix: np.ndarray) -> float:
             return bidirectional_nn_similarity(probe_a, probe_b, index_a, index_b, matrix)
 
-        restarts = [self._fit_one(restart, a, b, index_a, index_b, score, rng) for restart in range(self.n_restarts)]
+        restarts = []
+        for restart in range(self.n_restarts):
+            restarts.append(self._fit_one(restart, a, b, index_a, index_b, score, rng))
+            if self._converged(restarts[-1]):
+                break  # a converged pass is trusted; restarts are for passes whose structure still disagrees
         # Refined maps are compared, not initial ones: a wrong start can look as good as a right one before
         # refinement, but only a right one reaches a high neighbour similarity after it.
         chosen = int(np.argmax([r["nn_similarity"]["final"] for r in restarts]))
@@ -253,6 +264,10 @@ class MiniVec2Vec:
             "restarts": restarts,
         }
         return self
+
+    def _converged(self, restart: dict[str, Any]) -> bool:
+        swapped = restart["structure_swapped"]
+        return self.converged_swap_share is not None and bool(swapped) and swapped[-1] <= self.converged_swap_share
 
     def _fit_one(self, restart: int, a, b, index_a, index_b, score, rng: np.random.Generator) -> dict[str, Any]:
         """One full pass: anchors -> initial map -> refine-1 -> refine-2, with its label-free diagnostics."""
