@@ -11,10 +11,11 @@ stages and stop refinement; ``fit`` never sees paired data.
 
 Beyond the paper's notebook: a structural refinement (seeded k-means partitions whose pairing is corrected by
 the clusters' similarity structure) that pulls a weak initial map into the right basin, restarts chosen by a
-label-free score, runs filtered by matching agreement (``anchor_keep``), relative representations centred per
-anchor, blended maps projected back to orthogonal, early stopping with the best map kept, a centroid refinement
-that is only accepted if the label-free score does not drop, bidirectional refine-1 steps, tail-averaged
-refine-1 iterates, and IVF indexes for the repeated searches. ``n_restarts=1, structure_iter=0, refine_bidirectional=False, refine_average=False, anchor_kernel="gram",
+label-free score (and run only until one converges), runs filtered by matching agreement (``anchor_keep``),
+relative representations centred per anchor, blended maps projected back to orthogonal, early stopping with the
+best map kept, a centroid refinement that is only accepted if the label-free score does not drop, bidirectional
+refine-1 steps, tail-averaged refine-1 iterates, and IVF indexes for the repeated searches.
+``n_restarts=1, structure_iter=0, refine_bidirectional=False, refine_average=False, anchor_kernel="gram",
 orthogonalize=False, refine_patience=refine_iter, ann_lists=0`` is close to the paper's plain recipe (the k-means
 and QAP solver still differ; see docs/align.md).
 """
