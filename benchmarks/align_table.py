@@ -29,6 +29,8 @@ def main(paths: list[str]) -> None:
         label += f", seed {results['seed']}" if results.get("seed", 0) != 0 else ""
         label += f", {note}" if note else ""
         for r in results["pairs"]:
+            passes = len(r.get("diagnostics", {}).get("restart_final_nn_similarity", [])) or restarts
+            ran = f" ({passes} run)" if passes < restarts else ""  # restarts stop at the first converged pass
             paper = r.get("paper_recipe")
             gap = (r["oracle"]["top1"] - r["top1"]) / r["oracle"]["top1"]
             cross = r.get("oracle_cross_fitted")
@@ -36,7 +38,7 @@ def main(paths: list[str]) -> None:
             paper_seconds = "n/a" if paper is None else f"{paper['fit_seconds']:.0f}"
             speedup = "n/a" if paper is None else f"{r['speedup_vs_paper_recipe']:.1f}x"
             print(
-                f"| {results['pool']} ({results['size']}) | {r['source']} → {r['target']}{label} | {r['n_eval']} | "
+                f"| {results['pool']} ({results['size']}) | {r['source']} → {r['target']}{label}{ran} | {r['n_eval']} | "
                 f"{r['top1']:.3f} | {r['mean_rank']:.1f} | {r['cosine']:.3f} | {fmt(r['identity'], 'top1')} | "
                 f"{r['oracle']['top1']:.3f} | {100 * gap:.1f}% | {fmt(cross, 'top1')} | {cross_gap} | "
                 f"{r['fit_seconds']:.0f} | {fmt(paper, 'top1')} | "
