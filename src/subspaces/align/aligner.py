@@ -201,8 +201,8 @@ class MiniVec2Vec:
             raise SubspacesError(f"anchor_kernel must be 'cosine' or 'gram', got {self.anchor_kernel!r}")
         for name in ("n_anchor_runs", "n_anchor_clusters", "kmeans_iter", "qap_restarts", "n_restarts",
                      "relative_k", "refine_k", "refine_sample", "n_pseudo_pairs", "probe_size", "anchor_sample",
-                     "ann_probe", "kmeans_redo", "refine_score_every", "structure_clusters", "structure_runs", "structure_sample",
-                     "structure_patience"):
+                     "ann_probe", "kmeans_redo", "refine_score_every", "structure_clusters", "structure_runs",
+                     "structure_sample", "structure_patience"):
             if int(getattr(self, name)) < 1:
                 raise SubspacesError(f"{name} must be at least 1, got {getattr(self, name)}")
         for name in ("refine_alpha", "centroid_alpha", "anchor_keep"):
