@@ -15,7 +15,7 @@ from subspaces.align.neighbours import NeighbourIndex, mean_of_rows, neighbour_m
 from subspaces.align.preprocess import center_normalize
 from subspaces.align.procrustes import nearest_orthogonal, orthogonality_gap, procrustes
 from subspaces.align.refine import NeighbourStep, refine_by_neighbours, refine_by_structure
-from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.errors import ConvergenceWarning, DataError, DimensionError, SubspacesError
 
 # Small but complete settings: every stage runs, on a few thousand rows.
 FAST = dict(
@@ -89,10 +89,21 @@ def test_recovers_a_random_rotation_between_unpaired_clustered_spaces():
     # The restart kept is the one with the best label-free score after refinement.
     finals = [r["nn_similarity"]["final"] for r in diagnostics["restarts"]]
     assert diagnostics["chosen_restart"] == int(np.argmax(finals))
+    assert diagnostics["converged"] is True
     # Restarts stop at the first pass whose structural search converged.
     last_swapped = [r["structure_swapped"][-1] for r in diagnostics["restarts"]]
     assert all(share > 0.1 for share in last_swapped[:-1])
     assert len(last_swapped) == FAST["n_restarts"] or last_swapped[-1] <= 0.1
+
+
+def test_a_fit_that_never_converges_warns():
+    rng = np.random.default_rng(0)
+    # Two spaces with different cluster layouts: no rotation maps one onto the other.
+    source, target = clustered(rng, 2000, seed=0), clustered(rng, 2000, seed=1)
+    with pytest.warns(ConvergenceWarning, match="probably wrong"):
+        aligner = MiniVec2Vec(**FAST | {"n_restarts": 2}).fit(source, target)
+    assert aligner.diagnostics_["converged"] is False
+    assert len(aligner.diagnostics_["restarts"]) == 2
 
 
 @pytest.mark.parametrize(("share", "passes"), [(None, 3), (1.0, 1)])
@@ -148,6 +159,7 @@ def test_different_dimensions(source_dim, target_dim):
     assert report["top1"] > 0.9
 
 
+@pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")  # QUICK settings: the map is not judged
 def test_save_load_round_trip_and_stored_means(tmp_path):
     rng = np.random.default_rng(0)
     q = ortho_group.rvs(8, random_state=1)

@@ -28,3 +28,7 @@ class ModelNotFoundError(SubspacesError, LookupError):
 
 class DimensionError(SubspacesError, ValueError):
     """Embeddings whose shapes do not fit together, or that hold NaN/inf."""
+
+
+class ConvergenceWarning(UserWarning):
+    """A fit finished but its label-free diagnostics say the result is probably wrong (as scikit-learn's)."""

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from subspaces.align.refine import (
     refine_by_structure,
 )
 from subspaces.align.relative import initial_map
-from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.errors import ConvergenceWarning, DataError, DimensionError, SubspacesError
 from subspaces.io import atomic_path, save_json
 
 logger = logging.getLogger(__name__)
@@ -257,8 +258,20 @@ class MiniVec2Vec:
         for r in restarts:
             r.pop("matrix", None)
         self.fit_seconds_ = time.perf_counter() - start
+        # None where there is nothing to judge by (structure_iter=0) or no threshold to judge with.
+        judged = bool(restarts[chosen]["structure_swapped"]) and self.converged_swap_share is not None
+        converged = self._converged(restarts[chosen]) if judged else None
+        if converged is False:
+            warnings.warn(
+                f"no pass of the alignment converged: the kept one's structural search still swapped "
+                f"{restarts[chosen]['structure_swapped'][-1]:.0%} of the seeded cluster pairs in its last round "
+                f"(converged: <= {self.converged_swap_share:.0%}); the map is probably wrong. Try more n_restarts, "
+                f"more data, or check the pair on a few paired texts.",
+                ConvergenceWarning, stacklevel=2,
+            )
         self.diagnostics_ = {
             "chosen_restart": chosen,
+            "converged": converged,
             "nn_similarity": restarts[chosen]["nn_similarity"],
             "anchor_consistency": restarts[chosen]["anchor_consistency_final"],
             "orthogonality_gap": orthogonality_gap(self.matrix_),
