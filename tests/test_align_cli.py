@@ -106,3 +106,16 @@ def test_cli_defaults_match_the_estimator():
         key = "seed" if name == "random_state" else name
         default = cli[key].value if hasattr(cli[key], "value") else cli[key]
         assert default == param.default, name
+
+
+def test_fit_says_when_no_pass_converged(tmp_path):
+    rng = np.random.default_rng(0)
+    for name, layout in (("a", 0), ("b", 1)):  # different cluster layouts: no rotation fits
+        np.save(tmp_path / f"{name}.npy", clustered(rng, 2000, seed=layout).astype(np.float32))
+    result = CliRunner().invoke(
+        app, ["align", "fit", "--source-emb", str(tmp_path / "a.npy"), "--target-emb", str(tmp_path / "b.npy"),
+              "--output", str(tmp_path / "aligner"), *FAST_ARGS, "--n-restarts", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "warning:" in result.output and "probably wrong" in result.output
+    assert MiniVec2Vec.load(tmp_path / "aligner").diagnostics_["converged"] is False

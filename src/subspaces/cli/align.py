@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -9,6 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from subspaces.cli.common import console, out, table, user_errors
+from subspaces.errors import ConvergenceWarning
 from subspaces.cli.groups import align_app
 
 
@@ -96,21 +98,22 @@ def fit_cmd(
     a = _side("source", source_emb, source, source_texts)
     b = _side("target", target_emb, target, target_texts)
     console.print(f"fitting mini-vec2vec: source {a.shape[0]} x {a.shape[1]}, target {b.shape[0]} x {b.shape[1]}")
-    aligner = MiniVec2Vec(
-        n_anchor_runs=n_anchor_runs, n_anchor_clusters=n_anchor_clusters, anchor_sample=anchor_sample,
-        kmeans_iter=kmeans_iter, kmeans_redo=kmeans_redo, qap_method=qap_method.value, anchor_kernel=anchor_kernel.value,
-        qap_restarts=qap_restarts, anchor_keep=anchor_keep,
-        n_restarts=n_restarts, converged_swap_share=None if converged_swap_share < 0 else converged_swap_share,
-        n_pseudo_pairs=n_pseudo_pairs, relative_k=relative_k,
-        structure_iter=structure_iter, structure_clusters=structure_clusters, structure_runs=structure_runs,
-        structure_sample=structure_sample, structure_steps=structure_steps, structure_patience=structure_patience,
-        refine_iter=refine_iter,
-        refine_sample=refine_sample, refine_k=refine_k, refine_alpha=refine_alpha, refine_bidirectional=refine_bidirectional,
-        refine_patience=refine_patience, refine_score_every=refine_score_every, refine_average=refine_average,
-        refine_tol=refine_tol, centroid_clusters=centroid_clusters, centroid_alpha=centroid_alpha,
-        orthogonalize=orthogonalize, ann_lists=ann_lists, ann_probe=ann_probe, probe_size=probe_size,
-        random_state=seed, verbose=True,
-    ).fit(a, b)
+    with warnings.catch_warnings(record=True) as caught:  # shown after the diagnostics they refer to
+        warnings.simplefilter("always", ConvergenceWarning)
+        aligner = MiniVec2Vec(
+            n_anchor_runs=n_anchor_runs, n_anchor_clusters=n_anchor_clusters, anchor_sample=anchor_sample,
+            kmeans_iter=kmeans_iter, kmeans_redo=kmeans_redo, qap_method=qap_method.value,
+            anchor_kernel=anchor_kernel.value, qap_restarts=qap_restarts, anchor_keep=anchor_keep,
+            n_restarts=n_restarts, converged_swap_share=None if converged_swap_share < 0 else converged_swap_share,
+            n_pseudo_pairs=n_pseudo_pairs, relative_k=relative_k,
+            structure_iter=structure_iter, structure_clusters=structure_clusters, structure_runs=structure_runs,
+            structure_sample=structure_sample, structure_steps=structure_steps, structure_patience=structure_patience,
+            refine_iter=refine_iter, refine_sample=refine_sample, refine_k=refine_k, refine_alpha=refine_alpha,
+            refine_bidirectional=refine_bidirectional, refine_patience=refine_patience,
+            refine_score_every=refine_score_every, refine_average=refine_average, refine_tol=refine_tol,
+            centroid_clusters=centroid_clusters, centroid_alpha=centroid_alpha, orthogonalize=orthogonalize,
+            ann_lists=ann_lists, ann_probe=ann_probe, probe_size=probe_size, random_state=seed, verbose=True,
+        ).fit(a, b)
     aligner.save(output)
     d = aligner.diagnostics_
     rows = [
@@ -124,6 +127,11 @@ def fit_cmd(
                "last share swapped", "refine-1 iters", "anchor consistency"]
     out.print(table("label-free diagnostics", columns, [[c if not isinstance(c, float) else f"{c:.4f}" for c in r] for r in rows]))
     out.print(f"orthogonality gap {d['orthogonality_gap']:.2e}")
+    for warning in caught:
+        if issubclass(warning.category, ConvergenceWarning):
+            console.print(f"[bold yellow]warning:[/] {warning.message}")
+        else:
+            warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     console.print(f"fitted in {aligner.fit_seconds_:.1f}s; wrote {output}")
 
 
