@@ -96,6 +96,14 @@ def test_recovers_a_random_rotation_between_unpaired_clustered_spaces():
     assert len(last_swapped) == FAST["n_restarts"] or last_swapped[-1] <= 0.1
 
 
+def test_without_a_structural_search_convergence_is_not_judged():
+    rng = np.random.default_rng(0)
+    source, target = clustered(rng, 1000), clustered(rng, 1000)
+    aligner = MiniVec2Vec(**QUICK | {"n_restarts": 2, "structure_iter": 0}).fit(source, target)
+    assert aligner.diagnostics_["converged"] is None
+    assert len(aligner.diagnostics_["restarts"]) == 2  # nothing to stop on: every restart runs
+
+
 def test_a_fit_that_never_converges_warns():
     rng = np.random.default_rng(0)
     # Two spaces with different cluster layouts: no rotation maps one onto the other.

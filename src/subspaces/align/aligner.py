@@ -249,7 +249,7 @@ class MiniVec2Vec:
         restarts = []
         for restart in range(self.n_restarts):
             restarts.append(self._fit_one(restart, a, b, index_a, index_b, score, rng))
-            if self._converged(restarts[-1]):
+            if self._converged(restarts[-1]) is True:
                 break  # a converged pass is trusted; restarts are for passes whose structure still disagrees
         # Refined maps are compared, not initial ones: a wrong start can look as good as a right one before
         # refinement, but only a right one reaches a high neighbour similarity after it.
@@ -258,9 +258,7 @@ class MiniVec2Vec:
         for r in restarts:
             r.pop("matrix", None)
         self.fit_seconds_ = time.perf_counter() - start
-        # None where there is nothing to judge by (structure_iter=0) or no threshold to judge with.
-        judged = bool(restarts[chosen]["structure_swapped"]) and self.converged_swap_share is not None
-        converged = self._converged(restarts[chosen]) if judged else None
+        converged = self._converged(restarts[chosen])
         if converged is False:
             warnings.warn(
                 f"no pass of the alignment converged: the kept one's structural search still swapped "
@@ -279,9 +277,13 @@ class MiniVec2Vec:
         }
         return self
 
-    def _converged(self, restart: dict[str, Any]) -> bool:
+    def _converged(self, restart: dict[str, Any]) -> bool | None:
+        """Whether a pass's last structural round swapped at most ``converged_swap_share`` of the seeded pairs;
+        None where there is nothing to judge by (``structure_iter=0``) or no threshold to judge with."""
         swapped = restart["structure_swapped"]
-        return self.converged_swap_share is not None and bool(swapped) and swapped[-1] <= self.converged_swap_share
+        if self.converged_swap_share is None or not swapped:
+            return None
+        return swapped[-1] <= self.converged_swap_share
 
     def _fit_one(self, restart: int, a, b, index_a, index_b, score, rng: np.random.Generator) -> dict[str, Any]:
         """One full pass: anchors -> initial map -> refine-1 -> refine-2, with its label-free diagnostics."""
