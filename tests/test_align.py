@@ -148,6 +148,28 @@ def test_structural_refinement_pulls_a_poor_map_onto_the_true_rotation():
     assert orthogonality_gap(matrix) < 1e-4
 
 
+def test_structural_refinement_ends_at_the_first_converged_round():
+    rng = np.random.default_rng(0)
+    q = ortho_group.rvs(8, random_state=1)
+    source, target = clustered(rng, 3000), clustered(rng, 3000) @ q
+    a, b = center_normalize(source, source.mean(0)), center_normalize(target, target.mean(0))
+    start = nearest_orthogonal(0.4 * q + 0.6 * ortho_group.rvs(8, random_state=2))
+
+    def score(w):
+        return bidirectional_nn_similarity(a[:500], b[:500], a, b, w)
+
+    def run(stop):
+        step = NeighbourStep(a, b, np.random.default_rng(0), sample_size=1000, k=10, bidirectional=False)
+        return refine_by_structure(start, step, score=score, n_iter=8, n_clusters=10, n_runs=3, sample_size=3000,
+                                   inner_steps=3, patience=8, stop_swap_share=stop)[1]
+
+    full, stopped = run(None), run(0.1)
+    first = next(i for i, share in enumerate(full.swapped) if share <= 0.1)
+    assert 0 < first < len(full.swapped) - 1  # the full run goes on past its first converged round
+    assert stopped.swapped == full.swapped[: first + 1]  # same rounds (same seed), ended right there
+    assert not stopped.stopped_early  # ended by convergence, not by patience
+
+
 @pytest.mark.parametrize("source_dim,target_dim", [(8, 12), (12, 8)])
 def test_different_dimensions(source_dim, target_dim):
     """A lossless embedding of an 8-d space into 12-d, in either direction, is recovered."""

@@ -82,6 +82,8 @@ class MiniVec2Vec:
         structure_sample: rows sampled from each space per structural k-means.
         structure_steps: refine-1 steps after each structural correction.
         structure_patience: stop structural refinement after this many rounds without a better label-free score.
+        structure_until_converged: end structural refinement at the first round that swaps at most
+            ``converged_swap_share`` of the seeded pairs (the pass has converged; refine-1 goes on from there).
         refine_iter: maximum refine-1 iterations (paper: 100).
         refine_sample: source rows per refine-1 iteration.
         refine_k: target neighbours averaged per mapped source row in refine-1 (paper: 50).
@@ -125,6 +127,7 @@ class MiniVec2Vec:
         structure_sample: int = 10_000,
         structure_steps: int = 5,
         structure_patience: int = 2,
+        structure_until_converged: bool = True,
         refine_iter: int = 100,
         refine_sample: int = 1024,
         refine_k: int = 50,
@@ -162,6 +165,7 @@ class MiniVec2Vec:
         self.structure_sample = structure_sample
         self.structure_steps = structure_steps
         self.structure_patience = structure_patience
+        self.structure_until_converged = structure_until_converged
         self.refine_iter = refine_iter
         self.refine_sample = refine_sample
         self.refine_k = refine_k
@@ -321,6 +325,7 @@ class MiniVec2Vec:
                     matrix, step, score=score, n_iter=self.structure_iter, n_clusters=self.structure_clusters,
                     n_runs=self.structure_runs, sample_size=self.structure_sample, kmeans_iter=self.kmeans_iter,
                     inner_steps=self.structure_steps, patience=self.structure_patience, tol=self.refine_tol,
+                    stop_swap_share=self.converged_swap_share if self.structure_until_converged else None,
                     start_score=initial_score, progress=tick,
                 )
         structure_score = structure.best_score

@@ -65,10 +65,12 @@ def _keep_best(
     history: RefineHistory,
     progress: Callable[[int, int], None] | None,
     score_every: int = 1,
+    done: Callable[[], bool] | None = None,
 ) -> np.ndarray:
     """Apply ``step`` up to ``n_iter`` times; return the best map by ``score``, stopping after ``patience``
-    iterations without a gain of ``tol``. ``start_score`` spares scoring a map the caller already scored.
-    ``score_every`` scores only every so many iterations (and the last): a score costs about as much as a step."""
+    iterations without a gain of ``tol``, or once ``done()`` says so after a scored iteration. ``start_score``
+    spares scoring a map the caller already scored. ``score_every`` scores only every so many iterations (and
+    the last): a score costs about as much as a step."""
     best = matrix
     history.best_score = score(matrix) if start_score is None else start_score
     since_best = 0
@@ -83,10 +85,12 @@ def _keep_best(
         history.scores.append(current)
         if current > history.best_score + tol:
             best, history.best_score, history.best_iteration, since_best = matrix, current, it, 0
-            continue
-        since_best += score_every
-        if since_best >= patience:
-            history.stopped_early = True
+        else:
+            since_best += score_every
+            if since_best >= patience:
+                history.stopped_early = True
+                break
+        if done is not None and done():
             break
     return best
 
@@ -212,6 +216,7 @@ def refine_by_structure(
     kmeans_iter: int = 25,
     inner_steps: int = 5,
     patience: int = 2,
+    stop_swap_share: float | None = None,
     tol: float = 1e-4,
     start_score: float | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -219,8 +224,10 @@ def refine_by_structure(
     """Up to ``n_iter`` rounds of (structural correction, ``inner_steps`` refine-1 ``step``s) on ``step``'s two
     spaces; the best map by ``score``.
 
-    Stops after ``patience`` rounds without a better label-free score. ``history.swapped`` falls towards 0 as
-    the map comes to agree with both spaces' cluster structure (a label-free sign of convergence).
+    Stops after ``patience`` rounds without a better label-free score, or after the first round whose search
+    swapped at most ``stop_swap_share`` of the seeded pairs. ``history.swapped`` falls towards 0 as the map comes
+    to agree with both spaces' cluster structure (a label-free sign of convergence); once it has, further rounds
+    only add centroid Procrustes fits (refine-2's drift) to what refine-1 does more cheaply.
     """
     source, target = step.source, step.target
     n_clusters = min(n_clusters, len(source) // 4, len(target) // 4)
@@ -237,8 +244,11 @@ def refine_by_structure(
             matrix = step(matrix)
         return matrix
 
+    def converged() -> bool:
+        return stop_swap_share is not None and history.swapped[-1] <= stop_swap_share
+
     best = _keep_best(matrix, round_, score=score, start_score=start_score, n_iter=n_iter, patience=patience,
-                      tol=tol, history=history, progress=progress)
+                      tol=tol, history=history, progress=progress, done=converged)
     return best, history
 
 
