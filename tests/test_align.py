@@ -374,3 +374,10 @@ def test_gram_anchor_kernel_recovers_the_rotation():
     assert evaluate_alignment(aligner, held, held @ q)["top1"] > 0.95
     with pytest.raises(SubspacesError, match="anchor_kernel"):
         MiniVec2Vec(anchor_kernel="euclid").fit(source, target)
+
+
+@pytest.mark.parametrize("name", ["converged_swap_share", "structure_stop_swap_share"])
+def test_swap_shares_outside_zero_one_are_refused(name):
+    rng = np.random.default_rng(0)
+    with pytest.raises(SubspacesError, match=name):
+        MiniVec2Vec(**{name: 1.5}).fit(clustered(rng, 500), clustered(rng, 500))

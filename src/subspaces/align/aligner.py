@@ -82,8 +82,9 @@ class MiniVec2Vec:
         structure_sample: rows sampled from each space per structural k-means.
         structure_steps: refine-1 steps after each structural correction.
         structure_patience: stop structural refinement after this many rounds without a better label-free score.
-        structure_until_converged: end structural refinement at the first round that swaps at most
-            ``converged_swap_share`` of the seeded pairs (the pass has converged; refine-1 goes on from there).
+        structure_stop_swap_share: end structural refinement at the first round that swaps at most this share of
+            the seeded pairs (the map agrees with both spaces' cluster structure; refine-1 goes on from there).
+            ``None`` runs until ``structure_patience`` or ``structure_iter``.
         refine_iter: maximum refine-1 iterations (paper: 100).
         refine_sample: source rows per refine-1 iteration.
         refine_k: target neighbours averaged per mapped source row in refine-1 (paper: 50).
@@ -127,7 +128,7 @@ class MiniVec2Vec:
         structure_sample: int = 10_000,
         structure_steps: int = 5,
         structure_patience: int = 2,
-        structure_until_converged: bool = True,
+        structure_stop_swap_share: float | None = 0.02,
         refine_iter: int = 100,
         refine_sample: int = 1024,
         refine_k: int = 50,
@@ -165,7 +166,7 @@ class MiniVec2Vec:
         self.structure_sample = structure_sample
         self.structure_steps = structure_steps
         self.structure_patience = structure_patience
-        self.structure_until_converged = structure_until_converged
+        self.structure_stop_swap_share = structure_stop_swap_share
         self.refine_iter = refine_iter
         self.refine_sample = refine_sample
         self.refine_k = refine_k
@@ -213,8 +214,10 @@ class MiniVec2Vec:
         for name in ("refine_alpha", "centroid_alpha", "anchor_keep"):
             if not 0 < float(getattr(self, name)) <= 1:
                 raise SubspacesError(f"{name} must be in (0, 1], got {getattr(self, name)}")
-        if self.converged_swap_share is not None and not 0 <= float(self.converged_swap_share) <= 1:
-            raise SubspacesError(f"converged_swap_share must be in [0, 1] or None, got {self.converged_swap_share}")
+        for name in ("converged_swap_share", "structure_stop_swap_share"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= float(value) <= 1:
+                raise SubspacesError(f"{name} must be in [0, 1] or None, got {value}")
         # k-means needs several points per cluster or its centroids are single points (or faiss refuses).
         need = max(4 * self.n_anchor_clusters, self.relative_k, self.refine_k)
         for what, n in (("source", n_source), ("target", n_target)):
@@ -325,7 +328,7 @@ class MiniVec2Vec:
                     matrix, step, score=score, n_iter=self.structure_iter, n_clusters=self.structure_clusters,
                     n_runs=self.structure_runs, sample_size=self.structure_sample, kmeans_iter=self.kmeans_iter,
                     inner_steps=self.structure_steps, patience=self.structure_patience, tol=self.refine_tol,
-                    stop_swap_share=self.converged_swap_share if self.structure_until_converged else None,
+                    stop_swap_share=self.structure_stop_swap_share,
                     start_score=initial_score, progress=tick,
                 )
         structure_score = structure.best_score
