@@ -227,7 +227,7 @@ def refine_by_structure(
     Stops after ``patience`` rounds without a better label-free score, or after the first round whose search
     swapped at most ``stop_swap_share`` of the seeded pairs. ``history.swapped`` falls towards 0 as the map comes
     to agree with both spaces' cluster structure (a label-free sign of convergence); once it has, further rounds
-    only add centroid Procrustes fits (refine-2's drift) to what refine-1 does more cheaply.
+    correct next to no pairs, and refine-1 goes on without their k-means (2 x ``n_runs`` per round).
     """
     source, target = step.source, step.target
     n_clusters = min(n_clusters, len(source) // 4, len(target) // 4)
