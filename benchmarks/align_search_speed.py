@@ -1,4 +1,4 @@
-"""Micro-benchmark behind the aligner's search defaults: exact vs IVF faiss search, and neighbour-mean gathers.
+"""Micro-benchmark behind the aligner's search defaults: exact vs IVF faiss search (time, recall), neighbour means.
 
 On a pool built by ``align_pools.py`` (centred, normalised ``minilm-l6`` training rows as queries mapped by a
 random rotation, ``paraphrase-l3`` training rows as the base), one thread:
@@ -53,6 +53,10 @@ def main() -> None:
             row = {name: seconds(lambda idx=idx: idx.search(queries, k)) for name, idx in indexes.items()}
             print(f"{n} queries, k={k}: " + ", ".join(f"{name} {s:.3f} s" for name, s in row.items()))
     _, ids = indexes["exact"].search(normalize_rows(a[:4096] @ rotation), 50)
+    for name, idx in indexes.items():  # how many of the 50 true neighbours each index returns
+        _, found = idx.search(normalize_rows(a[:4096] @ rotation), 50)
+        recall = np.mean([len(np.intersect1d(f, t)) / 50 for f, t in zip(found, ids)])
+        print(f"{name}: recall of the 50 nearest {recall:.2f}")
     fancy = seconds(lambda: b[ids].mean(axis=1))
     summed = seconds(lambda: mean_of_rows(b, ids))
     print(f"neighbour means of 4096 x 50 rows: values[ids].mean(1) {fancy:.3f} s, rank by rank {summed:.3f} s")

@@ -14,9 +14,9 @@ the clusters' similarity structure) that pulls a weak initial map into the right
 label-free score (and run only until one converges), runs filtered by matching agreement (``anchor_keep``),
 relative representations centred per anchor, blended maps projected back to orthogonal, early stopping with the
 best map kept, a centroid refinement that is only accepted if the label-free score does not drop, bidirectional
-refine-1 steps, tail-averaged refine-1 iterates, and IVF indexes for the repeated searches.
+refine-1 steps, tail-averaged refine-1 iterates, and optional IVF indexes for the repeated searches.
 ``n_restarts=1, structure_iter=0, refine_bidirectional=False, refine_average=False, anchor_kernel="gram",
-orthogonalize=False, refine_patience=refine_iter, ann_lists=0`` is close to the paper's plain recipe (the k-means
+orthogonalize=False, refine_patience=refine_iter`` is close to the paper's plain recipe (the k-means
 and QAP solver still differ; see docs/align.md).
 """
 
@@ -99,8 +99,10 @@ class MiniVec2Vec:
         centroid_clusters: k of refine-2's k-means (paper: 500); 0 skips refine-2.
         centroid_alpha: blend weight of refine-2's map (paper: 0.5).
         orthogonalize: project every blended map back onto the (semi-)orthogonal matrices (the paper lets it drift).
-        ann_lists: IVF cells of the faiss indexes searched during refinement and scoring (0 = exact search).
-        ann_probe: cells visited per query.
+        ann_lists: IVF cells of the faiss indexes searched during refinement and scoring; 0 (default) searches
+            exactly. An IVF index (e.g. 128) makes each search cheaper but its neighbour means are worse
+            pseudo-targets: 1-2 points of top-1 lower on the benchmark pairs (BENCHMARKS.md section 2).
+        ann_probe: IVF cells visited per query.
         probe_size: rows of each space used for the label-free score.
         random_state: seed for every sample, k-means and QAP start.
         verbose: show progress bars.
@@ -141,7 +143,7 @@ class MiniVec2Vec:
         centroid_clusters: int = 500,
         centroid_alpha: float = 0.5,
         orthogonalize: bool = True,
-        ann_lists: int = 128,
+        ann_lists: int = 0,
         ann_probe: int = 8,
         probe_size: int = 2048,
         random_state: int | None = 0,

@@ -10,8 +10,9 @@ class NeighbourIndex:
     """A faiss index over unit rows: exact (``n_lists=0``) or inverted-file (IVF) for repeated searches.
 
     Refinement searches the same target set a hundred times; an IVF index with ``n_probe`` of ``n_lists`` cells
-    visits about ``n_probe / n_lists`` of it per query, which keeps every iteration cheap. Neighbour *means*
-    over k=50 rows are insensitive to the few true neighbours an approximate search misses.
+    visits about ``n_probe / n_lists`` of it per query, which makes every iteration cheaper. It is not free:
+    with 8 of 128 cells about half of the 50 true neighbours are missed, and neighbour means built from such
+    lists cost the aligner 1-2 points of top-1 (BENCHMARKS.md section 2), so it searches exactly by default.
     """
 
     def __init__(self, base: np.ndarray, *, n_lists: int = 0, n_probe: int = 8, seed: int = 0) -> None:
@@ -61,7 +62,7 @@ def mean_of_rows(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Row i is the mean of ``values[ids[i]]``.
 
     Summed one neighbour rank at a time rather than as ``values[ids].mean(1)``, which materialises n x k x d
-    floats first: the same sums, without the large temporary (1.3x faster on the benchmark's neighbour lists,
+    floats first: the same sums, without the large temporary (1.2-1.3x faster on the benchmark's neighbour lists,
     ``benchmarks/align_search_speed.py``).
     """
     total = values[ids[:, 0]].astype(np.float32, copy=True)

@@ -88,7 +88,7 @@ def fit_cmd(
     centroid_clusters: Annotated[int, typer.Option(help="k of refine-2's k-means (0 skips refine-2).")] = 500,
     centroid_alpha: Annotated[float, typer.Option(help="Blend weight of refine-2's map.")] = 0.5,
     orthogonalize: Annotated[bool, typer.Option("--orthogonalize/--no-orthogonalize", help="Project blended maps back to orthogonal.")] = True,
-    ann_lists: Annotated[int, typer.Option(help="IVF cells of the refinement indexes (0 = exact search).")] = 128,
+    ann_lists: Annotated[int, typer.Option(help="IVF cells of the refinement indexes (0 = exact search; IVF is faster, less accurate).")] = 0,
     ann_probe: Annotated[int, typer.Option(help="IVF cells visited per query.")] = 8,
     probe_size: Annotated[int, typer.Option(help="Rows of each space used for the label-free score.")] = 2048,
     seed: Annotated[int, typer.Option(help="Random seed (samples, k-means, QAP starts).")] = 0,
