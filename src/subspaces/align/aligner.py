@@ -101,7 +101,8 @@ class MiniVec2Vec:
         orthogonalize: project every blended map back onto the (semi-)orthogonal matrices (the paper lets it drift).
         ann_lists: IVF cells of the faiss indexes searched during refinement and scoring; 0 (default) searches
             exactly. An IVF index (e.g. 128) makes each search cheaper but its neighbour means are worse
-            pseudo-targets: 1-2 points of top-1 lower on the benchmark pairs (BENCHMARKS.md section 2).
+            pseudo-targets: up to 3 points of top-1 lower on the benchmark pairs (tweets 2.1 on average, WordNet
+            -> wordllama 1.8-2.9, the easy WordNet pair level; BENCHMARKS.md section 2).
         ann_probe: IVF cells visited per query.
         probe_size: rows of each space used for the label-free score.
         random_state: seed for every sample, k-means and QAP start.

@@ -12,7 +12,7 @@ class NeighbourIndex:
     Refinement searches the same target set a hundred times; an IVF index with ``n_probe`` of ``n_lists`` cells
     visits about ``n_probe / n_lists`` of it per query, which makes every iteration cheaper. It is not free:
     with 8 of 128 cells about half of the 50 true neighbours are missed, and neighbour means built from such
-    lists cost the aligner 1-2 points of top-1 (BENCHMARKS.md section 2), so it searches exactly by default.
+    lists cost the aligner up to 3 points of top-1 (BENCHMARKS.md section 2), so it searches exactly by default.
     """
 
     def __init__(self, base: np.ndarray, *, n_lists: int = 0, n_probe: int = 8, seed: int = 0) -> None:
