@@ -381,3 +381,9 @@ def test_swap_shares_outside_zero_one_are_refused(name):
     rng = np.random.default_rng(0)
     with pytest.raises(SubspacesError, match=name):
         MiniVec2Vec(**{name: 1.5}).fit(clustered(rng, 500), clustered(rng, 500))
+
+
+def test_structural_stop_above_the_convergence_share_is_refused():
+    rng = np.random.default_rng(0)
+    with pytest.raises(SubspacesError, match="must not exceed converged_swap_share"):
+        MiniVec2Vec(structure_stop_swap_share=0.2, converged_swap_share=0.1).fit(clustered(rng, 500), clustered(rng, 500))

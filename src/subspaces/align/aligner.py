@@ -221,6 +221,12 @@ class MiniVec2Vec:
             value = getattr(self, name)
             if value is not None and not 0 <= float(value) <= 1:
                 raise SubspacesError(f"{name} must be in [0, 1] or None, got {value}")
+        stop, converged = self.structure_stop_swap_share, self.converged_swap_share
+        if stop is not None and converged is not None and stop > converged:
+            # A structural stage ended above the convergence share would be judged failed: restarts and a warning.
+            raise SubspacesError(
+                f"structure_stop_swap_share ({stop}) must not exceed converged_swap_share ({converged})"
+            )
         # k-means needs several points per cluster or its centroids are single points (or faiss refuses).
         need = max(4 * self.n_anchor_clusters, self.relative_k, self.refine_k)
         for what, n in (("source", n_source), ("target", n_target)):
