@@ -9,6 +9,7 @@ from those files. Entity embeddings come from the on-disk shard cache (the first
     nice -n 5 .venv/bin/python benchmarks/kgc_bench.py efficiency                 # bi vs tri inference, same run
     nice -n 5 .venv/bin/python benchmarks/kgc_bench.py fb15k237 --head hypernet --epochs 1
     nice -n 5 .venv/bin/python benchmarks/kgc_bench.py finetune-timing --batch-size 64 --max-steps 3
+    python benchmarks/kgc_bench.py finetune --device cuda --budget-seconds 150   # GPU: bi vs tri, encoder trained
     .venv/bin/python benchmarks/kgc_bench.py table
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from datetime import datetime, timezone
@@ -31,13 +33,13 @@ RESULTS = Path(__file__).parent / "results" / "kgc"
 MODEL = "minilm-l6"
 
 
-def _meta(command: str) -> dict:
-    return {
-        "command": command,
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {torch.get_num_threads()} torch thread(s), shared 2-core CPU box (other jobs running)",
-        "torch": torch.__version__,
-    }
+def _meta(command: str, device: str = "cpu") -> dict:
+    if device.startswith("cuda"):
+        machine = f"{torch.cuda.get_device_name(device)}, {os.cpu_count()} CPU cores"
+    else:
+        machine = f"{platform.machine()}, {torch.get_num_threads()} torch thread(s), shared 2-core CPU box (other jobs running)"
+    return {"command": command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine,
+            "torch": torch.__version__}
 
 
 def _rank(text: str) -> int | None:
@@ -60,7 +62,7 @@ def frozen(args: argparse.Namespace) -> dict:
         name = kind if kind != "hypernet" else f"hypernet-{rank or args.rank}"
         report = train_pipeline(
             output=cache_dir() / "kgc-runs" / f"{args.dataset}-{name}{args.tag}", dataset=args.dataset, model=MODEL, arch="tri", head=kind,
-            rank=_rank(rank or args.rank), freeze_encoder=True, batch_size=args.batch_size, lr=args.lr, epochs=args.epochs,
+            rank=_rank(rank or args.rank), freeze_encoder=True, batch_size=args.batch_size, lr=args.lr or 1e-3, epochs=args.epochs,
             max_steps=args.train_steps, pre_batch=args.pre_batch, seed=args.seed,
         )
         out[name] = {"train": report["train_result"], "eval": report["eval"], "output": report["output"]}
@@ -130,6 +132,71 @@ def finetune_timing(args: argparse.Namespace) -> dict:
     return out
 
 
+def _seconds_per_step(args: argparse.Namespace, arch: str, kg, texts, examples: np.ndarray) -> float:
+    """Time a few fine-tuning steps of a throwaway model (after two warm-up steps), to size a run to a budget."""
+    from subspaces.kgc.graph import KnownTails
+    from subspaces.kgc.loss import SimKGCLoss
+    from subspaces.kgc.pipeline import build_model
+    from subspaces.kgc.train import KGCTrainConfig, train_kgc
+
+    model = build_model(args.model, arch, args.head, _rank(args.rank), shared_encoder=arch != "bi", device=args.device)
+    loss = SimKGCLoss(model, KnownTails(examples), batch_size=args.batch_size).to(args.device)
+    config = KGCTrainConfig(batch_size=args.batch_size, lr=5e-5, max_steps=2, show_progress=False)
+    train_kgc(loss, examples, config, texts)
+    config.max_steps = 4
+    result = train_kgc(loss, examples, config, texts)
+    del model, loss
+    if args.device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    return result.seconds / result.steps
+
+
+def finetune(args: argparse.Namespace) -> dict:
+    """SimKGC's bi-encoder vs the Hyper-CL tri-encoder with the encoder trained (SimKGC's recipe), same run.
+
+    Both start from ``--model``, see the same batches in the same order and get the same number of steps: the
+    fewest of ``--epochs`` epochs and what ``--budget-seconds`` of training allows for the slower of the two.
+    """
+    from subspaces.kgc.data import load_kg
+    from subspaces.kgc.models import KGCTexts
+    from subspaces.kgc.pipeline import evaluate_model, train_pipeline
+
+    if args.tf32:  # TensorFloat-32 matrix products (SimKGC trains in fp16 mixed precision; this loop is fp32)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    kg = load_kg(args.dataset)
+    texts = KGCTexts.build(kg)
+    examples = kg.with_inverses("train")
+    per_epoch = len(examples) // args.batch_size
+    archs = args.archs.split(",")
+    out: dict = {"examples_per_epoch": int(len(examples)), "batch_size": args.batch_size, "lr": args.lr or 5e-5,
+                 "head_lr": args.head_lr, "tf32": args.tf32, "model": args.model_label or args.model}
+    steps = per_epoch * args.epochs
+    if args.budget_seconds:
+        out["seconds_per_step_probe"] = {arch: _seconds_per_step(args, arch, kg, texts, examples) for arch in archs}
+        steps = min(steps, max(1, int(args.budget_seconds / max(out["seconds_per_step_probe"].values()))))
+    out["steps"], out["epochs"] = steps, steps / per_epoch
+    print(json.dumps(out), flush=True)
+    if args.zero_shot:  # the starting point, evaluated on this machine (checks the weights that travelled)
+        out["zero_shot_bi"] = evaluate_model(args.model, kg, split="test", texts=texts, disk_cache=False,
+                                             show_progress=False, model_name=out["model"])
+        print("zero-shot", json.dumps(out["zero_shot_bi"]["average"]), flush=True)
+    for arch in archs:
+        name = "bi-simkgc" if arch == "bi" else f"tri-{args.head}-{args.rank}"
+        report = train_pipeline(
+            output=Path(args.runs) / f"{Path(args.dataset).name}-finetune-{name}{args.tag}", dataset=kg, model=args.model,
+            arch=arch, head=args.head, rank=_rank(args.rank), freeze_encoder=False, batch_size=args.batch_size, lr=args.lr or 5e-5,
+            head_lr=args.head_lr,
+            epochs=args.epochs, max_steps=steps, seed=args.seed, shared_encoder=arch != "bi", disk_cache=False,
+            device=args.device, show_progress=False,
+        )
+        out[name] = {"train": report["train_result"], "eval": report["eval"]}
+        print(name, json.dumps(report["eval"]["average"]), f"train {report['train_result']['seconds']:.0f}s", flush=True)
+        if args.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    return out
+
+
 def table(_args: argparse.Namespace) -> None:
     def row(label: str, r: dict, train_s: float | None = None) -> str:
         a = r["average"]
@@ -155,14 +222,14 @@ def table(_args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("part", choices=["zero-shot", "frozen", "efficiency", "fb15k237", "finetune-timing", "table"])
+    parser.add_argument("part", choices=["zero-shot", "frozen", "efficiency", "fb15k237", "finetune-timing", "finetune", "table"])
     parser.add_argument("--dataset", default="wn18rr")
     parser.add_argument("--heads", default="hadamard,concat,hypernet")
     parser.add_argument("--head", default="hypernet")
     parser.add_argument("--rank", default="32")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--lr", type=float, default=None, help="default 1e-3 frozen, 5e-5 fine-tuning")
     parser.add_argument("--pre-batch", type=int, default=0)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--tag", default="", help="suffix for the results file and run folders (e.g. -6ep)")
@@ -170,24 +237,35 @@ def main() -> None:
     parser.add_argument("--entity-sample", type=int, default=2048)
     parser.add_argument("--max-steps", type=int, default=3, help="finetune-timing: steps to time")
     parser.add_argument("--train-steps", type=int, default=None, help="frozen/fb15k237: stop after this many steps")
+    parser.add_argument("--model", default=MODEL, help="finetune: bundled name or a model folder")
+    parser.add_argument("--model-label", default="", help="finetune: how the results name the model")
+    parser.add_argument("--archs", default="bi,tri", help="finetune: which architectures, in order")
+    parser.add_argument("--head-lr", type=float, default=None, help="finetune: the tri-encoder head's own rate")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--budget-seconds", type=float, default=0, help="finetune: training seconds per model (0: all epochs)")
+    parser.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--zero-shot", action=argparse.BooleanOptionalAction, default=True, help="finetune: evaluate the start too")
+    parser.add_argument("--runs", default=str(cache_dir() / "kgc-runs"), help="finetune: where the trained models go")
     args = parser.parse_args()
     if args.part == "table":
         table(args)
         return
     import sys
 
-    command = "OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python benchmarks/kgc_bench.py " + " ".join(sys.argv[1:])
+    prefix = "python" if args.device.startswith("cuda") else "OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python"
+    command = f"{prefix} benchmarks/kgc_bench.py " + " ".join(sys.argv[1:])
     if args.part == "fb15k237":
         args.dataset, args.heads, args.pre_batch = "fb15k237", args.head, args.pre_batch or 2
         result = frozen(args)
         name = "fb15k237"
     else:
-        parts = {"zero-shot": zero_shot, "frozen": frozen, "efficiency": efficiency, "finetune-timing": finetune_timing}
+        parts = {"zero-shot": zero_shot, "frozen": frozen, "efficiency": efficiency, "finetune-timing": finetune_timing,
+                 "finetune": finetune}
         result = parts[args.part](args)
         name = f"{args.dataset}-{args.part}"
     name += args.tag
     RESULTS.mkdir(parents=True, exist_ok=True)
-    save_json(RESULTS / f"{name}.json", {"meta": _meta(command), **result})
+    save_json(RESULTS / f"{name}.json", {"meta": _meta(command, args.device), **result})
 
 
 if __name__ == "__main__":

@@ -274,6 +274,26 @@ def test_bi_encoder_fine_tunes_and_tri_needs_no_encoder_pass_per_query(tmp_path,
         train_pipeline(output=tmp_path / "x", dataset=data, model=str(tiny_encoder_dir), arch="bi", freeze_encoder=True)
 
 
+def test_fine_tuned_tri_encoder_head_learns_at_its_own_rate(tmp_path, tiny_encoder_dir):
+    from subspaces.kgc.data import load_kg
+    from subspaces.kgc.graph import KnownTails
+    from subspaces.kgc.loss import SimKGCLoss
+    from subspaces.kgc.models import KGCTexts
+    from subspaces.kgc.pipeline import build_model
+    from subspaces.kgc.train import KGCTrainConfig, train_kgc
+
+    kg = load_kg(write_wn18rr(tmp_path / "wn"))
+    examples = kg.with_inverses("train")
+    model = build_model(str(tiny_encoder_dir), "tri", "hypernet", 4, max_length=32)
+    encoder_before = [p.detach().clone() for p in model.encoder.parameters()]
+    head_before = [p.detach().clone() for p in model.head.parameters()]
+    loss = SimKGCLoss(model, KnownTails(examples), batch_size=8)
+    # lr 0 freezes everything but the head (and the temperature's group keeps lr 0 too)
+    train_kgc(loss, examples, KGCTrainConfig(batch_size=8, lr=0.0, head_lr=1e-2, max_steps=3, show_progress=False), KGCTexts.build(kg))
+    assert all(torch.equal(a, b) for a, b in zip(encoder_before, model.encoder.parameters()))
+    assert not all(torch.equal(a, b) for a, b in zip(head_before, model.head.parameters()))
+
+
 def test_cli_reports_bad_input_without_traceback(tmp_path):
     from typer.testing import CliRunner
 

@@ -54,6 +54,7 @@ def train(
     freeze_encoder: bool = typer.Option(False, "--freeze-encoder", help="Train only the head on cached embeddings."),
     batch_size: int = typer.Option(1024, help="Batch size (in-batch negatives)."),
     lr: Optional[float] = typer.Option(None, help="Learning rate (default 1e-3 frozen, 5e-5 fine-tuning)."),
+    head_lr: Optional[float] = typer.Option(None, help="Tri-encoder fine-tuning: the head's own learning rate (default: --lr)."),
     epochs: int = typer.Option(1),
     max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps."),
     seed: int = typer.Option(42),
@@ -75,7 +76,7 @@ def train(
 
     report = train_pipeline(
         output=output, dataset=dataset, model=model, arch=arch, head=head, rank=_parse_rank(rank),
-        freeze_encoder=freeze_encoder, batch_size=batch_size, lr=lr, epochs=epochs, max_steps=max_steps, seed=seed,
+        freeze_encoder=freeze_encoder, batch_size=batch_size, lr=lr, head_lr=head_lr, epochs=epochs, max_steps=max_steps, seed=seed,
         max_length=max_length, margin=margin, temperature=temperature, pre_batch=pre_batch,
         pre_batch_weight=pre_batch_weight, self_negatives=self_negatives, neighbour_names=neighbour_names,
         shared_encoder=not separate_encoders, evaluate_split=None if eval_split == "none" else eval_split, device=device,

@@ -78,6 +78,7 @@ def train_pipeline(
     freeze_encoder: bool = True,
     batch_size: int = 1024,
     lr: float | None = None,
+    head_lr: float | None = None,
     epochs: int = 1,
     max_steps: int | None = None,
     seed: int = 42,
@@ -99,7 +100,8 @@ def train_pipeline(
 
     ``freeze_encoder`` (tri-encoder only) trains the head on cached entity and relation embeddings; otherwise
     the encoder is fine-tuned on text (SimKGC's recipe; what a GPU is for). ``lr`` defaults to 1e-3 for a
-    frozen encoder and SimKGC's 5e-5 for fine-tuning.
+    frozen encoder and SimKGC's 5e-5 for fine-tuning; ``head_lr`` (fine-tuning a tri-encoder) gives the randomly
+    initialised head its own rate, the encoder keeping ``lr``.
     """
     if freeze_encoder and arch == "bi":
         raise SubspacesError("--freeze-encoder leaves the bi-encoder nothing to train; evaluate it zero-shot with `kgc eval MODEL --dataset ...`")
@@ -112,6 +114,7 @@ def train_pipeline(
     config = KGCTrainConfig(
         batch_size=batch_size,
         lr=lr if lr is not None else (1e-3 if freeze_encoder else 5e-5),
+        head_lr=head_lr if arch == "tri" and not freeze_encoder else None,
         epochs=epochs,
         max_steps=max_steps,
         warmup_steps=warmup_steps,

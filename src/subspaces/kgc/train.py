@@ -23,6 +23,7 @@ class KGCTrainConfig:
 
     batch_size: int = 1024
     lr: float = 1e-3
+    head_lr: float | None = None  # the tri-encoder's head (randomly initialised) when the encoder fine-tunes
     epochs: int = 1
     max_steps: int | None = None
     warmup_steps: int = 400
@@ -70,11 +71,13 @@ def train_kgc(loss: SimKGCLoss, examples: np.ndarray, config: KGCTrainConfig, te
     params = [p for p in loss.parameters() if p.requires_grad]
     if not params:
         raise ValueError("nothing to train: every parameter is frozen")
-    no_decay = [p for p in params if p.ndim < 2]
-    decay = [p for p in params if p.ndim >= 2]
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=config.lr
-    )
+    head = getattr(loss.model, "head", None)
+    head_ids = {id(p) for p in head.parameters()} if head is not None and config.head_lr is not None else set()
+    groups = []
+    for lr, members in ((config.lr, [p for p in params if id(p) not in head_ids]), (config.head_lr, [p for p in params if id(p) in head_ids])):
+        groups += [{"params": [p for p in members if p.ndim >= 2], "weight_decay": config.weight_decay, "lr": lr},
+                   {"params": [p for p in members if p.ndim < 2], "weight_decay": 0.0, "lr": lr}]
+    optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=config.lr)
     scheduler = get_linear_schedule_with_warmup(optimizer, min(config.warmup_steps, max(total // 10, 0)), max(total, 1))
     loss.train()
     history: list[dict] = []
