@@ -27,13 +27,13 @@ from scipy.optimize import linear_sum_assignment
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from align_pools import SOURCE_MODEL, pool_folder  # noqa: E402
+from align_pools import SOURCE_MODEL, load_centered  # noqa: E402
 
 from subspaces.align.anchors import cluster_means, kmeans  # noqa: E402
 from subspaces.align.matching import gram_factor, match_centroids, similarity_agreement  # noqa: E402
 from subspaces.align.metrics import retrieval_metrics  # noqa: E402
 from subspaces.align.neighbours import NeighbourIndex, knn  # noqa: E402
-from subspaces.align.preprocess import center_normalize, normalize_rows  # noqa: E402
+from subspaces.align.preprocess import normalize_rows  # noqa: E402
 from subspaces.align.procrustes import procrustes  # noqa: E402
 from subspaces.align.refine import NeighbourStep, blend  # noqa: E402
 from subspaces.io import save_json  # noqa: E402
@@ -130,11 +130,8 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=None, help="default: results/align_diagnostics_<pool>_<target>.json")
     args = parser.parse_args()
 
-    folder = pool_folder(args.pool, args.size, 0)
-    raw = {f"{m}.{p}": np.load(folder / f"{m}.{p}.npy") for m in (SOURCE_MODEL, args.target) for p in ("train", "eval")}
-    a_mean, b_mean = raw[f"{SOURCE_MODEL}.train"].mean(0), raw[f"{args.target}.train"].mean(0)
-    a, x = (center_normalize(raw[f"{SOURCE_MODEL}.{p}"], a_mean) for p in ("train", "eval"))
-    b, y = (center_normalize(raw[f"{args.target}.{p}"], b_mean) for p in ("train", "eval"))
+    pool = load_centered(args.pool, args.size, args.target)
+    a, b, x, y = pool.a, pool.b, pool.x, pool.y
     rng = np.random.default_rng(args.seed)
     oracle = procrustes(x, y)
     half = len(x) // 2

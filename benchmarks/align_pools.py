@@ -57,6 +57,28 @@ def pool_folder(pool: str, size: int, seed: int) -> Path:
     return cache_dir() / "align_bench" / f"{pool}-{size}-{seed}"
 
 
+@dataclass(frozen=True)
+class CenteredPool:
+    """A cached pool as the aligner sees it: each space centred on its training half's mean, rows unit length."""
+
+    raw: dict[str, np.ndarray]  # "<model>.<train|eval>" -> the cached embeddings
+    a: np.ndarray  # source training half
+    b: np.ndarray  # target training half
+    x: np.ndarray  # held-out rows, source model
+    y: np.ndarray  # the same rows, target model
+
+
+def load_centered(pool: str, size: int, target: str, seed: int = 0) -> CenteredPool:
+    from subspaces.align.preprocess import center_normalize
+
+    folder = pool_folder(pool, size, seed)
+    raw = {f"{m}.{p}": np.load(folder / f"{m}.{p}.npy") for m in (SOURCE_MODEL, target) for p in ("train", "eval")}
+    a_mean, b_mean = raw[f"{SOURCE_MODEL}.train"].mean(0), raw[f"{target}.train"].mean(0)
+    a, x = (center_normalize(raw[f"{SOURCE_MODEL}.{p}"], a_mean) for p in ("train", "eval"))
+    b, y = (center_normalize(raw[f"{target}.{p}"], b_mean) for p in ("train", "eval"))
+    return CenteredPool(raw, a, b, x, y)
+
+
 def embed_pool(pool: str, size: int, seed: int, n_eval: int, models: list[str], batch_size: int = 64) -> Path:
     """Embed what each model needs: the source its half + held-out, each target its half + held-out."""
     from subspaces.models.encoder import encode, load_encoder

@@ -1,0 +1,189 @@
+"""Which label-free statistics see refine-1's drift away from the oracle, and which refinement rules hold it.
+
+An analysis with labels (the held-out pairs of a pool built by ``align_pools.py``), never part of ``fit``. From the
+oracle map (Procrustes on the held-out pairs), each refinement rule below runs ``--rounds`` steps on samples of
+``--sample`` rows of each training half (blend 0.5, projected back to orthogonal) and its map is kept every 5
+steps; with ``--from-fit`` the default ``MiniVec2Vec`` fit is refined by the library's rule the same way. Every map
+gets its held-out top-1 and these label-free statistics, computed on two fixed probes of ``--probe`` rows:
+
+* ``nn_similarity``: the library's score (mean cosine to the nearest row of the other space, both directions);
+* ``csls``: the same with CSLS's local scaling (10 neighbours), as MUSE scores translations;
+* ``mutual_nn`` / ``mutual_csls``: share of mapped source probes whose nearest target probe (by cosine / CSLS) has
+  them as its nearest in turn;
+* ``coverage``: share of probes of each side chosen as someone's nearest neighbour (low = hubs);
+* ``mixing``: share of cross-space rows among the 10 nearest neighbours in the union of both mapped probes.
+
+Rules: ``neighbour_mean`` (the library's bidirectional step, k=50), ``icp`` (the same with k=1: hill-climbing on
+``nn_similarity`` itself), ``csls_neighbour_mean`` (the 50 neighbours ranked by CSLS instead of cosine, against
+8,192 candidates), ``entropic_ot`` (barycentres of an entropic transport plan with uniform marginals, ε = 0.05, both
+directions), ``mutual_csls_pairs`` (MUSE's refinement: Procrustes on mutual CSLS nearest neighbours) and
+``mutual_csls_means`` (those pairs, each side replaced by refine-1's neighbour mean), ``symmetric_smoothing``
+(both sides of every pair replaced by the mean of their 50 neighbours in their own space, self excluded).
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/align_score_study.py --pool tweets --target paraphrase-l3 --from-fit
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import spearmanr
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from align_pools import SOURCE_MODEL, load_centered  # noqa: E402
+
+from subspaces.align import MiniVec2Vec  # noqa: E402
+from subspaces.align.metrics import retrieval_metrics  # noqa: E402
+from subspaces.align.neighbours import NeighbourIndex, mean_of_rows  # noqa: E402
+from subspaces.align.preprocess import normalize_rows  # noqa: E402
+from subspaces.align.procrustes import procrustes  # noqa: E402
+from subspaces.align.refine import blend  # noqa: E402
+from subspaces.io import save_json  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+RULES = ("neighbour_mean", "icp", "csls_neighbour_mean", "entropic_ot", "mutual_csls_pairs", "mutual_csls_means",
+         "symmetric_smoothing")
+
+
+def csls(sims: np.ndarray, k: int = 10) -> np.ndarray:
+    """CSLS scores of a cross-similarity matrix: 2 cos - mean of each row's and each column's k best."""
+    rows = np.sort(sims, axis=1)[:, -k:].mean(1)
+    cols = np.sort(sims, axis=0)[-k:, :].mean(0)
+    return 2 * sims - rows[:, None] - cols[None, :]
+
+
+def label_free_statistics(matrix, probe_a, probe_b, index_a, index_b) -> dict[str, float]:
+    mapped_a, mapped_b = normalize_rows(probe_a @ matrix), normalize_rows(probe_b @ matrix.T)
+    sims = mapped_a @ probe_b.T
+    scaled = csls(sims)
+    nn_ab, nn_ba = sims.argmax(1), sims.argmax(0)
+    cs_ab, cs_ba = scaled.argmax(1), scaled.argmax(0)
+    union = np.concatenate([mapped_a, probe_b])
+    side = np.r_[np.zeros(len(mapped_a)), np.ones(len(probe_b))]
+    neighbours = NeighbourIndex(union).search(union, 11)[1][:, 1:]
+    rows = np.arange(len(sims))
+    return {
+        "nn_similarity": float((index_b.search(mapped_a, 1)[0].mean() + index_a.search(mapped_b, 1)[0].mean()) / 2),
+        "csls": float((scaled.max(1).mean() + scaled.max(0).mean()) / 2),
+        "mutual_nn": float((nn_ba[nn_ab] == rows).mean()),
+        "mutual_csls": float((cs_ba[cs_ab] == rows).mean()),
+        "coverage": float((len(np.unique(nn_ab)) + len(np.unique(nn_ba))) / (2 * len(sims))),
+        "mixing": float((side[neighbours] != side[:, None]).mean()),
+    }
+
+
+class Rules:
+    """One refinement step per rule, on fresh samples of both training halves."""
+
+    def __init__(self, a, b, sample: int, rng: np.random.Generator) -> None:
+        self.a, self.b, self.sample, self.rng = a, b, sample, rng
+        self.index_a, self.index_b = NeighbourIndex(a), NeighbourIndex(b)
+
+    def _means(self, index, values, queries, k, drop_self=False):
+        _, ids = index.search(queries, k + 1 if drop_self else k)
+        return normalize_rows(mean_of_rows(values, ids[:, 1:] if drop_self else ids))
+
+    def step(self, rule: str, matrix: np.ndarray) -> np.ndarray:
+        a, b, rng = self.a, self.b, self.rng
+        sa = a[rng.choice(len(a), self.sample, replace=False)]
+        sb = b[rng.choice(len(b), self.sample, replace=False)]
+        if rule in ("neighbour_mean", "icp"):
+            k = 50 if rule == "neighbour_mean" else 1
+            src = np.concatenate([sa, self._means(self.index_a, a, normalize_rows(sb @ matrix.T), k)])
+            tgt = np.concatenate([self._means(self.index_b, b, normalize_rows(sa @ matrix), k), sb])
+        elif rule == "csls_neighbour_mean":
+            cand_a = a[rng.choice(len(a), min(8192, len(a)), replace=False)]
+            cand_b = b[rng.choice(len(b), min(8192, len(b)), replace=False)]
+            ids_b = np.argsort(-csls(normalize_rows(sa @ matrix) @ cand_b.T), 1)[:, :50]
+            ids_a = np.argsort(-csls(normalize_rows(sb @ matrix.T) @ cand_a.T), 1)[:, :50]
+            src = np.concatenate([sa, normalize_rows(mean_of_rows(cand_a, ids_a))])
+            tgt = np.concatenate([normalize_rows(mean_of_rows(cand_b, ids_b)), sb])
+        elif rule == "entropic_ot":
+            sims = normalize_rows(sa @ matrix) @ sb.T
+            kernel = np.exp((sims - sims.max()) / 0.05).astype(np.float64)
+            u, v = np.ones(len(sims)), np.ones(sims.shape[1])
+            for _ in range(100):
+                u = 1.0 / (kernel @ v)
+                v = 1.0 / (kernel.T @ u)
+            plan = u[:, None] * kernel * v[None, :]
+            src = np.concatenate([sa, normalize_rows(plan.T @ sa).astype(np.float32)])
+            tgt = np.concatenate([normalize_rows(plan @ sb).astype(np.float32), sb])
+        elif rule in ("mutual_csls_pairs", "mutual_csls_means"):
+            scaled = csls(normalize_rows(sa @ matrix) @ sb.T)
+            forward, backward = scaled.argmax(1), scaled.argmax(0)
+            keep = np.flatnonzero(backward[forward] == np.arange(len(scaled)))
+            pa, pb = sa[keep], sb[forward[keep]]
+            if rule == "mutual_csls_pairs":
+                src, tgt = pa, pb
+            else:
+                src = np.concatenate([pa, self._means(self.index_a, a, normalize_rows(pb @ matrix.T), 50)])
+                tgt = np.concatenate([self._means(self.index_b, b, normalize_rows(pa @ matrix), 50), pb])
+        elif rule == "symmetric_smoothing":
+            src = np.concatenate([self._means(self.index_a, a, sa, 50, True), self._means(self.index_a, a, normalize_rows(sb @ matrix.T), 50)])
+            tgt = np.concatenate([self._means(self.index_b, b, normalize_rows(sa @ matrix), 50), self._means(self.index_b, b, sb, 50, True)])
+        else:
+            raise ValueError(rule)
+        return blend(matrix, procrustes(src, tgt), 0.5, True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pool", choices=["wordnet", "tweets"], required=True)
+    parser.add_argument("--size", type=int, default=40_000)
+    parser.add_argument("--target", default="paraphrase-l3")
+    parser.add_argument("--rules", default=",".join(RULES))
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--sample", type=int, default=4096)
+    parser.add_argument("--probe", type=int, default=4096)
+    parser.add_argument("--from-fit", action="store_true", help="also refine the default MiniVec2Vec fit (seed 0)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", type=Path, default=None, help="default: results/align_score_study_<pool>_<target>.json")
+    args = parser.parse_args()
+
+    pool = load_centered(args.pool, args.size, args.target)
+    a, b, x, y, raw = pool.a, pool.b, pool.x, pool.y, pool.raw
+    probe_rng = np.random.default_rng([args.seed, 1])
+    probe_a = a[probe_rng.choice(len(a), min(args.probe, len(a)), replace=False)]
+    probe_b = b[probe_rng.choice(len(b), min(args.probe, len(b)), replace=False)]
+    rules = Rules(a, b, args.sample, np.random.default_rng(args.seed))
+
+    def record(name: str, matrix: np.ndarray) -> dict:
+        row = {"map": name, "top1": retrieval_metrics(normalize_rows(x @ matrix), y, pool_size=len(x))["top1"],
+               **label_free_statistics(matrix, probe_a, probe_b, rules.index_a, rules.index_b)}
+        print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
+        return row
+
+    oracle = procrustes(x, y)
+    rows = [record("oracle", oracle)]
+    starts = {"oracle": (oracle, args.rules.split(","))}
+    if args.from_fit:
+        fitted = MiniVec2Vec(random_state=args.seed).fit(raw[f"{SOURCE_MODEL}.train"], raw[f"{args.target}.train"])
+        # the fit centres on the same training means, so its matrix acts on the same rows
+        rows.append(record("fit", fitted.matrix_))
+        starts["fit"] = (fitted.matrix_, ["neighbour_mean"])
+    seconds = {}
+    for start, (matrix0, names) in starts.items():
+        for rule in names:
+            matrix, started = matrix0, time.perf_counter()
+            for r in range(1, args.rounds + 1):
+                matrix = rules.step(rule, matrix)
+                if r % 5 == 0:
+                    rows.append(record(f"{start}+{rule}@{r}", matrix))
+            seconds[f"{start}+{rule}"] = time.perf_counter() - started
+    statistics = [k for k in rows[0] if k not in ("map", "top1")]
+    correlation = {k: float(spearmanr([r["top1"] for r in rows], [r[k] for r in rows]).statistic) for k in statistics}
+    print("spearman vs top1:", {k: round(v, 3) for k, v in correlation.items()})
+    output = args.output or RESULTS / f"align_score_study_{args.pool}_{args.target}.json"
+    save_json(output, {"pool": args.pool, "size": args.size, "source": SOURCE_MODEL, "target": args.target,
+                       "rounds": args.rounds, "sample": args.sample, "probe": args.probe, "seed": args.seed,
+                       "rows": rows, "spearman_vs_top1": correlation, "rule_seconds": seconds})
+    print(f"wrote {output}")
+
+
+if __name__ == "__main__":
+    main()
