@@ -73,8 +73,9 @@ def train_kgc(loss: SimKGCLoss, examples: np.ndarray, config: KGCTrainConfig, te
         raise ValueError("nothing to train: every parameter is frozen")
     head = getattr(loss.model, "head", None)
     head_ids = {id(p) for p in head.parameters()} if head is not None and config.head_lr is not None else set()
+    others, head_params = [p for p in params if id(p) not in head_ids], [p for p in params if id(p) in head_ids]
     groups = []
-    for lr, members in ((config.lr, [p for p in params if id(p) not in head_ids]), (config.head_lr, [p for p in params if id(p) in head_ids])):
+    for lr, members in ((config.lr, others), (config.head_lr, head_params)):
         groups += [{"params": [p for p in members if p.ndim >= 2], "weight_decay": config.weight_decay, "lr": lr},
                    {"params": [p for p in members if p.ndim < 2], "weight_decay": 0.0, "lr": lr}]
     optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=config.lr)
