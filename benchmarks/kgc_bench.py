@@ -62,7 +62,7 @@ def frozen(args: argparse.Namespace) -> dict:
         name = kind if kind != "hypernet" else f"hypernet-{rank or args.rank}"
         report = train_pipeline(
             output=cache_dir() / "kgc-runs" / f"{args.dataset}-{name}{args.tag}", dataset=args.dataset, model=MODEL, arch="tri", head=kind,
-            rank=_rank(rank or args.rank), freeze_encoder=True, batch_size=args.batch_size, lr=args.lr or 1e-3, epochs=args.epochs,
+            rank=_rank(rank or args.rank), freeze_encoder=True, batch_size=args.batch_size, lr=1e-3 if args.lr is None else args.lr, epochs=args.epochs,
             max_steps=args.train_steps, pre_batch=args.pre_batch, seed=args.seed,
         )
         out[name] = {"train": report["train_result"], "eval": report["eval"], "output": report["output"]}
@@ -132,7 +132,7 @@ def finetune_timing(args: argparse.Namespace) -> dict:
     return out
 
 
-def _seconds_per_step(args: argparse.Namespace, arch: str, kg, texts, examples: np.ndarray) -> float:
+def _seconds_per_step(args: argparse.Namespace, arch: str, texts, examples: np.ndarray) -> float:
     """Time a few fine-tuning steps of a throwaway model (after two warm-up steps), to size a run to a budget."""
     from subspaces.kgc.graph import KnownTails
     from subspaces.kgc.loss import SimKGCLoss
@@ -159,7 +159,7 @@ def finetune(args: argparse.Namespace) -> dict:
     """
     from subspaces.kgc.data import load_kg
     from subspaces.kgc.models import KGCTexts
-    from subspaces.kgc.pipeline import evaluate_model, train_pipeline
+    from subspaces.kgc.pipeline import build_model, evaluate_model, train_pipeline
 
     if args.tf32:  # TensorFloat-32 matrix products (SimKGC trains in fp16 mixed precision; this loop is fp32)
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -169,23 +169,25 @@ def finetune(args: argparse.Namespace) -> dict:
     examples = kg.with_inverses("train")
     per_epoch = len(examples) // args.batch_size
     archs = args.archs.split(",")
-    out: dict = {"examples_per_epoch": int(len(examples)), "batch_size": args.batch_size, "lr": args.lr or 5e-5,
+    lr = 5e-5 if args.lr is None else args.lr
+    out: dict = {"examples_per_epoch": int(len(examples)), "batch_size": args.batch_size, "lr": lr,
                  "head_lr": args.head_lr, "tf32": args.tf32, "model": args.model_label or args.model}
     steps = per_epoch * args.epochs
     if args.budget_seconds:
-        out["seconds_per_step_probe"] = {arch: _seconds_per_step(args, arch, kg, texts, examples) for arch in archs}
+        out["seconds_per_step_probe"] = {arch: _seconds_per_step(args, arch, texts, examples) for arch in archs}
         steps = min(steps, max(1, int(args.budget_seconds / max(out["seconds_per_step_probe"].values()))))
     out["steps"], out["epochs"] = steps, steps / per_epoch
     print(json.dumps(out), flush=True)
     if args.zero_shot:  # the starting point, evaluated on this machine (checks the weights that travelled)
-        out["zero_shot_bi"] = evaluate_model(args.model, kg, split="test", texts=texts, disk_cache=False,
+        start = build_model(args.model, "bi", device=args.device)  # encoded on the device too
+        out["zero_shot_bi"] = evaluate_model(start, kg, split="test", texts=texts, disk_cache=False,
                                              show_progress=False, model_name=out["model"])
         print("zero-shot", json.dumps(out["zero_shot_bi"]["average"]), flush=True)
     for arch in archs:
         name = "bi-simkgc" if arch == "bi" else f"tri-{args.head}-{args.rank}"
         report = train_pipeline(
             output=Path(args.runs) / f"{Path(args.dataset).name}-finetune-{name}{args.tag}", dataset=kg, model=args.model,
-            arch=arch, head=args.head, rank=_rank(args.rank), freeze_encoder=False, batch_size=args.batch_size, lr=args.lr or 5e-5,
+            arch=arch, head=args.head, rank=_rank(args.rank), freeze_encoder=False, batch_size=args.batch_size, lr=lr,
             head_lr=args.head_lr,
             epochs=args.epochs, max_steps=steps, seed=args.seed, shared_encoder=arch != "bi", disk_cache=False,
             device=args.device, show_progress=False,
@@ -241,9 +243,9 @@ def main() -> None:
     parser.add_argument("--model-label", default="", help="finetune: how the results name the model")
     parser.add_argument("--archs", default="bi,tri", help="finetune: which architectures, in order")
     parser.add_argument("--head-lr", type=float, default=None, help="finetune: the tri-encoder head's own rate")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="finetune: torch device (cuda for the GPU runs)")
     parser.add_argument("--budget-seconds", type=float, default=0, help="finetune: training seconds per model (0: all epochs)")
-    parser.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=True, help="finetune on cuda: TF32 matrix products")
     parser.add_argument("--zero-shot", action=argparse.BooleanOptionalAction, default=True, help="finetune: evaluate the start too")
     parser.add_argument("--runs", default=str(cache_dir() / "kgc-runs"), help="finetune: where the trained models go")
     args = parser.parse_args()

@@ -287,11 +287,22 @@ def test_fine_tuned_tri_encoder_head_learns_at_its_own_rate(tmp_path, tiny_encod
     model = build_model(str(tiny_encoder_dir), "tri", "hypernet", 4, max_length=32)
     encoder_before = [p.detach().clone() for p in model.encoder.parameters()]
     head_before = [p.detach().clone() for p in model.head.parameters()]
-    loss = SimKGCLoss(model, KnownTails(examples), batch_size=8)
+    loss = SimKGCLoss(model, KnownTails(examples), batch_size=4)
     # lr 0 freezes everything but the head (and the temperature's group keeps lr 0 too)
-    train_kgc(loss, examples, KGCTrainConfig(batch_size=8, lr=0.0, head_lr=1e-2, max_steps=3, show_progress=False), KGCTexts.build(kg))
+    result = train_kgc(loss, examples, KGCTrainConfig(batch_size=4, lr=0.0, head_lr=1e-2, max_steps=3, show_progress=False), KGCTexts.build(kg))
+    assert result.steps == 3
     assert all(torch.equal(a, b) for a, b in zip(encoder_before, model.encoder.parameters()))
     assert not all(torch.equal(a, b) for a, b in zip(head_before, model.head.parameters()))
+
+
+def test_head_lr_is_refused_where_there_is_no_head_beside_a_trained_encoder(tmp_path, tiny_encoder_dir):
+    from subspaces.kgc.pipeline import train_pipeline
+
+    data = write_wn18rr(tmp_path / "wn")
+    for arch, frozen in (("bi", False), ("tri", True)):
+        with pytest.raises(SubspacesError, match="--head-lr"):
+            train_pipeline(output=tmp_path / arch, dataset=data, model=str(tiny_encoder_dir), arch=arch,
+                           freeze_encoder=frozen, head_lr=1e-3, max_steps=1, show_progress=False)
 
 
 def test_cli_reports_bad_input_without_traceback(tmp_path):

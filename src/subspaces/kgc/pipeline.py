@@ -105,6 +105,8 @@ def train_pipeline(
     """
     if freeze_encoder and arch == "bi":
         raise SubspacesError("--freeze-encoder leaves the bi-encoder nothing to train; evaluate it zero-shot with `kgc eval MODEL --dataset ...`")
+    if head_lr is not None and (arch != "tri" or freeze_encoder):
+        raise SubspacesError("--head-lr is for fine-tuning a tri-encoder (its head beside the encoder); use --lr otherwise")
     seed_everything(seed)
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)
     texts = KGCTexts.build(kg, neighbour_names)
@@ -114,7 +116,7 @@ def train_pipeline(
     config = KGCTrainConfig(
         batch_size=batch_size,
         lr=lr if lr is not None else (1e-3 if freeze_encoder else 5e-5),
-        head_lr=head_lr if arch == "tri" and not freeze_encoder else None,
+        head_lr=head_lr,
         epochs=epochs,
         max_steps=max_steps,
         warmup_steps=warmup_steps,
