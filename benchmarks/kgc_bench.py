@@ -112,41 +112,35 @@ def efficiency(args: argparse.Namespace) -> dict:
 def finetune_timing(args: argparse.Namespace) -> dict:
     """Seconds per fine-tuning step on this CPU (encoder trained), to size what a full run would take."""
     from subspaces.kgc.data import load_kg
-    from subspaces.kgc.graph import KnownTails
-    from subspaces.kgc.loss import SimKGCLoss
     from subspaces.kgc.models import KGCTexts
-    from subspaces.kgc.pipeline import build_model
-    from subspaces.kgc.train import KGCTrainConfig, train_kgc
 
     kg = load_kg(args.dataset)
     texts = KGCTexts.build(kg)
     examples = kg.with_inverses("train")
     out: dict = {"batch_size": args.batch_size, "steps": args.max_steps, "examples_per_epoch": int(len(examples))}
     for arch in ("bi", "tri"):
-        model = build_model(MODEL, arch, "hypernet", 32)
-        loss = SimKGCLoss(model, KnownTails(examples), batch_size=args.batch_size)
-        result = train_kgc(loss, examples, KGCTrainConfig(batch_size=args.batch_size, lr=5e-5, max_steps=args.max_steps, show_progress=False), texts)
-        per_step = result.seconds / result.steps
+        per_step = _seconds_per_step(MODEL, arch, "hypernet", "32", args.batch_size, texts, examples,
+                                     steps=args.max_steps, warmup=0, separate_encoders=False)
         out[arch] = {"seconds_per_step": per_step, "epoch_hours_extrapolated": per_step * len(examples) / args.batch_size / 3600}
         print(arch, json.dumps(out[arch]), flush=True)
     return out
 
 
-def _seconds_per_step(args: argparse.Namespace, arch: str, texts, examples: np.ndarray) -> float:
-    """Time a few fine-tuning steps of a throwaway model (after two warm-up steps), to size a run to a budget."""
+def _seconds_per_step(model_name: str, arch: str, head: str, rank: str, batch_size: int, texts, examples: np.ndarray, *,
+                      steps: int, warmup: int, separate_encoders: bool, device: str = "cpu") -> float:
+    """Seconds per fine-tuning step (encoder trained) of a throwaway model, after ``warmup`` untimed steps."""
     from subspaces.kgc.graph import KnownTails
     from subspaces.kgc.loss import SimKGCLoss
     from subspaces.kgc.pipeline import build_model
     from subspaces.kgc.train import KGCTrainConfig, train_kgc
 
-    model = build_model(args.model, arch, args.head, _rank(args.rank), shared_encoder=arch != "bi", device=args.device)
-    loss = SimKGCLoss(model, KnownTails(examples), batch_size=args.batch_size).to(args.device)
-    config = KGCTrainConfig(batch_size=args.batch_size, lr=5e-5, max_steps=2, show_progress=False)
-    train_kgc(loss, examples, config, texts)
-    config.max_steps = 4
-    result = train_kgc(loss, examples, config, texts)
+    model = build_model(model_name, arch, head, _rank(rank), shared_encoder=not separate_encoders, device=device)
+    loss = SimKGCLoss(model, KnownTails(examples), batch_size=batch_size).to(device)
+    if warmup:
+        train_kgc(loss, examples, KGCTrainConfig(batch_size=batch_size, lr=5e-5, max_steps=warmup, show_progress=False), texts)
+    result = train_kgc(loss, examples, KGCTrainConfig(batch_size=batch_size, lr=5e-5, max_steps=steps, show_progress=False), texts)
     del model, loss
-    if args.device.startswith("cuda"):
+    if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return result.seconds / result.steps
 
@@ -174,7 +168,11 @@ def finetune(args: argparse.Namespace) -> dict:
                  "head_lr": args.head_lr, "tf32": args.tf32, "model": args.model_label or args.model}
     steps = per_epoch * args.epochs
     if args.budget_seconds:
-        out["seconds_per_step_probe"] = {arch: _seconds_per_step(args, arch, texts, examples) for arch in archs}
+        out["seconds_per_step_probe"] = {
+            arch: _seconds_per_step(args.model, arch, args.head, args.rank, args.batch_size, texts, examples, steps=4,
+                                    warmup=2, separate_encoders=arch == "bi", device=args.device)
+            for arch in archs
+        }
         steps = min(steps, max(1, int(args.budget_seconds / max(out["seconds_per_step_probe"].values()))))
     out["steps"], out["epochs"] = steps, steps / per_epoch
     print(json.dumps(out), flush=True)
@@ -188,7 +186,7 @@ def finetune(args: argparse.Namespace) -> dict:
         report = train_pipeline(
             output=Path(args.runs) / f"{Path(args.dataset).name}-finetune-{name}{args.tag}", dataset=kg, model=args.model,
             arch=arch, head=args.head, rank=_rank(args.rank), freeze_encoder=False, batch_size=args.batch_size, lr=lr,
-            head_lr=args.head_lr,
+            head_lr=args.head_lr if arch == "tri" else None,  # the bi-encoder has no head of its own
             epochs=args.epochs, max_steps=steps, seed=args.seed, shared_encoder=arch != "bi", disk_cache=False,
             device=args.device, show_progress=False,
         )
