@@ -293,6 +293,9 @@ def test_fine_tuned_tri_encoder_head_learns_at_its_own_rate(tmp_path, tiny_encod
     assert result.steps == 3
     assert all(torch.equal(a, b) for a, b in zip(encoder_before, model.encoder.parameters()))
     assert not all(torch.equal(a, b) for a, b in zip(head_before, model.head.parameters()))
+    bi = SimKGCLoss(build_model(str(tiny_encoder_dir), "bi", max_length=32), KnownTails(examples), batch_size=4)
+    with pytest.raises(ValueError, match="no head"):  # the loop refuses a rate it could not apply
+        train_kgc(bi, examples, KGCTrainConfig(batch_size=4, head_lr=1e-3, max_steps=1, show_progress=False), KGCTexts.build(kg))
 
 
 def test_head_lr_is_refused_where_there_is_no_head_beside_a_trained_encoder(tmp_path, tiny_encoder_dir):

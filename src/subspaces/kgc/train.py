@@ -72,7 +72,9 @@ def train_kgc(loss: SimKGCLoss, examples: np.ndarray, config: KGCTrainConfig, te
     if not params:
         raise ValueError("nothing to train: every parameter is frozen")
     head = getattr(loss.model, "head", None)
-    head_ids = {id(p) for p in head.parameters()} if head is not None and config.head_lr is not None else set()
+    if config.head_lr is not None and head is None:
+        raise ValueError(f"head_lr is set but {type(loss.model).__name__} has no head beside its encoder")
+    head_ids = {id(p) for p in head.parameters()} if config.head_lr is not None else set()
     others, head_params = [p for p in params if id(p) not in head_ids], [p for p in params if id(p) in head_ids]
     groups = []
     for lr, members in ((config.lr, others), (config.head_lr, head_params)):
