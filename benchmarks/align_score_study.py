@@ -38,11 +38,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from align_pools import SOURCE_MODEL, load_centered  # noqa: E402
 
 from subspaces.align import MiniVec2Vec  # noqa: E402
+from subspaces.align.diagnostics import bidirectional_nn_similarity  # noqa: E402
 from subspaces.align.metrics import retrieval_metrics  # noqa: E402
 from subspaces.align.neighbours import NeighbourIndex, mean_of_rows  # noqa: E402
 from subspaces.align.preprocess import normalize_rows  # noqa: E402
 from subspaces.align.procrustes import procrustes  # noqa: E402
-from subspaces.align.refine import blend  # noqa: E402
+from subspaces.align.refine import NeighbourStep, blend  # noqa: E402
 from subspaces.io import save_json  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -58,7 +59,7 @@ def csls(sims: np.ndarray, k: int = 10) -> np.ndarray:
 
 
 def label_free_statistics(matrix, probe_a, probe_b, index_a, index_b) -> dict[str, float]:
-    mapped_a, mapped_b = normalize_rows(probe_a @ matrix), normalize_rows(probe_b @ matrix.T)
+    mapped_a = normalize_rows(probe_a @ matrix)
     sims = mapped_a @ probe_b.T
     scaled = csls(sims)
     nn_ab, nn_ba = sims.argmax(1), sims.argmax(0)
@@ -68,7 +69,7 @@ def label_free_statistics(matrix, probe_a, probe_b, index_a, index_b) -> dict[st
     neighbours = NeighbourIndex(union).search(union, 11)[1][:, 1:]
     rows = np.arange(len(sims))
     return {
-        "nn_similarity": float((index_b.search(mapped_a, 1)[0].mean() + index_a.search(mapped_b, 1)[0].mean()) / 2),
+        "nn_similarity": bidirectional_nn_similarity(probe_a, probe_b, index_a, index_b, matrix),
         "csls": float((scaled.max(1).mean() + scaled.max(0).mean()) / 2),
         "mutual_nn": float((nn_ba[nn_ab] == rows).mean()),
         "mutual_csls": float((cs_ba[cs_ab] == rows).mean()),
@@ -90,13 +91,12 @@ class Rules:
 
     def step(self, rule: str, matrix: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         a, b = self.a, self.b
+        if rule in ("neighbour_mean", "icp"):  # the library's own refine-1 step
+            return NeighbourStep(a, b, rng, target_index=self.index_b, source_index=self.index_a, sample_size=self.sample,
+                                 k=50 if rule == "neighbour_mean" else 1, bidirectional=True)(matrix)
         sa = a[rng.choice(len(a), self.sample, replace=False)]
         sb = b[rng.choice(len(b), self.sample, replace=False)]
-        if rule in ("neighbour_mean", "icp"):
-            k = 50 if rule == "neighbour_mean" else 1
-            src = np.concatenate([sa, self._means(self.index_a, a, normalize_rows(sb @ matrix.T), k)])
-            tgt = np.concatenate([self._means(self.index_b, b, normalize_rows(sa @ matrix), k), sb])
-        elif rule == "csls_neighbour_mean":
+        if rule == "csls_neighbour_mean":
             cand_a = a[rng.choice(len(a), min(8192, len(a)), replace=False)]
             cand_b = b[rng.choice(len(b), min(8192, len(b)), replace=False)]
             ids_b = np.argsort(-csls(normalize_rows(sa @ matrix) @ cand_b.T), 1)[:, :50]
@@ -144,6 +144,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=None, help="default: results/align_score_study_<pool>_<target>.json")
     args = parser.parse_args()
+    unknown = set(args.rules.split(",")) - set(RULES)
+    if unknown:
+        parser.error(f"unknown rules {sorted(unknown)}; choose from {', '.join(RULES)}")
 
     pool = load_centered(args.pool, args.size, args.target)
     a, b, x, y, raw = pool.a, pool.b, pool.x, pool.y, pool.raw
