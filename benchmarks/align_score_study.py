@@ -140,6 +140,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--sample", type=int, default=4096)
     parser.add_argument("--probe", type=int, default=4096)
+    parser.add_argument("--fraction", type=float, default=1.0,
+                        help="keep this share of each training half (how the fixed points depend on the unpaired data)")
     parser.add_argument("--from-fit", action="store_true", help="also refine the default MiniVec2Vec fit (seed 0)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=None, help="default: results/align_score_study_<pool>_<target>.json")
@@ -150,6 +152,14 @@ def main() -> None:
 
     pool = load_centered(args.pool, args.size, args.target)
     a, b, x, y, raw = pool.a, pool.b, pool.x, pool.y, pool.raw
+    if not 0 < args.fraction <= 1:
+        parser.error(f"--fraction must be in (0, 1], got {args.fraction}")
+    if args.fraction < 1:
+        if args.from_fit:
+            parser.error("--from-fit fits on the whole halves; run it without --fraction")
+        keep_rng = np.random.default_rng([args.seed, 2000])
+        a = a[np.sort(keep_rng.choice(len(a), int(args.fraction * len(a)), replace=False))]
+        b = b[np.sort(keep_rng.choice(len(b), int(args.fraction * len(b)), replace=False))]
     probe_rng = np.random.default_rng([args.seed, 1000])  # apart from the rules' streams
     probe_a = a[probe_rng.choice(len(a), min(args.probe, len(a)), replace=False)]
     probe_b = b[probe_rng.choice(len(b), min(args.probe, len(b)), replace=False)]
@@ -186,6 +196,7 @@ def main() -> None:
     print("spearman vs top1:", {k: round(v, 3) for k, v in correlation.items()})
     output = args.output or RESULTS / f"align_score_study_{args.pool}_{args.target}.json"
     save_json(output, {"pool": args.pool, "size": args.size, "source": SOURCE_MODEL, "target": args.target,
+                       "n_source_train": len(a), "n_target_train": len(b),
                        "rounds": args.rounds, "sample": args.sample, "probe": args.probe, "seed": args.seed,
                        "rows": rows, "spearman_vs_top1": correlation, "rule_step_seconds": seconds})
     print(f"wrote {output}")
