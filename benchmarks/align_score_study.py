@@ -20,6 +20,9 @@ directions), ``mutual_csls_pairs`` (MUSE's refinement: Procrustes on mutual CSLS
 ``mutual_csls_means`` (those pairs, each side replaced by refine-1's neighbour mean), ``symmetric_smoothing``
 (both sides of every pair replaced by the mean of their 50 neighbours in their own space, self excluded).
 
+With ``--fraction F`` only a share of each training half is kept, which shows how a rule's fixed point depends on
+the number of unpaired rows (``--rules neighbour_mean --rounds 40`` in ``BENCHMARKS.md``).
+
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/align_score_study.py --pool tweets --target paraphrase-l3 --from-fit
 """
 
@@ -149,14 +152,14 @@ def main() -> None:
     unknown = set(args.rules.split(",")) - set(RULES)
     if unknown:
         parser.error(f"unknown rules {sorted(unknown)}; choose from {', '.join(RULES)}")
+    if not 0 < args.fraction <= 1:
+        parser.error(f"--fraction must be in (0, 1], got {args.fraction}")
+    if args.fraction < 1 and args.from_fit:
+        parser.error("--from-fit fits on the whole halves; run it without --fraction")
 
     pool = load_centered(args.pool, args.size, args.target)
     a, b, x, y, raw = pool.a, pool.b, pool.x, pool.y, pool.raw
-    if not 0 < args.fraction <= 1:
-        parser.error(f"--fraction must be in (0, 1], got {args.fraction}")
     if args.fraction < 1:
-        if args.from_fit:
-            parser.error("--from-fit fits on the whole halves; run it without --fraction")
         keep_rng = np.random.default_rng([args.seed, 2000])
         a = a[np.sort(keep_rng.choice(len(a), int(args.fraction * len(a)), replace=False))]
         b = b[np.sort(keep_rng.choice(len(b), int(args.fraction * len(b)), replace=False))]
