@@ -97,8 +97,8 @@ class Rules:
         if rule in ("neighbour_mean", "icp"):  # the library's own refine-1 step
             return NeighbourStep(a, b, rng, target_index=self.index_b, source_index=self.index_a, sample_size=self.sample,
                                  k=50 if rule == "neighbour_mean" else 1, bidirectional=True)(matrix)
-        sa = a[rng.choice(len(a), self.sample, replace=False)]
-        sb = b[rng.choice(len(b), self.sample, replace=False)]
+        sa = a[rng.choice(len(a), min(self.sample, len(a)), replace=False)]
+        sb = b[rng.choice(len(b), min(self.sample, len(b)), replace=False)]
         if rule == "csls_neighbour_mean":
             cand_a = a[rng.choice(len(a), min(8192, len(a)), replace=False)]
             cand_b = b[rng.choice(len(b), min(8192, len(b)), replace=False)]
@@ -144,7 +144,8 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=4096)
     parser.add_argument("--probe", type=int, default=4096)
     parser.add_argument("--fraction", type=float, default=1.0,
-                        help="keep this share of each training half (how the fixed points depend on the unpaired data)")
+                        help="keep this share of each training half (how the fixed points depend on the unpaired "
+                             "data); the rows stay centred on the full halves' means")
     parser.add_argument("--from-fit", action="store_true", help="also refine the default MiniVec2Vec fit (seed 0)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=None, help="default: results/align_score_study_<pool>_<target>.json")
@@ -163,6 +164,8 @@ def main() -> None:
         keep_rng = np.random.default_rng([args.seed, 2000])
         a = a[np.sort(keep_rng.choice(len(a), int(args.fraction * len(a)), replace=False))]
         b = b[np.sort(keep_rng.choice(len(b), int(args.fraction * len(b)), replace=False))]
+        if min(len(a), len(b)) <= 50:  # the rules average 50 neighbours
+            parser.error(f"--fraction {args.fraction} keeps {min(len(a), len(b))} rows of a half; more than 50 are needed")
     probe_rng = np.random.default_rng([args.seed, 1000])  # apart from the rules' streams
     probe_a = a[probe_rng.choice(len(a), min(args.probe, len(a)), replace=False)]
     probe_b = b[probe_rng.choice(len(b), min(args.probe, len(b)), replace=False)]
