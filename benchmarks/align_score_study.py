@@ -13,7 +13,7 @@ gets its held-out top-1 and these label-free statistics, computed on two fixed p
 * ``coverage``: share of probes of each side chosen as someone's nearest neighbour (low = hubs);
 * ``mixing``: share of cross-space rows among the 10 nearest neighbours in the union of both mapped probes.
 
-Rules: ``neighbour_mean`` (the library's bidirectional step, k=50), ``icp`` (the same with k=1: hill-climbing on
+Rules: ``neighbour_mean`` (the library's bidirectional step, k=50 or ``--k``), ``icp`` (the same with k=1: hill-climbing on
 ``nn_similarity`` itself), ``csls_neighbour_mean`` (the 50 neighbours ranked by CSLS instead of cosine, against
 8,192 candidates), ``entropic_ot`` (barycentres of an entropic transport plan with uniform marginals, ε = 0.05, both
 directions), ``mutual_csls_pairs`` (MUSE's refinement: Procrustes on mutual CSLS nearest neighbours) and
@@ -84,8 +84,8 @@ def label_free_statistics(matrix, probe_a, probe_b, index_a, index_b) -> dict[st
 class Rules:
     """One refinement step per rule, on fresh samples of both training halves."""
 
-    def __init__(self, a, b, sample: int) -> None:
-        self.a, self.b, self.sample = a, b, sample
+    def __init__(self, a, b, sample: int, k: int = 50) -> None:
+        self.a, self.b, self.sample, self.k = a, b, sample, k
         self.index_a, self.index_b = NeighbourIndex(a), NeighbourIndex(b)
 
     def _means(self, index, values, queries, k, drop_self=False):
@@ -96,7 +96,7 @@ class Rules:
         a, b = self.a, self.b
         if rule in ("neighbour_mean", "icp"):  # the library's own refine-1 step
             return NeighbourStep(a, b, rng, target_index=self.index_b, source_index=self.index_a, sample_size=self.sample,
-                                 k=50 if rule == "neighbour_mean" else 1, bidirectional=True)(matrix)
+                                 k=self.k if rule == "neighbour_mean" else 1, bidirectional=True)(matrix)
         sa = a[rng.choice(len(a), min(self.sample, len(a)), replace=False)]
         sb = b[rng.choice(len(b), min(self.sample, len(b)), replace=False)]
         if rule == "csls_neighbour_mean":
@@ -143,6 +143,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--sample", type=int, default=4096)
     parser.add_argument("--probe", type=int, default=4096)
+    parser.add_argument("--k", type=int, default=50, help="neighbours averaged by the neighbour_mean rule")
     parser.add_argument("--fraction", type=float, default=1.0,
                         help="keep this share of each training half (how the fixed points depend on the unpaired "
                              "data); the rows stay centred on the full halves' means")
@@ -155,6 +156,8 @@ def main() -> None:
         parser.error(f"unknown rules {sorted(unknown)}; choose from {', '.join(RULES)}")
     if not 0 < args.fraction <= 1:
         parser.error(f"--fraction must be in (0, 1], got {args.fraction}")
+    if args.k < 1:
+        parser.error(f"--k must be at least 1, got {args.k}")
     if args.fraction < 1 and args.from_fit:
         parser.error("--from-fit fits on the whole halves; run it without --fraction")
 
@@ -169,7 +172,7 @@ def main() -> None:
     probe_rng = np.random.default_rng([args.seed, 1000])  # apart from the rules' streams
     probe_a = a[probe_rng.choice(len(a), min(args.probe, len(a)), replace=False)]
     probe_b = b[probe_rng.choice(len(b), min(args.probe, len(b)), replace=False)]
-    rules = Rules(a, b, args.sample)
+    rules = Rules(a, b, args.sample, args.k)
 
     def record(name: str, matrix: np.ndarray) -> dict:
         row = {"map": name, "top1": retrieval_metrics(normalize_rows(x @ matrix), y, pool_size=len(x))["top1"],
@@ -203,7 +206,7 @@ def main() -> None:
     output = args.output or RESULTS / f"align_score_study_{args.pool}_{args.target}.json"
     save_json(output, {"pool": args.pool, "size": args.size, "source": SOURCE_MODEL, "target": args.target,
                        "n_source_train": len(a), "n_target_train": len(b),
-                       "rounds": args.rounds, "sample": args.sample, "probe": args.probe, "seed": args.seed,
+                       "rounds": args.rounds, "sample": args.sample, "k": args.k, "probe": args.probe, "seed": args.seed,
                        "rows": rows, "spearman_vs_top1": correlation, "rule_step_seconds": seconds})
     print(f"wrote {output}")
 
