@@ -167,8 +167,9 @@ def main() -> None:
         keep_rng = np.random.default_rng([args.seed, 2000])
         a = a[np.sort(keep_rng.choice(len(a), int(args.fraction * len(a)), replace=False))]
         b = b[np.sort(keep_rng.choice(len(b), int(args.fraction * len(b)), replace=False))]
-        if min(len(a), len(b)) <= 50:  # the rules average 50 neighbours
-            parser.error(f"--fraction {args.fraction} keeps {min(len(a), len(b))} rows of a half; more than 50 are needed")
+        needed = max(50, args.k)  # the rules average 50 (neighbour_mean: k) neighbours
+        if min(len(a), len(b)) <= needed:
+            parser.error(f"--fraction {args.fraction} keeps {min(len(a), len(b))} rows of a half; more than {needed} are needed")
     probe_rng = np.random.default_rng([args.seed, 1000])  # apart from the rules' streams
     probe_a = a[probe_rng.choice(len(a), min(args.probe, len(a)), replace=False)]
     probe_b = b[probe_rng.choice(len(b), min(args.probe, len(b)), replace=False)]
