@@ -38,6 +38,7 @@ def pool_texts(pool: str, size: int, seed: int) -> list[str]:
     random.Random(seed).shuffle(texts)
     if len(texts) < size:
         raise SystemExit(f"pool {pool!r} has only {len(texts)} texts, fewer than {size}")
+    print(f"{pool}: {len(texts)} distinct texts, the first {size} of a seed-{seed} shuffle used", flush=True)
     return texts[:size]
 
 
