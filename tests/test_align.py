@@ -387,3 +387,37 @@ def test_structural_stop_above_the_convergence_share_is_refused():
     rng = np.random.default_rng(0)
     with pytest.raises(SubspacesError, match="must not exceed converged_swap_share"):
         MiniVec2Vec(structure_stop_swap_share=0.2, converged_swap_share=0.1).fit(clustered(rng, 500), clustered(rng, 500))
+
+
+@pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
+def test_a_damaged_or_mixed_aligner_folder_is_refused(tmp_path):
+    import json
+    import os
+    import stat
+
+    from subspaces.errors import DataError
+
+    rng = np.random.default_rng(0)
+    params = QUICK | {"random_state": np.int64(5)}  # numpy scalars must not break the JSON
+    first = MiniVec2Vec(**params).fit(clustered(rng, 1500), clustered(rng, 1500))
+    first.save(tmp_path / "one")
+    assert MiniVec2Vec.load(tmp_path / "one").random_state == 5
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "one" / "state.npz").stat().st_mode) == 0o666 & ~umask
+    second = MiniVec2Vec(**QUICK | {"random_state": 1}).fit(clustered(rng, 1500), clustered(rng, 1500))
+    second.save(tmp_path / "two")
+    # A save interrupted between its two files: new state beside the old config.
+    (tmp_path / "one" / "state.npz").write_bytes((tmp_path / "two" / "state.npz").read_bytes())
+    with pytest.raises(DataError, match="does not belong"):
+        MiniVec2Vec.load(tmp_path / "one")
+    (tmp_path / "two" / "state.npz").write_bytes(b"PK truncated")
+    config = json.loads((tmp_path / "two" / "aligner.json").read_text())
+    config.pop("state_sha256")
+    (tmp_path / "two" / "aligner.json").write_text(json.dumps(config))
+    with pytest.raises(DataError, match="unreadable aligner state"):
+        MiniVec2Vec.load(tmp_path / "two")
+    config["params"]["no_such_param"] = 1
+    (tmp_path / "two" / "aligner.json").write_text(json.dumps(config))
+    with pytest.raises(DataError, match="not an aligner config"):
+        MiniVec2Vec.load(tmp_path / "two")

@@ -21,6 +21,11 @@ FAST_ARGS = [
 ]
 
 
+def flat(result) -> str:
+    """The command's output with rich's line wrapping undone."""
+    return " ".join(result.output.split())
+
+
 @pytest.fixture(scope="module")
 def spaces(tmp_path_factory):
     folder = tmp_path_factory.mktemp("spaces")
@@ -119,3 +124,82 @@ def test_fit_says_when_no_pass_converged(tmp_path):
     assert result.exit_code == 0, result.output
     assert "warning:" in result.output and "probably wrong" in result.output
     assert MiniVec2Vec.load(tmp_path / "aligner").diagnostics_["converged"] is False
+
+
+def test_apply_refuses_bad_collections_and_leaves_no_output(spaces, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    x = np.load(spaces / "x.npy")
+    (tmp_path / "empty.npy").write_bytes(b"")
+    (tmp_path / "corrupt.parquet").write_bytes(b"PAR1 not really")
+    pq.write_table(pa.table({"vec": pa.array([], pa.list_(pa.float32()))}), tmp_path / "no_rows.parquet")
+    pq.write_table(pa.table({"vec": pa.array([list(x[0]), None, list(x[2])], pa.list_(pa.float32()))}),
+                   tmp_path / "null_row.parquet")
+    pq.write_table(pa.table({"vec": pa.array([list(x[0]), list(x[1][:5])], pa.list_(pa.float32()))}),
+                   tmp_path / "ragged.parquet")
+    np.save(tmp_path / "wide.npy", np.hstack([x, x]))
+    cases = {
+        "empty.npy": "not a readable .npy", "corrupt.parquet": "not a readable parquet",
+        "no_rows.parquet": "holds no rows", "null_row.parquet": "row 1 of the embedding column is null",
+        "ragged.parquet": "row 1 of the embedding column holds 5 numbers", "wide.npy": "16 dimensions",
+    }
+    for name, message in cases.items():
+        out = tmp_path / f"out_{name}"
+        result = CliRunner().invoke(app, ["align", "apply", str(spaces / "aligner"), str(tmp_path / name), str(out)])
+        assert result.exit_code == 2, (name, result.output)
+        assert message in flat(result) and "Traceback" not in result.output, (name, result.output)
+        assert not out.exists() and not list(tmp_path.glob(f".out_{name}*")), name
+    result = CliRunner().invoke(app, ["align", "apply", str(spaces / "aligner"), str(spaces / "x.npy"),
+                                      str(tmp_path / "o.npy"), "--chunk-size", "0"])
+    assert result.exit_code == 2 and not (tmp_path / "o.npy").exists()
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".parquet"])
+def test_apply_names_a_bad_row_by_its_place_in_the_file(spaces, tmp_path, suffix):
+    import pandas as pd
+
+    x = np.load(spaces / "x.npy")
+    x[200] = np.nan
+    source = tmp_path / f"in{suffix}"
+    np.save(source, x) if suffix == ".npy" else pd.DataFrame({"vec": list(x)}).to_parquet(source)
+    result = CliRunner().invoke(app, ["align", "apply", str(spaces / "aligner"), str(source), str(tmp_path / "o.npy"),
+                                      "--chunk-size", "64"])
+    assert result.exit_code == 2 and "first: row 200" in flat(result), result.output
+
+
+def test_apply_never_writes_over_its_input_even_through_a_link(spaces, tmp_path):
+    import os
+
+    from subspaces.align.apply import apply_to_file
+    from subspaces.errors import SubspacesError
+
+    source = tmp_path / "store.npy"
+    np.save(source, np.load(spaces / "x.npy"))
+    os.link(source, tmp_path / "same.npy")
+    before = source.read_bytes()
+    aligner = MiniVec2Vec.load(spaces / "aligner")
+    for output in (source, tmp_path / "same.npy"):
+        with pytest.raises(SubspacesError, match="never modified"):
+            apply_to_file(aligner, source, output)
+    with pytest.raises(SubspacesError, match="chunk_size"):
+        apply_to_file(aligner, source, tmp_path / "o.npy", chunk_size=-5)
+    assert source.read_bytes() == before and not (tmp_path / "o.npy").exists()
+
+
+def test_fit_checks_its_arguments_before_reading_anything(spaces, tmp_path):
+    (tmp_path / "a_file").write_text("")
+    base = ["align", "fit", "--source-emb", str(spaces / "a.npy"), "--target-emb", str(spaces / "b.npy")]
+    cases = {
+        "exists and is not a folder": ["--output", str(tmp_path / "a_file")],
+        "anchor_sample (5) must be at least 4 x n_anchor_clusters": ["--output", str(tmp_path / "o"), "--anchor-sample", "5"],
+        "structure_sample (100) must be at least 4 x structure_clusters": ["--output", str(tmp_path / "o"), "--structure-sample", "100"],
+        "n_anchor_clusters must be at least 3": ["--output", str(tmp_path / "o"), "--n-anchor-clusters", "1"],
+    }
+    for message, extra in cases.items():
+        result = CliRunner().invoke(app, base + extra)
+        assert result.exit_code == 2 and message in flat(result), (message, result.output)
+        assert "fitting" not in result.output  # refused before the vectors were read
+    result = CliRunner().invoke(app, ["align", "eval", str(spaces / "aligner"), "--source-emb", str(spaces / "x.npy"),
+                                      "--target-emb", str(spaces / "y.npy"), "--pool-size", "0"])
+    assert result.exit_code == 2 and "Traceback" not in result.output

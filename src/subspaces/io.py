@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import json
 import os
@@ -14,6 +15,13 @@ from typing import IO, Any
 import numpy as np
 
 from subspaces.errors import DataError
+
+
+@functools.cache
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it; put it straight back
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -29,6 +37,8 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if tmp_path.exists():  # mkstemp makes it private (0600); give it the mode a plain open() would
+            os.chmod(tmp_path, 0o666 & ~_umask())
         os.replace(tmp_path, target)
     finally:
         if tmp_path.exists():
@@ -87,11 +97,75 @@ def read_lines(path: str | os.PathLike[str], *, skip_blank: bool = True, limit: 
     return out
 
 
+def _parquet_column(path: Path):
+    """The open ``pyarrow.parquet.ParquetFile`` of ``path`` and the name of its one embedding column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise DataError(f"not a readable parquet file: {exc}", path=path) from exc
+    schema = parquet.schema_arrow
+    if len(schema) != 1:
+        raise DataError(f"expected one embedding column, found {schema.names}", path=path)
+    kind = schema.field(0).type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)):
+        raise DataError(f"column {schema.names[0]!r} holds {kind}, not lists of numbers", path=path)
+    return parquet, schema.names[0]
+
+
+def _list_batch_to_array(column, path: Path, first_row: int, dim: int | None) -> np.ndarray:
+    """A parquet list column (one batch) as a 2-D float32 array; every row must hold ``dim`` numbers."""
+    import pyarrow as pa
+
+    if column.null_count:
+        row = first_row + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+        raise DataError(f"row {row} of the embedding column is null", path=path)
+    if pa.types.is_fixed_size_list(column.type):
+        lengths = np.full(len(column), column.type.list_size)
+    else:
+        lengths = np.diff(column.offsets.to_numpy())
+    dim = int(lengths[0]) if dim is None and len(lengths) else dim
+    if len(lengths) and (lengths != dim).any():
+        row = first_row + int(np.flatnonzero(lengths != dim)[0])
+        raise DataError(f"row {row} of the embedding column holds {lengths[row - first_row]} numbers, "
+                        f"the rows before it {dim}", path=path)
+    try:
+        values = column.flatten().to_numpy(zero_copy_only=False).astype(np.float32)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise DataError(f"embedding values are not numbers: {exc}", path=path) from exc
+    return values.reshape(len(column), dim or 0)
+
+
+def iter_parquet_embeddings(path: str | os.PathLike[str], chunk_size: int) -> tuple[int, str, Iterator[np.ndarray]]:
+    """Row count, column name and chunks (2-D float32) of a one-column parquet file, read batch by batch."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataError("file not found", path=p)
+    parquet, column = _parquet_column(p)
+
+    def chunks() -> Iterator[np.ndarray]:
+        import pyarrow as pa
+
+        done, dim = 0, None
+        try:
+            for batch in parquet.iter_batches(batch_size=chunk_size):
+                arr = _list_batch_to_array(batch.column(0), p, done, dim)
+                dim = arr.shape[1]
+                done += len(arr)
+                yield arr
+        except pa.ArrowException as exc:
+            raise DataError(f"unreadable parquet data: {exc}", path=p) from exc
+
+    return parquet.metadata.num_rows, column, chunks()
+
+
 def read_embedding_file(path: str | os.PathLike[str], *, mmap: bool = False) -> tuple[np.ndarray, str | None]:
     """A 2-D array from ``.npy`` (memory-mapped if ``mmap``) or ``.parquet`` with one list column.
 
     Returns the array and, for parquet, the embedding column's name (so a writer can keep it). No value checks:
-    see :func:`load_embeddings`.
+    see :func:`load_embeddings`. Parquet is read whole; :func:`iter_parquet_embeddings` streams it.
     """
     from subspaces.errors import DimensionError
 
@@ -100,21 +174,16 @@ def read_embedding_file(path: str | os.PathLike[str], *, mmap: bool = False) -> 
         raise DataError("file not found", path=p)
     column = None
     if p.suffix == ".parquet":
-        import pandas as pd
-
-        frame = pd.read_parquet(p)
-        if frame.shape[1] != 1:
-            raise DataError(f"expected one embedding column, found {list(frame.columns)}", path=p)
-        try:
-            arr = np.stack(frame.iloc[:, 0].to_numpy()).astype(np.float32)
-        except ValueError as exc:
-            raise DataError(f"rows of the embedding column differ in length: {exc}", path=p) from exc
-        column = str(frame.columns[0])
+        n, column, chunks = iter_parquet_embeddings(p, 65_536)
+        parts = list(chunks)
+        if n == 0 or not parts:
+            raise DataError("holds no rows", path=p)
+        arr = np.concatenate(parts)  # the reader checked that every row has the first row's length
     elif p.suffix == ".npy":
         try:
             arr = np.load(p, mmap_mode="r" if mmap else None, allow_pickle=False)
-        except ValueError as exc:
-            raise DataError(f"not a .npy array: {exc}", path=p) from exc
+        except (ValueError, EOFError, OSError) as exc:  # EOFError: an empty or truncated file
+            raise DataError(f"not a readable .npy array: {exc or 'empty file'}", path=p) from exc
     else:
         raise DataError("expected a .npy or .parquet file", path=p)
     if arr.ndim != 2:
@@ -130,6 +199,6 @@ def load_embeddings(path: str | os.PathLike[str], *, allow_nan: bool = False) ->
     if arr.shape[0] == 0:
         raise DataError("holds no rows", path=path)
     if not allow_nan and not np.isfinite(arr).all():
-        bad = int((~np.isfinite(arr)).any(axis=1).sum())
-        raise DimensionError(f"{path}: {bad} row(s) hold NaN or inf")
+        bad = np.flatnonzero(~np.isfinite(arr).all(axis=1))
+        raise DimensionError(f"{path}: {len(bad)} row(s) hold NaN or inf (first: row {bad[0]})")
     return arr

@@ -22,11 +22,14 @@ and QAP solver still differ; see docs/align.md).
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import logging
 import os
 import time
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +49,7 @@ from subspaces.align.refine import (
 )
 from subspaces.align.relative import initial_map
 from subspaces.errors import ConvergenceWarning, DataError, DimensionError, SubspacesError
-from subspaces.io import atomic_path, save_json
+from subspaces.io import atomic_open
 
 logger = logging.getLogger(__name__)
 
@@ -203,20 +206,34 @@ class MiniVec2Vec:
             setattr(self, key, value)
         return self
 
-    def _check_params(self, n_source: int, n_target: int) -> None:
+    def check_params(self) -> None:
+        """Raise :class:`SubspacesError` on a bad parameter; ``fit`` calls it, callers may call it before any I/O."""
         if self.qap_method not in ("faq", "2opt"):
             raise SubspacesError(f"qap_method must be 'faq' or '2opt', got {self.qap_method!r}")
         if self.anchor_kernel not in ("cosine", "gram"):
             raise SubspacesError(f"anchor_kernel must be 'cosine' or 'gram', got {self.anchor_kernel!r}")
-        for name in ("n_anchor_runs", "n_anchor_clusters", "kmeans_iter", "qap_restarts", "n_restarts",
+        for name in ("n_anchor_runs", "kmeans_iter", "qap_restarts", "n_restarts",
                      "relative_k", "refine_k", "refine_sample", "n_pseudo_pairs", "probe_size", "anchor_sample",
                      "ann_probe", "kmeans_redo", "refine_score_every", "structure_clusters", "structure_runs",
                      "structure_sample", "structure_patience"):
             if int(getattr(self, name)) < 1:
                 raise SubspacesError(f"{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("structure_iter", "structure_steps", "refine_iter", "refine_patience", "centroid_clusters",
+                     "ann_lists"):
+            if int(getattr(self, name)) < 0:
+                raise SubspacesError(f"{name} must be at least 0, got {getattr(self, name)}")
+        if int(self.n_anchor_clusters) < 3:  # two clusters have one similarity: nothing for a QAP to match
+            raise SubspacesError(f"n_anchor_clusters must be at least 3, got {self.n_anchor_clusters}")
+        # k-means needs several points per cluster or its centroids are single points (or faiss refuses).
+        for sample, clusters in (("anchor_sample", "n_anchor_clusters"), ("structure_sample", "structure_clusters")):
+            if int(getattr(self, sample)) < 4 * int(getattr(self, clusters)):
+                raise SubspacesError(f"{sample} ({getattr(self, sample)}) must be at least 4 x {clusters} "
+                                     f"({getattr(self, clusters)})")
         for name in ("refine_alpha", "centroid_alpha", "anchor_keep"):
             if not 0 < float(getattr(self, name)) <= 1:
                 raise SubspacesError(f"{name} must be in (0, 1], got {getattr(self, name)}")
+        if float(self.refine_tol) < 0:
+            raise SubspacesError(f"refine_tol must be at least 0, got {self.refine_tol}")
         for name in ("converged_swap_share", "structure_stop_swap_share"):
             value = getattr(self, name)
             if value is not None and not 0 <= float(value) <= 1:
@@ -227,7 +244,8 @@ class MiniVec2Vec:
             raise SubspacesError(
                 f"structure_stop_swap_share ({stop}) must not exceed converged_swap_share ({converged})"
             )
-        # k-means needs several points per cluster or its centroids are single points (or faiss refuses).
+
+    def _check_rows(self, n_source: int, n_target: int) -> None:
         need = max(4 * self.n_anchor_clusters, self.relative_k, self.refine_k)
         for what, n in (("source", n_source), ("target", n_target)):
             if n < need:
@@ -239,9 +257,10 @@ class MiniVec2Vec:
     def fit(self, source: np.ndarray, target: np.ndarray) -> MiniVec2Vec:
         """Learn the map from unpaired ``source`` (n_a x d_a) and ``target`` (n_b x d_b) vectors."""
         start = time.perf_counter()
+        self.check_params()
         source = check_embeddings(source, "source embeddings")
         target = check_embeddings(target, "target embeddings")
-        self._check_params(len(source), len(target))
+        self._check_rows(len(source), len(target))
         rng = np.random.default_rng(self.random_state)
 
         self.source_mean_ = source.mean(axis=0)
@@ -268,8 +287,10 @@ class MiniVec2Vec:
             if self._converged(restarts[-1]) is True:
                 break  # a converged pass is trusted; restarts are for passes whose structure still disagrees
         # Refined maps are compared, not initial ones: a wrong start can look as good as a right one before
-        # refinement, but only a right one reaches a high neighbour similarity after it.
-        chosen = int(np.argmax([r["nn_similarity"]["final"] for r in restarts]))
+        # refinement, but only a right one reaches a high neighbour similarity after it. A converged pass (the
+        # stronger, structural evidence) is preferred to any unconverged one.
+        chosen = max(range(len(restarts)),
+                     key=lambda i: (self._converged(restarts[i]) is True, restarts[i]["nn_similarity"]["final"]))
         self.matrix_ = restarts[chosen].pop("matrix").astype(np.float32)
         for r in restarts:
             r.pop("matrix", None)
@@ -436,25 +457,34 @@ class MiniVec2Vec:
 
     # -- persistence -------------------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write ``aligner.json`` (parameters, diagnostics) and ``state.npz`` (map, means) into folder ``path``."""
+        """Write ``state.npz`` (map, means) and ``aligner.json`` (parameters, diagnostics) into folder ``path``.
+
+        Each file is replaced atomically, the state first; the config records the state's SHA-256, so a save
+        interrupted between the two leaves a folder that ``load`` refuses instead of mixing old and new.
+        """
         self._check_fitted()
         folder = Path(path)
+        if folder.exists() and not folder.is_dir():
+            raise DataError("exists and is not a folder", path=folder)
         folder.mkdir(parents=True, exist_ok=True)
-        with atomic_path(folder / STATE_FILE) as tmp:
-            with open(tmp, "wb") as handle:
-                np.savez(
-                    handle, matrix=self.matrix_, source_mean=self.source_mean_, target_mean=self.target_mean_,
-                    target_scale=np.float32(self.target_scale_),
-                )
-        save_json(folder / CONFIG_FILE, {
+        buffer = io.BytesIO()
+        np.savez(buffer, matrix=self.matrix_, source_mean=self.source_mean_, target_mean=self.target_mean_,
+                 target_scale=np.float32(self.target_scale_))
+        state = buffer.getvalue()
+        config = json.dumps({  # serialised before anything is written: a failure here touches no file
             "format_version": FORMAT_VERSION,
             "class": "MiniVec2Vec",
-            "params": self.get_params(),
+            "params": _plain(self.get_params()),
             "n_features_in": self.n_features_in_,
             "n_features_out": self.n_features_out_,
+            "state_sha256": hashlib.sha256(state).hexdigest(),
             "fit_seconds": self.fit_seconds_,
-            "diagnostics": self.diagnostics_,
-        })
+            "diagnostics": _plain(self.diagnostics_),
+        }, indent=2)
+        with atomic_open(folder / STATE_FILE, "wb") as handle:
+            handle.write(state)
+        with atomic_open(folder / CONFIG_FILE, "w", encoding="utf-8") as handle:
+            handle.write(config + "\n")
         return folder
 
     @classmethod
@@ -468,22 +498,44 @@ class MiniVec2Vec:
             config = json.loads(config_path.read_text(encoding="utf-8"))
         except ValueError as exc:
             raise DataError(f"not valid JSON: {exc}", path=config_path) from exc
-        if config.get("format_version") != FORMAT_VERSION:
-            raise DataError(f"unsupported format_version {config.get('format_version')!r}", path=config_path)
-        aligner = cls(**config["params"])
+        version = config.get("format_version") if isinstance(config, dict) else None
+        if version != FORMAT_VERSION:
+            raise DataError(f"unsupported format_version {version!r}", path=config_path)
+        state_bytes = state_path.read_bytes()
+        expected = config.get("state_sha256")
+        if expected is not None and hashlib.sha256(state_bytes).hexdigest() != expected:
+            raise DataError(f"does not belong to {CONFIG_FILE} beside it (an interrupted save?); refit", path=state_path)
         try:
-            with np.load(state_path, allow_pickle=False) as state:
+            aligner = cls(**config["params"])
+            aligner.n_features_in_ = int(config["n_features_in"])
+            aligner.n_features_out_ = int(config["n_features_out"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"not an aligner config ({type(exc).__name__}: {exc})", path=config_path) from exc
+        try:
+            with np.load(io.BytesIO(state_bytes), allow_pickle=False) as state:
                 aligner.matrix_ = state["matrix"]
                 aligner.source_mean_ = state["source_mean"]
                 aligner.target_mean_ = state["target_mean"]
                 aligner.target_scale_ = float(state["target_scale"])
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
             raise DataError(f"unreadable aligner state: {exc}", path=state_path) from exc
-        aligner.n_features_in_ = int(config["n_features_in"])
-        aligner.n_features_out_ = int(config["n_features_out"])
-        if aligner.matrix_.shape != (aligner.n_features_in_, aligner.n_features_out_):
-            raise DimensionError(f"{state_path}: map has shape {aligner.matrix_.shape}, config says "
-                                 f"{aligner.n_features_in_} x {aligner.n_features_out_}")
+        shapes = {"matrix": aligner.matrix_.shape, "source_mean": aligner.source_mean_.shape,
+                  "target_mean": aligner.target_mean_.shape}
+        if shapes != {"matrix": (aligner.n_features_in_, aligner.n_features_out_),
+                      "source_mean": (aligner.n_features_in_,), "target_mean": (aligner.n_features_out_,)}:
+            raise DimensionError(f"{state_path}: shapes {shapes} do not fit the config's "
+                                 f"{aligner.n_features_in_} -> {aligner.n_features_out_} dimensions")
         aligner.fit_seconds_ = config.get("fit_seconds")
         aligner.diagnostics_ = config.get("diagnostics", {})
         return aligner
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with numpy scalars and arrays turned into Python ones, so ``json`` takes it."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    return value

@@ -1,18 +1,65 @@
 """Map a stored vector collection (.npy or .parquet) into the target space, chunk by chunk, atomically.
 
-``.npy`` input is memory-mapped and the output written through a memory-mapped ``.npy`` in a temporary file, so
-collections larger than memory work; the temporary file replaces the output only once every chunk is done.
+Input is read a chunk at a time (``.npy`` memory-mapped, ``.parquet`` batch by batch) and output written the same
+way (a memory-mapped ``.npy`` or a streaming parquet writer) into a temporary file that replaces the output only
+once every chunk is done, so collections larger than memory work and an interrupted run leaves nothing behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 
-from subspaces.errors import DataError, DimensionError
-from subspaces.io import atomic_path, read_embedding_file
+from subspaces.align.preprocess import check_embeddings
+from subspaces.errors import DataError, SubspacesError
+from subspaces.io import atomic_path, iter_parquet_embeddings, read_embedding_file
+
+
+def _chunks(path: Path, chunk_size: int) -> tuple[int, str | None, Iterator[np.ndarray]]:
+    if path.suffix == ".parquet":
+        return iter_parquet_embeddings(path, chunk_size)
+    source, _ = read_embedding_file(path, mmap=True)
+    return len(source), None, (np.asarray(source[i : i + chunk_size]) for i in range(0, len(source), chunk_size))
+
+
+@contextlib.contextmanager
+def _writer(tmp: Path, suffix: str, n: int, dim: int, column: str | None) -> Iterator[Callable[[int, np.ndarray], None]]:
+    """``write(start, rows)`` into a memory-mapped ``.npy`` of ``n x dim``, or appended to a parquet file."""
+    if suffix == ".npy":
+        sink = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, dim))
+
+        def write(start: int, rows: np.ndarray) -> None:
+            sink[start : start + len(rows)] = rows
+
+        try:
+            yield write
+        finally:
+            sink.flush()
+            del sink
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    name = column or "embedding"  # a parquet input's column name is kept
+    parquet = pq.ParquetWriter(tmp, pa.schema([(name, pa.list_(pa.float32()))]))
+
+    def append(start: int, rows: np.ndarray) -> None:
+        offsets = pa.array(np.arange(0, (len(rows) + 1) * dim, dim, dtype=np.int32))
+        values = pa.ListArray.from_arrays(offsets, pa.array(rows.ravel(), type=pa.float32()))
+        parquet.write_table(pa.table({name: values}))
+
+    try:
+        yield append
+    finally:
+        parquet.close()
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
 
 
 def apply_to_file(
@@ -26,34 +73,29 @@ def apply_to_file(
 ) -> int:
     """Write ``aligner.transform`` of every row of ``input_path`` to ``output_path``; returns the row count.
 
-    Bad rows (NaN, zero vectors) raise a :class:`DimensionError` naming their global row number.
+    The input is never modified (``output_path`` must be another file). Bad rows (NaN, zero vectors, wrong
+    width) raise a :class:`DimensionError` naming their row number in the file.
     """
     from tqdm.auto import tqdm
 
-    source, column = read_embedding_file(input_path, mmap=True)
-    if source.shape[1] != aligner.n_features_in_:
-        raise DimensionError(f"{input_path}: has {source.shape[1]} dimensions, the aligner maps {aligner.n_features_in_}")
-    n = source.shape[0]
-    out_path = Path(output_path)
+    in_path, out_path = Path(input_path), Path(output_path)
+    if int(chunk_size) < 1:
+        raise SubspacesError(f"chunk_size must be at least 1, got {chunk_size}")
     if out_path.suffix not in (".npy", ".parquet"):
         raise DataError("output must end in .npy or .parquet", path=out_path)
-    mapped_all = None if out_path.suffix == ".npy" else np.empty((n, aligner.n_features_out_), np.float32)
-    with atomic_path(out_path) as tmp:
-        if mapped_all is None:
-            sink = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, aligner.n_features_out_))
-        else:
-            sink = mapped_all
-        for start in tqdm(range(0, n, chunk_size), desc="mapping", unit="chunk", disable=not progress):
-            chunk = np.asarray(source[start : start + chunk_size])
-            try:
-                sink[start : start + len(chunk)] = aligner.transform(chunk, centered=centered)
-            except DimensionError as exc:
-                raise DimensionError(f"{input_path}, rows {start}..{start + len(chunk) - 1}: {exc}") from exc
-        if mapped_all is None:
-            sink.flush()
-            del sink
-        else:
-            import pandas as pd
-
-            pd.DataFrame({column or "embedding": list(mapped_all)}).to_parquet(tmp)
+    if _same_file(in_path, out_path):
+        raise SubspacesError(f"output must differ from input ({in_path}): the original collection is never modified")
+    aligner._check_fitted()
+    n, column, chunks = _chunks(in_path, chunk_size)
+    if n == 0:
+        raise DataError("holds no rows", path=in_path)
+    with atomic_path(out_path) as tmp, _writer(tmp, out_path.suffix, n, aligner.n_features_out_, column) as write, \
+            tqdm(total=n, desc="mapping", unit="row", disable=not progress) as bar:
+        start = 0
+        for chunk in chunks:
+            # Checked here, not only in transform, so an error names the row in the file, not in the chunk.
+            chunk = check_embeddings(chunk, str(in_path), dim=aligner.n_features_in_, row_offset=start)
+            write(start, aligner.transform(chunk, centered=centered))
+            start += len(chunk)
+            bar.update(len(chunk))
     return n

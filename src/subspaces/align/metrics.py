@@ -13,7 +13,7 @@ import numpy as np
 
 from subspaces.align.preprocess import normalize_rows
 from subspaces.align.procrustes import procrustes
-from subspaces.errors import DimensionError
+from subspaces.errors import DimensionError, SubspacesError
 
 POOL_SIZE = 8192  # candidates per retrieval pool, as in the paper
 
@@ -26,6 +26,8 @@ def retrieval_metrics(mapped: np.ndarray, target: np.ndarray, *, pool_size: int 
     """
     if mapped.shape != target.shape:
         raise DimensionError(f"mapped {mapped.shape} and target {target.shape} rows must pair up")
+    if int(pool_size) < 1:
+        raise SubspacesError(f"pool_size must be at least 1, got {pool_size}")
     mapped, target = normalize_rows(mapped), normalize_rows(target)
     ranks = np.empty(len(mapped), dtype=np.int64)
     for start in range(0, len(mapped), pool_size):
@@ -66,8 +68,10 @@ def evaluate_alignment(aligner, source: np.ndarray, target: np.ndarray, *, pool_
         raise DimensionError(f"paired evaluation needs equal row counts, got {len(source)} and {len(target)}")
     a = aligner.preprocess_source(source)
     b = aligner.preprocess_target(target)
+    # Pools are consecutive rows; the last one holds the remainder (shuffle paired rows beforehand if ordered).
     report = {"n_eval": len(a), "pool_size": min(pool_size, len(a))}
     report |= retrieval_metrics(normalize_rows(a @ aligner.matrix_), b, pool_size=pool_size)
+    report["n_pools"] = -(-len(a) // pool_size)
     report["identity"] = retrieval_metrics(a, b, pool_size=pool_size) if a.shape[1] == b.shape[1] else None
     report["oracle"] = retrieval_metrics(normalize_rows(a @ oracle_procrustes(a, b)), b, pool_size=pool_size)
     report["oracle_cross_fitted"] = retrieval_metrics(cross_fitted_oracle(a, b), b, pool_size=pool_size)

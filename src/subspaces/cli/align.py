@@ -33,17 +33,22 @@ def _embed(model: str, texts_path: Path):
     return encode(load_encoder(model), texts, show_progress=True)
 
 
-def _side(name: str, emb: Optional[Path], model: Optional[str], texts: Optional[Path]):
+def _check_side(name: str, emb: Optional[Path], model: Optional[str], texts: Optional[Path]) -> None:
     from subspaces.errors import SubspacesError
+
+    if emb is not None and (model is not None or texts is not None):
+        raise SubspacesError(f"give either --{name}-emb or --{name} with --{name}-texts, not both")
+    if emb is None and (model is None or texts is None):
+        raise SubspacesError(f"give --{name}-emb FILE, or --{name} MODEL with --{name}-texts FILE")
+    for path in (emb, texts):
+        if path is not None and not path.is_file():
+            raise SubspacesError(f"{path}: file not found")
+
+
+def _load_side(emb: Optional[Path], model: Optional[str], texts: Optional[Path]):
     from subspaces.io import load_embeddings
 
-    if emb is not None:
-        if model is not None or texts is not None:
-            raise SubspacesError(f"give either --{name}-emb or --{name} with --{name}-texts, not both")
-        return load_embeddings(emb)
-    if model is None or texts is None:
-        raise SubspacesError(f"give --{name}-emb FILE, or --{name} MODEL with --{name}-texts FILE")
-    return _embed(model, texts)
+    return load_embeddings(emb) if emb is not None else _embed(model, texts)
 
 
 @align_app.command("fit")
@@ -95,39 +100,53 @@ def fit_cmd(
 ) -> None:
     """Learn a linear map from the source space into the target space from UNPAIRED vectors (row counts may differ)."""
     from subspaces.align import MiniVec2Vec
+    from subspaces.errors import SubspacesError
 
-    a = _side("source", source_emb, source, source_texts)
-    b = _side("target", target_emb, target, target_texts)
+    # Everything is checked before any file is read or text embedded: a typo must not cost an embedding run.
+    if output.exists() and not output.is_dir():
+        raise SubspacesError(f"--output {output} exists and is not a folder")
+    _check_side("source", source_emb, source, source_texts)
+    _check_side("target", target_emb, target, target_texts)
+    aligner = MiniVec2Vec(
+        n_anchor_runs=n_anchor_runs, n_anchor_clusters=n_anchor_clusters, anchor_sample=anchor_sample,
+        kmeans_iter=kmeans_iter, kmeans_redo=kmeans_redo, qap_method=qap_method.value,
+        anchor_kernel=anchor_kernel.value, qap_restarts=qap_restarts, anchor_keep=anchor_keep,
+        n_restarts=n_restarts, converged_swap_share=None if converged_swap_share < 0 else converged_swap_share,
+        n_pseudo_pairs=n_pseudo_pairs, relative_k=relative_k,
+        structure_iter=structure_iter, structure_clusters=structure_clusters, structure_runs=structure_runs,
+        structure_sample=structure_sample, structure_steps=structure_steps, structure_patience=structure_patience,
+        structure_stop_swap_share=None if structure_stop_swap_share < 0 else structure_stop_swap_share,
+        refine_iter=refine_iter, refine_sample=refine_sample, refine_k=refine_k, refine_alpha=refine_alpha,
+        refine_bidirectional=refine_bidirectional, refine_patience=refine_patience,
+        refine_score_every=refine_score_every, refine_average=refine_average, refine_tol=refine_tol,
+        centroid_clusters=centroid_clusters, centroid_alpha=centroid_alpha, orthogonalize=orthogonalize,
+        ann_lists=ann_lists, ann_probe=ann_probe, probe_size=probe_size, random_state=seed, verbose=True,
+    )
+    aligner.check_params()
+    a = _load_side(source_emb, source, source_texts)
+    b = _load_side(target_emb, target, target_texts)
     console.print(f"fitting mini-vec2vec: source {a.shape[0]} x {a.shape[1]}, target {b.shape[0]} x {b.shape[1]}")
     with warnings.catch_warnings(record=True) as caught:  # shown after the diagnostics they refer to
         warnings.simplefilter("always", ConvergenceWarning)
-        aligner = MiniVec2Vec(
-            n_anchor_runs=n_anchor_runs, n_anchor_clusters=n_anchor_clusters, anchor_sample=anchor_sample,
-            kmeans_iter=kmeans_iter, kmeans_redo=kmeans_redo, qap_method=qap_method.value,
-            anchor_kernel=anchor_kernel.value, qap_restarts=qap_restarts, anchor_keep=anchor_keep,
-            n_restarts=n_restarts, converged_swap_share=None if converged_swap_share < 0 else converged_swap_share,
-            n_pseudo_pairs=n_pseudo_pairs, relative_k=relative_k,
-            structure_iter=structure_iter, structure_clusters=structure_clusters, structure_runs=structure_runs,
-            structure_sample=structure_sample, structure_steps=structure_steps, structure_patience=structure_patience,
-            structure_stop_swap_share=None if structure_stop_swap_share < 0 else structure_stop_swap_share,
-            refine_iter=refine_iter, refine_sample=refine_sample, refine_k=refine_k, refine_alpha=refine_alpha,
-            refine_bidirectional=refine_bidirectional, refine_patience=refine_patience,
-            refine_score_every=refine_score_every, refine_average=refine_average, refine_tol=refine_tol,
-            centroid_clusters=centroid_clusters, centroid_alpha=centroid_alpha, orthogonalize=orthogonalize,
-            ann_lists=ann_lists, ann_probe=ann_probe, probe_size=probe_size, random_state=seed, verbose=True,
-        ).fit(a, b)
+        aligner.fit(a, b)
+    aligner.verbose = False  # progress bars were for this run; a loaded aligner stays quiet unless asked
     aligner.save(output)
     d = aligner.diagnostics_
-    rows = [
-        [f"restart {i}{' (chosen)' if i == d['chosen_restart'] else ''}", r["qap_agreement"],
-         r["nn_similarity"]["initial"], r["nn_similarity"]["structure"], r["nn_similarity"]["refine1"],
-         r["nn_similarity"]["final"], r["structure_swapped"][-1] if r["structure_swapped"] else float("nan"),
-         r["refine1_iterations"], r["anchor_consistency_final"]]
-        for i, r in enumerate(d["restarts"])
-    ]
-    columns = ["", "QAP agreement", "nn-sim initial", "nn-sim structure", "nn-sim refine-1", "nn-sim final",
-               "last share swapped", "refine-1 iters", "anchor consistency"]
-    out.print(table("label-free diagnostics", columns, [[c if not isinstance(c, float) else f"{c:.4f}" for c in r] for r in rows]))
+    stats = {  # one row per statistic, one column per restart: stays readable however many restarts ran
+        "QAP agreement": lambda r: r["qap_agreement"],
+        "nn-sim initial": lambda r: r["nn_similarity"]["initial"],
+        "nn-sim structure": lambda r: r["nn_similarity"]["structure"],
+        "nn-sim refine-1": lambda r: r["nn_similarity"]["refine1"],
+        "nn-sim final": lambda r: r["nn_similarity"]["final"],
+        "last share swapped": lambda r: r["structure_swapped"][-1] if r["structure_swapped"] else float("nan"),
+        "refine-1 iterations": lambda r: r["refine1_iterations"],
+        "anchor consistency": lambda r: r["anchor_consistency_final"],
+    }
+    columns = ["statistic"] + [f"restart {i}{' (kept)' if i == d['chosen_restart'] else ''}"
+                               for i in range(len(d["restarts"]))]
+    rows = [[name] + [f"{v:.4f}" if isinstance(v := get(r), float) else str(v) for r in d["restarts"]]
+            for name, get in stats.items()]
+    out.print(table("label-free diagnostics", columns, rows))
     out.print(f"orthogonality gap {d['orthogonality_gap']:.2e}")
     for warning in caught:
         if issubclass(warning.category, ConvergenceWarning):
@@ -144,16 +163,12 @@ def apply_cmd(
     input: Annotated[Path, typer.Argument(help="Source-model vectors, .npy or .parquet (one embedding column).")],
     output: Annotated[Path, typer.Argument(help="Where to write the mapped vectors (.npy or .parquet).")],
     centered: Annotated[bool, typer.Option("--centered/--target-space", help="Unit vectors in the centred target space, or (default) in the target model's own coordinates.")] = False,
-    chunk_size: Annotated[int, typer.Option(help="Rows mapped per chunk.")] = 65_536,
+    chunk_size: Annotated[int, typer.Option(min=1, help="Rows mapped per chunk.")] = 65_536,
 ) -> None:
     """Map a stored collection into the target space, in chunks; the output is written atomically, the input untouched."""
     from subspaces.align import MiniVec2Vec
     from subspaces.align.apply import apply_to_file
 
-    if output.resolve() == input.resolve():
-        from subspaces.errors import SubspacesError
-
-        raise SubspacesError("output must differ from input: the original collection is never modified")
     aligner = MiniVec2Vec.load(aligner_dir)
     n = apply_to_file(aligner, input, output, centered=centered, chunk_size=chunk_size, progress=True)
     console.print(f"mapped {n} vectors {aligner.n_features_in_}-d -> {aligner.n_features_out_}-d into {output}")
@@ -166,7 +181,7 @@ def eval_cmd(
     source_emb: Annotated[Path, typer.Option(help="Held-out source vectors; row i pairs with target row i.")],
     target_emb: Annotated[Path, typer.Option(help="Held-out target vectors of the same texts.")],
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report here (atomically).")] = None,
-    pool_size: Annotated[int, typer.Option(help="Candidates per retrieval pool.")] = 8192,
+    pool_size: Annotated[int, typer.Option(min=1, help="Candidates per retrieval pool (consecutive rows; the last pool holds the rest).")] = 8192,
     source_name: Annotated[Optional[str], typer.Option(help="Name of the source model in the report.")] = None,
     target_name: Annotated[Optional[str], typer.Option(help="Name of the target model in the report.")] = None,
 ) -> None:

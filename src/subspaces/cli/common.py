@@ -40,7 +40,7 @@ def user_errors(func: F) -> F:
         except SubspacesError as exc:
             console.print(f"[bold red]error:[/] {exc}", highlight=False)
             sys.exit(2)
-        except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        except (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
             console.print(f"[bold red]error:[/] {exc}", highlight=False)
             sys.exit(2)
         except KeyboardInterrupt:
