@@ -75,3 +75,10 @@ def test_empty_corpus_and_too_large_batch(tiny_model_dir, tmp_path):
     result = runner.invoke(app, ["train", "simcse", "--model", str(tiny_model_dir), "--data", str(tmp_path / "few.txt"),
                                  "--output", str(tmp_path / "o"), "--no-eval"])
     assert result.exit_code == 2 and "larger than the data" in result.output
+
+
+def test_unsup_training_refuses_a_csv_before_loading_the_model(tmp_path):
+    (tmp_path / "nli.csv").write_text("sent0,sent1\na,b\n", encoding="utf-8")
+    result = runner.invoke(app, ["train", "simcse", "--model", "no-such-model", "--data", str(tmp_path / "nli.csv"),
+                                 "--output", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "is a CSV" in " ".join(result.output.split()), result.output

@@ -81,6 +81,22 @@ def test_triplets_good_and_broken(tmp_path):
         read_triplets(tmp_path / "hdr.csv")
 
 
+def test_triplets_from_gzip_and_undecodable_files(tmp_path):
+    from subspaces.data.nli import is_csv, training_rows
+
+    with gzip.open(tmp_path / "nli.csv.gz", "wt", encoding="utf-8", newline="") as fh:
+        fh.write('sent0,sent1,hard_neg\n"A man,\ntall.",A man.,A woman.\nx,y,z\n')
+    assert is_csv(tmp_path / "nli.csv.gz") and not is_csv(tmp_path / "nli.txt.gz")
+    assert training_rows(tmp_path / "nli.csv.gz") == [("A man,\ntall.", "A man.", "A woman."), ("x", "y", "z")]
+    assert training_rows(tmp_path / "nli.csv.gz", limit=1) == [("A man,\ntall.", "A man.", "A woman.")]
+    (tmp_path / "latin1.csv").write_bytes("sent0,sent1\ncaf\xe9,b\n".encode("latin-1"))
+    with pytest.raises(DataError, match="not UTF-8"):
+        read_triplets(tmp_path / "latin1.csv")
+    (tmp_path / "cut.csv.gz").write_bytes(gzip.compress(b"sent0,sent1\na,b\n" * 50)[:40])
+    with pytest.raises(DataError, match="cannot read as CSV"):
+        read_triplets(tmp_path / "cut.csv.gz")
+
+
 def test_corpus_txt_gz_and_errors(tmp_path):
     with gzip.open(tmp_path / "c.txt.gz", "wt", encoding="utf-8") as fh:
         fh.write("one\n\n two \none\n")

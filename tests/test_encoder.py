@@ -78,3 +78,21 @@ def test_minilm_reproduces_sentence_transformers_sts_table():
                 "STSBenchmark": 82.03, "SICKRelatedness": 77.15, "avg": 78.87}
     for task, value in expected.items():
         assert scores[task] == pytest.approx(value, abs=0.01), task
+
+
+def test_a_folder_that_ships_code_is_not_trusted(tiny_model_dir, tmp_path):
+    """Our own pooling module needs trust_remote_code; a folder's own Python must never ride along with it."""
+    import json
+
+    from subspaces.errors import ModelNotFoundError
+
+    load_encoder(str(tiny_model_dir), pooler="avg_top2").save(str(tmp_path / "ours"))
+    assert load_encoder(str(tmp_path / "ours")).encode(["a cat"]).shape[0] == 1  # our module: trusted, loads
+    for name, plant in (("py", lambda f: (f / "modeling_evil.py").write_text("raise SystemExit('ran')\n")),
+                        ("auto_map", lambda f: (f / "config.json").write_text(json.dumps(
+                            json.loads((f / "config.json").read_text()) | {"auto_map": {"AutoModel": "x.Y"}})))):
+        folder = tmp_path / name
+        load_encoder(str(tiny_model_dir), pooler="avg_top2").save(str(folder))
+        plant(folder)
+        with pytest.raises(ModelNotFoundError, match="ships its own code"):
+            load_encoder(str(folder))

@@ -321,6 +321,8 @@ def test_cli_reports_bad_input_without_traceback(tmp_path):
     assert "test.txt, line 1" in text and "Traceback" not in text
     result = CliRunner().invoke(app, ["kgc", "train", "--output", str(tmp_path / "o"), "--dataset", str(data), "--rank", "zero"])
     assert result.exit_code == 2 and "--rank" in result.output
+    result = CliRunner().invoke(app, ["kgc", "eval", str(tmp_path / "no-such-run")])
+    assert result.exit_code == 2 and "neither a bundled model" in " ".join(result.output.split()), result.output
 
 
 def test_grouped_conditioning_equals_per_row_head():

@@ -95,3 +95,16 @@ def test_train_config_defaults_follow_paper():
     assert DEFAULTS["unsup"]["batch_size"] == 64 and DEFAULTS["unsup"]["lr"] == 3e-5
     assert DEFAULTS["sup"]["batch_size"] == 512 and DEFAULTS["sup"]["lr"] == 5e-5 and DEFAULTS["sup"]["epochs"] == 3
     assert TrainConfig(output_dir="x").max_length == 32
+
+
+def test_resume_into_another_runs_folder_is_refused(tiny_model_dir, tmp_path):
+    rows = unsup_examples(SENTS)
+    train_simcse(load_encoder(str(tiny_model_dir)), rows, _config(tmp_path / "r", max_steps=2))
+    for change, rows_now, kw in (("setting lr", rows, {"lr": 5e-4}), ("data", rows[::-1], {}),
+                                 ("loss", rows, {"temperature": 0.1})):
+        with pytest.raises(SubspacesError, match=f"differs in: .*{change}"):
+            train_simcse(load_encoder(str(tiny_model_dir)), rows_now, _config(tmp_path / "r", max_steps=2, **kw))
+    # Only where it is written, how often it evaluates or saves, and progress bars may change on resume.
+    result = train_simcse(load_encoder(str(tiny_model_dir)), rows,
+                          _config(tmp_path / "r", max_steps=2, save_steps=1, show_progress=False))
+    assert result.resumed_from == 2

@@ -63,14 +63,14 @@ def save_json(path: str | os.PathLike[str], obj: Any) -> None:
         handle.write("\n")
 
 
-def open_text(path: str | os.PathLike[str]) -> IO[str]:
-    """Open a UTF-8 text file, transparently gunzipping ``.gz``."""
+def open_text(path: str | os.PathLike[str], *, newline: str | None = None) -> IO[str]:
+    """Open a UTF-8 text file, transparently gunzipping ``.gz`` (``newline=""`` for the csv module)."""
     p = Path(path)
     if not p.is_file():
         raise DataError("file not found", path=p)
     if p.suffix == ".gz":
-        return gzip.open(p, "rt", encoding="utf-8")
-    return open(p, encoding="utf-8")
+        return gzip.open(p, "rt", encoding="utf-8", newline=newline)
+    return open(p, encoding="utf-8", newline=newline)
 
 
 def read_lines(path: str | os.PathLike[str], *, skip_blank: bool = True, limit: int | None = None) -> list[str]:

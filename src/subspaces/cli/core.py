@@ -137,27 +137,31 @@ def train_simcse_cmd(
     resume: ResumeOpt = True,
 ) -> None:
     """SimCSE: unsupervised (dropout) or supervised (NLI triplets) InfoNCE training."""
-    from subspaces.data.nli import read_triplets
+    from subspaces.data.nli import is_csv, training_rows
     from subspaces.data.text import read_corpus
+    from subspaces.errors import SubspacesError
     from subspaces.models.encoder import load_encoder
     from subspaces.train.simcse import DEFAULTS, SimCSEConfig, set_dropout, train_simcse, unsup_examples
 
     d = DEFAULTS[mode.value]
+    # The data is read before the model loads: a bad file fails in a second, not after the load.
+    if mode is Mode.unsup:
+        if is_csv(data):
+            raise SubspacesError(f"{data} is a CSV: unsupervised SimCSE reads one sentence a line "
+                                 "(pairs/triplets train with --mode sup)")
+        rows = unsup_examples(read_corpus(data, limit=limit), augmentation.value, seed)
+    else:
+        rows = training_rows(data, limit)
     pool = pooler.value if pooler else str(d["pooler"])
     enc = load_encoder(model, pooler=pool, mlp_only_train=bool(d["mlp_only_train"]))
-    if mode is Mode.unsup:
-        rows = unsup_examples(read_corpus(data, limit=limit), augmentation.value, seed)
-        if augmentation is Augmentation.none:
-            set_dropout(enc, 0.0)
-    else:
-        rows = [(t.anchor, t.positive, t.negative) if t.negative else (t.anchor, t.positive) for t in read_triplets(data)]
-        rows = rows[:limit] if limit else rows
+    if mode is Mode.unsup and augmentation is Augmentation.none:
+        set_dropout(enc, 0.0)
     config = SimCSEConfig(
         output_dir=str(output),
         mode=mode.value,
-        batch_size=batch_size or int(d["batch_size"]),
-        lr=lr or float(d["lr"]),
-        epochs=epochs or int(d["epochs"]),
+        batch_size=batch_size if batch_size is not None else int(d["batch_size"]),
+        lr=lr if lr is not None else float(d["lr"]),
+        epochs=epochs if epochs is not None else int(d["epochs"]),
         max_steps=max_steps,
         max_length=max_length,
         temperature=temperature,

@@ -14,14 +14,13 @@ from subspaces.cli.groups import eval_app, train_app
 
 def _training_rows(data: Path | None, limit: int | None) -> list[tuple[str, ...]]:
     """A text file trains unsupervised (one column); a CSV with sent0,sent1[,hard_neg] trains on pairs/triplets."""
-    from subspaces.data.nli import read_triplets
+    from subspaces.data.nli import is_csv, training_rows
     from subspaces.data.text import read_corpus, wordnet_sentences
 
     if data is None:
         return [(s,) for s in wordnet_sentences(limit=limit)]
-    if data.suffix == ".csv":
-        rows = [(t.anchor, t.positive, t.negative) if t.negative else (t.anchor, t.positive) for t in read_triplets(data)]
-        return rows[:limit] if limit else rows
+    if is_csv(data):
+        return training_rows(data, limit)
     return [(s,) for s in read_corpus(data, limit=limit)]
 
 
@@ -58,6 +57,7 @@ def train_matryoshka_cmd(
     from subspaces.models.encoder import load_encoder
     from subspaces.train.matryoshka import MatryoshkaConfig, train_matryoshka
 
+    rows = _training_rows(data, limit)  # before the model loads: a bad file fails fast
     enc = load_encoder(model, pooler=pooler, max_seq_length=max_length)
     config = MatryoshkaConfig(
         output_dir=str(output),
@@ -82,7 +82,7 @@ def train_matryoshka_cmd(
         layers=parse_numbers(layers, "layers", kind=int),
         stsb_dev=not no_eval,
     )
-    result = train_matryoshka(enc, _training_rows(data, limit), config)
+    result = train_matryoshka(enc, rows, config)
     best = "-" if result.best_score is None else f"{result.best_score:.2f}"
     console.print(
         f"trained {result.steps} steps in {result.seconds:.0f}s ({result.seconds / max(result.steps, 1):.2f} s/step); "

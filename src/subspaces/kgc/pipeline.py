@@ -194,12 +194,18 @@ def evaluate_model(
     bi-encoder). ``n_hop > 0`` adds SimKGC's graph re-ranking, reported under ``"rerank"`` beside the plain figures.
     """
     is_folder = not isinstance(model, torch.nn.Module) and (Path(str(model)) / CONFIG_NAME).is_file()
+    if not is_folder and not isinstance(model, torch.nn.Module):
+        from subspaces.models.encoder import resolve_model_path
+
+        resolve_model_path(model)  # neither a KGC folder nor an encoder: say so, not "name the dataset"
     config: dict = read_config(model) if is_folder else {}
     if dataset is None:
         dataset = config.get("dataset_source", config.get("dataset"))
         if dataset is None:
             raise SubspacesError("name the dataset (--dataset wn18rr|fb15k237): the model folder does not record one")
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)  # bad data fails before a model loads
+    if split not in kg.splits:
+        raise SubspacesError(f"unknown split {split!r}; choose one of {', '.join(kg.splits)}")
     if isinstance(model, (BiEncoderKGC, TriEncoderKGC)):
         kgc_model = model
     elif is_folder:
@@ -207,8 +213,6 @@ def evaluate_model(
     else:
         kgc_model = build_model(str(model), "bi", max_length=max_length or DEFAULT_MAX_LENGTH)
         config = {"zero_shot": True}
-    if split not in kg.splits:
-        raise SubspacesError(f"unknown split {split!r}; choose one of {', '.join(kg.splits)}")
     if texts is None:
         texts = KGCTexts.build(kg, config.get("neighbour_names", neighbour_names))
     known = KnownTails(np.concatenate([kg.with_inverses(s) for s in kg.splits]))

@@ -68,7 +68,7 @@ def load_encoder(
         path = resolve_model_path(name_or_path)
         if (path / "modules.json").is_file():
             model = SentenceTransformer(
-                str(path), device=device, local_files_only=True, trust_remote_code=_only_known_modules(path)
+                str(path), device=device, local_files_only=True, trust_remote_code=_trust_own_modules(path)
             )
         else:
             transformer = Transformer(str(path), max_seq_length=max_seq_length)
@@ -81,19 +81,35 @@ def load_encoder(
     return model
 
 
-def _only_known_modules(path: Path) -> bool:
-    """True when every module type in ``modules.json`` comes from sentence-transformers or subspaces itself.
+def _trust_own_modules(path: Path) -> bool:
+    """Whether ``path`` needs ``trust_remote_code`` only to import subspaces' own, installed pooling module.
 
-    sentence-transformers asks for ``trust_remote_code`` before importing any class outside its own package;
-    our own pooling module is local, installed code, so it is safe to allow exactly those.
+    sentence-transformers asks for the flag before importing any class outside its package, and then also lets
+    transformers run Python code a folder ships (``auto_map``). So it is given only when a ``subspaces.``
+    module is listed, every module comes from sentence-transformers or subspaces, and the folder ships no code.
     """
     import json
 
     try:
         entries = json.loads((path / "modules.json").read_text())
-    except (OSError, ValueError) as exc:
+        types = [str(e.get("type", "")) for e in entries]
+    except (OSError, ValueError, AttributeError) as exc:
         raise ModelNotFoundError(f"{path / 'modules.json'} is unreadable: {exc}") from exc
-    return all(str(e.get("type", "")).startswith(("sentence_transformers.", "subspaces.")) for e in entries)
+    if not any(t.startswith("subspaces.") for t in types):
+        return False  # sentence-transformers' own modules load without the flag
+    def declares_code(config: Path) -> bool:
+        try:
+            return "auto_map" in json.loads(config.read_text())
+        except (OSError, ValueError, TypeError):
+            return False  # transformers will say what is wrong with it
+
+    ships_code = any(path.rglob("*.py")) or any(declares_code(c) for c in path.rglob("config.json"))
+    if ships_code or not all(t.startswith(("sentence_transformers.", "subspaces.")) for t in types):
+        raise ModelNotFoundError(
+            f"{path} ships its own code (Python files, auto_map, or foreign module types); subspaces will not run "
+            "it. If you trust it, load it with SentenceTransformer(path, trust_remote_code=True) and pass the model."
+        )
+    return True
 
 
 def portable(model: SentenceTransformer) -> SentenceTransformer:

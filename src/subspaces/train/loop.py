@@ -11,6 +11,7 @@ Layout of ``output_dir``: the best model (by the evaluator) or the last one, as 
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 import shutil
@@ -107,6 +108,30 @@ def _save_model(model: Any, folder: Path, export: Callable[[Any], Any] | None) -
     tmp.rmdir()
 
 
+# Settings a resumed run may change: they do not alter the optimisation path.
+RESUMABLE_CHANGES = frozenset({"output_dir", "resume", "show_progress", "eval_steps", "save_steps"})
+
+
+def _run_fingerprint(model: Any, loss: nn.Module, examples: Sequence[Example], config: TrainConfig) -> dict[str, Any]:
+    """What a checkpoint must share with the run that resumes from it, one comparable value per aspect."""
+
+    def digest(parts) -> str:
+        h = hashlib.sha256()
+        for part in parts:
+            h.update(str(part).encode("utf-8", "surrogatepass"))
+            h.update(b"\x1e")
+        return h.hexdigest()[:16]
+
+    settings = {k: v for k, v in asdict(config).items() if k not in RESUMABLE_CHANGES}
+    loss_config = loss.get_config_dict() if hasattr(loss, "get_config_dict") else {}
+    return {
+        **{f"setting {k}": repr(v) for k, v in settings.items()},
+        "loss": f"{type(loss).__name__} {sorted(loss_config.items())!r}",
+        "data": digest("\x1f".join(row) for row in examples),
+        "model architecture": digest(f"{name}:{tuple(p.shape)}" for name, p in model.state_dict().items()),
+    }
+
+
 def train(
     model: Any,
     loss: nn.Module,
@@ -160,6 +185,7 @@ def train(
     step, best, history = 0, None, []
     ckpt_path = out / "checkpoint.pt"
     resumed_from = 0
+    fingerprint = _run_fingerprint(model, loss, examples, config)
     if config.resume and ckpt_path.is_file():
         state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
         if state.get("world_size", 1) != world or state.get("batch_size") != config.batch_size:
@@ -167,7 +193,18 @@ def train(
                 f"{ckpt_path} was written with batch {state.get('batch_size')} x {state.get('world_size')} processes; "
                 f"resume with the same settings or pass --no-resume"
             )
-        model.load_state_dict(state["model"])
+        stored = state.get("fingerprint", fingerprint)  # checkpoints from before fingerprints: batch check only
+        differ = sorted({*stored, *fingerprint} - {k for k in fingerprint if stored.get(k) == fingerprint[k]})
+        if differ:
+            raise SubspacesError(
+                f"{ckpt_path} belongs to another run (it differs in: {', '.join(differ)}); resume with the same "
+                f"model, data and settings, or pass --no-resume (starts over) or another output folder"
+            )
+        try:
+            model.load_state_dict(state["model"])
+        except RuntimeError as exc:  # a checkpoint from before fingerprints, of another architecture
+            raise SubspacesError(f"{ckpt_path} holds another model's weights; pass --no-resume or another "
+                                 f"output folder ({str(exc).splitlines()[0]})") from exc
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         step, best, history = state["step"], state["best"], state["history"]
@@ -192,6 +229,7 @@ def train(
                 "world_size": world,
                 "batch_size": config.batch_size,
                 "config": asdict(config),
+                "fingerprint": fingerprint,
             }
             with atomic_path(ckpt_path) as tmp:
                 torch.save(state, tmp)
