@@ -58,3 +58,9 @@ def test_unknown_pooler():
     with pytest.raises(ValueError, match="unknown pooler"):
         SimCSEPooling(2, pooler="max")
     assert set(POOLERS) == {"cls", "cls_before_pooler", "mean", "avg_first_last", "avg_top2"}
+
+
+def test_cli_pooler_choices_are_the_library_poolers():
+    from subspaces.cli.core import Pooler
+
+    assert tuple(p.value for p in Pooler) == POOLERS

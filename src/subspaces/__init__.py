@@ -41,4 +41,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'subspaces' has no attribute {name!r}")
 
 
-__all__ = [*_LAZY, "__version__"]
+__all__ = ["STSEvaluator", "SimCSELoss", "SubspacesError", "__version__", "data_dir", "encode", "load_encoder"]

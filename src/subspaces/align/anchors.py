@@ -67,12 +67,6 @@ class AnchorSet:
         """Row indices of each kept run's anchors."""
         return [np.flatnonzero(self.run == r) for r in np.flatnonzero(self.kept)]
 
-    def keep_runs(self, keep: np.ndarray) -> AnchorSet:
-        """The same anchors restricted to the runs flagged in ``keep`` (n_runs,) bool."""
-        keep = keep & self.kept
-        rows = keep[self.run]
-        return AnchorSet(self.source[rows], self.target[rows], self.run[rows], self.agreement, self.objective, keep)
-
 
 def matched_anchors(
     source: np.ndarray,

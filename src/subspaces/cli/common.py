@@ -44,7 +44,8 @@ def user_errors(func: F) -> F:
             console.print(f"[bold red]error:[/] {exc}", highlight=False)
             sys.exit(2)
         except KeyboardInterrupt:
-            console.print("[yellow]interrupted[/]: outputs are written atomically, nothing half-written was left")
+            console.print("[yellow]interrupted[/]: every file is replaced whole, so none was left half-written; "
+                          "training resumes from its last checkpoint.pt")
             sys.exit(130)
 
     return wrapper  # type: ignore[return-value]

@@ -13,6 +13,8 @@ from subspaces.cli.groups import app, eval_app, train_app
 
 
 class Pooler(str, Enum):
+    """``subspaces.models.pooling.POOLERS`` as CLI choices; spelled out so ``--help`` need not import torch."""
+
     cls = "cls"
     cls_before_pooler = "cls_before_pooler"
     mean = "mean"

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from subspaces.data.csts import CSTS_LABEL_RANGE, ConditionalPair, load_csts
+from subspaces.data.csts import CSTS_LABEL_RANGE, ConditionalPair, load_csts, scale_label
 from subspaces.data.wic import WIC_LABEL_RANGE, load_wic
 from subspaces.errors import SubspacesError
 
@@ -37,7 +37,7 @@ class Task:
 
     def scaled_labels(self, rows: Sequence[ConditionalPair]) -> list[float | None]:
         low, high = self.label_range
-        return [None if r.label is None else (r.label - low) / (high - low) for r in rows]
+        return [None if r.label is None else scale_label(r.label, low, high) for r in rows]
 
     def seen_keys(self, train_rows: Sequence[ConditionalPair]) -> list[str]:
         return sorted({self.seen_key(r) for r in train_rows})

@@ -62,9 +62,6 @@ class KnowledgeGraph:
         inverse = np.stack([triples[:, 2], triples[:, 1] + self.num_relations, triples[:, 0]], axis=1)
         return np.concatenate([triples, inverse], axis=0)
 
-    def all_triples(self) -> np.ndarray:
-        return np.concatenate([self.splits[s] for s in SPLITS if s in self.splits], axis=0)
-
     def __repr__(self) -> str:
         sizes = ", ".join(f"{s}={len(t)}" for s, t in self.splits.items())
         return f"KnowledgeGraph({self.name!r}, entities={self.num_entities}, relations={self.num_relations}, {sizes})"

@@ -34,7 +34,8 @@ from subspaces.kgc.models import (
     read_config,
 )
 from subspaces.kgc.ranking import Ties, average_metrics, rank_metrics, rank_queries
-from subspaces.kgc.train import KGCTrainConfig, seed_everything, train_kgc
+from subspaces.kgc.train import KGCTrainConfig, train_kgc
+from subspaces.train.loop import seed_everything
 
 DEFAULT_MAX_LENGTH = 50  # SimKGC's --max-num-tokens
 

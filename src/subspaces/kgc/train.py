@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from subspaces.kgc.loss import SimKGCLoss
+from subspaces.train.loop import seed_everything
 
 
 @dataclass
@@ -43,14 +44,6 @@ class KGCTrainResult:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def seed_everything(seed: int) -> None:
-    import random
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def train_kgc(loss: SimKGCLoss, examples: np.ndarray, config: KGCTrainConfig, texts=None) -> KGCTrainResult:
