@@ -142,7 +142,7 @@ def eval_cmd(
 @bench_app.command("csts-cache")
 @user_errors
 def csts_cache_cmd(
-    task: Annotated[Task, typer.Option(help="csts (needs --data) or wic.")] = Task.csts,
+    task: Annotated[Task, typer.Option(help="wic, or csts (needs --data: C-STS is not redistributable).")] = Task.wic,
     data: DataOpt = None,
     model: Annotated[str, typer.Option("--model", "-m")] = "minilm-l6",
     split: Split = Split.test,

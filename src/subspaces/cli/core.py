@@ -68,10 +68,17 @@ def encode_cmd(
     pooler: Annotated[Optional[Pooler], typer.Option(help="Override the model's pooling.")] = None,
 ) -> None:
     """Embed a text file: one row per input line (blank lines included, as zero-length texts), in input order."""
+    from subspaces.errors import SubspacesError
     from subspaces.io import read_lines, save_npy
+
+    if output.is_dir():
+        raise SubspacesError(f"--output {output} is a folder; name the .npy file to write")
+    texts = read_lines(input, skip_blank=False)  # before torch is imported: a bad path fails in a moment
+    blank = sum(not t.strip() for t in texts)
+    if blank:
+        console.print(f"[yellow]note:[/] {blank} blank line(s) are embedded as empty texts (kept so rows match lines)")
     from subspaces.models.encoder import encode, load_encoder
 
-    texts = read_lines(input, skip_blank=False)
     enc = load_encoder(model, pooler=pooler.value if pooler else None)
     emb = encode(enc, texts, batch_size=batch_size, normalize=normalize, truncate_dim=truncate_dim, show_progress=True)
     save_npy(output, emb)
@@ -119,7 +126,7 @@ def eval_sts_cmd(
 @user_errors
 def train_simcse_cmd(
     data: Annotated[Path, typer.Option(help="unsup: text file, one sentence a line; sup: CSV with sent0,sent1[,hard_neg].")],
-    output: Annotated[Path, typer.Option(help="Folder for the trained model, checkpoint.pt and trainer_state.json.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder for the trained model, checkpoint.pt and trainer_state.json.")],
     mode: Annotated[Mode, typer.Option(help="unsup: dropout views; sup: NLI triplets with hard negatives.")] = Mode.unsup,
     model: ModelOpt = "minilm-l6",
     batch_size: Annotated[Optional[int], typer.Option(help="Per process. Default: 64 unsup, 512 sup.")] = None,

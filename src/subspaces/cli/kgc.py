@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Optional
 
@@ -9,6 +10,23 @@ import typer
 
 from subspaces.cli.common import console, out, table, user_errors
 from subspaces.cli.groups import kgc_app
+
+
+class Arch(str, Enum):
+    bi = "bi"
+    tri = "tri"
+
+
+class Head(str, Enum):
+    hadamard = "hadamard"
+    concat = "concat"
+    hypernet = "hypernet"
+
+
+class Ties(str, Enum):
+    realistic = "realistic"
+    optimistic = "optimistic"
+    pessimistic = "pessimistic"
 
 
 def _parse_rank(text: str) -> int | None:
@@ -47,9 +65,9 @@ def _show(result: dict) -> None:
 def train(
     output: Path = typer.Option(..., "--output", "-o", help="Folder for the trained model and its evaluation."),
     dataset: str = typer.Option("wn18rr", help="wn18rr, fb15k237, or a folder in either layout."),
-    model: str = typer.Option("minilm-l6", help="Bundled encoder name or a local model folder."),
-    arch: str = typer.Option("tri", help="bi (SimKGC) or tri (Hyper-CL tri-encoder)."),
-    head: str = typer.Option("hypernet", help="Tri-encoder head: hadamard, concat or hypernet."),
+    model: str = typer.Option("minilm-l6", "--model", "-m", help="Bundled encoder name or a local model folder."),
+    arch: Arch = typer.Option(Arch.tri, help="bi (SimKGC) or tri (Hyper-CL tri-encoder)."),
+    head: Head = typer.Option(Head.hypernet, help="Tri-encoder head."),
     rank: str = typer.Option("32", help="Hypernet rank K (about d/12) or 'full'."),
     freeze_encoder: bool = typer.Option(False, "--freeze-encoder", help="Train only the head on cached embeddings."),
     batch_size: int = typer.Option(1024, help="Batch size (in-batch negatives)."),
@@ -60,8 +78,8 @@ def train(
     seed: int = typer.Option(42),
     max_length: int = typer.Option(50, help="Tokens per text (SimKGC: 50)."),
     pre_batch: int = typer.Option(0, help="Pre-batch queue size in batches (SimKGC: 0 on WN18RR, 2 on FB15k-237)."),
-    pre_batch_weight: float = typer.Option(0.5),
-    self_negatives: bool = typer.Option(True, "--self-negatives/--no-self-negatives"),
+    pre_batch_weight: float = typer.Option(0.5, help="Factor on the pre-batch negatives' logits (SimKGC: 0.5)."),
+    self_negatives: bool = typer.Option(True, "--self-negatives/--no-self-negatives", help="Count the head entity itself as a negative (SimKGC)."),
     margin: float = typer.Option(0.02, help="Additive margin on the positive."),
     temperature: float = typer.Option(0.05, help="Initial temperature (learnable)."),
     separate_encoders: bool = typer.Option(False, "--separate-encoders", help="Bi-encoder: separate hr and tail encoders, as SimKGC."),
@@ -75,7 +93,7 @@ def train(
     from subspaces.kgc.pipeline import train_pipeline
 
     report = train_pipeline(
-        output=output, dataset=dataset, model=model, arch=arch, head=head, rank=_parse_rank(rank),
+        output=output, dataset=dataset, model=model, arch=arch.value, head=head.value, rank=_parse_rank(rank),
         freeze_encoder=freeze_encoder, batch_size=batch_size, lr=lr, head_lr=head_lr, epochs=epochs, max_steps=max_steps, seed=seed,
         max_length=max_length, margin=margin, temperature=temperature, pre_batch=pre_batch,
         pre_batch_weight=pre_batch_weight, self_negatives=self_negatives, neighbour_names=neighbour_names,
@@ -98,20 +116,17 @@ def evaluate(
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the metrics as JSON."),
     predictions: Optional[Path] = typer.Option(None, help="Write per-query rank and top-10 as JSON lines."),
     rerank_n_hop: int = typer.Option(0, help="SimKGC's graph re-ranking (off by default; reported separately)."),
-    neighbour_weight: float = typer.Option(0.05),
-    ties: str = typer.Option("realistic", help="realistic (expected rank), optimistic or pessimistic."),
+    neighbour_weight: float = typer.Option(0.05, help="Re-ranking: score bonus of an entity within --rerank-n-hop of the head."),
+    ties: Ties = typer.Option(Ties.realistic, help="How tied scores rank: realistic (expected rank), optimistic or pessimistic."),
     no_disk_cache: bool = typer.Option(False, "--no-disk-cache", help="Encode everything afresh (for timing)."),
 ) -> None:
     """Filtered MR, MRR and Hits@1/3/10, forward, backward (inverse relations) and averaged."""
-    from subspaces.errors import SubspacesError
     from subspaces.io import save_json
     from subspaces.kgc.pipeline import evaluate_model
 
-    if ties not in ("realistic", "optimistic", "pessimistic"):
-        raise SubspacesError(f"--ties must be realistic, optimistic or pessimistic, got {ties!r}")
     result = evaluate_model(
         model, dataset, split=split, predictions=predictions, n_hop=rerank_n_hop, neighbour_weight=neighbour_weight,
-        ties=ties, disk_cache=False if no_disk_cache else None,  # type: ignore[arg-type]
+        ties=ties.value, disk_cache=False if no_disk_cache else None,  # type: ignore[arg-type]
     )
     _show(result)
     if json_path is not None:

@@ -27,7 +27,7 @@ def _training_rows(data: Path | None, limit: int | None) -> list[tuple[str, ...]
 @train_app.command("matryoshka")
 @user_errors
 def train_matryoshka_cmd(
-    output: Annotated[Path, typer.Option(help="Folder for the trained model, checkpoint.pt and trainer_state.json.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder for the trained model, checkpoint.pt and trainer_state.json.")],
     model: ModelOpt = "minilm-l6",
     data: Annotated[Optional[Path], typer.Option(help="Text file (one sentence a line: unsupervised SimCSE) or CSV with sent0,sent1[,hard_neg]. Default: the WordNet sentences.")] = None,
     dims: Annotated[str, typer.Option(help="Nested prefix sizes, e.g. 16,32,64,128,full.")] = "16,32,64,128,full",
