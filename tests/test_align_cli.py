@@ -203,3 +203,19 @@ def test_fit_checks_its_arguments_before_reading_anything(spaces, tmp_path):
     result = CliRunner().invoke(app, ["align", "eval", str(spaces / "aligner"), "--source-emb", str(spaces / "x.npy"),
                                       "--target-emb", str(spaces / "y.npy"), "--pool-size", "0"])
     assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def test_fit_can_embed_texts_first(tiny_model_dir, tmp_path):
+    """--source MODEL --source-texts FILE: the texts are embedded by the model, then aligned (here: a model onto itself)."""
+    words = ["cat", "dog", "river", "stone", "music", "bread", "storm", "glass", "train", "garden"]
+    texts = [f"the {a} and the {b} near a {c}" for a in words for b in words for c in words[:3]]
+    (tmp_path / "a.txt").write_text("\n".join(texts[::2]) + "\n", encoding="utf-8")
+    (tmp_path / "b.txt").write_text("\n".join(texts[1::2]) + "\n", encoding="utf-8")
+    result = CliRunner().invoke(app, [
+        "align", "fit", "--source", str(tiny_model_dir), "--source-texts", str(tmp_path / "a.txt"),
+        "--target", str(tiny_model_dir), "--target-texts", str(tmp_path / "b.txt"), "--output", str(tmp_path / "al"),
+        *FAST_ARGS, "--n-restarts", "1", "--centroid-clusters", "20",
+    ])
+    assert result.exit_code == 0, result.output
+    aligner = MiniVec2Vec.load(tmp_path / "al")
+    assert aligner.matrix_.shape == (32, 32) and "embedding 150 texts" in flat(result)

@@ -150,7 +150,7 @@ class DimsEvaluator:
     batch_size: int = 64
     random_state: int = 0
     show_progress: bool = False
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False)
+    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         registry = _registry()
