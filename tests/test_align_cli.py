@@ -150,9 +150,26 @@ def test_apply_refuses_bad_collections_and_leaves_no_output(spaces, tmp_path):
         assert result.exit_code == 2, (name, result.output)
         assert message in flat(result) and "Traceback" not in result.output, (name, result.output)
         assert not out.exists() and not list(tmp_path.glob(f".out_{name}*")), name
+    pq.write_table(pa.table({"vec": pa.array([["1.5", "2"]], pa.list_(pa.string()))}), tmp_path / "strings.parquet")
+    result = CliRunner().invoke(app, ["align", "apply", str(spaces / "aligner"), str(tmp_path / "strings.parquet"),
+                                      str(tmp_path / "o.npy")])
+    assert result.exit_code == 2 and "not numbers" in flat(result), result.output
     result = CliRunner().invoke(app, ["align", "apply", str(spaces / "aligner"), str(spaces / "x.npy"),
                                       str(tmp_path / "o.npy"), "--chunk-size", "0"])
     assert result.exit_code == 2 and not (tmp_path / "o.npy").exists()
+
+
+def test_apply_reads_parquet_written_by_pandas_with_its_index(spaces, tmp_path):
+    import pandas as pd
+
+    x = np.load(spaces / "x.npy")
+    frame = pd.DataFrame({"vec": list(x), "keep": np.arange(len(x)) % 3 != 0})
+    frame[frame["keep"]][["vec"]].to_parquet(tmp_path / "filtered.parquet")  # a non-range index is stored too
+    result = CliRunner().invoke(app, ["align", "apply", str(spaces / "aligner"), str(tmp_path / "filtered.parquet"),
+                                      str(tmp_path / "out.parquet"), "--chunk-size", "50"])
+    assert result.exit_code == 0, result.output
+    got = np.stack(pd.read_parquet(tmp_path / "out.parquet")["vec"].to_numpy())
+    np.testing.assert_allclose(got, MiniVec2Vec.load(spaces / "aligner").transform(x[frame["keep"].to_numpy()]), atol=1e-5)
 
 
 @pytest.mark.parametrize("suffix", [".npy", ".parquet"])
@@ -219,3 +236,8 @@ def test_fit_can_embed_texts_first(tiny_model_dir, tmp_path):
     assert result.exit_code == 0, result.output
     aligner = MiniVec2Vec.load(tmp_path / "al")
     assert aligner.matrix_.shape == (32, 32) and "embedding 150 texts" in flat(result)
+    result = CliRunner().invoke(app, [
+        "align", "fit", "--source", str(tiny_model_dir), "--source-texts", str(tmp_path / "a.txt"),
+        "--target", "no-such-model", "--target-texts", str(tmp_path / "b.txt"), "--output", str(tmp_path / "al2"),
+    ])
+    assert result.exit_code == 2 and "neither a bundled model" in flat(result) and "embedding" not in result.output

@@ -108,3 +108,9 @@ def test_resume_into_another_runs_folder_is_refused(tiny_model_dir, tmp_path):
     result = train_simcse(load_encoder(str(tiny_model_dir)), rows,
                           _config(tmp_path / "r", max_steps=2, save_steps=1, show_progress=False))
     assert result.resumed_from == 2
+
+
+@pytest.mark.parametrize("bad", [{"batch_size": 0}, {"lr": 0.0}, {"max_steps": 0}, {"max_steps": None, "epochs": 0}])
+def test_settings_that_cannot_train_are_refused(tiny_model_dir, tmp_path, bad):
+    with pytest.raises(SubspacesError):
+        train_simcse(load_encoder(str(tiny_model_dir)), unsup_examples(SENTS), _config(tmp_path / "z", **bad))

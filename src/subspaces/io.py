@@ -68,7 +68,7 @@ def open_text(path: str | os.PathLike[str], *, newline: str | None = None) -> IO
     p = Path(path)
     if not p.is_file():
         raise DataError("file not found", path=p)
-    if p.suffix == ".gz":
+    if p.suffix.lower() == ".gz":
         return gzip.open(p, "rt", encoding="utf-8", newline=newline)
     return open(p, encoding="utf-8", newline=newline)
 
@@ -107,12 +107,17 @@ def _parquet_column(path: Path):
     except (pa.ArrowException, OSError) as exc:
         raise DataError(f"not a readable parquet file: {exc}", path=path) from exc
     schema = parquet.schema_arrow
-    if len(schema) != 1:
-        raise DataError(f"expected one embedding column, found {schema.names}", path=path)
-    kind = schema.field(0).type
+    # pandas stores a non-default index as extra columns (e.g. "__index_level_0__"); they are not data.
+    index = {c for c in (schema.pandas_metadata or {}).get("index_columns", []) if isinstance(c, str)}
+    names = [n for n in schema.names if n not in index]
+    if len(names) != 1:
+        raise DataError(f"expected one embedding column, found {names}", path=path)
+    kind = schema.field(names[0]).type
     if not (pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)):
-        raise DataError(f"column {schema.names[0]!r} holds {kind}, not lists of numbers", path=path)
-    return parquet, schema.names[0]
+        raise DataError(f"column {names[0]!r} holds {kind}, not lists of numbers", path=path)
+    if not (pa.types.is_floating(kind.value_type) or pa.types.is_integer(kind.value_type)):
+        raise DataError(f"column {names[0]!r} holds lists of {kind.value_type}, not numbers", path=path)
+    return parquet, names[0]
 
 
 def _list_batch_to_array(column, path: Path, first_row: int, dim: int | None) -> np.ndarray:
@@ -150,7 +155,7 @@ def iter_parquet_embeddings(path: str | os.PathLike[str], chunk_size: int) -> tu
 
         done, dim = 0, None
         try:
-            for batch in parquet.iter_batches(batch_size=chunk_size):
+            for batch in parquet.iter_batches(batch_size=chunk_size, columns=[column]):
                 arr = _list_batch_to_array(batch.column(0), p, done, dim)
                 dim = arr.shape[1]
                 done += len(arr)

@@ -45,11 +45,11 @@ def _writer(tmp: Path, suffix: str, n: int, dim: int, column: str | None) -> Ite
     import pyarrow.parquet as pq
 
     name = column or "embedding"  # a parquet input's column name is kept
-    parquet = pq.ParquetWriter(tmp, pa.schema([(name, pa.list_(pa.float32()))]))
+    # Fixed-size lists: every row has ``dim`` numbers, and no 32-bit offsets to overflow on large chunks.
+    parquet = pq.ParquetWriter(tmp, pa.schema([(name, pa.list_(pa.float32(), dim))]))
 
     def append(start: int, rows: np.ndarray) -> None:
-        offsets = pa.array(np.arange(0, (len(rows) + 1) * dim, dim, dtype=np.int32))
-        values = pa.ListArray.from_arrays(offsets, pa.array(rows.ravel(), type=pa.float32()))
+        values = pa.FixedSizeListArray.from_arrays(pa.array(rows.ravel(), type=pa.float32()), dim)
         parquet.write_table(pa.table({name: values}))
 
     try:
@@ -73,8 +73,9 @@ def apply_to_file(
 ) -> int:
     """Write ``aligner.transform`` of every row of ``input_path`` to ``output_path``; returns the row count.
 
-    The input is never modified (``output_path`` must be another file). Bad rows (NaN, zero vectors, wrong
-    width) raise a :class:`DimensionError` naming their row number in the file.
+    The input is never modified (``output_path`` must be another file). Bad rows (NaN, zero vectors) and a
+    wrong width raise a :class:`DimensionError` naming the row in the file; an unreadable or ragged file a
+    :class:`DataError`.
     """
     from tqdm.auto import tqdm
 
@@ -94,7 +95,8 @@ def apply_to_file(
         start = 0
         for chunk in chunks:
             # Checked here, not only in transform, so an error names the row in the file, not in the chunk.
-            chunk = check_embeddings(chunk, str(in_path), dim=aligner.n_features_in_, row_offset=start)
+            rows = f"{in_path}, rows {start}..{start + len(chunk) - 1}"
+            chunk = check_embeddings(chunk, rows, dim=aligner.n_features_in_, row_offset=start)
             write(start, aligner.transform(chunk, centered=centered))
             start += len(chunk)
             bar.update(len(chunk))

@@ -43,6 +43,10 @@ def _check_side(name: str, emb: Optional[Path], model: Optional[str], texts: Opt
     for path in (emb, texts):
         if path is not None and not path.is_file():
             raise SubspacesError(f"{path}: file not found")
+    if model is not None:
+        from subspaces.models.encoder import resolve_model_path
+
+        resolve_model_path(model)  # an unknown name fails now, not after the other side is embedded
 
 
 def _load_side(emb: Optional[Path], model: Optional[str], texts: Optional[Path]):

@@ -108,7 +108,8 @@ def _save_model(model: Any, folder: Path, export: Callable[[Any], Any] | None) -
     tmp.rmdir()
 
 
-# Settings a resumed run may change: they do not alter the optimisation path.
+# Settings a resumed run may change: they do not alter the optimisation path. (Evaluator settings such as
+# ``metric`` do not either, but they decide which model is kept as best, so they must match like the rest.)
 RESUMABLE_CHANGES = frozenset({"output_dir", "resume", "show_progress", "eval_steps", "save_steps"})
 
 
@@ -159,6 +160,10 @@ def train(
     n = len(examples)
     if n == 0:
         raise SubspacesError("no training examples")
+    if config.batch_size < 1 or not config.lr > 0:
+        raise SubspacesError(f"batch size must be at least 1 and lr above 0, got {config.batch_size} and {config.lr}")
+    if (config.max_steps if config.max_steps is not None else config.epochs) < 1:
+        raise SubspacesError("nothing to train: max_steps (or, without it, epochs) must be at least 1")
     width = len(examples[0])
     if any(len(row) != width for row in examples):
         raise SubspacesError("training rows have different numbers of columns")
