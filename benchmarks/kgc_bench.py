@@ -76,7 +76,8 @@ def efficiency(args: argparse.Namespace) -> dict:
     from subspaces.kgc.embedding_cache import EmbeddingShardCache
     from subspaces.kgc.graph import KnownTails
     from subspaces.kgc.inference import KGCInference
-    from subspaces.kgc.models import KGCTexts, load_kgc_model
+    from subspaces.kgc.models import load_kgc_model
+    from subspaces.kgc.texts import KGCTexts
     from subspaces.kgc.pipeline import build_model
     from subspaces.kgc.ranking import rank_metrics, rank_queries
     from subspaces.models.encoder import encode
@@ -112,7 +113,7 @@ def efficiency(args: argparse.Namespace) -> dict:
 def finetune_timing(args: argparse.Namespace) -> dict:
     """Seconds per fine-tuning step on this CPU (encoder trained), to size what a full run would take."""
     from subspaces.kgc.data import load_kg
-    from subspaces.kgc.models import KGCTexts
+    from subspaces.kgc.texts import KGCTexts
 
     kg = load_kg(args.dataset)
     texts = KGCTexts.build(kg)
@@ -152,7 +153,7 @@ def finetune(args: argparse.Namespace) -> dict:
     fewest of ``--epochs`` epochs and what ``--budget-seconds`` of training allows for the slower of the two.
     """
     from subspaces.kgc.data import load_kg
-    from subspaces.kgc.models import KGCTexts
+    from subspaces.kgc.texts import KGCTexts
     from subspaces.kgc.pipeline import build_model, evaluate_model, train_pipeline
 
     if args.tf32:  # TensorFloat-32 matrix products (SimKGC trains in fp16 mixed precision; this loop is fp32)

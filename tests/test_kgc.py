@@ -278,7 +278,7 @@ def test_fine_tuned_tri_encoder_head_learns_at_its_own_rate(tmp_path, tiny_encod
     from subspaces.kgc.data import load_kg
     from subspaces.kgc.graph import KnownTails
     from subspaces.kgc.loss import SimKGCLoss
-    from subspaces.kgc.models import KGCTexts
+    from subspaces.kgc.texts import KGCTexts
     from subspaces.kgc.pipeline import build_model
     from subspaces.kgc.train import KGCTrainConfig, train_kgc
 

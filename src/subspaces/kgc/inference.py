@@ -22,7 +22,8 @@ import torch
 
 from subspaces.cache import LRUCache, content_key
 from subspaces.kgc.embedding_cache import EmbeddingShardCache, model_fingerprint
-from subspaces.kgc.models import BiEncoderKGC, KGCTexts, TriEncoderKGC
+from subspaces.kgc.models import BiEncoderKGC, TriEncoderKGC
+from subspaces.kgc.texts import KGCTexts
 
 
 class KGCInference:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,38 +26,10 @@ from torch import nn
 
 from subspaces.errors import ModelNotFoundError, SubspacesError
 from subspaces.io import atomic_path, save_json
-from subspaces.kgc.data import KnowledgeGraph
-from subspaces.kgc.graph import LinkGraph
-from subspaces.kgc.texts import entity_text, entity_texts
+from subspaces.kgc.texts import KGCTexts
 
 ARCHS = ("bi", "tri")
 CONFIG_NAME = "kgc_model.json"
-
-
-@dataclass
-class KGCTexts:
-    """The texts a model reads for one graph: one per entity and one per relation (inverses included).
-
-    ``link_graph`` set means SimKGC's neighbour names are used; then training texts leave each example's own
-    tail out of its head's neighbours (:meth:`head_text`), as SimKGC does against label leakage.
-    """
-
-    kg: KnowledgeGraph
-    entities: list[str]
-    relations: list[str]
-    link_graph: LinkGraph | None = None
-
-    @classmethod
-    def build(cls, kg: KnowledgeGraph, neighbour_names: bool | None = None) -> KGCTexts:
-        if neighbour_names is None:
-            neighbour_names = not any(kg.entity_descriptions)
-        graph = LinkGraph(kg.splits["train"], kg.num_entities) if neighbour_names else None
-        return cls(kg, entity_texts(kg, neighbour_names), kg.relation_texts(), graph)
-
-    def head_text(self, head: int, tail: int) -> str:
-        if self.link_graph is None:
-            return self.entities[head]
-        return entity_text(self.kg, head, self.link_graph, exclude=tail)
 
 
 def _features(encoder, texts: Sequence):

@@ -28,12 +28,12 @@ from subspaces.kgc.models import (
     CONFIG_NAME,
     BiEncoderKGC,
     FrozenTriEncoder,
-    KGCTexts,
     TriEncoderKGC,
     load_kgc_model,
     read_config,
 )
 from subspaces.kgc.ranking import Ties, average_metrics, rank_metrics, rank_queries
+from subspaces.kgc.texts import KGCTexts
 from subspaces.kgc.train import KGCTrainConfig, train_kgc
 from subspaces.train.loop import seed_everything
 

@@ -9,6 +9,8 @@ training neighbours) and :func:`entity_text` takes ``exclude`` for the per-examp
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from subspaces.kgc.data import KnowledgeGraph
 from subspaces.kgc.graph import LinkGraph
 
@@ -33,9 +35,41 @@ def entity_text(
     return join_name_description(kg.entity_names[entity], description)
 
 
-def entity_texts(kg: KnowledgeGraph, neighbour_names: bool | None = None) -> list[str]:
-    """One text per entity. ``neighbour_names`` defaults to on where the dataset has no descriptions (FB15k-237)."""
+def neighbour_graph(kg: KnowledgeGraph, neighbour_names: bool | None = None) -> LinkGraph | None:
+    """The training link graph whose neighbour names extend short descriptions, or None without them.
+
+    ``neighbour_names`` defaults to on where the dataset has no descriptions (FB15k-237).
+    """
     if neighbour_names is None:
         neighbour_names = not any(kg.entity_descriptions)
-    graph = LinkGraph(kg.splits["train"], kg.num_entities) if neighbour_names else None
+    return LinkGraph(kg.splits["train"], kg.num_entities) if neighbour_names else None
+
+
+def entity_texts(kg: KnowledgeGraph, neighbour_names: bool | None = None) -> list[str]:
+    """One text per entity (the test-time view: all training neighbours); see :func:`neighbour_graph`."""
+    graph = neighbour_graph(kg, neighbour_names)
     return [entity_text(kg, e, graph) for e in range(kg.num_entities)]
+
+
+@dataclass
+class KGCTexts:
+    """The texts a model reads for one graph: one per entity and one per relation (inverses included).
+
+    ``link_graph`` set means SimKGC's neighbour names are used; then training texts leave each example's own
+    tail out of its head's neighbours (:meth:`head_text`), as SimKGC does against label leakage.
+    """
+
+    kg: KnowledgeGraph
+    entities: list[str]
+    relations: list[str]
+    link_graph: LinkGraph | None = None
+
+    @classmethod
+    def build(cls, kg: KnowledgeGraph, neighbour_names: bool | None = None) -> KGCTexts:
+        graph = neighbour_graph(kg, neighbour_names)
+        return cls(kg, [entity_text(kg, e, graph) for e in range(kg.num_entities)], kg.relation_texts(), graph)
+
+    def head_text(self, head: int, tail: int) -> str:
+        if self.link_graph is None:
+            return self.entities[head]
+        return entity_text(self.kg, head, self.link_graph, exclude=tail)
