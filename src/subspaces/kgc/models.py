@@ -17,7 +17,6 @@ self-negatives), and save/load as a folder (``kgc_model.json`` + encoder folders
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -27,23 +26,10 @@ from torch import nn
 from subspaces.errors import ModelNotFoundError, SubspacesError
 from subspaces.io import atomic_path, save_json
 from subspaces.kgc.texts import KGCTexts
+from subspaces.models.encoder import embed_with_grad
 
 ARCHS = ("bi", "tri")
 CONFIG_NAME = "kgc_model.json"
-
-
-def _features(encoder, texts: Sequence):
-    features = encoder.preprocess(list(texts))
-    device = encoder.device
-    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
-
-
-def embed_texts(encoder, texts: Sequence) -> torch.Tensor:
-    """Encoder forward with gradients (training); ``encode`` in :mod:`subspaces.models.encoder` is for inference.
-
-    Inputs are truncated to the encoder's ``max_seq_length``.
-    """
-    return encoder(_features(encoder, texts))["sentence_embedding"]
 
 
 class BiEncoderKGC(nn.Module):
@@ -68,9 +54,9 @@ class BiEncoderKGC(nn.Module):
         ]
 
     def embed_batch(self, triples: np.ndarray, kg_texts: KGCTexts) -> tuple[torch.Tensor, ...]:
-        hr = embed_texts(self.hr_encoder, self.query_inputs(kg_texts, triples, training=True))
-        tails = embed_texts(self.tail_encoder, [kg_texts.entities[t] for t in triples[:, 2]])
-        heads = embed_texts(self.tail_encoder, [kg_texts.entities[h] for h in triples[:, 0]])
+        hr = embed_with_grad(self.hr_encoder, self.query_inputs(kg_texts, triples, training=True))
+        tails = embed_with_grad(self.tail_encoder, [kg_texts.entities[t] for t in triples[:, 2]])
+        heads = embed_with_grad(self.tail_encoder, [kg_texts.entities[h] for h in triples[:, 0]])
         return hr, tails, heads
 
     def save(self, folder: str | Path, extra: dict | None = None) -> None:
@@ -128,7 +114,7 @@ class TriEncoderKGC(nn.Module):
         # One backbone pass over the batch's distinct entities and relations (shared, as in a tri-encoder).
         entities = sorted(set(triples[:, 0].tolist()) | set(triples[:, 2].tolist()))
         relations = sorted(set(triples[:, 1].tolist()))
-        vectors = embed_texts(self.encoder, [kg_texts.entities[e] for e in entities] + [kg_texts.relations[r] for r in relations])
+        vectors = embed_with_grad(self.encoder, [kg_texts.entities[e] for e in entities] + [kg_texts.relations[r] for r in relations])
         e_row = {e: i for i, e in enumerate(entities)}
         r_row = {r: len(entities) + i for i, r in enumerate(relations)}
         heads = vectors[[e_row[h] for h in triples[:, 0].tolist()]]
