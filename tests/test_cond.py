@@ -252,7 +252,8 @@ def test_load_model_errors(tmp_path):
 
 
 def test_auto_rank_is_d_over_12(tiny_encoder):
-    from subspaces.cond.models import auto_rank, build_model
+    from subspaces.cond.models import build_model
+    from subspaces.models.heads import auto_rank
 
     assert (auto_rank(768), auto_rank(1024), auto_rank(384)) == (64, 85, 32)
     model = build_model("tri", tiny_encoder, head="hypernet")

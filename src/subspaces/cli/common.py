@@ -95,3 +95,20 @@ def parse_numbers(text: str | None, what: str, kind: type = float) -> list[Any] 
     except ValueError:
         noun = "integers" if kind is int else "numbers"
         raise SubspacesError(f"bad {what} {text!r}: use comma-separated {noun}") from None
+
+
+def parse_rank(text: str) -> int | str | None:
+    """``--rank`` of a hypernet head: a positive integer, ``auto`` (about d/12) or ``full`` (None)."""
+    from subspaces.errors import SubspacesError
+
+    if text == "full":
+        return None
+    if text == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise SubspacesError(f"--rank must be a positive integer, 'auto' or 'full', got {text!r}") from None
+    if value <= 0:
+        raise SubspacesError(f"--rank must be positive, got {value}")
+    return value

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import console, out, table, user_errors
+from subspaces.cli.common import console, out, parse_rank, table, user_errors
 from subspaces.cli.groups import bench_app, cond_app
 
 
@@ -42,22 +42,6 @@ class Split(str, Enum):
 
 TaskOpt = Annotated[Task, typer.Option(help="wic (bundled) or csts (needs --data).")]
 DataOpt = Annotated[Optional[Path], typer.Option("--data", help="Folder with csts_{train,validation,test}.csv (C-STS).")]
-
-
-def parse_rank(text: str) -> int | str | None:
-    from subspaces.errors import SubspacesError
-
-    if text == "full":
-        return None
-    if text == "auto":
-        return "auto"
-    try:
-        value = int(text)
-    except ValueError:
-        raise SubspacesError(f"--rank must be a positive integer, 'auto' or 'full', got {text!r}") from None
-    if value <= 0:
-        raise SubspacesError(f"--rank must be positive, got {value}")
-    return value
 
 
 def _pct(rate: float | None) -> str:
@@ -95,7 +79,7 @@ def train_cmd(
     temperature: Annotated[float, typer.Option(help="τ of infonce_mse.")] = 1.7,
     margin: Annotated[float, typer.Option(help="Margin of the quadruplet loss.")] = 1.0,
     in_batch_negatives: Annotated[bool, typer.Option(help="infonce_mse: other pairs of the batch as negatives.")] = False,
-    max_seq_length: Optional[int] = None,
+    max_seq_length: Annotated[Optional[int], typer.Option("--max-length", "--max-seq-length", help="Tokens per text (default: the encoder's own limit).")] = None,
     seed: int = 42,
 ) -> None:
     """Train a conditional similarity model; the state best on the validation split is saved."""

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from subspaces.cli.common import console, out, table, user_errors
+from subspaces.cli.common import console, out, parse_rank, table, user_errors
 from subspaces.cli.groups import kgc_app
 
 
@@ -27,20 +27,6 @@ class Ties(str, Enum):
     realistic = "realistic"
     optimistic = "optimistic"
     pessimistic = "pessimistic"
-
-
-def _parse_rank(text: str) -> int | None:
-    from subspaces.errors import SubspacesError
-
-    if text == "full":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        raise SubspacesError(f"--rank must be a positive integer or 'full', got {text!r}") from None
-    if value <= 0:
-        raise SubspacesError(f"--rank must be positive, got {value}")
-    return value
 
 
 def _show(result: dict) -> None:
@@ -68,7 +54,7 @@ def train(
     model: str = typer.Option("minilm-l6", "--model", "-m", help="Bundled encoder name or a local model folder."),
     arch: Arch = typer.Option(Arch.tri, help="bi (SimKGC) or tri (Hyper-CL tri-encoder)."),
     head: Head = typer.Option(Head.hypernet, help="Tri-encoder head."),
-    rank: str = typer.Option("32", help="Hypernet rank K (about d/12) or 'full'."),
+    rank: str = typer.Option("auto", help="Hypernet rank K, 'auto' (d/12, as Hyper-CL: 32 for d = 384) or 'full'."),
     freeze_encoder: bool = typer.Option(False, "--freeze-encoder", help="Train only the head on cached embeddings."),
     batch_size: int = typer.Option(1024, help="Batch size (in-batch negatives)."),
     lr: Optional[float] = typer.Option(None, help="Learning rate (default 1e-3 frozen, 5e-5 fine-tuning)."),
@@ -93,7 +79,7 @@ def train(
     from subspaces.kgc.pipeline import train_pipeline
 
     report = train_pipeline(
-        output=output, dataset=dataset, model=model, arch=arch.value, head=head.value, rank=_parse_rank(rank),
+        output=output, dataset=dataset, model=model, arch=arch.value, head=head.value, rank=parse_rank(rank),
         freeze_encoder=freeze_encoder, batch_size=batch_size, lr=lr, head_lr=head_lr, epochs=epochs, max_steps=max_steps, seed=seed,
         max_length=max_length, margin=margin, temperature=temperature, pre_batch=pre_batch,
         pre_batch_weight=pre_batch_weight, self_negatives=self_negatives, neighbour_names=neighbour_names,
@@ -112,7 +98,7 @@ def train(
 def evaluate(
     model: str = typer.Argument(..., help="A folder from `kgc train`, or an encoder (name/folder) for the zero-shot bi-encoder."),
     dataset: Optional[str] = typer.Option(None, help="wn18rr, fb15k237 or a folder (default: the one the model was trained on)."),
-    split: str = typer.Option("test", help="test or valid."),
+    split: str = typer.Option("test", help="test, valid (or validation) or train."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the metrics as JSON."),
     predictions: Optional[Path] = typer.Option(None, help="Write per-query rank and top-10 as JSON lines."),
     rerank_n_hop: int = typer.Option(0, help="SimKGC's graph re-ranking (off by default; reported separately)."),

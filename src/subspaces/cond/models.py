@@ -299,11 +299,6 @@ class BiEncoder(ConditionalModel):
         return {**super().config(), "encode_batch_size": self.encode_batch_size}
 
 
-def auto_rank(dim: int) -> int:
-    """Hyper-CL's rule of thumb: K of about d / 12."""
-    return max(1, round(dim / 12))
-
-
 def build_model(
     arch: str,
     encoder: str,
@@ -331,10 +326,6 @@ def build_model(
             raise SubspacesError("a separate condition encoder applies to the tri-encoder only")
         return BiEncoder(backbone, freeze_encoder=freeze_encoder, encoder_name=str(encoder), cache_bytes=cache_bytes)
     dim = int(backbone.get_embedding_dimension())
-    if rank == "auto":
-        rank = auto_rank(dim)
-    elif isinstance(rank, str):
-        raise SubspacesError(f"rank must be an integer, None (full) or 'auto', got {rank!r}")
     torch.manual_seed(seed)
     cond = load_encoder(condition_encoder, max_seq_length=max_seq_length) if condition_encoder else None
     return TriEncoder(

@@ -44,7 +44,7 @@ def build_model(
     model: str,
     arch: str,
     head: str = "hypernet",
-    rank: int | None = 32,
+    rank: int | str | None = "auto",
     *,
     max_length: int = DEFAULT_MAX_LENGTH,
     shared_encoder: bool = True,
@@ -75,7 +75,7 @@ def train_pipeline(
     model: str = "minilm-l6",
     arch: str = "tri",
     head: str = "hypernet",
-    rank: int | None = 32,
+    rank: int | str | None = "auto",
     freeze_encoder: bool = True,
     batch_size: int = 1024,
     lr: float | None = None,
@@ -205,6 +205,7 @@ def evaluate_model(
         if dataset is None:
             raise SubspacesError("name the dataset (--dataset wn18rr|fb15k237): the model folder does not record one")
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)  # bad data fails before a model loads
+    split = {"validation": "valid"}.get(split, split)  # the name the conditional tasks use for it
     if split not in kg.splits:
         raise SubspacesError(f"unknown split {split!r}; choose one of {', '.join(kg.splits)}")
     if isinstance(model, (BiEncoderKGC, TriEncoderKGC)):

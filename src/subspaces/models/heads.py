@@ -218,6 +218,11 @@ def available_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def auto_rank(dim: int) -> int:
+    """Hyper-CL's rule of thumb for the hypernet's rank: K of about d / 12 (64 for d = 768, 32 for d = 384)."""
+    return max(1, round(dim / 12))
+
+
 def check_head_fits(kind: str, dim: int, rank: int | None = 64, *, memory_bytes: int | None = None) -> int:
     """Raise a clear :class:`SubspacesError` if training this head would not fit in memory; return its bytes."""
     params = head_parameter_count(kind, dim, rank)
@@ -225,7 +230,7 @@ def check_head_fits(kind: str, dim: int, rank: int | None = 64, *, memory_bytes:
     budget = available_memory_bytes() if memory_bytes is None else memory_bytes
     if needed > budget:
         what = f"{kind} head (rank {'full' if rank is None else rank}, d={dim})"
-        hint = f"; use a low rank, e.g. --rank {max(1, round(dim / 12))} (about d/12, as Hyper-CL)" if kind == "hypernet" else ""
+        hint = f"; use a low rank, e.g. --rank {auto_rank(dim)} (about d/12, as Hyper-CL)" if kind == "hypernet" else ""
         raise SubspacesError(
             f"the {what} has {params:,} parameters and needs about {needed / 2**30:.1f} GiB to train "
             f"(weights, gradients, Adam state), but only {budget / 2**30:.1f} GiB is available{hint}"
@@ -236,17 +241,22 @@ def check_head_fits(kind: str, dim: int, rank: int | None = 64, *, memory_bytes:
 def make_head(
     kind: str,
     dim: int,
-    rank: int | None = 64,
+    rank: int | str | None = 64,
     *,
     activation: str = "relu",
     memory_bytes: int | None = None,
 ) -> ConditionHead:
-    """Build a condition head. ``rank`` applies to ``hypernet`` only (``None`` = full rank).
+    """Build a condition head. ``rank`` applies to ``hypernet`` only (``None`` = full rank, ``"auto"`` =
+    :func:`auto_rank`).
 
     Raises :class:`SubspacesError` for an unknown kind, a bad rank, or a head too large for memory.
     """
     if kind not in HEAD_KINDS:
         raise SubspacesError(f"unknown head {kind!r}; choose one of {', '.join(HEAD_KINDS)}")
+    if rank == "auto":
+        rank = auto_rank(dim)
+    elif isinstance(rank, str):
+        raise SubspacesError(f"rank must be an integer, None (full) or 'auto', got {rank!r}")
     check_head_fits(kind, dim, rank, memory_bytes=memory_bytes)
     if kind == "hadamard":
         return HadamardHead(dim)
