@@ -21,6 +21,12 @@ for _module in COMMAND_MODULES:
 
 
 def main() -> None:
+    import os
+
+    # The process is ours here (not a library user's): keep huggingface_hub and transformers off the network,
+    # before either is imported by a command.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     app()
 
 

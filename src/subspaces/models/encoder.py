@@ -19,12 +19,10 @@ from subspaces.errors import DimensionError, ModelNotFoundError, SubspacesError
 from subspaces.models import registry
 from subspaces.models.pooling import LAYER_POOLERS, POOLERS, SimCSEPooling
 
-# Nothing here may reach for the hub; set before transformers/huggingface_hub read them.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-from sentence_transformers import SentenceTransformer  # noqa: E402
-from sentence_transformers.sentence_transformer.modules import Pooling, Transformer  # noqa: E402
+# Nothing here reaches for the hub: names resolve to local folders (or fail) before anything loads, and
+# saved folders load with local_files_only. The command line also sets HF_HUB_OFFLINE for its process.
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 
 
 def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:
