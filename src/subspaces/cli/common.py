@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from enum import Enum
 from typing import Annotated, Any, Optional, TypeVar
 
 import typer
@@ -15,6 +16,21 @@ console = Console(stderr=True)
 out = Console()
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Arch(str, Enum):
+    """Bi-encoder (the pair read together) or Hyper-CL's tri-encoder (sentence and condition apart)."""
+
+    tri = "tri"
+    bi = "bi"
+
+
+class Head(str, Enum):
+    """The tri-encoder's condition head (:mod:`subspaces.models.heads`)."""
+
+    hadamard = "hadamard"
+    concat = "concat"
+    hypernet = "hypernet"
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Bundled model name (see `subspaces models`) or a local folder.")]
 

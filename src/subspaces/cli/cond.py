@@ -8,24 +8,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import console, out, parse_rank, table, user_errors
+from subspaces.cli.common import Arch, Head, console, out, parse_rank, table, user_errors
 from subspaces.cli.groups import bench_app, cond_app
 
 
 class Task(str, Enum):
     wic = "wic"
     csts = "csts"
-
-
-class Arch(str, Enum):
-    tri = "tri"
-    bi = "bi"
-
-
-class Head(str, Enum):
-    hadamard = "hadamard"
-    concat = "concat"
-    hypernet = "hypernet"
 
 
 class Objective(str, Enum):

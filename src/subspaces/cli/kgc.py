@@ -8,19 +8,8 @@ from typing import Optional
 
 import typer
 
-from subspaces.cli.common import console, out, parse_rank, table, user_errors
+from subspaces.cli.common import Arch, Head, console, out, parse_rank, table, user_errors
 from subspaces.cli.groups import kgc_app
-
-
-class Arch(str, Enum):
-    bi = "bi"
-    tri = "tri"
-
-
-class Head(str, Enum):
-    hadamard = "hadamard"
-    concat = "concat"
-    hypernet = "hypernet"
 
 
 class Ties(str, Enum):
