@@ -20,6 +20,9 @@ directions), ``mutual_csls_pairs`` (MUSE's refinement: Procrustes on mutual CSLS
 ``mutual_csls_means`` (those pairs, each side replaced by refine-1's neighbour mean), ``symmetric_smoothing``
 (both sides of every pair replaced by the mean of their 50 neighbours in their own space, self excluded).
 
+With ``--perturb T,...`` the library's rule also starts from the oracle blended with weight T towards a fixed random
+orthogonal map (projected back to orthogonal): how good a start must be for refine-1 to climb rather than stall.
+
 With ``--fraction F`` only a share of each training half is kept, which shows how a rule's fixed point depends on
 the number of unpaired rows (``--rules neighbour_mean --rounds 40`` in ``BENCHMARKS.md``).
 
@@ -45,7 +48,7 @@ from subspaces.align.diagnostics import bidirectional_nn_similarity  # noqa: E40
 from subspaces.align.metrics import retrieval_metrics  # noqa: E402
 from subspaces.align.neighbours import NeighbourIndex, mean_of_rows  # noqa: E402
 from subspaces.align.preprocess import normalize_rows  # noqa: E402
-from subspaces.align.procrustes import procrustes  # noqa: E402
+from subspaces.align.procrustes import nearest_orthogonal, procrustes  # noqa: E402
 from subspaces.align.refine import NeighbourStep, blend  # noqa: E402
 from subspaces.io import save_json  # noqa: E402
 
@@ -148,6 +151,9 @@ def main() -> None:
                         help="keep this share of each training half (how the fixed points depend on the unpaired "
                              "data); the rows stay centred on the full halves' means")
     parser.add_argument("--from-fit", action="store_true", help="also refine the default MiniVec2Vec fit (seed 0)")
+    parser.add_argument("--perturb", default="",
+                        help="comma-separated t in (0, 1]: also start the library's rule from the oracle blended "
+                             "with weight t towards a fixed random orthogonal map (how wide refine-1's basin is)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", type=Path, default=None, help="default: results/align_score_study_<pool>_<target>.json")
     args = parser.parse_args()
@@ -158,6 +164,12 @@ def main() -> None:
         parser.error(f"--fraction must be in (0, 1], got {args.fraction}")
     if args.k < 1:
         parser.error(f"--k must be at least 1, got {args.k}")
+    try:
+        perturb = [float(t) for t in args.perturb.split(",") if t.strip()]
+    except ValueError:
+        parser.error(f"--perturb takes comma-separated numbers, got {args.perturb!r}")
+    if any(not 0 < t <= 1 for t in perturb):
+        parser.error(f"--perturb values must lie in (0, 1], got {perturb}")
     if args.fraction < 1 and args.from_fit:
         parser.error("--from-fit fits on the whole halves; run it without --fraction")
 
@@ -189,6 +201,13 @@ def main() -> None:
         # the fit centres on the same training means, so its matrix acts on the same rows
         rows.append(record("fit", fitted.matrix_))
         starts["fit"] = (fitted.matrix_, ["neighbour_mean"])
+    if perturb:
+        q, _ = np.linalg.qr(np.random.default_rng([args.seed, 3000]).normal(size=(a.shape[1], a.shape[1])))
+        random_map = q[:, : b.shape[1]].astype(np.float32)
+        for t in perturb:
+            start = nearest_orthogonal((1 - t) * oracle + t * random_map)
+            rows.append(record(f"oracle~{t}", start))
+            starts[f"oracle~{t}"] = (start, ["neighbour_mean"])
     seconds = {}  # refinement steps only, not the scoring of the kept maps
     for start, (matrix0, names) in starts.items():
         for rule in names:
