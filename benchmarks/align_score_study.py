@@ -168,6 +168,7 @@ def main() -> None:
         perturb = [float(t) for t in args.perturb.split(",") if t.strip()]
     except ValueError:
         parser.error(f"--perturb takes comma-separated numbers, got {args.perturb!r}")
+    perturb = list(dict.fromkeys(perturb))  # a repeated value would only repeat its start
     if any(not 0 < t <= 1 for t in perturb):
         parser.error(f"--perturb values must lie in (0, 1], got {perturb}")
     if args.fraction < 1 and args.from_fit:
@@ -202,8 +203,10 @@ def main() -> None:
         rows.append(record("fit", fitted.matrix_))
         starts["fit"] = (fitted.matrix_, ["neighbour_mean"])
     if perturb:
-        q, _ = np.linalg.qr(np.random.default_rng([args.seed, 3000]).normal(size=(a.shape[1], a.shape[1])))
-        random_map = q[:, : b.shape[1]].astype(np.float32)
+        # A random (semi-)orthogonal map of the oracle's shape, whichever side is larger.
+        side = max(oracle.shape)
+        q, _ = np.linalg.qr(np.random.default_rng([args.seed, 3000]).normal(size=(side, side)))
+        random_map = q[: oracle.shape[0], : oracle.shape[1]].astype(np.float32)
         for t in perturb:
             start = nearest_orthogonal((1 - t) * oracle + t * random_map)
             rows.append(record(f"oracle~{t}", start))
@@ -227,6 +230,8 @@ def main() -> None:
     save_json(output, {"pool": args.pool, "size": args.size, "source": SOURCE_MODEL, "target": args.target,
                        "n_source_train": len(a), "n_target_train": len(b),
                        "rounds": args.rounds, "sample": args.sample, "k": args.k, "probe": args.probe, "seed": args.seed,
+                       "rules": args.rules.split(","), "fraction": args.fraction, "from_fit": args.from_fit,
+                       "perturb": perturb,
                        "rows": rows, "spearman_vs_top1": correlation, "rule_step_seconds": seconds})
     print(f"wrote {output}")
 

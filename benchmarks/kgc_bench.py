@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from subspaces.cli.common import parse_rank
 from subspaces.config import cache_dir
 from subspaces.io import save_json
 
@@ -40,10 +41,6 @@ def _meta(command: str, device: str = "cpu") -> dict:
         machine = f"{platform.machine()}, {torch.get_num_threads()} torch thread(s), shared 2-core CPU box (other jobs running)"
     return {"command": command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine,
             "torch": torch.__version__}
-
-
-def _rank(text: str) -> int | None:
-    return None if text == "full" else int(text)
 
 
 def zero_shot(args: argparse.Namespace) -> dict:
@@ -62,7 +59,7 @@ def frozen(args: argparse.Namespace) -> dict:
         name = kind if kind != "hypernet" else f"hypernet-{rank or args.rank}"
         report = train_pipeline(
             output=cache_dir() / "kgc-runs" / f"{args.dataset}-{name}{args.tag}", dataset=args.dataset, model=MODEL, arch="tri", head=kind,
-            rank=_rank(rank or args.rank), freeze_encoder=True, batch_size=args.batch_size, lr=1e-3 if args.lr is None else args.lr, epochs=args.epochs,
+            rank=parse_rank(rank or args.rank), freeze_encoder=True, batch_size=args.batch_size, lr=1e-3 if args.lr is None else args.lr, epochs=args.epochs,
             max_steps=args.train_steps, pre_batch=args.pre_batch, seed=args.seed,
         )
         out[name] = {"train": report["train_result"], "eval": report["eval"], "output": report["output"]}
@@ -135,7 +132,7 @@ def _seconds_per_step(model_name: str, arch: str, head: str, rank: str, batch_si
     from subspaces.kgc.pipeline import build_model
     from subspaces.kgc.train import KGCTrainConfig, train_kgc
 
-    model = build_model(model_name, arch, head, _rank(rank), shared_encoder=not separate_encoders, device=device)
+    model = build_model(model_name, arch, head, parse_rank(rank), shared_encoder=not separate_encoders, device=device)
     loss = SimKGCLoss(model, KnownTails(examples), batch_size=batch_size).to(device)
     if warmup:
         train_kgc(loss, examples, KGCTrainConfig(batch_size=batch_size, lr=5e-5, max_steps=warmup, show_progress=False), texts)
@@ -186,7 +183,7 @@ def finetune(args: argparse.Namespace) -> dict:
         name = "bi-simkgc" if arch == "bi" else f"tri-{args.head}-{args.rank}"
         report = train_pipeline(
             output=Path(args.runs) / f"{Path(args.dataset).name}-finetune-{name}{args.tag}", dataset=kg, model=args.model,
-            arch=arch, head=args.head, rank=_rank(args.rank), freeze_encoder=False, batch_size=args.batch_size, lr=lr,
+            arch=arch, head=args.head, rank=parse_rank(args.rank), freeze_encoder=False, batch_size=args.batch_size, lr=lr,
             head_lr=args.head_lr if arch == "tri" else None,  # the bi-encoder has no head of its own
             epochs=args.epochs, max_steps=steps, seed=args.seed, shared_encoder=arch != "bi", disk_cache=False,
             device=args.device, show_progress=False,

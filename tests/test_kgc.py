@@ -380,3 +380,19 @@ def test_cli_train_then_eval_writes_the_documented_json(tmp_path, tiny_encoder_d
     assert metrics["dataset"] == "wn18rr" and metrics["split"] == "valid" and metrics["queries"] == 4
     assert {"forward", "backward", "average", "inference_seconds", "cache_hit_rate"} <= set(metrics)
     assert set(metrics["forward"]) == {"mrr", "hits@1", "hits@3", "hits@10", "mr"}
+
+
+def test_rank_parsing_and_the_validation_alias(tmp_path, tiny_encoder_dir):
+    from subspaces.cli.common import parse_rank
+    from subspaces.errors import SubspacesError
+    from subspaces.kgc.pipeline import build_model, evaluate_model
+
+    assert (parse_rank("auto"), parse_rank("full"), parse_rank("7")) == ("auto", None, 7)
+    for bad in ("0", "-3", "many"):
+        with pytest.raises(SubspacesError, match="--rank"):
+            parse_rank(bad)
+    model = build_model(str(tiny_encoder_dir), "tri", "hypernet", "auto")
+    assert model.head.config()["rank"] == 3  # d = 32: round(32 / 12)
+    kg = load_kg(write_wn18rr(tmp_path / "wn"))
+    result = evaluate_model(model, kg, split="validation", show_progress=False)
+    assert result["split"] == "valid"

@@ -19,18 +19,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Arch(str, Enum):
-    """Bi-encoder (the pair read together) or Hyper-CL's tri-encoder (sentence and condition apart)."""
+    """Bi-encoder (text and condition/relation read together) or Hyper-CL's tri-encoder (encoded apart)."""
 
     tri = "tri"
     bi = "bi"
 
 
 class Head(str, Enum):
-    """The tri-encoder's condition head (:mod:`subspaces.models.heads`)."""
+    """The tri-encoder's condition (or relation) head (:mod:`subspaces.models.heads`)."""
 
     hadamard = "hadamard"
     concat = "concat"
     hypernet = "hypernet"
+
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Bundled model name (see `subspaces models`) or a local folder.")]
 

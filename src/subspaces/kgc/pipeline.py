@@ -40,6 +40,14 @@ from subspaces.train.loop import seed_everything
 DEFAULT_MAX_LENGTH = 50  # SimKGC's --max-num-tokens
 
 
+def _split_name(kg: KnowledgeGraph, split: str) -> str:
+    """``split`` as the graph names it (``validation``, the conditional tasks' name, is ``valid``), or an error."""
+    split = {"validation": "valid"}.get(split, split)
+    if split not in kg.splits:
+        raise SubspacesError(f"unknown split {split!r}; choose one of {', '.join(kg.splits)}")
+    return split
+
+
 def build_model(
     model: str,
     arch: str,
@@ -110,6 +118,8 @@ def train_pipeline(
         raise SubspacesError("--head-lr is for fine-tuning a tri-encoder (its head beside the encoder); use --lr otherwise")
     seed_everything(seed)
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)
+    if evaluate_split:
+        evaluate_split = _split_name(kg, evaluate_split)  # checked before training, not after it
     texts = KGCTexts.build(kg, neighbour_names)
     kgc_model = build_model(model, arch, head, rank, max_length=max_length, shared_encoder=shared_encoder, device=device)
     examples = kg.with_inverses("train")
@@ -205,9 +215,7 @@ def evaluate_model(
         if dataset is None:
             raise SubspacesError("name the dataset (--dataset wn18rr|fb15k237): the model folder does not record one")
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)  # bad data fails before a model loads
-    split = {"validation": "valid"}.get(split, split)  # the name the conditional tasks use for it
-    if split not in kg.splits:
-        raise SubspacesError(f"unknown split {split!r}; choose one of {', '.join(kg.splits)}")
+    split = _split_name(kg, split)
     if isinstance(model, (BiEncoderKGC, TriEncoderKGC)):
         kgc_model = model
     elif is_folder:

@@ -4,7 +4,8 @@ SimKGC appends the names of up to 10 training neighbours to descriptions under 2
 That is what gives FB15k-237 entities, which have no descriptions here, something beyond their name. During
 fine-tuning SimKGC leaves the example's own tail out of the head's neighbours (it would leak the label); a text
 per *entity*, which is what can be cached, cannot do that, so :func:`entity_texts` takes the test-time view (all
-training neighbours) and :func:`entity_text` takes ``exclude`` for the per-example view.
+training neighbours) and :func:`entity_text` takes ``exclude`` for the per-example view. :class:`KGCTexts` holds a
+graph's entity and relation texts for the models; :func:`neighbour_graph` decides whether neighbour names are used.
 """
 
 from __future__ import annotations

@@ -19,8 +19,9 @@ from subspaces.errors import DimensionError, ModelNotFoundError, SubspacesError
 from subspaces.models import registry
 from subspaces.models.pooling import LAYER_POOLERS, POOLERS, SimCSEPooling
 
-# Nothing here reaches for the hub: names resolve to local folders (or fail) before anything loads, and
-# saved folders load with local_files_only. The command line also sets HF_HUB_OFFLINE for its process.
+# Nothing here reaches for the hub: names resolve to local folders (or fail) before anything loads, saved
+# folders load with local_files_only, and every model built here has local-only model-card data (else saving
+# one looks its base model up on the hub). The command line also sets HF_HUB_OFFLINE for its process.
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 
@@ -76,6 +77,12 @@ def load_encoder(
         model = with_pooler(model, pooler, mlp_only_train=mlp_only_train)
     if max_seq_length is not None:
         model.max_seq_length = max_seq_length
+    return local_only(model)
+
+
+def local_only(model: SentenceTransformer) -> SentenceTransformer:
+    """Keep the model card from looking anything up on the hub when the model is saved."""
+    model.model_card_data.local_files_only = True
     return model
 
 
@@ -128,7 +135,7 @@ def portable(model: SentenceTransformer) -> SentenceTransformer:
         dense = Dense(pooling.hidden_size, pooling.hidden_size, activation_function=torch.nn.Tanh())
         dense.linear.load_state_dict(pooling.mlp[0].state_dict())
         new.append(dense)
-    return SentenceTransformer(modules=[*new, *modules[2:]], device=str(model.device))
+    return local_only(SentenceTransformer(modules=[*new, *modules[2:]], device=str(model.device)))
 
 
 def _make_pooler(transformer: Transformer, pooler: str, mlp_only_train: bool = False):
@@ -147,8 +154,9 @@ def with_pooler(model: SentenceTransformer, pooler: str, *, mlp_only_train: bool
     if not isinstance(transformer, Transformer):
         raise SubspacesError(f"pooler {pooler!r} needs a transformer encoder, got {type(transformer).__name__}")
     rest = modules[2:] if len(modules) > 1 and isinstance(modules[1], (Pooling, SimCSEPooling)) else modules[1:]
-    new = SentenceTransformer(modules=[transformer, _make_pooler(transformer, pooler, mlp_only_train), *rest], device=str(model.device))
-    return new
+    return local_only(SentenceTransformer(
+        modules=[transformer, _make_pooler(transformer, pooler, mlp_only_train), *rest], device=str(model.device)
+    ))
 
 
 def check_finite(embeddings: np.ndarray | torch.Tensor, what: str = "embeddings") -> None:
@@ -171,8 +179,7 @@ def embed_with_grad(model: SentenceTransformer, texts: Sequence) -> torch.Tensor
     """Forward ``texts`` (strings or (text, text) pairs) keeping gradients, for training; :func:`encode` is for
     inference. Inputs are truncated to the model's ``max_seq_length``."""
     features = model.preprocess(list(texts))
-    device = next(model.parameters()).device
-    features = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
+    features = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
     return model(features)["sentence_embedding"]
 
 
@@ -256,4 +263,4 @@ def build_random_bert(
     bert.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     transformer = Transformer(str(folder), max_seq_length=max_position)
-    return SentenceTransformer(modules=[transformer, _make_pooler(transformer, pooler, mlp_only_train)], device="cpu")
+    return local_only(SentenceTransformer(modules=[transformer, _make_pooler(transformer, pooler, mlp_only_train)], device="cpu"))

@@ -103,6 +103,8 @@ def convert_onnx_bert(
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
+    from subspaces.models.encoder import local_only
+
     weights = read_onnx_bert(onnx_path)
     sd = weights.state_dict
     vocab, hidden = sd["embeddings.word_embeddings.weight"].shape
@@ -135,7 +137,7 @@ def convert_onnx_bert(
         modules = [transformer, Pooling(hidden, pooling_mode=pooling_mode)]
         if normalize:
             modules.append(Normalize())
-        SentenceTransformer(modules=modules, device="cpu").save(str(build / "model"))
+        local_only(SentenceTransformer(modules=modules, device="cpu")).save(str(build / "model"))
         if target.exists():
             shutil.rmtree(target)
         os.replace(build / "model", target)

@@ -29,6 +29,8 @@ def convert_wordllama(
     from sentence_transformers.sentence_transformer.modules import StaticEmbedding
     from tokenizers import Tokenizer
 
+    from subspaces.models.encoder import local_only
+
     with safe_open(str(weights_path), framework="np", device="cpu") as handle:
         table = handle.get_tensor("embedding.weight").astype("float32")
     if truncate_dim is not None:
@@ -41,7 +43,7 @@ def convert_wordllama(
     target.parent.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        SentenceTransformer(modules=[module], device="cpu").save(str(build / "model"))
+        local_only(SentenceTransformer(modules=[module], device="cpu")).save(str(build / "model"))
         if target.exists():
             shutil.rmtree(target)
         os.replace(build / "model", target)
