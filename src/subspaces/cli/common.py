@@ -93,12 +93,22 @@ def parse_dims(text: str, full: int | None = None) -> list[int | None]:
 
 
 def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
+    """A rich table; floats shown with two decimals; columns of numbers right-aligned, text left."""
+    cells = [[f"{v:.2f}" if isinstance(v, float) else str(v) for v in r] for r in rows]
     t = Table(title=title)
-    for c in columns:
-        t.add_column(c, justify="right" if c not in (columns[0],) else "left")
-    for r in rows:
-        t.add_row(*[f"{v:.2f}" if isinstance(v, float) else str(v) for v in r])
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="right" if i > 0 and all(_numeric(r[i]) for r in cells if i < len(r)) else "left")
+    for r in cells:
+        t.add_row(*r)
     return t
+
+
+def _numeric(cell: str) -> bool:
+    try:
+        float(cell.rstrip("%"))
+    except ValueError:
+        return cell in ("-", "n/a", "nan")
+    return True
 
 
 def parse_numbers(text: str | None, what: str, kind: type = float) -> list[Any] | None:
