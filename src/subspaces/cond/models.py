@@ -31,15 +31,10 @@ from torch import nn
 from subspaces.cache import LRUCache, content_key
 from subspaces.errors import ModelNotFoundError, SubspacesError
 from subspaces.io import atomic_path, save_json
+from subspaces.models.forward import embed_with_grad
 from subspaces.models.heads import ConditionHead, head_from_config, make_head
 
 ARCHS = ("tri", "bi")
-
-
-def _embed_with_grad(encoder: Any, texts: Sequence[Any]) -> torch.Tensor:
-    from subspaces.models.encoder import embed_with_grad  # here, not at import: it loads sentence-transformers
-
-    return embed_with_grad(encoder, texts)
 CONFIG_NAME = "cond_config.json"
 DEFAULT_CACHE_BYTES = 512 * 2**20
 
@@ -222,13 +217,13 @@ class TriEncoder(ConditionalModel):
     def embed_sentences(self, texts: Sequence[str]) -> torch.Tensor:
         if self._uses_cache():
             return _embed_cached(self.encoder, self.sentence_cache, "sentence", texts, self.encode_batch_size)
-        return _embed_with_grad(self.encoder, texts)
+        return embed_with_grad(self.encoder, texts)
 
     def embed_conditions(self, texts: Sequence[str]) -> torch.Tensor:
         encoder = self.condition_encoder if self.condition_encoder is not None else self.encoder
         if self._uses_cache():
             return _embed_cached(encoder, self.condition_cache, "condition", texts, self.encode_batch_size)
-        return _embed_with_grad(encoder, texts)
+        return embed_with_grad(encoder, texts)
 
     def condition_params(self, conditions: Sequence[str]) -> tuple[torch.Tensor, ...]:
         """The head's per-condition parameters (e.g. ``W1, W2``), row-aligned with ``conditions``.
@@ -296,7 +291,7 @@ class BiEncoder(ConditionalModel):
         if self.freeze_encoder or not self.training:
             emb = _embed_cached(self.encoder, self.pair_cache, "sentence+condition", texts, self.encode_batch_size)
         else:
-            emb = _embed_with_grad(self.encoder, texts)
+            emb = embed_with_grad(self.encoder, texts)
         n = len(s1)
         return emb[:n], emb[n:]
 

@@ -26,15 +26,10 @@ from torch import nn
 from subspaces.errors import ModelNotFoundError, SubspacesError
 from subspaces.io import atomic_path, save_json
 from subspaces.kgc.texts import KGCTexts
+from subspaces.models.forward import embed_with_grad
 
 ARCHS = ("bi", "tri")
 CONFIG_NAME = "kgc_model.json"
-
-
-def _embed_with_grad(encoder, texts) -> torch.Tensor:
-    from subspaces.models.encoder import embed_with_grad  # here, not at import: it loads sentence-transformers
-
-    return embed_with_grad(encoder, texts)
 
 
 class BiEncoderKGC(nn.Module):
@@ -59,9 +54,9 @@ class BiEncoderKGC(nn.Module):
         ]
 
     def embed_batch(self, triples: np.ndarray, kg_texts: KGCTexts) -> tuple[torch.Tensor, ...]:
-        hr = _embed_with_grad(self.hr_encoder, self.query_inputs(kg_texts, triples, training=True))
-        tails = _embed_with_grad(self.tail_encoder, [kg_texts.entities[t] for t in triples[:, 2]])
-        heads = _embed_with_grad(self.tail_encoder, [kg_texts.entities[h] for h in triples[:, 0]])
+        hr = embed_with_grad(self.hr_encoder, self.query_inputs(kg_texts, triples, training=True))
+        tails = embed_with_grad(self.tail_encoder, [kg_texts.entities[t] for t in triples[:, 2]])
+        heads = embed_with_grad(self.tail_encoder, [kg_texts.entities[h] for h in triples[:, 0]])
         return hr, tails, heads
 
     def save(self, folder: str | Path, extra: dict | None = None) -> None:
@@ -119,7 +114,7 @@ class TriEncoderKGC(nn.Module):
         # One backbone pass over the batch's distinct entities and relations (shared, as in a tri-encoder).
         entities = sorted(set(triples[:, 0].tolist()) | set(triples[:, 2].tolist()))
         relations = sorted(set(triples[:, 1].tolist()))
-        vectors = _embed_with_grad(self.encoder, [kg_texts.entities[e] for e in entities] + [kg_texts.relations[r] for r in relations])
+        vectors = embed_with_grad(self.encoder, [kg_texts.entities[e] for e in entities] + [kg_texts.relations[r] for r in relations])
         e_row = {e: i for i, e in enumerate(entities)}
         r_row = {r: len(entities) + i for i, r in enumerate(relations)}
         heads = vectors[[e_row[h] for h in triples[:, 0].tolist()]]

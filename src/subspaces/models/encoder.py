@@ -175,14 +175,6 @@ def truncate_and_normalize(embeddings: torch.Tensor, dim: int | None = None, nor
     return torch.nn.functional.normalize(embeddings, dim=-1) if normalize else embeddings
 
 
-def embed_with_grad(model: SentenceTransformer, texts: Sequence) -> torch.Tensor:
-    """Forward ``texts`` (strings or (text, text) pairs) keeping gradients, for training; :func:`encode` is for
-    inference. Inputs are truncated to the model's ``max_seq_length``."""
-    features = model.preprocess(list(texts))
-    features = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
-    return model(features)["sentence_embedding"]
-
-
 def encode(
     model: SentenceTransformer,
     texts: Sequence[str],
