@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from subspaces.align.preprocess import check_embeddings
-from subspaces.errors import DataError, SubspacesError
+from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.io import atomic_path, iter_parquet_embeddings, read_embedding_file
 
 
@@ -94,10 +94,14 @@ def apply_to_file(
             tqdm(total=n, desc="mapping", unit="row", disable=not progress) as bar:
         start = 0
         for chunk in chunks:
-            # Checked here, not only in transform, so an error names the row in the file, not in the chunk.
-            rows = f"{in_path}, rows {start}..{start + len(chunk) - 1}"
-            chunk = check_embeddings(chunk, rows, dim=aligner.n_features_in_, row_offset=start)
-            write(start, aligner.transform(chunk, centered=centered))
+            try:
+                mapped = aligner.transform(chunk, centered=centered)
+            except DimensionError:
+                # transform numbers rows within the chunk; checked again (only on failure) to name them in the file.
+                where = f"{in_path}, rows {start}..{start + len(chunk) - 1}"
+                check_embeddings(chunk, where, dim=aligner.n_features_in_, row_offset=start)
+                raise
+            write(start, mapped)
             start += len(chunk)
             bar.update(len(chunk))
     return n
