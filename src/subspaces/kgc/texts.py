@@ -48,8 +48,7 @@ def neighbour_graph(kg: KnowledgeGraph, neighbour_names: bool | None = None) -> 
 
 def entity_texts(kg: KnowledgeGraph, neighbour_names: bool | None = None) -> list[str]:
     """One text per entity (the test-time view: all training neighbours); see :func:`neighbour_graph`."""
-    graph = neighbour_graph(kg, neighbour_names)
-    return [entity_text(kg, e, graph) for e in range(kg.num_entities)]
+    return KGCTexts.build(kg, neighbour_names).entities
 
 
 @dataclass
@@ -67,6 +66,7 @@ class KGCTexts:
 
     @classmethod
     def build(cls, kg: KnowledgeGraph, neighbour_names: bool | None = None) -> KGCTexts:
+        """Entity texts (the test-time view), relation names, and the link graph if neighbour names are used."""
         graph = neighbour_graph(kg, neighbour_names)
         return cls(kg, [entity_text(kg, e, graph) for e in range(kg.num_entities)], kg.relation_texts(), graph)
 

@@ -102,19 +102,23 @@ def _trust_own_modules(path: Path) -> bool:
         raise ModelNotFoundError(f"{path / 'modules.json'} is unreadable: {exc}") from exc
     if not any(t.startswith("subspaces.") for t in types):
         return False  # sentence-transformers' own modules load without the flag
-    def declares_code(config: Path) -> bool:
-        try:
-            return "auto_map" in json.loads(config.read_text())
-        except (OSError, ValueError, TypeError):
-            return False  # transformers will say what is wrong with it
-
-    ships_code = any(path.rglob("*.py")) or any(declares_code(c) for c in path.rglob("config.json"))
+    ships_code = any(path.rglob("*.py")) or any(_declares_code(c) for c in path.rglob("config.json"))
     if ships_code or not all(t.startswith(("sentence_transformers.", "subspaces.")) for t in types):
         raise ModelNotFoundError(
             f"{path} ships its own code (Python files, auto_map, or foreign module types); subspaces will not run "
             "it. If you trust it, load it with SentenceTransformer(path, trust_remote_code=True) and pass the model."
         )
     return True
+
+
+def _declares_code(config: Path) -> bool:
+    """Whether a transformers ``config.json`` points at Python code of its own (``auto_map``)."""
+    import json
+
+    try:
+        return "auto_map" in json.loads(config.read_text())
+    except (OSError, ValueError, TypeError):
+        return False  # transformers will say what is wrong with it
 
 
 def portable(model: SentenceTransformer) -> SentenceTransformer:

@@ -199,7 +199,7 @@ def train(
                 f"resume with the same settings or pass --no-resume"
             )
         stored = state.get("fingerprint", fingerprint)  # checkpoints from before fingerprints: batch check only
-        differ = sorted({*stored, *fingerprint} - {k for k in fingerprint if stored.get(k) == fingerprint[k]})
+        differ = sorted(k for k in {*stored, *fingerprint} if stored.get(k) != fingerprint.get(k))
         if differ:
             raise SubspacesError(
                 f"{ckpt_path} belongs to another run (it differs in: {', '.join(differ)}); resume with the same "
