@@ -104,12 +104,17 @@ def embed_pool(pool: str, size: int, seed: int, n_eval: int, models: list[str], 
     return folder
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
+    """--pool, --size, --n-eval, --seed: which cached pool a script reads (or this one builds)."""
     parser.add_argument("--pool", choices=["wordnet", "tweets"], required=True)
     parser.add_argument("--size", type=int, default=40_000)
     parser.add_argument("--n-eval", type=int, default=8192)
     parser.add_argument("--seed", type=int, default=0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_pool_arguments(parser)
     parser.add_argument("--models", default="minilm-l6,paraphrase-l3,wordllama")
     args = parser.parse_args()
     embed_pool(args.pool, args.size, args.seed, args.n_eval, args.models.split(","))

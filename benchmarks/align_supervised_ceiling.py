@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from align_pools import SOURCE_MODEL, load_centered, pool_folder, pool_texts, split  # noqa: E402
+from align_pools import SOURCE_MODEL, add_pool_arguments, load_centered, pool_folder, pool_texts, split  # noqa: E402
 
 from subspaces.align.metrics import cross_fitted_oracle, oracle_procrustes, retrieval_metrics  # noqa: E402
 from subspaces.align.preprocess import center_normalize, normalize_rows  # noqa: E402
@@ -48,10 +48,7 @@ def target_on_source_half(pool: str, size: int, seed: int, n_eval: int, target: 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pool", choices=["wordnet", "tweets"], required=True)
-    parser.add_argument("--size", type=int, default=40_000)
-    parser.add_argument("--n-eval", type=int, default=8192)
-    parser.add_argument("--seed", type=int, default=0)
+    add_pool_arguments(parser)
     parser.add_argument("--target", required=True)
     parser.add_argument("--pairs", default="1024,2048,4096,8192,16384,all", help="numbers of training pairs to fit on (more than the pool holds are skipped)")
     parser.add_argument("--output", type=Path)
