@@ -1,0 +1,66 @@
+"""The evaluator contract, in the spirit of sentence-transformers' ``SentenceEvaluator``.
+
+An evaluator is a callable ``evaluator(model) -> dict[str, float]`` naming one of its keys as the
+``primary_metric`` (the one that decides the best model) and whether larger is better. ``check()`` loads or
+validates what the evaluator will need, so a missing data set is reported before training, not after it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Evaluator:
+    """Base class: subclasses set ``primary_metric`` (and ``greater_is_better``) and implement ``__call__``."""
+
+    primary_metric: str = "score"
+    greater_is_better: bool = True
+
+    def __call__(self, model: Any) -> dict[str, float]:
+        raise NotImplementedError
+
+    def check(self) -> None:
+        """Raise a user error now if an input the evaluation needs is missing (default: nothing to check)."""
+
+    def score(self, metrics: dict[str, float]) -> float:
+        """The primary metric of a result; a clear error if the evaluator did not return it."""
+        from subspaces.errors import SubspacesError
+
+        if self.primary_metric not in metrics:
+            raise SubspacesError(
+                f"{type(self).__name__} returned {sorted(metrics)} without its primary metric {self.primary_metric!r}"
+            )
+        return float(metrics[self.primary_metric])
+
+    def is_better(self, score: float, best: float | None) -> bool:
+        if best is None:
+            return True
+        return score > best if self.greater_is_better else score < best
+
+
+class FunctionEvaluator(Evaluator):
+    """Wrap a plain ``model -> float | dict`` function (a float becomes ``{name: value}``)."""
+
+    def __init__(self, function: Any, primary_metric: str = "score", greater_is_better: bool = True) -> None:
+        self.function = function
+        self.primary_metric = primary_metric
+        self.greater_is_better = greater_is_better
+
+    def __call__(self, model: Any) -> dict[str, float]:
+        result = self.function(model)
+        if isinstance(result, dict):
+            return {k: float(v) for k, v in result.items()}
+        return {self.primary_metric: float(result)}
+
+    def check(self) -> None:
+        if hasattr(self.function, "check"):
+            self.function.check()
+
+
+def as_evaluator(evaluator: Any) -> Evaluator | None:
+    """An :class:`Evaluator` as is; a plain callable wrapped in :class:`FunctionEvaluator`; None stays None."""
+    if evaluator is None or isinstance(evaluator, Evaluator):
+        return evaluator
+    if hasattr(evaluator, "primary_metric"):  # duck-typed evaluators (e.g. from another package) keep their metric
+        return FunctionEvaluator(evaluator, evaluator.primary_metric, getattr(evaluator, "greater_is_better", True))
+    return FunctionEvaluator(evaluator)

@@ -1,0 +1,90 @@
+"""The output folder of a training run: whose it is, what the run wrote into it, and how a model is swapped in.
+
+A run writes ``checkpoint.pt``, ``trainer_state.json``, the model's files, and ``.subspaces-run.json`` (the list
+of the names it wrote). A folder is "a run of ours" when it holds one of those. Into anything else (a folder of
+the user's files) a run writes only with ``overwrite``, and a model save never replaces a file or folder the run
+did not write, unless ``overwrite`` allows it. Files are never deleted, only replaced by the run's new version.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from subspaces.errors import SubspacesError
+from subspaces.io import save_json
+
+MANIFEST = ".subspaces-run.json"
+CHECKPOINT = "checkpoint.pt"
+STATE = "trainer_state.json"
+STAGING = ".model-saving"  # the next model is written here, then moved into place file by file
+RUN_FILES = (CHECKPOINT, STATE, MANIFEST)
+
+
+def is_run_folder(folder: Path) -> bool:
+    return any((folder / name).exists() for name in RUN_FILES)
+
+
+def check_output_dir(folder: str | Path, overwrite: bool = False) -> None:
+    """Refuse a file, or a non-empty folder that is not a run of ours (unless ``overwrite``). Writes nothing."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise SubspacesError(f"--output {folder} is a file; name a folder for the run")
+    if not folder.is_dir() or overwrite or is_run_folder(folder):
+        return
+    entries = sorted(p.name for p in folder.iterdir())
+    if entries:
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        raise SubspacesError(
+            f"--output {folder} holds {len(entries)} entries that are not a subspaces run ({shown}); choose a new "
+            "or empty folder, or pass --overwrite to write into it (the run then replaces only the names it writes)"
+        )
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Delete what an earlier run of ours left half-written when it was killed (SIGKILL, power loss)."""
+    stale = [p for name in RUN_FILES for p in folder.glob(f".{name}.*.tmp*")]  # subspaces.io.atomic_path's names
+    for path in stale:
+        path.unlink(missing_ok=True)
+    if (folder / STAGING).is_dir():
+        stale.append(folder / STAGING)
+        shutil.rmtree(folder / STAGING)
+    return stale
+
+
+def written_names(folder: Path) -> set[str]:
+    try:
+        return set(json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+
+
+def save_model_files(folder: Path, write: Callable[[Path], None], *, overwrite: bool = False) -> None:
+    """Run ``write(staging)`` and move what it wrote into ``folder``, one entry at a time.
+
+    An interrupt leaves each entry whole (the old one or the new one). An entry of that name that the run did not
+    write is a user's file: refused (nothing is moved) unless ``overwrite``.
+    """
+    staging = folder / STAGING
+    if staging.exists():
+        shutil.rmtree(staging)
+    write(staging)
+    produced = sorted(p.name for p in staging.iterdir())
+    ours = written_names(folder)
+    foreign = [name for name in produced if (folder / name).exists() and name not in ours]
+    if foreign and not overwrite:
+        shutil.rmtree(staging)
+        raise SubspacesError(
+            f"{folder} holds {', '.join(foreign)}, not written by this run; the model was not saved over them "
+            "(move them away, or pass --overwrite)"
+        )
+    # The manifest first: a crash after it only claims names that are about to be ours.
+    save_json(folder / MANIFEST, {"files": sorted(ours | set(produced))})
+    for item in staging.iterdir():
+        dest = folder / item.name
+        if dest.is_dir() and not dest.is_symlink():
+            shutil.rmtree(dest)
+        item.replace(dest)
+    staging.rmdir()

@@ -1,0 +1,284 @@
+"""The training engine (subspaces.train.engine.fit) on a toy module, and the guards every recipe relies on."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from subspaces.errors import SubspacesError
+from subspaces.eval.base import Evaluator
+from subspaces.train.engine import FitConfig, fit
+
+
+class Toy:
+    """A seeded regression batch source: batch(epoch, index) depends only on (seed, epoch, index)."""
+
+    batch_size = 4
+
+    def __init__(self, n: int = 32, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, 3, generator=g)
+        self.y = self.x @ torch.tensor([[1.0], [-2.0], [0.5]])
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.x) // self.batch_size
+
+    def batch(self, epoch: int, index: int):
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.x))
+        idx = order[index * self.batch_size : (index + 1) * self.batch_size]
+        return self.x[idx], self.y[idx]
+
+    def fingerprint(self) -> str:
+        return f"toy {len(self.x)} {self.seed}"
+
+
+def _model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.Dropout(0.3), torch.nn.Linear(16, 1))
+
+
+def _step(model, stop_at: int | None = None):
+    calls = {"n": 0}
+
+    def step(batch):
+        x, y = batch
+        loss = ((model(x) - y) ** 2).mean()  # the forward draws dropout masks
+        calls["n"] += 1
+        if stop_at is not None and calls["n"] == stop_at:
+            raise KeyboardInterrupt  # Ctrl-C in the middle of a step, after its random numbers were drawn
+        return loss
+
+    return step
+
+
+def _config(out=None, **kw) -> FitConfig:
+    base = {
+        "output_dir": None if out is None else str(out),
+        "lr": 1e-2,
+        "max_steps": 12,
+        "eval_steps": 0,
+        "save_steps": 0,
+        "show_progress": False,
+    }
+    base.update(kw)
+    return FitConfig(**base)
+
+
+class Scripted(Evaluator):
+    """Returns a scripted sequence of scores (one per call)."""
+
+    primary_metric = "acc"
+
+    def __init__(self, scores, greater_is_better: bool = True) -> None:
+        self.scores = list(scores)
+        self.greater_is_better = greater_is_better
+        self.calls = 0
+
+    def __call__(self, model) -> dict[str, float]:
+        self.calls += 1
+        return {"acc": self.scores[self.calls - 1], "other": -1.0}
+
+
+def test_resume_after_ctrl_c_mid_step_gives_exactly_the_uninterrupted_weights(tmp_path):
+    straight = _model()
+    fit(straight, _step(straight), Toy(), _config(tmp_path / "a", save_steps=100))
+
+    interrupted = _model()
+    with pytest.raises(KeyboardInterrupt):  # interrupted during the forward of step 8 (7 done)
+        fit(interrupted, _step(interrupted, stop_at=8), Toy(), _config(tmp_path / "b", save_steps=100))
+    assert torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)["step"] == 7
+    resumed = _model()
+    result = fit(resumed, _step(resumed), Toy(), _config(tmp_path / "b", save_steps=100))
+    assert result.resumed_from == 7 and result.steps == 12
+    for (name, p), q in zip(straight.named_parameters(), resumed.parameters(), strict=True):
+        assert torch.equal(p, q), name
+
+
+def test_evaluation_does_not_move_the_training_random_numbers():
+    """A run that evaluates (with an evaluator drawing random numbers) trains as one that does not evaluate."""
+    plain = _model()
+    fit(plain, _step(plain), Toy(), _config())
+
+    class Noisy(Scripted):
+        def __call__(self, model):
+            torch.rand(3), np.random.rand()  # noqa: NPY002 - the global state is the point, __import__("random").random()
+            return super().__call__(model)
+
+    evaluated = _model()  # rising scores: the best state is the last one
+    fit(evaluated, _step(evaluated), Toy(), _config(eval_steps=3), Noisy([1.0, 2.0, 3.0, 4.0]))
+    for p, q in zip(plain.parameters(), evaluated.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_model_is_saved_only_when_the_primary_metric_improves(tmp_path):
+    saves = []
+    model = _model()
+    evaluator = Scripted([1.0, 3.0, 2.0, 5.0])  # evaluations at steps 3, 6, 9 and the end (12)
+
+    def save_model(folder):
+        folder.mkdir(parents=True)
+        (folder / "weights.pt").write_bytes(b"x")
+        saves.append(len(saves))
+
+    result = fit(model, _step(model), Toy(), _config(tmp_path / "run", eval_steps=3), evaluator, save_model=save_model)
+    assert evaluator.calls == 4
+    assert len(saves) == 3  # at 1.0, 3.0 and 5.0; not at 2.0
+    assert result.best_score == 5.0 and result.best_step == 12
+    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    assert [e["eval"]["acc"] for e in state["history"] if "eval" in e] == [1.0, 3.0, 2.0, 5.0]
+
+
+def test_lower_is_better_and_best_state_is_restored_in_memory():
+    model = _model()
+    snapshots = []
+
+    class Loss(Scripted):
+        def __call__(self, m):
+            snapshots.append([p.detach().clone() for p in m.parameters()])
+            return super().__call__(m)
+
+    result = fit(model, _step(model), Toy(), _config(eval_steps=3), Loss([4.0, 1.0, 2.0, 3.0], greater_is_better=False))
+    assert result.best_score == 1.0 and result.best_step == 6
+    for p, q in zip(model.parameters(), snapshots[1], strict=True):
+        assert torch.equal(p, q)
+
+
+def test_optimiser_steps_and_frozen_parameters_stay():
+    model = _model()
+    model[0].weight.requires_grad_(False)
+    before = [p.detach().clone() for p in model.parameters()]
+    fit(model, _step(model), Toy(), _config(max_steps=2))
+    after = list(model.parameters())
+    assert torch.equal(before[0], after[0])
+    assert all(not torch.equal(a, b) for a, b in zip(before[1:], after[1:], strict=True))
+
+
+def test_nothing_to_train_is_refused():
+    model = _model()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    with pytest.raises(SubspacesError, match="nothing to train"):
+        fit(model, _step(model), Toy(), _config())
+
+
+def test_param_groups_keep_their_own_lr():
+    model = _model()
+    groups = [{"params": model[0].parameters(), "lr": 0.0}, {"params": model[2].parameters(), "lr": 1e-2}]
+    first = model[0].weight.detach().clone()
+    fit(model, _step(model), Toy(), _config(max_steps=3), param_groups=groups)
+    assert torch.equal(first, model[0].weight)
+
+
+def test_nan_loss_is_a_user_error_with_a_checkpoint(tmp_path):
+    model = _model()
+    with pytest.raises(SubspacesError, match="loss became nan at step 0"):
+        fit(model, lambda b: torch.tensor(float("nan"), requires_grad=True), Toy(), _config(tmp_path / "n"))
+    assert (tmp_path / "n" / "checkpoint.pt").is_file()
+
+
+def test_rerun_of_a_finished_run_says_so_and_a_longer_run_extends_it(tmp_path):
+    model = _model()
+    fit(model, _step(model), Toy(), _config(tmp_path / "r", max_steps=4))
+    again = fit(_model(), _step(model), Toy(), _config(tmp_path / "r", max_steps=4))
+    assert again.already_complete and again.steps == 4 and again.resumed_from == 4
+    longer_model = _model()
+    longer = fit(longer_model, _step(longer_model), Toy(), _config(tmp_path / "r", max_steps=9))
+    assert longer.resumed_from == 4 and longer.steps == 9 and longer.extended_from == 4
+    assert longer.history[-1]["lr"] == 0.0  # the schedule was re-planned to end at the new total
+    assert not longer.already_complete
+
+
+def test_resume_into_another_run_is_refused(tmp_path):
+    model = _model()
+    fit(model, _step(model), Toy(), _config(tmp_path / "r", max_steps=2), settings={"batch_size": 4})
+    for kw, settings, data, what in (
+        ({"lr": 0.5}, {"batch_size": 4}, Toy(), "setting lr"),
+        ({}, {"batch_size": 8}, Toy(), "setting batch_size"),
+        ({}, {"batch_size": 4}, Toy(seed=1), "data"),
+    ):
+        with pytest.raises(SubspacesError, match=f"differs in: .*{what}"):
+            fit(_model(), _step(model), data, _config(tmp_path / "r", max_steps=3, **kw), settings=settings)
+
+
+def test_a_folder_of_the_users_files_is_refused_and_left_alone(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "README.md").write_text("my notes")
+    model = _model()
+    with pytest.raises(SubspacesError, match="not a subspaces run.*--overwrite"):
+        fit(model, _step(model), Toy(), _config(folder))
+    assert sorted(p.name for p in folder.iterdir()) == ["README.md"]
+
+    def save_model(staging):
+        staging.mkdir()
+        (staging / "README.md").write_text("model card")
+        (staging / "model.bin").write_text("weights")
+
+    # --overwrite lets the run write there: it replaces only the names it writes, and deletes nothing.
+    (folder / "keep.txt").write_text("mine")
+    fit(model, _step(model), Toy(), _config(folder, max_steps=1, overwrite=True), save_model=save_model)
+    assert (folder / "README.md").read_text() == "model card" and (folder / "keep.txt").read_text() == "mine"
+
+
+def test_a_file_put_into_our_run_folder_is_not_replaced(tmp_path):
+    model = _model()
+
+    def save_model(staging):
+        staging.mkdir()
+        (staging / "config.json").write_text("{}")
+
+    fit(model, _step(model), Toy(), _config(tmp_path / "r", max_steps=1), save_model=save_model)
+    (tmp_path / "r" / "notes.md").write_text("mine")
+    fit(_model(), _step(model), Toy(), _config(tmp_path / "r", max_steps=2), save_model=save_model)  # ours: replaced
+    assert (tmp_path / "r" / "notes.md").read_text() == "mine"
+
+    def save_notes(staging):
+        staging.mkdir()
+        (staging / "notes.md").write_text("generated")
+
+    with pytest.raises(SubspacesError, match="notes.md, not written by this run"):
+        fit(_model(), _step(model), Toy(), _config(tmp_path / "r", max_steps=3), save_model=save_notes)
+    assert (tmp_path / "r" / "notes.md").read_text() == "mine"
+
+
+def test_stale_temporaries_of_ours_are_removed_on_start(tmp_path):
+    folder = tmp_path / "r"
+    folder.mkdir()
+    (folder / "checkpoint.pt").write_bytes(b"")
+    stale = [folder / ".checkpoint.pt.ab12cd.tmp.pt", folder / ".trainer_state.json.x.tmp.json"]
+    for p in stale:
+        p.write_bytes(b"half")
+    (folder / ".other.tmp").write_bytes(b"not ours")
+    model = _model()
+    fit(model, _step(model), Toy(), _config(folder, max_steps=1, resume=False))
+    assert not any(p.exists() for p in stale)
+    assert (folder / ".other.tmp").exists()
+
+
+def test_evaluator_check_runs_before_anything_is_written_or_trained(tmp_path):
+    class Missing(Evaluator):
+        def __call__(self, model):
+            return {"score": 0.0}
+
+        def check(self):
+            raise SubspacesError("STS-B dev is missing")
+
+    model = _model()
+    steps = []
+    with pytest.raises(SubspacesError, match="STS-B dev is missing"):
+        fit(model, lambda b: steps.append(1) or _step(model)(b), Toy(), _config(tmp_path / "o"), Missing())
+    assert not steps and not (tmp_path / "o").exists()
+
+
+def test_progress_prints_plain_lines_when_not_a_terminal(capsys):
+    from subspaces.progress import Progress
+
+    with Progress(10, "train simcse on wordnet30_examples", interval=0.0) as bar:
+        bar.update(5, loss=0.25)
+    err = capsys.readouterr().err
+    assert "train simcse on wordnet30_examples: 5/10 steps (50%)" in err and "loss=0.25" in err
+    assert "\r" not in err
