@@ -209,7 +209,7 @@ def test_train_frozen_head_on_fixture_and_round_trip(tiny_encoder, tmp_path, obj
 
     task = get_task("csts")
     rows = read_csts(CSTS)
-    model = build_model("tri", tiny_encoder, head="hypernet", rank=4, freeze_encoder=True)
+    model = build_model(tiny_encoder, "tri", head="hypernet", rank=4, freeze_encoder=True)
     before = evaluate(model, task, rows)["metrics"]["mse"]
     enc_before = next(model.encoder.parameters()).detach().clone()
     result = fit(model, task, rows, CondTrainConfig(objective=objective, batch_size=4, epochs=30, lr=1e-2,
@@ -234,7 +234,7 @@ def test_fine_tune_bi_encoder_saves_encoder(tiny_encoder, tmp_path):
 
     task = get_task("csts")
     rows = read_csts(CSTS)
-    model = build_model("bi", tiny_encoder, freeze_encoder=False)
+    model = build_model(tiny_encoder, "bi", freeze_encoder=False)
     before = next(model.encoder.parameters()).detach().clone()
     fit(model, task, rows, CondTrainConfig(batch_size=8, epochs=1, encoder_lr=1e-3, show_progress=False))
     assert not torch.equal(next(model.encoder.parameters()), before)
@@ -256,7 +256,7 @@ def test_auto_rank_is_d_over_12(tiny_encoder):
     from subspaces.models.heads import auto_rank
 
     assert (auto_rank(768), auto_rank(1024), auto_rank(384)) == (64, 85, 32)
-    model = build_model("tri", tiny_encoder, head="hypernet")
+    model = build_model(tiny_encoder, "tri", head="hypernet")
     assert model.head.rank == 3  # d = 32
     with pytest.raises(SubspacesError, match="rank must be"):
-        build_model("tri", tiny_encoder, head="hypernet", rank="big")
+        build_model(tiny_encoder, "tri", head="hypernet", rank="big")

@@ -31,7 +31,7 @@ def test_train_eval_predict(setup):
                               "--head", "hypernet", "--rank", "4", "--objective", "infonce_mse", "--batch-size", "4",
                               "--epochs", "2", "--output", str(out)])
     assert res.exit_code == 0, res.output
-    assert (out / "cond_config.json").is_file() and (out / "train_result.json").is_file()
+    assert (out / "subspaces_model.json").is_file() and (out / "train_result.json").is_file()
     report_path = setup / "report.json"
     res = runner.invoke(app, ["cond", "eval", str(out), "--task", "csts", "--data", str(setup / "csts"),
                               "--split", "validation", "--json", str(report_path)])

@@ -82,11 +82,13 @@ def train_cmd(
                                 freeze_encoder=freeze_encoder, condition_encoder=condition_encoder, data_dir=data,
                                 config=config, max_seq_length=max_seq_length)
     console.print(f"[green]saved[/] {output}  ({summary['sampler']}; {summary['steps']} steps in {summary['train_seconds']:.1f}s)")
+    evaluated = [h for h in summary["history"] if "dev" in h]
+    # Only the metrics the task has (C-STS has no accuracy or AUC): no columns of NaN.
+    keys = [k for k in ("accuracy", "auc", "spearman", "pearson", "mse") if any(k in h["dev"] for h in evaluated)]
     rows = [[h["epoch"], f"{h['loss']:.4f}" if h.get("loss") is not None else "-",
-             *[f"{h['dev'].get(k, float('nan')):.4f}" for k in ("accuracy", "auc", "spearman")]]
-            for h in summary["history"] if "dev" in h]
+             *[f"{h['dev'][k]:.4f}" if k in h["dev"] else "-" for k in keys]] for h in evaluated]
     if rows:
-        out.print(table("validation by epoch", ["epoch", "loss", "accuracy", "auc", "spearman"], rows))
+        out.print(table("validation by epoch", ["epoch", "loss", *keys], rows))
 
 
 @cond_app.command("eval")

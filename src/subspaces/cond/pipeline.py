@@ -31,6 +31,21 @@ def _describe(model: ConditionalModel) -> dict[str, Any]:
     return info
 
 
+def _load_or_zero_shot(path: str | Path) -> ConditionalModel:
+    """A ``cond train`` folder, or a plain encoder (name or folder) as the zero-shot bi-encoder."""
+    from subspaces.errors import ModelNotFoundError
+    from subspaces.models.encoder import resolve_model_path
+    from subspaces.models.folder import is_model_folder
+
+    if is_model_folder(path):
+        return load_model(path)
+    try:
+        resolve_model_path(path)
+    except ModelNotFoundError as exc:
+        raise ModelNotFoundError(f"{path} is not a conditional model folder (from `cond train`) nor an encoder: {exc}") from exc
+    return build_model(str(path), "bi")
+
+
 def train_conditional(
     task: str,
     model: str,
@@ -46,12 +61,17 @@ def train_conditional(
     max_seq_length: int | None = None,
 ) -> dict[str, Any]:
     """Build, train (best state on validation), save to ``output``; returns a JSON-ready summary."""
+    if arch == "bi" and freeze_encoder:
+        raise SubspacesError(
+            "--arch bi with a frozen encoder has nothing to train (the bi-encoder has no head; --head applies to "
+            "--arch tri): pass --fine-tune to train the encoder, or score it zero-shot with `subspaces cond eval MODEL`"
+        )
     spec = get_task(task)
     config = config or CondTrainConfig()
     train_rows = spec.load("train", data_dir)
     dev_rows = spec.load("validation", data_dir)
     start = time.perf_counter()
-    cond_model = build_model(arch, model, head=head, rank=rank, freeze_encoder=freeze_encoder,
+    cond_model = build_model(model, arch, head=head, rank=rank, freeze_encoder=freeze_encoder,
                              condition_encoder=condition_encoder, max_seq_length=max_seq_length, seed=config.seed)
     result = fit(cond_model, spec, train_rows, config, dev_rows=dev_rows)
     seconds = time.perf_counter() - start
@@ -83,13 +103,14 @@ def evaluate_conditional(
     data_dir: str | Path | None = None,
     predictions: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Metrics of a saved model on ``split`` in the issue's JSON shape; optionally the C-STS prediction file.
+    """Metrics of a saved model (or of a plain encoder, zero-shot, as the bi-encoder) on ``split`` in the issue's
+    JSON shape; optionally the C-STS prediction file.
 
     Binary tasks choose the accuracy threshold on the validation split. ``cache`` reports the tri-encoder's /
     bi-encoder's cache over this evaluation (cold at the start), ``seconds`` its wall time.
     """
     spec = get_task(task)
-    model = path if isinstance(path, ConditionalModel) else load_model(path)
+    model = path if isinstance(path, ConditionalModel) else _load_or_zero_shot(path)
     model.clear_caches(reset_stats=True)
     rows = spec.load(split, data_dir)
     seen_keys = model.metadata.get("seen_keys")
@@ -145,8 +166,8 @@ def cache_benchmark(
     spec = get_task(task)
     rows = spec.load(split, data_dir)[:limit]
     models: dict[str, ConditionalModel] = {
-        "bi": load_model(bi) if bi else build_model("bi", model),
-        "tri": load_model(tri) if tri else build_model("tri", model, head="hypernet", rank=rank),
+        "bi": load_model(bi) if bi else build_model(model, "bi"),
+        "tri": load_model(tri) if tri else build_model(model, "tri", head="hypernet", rank=rank),
     }
     s1, s2, c = [r.sentence1 for r in rows], [r.sentence2 for r in rows], [r.condition for r in rows]
     shuffled = [c[i] for i in np.random.default_rng(0).permutation(len(c))]

@@ -2,18 +2,37 @@
 
 C-STS gives every sentence pair twice, under a condition that makes it similar and one that makes it
 dissimilar; the quadruplet and InfoNCE objectives compare the two, so both rows must land in the same batch.
+
+Both samplers are :class:`~subspaces.train.engine.BatchSource`\ s: ``batch(epoch, index)`` is a pure function
+of (seed, epoch, index) -- one fixed shuffle per seed and epoch -- so a resumed run replays the same batches.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
 from subspaces.data.csts import ConditionalPair
 from subspaces.errors import SubspacesError
+
+
+@lru_cache(maxsize=2)
+def _order(seed: int, epoch: int, n: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch]).permutation(n)
+
+
+def _fingerprint(rows: Sequence[ConditionalPair], units: Sequence[object], batch_size: int, seed: int) -> str:
+    digest = hashlib.sha256(f"{batch_size}|{seed}".encode())
+    for unit in units:
+        digest.update(repr(unit).encode())
+    for row in rows:
+        digest.update(f"\x1e{row.sentence1}\x1f{row.sentence2}\x1f{row.condition}\x1f{row.label}".encode())
+    return digest.hexdigest()[:16]
 
 
 def pair_key(row: ConditionalPair) -> tuple[str, str]:
@@ -76,15 +95,18 @@ class PairSampler:
         n, k = len(self.couples), self.pairs_per_batch
         return n // k if self.drop_last else -(-n // k)
 
+    def batch(self, epoch: int, index: int) -> list[int]:
+        """Row indices of batch ``index`` of ``epoch``: ``[hi0, lo0, hi1, lo1, ...]``."""
+        k = self.pairs_per_batch
+        chunk = _order(self.seed, epoch, len(self.couples))[index * k : (index + 1) * k]
+        return [i for c in chunk for i in self.couples[c]]
+
     def epoch(self, epoch: int) -> Iterator[list[int]]:
         """Row indices of each batch of ``epoch`` (a fixed shuffle per seed and epoch)."""
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.couples))
-        k = self.pairs_per_batch
-        for start in range(0, len(order), k):
-            chunk = order[start : start + k]
-            if self.drop_last and len(chunk) < k:
-                break
-            yield [i for c in chunk for i in self.couples[c]]
+        return (self.batch(epoch, i) for i in range(len(self)))
+
+    def fingerprint(self) -> str:
+        return _fingerprint(self.rows, self.couples, self.batch_size, self.seed)
 
     def summary(self) -> str:
         kept = 2 * len(self.couples)
@@ -116,13 +138,15 @@ class RowSampler:
         n, k = len(self.indices), self.batch_size
         return n // k if self.drop_last else -(-n // k)
 
+    def batch(self, epoch: int, index: int) -> list[int]:
+        k = self.batch_size
+        return [self.indices[i] for i in _order(self.seed, epoch, len(self.indices))[index * k : (index + 1) * k]]
+
     def epoch(self, epoch: int) -> Iterator[list[int]]:
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.indices))
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
-            if self.drop_last and len(chunk) < self.batch_size:
-                break
-            yield [self.indices[i] for i in chunk]
+        return (self.batch(epoch, i) for i in range(len(self)))
+
+    def fingerprint(self) -> str:
+        return _fingerprint(self.rows, self.indices, self.batch_size, self.seed)
 
     def summary(self) -> str:
         parts = [f"{len(self.indices)} rows"]

@@ -1,17 +1,15 @@
-"""Train and evaluate conditional similarity models.
+"""Conditional similarity as a task on the shared engine (:func:`subspaces.train.engine.fit`), and its evaluation.
 
-Why not the generic loop of :mod:`subspaces.train.loop`: that one feeds rows of *strings* to an ST loss without
-labels and optimises a SentenceTransformer. Conditional training needs graded labels, (high, low) condition pairs
-kept in one batch, and -- with ``freeze_encoder`` -- no tokenisation at all: every sentence and condition is
-encoded once into the model's content-keyed cache and only the head learns, which makes CPU training take
-seconds. The same loop fine-tunes the encoder when it is not frozen.
-
-The best state on the dev split (by the task's selection metric) is the one kept.
+The task supplies the batches (:mod:`subspaces.cond.sampler`: shuffled rows, or (high, low) condition pairs), a
+step (the model's projections of a batch -> :class:`~subspaces.losses.conditional.ConditionalLoss`) and a dev
+evaluator (:class:`DevEvaluator`, primary metric = the task's selection metric). With ``freeze_encoder`` nothing is
+tokenised during training: every sentence and condition is encoded once into the model's store and only the head
+learns. The state best on the dev split is the one kept.
 """
 
 from __future__ import annotations
 
-import time
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -20,12 +18,15 @@ import numpy as np
 import torch
 
 from subspaces.cond.metrics import choose_threshold, conditional_metrics
-from subspaces.cond.models import ConditionalModel
+from subspaces.cond.models import BiEncoder, ConditionalModel, TriEncoder
 from subspaces.cond.sampler import PairSampler, RowSampler
 from subspaces.cond.tasks import Task
 from subspaces.data.csts import ConditionalPair
 from subspaces.errors import SubspacesError
+from subspaces.eval.base import Evaluator
 from subspaces.losses.conditional import ConditionalLoss
+
+ENCODER_PREFIXES = ("encoder.", "condition_encoder.")
 
 
 @dataclass
@@ -68,14 +69,18 @@ def evaluate(
     dev_rows: Sequence[ConditionalPair] | None = None,
     seen_keys: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Metrics on ``rows`` (overall, seen, unseen) plus the scores; binary tasks pick the threshold on ``dev_rows``."""
+    """Metrics on ``rows`` (overall, seen, unseen) plus the scores.
+
+    Binary tasks score accuracy at a threshold chosen on ``dev_rows`` (never on ``rows`` themselves, unless no
+    dev rows are given: then ``rows`` *are* the dev split, as during training).
+    """
     labelled = [r for r in rows if r.label is not None]
     if not labelled:
         raise SubspacesError("the evaluation split has no gold labels (C-STS's test set is hidden): use --split validation")
     scores = predict(model, labelled)
     threshold = None
     if task.binary:
-        dev = [r for r in (dev_rows if dev_rows is not None else labelled) if r.label is not None]
+        dev = labelled if dev_rows is None else [r for r in dev_rows if r.label is not None]
         dev_scores = scores if dev_rows is None else predict(model, dev)
         threshold = choose_threshold(dev_scores, np.asarray(task.scaled_labels(dev)))
     seen = None
@@ -89,6 +94,37 @@ def evaluate(
     return result
 
 
+class DevEvaluator(Evaluator):
+    """The task's dev metrics of a conditional model; the primary metric is the task's selection metric."""
+
+    greater_is_better = True
+
+    def __init__(self, task: Task, rows: Sequence[ConditionalPair]) -> None:
+        self.task = task
+        self.rows = rows
+        self.primary_metric = task.selection_metric
+
+    def __call__(self, model: ConditionalModel) -> dict[str, float]:
+        return {k: float(v) for k, v in evaluate(model, self.task, self.rows)["metrics"].items()}
+
+
+def param_groups(model: ConditionalModel, config: CondTrainConfig) -> list[dict[str, Any]]:
+    """AdamW groups: the head at ``lr``, the encoders (when they train) at ``encoder_lr``."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    head = [p for n, p in named if not n.startswith(ENCODER_PREFIXES)]
+    encoders = [p for n, p in named if n.startswith(ENCODER_PREFIXES)]
+    return [g for g in ({"params": head, "lr": config.lr}, {"params": encoders, "lr": config.encoder_lr}) if g["params"]]
+
+
+def check_trainable(model: ConditionalModel) -> None:
+    """Refuse a model with nothing to train, saying why (a frozen bi-encoder has no parameters of its own)."""
+    if not any(p.requires_grad for p in model.parameters()):
+        raise SubspacesError(
+            "nothing to train: the bi-encoder has no head (--head does not apply to it), and its encoder is frozen; "
+            "fine-tune it with --fine-tune, or use --arch tri to train a head on the frozen encoder"
+        )
+
+
 def fit(
     model: ConditionalModel,
     task: Task,
@@ -97,8 +133,11 @@ def fit(
     *,
     dev_rows: Sequence[ConditionalPair] | None = None,
 ) -> CondTrainResult:
-    """Train ``model`` on ``train_rows``; keeps the state that scores best on ``dev_rows`` (if given)."""
-    torch.manual_seed(config.seed)
+    """Train ``model`` on ``train_rows`` with the engine; keeps the state that scores best on ``dev_rows`` (if given)."""
+    from subspaces.train.engine import FitConfig
+    from subspaces.train.engine import fit as engine_fit
+
+    check_trainable(model)
     loss_fn = ConditionalLoss(config.objective, temperature=config.temperature, margin=config.margin,
                               in_batch_negatives=config.in_batch_negatives)
     sampler: PairSampler | RowSampler
@@ -108,100 +147,61 @@ def fit(
         sampler = RowSampler(train_rows, config.batch_size, seed=config.seed)
     model.metadata.update({"task": task.name, "label_range": list(task.label_range),
                            "seen_keys": task.seen_keys(train_rows), "objective": config.objective})
-    groups = []
-    head_params = [p for n, p in model.named_parameters() if p.requires_grad and not n.startswith(("encoder.", "condition_encoder."))]
-    enc_params = [p for n, p in model.named_parameters() if p.requires_grad and n.startswith(("encoder.", "condition_encoder."))]
-    if head_params:
-        groups.append({"params": head_params, "lr": config.lr})
-    if enc_params:
-        groups.append({"params": enc_params, "lr": config.encoder_lr})
-    if not groups:
-        # A bi-encoder on a frozen encoder has no parameters: it is the zero-shot baseline.
-        return CondTrainResult(0, 0.0, None, None, sampler.summary())
-    optimizer = torch.optim.AdamW(groups, weight_decay=config.weight_decay)
     labels_all = task.scaled_labels(train_rows)
-
     if model.freeze_encoder:
         _warm_caches(model, train_rows, dev_rows)
 
-    total = len(sampler) * config.epochs
-    if config.max_steps is not None:
-        total = min(total, config.max_steps)
-    progress = None
-    if config.show_progress:
-        from tqdm.auto import tqdm
+    def step(batch: list[int]) -> torch.Tensor:
+        rows = [train_rows[i] for i in batch]
+        z1, z2 = model([r.sentence1 for r in rows], [r.sentence2 for r in rows], [r.condition for r in rows])
+        labels = torch.tensor([labels_all[i] for i in batch], dtype=torch.float32, device=z1.device)
+        return loss_fn(z1, z2, labels)
 
-        progress = tqdm(total=total, desc=f"train {model.arch}", unit="step", dynamic_ncols=True)
-    history: list[dict[str, Any]] = []
-    best_state, best_dev, best_epoch = None, None, None
-    step, start = 0, time.perf_counter()
-    try:
-        for epoch in range(config.epochs):
-            model.train()
-            losses = []
-            for batch in sampler.epoch(epoch):
-                rows = [train_rows[i] for i in batch]
-                labels = torch.tensor([labels_all[i] for i in batch], dtype=torch.float32)
-                z1, z2 = model([r.sentence1 for r in rows], [r.sentence2 for r in rows], [r.condition for r in rows])
-                loss = loss_fn(z1, z2, labels)
-                if not torch.isfinite(loss):
-                    raise SubspacesError(f"loss became {loss.item()} at step {step}; lower --lr")
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_([p for g in groups for p in g["params"]], 1.0)
-                optimizer.step()
-                step += 1
-                losses.append(float(loss.detach()))
-                if progress is not None:
-                    progress.update(1)
-                    progress.set_postfix(loss=f"{np.mean(losses[-50:]):.4f}", epoch=epoch)
-                if step >= total:
-                    break
-            entry: dict[str, Any] = {"epoch": epoch, "step": step, "loss": float(np.mean(losses)) if losses else None}
-            if dev_rows is not None and config.eval_every_epoch:
-                dev = evaluate(model, task, dev_rows)
-                score = float(dev["metrics"].get(task.selection_metric, float("nan")))
-                entry["dev"] = {k: v for k, v in dev["metrics"].items()}
-                if best_dev is None or score > best_dev:
-                    best_dev, best_epoch = score, epoch
-                    best_state = _trainable_state(model)
-            history.append(entry)
-            if step >= total:
-                break
-    finally:
-        if progress is not None:
-            progress.close()
-    seconds = time.perf_counter() - start
-    if best_state is not None:
-        model.load_state_dict(best_state, strict=False)
+    per_epoch = len(sampler)
+    losses: dict[int, list[float]] = defaultdict(list)
+    steps = per_epoch * config.epochs if config.max_steps is None else min(per_epoch * config.epochs, config.max_steps)
+    evaluator = DevEvaluator(task, dev_rows) if dev_rows is not None and config.eval_every_epoch else None
+    settings = {"objective": config.objective, "batch_size": config.batch_size, "encoder_lr": config.encoder_lr,
+                "temperature": config.temperature, "margin": config.margin, "arch": model.arch}
+    fit_config = FitConfig(lr=config.lr, epochs=config.epochs, max_steps=steps, weight_decay=config.weight_decay,
+                           max_grad_norm=1.0, seed=config.seed, eval_steps=None, eval_every_epoch=True,
+                           show_progress=config.show_progress, description=f"train cond {model.arch} on {task.name}")
+    result = engine_fit(model, step, sampler, fit_config, evaluator, param_groups=param_groups(model, config),
+                        settings=settings, callback=lambda done, loss: losses[(done - 1) // per_epoch].append(loss))
     model.eval()
     if model.freeze_encoder:
         _reset_stats(model)  # the cached embeddings stay valid; only training's lookups are forgotten
     else:
         model.clear_caches(reset_stats=True)  # embeddings from mid-training encoders are stale
-    result = CondTrainResult(step, seconds, best_epoch, best_dev, sampler.summary(), history)
-    model.metadata["training"] = {k: v for k, v in asdict(result).items() if k != "history"}
-    return result
+    history = _epoch_history(result.history, losses, per_epoch)
+    best_epoch = None if result.best_step is None else (result.best_step - 1) // per_epoch
+    out = CondTrainResult(result.steps, result.seconds, best_epoch, result.best_score, sampler.summary(), history)
+    model.metadata["training"] = {k: v for k, v in asdict(out).items() if k != "history"}
+    return out
 
 
-def _trainable_state(model: ConditionalModel) -> dict[str, torch.Tensor]:
-    """A copy of the weights training can change (a frozen encoder's are left out: no 90 MB copy per epoch)."""
-    frozen = ("encoder.", "condition_encoder.") if model.freeze_encoder else ()
-    return {k: v.detach().clone() for k, v in model.state_dict().items() if not (frozen and k.startswith(frozen))}
+def _epoch_history(engine_history: list[dict[str, Any]], losses: dict[int, list[float]], per_epoch: int) -> list[dict[str, Any]]:
+    """One entry per epoch: its last step, mean loss and (if evaluated) the dev metrics."""
+    dev = {entry["epoch"]: entry["eval"] for entry in engine_history if "eval" in entry}
+    out = []
+    for epoch in sorted(losses):
+        entry: dict[str, Any] = {"epoch": epoch, "step": epoch * per_epoch + len(losses[epoch]),
+                                 "loss": float(np.mean(losses[epoch]))}
+        if epoch in dev:
+            entry["dev"] = dev[epoch]
+        out.append(entry)
+    return out
 
 
 def _warm_caches(model: ConditionalModel, *splits: Sequence[ConditionalPair] | None) -> None:
     """Encode every distinct text of the splits once, in large batches (the frozen encoder's only pass)."""
-    from subspaces.cond.models import TriEncoder
-
     rows = [r for split in splits if split for r in split]
     if isinstance(model, TriEncoder):
-        sentences = sorted({s for r in rows for s in (r.sentence1, r.sentence2)})
-        model.embed_sentences(sentences)
-        model.embed_conditions(sorted({r.condition for r in rows}))
+        model.embed_sentences(sorted({s for r in rows for s in (r.sentence1, r.sentence2)}), "encoding sentences")
+        model.embed_conditions(sorted({r.condition for r in rows}), "encoding conditions")
     _reset_stats(model)
 
 
-def _reset_stats(model: ConditionalModel) -> None:
+def _reset_stats(model: TriEncoder | BiEncoder) -> None:
     for cache in model.caches().values():
         cache.reset_stats()

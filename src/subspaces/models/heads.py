@@ -76,6 +76,10 @@ class ConditionHead(nn.Module):
         """Apply the per-condition ``params`` (row-aligned with ``sentence_emb``) to the sentences."""
         raise NotImplementedError
 
+    def project_shared(self, sentence_emb: torch.Tensor, params: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """Project rows that all share one condition's ``params`` (each with a batch axis of 1)."""
+        return self.project(sentence_emb, tuple(p.expand(len(sentence_emb), *p.shape[1:]) for p in params))
+
     def forward(self, sentence_emb: torch.Tensor, condition_emb: torch.Tensor) -> torch.Tensor:
         _check_pair(sentence_emb, condition_emb, self.dim)
         return self.project(sentence_emb, self.condition_params(condition_emb))
@@ -182,6 +186,12 @@ class HypernetHead(ConditionHead):
         w1, w2 = params
         return torch.bmm(w1, torch.bmm(w2.transpose(1, 2), s)).squeeze(-1)  # W1 (W2ᵀ s): O(dK), not O(d²)
 
+    def project_shared(self, sentence_emb: torch.Tensor, params: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        # One W_c for every row: two matrix products, (s W2) W1ᵀ, instead of a per-row copy of W_c.
+        if self.rank is None:
+            return sentence_emb @ params[0][0].T
+        return (sentence_emb @ params[1][0]) @ params[0][0].T
+
     def projection_matrix(self, condition_emb: torch.Tensor) -> torch.Tensor:
         params = self.condition_params(condition_emb)
         if self.rank is None:
@@ -191,6 +201,32 @@ class HypernetHead(ConditionHead):
 
     def config(self) -> dict:
         return {**super().config(), "rank": self.rank}
+
+
+def project_grouped(
+    head: ConditionHead,
+    sentence_emb: torch.Tensor,
+    params: tuple[torch.Tensor, ...],
+    index: torch.Tensor,
+    *,
+    max_groups: int = 32,
+    min_rows_per_group: int = 8,
+) -> torch.Tensor:
+    """``head.project(sentence_emb, tuple(p[index] for p in params))`` for ``params`` of *distinct* conditions.
+
+    Row ``i`` is projected under condition ``index[i]``. When few conditions are shared by many rows (a KGC batch:
+    1,024 rows, a few dozen relations) each condition's rows are projected together, instead of copying its
+    parameters (``W1, W2``: 2·d·K floats) once per row.
+    """
+    groups = len(params[0])
+    if groups > max_groups or len(sentence_emb) < min_rows_per_group * groups:
+        return head.project(sentence_emb, tuple(p[index] for p in params))
+    out = sentence_emb.new_empty(len(sentence_emb), head.out_dim)
+    for k in range(groups):
+        rows = (index == k).nonzero(as_tuple=True)[0]
+        if len(rows):
+            out[rows] = head.project_shared(sentence_emb[rows], tuple(p[k : k + 1] for p in params))
+    return out
 
 
 def head_parameter_count(kind: str, dim: int, rank: int | None = 64) -> int:

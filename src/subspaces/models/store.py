@@ -1,0 +1,235 @@
+"""One embedding store for the conditional and KGC models: an in-memory LRU per kind over optional disk shards.
+
+A model's encoders turn texts of a few *kinds* into vectors -- ``sentence`` and ``condition`` for a tri-encoder
+(the same backbone, or a separate condition encoder), a ``pair`` for a bi-encoder that reads ``(text, condition)``.
+The store answers ``store.embed(kind, texts)`` so that every distinct text reaches its encoder once:
+
+* memory: one :class:`~subspaces.cache.LRUCache` per kind, content-keyed, with hit statistics;
+* disk (optional): :class:`EmbeddingShardCache`, shards of distinct texts keyed by the encoder's *weights* and the
+  shard's texts, so a rerun, an interrupted run, or another command on the same encoder and texts encodes nothing,
+  and a fine-tuned encoder never reads a stale vector.
+
+Vectors are float32, as the encoder returns them (not normalised). Texts are strings or ``(text, text_pair)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from subspaces.cache import LRUCache, content_key
+from subspaces.errors import SubspacesError
+
+Text = str | tuple[str, str]
+DEFAULT_MEMORY_BYTES = 512 * 2**20
+ENCODE_CHUNK = 1024  # texts per progress update (sentence-transformers batches within a chunk)
+
+
+def model_fingerprint(model: torch.nn.Module, extra: str = "") -> str:
+    """A hex digest of the model's parameters and buffers (names, shapes, values), its max length and ``extra``.
+
+    Hashing the weights themselves (about 0.2 s for MiniLM) makes the key right for fine-tuned models held
+    only in memory, where a name or path would not be.
+    """
+    digest = hashlib.sha256(extra.encode())
+    digest.update(str(getattr(model, "max_seq_length", "")).encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:24]
+
+
+def texts_key(fingerprint: str, texts: Sequence[Text]) -> str:
+    digest = hashlib.sha256(fingerprint.encode())
+    for text in texts:
+        digest.update(b"\x1e")
+        digest.update("\x1f".join(text).encode() if isinstance(text, tuple) else text.encode())
+    return digest.hexdigest()[:32]
+
+
+def encode_texts(encoder: Any, texts: Sequence[Text], *, batch_size: int = 64, description: str = "encoding",
+                 show_progress: bool = False) -> np.ndarray:
+    """``encoder``'s float32 ``(n, d)`` embeddings of ``texts`` (no gradients), with a named progress display."""
+    from subspaces.models.encoder import encode
+    from subspaces.progress import Progress
+
+    texts = list(texts)
+    if not texts:
+        return np.zeros((0, int(encoder.get_embedding_dimension())), dtype=np.float32)
+    parts = []
+    with Progress(len(texts), description, unit="text", enabled=show_progress) as bar, torch.no_grad():
+        for start in range(0, len(texts), ENCODE_CHUNK):
+            chunk = texts[start : start + ENCODE_CHUNK]
+            parts.append(np.asarray(encode(encoder, chunk, batch_size=batch_size, show_progress=False), dtype=np.float32))
+            bar.update(len(chunk))
+    return np.concatenate(parts)
+
+
+@dataclass
+class ShardStats:
+    """Shards (and texts) read from disk versus encoded in this object's lifetime."""
+
+    hit_shards: int = 0
+    miss_shards: int = 0
+    hit_texts: int = 0
+    miss_texts: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hit_texts + self.miss_texts
+        return self.hit_texts / total if total else 0.0
+
+
+class EmbeddingShardCache:
+    """Encode texts through a disk cache of shards. ``folder=None`` uses ``cache_dir()/kgc-embeddings``.
+
+    Each shard of ``shard_size`` consecutive *distinct* texts is ``<folder>/<fingerprint>/<sha256 of texts>.npy``,
+    written atomically; a damaged shard is recomputed, not trusted.
+    """
+
+    def __init__(self, model: Any, folder: str | Path | None = None, *, shard_size: int = 2048, batch_size: int = 64,
+                 fingerprint: str | None = None, show_progress: bool = True) -> None:
+        from subspaces.config import cache_dir
+
+        self.model = model
+        self.shard_size = shard_size
+        self.batch_size = batch_size
+        self.fingerprint = fingerprint or model_fingerprint(model)
+        root = Path(folder) if folder is not None else cache_dir() / "kgc-embeddings"
+        self.folder = root / self.fingerprint
+        self.show_progress = show_progress
+        self.stats = ShardStats()
+
+    def shard_path(self, texts: Sequence[Text]) -> Path:
+        return self.folder / f"{texts_key(self.fingerprint, texts)}.npy"
+
+    def encode(self, texts: Sequence[Text], description: str = "encoding") -> np.ndarray:
+        """Embeddings of ``texts`` in order, as float32 ``(n, d)``."""
+        from subspaces.io import save_npy
+        from subspaces.progress import Progress
+
+        texts = list(texts)
+        # Shard the distinct texts in first-seen order, so a list with repeats and its deduplicated form (what a
+        # memory cache passes on) share their shards.
+        distinct = list(dict.fromkeys(texts))
+        if len(distinct) < len(texts):
+            row = {text: i for i, text in enumerate(distinct)}
+            return self.encode(distinct, description)[[row[t] for t in texts]]
+        if not texts:
+            return np.zeros((0, int(self.model.get_embedding_dimension())), dtype=np.float32)
+        parts: list[np.ndarray] = []
+        with Progress(len(texts), description, unit="text", enabled=self.show_progress) as bar:
+            for start in range(0, len(texts), self.shard_size):
+                shard = texts[start : start + self.shard_size]
+                path = self.shard_path(shard)
+                vectors = self._read(path, len(shard))
+                if vectors is None:
+                    vectors = encode_texts(self.model, shard, batch_size=self.batch_size)
+                    save_npy(path, vectors)
+                    self.stats.miss_shards += 1
+                    self.stats.miss_texts += len(shard)
+                else:
+                    self.stats.hit_shards += 1
+                    self.stats.hit_texts += len(shard)
+                parts.append(vectors)
+                bar.update(len(shard))
+        return np.concatenate(parts, axis=0)
+
+    @staticmethod
+    def _read(path: Path, rows: int) -> np.ndarray | None:
+        if not path.is_file():
+            return None
+        try:
+            vectors = np.load(path, allow_pickle=False)
+        except (OSError, ValueError):
+            return None
+        if vectors.ndim != 2 or vectors.shape[0] != rows or not np.isfinite(vectors).all():
+            return None
+        return vectors
+
+
+class EmbeddingStore:
+    """``embed(kind, texts)`` through a memory LRU per kind and, if ``disk`` is a folder (or None: the default
+    cache folder), disk shards; ``disk=False`` keeps it in memory only.
+
+    Args:
+        encoders: the encoder of each kind, e.g. ``{"sentence": enc, "condition": enc}``.
+        memory_bytes: the bound of each kind's LRU (None: unbounded).
+        show_progress: show a named progress display for encodings of more than ``progress_min`` texts.
+    """
+
+    def __init__(self, encoders: Mapping[str, Any], *, memory_bytes: int | None = DEFAULT_MEMORY_BYTES,
+                 disk: str | Path | None | bool = False, batch_size: int = 64, shard_size: int = 2048,
+                 show_progress: bool = False, progress_min: int = 2048) -> None:
+        if disk is True:
+            raise SubspacesError("disk must be a folder, None (the default cache folder) or False")
+        self.encoders = dict(encoders)
+        self.memory = {kind: LRUCache(memory_bytes, name=kind) for kind in self.encoders}
+        self.disk = disk
+        self.batch_size = batch_size
+        self.shard_size = shard_size
+        self.show_progress = show_progress
+        self.progress_min = progress_min
+        self.encoded_texts = 0  # texts that went through an encoder (not read from disk)
+        self.encode_seconds = 0.0
+        self._shards: dict[int, EmbeddingShardCache] = {}
+
+    def embed(self, kind: str, texts: Sequence[Text], description: str | None = None) -> torch.Tensor:
+        """``(n, d)`` float32 embeddings of ``texts`` in order; only distinct unseen texts are encoded."""
+        if kind not in self.encoders:
+            raise SubspacesError(f"no encoder for {kind!r} texts; this store holds {', '.join(self.encoders)}")
+        texts = list(texts)
+        keys = [content_key(kind, *(t if isinstance(t, tuple) else (t,))) for t in texts]
+        label = description or f"encoding {kind} texts"
+        rows = self.memory[kind].get_many(keys, lambda missing: list(self._encode(kind, [texts[i] for i in missing], label)))
+        if not rows:
+            return torch.zeros(0, int(self.encoders[kind].get_embedding_dimension()))
+        return torch.from_numpy(np.stack(rows))
+
+    def put(self, kind: str, texts: Sequence[Text], vectors: np.ndarray | torch.Tensor) -> None:
+        """Store precomputed vectors without counting lookups (e.g. timing only the query side)."""
+        for text, vector in zip(texts, np.asarray(vectors, dtype=np.float32)):
+            self.memory[kind].put(content_key(kind, *(text if isinstance(text, tuple) else (text,))), vector)
+
+    def _encode(self, kind: str, texts: list[Text], description: str) -> np.ndarray:
+        encoder = self.encoders[kind]
+        started = time.perf_counter()
+        show = self.show_progress and len(texts) >= self.progress_min
+        if self.disk is False:
+            vectors = encode_texts(encoder, texts, batch_size=self.batch_size, description=description, show_progress=show)
+            self.encoded_texts += len(texts)
+        else:
+            shards = self._shards.get(id(encoder))
+            if shards is None:
+                shards = self._shards[id(encoder)] = EmbeddingShardCache(
+                    encoder, self.disk, shard_size=self.shard_size, batch_size=self.batch_size, show_progress=False)
+            shards.show_progress = show
+            before = shards.stats.miss_texts
+            vectors = shards.encode(texts, description)
+            self.encoded_texts += shards.stats.miss_texts - before
+        if not np.isfinite(vectors).all():
+            raise SubspacesError(f"the encoder produced NaN/inf embeddings for {kind} texts")
+        self.encode_seconds += time.perf_counter() - started
+        return vectors
+
+    def clear(self, reset_stats: bool = True) -> None:
+        """Forget every vector (and the encoders' fingerprints: call after their weights change)."""
+        for cache in self.memory.values():
+            cache.clear()
+            if reset_stats:
+                cache.reset_stats()
+        self._shards.clear()
+
+    def reset_stats(self) -> None:
+        for cache in self.memory.values():
+            cache.reset_stats()
+        self.encoded_texts = 0
+        self.encode_seconds = 0.0

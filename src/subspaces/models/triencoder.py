@@ -1,0 +1,304 @@
+"""Hyper-CL's tri-encoder: one for conditional similarity (:mod:`subspaces.cond`) and KGC (:mod:`subspaces.kgc`).
+
+Texts and conditions are encoded *independently* (a shared backbone, or a separate condition encoder); a condition
+head (:mod:`subspaces.models.heads`) projects each text under its condition::
+
+    z = head(E(text), E_c(condition))          # hypernet: W_c E(text), W_c = W1(c) W2(c)ᵀ
+    cond: cos(z(s1, c), z(s2, c))               kgc: query (h, r, ?) = z(h, r), scored against every E(t)
+
+Every encoder input goes through one :class:`~subspaces.models.store.EmbeddingStore` (memory LRU over optional
+disk shards) whenever the encoder is frozen or the model evaluates; the head's per-condition parameters
+(``W1, W2``) are cached outside training too, so a text or condition seen before costs a lookup. Training with
+``freeze_encoder=False`` runs the encoders with gradients instead (once per distinct text of a batch).
+
+Saved as a folder of :mod:`subspaces.models.folder`'s format (``head.pt`` + encoders, or references to them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from subspaces.cache import LRUCache, content_key
+from subspaces.errors import SubspacesError
+from subspaces.models.heads import ConditionHead, project_grouped
+from subspaces.models.store import DEFAULT_MEMORY_BYTES, EmbeddingStore
+
+
+class TriEncoder(nn.Module):
+    """Encoder + condition head + one embedding store.
+
+    Args:
+        encoder: the text encoder (a ``SentenceTransformer``).
+        head: a :class:`~subspaces.models.heads.ConditionHead` of the encoder's dimension.
+        condition_encoder: a separate encoder for conditions (default: ``encoder``).
+        freeze_encoder: train the head only, on cached embeddings.
+        encoder_name, condition_encoder_name: how a frozen encoder is referenced when saved (no copy of its weights).
+        task: ``"cond"`` or ``"kgc"``, recorded in the saved folder.
+        memory_bytes: bound of each in-memory cache; ``disk``: the store's disk shards (a folder, None for the
+            default cache folder, False for none).
+    """
+
+    arch = "tri"
+
+    def __init__(
+        self,
+        encoder: Any,
+        head: ConditionHead,
+        *,
+        condition_encoder: Any | None = None,
+        freeze_encoder: bool = True,
+        encoder_name: str | None = None,
+        condition_encoder_name: str | None = None,
+        task: str = "cond",
+        memory_bytes: int | None = DEFAULT_MEMORY_BYTES,
+        disk: str | Path | None | bool = False,
+        encode_batch_size: int = 64,
+        show_progress: bool = False,
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.head = head
+        self.condition_encoder = condition_encoder
+        self.freeze_encoder = freeze_encoder
+        self.encoder_name = encoder_name
+        self.condition_encoder_name = condition_encoder_name
+        self.task = task
+        self.encode_batch_size = encode_batch_size
+        self.metadata: dict[str, Any] = {}  # set by the task's training: label range, threshold, dataset, ...
+        for enc in self.encoders():
+            if int(enc.get_embedding_dimension()) != head.dim:
+                raise SubspacesError(f"head dimension {head.dim} does not match the encoder's {enc.get_embedding_dimension()}")
+            for p in enc.parameters():
+                p.requires_grad_(not freeze_encoder)
+        self.store = EmbeddingStore(
+            {"sentence": encoder, "condition": condition_encoder if condition_encoder is not None else encoder},
+            memory_bytes=memory_bytes, disk=disk, batch_size=encode_batch_size, show_progress=show_progress,
+        )
+        self.params_cache = LRUCache(memory_bytes, name="condition matrices")  # valid while the head is unchanged
+        # Loading weights (a checkpoint, the best state of a run) changes the head: its cached W_c are stale.
+        self._register_load_state_dict_pre_hook(lambda *_args, **_kw: self.params_cache.clear())
+
+    @property
+    def dim(self) -> int:
+        return self.head.dim
+
+    def encoders(self) -> list[Any]:
+        return [e for e in (self.encoder, self.condition_encoder) if e is not None]
+
+    # --- caches ------------------------------------------------------------------------------------------
+    def caches(self) -> dict[str, LRUCache]:
+        return {"sentences": self.store.memory["sentence"], "conditions": self.store.memory["condition"],
+                "condition_params": self.params_cache}
+
+    def cache_stats(self) -> dict[str, Any]:
+        return cache_stats(self.caches())
+
+    def clear_caches(self, reset_stats: bool = True) -> None:
+        self.store.clear(reset_stats)
+        self.params_cache.clear()
+        if reset_stats:
+            self.params_cache.reset_stats()
+
+    def train(self, mode: bool = True) -> TriEncoder:
+        super().train(mode)
+        if self.freeze_encoder:
+            for enc in self.encoders():
+                enc.eval()  # a frozen encoder keeps dropout off: its cached embeddings stay valid
+        if mode:
+            self.params_cache.clear()  # the head is about to change
+            if not self.freeze_encoder:
+                self.store.clear(reset_stats=False)  # so are the encoders
+        return self
+
+    def _uses_store(self) -> bool:
+        return self.freeze_encoder or not self.training
+
+    # --- embeddings --------------------------------------------------------------------------------------
+    def _embed(self, kind: str, texts: Sequence[Any], description: str | None) -> torch.Tensor:
+        if self._uses_store():
+            return self.store.embed(kind, texts, description)
+        from subspaces.models.forward import embed_with_grad
+
+        encoder = self.store.encoders[kind]
+        distinct = list(dict.fromkeys(texts))  # one forward pass per distinct text of the batch
+        vectors = embed_with_grad(encoder, distinct)
+        if len(distinct) == len(texts):
+            return vectors
+        row = {t: i for i, t in enumerate(distinct)}
+        return vectors[[row[t] for t in texts]]
+
+    def embed_sentences(self, texts: Sequence[str], description: str | None = None) -> torch.Tensor:
+        return self._embed("sentence", texts, description)
+
+    def embed_conditions(self, texts: Sequence[str], description: str | None = None) -> torch.Tensor:
+        return self._embed("condition", texts, description)
+
+    def condition_params(self, conditions: Sequence[str]) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """The head's parameters of each *distinct* condition and, per row, the index of its condition.
+
+        Outside training they come from the condition-matrix cache, one lookup per row (so its hit rate counts
+        rows) and one computation per distinct condition.
+        """
+        distinct = list(dict.fromkeys(conditions))
+        position = {c: i for i, c in enumerate(distinct)}
+        index = torch.tensor([position[c] for c in conditions], dtype=torch.long)
+        if self.training:
+            return self.head.condition_params(self.embed_conditions(distinct)), index
+        keys = [content_key("condition-params", c) for c in conditions]
+
+        def compute(positions: list[int]) -> list[tuple[torch.Tensor, ...]]:
+            params = self.head.condition_params(self.embed_conditions([conditions[i] for i in positions]))
+            return [tuple(p[j].detach().clone() for p in params) for j in range(len(positions))]
+
+        rows = self.params_cache.get_many(keys, compute)
+        by_condition = dict(zip(conditions, rows))
+        return tuple(torch.stack(parts) for parts in zip(*(by_condition[c] for c in distinct))), index
+
+    def condition(self, vectors: torch.Tensor, conditions: Sequence[str], repeat: int = 1) -> torch.Tensor:
+        """``head(vectors[i], E_c(conditions[i % n]))``, each distinct condition's parameters computed once.
+
+        ``repeat``: ``vectors`` holds ``repeat`` blocks of ``n = len(conditions)`` rows under the same conditions.
+        """
+        params, index = self.condition_params(conditions)
+        device = vectors.device
+        return project_grouped(self.head, vectors, tuple(p.to(device) for p in params), index.repeat(repeat).to(device))
+
+    def project(self, texts: Sequence[str], conditions: Sequence[str]) -> torch.Tensor:
+        """``head(E(text), E_c(condition))`` for aligned texts and conditions."""
+        return self.condition(self.embed_sentences(texts), conditions)
+
+    def project_pairs(self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        n = len(s1)
+        emb = self.embed_sentences(list(s1) + list(s2))  # one encoder call for both sides
+        z = self.condition(emb, c, repeat=2)
+        return z[:n], z[n:]
+
+    def forward(self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.project_pairs(s1, s2, c)
+
+    def similarity(self, sentences1: Sequence[str], sentences2: Sequence[str], conditions: Sequence[str], *,
+                   batch_size: int = 256) -> np.ndarray:
+        """``cos`` of the two sentences under each condition, in input order (no gradients)."""
+        return pair_similarity(self, sentences1, sentences2, conditions, batch_size=batch_size)
+
+    # --- persistence -------------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        """Write the folder: ``head.pt``, and the encoders unless frozen and loaded by name (then a reference)."""
+        from subspaces.io import atomic_path
+        from subspaces.models.folder import save_encoder, write_config
+
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+
+        def ref(encoder: Any, name: str | None, sub: str) -> str:
+            if self.freeze_encoder and name is not None:
+                return name
+            save_encoder(encoder, folder / sub)
+            return sub
+
+        config: dict[str, Any] = {
+            "task": self.task, "arch": self.arch, "encoder": ref(self.encoder, self.encoder_name, "encoder"),
+            "condition_encoder": None if self.condition_encoder is None else
+            ref(self.condition_encoder, self.condition_encoder_name, "condition_encoder"),
+            "head": self.head.config(), "freeze_encoder": self.freeze_encoder,
+            "max_seq_length": getattr(self.encoder, "max_seq_length", None),
+            "encode_batch_size": self.encode_batch_size, "metadata": self.metadata,
+        }
+        with atomic_path(folder / "head.pt") as tmp:
+            torch.save(self.head.state_dict(), tmp)
+        write_config(folder, config)
+
+    @classmethod
+    def load(cls, path: str | Path, config: dict[str, Any] | None = None, *, max_seq_length: int | None = None,
+             device: str = "cpu", **options: Any) -> TriEncoder:
+        """Rebuild a saved tri-encoder (any layout :func:`subspaces.models.folder.read_config` reads)."""
+        from subspaces.models.folder import load_referenced_encoder, read_config
+        from subspaces.models.heads import head_from_config
+
+        folder = Path(path)
+        config = config or read_config(folder)
+        if config["arch"] != "tri":
+            raise SubspacesError(f"{folder} holds a {config['arch']}-encoder, not a tri-encoder")
+        length = max_seq_length or config.get("max_seq_length")
+
+        def encoder_at(ref: str) -> tuple[Any, str | None]:
+            return load_referenced_encoder(folder, ref, length, device), None if (folder / ref).is_dir() else ref
+
+        encoder, name = encoder_at(config["encoder"])
+        condition_encoder, condition_name = encoder_at(config["condition_encoder"]) if config.get("condition_encoder") else (None, None)
+        head = head_from_config(config["head"])
+        head.load_state_dict(torch.load(folder / "head.pt", map_location="cpu", weights_only=True))
+        model = cls(encoder, head.to(device), condition_encoder=condition_encoder,
+                    freeze_encoder=bool(config.get("freeze_encoder", True)), encoder_name=name,
+                    condition_encoder_name=condition_name, task=config.get("task", "cond"),
+                    encode_batch_size=int(config.get("encode_batch_size", 64)), **options)
+        model.metadata = dict(config.get("metadata", {}))
+        return model.eval()
+
+
+def build_tri_encoder(
+    model: str,
+    *,
+    head: str = "hypernet",
+    rank: int | str | None = "auto",
+    condition_encoder: str | None = None,
+    freeze_encoder: bool = True,
+    max_seq_length: int | None = None,
+    task: str = "cond",
+    device: str = "cpu",
+    seed: int | None = None,
+    **options: Any,
+) -> TriEncoder:
+    """A fresh tri-encoder on ``model`` (a bundled name or a folder); ``seed`` seeds the head's initialisation.
+
+    ``rank``: the hypernet's K; ``None`` is full rank; ``"auto"`` is ``round(d / 12)`` (Hyper-CL's K = 64 for
+    d = 768 and 85 for d = 1024).
+    """
+    from subspaces.models.encoder import load_encoder
+    from subspaces.models.folder import encoder_reference
+    from subspaces.models.heads import make_head
+
+    encoder = load_encoder(model, max_seq_length=max_seq_length, device=device)
+    cond = load_encoder(condition_encoder, max_seq_length=max_seq_length, device=device) if condition_encoder else None
+    if seed is not None:
+        torch.manual_seed(seed)
+    return TriEncoder(
+        encoder, make_head(head, int(encoder.get_embedding_dimension()), rank).to(device), condition_encoder=cond,
+        freeze_encoder=freeze_encoder, encoder_name=encoder_reference(model),
+        condition_encoder_name=encoder_reference(condition_encoder) if condition_encoder else None, task=task, **options,
+    )
+
+
+def cache_stats(caches: dict[str, LRUCache]) -> dict[str, Any]:
+    """Per-cache statistics and the overall hit rate (hits over lookups of every cache together)."""
+    per = {name: c.stats().to_dict() for name, c in caches.items()}
+    hits = sum(s["hits"] for s in per.values())
+    lookups = sum(s["lookups"] for s in per.values())
+    return {"hit_rate": hits / lookups if lookups else None, "hits": hits, "lookups": lookups,
+            "bytes": sum(s["bytes"] for s in per.values()), "caches": per}
+
+
+def pair_similarity(model: Any, sentences1: Sequence[str], sentences2: Sequence[str], conditions: Sequence[str], *,
+                    batch_size: int = 256) -> np.ndarray:
+    """``cos(model.project_pairs(...))`` in batches, in eval mode, without gradients (tri- and bi-encoders)."""
+    if not len(sentences1) == len(sentences2) == len(conditions):
+        raise SubspacesError(
+            f"sentences1, sentences2 and conditions differ in length ({len(sentences1)}, {len(sentences2)}, {len(conditions)})"
+        )
+    was_training = model.training
+    model.eval()
+    out = []
+    with torch.no_grad():
+        for start in range(0, len(conditions), batch_size):
+            sl = slice(start, start + batch_size)
+            z1, z2 = model.project_pairs(sentences1[sl], sentences2[sl], conditions[sl])
+            out.append(F.cosine_similarity(z1, z2, dim=-1).cpu())
+    model.train(was_training)
+    return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)
