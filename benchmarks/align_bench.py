@@ -32,12 +32,22 @@ from subspaces.io import save_json  # noqa: E402
 RESULTS = Path(__file__).parent / "results"
 
 
+def _aligner(params: dict, **overrides) -> MiniVec2Vec:
+    """Stage-grouped parameters (``{"refine": {"n_iter": 200}}``) or, as in older BENCHMARKS.md commands,
+    the flat format-1 names (``{"refine_iter": 200}``)."""
+    from subspaces.align.params import STAGES, from_flat
+
+    if set(params) <= {*STAGES, "n_restarts", "converged_swap_share"}:
+        return MiniVec2Vec.from_params(params, **overrides)
+    return MiniVec2Vec(**from_flat(params) | overrides)
+
+
 def run_pair(folder: Path, target: str, *, seed: int, paper: bool, params: dict) -> dict:
     a = np.load(folder / f"{SOURCE_MODEL}.train.npy")
     b = np.load(folder / f"{target}.train.npy")
     x = np.load(folder / f"{SOURCE_MODEL}.eval.npy")
     y = np.load(folder / f"{target}.eval.npy")
-    aligner = MiniVec2Vec(random_state=seed, verbose=True, **params).fit(a, b)
+    aligner = _aligner(params, random_state=seed, verbose=True).fit(a, b)
     report = {"source": SOURCE_MODEL, "target": target, "n_source_train": len(a), "n_target_train": len(b)}
     report |= evaluate_alignment(aligner, x, y, pool_size=len(x))
     report["fit_seconds"] = aligner.fit_seconds_
@@ -73,7 +83,7 @@ def main() -> None:
     parser.add_argument("--targets", default="paraphrase-l3,wordllama")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-paper", action="store_true", help="skip the scikit-learn + scipy reference recipe")
-    parser.add_argument("--params", default="{}", help="JSON of MiniVec2Vec parameters to override")
+    parser.add_argument("--params", default="{}", help="JSON of MiniVec2Vec parameters to override, grouped by stage (flat format-1 names are read too)")
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
 

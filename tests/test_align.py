@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from scipy.stats import ortho_group
@@ -12,6 +14,7 @@ from subspaces.align.diagnostics import bidirectional_nn_similarity
 from subspaces.align.matching import gram_factor, match_centroids
 from subspaces.align.metrics import cross_fitted_oracle
 from subspaces.align.neighbours import NeighbourIndex, mean_of_rows, neighbour_means
+from subspaces.align.params import AnchorParams, RefineParams, SearchParams, StructureParams
 from subspaces.align.preprocess import center_normalize
 from subspaces.align.procrustes import nearest_orthogonal, orthogonality_gap, procrustes
 from subspaces.align.refine import NeighbourStep, refine_by_neighbours, refine_by_structure
@@ -19,10 +22,13 @@ from subspaces.errors import ConvergenceWarning, DataError, DimensionError, Subs
 
 # Small but complete settings: every stage runs, on a few thousand rows.
 FAST = dict(
-    n_anchor_runs=6, n_anchor_clusters=10, anchor_sample=1000, n_restarts=4, n_pseudo_pairs=1000,
-    refine_iter=30, refine_sample=500, centroid_clusters=40, probe_size=500, ann_lists=0, random_state=0,
+    anchors=AnchorParams(n_runs=6, n_clusters=10, sample=1000, n_pseudo_pairs=1000),
+    refine=RefineParams(n_iter=30, sample=500, centroid_clusters=40), search=SearchParams(probe_size=500),
+    n_restarts=4, random_state=0,
 )
-QUICK = FAST | {"n_restarts": 1, "n_anchor_runs": 2, "refine_iter": 5}  # for tests that do not judge the map
+QUICK = FAST | {  # for tests that do not judge the map
+    "n_restarts": 1, "anchors": replace(FAST["anchors"], n_runs=2), "refine": replace(FAST["refine"], n_iter=5),
+}
 
 
 def clustered(rng: np.random.Generator, n: int, dim: int = 8, n_clusters: int = 10, seed: int = 0) -> np.ndarray:
@@ -99,7 +105,7 @@ def test_recovers_a_random_rotation_between_unpaired_clustered_spaces():
 def test_without_a_structural_search_convergence_is_not_judged():
     rng = np.random.default_rng(0)
     source, target = clustered(rng, 1000), clustered(rng, 1000)
-    aligner = MiniVec2Vec(**QUICK | {"n_restarts": 2, "structure_iter": 0}).fit(source, target)
+    aligner = MiniVec2Vec(**QUICK | {"n_restarts": 2, "structure": StructureParams(n_iter=0)}).fit(source, target)
     assert aligner.diagnostics_["converged"] is None
     assert len(aligner.diagnostics_["restarts"]) == 2  # nothing to stop on: every restart runs
 
@@ -118,7 +124,7 @@ def test_a_fit_that_never_converges_warns():
 def test_converged_swap_share_decides_how_many_restarts_run(share, passes):
     rng = np.random.default_rng(0)
     source, target = clustered(rng, 1000), clustered(rng, 1000)
-    aligner = MiniVec2Vec(**QUICK | {"n_restarts": 3, "converged_swap_share": share, "structure_iter": 1}).fit(source, target)
+    aligner = MiniVec2Vec(**QUICK | {"n_restarts": 3, "converged_swap_share": share, "structure": StructureParams(n_iter=1)}).fit(source, target)
     assert len(aligner.diagnostics_["restarts"]) == passes
 
 
@@ -370,23 +376,24 @@ def test_gram_anchor_kernel_recovers_the_rotation():
     rng = np.random.default_rng(0)
     q = ortho_group.rvs(8, random_state=1)
     source, target, held = clustered(rng, 3000), clustered(rng, 3000) @ q, clustered(rng, 500)
-    aligner = MiniVec2Vec(**FAST | {"anchor_kernel": "gram"}).fit(source, target)
+    aligner = MiniVec2Vec(**FAST | {"anchors": replace(FAST["anchors"], kernel="gram")}).fit(source, target)
     assert evaluate_alignment(aligner, held, held @ q)["top1"] > 0.95
-    with pytest.raises(SubspacesError, match="anchor_kernel"):
-        MiniVec2Vec(anchor_kernel="euclid").fit(source, target)
+    with pytest.raises(SubspacesError, match="anchors.kernel must be one of 'cosine', 'gram'"):
+        AnchorParams(kernel="euclid")
 
 
-@pytest.mark.parametrize("name", ["converged_swap_share", "structure_stop_swap_share"])
-def test_swap_shares_outside_zero_one_are_refused(name):
+def test_swap_shares_outside_zero_one_are_refused():
     rng = np.random.default_rng(0)
-    with pytest.raises(SubspacesError, match=name):
-        MiniVec2Vec(**{name: 1.5}).fit(clustered(rng, 500), clustered(rng, 500))
+    with pytest.raises(SubspacesError, match="converged_swap_share"):
+        MiniVec2Vec(converged_swap_share=1.5).fit(clustered(rng, 500), clustered(rng, 500))
+    with pytest.raises(SubspacesError, match="structure.stop_swap_share must be at most 1"):
+        StructureParams(stop_swap_share=1.5)
 
 
 def test_structural_stop_above_the_convergence_share_is_refused():
     rng = np.random.default_rng(0)
     with pytest.raises(SubspacesError, match="must not exceed converged_swap_share"):
-        MiniVec2Vec(structure_stop_swap_share=0.2, converged_swap_share=0.1).fit(clustered(rng, 500), clustered(rng, 500))
+        MiniVec2Vec(structure=StructureParams(stop_swap_share=0.2), converged_swap_share=0.1).fit(clustered(rng, 500), clustered(rng, 500))
 
 
 @pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
@@ -421,3 +428,76 @@ def test_a_damaged_or_mixed_aligner_folder_is_refused(tmp_path):
     (tmp_path / "two" / "aligner.json").write_text(json.dumps(config))
     with pytest.raises(DataError, match="not an aligner config"):
         MiniVec2Vec.load(tmp_path / "two")
+
+
+@pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
+def test_is_a_scikit_learn_estimator_that_clones_and_round_trips():
+    from sklearn.base import clone
+
+    aligner = MiniVec2Vec(**FAST)
+    copy = clone(aligner)
+    assert copy is not aligner and copy.get_params() == aligner.get_params()
+    assert "AnchorParams(n_runs=6, n_clusters=10, sample=1000, n_pseudo_pairs=1000)" in repr(aligner)
+    assert repr(MiniVec2Vec()) == "MiniVec2Vec()"  # only what differs from the defaults
+    copy.set_params(n_restarts=2, refine=RefineParams(n_iter=3))
+    assert copy.n_restarts == 2 and aligner.n_restarts == 4  # the clone is independent
+    assert MiniVec2Vec.from_params(aligner.to_params()).get_params() == aligner.get_params()
+    with pytest.raises(ValueError, match="Invalid parameter"):
+        copy.set_params(refine_iter=3)  # the flat names are gone from the estimator
+    rng = np.random.default_rng(0)
+    source, target = clustered(rng, 1000), clustered(rng, 1000)
+    fitted = clone(MiniVec2Vec(**QUICK)).fit(source, target)
+    assert hasattr(fitted, "matrix_") and not hasattr(clone(fitted), "matrix_")  # a clone is unfitted
+
+
+def test_stage_settings_check_their_own_fields_and_name_the_valid_ones():
+    with pytest.raises(SubspacesError, match="anchors.n_clusters must be at least 3"):
+        AnchorParams(n_clusters=2)
+    with pytest.raises(SubspacesError, match="refine.alpha must be above 0"):
+        RefineParams(alpha=0.0)
+    with pytest.raises(SubspacesError, match="refine.average must be true or false"):
+        RefineParams(average="yes")
+    with pytest.raises(SubspacesError, match="structure.n_runs must be an integer"):
+        StructureParams(n_runs=2.5)
+    with pytest.raises(SubspacesError, match="unknown refine setting.*iters; valid: n_iter, sample"):
+        MiniVec2Vec.from_params({"refine": {"iters": 3}})
+    with pytest.raises(SubspacesError, match="unknown aligner parameter.*refine_iter; valid: anchors"):
+        MiniVec2Vec.from_params({"refine_iter": 3})
+    with pytest.raises(SubspacesError, match=r"anchors.sample \(30\) must be at least 4 x anchors.n_clusters"):
+        MiniVec2Vec(anchors=AnchorParams(sample=30)).check_params()  # a cross-field check, in check_together
+    with pytest.raises(SubspacesError, match="refine must be a RefineParams"):
+        MiniVec2Vec(refine={"n_iter": 3}).check_params()
+
+
+# A format-1 aligner.json's "params", as `align fit` wrote them before the stages were grouped.
+FORMAT1_PARAMS = {
+    "n_anchor_runs": 2, "n_anchor_clusters": 10, "anchor_sample": 1000, "kmeans_iter": 20, "kmeans_redo": 1,
+    "qap_method": "faq", "anchor_kernel": "cosine", "qap_restarts": 30, "anchor_keep": 1.0, "n_restarts": 1,
+    "converged_swap_share": 0.1, "n_pseudo_pairs": 1000, "relative_k": 50, "structure_iter": 10,
+    "structure_clusters": 50, "structure_runs": 4, "structure_sample": 10000, "structure_steps": 5,
+    "structure_patience": 2, "structure_stop_swap_share": 0.02, "refine_iter": 5, "refine_sample": 500,
+    "refine_k": 50, "refine_alpha": 0.5, "refine_bidirectional": True, "refine_patience": 30,
+    "refine_score_every": 5, "refine_average": True, "refine_tol": 0.0001, "centroid_clusters": 40,
+    "centroid_alpha": 0.5, "orthogonalize": True, "ann_lists": 0, "ann_probe": 8, "probe_size": 500,
+    "random_state": 7, "verbose": False,
+}
+
+
+@pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
+def test_a_format1_folder_with_flat_params_still_loads(tmp_path):
+    import json
+
+    rng = np.random.default_rng(0)
+    fitted = MiniVec2Vec(**QUICK).fit(clustered(rng, 1000), clustered(rng, 1000))
+    fitted.save(tmp_path / "al")
+    config = json.loads((tmp_path / "al" / "aligner.json").read_text())
+    assert config["format_version"] == 2 and config["params"]["anchors"]["n_runs"] == 2
+    config |= {"format_version": 1, "params": FORMAT1_PARAMS}
+    (tmp_path / "al" / "aligner.json").write_text(json.dumps(config))
+    loaded = MiniVec2Vec.load(tmp_path / "al")
+    assert len(FORMAT1_PARAMS) == 37
+    assert loaded.anchors == AnchorParams(n_runs=2, n_clusters=10, sample=1000, kmeans_iter=20, n_pseudo_pairs=1000)
+    assert loaded.structure.kmeans_iter == loaded.refine.centroid_kmeans_iter == 20  # one flat count served all
+    assert loaded.refine == RefineParams(n_iter=5, sample=500, centroid_clusters=40, centroid_kmeans_iter=20)
+    assert loaded.search.probe_size == 500 and loaded.random_state == 7 and loaded.n_restarts == 1
+    np.testing.assert_array_equal(loaded.matrix_, fitted.matrix_)

@@ -14,11 +14,18 @@ from subspaces.align import MiniVec2Vec
 from subspaces.cli.app import app
 from test_align import clustered
 
-FAST_ARGS = [
-    "--n-anchor-runs", "6", "--n-anchor-clusters", "10", "--anchor-sample", "1000", "--n-restarts", "4",
-    "--n-pseudo-pairs", "1000", "--refine-iter", "30", "--refine-sample", "500", "--centroid-clusters", "40",
-    "--probe-size", "500", "--ann-lists", "0",
-]
+# The stage settings of test_align.FAST, as `--params` JSON.
+FAST_PARAMS = {
+    "anchors": {"n_runs": 6, "n_clusters": 10, "sample": 1000, "n_pseudo_pairs": 1000},
+    "refine": {"n_iter": 30, "sample": 500, "centroid_clusters": 40}, "search": {"probe_size": 500},
+}
+
+
+def params_args(tmp_path, params: dict = FAST_PARAMS, name: str = "params.json") -> list[str]:
+    """``--params FILE`` for ``params``, written into ``tmp_path``."""
+    path = tmp_path / name
+    path.write_text(json.dumps(params))
+    return ["--params", str(path)]
 
 
 def flat(result) -> str:
@@ -42,7 +49,7 @@ def spaces(tmp_path_factory):
         np.save(folder / f"{name}.npy", array.astype(np.float32))
     result = CliRunner().invoke(
         app, ["align", "fit", "--source-emb", str(folder / "a.npy"), "--target-emb", str(folder / "b.npy"),
-              "--output", str(folder / "aligner"), *FAST_ARGS]
+              "--output", str(folder / "aligner"), *params_args(folder), "--n-restarts", "4"]
     )
     assert result.exit_code == 0, result.output
     return folder
@@ -105,12 +112,36 @@ def test_cli_defaults_match_the_estimator():
     from subspaces.cli.align import fit_cmd
 
     cli = {name: p.default for name, p in inspect.signature(fit_cmd).parameters.items()}
-    for name, param in inspect.signature(MiniVec2Vec.__init__).parameters.items():
-        if name in ("self", "verbose"):
-            continue
-        key = "seed" if name == "random_state" else name
-        default = cli[key].value if hasattr(cli[key], "value") else cli[key]
-        assert default == param.default, name
+    assert cli["seed"] == inspect.signature(MiniVec2Vec.__init__).parameters["random_state"].default
+    assert cli["n_restarts"] is None and cli["params"] is None  # unset: the estimator's (or --params') value
+
+
+def test_params_file_is_read_by_stage_and_bad_keys_name_the_valid_ones(spaces, tmp_path):
+    from subspaces.align.params import AnchorParams
+
+    loaded = MiniVec2Vec.load(spaces / "aligner")
+    assert loaded.anchors == AnchorParams(n_runs=6, n_clusters=10, sample=1000, n_pseudo_pairs=1000)
+    assert loaded.refine.n_iter == 30 and loaded.search.probe_size == 500 and loaded.n_restarts == 4
+    base = ["align", "fit", "--source-emb", str(spaces / "a.npy"), "--target-emb", str(spaces / "b.npy"),
+            "--output", str(tmp_path / "o")]
+    cases = {
+        "unknown refine setting(s) iters; valid: n_iter, sample, k,": {"refine": {"iters": 3}},
+        "unknown aligner parameter(s) anchor; valid: anchors, structure, refine, search,": {"anchor": {}},
+        "anchors.keep must be above 0, got 0": {"anchors": {"keep": 0}},
+        "anchors settings must be a JSON object": {"anchors": [1]},
+    }
+    for message, params in cases.items():
+        result = CliRunner().invoke(app, base + params_args(tmp_path, params))
+        assert result.exit_code == 2 and message in flat(result), (message, result.output)
+        assert "fitting" not in result.output and "Traceback" not in result.output
+    (tmp_path / "broken.json").write_text("{")
+    result = CliRunner().invoke(app, base + ["--params", str(tmp_path / "broken.json")])
+    assert result.exit_code == 2 and "not valid JSON" in flat(result)
+    # A flat option of the old command line names its replacement.
+    result = CliRunner().invoke(app, base + ["--refine-iter", "5"])
+    assert result.exit_code == 2 and '--refine-iter was replaced by --params FILE.json holding {"refine": {"n_iter": ...}}' in flat(result)
+    result = CliRunner().invoke(app, base + ["--no-such-thing"])
+    assert result.exit_code == 2 and "no such option: --no-such-thing" in flat(result)
 
 
 def test_fit_says_when_no_pass_converged(tmp_path):
@@ -119,7 +150,7 @@ def test_fit_says_when_no_pass_converged(tmp_path):
         np.save(tmp_path / f"{name}.npy", clustered(rng, 2000, seed=layout).astype(np.float32))
     result = CliRunner().invoke(
         app, ["align", "fit", "--source-emb", str(tmp_path / "a.npy"), "--target-emb", str(tmp_path / "b.npy"),
-              "--output", str(tmp_path / "aligner"), *FAST_ARGS, "--n-restarts", "2"]
+              "--output", str(tmp_path / "aligner"), *params_args(tmp_path), "--n-restarts", "2"]
     )
     assert result.exit_code == 0, result.output
     assert "warning:" in result.output and "probably wrong" in result.output
@@ -209,9 +240,12 @@ def test_fit_checks_its_arguments_before_reading_anything(spaces, tmp_path):
     base = ["align", "fit", "--source-emb", str(spaces / "a.npy"), "--target-emb", str(spaces / "b.npy")]
     cases = {
         "exists and is not a folder": ["--output", str(tmp_path / "a_file")],
-        "anchor_sample (5) must be at least 4 x n_anchor_clusters": ["--output", str(tmp_path / "o"), "--anchor-sample", "5"],
-        "structure_sample (100) must be at least 4 x structure_clusters": ["--output", str(tmp_path / "o"), "--structure-sample", "100"],
-        "n_anchor_clusters must be at least 3": ["--output", str(tmp_path / "o"), "--n-anchor-clusters", "1"],
+        "anchors.sample (5) must be at least 4 x anchors.n_clusters":
+            ["--output", str(tmp_path / "o"), *params_args(tmp_path, {"anchors": {"sample": 5}}, "p1.json")],
+        "structure.sample (100) must be at least 4 x structure.n_clusters":
+            ["--output", str(tmp_path / "o"), *params_args(tmp_path, {"structure": {"sample": 100}}, "p2.json")],
+        "anchors.n_clusters must be at least 3":
+            ["--output", str(tmp_path / "o"), *params_args(tmp_path, {"anchors": {"n_clusters": 1}}, "p3.json")],
     }
     for message, extra in cases.items():
         result = CliRunner().invoke(app, base + extra)
@@ -231,7 +265,8 @@ def test_fit_can_embed_texts_first(tiny_model_dir, tmp_path):
     result = CliRunner().invoke(app, [
         "align", "fit", "--source", str(tiny_model_dir), "--source-texts", str(tmp_path / "a.txt"),
         "--target", str(tiny_model_dir), "--target-texts", str(tmp_path / "b.txt"), "--output", str(tmp_path / "al"),
-        *FAST_ARGS, "--n-restarts", "1", "--centroid-clusters", "20",
+        *params_args(tmp_path, FAST_PARAMS | {"refine": FAST_PARAMS["refine"] | {"centroid_clusters": 20}}),
+        "--n-restarts", "1",
     ])
     assert result.exit_code == 0, result.output
     aligner = MiniVec2Vec.load(tmp_path / "al")

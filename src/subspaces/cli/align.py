@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,16 +11,6 @@ import typer
 from subspaces.cli.common import console, out, table, user_errors
 from subspaces.errors import ConvergenceWarning
 from subspaces.cli.groups import align_app
-
-
-class QapMethod(str, Enum):
-    faq = "faq"
-    two_opt = "2opt"
-
-
-class AnchorKernel(str, Enum):
-    cosine = "cosine"
-    gram = "gram"
 
 
 def _embed(model: str, texts_path: Path):
@@ -55,9 +44,49 @@ def _load_side(emb: Optional[Path], model: Optional[str], texts: Optional[Path])
     return load_embeddings(emb) if emb is not None else _embed(model, texts)
 
 
-@align_app.command("fit")
+def _read_params(path: Path) -> dict:
+    import json
+
+    from subspaces.errors import SubspacesError
+
+    if not path.is_file():
+        raise SubspacesError(f"--params {path}: file not found")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise SubspacesError(f"--params {path}: not valid JSON ({exc})") from exc
+
+
+def _aligner(params: Optional[Path], **options):
+    """The aligner of ``--params`` (stage-grouped JSON) with the command-line options over it."""
+    from subspaces.align import MiniVec2Vec
+
+    grouped = _read_params(params) if params is not None else {}
+    aligner = MiniVec2Vec.from_params(grouped, **{k: v for k, v in options.items() if v is not None})
+    aligner.check_params()
+    return aligner
+
+
+def _refuse_flat_options(extra: list[str]) -> None:
+    """The 37 flat options became ``--params`` settings: name the replacement of one that is still used."""
+    from subspaces.align.params import FLAT_NAMES, KMEANS_ITER
+    from subspaces.errors import SubspacesError
+
+    if not extra:
+        return
+    name = extra[0].split("=", 1)[0]
+    flat = name.removeprefix("--").replace("-", "_")
+    if flat in FLAT_NAMES or flat == "kmeans_iter":
+        places = [FLAT_NAMES[flat]] if flat in FLAT_NAMES else list(KMEANS_ITER)
+        where = " and ".join(f'{{"{stage}": {{"{key}": ...}}}}' for stage, key in places)
+        raise SubspacesError(f"{name} was replaced by --params FILE.json holding {where} (see docs/align.md)")
+    raise SubspacesError(f"no such option: {name} (see `subspaces align fit --help`)")
+
+
+@align_app.command("fit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @user_errors
 def fit_cmd(
+    ctx: typer.Context,
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted aligner to.")],
     source_emb: Annotated[Optional[Path], typer.Option(help="Source-model vectors (.npy/.parquet).")] = None,
     target_emb: Annotated[Optional[Path], typer.Option(help="Target-model vectors of *other* texts.")] = None,
@@ -65,68 +94,20 @@ def fit_cmd(
     source_texts: Annotated[Optional[Path], typer.Option(help="Texts for the source model, one a line.")] = None,
     target: Annotated[Optional[str], typer.Option(help="Target model, to embed --target-texts first.")] = None,
     target_texts: Annotated[Optional[Path], typer.Option(help="Texts for the target model, one a line.")] = None,
-    n_anchor_runs: Annotated[int, typer.Option(help="k-means runs pooled into anchors.")] = 30,
-    n_anchor_clusters: Annotated[int, typer.Option(help="Clusters per anchor run.")] = 20,
-    anchor_sample: Annotated[int, typer.Option(help="Rows sampled from each space per run.")] = 10_000,
-    kmeans_iter: Annotated[int, typer.Option(help="Lloyd iterations of every k-means.")] = 25,
-    kmeans_redo: Annotated[int, typer.Option(help="Random starts per anchor k-means; lowest inertia kept.")] = 1,
-    qap_method: Annotated[QapMethod, typer.Option(help="scipy quadratic-assignment solver.")] = QapMethod.faq,
-    anchor_kernel: Annotated[AnchorKernel, typer.Option(help="QAP kernel: cosines of unit centroids, or the double-centred Gram of raw cluster means (the notebook's).")] = AnchorKernel.cosine,
-    qap_restarts: Annotated[int, typer.Option(help="Solver starts per run, each polished by swaps; best kept.")] = 30,
-    anchor_keep: Annotated[float, typer.Option(help="Fraction of runs kept, best matching agreement first.")] = 1.0,
-    n_restarts: Annotated[int, typer.Option(help="At most this many independent passes; best label-free score wins.")] = 3,
-    converged_swap_share: Annotated[float, typer.Option(help="No further restarts once a pass's last structural round swapped at most this share of pairs; negative = always run all restarts.")] = 0.1,
-    n_pseudo_pairs: Annotated[int, typer.Option(help="Source rows used for the initial map.")] = 10_000,
-    relative_k: Annotated[int, typer.Option(help="Neighbours averaged in relative space.")] = 50,
-    structure_iter: Annotated[int, typer.Option(help="Maximum structural-refinement rounds (0 skips it).")] = 10,
-    structure_clusters: Annotated[int, typer.Option(help="Clusters per structural k-means.")] = 50,
-    structure_runs: Annotated[int, typer.Option(help="Seeded k-means pairs per structural round.")] = 4,
-    structure_sample: Annotated[int, typer.Option(help="Rows per structural k-means.")] = 10_000,
-    structure_steps: Annotated[int, typer.Option(help="Refine-1 steps after each structural correction.")] = 5,
-    structure_patience: Annotated[int, typer.Option(help="Stop after this many rounds without gain.")] = 2,
-    structure_stop_swap_share: Annotated[float, typer.Option(help="End structural refinement at the first round that swaps at most this share of pairs; negative = run until patience.")] = 0.02,
-    refine_iter: Annotated[int, typer.Option(help="Maximum refine-1 iterations.")] = 100,
-    refine_sample: Annotated[int, typer.Option(help="Source rows per refine-1 iteration.")] = 1024,
-    refine_k: Annotated[int, typer.Option(help="Target neighbours averaged in refine-1.")] = 50,
-    refine_alpha: Annotated[float, typer.Option(help="Blend weight of each refine-1 map.")] = 0.5,
-    refine_bidirectional: Annotated[bool, typer.Option("--refine-bidirectional/--no-refine-bidirectional", help="Also pair target rows with mapped-back source neighbour means.")] = True,
-    refine_patience: Annotated[int, typer.Option(help="Stop after this many iterations without gain.")] = 30,
-    refine_score_every: Annotated[int, typer.Option(help="Score the map only every so many refine-1 iterations.")] = 5,
-    refine_average: Annotated[bool, typer.Option("--refine-average/--no-refine-average", help="Also try the average of the last half of the refine-1 iterates; keep it if it scores higher.")] = True,
-    refine_tol: Annotated[float, typer.Option(help="Smallest label-free score gain that counts.")] = 1e-4,
-    centroid_clusters: Annotated[int, typer.Option(help="k of refine-2's k-means (0 skips refine-2).")] = 500,
-    centroid_alpha: Annotated[float, typer.Option(help="Blend weight of refine-2's map.")] = 0.5,
-    orthogonalize: Annotated[bool, typer.Option("--orthogonalize/--no-orthogonalize", help="Project blended maps back to orthogonal.")] = True,
-    ann_lists: Annotated[int, typer.Option(help="IVF cells of the refinement indexes (0 = exact search; IVF is faster, less accurate).")] = 0,
-    ann_probe: Annotated[int, typer.Option(help="IVF cells visited per query.")] = 8,
-    probe_size: Annotated[int, typer.Option(help="Rows of each space used for the label-free score.")] = 2048,
+    params: Annotated[Optional[Path], typer.Option("--params", help='JSON file of stage settings, e.g. {"anchors": {"n_runs": 12}, "refine": {"n_iter": 50}} (stages: anchors, structure, refine, search; see docs/align.md).')] = None,
+    n_restarts: Annotated[Optional[int], typer.Option(help="At most this many independent passes; best label-free score wins (default 3).")] = None,
     seed: Annotated[int, typer.Option(help="Random seed (samples, k-means, QAP starts).")] = 0,
 ) -> None:
     """Learn a linear map from the source space into the target space from UNPAIRED vectors (row counts may differ)."""
-    from subspaces.align import MiniVec2Vec
     from subspaces.errors import SubspacesError
 
+    _refuse_flat_options(ctx.args)
     # Everything is checked before any file is read or text embedded: a typo must not cost an embedding run.
     if output.exists() and not output.is_dir():
         raise SubspacesError(f"--output {output} exists and is not a folder")
     _check_side("source", source_emb, source, source_texts)
     _check_side("target", target_emb, target, target_texts)
-    aligner = MiniVec2Vec(
-        n_anchor_runs=n_anchor_runs, n_anchor_clusters=n_anchor_clusters, anchor_sample=anchor_sample,
-        kmeans_iter=kmeans_iter, kmeans_redo=kmeans_redo, qap_method=qap_method.value,
-        anchor_kernel=anchor_kernel.value, qap_restarts=qap_restarts, anchor_keep=anchor_keep,
-        n_restarts=n_restarts, converged_swap_share=None if converged_swap_share < 0 else converged_swap_share,
-        n_pseudo_pairs=n_pseudo_pairs, relative_k=relative_k,
-        structure_iter=structure_iter, structure_clusters=structure_clusters, structure_runs=structure_runs,
-        structure_sample=structure_sample, structure_steps=structure_steps, structure_patience=structure_patience,
-        structure_stop_swap_share=None if structure_stop_swap_share < 0 else structure_stop_swap_share,
-        refine_iter=refine_iter, refine_sample=refine_sample, refine_k=refine_k, refine_alpha=refine_alpha,
-        refine_bidirectional=refine_bidirectional, refine_patience=refine_patience,
-        refine_score_every=refine_score_every, refine_average=refine_average, refine_tol=refine_tol,
-        centroid_clusters=centroid_clusters, centroid_alpha=centroid_alpha, orthogonalize=orthogonalize,
-        ann_lists=ann_lists, ann_probe=ann_probe, probe_size=probe_size, random_state=seed, verbose=True,
-    )
-    aligner.check_params()
+    aligner = _aligner(params, n_restarts=n_restarts, random_state=seed, verbose=True)
     a = _load_side(source_emb, source, source_texts)
     b = _load_side(target_emb, target, target_texts)
     console.print(f"fitting mini-vec2vec: source {a.shape[0]} x {a.shape[1]}, target {b.shape[0]} x {b.shape[1]}")

@@ -1,0 +1,235 @@
+"""The aligner's settings, one frozen dataclass per stage, each checking its own fields when it is built.
+
+A field's bounds sit beside it (``setting(default, low=..., ...)``), so the rules are read where the setting is
+declared; checks that tie fields of different stages together live in :func:`check_together`. The aligner keeps a
+reader for the flat parameter names of format-1 folders (:func:`from_flat`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from subspaces.errors import SubspacesError
+
+
+def setting(default: Any, *, low: float | None = None, high: float | None = None, above: bool = False,
+            choices: tuple[str, ...] | None = None, optional: bool = False) -> Any:
+    """A dataclass field with its check: ``low <= value`` (``low < value`` with ``above``), ``value <= high``,
+    one of ``choices``; ``optional`` also allows ``None``."""
+    return field(default=default, metadata={"low": low, "high": high, "above": above, "choices": choices,
+                                             "optional": optional})
+
+
+def _check_field(owner: str, f: dataclasses.Field, value: Any) -> None:
+    rule = f.metadata
+    name = f"{owner}.{f.name}"
+    if value is None:
+        if not rule.get("optional"):
+            raise SubspacesError(f"{name} must not be None")
+        return
+    kind = type(f.default) if f.default is not None else float
+    if kind is bool:
+        if not isinstance(value, bool):
+            raise SubspacesError(f"{name} must be true or false, got {value!r}")
+        return
+    if kind is str:
+        if value not in rule["choices"]:
+            raise SubspacesError(f"{name} must be one of {', '.join(map(repr, rule['choices']))}, got {value!r}")
+        return
+    numeric = (int,) if kind is int else (int, float)
+    if isinstance(value, bool) or not isinstance(value, numeric):
+        try:  # numpy scalars and the like
+            if kind is int and int(value) != value:
+                raise ValueError
+            float(value)
+        except (TypeError, ValueError):
+            raise SubspacesError(f"{name} must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+    low, high = rule.get("low"), rule.get("high")
+    if low is not None and (value <= low if rule.get("above") else value < low):
+        raise SubspacesError(f"{name} must be {'above' if rule.get('above') else 'at least'} {low}, got {value}")
+    if high is not None and value > high:
+        raise SubspacesError(f"{name} must be at most {high}, got {value}")
+
+
+class StageParams:
+    """Base of the stage settings: checks every field on construction; reads and writes plain dicts."""
+
+    stage: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            _check_field(self.stage, f, getattr(self, f.name))
+            if type(f.default) is int and getattr(self, f.name) is not None:  # numpy ints -> int, for JSON
+                object.__setattr__(self, f.name, int(getattr(self, f.name)))
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]):
+        if not isinstance(values, dict):
+            raise SubspacesError(f"{cls.stage} settings must be a JSON object, got {type(values).__name__}")
+        valid = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+        unknown = sorted(set(values) - set(valid))
+        if unknown:
+            raise SubspacesError(f"unknown {cls.stage} setting(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    def __repr__(self) -> str:
+        """Only the settings that differ from the defaults, as scikit-learn prints estimators."""
+        changed = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)  # type: ignore[arg-type]
+                   if getattr(self, f.name) != f.default]
+        return f"{type(self).__name__}({', '.join(changed)})"
+
+
+@dataclass(frozen=True, repr=False)
+class AnchorParams(StageParams):
+    """Matched anchors (k-means runs paired by quadratic assignment) and the initial map from them.
+
+    ``n_runs`` runs (paper: 30) of ``n_clusters`` clusters (paper: 20) on ``sample`` rows of each space
+    (paper: 10,000); ``kmeans_redo`` random starts per k-means, the lowest inertia kept; ``qap_method`` scipy's
+    solver, ``qap_restarts`` starts each polished by swaps; ``kernel`` what it compares (``"cosine"`` of unit
+    centroids, or ``"gram"``, the double-centred Gram of the raw cluster means, the notebook's); ``keep`` the
+    fraction of runs kept, best matching agreement first; the initial map is fitted on ``n_pseudo_pairs``
+    source rows and the mean of their ``relative_k`` nearest targets in relative space (paper: 50).
+    """
+
+    stage: ClassVar[str] = "anchors"
+    n_runs: int = setting(30, low=1)
+    n_clusters: int = setting(20, low=3)  # two clusters have one similarity: nothing for a QAP to match
+    sample: int = setting(10_000, low=1)
+    kmeans_iter: int = setting(25, low=1)
+    kmeans_redo: int = setting(1, low=1)
+    qap_method: str = setting("faq", choices=("faq", "2opt"))
+    kernel: str = setting("cosine", choices=("cosine", "gram"))
+    qap_restarts: int = setting(30, low=1)
+    keep: float = setting(1.0, low=0, above=True, high=1)
+    n_pseudo_pairs: int = setting(10_000, low=1)
+    relative_k: int = setting(50, low=1)
+
+
+@dataclass(frozen=True, repr=False)
+class StructureParams(StageParams):
+    """Structural refinement (ours): seeded k-means pairs whose pairing is corrected by cluster structure.
+
+    Up to ``n_iter`` rounds (0 skips the stage) of ``n_runs`` k-means pairs with ``n_clusters`` on ``sample``
+    rows, each followed by ``steps`` refine-1 steps; ends after ``patience`` rounds without a better label-free
+    score, or at the first round that swaps at most ``stop_swap_share`` of the seeded pairs (``None``: never).
+    """
+
+    stage: ClassVar[str] = "structure"
+    n_iter: int = setting(10, low=0)
+    n_clusters: int = setting(50, low=1)
+    n_runs: int = setting(4, low=1)
+    sample: int = setting(10_000, low=1)
+    kmeans_iter: int = setting(25, low=1)
+    steps: int = setting(5, low=0)
+    patience: int = setting(2, low=1)
+    stop_swap_share: float | None = setting(0.02, low=0, high=1, optional=True)
+
+
+@dataclass(frozen=True, repr=False)
+class RefineParams(StageParams):
+    """Refine-1 (neighbour means -> Procrustes, blended) and refine-2 (matched k-means centroids).
+
+    Refine-1: up to ``n_iter`` steps (paper: 100) on ``sample`` source rows, mean of ``k`` nearest target rows
+    (paper: 50), blend weight ``alpha`` (paper: 0.5); ``bidirectional`` also pairs target rows with mapped-back
+    source neighbour means; scored every ``score_every`` steps, stopped after ``patience`` steps without a gain
+    of ``tol``; ``average`` also tries the tail average of the iterates. Refine-2: ``centroid_clusters``
+    (paper: 500; 0 skips it), blend ``centroid_alpha``. ``orthogonalize`` projects every blend back onto the
+    orthogonal maps (the paper lets it drift). The structural stage's inner steps use these settings too.
+    """
+
+    stage: ClassVar[str] = "refine"
+    n_iter: int = setting(100, low=0)
+    sample: int = setting(1024, low=1)
+    k: int = setting(50, low=1)
+    alpha: float = setting(0.5, low=0, above=True, high=1)
+    bidirectional: bool = setting(True)
+    patience: int = setting(30, low=0)
+    score_every: int = setting(5, low=1)
+    average: bool = setting(True)
+    tol: float = setting(1e-4, low=0)
+    orthogonalize: bool = setting(True)
+    centroid_clusters: int = setting(500, low=0)
+    centroid_alpha: float = setting(0.5, low=0, above=True, high=1)
+    centroid_kmeans_iter: int = setting(25, low=1)
+
+
+@dataclass(frozen=True, repr=False)
+class SearchParams(StageParams):
+    """Neighbour search and the label-free score: ``ann_lists`` IVF cells (0 = exact; IVF is cheaper per search
+    but up to 3 points of top-1 worse, BENCHMARKS.md section 2), ``ann_probe`` cells visited per query,
+    ``probe_size`` rows of each space scored."""
+
+    stage: ClassVar[str] = "search"
+    ann_lists: int = setting(0, low=0)
+    ann_probe: int = setting(8, low=1)
+    probe_size: int = setting(2048, low=1)
+
+
+STAGES: dict[str, type[StageParams]] = {
+    "anchors": AnchorParams, "structure": StructureParams, "refine": RefineParams, "search": SearchParams,
+}
+
+
+def check_together(anchors: AnchorParams, structure: StructureParams, converged_swap_share: float | None) -> None:
+    """The checks that tie settings of different stages (or several fields) together."""
+    # k-means needs several points per cluster or its centroids are single points (or faiss refuses).
+    for where, params in (("anchors", anchors), ("structure", structure)):
+        if params.sample < 4 * params.n_clusters:
+            raise SubspacesError(f"{where}.sample ({params.sample}) must be at least 4 x {where}.n_clusters "
+                                 f"({params.n_clusters})")
+    if converged_swap_share is not None and not 0 <= converged_swap_share <= 1:
+        raise SubspacesError(f"converged_swap_share must be in [0, 1] or None, got {converged_swap_share}")
+    stop = structure.stop_swap_share
+    if stop is not None and converged_swap_share is not None and stop > converged_swap_share:
+        # A structural stage ended above the convergence share would be judged failed: restarts and a warning.
+        raise SubspacesError(f"structure.stop_swap_share ({stop}) must not exceed converged_swap_share "
+                             f"({converged_swap_share})")
+
+
+# Format-1 folders (and the benchmarks' --params) name the 37 settings flat: flat name -> (stage, field).
+FLAT_NAMES: dict[str, tuple[str, str]] = {
+    "n_anchor_runs": ("anchors", "n_runs"), "n_anchor_clusters": ("anchors", "n_clusters"),
+    "anchor_sample": ("anchors", "sample"), "kmeans_redo": ("anchors", "kmeans_redo"),
+    "qap_method": ("anchors", "qap_method"), "anchor_kernel": ("anchors", "kernel"),
+    "qap_restarts": ("anchors", "qap_restarts"), "anchor_keep": ("anchors", "keep"),
+    "n_pseudo_pairs": ("anchors", "n_pseudo_pairs"), "relative_k": ("anchors", "relative_k"),
+    "structure_iter": ("structure", "n_iter"), "structure_clusters": ("structure", "n_clusters"),
+    "structure_runs": ("structure", "n_runs"), "structure_sample": ("structure", "sample"),
+    "structure_steps": ("structure", "steps"), "structure_patience": ("structure", "patience"),
+    "structure_stop_swap_share": ("structure", "stop_swap_share"),
+    "refine_iter": ("refine", "n_iter"), "refine_sample": ("refine", "sample"), "refine_k": ("refine", "k"),
+    "refine_alpha": ("refine", "alpha"), "refine_bidirectional": ("refine", "bidirectional"),
+    "refine_patience": ("refine", "patience"), "refine_score_every": ("refine", "score_every"),
+    "refine_average": ("refine", "average"), "refine_tol": ("refine", "tol"),
+    "orthogonalize": ("refine", "orthogonalize"), "centroid_clusters": ("refine", "centroid_clusters"),
+    "centroid_alpha": ("refine", "centroid_alpha"),
+    "ann_lists": ("search", "ann_lists"), "ann_probe": ("search", "ann_probe"),
+    "probe_size": ("search", "probe_size"),
+}
+# One flat k-means iteration count served every stage.
+KMEANS_ITER = (("anchors", "kmeans_iter"), ("structure", "kmeans_iter"), ("refine", "centroid_kmeans_iter"))
+TOP_LEVEL = ("n_restarts", "converged_swap_share", "random_state", "verbose")
+
+
+def from_flat(flat: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments of ``MiniVec2Vec`` from the flat names of format 1; an unknown name is an error."""
+    grouped: dict[str, dict[str, Any]] = {stage: {} for stage in STAGES}
+    kwargs: dict[str, Any] = {}
+    for name, value in flat.items():
+        if name in FLAT_NAMES:
+            stage, key = FLAT_NAMES[name]
+            grouped[stage][key] = value
+        elif name == "kmeans_iter":
+            for stage, key in KMEANS_ITER:
+                grouped[stage][key] = value
+        elif name in TOP_LEVEL:
+            kwargs[name] = value
+        else:
+            valid = sorted([*FLAT_NAMES, "kmeans_iter", *TOP_LEVEL])
+            raise SubspacesError(f"unknown flat parameter {name!r}; valid: {', '.join(valid)}")
+    return kwargs | {stage: STAGES[stage].from_dict(values) for stage, values in grouped.items()}
