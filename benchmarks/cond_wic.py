@@ -5,7 +5,8 @@ once (kept on disk under the subspaces cache folder, so reruns skip it) and the 
 ``--fine-tune`` instead trains the encoder too, for one epoch, for the bi-encoder and the hypernet tri-encoder.
 
     OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python benchmarks/cond_wic.py --out benchmarks/results/cond_wic.json
-    OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python benchmarks/cond_wic.py --fine-tune --out benchmarks/results/cond_wic_ft.json
+    OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python benchmarks/cond_wic.py --fine-tune \
+        --out benchmarks/results/cond_wic_ft.json
 
 Writes JSON (every figure of BENCHMARKS.md section 4) and prints a table.
 """
@@ -17,7 +18,7 @@ import json
 import platform
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -45,13 +46,13 @@ def persistent_cache(name: str, encoder, texts: list, namespace: str) -> LRUCach
     stored: dict[str, np.ndarray] = {}
     if path.is_file():
         with np.load(path) as data:
-            stored = dict(zip(data["keys"].tolist(), data["emb"]))
+            stored = dict(zip(data["keys"].tolist(), data["emb"], strict=True))
     missing = [i for i, k in enumerate(keys) if k not in stored]
     if missing:
         t0 = time.perf_counter()
         emb = encoder.encode([texts[i] for i in missing], batch_size=64, convert_to_numpy=True, show_progress_bar=True)
         print(f"encoded {len(missing)} {name} in {time.perf_counter() - t0:.0f}s")
-        stored.update({keys[i]: e.astype(np.float32) for i, e in zip(missing, emb)})
+        stored.update({keys[i]: e.astype(np.float32) for i, e in zip(missing, emb, strict=True)})
         allk = list(stored)
         with open(path, "wb") as handle:  # benchmark-local scratch, not a user output
             np.savez(handle, keys=np.array(allk), emb=np.stack([stored[k] for k in allk]))
@@ -74,8 +75,10 @@ def no_condition_baseline(sentence_cache: LRUCache, task, dev, test, seen_keys) 
     threshold = choose_threshold(cos(dev), np.array(task.scaled_labels(dev)))
     keys = set(seen_keys)
     seen = np.array([task.seen_key(r) in keys for r in test])
-    return {**conditional_metrics(cos(test), task.scaled_labels(test), binary=True, threshold=threshold, seen=seen),
-            "threshold": threshold}
+    return {
+        **conditional_metrics(cos(test), task.scaled_labels(test), binary=True, threshold=threshold, seen=seen),
+        "threshold": threshold,
+    }
 
 
 def main() -> None:
@@ -85,14 +88,20 @@ def main() -> None:
     parser.add_argument("--hyper-epochs", type=int, default=6, help="epochs of the low-rank hypernet (9.4M weights)")
     parser.add_argument("--full-epochs", type=int, default=2, help="epochs of the full-rank hypernet (57M weights)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--hyper-seeds", type=int, nargs="+", default=[0], help="seeds of the hypernet heads (CPU-bound)")
+    parser.add_argument(
+        "--hyper-seeds", type=int, nargs="+", default=[0], help="seeds of the hypernet heads (CPU-bound)"
+    )
     parser.add_argument("--rank", type=int, default=32, help="hypernet rank K (d/12 = 32 for d = 384)")
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--fine-tune", action="store_true", help="fine-tune the encoder (1 epoch) instead")
     parser.add_argument("--ft-epochs", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--heads", nargs="+", default=["hadamard", "concat", "hypernet", "hypernet-full"],
-                        help="which tri-encoder heads to train")
+    parser.add_argument(
+        "--heads",
+        nargs="+",
+        default=["hadamard", "concat", "hypernet", "hypernet-full"],
+        help="which tri-encoder heads to train",
+    )
     parser.add_argument("--no-analyses", action="store_true", help="skip expressiveness, impurity and cache timing")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -101,10 +110,14 @@ def main() -> None:
     train, dev, test = task.load("train"), task.load("validation"), task.load("test")
     seen_keys = task.seen_keys(train)
     report: dict = {
-        "task": "wic", "model": MODEL, "date": datetime.now(timezone.utc).isoformat(timespec="minutes"),
+        "task": "wic",
+        "model": MODEL,
+        "date": datetime.now(UTC).isoformat(timespec="minutes"),
         "machine": f"{platform.machine()}, 2 shared CPU cores, torch {torch.__version__}, {args.threads} thread(s)",
-        "sentence_embedding": "the WiC sentence as is (tokenised text, no target-word marker): condition-free, cacheable",
-        "args": vars(args), "results": {},
+        "sentence_embedding": "the WiC sentence as is (tokenised text, no target-word marker): "
+        "condition-free, cacheable",
+        "args": vars(args),
+        "results": {},
     }
     encoder = load_encoder(MODEL)
     results = report["results"]
@@ -121,14 +134,18 @@ def main() -> None:
 
         # Bi-encoder with the frozen encoder: zero-shot cosine of (sentence, condition) pair encodings.
         pairs = sorted({(s, r.condition) for r in dev + test for s in (r.sentence1, r.sentence2)})
-        pair_cache = persistent_cache("pairs", encoder, pairs, "sentence+condition")
+        pair_cache = persistent_cache("pairs", encoder, pairs, "pair")
         bi = BiEncoder(encoder, encoder_name=MODEL)
-        bi.pair_cache = pair_cache
+        bi.store.memory["pair"] = pair_cache
         bi.metadata["seen_keys"] = seen_keys
         results["bi_frozen"] = summarise(evaluate(bi, task, test, dev_rows=dev, seen_keys=seen_keys))
 
-        every = {"hadamard": ("hadamard", None, args.epochs), "concat": ("concat", None, args.epochs),
-                 "hypernet": ("hypernet", args.rank, args.hyper_epochs), "hypernet-full": ("hypernet", None, args.full_epochs)}
+        every = {
+            "hadamard": ("hadamard", None, args.epochs),
+            "concat": ("concat", None, args.epochs),
+            "hypernet": ("hypernet", args.rank, args.hyper_epochs),
+            "hypernet-full": ("hypernet", None, args.full_epochs),
+        }
         heads = [every[h] for h in args.heads]
         trained: dict[str, TriEncoder] = {}
         for kind, rank, epochs in heads:
@@ -137,19 +154,34 @@ def main() -> None:
             runs = []
             for seed in seeds:
                 torch.manual_seed(seed)
-                model = TriEncoder(encoder, make_head(kind, encoder.get_embedding_dimension(), rank), encoder_name=MODEL)
-                model.sentence_cache, model.condition_cache = sentence_cache, condition_cache
-                config = CondTrainConfig(objective="mse", batch_size=32, lr=args.lr, epochs=epochs, seed=seed,
-                                         show_progress=False)
+                model = TriEncoder(
+                    encoder, make_head(kind, encoder.get_embedding_dimension(), rank), encoder_name=MODEL
+                )
+                model.store.memory["sentence"], model.store.memory["condition"] = sentence_cache, condition_cache
+                config = CondTrainConfig(
+                    objective="mse", batch_size=32, lr=args.lr, epochs=epochs, seed=seed, show_progress=False
+                )
                 fitted = fit(model, task, train, config, dev_rows=dev)
                 t0 = time.perf_counter()
                 result = evaluate(model, task, test, dev_rows=dev, seen_keys=seen_keys)
                 infer = time.perf_counter() - t0
-                runs.append({"seed": seed, **summarise(result), "train_seconds": fitted.seconds, "steps": fitted.steps,
-                             "best_epoch": fitted.best_epoch, "best_dev_auc": fitted.best_dev,
-                             "eval_seconds_warm_sentences": infer})
-                print(f"{name} seed {seed}: test acc {result['metrics']['accuracy']:.4f} auc {result['metrics']['auc']:.4f} "
-                      f"(train {fitted.seconds:.0f}s, best epoch {fitted.best_epoch})", flush=True)
+                runs.append(
+                    {
+                        "seed": seed,
+                        **summarise(result),
+                        "train_seconds": fitted.seconds,
+                        "steps": fitted.steps,
+                        "best_epoch": fitted.best_epoch,
+                        "best_dev_auc": fitted.best_dev,
+                        "eval_seconds_warm_sentences": infer,
+                    }
+                )
+                print(
+                    f"{name} seed {seed}: test acc {result['metrics']['accuracy']:.4f} "
+                    f"auc {result['metrics']['auc']:.4f} "
+                    f"(train {fitted.seconds:.0f}s, best epoch {fitted.best_epoch})",
+                    flush=True,
+                )
                 if seed == seeds[0]:
                     trained[name] = model
             results[name] = aggregate(runs)
@@ -168,10 +200,15 @@ def analyses(trained: dict[str, TriEncoder], condition_cache: LRUCache, train, t
     top = {c for c, _ in Counter(r.condition for r in train).most_common(10)}
     members = sorted({(s, r.condition) for r in train if r.condition in top for s in (r.sentence1, r.sentence2)})
     return {
-        "expressiveness": {name: expressiveness(m.head, cond_emb) for name, m in trained.items() if m.head.kind != "concat"},
+        "expressiveness": {
+            name: expressiveness(m.head, cond_emb) for name, m in trained.items() if m.head.kind != "concat"
+        },
         "cluster_impurity": {
             "data": "sentences of the 10 most frequent train conditions, k-means with k = 10, entropy / log 10",
-            **{name: cluster_impurity(m, [s for s, _ in members], [c for _, c in members]) for name, m in trained.items()},
+            **{
+                name: cluster_impurity(m, [s for s, _ in members], [c for _, c in members])
+                for name, m in trained.items()
+            },
         },
         # Fresh models, nothing cached: cold, warm, and the same pairs under new conditions.
         "cache_benchmark": cache_benchmark("wic", MODEL, split="test", rank=rank),
@@ -183,17 +220,33 @@ def fine_tune(report, encoder, task, train, dev, test, seen_keys, args) -> None:
 
     for arch, head in (("bi", None), ("tri", "hypernet")):
         name = f"{arch}_fine_tuned" + (f"_{head}_k{args.rank}" if head else "")
-        model = build_model(arch, MODEL, head=head or "hypernet", rank=args.rank, freeze_encoder=False,
-                            max_seq_length=64, seed=args.seeds[0])
-        config = CondTrainConfig(objective="mse", batch_size=32, lr=args.lr, encoder_lr=2e-5, epochs=args.ft_epochs,
-                                 seed=args.seeds[0])
+        model = build_model(
+            MODEL,
+            arch,
+            head=head or "hypernet",
+            rank=args.rank,
+            freeze_encoder=False,
+            max_seq_length=64,
+            seed=args.seeds[0],
+        )
+        config = CondTrainConfig(
+            objective="mse", batch_size=32, lr=args.lr, encoder_lr=2e-5, epochs=args.ft_epochs, seed=args.seeds[0]
+        )
         fitted = fit(model, task, train, config, dev_rows=dev)
         t0 = time.perf_counter()
         result = evaluate(model, task, test, dev_rows=dev, seen_keys=seen_keys)
-        report["results"][name] = {**summarise(result), "train_seconds": fitted.seconds, "steps": fitted.steps,
-                                   "eval_seconds": time.perf_counter() - t0, "best_dev_auc": fitted.best_dev}
-        print(f"{name}: test acc {result['metrics']['accuracy']:.4f} auc {result['metrics']['auc']:.4f} "
-              f"(train {fitted.seconds:.0f}s)", flush=True)
+        report["results"][name] = {
+            **summarise(result),
+            "train_seconds": fitted.seconds,
+            "steps": fitted.steps,
+            "eval_seconds": time.perf_counter() - t0,
+            "best_dev_auc": fitted.best_dev,
+        }
+        print(
+            f"{name}: test acc {result['metrics']['accuracy']:.4f} auc {result['metrics']['auc']:.4f} "
+            f"(train {fitted.seconds:.0f}s)",
+            flush=True,
+        )
 
 
 def aggregate(runs: list[dict]) -> dict:
@@ -208,13 +261,23 @@ def aggregate(runs: list[dict]) -> dict:
 
 
 def print_table(report: dict) -> None:
-    print(f"\n{'model':28s} {'acc':>7s} {'auc':>7s} {'seen acc':>9s} {'unseen acc':>10s} {'seen auc':>9s} {'unseen auc':>10s}")
+    print(
+        f"\n{'model':28s} {'acc':>7s} {'auc':>7s} {'seen acc':>9s} {'unseen acc':>10s} "
+        f"{'seen auc':>9s} {'unseen auc':>10s}"
+    )
     for name, r in report["results"].items():
         m, s, u = r["metrics"], r.get("seen", {}), r.get("unseen", {})
-        print(f"{name:28s} {m['accuracy']:7.4f} {m['auc']:7.4f} {s.get('accuracy', float('nan')):9.4f} "
-              f"{u.get('accuracy', float('nan')):10.4f} {s.get('auc', float('nan')):9.4f} {u.get('auc', float('nan')):10.4f}")
+        print(
+            f"{name:28s} {m['accuracy']:7.4f} {m['auc']:7.4f} {s.get('accuracy', float('nan')):9.4f} "
+            f"{u.get('accuracy', float('nan')):10.4f} {s.get('auc', float('nan')):9.4f} "
+            f"{u.get('auc', float('nan')):10.4f}"
+        )
     if "expressiveness" in report:
-        print(json.dumps({"expressiveness": report["expressiveness"], "cluster_impurity": report["cluster_impurity"]}, indent=1))
+        print(
+            json.dumps(
+                {"expressiveness": report["expressiveness"], "cluster_impurity": report["cluster_impurity"]}, indent=1
+            )
+        )
 
 
 if __name__ == "__main__":

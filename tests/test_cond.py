@@ -183,7 +183,9 @@ def test_tri_encoder_caches_and_matches_head(tiny_encoder):
     c = ["the animal", "the animal", "the action"]
     sims = model.similarity(s1, s2, c)
     # By hand: encode, project with the explicit W_c, cosine.
-    e1 = torch.tensor(enc.encode(s1)); e2 = torch.tensor(enc.encode(s2)); ec = torch.tensor(enc.encode(c))
+    e1 = torch.tensor(enc.encode(s1))
+    e2 = torch.tensor(enc.encode(s2))
+    ec = torch.tensor(enc.encode(c))
     w = model.head.projection_matrix(ec)
     p1, p2 = torch.einsum("bij,bj->bi", w, e1), torch.einsum("bij,bj->bi", w, e2)
     assert np.allclose(sims, torch.nn.functional.cosine_similarity(p1, p2).detach().numpy(), atol=1e-5)
@@ -212,8 +214,9 @@ def test_train_frozen_head_on_fixture_and_round_trip(tiny_encoder, tmp_path, obj
     model = build_model(tiny_encoder, "tri", head="hypernet", rank=4, freeze_encoder=True)
     before = evaluate(model, task, rows)["metrics"]["mse"]
     enc_before = next(model.encoder.parameters()).detach().clone()
-    result = fit(model, task, rows, CondTrainConfig(objective=objective, batch_size=4, epochs=30, lr=1e-2,
-                                                    show_progress=False))
+    result = fit(
+        model, task, rows, CondTrainConfig(objective=objective, batch_size=4, epochs=30, lr=1e-2, show_progress=False)
+    )
     assert result.steps > 0
     assert torch.equal(next(model.encoder.parameters()), enc_before)  # frozen
     after = evaluate(model, task, rows)

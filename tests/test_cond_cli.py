@@ -15,7 +15,9 @@ def setup(tmp_path_factory):
     from subspaces.models.encoder import build_random_bert
 
     root = tmp_path_factory.mktemp("cli")
-    build_random_bert(root / "bert", num_layers=1, hidden_size=32, num_heads=2, pooler="mean", dropout=0.0).save(str(root / "enc"))
+    build_random_bert(root / "bert", num_layers=1, hidden_size=32, num_heads=2, pooler="mean", dropout=0.0).save(
+        str(root / "enc")
+    )
     data = root / "csts"
     data.mkdir()
     shutil.copy(FIXTURES / "csts_mini.csv", data / "csts_train.csv")
@@ -27,14 +29,50 @@ def setup(tmp_path_factory):
 def test_train_eval_predict(setup):
     runner = CliRunner()
     out = setup / "model"
-    res = runner.invoke(app, ["cond", "train", "--task", "csts", "--data", str(setup / "csts"), "--model", str(setup / "enc"),
-                              "--head", "hypernet", "--rank", "4", "--objective", "infonce_mse", "--batch-size", "4",
-                              "--epochs", "2", "--output", str(out)])
+    res = runner.invoke(
+        app,
+        [
+            "cond",
+            "train",
+            "--task",
+            "csts",
+            "--data",
+            str(setup / "csts"),
+            "--model",
+            str(setup / "enc"),
+            "--head",
+            "hypernet",
+            "--rank",
+            "4",
+            "--objective",
+            "infonce_mse",
+            "--batch-size",
+            "4",
+            "--epochs",
+            "2",
+            "--output",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     assert (out / "subspaces_model.json").is_file() and (out / "train_result.json").is_file()
     report_path = setup / "report.json"
-    res = runner.invoke(app, ["cond", "eval", str(out), "--task", "csts", "--data", str(setup / "csts"),
-                              "--split", "validation", "--json", str(report_path)])
+    res = runner.invoke(
+        app,
+        [
+            "cond",
+            "eval",
+            str(out),
+            "--task",
+            "csts",
+            "--data",
+            str(setup / "csts"),
+            "--split",
+            "validation",
+            "--json",
+            str(report_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     report = json.loads(report_path.read_text())
     assert report["arch"] == "tri" and report["head"] == "hypernet" and report["rank"] == 4
@@ -42,8 +80,22 @@ def test_train_eval_predict(setup):
     assert report["seen"]["n"] == 15 and "unseen" not in report
     assert 0 <= report["cache"]["hit_rate"] <= 1 and report["cache"]["bytes"] > 0
     pred = setup / "pred.json"
-    res = runner.invoke(app, ["cond", "eval", str(out), "--task", "csts", "--data", str(setup / "csts"),
-                              "--split", "test", "--predictions", str(pred)])
+    res = runner.invoke(
+        app,
+        [
+            "cond",
+            "eval",
+            str(out),
+            "--task",
+            "csts",
+            "--data",
+            str(setup / "csts"),
+            "--split",
+            "test",
+            "--predictions",
+            str(pred),
+        ],
+    )
     assert res.exit_code == 0, res.output
     scores = json.loads(pred.read_text())
     assert list(scores) == ["0", "1", "2"] and all(1.0 <= v <= 5.0 for v in scores.values())
@@ -52,12 +104,30 @@ def test_train_eval_predict(setup):
 def test_cache_bench_and_user_errors(setup):
     runner = CliRunner()
     report_path = setup / "bench.json"
-    res = runner.invoke(app, ["bench", "csts-cache", "--task", "csts", "--data", str(setup / "csts"), "--model",
-                              str(setup / "enc"), "--split", "validation", "--rank", "4", "--json", str(report_path)])
+    res = runner.invoke(
+        app,
+        [
+            "bench",
+            "csts-cache",
+            "--task",
+            "csts",
+            "--data",
+            str(setup / "csts"),
+            "--model",
+            str(setup / "enc"),
+            "--split",
+            "validation",
+            "--rank",
+            "4",
+            "--json",
+            str(report_path),
+        ],
+    )
     assert res.exit_code == 0, res.output
     report = json.loads(report_path.read_text())
     tri, bi = report["runs"]["tri"], report["runs"]["bi"]
-    # The fixture holds each sentence pair under two conditions: the tri-encoder reuses sentences, the bi-encoder cannot.
+    # The fixture holds each sentence pair under two conditions: the tri-encoder reuses sentences,
+    # the bi-encoder cannot.
     assert tri["cold"]["caches"]["sentences"] > 0.4 and bi["cold"]["hit_rate"] == 0.0
     assert tri["warm"]["hit_rate"] == 1.0 and bi["warm"]["hit_rate"] == 1.0
     # New conditions for known sentences: the tri-encoder reuses every sentence embedding.
@@ -66,8 +136,23 @@ def test_cache_bench_and_user_errors(setup):
     assert res.exit_code == 2 and "--data" in res.output
     res = runner.invoke(app, ["cond", "train", "--task", "csts", "--data", str(setup), "--output", str(setup / "x")])
     assert res.exit_code == 2 and "csts_train.csv" in res.output
-    res = runner.invoke(app, ["cond", "train", "--task", "csts", "--data", str(setup / "csts"), "--model", str(setup / "enc"),
-                              "--rank", "zero", "--output", str(setup / "x")])
+    res = runner.invoke(
+        app,
+        [
+            "cond",
+            "train",
+            "--task",
+            "csts",
+            "--data",
+            str(setup / "csts"),
+            "--model",
+            str(setup / "enc"),
+            "--rank",
+            "zero",
+            "--output",
+            str(setup / "x"),
+        ],
+    )
     assert res.exit_code == 2 and "--rank" in res.output
     res = runner.invoke(app, ["cond", "eval", str(setup), "--task", "csts", "--data", str(setup / "csts")])
     assert res.exit_code == 2 and "not a conditional model folder" in res.output

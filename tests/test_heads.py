@@ -21,7 +21,7 @@ def batch():
     return s, c
 
 
-@pytest.mark.parametrize("kind,rank", [("hadamard", None), ("concat", None), ("hypernet", 4), ("hypernet", None)])
+@pytest.mark.parametrize(("kind", "rank"), [("hadamard", None), ("concat", None), ("hypernet", 4), ("hypernet", None)])
 def test_shapes_and_split_equals_forward(kind, rank, batch):
     s, c = batch
     torch.manual_seed(0)

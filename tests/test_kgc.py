@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from subspaces.errors import DataError, SubspacesError
 from subspaces.kgc.data import fb15k237_relation, load_fb15k237, load_kg, load_wn18rr, wn18rr_name
 from subspaces.kgc.graph import KnownTails, LinkGraph
-from subspaces.kgc.loss import MASKED, SimKGCLoss, false_negative_mask, self_negative_mask
 from subspaces.kgc.ranking import filtered_ranks, rank_metrics
 from subspaces.kgc.texts import entity_texts, join_name_description
+from subspaces.losses.simkgc import MASKED, SimKGCLoss, false_negative_mask, self_negative_mask
 
 WORDS = ["dog", "cat", "animal", "tree", "oak", "plant", "car", "wheel", "vehicle", "house", "roof", "building"]
 
@@ -54,11 +54,14 @@ def test_name_and_relation_normalisation():
     assert wn18rr_name("__raise_VB_8") == "raise"
     assert join_name_description("oak", "oak tree of the genus Quercus") == "oak: tree of the genus Quercus"
     assert join_name_description("oak", "") == "oak"
-    assert fb15k237_relation("/people/person/spouse_s./people/marriage/type_of_union") == "type of union marriage spouse s person people"
+    assert (
+        fb15k237_relation("/people/person/spouse_s./people/marriage/type_of_union")
+        == "type of union marriage spouse s person people"
+    )
 
 
 @pytest.mark.parametrize(
-    "split, content, message",
+    ("split", "content", "message"),
     [
         ("train", "00000000\t_hypernym\n", "line 1"),
         ("valid", "00000001\t_has_part\t00000000\n00000001\t_has_part\t99999999\n", "line 2"),
@@ -86,7 +89,9 @@ def test_fb15k237_names_and_neighbour_texts(tmp_path):
     folder = tmp_path / "fb"
     folder.mkdir()
     (folder / "FB15k_mid2name.txt").write_text("/m/a\tAda_Lovelace\n/m/b\tLondon\n/m/c\tMathematics\n")
-    (folder / "train.txt").write_text("/m/a\t/people/person/place_of_birth\t/m/b\n/m/a\t/people/person/profession\t/m/c\n")
+    (folder / "train.txt").write_text(
+        "/m/a\t/people/person/place_of_birth\t/m/b\n/m/a\t/people/person/profession\t/m/c\n"
+    )
     (folder / "valid.txt").write_text("/m/b\t/people/person/place_of_birth\t/m/a\n")
     (folder / "test.txt").write_text("/m/c\t/people/person/profession\t/m/b\n")
     kg = load_fb15k237(folder)
@@ -180,7 +185,9 @@ def test_loss_margin_and_temperature_against_hand_computation():
 
 def test_pre_batch_queue_holds_earlier_tails_and_masks_false_negatives():
     known = KnownTails(np.array([[0, 0, 1], [2, 0, 3], [4, 0, 1], [6, 0, 7]]))
-    loss = SimKGCLoss(_FixedVectors(None, None, None), known, pre_batch=1, pre_batch_weight=0.5, self_negatives=False, batch_size=2)
+    loss = SimKGCLoss(
+        _FixedVectors(None, None, None), known, pre_batch=1, pre_batch_weight=0.5, self_negatives=False, batch_size=2
+    )
     loss.train()
     hr1 = F.normalize(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), dim=-1)
     tails1 = F.normalize(torch.tensor([[1.0, 1.0], [1.0, -1.0]]), dim=-1)
@@ -206,8 +213,8 @@ def tiny_encoder_dir(tmp_path_factory):
 
 
 def test_entity_embedding_shards_are_reused_and_keyed_by_text_and_weights(tmp_path, tiny_encoder_dir):
-    from subspaces.kgc.embedding_cache import EmbeddingShardCache
     from subspaces.models.encoder import load_encoder
+    from subspaces.models.store import EmbeddingShardCache
 
     model = load_encoder(tiny_encoder_dir, max_seq_length=32)
     texts = [f"entity number {i}" for i in range(10)]
@@ -234,8 +241,18 @@ def test_frozen_tri_encoder_trains_saves_loads_and_evaluates(tmp_path, tiny_enco
 
     data = write_wn18rr(tmp_path / "wn")
     report = train_pipeline(
-        output=tmp_path / "run", dataset=data, model=str(tiny_encoder_dir), arch="tri", head="hypernet", rank=4,
-        freeze_encoder=True, batch_size=8, epochs=40, lr=1e-2, max_length=32, disk_cache=tmp_path / "cache",
+        output=tmp_path / "run",
+        dataset=data,
+        model=str(tiny_encoder_dir),
+        arch="tri",
+        head="hypernet",
+        rank=4,
+        freeze_encoder=True,
+        batch_size=8,
+        epochs=40,
+        lr=1e-2,
+        max_length=32,
+        disk_cache=tmp_path / "cache",
         show_progress=False,
     )
     history = report["train_result"]["history"]
@@ -256,16 +273,35 @@ def test_bi_encoder_fine_tunes_and_tri_needs_no_encoder_pass_per_query(tmp_path,
 
     data = write_wn18rr(tmp_path / "wn")
     report = train_pipeline(
-        output=tmp_path / "bi", dataset=data, model=str(tiny_encoder_dir), arch="bi", freeze_encoder=False,
-        batch_size=8, max_steps=2, max_length=32, pre_batch=1, disk_cache=False, show_progress=False,
+        output=tmp_path / "bi",
+        dataset=data,
+        model=str(tiny_encoder_dir),
+        arch="bi",
+        freeze_encoder=False,
+        batch_size=8,
+        max_steps=2,
+        max_length=32,
+        pre_batch=1,
+        disk_cache=False,
+        show_progress=False,
     )
     bi = report["eval"]
     assert bi["arch"] == "bi" and (tmp_path / "bi" / "hr_encoder").is_dir()
     assert bi["encoded_texts"] == 12 + 6  # every entity, and one (head, relation) pair per query
-    tri = train_pipeline(
-        output=tmp_path / "tri", dataset=data, model=str(tiny_encoder_dir), arch="tri", head="hadamard",
-        freeze_encoder=True, batch_size=8, max_steps=2, max_length=32, disk_cache=False, show_progress=False,
-    )["eval"]
+    train_pipeline(
+        output=tmp_path / "tri",
+        dataset=data,
+        model=str(tiny_encoder_dir),
+        arch="tri",
+        head="hadamard",
+        freeze_encoder=True,
+        batch_size=8,
+        max_steps=2,
+        max_length=32,
+        disk_cache=False,
+        show_progress=False,
+    )
+    tri = evaluate_model(tmp_path / "tri", data, disk_cache=False, show_progress=False)  # cold: a fresh process
     assert tri["encoded_texts"] == 12 + 4  # every entity and every relation name, nothing per query
     assert tri["cache_hit_rate"] > bi["cache_hit_rate"]
     zero_shot = evaluate_model(str(tiny_encoder_dir), data, disk_cache=False, show_progress=False)
@@ -275,27 +311,39 @@ def test_bi_encoder_fine_tunes_and_tri_needs_no_encoder_pass_per_query(tmp_path,
 
 
 def test_fine_tuned_tri_encoder_head_learns_at_its_own_rate(tmp_path, tiny_encoder_dir):
+    from functools import partial
+
     from subspaces.kgc.data import load_kg
     from subspaces.kgc.graph import KnownTails
-    from subspaces.kgc.loss import SimKGCLoss
+    from subspaces.kgc.models import build_model, embed_batch
     from subspaces.kgc.texts import KGCTexts
-    from subspaces.kgc.pipeline import build_model
     from subspaces.kgc.train import KGCTrainConfig, train_kgc
+    from subspaces.losses.simkgc import SimKGCLoss
 
     kg = load_kg(write_wn18rr(tmp_path / "wn"))
     examples = kg.with_inverses("train")
-    model = build_model(str(tiny_encoder_dir), "tri", "hypernet", 4, max_length=32)
+    model = build_model(str(tiny_encoder_dir), "tri", head="hypernet", rank=4, max_length=32)
     encoder_before = [p.detach().clone() for p in model.encoder.parameters()]
     head_before = [p.detach().clone() for p in model.head.parameters()]
-    loss = SimKGCLoss(model, KnownTails(examples), batch_size=4)
-    # lr 0 freezes everything but the head (and the temperature's group keeps lr 0 too)
-    result = train_kgc(loss, examples, KGCTrainConfig(batch_size=4, lr=0.0, head_lr=1e-2, max_steps=3, show_progress=False), KGCTexts.build(kg))
+    loss = SimKGCLoss(model, KnownTails(examples), batch_size=4, embed_batch=partial(embed_batch, model))
+    # a tiny lr all but freezes everything but the head (the engine refuses lr 0)
+    result = train_kgc(
+        loss,
+        examples,
+        KGCTrainConfig(batch_size=4, lr=1e-12, head_lr=1e-2, max_steps=3, show_progress=False),
+        KGCTexts.build(kg),
+    )
     assert result.steps == 3
-    assert all(torch.equal(a, b) for a, b in zip(encoder_before, model.encoder.parameters()))
-    assert not all(torch.equal(a, b) for a, b in zip(head_before, model.head.parameters()))
+    assert all(torch.allclose(a, b, atol=1e-9) for a, b in zip(encoder_before, model.encoder.parameters(), strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(head_before, model.head.parameters(), strict=True))
     bi = SimKGCLoss(build_model(str(tiny_encoder_dir), "bi", max_length=32), KnownTails(examples), batch_size=4)
-    with pytest.raises(ValueError, match="no head"):  # the loop refuses a rate it could not apply
-        train_kgc(bi, examples, KGCTrainConfig(batch_size=4, head_lr=1e-3, max_steps=1, show_progress=False), KGCTexts.build(kg))
+    with pytest.raises(SubspacesError, match="no head"):  # the loop refuses a rate it could not apply
+        train_kgc(
+            bi,
+            examples,
+            KGCTrainConfig(batch_size=4, head_lr=1e-3, max_steps=1, show_progress=False),
+            KGCTexts.build(kg),
+        )
 
 
 def test_head_lr_is_refused_where_there_is_no_head_beside_a_trained_encoder(tmp_path, tiny_encoder_dir):
@@ -304,8 +352,16 @@ def test_head_lr_is_refused_where_there_is_no_head_beside_a_trained_encoder(tmp_
     data = write_wn18rr(tmp_path / "wn")
     for arch, frozen in (("bi", False), ("tri", True)):
         with pytest.raises(SubspacesError, match="--head-lr"):
-            train_pipeline(output=tmp_path / arch, dataset=data, model=str(tiny_encoder_dir), arch=arch,
-                           freeze_encoder=frozen, head_lr=1e-3, max_steps=1, show_progress=False)
+            train_pipeline(
+                output=tmp_path / arch,
+                dataset=data,
+                model=str(tiny_encoder_dir),
+                arch=arch,
+                freeze_encoder=frozen,
+                head_lr=1e-3,
+                max_steps=1,
+                show_progress=False,
+            )
 
 
 def test_cli_reports_bad_input_without_traceback(tmp_path):
@@ -319,28 +375,29 @@ def test_cli_reports_bad_input_without_traceback(tmp_path):
     text = " ".join(result.output.split())  # rich wraps long lines
     assert result.exit_code == 2
     assert "test.txt, line 1" in text and "Traceback" not in text
-    result = CliRunner().invoke(app, ["kgc", "train", "--output", str(tmp_path / "o"), "--dataset", str(data), "--rank", "zero"])
+    result = CliRunner().invoke(
+        app, ["kgc", "train", "--output", str(tmp_path / "o"), "--dataset", str(data), "--rank", "zero"]
+    )
     assert result.exit_code == 2 and "--rank" in result.output
     result = CliRunner().invoke(app, ["kgc", "eval", str(tmp_path / "no-such-run")])
     assert result.exit_code == 2 and "neither a bundled model" in " ".join(result.output.split()), result.output
 
 
 def test_grouped_conditioning_equals_per_row_head():
-    from subspaces.kgc.models import TriEncoderKGC
-    from subspaces.models.heads import make_head
+    from subspaces.models.heads import make_head, project_grouped
 
     torch.manual_seed(0)
-    for kind in ("hadamard", "concat", "hypernet"):
-        model = TriEncoderKGC(encoder=None, head=make_head(kind, 8, 3))
-        heads, relations = torch.randn(6, 8), torch.randn(4, 8)
-        ids = torch.tensor([2, 0, 2, 3, 0, 2])
-        grouped = model.condition_by_relation(heads, ids, relations)
-        torch.testing.assert_close(grouped, model.condition(heads, relations[ids]))
+    for kind, rank in (("hadamard", 3), ("concat", 3), ("hypernet", 3), ("hypernet", None)):
+        head = make_head(kind, 8, rank)
+        heads, relations = torch.randn(48, 8), torch.randn(4, 8)
+        ids = torch.randint(0, 4, (48,))
+        grouped = project_grouped(head, heads, head.condition_params(relations), ids)
+        torch.testing.assert_close(grouped, head(heads, relations[ids]))
 
 
 def test_shards_hold_distinct_texts_so_repeats_share_them(tmp_path, tiny_encoder_dir):
-    from subspaces.kgc.embedding_cache import EmbeddingShardCache
     from subspaces.models.encoder import load_encoder
+    from subspaces.models.store import EmbeddingShardCache
 
     model = load_encoder(tiny_encoder_dir, max_seq_length=32)
     texts = ["a", "b", "a", "c", "d", "b", "e"]
@@ -352,14 +409,13 @@ def test_shards_hold_distinct_texts_so_repeats_share_them(tmp_path, tiny_encoder
 
 
 def test_conditioning_with_many_relations_falls_back_to_rows():
-    from subspaces.kgc.models import TriEncoderKGC
-    from subspaces.models.heads import make_head
+    from subspaces.models.heads import make_head, project_grouped
 
     torch.manual_seed(0)
-    model = TriEncoderKGC(encoder=None, head=make_head("hypernet", 8, 2))
-    model.max_relation_groups = 2
+    head = make_head("hypernet", 8, 2)
     heads, relations, ids = torch.randn(5, 8), torch.randn(5, 8), torch.tensor([0, 1, 2, 3, 4])
-    torch.testing.assert_close(model.condition_by_relation(heads, ids, relations), model.condition(heads, relations[ids]))
+    grouped = project_grouped(head, heads, head.condition_params(relations), ids, max_groups=2)
+    torch.testing.assert_close(grouped, head(heads, relations[ids]))
 
 
 def test_cli_train_then_eval_writes_the_documented_json(tmp_path, tiny_encoder_dir, monkeypatch):
@@ -370,8 +426,27 @@ def test_cli_train_then_eval_writes_the_documented_json(tmp_path, tiny_encoder_d
     monkeypatch.setenv("SUBSPACES_CACHE", str(tmp_path / "cache"))
     data = write_wn18rr(tmp_path / "wn")
     run = tmp_path / "run"
-    args = ["kgc", "train", "--dataset", str(data), "--model", str(tiny_encoder_dir), "--arch", "tri", "--head", "hadamard",
-            "--freeze-encoder", "--max-steps", "2", "--batch-size", "8", "--max-length", "32", "--output", str(run)]
+    args = [
+        "kgc",
+        "train",
+        "--dataset",
+        str(data),
+        "--model",
+        str(tiny_encoder_dir),
+        "--arch",
+        "tri",
+        "--head",
+        "hadamard",
+        "--freeze-encoder",
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "8",
+        "--max-length",
+        "32",
+        "--output",
+        str(run),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     result = CliRunner().invoke(app, ["kgc", "eval", str(run), "--split", "valid", "--json", str(tmp_path / "e.json")])
@@ -385,13 +460,14 @@ def test_cli_train_then_eval_writes_the_documented_json(tmp_path, tiny_encoder_d
 def test_rank_parsing_and_the_validation_alias(tmp_path, tiny_encoder_dir):
     from subspaces.cli.common import parse_rank
     from subspaces.errors import SubspacesError
-    from subspaces.kgc.pipeline import build_model, evaluate_model
+    from subspaces.kgc.models import build_model
+    from subspaces.kgc.pipeline import evaluate_model
 
     assert (parse_rank("auto"), parse_rank("full"), parse_rank("7")) == ("auto", None, 7)
     for bad in ("0", "-3", "many"):
         with pytest.raises(SubspacesError, match="--rank"):
             parse_rank(bad)
-    model = build_model(str(tiny_encoder_dir), "tri", "hypernet", "auto")
+    model = build_model(str(tiny_encoder_dir), "tri", head="hypernet", rank="auto")
     assert model.head.config()["rank"] == 3  # d = 32: round(32 / 12)
     kg = load_kg(write_wn18rr(tmp_path / "wn"))
     result = evaluate_model(model, kg, split="validation", show_progress=False)

@@ -30,7 +30,9 @@ class Split(str, Enum):
 
 
 TaskOpt = Annotated[Task, typer.Option(help="wic (bundled) or csts (needs --data).")]
-DataOpt = Annotated[Optional[Path], typer.Option("--data", help="Folder with csts_{train,validation,test}.csv (C-STS).")]
+DataOpt = Annotated[
+    Optional[Path], typer.Option("--data", help="Folder with csts_{train,validation,test}.csv (C-STS).")
+]
 
 
 def _pct(rate: float | None) -> str:
@@ -43,7 +45,9 @@ def _metrics_table(title: str, report: dict) -> None:
     if not parts:
         return
     keys = [k for k in ("accuracy", "auc", "spearman", "pearson", "mse") if k in parts[0][1]]
-    rows = [[name, m.get("n", report.get("n", "")), *[f"{m[k]:.4f}" if k in m else "-" for k in keys]] for name, m in parts]
+    rows = [
+        [name, m.get("n", report.get("n", "")), *[f"{m[k]:.4f}" if k in m else "-" for k in keys]] for name, m in parts
+    ]
     out.print(table(title, ["conditions", "n", *keys], rows))
 
 
@@ -54,12 +58,20 @@ def train_cmd(
     task: TaskOpt = Task.wic,
     data: DataOpt = None,
     model: Annotated[str, typer.Option("--model", "-m", help="Bundled model name or local folder.")] = "minilm-l6",
-    arch: Annotated[Arch, typer.Option(help="tri: sentence and condition encoded apart (cacheable); bi: (s, c) pairs.")] = Arch.tri,
+    arch: Annotated[
+        Arch, typer.Option(help="tri: sentence and condition encoded apart (cacheable); bi: (s, c) pairs.")
+    ] = Arch.tri,
     head: Annotated[Head, typer.Option(help="Tri-encoder head.")] = Head.hypernet,
     rank: Annotated[str, typer.Option(help="Hypernet rank K, 'auto' (d/12, as Hyper-CL) or 'full'.")] = "auto",
-    objective: Annotated[Objective, typer.Option(help="mse; quadruplet and infonce_mse need pairs under two conditions.")] = Objective.mse,
-    freeze_encoder: Annotated[bool, typer.Option("--freeze-encoder/--fine-tune", help="Train only the head on cached embeddings.")] = True,
-    condition_encoder: Annotated[Optional[str], typer.Option(help="A separate encoder for conditions (tri only).")] = None,
+    objective: Annotated[
+        Objective, typer.Option(help="mse; quadruplet and infonce_mse need pairs under two conditions.")
+    ] = Objective.mse,
+    freeze_encoder: Annotated[
+        bool, typer.Option("--freeze-encoder/--fine-tune", help="Train only the head on cached embeddings.")
+    ] = True,
+    condition_encoder: Annotated[
+        Optional[str], typer.Option(help="A separate encoder for conditions (tri only).")
+    ] = None,
     batch_size: int = 32,
     lr: Annotated[float, typer.Option(help="Learning rate of the head.")] = 1e-3,
     encoder_lr: Annotated[float, typer.Option(help="Learning rate of the encoder when fine-tuning.")] = 2e-5,
@@ -67,26 +79,58 @@ def train_cmd(
     max_steps: Optional[int] = None,
     temperature: Annotated[float, typer.Option(help="τ of infonce_mse.")] = 1.7,
     margin: Annotated[float, typer.Option(help="Margin of the quadruplet loss.")] = 1.0,
-    in_batch_negatives: Annotated[bool, typer.Option(help="infonce_mse: other pairs of the batch as negatives.")] = False,
-    max_seq_length: Annotated[Optional[int], typer.Option("--max-length", "--max-seq-length", help="Tokens per text (default: the encoder's own limit).")] = None,
+    in_batch_negatives: Annotated[
+        bool, typer.Option(help="infonce_mse: other pairs of the batch as negatives.")
+    ] = False,
+    max_seq_length: Annotated[
+        Optional[int],
+        typer.Option("--max-length", "--max-seq-length", help="Tokens per text (default: the encoder's own limit)."),
+    ] = None,
     seed: int = 42,
 ) -> None:
     """Train a conditional similarity model; the state best on the validation split is saved."""
     from subspaces.cond.pipeline import train_conditional
     from subspaces.cond.train import CondTrainConfig
 
-    config = CondTrainConfig(objective=objective.value, batch_size=batch_size, lr=lr, encoder_lr=encoder_lr, epochs=epochs,
-                             max_steps=max_steps, temperature=temperature, margin=margin,
-                             in_batch_negatives=in_batch_negatives, seed=seed)
-    summary = train_conditional(task.value, model, output=output, arch=arch.value, head=head.value, rank=parse_rank(rank),
-                                freeze_encoder=freeze_encoder, condition_encoder=condition_encoder, data_dir=data,
-                                config=config, max_seq_length=max_seq_length)
-    console.print(f"[green]saved[/] {output}  ({summary['sampler']}; {summary['steps']} steps in {summary['train_seconds']:.1f}s)")
+    config = CondTrainConfig(
+        objective=objective.value,
+        batch_size=batch_size,
+        lr=lr,
+        encoder_lr=encoder_lr,
+        epochs=epochs,
+        max_steps=max_steps,
+        temperature=temperature,
+        margin=margin,
+        in_batch_negatives=in_batch_negatives,
+        seed=seed,
+    )
+    summary = train_conditional(
+        task.value,
+        model,
+        output=output,
+        arch=arch.value,
+        head=head.value,
+        rank=parse_rank(rank),
+        freeze_encoder=freeze_encoder,
+        condition_encoder=condition_encoder,
+        data_dir=data,
+        config=config,
+        max_seq_length=max_seq_length,
+    )
+    console.print(
+        f"[green]saved[/] {output}  ({summary['sampler']}; {summary['steps']} steps in {summary['train_seconds']:.1f}s)"
+    )
     evaluated = [h for h in summary["history"] if "dev" in h]
     # Only the metrics the task has (C-STS has no accuracy or AUC): no columns of NaN.
     keys = [k for k in ("accuracy", "auc", "spearman", "pearson", "mse") if any(k in h["dev"] for h in evaluated)]
-    rows = [[h["epoch"], f"{h['loss']:.4f}" if h.get("loss") is not None else "-",
-             *[f"{h['dev'][k]:.4f}" if k in h["dev"] else "-" for k in keys]] for h in evaluated]
+    rows = [
+        [
+            h["epoch"],
+            f"{h['loss']:.4f}" if h.get("loss") is not None else "-",
+            *[f"{h['dev'][k]:.4f}" if k in h["dev"] else "-" for k in keys],
+        ]
+        for h in evaluated
+    ]
     if rows:
         out.print(table("validation by epoch", ["epoch", "loss", *keys], rows))
 
@@ -96,10 +140,14 @@ def train_cmd(
 def eval_cmd(
     model_dir: Annotated[Path, typer.Argument(help="A folder written by `cond train`.")],
     task: TaskOpt = Task.wic,
-    split: Annotated[Split, typer.Option(help="Split to score (binary tasks pick the threshold on validation).")] = Split.test,
+    split: Annotated[
+        Split, typer.Option(help="Split to score (binary tasks pick the threshold on validation).")
+    ] = Split.test,
     data: DataOpt = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report here (atomically).")] = None,
-    predictions: Annotated[Optional[Path], typer.Option(help="C-STS: write {idx: score} predictions (1-5) here.")] = None,
+    predictions: Annotated[
+        Optional[Path], typer.Option(help="C-STS: write {idx: score} predictions (1-5) here.")
+    ] = None,
 ) -> None:
     """Score a conditional model: metrics overall and on seen / unseen conditions, cache hit rate, time."""
     from subspaces.cond.pipeline import evaluate_conditional
@@ -107,8 +155,10 @@ def eval_cmd(
 
     report = evaluate_conditional(model_dir, task.value, split=split.value, data_dir=data, predictions=predictions)
     _metrics_table(f"{task.value} {split.value}: {report['arch']} {report.get('head', '')}", report)
-    console.print(f"cache hit rate {_pct(report['cache']['hit_rate'])} ({report['cache']['bytes'] / 2**20:.1f} MiB), "
-                  f"{report['seconds']:.1f}s")
+    console.print(
+        f"cache hit rate {_pct(report['cache']['hit_rate'])} ({report['cache']['bytes'] / 2**20:.1f} MiB), "
+        f"{report['seconds']:.1f}s"
+    )
     if json_path is not None:
         save_json(json_path, report)
         console.print(f"wrote {json_path}")
@@ -122,8 +172,12 @@ def csts_cache_cmd(
     model: Annotated[str, typer.Option("--model", "-m")] = "minilm-l6",
     split: Split = Split.test,
     rank: Annotated[str, typer.Option(help="Hypernet rank K, 'auto' (d/12) or 'full'.")] = "auto",
-    tri: Annotated[Optional[Path], typer.Option(help="A trained tri-encoder folder (default: a fresh hypernet head).")] = None,
-    bi: Annotated[Optional[Path], typer.Option(help="A trained bi-encoder folder (default: the plain encoder).")] = None,
+    tri: Annotated[
+        Optional[Path], typer.Option(help="A trained tri-encoder folder (default: a fresh hypernet head).")
+    ] = None,
+    bi: Annotated[
+        Optional[Path], typer.Option(help="A trained bi-encoder folder (default: the plain encoder).")
+    ] = None,
     limit: Annotated[Optional[int], typer.Option(help="Only the first N rows.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json")] = None,
 ) -> None:
@@ -132,15 +186,26 @@ def csts_cache_cmd(
     from subspaces.cond.pipeline import cache_benchmark
     from subspaces.io import save_json
 
-    report = cache_benchmark(task.value, model, split=split.value, data_dir=data, rank=parse_rank(rank), tri=tri, bi=bi,
-                             limit=limit)
+    report = cache_benchmark(
+        task.value, model, split=split.value, data_dir=data, rank=parse_rank(rank), tri=tri, bi=bi, limit=limit
+    )
     rows = []
     for name, run in report["runs"].items():
         for phase in ("cold", "warm", "new_conditions"):
             r = run[phase]
-            rows.append([f"{name}-encoder", phase, f"{r['seconds']:.2f}", f"{r['rows_per_second']:.1f}", _pct(r["hit_rate"])])
-    out.print(table(f"{task.value} {split.value} ({report['rows']} rows)", ["model", "cache", "seconds", "rows/s", "hit rate"], rows))
-    console.print("tri-encoder speed relative to the bi-encoder: " + ", ".join(
-        f"{phase} {report[f'tri_speedup_{phase}']:.2f}x" for phase in ("cold", "warm", "new_conditions")))
+            rows.append(
+                [f"{name}-encoder", phase, f"{r['seconds']:.2f}", f"{r['rows_per_second']:.1f}", _pct(r["hit_rate"])]
+            )
+    out.print(
+        table(
+            f"{task.value} {split.value} ({report['rows']} rows)",
+            ["model", "cache", "seconds", "rows/s", "hit rate"],
+            rows,
+        )
+    )
+    console.print(
+        "tri-encoder speed relative to the bi-encoder: "
+        + ", ".join(f"{phase} {report[f'tri_speedup_{phase}']:.2f}x" for phase in ("cold", "warm", "new_conditions"))
+    )
     if json_path is not None:
         save_json(json_path, report)

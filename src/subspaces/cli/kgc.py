@@ -25,9 +25,22 @@ def _show(result: dict) -> None:
         rows.append([direction, m["mrr"], m["hits@1"], m["hits@3"], m["hits@10"], m["mr"]])
     if "rerank" in result:
         m = result["rerank"]["average"]
-        rows.append([f"average, {result['rerank']['n_hop']}-hop re-rank", m["mrr"], m["hits@1"], m["hits@3"], m["hits@10"], m["mr"]])
+        rows.append(
+            [
+                f"average, {result['rerank']['n_hop']}-hop re-rank",
+                m["mrr"],
+                m["hits@1"],
+                m["hits@3"],
+                m["hits@10"],
+                m["mr"],
+            ]
+        )
     title = f"{result['dataset']} {result['split']} ({result['arch']}-encoder, filtered, {result['queries']} queries)"
-    t = table(title, ["direction", "MRR", "H@1", "H@3", "H@10", "MR"], [[r[0], *[f"{v:.4f}" for v in r[1:5]], f"{r[5]:.1f}"] for r in rows])
+    t = table(
+        title,
+        ["direction", "MRR", "H@1", "H@3", "H@10", "MR"],
+        [[r[0], *[f"{v:.4f}" for v in r[1:5]], f"{r[5]:.1f}"] for r in rows],
+    )
     out.print(t)
     out.print(
         f"inference {result['inference_seconds']:.1f} s, text-cache hit rate {result['cache_hit_rate']:.2%}, "
@@ -47,18 +60,28 @@ def train(
     freeze_encoder: bool = typer.Option(False, "--freeze-encoder", help="Train only the head on cached embeddings."),
     batch_size: int = typer.Option(1024, help="Batch size (in-batch negatives)."),
     lr: Optional[float] = typer.Option(None, help="Learning rate (default 1e-3 frozen, 5e-5 fine-tuning)."),
-    head_lr: Optional[float] = typer.Option(None, help="Tri-encoder fine-tuning: the head's own learning rate (default: --lr)."),
+    head_lr: Optional[float] = typer.Option(
+        None, help="Tri-encoder fine-tuning: the head's own learning rate (default: --lr)."
+    ),
     epochs: int = typer.Option(1),
     max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps."),
     seed: int = typer.Option(42),
     max_length: int = typer.Option(50, help="Tokens per text (SimKGC: 50)."),
     pre_batch: int = typer.Option(0, help="Pre-batch queue size in batches (SimKGC: 0 on WN18RR, 2 on FB15k-237)."),
     pre_batch_weight: float = typer.Option(0.5, help="Factor on the pre-batch negatives' logits (SimKGC: 0.5)."),
-    self_negatives: bool = typer.Option(True, "--self-negatives/--no-self-negatives", help="Count the head entity itself as a negative (SimKGC)."),
+    self_negatives: bool = typer.Option(
+        True, "--self-negatives/--no-self-negatives", help="Count the head entity itself as a negative (SimKGC)."
+    ),
     margin: float = typer.Option(0.02, help="Additive margin on the positive."),
     temperature: float = typer.Option(0.05, help="Initial temperature (learnable)."),
-    separate_encoders: bool = typer.Option(False, "--separate-encoders", help="Bi-encoder: separate hr and tail encoders, as SimKGC."),
-    neighbour_names: Optional[bool] = typer.Option(None, "--neighbour-names/--no-neighbour-names", help="Append neighbour names to short descriptions (default: on for FB15k-237)."),
+    separate_encoders: bool = typer.Option(
+        False, "--separate-encoders", help="Bi-encoder: separate hr and tail encoders, as SimKGC."
+    ),
+    neighbour_names: Optional[bool] = typer.Option(
+        None,
+        "--neighbour-names/--no-neighbour-names",
+        help="Append neighbour names to short descriptions (default: on for FB15k-237).",
+    ),
     eval_split: str = typer.Option("test", help="Split to evaluate after training, or 'none'."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the evaluation here."),
     device: str = typer.Option("cpu", help="torch device, e.g. cuda for the fine-tuning recipe."),
@@ -68,14 +91,35 @@ def train(
     from subspaces.kgc.pipeline import train_pipeline
 
     report = train_pipeline(
-        output=output, dataset=dataset, model=model, arch=arch.value, head=head.value, rank=parse_rank(rank),
-        freeze_encoder=freeze_encoder, batch_size=batch_size, lr=lr, head_lr=head_lr, epochs=epochs, max_steps=max_steps, seed=seed,
-        max_length=max_length, margin=margin, temperature=temperature, pre_batch=pre_batch,
-        pre_batch_weight=pre_batch_weight, self_negatives=self_negatives, neighbour_names=neighbour_names,
-        shared_encoder=not separate_encoders, evaluate_split=None if eval_split == "none" else eval_split, device=device,
+        output=output,
+        dataset=dataset,
+        model=model,
+        arch=arch.value,
+        head=head.value,
+        rank=parse_rank(rank),
+        freeze_encoder=freeze_encoder,
+        batch_size=batch_size,
+        lr=lr,
+        head_lr=head_lr,
+        epochs=epochs,
+        max_steps=max_steps,
+        seed=seed,
+        max_length=max_length,
+        margin=margin,
+        temperature=temperature,
+        pre_batch=pre_batch,
+        pre_batch_weight=pre_batch_weight,
+        self_negatives=self_negatives,
+        neighbour_names=neighbour_names,
+        shared_encoder=not separate_encoders,
+        evaluate_split=None if eval_split == "none" else eval_split,
+        device=device,
     )
     r = report["train_result"]
-    console.print(f"trained {r['steps']} steps in {r['seconds']:.1f} s ({r['examples_per_second']:.0f} examples/s); saved to {output}")
+    console.print(
+        f"trained {r['steps']} steps in {r['seconds']:.1f} s ({r['examples_per_second']:.0f} examples/s); "
+        f"saved to {output}"
+    )
     if "eval" in report:
         _show(report["eval"])
         if json_path is not None:
@@ -85,14 +129,22 @@ def train(
 @kgc_app.command("eval")
 @user_errors
 def evaluate(
-    model: str = typer.Argument(..., help="A folder from `kgc train`, or an encoder (name/folder) for the zero-shot bi-encoder."),
-    dataset: Optional[str] = typer.Option(None, help="wn18rr, fb15k237 or a folder (default: the one the model was trained on)."),
+    model: str = typer.Argument(
+        ..., help="A folder from `kgc train`, or an encoder (name/folder) for the zero-shot bi-encoder."
+    ),
+    dataset: Optional[str] = typer.Option(
+        None, help="wn18rr, fb15k237 or a folder (default: the one the model was trained on)."
+    ),
     split: str = typer.Option("test", help="test, valid (or validation) or train."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Write the metrics as JSON."),
     predictions: Optional[Path] = typer.Option(None, help="Write per-query rank and top-10 as JSON lines."),
     rerank_n_hop: int = typer.Option(0, help="SimKGC's graph re-ranking (off by default; reported separately)."),
-    neighbour_weight: float = typer.Option(0.05, help="Re-ranking: score bonus of an entity within --rerank-n-hop of the head."),
-    ties: Ties = typer.Option(Ties.realistic, help="How tied scores rank: realistic (expected rank), optimistic or pessimistic."),
+    neighbour_weight: float = typer.Option(
+        0.05, help="Re-ranking: score bonus of an entity within --rerank-n-hop of the head."
+    ),
+    ties: Ties = typer.Option(
+        Ties.realistic, help="How tied scores rank: realistic (expected rank), optimistic or pessimistic."
+    ),
     no_disk_cache: bool = typer.Option(False, "--no-disk-cache", help="Encode everything afresh (for timing)."),
 ) -> None:
     """Filtered MR, MRR and Hits@1/3/10, forward, backward (inverse relations) and averaged."""
@@ -100,8 +152,14 @@ def evaluate(
     from subspaces.kgc.pipeline import evaluate_model
 
     result = evaluate_model(
-        model, dataset, split=split, predictions=predictions, n_hop=rerank_n_hop, neighbour_weight=neighbour_weight,
-        ties=ties.value, disk_cache=False if no_disk_cache else None,  # type: ignore[arg-type]
+        model,
+        dataset,
+        split=split,
+        predictions=predictions,
+        n_hop=rerank_n_hop,
+        neighbour_weight=neighbour_weight,
+        ties=ties.value,
+        disk_cache=False if no_disk_cache else None,  # type: ignore[arg-type]
     )
     _show(result)
     if json_path is not None:

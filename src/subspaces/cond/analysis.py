@@ -62,7 +62,7 @@ def normalized_cluster_entropy(cluster_ids: np.ndarray, groups: Sequence[str]) -
     total = len(groups)
     impurity = 0.0
     for cluster in np.unique(cluster_ids):
-        members = [g for g, k in zip(groups, cluster_ids) if k == cluster]
+        members = [g for g, k in zip(groups, cluster_ids, strict=True) if k == cluster]
         p = np.array(list(Counter(members).values()), dtype=np.float64) / len(members)
         impurity += len(members) / total * float(-(p * np.log(p)).sum())
     return impurity / float(np.log(n_groups))

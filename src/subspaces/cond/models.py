@@ -36,8 +36,15 @@ class BiEncoder(nn.Module):
     arch = "bi"
     task = "cond"
 
-    def __init__(self, encoder: Any, *, freeze_encoder: bool = True, encoder_name: str | None = None,
-                 cache_bytes: int | None = DEFAULT_CACHE_BYTES, encode_batch_size: int = 64) -> None:
+    def __init__(
+        self,
+        encoder: Any,
+        *,
+        freeze_encoder: bool = True,
+        encoder_name: str | None = None,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
+        encode_batch_size: int = 64,
+    ) -> None:
         super().__init__()
         self.encoder = encoder
         self.freeze_encoder = freeze_encoder
@@ -69,10 +76,12 @@ class BiEncoder(nn.Module):
             self.store.clear(reset_stats=False)  # the encoder is about to change
         return self
 
-    def project_pairs(self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    def project_pairs(
+        self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         from subspaces.models.forward import embed_with_grad
 
-        texts = [(s, cond) for s, cond in zip(s1, c)] + [(s, cond) for s, cond in zip(s2, c)]
+        texts = [(s, cond) for s, cond in zip(s1, c, strict=True)] + [(s, cond) for s, cond in zip(s2, c, strict=True)]
         if self.freeze_encoder or not self.training:
             emb = self.store.embed("pair", texts)
         else:
@@ -83,8 +92,9 @@ class BiEncoder(nn.Module):
     def forward(self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         return self.project_pairs(s1, s2, c)
 
-    def similarity(self, sentences1: Sequence[str], sentences2: Sequence[str], conditions: Sequence[str], *,
-                   batch_size: int = 256) -> np.ndarray:
+    def similarity(
+        self, sentences1: Sequence[str], sentences2: Sequence[str], conditions: Sequence[str], *, batch_size: int = 256
+    ) -> np.ndarray:
         return pair_similarity(self, sentences1, sentences2, conditions, batch_size=batch_size)
 
     def save(self, path: str | Path) -> None:
@@ -97,9 +107,18 @@ class BiEncoder(nn.Module):
         else:
             save_encoder(self.encoder, folder / "encoder")
             ref = "encoder"
-        write_config(folder, {"task": self.task, "arch": self.arch, "encoder": ref, "freeze_encoder": self.freeze_encoder,
-                              "max_seq_length": getattr(self.encoder, "max_seq_length", None),
-                              "encode_batch_size": self.encode_batch_size, "metadata": self.metadata})
+        write_config(
+            folder,
+            {
+                "task": self.task,
+                "arch": self.arch,
+                "encoder": ref,
+                "freeze_encoder": self.freeze_encoder,
+                "max_seq_length": getattr(self.encoder, "max_seq_length", None),
+                "encode_batch_size": self.encode_batch_size,
+                "metadata": self.metadata,
+            },
+        )
 
 
 ConditionalModel = TriEncoder | BiEncoder
@@ -131,11 +150,23 @@ def build_model(
     if arch == "bi":
         if condition_encoder is not None:
             raise SubspacesError("a separate condition encoder applies to the tri-encoder only")
-        return BiEncoder(load_encoder(model, max_seq_length=max_seq_length), freeze_encoder=freeze_encoder,
-                         encoder_name=encoder_reference(model), cache_bytes=cache_bytes)
-    return build_tri_encoder(model, head=head, rank=rank, condition_encoder=condition_encoder,
-                             freeze_encoder=freeze_encoder, max_seq_length=max_seq_length, task="cond", seed=seed,
-                             memory_bytes=cache_bytes)
+        return BiEncoder(
+            load_encoder(model, max_seq_length=max_seq_length),
+            freeze_encoder=freeze_encoder,
+            encoder_name=encoder_reference(model),
+            cache_bytes=cache_bytes,
+        )
+    return build_tri_encoder(
+        model,
+        head=head,
+        rank=rank,
+        condition_encoder=condition_encoder,
+        freeze_encoder=freeze_encoder,
+        max_seq_length=max_seq_length,
+        task="cond",
+        seed=seed,
+        memory_bytes=cache_bytes,
+    )
 
 
 def load_model(path: str | Path, *, cache_bytes: int | None = DEFAULT_CACHE_BYTES) -> TriEncoder | BiEncoder:
@@ -147,8 +178,12 @@ def load_model(path: str | Path, *, cache_bytes: int | None = DEFAULT_CACHE_BYTE
     if config["arch"] == "tri":
         return TriEncoder.load(folder, config, memory_bytes=cache_bytes)
     encoder = load_referenced_encoder(folder, config["encoder"], config.get("max_seq_length"))
-    model = BiEncoder(encoder, freeze_encoder=bool(config.get("freeze_encoder", True)),
-                      encoder_name=None if (folder / config["encoder"]).is_dir() else config["encoder"],
-                      cache_bytes=cache_bytes, encode_batch_size=int(config.get("encode_batch_size", 64)))
+    model = BiEncoder(
+        encoder,
+        freeze_encoder=bool(config.get("freeze_encoder", True)),
+        encoder_name=None if (folder / config["encoder"]).is_dir() else config["encoder"],
+        cache_bytes=cache_bytes,
+        encode_batch_size=int(config.get("encode_batch_size", 64)),
+    )
     model.metadata = dict(config.get("metadata", {}))
     return model.eval()

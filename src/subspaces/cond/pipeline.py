@@ -1,8 +1,8 @@
 """One-call pipelines behind ``subspaces cond train``, ``cond eval`` and ``bench csts-cache``.
 
-    from subspaces.cond.pipeline import train_conditional, evaluate_conditional
-    train_conditional("wic", "minilm-l6", output="runs/wic-hyper", arch="tri", head="hypernet", rank=32)
-    report = evaluate_conditional("runs/wic-hyper", "wic", split="test")
+from subspaces.cond.pipeline import train_conditional, evaluate_conditional
+train_conditional("wic", "minilm-l6", output="runs/wic-hyper", arch="tri", head="hypernet", rank=32)
+report = evaluate_conditional("runs/wic-hyper", "wic", split="test")
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ def _load_or_zero_shot(path: str | Path) -> ConditionalModel:
     try:
         resolve_model_path(path)
     except ModelNotFoundError as exc:
-        raise ModelNotFoundError(f"{path} is not a conditional model folder (from `cond train`) nor an encoder: {exc}") from exc
+        raise ModelNotFoundError(
+            f"{path} is not a conditional model folder (from `cond train`) nor an encoder: {exc}"
+        ) from exc
     return build_model(str(path), "bi")
 
 
@@ -71,8 +73,16 @@ def train_conditional(
     train_rows = spec.load("train", data_dir)
     dev_rows = spec.load("validation", data_dir)
     start = time.perf_counter()
-    cond_model = build_model(model, arch, head=head, rank=rank, freeze_encoder=freeze_encoder,
-                             condition_encoder=condition_encoder, max_seq_length=max_seq_length, seed=config.seed)
+    cond_model = build_model(
+        model,
+        arch,
+        head=head,
+        rank=rank,
+        freeze_encoder=freeze_encoder,
+        condition_encoder=condition_encoder,
+        max_seq_length=max_seq_length,
+        seed=config.seed,
+    )
     result = fit(cond_model, spec, train_rows, config, dev_rows=dev_rows)
     seconds = time.perf_counter() - start
     cond_model.save(output)
@@ -89,7 +99,7 @@ def train_conditional(
         "best_epoch": result.best_epoch,
         f"best_dev_{spec.selection_metric}": result.best_dev,
         "history": result.history,
-        "config": {k: v for k, v in vars(config).items()},
+        "config": dict(vars(config)),
     }
     save_json(Path(output) / "train_result.json", summary)
     return summary
@@ -137,7 +147,9 @@ def evaluate_conditional(
         write_predictions(predictions, rows, low + (high - low) * np.clip(scores, 0.0, 1.0))
         report["predictions"] = str(predictions)
     if "metrics" not in report and predictions is None:
-        raise SubspacesError(f"split {split!r} has no gold labels; pass --predictions FILE to write the prediction file")
+        raise SubspacesError(
+            f"split {split!r} has no gold labels; pass --predictions FILE to write the prediction file"
+        )
     report["seconds"] = time.perf_counter() - start
     stats = model.cache_stats()
     report["cache"] = {"hit_rate": stats["hit_rate"], "bytes": stats["bytes"], "caches": stats["caches"]}
@@ -184,9 +196,16 @@ def cache_benchmark(
             m.similarity(s1, s2, conditions)
             seconds = time.perf_counter() - start
             stats = m.cache_stats()
-            runs[phase] = {"seconds": seconds, "rows_per_second": len(rows) / seconds, "hit_rate": stats["hit_rate"],
-                           "bytes": stats["bytes"], "caches": {k: v["hit_rate"] for k, v in stats["caches"].items()}}
+            runs[phase] = {
+                "seconds": seconds,
+                "rows_per_second": len(rows) / seconds,
+                "hit_rate": stats["hit_rate"],
+                "bytes": stats["bytes"],
+                "caches": {k: v["hit_rate"] for k, v in stats["caches"].items()},
+            }
         report["runs"][name] = {**_describe(m), **runs}
     for phase in passes:
-        report[f"tri_speedup_{phase}"] = report["runs"]["bi"][phase]["seconds"] / report["runs"]["tri"][phase]["seconds"]
+        report[f"tri_speedup_{phase}"] = (
+            report["runs"]["bi"][phase]["seconds"] / report["runs"]["tri"][phase]["seconds"]
+        )
     return report

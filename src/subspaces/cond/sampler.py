@@ -1,4 +1,4 @@
-"""Batches for conditional training: plain shuffled rows, or (high, low) condition pairs kept together.
+r"""Batches for conditional training: plain shuffled rows, or (high, low) condition pairs kept together.
 
 C-STS gives every sentence pair twice, under a condition that makes it similar and one that makes it
 dissimilar; the quadruplet and InfoNCE objectives compare the two, so both rows must land in the same batch.
@@ -130,7 +130,9 @@ class RowSampler:
         if self.batch_size < 1:
             raise SubspacesError(f"batch size must be positive, got {self.batch_size}")
         self.indices = [i for i, r in enumerate(self.rows) if r.label is not None]
-        self.dropped = Counter({"no label": len(self.rows) - len(self.indices)} if len(self.indices) < len(self.rows) else {})
+        self.dropped = Counter(
+            {"no label": len(self.rows) - len(self.indices)} if len(self.indices) < len(self.rows) else {}
+        )
         if not self.indices:
             raise SubspacesError("no labelled rows to train on")
 

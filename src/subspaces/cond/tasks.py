@@ -32,7 +32,9 @@ class Task:
         if self.name == "wic":
             return load_wic(split, data_dir)
         if data_dir is None:
-            raise SubspacesError("C-STS is not redistributable: pass --data DIR holding csts_{train,validation,test}.csv")
+            raise SubspacesError(
+                "C-STS is not redistributable: pass --data DIR holding csts_{train,validation,test}.csv"
+            )
         return load_csts(data_dir, split)
 
     def scaled_labels(self, rows: Sequence[ConditionalPair]) -> list[float | None]:

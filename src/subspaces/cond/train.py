@@ -57,8 +57,9 @@ class CondTrainResult:
 
 
 def predict(model: ConditionalModel, rows: Sequence[ConditionalPair], batch_size: int = 256) -> np.ndarray:
-    return model.similarity([r.sentence1 for r in rows], [r.sentence2 for r in rows], [r.condition for r in rows],
-                            batch_size=batch_size)
+    return model.similarity(
+        [r.sentence1 for r in rows], [r.sentence2 for r in rows], [r.condition for r in rows], batch_size=batch_size
+    )
 
 
 def evaluate(
@@ -76,7 +77,9 @@ def evaluate(
     """
     labelled = [r for r in rows if r.label is not None]
     if not labelled:
-        raise SubspacesError("the evaluation split has no gold labels (C-STS's test set is hidden): use --split validation")
+        raise SubspacesError(
+            "the evaluation split has no gold labels (C-STS's test set is hidden): use --split validation"
+        )
     scores = predict(model, labelled)
     threshold = None
     if task.binary:
@@ -87,7 +90,9 @@ def evaluate(
     if seen_keys:
         keys = set(seen_keys)
         seen = np.array([task.seen_key(r) in keys for r in labelled])
-    result = conditional_metrics(scores, task.scaled_labels(labelled), binary=task.binary, threshold=threshold, seen=seen)
+    result = conditional_metrics(
+        scores, task.scaled_labels(labelled), binary=task.binary, threshold=threshold, seen=seen
+    )
     if threshold is not None:
         result["threshold"] = threshold
     result["scores"] = scores
@@ -113,7 +118,9 @@ def param_groups(model: ConditionalModel, config: CondTrainConfig) -> list[dict[
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     head = [p for n, p in named if not n.startswith(ENCODER_PREFIXES)]
     encoders = [p for n, p in named if n.startswith(ENCODER_PREFIXES)]
-    return [g for g in ({"params": head, "lr": config.lr}, {"params": encoders, "lr": config.encoder_lr}) if g["params"]]
+    return [
+        g for g in ({"params": head, "lr": config.lr}, {"params": encoders, "lr": config.encoder_lr}) if g["params"]
+    ]
 
 
 def check_trainable(model: ConditionalModel) -> None:
@@ -133,20 +140,30 @@ def fit(
     *,
     dev_rows: Sequence[ConditionalPair] | None = None,
 ) -> CondTrainResult:
-    """Train ``model`` on ``train_rows`` with the engine; keeps the state that scores best on ``dev_rows`` (if given)."""
+    """Train ``model`` on ``train_rows`` with the engine; keeps the state best on ``dev_rows`` (if given)."""
     from subspaces.train.engine import FitConfig
     from subspaces.train.engine import fit as engine_fit
 
     check_trainable(model)
-    loss_fn = ConditionalLoss(config.objective, temperature=config.temperature, margin=config.margin,
-                              in_batch_negatives=config.in_batch_negatives)
+    loss_fn = ConditionalLoss(
+        config.objective,
+        temperature=config.temperature,
+        margin=config.margin,
+        in_batch_negatives=config.in_batch_negatives,
+    )
     sampler: PairSampler | RowSampler
     if loss_fn.needs_pairs:
         sampler = PairSampler(train_rows, config.batch_size, seed=config.seed)
     else:
         sampler = RowSampler(train_rows, config.batch_size, seed=config.seed)
-    model.metadata.update({"task": task.name, "label_range": list(task.label_range),
-                           "seen_keys": task.seen_keys(train_rows), "objective": config.objective})
+    model.metadata.update(
+        {
+            "task": task.name,
+            "label_range": list(task.label_range),
+            "seen_keys": task.seen_keys(train_rows),
+            "objective": config.objective,
+        }
+    )
     labels_all = task.scaled_labels(train_rows)
     if model.freeze_encoder:
         _warm_caches(model, train_rows, dev_rows)
@@ -161,13 +178,36 @@ def fit(
     losses: dict[int, list[float]] = defaultdict(list)
     steps = per_epoch * config.epochs if config.max_steps is None else min(per_epoch * config.epochs, config.max_steps)
     evaluator = DevEvaluator(task, dev_rows) if dev_rows is not None and config.eval_every_epoch else None
-    settings = {"objective": config.objective, "batch_size": config.batch_size, "encoder_lr": config.encoder_lr,
-                "temperature": config.temperature, "margin": config.margin, "arch": model.arch}
-    fit_config = FitConfig(lr=config.lr, epochs=config.epochs, max_steps=steps, weight_decay=config.weight_decay,
-                           max_grad_norm=1.0, seed=config.seed, eval_steps=None, eval_every_epoch=True,
-                           show_progress=config.show_progress, description=f"train cond {model.arch} on {task.name}")
-    result = engine_fit(model, step, sampler, fit_config, evaluator, param_groups=param_groups(model, config),
-                        settings=settings, callback=lambda done, loss: losses[(done - 1) // per_epoch].append(loss))
+    settings = {
+        "objective": config.objective,
+        "batch_size": config.batch_size,
+        "encoder_lr": config.encoder_lr,
+        "temperature": config.temperature,
+        "margin": config.margin,
+        "arch": model.arch,
+    }
+    fit_config = FitConfig(
+        lr=config.lr,
+        epochs=config.epochs,
+        max_steps=steps,
+        weight_decay=config.weight_decay,
+        max_grad_norm=1.0,
+        seed=config.seed,
+        eval_steps=None,
+        eval_every_epoch=True,
+        show_progress=config.show_progress,
+        description=f"train cond {model.arch} on {task.name}",
+    )
+    result = engine_fit(
+        model,
+        step,
+        sampler,
+        fit_config,
+        evaluator,
+        param_groups=param_groups(model, config),
+        settings=settings,
+        callback=lambda done, loss: losses[(done - 1) // per_epoch].append(loss),
+    )
     model.eval()
     if model.freeze_encoder:
         _reset_stats(model)  # the cached embeddings stay valid; only training's lookups are forgotten
@@ -180,13 +220,18 @@ def fit(
     return out
 
 
-def _epoch_history(engine_history: list[dict[str, Any]], losses: dict[int, list[float]], per_epoch: int) -> list[dict[str, Any]]:
+def _epoch_history(
+    engine_history: list[dict[str, Any]], losses: dict[int, list[float]], per_epoch: int
+) -> list[dict[str, Any]]:
     """One entry per epoch: its last step, mean loss and (if evaluated) the dev metrics."""
     dev = {entry["epoch"]: entry["eval"] for entry in engine_history if "eval" in entry}
     out = []
     for epoch in sorted(losses):
-        entry: dict[str, Any] = {"epoch": epoch, "step": epoch * per_epoch + len(losses[epoch]),
-                                 "loss": float(np.mean(losses[epoch]))}
+        entry: dict[str, Any] = {
+            "epoch": epoch,
+            "step": epoch * per_epoch + len(losses[epoch]),
+            "loss": float(np.mean(losses[epoch])),
+        }
         if epoch in dev:
             entry["dev"] = dev[epoch]
         out.append(entry)

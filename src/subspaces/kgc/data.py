@@ -225,4 +225,6 @@ def load_kg(name_or_folder: str | Path) -> KnowledgeGraph:
         return load_wn18rr(folder)
     if (folder / "FB15k_mid2name.txt").is_file():
         return load_fb15k237(folder)
-    raise DataError("neither WN18RR (wordnet-mlj12-definitions.txt) nor FB15k-237 (FB15k_mid2name.txt) layout", path=folder)
+    raise DataError(
+        "neither WN18RR (wordnet-mlj12-definitions.txt) nor FB15k-237 (FB15k_mid2name.txt) layout", path=folder
+    )

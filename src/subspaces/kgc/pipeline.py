@@ -1,14 +1,15 @@
 """One call from dataset to trained model to filtered rank metrics, in the spirit of PyKEEN's ``pipeline``.
 
-    from subspaces.kgc.pipeline import train_pipeline, evaluate_model
-    result = train_pipeline(dataset="wn18rr", model="minilm-l6", arch="tri", head="hypernet", rank=32,
-                            freeze_encoder=True, output="runs/wn18rr-hypernet")
-    evaluate_model("runs/wn18rr-hypernet", split="test")   # {"forward": {...}, "backward": {...}, "average": ...}
-    evaluate_model("minilm-l6", dataset="wn18rr")          # a plain encoder: the zero-shot bi-encoder
+from subspaces.kgc.pipeline import train_pipeline, evaluate_model
+result = train_pipeline(dataset="wn18rr", model="minilm-l6", arch="tri", head="hypernet", rank=32,
+                        freeze_encoder=True, output="runs/wn18rr-hypernet")
+evaluate_model("runs/wn18rr-hypernet", split="test")   # {"forward": {...}, "backward": {...}, "average": ...}
+evaluate_model("minilm-l6", dataset="wn18rr")          # a plain encoder: the zero-shot bi-encoder
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import asdict
@@ -22,20 +23,12 @@ from subspaces.io import atomic_open, save_json
 from subspaces.kgc.data import DATASETS, KnowledgeGraph, load_kg
 from subspaces.kgc.graph import KnownTails, LinkGraph
 from subspaces.kgc.inference import KGCInference
-from subspaces.kgc.loss import SimKGCLoss
-from subspaces.kgc.models import (
-    ARCHS,
-    CONFIG_NAME,
-    BiEncoderKGC,
-    FrozenTriEncoder,
-    TriEncoderKGC,
-    load_kgc_model,
-    read_config,
-)
+from subspaces.kgc.models import KGCModel, build_model, embed_batch, load_kgc_model
 from subspaces.kgc.ranking import Ties, average_metrics, rank_metrics, rank_queries
 from subspaces.kgc.texts import KGCTexts
-from subspaces.kgc.train import KGCTrainConfig, train_kgc
-from subspaces.train.loop import seed_everything
+from subspaces.kgc.train import KGCTrainConfig, RankingEvaluator, train_kgc
+from subspaces.losses.simkgc import SimKGCLoss
+from subspaces.models.triencoder import TriEncoder
 
 DEFAULT_MAX_LENGTH = 50  # SimKGC's --max-num-tokens
 
@@ -46,34 +39,6 @@ def _split_name(kg: KnowledgeGraph, split: str) -> str:
     if split not in kg.splits:
         raise SubspacesError(f"unknown split {split!r}; choose one of {', '.join(kg.splits)}")
     return split
-
-
-def build_model(
-    model: str,
-    arch: str,
-    head: str = "hypernet",
-    rank: int | str | None = "auto",
-    *,
-    max_length: int = DEFAULT_MAX_LENGTH,
-    shared_encoder: bool = True,
-    device: str = "cpu",
-) -> BiEncoderKGC | TriEncoderKGC:
-    from subspaces.models.encoder import load_encoder
-    from subspaces.models.heads import make_head
-
-    if arch not in ARCHS:
-        raise SubspacesError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
-    encoder = load_encoder(model, max_seq_length=max_length, device=device)
-    if arch == "bi":
-        return BiEncoderKGC(encoder, None if shared_encoder else load_encoder(model, max_seq_length=max_length, device=device))
-    return TriEncoderKGC(encoder, make_head(head, int(encoder.get_embedding_dimension()), rank).to(device))
-
-
-def _entity_and_relation_vectors(model: TriEncoderKGC, texts: KGCTexts, disk_cache) -> tuple[torch.Tensor, torch.Tensor]:
-    inference = KGCInference(model, texts, disk_cache=disk_cache)
-    entities = inference.entity_vectors()
-    relations = inference._lookup(model.encoder, "relation", texts.relations, "relation embeddings")
-    return entities, relations
 
 
 def train_pipeline(
@@ -102,6 +67,7 @@ def train_pipeline(
     warmup_steps: int = 400,
     disk_cache=None,
     evaluate_split: str | None = "test",
+    select_on: str | None = None,
     device: str = "cpu",
     show_progress: bool = True,
 ) -> dict:
@@ -110,20 +76,41 @@ def train_pipeline(
     ``freeze_encoder`` (tri-encoder only) trains the head on cached entity and relation embeddings; otherwise
     the encoder is fine-tuned on text (SimKGC's recipe; what a GPU is for). ``lr`` defaults to 1e-3 for a
     frozen encoder and SimKGC's 5e-5 for fine-tuning; ``head_lr`` (fine-tuning a tri-encoder) gives the randomly
-    initialised head its own rate, the encoder keeping ``lr``.
+    initialised head its own rate, the encoder keeping ``lr``. ``select_on`` (a split, e.g. ``"valid"``) evaluates
+    at each epoch end and keeps the state with the best MRR there; without it the last state is kept.
     """
     if freeze_encoder and arch == "bi":
-        raise SubspacesError("--freeze-encoder leaves the bi-encoder nothing to train; evaluate it zero-shot with `kgc eval MODEL --dataset ...`")
+        raise SubspacesError(
+            "--freeze-encoder leaves the bi-encoder nothing to train; "
+            "evaluate it zero-shot with `kgc eval MODEL --dataset ...`"
+        )
     if head_lr is not None and (arch != "tri" or freeze_encoder):
-        raise SubspacesError("--head-lr is for fine-tuning a tri-encoder (its head beside the encoder); use --lr otherwise")
+        raise SubspacesError(
+            "--head-lr is for fine-tuning a tri-encoder (its head beside the encoder); use --lr otherwise"
+        )
+    from subspaces.train.engine import seed_everything
+
     seed_everything(seed)
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)
     if evaluate_split:
         evaluate_split = _split_name(kg, evaluate_split)  # checked before training, not after it
+    if select_on:
+        select_on = _split_name(kg, select_on)
     texts = KGCTexts.build(kg, neighbour_names)
-    kgc_model = build_model(model, arch, head, rank, max_length=max_length, shared_encoder=shared_encoder, device=device)
+    kgc_model = build_model(
+        model,
+        arch,
+        head=head,
+        rank=rank,
+        freeze_encoder=freeze_encoder,
+        max_length=max_length,
+        shared_encoder=shared_encoder,
+        disk_cache=disk_cache,
+        device=device,
+        show_progress=show_progress,
+    )
     examples = kg.with_inverses("train")
-    known = KnownTails(examples)
+    known = KnownTails(examples)  # the false-negative masks see training triples only (the filter sees every split)
     config = KGCTrainConfig(
         batch_size=batch_size,
         lr=lr if lr is not None else (1e-3 if freeze_encoder else 5e-5),
@@ -133,17 +120,16 @@ def train_pipeline(
         warmup_steps=warmup_steps,
         seed=seed,
         show_progress=show_progress,
+        description=f"train kgc {arch} on {kg.name}",
     )
     prepare_seconds = 0.0
-    if freeze_encoder:
+    if freeze_encoder:  # every entity and relation through the frozen encoder once, before the first step
         started = time.perf_counter()
-        entities, relations = _entity_and_relation_vectors(kgc_model, texts, disk_cache)
+        kgc_model.embed_sentences(texts.entities, f"kgc {kg.name}: encoding {kg.num_entities:,} entities")
+        kgc_model.embed_conditions(texts.relations, f"kgc {kg.name}: encoding {len(texts.relations)} relations")
         prepare_seconds = time.perf_counter() - started
-        trainable = FrozenTriEncoder(kgc_model, entities.to(device), relations.to(device))
-    else:
-        trainable = kgc_model
     loss = SimKGCLoss(
-        trainable,
+        kgc_model,
         known,
         margin=margin,
         temperature=temperature,
@@ -151,39 +137,51 @@ def train_pipeline(
         pre_batch_weight=pre_batch_weight,
         self_negatives=self_negatives,
         batch_size=min(batch_size, len(examples)),
+        embed_batch=functools.partial(embed_batch, kgc_model),
     )
-    result = train_kgc(loss.to(device), examples, config, texts)
+    evaluator = RankingEvaluator(kg, select_on, texts) if select_on else None
+    result = train_kgc(loss.to(device), examples, config, texts, evaluator)
     output = Path(output)
     if isinstance(dataset, KnowledgeGraph) or str(dataset) in DATASETS:
         source = kg.name
     else:
         source = str(Path(dataset).resolve())
-    saved = {
+    kgc_model.metadata = {
         "dataset": kg.name,
         "dataset_source": source,  # what evaluation reloads: a dataset name or the folder trained on
         "base_model": model,
         "max_length": max_length,
         "neighbour_names": texts.link_graph is not None,
         "freeze_encoder": freeze_encoder,
-        "train": {**asdict(config), "margin": margin, "temperature": temperature, "pre_batch": pre_batch,
-                  "pre_batch_weight": pre_batch_weight, "self_negatives": self_negatives},
+        "train": {
+            **asdict(config),
+            "margin": margin,
+            "temperature": temperature,
+            "pre_batch": pre_batch,
+            "pre_batch_weight": pre_batch_weight,
+            "self_negatives": self_negatives,
+            "select_on": select_on,
+        },
         "train_result": {**result.to_dict(), "prepare_seconds": prepare_seconds},
     }
-    if isinstance(kgc_model, TriEncoderKGC):
-        kgc_model.save(output, saved, save_encoder=not freeze_encoder)
-    else:
-        kgc_model.save(output, saved)
-    report = {"output": str(output), "train_result": saved["train_result"]}
+    kgc_model.save(output)
+    report = {"output": str(output), "train_result": kgc_model.metadata["train_result"]}
     if evaluate_split:
-        report["eval"] = evaluate_model(kgc_model, kg, split=evaluate_split, texts=texts, disk_cache=disk_cache,
-                                        predictions=output / f"predictions-{evaluate_split}.jsonl", show_progress=show_progress,
-                                        model_name=str(output))
+        report["eval"] = evaluate_model(
+            kgc_model,
+            kg,
+            split=evaluate_split,
+            texts=texts,
+            predictions=output / f"predictions-{evaluate_split}.jsonl",
+            show_progress=show_progress,
+            model_name=str(output),
+        )
         save_json(output / f"eval-{evaluate_split}.json", report["eval"])
     return report
 
 
 def evaluate_model(
-    model: str | Path | BiEncoderKGC | TriEncoderKGC,
+    model: str | Path | KGCModel,
     dataset: str | Path | KnowledgeGraph | None = None,
     *,
     split: str = "test",
@@ -204,31 +202,38 @@ def evaluate_model(
     ``model`` is a trained KGC folder, a model object, or a plain encoder name/folder (then the zero-shot
     bi-encoder). ``n_hop > 0`` adds SimKGC's graph re-ranking, reported under ``"rerank"`` beside the plain figures.
     """
-    is_folder = not isinstance(model, torch.nn.Module) and (Path(str(model)) / CONFIG_NAME).is_file()
+    from subspaces.models.folder import is_model_folder, read_config
+
+    is_folder = not isinstance(model, torch.nn.Module) and is_model_folder(model)
     if not is_folder and not isinstance(model, torch.nn.Module):
         from subspaces.models.encoder import resolve_model_path
 
         resolve_model_path(model)  # neither a KGC folder nor an encoder: say so, not "name the dataset"
-    config: dict = read_config(model) if is_folder else {}
+    metadata: dict = read_config(model, task="kgc")["metadata"] if is_folder else {}
     if dataset is None:
-        dataset = config.get("dataset_source", config.get("dataset"))
+        dataset = metadata.get("dataset_source", metadata.get("dataset"))
         if dataset is None:
             raise SubspacesError("name the dataset (--dataset wn18rr|fb15k237): the model folder does not record one")
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)  # bad data fails before a model loads
     split = _split_name(kg, split)
-    if isinstance(model, (BiEncoderKGC, TriEncoderKGC)):
-        kgc_model = model
+    if isinstance(model, torch.nn.Module):
+        kgc_model: KGCModel = model  # it keeps its own store (memory, and disk shards if it was built with them)
     elif is_folder:
-        kgc_model = load_kgc_model(model, max_seq_length=max_length or config.get("max_length", DEFAULT_MAX_LENGTH))
+        kgc_model = load_kgc_model(model, max_seq_length=max_length, disk_cache=disk_cache)
     else:
-        kgc_model = build_model(str(model), "bi", max_length=max_length or DEFAULT_MAX_LENGTH)
-        config = {"zero_shot": True}
+        kgc_model = build_model(str(model), "bi", max_length=max_length or DEFAULT_MAX_LENGTH, disk_cache=disk_cache)
+        metadata = {"zero_shot": True}
+    kgc_model.store.show_progress = show_progress
+    kgc_model.store.batch_size = batch_size
+    kgc_model.store.reset_stats()  # the statistics are this evaluation's (vectors already held stay valid)
+    if isinstance(kgc_model, TriEncoder):
+        kgc_model.params_cache.reset_stats()
     if texts is None:
-        texts = KGCTexts.build(kg, config.get("neighbour_names", neighbour_names))
-    known = KnownTails(np.concatenate([kg.with_inverses(s) for s in kg.splits]))
+        texts = KGCTexts.build(kg, metadata.get("neighbour_names", neighbour_names))
+    known = KnownTails(np.concatenate([kg.with_inverses(s) for s in kg.splits]))  # the filter: every split's triples
     forward = kg.splits[split]
     queries = kg.with_inverses(split)  # forward queries, then their inverses (the backward direction)
-    inference = KGCInference(kgc_model, texts, disk_cache=disk_cache, batch_size=batch_size, show_progress=show_progress)
+    inference = KGCInference(kgc_model, texts, label=f"kgc {kg.name}")
     started = time.perf_counter()
     with torch.no_grad():
         entity_vectors = inference.entity_vectors()
@@ -240,7 +245,7 @@ def evaluate_model(
         "dataset": kg.name,
         "model": model_name or str(model if not isinstance(model, torch.nn.Module) else type(model).__name__),
         "arch": kgc_model.arch,
-        "head": kgc_model.head.config() if isinstance(kgc_model, TriEncoderKGC) else None,
+        "head": kgc_model.head.config() if isinstance(kgc_model, TriEncoder) else None,
         "split": split,
         "queries": int(len(queries)),
         "ties": ties,
@@ -252,16 +257,32 @@ def evaluate_model(
     result["average"] = average_metrics(result["forward"], result["backward"])
     if n_hop > 0:
         graph = LinkGraph(kg.splits["train"], kg.num_entities)
-        reranked, _ = rank_queries(query_vectors, entity_vectors, queries, known, ties=ties, graph=graph, n_hop=n_hop, neighbour_weight=neighbour_weight)
+        reranked, _ = rank_queries(
+            query_vectors,
+            entity_vectors,
+            queries,
+            known,
+            ties=ties,
+            graph=graph,
+            n_hop=n_hop,
+            neighbour_weight=neighbour_weight,
+        )
         forward_rr, backward_rr = rank_metrics(reranked[:n]), rank_metrics(reranked[n:])
-        result["rerank"] = {"n_hop": n_hop, "neighbour_weight": neighbour_weight, "forward": forward_rr,
-                            "backward": backward_rr, "average": average_metrics(forward_rr, backward_rr)}
+        result["rerank"] = {
+            "n_hop": n_hop,
+            "neighbour_weight": neighbour_weight,
+            "forward": forward_rr,
+            "backward": backward_rr,
+            "average": average_metrics(forward_rr, backward_rr),
+        }
     if predictions is not None:
         write_predictions(predictions, kg, queries, ranks, top, n)
     return result
 
 
-def write_predictions(path: str | Path, kg: KnowledgeGraph, queries: np.ndarray, ranks: np.ndarray, top: np.ndarray, n_forward: int) -> None:
+def write_predictions(
+    path: str | Path, kg: KnowledgeGraph, queries: np.ndarray, ranks: np.ndarray, top: np.ndarray, n_forward: int
+) -> None:
     """One JSON line per query: direction, ids, relation words, the answer's filtered rank and the top-k ids."""
     with atomic_open(path, "w", encoding="utf-8") as handle:
         for i, (h, r, t) in enumerate(queries.tolist()):

@@ -1,21 +1,22 @@
-"""The KGC training loop: AdamW, linear schedule with warm-up, gradient clipping, seeded shuffles.
+"""KGC as a task on the shared engine (:func:`subspaces.train.engine.fit`): triple batches, SimKGC's loss, MRR on dev.
 
-Why not :func:`subspaces.train.loop.train`: that loop feeds string columns to sentence-transformers losses,
-while SimKGC's loss needs the entity ids of each example (false-negative masks, the pre-batch queue's ids)
-and, with a frozen encoder, no text at all -- the batch is a set of rows of cached embeddings. This loop
-trains anything with ``embed_batch(triples, texts)`` under :class:`~subspaces.kgc.loss.SimKGCLoss`.
+The engine optimises the :class:`~subspaces.losses.simkgc.SimKGCLoss` (it holds the model and the learnable
+temperature); a step is the loss of one batch of triples. Batches are full (the last ragged one is dropped, as
+SimKGC does: in-batch negatives change with size) and each epoch is a seeded permutation of the triples.
 """
 
 from __future__ import annotations
 
-import time
+import hashlib
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from typing import Any
 
 import numpy as np
-import torch
 
-from subspaces.kgc.loss import SimKGCLoss
-from subspaces.train.loop import seed_everything
+from subspaces.errors import SubspacesError
+from subspaces.eval.base import Evaluator
+from subspaces.losses.simkgc import SimKGCLoss
 
 
 @dataclass
@@ -32,6 +33,7 @@ class KGCTrainConfig:
     max_grad_norm: float = 10.0
     seed: int = 42
     show_progress: bool = True
+    description: str = "train kgc"
 
 
 @dataclass
@@ -40,65 +42,130 @@ class KGCTrainResult:
     seconds: float
     examples_per_second: float
     final_temperature: float
+    best_dev_mrr: float | None = None
     history: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def train_kgc(loss: SimKGCLoss, examples: np.ndarray, config: KGCTrainConfig, texts=None) -> KGCTrainResult:
-    """Train ``loss.model`` (and the loss's temperature) on ``examples``: ``(n, 3)`` triples, inverses included.
+@lru_cache(maxsize=2)
+def _order(seed: int, epoch: int, n: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch]).permutation(n)
 
-    Batches are full (the last ragged one is dropped, as SimKGC does: in-batch negatives change with size).
+
+class TripleBatches:
+    """A :class:`~subspaces.train.engine.BatchSource` of ``(batch_size, 3)`` triples: a seeded permutation per epoch."""
+
+    def __init__(self, examples: np.ndarray, batch_size: int, seed: int = 42) -> None:
+        self.examples = np.asarray(examples, dtype=np.int64)
+        if self.examples.ndim != 2 or self.examples.shape[1] != 3 or not len(self.examples):
+            raise SubspacesError(f"training triples must be a non-empty (n, 3) array, got shape {self.examples.shape}")
+        self.batch_size = min(batch_size, len(self.examples))
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.examples) // self.batch_size
+
+    def batch(self, epoch: int, index: int) -> np.ndarray:
+        order = _order(self.seed, epoch, len(self.examples))
+        return self.examples[order[index * self.batch_size : (index + 1) * self.batch_size]]
+
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256(f"{self.batch_size}|{self.seed}".encode())
+        digest.update(self.examples.tobytes())
+        return digest.hexdigest()[:16]
+
+
+class RankingEvaluator(Evaluator):
+    """Filtered ranking of one split (forward and backward averaged); the primary metric is MRR.
+
+    Called with the loss the engine trains (or a model); the loss is in eval mode then, so no margin applies.
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-    from transformers import get_linear_schedule_with_warmup
 
-    seed_everything(config.seed)
-    examples = np.asarray(examples, dtype=np.int64)
-    batch_size = min(config.batch_size, len(examples))
-    per_epoch = len(examples) // batch_size
-    total = per_epoch * config.epochs
-    if config.max_steps is not None:
-        total = min(total, config.max_steps)
+    primary_metric = "mrr"
+    greater_is_better = True
+
+    def __init__(self, kg: Any, split: str, texts: Any) -> None:
+        self.kg, self.split, self.texts = kg, split, texts
+
+    def __call__(self, module: Any) -> dict[str, float]:
+        from subspaces.kgc.pipeline import evaluate_model
+
+        model = getattr(module, "model", module)
+        result = evaluate_model(model, self.kg, split=self.split, texts=self.texts, show_progress=False)
+        return dict(result["average"])
+
+
+def _param_groups(loss: SimKGCLoss, config: KGCTrainConfig) -> list[dict[str, Any]]:
+    """AdamW groups: weight decay on matrices only; the tri-encoder's head at ``head_lr`` when it is set."""
     params = [p for p in loss.parameters() if p.requires_grad]
-    if not params:
-        raise ValueError("nothing to train: every parameter is frozen")
     head = getattr(loss.model, "head", None)
     if config.head_lr is not None and head is None:
-        raise ValueError(f"head_lr is set but {type(loss.model).__name__} has no head beside its encoder")
+        raise SubspacesError(f"head_lr is set but {type(loss.model).__name__} has no head beside its encoder")
     head_ids = {id(p) for p in head.parameters()} if config.head_lr is not None else set()
     others, head_params = [p for p in params if id(p) not in head_ids], [p for p in params if id(p) in head_ids]
     groups = []
     for lr, members in ((config.lr, others), (config.head_lr, head_params)):
-        groups += [{"params": [p for p in members if p.ndim >= 2], "weight_decay": config.weight_decay, "lr": lr},
-                   {"params": [p for p in members if p.ndim < 2], "weight_decay": 0.0, "lr": lr}]
-    optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=config.lr)
-    scheduler = get_linear_schedule_with_warmup(optimizer, min(config.warmup_steps, max(total // 10, 0)), max(total, 1))
-    loss.train()
-    history: list[dict] = []
-    step = 0
-    started = time.perf_counter()
-    columns = (TextColumn("training"), BarColumn(), MofNCompleteColumn(), TextColumn("loss {task.fields[loss]:.3f}"), TimeRemainingColumn())
-    with Progress(*columns, transient=True, disable=not config.show_progress) as progress:
-        task = progress.add_task("train", total=total, loss=float("nan"))
-        for epoch in range(config.epochs):
-            order = np.random.default_rng([config.seed, epoch]).permutation(len(examples))
-            for b in range(per_epoch):
-                if step >= total:
-                    break
-                batch = examples[order[b * batch_size : (b + 1) * batch_size]]
-                value = loss(batch, texts)
-                optimizer.zero_grad(set_to_none=True)
-                value.backward()
-                if config.max_grad_norm:
-                    torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                step += 1
-                progress.update(task, advance=1, loss=value.item())
-                if step % 10 == 0 or step == total:
-                    history.append({"step": step, "epoch": epoch, "loss": value.item(), "temperature": loss.temperature})
-    seconds = time.perf_counter() - started
+        groups += [
+            {"params": [p for p in members if p.ndim >= 2], "weight_decay": config.weight_decay, "lr": lr},
+            {"params": [p for p in members if p.ndim < 2], "weight_decay": 0.0, "lr": lr},
+        ]
+    return [g for g in groups if g["params"]]
+
+
+def train_kgc(
+    loss: SimKGCLoss,
+    examples: np.ndarray,
+    config: KGCTrainConfig,
+    texts: Any = None,
+    evaluator: Evaluator | None = None,
+) -> KGCTrainResult:
+    """Train ``loss.model`` (and the loss's temperature) on ``examples``: ``(n, 3)`` triples, inverses included.
+
+    With an ``evaluator`` the state best on it (by MRR, at each epoch end) is the one kept.
+    """
+    from subspaces.train.engine import FitConfig
+    from subspaces.train.engine import fit as engine_fit
+
+    batches = TripleBatches(examples, config.batch_size, config.seed)
+    per_epoch = len(batches)
+    total = per_epoch * config.epochs if config.max_steps is None else min(per_epoch * config.epochs, config.max_steps)
+    if total < 1:
+        raise SubspacesError("nothing to train: max_steps (or, without it, epochs) must be at least 1")
+    temperatures: dict[int, float] = {}
+    fit_config = FitConfig(
+        lr=config.lr,
+        epochs=config.epochs,
+        max_steps=total,
+        warmup_steps=min(config.warmup_steps, total // 10),
+        weight_decay=config.weight_decay,
+        max_grad_norm=config.max_grad_norm,
+        seed=config.seed,
+        eval_steps=None,
+        eval_every_epoch=evaluator is not None,
+        show_progress=config.show_progress,
+        description=config.description,
+    )
+    settings = {"batch_size": batches.batch_size, "head_lr": config.head_lr, **loss.get_config_dict()}
+    result = engine_fit(
+        loss,
+        lambda batch: loss(batch, texts),
+        batches,
+        fit_config,
+        evaluator,
+        param_groups=_param_groups(loss, config),
+        settings=settings,
+        callback=lambda step, _value: temperatures.__setitem__(step, loss.temperature),
+    )
     loss.eval()
-    return KGCTrainResult(step, seconds, step * batch_size / seconds if seconds else 0.0, loss.temperature, history)
+    history = [
+        {**entry, "epoch": (entry["step"] - 1) // per_epoch, "temperature": temperatures.get(entry["step"])}
+        if "loss" in entry
+        else entry
+        for entry in result.history
+    ]
+    examples_per_second = result.steps * batches.batch_size / result.seconds if result.seconds else 0.0
+    return KGCTrainResult(
+        result.steps, result.seconds, examples_per_second, loss.temperature, result.best_score, history
+    )

@@ -1,4 +1,4 @@
-"""SimKGC's contrastive objective (Wang et al., 2022), for any model with ``embed_batch``.
+"""SimKGC's contrastive objective (Wang et al., 2022), for any KGC model that embeds a batch of triples.
 
 For a batch of B training triples with query vectors ``hr_i`` and tail vectors ``t_j`` (L2-normalised)::
 
@@ -7,7 +7,7 @@ For a batch of B training triples with query vectors ``hr_i`` and tail vectors `
     self_i    = cos(hr_i, h_i) · exp(log_inv_t)                           the head itself as a negative tail
     loss = CE([logits | pre | self], i) + CE(logits[:, :B]ᵀ, i)           plus the tail -> (h, r) direction
 
-* the margin γ (0.02) is subtracted from the positive only, in training;
+* the margin γ (0.02) is subtracted from the positive only, in training (``loss.train()``): never at evaluation;
 * ``log_inv_t`` is learnable, started at ``log(1/0.05)``;
 * false negatives are masked to -1e4: a column whose tail equals row i's tail, or is a known *training*
   neighbour of row i's ``(h, r)`` (inverses included); the self-negative is masked where ``h`` is a known tail of
@@ -21,18 +21,24 @@ batches see only real negatives.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from subspaces.kgc.graph import KnownTails
+if TYPE_CHECKING:
+    from subspaces.kgc.graph import KnownTails
 
+EmbedBatch = Callable[..., tuple[torch.Tensor, ...]]  # (triples, texts) -> (hr, tails, heads)
 MASKED = -1e4
 
 
-def false_negative_mask(row_triples: np.ndarray, col_tails: np.ndarray, known: KnownTails, diagonal: bool) -> torch.Tensor:
+def false_negative_mask(
+    row_triples: np.ndarray, col_tails: np.ndarray, known: KnownTails, diagonal: bool
+) -> torch.Tensor:
     """``True`` where column j is a usable negative for row i (SimKGC's ``construct_mask``).
 
     With ``diagonal`` the columns are the rows' own tails and ``(i, i)`` is the positive (kept ``True``).
@@ -67,7 +73,8 @@ def self_negative_mask(triples: np.ndarray, known: KnownTails) -> torch.Tensor:
 
 
 class SimKGCLoss(nn.Module):
-    """SimKGC's loss for a KGC model (anything with ``embed_batch(triples, texts) -> (hr, tail, head)``).
+    """SimKGC's loss for a KGC model: ``embed_batch(triples, texts) -> (hr, tail, head)`` (default: the model's own
+    ``embed_batch`` method). The loss holds the model, so training it trains both (and the temperature).
 
     ``known`` holds the *training* triples with inverses (for the false-negative masks).
     """
@@ -84,6 +91,7 @@ class SimKGCLoss(nn.Module):
         pre_batch_weight: float = 0.5,
         self_negatives: bool = True,
         batch_size: int | None = None,
+        embed_batch: EmbedBatch | None = None,
     ) -> None:
         super().__init__()
         if temperature <= 0:
@@ -91,6 +99,7 @@ class SimKGCLoss(nn.Module):
         if pre_batch < 0:
             raise ValueError(f"pre_batch must be >= 0, got {pre_batch}")
         self.model = model
+        self.embed_batch = embed_batch
         self.known = known
         self.margin = margin
         self.log_inv_t = nn.Parameter(torch.tensor(math.log(1.0 / temperature)), requires_grad=learn_temperature)
@@ -107,10 +116,13 @@ class SimKGCLoss(nn.Module):
         return float(torch.exp(-self.log_inv_t.detach()))
 
     def forward(self, triples: np.ndarray, texts=None) -> torch.Tensor:
-        hr, tails, heads = self.model.embed_batch(triples, texts)
+        embed: EmbedBatch = self.embed_batch if self.embed_batch is not None else self.model.embed_batch  # type: ignore[assignment]
+        hr, tails, heads = embed(triples, texts)
         return self.loss_from_vectors(hr, tails, heads, np.asarray(triples))
 
-    def logits(self, hr: torch.Tensor, tails: torch.Tensor, heads: torch.Tensor | None, triples: np.ndarray) -> torch.Tensor:
+    def logits(
+        self, hr: torch.Tensor, tails: torch.Tensor, heads: torch.Tensor | None, triples: np.ndarray
+    ) -> torch.Tensor:
         """The (B, B [+ queue] [+ 1]) logits, masks applied; column i of the first block is row i's positive."""
         hr = F.normalize(hr, dim=-1)
         tails = F.normalize(tails, dim=-1)
@@ -131,28 +143,34 @@ class SimKGCLoss(nn.Module):
             blocks.append(self_logits[:, None])
         return torch.cat(blocks, dim=1)
 
-    def loss_from_vectors(self, hr: torch.Tensor, tails: torch.Tensor, heads: torch.Tensor | None, triples: np.ndarray) -> torch.Tensor:
+    def loss_from_vectors(
+        self, hr: torch.Tensor, tails: torch.Tensor, heads: torch.Tensor | None, triples: np.ndarray
+    ) -> torch.Tensor:
         logits = self.logits(hr, tails, heads, triples)
         labels = torch.arange(len(hr), device=logits.device)
         # SimKGC also trains the reverse direction: each tail picks its (h, r) among the batch's queries.
         return F.cross_entropy(logits, labels) + F.cross_entropy(logits[:, : len(hr)].T, labels)
 
-    def _pre_batch_logits(self, hr: torch.Tensor, tails: torch.Tensor, triples: np.ndarray, inv_t: torch.Tensor) -> torch.Tensor:
+    def _pre_batch_logits(
+        self, hr: torch.Tensor, tails: torch.Tensor, triples: np.ndarray, inv_t: torch.Tensor
+    ) -> torch.Tensor:
         rows = self._queue_rows or self.pre_batch * len(hr)
         if self._queue_vectors is None or self._queue_vectors.shape != (rows, hr.shape[1]):
             self._queue_vectors = torch.zeros(rows, hr.shape[1], device=hr.device)
             self._queue_tails = torch.full((rows,), -1, dtype=torch.long)
             self._queue_offset = 0
-        logits = hr @ self._queue_vectors.clone().T * inv_t * self.pre_batch_weight  # clone: the queue is updated below
-        queue_tails = self._queue_tails.numpy()
+        queue, queue_ids = self._queue_vectors, self._queue_tails
+        assert queue is not None and queue_ids is not None
+        logits = hr @ queue.clone().T * inv_t * self.pre_batch_weight  # clone: the queue is updated below
+        queue_tails = queue_ids.numpy()
         mask = false_negative_mask(triples, queue_tails, self.known, diagonal=False)
         mask &= torch.as_tensor(queue_tails >= 0)[None, :]
         logits = logits.masked_fill(~mask.to(hr.device), MASKED)
         # Enqueue this batch's tails (no gradient flows into the queue), overwriting the oldest.
         n = min(len(tails), rows)
         slots = (self._queue_offset + torch.arange(n)) % rows
-        self._queue_vectors[slots] = tails[:n].detach()
-        self._queue_tails[slots] = torch.as_tensor(triples[:n, 2])
+        queue[slots] = tails[:n].detach()
+        queue_ids[slots] = torch.as_tensor(triples[:n, 2])
         self._queue_offset = int((self._queue_offset + n) % rows)
         return logits
 
@@ -171,4 +189,7 @@ class SimKGCLoss(nn.Module):
 
     @property
     def citation(self) -> str:
-        return "Wang, Zhao, Wei & Liu (2022). SimKGC: Simple Contrastive Knowledge Graph Completion with Pre-trained Language Models. ACL."
+        return (
+            "Wang, Zhao, Wei & Liu (2022). SimKGC: Simple Contrastive Knowledge Graph Completion with "
+            "Pre-trained Language Models. ACL."
+        )

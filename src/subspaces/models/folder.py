@@ -76,10 +76,16 @@ def write_config(folder: Path, config: dict[str, Any]) -> None:
 def _from_cond_config(old: dict[str, Any]) -> dict[str, Any]:
     """``cond train``'s first layout: the same fields, flat, without a task or version."""
     return {
-        "format_version": FORMAT_VERSION, "task": "cond", "arch": old.get("arch"), "encoder": old.get("encoder"),
-        "condition_encoder": old.get("condition_encoder"), "head": old.get("head"),
-        "freeze_encoder": bool(old.get("freeze_encoder", True)), "max_seq_length": None,
-        "encode_batch_size": int(old.get("encode_batch_size", 64)), "metadata": dict(old.get("metadata", {})),
+        "format_version": FORMAT_VERSION,
+        "task": "cond",
+        "arch": old.get("arch"),
+        "encoder": old.get("encoder"),
+        "condition_encoder": old.get("condition_encoder"),
+        "head": old.get("head"),
+        "freeze_encoder": bool(old.get("freeze_encoder", True)),
+        "max_seq_length": None,
+        "encode_batch_size": int(old.get("encode_batch_size", 64)),
+        "metadata": dict(old.get("metadata", {})),
     }
 
 
@@ -88,19 +94,31 @@ def _from_kgc_config(folder: Path, old: dict[str, Any]) -> dict[str, Any]:
     fields = ("arch", "shared", "head")
     metadata = {k: v for k, v in old.items() if k not in fields}
     config: dict[str, Any] = {
-        "format_version": FORMAT_VERSION, "task": "kgc", "arch": old.get("arch"), "condition_encoder": None,
-        "max_seq_length": old.get("max_length"), "encode_batch_size": 64, "metadata": metadata,
+        "format_version": FORMAT_VERSION,
+        "task": "kgc",
+        "arch": old.get("arch"),
+        "condition_encoder": None,
+        "max_seq_length": old.get("max_length"),
+        "encode_batch_size": 64,
+        "metadata": metadata,
     }
     if old.get("arch") == "bi":
         shared = bool(old.get("shared", True))
-        config.update(encoder="hr_encoder", tail_encoder=None if shared else "tail_encoder", head=None,
-                      freeze_encoder=bool(old.get("freeze_encoder", False)))
+        config.update(
+            encoder="hr_encoder",
+            tail_encoder=None if shared else "tail_encoder",
+            head=None,
+            freeze_encoder=bool(old.get("freeze_encoder", False)),
+        )
     else:
         saved = (folder / "encoder").is_dir()
         if not saved and old.get("base_model") is None:
             raise ModelNotFoundError(f"{folder} has no encoder/ folder and names no base_model")
-        config.update(encoder="encoder" if saved else old["base_model"], head=old.get("head"),
-                      freeze_encoder=bool(old.get("freeze_encoder", not saved)))
+        config.update(
+            encoder="encoder" if saved else old["base_model"],
+            head=old.get("head"),
+            freeze_encoder=bool(old.get("freeze_encoder", not saved)),
+        )
     return config
 
 

@@ -314,5 +314,6 @@ def _check_pair(sentence_emb: torch.Tensor, condition_emb: torch.Tensor, dim: in
         raise DimensionError(f"sentence embeddings must be (B, {dim}), got {tuple(sentence_emb.shape)}")
     if condition_emb.shape != sentence_emb.shape:
         raise DimensionError(
-            f"condition embeddings {tuple(condition_emb.shape)} must match sentence embeddings {tuple(sentence_emb.shape)}"
+            f"condition embeddings {tuple(condition_emb.shape)} must match "
+            f"sentence embeddings {tuple(sentence_emb.shape)}"
         )

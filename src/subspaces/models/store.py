@@ -55,8 +55,14 @@ def texts_key(fingerprint: str, texts: Sequence[Text]) -> str:
     return digest.hexdigest()[:32]
 
 
-def encode_texts(encoder: Any, texts: Sequence[Text], *, batch_size: int = 64, description: str = "encoding",
-                 show_progress: bool = False) -> np.ndarray:
+def encode_texts(
+    encoder: Any,
+    texts: Sequence[Text],
+    *,
+    batch_size: int = 64,
+    description: str = "encoding",
+    show_progress: bool = False,
+) -> np.ndarray:
     """``encoder``'s float32 ``(n, d)`` embeddings of ``texts`` (no gradients), with a named progress display."""
     from subspaces.models.encoder import encode
     from subspaces.progress import Progress
@@ -67,8 +73,10 @@ def encode_texts(encoder: Any, texts: Sequence[Text], *, batch_size: int = 64, d
     parts = []
     with Progress(len(texts), description, unit="text", enabled=show_progress) as bar, torch.no_grad():
         for start in range(0, len(texts), ENCODE_CHUNK):
-            chunk = texts[start : start + ENCODE_CHUNK]
-            parts.append(np.asarray(encode(encoder, chunk, batch_size=batch_size, show_progress=False), dtype=np.float32))
+            chunk: Any = texts[start : start + ENCODE_CHUNK]  # strings or (text, pair) tuples: both encode
+            parts.append(
+                np.asarray(encode(encoder, chunk, batch_size=batch_size, show_progress=False), dtype=np.float32)
+            )
             bar.update(len(chunk))
     return np.concatenate(parts)
 
@@ -95,8 +103,16 @@ class EmbeddingShardCache:
     written atomically; a damaged shard is recomputed, not trusted.
     """
 
-    def __init__(self, model: Any, folder: str | Path | None = None, *, shard_size: int = 2048, batch_size: int = 64,
-                 fingerprint: str | None = None, show_progress: bool = True) -> None:
+    def __init__(
+        self,
+        model: Any,
+        folder: str | Path | None = None,
+        *,
+        shard_size: int = 2048,
+        batch_size: int = 64,
+        fingerprint: str | None = None,
+        show_progress: bool = True,
+    ) -> None:
         from subspaces.config import cache_dir
 
         self.model = model
@@ -166,9 +182,17 @@ class EmbeddingStore:
         show_progress: show a named progress display for encodings of more than ``progress_min`` texts.
     """
 
-    def __init__(self, encoders: Mapping[str, Any], *, memory_bytes: int | None = DEFAULT_MEMORY_BYTES,
-                 disk: str | Path | None | bool = False, batch_size: int = 64, shard_size: int = 2048,
-                 show_progress: bool = False, progress_min: int = 2048) -> None:
+    def __init__(
+        self,
+        encoders: Mapping[str, Any],
+        *,
+        memory_bytes: int | None = DEFAULT_MEMORY_BYTES,
+        disk: str | Path | None | bool = False,
+        batch_size: int = 64,
+        shard_size: int = 2048,
+        show_progress: bool = False,
+        progress_min: int = 2048,
+    ) -> None:
         if disk is True:
             raise SubspacesError("disk must be a folder, None (the default cache folder) or False")
         self.encoders = dict(encoders)
@@ -189,14 +213,16 @@ class EmbeddingStore:
         texts = list(texts)
         keys = [content_key(kind, *(t if isinstance(t, tuple) else (t,))) for t in texts]
         label = description or f"encoding {kind} texts"
-        rows = self.memory[kind].get_many(keys, lambda missing: list(self._encode(kind, [texts[i] for i in missing], label)))
+        rows = self.memory[kind].get_many(
+            keys, lambda missing: list(self._encode(kind, [texts[i] for i in missing], label))
+        )
         if not rows:
             return torch.zeros(0, int(self.encoders[kind].get_embedding_dimension()))
         return torch.from_numpy(np.stack(rows))
 
     def put(self, kind: str, texts: Sequence[Text], vectors: np.ndarray | torch.Tensor) -> None:
         """Store precomputed vectors without counting lookups (e.g. timing only the query side)."""
-        for text, vector in zip(texts, np.asarray(vectors, dtype=np.float32)):
+        for text, vector in zip(texts, np.asarray(vectors, dtype=np.float32), strict=True):
             self.memory[kind].put(content_key(kind, *(text if isinstance(text, tuple) else (text,))), vector)
 
     def _encode(self, kind: str, texts: list[Text], description: str) -> np.ndarray:
@@ -204,13 +230,16 @@ class EmbeddingStore:
         started = time.perf_counter()
         show = self.show_progress and len(texts) >= self.progress_min
         if self.disk is False:
-            vectors = encode_texts(encoder, texts, batch_size=self.batch_size, description=description, show_progress=show)
+            vectors = encode_texts(
+                encoder, texts, batch_size=self.batch_size, description=description, show_progress=show
+            )
             self.encoded_texts += len(texts)
         else:
             shards = self._shards.get(id(encoder))
             if shards is None:
                 shards = self._shards[id(encoder)] = EmbeddingShardCache(
-                    encoder, self.disk, shard_size=self.shard_size, batch_size=self.batch_size, show_progress=False)
+                    encoder, self.disk, shard_size=self.shard_size, batch_size=self.batch_size, show_progress=False
+                )
             shards.show_progress = show
             before = shards.stats.miss_texts
             vectors = shards.encode(texts, description)

@@ -74,12 +74,17 @@ class TriEncoder(nn.Module):
         self.metadata: dict[str, Any] = {}  # set by the task's training: label range, threshold, dataset, ...
         for enc in self.encoders():
             if int(enc.get_embedding_dimension()) != head.dim:
-                raise SubspacesError(f"head dimension {head.dim} does not match the encoder's {enc.get_embedding_dimension()}")
+                raise SubspacesError(
+                    f"head dimension {head.dim} does not match the encoder's {enc.get_embedding_dimension()}"
+                )
             for p in enc.parameters():
                 p.requires_grad_(not freeze_encoder)
         self.store = EmbeddingStore(
             {"sentence": encoder, "condition": condition_encoder if condition_encoder is not None else encoder},
-            memory_bytes=memory_bytes, disk=disk, batch_size=encode_batch_size, show_progress=show_progress,
+            memory_bytes=memory_bytes,
+            disk=disk,
+            batch_size=encode_batch_size,
+            show_progress=show_progress,
         )
         self.params_cache = LRUCache(memory_bytes, name="condition matrices")  # valid while the head is unchanged
         # Loading weights (a checkpoint, the best state of a run) changes the head: its cached W_c are stale.
@@ -89,13 +94,20 @@ class TriEncoder(nn.Module):
     def dim(self) -> int:
         return self.head.dim
 
+    @property
+    def head_device(self) -> torch.device:
+        return next(self.head.parameters()).device
+
     def encoders(self) -> list[Any]:
         return [e for e in (self.encoder, self.condition_encoder) if e is not None]
 
     # --- caches ------------------------------------------------------------------------------------------
     def caches(self) -> dict[str, LRUCache]:
-        return {"sentences": self.store.memory["sentence"], "conditions": self.store.memory["condition"],
-                "condition_params": self.params_cache}
+        return {
+            "sentences": self.store.memory["sentence"],
+            "conditions": self.store.memory["condition"],
+            "condition_params": self.params_cache,
+        }
 
     def cache_stats(self) -> dict[str, Any]:
         return cache_stats(self.caches())
@@ -123,7 +135,7 @@ class TriEncoder(nn.Module):
     # --- embeddings --------------------------------------------------------------------------------------
     def _embed(self, kind: str, texts: Sequence[Any], description: str | None) -> torch.Tensor:
         if self._uses_store():
-            return self.store.embed(kind, texts, description)
+            return self.store.embed(kind, texts, description).to(self.head_device)
         from subspaces.models.forward import embed_with_grad
 
         encoder = self.store.encoders[kind]
@@ -158,8 +170,8 @@ class TriEncoder(nn.Module):
             return [tuple(p[j].detach().clone() for p in params) for j in range(len(positions))]
 
         rows = self.params_cache.get_many(keys, compute)
-        by_condition = dict(zip(conditions, rows))
-        return tuple(torch.stack(parts) for parts in zip(*(by_condition[c] for c in distinct))), index
+        by_condition = dict(zip(conditions, rows, strict=True))
+        return tuple(torch.stack(parts) for parts in zip(*(by_condition[c] for c in distinct), strict=True)), index
 
     def condition(self, vectors: torch.Tensor, conditions: Sequence[str], repeat: int = 1) -> torch.Tensor:
         """``head(vectors[i], E_c(conditions[i % n]))``, each distinct condition's parameters computed once.
@@ -174,7 +186,9 @@ class TriEncoder(nn.Module):
         """``head(E(text), E_c(condition))`` for aligned texts and conditions."""
         return self.condition(self.embed_sentences(texts), conditions)
 
-    def project_pairs(self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    def project_pairs(
+        self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         n = len(s1)
         emb = self.embed_sentences(list(s1) + list(s2))  # one encoder call for both sides
         z = self.condition(emb, c, repeat=2)
@@ -183,8 +197,9 @@ class TriEncoder(nn.Module):
     def forward(self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         return self.project_pairs(s1, s2, c)
 
-    def similarity(self, sentences1: Sequence[str], sentences2: Sequence[str], conditions: Sequence[str], *,
-                   batch_size: int = 256) -> np.ndarray:
+    def similarity(
+        self, sentences1: Sequence[str], sentences2: Sequence[str], conditions: Sequence[str], *, batch_size: int = 256
+    ) -> np.ndarray:
         """``cos`` of the two sentences under each condition, in input order (no gradients)."""
         return pair_similarity(self, sentences1, sentences2, conditions, batch_size=batch_size)
 
@@ -204,20 +219,32 @@ class TriEncoder(nn.Module):
             return sub
 
         config: dict[str, Any] = {
-            "task": self.task, "arch": self.arch, "encoder": ref(self.encoder, self.encoder_name, "encoder"),
-            "condition_encoder": None if self.condition_encoder is None else
-            ref(self.condition_encoder, self.condition_encoder_name, "condition_encoder"),
-            "head": self.head.config(), "freeze_encoder": self.freeze_encoder,
+            "task": self.task,
+            "arch": self.arch,
+            "encoder": ref(self.encoder, self.encoder_name, "encoder"),
+            "condition_encoder": None
+            if self.condition_encoder is None
+            else ref(self.condition_encoder, self.condition_encoder_name, "condition_encoder"),
+            "head": self.head.config(),
+            "freeze_encoder": self.freeze_encoder,
             "max_seq_length": getattr(self.encoder, "max_seq_length", None),
-            "encode_batch_size": self.encode_batch_size, "metadata": self.metadata,
+            "encode_batch_size": self.encode_batch_size,
+            "metadata": self.metadata,
         }
         with atomic_path(folder / "head.pt") as tmp:
             torch.save(self.head.state_dict(), tmp)
         write_config(folder, config)
 
     @classmethod
-    def load(cls, path: str | Path, config: dict[str, Any] | None = None, *, max_seq_length: int | None = None,
-             device: str = "cpu", **options: Any) -> TriEncoder:
+    def load(
+        cls,
+        path: str | Path,
+        config: dict[str, Any] | None = None,
+        *,
+        max_seq_length: int | None = None,
+        device: str = "cpu",
+        **options: Any,
+    ) -> TriEncoder:
         """Rebuild a saved tri-encoder (any layout :func:`subspaces.models.folder.read_config` reads)."""
         from subspaces.models.folder import load_referenced_encoder, read_config
         from subspaces.models.heads import head_from_config
@@ -232,13 +259,22 @@ class TriEncoder(nn.Module):
             return load_referenced_encoder(folder, ref, length, device), None if (folder / ref).is_dir() else ref
 
         encoder, name = encoder_at(config["encoder"])
-        condition_encoder, condition_name = encoder_at(config["condition_encoder"]) if config.get("condition_encoder") else (None, None)
+        condition_encoder, condition_name = (
+            encoder_at(config["condition_encoder"]) if config.get("condition_encoder") else (None, None)
+        )
         head = head_from_config(config["head"])
         head.load_state_dict(torch.load(folder / "head.pt", map_location="cpu", weights_only=True))
-        model = cls(encoder, head.to(device), condition_encoder=condition_encoder,
-                    freeze_encoder=bool(config.get("freeze_encoder", True)), encoder_name=name,
-                    condition_encoder_name=condition_name, task=config.get("task", "cond"),
-                    encode_batch_size=int(config.get("encode_batch_size", 64)), **options)
+        model = cls(
+            encoder,
+            head.to(device),
+            condition_encoder=condition_encoder,
+            freeze_encoder=bool(config.get("freeze_encoder", True)),
+            encoder_name=name,
+            condition_encoder_name=condition_name,
+            task=config.get("task", "cond"),
+            encode_batch_size=int(config.get("encode_batch_size", 64)),
+            **options,
+        )
         model.metadata = dict(config.get("metadata", {}))
         return model.eval()
 
@@ -270,9 +306,14 @@ def build_tri_encoder(
     if seed is not None:
         torch.manual_seed(seed)
     return TriEncoder(
-        encoder, make_head(head, int(encoder.get_embedding_dimension()), rank).to(device), condition_encoder=cond,
-        freeze_encoder=freeze_encoder, encoder_name=encoder_reference(model),
-        condition_encoder_name=encoder_reference(condition_encoder) if condition_encoder else None, task=task, **options,
+        encoder,
+        make_head(head, int(encoder.get_embedding_dimension() or 0), rank).to(device),
+        condition_encoder=cond,
+        freeze_encoder=freeze_encoder,
+        encoder_name=encoder_reference(model),
+        condition_encoder_name=encoder_reference(condition_encoder) if condition_encoder else None,
+        task=task,
+        **options,
     )
 
 
@@ -281,16 +322,28 @@ def cache_stats(caches: dict[str, LRUCache]) -> dict[str, Any]:
     per = {name: c.stats().to_dict() for name, c in caches.items()}
     hits = sum(s["hits"] for s in per.values())
     lookups = sum(s["lookups"] for s in per.values())
-    return {"hit_rate": hits / lookups if lookups else None, "hits": hits, "lookups": lookups,
-            "bytes": sum(s["bytes"] for s in per.values()), "caches": per}
+    return {
+        "hit_rate": hits / lookups if lookups else None,
+        "hits": hits,
+        "lookups": lookups,
+        "bytes": sum(s["bytes"] for s in per.values()),
+        "caches": per,
+    }
 
 
-def pair_similarity(model: Any, sentences1: Sequence[str], sentences2: Sequence[str], conditions: Sequence[str], *,
-                    batch_size: int = 256) -> np.ndarray:
+def pair_similarity(
+    model: Any,
+    sentences1: Sequence[str],
+    sentences2: Sequence[str],
+    conditions: Sequence[str],
+    *,
+    batch_size: int = 256,
+) -> np.ndarray:
     """``cos(model.project_pairs(...))`` in batches, in eval mode, without gradients (tri- and bi-encoders)."""
     if not len(sentences1) == len(sentences2) == len(conditions):
         raise SubspacesError(
-            f"sentences1, sentences2 and conditions differ in length ({len(sentences1)}, {len(sentences2)}, {len(conditions)})"
+            f"sentences1, sentences2 and conditions differ in length "
+            f"({len(sentences1)}, {len(sentences2)}, {len(conditions)})"
         )
     was_training = model.training
     model.eval()
