@@ -16,7 +16,7 @@ from test_align import clustered
 
 # The stage settings of test_align.FAST, as `--params` JSON.
 FAST_PARAMS = {
-    "anchors": {"n_runs": 6, "n_clusters": 10, "sample": 1000, "n_pseudo_pairs": 1000},
+    "anchors": {"n_runs": 6, "n_clusters": 10, "sample": 1000, "kmeans_redo": 3, "n_pseudo_pairs": 1000},
     "refine": {"n_iter": 30, "sample": 500, "centroid_clusters": 40}, "search": {"probe_size": 500},
 }
 
@@ -120,7 +120,7 @@ def test_params_file_is_read_by_stage_and_bad_keys_name_the_valid_ones(spaces, t
     from subspaces.align.params import AnchorParams
 
     loaded = MiniVec2Vec.load(spaces / "aligner")
-    assert loaded.anchors == AnchorParams(n_runs=6, n_clusters=10, sample=1000, n_pseudo_pairs=1000)
+    assert loaded.anchors == AnchorParams(n_runs=6, n_clusters=10, sample=1000, kmeans_redo=3, n_pseudo_pairs=1000)
     assert loaded.refine.n_iter == 30 and loaded.search.probe_size == 500 and loaded.n_restarts == 4
     base = ["align", "fit", "--source-emb", str(spaces / "a.npy"), "--target-emb", str(spaces / "b.npy"),
             "--output", str(tmp_path / "o")]

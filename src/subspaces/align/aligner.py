@@ -22,6 +22,7 @@ paper's plain recipe (the k-means and QAP solver still differ; see docs/align.md
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import io
@@ -158,7 +159,10 @@ class MiniVec2Vec(BaseEstimator):
         source = check_embeddings(source, "source embeddings")
         target = check_embeddings(target, "target embeddings")
         self._check_rows(len(source), len(target))
-        rng = np.random.default_rng(self.random_state)
+        # One independent stream per pass and per stage: how far one stage ran (its stopping rule reads scores,
+        # which carry the BLAS kernel's rounding) must not shift every later random draw.
+        setup_seed, *pass_seeds = np.random.SeedSequence(self.random_state).spawn(1 + self.n_restarts)
+        rng = np.random.default_rng(setup_seed)
 
         self.source_mean_ = source.mean(axis=0)
         self.target_mean_ = target.mean(axis=0)
@@ -180,7 +184,7 @@ class MiniVec2Vec(BaseEstimator):
 
         restarts = []
         for restart in range(self.n_restarts):
-            restarts.append(self._fit_one(restart, a, b, index_a, index_b, score, rng))
+            restarts.append(self._fit_one(restart, a, b, index_a, index_b, score, pass_seeds[restart]))
             if self._converged(restarts[-1]) is True:
                 break  # a converged pass is trusted; restarts are for passes whose structure still disagrees
         # Refined maps are compared, not initial ones: a wrong start can look as good as a right one before
@@ -219,9 +223,10 @@ class MiniVec2Vec(BaseEstimator):
             return None
         return swapped[-1] <= self.converged_swap_share
 
-    def _fit_one(self, restart: int, a, b, index_a, index_b, score, rng: np.random.Generator) -> dict[str, Any]:
+    def _fit_one(self, restart: int, a, b, index_a, index_b, score, seed: np.random.SeedSequence) -> dict[str, Any]:
         """One full pass: anchors -> initial map -> refine-1 -> refine-2, with its label-free diagnostics."""
         ap, sp, rp = self.anchors, self.structure, self.refine
+        rng, structure_rng, refine_rng, centroid_rng = (np.random.default_rng(s) for s in seed.spawn(4))
         seconds: dict[str, float] = {}
         clock = time.perf_counter()
 
@@ -244,7 +249,7 @@ class MiniVec2Vec(BaseEstimator):
         lap("anchors_and_initial_map")
 
         step = NeighbourStep(
-            a, b, rng, target_index=index_b, source_index=index_a, sample_size=rp.sample, k=rp.k,
+            a, b, structure_rng, target_index=index_b, source_index=index_a, sample_size=rp.sample, k=rp.k,
             alpha=rp.alpha, orthogonalize=rp.orthogonalize, bidirectional=rp.bidirectional,
         )
         structure = StructureHistory(best_score=initial_score)  # as it stands when the stage is skipped
@@ -260,7 +265,7 @@ class MiniVec2Vec(BaseEstimator):
 
         with self._progress(f"refine (restart {restart + 1}/{self.n_restarts})", rp.n_iter) as tick:
             matrix, history = refine_by_neighbours(
-                matrix, step, score=score, n_iter=rp.n_iter, patience=rp.patience, tol=rp.tol,
+                matrix, dataclasses.replace(step, rng=refine_rng), score=score, n_iter=rp.n_iter, patience=rp.patience, tol=rp.tol,
                 start_score=structure_score, average=rp.average, score_every=rp.score_every, progress=tick,
             )
         refined_score = history.best_score
@@ -270,7 +275,7 @@ class MiniVec2Vec(BaseEstimator):
         if rp.centroid_clusters > 0:
             candidate = refine_by_centroids(
                 a, b, matrix, n_clusters=rp.centroid_clusters, kmeans_iter=rp.centroid_kmeans_iter,
-                alpha=rp.centroid_alpha, orthogonalize=rp.orthogonalize, seed=int(rng.integers(2**31)),
+                alpha=rp.centroid_alpha, orthogonalize=rp.orthogonalize, seed=int(centroid_rng.integers(2**31)),
             )
             centroid_score = score(candidate)
             # Accepted unless it makes the label-free score worse: refinement may not undo a good map.
