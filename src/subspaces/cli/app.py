@@ -9,7 +9,8 @@ from subspaces.cli.groups import app
 # Modules that attach commands to the groups in ``subspaces.cli.groups``; importing them is cheap
 # (each command imports torch and the library lazily, inside its body).
 COMMAND_MODULES = (
-    "subspaces.cli.core",  # models, encode, eval sts, train simcse
+    "subspaces.cli.core",  # models, encode, eval sts
+    "subspaces.cli.train",  # train simcse
     "subspaces.cli.matryoshka",  # eval dims, train matryoshka
     "subspaces.cli.align",  # align fit/apply/eval
     "subspaces.cli.cond",  # cond train/eval, bench csts-cache

@@ -1,4 +1,4 @@
-"""Foundation commands: ``models``, ``encode``, ``eval sts``, ``train simcse``."""
+"""Foundation commands: ``models``, ``encode``, ``eval sts`` (``train simcse`` is in :mod:`subspaces.cli.train`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import LimitOpt, MaxLengthOpt, MaxStepsOpt, ModelOpt, NoEvalOpt, ResumeOpt, SaveStepsOpt, SeedOpt, console, out, table, user_errors
-from subspaces.cli.groups import app, eval_app, train_app
+from subspaces.cli.common import ModelOpt, console, out, table, user_errors
+from subspaces.cli.groups import app, eval_app
 
 
 class Pooler(str, Enum):
@@ -27,15 +27,6 @@ class Variant(str, Enum):
     senteval = "senteval"
 
 
-class Mode(str, Enum):
-    unsup = "unsup"
-    sup = "sup"
-
-
-class Augmentation(str, Enum):
-    dropout = "dropout"
-    none = "none"
-    delete_one_word = "delete_one_word"
 
 
 
@@ -120,69 +111,3 @@ def eval_sts_cmd(
     out.print(f"alignment {scores['alignment']:.4f}   uniformity {scores['uniformity']:.4f}")
     if json_path:
         save_json(json_path, result)
-
-
-@train_app.command("simcse")
-@user_errors
-def train_simcse_cmd(
-    data: Annotated[Path, typer.Option(help="unsup: text file, one sentence a line; sup: CSV with sent0,sent1[,hard_neg].")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Folder for the trained model, checkpoint.pt and trainer_state.json.")],
-    mode: Annotated[Mode, typer.Option(help="unsup: dropout views; sup: NLI triplets with hard negatives.")] = Mode.unsup,
-    model: ModelOpt = "minilm-l6",
-    batch_size: Annotated[Optional[int], typer.Option(help="Per process. Default: 64 unsup, 512 sup.")] = None,
-    lr: Annotated[Optional[float], typer.Option(help="Default: 3e-5 unsup, 5e-5 sup.")] = None,
-    epochs: Annotated[Optional[int], typer.Option(help="Default: 1 unsup, 3 sup.")] = None,
-    max_steps: MaxStepsOpt = None,
-    max_length: MaxLengthOpt = 32,
-    temperature: Annotated[float, typer.Option(help="InfoNCE temperature.")] = 0.05,
-    hard_negative_weight: Annotated[float, typer.Option(help="Log-weight added to each anchor's own hard-negative logit.")] = 0.0,
-    pooler: Annotated[Optional[Pooler], typer.Option(help="Default: cls (MLP in training only for unsup).")] = None,
-    augmentation: Annotated[Augmentation, typer.Option(help="unsup views: dropout, none (dropout off), delete_one_word.")] = Augmentation.dropout,
-    eval_steps: Annotated[int, typer.Option(help="Evaluate on STS-B dev every N steps (0: only at the end).")] = 125,
-    save_steps: SaveStepsOpt = 125,
-    no_eval: NoEvalOpt = False,
-    limit: LimitOpt = None,
-    seed: SeedOpt = 42,
-    resume: ResumeOpt = True,
-) -> None:
-    """SimCSE: unsupervised (dropout) or supervised (NLI triplets) InfoNCE training."""
-    from subspaces.data.nli import is_csv, training_rows
-    from subspaces.data.text import read_corpus
-    from subspaces.errors import SubspacesError
-    from subspaces.models.encoder import load_encoder
-    from subspaces.train.simcse import DEFAULTS, SimCSEConfig, set_dropout, train_simcse, unsup_examples
-
-    d = DEFAULTS[mode.value]
-    # The data is read before the model loads: a bad file fails in a second, not after the load.
-    if mode is Mode.unsup:
-        if is_csv(data):
-            raise SubspacesError(f"{data} is a CSV: unsupervised SimCSE reads one sentence a line "
-                                 "(pairs/triplets train with --mode sup)")
-        rows = unsup_examples(read_corpus(data, limit=limit), augmentation.value, seed)
-    else:
-        rows = training_rows(data, limit)
-    pool = pooler.value if pooler else str(d["pooler"])
-    enc = load_encoder(model, pooler=pool, mlp_only_train=bool(d["mlp_only_train"]))
-    if mode is Mode.unsup and augmentation is Augmentation.none:
-        set_dropout(enc, 0.0)
-    config = SimCSEConfig(
-        output_dir=str(output),
-        mode=mode.value,
-        batch_size=batch_size if batch_size is not None else int(d["batch_size"]),
-        lr=lr if lr is not None else float(d["lr"]),
-        epochs=epochs if epochs is not None else int(d["epochs"]),
-        max_steps=max_steps,
-        max_length=max_length,
-        temperature=temperature,
-        hard_negative_weight=hard_negative_weight,
-        eval_steps=eval_steps,
-        save_steps=save_steps,
-        stsb_dev=not no_eval,
-        seed=seed,
-        resume=resume,
-    )
-    result = train_simcse(enc, rows, config)
-    console.print(
-        f"trained {result.steps} steps in {result.seconds:.0f}s ({result.samples_per_second:.1f} samples/s); "
-        f"best STS-B dev {result.best_score if result.best_score is not None else '-'}; model in {output}"
-    )

@@ -7,9 +7,24 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import LimitOpt, MaxLengthOpt, MaxStepsOpt, ModelOpt, NoEvalOpt, ResumeOpt, SaveStepsOpt, SeedOpt, console, out, parse_dims, parse_numbers, table, user_errors
+from subspaces.cli.common import (
+    LimitOpt,
+    MaxLengthOpt,
+    MaxStepsOpt,
+    ModelOpt,
+    NoEvalOpt,
+    ResumeOpt,
+    SaveStepsOpt,
+    SeedOpt,
+    console,
+    out,
+    parse_dims,
+    parse_numbers,
+    table,
+    user_errors,
+)
 from subspaces.cli.groups import eval_app, train_app
-
+from subspaces.cli.train import CacheDirOpt, DeviceOpt, OverwriteOpt, TrainableLayersOpt
 
 
 def _training_rows(data: Path | None, limit: int | None) -> list[tuple[str, ...]]:
@@ -27,9 +42,17 @@ def _training_rows(data: Path | None, limit: int | None) -> list[tuple[str, ...]
 @train_app.command("matryoshka")
 @user_errors
 def train_matryoshka_cmd(
-    output: Annotated[Path, typer.Option("--output", "-o", help="Folder for the trained model, checkpoint.pt and trainer_state.json.")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Folder for the trained model, checkpoint.pt and trainer_state.json.")
+    ],
     model: ModelOpt = "minilm-l6",
-    data: Annotated[Optional[Path], typer.Option(help="Text file (one sentence a line: unsupervised SimCSE) or CSV with sent0,sent1[,hard_neg]. Default: the WordNet sentences.")] = None,
+    data: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Text file (one sentence a line: unsupervised SimCSE) or CSV with sent0,sent1[,hard_neg]. "
+            "Default: the WordNet sentences."
+        ),
+    ] = None,
     dims: Annotated[str, typer.Option(help="Nested prefix sizes, e.g. 16,32,64,128,full.")] = "16,32,64,128,full",
     weights: Annotated[Optional[str], typer.Option(help="One MRL weight per dim (default 1 each).")] = None,
     mic: Annotated[bool, typer.Option("--mic/--no-mic", help="Add MIC's regularisers (SCR + SIR) to MRL.")] = False,
@@ -37,28 +60,51 @@ def train_matryoshka_cmd(
     tau_corr: Annotated[float, typer.Option(help="MIC/SCR: correlations below this are free.")] = 0.1,
     lambda_var: Annotated[float, typer.Option(help="MIC/SCR: weight of the variance floor.")] = 1.0,
     t: Annotated[float, typer.Option("--t", help="MIC/SIR: uniformity temperature.")] = 2.0,
-    layers: Annotated[Optional[str], typer.Option(help="MIC: transformer layers to regularise, 1-based (-1 = last). Default: middle,last.")] = None,
+    layers: Annotated[
+        Optional[str],
+        typer.Option(help="MIC: transformer layers to regularise, 1-based (-1 = last). Default: middle,last."),
+    ] = None,
     temperature: Annotated[float, typer.Option(help="InfoNCE temperature.")] = 0.05,
-    hard_negative_weight: Annotated[float, typer.Option(help="Log-weight of each anchor's own hard negative (triplets).")] = 0.0,
-    pooler: Annotated[Optional[str], typer.Option(help="Replace the model's pooling (cls, cls_before_pooler, mean, ...).")] = None,
+    hard_negative_weight: Annotated[
+        float, typer.Option(help="Log-weight of each anchor's own hard negative (triplets).")
+    ] = 0.0,
+    pooler: Annotated[
+        Optional[str], typer.Option(help="Replace the model's pooling (cls, cls_before_pooler, mean, ...).")
+    ] = None,
     batch_size: Annotated[int, typer.Option(help="Per process.")] = 64,
     lr: Annotated[float, typer.Option()] = 3e-5,
     epochs: Annotated[int, typer.Option()] = 1,
     max_steps: MaxStepsOpt = None,
     max_length: MaxLengthOpt = 32,
-    eval_steps: Annotated[int, typer.Option(help="Evaluate STS-B dev at every dim every N steps (0: only at the end).")] = 125,
+    eval_steps: Annotated[
+        int, typer.Option(help="Evaluate STS-B dev at every dim every N steps (0: only at the end).")
+    ] = 125,
     save_steps: SaveStepsOpt = 125,
     no_eval: NoEvalOpt = False,
     limit: LimitOpt = None,
     seed: SeedOpt = 42,
     resume: ResumeOpt = True,
+    trainable_layers: TrainableLayersOpt = "all",
+    cache_dir: CacheDirOpt = None,
+    device: DeviceOpt = None,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Matryoshka Representation Learning over SimCSE's InfoNCE, with MIC's SCR + SIR regularisers if --mic."""
-    from subspaces.models.encoder import load_encoder
-    from subspaces.train.matryoshka import MatryoshkaConfig, train_matryoshka
+    from subspaces.cli.train import describe_pooling, prepare_run, report
 
     rows = _training_rows(data, limit)  # before the model loads: a bad file fails fast
-    enc = load_encoder(model, pooler=pooler, max_seq_length=max_length)
+    parsed_dims = parse_dims(dims)
+    device_name, layers = prepare_run(output, overwrite, not no_eval, device, trainable_layers)
+
+    from subspaces.models.encoder import load_encoder
+    from subspaces.train.engine import seed_everything
+    from subspaces.train.matryoshka import MatryoshkaConfig, train_matryoshka
+
+    seed_everything(seed)  # before the model is built: a new pooler's MLP is drawn from it
+    enc = load_encoder(model, pooler=pooler, device=device_name)
+    how = "chosen with --pooler" if pooler else "the base model's"
+    pooling_note = f"pooling: {describe_pooling(enc)} ({how})"
+    console.print(pooling_note, highlight=False)
     config = MatryoshkaConfig(
         output_dir=str(output),
         batch_size=batch_size,
@@ -70,7 +116,11 @@ def train_matryoshka_cmd(
         save_steps=save_steps,
         seed=seed,
         resume=resume,
-        dims=parse_dims(dims),
+        overwrite=overwrite,
+        trainable_layers=layers,
+        cache_dir=str(cache_dir) if cache_dir is not None else None,
+        description=f"train matryoshka on {data.name if data else 'wordnet_sentences'}",
+        dims=parsed_dims,
         weights=parse_numbers(weights, "weights"),
         temperature=temperature,
         hard_negative_weight=hard_negative_weight,
@@ -82,26 +132,31 @@ def train_matryoshka_cmd(
         layers=parse_numbers(layers, "layers", kind=int),
         stsb_dev=not no_eval,
     )
-    result = train_matryoshka(enc, rows, config)
-    best = "-" if result.best_score is None else f"{result.best_score:.2f}"
-    console.print(
-        f"trained {result.steps} steps in {result.seconds:.0f}s ({result.seconds / max(result.steps, 1):.2f} s/step); "
-        f"best mean STS-B dev over dims {best}; model in {output}"
-    )
+    result = train_matryoshka(enc, rows, config, card_notes=[pooling_note])
+    report(result, output, "mean STS-B dev over dims")
 
 
 @eval_app.command("dims")
 @user_errors
 def eval_dims_cmd(
-    model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Model name or folder; repeat to compare several.")] = None,
+    model: Annotated[
+        Optional[list[str]], typer.Option("--model", "-m", help="Model name or folder; repeat to compare several.")
+    ] = None,
     dims: Annotated[str, typer.Option(help="Prefix sizes, e.g. 16,32,64,128,full.")] = "16,32,64,128,full",
-    tasks: Annotated[Optional[str], typer.Option(help="Comma-separated tasks (default: all but TweetEval-emoji and STS12-16); see --list-tasks.")] = None,
-    max_train: Annotated[Optional[int], typer.Option(help="Cap each probe's training rows (seeded random subset).")] = None,
+    tasks: Annotated[
+        Optional[str],
+        typer.Option(help="Comma-separated tasks (default: all but TweetEval-emoji and STS12-16); see --list-tasks."),
+    ] = None,
+    max_train: Annotated[
+        Optional[int], typer.Option(help="Cap each probe's training rows (seeded random subset).")
+    ] = None,
     max_test: Annotated[Optional[int], typer.Option(help="Cap each probe's test rows.")] = None,
     c: Annotated[float, typer.Option("--C", help="Inverse L2 strength of the logistic-regression probe.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seeds the row subsets.")] = 0,
     batch_size: Annotated[int, typer.Option()] = 64,
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report here; the plot goes next to it (.png).")] = None,
+    json_path: Annotated[
+        Optional[Path], typer.Option("--json", help="Write the report here; the plot goes next to it (.png).")
+    ] = None,
     list_tasks: Annotated[bool, typer.Option("--list-tasks", help="Print the task names and exit.")] = False,
 ) -> None:
     """Probes (logistic regression on frozen embeddings) and STS at each truncated dimension."""
@@ -130,7 +185,9 @@ def eval_dims_cmd(
     reports = []
     for name in model:
         enc = load_encoder(name)
-        console.print(f"[bold]{name}[/]: {len(chosen)} task(s) at dims {evaluator.resolve_dims(enc.get_embedding_dimension())}")
+        console.print(
+            f"[bold]{name}[/]: {len(chosen)} task(s) at dims {evaluator.resolve_dims(enc.get_embedding_dimension())}"
+        )
         report = evaluator(enc, name=name)
         reports.append(report)
         header = ["task (metric)", *[str(d) for d in report["dims"]]]

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 from scipy.stats import spearmanr
 
 from subspaces.data.sts import TASKS, STSPairs, Variant, load_stsb, load_task
+from subspaces.eval.base import Evaluator
 from subspaces.eval.geometry import alignment, uniformity
 
 
@@ -35,8 +37,10 @@ def spearman_x100(pred: np.ndarray, gold: Sequence[float]) -> float:
 
 
 @dataclass
-class STSEvaluator:
+class STSEvaluator(Evaluator):
     """Callable evaluator: ``STSEvaluator()(model)`` -> ``{"STS12": .., ..., "avg": .., "alignment": .., ...}``.
+
+    Its primary metric is ``avg`` (the mean Spearman x 100 over the chosen tasks).
 
     Args:
         tasks: which tasks of the table to run (default: all seven).
@@ -53,6 +57,11 @@ class STSEvaluator:
     geometry_split: str = "test"
     truncate_dim: int | None = None
     pairs: dict[str, STSPairs] = field(default_factory=dict, repr=False)
+    primary_metric: ClassVar[str] = "avg"
+
+    def check(self) -> None:
+        for task in self.tasks:
+            self._pairs(task)
 
     def __post_init__(self) -> None:
         unknown = [t for t in self.tasks if t not in TASKS]
@@ -89,8 +98,45 @@ def geometry(model, variant: Variant = "original", split: str = "test", batch_si
 
 def stsb_dev_spearman(model, variant: Variant = "original", batch_size: int = 128, limit: int | None = None) -> float:
     """Spearman x 100 on STS-B dev: what SimCSE uses to pick checkpoints."""
-    pairs = load_stsb("dev", variant)
-    if limit is not None:
-        pairs = pairs.head(limit)
-    e1, e2 = embed_pairs(model, pairs, batch_size)
-    return spearman_x100(cosine_rows(e1, e2), pairs.scores)
+    return STSBDevEvaluator(variant, batch_size, limit)(model)["stsb_dev"]
+
+
+class STSBDevEvaluator(Evaluator):
+    """STS-B dev Spearman x 100 (``stsb_dev``, the primary metric): SimCSE's checkpoint selection.
+
+    With ``dims``, also the score at each Matryoshka prefix (``stsb_dev@16``, ..., re-normalised) and their mean
+    (``mean``, then the primary metric: the best model is the best over all dims, not at one of them).
+    """
+
+    def __init__(
+        self,
+        variant: Variant = "original",
+        batch_size: int = 128,
+        limit: int | None = None,
+        dims: Sequence[int | None] | None = None,
+    ) -> None:
+        self.variant, self.batch_size, self.limit = variant, batch_size, limit
+        self.dims = list(dims) if dims is not None else None
+        self.primary_metric = "stsb_dev" if dims is None else "mean"
+        self._pairs: STSPairs | None = None
+
+    def check(self) -> None:
+        self.pairs()
+
+    def pairs(self) -> STSPairs:
+        if self._pairs is None:
+            pairs = load_stsb("dev", self.variant)
+            self._pairs = pairs.head(self.limit) if self.limit is not None else pairs
+        return self._pairs
+
+    def __call__(self, model) -> dict[str, float]:
+        pairs = self.pairs()
+        e1, e2 = embed_pairs(model, pairs, self.batch_size)
+        if self.dims is None:
+            return {"stsb_dev": spearman_x100(cosine_rows(e1, e2), pairs.scores)}
+        from subspaces.eval.dims import prefix
+        from subspaces.losses.matryoshka import check_dims
+
+        dims = check_dims(self.dims, e1.shape[1])
+        scores = {f"stsb_dev@{d}": spearman_x100(cosine_rows(prefix(e1, d), prefix(e2, d)), pairs.scores) for d in dims}
+        return {**scores, "mean": float(np.mean(list(scores.values())))}

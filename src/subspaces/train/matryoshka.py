@@ -9,16 +9,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 from torch import nn
 
-from subspaces.losses.matryoshka import check_dims, matryoshka_simcse_loss
+from subspaces.eval.sts import STSBDevEvaluator
+from subspaces.losses.matryoshka import matryoshka_simcse_loss
 from subspaces.losses.mic import MICLoss
-from subspaces.train.loop import TrainConfig, TrainResult, train
+from subspaces.train.engine import FitResult
+from subspaces.train.sentence import EncoderTrainConfig, train_sentence_loss
 
 
 @dataclass
-class MatryoshkaConfig(TrainConfig):
+class MatryoshkaConfig(EncoderTrainConfig):
     dims: Sequence[int | None] = (16, 32, 64, 128, None)  # None = the model's full size
     weights: Sequence[float] | None = None  # one per dim; default 1 each
     temperature: float = 0.05
@@ -55,32 +56,47 @@ def build_loss(model, config: MatryoshkaConfig) -> nn.Module:
     return loss
 
 
-class STSBDevAtDims:
-    """Evaluator: STS-B dev Spearman x 100 at each prefix, and their mean as ``score``."""
+class STSBDevAtDims(STSBDevEvaluator):
+    """STS-B dev Spearman x 100 at each prefix (``stsb_dev@16``, ...) and their ``mean``, the primary metric."""
 
     def __init__(self, dims: Sequence[int | None], limit: int | None = None) -> None:
-        self.dims = list(dims)
-        self.limit = limit
-
-    def __call__(self, model) -> dict[str, float]:
-        from subspaces.data.sts import load_stsb
-        from subspaces.eval.dims import prefix
-        from subspaces.eval.sts import cosine_rows, embed_pairs, spearman_x100
-
-        pairs = load_stsb("dev")
-        if self.limit is not None:
-            pairs = pairs.head(self.limit)
-        e1, e2 = embed_pairs(model, pairs)
-        dims = check_dims(self.dims, e1.shape[1])
-        scores = {f"stsb_dev@{d}": spearman_x100(cosine_rows(prefix(e1, d), prefix(e2, d)), pairs.scores) for d in dims}
-        return {**scores, "score": float(np.mean(list(scores.values())))}
+        super().__init__(limit=limit, dims=dims)
 
 
-def train_matryoshka(model, examples: Sequence[tuple[str, ...]], config: MatryoshkaConfig, evaluator=None) -> TrainResult:
-    """Train ``model`` with MRL (``config.mic``: MRL + MIC) on ``examples``; see :class:`MatryoshkaConfig`."""
-    from subspaces.models.encoder import portable
+def train_matryoshka(
+    model,
+    examples: Sequence[tuple[str, ...]],
+    config: MatryoshkaConfig,
+    evaluator=None,
+    *,
+    card_notes=(),
+    callback=None,
+) -> FitResult:
+    """Train ``model`` with MRL (``config.mic``: MRL + MIC) on ``examples``; see :class:`MatryoshkaConfig`.
 
+    The model kept is the one with the best *mean* STS-B dev Spearman over ``config.dims``.
+    """
     loss = build_loss(model, config)
     if evaluator is None and config.stsb_dev:
         evaluator = STSBDevAtDims(config.dims, config.stsb_dev_limit)
-    return train(model, loss, examples, config, evaluator, export=portable)
+    settings = {name: getattr(config, name) for name in _LOSS_FIELDS}
+    return train_sentence_loss(
+        model, loss, examples, config, evaluator, settings=settings, card_notes=card_notes, callback=callback
+    )
+
+
+# What changes the objective or the choice of the best model: a resume must agree on them.
+_LOSS_FIELDS = (
+    "dims",
+    "weights",
+    "temperature",
+    "hard_negative_weight",
+    "mic",
+    "gamma",
+    "tau_corr",
+    "lambda_var",
+    "t",
+    "layers",
+    "stsb_dev",
+    "stsb_dev_limit",
+)

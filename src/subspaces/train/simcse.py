@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from subspaces.losses.simcse import SimCSELoss
-from subspaces.train.loop import TrainConfig, TrainResult, train
+from subspaces.train.engine import FitResult
+from subspaces.train.sentence import EncoderTrainConfig, train_sentence_loss
 
 Mode = Literal["unsup", "sup"]
 Augmentation = Literal["dropout", "none", "delete_one_word"]
@@ -40,7 +41,9 @@ def delete_one_word(sentence: str, rng: random.Random) -> str:
     return " ".join(words)
 
 
-def unsup_examples(sentences: Sequence[str], augmentation: Augmentation = "dropout", seed: int = 0) -> list[tuple[str, ...]]:
+def unsup_examples(
+    sentences: Sequence[str], augmentation: Augmentation = "dropout", seed: int = 0
+) -> list[tuple[str, ...]]:
     """Rows for unsupervised SimCSE.
 
     ``dropout``: one column; the loss encodes it twice and dropout makes the two views differ.
@@ -63,7 +66,7 @@ def set_dropout(model, p: float) -> None:
 
 
 @dataclass
-class SimCSEConfig(TrainConfig):
+class SimCSEConfig(EncoderTrainConfig):
     mode: Mode = "unsup"
     temperature: float = 0.05
     hard_negative_weight: float = 0.0
@@ -71,18 +74,30 @@ class SimCSEConfig(TrainConfig):
     stsb_variant: Literal["original", "senteval"] = "original"
 
 
-def train_simcse(model, examples: Sequence[tuple[str, ...]], config: SimCSEConfig, evaluator=None) -> TrainResult:
-    """Train ``model`` with SimCSE's InfoNCE on ``examples`` (1, 2 or 3 columns).
+def train_simcse(
+    model, examples: Sequence[tuple[str, ...]], config: SimCSEConfig, evaluator=None, *, card_notes=(), callback=None
+) -> FitResult:
+    """Train ``model`` with SimCSE's InfoNCE on ``examples`` (1, 2 or 3 columns); see :class:`SimCSEConfig`.
 
-    ``evaluator`` defaults to STS-B dev Spearman when ``config.stsb_dev``.
+    ``evaluator`` defaults to STS-B dev Spearman (:class:`subspaces.eval.sts.STSBDevEvaluator`) when
+    ``config.stsb_dev``; the best model by it is the one saved.
     """
-    from subspaces.models.encoder import portable
-
     loss = SimCSELoss(model, temperature=config.temperature, hard_negative_weight=config.hard_negative_weight)
     if evaluator is None and config.stsb_dev:
-        from subspaces.eval.sts import stsb_dev_spearman
+        from subspaces.eval.sts import STSBDevEvaluator
 
-        def evaluator(m):  # noqa: E306
-            return stsb_dev_spearman(m, variant=config.stsb_variant)
+        evaluator = STSBDevEvaluator(config.stsb_variant)
+    return train_sentence_loss(
+        model,
+        loss,
+        examples,
+        config,
+        evaluator,
+        settings={name: getattr(config, name) for name in _SETTINGS},
+        card_notes=card_notes,
+        callback=callback,
+    )
 
-    return train(model, loss, examples, config, evaluator, export=portable)
+
+# What changes the objective or the choice of the best model: a resume must agree on them.
+_SETTINGS = ("mode", "temperature", "hard_negative_weight", "stsb_dev", "stsb_variant")

@@ -1,0 +1,244 @@
+"""``train simcse``, and what every encoder-training command shares (``train matryoshka`` uses it too).
+
+Every input a run needs (output folder, training data, STS-B dev, the device, --trainable-layers) is checked
+before the model loads or a step runs; the model is built after seeding, so ``--seed`` reproduces a run.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+from subspaces.cli.common import (
+    LimitOpt,
+    MaxLengthOpt,
+    MaxStepsOpt,
+    ModelOpt,
+    NoEvalOpt,
+    ResumeOpt,
+    SaveStepsOpt,
+    SeedOpt,
+    console,
+    user_errors,
+)
+from subspaces.cli.core import Pooler
+from subspaces.cli.groups import train_app
+
+if TYPE_CHECKING:
+    from subspaces.train.engine import FitResult
+
+
+class Mode(str, Enum):
+    unsup = "unsup"
+    sup = "sup"
+
+
+class Augmentation(str, Enum):
+    dropout = "dropout"
+    none = "none"
+    delete_one_word = "delete_one_word"
+
+
+TrainableLayersOpt = Annotated[
+    str,
+    typer.Option(
+        help="Train only the top N transformer layers over cached activations of the frozen rest (much "
+        "faster on CPU), or 'all'. The saved model is always the whole model."
+    ),
+]
+CacheDirOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        help="With --trainable-layers N: keep the cached activations in this folder (reused by later "
+        "runs with the same model and max length). Default: in memory."
+    ),
+]
+DeviceOpt = Annotated[Optional[str], typer.Option(help="Torch device: cpu, cuda, cuda:1, mps. Default: cpu.")]
+OverwriteOpt = Annotated[
+    bool,
+    typer.Option(
+        "--overwrite",
+        help="Write into a non-empty --output folder that is not a subspaces run (only the "
+        "names the run writes are replaced).",
+    ),
+]
+
+
+def parse_trainable_layers(text: str) -> int | None:
+    """``all`` -> None, ``"2"`` -> 2; the model's depth is checked once it is loaded (before any step)."""
+    from subspaces.errors import SubspacesError
+
+    if text.strip().lower() == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise SubspacesError(f"--trainable-layers must be a whole number or 'all', got {text!r}") from None
+    if value < 1:
+        raise SubspacesError(f"--trainable-layers must be at least 1 (or 'all'), got {value}")
+    return value
+
+
+def check_device(device: str | None) -> str:
+    from subspaces.errors import SubspacesError
+
+    name = device or "cpu"
+    import torch
+
+    try:
+        parsed = torch.device(name)
+    except RuntimeError as exc:
+        raise SubspacesError(f"--device {name!r} is not a torch device ({exc})") from None
+    if parsed.type == "cuda" and (not torch.cuda.is_available() or (parsed.index or 0) >= torch.cuda.device_count()):
+        raise SubspacesError(f"--device {name}: no such CUDA device here ({torch.cuda.device_count()} visible)")
+    if parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise SubspacesError("--device mps: MPS is not available here")
+    return name
+
+
+def describe_pooling(model: Any) -> str:
+    """The pooling the saved model will use, in words."""
+    from subspaces.models.pooling import SimCSEPooling
+
+    modules = list(model)
+    if len(modules) < 2:
+        return "none"
+    pooling = modules[1]
+    if isinstance(pooling, SimCSEPooling):
+        if pooling.mlp is None:
+            return pooling.pooler
+        return f"{pooling.pooler} + MLP" + (" (in training only; not saved)" if pooling.mlp_only_train else "")
+    mode = getattr(pooling, "pooling_mode", None)
+    return str(mode) if mode is not None else type(pooling).__name__
+
+
+def prepare_run(output: Path, overwrite: bool, evaluate: bool, device: str | None, trainable_layers: str):
+    """The checks every encoder-training command runs before it loads anything big; the parsed values."""
+    from subspaces.train.output import check_output_dir
+
+    check_output_dir(output, overwrite)
+    if evaluate:
+        from subspaces.eval.sts import STSBDevEvaluator
+
+        STSBDevEvaluator().check()  # a bad data setting fails now, not after training
+    return check_device(device), parse_trainable_layers(trainable_layers)
+
+
+def report(result: FitResult, output: Path, best_label: str) -> None:
+    """One line on what the run did (or that it had already been done)."""
+    best = "-" if result.best_score is None else f"{result.best_score:.2f}"
+    if result.already_complete:
+        console.print(
+            f"already complete: {output} holds a finished run of {result.steps} steps (best {best_label} {best}); "
+            "pass a larger --max-steps to train on from it, or --no-resume to start over"
+        )
+        return
+    trained = result.steps - result.resumed_from
+    resumed = f" (resumed at step {result.resumed_from})" if result.resumed_from else ""
+    extended = f"; extended a run of {result.extended_from} steps" if result.extended_from else ""
+    console.print(
+        f"trained {trained} steps{resumed} in {result.seconds:.0f}s ({result.samples_per_second:.1f} samples/s)"
+        f"{extended}; best {best_label} {best}; model in {output}"
+    )
+
+
+@train_app.command("simcse")
+@user_errors
+def train_simcse_cmd(
+    data: Annotated[
+        Path, typer.Option(help="unsup: text file, one sentence a line; sup: CSV with sent0,sent1[,hard_neg].")
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Folder for the trained model, checkpoint.pt and trainer_state.json.")
+    ],
+    mode: Annotated[
+        Mode, typer.Option(help="unsup: dropout views; sup: NLI triplets with hard negatives.")
+    ] = Mode.unsup,
+    model: ModelOpt = "minilm-l6",
+    batch_size: Annotated[Optional[int], typer.Option(help="Per process. Default: 64 unsup, 512 sup.")] = None,
+    lr: Annotated[Optional[float], typer.Option(help="Default: 3e-5 unsup, 5e-5 sup.")] = None,
+    epochs: Annotated[Optional[int], typer.Option(help="Default: 1 unsup, 3 sup.")] = None,
+    max_steps: MaxStepsOpt = None,
+    max_length: MaxLengthOpt = 32,
+    temperature: Annotated[float, typer.Option(help="InfoNCE temperature.")] = 0.05,
+    hard_negative_weight: Annotated[
+        float, typer.Option(help="Log-weight added to each anchor's own hard-negative logit.")
+    ] = 0.0,
+    pooler: Annotated[
+        Optional[Pooler],
+        typer.Option(
+            help="Default: the base model's pooling (a plain transformers folder has none: then SimCSE's cls, "
+            "with the MLP in training only for unsup)."
+        ),
+    ] = None,
+    augmentation: Annotated[
+        Augmentation, typer.Option(help="unsup views: dropout, none (dropout off), delete_one_word.")
+    ] = Augmentation.dropout,
+    eval_steps: Annotated[int, typer.Option(help="Evaluate on STS-B dev every N steps (0: only at the end).")] = 125,
+    save_steps: SaveStepsOpt = 125,
+    no_eval: NoEvalOpt = False,
+    limit: LimitOpt = None,
+    seed: SeedOpt = 42,
+    resume: ResumeOpt = True,
+    trainable_layers: TrainableLayersOpt = "all",
+    cache_dir: CacheDirOpt = None,
+    device: DeviceOpt = None,
+    overwrite: OverwriteOpt = False,
+) -> None:
+    """SimCSE: unsupervised (dropout) or supervised (NLI triplets) InfoNCE training."""
+    from subspaces.data.nli import is_csv, training_rows
+    from subspaces.data.text import read_corpus
+    from subspaces.errors import SubspacesError
+
+    # The data is read before the model loads: a bad file fails in a second, not after the load.
+    if mode is Mode.unsup and is_csv(data):
+        raise SubspacesError(
+            f"{data} is a CSV: unsupervised SimCSE reads one sentence a line (pairs/triplets train with --mode sup)"
+        )
+    texts = read_corpus(data, limit=limit) if mode is Mode.unsup else None
+    rows_sup = training_rows(data, limit) if mode is Mode.sup else None
+    device_name, layers = prepare_run(output, overwrite, not no_eval, device, trainable_layers)
+
+    from subspaces.models.encoder import load_encoder, resolve_model_path
+    from subspaces.train.engine import seed_everything
+    from subspaces.train.simcse import DEFAULTS, SimCSEConfig, set_dropout, train_simcse, unsup_examples
+
+    d = DEFAULTS[mode.value]
+    rows = unsup_examples(texts, augmentation.value, seed) if texts is not None else rows_sup
+    assert rows is not None
+    # A sentence-transformers model keeps its pooling; a plain transformers folder has none: SimCSE's cls.
+    chosen = pooler.value if pooler else None
+    if chosen is None and not (resolve_model_path(model) / "modules.json").is_file():
+        chosen = str(d["pooler"])
+    seed_everything(seed)  # before the model is built: a new pooler's MLP is drawn from it
+    enc = load_encoder(model, pooler=chosen, mlp_only_train=bool(d["mlp_only_train"]), device=device_name)
+    if mode is Mode.unsup and augmentation is Augmentation.none:
+        set_dropout(enc, 0.0)
+    how = "chosen with --pooler" if pooler else ("SimCSE's; the base has none" if chosen else "the base model's")
+    pooling_note = f"pooling: {describe_pooling(enc)} ({how})"
+    console.print(pooling_note, highlight=False)
+    config = SimCSEConfig(
+        output_dir=str(output),
+        mode=mode.value,
+        batch_size=batch_size if batch_size is not None else int(d["batch_size"]),
+        lr=lr if lr is not None else float(d["lr"]),
+        epochs=epochs if epochs is not None else int(d["epochs"]),
+        max_steps=max_steps,
+        max_length=max_length,
+        temperature=temperature,
+        hard_negative_weight=hard_negative_weight,
+        eval_steps=eval_steps,
+        save_steps=save_steps,
+        stsb_dev=not no_eval,
+        seed=seed,
+        resume=resume,
+        overwrite=overwrite,
+        trainable_layers=layers,
+        cache_dir=str(cache_dir) if cache_dir is not None else None,
+        description=f"train simcse on {data.name}",
+    )
+    result = train_simcse(enc, rows, config, card_notes=[pooling_note])
+    report(result, output, "STS-B dev")

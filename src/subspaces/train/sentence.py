@@ -1,0 +1,191 @@
+"""Train a sentence-transformers model with an ST-style loss on rows of strings, on :func:`subspaces.train.engine.fit`.
+
+The adapter SimCSE, MRL and MIC share: :class:`RowBatches` (a seeded permutation per epoch, ``drop_last``, each DDP
+rank its own slice) and a step that tokenises each column and calls the loss. Training uses ``max_length``
+tokens; the saved model keeps the base model's ``max_seq_length`` (training length is not inference length).
+``trainable_layers`` trains only the top N transformer layers over cached activations
+(:mod:`subspaces.models.partial`); the saved model is always the whole model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from subspaces.errors import SubspacesError
+from subspaces.train import distributed as ddp
+from subspaces.train.engine import FitConfig, FitResult, digest, fit
+
+Row = tuple[str, ...]
+
+
+class RowBatches:
+    """Batches of rows: a fixed permutation per (seed, epoch); rank r of W takes the r-th slice of each global batch."""
+
+    def __init__(
+        self,
+        rows: Sequence[Row],
+        batch_size: int,
+        seed: int,
+        *,
+        drop_last: bool = True,
+        rank: int | None = None,
+        world: int | None = None,
+    ) -> None:
+        if not rows:
+            raise SubspacesError("no training examples")
+        if batch_size < 1:
+            raise SubspacesError(f"batch size must be at least 1, got {batch_size}")
+        self.width = len(rows[0])
+        if any(len(row) != self.width for row in rows):
+            raise SubspacesError("training rows have different numbers of columns")
+        self.rows, self.batch_size, self.seed, self.drop_last = rows, batch_size, seed, drop_last
+        if rank is None or world is None:  # joins torchrun's process group now: the slices depend on it
+            rank, world = ddp.init_from_env()
+        self.rank, self.world = rank, world
+        self.global_batch = batch_size * self.world
+        if self.global_batch > len(rows):
+            raise SubspacesError(
+                f"batch size {batch_size} x {self.world} process(es) is larger than the data ({len(rows)} rows)"
+            )
+
+    def __len__(self) -> int:
+        n = len(self.rows)
+        # In-batch negatives: a ragged last batch changes the task; SimCSE's loader drops it too.
+        return n // self.global_batch if self.drop_last else math.ceil(n / self.global_batch)
+
+    def batch(self, epoch: int, index: int) -> list[Row]:
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.rows))
+        lo = index * self.global_batch + self.rank * self.batch_size
+        return [self.rows[i] for i in order[lo : lo + self.batch_size]]
+
+    def fingerprint(self) -> str:
+        return digest("\x1f".join(row) for row in self.rows)
+
+    def texts(self) -> list[str]:
+        """The distinct texts of every column, in first-seen order (what a partial-fine-tuning cache needs)."""
+        return list(dict.fromkeys(text for row in self.rows for text in row))
+
+
+def loss_step(model: Any, loss: nn.Module) -> Callable[[list[Row]], torch.Tensor]:
+    """``rows -> loss(tokenised columns, None)``, the inputs on the model's device."""
+    from sentence_transformers.util import batch_to_device
+
+    def step(rows: list[Row]) -> torch.Tensor:
+        columns = [[row[c] for row in rows] for c in range(len(rows[0]))]
+        features = [batch_to_device(model.preprocess(column), model.device) for column in columns]
+        return loss(features, None)
+
+    return step
+
+
+@dataclass
+class EncoderTrainConfig(FitConfig):
+    """:class:`FitConfig` plus what a sentence-encoder recipe adds."""
+
+    batch_size: int = 64  # per process
+    max_length: int = 32  # tokens per text in training (the saved model keeps the base's max_seq_length)
+    drop_last: bool = True
+    trainable_layers: int | str | None = None  # None / "all": the whole model; N: the top N transformer layers
+    cache_dir: str | None = None  # partial fine-tuning's activation cache (None: in memory)
+
+
+# EncoderTrainConfig fields that are recorded as settings (FitConfig's own are fingerprinted by the engine).
+_RECIPE_FIELDS = ("batch_size", "max_length", "drop_last", "trainable_layers")
+
+
+def loss_description(loss: nn.Module) -> str:
+    config = loss.get_config_dict() if hasattr(loss, "get_config_dict") else {}
+    return f"{type(loss).__name__} {sorted(config.items())!r}"
+
+
+def train_sentence_loss(
+    model: Any,
+    loss: nn.Module,
+    examples: Sequence[Row],
+    config: EncoderTrainConfig,
+    evaluator: Any = None,
+    *,
+    settings: dict[str, Any] | None = None,
+    card_notes: Sequence[str] = (),
+    callback: Callable[[int, float], None] | None = None,
+) -> FitResult:
+    """Train ``model`` (a ``SentenceTransformer``, the one ``loss`` holds) by minimising ``loss`` over ``examples``.
+
+    The best model by ``evaluator`` (or the last one, without it) is saved in ``config.output_dir`` as a
+    sentence-transformers folder (made portable: see :func:`subspaces.models.encoder.portable`), with the base
+    model's ``max_seq_length`` and ``card_notes`` added to its model card.
+    """
+    from subspaces.models.encoder import portable
+
+    batches = RowBatches(examples, config.batch_size, config.seed, drop_last=config.drop_last)
+    recorded = {
+        **{k: getattr(config, k) for k in _RECIPE_FIELDS},
+        "loss": loss_description(loss),
+        **(settings or {}),
+    }
+    if recorded["trainable_layers"] == "all":
+        recorded["trainable_layers"] = None
+    inference_length = model.max_seq_length
+    notes = [*card_notes, f"max_seq_length {inference_length} (trained on {config.max_length} tokens)"]
+
+    def save_model(folder: Path) -> None:
+        exported = portable(model)
+        trained_length = model.max_seq_length
+        exported.max_seq_length = inference_length  # shares the transformer module with ``model``
+        try:
+            exported.save(str(folder))
+        finally:
+            exported.max_seq_length = trained_length
+        write_card_notes(folder, notes)
+
+    pft = None
+    model.max_seq_length = config.max_length
+    try:
+        if config.trainable_layers not in (None, "all"):
+            from subspaces.models.partial import partial_fine_tuning
+
+            pft = partial_fine_tuning(
+                model,
+                config.trainable_layers,
+                cache_dir=config.cache_dir,
+                show_progress=config.show_progress and ddp.is_main(),
+            )
+            if pft is not None:
+                # Every training text goes through the frozen bottom once, before the first step.
+                pft.prepare(batches.texts(), description=f"caching activations for {config.description}")
+                notes.append(
+                    f"fine-tuned the top {pft.trainable_layers} of {pft.total_layers} transformer layers "
+                    "(the embeddings and lower layers are the base model's)"
+                )
+        return fit(
+            model,
+            loss_step(model, loss),
+            batches,
+            config,
+            evaluator,
+            save_model=save_model,
+            settings=recorded,
+            callback=callback,
+        )
+    finally:
+        if pft is not None:
+            pft.detach()
+        model.max_seq_length = inference_length
+
+
+def write_card_notes(folder: Path, notes: Sequence[str]) -> None:
+    """Append a "Training (subspaces)" section to the model card sentence-transformers wrote (README.md)."""
+    if not notes:
+        return
+    card = folder / "README.md"
+    text = card.read_text(encoding="utf-8") if card.is_file() else ""
+    section = "\n## Training (subspaces)\n\n" + "".join(f"- {note}\n" for note in notes)
+    card.write_text(text.rstrip("\n") + "\n" + section, encoding="utf-8")
