@@ -10,15 +10,46 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Commands set their threads from this (subspaces.config.set_threads); one, like the one_thread fixture below.
+os.environ.setdefault("SUBSPACES_THREADS", "1")
 
 WORDS = "the a cat dog man woman plays eats runs sleeps guitar food park house red big small quickly".split()
 
 
+def _home_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "subspaces"
+
+
+def _snapshot(folder: Path) -> dict[str, int]:
+    return {str(p): p.stat().st_mtime_ns for p in [folder, *folder.rglob("*")] if p.exists()} if folder.exists() else {}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temporary_cache(tmp_path_factory):
+    """Tests convert models and cache embeddings under a temporary $SUBSPACES_CACHE, never the user's cache."""
+    home, before = _home_cache(), _snapshot(_home_cache())
+    cache = tmp_path_factory.mktemp("subspaces-cache")
+    saved = os.environ.get("SUBSPACES_CACHE")
+    os.environ["SUBSPACES_CACHE"] = str(cache)
+    yield cache
+    if saved is None:
+        os.environ.pop("SUBSPACES_CACHE", None)
+    else:
+        os.environ["SUBSPACES_CACHE"] = saved
+    assert _snapshot(home) == before, f"the tests wrote into {home}; use the SUBSPACES_CACHE they set"
+
+
 @pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: thread hand-offs cost more than the maths, so every test runs torch on one thread."""
+def one_thread(monkeypatch):
+    """Tiny models: thread hand-offs cost more than the maths, so every test runs torch on one thread. The
+    variables a command's set_threads writes are restored after each test."""
     import torch
 
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY"):
+        if name in os.environ:
+            monkeypatch.setenv(name, os.environ[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

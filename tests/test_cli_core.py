@@ -82,3 +82,140 @@ def test_unsup_training_refuses_a_csv_before_loading_the_model(tmp_path):
     result = runner.invoke(app, ["train", "simcse", "--model", "no-such-model", "--data", str(tmp_path / "nli.csv"),
                                  "--output", str(tmp_path / "o")])
     assert result.exit_code == 2 and "is a CSV" in " ".join(result.output.split()), result.output
+
+
+def _encode(tiny_model_dir, tmp_path, out_name, *extra, texts=("a cat plays the guitar", "", "dog"), stdin=None):
+    source = "-" if stdin is not None else str(tmp_path / "in.txt")
+    if stdin is None:
+        (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    out = tmp_path / out_name
+    result = runner.invoke(app, ["encode", "--model", str(tiny_model_dir), "--input", source, "--output", str(out),
+                                 *extra], input=stdin)
+    return result, out
+
+
+def test_encode_writes_the_format_its_suffix_names(tiny_model_dir, tmp_path):
+    from subspaces.io import read_embedding_file
+
+    reference, npy = _encode(tiny_model_dir, tmp_path, "out.npy")
+    assert reference.exit_code == 0, reference.output
+    expected = np.load(npy)
+    result, parquet = _encode(tiny_model_dir, tmp_path, "out.parquet")
+    assert result.exit_code == 0, result.output
+    got, column = read_embedding_file(parquet)  # the reader align apply uses
+    assert column == "embedding" and np.allclose(got, expected)
+    result, jsonl = _encode(tiny_model_dir, tmp_path, "out.jsonl")
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
+    assert [r["text"] for r in records] == ["a cat plays the guitar", "", "dog"]
+    assert np.allclose([r["embedding"] for r in records], expected, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["x.txt", "x"])
+def test_encode_refuses_a_suffix_it_cannot_write_before_loading(tmp_path, name):
+    (tmp_path / "in.txt").write_text("a\n", encoding="utf-8")
+    result = runner.invoke(app, ["encode", "--model", "no-such-model", "--input", str(tmp_path / "in.txt"),
+                                 "--output", str(tmp_path / name)])
+    assert result.exit_code == 2 and ".npy, .parquet, .jsonl" in result.output, result.output
+    assert not (tmp_path / name).exists()
+
+
+@pytest.mark.parametrize("args", [["encode", "--input", "in.txt", "--output", "o.npy"], ["eval", "sts"]])
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_batch_size_below_one_is_a_one_line_error(tmp_path, monkeypatch, args, value):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.txt").write_text("a\n", encoding="utf-8")
+    result = runner.invoke(app, [*args, "--model", "no-such-model", "--batch-size", value])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == f"error: --batch-size must be at least 1, got {value}"
+
+
+def test_encode_reads_stdin_and_counts_truncated_texts(tiny_model_dir, tmp_path):
+    texts = ["a cat plays the guitar in the park with a dog", "dog"]
+    result, out = _encode(tiny_model_dir, tmp_path, "o.npy", "--max-seq-length", "5", stdin="\n".join(texts) + "\n")
+    assert result.exit_code == 0, result.output
+    assert np.load(out).shape[0] == 2
+    assert "1 of 2 texts are longer than 5 tokens" in " ".join(result.output.split())
+    result, _ = _encode(tiny_model_dir, tmp_path, "o.npy", stdin="\n".join(texts) + "\n")
+    assert "longer than" not in result.output  # the tiny model reads 64 tokens
+
+
+@pytest.mark.parametrize("device, message", [("nonsense", "unknown device"), ("cuda:99", "CUDA device")])
+def test_encode_checks_the_device(tiny_model_dir, tmp_path, device, message):
+    result, _ = _encode(tiny_model_dir, tmp_path, "o.npy", "--device", device)
+    assert result.exit_code == 2 and message in result.output, result.output
+
+
+def test_ctrl_c_during_encode_says_what_is_true(tiny_model_dir, tmp_path, monkeypatch):
+    import subspaces.models.encoder as encoder
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(encoder, "encode", interrupted)
+    result, out = _encode(tiny_model_dir, tmp_path, "o.npy")
+    assert result.exit_code == 130 and "no embeddings were written" in result.output, result.output
+    assert "checkpoint" not in result.output and not out.exists()
+
+
+def test_eval_sts_without_data_fails_before_loading_the_model(tmp_path, monkeypatch):
+    import subspaces.models.encoder as encoder
+
+    monkeypatch.chdir(tmp_path)  # no ../shared/data or ./data here
+    monkeypatch.delenv("SUBSPACES_DATA", raising=False)
+    monkeypatch.setattr(encoder, "load_encoder", lambda *a, **k: pytest.fail("loaded the model before the data"))
+    result = runner.invoke(app, ["eval", "sts", "--model", "minilm-l6"])
+    assert result.exit_code == 2 and "no data folder found" in result.output, result.output
+
+
+def test_models_lists_full_paths_off_a_terminal_and_says_what_is_not_installed():
+    from subspaces.models import bundled
+
+    result = runner.invoke(app, ["models"])
+    assert result.exit_code == 0, result.output
+    from subspaces.models.registry import resolve
+
+    assert str(resolve("minilm-l6")) in result.output  # whole, on one line, though CliRunner is no terminal
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        distribution(bundled.MPNET_PARTS[0])
+    except PackageNotFoundError:
+        assert "not installed: make install-mpnet" in result.output
+
+
+def test_every_command_takes_threads():
+    import typer.main
+
+    def commands(group, prefix=()):
+        for name, cmd in group.commands.items():
+            if hasattr(cmd, "commands"):  # a group
+                yield from commands(cmd, (*prefix, name))
+            else:
+                yield (*prefix, name), cmd
+
+    found = dict(commands(typer.main.get_command(app)))
+    assert len(found) >= 14
+    missing = [" ".join(name) for name, cmd in found.items() if "--threads" not in [o for p in cmd.params for o in p.opts]]
+    assert not missing, f"commands without --threads: {missing}"
+
+
+def test_threads_option_sets_every_pool(tiny_model_dir, tmp_path):
+    import torch
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    with threadpool_limits(limits=1):  # on exit, the limits from before the test come back
+        result, _ = _encode(tiny_model_dir, tmp_path, "o.npy", "--threads", "2")
+        assert result.exit_code == 0, result.output
+        assert torch.get_num_threads() == 2
+        assert all(pool["num_threads"] == 2 for pool in threadpool_info())
+    result, _ = _encode(tiny_model_dir, tmp_path, "o.npy", "--threads", "0")
+    assert result.exit_code == 2 and "threads must be at least 1" in result.output, result.output
+
+
+def test_tests_use_a_temporary_cache(temporary_cache):
+    from pathlib import Path
+
+    from subspaces.config import cache_dir
+
+    assert cache_dir() == temporary_cache and Path.home() not in cache_dir().parents

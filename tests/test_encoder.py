@@ -96,3 +96,47 @@ def test_a_folder_that_ships_code_is_not_trusted(tiny_model_dir, tmp_path):
         plant(folder)
         with pytest.raises(ModelNotFoundError, match="ships its own code"):
             load_encoder(str(folder))
+
+
+def _copy(folder, tmp_path, name):
+    import shutil
+
+    return shutil.copytree(folder, tmp_path / name)
+
+
+def test_a_foreign_module_type_is_refused_with_one_message(tiny_model_dir, tmp_path):
+    import json
+
+    folder = _copy(tiny_model_dir, tmp_path, "foreign")
+    modules = json.loads((folder / "modules.json").read_text())
+    modules[1]["type"] = "some_package.pooling.Pooling"
+    (folder / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(ModelNotFoundError, match=r"ships its own code \(module type 'some_package.pooling.Pooling'\)"):
+        load_encoder(str(folder))
+
+
+def test_auto_map_with_only_sentence_transformers_modules_is_refused(tiny_model_dir, tmp_path):
+    """Without the refusal this folder loaded as a plain BERT, silently ignoring the model its auto_map names."""
+    import json
+
+    folder = _copy(tiny_model_dir, tmp_path, "auto_map")
+    modules = json.loads((folder / "modules.json").read_text())
+    assert all(m["type"].startswith("sentence_transformers.") for m in modules)
+    config = folder / modules[0]["path"] / "config.json" if modules[0]["path"] else folder / "config.json"
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"auto_map": {"AutoModel": "modeling.Mine"}}))
+    with pytest.raises(ModelNotFoundError, match="auto_map in"):
+        load_encoder(str(folder))
+
+
+def test_batch_size_below_one_is_refused(tiny_model):
+    from subspaces.errors import SubspacesError
+
+    with pytest.raises(SubspacesError, match="at least 1, got 0"):
+        encode(tiny_model, ["a"], batch_size=0)
+
+
+def test_count_truncated_counts_texts_past_the_length_limit(tiny_model_dir):
+    from subspaces.models.encoder import count_truncated
+
+    model = load_encoder(str(tiny_model_dir), max_seq_length=4)
+    assert count_truncated(model, ["a", "a b", "a b c", "a b c d e f"], chunk=2) == 2  # [CLS] and [SEP] count

@@ -1,14 +1,18 @@
-"""Where datasets and caches live. Resolved at call time, never at import time."""
+"""Where datasets and caches live, and how many CPU threads to use. Resolved at call time, never at import time."""
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
-from subspaces.errors import DataError
+from subspaces.errors import DataError, SubspacesError
 
 DATA_ENV = "SUBSPACES_DATA"
 CACHE_ENV = "SUBSPACES_CACHE"
+THREADS_ENV = "SUBSPACES_THREADS"
+# The thread counts of the native pools we use: OpenMP (torch, faiss), OpenBLAS and MKL (numpy, scipy).
+_POOL_ENVS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def data_dir() -> Path:
@@ -45,3 +49,84 @@ def cache_dir() -> Path:
     path = Path(env).expanduser() if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "subspaces"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def available_cpus() -> int:
+    """The cores this process may use: its CPU affinity, capped by a cgroup CPU quota (containers, CI runners).
+
+    ``os.cpu_count()`` counts the machine's cores, which is what the native pools assume by default; a process
+    pinned to fewer cores, or a container allowed 1.5 CPUs of 16, then runs more busy threads than it has cores.
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    quota = _cgroup_cpu_quota()
+    if quota is not None:
+        cpus = min(cpus, int(quota))  # a fraction of a core left over is not worth one more thread
+    return max(1, cpus)
+
+
+def _cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """CPUs per period this cgroup may use (cgroup v2 ``cpu.max``, or v1 ``cfs_quota_us``), None when unlimited."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]  # v2: "max 100000" or "150000 100000"
+    except (OSError, ValueError):
+        try:
+            quota = (root / "cpu" / "cpu.cfs_quota_us").read_text().strip()  # v1: -1 when unlimited
+            period = (root / "cpu" / "cpu.cfs_period_us").read_text().strip()
+        except OSError:
+            return None
+    try:
+        value = int(quota) / int(period)
+    except ValueError:  # "max"
+        return None
+    return value if value > 0 else None
+
+
+def default_threads() -> int:
+    """Threads when none are asked for: ``$SUBSPACES_THREADS``, else ``$OMP_NUM_THREADS``, else the cores this
+    process may use (:func:`available_cpus`) shared among the processes ``torchrun`` started on this machine."""
+    for name in (THREADS_ENV, "OMP_NUM_THREADS"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            try:
+                return _positive(int(value), f"${name}")
+            except ValueError:
+                raise SubspacesError(f"${name} must be a positive integer, got {value!r}") from None
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    return max(1, available_cpus() // max(1, local_processes))
+
+
+def set_threads(threads: int | None = None) -> int:
+    """Use ``threads`` CPU threads (default: :func:`default_threads`) in every native pool; return the number.
+
+    One count for all of them, because they do not run at the same time in our code and nested pools of full
+    size fight over the cores: torch's intra-op pool, OpenMP and BLAS (through threadpoolctl, for the libraries
+    already loaded), faiss, and the environment variables that the libraries not yet loaded read when they load.
+    Idle OpenMP threads sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``, unless set): on a shared machine
+    a spinning pool takes cores from the threads doing the work. That takes effect only for an OpenMP runtime not
+    yet loaded, which is the case when a command calls this first.
+    """
+    n = default_threads() if threads is None else _positive(threads, "threads")
+    for name in _POOL_ENVS:
+        os.environ[name] = str(n)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if "torch" in sys.modules:  # else it reads OMP_NUM_THREADS when it loads
+        import torch
+
+        torch.set_num_threads(n)
+    if "faiss" in sys.modules:
+        import faiss
+
+        faiss.omp_set_num_threads(n)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=n)  # applied now, to every BLAS and OpenMP library loaded; kept until changed
+    return n
+
+
+def _positive(value: int, what: str) -> int:
+    if value < 1:
+        raise SubspacesError(f"{what} must be at least 1, got {value}")
+    return value

@@ -5,10 +5,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import gzip
+import io
 import json
 import os
+import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -57,6 +59,45 @@ def save_npy(path: str | os.PathLike[str], array: np.ndarray) -> None:
         np.save(handle, array)
 
 
+EMBEDDING_SUFFIXES = (".npy", ".parquet", ".jsonl")
+
+
+def embedding_format(path: str | os.PathLike[str]) -> str:
+    """The format an embeddings file's suffix names (``.npy``, ``.parquet``, ``.jsonl``); others are refused."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in EMBEDDING_SUFFIXES:
+        raise DataError(f"cannot write embeddings as {suffix or 'a file without a suffix'}: "
+                        f"name a {', '.join(EMBEDDING_SUFFIXES)} file (the suffix picks the format)", path=path)
+    return suffix
+
+
+def save_embeddings(path: str | os.PathLike[str], array: np.ndarray, texts: Sequence[str] | None = None) -> None:
+    """Write ``array`` atomically in the format of ``path``'s suffix (:func:`embedding_format`).
+
+    ``.parquet`` holds one column ``embedding`` of fixed-size float32 lists (what :func:`read_embedding_file`
+    and ``align apply`` read); ``.jsonl`` one ``{"text": ..., "embedding": [...]}`` object a line (``text`` when
+    ``texts`` is given), in row order.
+    """
+    kind = embedding_format(path)
+    if texts is not None and len(texts) != len(array):
+        raise ValueError(f"{len(texts)} texts for {len(array)} rows")
+    if kind == ".npy":
+        save_npy(path, array)
+    elif kind == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = np.ascontiguousarray(array, dtype=np.float32)
+        column = pa.FixedSizeListArray.from_arrays(pa.array(rows.ravel(), type=pa.float32()), rows.shape[1])
+        with atomic_path(path) as tmp:
+            pq.write_table(pa.table({"embedding": column}), tmp)
+    else:
+        with atomic_open(path, "w", encoding="utf-8") as handle:
+            for i, row in enumerate(array.tolist()):
+                record = {"text": texts[i], "embedding": row} if texts is not None else {"embedding": row}
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
 def save_json(path: str | os.PathLike[str], obj: Any) -> None:
     with atomic_open(path, "w", encoding="utf-8") as handle:
         json.dump(obj, handle, indent=2, ensure_ascii=False)
@@ -73,14 +114,26 @@ def open_text(path: str | os.PathLike[str], *, newline: str | None = None) -> IO
     return open(p, encoding="utf-8", newline=newline)
 
 
+STDIN = "-"
+
+
+def _open_lines(path: str | os.PathLike[str]) -> IO[str]:
+    """``open_text(path)``, or standard input read as UTF-8 for ``-`` (whatever the locale; newlines as a file's)."""
+    if str(path) == STDIN:
+        return io.StringIO(sys.stdin.buffer.read().decode("utf-8"), newline=None)
+    return open_text(path)
+
+
 def read_lines(path: str | os.PathLike[str], *, skip_blank: bool = True, limit: int | None = None) -> list[str]:
-    """One text per line from ``.txt`` or ``.txt.gz``; blank lines are dropped when ``skip_blank``.
+    """One text per line from ``.txt``, ``.txt.gz`` or standard input (``-``); blank lines are dropped when
+    ``skip_blank``.
 
     Raises :class:`DataError` if the file is missing, not UTF-8, or holds no text.
     """
     out: list[str] = []
+    source = "<stdin>" if str(path) == STDIN else path  # what the messages call it
     try:
-        with open_text(path) as handle:
+        with _open_lines(path) as handle:
             for line in handle:
                 text = line.rstrip("\n").rstrip("\r")
                 if skip_blank and not text.strip():
@@ -89,11 +142,11 @@ def read_lines(path: str | os.PathLike[str], *, skip_blank: bool = True, limit: 
                 if limit is not None and len(out) >= limit:
                     break
     except UnicodeDecodeError as exc:
-        raise DataError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=path) from exc
+        raise DataError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=source) from exc
     except (OSError, EOFError) as exc:  # truncated gzip, unreadable file
-        raise DataError(f"cannot read: {exc}", path=path) from exc
+        raise DataError(f"cannot read: {exc}", path=source) from exc
     if not out:
-        raise DataError("holds no text", path=path)
+        raise DataError("holds no text", path=source)
     return out
 
 

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import console, out, table, user_errors
+from subspaces.cli.common import ThreadsOpt, console, out, table, user_errors
 from subspaces.errors import ConvergenceWarning
 from subspaces.cli.groups import align_app
 
@@ -97,6 +97,7 @@ def fit_cmd(
     params: Annotated[Optional[Path], typer.Option("--params", help='JSON file of stage settings, e.g. {"anchors": {"n_runs": 12}, "refine": {"n_iter": 50}} (stages: anchors, structure, refine, search; see docs/align.md).')] = None,
     n_restarts: Annotated[Optional[int], typer.Option(help="At most this many independent passes; best label-free score wins (default 3).")] = None,
     seed: Annotated[int, typer.Option(help="Random seed (samples, k-means, QAP starts).")] = 0,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Learn a linear map from the source space into the target space from UNPAIRED vectors (row counts may differ)."""
     from subspaces.errors import SubspacesError
@@ -149,6 +150,7 @@ def apply_cmd(
     output: Annotated[Path, typer.Argument(help="Where to write the mapped vectors (.npy or .parquet).")],
     centered: Annotated[bool, typer.Option("--centered/--target-space", help="Unit vectors in the centred target space, or (default) in the target model's own coordinates.")] = False,
     chunk_size: Annotated[int, typer.Option(min=1, help="Rows mapped per chunk.")] = 65_536,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Map a stored collection into the target space, in chunks; the output is written atomically, the input untouched."""
     from subspaces.align import MiniVec2Vec
@@ -169,6 +171,7 @@ def eval_cmd(
     pool_size: Annotated[int, typer.Option(min=1, help="Candidates per retrieval pool (consecutive rows; the last pool holds the rest).")] = 8192,
     source_name: Annotated[Optional[str], typer.Option(help="Name of the source model in the report.")] = None,
     target_name: Annotated[Optional[str], typer.Option(help="Name of the target model in the report.")] = None,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Top-1, mean rank and cosine on paired held-out vectors, beside identity and oracle-Procrustes baselines."""
     from subspaces.align import MiniVec2Vec, evaluate_alignment

@@ -45,14 +45,35 @@ SeedOpt = Annotated[int, typer.Option()]
 ResumeOpt = Annotated[bool, typer.Option("--resume/--no-resume", help="Continue from OUTPUT/checkpoint.pt if present.")]
 
 
-def user_errors(func: F) -> F:
-    """Turn user errors (bad paths, names, files) into one red line and exit code 2, not a traceback."""
+ThreadsOpt = Annotated[
+    Optional[int],
+    typer.Option(help="CPU threads for torch, BLAS and faiss. Default: $SUBSPACES_THREADS, $OMP_NUM_THREADS, "
+                 "or the cores this process may use (affinity and CPU quota).", show_default=False),
+]
+
+# What is true after Ctrl-C in any command: every file is written to a temporary name and renamed when whole.
+INTERRUPTED = "no file was left half-written (each is replaced whole or not at all)"
+RESUMABLE = INTERRUPTED + "; rerun the same command (--resume is the default) to continue from OUTPUT/checkpoint.pt"
+
+
+def user_errors(func: F | None = None, *, interrupted: str | None = None) -> Any:
+    """The decorator of every command: applies ``--threads`` before the command runs, and turns user errors (bad
+    paths, names, files) into one red line and exit code 2, not a traceback.
+
+    ``interrupted`` is what Ctrl-C prints; by default :data:`RESUMABLE` for a command with a ``resume``
+    option that is on, else :data:`INTERRUPTED`. Use as ``@user_errors`` or ``@user_errors(interrupted=...)``.
+    """
+    if func is None:
+        return functools.partial(user_errors, interrupted=interrupted)
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from subspaces.config import set_threads
         from subspaces.errors import SubspacesError
 
         try:
+            if "threads" in kwargs:  # first: the native pools read their sizes when they load
+                set_threads(kwargs["threads"])
             return func(*args, **kwargs)
         except SubspacesError as exc:
             console.print(f"[bold red]error:[/] {exc}", highlight=False)
@@ -61,11 +82,17 @@ def user_errors(func: F) -> F:
             console.print(f"[bold red]error:[/] {exc}", highlight=False)
             sys.exit(2)
         except KeyboardInterrupt:
-            console.print("[yellow]interrupted[/]: every file is replaced whole, so none was left half-written; "
-                          "training resumes from its last checkpoint.pt")
+            message = interrupted or (RESUMABLE if kwargs.get("resume") else INTERRUPTED)
+            console.print(f"[yellow]interrupted[/]: {message}", highlight=False)
             sys.exit(130)
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper
+
+
+def show(renderable: Any) -> None:
+    """Print to stdout; off a terminal (a pipe, a file) at its natural width, not cut to 80 columns."""
+    # A console's width caps every print's, and off a terminal rich assumes 80; so a wide one for that case.
+    (out if out.is_terminal else Console(width=100_000)).print(renderable)
 
 
 def parse_dims(text: str, full: int | None = None) -> list[int | None]:

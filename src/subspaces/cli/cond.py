@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import Arch, Head, console, out, parse_rank, table, user_errors
+from subspaces.cli.common import Arch, Head, ThreadsOpt, console, out, parse_rank, table, user_errors
 from subspaces.cli.groups import bench_app, cond_app
 
 
@@ -87,6 +87,7 @@ def train_cmd(
         typer.Option("--max-length", "--max-seq-length", help="Tokens per text (default: the encoder's own limit)."),
     ] = None,
     seed: int = 42,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Train a conditional similarity model; the state best on the validation split is saved."""
     from subspaces.cond.pipeline import train_conditional
@@ -148,6 +149,7 @@ def eval_cmd(
     predictions: Annotated[
         Optional[Path], typer.Option(help="C-STS: write {idx: score} predictions (1-5) here.")
     ] = None,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Score a conditional model: metrics overall and on seen / unseen conditions, cache hit rate, time."""
     from subspaces.cond.pipeline import evaluate_conditional
@@ -180,6 +182,7 @@ def csts_cache_cmd(
     ] = None,
     limit: Annotated[Optional[int], typer.Option(help="Only the first N rows.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json")] = None,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Inference time and cache hit rate of the bi- and tri-encoder on the same rows: cold caches, warm caches,
     and the same sentence pairs under new conditions (what C-STS asks: each pair under two conditions)."""

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import ModelOpt, console, out, table, user_errors
+from subspaces.cli.common import ModelOpt, ThreadsOpt, console, out, show, table, user_errors
 from subspaces.cli.groups import app, eval_app
 
 
@@ -28,52 +28,75 @@ class Variant(str, Enum):
 
 
 
-
-
-
 @app.command("models")
 @user_errors
-def models_cmd() -> None:
+def models_cmd(threads: ThreadsOpt = None) -> None:
     """List the bundled models (resolved offline from installed packages)."""
     from subspaces.models.registry import known_models
 
     rows = []
     for name, m in sorted(known_models().items()):
-        try:
-            where = str(m.resolve())
-        except Exception as exc:  # noqa: BLE001 - show why a model is unavailable, keep listing
-            where = f"[unavailable: {exc}]"
+        if m.missing():
+            where = f"not installed: {m.install_hint}"
+        else:
+            try:
+                where = str(m.resolve())
+            except Exception as exc:  # noqa: BLE001 - show why a model is unavailable, keep listing
+                where = f"unavailable: {exc}"
         rows.append([name, m.dim, m.package, m.description, where])
-    out.print(table("bundled models", ["name", "dim", "package", "description", "path"], rows))
+    show(table("bundled models", ["name", "dim", "package", "description", "path"], rows))
+
+
+DeviceOpt = Annotated[str, typer.Option(help="Torch device: cpu, cuda, cuda:N or mps.")]
 
 
 @app.command("encode")
-@user_errors
+@user_errors(interrupted="no embeddings were written (OUTPUT is written only when every text is encoded)")
 def encode_cmd(
     model: ModelOpt,
-    input: Annotated[Path, typer.Option("--input", "-i", help="Text file, one sentence a line (.txt or .txt.gz).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the .npy (written atomically).")],
+    input: Annotated[Path, typer.Option("--input", "-i", help="Text file, one sentence a line (.txt or .txt.gz); - reads standard input.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write: .npy, .parquet (one 'embedding' column) or .jsonl (text and embedding a line); written atomically.")],
     batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 64,
     truncate_dim: Annotated[Optional[int], typer.Option(help="Keep only the first N dimensions (Matryoshka).")] = None,
     normalize: Annotated[bool, typer.Option("--normalize/--no-normalize", help="L2-normalise rows.")] = False,
     pooler: Annotated[Optional[Pooler], typer.Option(help="Override the model's pooling.")] = None,
+    max_seq_length: Annotated[Optional[int], typer.Option(help="Tokens read per text (default: the model's); longer texts are cut, and counted.")] = None,
+    device: DeviceOpt = "cpu",
+    threads: ThreadsOpt = None,
 ) -> None:
     """Embed a text file: one row per input line (blank lines included, as zero-length texts), in input order."""
     from subspaces.errors import SubspacesError
-    from subspaces.io import read_lines, save_npy
+    from subspaces.io import embedding_format, read_lines, save_embeddings
+    from subspaces.models.registry import check_model
 
+    # Everything the user typed is checked before torch is imported: a bad value fails in a moment.
     if output.is_dir():
-        raise SubspacesError(f"--output {output} is a folder; name the .npy file to write")
-    texts = read_lines(input, skip_blank=False)  # before torch is imported: a bad path fails in a moment
+        raise SubspacesError(f"--output {output} is a folder; name the file to write (.npy, .parquet or .jsonl)")
+    embedding_format(output)
+    _check_positive(batch_size=batch_size, max_seq_length=max_seq_length)
+    check_model(model)
+    texts = read_lines(input, skip_blank=False)
     blank = sum(not t.strip() for t in texts)
     if blank:
         console.print(f"[yellow]note:[/] {blank} blank line(s) are embedded as empty texts (kept so rows match lines)")
-    from subspaces.models.encoder import encode, load_encoder
+    from subspaces.models.encoder import count_truncated, encode, load_encoder
 
-    enc = load_encoder(model, pooler=pooler.value if pooler else None)
+    enc = load_encoder(model, pooler=pooler.value if pooler else None, max_seq_length=max_seq_length, device=device)
+    long = count_truncated(enc, texts)
+    if long:
+        console.print(f"[yellow]note:[/] {long} of {len(texts)} texts are longer than {enc.max_seq_length} tokens; "
+                      "the model reads only their first tokens (--max-seq-length to change)")
     emb = encode(enc, texts, batch_size=batch_size, normalize=normalize, truncate_dim=truncate_dim, show_progress=True)
-    save_npy(output, emb)
+    save_embeddings(output, emb, texts if output.suffix.lower() == ".jsonl" else None)
     console.print(f"wrote {emb.shape[0]} x {emb.shape[1]} embeddings to {output}")
+
+
+def _check_positive(**values: int | None) -> None:
+    from subspaces.errors import SubspacesError
+
+    for name, value in values.items():
+        if value is not None and value < 1:
+            raise SubspacesError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
 
 
 @eval_app.command("sts")
@@ -86,16 +109,24 @@ def eval_sts_cmd(
     truncate_dim: Annotated[Optional[int], typer.Option(help="Evaluate the first N dimensions only.")] = None,
     batch_size: Annotated[int, typer.Option()] = 128,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON here.")] = None,
+    device: DeviceOpt = "cpu",
+    threads: ThreadsOpt = None,
 ) -> None:
     """The SimCSE STS table: cosine similarity, Spearman x 100, plus alignment and uniformity."""
-    from subspaces.data.sts import TASKS
+    from subspaces.data.sts import TASKS, load_stsb
     from subspaces.eval.sts import STSEvaluator
     from subspaces.io import save_json
-    from subspaces.models.encoder import load_encoder
+    from subspaces.models.registry import check_model
 
+    _check_positive(batch_size=batch_size, truncate_dim=truncate_dim)
+    check_model(model)
     chosen = [t.strip() for t in tasks.split(",")] if tasks else list(TASKS)
     evaluator = STSEvaluator(tasks=chosen, variant=variant.value, batch_size=batch_size, truncate_dim=truncate_dim)
-    enc = load_encoder(model, pooler=pooler.value if pooler else None)
+    evaluator.check()  # the data is read before the model loads: a missing folder fails in a second
+    load_stsb(evaluator.geometry_split, variant.value)  # alignment/uniformity read STS-B whatever the tasks
+    from subspaces.models.encoder import load_encoder
+
+    enc = load_encoder(model, pooler=pooler.value if pooler else None, device=device)
     scores = evaluator(enc)
     result = {
         "model": model,
@@ -107,7 +138,7 @@ def eval_sts_cmd(
         "alignment": scores["alignment"],
         "uniformity": scores["uniformity"],
     }
-    out.print(table(f"STS ({variant.value}) — {model}", [*chosen, "avg"], [[*(scores[t] for t in chosen), scores["avg"]]]))
+    show(table(f"STS ({variant.value}) — {model}", [*chosen, "avg"], [[*(scores[t] for t in chosen), scores["avg"]]]))
     out.print(f"alignment {scores['alignment']:.4f}   uniformity {scores['uniformity']:.4f}")
     if json_path:
         save_json(json_path, result)

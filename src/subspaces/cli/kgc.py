@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from subspaces.cli.common import Arch, Head, console, out, parse_rank, table, user_errors
+from subspaces.cli.common import Arch, Head, ThreadsOpt, console, out, parse_rank, table, user_errors
 from subspaces.cli.groups import kgc_app
 
 
@@ -85,6 +85,7 @@ def train(
     eval_split: str = typer.Option("test", help="Split to evaluate after training, or 'none'."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the evaluation here."),
     device: str = typer.Option("cpu", help="torch device, e.g. cuda for the fine-tuning recipe."),
+    threads: ThreadsOpt = None,
 ) -> None:
     """Train a KGC model with SimKGC's loss, then evaluate it (filtered ranking against every entity)."""
     from subspaces.io import save_json
@@ -146,6 +147,7 @@ def evaluate(
         Ties.realistic, help="How tied scores rank: realistic (expected rank), optimistic or pessimistic."
     ),
     no_disk_cache: bool = typer.Option(False, "--no-disk-cache", help="Encode everything afresh (for timing)."),
+    threads: ThreadsOpt = None,
 ) -> None:
     """Filtered MR, MRR and Hits@1/3/10, forward, backward (inverse relations) and averaged."""
     from subspaces.io import save_json

@@ -16,6 +16,7 @@ from subspaces.cli.common import (
     ResumeOpt,
     SaveStepsOpt,
     SeedOpt,
+    ThreadsOpt,
     console,
     out,
     parse_dims,
@@ -88,6 +89,7 @@ def train_matryoshka_cmd(
     cache_dir: CacheDirOpt = None,
     device: DeviceOpt = None,
     overwrite: OverwriteOpt = False,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Matryoshka Representation Learning over SimCSE's InfoNCE, with MIC's SCR + SIR regularisers if --mic."""
     from subspaces.cli.train import describe_pooling, prepare_run, report
@@ -158,6 +160,7 @@ def eval_dims_cmd(
         Optional[Path], typer.Option("--json", help="Write the report here; the plot goes next to it (.png).")
     ] = None,
     list_tasks: Annotated[bool, typer.Option("--list-tasks", help="Print the task names and exit.")] = False,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Probes (logistic regression on frozen embeddings) and STS at each truncated dimension."""
     from subspaces.eval.dims import DEFAULT_TASKS, DimsEvaluator, known_tasks, plot_dims

@@ -21,6 +21,7 @@ from subspaces.cli.common import (
     ResumeOpt,
     SaveStepsOpt,
     SeedOpt,
+    ThreadsOpt,
     console,
     user_errors,
 )
@@ -187,6 +188,7 @@ def train_simcse_cmd(
     cache_dir: CacheDirOpt = None,
     device: DeviceOpt = None,
     overwrite: OverwriteOpt = False,
+    threads: ThreadsOpt = None,
 ) -> None:
     """SimCSE: unsupervised (dropout) or supervised (NLI triplets) InfoNCE training."""
     from subspaces.data.nli import is_csv, training_rows

