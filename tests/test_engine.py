@@ -282,3 +282,59 @@ def test_progress_prints_plain_lines_when_not_a_terminal(capsys):
     err = capsys.readouterr().err
     assert "train simcse on wordnet30_examples: 5/10 steps (50%)" in err and "loss=0.25" in err
     assert "\r" not in err
+
+
+# --- guards for every recipe on the engine ------------------------------------------------------------------------
+
+SENTS = [f"sentence {i} about a {w}" for i, w in enumerate(["cat", "dog", "man", "park"] * 6)]
+
+
+def test_matryoshka_keeps_the_model_best_on_the_mean_over_dims(tiny_model_dir, tiny_data, tmp_path):
+    from subspaces.models.encoder import load_encoder
+    from subspaces.train.matryoshka import MatryoshkaConfig, STSBDevAtDims, train_matryoshka
+
+    real = STSBDevAtDims([8, None])
+    metrics = real(load_encoder(str(tiny_model_dir)))
+    assert real.primary_metric == "mean"
+    assert metrics["mean"] == pytest.approx((metrics["stsb_dev@8"] + metrics["stsb_dev@32"]) / 2)
+
+    class Scripted(STSBDevAtDims):
+        # step 2: dim 8 at its best, mean low; step 4 (the end): dim 8 lower, mean best
+        script = iter([{"stsb_dev@8": 90.0, "stsb_dev@32": 10.0}, {"stsb_dev@8": 60.0, "stsb_dev@32": 60.0}])
+
+        def __call__(self, model):
+            scores = next(self.script)
+            return {**scores, "mean": float(np.mean(list(scores.values())))}
+
+    config = MatryoshkaConfig(
+        output_dir=str(tmp_path / "m"),
+        dims=[8, None],
+        batch_size=8,
+        max_steps=4,
+        eval_steps=2,
+        save_steps=0,
+        show_progress=False,
+        lr=1e-3,
+    )
+    result = train_matryoshka(load_encoder(str(tiny_model_dir)), [(s,) for s in SENTS], config, Scripted([8, None]))
+    assert result.best_step == 4 and result.best_score == 60.0
+
+
+@pytest.mark.parametrize("recipe", ["simcse-unsup", "simcse-sup", "matryoshka", "mic"])
+def test_every_recipe_steps_the_optimiser(tiny_model_dir, recipe):
+    from subspaces.models.encoder import load_encoder
+    from subspaces.train.matryoshka import MatryoshkaConfig, train_matryoshka
+    from subspaces.train.simcse import SimCSEConfig, train_simcse
+
+    model = load_encoder(str(tiny_model_dir))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    common = {"batch_size": 8, "max_steps": 2, "eval_steps": 0, "save_steps": 0, "show_progress": False, "lr": 1e-3}
+    if recipe.startswith("simcse"):
+        sup = recipe == "simcse-sup"
+        rows = [(s, s.replace("a", "the"), "unrelated words") if sup else (s,) for s in SENTS]
+        train_simcse(model, rows, SimCSEConfig(mode="sup" if sup else "unsup", stsb_dev=False, **common))
+    else:
+        config = MatryoshkaConfig(dims=[8, None], mic=recipe == "mic", layers=[-1], stsb_dev=False, **common)
+        train_matryoshka(model, [(s,) for s in SENTS], config)
+    moved = [n for n, p in model.named_parameters() if not torch.equal(before[n], p)]
+    assert any("encoder.layer.1." in n for n in moved) and any("embeddings" in n for n in moved), moved
