@@ -10,7 +10,7 @@ from subspaces.cond.metrics import choose_threshold, conditional_metrics
 from subspaces.cond.models import BiEncoder, TriEncoder, load_model
 from subspaces.cond.sampler import PairSampler, RowSampler
 from subspaces.cond.tasks import get_task
-from subspaces.cond.train import CondTrainConfig, evaluate, fit
+from subspaces.cond.train import CondTrainConfig, evaluate, fit, predict
 from subspaces.data.csts import ConditionalPair, read_csts, write_predictions
 from subspaces.data.wic import load_wic, read_wic
 from subspaces.errors import DataError, SubspacesError
@@ -214,11 +214,14 @@ def test_train_frozen_head_on_fixture_and_round_trip(tiny_encoder, tmp_path, obj
     model = build_model(tiny_encoder, "tri", head="hypernet", rank=4, freeze_encoder=True)
     before = evaluate(model, task, rows)["metrics"]["mse"]
     enc_before = next(model.encoder.parameters()).detach().clone()
+    head_before = [p.detach().clone() for p in model.head.parameters()]
     result = fit(
         model, task, rows, CondTrainConfig(objective=objective, batch_size=4, epochs=30, lr=1e-2, show_progress=False)
     )
     assert result.steps > 0
     assert torch.equal(next(model.encoder.parameters()), enc_before)  # frozen
+    # Every objective steps the optimiser: the head's weights move (a loop that never stepped left them as built).
+    assert any(not torch.equal(a, b) for a, b in zip(head_before, model.head.parameters(), strict=True))
     after = evaluate(model, task, rows)
     if objective == "mse":
         assert after["metrics"]["mse"] < before  # it learns the training rows
@@ -263,3 +266,102 @@ def test_auto_rank_is_d_over_12(tiny_encoder):
     assert model.head.rank == 3  # d = 32
     with pytest.raises(SubspacesError, match="rank must be"):
         build_model(tiny_encoder, "tri", head="hypernet", rank="big")
+
+
+def test_binary_threshold_is_chosen_on_validation_not_on_the_scored_split(tiny_encoder):
+    from subspaces.cond.models import build_model
+
+    task = get_task("wic")
+    model = build_model(tiny_encoder, "tri", head="hadamard", freeze_encoder=True)
+    pairs = [
+        (f"the {w} runs fast", f"a {w} sleeps", w) for w in ("dog", "cat", "man", "bird", "car", "tree", "boy", "fish")
+    ]
+    raw = [row(a, b, c, 0.0, i) for i, (a, b, c) in enumerate(pairs)]
+    scores = predict(model, raw)
+    order = np.argsort(scores)
+    # dev: the higher half is positive; test: the opposite, so the two splits' best thresholds differ.
+    dev = [
+        row(r.sentence1, r.sentence2, r.condition, float(rank >= 4), r.idx)
+        for r, rank in zip(raw, np.argsort(order), strict=True)
+    ]
+    test = [
+        row(r.sentence1, r.sentence2, r.condition, float(rank < 4), r.idx)
+        for r, rank in zip(raw, np.argsort(order), strict=True)
+    ]
+    dev_threshold = choose_threshold(scores, np.array(task.scaled_labels(dev)))
+    assert dev_threshold != choose_threshold(scores, np.array(task.scaled_labels(test)))
+    report = evaluate(model, task, test, dev_rows=dev)
+    assert report["threshold"] == pytest.approx(dev_threshold)
+    assert report["metrics"]["accuracy"] == pytest.approx(0.0)  # the dev cut is exactly wrong on this test split
+
+
+def test_pipeline_scores_test_at_the_validation_threshold(tiny_encoder, tmp_path):
+    from subspaces.cond.models import build_model
+    from subspaces.cond.pipeline import evaluate_conditional
+
+    words = ("dog", "cat", "man", "bird", "car", "tree", "boy", "fish")
+    for name, flip in (("dev", False), ("test", True), ("train", False)):
+        (tmp_path / f"{name}.data.txt").write_text(
+            "".join(f"{w}\tN\t1-1\tthe {w} runs fast\ta {w} sleeps\n" for w in words)
+        )
+    model = build_model(tiny_encoder, "tri", head="hadamard")
+    scores = model.similarity(
+        [f"the {w} runs fast" for w in words], [f"a {w} sleeps" for w in words], [f"{w} (noun)" for w in words]
+    )
+    high = set(np.argsort(scores)[4:].tolist())
+    for name, flip in (("dev", False), ("test", True), ("train", False)):
+        gold = ["T" if (i in high) != flip else "F" for i in range(len(words))]
+        (tmp_path / f"{name}.gold.txt").write_text("\n".join(gold) + "\n")
+    report = evaluate_conditional(model, "wic", split="test", data_dir=tmp_path)
+    dev_threshold = choose_threshold(scores, np.array([float(i in high) for i in range(len(words))]))
+    assert report["threshold"] == pytest.approx(dev_threshold) and report["metrics"]["accuracy"] == pytest.approx(0.0)
+
+
+def test_frozen_bi_encoder_is_refused_with_the_reason(tiny_encoder):
+    from subspaces.cond.models import build_model
+    from subspaces.cond.pipeline import train_conditional
+
+    with pytest.raises(SubspacesError, match="nothing to train"):
+        fit(build_model(tiny_encoder, "bi"), get_task("csts"), read_csts(CSTS), CondTrainConfig(show_progress=False))
+    with pytest.raises(SubspacesError, match="--fine-tune"):
+        train_conditional("csts", tiny_encoder, output="never-written", arch="bi", data_dir=FIXTURES)
+
+
+def test_folders_of_the_first_layout_still_load(tiny_encoder, tmp_path):
+    """``cond_config.json`` as ``cond train`` wrote it before the one folder format (written here by hand)."""
+    torch.manual_seed(0)
+    head = make_head("hypernet", 32, 4)
+    old = tmp_path / "old-tri"
+    old.mkdir()
+    torch.save(head.state_dict(), old / "head.pt")
+    config = {
+        "arch": "tri",
+        "freeze_encoder": True,
+        "metadata": {"task": "csts", "seen_keys": ["x"]},
+        "head": head.config(),
+        "encode_batch_size": 64,
+        "encoder": tiny_encoder,
+    }
+    (old / "cond_config.json").write_text(json.dumps(config))
+    loaded = load_model(old)
+    assert isinstance(loaded, TriEncoder) and loaded.metadata["seen_keys"] == ["x"]
+    from subspaces.models.encoder import load_encoder
+
+    fresh = TriEncoder(load_encoder(tiny_encoder), head)
+    args = (["a dog runs"], ["a cat sleeps"], ["the animal"])
+    assert np.allclose(loaded.similarity(*args), fresh.similarity(*args), atol=1e-6)
+    bi = tmp_path / "old-bi"
+    bi.mkdir()
+    (bi / "cond_config.json").write_text(json.dumps({"arch": "bi", "freeze_encoder": True, "encoder": tiny_encoder}))
+    assert isinstance(load_model(bi), BiEncoder)
+    # Saving again writes the current format, with its version.
+    loaded.save(tmp_path / "new")
+    saved = json.loads((tmp_path / "new" / "subspaces_model.json").read_text())
+    assert saved["format_version"] == 1 and saved["task"] == "cond" and saved["encoder"] == tiny_encoder
+
+
+def test_builders_take_the_encoder_first(tiny_encoder):
+    from subspaces.cond.models import build_model
+
+    with pytest.raises(SubspacesError, match="encoder comes first"):
+        build_model("tri", tiny_encoder)

@@ -56,6 +56,9 @@ def test_train_eval_predict(setup):
     )
     assert res.exit_code == 0, res.output
     assert (out / "subspaces_model.json").is_file() and (out / "train_result.json").is_file()
+    # C-STS is graded: its validation table has no accuracy or AUC columns (they were all NaN).
+    assert "validation by epoch" in res.output and "spearman" in res.output
+    assert "nan" not in res.output.lower() and "auc" not in res.output and "accuracy" not in res.output
     report_path = setup / "report.json"
     res = runner.invoke(
         app,
@@ -156,3 +159,31 @@ def test_cache_bench_and_user_errors(setup):
     assert res.exit_code == 2 and "--rank" in res.output
     res = runner.invoke(app, ["cond", "eval", str(setup), "--task", "csts", "--data", str(setup / "csts")])
     assert res.exit_code == 2 and "not a conditional model folder" in res.output
+
+
+def test_frozen_bi_encoder_training_is_refused(setup):
+    out = setup / "bi-frozen"
+    res = CliRunner().invoke(
+        app,
+        [
+            "cond",
+            "train",
+            "--task",
+            "csts",
+            "--data",
+            str(setup / "csts"),
+            "--model",
+            str(setup / "enc"),
+            "--arch",
+            "bi",
+            "--output",
+            str(out),
+        ],
+    )
+    assert res.exit_code == 2 and "nothing to train" in " ".join(res.output.split()), res.output
+    assert not out.exists()
+    res = CliRunner().invoke(
+        app,
+        ["cond", "eval", str(setup / "enc"), "--task", "csts", "--data", str(setup / "csts"), "--split", "validation"],
+    )
+    assert res.exit_code == 0, res.output  # the plain encoder, zero-shot, is how a frozen bi-encoder is scored

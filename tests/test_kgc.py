@@ -180,7 +180,10 @@ def test_loss_margin_and_temperature_against_hand_computation():
     value.backward()
     assert loss.log_inv_t.grad is not None and loss.log_inv_t.grad.abs() > 0  # the temperature learns
     loss.eval()  # no margin and no extra negatives at evaluation
-    assert loss.logits(hr, tails, heads, triples).shape == (2, 2)
+    logits = loss.logits(hr, tails, heads, triples)
+    assert logits.shape == (2, 2)
+    # The margin is training-only: at evaluation the positive's logit is its plain scaled cosine.
+    assert torch.diagonal(logits).tolist() == pytest.approx([cos[0][0] * inv_t, cos[1][1] * inv_t], rel=1e-5)
 
 
 def test_pre_batch_queue_holds_earlier_tails_and_masks_false_negatives():
@@ -472,3 +475,81 @@ def test_rank_parsing_and_the_validation_alias(tmp_path, tiny_encoder_dir):
     kg = load_kg(write_wn18rr(tmp_path / "wn"))
     result = evaluate_model(model, kg, split="validation", show_progress=False)
     assert result["split"] == "valid"
+
+
+def test_ranking_filters_the_answers_of_every_split(tmp_path, tiny_encoder_dir):
+    """Other true answers from train, valid *and* test are filtered; training triples alone are not the filter."""
+    from subspaces.kgc.inference import KGCInference
+    from subspaces.kgc.models import build_model
+    from subspaces.kgc.pipeline import evaluate_model
+    from subspaces.kgc.ranking import rank_queries
+    from subspaces.kgc.texts import KGCTexts
+
+    data = write_wn18rr(tmp_path / "wn")
+    ids = [f"{i:08d}" for i in range(len(WORDS))]
+    # valid answers to the test queries' (h, r): only a filter over every split removes them
+    extra = [(7, 6), (2, 9), (2, 11), (7, 4), (10, 8), (1, 8)]
+    with (data / "valid.txt").open("a") as handle:
+        handle.writelines(f"{ids[h]}\t_hypernym\t{ids[t]}\n" for h, t in extra)
+    kg = load_kg(data)
+    model = build_model(str(tiny_encoder_dir), "bi", max_length=32)
+    result = evaluate_model(model, kg, predictions=tmp_path / "p.jsonl", show_progress=False)
+    ranks = [json.loads(line)["rank"] for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    queries = kg.with_inverses("test")
+    inference = KGCInference(model, KGCTexts.build(kg))
+    query_vectors, entity_vectors = inference.query_vectors(queries), inference.entity_vectors()
+
+    def ranks_with(splits):
+        known = KnownTails(np.concatenate([kg.with_inverses(s) for s in splits]))
+        return rank_queries(query_vectors, entity_vectors, queries, known)[0].tolist()
+
+    assert ranks == pytest.approx(ranks_with(("train", "valid", "test")))
+    assert ranks != pytest.approx(ranks_with(("train",)))  # the fixture makes the difference visible
+    assert result["forward"]["mrr"] == pytest.approx(float(np.mean(1 / np.array(ranks[:3]))))
+
+
+def test_kgc_folders_of_the_first_layout_still_load(tmp_path, tiny_encoder_dir):
+    """``kgc_model.json`` folders as ``kgc train`` wrote them before the one folder format (written here by hand)."""
+    from subspaces.kgc.models import BiEncoderKGC, load_kgc_model
+    from subspaces.kgc.pipeline import evaluate_model
+    from subspaces.models.encoder import load_encoder
+    from subspaces.models.heads import make_head
+    from subspaces.models.triencoder import TriEncoder
+
+    data = write_wn18rr(tmp_path / "wn")
+    torch.manual_seed(0)
+    head = make_head("hypernet", 32, 4)
+    tri = tmp_path / "old-tri"
+    tri.mkdir()
+    torch.save(head.state_dict(), tri / "head.pt")
+    meta = {
+        "dataset": "wn18rr",
+        "dataset_source": str(data),
+        "base_model": str(tiny_encoder_dir),
+        "max_length": 32,
+        "neighbour_names": False,
+        "freeze_encoder": True,
+    }
+    (tri / "kgc_model.json").write_text(json.dumps({"arch": "tri", "head": head.config(), **meta}))
+    loaded = load_kgc_model(tri)
+    assert isinstance(loaded, TriEncoder) and loaded.metadata["dataset"] == "wn18rr"
+    assert loaded.encoder.max_seq_length == 32
+    result = evaluate_model(tri, split="valid", disk_cache=False, show_progress=False)  # the dataset from the folder
+    assert result["arch"] == "tri" and result["queries"] == 4
+    bi = tmp_path / "old-bi"
+    load_encoder(tiny_encoder_dir).save(str(bi / "hr_encoder"))
+    (bi / "kgc_model.json").write_text(json.dumps({"arch": "bi", "shared": True, **meta, "freeze_encoder": False}))
+    assert isinstance(load_kgc_model(bi), BiEncoderKGC)
+    assert evaluate_model(bi, disk_cache=False, show_progress=False)["arch"] == "bi"
+
+
+def test_entity_encoding_shows_progress_naming_task_and_dataset(tmp_path, tiny_encoder_dir, capsys):
+    from subspaces.kgc.models import build_model
+    from subspaces.kgc.pipeline import evaluate_model
+
+    kg = load_kg(write_wn18rr(tmp_path / "wn"))
+    model = build_model(str(tiny_encoder_dir), "tri", head="hadamard", max_length=32)
+    model.store.progress_min = 1  # the fixture has 12 entities; real graphs have tens of thousands
+    evaluate_model(model, kg, show_progress=True)
+    err = capsys.readouterr().err  # not a terminal: plain lines, one at the end at least
+    assert "kgc wn18rr: encoding 12 entities: 12/12 texts" in err

@@ -171,7 +171,7 @@ def build_model(
 
 def load_model(path: str | Path, *, cache_bytes: int | None = DEFAULT_CACHE_BYTES) -> TriEncoder | BiEncoder:
     """Load a folder written by ``cond train`` (either the current format or the earlier ``cond_config.json``)."""
-    from subspaces.models.folder import load_referenced_encoder, read_config
+    from subspaces.models.folder import is_saved_here, load_referenced_encoder, read_config
 
     folder = Path(path)
     config = read_config(folder, task="cond")
@@ -181,7 +181,7 @@ def load_model(path: str | Path, *, cache_bytes: int | None = DEFAULT_CACHE_BYTE
     model = BiEncoder(
         encoder,
         freeze_encoder=bool(config.get("freeze_encoder", True)),
-        encoder_name=None if (folder / config["encoder"]).is_dir() else config["encoder"],
+        encoder_name=None if is_saved_here(folder, config["encoder"]) else config["encoder"],
         cache_bytes=cache_bytes,
         encode_batch_size=int(config.get("encode_batch_size", 64)),
     )

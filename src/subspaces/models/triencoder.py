@@ -246,7 +246,7 @@ class TriEncoder(nn.Module):
         **options: Any,
     ) -> TriEncoder:
         """Rebuild a saved tri-encoder (any layout :func:`subspaces.models.folder.read_config` reads)."""
-        from subspaces.models.folder import load_referenced_encoder, read_config
+        from subspaces.models.folder import is_saved_here, load_referenced_encoder, read_config
         from subspaces.models.heads import head_from_config
 
         folder = Path(path)
@@ -256,7 +256,7 @@ class TriEncoder(nn.Module):
         length = max_seq_length or config.get("max_seq_length")
 
         def encoder_at(ref: str) -> tuple[Any, str | None]:
-            return load_referenced_encoder(folder, ref, length, device), None if (folder / ref).is_dir() else ref
+            return load_referenced_encoder(folder, ref, length, device), None if is_saved_here(folder, ref) else ref
 
         encoder, name = encoder_at(config["encoder"])
         condition_encoder, condition_name = (
