@@ -250,7 +250,7 @@ def test_rerun_of_a_finished_run_says_so_and_more_steps_extend_it(tiny_model_dir
 
 
 @pytest.mark.parametrize(
-    "bad, message",
+    ("bad", "message"),
     [
         (["--device", "nonsense"], "not a torch device"),
         (["--trainable-layers", "0"], "at least 1"),
