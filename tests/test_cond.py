@@ -300,7 +300,7 @@ def test_pipeline_scores_test_at_the_validation_threshold(tiny_encoder, tmp_path
     from subspaces.cond.pipeline import evaluate_conditional
 
     words = ("dog", "cat", "man", "bird", "car", "tree", "boy", "fish")
-    for name, flip in (("dev", False), ("test", True), ("train", False)):
+    for name in ("dev", "test", "train"):
         (tmp_path / f"{name}.data.txt").write_text(
             "".join(f"{w}\tN\t1-1\tthe {w} runs fast\ta {w} sleeps\n" for w in words)
         )
