@@ -104,6 +104,4 @@ class ConditionalLoss(nn.Module):
             sims = a @ b.T  # anchor i's first sentence against every pair's second sentence (under its own condition)
             off_diagonal = ~torch.eye(len(sims), dtype=torch.bool, device=sims.device)
             extra = sims[off_diagonal].view(len(sims), len(sims) - 1)
-        return infonce_mse_loss(
-            cos_high, cos_low, labels[0::2], labels[1::2], self.temperature, extra, self.mse_weight
-        )
+        return infonce_mse_loss(cos_high, cos_low, labels[0::2], labels[1::2], self.temperature, extra, self.mse_weight)
