@@ -98,6 +98,8 @@ def test_recovers_a_random_rotation_between_unpaired_clustered_spaces():
     finals = [r["nn_similarity"]["final"] for r in diagnostics["restarts"]]
     assert diagnostics["chosen_restart"] == int(np.argmax(finals))
     assert diagnostics["converged"] is True
+    assert aligner.converged_ is True and aligner.confidence_ >= 0.9 and not diagnostics["problems"]
+    assert diagnostics["nn_similarity"]["final"] > diagnostics["identity_nn_similarity"]
     # Restarts stop at the first pass whose structural search converged.
     last_swapped = [r["structure_swapped"][-1] for r in diagnostics["restarts"]]
     assert all(share > 0.1 for share in last_swapped[:-1])
@@ -551,3 +553,23 @@ def test_the_same_seed_gives_the_same_map_at_one_and_two_threads():
         assert done.returncode == 0, done.stderr
         hashes.append(done.stdout.strip())
     assert hashes[0] == hashes[1]
+
+
+def test_a_map_no_better_than_the_identity_is_flagged():
+    """Two samples of one space: the identity is the right map; an anchors-only map (no refinement) is worse."""
+    rng = np.random.default_rng(0)
+    source, target = clustered(rng, 1500), clustered(rng, 1500)
+    weak = QUICK | {"structure": StructureParams(n_iter=0), "refine": RefineParams(n_iter=0, centroid_clusters=0),
+                    "anchors": replace(QUICK["anchors"], n_runs=1)}
+    with pytest.warns(ConvergenceWarning, match="no better than leaving the vectors unmapped"):
+        aligner = MiniVec2Vec(**weak).fit(source, target)
+    d = aligner.diagnostics_
+    assert d["nn_similarity"]["final"] <= d["identity_nn_similarity"]
+    assert aligner.converged_ is False and aligner.confidence_ == 0.0
+
+
+def test_too_few_rows_for_trustworthy_clusters_warns():
+    rng = np.random.default_rng(0)
+    with pytest.warns(ConvergenceWarning, match="600 rows for 50 structure clusters"):
+        aligner = MiniVec2Vec(**QUICK).fit(clustered(rng, 600), clustered(rng, 700))
+    assert aligner.converged_ is False

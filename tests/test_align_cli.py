@@ -155,6 +155,14 @@ def test_fit_says_when_no_pass_converged(tmp_path):
     assert result.exit_code == 0, result.output
     assert "warning:" in result.output and "probably wrong" in result.output
     assert MiniVec2Vec.load(tmp_path / "aligner").diagnostics_["converged"] is False
+    assert "align apply` refuses it unless --force" in flat(result)
+    np.save(tmp_path / "store.npy", np.load(tmp_path / "a.npy")[:10])
+    apply = ["align", "apply", str(tmp_path / "aligner"), str(tmp_path / "store.npy"), str(tmp_path / "out.npy")]
+    result = CliRunner().invoke(app, apply)
+    assert result.exit_code == 2 and "this map is not trusted (no pass of the alignment converged" in flat(result)
+    assert not (tmp_path / "out.npy").exists()
+    result = CliRunner().invoke(app, [*apply, "--force"])
+    assert result.exit_code == 0 and np.load(tmp_path / "out.npy").shape == (10, 8), result.output
 
 
 def test_apply_refuses_bad_collections_and_leaves_no_output(spaces, tmp_path):

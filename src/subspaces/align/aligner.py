@@ -197,23 +197,58 @@ class MiniVec2Vec(BaseEstimator):
             r.pop("matrix", None)
         self.fit_seconds_ = time.perf_counter() - start
         converged = self._converged(restarts[chosen])
+        final = restarts[chosen]["nn_similarity"]["final"]
+        # Where the dims agree, "leave the vectors as they are" is a map too; a fit that does not beat it on the
+        # same label-free score has learnt nothing (issue 23: a 0.016 map where the identity scored 0.948).
+        identity = score(np.eye(a.shape[1], dtype=np.float32)) if a.shape[1] == b.shape[1] else None
+        problems = self._row_count_problems(len(a), len(b))
         if converged is False:
-            warnings.warn(
+            problems.append(
                 f"no pass of the alignment converged: the kept one's structural search still swapped "
                 f"{restarts[chosen]['structure_swapped'][-1]:.0%} of the seeded cluster pairs in its last round "
                 f"(converged: <= {self.converged_swap_share:.0%}); the map is probably wrong. Try more n_restarts, "
-                f"more data, or check the pair on a few paired texts.",
-                ConvergenceWarning, stacklevel=2,
+                f"more data, or check the pair on a few paired texts."
             )
+        if identity is not None and final <= identity + self.refine.tol:
+            problems.append(
+                f"the fitted map's label-free score ({final:.4f}) is no better than leaving the vectors unmapped "
+                f"(identity: {identity:.4f}); the map is probably wrong, and the identity may serve better."
+            )
+        for problem in problems:
+            warnings.warn(problem, ConvergenceWarning, stacklevel=2)
+        self.converged_ = converged is not False and not problems
+        # Label-free confidence in [0, 1]: the share of seeded cluster pairs the last structural round kept
+        # (1 = the map agrees with both spaces' cluster structure), 0 when a problem was found.
+        swapped = restarts[chosen]["structure_swapped"]
+        self.confidence_ = 0.0 if problems else (1.0 - swapped[-1] if swapped else None)
         self.diagnostics_ = {
             "chosen_restart": chosen,
             "converged": converged,
+            "trusted": self.converged_,
+            "confidence": self.confidence_,
+            "problems": problems,
+            "identity_nn_similarity": identity,
             "nn_similarity": restarts[chosen]["nn_similarity"],
             "anchor_consistency": restarts[chosen]["anchor_consistency_final"],
             "orthogonality_gap": orthogonality_gap(self.matrix_),
             "restarts": restarts,
         }
         return self
+
+    def _row_count_problems(self, n_source: int, n_target: int) -> list[str]:
+        """Warnings for k-means with too few rows per cluster to be trusted (``_check_rows`` refuses fewer)."""
+        per_cluster = 20  # below this, centroids are noise the structure and refine-2 stages then fit
+        fewest = min(n_source, n_target)
+        problems = []
+        for what, rows, clusters in (
+            ("anchors", min(fewest, self.anchors.sample), self.anchors.n_clusters),
+            ("structure", min(fewest, self.structure.sample), self.structure.n_clusters if self.structure.n_iter else 0),
+            ("refine.centroid", fewest, self.refine.centroid_clusters),
+        ):
+            if clusters and rows < per_cluster * clusters:
+                problems.append(f"{rows} rows for {clusters} {what} clusters (fewer than {per_cluster} a cluster): "
+                                f"too few for the cluster counts to be trustworthy; use more rows or fewer clusters")
+        return problems
 
     def _converged(self, restart: dict[str, Any]) -> bool | None:
         """Whether a pass's last structural round swapped at most ``converged_swap_share`` of the seeded pairs;
@@ -426,6 +461,9 @@ class MiniVec2Vec(BaseEstimator):
                                  f"{aligner.n_features_in_} -> {aligner.n_features_out_} dimensions")
         aligner.fit_seconds_ = config.get("fit_seconds")
         aligner.diagnostics_ = config.get("diagnostics", {})
+        # Format-1 folders judged structural convergence only.
+        aligner.converged_ = aligner.diagnostics_.get("trusted", aligner.diagnostics_.get("converged") is not False)
+        aligner.confidence_ = aligner.diagnostics_.get("confidence")
         return aligner
 
 

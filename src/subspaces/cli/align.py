@@ -139,6 +139,8 @@ def fit_cmd(
             console.print(f"[bold yellow]warning:[/] {warning.message}")
         else:
             warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+    if not aligner.converged_:
+        console.print("[bold yellow]warning:[/] this map is not trusted; `align apply` refuses it unless --force")
     console.print(f"fitted in {aligner.fit_seconds_:.1f}s; wrote {output}")
 
 
@@ -151,12 +153,17 @@ def apply_cmd(
     centered: Annotated[bool, typer.Option("--centered/--target-space", help="Unit vectors in the centred target space, or (default) in the target model's own coordinates.")] = False,
     chunk_size: Annotated[int, typer.Option(min=1, help="Rows mapped per chunk.")] = 65_536,
     threads: ThreadsOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Apply a map that `align fit` flagged as not trusted.")] = False,
 ) -> None:
     """Map a stored collection into the target space, in chunks; the output is written atomically, the input untouched."""
     from subspaces.align import MiniVec2Vec
     from subspaces.align.apply import apply_to_file
+    from subspaces.errors import SubspacesError
 
     aligner = MiniVec2Vec.load(aligner_dir)
+    if not aligner.converged_ and not force:
+        problems = aligner.diagnostics_.get("problems") or ["its fit did not converge"]
+        raise SubspacesError(f"{aligner_dir}: this map is not trusted ({problems[0]}); refit, or pass --force")
     n = apply_to_file(aligner, input, output, centered=centered, chunk_size=chunk_size, progress=True)
     console.print(f"mapped {n} vectors {aligner.n_features_in_}-d -> {aligner.n_features_out_}-d into {output}")
 
