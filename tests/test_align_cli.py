@@ -284,3 +284,14 @@ def test_fit_can_embed_texts_first(tiny_model_dir, tmp_path):
         "--target", "no-such-model", "--target-texts", str(tmp_path / "b.txt"), "--output", str(tmp_path / "al2"),
     ])
     assert result.exit_code == 2 and "neither a bundled model" in flat(result) and "embedding" not in result.output
+
+
+def test_ctrl_c_during_fit_says_what_is_true_for_fit(spaces, tmp_path, monkeypatch):
+    def interrupted(self, source, target):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MiniVec2Vec, "fit", interrupted)  # Ctrl-C arrives mid-fit
+    result = CliRunner().invoke(app, ["align", "fit", "--source-emb", str(spaces / "a.npy"), "--target-emb",
+                                      str(spaces / "b.npy"), "--output", str(tmp_path / "o")])
+    assert result.exit_code == 130 and "nothing was written" in flat(result)
+    assert "checkpoint" not in result.output and not (tmp_path / "o").exists()

@@ -84,7 +84,7 @@ def _refuse_flat_options(extra: list[str]) -> None:
 
 
 @align_app.command("fit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-@user_errors
+@user_errors(interrupted="nothing was written (the aligner is saved only once the fit ends); rerun to fit again")
 def fit_cmd(
     ctx: typer.Context,
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted aligner to.")],
