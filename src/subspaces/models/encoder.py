@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, overload
 
 import numpy as np
 import torch
@@ -197,6 +197,32 @@ def truncate_and_normalize(embeddings: torch.Tensor, dim: int | None = None, nor
             raise DimensionError(f"truncate dim {dim} is outside 1..{embeddings.shape[-1]}")
         embeddings = embeddings[..., :dim]
     return torch.nn.functional.normalize(embeddings, dim=-1) if normalize else embeddings
+
+
+@overload
+def encode(
+    model: SentenceTransformer,
+    texts: Sequence[str],
+    *,
+    batch_size: int = ...,
+    normalize: bool = ...,
+    truncate_dim: int | None = ...,
+    output: Literal["numpy"] = ...,
+    show_progress: bool | None = ...,
+) -> np.ndarray: ...
+
+
+@overload
+def encode(
+    model: SentenceTransformer,
+    texts: Sequence[str],
+    *,
+    batch_size: int = ...,
+    normalize: bool = ...,
+    truncate_dim: int | None = ...,
+    output: Literal["torch"],
+    show_progress: bool | None = ...,
+) -> torch.Tensor: ...
 
 
 def encode(
