@@ -365,3 +365,22 @@ def test_builders_take_the_encoder_first(tiny_encoder):
 
     with pytest.raises(SubspacesError, match="encoder comes first"):
         build_model("tri", tiny_encoder)
+
+
+def test_trainable_layers_train_only_the_top_of_the_encoder(tiny_encoder):
+    from subspaces.cond.models import build_model
+
+    task = get_task("csts")
+    rows = read_csts(CSTS)
+    model = build_model(tiny_encoder, "tri", head="hadamard", freeze_encoder=False)
+    before = {n: p.detach().clone() for n, p in model.encoder.named_parameters()}
+    config = CondTrainConfig(batch_size=8, epochs=1, encoder_lr=1e-2, trainable_layers=1, show_progress=False)
+    fit(model, task, rows, config)
+    changed = {n for n, p in model.encoder.named_parameters() if not torch.equal(p, before[n])}
+    assert changed and all(".layer.1." in n or "pooler" in n for n in changed), changed  # top layer of 2 only
+    assert all(p.requires_grad for p in model.encoder.parameters())  # detached again: the model is whole
+    with pytest.raises(SubspacesError, match="depth, 2"):
+        fit(model, task, rows, CondTrainConfig(batch_size=8, epochs=1, trainable_layers=3, show_progress=False))
+    frozen = build_model(tiny_encoder, "tri", head="hadamard")
+    with pytest.raises(SubspacesError, match="--fine-tune"):
+        fit(frozen, task, rows, CondTrainConfig(trainable_layers=1, show_progress=False))

@@ -553,3 +553,40 @@ def test_entity_encoding_shows_progress_naming_task_and_dataset(tmp_path, tiny_e
     evaluate_model(model, kg, show_progress=True)
     err = capsys.readouterr().err  # not a terminal: plain lines, one at the end at least
     assert "kgc wn18rr: encoding 12 entities: 12/12 texts" in err
+
+
+def test_kgc_trainable_layers_train_only_the_top_of_the_encoder(tmp_path, tiny_encoder_dir):
+    from subspaces.kgc.models import load_kgc_model
+    from subspaces.kgc.pipeline import train_pipeline
+    from subspaces.models.encoder import load_encoder
+
+    data = write_wn18rr(tmp_path / "wn")
+    train_pipeline(
+        output=tmp_path / "run",
+        dataset=data,
+        model=str(tiny_encoder_dir),
+        arch="tri",
+        head="hadamard",
+        freeze_encoder=False,
+        batch_size=8,
+        max_steps=3,
+        lr=1e-2,
+        max_length=32,
+        trainable_layers=1,
+        disk_cache=False,
+        evaluate_split=None,
+        show_progress=False,
+    )
+    base = dict(load_encoder(tiny_encoder_dir).named_parameters())
+    trained = load_kgc_model(tmp_path / "run").encoder
+    changed = {n for n, p in trained.named_parameters() if not torch.equal(p, base[n])}
+    assert changed and all(".layer.1." in n or "pooler" in n for n in changed), changed
+    with pytest.raises(SubspacesError, match="--freeze-encoder"):
+        train_pipeline(
+            output=tmp_path / "x",
+            dataset=data,
+            model=str(tiny_encoder_dir),
+            freeze_encoder=True,
+            trainable_layers=1,
+            show_progress=False,
+        )

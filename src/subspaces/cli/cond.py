@@ -10,6 +10,7 @@ import typer
 
 from subspaces.cli.common import Arch, Head, ThreadsOpt, console, out, parse_rank, table, user_errors
 from subspaces.cli.groups import bench_app, cond_app
+from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt
 
 
 class Task(str, Enum):
@@ -87,11 +88,21 @@ def train_cmd(
         typer.Option("--max-length", "--max-seq-length", help="Tokens per text (default: the encoder's own limit)."),
     ] = None,
     seed: int = 42,
+    trainable_layers: TrainableLayersOpt = "all",
+    cache_dir: CacheDirOpt = None,
     threads: ThreadsOpt = None,
 ) -> None:
-    """Train a conditional similarity model; the state best on the validation split is saved."""
+    """Train a conditional similarity model; the state best on the validation split is saved.
+
+    --trainable-layers N fine-tunes the encoder's top N layers (so it implies --fine-tune).
+    """
+    from subspaces.cli.train import parse_trainable_layers
     from subspaces.cond.pipeline import train_conditional
     from subspaces.cond.train import CondTrainConfig
+
+    layers = parse_trainable_layers(trainable_layers)
+    if layers is not None:
+        freeze_encoder = False
 
     config = CondTrainConfig(
         objective=objective.value,
@@ -104,6 +115,8 @@ def train_cmd(
         margin=margin,
         in_batch_negatives=in_batch_negatives,
         seed=seed,
+        trainable_layers=layers,
+        cache_dir=None if cache_dir is None else str(cache_dir),
     )
     summary = train_conditional(
         task.value,

@@ -10,6 +10,7 @@ import typer
 
 from subspaces.cli.common import Arch, Head, ThreadsOpt, console, out, parse_rank, table, user_errors
 from subspaces.cli.groups import kgc_app
+from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt
 
 
 class Ties(str, Enum):
@@ -85,9 +86,12 @@ def train(
     eval_split: str = typer.Option("test", help="Split to evaluate after training, or 'none'."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the evaluation here."),
     device: str = typer.Option("cpu", help="torch device, e.g. cuda for the fine-tuning recipe."),
+    trainable_layers: TrainableLayersOpt = "all",
+    cache_dir: CacheDirOpt = None,
     threads: ThreadsOpt = None,
 ) -> None:
     """Train a KGC model with SimKGC's loss, then evaluate it (filtered ranking against every entity)."""
+    from subspaces.cli.train import parse_trainable_layers
     from subspaces.io import save_json
     from subspaces.kgc.pipeline import train_pipeline
 
@@ -114,6 +118,8 @@ def train(
         neighbour_names=neighbour_names,
         shared_encoder=not separate_encoders,
         evaluate_split=None if eval_split == "none" else eval_split,
+        trainable_layers=parse_trainable_layers(trainable_layers),
+        cache_dir=cache_dir,
         device=device,
     )
     r = report["train_result"]

@@ -25,6 +25,7 @@ from subspaces.data.csts import ConditionalPair
 from subspaces.errors import SubspacesError
 from subspaces.eval.base import Evaluator
 from subspaces.losses.conditional import ConditionalLoss
+from subspaces.models.triencoder import partially_trained
 
 ENCODER_PREFIXES = ("encoder.", "condition_encoder.")
 
@@ -44,6 +45,8 @@ class CondTrainConfig:
     seed: int = 42
     eval_every_epoch: bool = True
     show_progress: bool = True
+    trainable_layers: int | str | None = None  # fine-tuning: only the top N transformer layers (None/"all": all)
+    cache_dir: str | None = None  # their cached bottom activations (None: in memory)
 
 
 @dataclass
@@ -144,6 +147,8 @@ def fit(
     from subspaces.train.engine import FitConfig
     from subspaces.train.engine import fit as engine_fit
 
+    if config.trainable_layers not in (None, "all") and model.freeze_encoder:
+        raise SubspacesError("--trainable-layers trains encoder layers: it needs --fine-tune, not a frozen encoder")
     check_trainable(model)
     loss_fn = ConditionalLoss(
         config.objective,
@@ -198,16 +203,25 @@ def fit(
         show_progress=config.show_progress,
         description=f"train cond {model.arch} on {task.name}",
     )
-    result = engine_fit(
-        model,
-        step,
-        sampler,
-        fit_config,
-        evaluator,
-        param_groups=param_groups(model, config),
-        settings=settings,
-        callback=lambda done, loss: losses[(done - 1) // per_epoch].append(loss),
-    )
+    with partially_trained(
+        _training_texts(model, train_rows),
+        config.trainable_layers,
+        cache_dir=config.cache_dir,
+        show_progress=config.show_progress,
+        description=f"caching activations for cond {task.name}",
+    ) as attached:
+        if attached:
+            settings["trainable_layers"] = attached[0].trainable_layers
+        result = engine_fit(
+            model,
+            step,
+            sampler,
+            fit_config,
+            evaluator,
+            param_groups=param_groups(model, config),
+            settings=settings,
+            callback=lambda done, loss: losses[(done - 1) // per_epoch].append(loss),
+        )
     model.eval()
     if model.freeze_encoder:
         _reset_stats(model)  # the cached embeddings stay valid; only training's lookups are forgotten
@@ -218,6 +232,14 @@ def fit(
     out = CondTrainResult(result.steps, result.seconds, best_epoch, result.best_score, sampler.summary(), history)
     model.metadata["training"] = {k: v for k, v in asdict(out).items() if k != "history"}
     return out
+
+
+def _training_texts(model: ConditionalModel, rows: Sequence[ConditionalPair]) -> list[tuple[Any, list[Any]]]:
+    """Each encoder with the inputs it reads in training: sentences and conditions, or (sentence, condition) pairs."""
+    if isinstance(model, BiEncoder):
+        return [(model.encoder, [(s, r.condition) for r in rows for s in (r.sentence1, r.sentence2)])]
+    sentences = [s for r in rows for s in (r.sentence1, r.sentence2)]
+    return [(model.encoder, sentences), (model.store.encoders["condition"], [r.condition for r in rows])]
 
 
 def _epoch_history(

@@ -28,7 +28,7 @@ from subspaces.kgc.ranking import Ties, average_metrics, rank_metrics, rank_quer
 from subspaces.kgc.texts import KGCTexts
 from subspaces.kgc.train import KGCTrainConfig, RankingEvaluator, train_kgc
 from subspaces.losses.simkgc import SimKGCLoss
-from subspaces.models.triencoder import TriEncoder
+from subspaces.models.triencoder import TriEncoder, partially_trained
 
 DEFAULT_MAX_LENGTH = 50  # SimKGC's --max-num-tokens
 
@@ -68,6 +68,8 @@ def train_pipeline(
     disk_cache=None,
     evaluate_split: str | None = "test",
     select_on: str | None = None,
+    trainable_layers: int | str | None = None,
+    cache_dir: str | Path | None = None,
     device: str = "cpu",
     show_progress: bool = True,
 ) -> dict:
@@ -78,12 +80,16 @@ def train_pipeline(
     frozen encoder and SimKGC's 5e-5 for fine-tuning; ``head_lr`` (fine-tuning a tri-encoder) gives the randomly
     initialised head its own rate, the encoder keeping ``lr``. ``select_on`` (a split, e.g. ``"valid"``) evaluates
     at each epoch end and keeps the state with the best MRR there; without it the last state is kept.
+    ``trainable_layers`` (fine-tuning) trains only the encoders' top N layers over cached bottom activations
+    (kept in ``cache_dir``, or in memory).
     """
     if freeze_encoder and arch == "bi":
         raise SubspacesError(
             "--freeze-encoder leaves the bi-encoder nothing to train; "
             "evaluate it zero-shot with `kgc eval MODEL --dataset ...`"
         )
+    if trainable_layers not in (None, "all") and freeze_encoder:
+        raise SubspacesError("--trainable-layers trains encoder layers: it cannot go with --freeze-encoder")
     if head_lr is not None and (arch != "tri" or freeze_encoder):
         raise SubspacesError(
             "--head-lr is for fine-tuning a tri-encoder (its head beside the encoder); use --lr otherwise"
@@ -140,7 +146,14 @@ def train_pipeline(
         embed_batch=functools.partial(embed_batch, kgc_model),
     )
     evaluator = RankingEvaluator(kg, select_on, texts) if select_on else None
-    result = train_kgc(loss.to(device), examples, config, texts, evaluator)
+    with partially_trained(
+        _training_inputs(kgc_model, texts, examples),
+        trainable_layers,
+        cache_dir=cache_dir,
+        show_progress=show_progress,
+        description=f"caching activations for kgc {kg.name}",
+    ):
+        result = train_kgc(loss.to(device), examples, config, texts, evaluator)
     output = Path(output)
     if isinstance(dataset, KnowledgeGraph) or str(dataset) in DATASETS:
         source = kg.name
@@ -178,6 +191,16 @@ def train_pipeline(
         )
         save_json(output / f"eval-{evaluate_split}.json", report["eval"])
     return report
+
+
+def _training_inputs(model: KGCModel, texts: KGCTexts, examples: np.ndarray) -> list[tuple[object, list]]:
+    """Each encoder with the inputs it reads in training (what partial fine-tuning caches)."""
+    if isinstance(model, TriEncoder):
+        return [(model.encoder, [*texts.entities, *texts.relations])]
+    return [
+        (model.hr_encoder, model.query_inputs(texts, examples, training=True)),
+        (model.tail_encoder, texts.entities),
+    ]
 
 
 def evaluate_model(
