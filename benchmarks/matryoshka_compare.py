@@ -32,7 +32,8 @@ from subspaces.losses.matryoshka import matryoshka_simcse_loss
 from subspaces.losses.mic import MICLoss
 from subspaces.losses.simcse import SimCSELoss
 from subspaces.models.encoder import load_encoder
-from subspaces.train.loop import TrainConfig, train
+from subspaces.train.sentence import EncoderTrainConfig as TrainConfig
+from subspaces.train.sentence import train_sentence_loss as train
 
 METHODS = ("simcse", "mrl", "mic")
 
@@ -195,7 +196,7 @@ def main() -> None:
             folder = out / name
             if not (folder / "modules.json").is_file():
                 model = load_encoder(args.model, max_seq_length=args.max_length)
-                model.load_state_dict(state["model"])
+                model.load_state_dict(state.get("module", state.get("model")))  # engine checkpoints: "module"
                 model.save(str(folder))
             runs[name] = folder
     for seed in seeds if not args.checkpoint_dir else []:

@@ -135,7 +135,8 @@ def throughput(steps: int = 30, batch_size: int = 64, model_name: str = "minilm-
     from subspaces.data.text import wordnet_sentences
     from subspaces.losses.simcse import SimCSELoss
     from subspaces.models.encoder import load_encoder
-    from subspaces.train.loop import TrainConfig, train
+    from subspaces.train.sentence import EncoderTrainConfig as TrainConfig
+    from subspaces.train.sentence import train_sentence_loss as train
 
     sentences = wordnet_sentences(limit=steps * batch_size)
     runs: dict[str, list[float]] = {"subspaces": [], "sentence_transformers": []}
