@@ -171,7 +171,8 @@ def fit(
     )
     labels_all = task.scaled_labels(train_rows)
     if model.freeze_encoder:
-        _warm_caches(model, train_rows, dev_rows)
+        model.store.show_progress = config.show_progress  # the one encoder pass of the run: say what it encodes
+        _warm_caches(model, train_rows, dev_rows, task.name)
 
     def step(batch: list[int]) -> torch.Tensor:
         rows = [train_rows[i] for i in batch]
@@ -260,12 +261,16 @@ def _epoch_history(
     return out
 
 
-def _warm_caches(model: ConditionalModel, *splits: Sequence[ConditionalPair] | None) -> None:
+def _warm_caches(
+    model: ConditionalModel, train: Sequence[ConditionalPair], dev: Sequence[ConditionalPair] | None, name: str
+) -> None:
     """Encode every distinct text of the splits once, in large batches (the frozen encoder's only pass)."""
-    rows = [r for split in splits if split for r in split]
+    rows = [*train, *(dev or [])]
     if isinstance(model, TriEncoder):
-        model.embed_sentences(sorted({s for r in rows for s in (r.sentence1, r.sentence2)}), "encoding sentences")
-        model.embed_conditions(sorted({r.condition for r in rows}), "encoding conditions")
+        sentences = sorted({s for r in rows for s in (r.sentence1, r.sentence2)})
+        model.embed_sentences(sentences, f"cond {name}: encoding {len(sentences):,} sentences")
+        conditions = sorted({r.condition for r in rows})
+        model.embed_conditions(conditions, f"cond {name}: encoding {len(conditions):,} conditions")
     _reset_stats(model)
 
 
