@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -57,13 +56,13 @@ class STSEvaluator(Evaluator):
     geometry_split: str = "test"
     truncate_dim: int | None = None
     pairs: dict[str, STSPairs] = field(default_factory=dict, repr=False)
-    primary_metric: ClassVar[str] = "avg"
 
     def check(self) -> None:
         for task in self.tasks:
             self._pairs(task)
 
     def __post_init__(self) -> None:
+        self.primary_metric = "avg"
         unknown = [t for t in self.tasks if t not in TASKS]
         if unknown:
             from subspaces.errors import SubspacesError

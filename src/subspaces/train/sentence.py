@@ -102,7 +102,8 @@ _RECIPE_FIELDS = ("batch_size", "max_length", "drop_last", "trainable_layers")
 
 
 def loss_description(loss: nn.Module) -> str:
-    config = loss.get_config_dict() if hasattr(loss, "get_config_dict") else {}
+    get_config = getattr(loss, "get_config_dict", None)
+    config = get_config() if callable(get_config) else {}
     return f"{type(loss).__name__} {sorted(config.items())!r}"
 
 
