@@ -15,19 +15,18 @@ import json
 import os
 import platform
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from align_paper_recipe import fit_paper_recipe, map_paper_recipe  # noqa: E402
-from align_pools import SOURCE_MODEL, embed_pool  # noqa: E402
-
-from subspaces.align import MiniVec2Vec, evaluate_alignment, retrieval_metrics  # noqa: E402
-from subspaces.align.preprocess import center_normalize  # noqa: E402
-from subspaces.io import save_json  # noqa: E402
+from align_paper_recipe import fit_paper_recipe, map_paper_recipe
+from align_pools import SOURCE_MODEL, embed_pool
+from subspaces.align import MiniVec2Vec, evaluate_alignment, retrieval_metrics
+from subspaces.align.preprocess import center_normalize
+from subspaces.io import save_json
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -83,7 +82,11 @@ def main() -> None:
     parser.add_argument("--targets", default="paraphrase-l3,wordllama")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-paper", action="store_true", help="skip the scikit-learn + scipy reference recipe")
-    parser.add_argument("--params", default="{}", help="JSON of MiniVec2Vec parameters to override, grouped by stage (flat format-1 names are read too)")
+    parser.add_argument(
+        "--params",
+        default="{}",
+        help="JSON of MiniVec2Vec parameters to override, grouped by stage (flat format-1 names are read too)",
+    )
     parser.add_argument("--output", type=Path, default=None)
     args = parser.parse_args()
 
@@ -91,9 +94,13 @@ def main() -> None:
     folder = embed_pool(args.pool, args.size, 0, args.n_eval, [SOURCE_MODEL, *targets])
     params = json.loads(args.params)
     results = {
-        "pool": args.pool, "size": args.size, "n_eval": args.n_eval, "seed": args.seed, "params": params,
+        "pool": args.pool,
+        "size": args.size,
+        "n_eval": args.n_eval,
+        "seed": args.seed,
+        "params": params,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared), OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}",
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "pairs": [],
     }
     output = args.output or RESULTS / f"align_{args.pool}.json"

@@ -27,16 +27,15 @@ from scipy.optimize import linear_sum_assignment
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from align_pools import SOURCE_MODEL, load_centered  # noqa: E402
-
-from subspaces.align.anchors import cluster_means, kmeans  # noqa: E402
-from subspaces.align.matching import gram_factor, match_centroids, similarity_agreement  # noqa: E402
-from subspaces.align.metrics import retrieval_metrics  # noqa: E402
-from subspaces.align.neighbours import NeighbourIndex, knn  # noqa: E402
-from subspaces.align.preprocess import normalize_rows  # noqa: E402
-from subspaces.align.procrustes import procrustes  # noqa: E402
-from subspaces.align.refine import NeighbourStep, blend  # noqa: E402
-from subspaces.io import save_json  # noqa: E402
+from align_pools import SOURCE_MODEL, load_centered
+from subspaces.align.anchors import cluster_means, kmeans
+from subspaces.align.matching import gram_factor, match_centroids, similarity_agreement
+from subspaces.align.metrics import retrieval_metrics
+from subspaces.align.neighbours import NeighbourIndex, knn
+from subspaces.align.preprocess import normalize_rows
+from subspaces.align.procrustes import procrustes
+from subspaces.align.refine import NeighbourStep, blend
+from subspaces.io import save_json
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -62,11 +61,13 @@ def partition_mismatch(a, b, x, y, oracle, n_clusters: int, n_runs: int, rng, gr
         qap_paired.append(match.agreement)
         qap_right.append(float((match.permutation == right).mean()))
         # The notebook's kernel: double-centred Gram of the raw cluster means (same clusters, same solver).
-        gram = match_centroids(gram_factor(cluster_means(sa, ka)), gram_factor(cluster_means(sb, kb)),
-                               n_restarts=10, rng=gram_rng)  # own stream: the other figures stay as they were
+        gram = match_centroids(
+            gram_factor(cluster_means(sa, ka)), gram_factor(cluster_means(sb, kb)), n_restarts=10, rng=gram_rng
+        )  # own stream: the other figures stay as they were
         gram_right.append(float((gram.permutation == right).mean()))
     return {
-        "n_clusters": n_clusters, "runs": n_runs,
+        "n_clusters": n_clusters,
+        "runs": n_runs,
         "agreement_true_correspondence": float(np.mean(true_corr)),
         "agreement_own_kmeans_oracle_paired": float(np.mean(oracle_paired)),
         "agreement_own_kmeans_qap_paired": float(np.mean(qap_paired)),
@@ -89,8 +90,16 @@ def refine_from_oracle(a, b, x, y, oracle, *, rounds: int, ks: list[int], altern
     out = {"rounds": rounds, "oracle_top1": top1(oracle, x, y)}
     for k in ks:
         for name, bidirectional in (("neighbour_mean", False), ("bidirectional_neighbour_mean", True)):
-            step = NeighbourStep(a, b, rng, target_index=index, source_index=source_index, sample_size=4096, k=k,
-                                 bidirectional=bidirectional)
+            step = NeighbourStep(
+                a,
+                b,
+                rng,
+                target_index=index,
+                source_index=source_index,
+                sample_size=4096,
+                k=k,
+                bidirectional=bidirectional,
+            )
             matrix = oracle
             for _ in range(rounds):
                 matrix = step(matrix)
@@ -127,7 +136,9 @@ def main() -> None:
     parser.add_argument("--ks", default="10,50")
     parser.add_argument("--alternatives", action="store_true", help="also CSLS / assignment / entropic OT (slow)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, default=None, help="default: results/align_diagnostics_<pool>_<target>.json")
+    parser.add_argument(
+        "--output", type=Path, default=None, help="default: results/align_diagnostics_<pool>_<target>.json"
+    )
     args = parser.parse_args()
 
     pool = load_centered(args.pool, args.size, args.target)
@@ -137,7 +148,10 @@ def main() -> None:
     half = len(x) // 2
     fitted_on_second = procrustes(x[half:], y[half:])
     report = {
-        "pool": args.pool, "size": args.size, "source": SOURCE_MODEL, "target": args.target,
+        "pool": args.pool,
+        "size": args.size,
+        "source": SOURCE_MODEL,
+        "target": args.target,
         "oracle_overfitting": {
             "pairs": len(x) - half,
             "in_sample_top1": top1(fitted_on_second, x[half:], y[half:]),
@@ -147,8 +161,15 @@ def main() -> None:
             a, b, x, y, oracle, args.clusters, args.runs, rng, np.random.default_rng([args.seed, 1])
         ),
         "refine1_from_oracle": refine_from_oracle(
-            a, b, x, y, oracle, rounds=args.rounds, ks=[int(k) for k in args.ks.split(",")],
-            alternatives=args.alternatives, rng=rng,
+            a,
+            b,
+            x,
+            y,
+            oracle,
+            rounds=args.rounds,
+            ks=[int(k) for k in args.ks.split(",")],
+            alternatives=args.alternatives,
+            rng=rng,
         ),
     }
     output = args.output or RESULTS / f"align_diagnostics_{args.pool}_{args.target}.json"

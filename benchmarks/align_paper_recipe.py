@@ -77,8 +77,10 @@ def fit_paper_recipe(
     a = _pad(normalize(source - source_mean), dim)
     b = _pad(normalize(target - target_mean), dim)
 
-    pairs = [_matched_centroids(a, b, n_clusters=n_clusters, sample_size=sample_size, qap_runs=qap_runs, rng=rng)
-             for _ in range(n_runs)]
+    pairs = [
+        _matched_centroids(a, b, n_clusters=n_clusters, sample_size=sample_size, qap_runs=qap_runs, rng=rng)
+        for _ in range(n_runs)
+    ]
     anchors_a, anchors_b = np.vstack([p[0] for p in pairs]), np.vstack([p[1] for p in pairs])
 
     rel_a = normalize(a) @ normalize(anchors_a).T
@@ -97,7 +99,12 @@ def fit_paper_recipe(
     cb = KMeans(refine2_clusters, init=ca @ w, n_init=1).fit(b).cluster_centers_
     w_new, _ = orthogonal_procrustes(ca, cb)
     w = (1 - alpha) * w + alpha * w_new
-    return {"matrix": w, "source_mean": source_mean, "target_mean": target_mean, "fit_seconds": time.perf_counter() - start}
+    return {
+        "matrix": w,
+        "source_mean": source_mean,
+        "target_mean": target_mean,
+        "fit_seconds": time.perf_counter() - start,
+    }
 
 
 def map_paper_recipe(fitted: dict, source: np.ndarray, target_dim: int) -> np.ndarray:

@@ -41,20 +41,26 @@ from scipy.stats import spearmanr
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from align_pools import SOURCE_MODEL, load_centered  # noqa: E402
-
-from subspaces.align import MiniVec2Vec  # noqa: E402
-from subspaces.align.diagnostics import bidirectional_nn_similarity  # noqa: E402
-from subspaces.align.metrics import retrieval_metrics  # noqa: E402
-from subspaces.align.neighbours import NeighbourIndex, mean_of_rows  # noqa: E402
-from subspaces.align.preprocess import normalize_rows  # noqa: E402
-from subspaces.align.procrustes import nearest_orthogonal, procrustes  # noqa: E402
-from subspaces.align.refine import NeighbourStep, blend  # noqa: E402
-from subspaces.io import save_json  # noqa: E402
+from align_pools import SOURCE_MODEL, load_centered
+from subspaces.align import MiniVec2Vec
+from subspaces.align.diagnostics import bidirectional_nn_similarity
+from subspaces.align.metrics import retrieval_metrics
+from subspaces.align.neighbours import NeighbourIndex, mean_of_rows
+from subspaces.align.preprocess import normalize_rows
+from subspaces.align.procrustes import nearest_orthogonal, procrustes
+from subspaces.align.refine import NeighbourStep, blend
+from subspaces.io import save_json
 
 RESULTS = Path(__file__).parent / "results"
-RULES = ("neighbour_mean", "icp", "csls_neighbour_mean", "entropic_ot", "mutual_csls_pairs", "mutual_csls_means",
-         "symmetric_smoothing")
+RULES = (
+    "neighbour_mean",
+    "icp",
+    "csls_neighbour_mean",
+    "entropic_ot",
+    "mutual_csls_pairs",
+    "mutual_csls_means",
+    "symmetric_smoothing",
+)
 
 
 def csls(sims: np.ndarray, k: int = 10) -> np.ndarray:
@@ -98,8 +104,16 @@ class Rules:
     def step(self, rule: str, matrix: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         a, b = self.a, self.b
         if rule in ("neighbour_mean", "icp"):  # the library's own refine-1 step
-            return NeighbourStep(a, b, rng, target_index=self.index_b, source_index=self.index_a, sample_size=self.sample,
-                                 k=self.k if rule == "neighbour_mean" else 1, bidirectional=True)(matrix)
+            return NeighbourStep(
+                a,
+                b,
+                rng,
+                target_index=self.index_b,
+                source_index=self.index_a,
+                sample_size=self.sample,
+                k=self.k if rule == "neighbour_mean" else 1,
+                bidirectional=True,
+            )(matrix)
         sa = a[rng.choice(len(a), min(self.sample, len(a)), replace=False)]
         sb = b[rng.choice(len(b), min(self.sample, len(b)), replace=False)]
         if rule == "csls_neighbour_mean":
@@ -130,8 +144,18 @@ class Rules:
                 src = np.concatenate([pa, self._means(self.index_a, a, normalize_rows(pb @ matrix.T), 50)])
                 tgt = np.concatenate([self._means(self.index_b, b, normalize_rows(pa @ matrix), 50), pb])
         elif rule == "symmetric_smoothing":
-            src = np.concatenate([self._means(self.index_a, a, sa, 50, True), self._means(self.index_a, a, normalize_rows(sb @ matrix.T), 50)])
-            tgt = np.concatenate([self._means(self.index_b, b, normalize_rows(sa @ matrix), 50), self._means(self.index_b, b, sb, 50, True)])
+            src = np.concatenate(
+                [
+                    self._means(self.index_a, a, sa, 50, True),
+                    self._means(self.index_a, a, normalize_rows(sb @ matrix.T), 50),
+                ]
+            )
+            tgt = np.concatenate(
+                [
+                    self._means(self.index_b, b, normalize_rows(sa @ matrix), 50),
+                    self._means(self.index_b, b, sb, 50, True),
+                ]
+            )
         else:
             raise ValueError(rule)
         return blend(matrix, procrustes(src, tgt), 0.5, True)
@@ -147,15 +171,24 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=4096)
     parser.add_argument("--probe", type=int, default=4096)
     parser.add_argument("--k", type=int, default=50, help="neighbours averaged by the neighbour_mean rule")
-    parser.add_argument("--fraction", type=float, default=1.0,
-                        help="keep this share of each training half (how the fixed points depend on the unpaired "
-                             "data); the rows stay centred on the full halves' means")
+    parser.add_argument(
+        "--fraction",
+        type=float,
+        default=1.0,
+        help="keep this share of each training half (how the fixed points depend on the unpaired "
+        "data); the rows stay centred on the full halves' means",
+    )
     parser.add_argument("--from-fit", action="store_true", help="also refine the default MiniVec2Vec fit (seed 0)")
-    parser.add_argument("--perturb", default="",
-                        help="comma-separated t in (0, 1]: also start the library's rule from the oracle blended "
-                             "with weight t towards a fixed random orthogonal map (how wide refine-1's basin is)")
+    parser.add_argument(
+        "--perturb",
+        default="",
+        help="comma-separated t in (0, 1]: also start the library's rule from the oracle blended "
+        "with weight t towards a fixed random orthogonal map (how wide refine-1's basin is)",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", type=Path, default=None, help="default: results/align_score_study_<pool>_<target>.json")
+    parser.add_argument(
+        "--output", type=Path, default=None, help="default: results/align_score_study_<pool>_<target>.json"
+    )
     args = parser.parse_args()
     unknown = set(args.rules.split(",")) - set(RULES)
     if unknown:
@@ -182,15 +215,20 @@ def main() -> None:
         b = b[np.sort(keep_rng.choice(len(b), int(args.fraction * len(b)), replace=False))]
         needed = max(50, args.k)  # the rules average 50 (neighbour_mean: k) neighbours
         if min(len(a), len(b)) <= needed:
-            parser.error(f"--fraction {args.fraction} keeps {min(len(a), len(b))} rows of a half; more than {needed} are needed")
+            parser.error(
+                f"--fraction {args.fraction} keeps {min(len(a), len(b))} rows of a half; more than {needed} are needed"
+            )
     probe_rng = np.random.default_rng([args.seed, 1000])  # apart from the rules' streams
     probe_a = a[probe_rng.choice(len(a), min(args.probe, len(a)), replace=False)]
     probe_b = b[probe_rng.choice(len(b), min(args.probe, len(b)), replace=False)]
     rules = Rules(a, b, args.sample, args.k)
 
     def record(name: str, matrix: np.ndarray) -> dict:
-        row = {"map": name, "top1": retrieval_metrics(normalize_rows(x @ matrix), y, pool_size=len(x))["top1"],
-               **label_free_statistics(matrix, probe_a, probe_b, rules.index_a, rules.index_b)}
+        row = {
+            "map": name,
+            "top1": retrieval_metrics(normalize_rows(x @ matrix), y, pool_size=len(x))["top1"],
+            **label_free_statistics(matrix, probe_a, probe_b, rules.index_a, rules.index_b),
+        }
         print({k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}, flush=True)
         return row
 
@@ -227,12 +265,29 @@ def main() -> None:
     correlation = {k: float(spearmanr([r["top1"] for r in rows], [r[k] for r in rows]).statistic) for k in statistics}
     print("spearman vs top1:", {k: round(v, 3) for k, v in correlation.items()})
     output = args.output or RESULTS / f"align_score_study_{args.pool}_{args.target}.json"
-    save_json(output, {"pool": args.pool, "size": args.size, "source": SOURCE_MODEL, "target": args.target,
-                       "n_source_train": len(a), "n_target_train": len(b),
-                       "rounds": args.rounds, "sample": args.sample, "k": args.k, "probe": args.probe, "seed": args.seed,
-                       "rules": args.rules.split(","), "fraction": args.fraction, "from_fit": args.from_fit,
-                       "perturb": perturb,
-                       "rows": rows, "spearman_vs_top1": correlation, "rule_step_seconds": seconds})
+    save_json(
+        output,
+        {
+            "pool": args.pool,
+            "size": args.size,
+            "source": SOURCE_MODEL,
+            "target": args.target,
+            "n_source_train": len(a),
+            "n_target_train": len(b),
+            "rounds": args.rounds,
+            "sample": args.sample,
+            "k": args.k,
+            "probe": args.probe,
+            "seed": args.seed,
+            "rules": args.rules.split(","),
+            "fraction": args.fraction,
+            "from_fit": args.from_fit,
+            "perturb": perturb,
+            "rows": rows,
+            "spearman_vs_top1": correlation,
+            "rule_step_seconds": seconds,
+        },
+    )
     print(f"wrote {output}")
 
 

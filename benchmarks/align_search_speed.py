@@ -17,10 +17,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from align_pools import SOURCE_MODEL, pool_folder  # noqa: E402
-
-from subspaces.align.neighbours import NeighbourIndex, mean_of_rows  # noqa: E402
-from subspaces.align.preprocess import center_normalize, normalize_rows  # noqa: E402
+from align_pools import SOURCE_MODEL, pool_folder
+from subspaces.align.neighbours import NeighbourIndex, mean_of_rows
+from subspaces.align.preprocess import center_normalize, normalize_rows
 
 
 def seconds(fn, repeats: int = 3) -> float:
@@ -45,8 +44,12 @@ def main() -> None:
     rng = np.random.default_rng(0)
     rotation = np.linalg.qr(rng.standard_normal((a.shape[1], b.shape[1])))[0].astype(np.float32)
     print(f"base {b.shape[0]} x {b.shape[1]}")
-    indexes = {"exact": NeighbourIndex(b), "ivf 64x8": NeighbourIndex(b, n_lists=64, n_probe=8),
-               "ivf 128x8": NeighbourIndex(b, n_lists=128, n_probe=8), "ivf 128x4": NeighbourIndex(b, n_lists=128, n_probe=4)}
+    indexes = {
+        "exact": NeighbourIndex(b),
+        "ivf 64x8": NeighbourIndex(b, n_lists=64, n_probe=8),
+        "ivf 128x8": NeighbourIndex(b, n_lists=128, n_probe=8),
+        "ivf 128x4": NeighbourIndex(b, n_lists=128, n_probe=4),
+    }
     for n in (4096, 2048):
         queries = normalize_rows(a[:n] @ rotation)
         for k in (1, 50):

@@ -17,19 +17,18 @@ import argparse
 import platform
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from align_pools import SOURCE_MODEL, add_pool_arguments, load_centered, pool_folder, pool_texts, split  # noqa: E402
-
-from subspaces.align.metrics import cross_fitted_oracle, oracle_procrustes, retrieval_metrics  # noqa: E402
-from subspaces.align.preprocess import center_normalize, normalize_rows  # noqa: E402
-from subspaces.align.procrustes import procrustes  # noqa: E402
-from subspaces.io import save_json, save_npy  # noqa: E402
+from align_pools import SOURCE_MODEL, add_pool_arguments, load_centered, pool_folder, pool_texts, split
+from subspaces.align.metrics import cross_fitted_oracle, oracle_procrustes, retrieval_metrics
+from subspaces.align.preprocess import center_normalize, normalize_rows
+from subspaces.align.procrustes import procrustes
+from subspaces.io import save_json, save_npy
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -50,14 +49,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_pool_arguments(parser)
     parser.add_argument("--target", required=True)
-    parser.add_argument("--pairs", default="1024,2048,4096,8192,16384,all", help="numbers of training pairs to fit on (more than the pool holds are skipped)")
+    parser.add_argument(
+        "--pairs",
+        default="1024,2048,4096,8192,16384,all",
+        help="numbers of training pairs to fit on (more than the pool holds are skipped)",
+    )
     parser.add_argument("--output", type=Path)
     args = parser.parse_args()
 
     pool = load_centered(args.pool, args.size, args.target, args.seed)
     a = pool.a  # source model, source half, centred on its own mean
-    b = center_normalize(target_on_source_half(args.pool, args.size, args.seed, args.n_eval, args.target),
-                         pool.raw[f"{args.target}.train"].mean(0))  # target model, same texts, target half's mean
+    b = center_normalize(
+        target_on_source_half(args.pool, args.size, args.seed, args.n_eval, args.target),
+        pool.raw[f"{args.target}.train"].mean(0),
+    )  # target model, same texts, target half's mean
     if len(pool.x) != args.n_eval:
         parser.error(f"the cached pool holds {len(pool.x)} held-out pairs, not --n-eval {args.n_eval}")
     sizes = [len(a) if s == "all" else int(s) for s in args.pairs.split(",")]
@@ -76,20 +81,37 @@ def main() -> None:
         start = time.perf_counter()
         orthogonal = procrustes(a[:n], b[:n])
         linear = np.linalg.lstsq(a[:n].astype(np.float64), b[:n].astype(np.float64), rcond=None)[0].astype(np.float32)
-        rows.append({"pairs": n, "procrustes": score(orthogonal), "least_squares": score(linear),
-                     "seconds": time.perf_counter() - start})
-        print(f"{n:>6} pairs: Procrustes top-1 {rows[-1]['procrustes']['top1']:.4f}, "
-              f"least squares {rows[-1]['least_squares']['top1']:.4f}", flush=True)
+        rows.append(
+            {
+                "pairs": n,
+                "procrustes": score(orthogonal),
+                "least_squares": score(linear),
+                "seconds": time.perf_counter() - start,
+            }
+        )
+        print(
+            f"{n:>6} pairs: Procrustes top-1 {rows[-1]['procrustes']['top1']:.4f}, "
+            f"least squares {rows[-1]['least_squares']['top1']:.4f}",
+            flush=True,
+        )
     report = {
-        "pool": args.pool, "size": args.size, "seed": args.seed, "source": SOURCE_MODEL, "target": args.target,
-        "n_eval": len(pool.x), "n_train_pairs": len(a),
+        "pool": args.pool,
+        "size": args.size,
+        "seed": args.seed,
+        "source": SOURCE_MODEL,
+        "target": args.target,
+        "n_eval": len(pool.x),
+        "n_train_pairs": len(a),
         "oracle_in_sample": score(oracle_procrustes(pool.x, pool.y)),
         "oracle_cross_fitted": retrieval_metrics(cross_fitted_oracle(pool.x, pool.y), pool.y, pool_size=len(pool.x)),
         "fitted_on_other_pairs": rows,
-        "machine": platform.platform(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": platform.platform(),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    print(f"in-sample oracle {report['oracle_in_sample']['top1']:.4f}, "
-          f"cross-fitted {report['oracle_cross_fitted']['top1']:.4f}")
+    print(
+        f"in-sample oracle {report['oracle_in_sample']['top1']:.4f}, "
+        f"cross-fitted {report['oracle_cross_fitted']['top1']:.4f}"
+    )
     output = args.output or RESULTS / f"align_supervised_ceiling_{args.pool}_{args.size // 1000}k_{args.target}.json"
     save_json(output, report)
     print(f"-> {output}")

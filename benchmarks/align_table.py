@@ -16,8 +16,10 @@ def fmt(metrics: dict | None, key: str, digits: int = 3) -> str:
 
 
 def main(paths: list[str]) -> None:
-    print("| pool | pair | n_eval | mini-vec2vec top-1 | mean rank | cosine | identity top-1 | oracle top-1 | "
-          "gap to oracle | cross-fitted oracle top-1 | gap to it | fit s | paper recipe top-1 | paper fit s | speed-up |")
+    print(
+        "| pool | pair | n_eval | mini-vec2vec top-1 | mean rank | cosine | identity top-1 | oracle top-1 | "
+        "gap to oracle | cross-fitted oracle top-1 | gap to it | fit s | paper recipe top-1 | paper fit s | speed-up |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for arg in paths:
         path, _, note = arg.partition("=")

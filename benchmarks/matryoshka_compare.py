@@ -164,9 +164,13 @@ def main() -> None:
     parser.add_argument("--timing-rounds", type=int, default=5)
     parser.add_argument("--timing-file", default="timing.json")
     parser.add_argument("--geometry-sentences", type=int, default=512)
-    parser.add_argument("--snapshot-step", type=int, default=None, help="also save each model after this many steps; evaluate that")
+    parser.add_argument(
+        "--snapshot-step", type=int, default=None, help="also save each model after this many steps; evaluate that"
+    )
     parser.add_argument("--stop-at-snapshot", action="store_true", help="end each run at --snapshot-step")
-    parser.add_argument("--checkpoint-dir", default=None, help="evaluate <dir>/<method>.pt resume checkpoints instead of training")
+    parser.add_argument(
+        "--checkpoint-dir", default=None, help="evaluate <dir>/<method>.pt resume checkpoints instead of training"
+    )
     parser.add_argument("--skip", default="", help="comma list of phases to skip: timing, train, eval, geometry")
     parser.add_argument("--out", default="runs/matryoshka")
     args = parser.parse_args()
@@ -230,14 +234,22 @@ def main() -> None:
             cpu = time.process_time()
             try:
                 result = train(
-                    model, build_loss(method, model, dims, args), [(s,) for s in sentences], config, callback=take_snapshot
+                    model,
+                    build_loss(method, model, dims, args),
+                    [(s,) for s in sentences],
+                    config,
+                    callback=take_snapshot,
                 )
             except StopAtSnapshot:
                 print(f"{method} seed {seed}: stopped at step {args.snapshot_step}, model in {snapshot}")
                 continue
             cpu = time.process_time() - cpu
-            save_json(folder / "cpu_seconds.json", {"steps": result.steps, "cpu_seconds": cpu, "wall_seconds": result.seconds})
-            print(f"{method} seed {seed}: {result.steps} steps in {result.seconds:.0f} s ({result.seconds / max(result.steps, 1):.2f} s/step)")
+            save_json(
+                folder / "cpu_seconds.json", {"steps": result.steps, "cpu_seconds": cpu, "wall_seconds": result.seconds}
+            )
+            print(
+                f"{method} seed {seed}: {result.steps} steps in {result.seconds:.0f} s ({result.seconds / max(result.steps, 1):.2f} s/step)"
+            )
 
     if "eval" not in skip:
         evaluator = DimsEvaluator(

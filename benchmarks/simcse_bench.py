@@ -25,8 +25,12 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def _machine() -> dict:
-    return {"cpu_threads": torch.get_num_threads(), "platform": platform.platform(), "torch": torch.__version__,
-            "date": str(date.today())}
+    return {
+        "cpu_threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "date": str(date.today()),
+    }
 
 
 def _save(name: str, payload: dict) -> None:
@@ -55,8 +59,17 @@ def sts() -> None:
 
 
 @app.command()
-def scratch(aug: str = "dropout", steps: int = 200, batch_size: int = 64, lr: float = 3e-5, seed: int = 42,
-            layers: int = 4, hidden: int = 256, full_sts: bool = False, before: bool = False) -> None:
+def scratch(
+    aug: str = "dropout",
+    steps: int = 200,
+    batch_size: int = 64,
+    lr: float = 3e-5,
+    seed: int = 42,
+    layers: int = 4,
+    hidden: int = 256,
+    full_sts: bool = False,
+    before: bool = False,
+) -> None:
     """Unsupervised SimCSE from a random small BERT with one augmentation: dropout (0.1), none, delete_one_word.
 
     Each augmentation runs as its own process (results/simcse_scratch_<aug>.json), so the three can share the
@@ -73,32 +86,70 @@ def scratch(aug: str = "dropout", steps: int = 200, batch_size: int = 64, lr: fl
     work = Path("outputs/bench-scratch")
 
     def fresh():
-        return build_random_bert(work / f"init-{aug}", num_layers=layers, hidden_size=hidden,
-                                 num_heads=max(1, hidden // 64), pooler="cls", mlp_only_train=True, seed=seed)
+        return build_random_bert(
+            work / f"init-{aug}",
+            num_layers=layers,
+            hidden_size=hidden,
+            num_heads=max(1, hidden // 64),
+            pooler="cls",
+            mlp_only_train=True,
+            seed=seed,
+        )
 
-    results: dict = {"augmentation": aug, "config": {
-        "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed, "layers": layers, "hidden": hidden,
-        "max_length": 32, "temperature": 0.05, "pooler": "cls (MLP in training only)", "corpus": "wordnet_sentences",
-        "n_sentences": len(sentences)}}
+    results: dict = {
+        "augmentation": aug,
+        "config": {
+            "steps": steps,
+            "batch_size": batch_size,
+            "lr": lr,
+            "seed": seed,
+            "layers": layers,
+            "hidden": hidden,
+            "max_length": 32,
+            "temperature": 0.05,
+            "pooler": "cls (MLP in training only)",
+            "corpus": "wordnet_sentences",
+            "n_sentences": len(sentences),
+        },
+    }
     if before:
         untrained = fresh().eval()
         results["before"] = {"stsb_dev": stsb_dev_spearman(untrained), "sts": _sts(untrained) if full_sts else None}
     model = fresh()
     if aug == "none":
         set_dropout(model, 0.0)
-    cfg = SimCSEConfig(output_dir=str(work / aug), batch_size=batch_size, lr=lr, max_steps=steps,
-                       eval_steps=max(1, steps // 2), save_steps=0, seed=seed, resume=False)
+    cfg = SimCSEConfig(
+        output_dir=str(work / aug),
+        batch_size=batch_size,
+        lr=lr,
+        max_steps=steps,
+        eval_steps=max(1, steps // 2),
+        save_steps=0,
+        seed=seed,
+        resume=False,
+    )
     t = time.perf_counter()
     res = train_simcse(model, unsup_examples(sentences, aug, seed), cfg)
     best = load_encoder(str(work / aug))
-    results["after"] = {"train_seconds": time.perf_counter() - t, "samples_per_second": res.samples_per_second,
-                        "best_stsb_dev": res.best_score, "sts": _sts(best) if full_sts else None}
+    results["after"] = {
+        "train_seconds": time.perf_counter() - t,
+        "samples_per_second": res.samples_per_second,
+        "best_stsb_dev": res.best_score,
+        "sts": _sts(best) if full_sts else None,
+    }
     _save(f"simcse_scratch_{aug}", results)
 
 
 @app.command()
-def sup(epochs: int = 1, batch_size: int = 64, lr: float = 5e-5, max_steps: int | None = None, seed: int = 42,
-        pooler: str = "mean", before: bool = True) -> None:
+def sup(
+    epochs: int = 1,
+    batch_size: int = 64,
+    lr: float = 5e-5,
+    max_steps: int | None = None,
+    seed: int = 42,
+    pooler: str = "mean",
+    before: bool = True,
+) -> None:
     """Supervised SimCSE on the SNLI dev/test triplets, starting from minilm-l6."""
     from subspaces.config import dataset_dir
     from subspaces.data.nli import read_triplets
@@ -106,17 +157,40 @@ def sup(epochs: int = 1, batch_size: int = 64, lr: float = 5e-5, max_steps: int 
     from subspaces.train.simcse import SimCSEConfig, train_simcse
 
     rows = [(t.anchor, t.positive, t.negative) for t in read_triplets(dataset_dir("nli") / "snli_devtest_triplets.csv")]
-    results: dict = {"config": {"epochs": epochs, "batch_size": batch_size, "lr": lr, "max_steps": max_steps,
-                                "pooler": pooler, "n_triplets": len(rows), "seed": seed}}
+    results: dict = {
+        "config": {
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "lr": lr,
+            "max_steps": max_steps,
+            "pooler": pooler,
+            "n_triplets": len(rows),
+            "seed": seed,
+        }
+    }
     if before:  # the same table as `sts`; skip it when that has been measured already
         results["before"] = _sts(load_encoder("minilm-l6"))
     model = load_encoder("minilm-l6", pooler=pooler)
-    cfg = SimCSEConfig(output_dir="outputs/bench-sup", mode="sup", batch_size=batch_size, lr=lr, epochs=epochs,
-                       max_steps=max_steps, eval_steps=25, save_steps=0, seed=seed, resume=False)
+    cfg = SimCSEConfig(
+        output_dir="outputs/bench-sup",
+        mode="sup",
+        batch_size=batch_size,
+        lr=lr,
+        epochs=epochs,
+        max_steps=max_steps,
+        eval_steps=25,
+        save_steps=0,
+        seed=seed,
+        resume=False,
+    )
     t = time.perf_counter()
     res = train_simcse(model, rows, cfg)
-    results["train"] = {"seconds": time.perf_counter() - t, "steps": res.steps, "samples_per_second": res.samples_per_second,
-                        "best_stsb_dev": res.best_score}
+    results["train"] = {
+        "seconds": time.perf_counter() - t,
+        "steps": res.steps,
+        "samples_per_second": res.samples_per_second,
+        "best_stsb_dev": res.best_score,
+    }
     results["after"] = _sts(load_encoder("outputs/bench-sup"))
     _save("simcse_sup", results)
 
@@ -142,8 +216,17 @@ def throughput(steps: int = 30, batch_size: int = 64, model_name: str = "minilm-
     runs: dict[str, list[float]] = {"subspaces": [], "sentence_transformers": []}
     for r in range(repeats):
         model = load_encoder(model_name)
-        cfg = TrainConfig(output_dir=f"outputs/bench-tp/ours{r}", batch_size=batch_size, lr=3e-5, max_steps=steps,
-                          eval_steps=0, save_steps=0, resume=False, show_progress=False, max_grad_norm=1.0)
+        cfg = TrainConfig(
+            output_dir=f"outputs/bench-tp/ours{r}",
+            batch_size=batch_size,
+            lr=3e-5,
+            max_steps=steps,
+            eval_steps=0,
+            save_steps=0,
+            resume=False,
+            show_progress=False,
+            max_grad_norm=1.0,
+        )
         t = time.perf_counter()
         train(model, SimCSELoss(model), [(s, s) for s in sentences], cfg)
         runs["subspaces"].append(steps * batch_size / (time.perf_counter() - t))
@@ -151,21 +234,41 @@ def throughput(steps: int = 30, batch_size: int = 64, model_name: str = "minilm-
         model = load_encoder(model_name)
         model.max_seq_length = 32
         args = SentenceTransformerTrainingArguments(
-            output_dir=f"outputs/bench-tp/st{r}", per_device_train_batch_size=batch_size, learning_rate=3e-5,
-            max_steps=steps, save_strategy="no", report_to=[], logging_steps=10_000, dataloader_drop_last=True,
-            warmup_ratio=0.0, lr_scheduler_type="linear", weight_decay=0.0, disable_tqdm=True, seed=42,
-            use_cpu=True)
+            output_dir=f"outputs/bench-tp/st{r}",
+            per_device_train_batch_size=batch_size,
+            learning_rate=3e-5,
+            max_steps=steps,
+            save_strategy="no",
+            report_to=[],
+            logging_steps=10_000,
+            dataloader_drop_last=True,
+            warmup_ratio=0.0,
+            lr_scheduler_type="linear",
+            weight_decay=0.0,
+            disable_tqdm=True,
+            seed=42,
+            use_cpu=True,
+        )
         data = Dataset.from_dict({"anchor": sentences, "positive": sentences})
-        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data,
-                                             loss=MultipleNegativesRankingLoss(model, scale=20.0))
+        trainer = SentenceTransformerTrainer(
+            model=model, args=args, train_dataset=data, loss=MultipleNegativesRankingLoss(model, scale=20.0)
+        )
         t = time.perf_counter()
         trainer.train()
         runs["sentence_transformers"].append(steps * batch_size / (time.perf_counter() - t))
         print(runs)
     ours, theirs = max(runs["subspaces"]), max(runs["sentence_transformers"])
-    _save("simcse_throughput", {"model": model_name, "steps": steps, "batch_size": batch_size, "runs": runs,
-                                "best_samples_per_second": {"subspaces": ours, "sentence_transformers": theirs},
-                                "ratio_subspaces_over_st": ours / theirs})
+    _save(
+        "simcse_throughput",
+        {
+            "model": model_name,
+            "steps": steps,
+            "batch_size": batch_size,
+            "runs": runs,
+            "best_samples_per_second": {"subspaces": ours, "sentence_transformers": theirs},
+            "ratio_subspaces_over_st": ours / theirs,
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Commands set their threads from this (subspaces.config.set_threads); one, like the one_thread fixture below.
 os.environ.setdefault("SUBSPACES_THREADS", "1")
 
-WORDS = "the a cat dog man woman plays eats runs sleeps guitar food park house red big small quickly".split()
+WORDS = ["the", "a", "cat", "dog", "man", "woman", "plays", "eats", "runs", "sleeps", "guitar", "food", "park", "house", "red", "big", "small", "quickly"]
 
 
 def _home_cache() -> Path:
@@ -71,7 +71,7 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     return folder / "st"
 
 
-@pytest.fixture()
+@pytest.fixture
 def tiny_model(tiny_model_dir):
     from subspaces.models.encoder import load_encoder
 
@@ -93,14 +93,18 @@ def tiny_data_dir(tmp_path_factory) -> Path:
         d = root / "stsb" / variant
         d.mkdir(parents=True)
         for split in ("train", "dev", "test"):
-            lines = [f"main-captions\tMSRvid\t2012test\t{i:04d}\t{s}\t{a}\t{b}" for i, (a, b, s) in enumerate(pairs(40))]
+            lines = [
+                f"main-captions\tMSRvid\t2012test\t{i:04d}\t{s}\t{a}\t{b}" for i, (a, b, s) in enumerate(pairs(40))
+            ]
             (d / f"sts-{split}.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
         for year, subsets in STS_YEARS.items():
             yd = root / "sts12-16" / variant / year
             yd.mkdir(parents=True)
             for subset in subsets:
                 rows = pairs(12)
-                (yd / f"STS.input.{subset}.txt").write_text("".join(f"{a}\t{b}\n" for a, b, _ in rows), encoding="utf-8")
+                (yd / f"STS.input.{subset}.txt").write_text(
+                    "".join(f"{a}\t{b}\n" for a, b, _ in rows), encoding="utf-8"
+                )
                 # The last gold line is empty: an unscored pair, which the loader must skip.
                 golds = [str(s) for _, _, s in rows[:-1]] + [""]
                 (yd / f"STS.gs.{subset}.txt").write_text("\n".join(golds) + "\n", encoding="utf-8")
@@ -112,7 +116,9 @@ def tiny_data_dir(tmp_path_factory) -> Path:
         (sick / name).write_text(header + body, encoding="utf-8")
     nli = root / "nli"
     nli.mkdir()
-    rows = ["sent0,sent1,hard_neg,source"] + [f'"{_sentence(rng)}","{_sentence(rng)}","{_sentence(rng)}",dev' for _ in range(64)]
+    rows = ["sent0,sent1,hard_neg,source"] + [
+        f'"{_sentence(rng)}","{_sentence(rng)}","{_sentence(rng)}",dev' for _ in range(64)
+    ]
     (nli / "snli_devtest_triplets.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
     corpus = root / "wordnet_sentences"
     corpus.mkdir()
@@ -125,7 +131,7 @@ def tiny_data_dir(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture()
+@pytest.fixture
 def tiny_data(tiny_data_dir, monkeypatch) -> Path:
     monkeypatch.setenv("SUBSPACES_DATA", str(tiny_data_dir))
     return tiny_data_dir

@@ -21,15 +21,19 @@ from subspaces.align.refine import NeighbourStep, refine_by_neighbours, refine_b
 from subspaces.errors import ConvergenceWarning, DataError, DimensionError, SubspacesError
 
 # Small but complete settings: every stage runs, on a few thousand rows.
-FAST = dict(
+FAST = {
     # kmeans_redo=3: steadier anchor partitions; one pass then succeeds on these spaces 11 times in 12 (5 in 12
     # with 1 start), so the tests do not hang on one lucky pass (seeds 0-11).
-    anchors=AnchorParams(n_runs=6, n_clusters=10, sample=1000, kmeans_redo=3, n_pseudo_pairs=1000),
-    refine=RefineParams(n_iter=30, sample=500, centroid_clusters=40), search=SearchParams(probe_size=500),
-    n_restarts=4, random_state=0,
-)
+    "anchors": AnchorParams(n_runs=6, n_clusters=10, sample=1000, kmeans_redo=3, n_pseudo_pairs=1000),
+    "refine": RefineParams(n_iter=30, sample=500, centroid_clusters=40),
+    "search": SearchParams(probe_size=500),
+    "n_restarts": 4,
+    "random_state": 0,
+}
 QUICK = FAST | {  # for tests that do not judge the map
-    "n_restarts": 1, "anchors": replace(FAST["anchors"], n_runs=2), "refine": replace(FAST["refine"], n_iter=5),
+    "n_restarts": 1,
+    "anchors": replace(FAST["anchors"], n_runs=2),
+    "refine": replace(FAST["refine"], n_iter=5),
 }
 
 
@@ -128,7 +132,9 @@ def test_a_fit_that_never_converges_warns():
 def test_converged_swap_share_decides_how_many_restarts_run(share, passes):
     rng = np.random.default_rng(0)
     source, target = clustered(rng, 1000), clustered(rng, 1000)
-    aligner = MiniVec2Vec(**QUICK | {"n_restarts": 3, "converged_swap_share": share, "structure": StructureParams(n_iter=1)}).fit(source, target)
+    aligner = MiniVec2Vec(
+        **QUICK | {"n_restarts": 3, "converged_swap_share": share, "structure": StructureParams(n_iter=1)}
+    ).fit(source, target)
     assert len(aligner.diagnostics_["restarts"]) == passes
 
 
@@ -148,7 +154,14 @@ def test_structural_refinement_pulls_a_poor_map_onto_the_true_rotation():
 
     step = NeighbourStep(a, b, np.random.default_rng(0), sample_size=1000, k=10, bidirectional=False)
     matrix, history = refine_by_structure(
-        start, step, score=score, n_iter=8, n_clusters=10, n_runs=3, sample_size=3000, inner_steps=3,
+        start,
+        step,
+        score=score,
+        n_iter=8,
+        n_clusters=10,
+        n_runs=3,
+        sample_size=3000,
+        inner_steps=3,
     )
     assert top1(start) < 0.05
     assert top1(matrix) > 0.95
@@ -170,8 +183,18 @@ def test_structural_refinement_ends_at_the_first_converged_round():
 
     def run(stop):
         step = NeighbourStep(a, b, np.random.default_rng(0), sample_size=1000, k=10, bidirectional=False)
-        return refine_by_structure(start, step, score=score, n_iter=8, n_clusters=10, n_runs=3, sample_size=3000,
-                                   inner_steps=3, patience=8, stop_swap_share=stop)[1]
+        return refine_by_structure(
+            start,
+            step,
+            score=score,
+            n_iter=8,
+            n_clusters=10,
+            n_runs=3,
+            sample_size=3000,
+            inner_steps=3,
+            patience=8,
+            stop_swap_share=stop,
+        )[1]
 
     full, stopped = run(None), run(0.1)
     first = next(i for i, share in enumerate(full.swapped) if share <= 0.1)
@@ -180,7 +203,7 @@ def test_structural_refinement_ends_at_the_first_converged_round():
     assert not stopped.stopped_early  # ended by convergence, not by patience
 
 
-@pytest.mark.parametrize("source_dim,target_dim", [(8, 12), (12, 8)])
+@pytest.mark.parametrize(("source_dim", "target_dim"), [(8, 12), (12, 8)])
 def test_different_dimensions(source_dim, target_dim):
     """A lossless embedding of an 8-d space into 12-d, in either direction, is recovered."""
     rng = np.random.default_rng(0)
@@ -246,7 +269,7 @@ def test_retrieval_metrics_by_hand():
 
 
 @pytest.mark.parametrize(
-    "mutate,message",
+    ("mutate", "message"),
     [
         (lambda x: np.where(np.arange(len(x))[:, None] == 3, np.nan, x), "NaN or inf.*row 3"),
         (lambda x: np.where(np.arange(len(x))[:, None] == 5, 0.0, x), "zero vectors.*row 5"),
@@ -288,7 +311,9 @@ def test_neighbour_means_average_the_k_nearest_rows():
     values = rng.standard_normal((300, 5)).astype(np.float32)
     queries = base[:20] + 0.01 * rng.standard_normal((20, 8)).astype(np.float32)
     ids = np.argsort(-(queries @ base.T), axis=1)[:, :7]  # brute force, by hand
-    np.testing.assert_allclose(neighbour_means(queries, NeighbourIndex(base), values, 7), values[ids].mean(1), atol=1e-6)
+    np.testing.assert_allclose(
+        neighbour_means(queries, NeighbourIndex(base), values, 7), values[ids].mean(1), atol=1e-6
+    )
     np.testing.assert_allclose(mean_of_rows(values, ids), values[ids].mean(1), atol=1e-6)
 
 
@@ -299,8 +324,16 @@ def test_refine1_steps_move_a_nearby_map_onto_the_true_rotation(bidirectional):
     source, target = clustered(rng, 3000), clustered(rng, 3000) @ q
     a, b = center_normalize(source, source.mean(0)), center_normalize(target, target.mean(0))
     matrix = start = nearest_orthogonal(0.8 * q + 0.2 * ortho_group.rvs(8, random_state=2))
-    step = NeighbourStep(a, b, rng, target_index=NeighbourIndex(b), source_index=NeighbourIndex(a), sample_size=1000,
-                         k=10, bidirectional=bidirectional)
+    step = NeighbourStep(
+        a,
+        b,
+        rng,
+        target_index=NeighbourIndex(b),
+        source_index=NeighbourIndex(a),
+        sample_size=1000,
+        k=10,
+        bidirectional=bidirectional,
+    )
     for _ in range(10):
         matrix = step(matrix)
     assert np.linalg.norm(matrix - q) < 0.5 * np.linalg.norm(start - q)
@@ -333,8 +366,9 @@ def test_refine1_tail_average_lands_closer_to_the_fixed_point_than_any_iterate(a
 
     recorded.orthogonalize = True
     start = ortho_group.rvs(16, random_state=5)
-    matrix, history = refine_by_neighbours(start, recorded, score=lambda m: -distance(m), n_iter=40, patience=40,
-                                           score_every=1, average=average)
+    matrix, history = refine_by_neighbours(
+        start, recorded, score=lambda m: -distance(m), n_iter=40, patience=40, score_every=1, average=average
+    )
     assert len(history.scores) == 40
     best_iterate = min(distance(m) for m in iterates)
     if average:
@@ -353,11 +387,13 @@ def test_refine1_scores_every_nth_iteration_and_counts_patience_in_iterations():
     step = NoisyStep(q, 0.3, np.random.default_rng(0))
     scored = []
     score = lambda m: scored.append(m) or -float(np.linalg.norm(m - q))  # noqa: E731
-    _, history = refine_by_neighbours(np.eye(8), step, score=score, n_iter=23, patience=100, score_every=5,
-                                      average=False)
+    _, history = refine_by_neighbours(
+        np.eye(8), step, score=score, n_iter=23, patience=100, score_every=5, average=False
+    )
     assert len(history.scores) == 5 and len(scored) == 6  # iterations 5, 10, 15, 20, the last (23); the start
-    _, history = refine_by_neighbours(q, step, score=lambda m: 0.0, start_score=1.0, n_iter=100, patience=10,
-                                      score_every=5, average=False)
+    _, history = refine_by_neighbours(
+        q, step, score=lambda m: 0.0, start_score=1.0, n_iter=100, patience=10, score_every=5, average=False
+    )
     assert history.stopped_early and len(history.scores) == 2  # two checks = 10 iterations without a gain
 
 
@@ -397,7 +433,9 @@ def test_swap_shares_outside_zero_one_are_refused():
 def test_structural_stop_above_the_convergence_share_is_refused():
     rng = np.random.default_rng(0)
     with pytest.raises(SubspacesError, match="must not exceed converged_swap_share"):
-        MiniVec2Vec(structure=StructureParams(stop_swap_share=0.2), converged_swap_share=0.1).fit(clustered(rng, 500), clustered(rng, 500))
+        MiniVec2Vec(structure=StructureParams(stop_swap_share=0.2), converged_swap_share=0.1).fit(
+            clustered(rng, 500), clustered(rng, 500)
+        )
 
 
 @pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
@@ -475,15 +513,43 @@ def test_stage_settings_check_their_own_fields_and_name_the_valid_ones():
 
 # A format-1 aligner.json's "params", as `align fit` wrote them before the stages were grouped.
 FORMAT1_PARAMS = {
-    "n_anchor_runs": 2, "n_anchor_clusters": 10, "anchor_sample": 1000, "kmeans_iter": 20, "kmeans_redo": 1,
-    "qap_method": "faq", "anchor_kernel": "cosine", "qap_restarts": 30, "anchor_keep": 1.0, "n_restarts": 1,
-    "converged_swap_share": 0.1, "n_pseudo_pairs": 1000, "relative_k": 50, "structure_iter": 10,
-    "structure_clusters": 50, "structure_runs": 4, "structure_sample": 10000, "structure_steps": 5,
-    "structure_patience": 2, "structure_stop_swap_share": 0.02, "refine_iter": 5, "refine_sample": 500,
-    "refine_k": 50, "refine_alpha": 0.5, "refine_bidirectional": True, "refine_patience": 30,
-    "refine_score_every": 5, "refine_average": True, "refine_tol": 0.0001, "centroid_clusters": 40,
-    "centroid_alpha": 0.5, "orthogonalize": True, "ann_lists": 0, "ann_probe": 8, "probe_size": 500,
-    "random_state": 7, "verbose": False,
+    "n_anchor_runs": 2,
+    "n_anchor_clusters": 10,
+    "anchor_sample": 1000,
+    "kmeans_iter": 20,
+    "kmeans_redo": 1,
+    "qap_method": "faq",
+    "anchor_kernel": "cosine",
+    "qap_restarts": 30,
+    "anchor_keep": 1.0,
+    "n_restarts": 1,
+    "converged_swap_share": 0.1,
+    "n_pseudo_pairs": 1000,
+    "relative_k": 50,
+    "structure_iter": 10,
+    "structure_clusters": 50,
+    "structure_runs": 4,
+    "structure_sample": 10000,
+    "structure_steps": 5,
+    "structure_patience": 2,
+    "structure_stop_swap_share": 0.02,
+    "refine_iter": 5,
+    "refine_sample": 500,
+    "refine_k": 50,
+    "refine_alpha": 0.5,
+    "refine_bidirectional": True,
+    "refine_patience": 30,
+    "refine_score_every": 5,
+    "refine_average": True,
+    "refine_tol": 0.0001,
+    "centroid_clusters": 40,
+    "centroid_alpha": 0.5,
+    "orthogonalize": True,
+    "ann_lists": 0,
+    "ann_probe": 8,
+    "probe_size": 500,
+    "random_state": 7,
+    "verbose": False,
 }
 
 
@@ -515,8 +581,11 @@ def test_how_long_one_pass_ran_does_not_shift_the_next_passes_draws():
     source, target = clustered(rng, 1000), clustered(rng, 1000)
 
     def passes(structure_rounds):
-        settings = QUICK | {"n_restarts": 2, "converged_swap_share": None,
-                            "structure": StructureParams(n_iter=structure_rounds, patience=5, stop_swap_share=None)}
+        settings = QUICK | {
+            "n_restarts": 2,
+            "converged_swap_share": None,
+            "structure": StructureParams(n_iter=structure_rounds, patience=5, stop_swap_share=None),
+        }
         return MiniVec2Vec(**settings).fit(source, target).diagnostics_["restarts"]
 
     short, long = passes(1), passes(3)
@@ -547,8 +616,12 @@ def test_the_same_seed_gives_the_same_map_at_one_and_two_threads():
     script = FIT_AND_HASH.format(tests=str(Path(__file__).parent))
     hashes = []
     for threads in ("1", "2"):  # numpy's BLAS, faiss's OpenMP and BLAS all read these at start-up
-        env = os.environ | {"OMP_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-                            "PYTHONWARNINGS": "ignore"}
+        env = os.environ | {
+            "OMP_NUM_THREADS": threads,
+            "OPENBLAS_NUM_THREADS": threads,
+            "MKL_NUM_THREADS": threads,
+            "PYTHONWARNINGS": "ignore",
+        }
         done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         hashes.append(done.stdout.strip())
@@ -559,8 +632,11 @@ def test_a_map_no_better_than_the_identity_is_flagged():
     """Two samples of one space: the identity is the right map; an anchors-only map (no refinement) is worse."""
     rng = np.random.default_rng(0)
     source, target = clustered(rng, 1500), clustered(rng, 1500)
-    weak = QUICK | {"structure": StructureParams(n_iter=0), "refine": RefineParams(n_iter=0, centroid_clusters=0),
-                    "anchors": replace(QUICK["anchors"], n_runs=1)}
+    weak = QUICK | {
+        "structure": StructureParams(n_iter=0),
+        "refine": RefineParams(n_iter=0, centroid_clusters=0),
+        "anchors": replace(QUICK["anchors"], n_runs=1),
+    }
     with pytest.warns(ConvergenceWarning, match="no better than leaving the vectors unmapped"):
         aligner = MiniVec2Vec(**weak).fit(source, target)
     d = aligner.diagnostics_

@@ -17,7 +17,8 @@ from test_align import clustered
 # The stage settings of test_align.FAST, as `--params` JSON.
 FAST_PARAMS = {
     "anchors": {"n_runs": 6, "n_clusters": 10, "sample": 1000, "kmeans_redo": 3, "n_pseudo_pairs": 1000},
-    "refine": {"n_iter": 30, "sample": 500, "centroid_clusters": 40}, "search": {"probe_size": 500},
+    "refine": {"n_iter": 30, "sample": 500, "centroid_clusters": 40},
+    "search": {"probe_size": 500},
 }
 
 
@@ -48,8 +49,20 @@ def spaces(tmp_path_factory):
     for name, array in arrays.items():
         np.save(folder / f"{name}.npy", array.astype(np.float32))
     result = CliRunner().invoke(
-        app, ["align", "fit", "--source-emb", str(folder / "a.npy"), "--target-emb", str(folder / "b.npy"),
-              "--output", str(folder / "aligner"), *params_args(folder), "--n-restarts", "4"]
+        app,
+        [
+            "align",
+            "fit",
+            "--source-emb",
+            str(folder / "a.npy"),
+            "--target-emb",
+            str(folder / "b.npy"),
+            "--output",
+            str(folder / "aligner"),
+            *params_args(folder),
+            "--n-restarts",
+            "4",
+        ],
     )
     assert result.exit_code == 0, result.output
     return folder
@@ -58,13 +71,35 @@ def spaces(tmp_path_factory):
 def test_eval_writes_report_with_baselines(spaces):
     report_path = spaces / "report.json"
     result = CliRunner().invoke(
-        app, ["align", "eval", str(spaces / "aligner"), "--source-emb", str(spaces / "x.npy"),
-              "--target-emb", str(spaces / "y.npy"), "--json", str(report_path), "--source-name", "A"]
+        app,
+        [
+            "align",
+            "eval",
+            str(spaces / "aligner"),
+            "--source-emb",
+            str(spaces / "x.npy"),
+            "--target-emb",
+            str(spaces / "y.npy"),
+            "--json",
+            str(report_path),
+            "--source-name",
+            "A",
+        ],
     )
     assert result.exit_code == 0, result.output
     report = json.loads(report_path.read_text())
-    assert {"source", "target", "n_eval", "top1", "mean_rank", "cosine", "identity", "oracle", "fit_seconds",
-            "oracle_cross_fitted"} <= set(report)
+    assert {
+        "source",
+        "target",
+        "n_eval",
+        "top1",
+        "mean_rank",
+        "cosine",
+        "identity",
+        "oracle",
+        "fit_seconds",
+        "oracle_cross_fitted",
+    } <= set(report)
     assert report["source"] == "A" and report["n_eval"] == 300
     assert report["top1"] > 0.9 and report["oracle"]["top1"] > 0.99
 
@@ -81,7 +116,9 @@ def test_apply_maps_in_chunks_and_keeps_the_input(spaces, tmp_path, suffix):
         pd.DataFrame({"vec": list(x)}).to_parquet(source)
     before = source.read_bytes()
     target = tmp_path / f"out{suffix}"
-    result = CliRunner().invoke(app, ["align", "apply", str(spaces / "aligner"), str(source), str(target), "--chunk-size", "64"])
+    result = CliRunner().invoke(
+        app, ["align", "apply", str(spaces / "aligner"), str(source), str(target), "--chunk-size", "64"]
+    )
     assert result.exit_code == 0, result.output
     assert source.read_bytes() == before
     got = np.load(target) if suffix == ".npy" else np.stack(pd.read_parquet(target)["vec"].to_numpy())
@@ -96,10 +133,27 @@ def test_user_errors_exit_2_without_traceback(spaces, tmp_path):
     cases = [
         ["align", "apply", str(spaces / "aligner"), str(tmp_path / "bad.npy"), str(tmp_path / "o.npy")],
         ["align", "apply", str(spaces / "aligner"), str(spaces / "x.npy"), str(spaces / "x.npy")],
-        ["align", "eval", str(spaces / "aligner"), "--source-emb", str(spaces / "x.npy"), "--target-emb", str(spaces / "b.npy")],
+        [
+            "align",
+            "eval",
+            str(spaces / "aligner"),
+            "--source-emb",
+            str(spaces / "x.npy"),
+            "--target-emb",
+            str(spaces / "b.npy"),
+        ],
         ["align", "eval", str(tmp_path), "--source-emb", str(spaces / "x.npy"), "--target-emb", str(spaces / "y.npy")],
         ["align", "fit", "--source-emb", str(spaces / "a.npy"), "--output", str(tmp_path / "o")],
-        ["align", "fit", "--source-emb", str(tmp_path / "missing.npy"), "--target-emb", str(spaces / "b.npy"), "--output", str(tmp_path / "o")],
+        [
+            "align",
+            "fit",
+            "--source-emb",
+            str(tmp_path / "missing.npy"),
+            "--target-emb",
+            str(spaces / "b.npy"),
+            "--output",
+            str(tmp_path / "o"),
+        ],
     ]
     for args in cases:
         result = runner.invoke(app, args)
@@ -122,8 +176,16 @@ def test_params_file_is_read_by_stage_and_bad_keys_name_the_valid_ones(spaces, t
     loaded = MiniVec2Vec.load(spaces / "aligner")
     assert loaded.anchors == AnchorParams(n_runs=6, n_clusters=10, sample=1000, kmeans_redo=3, n_pseudo_pairs=1000)
     assert loaded.refine.n_iter == 30 and loaded.search.probe_size == 500 and loaded.n_restarts == 4
-    base = ["align", "fit", "--source-emb", str(spaces / "a.npy"), "--target-emb", str(spaces / "b.npy"),
-            "--output", str(tmp_path / "o")]
+    base = [
+        "align",
+        "fit",
+        "--source-emb",
+        str(spaces / "a.npy"),
+        "--target-emb",
+        str(spaces / "b.npy"),
+        "--output",
+        str(tmp_path / "o"),
+    ]
     cases = {
         "unknown refine setting(s) iters; valid: n_iter, sample, k,": {"refine": {"iters": 3}},
         "unknown aligner parameter(s) anchor; valid: anchors, structure, refine, search,": {"anchor": {}},
@@ -139,7 +201,10 @@ def test_params_file_is_read_by_stage_and_bad_keys_name_the_valid_ones(spaces, t
     assert result.exit_code == 2 and "not valid JSON" in flat(result)
     # A flat option of the old command line names its replacement.
     result = CliRunner().invoke(app, base + ["--refine-iter", "5"])
-    assert result.exit_code == 2 and '--refine-iter was replaced by --params FILE.json holding {"refine": {"n_iter": ...}}' in flat(result)
+    assert (
+        result.exit_code == 2
+        and '--refine-iter was replaced by --params FILE.json holding {"refine": {"n_iter": ...}}' in flat(result)
+    )
     result = CliRunner().invoke(app, base + ["--no-such-thing"])
     assert result.exit_code == 2 and "no such option: --no-such-thing" in flat(result)
 
@@ -149,8 +214,20 @@ def test_fit_says_when_no_pass_converged(tmp_path):
     for name, layout in (("a", 0), ("b", 1)):  # different cluster layouts: no rotation fits
         np.save(tmp_path / f"{name}.npy", clustered(rng, 2000, seed=layout).astype(np.float32))
     result = CliRunner().invoke(
-        app, ["align", "fit", "--source-emb", str(tmp_path / "a.npy"), "--target-emb", str(tmp_path / "b.npy"),
-              "--output", str(tmp_path / "aligner"), *params_args(tmp_path), "--n-restarts", "2"]
+        app,
+        [
+            "align",
+            "fit",
+            "--source-emb",
+            str(tmp_path / "a.npy"),
+            "--target-emb",
+            str(tmp_path / "b.npy"),
+            "--output",
+            str(tmp_path / "aligner"),
+            *params_args(tmp_path),
+            "--n-restarts",
+            "2",
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "warning:" in result.output and "probably wrong" in result.output
@@ -173,15 +250,21 @@ def test_apply_refuses_bad_collections_and_leaves_no_output(spaces, tmp_path):
     (tmp_path / "empty.npy").write_bytes(b"")
     (tmp_path / "corrupt.parquet").write_bytes(b"PAR1 not really")
     pq.write_table(pa.table({"vec": pa.array([], pa.list_(pa.float32()))}), tmp_path / "no_rows.parquet")
-    pq.write_table(pa.table({"vec": pa.array([list(x[0]), None, list(x[2])], pa.list_(pa.float32()))}),
-                   tmp_path / "null_row.parquet")
-    pq.write_table(pa.table({"vec": pa.array([list(x[0]), list(x[1][:5])], pa.list_(pa.float32()))}),
-                   tmp_path / "ragged.parquet")
+    pq.write_table(
+        pa.table({"vec": pa.array([list(x[0]), None, list(x[2])], pa.list_(pa.float32()))}),
+        tmp_path / "null_row.parquet",
+    )
+    pq.write_table(
+        pa.table({"vec": pa.array([list(x[0]), list(x[1][:5])], pa.list_(pa.float32()))}), tmp_path / "ragged.parquet"
+    )
     np.save(tmp_path / "wide.npy", np.hstack([x, x]))
     cases = {
-        "empty.npy": "not a readable .npy", "corrupt.parquet": "not a readable parquet",
-        "no_rows.parquet": "holds no rows", "null_row.parquet": "row 1 of the embedding column is null",
-        "ragged.parquet": "row 1 of the embedding column holds 5 numbers", "wide.npy": "16 dimensions",
+        "empty.npy": "not a readable .npy",
+        "corrupt.parquet": "not a readable parquet",
+        "no_rows.parquet": "holds no rows",
+        "null_row.parquet": "row 1 of the embedding column is null",
+        "ragged.parquet": "row 1 of the embedding column holds 5 numbers",
+        "wide.npy": "16 dimensions",
     }
     for name, message in cases.items():
         out = tmp_path / f"out_{name}"
@@ -190,11 +273,22 @@ def test_apply_refuses_bad_collections_and_leaves_no_output(spaces, tmp_path):
         assert message in flat(result) and "Traceback" not in result.output, (name, result.output)
         assert not out.exists() and not list(tmp_path.glob(f".out_{name}*")), name
     pq.write_table(pa.table({"vec": pa.array([["1.5", "2"]], pa.list_(pa.string()))}), tmp_path / "strings.parquet")
-    result = CliRunner().invoke(app, ["align", "apply", str(spaces / "aligner"), str(tmp_path / "strings.parquet"),
-                                      str(tmp_path / "o.npy")])
+    result = CliRunner().invoke(
+        app, ["align", "apply", str(spaces / "aligner"), str(tmp_path / "strings.parquet"), str(tmp_path / "o.npy")]
+    )
     assert result.exit_code == 2 and "not numbers" in flat(result), result.output
-    result = CliRunner().invoke(app, ["align", "apply", str(spaces / "aligner"), str(spaces / "x.npy"),
-                                      str(tmp_path / "o.npy"), "--chunk-size", "0"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "align",
+            "apply",
+            str(spaces / "aligner"),
+            str(spaces / "x.npy"),
+            str(tmp_path / "o.npy"),
+            "--chunk-size",
+            "0",
+        ],
+    )
     assert result.exit_code == 2 and not (tmp_path / "o.npy").exists()
 
 
@@ -204,11 +298,23 @@ def test_apply_reads_parquet_written_by_pandas_with_its_index(spaces, tmp_path):
     x = np.load(spaces / "x.npy")
     frame = pd.DataFrame({"vec": list(x), "keep": np.arange(len(x)) % 3 != 0})
     frame[frame["keep"]][["vec"]].to_parquet(tmp_path / "filtered.parquet")  # a non-range index is stored too
-    result = CliRunner().invoke(app, ["align", "apply", str(spaces / "aligner"), str(tmp_path / "filtered.parquet"),
-                                      str(tmp_path / "out.parquet"), "--chunk-size", "50"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "align",
+            "apply",
+            str(spaces / "aligner"),
+            str(tmp_path / "filtered.parquet"),
+            str(tmp_path / "out.parquet"),
+            "--chunk-size",
+            "50",
+        ],
+    )
     assert result.exit_code == 0, result.output
     got = np.stack(pd.read_parquet(tmp_path / "out.parquet")["vec"].to_numpy())
-    np.testing.assert_allclose(got, MiniVec2Vec.load(spaces / "aligner").transform(x[frame["keep"].to_numpy()]), atol=1e-5)
+    np.testing.assert_allclose(
+        got, MiniVec2Vec.load(spaces / "aligner").transform(x[frame["keep"].to_numpy()]), atol=1e-5
+    )
 
 
 @pytest.mark.parametrize("suffix", [".npy", ".parquet"])
@@ -219,8 +325,9 @@ def test_apply_names_a_bad_row_by_its_place_in_the_file(spaces, tmp_path, suffix
     x[200] = np.nan
     source = tmp_path / f"in{suffix}"
     np.save(source, x) if suffix == ".npy" else pd.DataFrame({"vec": list(x)}).to_parquet(source)
-    result = CliRunner().invoke(app, ["align", "apply", str(spaces / "aligner"), str(source), str(tmp_path / "o.npy"),
-                                      "--chunk-size", "64"])
+    result = CliRunner().invoke(
+        app, ["align", "apply", str(spaces / "aligner"), str(source), str(tmp_path / "o.npy"), "--chunk-size", "64"]
+    )
     assert result.exit_code == 2 and "first: row 200" in flat(result), result.output
 
 
@@ -248,19 +355,40 @@ def test_fit_checks_its_arguments_before_reading_anything(spaces, tmp_path):
     base = ["align", "fit", "--source-emb", str(spaces / "a.npy"), "--target-emb", str(spaces / "b.npy")]
     cases = {
         "exists and is not a folder": ["--output", str(tmp_path / "a_file")],
-        "anchors.sample (5) must be at least 4 x anchors.n_clusters":
-            ["--output", str(tmp_path / "o"), *params_args(tmp_path, {"anchors": {"sample": 5}}, "p1.json")],
-        "structure.sample (100) must be at least 4 x structure.n_clusters":
-            ["--output", str(tmp_path / "o"), *params_args(tmp_path, {"structure": {"sample": 100}}, "p2.json")],
-        "anchors.n_clusters must be at least 3":
-            ["--output", str(tmp_path / "o"), *params_args(tmp_path, {"anchors": {"n_clusters": 1}}, "p3.json")],
+        "anchors.sample (5) must be at least 4 x anchors.n_clusters": [
+            "--output",
+            str(tmp_path / "o"),
+            *params_args(tmp_path, {"anchors": {"sample": 5}}, "p1.json"),
+        ],
+        "structure.sample (100) must be at least 4 x structure.n_clusters": [
+            "--output",
+            str(tmp_path / "o"),
+            *params_args(tmp_path, {"structure": {"sample": 100}}, "p2.json"),
+        ],
+        "anchors.n_clusters must be at least 3": [
+            "--output",
+            str(tmp_path / "o"),
+            *params_args(tmp_path, {"anchors": {"n_clusters": 1}}, "p3.json"),
+        ],
     }
     for message, extra in cases.items():
         result = CliRunner().invoke(app, base + extra)
         assert result.exit_code == 2 and message in flat(result), (message, result.output)
         assert "fitting" not in result.output  # refused before the vectors were read
-    result = CliRunner().invoke(app, ["align", "eval", str(spaces / "aligner"), "--source-emb", str(spaces / "x.npy"),
-                                      "--target-emb", str(spaces / "y.npy"), "--pool-size", "0"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "align",
+            "eval",
+            str(spaces / "aligner"),
+            "--source-emb",
+            str(spaces / "x.npy"),
+            "--target-emb",
+            str(spaces / "y.npy"),
+            "--pool-size",
+            "0",
+        ],
+    )
     assert result.exit_code == 2 and "Traceback" not in result.output
 
 
@@ -270,19 +398,46 @@ def test_fit_can_embed_texts_first(tiny_model_dir, tmp_path):
     texts = [f"the {a} and the {b} near a {c}" for a in words for b in words for c in words[:3]]
     (tmp_path / "a.txt").write_text("\n".join(texts[::2]) + "\n", encoding="utf-8")
     (tmp_path / "b.txt").write_text("\n".join(texts[1::2]) + "\n", encoding="utf-8")
-    result = CliRunner().invoke(app, [
-        "align", "fit", "--source", str(tiny_model_dir), "--source-texts", str(tmp_path / "a.txt"),
-        "--target", str(tiny_model_dir), "--target-texts", str(tmp_path / "b.txt"), "--output", str(tmp_path / "al"),
-        *params_args(tmp_path, FAST_PARAMS | {"refine": FAST_PARAMS["refine"] | {"centroid_clusters": 20}}),
-        "--n-restarts", "1",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "align",
+            "fit",
+            "--source",
+            str(tiny_model_dir),
+            "--source-texts",
+            str(tmp_path / "a.txt"),
+            "--target",
+            str(tiny_model_dir),
+            "--target-texts",
+            str(tmp_path / "b.txt"),
+            "--output",
+            str(tmp_path / "al"),
+            *params_args(tmp_path, FAST_PARAMS | {"refine": FAST_PARAMS["refine"] | {"centroid_clusters": 20}}),
+            "--n-restarts",
+            "1",
+        ],
+    )
     assert result.exit_code == 0, result.output
     aligner = MiniVec2Vec.load(tmp_path / "al")
     assert aligner.matrix_.shape == (32, 32) and "embedding 150 texts" in flat(result)
-    result = CliRunner().invoke(app, [
-        "align", "fit", "--source", str(tiny_model_dir), "--source-texts", str(tmp_path / "a.txt"),
-        "--target", "no-such-model", "--target-texts", str(tmp_path / "b.txt"), "--output", str(tmp_path / "al2"),
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "align",
+            "fit",
+            "--source",
+            str(tiny_model_dir),
+            "--source-texts",
+            str(tmp_path / "a.txt"),
+            "--target",
+            "no-such-model",
+            "--target-texts",
+            str(tmp_path / "b.txt"),
+            "--output",
+            str(tmp_path / "al2"),
+        ],
+    )
     assert result.exit_code == 2 and "neither a bundled model" in flat(result) and "embedding" not in result.output
 
 
@@ -291,7 +446,18 @@ def test_ctrl_c_during_fit_says_what_is_true_for_fit(spaces, tmp_path, monkeypat
         raise KeyboardInterrupt
 
     monkeypatch.setattr(MiniVec2Vec, "fit", interrupted)  # Ctrl-C arrives mid-fit
-    result = CliRunner().invoke(app, ["align", "fit", "--source-emb", str(spaces / "a.npy"), "--target-emb",
-                                      str(spaces / "b.npy"), "--output", str(tmp_path / "o")])
+    result = CliRunner().invoke(
+        app,
+        [
+            "align",
+            "fit",
+            "--source-emb",
+            str(spaces / "a.npy"),
+            "--target-emb",
+            str(spaces / "b.npy"),
+            "--output",
+            str(tmp_path / "o"),
+        ],
+    )
     assert result.exit_code == 130 and "nothing was written" in flat(result)
     assert "checkpoint" not in result.output and not (tmp_path / "o").exists()

@@ -47,9 +47,7 @@ def test_paraphrase_l3_matches_onnxruntime(monkeypatch, tmp_path):
     batch = model.tokenizer(TEXTS, padding=True, return_tensors="np")
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     pooled = [o.name for o in session.get_outputs()][3]  # mean-pooled sentence output of the ST export
-    (expected,) = session.run(
-        [pooled], {k: batch[k].astype(np.int64) for k in ("input_ids", "attention_mask")}
-    )
+    (expected,) = session.run([pooled], {k: batch[k].astype(np.int64) for k in ("input_ids", "attention_mask")})
     np.testing.assert_allclose(got, expected, atol=1e-4)
     # A trainable BertModel, not an inference-only wrapper.
     assert any(p.requires_grad for p in model.parameters())

@@ -21,8 +21,21 @@ def test_encode_writes_rows_in_input_order(tiny_model_dir, tmp_path):
     texts = ["a cat plays the guitar", "", "dog"]
     (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     out = tmp_path / "out.npy"
-    result = runner.invoke(app, ["encode", "--model", str(tiny_model_dir), "--input", str(tmp_path / "in.txt"),
-                                 "--output", str(out), "--truncate-dim", "16", "--normalize"])
+    result = runner.invoke(
+        app,
+        [
+            "encode",
+            "--model",
+            str(tiny_model_dir),
+            "--input",
+            str(tmp_path / "in.txt"),
+            "--output",
+            str(out),
+            "--truncate-dim",
+            "16",
+            "--normalize",
+        ],
+    )
     assert result.exit_code == 0, result.output
     emb = np.load(out)
     assert emb.shape == (3, 16)
@@ -42,8 +55,25 @@ def test_eval_sts_json(tiny_model_dir, tiny_data, tmp_path):
 def test_train_then_eval(tiny_model_dir, tiny_data, tmp_path):
     corpus = tiny_data / "wordnet_sentences" / "wordnet30_definitions.txt.gz"
     out = tmp_path / "run"
-    result = runner.invoke(app, ["train", "simcse", "--model", str(tiny_model_dir), "--data", str(corpus),
-                                 "--output", str(out), "--batch-size", "16", "--max-steps", "3", "--eval-steps", "2"])
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "simcse",
+            "--model",
+            str(tiny_model_dir),
+            "--data",
+            str(corpus),
+            "--output",
+            str(out),
+            "--batch-size",
+            "16",
+            "--max-steps",
+            "3",
+            "--eval-steps",
+            "2",
+        ],
+    )
     assert result.exit_code == 0, result.output
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["steps"] == 3 and state["best_score"] is not None
@@ -52,7 +82,7 @@ def test_train_then_eval(tiny_model_dir, tiny_data, tmp_path):
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    ("args", "message"),
     [
         (["eval", "sts", "--model", "no-such-model"], "bundled model"),
         (["encode", "--model", "minilm-l6", "--input", "/nonexistent.txt", "--output", "x.npy"], "file not found"),
@@ -68,19 +98,53 @@ def test_user_errors_are_one_line_not_a_traceback(args, message, tmp_path, monke
 
 def test_empty_corpus_and_too_large_batch(tiny_model_dir, tmp_path):
     (tmp_path / "empty.txt").write_text("\n", encoding="utf-8")
-    result = runner.invoke(app, ["train", "simcse", "--model", str(tiny_model_dir), "--data", str(tmp_path / "empty.txt"),
-                                 "--output", str(tmp_path / "o")])
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "simcse",
+            "--model",
+            str(tiny_model_dir),
+            "--data",
+            str(tmp_path / "empty.txt"),
+            "--output",
+            str(tmp_path / "o"),
+        ],
+    )
     assert result.exit_code == 2 and "holds no text" in result.output
     (tmp_path / "few.txt").write_text("a\nb\nc\n", encoding="utf-8")
-    result = runner.invoke(app, ["train", "simcse", "--model", str(tiny_model_dir), "--data", str(tmp_path / "few.txt"),
-                                 "--output", str(tmp_path / "o"), "--no-eval"])
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "simcse",
+            "--model",
+            str(tiny_model_dir),
+            "--data",
+            str(tmp_path / "few.txt"),
+            "--output",
+            str(tmp_path / "o"),
+            "--no-eval",
+        ],
+    )
     assert result.exit_code == 2 and "larger than the data" in result.output
 
 
 def test_unsup_training_refuses_a_csv_before_loading_the_model(tmp_path):
     (tmp_path / "nli.csv").write_text("sent0,sent1\na,b\n", encoding="utf-8")
-    result = runner.invoke(app, ["train", "simcse", "--model", "no-such-model", "--data", str(tmp_path / "nli.csv"),
-                                 "--output", str(tmp_path / "o")])
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "simcse",
+            "--model",
+            "no-such-model",
+            "--data",
+            str(tmp_path / "nli.csv"),
+            "--output",
+            str(tmp_path / "o"),
+        ],
+    )
     assert result.exit_code == 2 and "is a CSV" in " ".join(result.output.split()), result.output
 
 
@@ -89,8 +153,9 @@ def _encode(tiny_model_dir, tmp_path, out_name, *extra, texts=("a cat plays the 
     if stdin is None:
         (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     out = tmp_path / out_name
-    result = runner.invoke(app, ["encode", "--model", str(tiny_model_dir), "--input", source, "--output", str(out),
-                                 *extra], input=stdin)
+    result = runner.invoke(
+        app, ["encode", "--model", str(tiny_model_dir), "--input", source, "--output", str(out), *extra], input=stdin
+    )
     return result, out
 
 
@@ -114,8 +179,10 @@ def test_encode_writes_the_format_its_suffix_names(tiny_model_dir, tmp_path):
 @pytest.mark.parametrize("name", ["x.txt", "x"])
 def test_encode_refuses_a_suffix_it_cannot_write_before_loading(tmp_path, name):
     (tmp_path / "in.txt").write_text("a\n", encoding="utf-8")
-    result = runner.invoke(app, ["encode", "--model", "no-such-model", "--input", str(tmp_path / "in.txt"),
-                                 "--output", str(tmp_path / name)])
+    result = runner.invoke(
+        app,
+        ["encode", "--model", "no-such-model", "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / name)],
+    )
     assert result.exit_code == 2 and ".npy, .parquet, .jsonl" in result.output, result.output
     assert not (tmp_path / name).exists()
 
@@ -140,7 +207,7 @@ def test_encode_reads_stdin_and_counts_truncated_texts(tiny_model_dir, tmp_path)
     assert "longer than" not in result.output  # the tiny model reads 64 tokens
 
 
-@pytest.mark.parametrize("device, message", [("nonsense", "unknown device"), ("cuda:99", "CUDA device")])
+@pytest.mark.parametrize(("device", "message"), [("nonsense", "unknown device"), ("cuda:99", "CUDA device")])
 def test_encode_checks_the_device(tiny_model_dir, tmp_path, device, message):
     result, _ = _encode(tiny_model_dir, tmp_path, "o.npy", "--device", device)
     assert result.exit_code == 2 and message in result.output, result.output
@@ -196,7 +263,9 @@ def test_every_command_takes_threads():
 
     found = dict(commands(typer.main.get_command(app)))
     assert len(found) >= 14
-    missing = [" ".join(name) for name, cmd in found.items() if "--threads" not in [o for p in cmd.params for o in p.opts]]
+    missing = [
+        " ".join(name) for name, cmd in found.items() if "--threads" not in [o for p in cmd.params for o in p.opts]
+    ]
     assert not missing, f"commands without --threads: {missing}"
 
 

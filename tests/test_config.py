@@ -11,7 +11,7 @@ from subspaces.errors import SubspacesError
 
 
 @pytest.mark.parametrize(
-    "files, quota",
+    ("files", "quota"),
     [
         ({"cpu.max": "max 100000\n"}, None),
         ({"cpu.max": "150000 100000\n"}, 1.5),

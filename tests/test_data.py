@@ -3,14 +3,24 @@ import gzip
 import pytest
 
 from subspaces.data.nli import read_triplets
-from subspaces.data.sts import STS_YEARS, load_sick, load_stsb, load_sts_year, read_sick_file, read_stsb_file, read_sts_subset
+from subspaces.data.sts import (
+    STS_YEARS,
+    load_sick,
+    load_sts_year,
+    load_stsb,
+    read_sick_file,
+    read_sts_subset,
+    read_stsb_file,
+)
 from subspaces.data.text import read_corpus, wordnet_sentences
 from subspaces.errors import DataError
 
 
 def test_stsb_reads_quotes_literally(tmp_path):
     path = tmp_path / "sts-test.csv"
-    path.write_text('g\tf\t2012\t1\t4.5\tHe said "hi.\tShe said "hello".\tsrc1\tsrc2\ng\tf\t2012\t2\t0.0\ta\tb\n', encoding="utf-8")
+    path.write_text(
+        'g\tf\t2012\t1\t4.5\tHe said "hi.\tShe said "hello".\tsrc1\tsrc2\ng\tf\t2012\t2\t0.0\ta\tb\n', encoding="utf-8"
+    )
     pairs = read_stsb_file(path)
     assert pairs.sentences1 == ['He said "hi.', "a"]
     assert pairs.sentences2 == ['She said "hello".', "b"]

@@ -69,8 +69,9 @@ def test_without_gather_the_gradient_differs(tmp_path):
 
 
 def _train_worker(rank: int, world: int, port: int, model_dir: str, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
+    )
     from subspaces.models.encoder import load_encoder
     from subspaces.train.simcse import SimCSEConfig, set_dropout, train_simcse, unsup_examples
 
@@ -78,8 +79,17 @@ def _train_worker(rank: int, world: int, port: int, model_dir: str, out: str) ->
         model = load_encoder(model_dir)
         set_dropout(model, 0.0)  # make the run deterministic so it can be compared with one process
         rows = unsup_examples([f"sentence {i} about a cat" for i in range(32)])
-        cfg = SimCSEConfig(output_dir=out, batch_size=8 // world, max_steps=3, eval_steps=0, save_steps=0,
-                           stsb_dev=False, show_progress=False, lr=1e-3, resume=False)
+        cfg = SimCSEConfig(
+            output_dir=out,
+            batch_size=8 // world,
+            max_steps=3,
+            eval_steps=0,
+            save_steps=0,
+            stsb_dev=False,
+            show_progress=False,
+            lr=1e-3,
+            resume=False,
+        )
         train_simcse(model, rows, cfg)
         if rank == 0:
             torch.save(model.state_dict(), os.path.join(out, "weights.pt"))

@@ -13,7 +13,7 @@ from subspaces.data import classification as cd
 from subspaces.errors import DataError
 from subspaces.eval.dims import DimsEvaluator, classification_scores, pair_features, plot_dims, prefix
 
-WORDS = "the a cat dog man woman plays eats runs sleeps guitar food park house red big small".split()
+WORDS = ["the", "a", "cat", "dog", "man", "woman", "plays", "eats", "runs", "sleeps", "guitar", "food", "park", "house", "red", "big", "small"]
 
 
 def _text(rng: random.Random) -> str:
@@ -38,7 +38,10 @@ def probe_data_dir(tiny_data_dir, tmp_path_factory):
     for split in ("train", "validation", "test"):
         rows = [json.dumps({"text": _text(rng), "label": rng.randrange(6)}) for _ in range(40)]
         (e / f"{split}.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    for task, names in (("emotion", ["anger", "joy", "optimism", "sadness"]), ("sentiment", ["negative", "neutral", "positive"])):
+    for task, names in (
+        ("emotion", ["anger", "joy", "optimism", "sadness"]),
+        ("sentiment", ["negative", "neutral", "positive"]),
+    ):
         t = root / "tweeteval" / task
         t.mkdir(parents=True)
         (t / "mapping.txt").write_text("".join(f"{i}\t{n}\n" for i, n in enumerate(names)), encoding="utf-8")
@@ -62,7 +65,7 @@ def probe_data_dir(tiny_data_dir, tmp_path_factory):
     return root
 
 
-@pytest.fixture()
+@pytest.fixture
 def probe_data(probe_data_dir, monkeypatch):
     monkeypatch.setenv("SUBSPACES_DATA", str(probe_data_dir))
     return probe_data_dir
@@ -91,7 +94,9 @@ def test_reader_errors_name_file_and_line(probe_data, tmp_path):
         cd.load_banking77("train", bad)
     mrpc = tmp_path / "mrpc"
     mrpc.mkdir()
-    (mrpc / "msr_paraphrase_train.txt").write_text("\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t2\tonly three\n")
+    (mrpc / "msr_paraphrase_train.txt").write_text(
+        "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t2\tonly three\n"
+    )
     with pytest.raises(DataError, match="line 2"):
         cd.load_mrpc("train", mrpc)
 
@@ -171,8 +176,18 @@ def test_eval_dims_cli(tiny_model_dir, probe_data, tmp_path):
     from subspaces.cli.app import app
 
     target = tmp_path / "out" / "dims.json"
-    args = ["eval", "dims", "--model", str(tiny_model_dir), "--dims", "8,full", "--tasks", "Banking77,MRPC,STSBenchmark",
-            "--json", str(target)]
+    args = [
+        "eval",
+        "dims",
+        "--model",
+        str(tiny_model_dir),
+        "--dims",
+        "8,full",
+        "--tasks",
+        "Banking77,MRPC,STSBenchmark",
+        "--json",
+        str(target),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     report = json.loads(target.read_text())

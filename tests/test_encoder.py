@@ -74,8 +74,16 @@ def test_minilm_reproduces_sentence_transformers_sts_table():
     from subspaces.eval.sts import STSEvaluator
 
     scores = STSEvaluator(geometry=False)(load_encoder("minilm-l6"))
-    expected = {"STS12": 72.37, "STS13": 80.60, "STS14": 75.60, "STS15": 85.39, "STS16": 78.99,
-                "STSBenchmark": 82.03, "SICKRelatedness": 77.15, "avg": 78.87}
+    expected = {
+        "STS12": 72.37,
+        "STS13": 80.60,
+        "STS14": 75.60,
+        "STS15": 85.39,
+        "STS16": 78.99,
+        "STSBenchmark": 82.03,
+        "SICKRelatedness": 77.15,
+        "avg": 78.87,
+    }
     for task, value in expected.items():
         assert scores[task] == pytest.approx(value, abs=0.01), task
 
@@ -88,9 +96,15 @@ def test_a_folder_that_ships_code_is_not_trusted(tiny_model_dir, tmp_path):
 
     load_encoder(str(tiny_model_dir), pooler="avg_top2").save(str(tmp_path / "ours"))
     assert load_encoder(str(tmp_path / "ours")).encode(["a cat"]).shape[0] == 1  # our module: trusted, loads
-    for name, plant in (("py", lambda f: (f / "modeling_evil.py").write_text("raise SystemExit('ran')\n")),
-                        ("auto_map", lambda f: (f / "config.json").write_text(json.dumps(
-                            json.loads((f / "config.json").read_text()) | {"auto_map": {"AutoModel": "x.Y"}})))):
+    for name, plant in (
+        ("py", lambda f: (f / "modeling_evil.py").write_text("raise SystemExit('ran')\n")),
+        (
+            "auto_map",
+            lambda f: (f / "config.json").write_text(
+                json.dumps(json.loads((f / "config.json").read_text()) | {"auto_map": {"AutoModel": "x.Y"}})
+            ),
+        ),
+    ):
         folder = tmp_path / name
         load_encoder(str(tiny_model_dir), pooler="avg_top2").save(str(folder))
         plant(folder)

@@ -69,7 +69,9 @@ def test_truncate_and_renormalise_matches_encode(tiny_model):
     assert short.shape == (len(SENTENCES), 8)
     np.testing.assert_allclose(np.linalg.norm(short, axis=1), 1.0, rtol=1e-5)
     np.testing.assert_allclose(prefix(full, 8), short, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(short, full[:, :8] / np.linalg.norm(full[:, :8], axis=1, keepdims=True), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        short, full[:, :8] / np.linalg.norm(full[:, :8], axis=1, keepdims=True), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_dim_checks(tiny_model):
@@ -92,8 +94,26 @@ def test_train_matryoshka_cli(tiny_model_dir, tiny_data, tmp_path, mic):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(f"{s} number {i}" for i, s in enumerate(SENTENCES * 8)) + "\n", encoding="utf-8")
     out = tmp_path / ("mic" if mic else "mrl")
-    args = ["train", "matryoshka", "--model", str(tiny_model_dir), "--data", str(corpus), "--output", str(out),
-            "--dims", "8,16,full", "--batch-size", "8", "--max-steps", "3", "--eval-steps", "0", "--save-steps", "0"]
+    args = [
+        "train",
+        "matryoshka",
+        "--model",
+        str(tiny_model_dir),
+        "--data",
+        str(corpus),
+        "--output",
+        str(out),
+        "--dims",
+        "8,16,full",
+        "--batch-size",
+        "8",
+        "--max-steps",
+        "3",
+        "--eval-steps",
+        "0",
+        "--save-steps",
+        "0",
+    ]
     result = CliRunner().invoke(app, args + (["--mic", "--gamma", "0.5", "--layers", "-1"] if mic else []))
     assert result.exit_code == 0, result.output
     state = json.loads((out / "trainer_state.json").read_text())
@@ -110,8 +130,21 @@ def test_train_matryoshka_cli_bad_dims(tiny_model_dir, tiny_data, tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(SENTENCES * 4) + "\n", encoding="utf-8")
     result = CliRunner().invoke(
-        app, ["train", "matryoshka", "--model", str(tiny_model_dir), "--data", str(corpus), "--output", str(tmp_path / "o"),
-              "--dims", "8,64", "--max-steps", "1"]
+        app,
+        [
+            "train",
+            "matryoshka",
+            "--model",
+            str(tiny_model_dir),
+            "--data",
+            str(corpus),
+            "--output",
+            str(tmp_path / "o"),
+            "--dims",
+            "8,64",
+            "--max-steps",
+            "1",
+        ],
     )
     assert result.exit_code == 2
     assert "outside 1..32" in result.output

@@ -59,7 +59,9 @@ def test_scr_prefix_two_by_hand_with_variance_floor():
 
 def test_scr_threshold():
     # |C| = 1 against tau 0.95 leaves (0.05)^2 / 2; at tau >= 1 nothing is penalised.
-    assert soft_collapse_regularization(HIDDEN, MASK, 1, tau_corr=0.95, eps=0.0).item() == pytest.approx(0.00125, abs=1e-7)
+    assert soft_collapse_regularization(HIDDEN, MASK, 1, tau_corr=0.95, eps=0.0).item() == pytest.approx(
+        0.00125, abs=1e-7
+    )
     assert soft_collapse_regularization(HIDDEN, MASK, 1, tau_corr=1.0, eps=0.0).item() == pytest.approx(0.0, abs=1e-7)
 
 
@@ -112,7 +114,7 @@ def test_regularisers_have_gradients():
     assert hidden.grad[mask == 0].abs().sum() == 0  # padding receives no gradient
 
 
-@pytest.fixture()
+@pytest.fixture
 def mrl(tiny_model):
     return matryoshka_simcse_loss(tiny_model, [8, 16, 32])
 

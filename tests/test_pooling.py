@@ -23,12 +23,16 @@ def test_mean_ignores_padding():
 
 def test_avg_first_last_uses_first_transformer_layer_not_embeddings():
     # (layer1 + layer3)/2 averaged over real tokens.
-    expected = torch.tensor([[(1 + 3 + 5 + 1 + 1 + 4) / 6, (2 + 4 + 6 + 1 + 1 + 4) / 6], [(1 + 3 + 2 + 4) / 4, (1 + 3 + 2 + 4) / 4]])
+    expected = torch.tensor(
+        [[(1 + 3 + 5 + 1 + 1 + 4) / 6, (2 + 4 + 6 + 1 + 1 + 4) / 6], [(1 + 3 + 2 + 4) / 4, (1 + 3 + 2 + 4) / 4]]
+    )
     assert torch.allclose(pool("avg_first_last", LAYERS[-1], MASK, LAYERS), expected)
 
 
 def test_avg_top2_uses_last_two_layers():
-    expected = torch.tensor([[(2 + 4 + 6 + 1 + 1 + 4) / 6, (0 + 0 + 0 + 1 + 1 + 4) / 6], [(0 + 0 + 2 + 4) / 4, (2 + 4 + 2 + 4) / 4]])
+    expected = torch.tensor(
+        [[(2 + 4 + 6 + 1 + 1 + 4) / 6, (0 + 0 + 0 + 1 + 1 + 4) / 6], [(0 + 0 + 2 + 4) / 4, (2 + 4 + 2 + 4) / 4]]
+    )
     assert torch.allclose(pool("avg_top2", LAYERS[-1], MASK, LAYERS), expected)
 
 

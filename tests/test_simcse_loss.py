@@ -21,7 +21,7 @@ def _hand_info_nce(a, p, n=None, tau=0.05, w=0.0):
     return total / len(a)
 
 
-@pytest.fixture()
+@pytest.fixture
 def batch():
     g = torch.Generator().manual_seed(0)
     return [torch.randn(5, 8, generator=g, dtype=torch.float64) for _ in range(3)]
@@ -56,7 +56,11 @@ def test_equals_sentence_transformers_mnrl(tiny_model):
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
 
     tiny_model.eval()
-    cols = [["a cat plays", "the dog eats", "a man runs"], ["a cat sleeps", "dog food", "woman runs"], ["red house", "big park", "small guitar"]]
+    cols = [
+        ["a cat plays", "the dog eats", "a man runs"],
+        ["a cat sleeps", "dog food", "woman runs"],
+        ["red house", "big park", "small guitar"],
+    ]
     feats = [tiny_model.preprocess(c) for c in cols]
     ours = SimCSELoss(tiny_model, temperature=0.05)(feats, None)
     theirs = MultipleNegativesRankingLoss(tiny_model, scale=20.0)(feats, torch.zeros(3))
@@ -69,7 +73,9 @@ def test_unsupervised_views_differ_only_by_dropout(tiny_model):
     tiny_model.eval()
     # Without dropout both views are identical: the positive logit is 1/τ, the loss is small but not zero.
     no_dropout = loss(feats).item()
-    emb = tiny_model(tiny_model.preprocess(["a cat plays", "the dog eats", "a man runs", "red house"]))["sentence_embedding"]
+    emb = tiny_model(tiny_model.preprocess(["a cat plays", "the dog eats", "a man runs", "red house"]))[
+        "sentence_embedding"
+    ]
     assert no_dropout == pytest.approx(info_nce(emb, emb).item(), rel=1e-5)
     tiny_model.train()
     torch.manual_seed(0)

@@ -30,9 +30,7 @@ def data_dir() -> Path:
     for candidate in (Path("../shared/data"), Path("data")):
         if candidate.is_dir():
             return candidate.resolve()
-    raise DataError(
-        f"no data folder found: set ${DATA_ENV}, or run from a folder that has ../shared/data or ./data"
-    )
+    raise DataError(f"no data folder found: set ${DATA_ENV}, or run from a folder that has ../shared/data or ./data")
 
 
 def dataset_dir(name: str) -> Path:
@@ -46,7 +44,9 @@ def dataset_dir(name: str) -> Path:
 def cache_dir() -> Path:
     """A writable cache folder for derived artefacts (converted models, entity embeddings)."""
     env = os.environ.get(CACHE_ENV)
-    path = Path(env).expanduser() if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "subspaces"
+    path = (
+        Path(env).expanduser() if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "subspaces"
+    )
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -66,8 +66,11 @@ def embedding_format(path: str | os.PathLike[str]) -> str:
     """The format an embeddings file's suffix names (``.npy``, ``.parquet``, ``.jsonl``); others are refused."""
     suffix = Path(path).suffix.lower()
     if suffix not in EMBEDDING_SUFFIXES:
-        raise DataError(f"cannot write embeddings as {suffix or 'a file without a suffix'}: "
-                        f"name a {', '.join(EMBEDDING_SUFFIXES)} file (the suffix picks the format)", path=path)
+        raise DataError(
+            f"cannot write embeddings as {suffix or 'a file without a suffix'}: "
+            f"name a {', '.join(EMBEDDING_SUFFIXES)} file (the suffix picks the format)",
+            path=path,
+        )
     return suffix
 
 
@@ -187,8 +190,10 @@ def _list_batch_to_array(column, path: Path, first_row: int, dim: int | None) ->
     dim = int(lengths[0]) if dim is None and len(lengths) else dim
     if len(lengths) and (lengths != dim).any():
         row = first_row + int(np.flatnonzero(lengths != dim)[0])
-        raise DataError(f"row {row} of the embedding column holds {lengths[row - first_row]} numbers, "
-                        f"the rows before it {dim}", path=path)
+        raise DataError(
+            f"row {row} of the embedding column holds {lengths[row - first_row]} numbers, the rows before it {dim}",
+            path=path,
+        )
     try:
         values = column.flatten().to_numpy(zero_copy_only=False).astype(np.float32)
     except (pa.ArrowException, TypeError, ValueError) as exc:

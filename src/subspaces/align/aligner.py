@@ -124,15 +124,19 @@ class MiniVec2Vec(BaseEstimator):
         top = [name for name in inspect.signature(cls.__init__).parameters if name not in ("self", *STAGES)]
         unknown = sorted(set(params) - set(STAGES) - set(top))
         if unknown:
-            raise SubspacesError(f"unknown aligner parameter(s) {', '.join(unknown)}; valid: "
-                                 f"{', '.join([*STAGES, *top])} (stage settings nest under their stage)")
+            raise SubspacesError(
+                f"unknown aligner parameter(s) {', '.join(unknown)}; valid: "
+                f"{', '.join([*STAGES, *top])} (stage settings nest under their stage)"
+            )
         kwargs = {name: STAGES[name].from_dict(value) if name in STAGES else value for name, value in params.items()}
         return cls(**kwargs | overrides)
 
     def to_params(self) -> dict[str, Any]:
         """The inverse of :meth:`from_params`: plain, JSON-ready values."""
-        return {name: value.to_dict() if isinstance(value, StageParams) else _plain(value)
-                for name, value in self.get_params(deep=False).items()}
+        return {
+            name: value.to_dict() if isinstance(value, StageParams) else _plain(value)
+            for name, value in self.get_params(deep=False).items()
+        }
 
     def check_params(self) -> None:
         """Raise :class:`SubspacesError` on a bad parameter; ``fit`` calls it, callers may call it before any I/O."""
@@ -176,8 +180,12 @@ class MiniVec2Vec(BaseEstimator):
         probe_a = a[rng.choice(len(a), min(self.search.probe_size, len(a)), replace=False)]
         probe_b = b[rng.choice(len(b), min(self.search.probe_size, len(b)), replace=False)]
 
-        index_a = NeighbourIndex(a, n_lists=self.search.ann_lists, n_probe=self.search.ann_probe, seed=int(rng.integers(2**31)))
-        index_b = NeighbourIndex(b, n_lists=self.search.ann_lists, n_probe=self.search.ann_probe, seed=int(rng.integers(2**31)))
+        index_a = NeighbourIndex(
+            a, n_lists=self.search.ann_lists, n_probe=self.search.ann_probe, seed=int(rng.integers(2**31))
+        )
+        index_b = NeighbourIndex(
+            b, n_lists=self.search.ann_lists, n_probe=self.search.ann_probe, seed=int(rng.integers(2**31))
+        )
 
         def score(matrix: np.ndarray) -> float:
             return bidirectional_nn_similarity(probe_a, probe_b, index_a, index_b, matrix)
@@ -190,8 +198,10 @@ class MiniVec2Vec(BaseEstimator):
         # Refined maps are compared, not initial ones: a wrong start can look as good as a right one before
         # refinement, but only a right one reaches a high neighbour similarity after it. A converged pass (the
         # stronger, structural evidence) is preferred to any unconverged one.
-        chosen = max(range(len(restarts)),
-                     key=lambda i: (self._converged(restarts[i]) is True, restarts[i]["nn_similarity"]["final"]))
+        chosen = max(
+            range(len(restarts)),
+            key=lambda i: (self._converged(restarts[i]) is True, restarts[i]["nn_similarity"]["final"]),
+        )
         self.matrix_ = restarts[chosen].pop("matrix").astype(np.float32)
         for r in restarts:
             r.pop("matrix", None)
@@ -242,12 +252,18 @@ class MiniVec2Vec(BaseEstimator):
         problems = []
         for what, rows, clusters in (
             ("anchors", min(fewest, self.anchors.sample), self.anchors.n_clusters),
-            ("structure", min(fewest, self.structure.sample), self.structure.n_clusters if self.structure.n_iter else 0),
+            (
+                "structure",
+                min(fewest, self.structure.sample),
+                self.structure.n_clusters if self.structure.n_iter else 0,
+            ),
             ("refine.centroid", fewest, self.refine.centroid_clusters),
         ):
             if clusters and rows < per_cluster * clusters:
-                problems.append(f"{rows} rows for {clusters} {what} clusters (fewer than {per_cluster} a cluster): "
-                                f"too few for the cluster counts to be trustworthy; use more rows or fewer clusters")
+                problems.append(
+                    f"{rows} rows for {clusters} {what} clusters (fewer than {per_cluster} a cluster): "
+                    f"too few for the cluster counts to be trustworthy; use more rows or fewer clusters"
+                )
         return problems
 
     def _converged(self, restart: dict[str, Any]) -> bool | None:
@@ -273,9 +289,19 @@ class MiniVec2Vec(BaseEstimator):
 
         with self._progress(f"anchors (restart {restart + 1}/{self.n_restarts})", ap.n_runs) as tick:
             anchors = matched_anchors(
-                a, b, n_runs=ap.n_runs, n_clusters=ap.n_clusters, sample_size=ap.sample, kmeans_iter=ap.kmeans_iter,
-                kmeans_redo=ap.kmeans_redo, qap_method=ap.qap_method, qap_restarts=ap.qap_restarts,
-                keep_fraction=ap.keep, kernel=ap.kernel, rng=rng, progress=tick,
+                a,
+                b,
+                n_runs=ap.n_runs,
+                n_clusters=ap.n_clusters,
+                sample_size=ap.sample,
+                kmeans_iter=ap.kmeans_iter,
+                kmeans_redo=ap.kmeans_redo,
+                qap_method=ap.qap_method,
+                qap_restarts=ap.qap_restarts,
+                keep_fraction=ap.keep,
+                kernel=ap.kernel,
+                rng=rng,
+                progress=tick,
             )
         rows = rng.choice(len(a), min(ap.n_pseudo_pairs, len(a)), replace=False)
         matrix = initial_map(a[rows], b, anchors.source, anchors.target, k=ap.relative_k)
@@ -284,24 +310,51 @@ class MiniVec2Vec(BaseEstimator):
         lap("anchors_and_initial_map")
 
         step = NeighbourStep(
-            a, b, structure_rng, target_index=index_b, source_index=index_a, sample_size=rp.sample, k=rp.k,
-            alpha=rp.alpha, orthogonalize=rp.orthogonalize, bidirectional=rp.bidirectional,
+            a,
+            b,
+            structure_rng,
+            target_index=index_b,
+            source_index=index_a,
+            sample_size=rp.sample,
+            k=rp.k,
+            alpha=rp.alpha,
+            orthogonalize=rp.orthogonalize,
+            bidirectional=rp.bidirectional,
         )
         structure = StructureHistory(best_score=initial_score)  # as it stands when the stage is skipped
         if sp.n_iter > 0:
             with self._progress(f"structure (restart {restart + 1}/{self.n_restarts})", sp.n_iter) as tick:
                 matrix, structure = refine_by_structure(
-                    matrix, step, score=score, n_iter=sp.n_iter, n_clusters=sp.n_clusters, n_runs=sp.n_runs,
-                    sample_size=sp.sample, kmeans_iter=sp.kmeans_iter, inner_steps=sp.steps, patience=sp.patience,
-                    tol=rp.tol, stop_swap_share=sp.stop_swap_share, start_score=initial_score, progress=tick,
+                    matrix,
+                    step,
+                    score=score,
+                    n_iter=sp.n_iter,
+                    n_clusters=sp.n_clusters,
+                    n_runs=sp.n_runs,
+                    sample_size=sp.sample,
+                    kmeans_iter=sp.kmeans_iter,
+                    inner_steps=sp.steps,
+                    patience=sp.patience,
+                    tol=rp.tol,
+                    stop_swap_share=sp.stop_swap_share,
+                    start_score=initial_score,
+                    progress=tick,
                 )
         structure_score = structure.best_score
         lap("structure")
 
         with self._progress(f"refine (restart {restart + 1}/{self.n_restarts})", rp.n_iter) as tick:
             matrix, history = refine_by_neighbours(
-                matrix, dataclasses.replace(step, rng=refine_rng), score=score, n_iter=rp.n_iter, patience=rp.patience, tol=rp.tol,
-                start_score=structure_score, average=rp.average, score_every=rp.score_every, progress=tick,
+                matrix,
+                dataclasses.replace(step, rng=refine_rng),
+                score=score,
+                n_iter=rp.n_iter,
+                patience=rp.patience,
+                tol=rp.tol,
+                start_score=structure_score,
+                average=rp.average,
+                score_every=rp.score_every,
+                progress=tick,
             )
         refined_score = history.best_score
         lap("refine1")
@@ -309,8 +362,14 @@ class MiniVec2Vec(BaseEstimator):
         centroid_score, centroid_accepted = None, False
         if rp.centroid_clusters > 0:
             candidate = refine_by_centroids(
-                a, b, matrix, n_clusters=rp.centroid_clusters, kmeans_iter=rp.centroid_kmeans_iter,
-                alpha=rp.centroid_alpha, orthogonalize=rp.orthogonalize, seed=int(centroid_rng.integers(2**31)),
+                a,
+                b,
+                matrix,
+                n_clusters=rp.centroid_clusters,
+                kmeans_iter=rp.centroid_kmeans_iter,
+                alpha=rp.centroid_alpha,
+                orthogonalize=rp.orthogonalize,
+                seed=int(centroid_rng.integers(2**31)),
             )
             centroid_score = score(candidate)
             # Accepted unless it makes the label-free score worse: refinement may not undo a good map.
@@ -322,8 +381,11 @@ class MiniVec2Vec(BaseEstimator):
         return {
             "matrix": matrix,
             "nn_similarity": {
-                "initial": initial_score, "structure": structure_score, "refine1": refined_score,
-                "refine2": centroid_score, "final": final_score,
+                "initial": initial_score,
+                "structure": structure_score,
+                "refine1": refined_score,
+                "refine2": centroid_score,
+                "final": final_score,
             },
             "qap_agreement": float(anchors.agreement[anchors.kept].mean()),
             "mean_qap_objective": float(anchors.objective.mean()),
@@ -401,19 +463,27 @@ class MiniVec2Vec(BaseEstimator):
             raise DataError("exists and is not a folder", path=folder)
         folder.mkdir(parents=True, exist_ok=True)
         buffer = io.BytesIO()
-        np.savez(buffer, matrix=self.matrix_, source_mean=self.source_mean_, target_mean=self.target_mean_,
-                 target_scale=np.float32(self.target_scale_))
+        np.savez(
+            buffer,
+            matrix=self.matrix_,
+            source_mean=self.source_mean_,
+            target_mean=self.target_mean_,
+            target_scale=np.float32(self.target_scale_),
+        )
         state = buffer.getvalue()
-        config = json.dumps({  # serialised before anything is written: a failure here touches no file
-            "format_version": FORMAT_VERSION,
-            "class": "MiniVec2Vec",
-            "params": self.to_params(),
-            "n_features_in": self.n_features_in_,
-            "n_features_out": self.n_features_out_,
-            "state_sha256": hashlib.sha256(state).hexdigest(),
-            "fit_seconds": self.fit_seconds_,
-            "diagnostics": _plain(self.diagnostics_),
-        }, indent=2)
+        config = json.dumps(
+            {  # serialised before anything is written: a failure here touches no file
+                "format_version": FORMAT_VERSION,
+                "class": "MiniVec2Vec",
+                "params": self.to_params(),
+                "n_features_in": self.n_features_in_,
+                "n_features_out": self.n_features_out_,
+                "state_sha256": hashlib.sha256(state).hexdigest(),
+                "fit_seconds": self.fit_seconds_,
+                "diagnostics": _plain(self.diagnostics_),
+            },
+            indent=2,
+        )
         with atomic_open(folder / STATE_FILE, "wb") as handle:
             handle.write(state)
         with atomic_open(folder / CONFIG_FILE, "w", encoding="utf-8") as handle:
@@ -437,7 +507,9 @@ class MiniVec2Vec(BaseEstimator):
         state_bytes = state_path.read_bytes()
         expected = config.get("state_sha256")
         if expected is not None and hashlib.sha256(state_bytes).hexdigest() != expected:
-            raise DataError(f"does not belong to {CONFIG_FILE} beside it (an interrupted save?); refit", path=state_path)
+            raise DataError(
+                f"does not belong to {CONFIG_FILE} beside it (an interrupted save?); refit", path=state_path
+            )
         try:
             params = config["params"]
             aligner = cls(**from_flat(params)) if version == 1 else cls.from_params(params)
@@ -453,12 +525,20 @@ class MiniVec2Vec(BaseEstimator):
                 aligner.target_scale_ = float(state["target_scale"])
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
             raise DataError(f"unreadable aligner state: {exc}", path=state_path) from exc
-        shapes = {"matrix": aligner.matrix_.shape, "source_mean": aligner.source_mean_.shape,
-                  "target_mean": aligner.target_mean_.shape}
-        if shapes != {"matrix": (aligner.n_features_in_, aligner.n_features_out_),
-                      "source_mean": (aligner.n_features_in_,), "target_mean": (aligner.n_features_out_,)}:
-            raise DimensionError(f"{state_path}: shapes {shapes} do not fit the config's "
-                                 f"{aligner.n_features_in_} -> {aligner.n_features_out_} dimensions")
+        shapes = {
+            "matrix": aligner.matrix_.shape,
+            "source_mean": aligner.source_mean_.shape,
+            "target_mean": aligner.target_mean_.shape,
+        }
+        if shapes != {
+            "matrix": (aligner.n_features_in_, aligner.n_features_out_),
+            "source_mean": (aligner.n_features_in_,),
+            "target_mean": (aligner.n_features_out_,),
+        }:
+            raise DimensionError(
+                f"{state_path}: shapes {shapes} do not fit the config's "
+                f"{aligner.n_features_in_} -> {aligner.n_features_out_} dimensions"
+            )
         aligner.fit_seconds_ = config.get("fit_seconds")
         aligner.diagnostics_ = config.get("diagnostics", {})
         # Format-1 folders judged structural convergence only.

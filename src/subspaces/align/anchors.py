@@ -31,12 +31,20 @@ def kmeans(
     (steadier partitions make the two spaces' clusterings more likely to correspond).
     """
     model = faiss.Kmeans(
-        x.shape[1], n_clusters, niter=n_iter, seed=int(seed), spherical=True, verbose=False,
+        x.shape[1],
+        n_clusters,
+        niter=n_iter,
+        seed=int(seed),
+        spherical=True,
+        verbose=False,
         nredo=1 if init is not None else max(1, int(n_redo)),
         max_points_per_centroid=max(256, int(np.ceil(len(x) / n_clusters))),  # use every point, no silent subsample
         min_points_per_centroid=1,  # the caller checks row counts; faiss would only warn
     )
-    model.train(np.ascontiguousarray(x, dtype=np.float32), init_centroids=None if init is None else np.ascontiguousarray(init, dtype=np.float32))
+    model.train(
+        np.ascontiguousarray(x, dtype=np.float32),
+        init_centroids=None if init is None else np.ascontiguousarray(init, dtype=np.float32),
+    )
     return normalize_rows(model.centroids)
 
 
@@ -98,8 +106,13 @@ def matched_anchors(
         ca = kmeans(a, n_clusters, n_iter=kmeans_iter, seed=int(rng.integers(2**31)), n_redo=kmeans_redo)
         cb = kmeans(b, n_clusters, n_iter=kmeans_iter, seed=int(rng.integers(2**31)), n_redo=kmeans_redo)
         if kernel == "gram":
-            match = match_centroids(gram_factor(cluster_means(a, ca)), gram_factor(cluster_means(b, cb)),
-                                    method=qap_method, n_restarts=qap_restarts, rng=rng)
+            match = match_centroids(
+                gram_factor(cluster_means(a, ca)),
+                gram_factor(cluster_means(b, cb)),
+                method=qap_method,
+                n_restarts=qap_restarts,
+                rng=rng,
+            )
         else:
             match = match_centroids(ca, cb, method=qap_method, n_restarts=qap_restarts, rng=rng)
         src.append(ca)

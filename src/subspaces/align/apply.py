@@ -27,7 +27,9 @@ def _chunks(path: Path, chunk_size: int) -> tuple[int, str | None, Iterator[np.n
 
 
 @contextlib.contextmanager
-def _writer(tmp: Path, suffix: str, n: int, dim: int, column: str | None) -> Iterator[Callable[[int, np.ndarray], None]]:
+def _writer(
+    tmp: Path, suffix: str, n: int, dim: int, column: str | None
+) -> Iterator[Callable[[int, np.ndarray], None]]:
     """``write(start, rows)`` into a memory-mapped ``.npy`` of ``n x dim``, or appended to a parquet file."""
     if suffix == ".npy":
         sink = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, dim))
@@ -90,8 +92,11 @@ def apply_to_file(
     n, column, chunks = _chunks(in_path, chunk_size)
     if n == 0:
         raise DataError("holds no rows", path=in_path)
-    with atomic_path(out_path) as tmp, _writer(tmp, out_path.suffix, n, aligner.n_features_out_, column) as write, \
-            tqdm(total=n, desc="mapping", unit="row", disable=not progress) as bar:
+    with (
+        atomic_path(out_path) as tmp,
+        _writer(tmp, out_path.suffix, n, aligner.n_features_out_, column) as write,
+        tqdm(total=n, desc="mapping", unit="row", disable=not progress) as bar,
+    ):
         start = 0
         for chunk in chunks:
             try:

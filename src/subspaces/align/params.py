@@ -14,12 +14,20 @@ from typing import Any, ClassVar
 from subspaces.errors import SubspacesError
 
 
-def setting(default: Any, *, low: float | None = None, high: float | None = None, above: bool = False,
-            choices: tuple[str, ...] | None = None, optional: bool = False) -> Any:
+def setting(
+    default: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    above: bool = False,
+    choices: tuple[str, ...] | None = None,
+    optional: bool = False,
+) -> Any:
     """A dataclass field with its check: ``low <= value`` (``low < value`` with ``above``), ``value <= high``,
     one of ``choices``; ``optional`` also allows ``None``."""
-    return field(default=default, metadata={"low": low, "high": high, "above": above, "choices": choices,
-                                             "optional": optional})
+    return field(
+        default=default, metadata={"low": low, "high": high, "above": above, "choices": choices, "optional": optional}
+    )
 
 
 def _check_field(owner: str, f: dataclasses.Field, value: Any) -> None:
@@ -45,7 +53,9 @@ def _check_field(owner: str, f: dataclasses.Field, value: Any) -> None:
                 raise ValueError
             float(value)
         except (TypeError, ValueError):
-            raise SubspacesError(f"{name} must be {'an integer' if kind is int else 'a number'}, got {value!r}") from None
+            raise SubspacesError(
+                f"{name} must be {'an integer' if kind is int else 'a number'}, got {value!r}"
+            ) from None
     low, high = rule.get("low"), rule.get("high")
     if low is not None and (value <= low if rule.get("above") else value < low):
         raise SubspacesError(f"{name} must be {'above' if rule.get('above') else 'at least'} {low}, got {value}")
@@ -79,8 +89,11 @@ class StageParams:
 
     def __repr__(self) -> str:
         """Only the settings that differ from the defaults, as scikit-learn prints estimators."""
-        changed = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)  # type: ignore[arg-type]
-                   if getattr(self, f.name) != f.default]
+        changed = [
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            if getattr(self, f.name) != f.default
+        ]
         return f"{type(self).__name__}({', '.join(changed)})"
 
 
@@ -171,7 +184,10 @@ class SearchParams(StageParams):
 
 
 STAGES: dict[str, type[StageParams]] = {
-    "anchors": AnchorParams, "structure": StructureParams, "refine": RefineParams, "search": SearchParams,
+    "anchors": AnchorParams,
+    "structure": StructureParams,
+    "refine": RefineParams,
+    "search": SearchParams,
 }
 
 
@@ -180,35 +196,52 @@ def check_together(anchors: AnchorParams, structure: StructureParams, converged_
     # k-means needs several points per cluster or its centroids are single points (or faiss refuses).
     for where, params in (("anchors", anchors), ("structure", structure)):
         if params.sample < 4 * params.n_clusters:
-            raise SubspacesError(f"{where}.sample ({params.sample}) must be at least 4 x {where}.n_clusters "
-                                 f"({params.n_clusters})")
+            raise SubspacesError(
+                f"{where}.sample ({params.sample}) must be at least 4 x {where}.n_clusters ({params.n_clusters})"
+            )
     if converged_swap_share is not None and not 0 <= converged_swap_share <= 1:
         raise SubspacesError(f"converged_swap_share must be in [0, 1] or None, got {converged_swap_share}")
     stop = structure.stop_swap_share
     if stop is not None and converged_swap_share is not None and stop > converged_swap_share:
         # A structural stage ended above the convergence share would be judged failed: restarts and a warning.
-        raise SubspacesError(f"structure.stop_swap_share ({stop}) must not exceed converged_swap_share "
-                             f"({converged_swap_share})")
+        raise SubspacesError(
+            f"structure.stop_swap_share ({stop}) must not exceed converged_swap_share ({converged_swap_share})"
+        )
 
 
 # Format-1 folders (and the benchmarks' --params) name the 37 settings flat: flat name -> (stage, field).
 FLAT_NAMES: dict[str, tuple[str, str]] = {
-    "n_anchor_runs": ("anchors", "n_runs"), "n_anchor_clusters": ("anchors", "n_clusters"),
-    "anchor_sample": ("anchors", "sample"), "kmeans_redo": ("anchors", "kmeans_redo"),
-    "qap_method": ("anchors", "qap_method"), "anchor_kernel": ("anchors", "kernel"),
-    "qap_restarts": ("anchors", "qap_restarts"), "anchor_keep": ("anchors", "keep"),
-    "n_pseudo_pairs": ("anchors", "n_pseudo_pairs"), "relative_k": ("anchors", "relative_k"),
-    "structure_iter": ("structure", "n_iter"), "structure_clusters": ("structure", "n_clusters"),
-    "structure_runs": ("structure", "n_runs"), "structure_sample": ("structure", "sample"),
-    "structure_steps": ("structure", "steps"), "structure_patience": ("structure", "patience"),
+    "n_anchor_runs": ("anchors", "n_runs"),
+    "n_anchor_clusters": ("anchors", "n_clusters"),
+    "anchor_sample": ("anchors", "sample"),
+    "kmeans_redo": ("anchors", "kmeans_redo"),
+    "qap_method": ("anchors", "qap_method"),
+    "anchor_kernel": ("anchors", "kernel"),
+    "qap_restarts": ("anchors", "qap_restarts"),
+    "anchor_keep": ("anchors", "keep"),
+    "n_pseudo_pairs": ("anchors", "n_pseudo_pairs"),
+    "relative_k": ("anchors", "relative_k"),
+    "structure_iter": ("structure", "n_iter"),
+    "structure_clusters": ("structure", "n_clusters"),
+    "structure_runs": ("structure", "n_runs"),
+    "structure_sample": ("structure", "sample"),
+    "structure_steps": ("structure", "steps"),
+    "structure_patience": ("structure", "patience"),
     "structure_stop_swap_share": ("structure", "stop_swap_share"),
-    "refine_iter": ("refine", "n_iter"), "refine_sample": ("refine", "sample"), "refine_k": ("refine", "k"),
-    "refine_alpha": ("refine", "alpha"), "refine_bidirectional": ("refine", "bidirectional"),
-    "refine_patience": ("refine", "patience"), "refine_score_every": ("refine", "score_every"),
-    "refine_average": ("refine", "average"), "refine_tol": ("refine", "tol"),
-    "orthogonalize": ("refine", "orthogonalize"), "centroid_clusters": ("refine", "centroid_clusters"),
+    "refine_iter": ("refine", "n_iter"),
+    "refine_sample": ("refine", "sample"),
+    "refine_k": ("refine", "k"),
+    "refine_alpha": ("refine", "alpha"),
+    "refine_bidirectional": ("refine", "bidirectional"),
+    "refine_patience": ("refine", "patience"),
+    "refine_score_every": ("refine", "score_every"),
+    "refine_average": ("refine", "average"),
+    "refine_tol": ("refine", "tol"),
+    "orthogonalize": ("refine", "orthogonalize"),
+    "centroid_clusters": ("refine", "centroid_clusters"),
     "centroid_alpha": ("refine", "centroid_alpha"),
-    "ann_lists": ("search", "ann_lists"), "ann_probe": ("search", "ann_probe"),
+    "ann_lists": ("search", "ann_lists"),
+    "ann_probe": ("search", "ann_probe"),
     "probe_size": ("search", "probe_size"),
 }
 # One flat k-means iteration count served every stage.

@@ -31,7 +31,9 @@ def check_embeddings(x: np.ndarray, what: str, *, dim: int | None = None, row_of
     zero = np.linalg.norm(x, axis=1) < ZERO_NORM
     if zero.any():
         rows = np.flatnonzero(zero)
-        raise DimensionError(f"{what}: {len(rows)} row(s) are zero vectors (first: row {row_offset + rows[0]}), e.g. empty texts")
+        raise DimensionError(
+            f"{what}: {len(rows)} row(s) are zero vectors (first: row {row_offset + rows[0]}), e.g. empty texts"
+        )
     return x
 
 

@@ -167,8 +167,18 @@ def refine_by_neighbours(
             tail.popleft()
         return tail[-1]
 
-    best = _keep_best(matrix, recorded, score=score, start_score=start_score, n_iter=n_iter, patience=patience,
-                      tol=tol, history=history, progress=progress, score_every=score_every)
+    best = _keep_best(
+        matrix,
+        recorded,
+        score=score,
+        start_score=start_score,
+        n_iter=n_iter,
+        patience=patience,
+        tol=tol,
+        history=history,
+        progress=progress,
+        score_every=score_every,
+    )
     if average and taken >= 2:
         mean = np.mean(tail, axis=0)
         averaged = nearest_orthogonal(mean) if step.orthogonalize else mean.astype(np.float32)
@@ -235,8 +245,14 @@ def refine_by_structure(
 
     def round_(matrix: np.ndarray) -> np.ndarray:
         ca, cb, swapped = structure_step(
-            source, target, matrix, n_clusters=n_clusters, n_runs=n_runs, sample_size=sample_size,
-            kmeans_iter=kmeans_iter, rng=step.rng,
+            source,
+            target,
+            matrix,
+            n_clusters=n_clusters,
+            n_runs=n_runs,
+            sample_size=sample_size,
+            kmeans_iter=kmeans_iter,
+            rng=step.rng,
         )
         history.swapped.append(swapped)
         matrix = blend(matrix, procrustes(ca, cb), step.alpha, step.orthogonalize)
@@ -247,8 +263,18 @@ def refine_by_structure(
     def converged() -> bool:
         return stop_swap_share is not None and history.swapped[-1] <= stop_swap_share
 
-    best = _keep_best(matrix, round_, score=score, start_score=start_score, n_iter=n_iter, patience=patience,
-                      tol=tol, history=history, progress=progress, done=converged)
+    best = _keep_best(
+        matrix,
+        round_,
+        score=score,
+        start_score=start_score,
+        n_iter=n_iter,
+        patience=patience,
+        tol=tol,
+        history=history,
+        progress=progress,
+        done=converged,
+    )
     return best, history
 
 

@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from subspaces.cli.common import ThreadsOpt, console, out, table, user_errors
-from subspaces.errors import ConvergenceWarning
 from subspaces.cli.groups import align_app
+from subspaces.errors import ConvergenceWarning
 
 
 def _embed(model: str, texts_path: Path):
@@ -94,8 +94,17 @@ def fit_cmd(
     source_texts: Annotated[Optional[Path], typer.Option(help="Texts for the source model, one a line.")] = None,
     target: Annotated[Optional[str], typer.Option(help="Target model, to embed --target-texts first.")] = None,
     target_texts: Annotated[Optional[Path], typer.Option(help="Texts for the target model, one a line.")] = None,
-    params: Annotated[Optional[Path], typer.Option("--params", help='JSON file of stage settings, e.g. {"anchors": {"n_runs": 12}, "refine": {"n_iter": 50}} (stages: anchors, structure, refine, search; see docs/align.md).')] = None,
-    n_restarts: Annotated[Optional[int], typer.Option(help="At most this many independent passes; best label-free score wins (default 3).")] = None,
+    params: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--params",
+            help='JSON file of stage settings, e.g. {"anchors": {"n_runs": 12}, "refine": {"n_iter": 50}} (stages: anchors, structure, refine, search; see docs/align.md).',
+        ),
+    ] = None,
+    n_restarts: Annotated[
+        Optional[int],
+        typer.Option(help="At most this many independent passes; best label-free score wins (default 3)."),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Random seed (samples, k-means, QAP starts).")] = 0,
     threads: ThreadsOpt = None,
 ) -> None:
@@ -128,10 +137,13 @@ def fit_cmd(
         "refine-1 iterations": lambda r: r["refine1_iterations"],
         "anchor consistency": lambda r: r["anchor_consistency_final"],
     }
-    columns = ["statistic"] + [f"restart {i}{' (kept)' if i == d['chosen_restart'] else ''}"
-                               for i in range(len(d["restarts"]))]
-    rows = [[name] + [f"{v:.4f}" if isinstance(v := get(r), float) else str(v) for r in d["restarts"]]
-            for name, get in stats.items()]
+    columns = ["statistic"] + [
+        f"restart {i}{' (kept)' if i == d['chosen_restart'] else ''}" for i in range(len(d["restarts"]))
+    ]
+    rows = [
+        [name] + [f"{v:.4f}" if isinstance(v := get(r), float) else str(v) for r in d["restarts"]]
+        for name, get in stats.items()
+    ]
     out.print(table("label-free diagnostics", columns, rows))
     out.print(f"orthogonality gap {d['orthogonality_gap']:.2e}")
     for warning in caught:
@@ -150,10 +162,18 @@ def apply_cmd(
     aligner_dir: Annotated[Path, typer.Argument(help="Folder written by `align fit`.")],
     input: Annotated[Path, typer.Argument(help="Source-model vectors, .npy or .parquet (one embedding column).")],
     output: Annotated[Path, typer.Argument(help="Where to write the mapped vectors (.npy or .parquet).")],
-    centered: Annotated[bool, typer.Option("--centered/--target-space", help="Unit vectors in the centred target space, or (default) in the target model's own coordinates.")] = False,
+    centered: Annotated[
+        bool,
+        typer.Option(
+            "--centered/--target-space",
+            help="Unit vectors in the centred target space, or (default) in the target model's own coordinates.",
+        ),
+    ] = False,
     chunk_size: Annotated[int, typer.Option(min=1, help="Rows mapped per chunk.")] = 65_536,
     threads: ThreadsOpt = None,
-    force: Annotated[bool, typer.Option("--force", help="Apply a map that `align fit` flagged as not trusted.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Apply a map that `align fit` flagged as not trusted.")
+    ] = False,
 ) -> None:
     """Map a stored collection into the target space, in chunks; the output is written atomically, the input untouched."""
     from subspaces.align import MiniVec2Vec
@@ -175,7 +195,9 @@ def eval_cmd(
     source_emb: Annotated[Path, typer.Option(help="Held-out source vectors; row i pairs with target row i.")],
     target_emb: Annotated[Path, typer.Option(help="Held-out target vectors of the same texts.")],
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report here (atomically).")] = None,
-    pool_size: Annotated[int, typer.Option(min=1, help="Candidates per retrieval pool (consecutive rows; the last pool holds the rest).")] = 8192,
+    pool_size: Annotated[
+        int, typer.Option(min=1, help="Candidates per retrieval pool (consecutive rows; the last pool holds the rest).")
+    ] = 8192,
     source_name: Annotated[Optional[str], typer.Option(help="Name of the source model in the report.")] = None,
     target_name: Annotated[Optional[str], typer.Option(help="Name of the target model in the report.")] = None,
     threads: ThreadsOpt = None,
@@ -195,4 +217,10 @@ def eval_cmd(
         if report.get(name) is not None:
             rows.append([name, report[name]["top1"], report[name]["mean_rank"], report[name]["cosine"]])
     title = f"{report['source']} -> {report['target']}: {report['n_eval']} pairs, pools of {report['pool_size']}"
-    out.print(table(title, ["map", "top-1", "mean rank", "cosine"], [[r[0], f"{r[1]:.4f}", f"{r[2]:.2f}", f"{r[3]:.4f}"] for r in rows]))
+    out.print(
+        table(
+            title,
+            ["map", "top-1", "mean rank", "cosine"],
+            [[r[0], f"{r[1]:.4f}", f"{r[2]:.2f}", f"{r[3]:.4f}"] for r in rows],
+        )
+    )

@@ -33,7 +33,9 @@ class Head(str, Enum):
     hypernet = "hypernet"
 
 
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Bundled model name (see `subspaces models`) or a local folder.")]
+ModelOpt = Annotated[
+    str, typer.Option("--model", "-m", help="Bundled model name (see `subspaces models`) or a local folder.")
+]
 
 # Options every encoder-training command shares (train simcse, train matryoshka).
 MaxStepsOpt = Annotated[Optional[int], typer.Option(help="Stop after this many steps.")]
@@ -47,8 +49,11 @@ ResumeOpt = Annotated[bool, typer.Option("--resume/--no-resume", help="Continue 
 
 ThreadsOpt = Annotated[
     Optional[int],
-    typer.Option(help="CPU threads for torch, BLAS and faiss. Default: $SUBSPACES_THREADS, $OMP_NUM_THREADS, "
-                 "or the cores this process may use (affinity and CPU quota).", show_default=False),
+    typer.Option(
+        help="CPU threads for torch, BLAS and faiss. Default: $SUBSPACES_THREADS, $OMP_NUM_THREADS, "
+        "or the cores this process may use (affinity and CPU quota).",
+        show_default=False,
+    ),
 ]
 
 # What is true after Ctrl-C in any command: every file is written to a temporary name and renamed when whole.

@@ -27,7 +27,6 @@ class Variant(str, Enum):
     senteval = "senteval"
 
 
-
 @app.command("models")
 @user_errors
 def models_cmd(threads: ThreadsOpt = None) -> None:
@@ -54,13 +53,26 @@ DeviceOpt = Annotated[str, typer.Option(help="Torch device: cpu, cuda, cuda:N or
 @user_errors(interrupted="no embeddings were written (OUTPUT is written only when every text is encoded)")
 def encode_cmd(
     model: ModelOpt,
-    input: Annotated[Path, typer.Option("--input", "-i", help="Text file, one sentence a line (.txt or .txt.gz); - reads standard input.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write: .npy, .parquet (one 'embedding' column) or .jsonl (text and embedding a line); written atomically.")],
+    input: Annotated[
+        Path,
+        typer.Option("--input", "-i", help="Text file, one sentence a line (.txt or .txt.gz); - reads standard input."),
+    ],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Where to write: .npy, .parquet (one 'embedding' column) or .jsonl (text and embedding a line); written atomically.",
+        ),
+    ],
     batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 64,
     truncate_dim: Annotated[Optional[int], typer.Option(help="Keep only the first N dimensions (Matryoshka).")] = None,
     normalize: Annotated[bool, typer.Option("--normalize/--no-normalize", help="L2-normalise rows.")] = False,
     pooler: Annotated[Optional[Pooler], typer.Option(help="Override the model's pooling.")] = None,
-    max_seq_length: Annotated[Optional[int], typer.Option(help="Tokens read per text (default: the model's); longer texts are cut, and counted.")] = None,
+    max_seq_length: Annotated[
+        Optional[int],
+        typer.Option(help="Tokens read per text (default: the model's); longer texts are cut, and counted."),
+    ] = None,
     device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
 ) -> None:
@@ -84,8 +96,10 @@ def encode_cmd(
     enc = load_encoder(model, pooler=pooler.value if pooler else None, max_seq_length=max_seq_length, device=device)
     long = count_truncated(enc, texts)
     if long:
-        console.print(f"[yellow]note:[/] {long} of {len(texts)} texts are longer than {enc.max_seq_length} tokens; "
-                      "the model reads only their first tokens (--max-seq-length to change)")
+        console.print(
+            f"[yellow]note:[/] {long} of {len(texts)} texts are longer than {enc.max_seq_length} tokens; "
+            "the model reads only their first tokens (--max-seq-length to change)"
+        )
     emb = encode(enc, texts, batch_size=batch_size, normalize=normalize, truncate_dim=truncate_dim, show_progress=True)
     save_embeddings(output, emb, texts if output.suffix.lower() == ".jsonl" else None)
     console.print(f"wrote {emb.shape[0]} x {emb.shape[1]} embeddings to {output}")
@@ -104,8 +118,12 @@ def _check_positive(**values: int | None) -> None:
 def eval_sts_cmd(
     model: ModelOpt = "minilm-l6",
     pooler: Annotated[Optional[Pooler], typer.Option(help="Override the model's pooling.")] = None,
-    variant: Annotated[Variant, typer.Option(help="original: raw files; senteval: SentEval's tokenised, lower-cased ones.")] = Variant.original,
-    tasks: Annotated[Optional[str], typer.Option(help="Comma-separated subset of STS12..STS16,STSBenchmark,SICKRelatedness.")] = None,
+    variant: Annotated[
+        Variant, typer.Option(help="original: raw files; senteval: SentEval's tokenised, lower-cased ones.")
+    ] = Variant.original,
+    tasks: Annotated[
+        Optional[str], typer.Option(help="Comma-separated subset of STS12..STS16,STSBenchmark,SICKRelatedness.")
+    ] = None,
     truncate_dim: Annotated[Optional[int], typer.Option(help="Evaluate the first N dimensions only.")] = None,
     batch_size: Annotated[int, typer.Option()] = 128,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON here.")] = None,

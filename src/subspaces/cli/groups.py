@@ -15,7 +15,9 @@ eval_app = typer.Typer(help="Evaluate encoders (STS, truncated dimensions).", no
 train_app = typer.Typer(help="Train encoders (SimCSE, Matryoshka/MIC).", no_args_is_help=True)
 align_app = typer.Typer(help="Unsupervised alignment of embedding spaces (mini-vec2vec).", no_args_is_help=True)
 cond_app = typer.Typer(help="Conditional similarity (Hyper-CL tri-encoders) on WiC and C-STS.", no_args_is_help=True)
-kgc_app = typer.Typer(help="Knowledge-graph completion (SimKGC bi-encoder, Hyper-CL tri-encoder).", no_args_is_help=True)
+kgc_app = typer.Typer(
+    help="Knowledge-graph completion (SimKGC bi-encoder, Hyper-CL tri-encoder).", no_args_is_help=True
+)
 bench_app = typer.Typer(help="Benchmarks that time and compare implementations.", no_args_is_help=True)
 
 app.add_typer(eval_app, name="eval")

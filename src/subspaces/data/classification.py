@@ -131,8 +131,12 @@ def load_tweeteval(task: str, split: str = "train", folder: str | Path | None = 
     text_path, label_path = root / f"{split}_text.txt", root / f"{split}_labels.txt"
     if not text_path.is_file():
         raise DataError(
-            "file not found" + (" (the sentiment training texts are missing from this copy; use split 'val')"
-                                if task == "sentiment" and split == "train" else ""),
+            "file not found"
+            + (
+                " (the sentiment training texts are missing from this copy; use split 'val')"
+                if task == "sentiment" and split == "train"
+                else ""
+            ),
             path=text_path,
         )
     texts = _lines(text_path)

@@ -113,7 +113,9 @@ def _label(text: str, path: Path, line: int) -> float | None:
         raise DataError(f"label {text!r} is not a number", path=path, line=line) from None
     low, high = CSTS_LABEL_RANGE
     if not low <= value <= high:
-        raise DataError(f"label {value} is outside {low:g}..{high:g} (or -1 for a withheld label)", path=path, line=line)
+        raise DataError(
+            f"label {value} is outside {low:g}..{high:g} (or -1 for a withheld label)", path=path, line=line
+        )
     return value
 
 

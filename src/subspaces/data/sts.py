@@ -143,7 +143,9 @@ def read_sick_file(path: Path) -> STSPairs:
         try:
             ia, ib, ir = header.index("sentence_A"), header.index("sentence_B"), header.index("relatedness_score")
         except ValueError:
-            raise DataError(f"header {header} lacks sentence_A/sentence_B/relatedness_score", path=path, line=1) from None
+            raise DataError(
+                f"header {header} lacks sentence_A/sentence_B/relatedness_score", path=path, line=1
+            ) from None
         for lineno, line in enumerate(handle, 2):
             line = line.rstrip("\n").rstrip("\r")
             if not line.strip():

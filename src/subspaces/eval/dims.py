@@ -300,7 +300,7 @@ def plot_dims(reports: Sequence[dict[str, Any]], path: str | Path) -> Path:
         ax.set_ylabel(metric, fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3)
-    for ax in list(axes.flat)[len(tasks):]:
+    for ax in list(axes.flat)[len(tasks) :]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=max(1, len(reports)), fontsize=8, frameon=False)

@@ -15,15 +15,15 @@ from typing import Literal, overload
 import numpy as np
 import torch
 
-from subspaces.errors import DimensionError, ModelNotFoundError, SubspacesError
-from subspaces.models import registry
-from subspaces.models.pooling import LAYER_POOLERS, POOLERS, SimCSEPooling
-
 # Nothing here reaches for the hub: names resolve to local folders (or fail) before anything loads, saved
 # folders load with local_files_only, and every model built here has local-only model-card data (else saving
 # one looks its base model up on the hub). The command line also sets HF_HUB_OFFLINE for its process.
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+from subspaces.errors import DimensionError, ModelNotFoundError, SubspacesError
+from subspaces.models import registry
+from subspaces.models.pooling import LAYER_POOLERS, POOLERS, SimCSEPooling
 
 
 def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:

@@ -48,7 +48,7 @@ def read_onnx_bert(onnx_path: str | os.PathLike[str]) -> OnnxBertWeights:
     state: dict[str, np.ndarray] = {}
     for name, value in tensors.items():
         if name.startswith(ST_PREFIX):
-            state[name[len(ST_PREFIX):]] = value
+            state[name[len(ST_PREFIX) :]] = value
     for node in graph.node:
         if node.op_type != "MatMul" or node.input[1] not in tensors or node.input[1].startswith(ST_PREFIX):
             continue
@@ -57,7 +57,7 @@ def read_onnx_bert(onnx_path: str | os.PathLike[str]) -> OnnxBertWeights:
         if len(biases) != 1:
             raise ModelNotFoundError(f"{onnx_path}: cannot tell which weight MatMul {node.input[1]!r} holds")
         # ONNX MatMul computes x @ W with W (in, out); torch.nn.Linear stores (out, in).
-        state[biases[0][len(ST_PREFIX):-len(".bias")] + ".weight"] = tensors[node.input[1]].T.copy()
+        state[biases[0][len(ST_PREFIX) : -len(".bias")] + ".weight"] = tensors[node.input[1]].T.copy()
 
     layers = {int(k.split(".")[2]) for k in state if k.startswith("encoder.layer.")}
     eps = next(
@@ -160,7 +160,8 @@ def max_token_difference(
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     token_output = read_onnx_bert(onnx_path).token_output
     (expected,) = session.run(
-        [token_output], {"input_ids": batch["input_ids"].astype(np.int64), "attention_mask": batch["attention_mask"].astype(np.int64)}
+        [token_output],
+        {"input_ids": batch["input_ids"].astype(np.int64), "attention_mask": batch["attention_mask"].astype(np.int64)},
     )
     with torch.no_grad():
         got = model(

@@ -50,7 +50,11 @@ def pool(
     if name in LAYER_POOLERS:
         if hidden_states is None or len(hidden_states) < 3:
             raise ValueError(f"pooler {name!r} needs the hidden states of every layer (output_hidden_states=True)")
-        pair = (hidden_states[1], hidden_states[-1]) if name == "avg_first_last" else (hidden_states[-2], hidden_states[-1])
+        pair = (
+            (hidden_states[1], hidden_states[-1])
+            if name == "avg_first_last"
+            else (hidden_states[-2], hidden_states[-1])
+        )
         return masked_mean((pair[0] + pair[1]) / 2.0, attention_mask)
     raise ValueError(f"unknown pooler {name!r}; choose one of {', '.join(POOLERS)}")
 
@@ -89,7 +93,7 @@ class SimCSEPooling(Module):
         self.save_torch_weights(output_path, safe_serialization=safe_serialization)
 
     @classmethod
-    def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs: Any) -> "SimCSEPooling":
+    def load(cls, model_name_or_path: str, subfolder: str = "", **kwargs: Any) -> SimCSEPooling:
         hub = {k: kwargs[k] for k in ("token", "cache_folder", "revision", "local_files_only") if k in kwargs}
         config = cls.load_config(model_name_or_path, subfolder=subfolder, **hub)
         module = cls(**config)
