@@ -154,3 +154,17 @@ def test_count_truncated_counts_texts_past_the_length_limit(tiny_model_dir):
 
     model = load_encoder(str(tiny_model_dir), max_seq_length=4)
     assert count_truncated(model, ["a", "a b", "a b c", "a b c d e f"], chunk=2) == 2  # [CLS] and [SEP] count
+
+
+def test_encode_progress_names_the_task_off_a_terminal(tiny_model, capsys):
+    """Issue 23 item 14: progress says what is encoded (not sentence-transformers' bare "Batches"), also in a log."""
+    from subspaces.models.encoder import encode
+
+    texts = [f"sentence number {i}" for i in range(40)]
+    emb = encode(tiny_model, texts, batch_size=8, show_progress=True, description="encode corpus.txt with tiny")
+    err = capsys.readouterr().err
+    assert "encode corpus.txt with tiny: 40/40 texts" in err
+    assert "Batches" not in err
+    # Chunking for the display must not change the rows or their order.
+    whole = tiny_model.encode(texts, batch_size=8, convert_to_numpy=True)
+    assert emb.shape == whole.shape and abs(emb - whole).max() < 1e-5

@@ -100,7 +100,16 @@ def encode_cmd(
             f"[yellow]note:[/] {long} of {len(texts)} texts are longer than {enc.max_seq_length} tokens; "
             "the model reads only their first tokens (--max-seq-length to change)"
         )
-    emb = encode(enc, texts, batch_size=batch_size, normalize=normalize, truncate_dim=truncate_dim, show_progress=True)
+    source = "stdin" if str(input) == "-" else Path(input).name
+    emb = encode(
+        enc,
+        texts,
+        batch_size=batch_size,
+        normalize=normalize,
+        truncate_dim=truncate_dim,
+        show_progress=True,
+        description=f"encode {source} with {model}",
+    )
     save_embeddings(output, emb, texts if output.suffix.lower() == ".jsonl" else None)
     console.print(f"wrote {emb.shape[0]} x {emb.shape[1]} embeddings to {output}")
 

@@ -209,6 +209,7 @@ def encode(
     truncate_dim: int | None = ...,
     output: Literal["numpy"] = ...,
     show_progress: bool | None = ...,
+    description: str = ...,
 ) -> np.ndarray: ...
 
 
@@ -222,6 +223,7 @@ def encode(
     truncate_dim: int | None = ...,
     output: Literal["torch"],
     show_progress: bool | None = ...,
+    description: str = ...,
 ) -> torch.Tensor: ...
 
 
@@ -234,12 +236,14 @@ def encode(
     truncate_dim: int | None = None,
     output: Literal["numpy", "torch"] = "numpy",
     show_progress: bool | None = None,
+    description: str = "encoding",
 ) -> np.ndarray | torch.Tensor:
     """Embed ``texts`` in input order.
 
     sentence-transformers' ``encode`` already sorts by length into batches and restores the order; this adds
-    truncation *before* normalisation (so prefixes are unit vectors), a progress bar for long inputs, and a
-    check that no row is NaN.
+    truncation *before* normalisation (so prefixes are unit vectors), a progress display for long inputs that names
+    the task (``description``; plain lines every few seconds when stderr is not a terminal), and a check that no row
+    is NaN.
     """
     if isinstance(texts, str):
         raise TypeError("texts must be a sequence of strings, not one string")
@@ -253,17 +257,27 @@ def encode(
         return out.numpy() if output == "numpy" else out
     if show_progress is None:
         show_progress = len(texts) >= 2048
-    emb = (
-        model.encode(
-            texts,
-            batch_size=batch_size,
-            show_progress_bar=show_progress,
-            convert_to_tensor=True,
-            normalize_embeddings=False,
-        )
-        .float()
-        .cpu()
-    )
+    from subspaces.progress import Progress
+
+    # Chunks of many batches: sentence-transformers still length-sorts within each, and our display can update.
+    chunk = max(batch_size * 16, 1024)
+    parts = []
+    with Progress(len(texts), description, unit="text", enabled=show_progress) as bar:
+        for lo in range(0, len(texts), chunk):
+            part = texts[lo : lo + chunk]
+            parts.append(
+                model.encode(
+                    part,
+                    batch_size=batch_size,
+                    show_progress_bar=False,
+                    convert_to_tensor=True,
+                    normalize_embeddings=False,
+                )
+                .float()
+                .cpu()
+            )
+            bar.update(len(part))
+    emb = torch.cat(parts)
     emb = truncate_and_normalize(emb, truncate_dim, normalize)
     check_finite(emb, "encoded embeddings")
     return emb.numpy() if output == "numpy" else emb
