@@ -1,4 +1,4 @@
-# Two set-up commands: `make run` (the main job on the bundled model) and `make test` (the test suite).
+# Two set-up commands: `make run` (the main job on the bundled model) and `make test` (lint, then the test suite).
 # Each installs first, into .venv, from this repository's own files, at the versions in constraints.txt.
 PYTHON ?= python3
 VENV ?= .venv
@@ -33,7 +33,8 @@ constraints: install
 run: install
 	$(BIN)/subspaces eval sts --model minilm-l6 --json outputs/sts-minilm-l6.json
 
-test: install
+# Lint first, so CI (.ci/run) fails on a lint error as on a failing test.
+test: install lint
 	$(BIN)/pytest -q
 
 test-slow: install

@@ -99,7 +99,10 @@ def main() -> None:
         "n_eval": args.n_eval,
         "seed": args.seed,
         "params": params,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores (shared), OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}",
+        "machine": (
+            f"{platform.machine()}, {os.cpu_count()} cores (shared), "
+            f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}"
+        ),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "pairs": [],
     }
@@ -108,13 +111,15 @@ def main() -> None:
         report = run_pair(folder, target, seed=args.seed, paper=not args.no_paper, params=params)
         results["pairs"].append(report)
         save_json(output, results)  # after every pair, so a long run keeps what it has
-        line = f"{args.pool} {SOURCE_MODEL}->{target}: top1 {report['top1']:.4f} (oracle {report['oracle']['top1']:.4f}"
+        line = f"{args.pool} {SOURCE_MODEL}->{target}: top1 {report['top1']:.4f}"
+        line += f" (oracle {report['oracle']['top1']:.4f}"
         if report["identity"] is not None:
             line += f", identity {report['identity']['top1']:.4f}"
         line += f") in {report['fit_seconds']:.0f}s"
         if "paper_recipe" in report:
             p = report["paper_recipe"]
-            line += f"; paper recipe top1 {p['top1']:.4f} in {p['fit_seconds']:.0f}s ({report['speedup_vs_paper_recipe']:.1f}x)"
+            line += f"; paper recipe top1 {p['top1']:.4f} in {p['fit_seconds']:.0f}s"
+            line += f" ({report['speedup_vs_paper_recipe']:.1f}x)"
         print(line, flush=True)
     print(f"wrote {output}")
 

@@ -4,7 +4,8 @@ The paper's protocol: shuffle a pool of ``size`` texts; the last ``n_eval`` are 
 both models); the rest is cut into two disjoint halves, the first embedded only by the source model, the
 second only by the target model. Embeddings go to ``cache_dir()/align_bench/<pool>-<size>-<seed>/``.
 
-    nice -n 5 .venv/bin/python benchmarks/align_pools.py --pool wordnet --size 40000 --models minilm-l6,paraphrase-l3,wordllama
+    nice -n 5 .venv/bin/python benchmarks/align_pools.py --pool wordnet --size 40000 \
+        --models minilm-l6,paraphrase-l3,wordllama
 """
 
 from __future__ import annotations

@@ -13,12 +13,13 @@ gets its held-out top-1 and these label-free statistics, computed on two fixed p
 * ``coverage``: share of probes of each side chosen as someone's nearest neighbour (low = hubs);
 * ``mixing``: share of cross-space rows among the 10 nearest neighbours in the union of both mapped probes.
 
-Rules: ``neighbour_mean`` (the library's bidirectional step, k=50 or ``--k``), ``icp`` (the same with k=1: hill-climbing on
-``nn_similarity`` itself), ``csls_neighbour_mean`` (the 50 neighbours ranked by CSLS instead of cosine, against
-8,192 candidates), ``entropic_ot`` (barycentres of an entropic transport plan with uniform marginals, ε = 0.05, both
-directions), ``mutual_csls_pairs`` (MUSE's refinement: Procrustes on mutual CSLS nearest neighbours) and
-``mutual_csls_means`` (those pairs, each side replaced by refine-1's neighbour mean), ``symmetric_smoothing``
-(both sides of every pair replaced by the mean of their 50 neighbours in their own space, self excluded).
+Rules: ``neighbour_mean`` (the library's bidirectional step, k=50 or ``--k``), ``icp`` (the same with k=1:
+hill-climbing on ``nn_similarity`` itself), ``csls_neighbour_mean`` (the 50 neighbours ranked by CSLS instead of
+cosine, against 8,192 candidates), ``entropic_ot`` (barycentres of an entropic transport plan with uniform
+marginals, ε = 0.05, both directions), ``mutual_csls_pairs`` (MUSE's refinement: Procrustes on mutual CSLS nearest
+neighbours) and ``mutual_csls_means`` (those pairs, each side replaced by refine-1's neighbour mean),
+``symmetric_smoothing`` (both sides of every pair replaced by the mean of their 50 neighbours in their own space,
+self excluded).
 
 With ``--perturb T,...`` the library's rule also starts from the oracle blended with weight T towards a fixed random
 orthogonal map (projected back to orthogonal): how good a start must be for refine-1 to climb rather than stall.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +54,7 @@ def main() -> None:
     for n in (4096, 2048):
         queries = normalize_rows(a[:n] @ rotation)
         for k in (1, 50):
-            row = {name: seconds(lambda idx=idx: idx.search(queries, k)) for name, idx in indexes.items()}
+            row = {name: seconds(partial(idx.search, queries, k)) for name, idx in indexes.items()}
             print(f"{n} queries, k={k}: " + ", ".join(f"{name} {s:.3f} s" for name, s in row.items()))
     queries = normalize_rows(a[:4096] @ rotation)
     _, ids = indexes["exact"].search(queries, 50)
@@ -61,7 +62,7 @@ def main() -> None:
         if name == "exact":
             continue
         _, found = idx.search(queries, 50)
-        recall = np.mean([len(np.intersect1d(f, t)) / 50 for f, t in zip(found, ids)])
+        recall = np.mean([len(np.intersect1d(f, t)) / 50 for f, t in zip(found, ids, strict=True)])
         print(f"{name}: recall of the 50 nearest {recall:.2f}")
     fancy = seconds(lambda: b[ids].mean(axis=1))
     summed = seconds(lambda: mean_of_rows(b, ids))

@@ -8,7 +8,8 @@ the held-out ones; Procrustes fitted on the first N of them is scored on the hel
 least-squares linear map (is the orthogonal class the limit?). Both spaces are centred on their training halves'
 means, as the aligner sees them.
 
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/align_supervised_ceiling.py --pool wordnet --size 80000 --target wordllama
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/align_supervised_ceiling.py --pool wordnet --size 80000 \
+        --target wordllama
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Markdown table of alignment results from the JSON files ``align_bench.py`` writes.
 
-    .venv/bin/python benchmarks/align_table.py benchmarks/results/align_wordnet.json benchmarks/results/align_tweets.json
+    .venv/bin/python benchmarks/align_table.py benchmarks/results/align_wordnet.json \
+        benchmarks/results/align_tweets.json
 
 ``PATH=NOTE`` appends NOTE to the label of that file's rows (e.g. what the defaults were when it ran).
 """
@@ -23,7 +24,8 @@ def main(paths: list[str]) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for arg in paths:
         path, _, note = arg.partition("=")
-        results = json.load(open(path))
+        with open(path) as f:
+            results = json.load(f)
         # Runs that override more than the restart count are labelled with their overrides.
         extra = {k: v for k, v in results.get("params", {}).items() if k != "n_restarts"}
         restarts = results.get("params", {}).get("n_restarts", 3)
@@ -40,7 +42,8 @@ def main(paths: list[str]) -> None:
             paper_seconds = "n/a" if paper is None else f"{paper['fit_seconds']:.0f}"
             speedup = "n/a" if paper is None else f"{r['speedup_vs_paper_recipe']:.1f}x"
             print(
-                f"| {results['pool']} ({results['size']}) | {r['source']} → {r['target']}{label}{ran} | {r['n_eval']} | "
+                f"| {results['pool']} ({results['size']}) | {r['source']} → {r['target']}{label}{ran} | "
+                f"{r['n_eval']} | "
                 f"{r['top1']:.3f} | {r['mean_rank']:.1f} | {r['cosine']:.3f} | {fmt(r['identity'], 'top1')} | "
                 f"{r['oracle']['top1']:.3f} | {100 * gap:.1f}% | {fmt(cross, 'top1')} | {cross_gap} | "
                 f"{r['fit_seconds']:.0f} | {fmt(paper, 'top1')} | "

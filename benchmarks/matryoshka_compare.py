@@ -248,7 +248,8 @@ def main() -> None:
                 folder / "cpu_seconds.json", {"steps": result.steps, "cpu_seconds": cpu, "wall_seconds": result.seconds}
             )
             print(
-                f"{method} seed {seed}: {result.steps} steps in {result.seconds:.0f} s ({result.seconds / max(result.steps, 1):.2f} s/step)"
+                f"{method} seed {seed}: {result.steps} steps in {result.seconds:.0f} s "
+                f"({result.seconds / max(result.steps, 1):.2f} s/step)"
             )
 
     if "eval" not in skip:

@@ -393,7 +393,8 @@ def test_fit_checks_its_arguments_before_reading_anything(spaces, tmp_path):
 
 
 def test_fit_can_embed_texts_first(tiny_model_dir, tmp_path):
-    """--source MODEL --source-texts FILE: the texts are embedded by the model, then aligned (here: a model onto itself)."""
+    """--source MODEL --source-texts FILE: the texts are embedded by the model, then aligned (here: a model onto
+    itself)."""
     words = ["cat", "dog", "river", "stone", "music", "bread", "storm", "glass", "train", "garden"]
     texts = [f"the {a} and the {b} near a {c}" for a in words for b in words for c in words[:3]]
     (tmp_path / "a.txt").write_text("\n".join(texts[::2]) + "\n", encoding="utf-8")

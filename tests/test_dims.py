@@ -13,7 +13,25 @@ from subspaces.data import classification as cd
 from subspaces.errors import DataError
 from subspaces.eval.dims import DimsEvaluator, classification_scores, pair_features, plot_dims, prefix
 
-WORDS = ["the", "a", "cat", "dog", "man", "woman", "plays", "eats", "runs", "sleeps", "guitar", "food", "park", "house", "red", "big", "small"]
+WORDS = [
+    "the",
+    "a",
+    "cat",
+    "dog",
+    "man",
+    "woman",
+    "plays",
+    "eats",
+    "runs",
+    "sleeps",
+    "guitar",
+    "food",
+    "park",
+    "house",
+    "red",
+    "big",
+    "small",
+]
 
 
 def _text(rng: random.Random) -> str:

@@ -150,7 +150,7 @@ class LRUCache:
             values = compute(positions)
             if len(values) != len(positions):
                 raise ValueError(f"compute returned {len(values)} values for {len(positions)} missing keys")
-            computed = dict(zip(first_miss, values))
+            computed = dict(zip(first_miss, values, strict=True))
             for key, value in computed.items():
                 self.put(key, value)
             for i, key in enumerate(keys):

@@ -9,6 +9,8 @@ centred, normalised space.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from subspaces.align.preprocess import normalize_rows
@@ -69,7 +71,7 @@ def evaluate_alignment(aligner, source: np.ndarray, target: np.ndarray, *, pool_
     a = aligner.preprocess_source(source)
     b = aligner.preprocess_target(target)
     # Pools are consecutive rows; the last one holds the remainder (shuffle paired rows beforehand if ordered).
-    report = {"n_eval": len(a), "pool_size": min(pool_size, len(a))}
+    report: dict[str, Any] = {"n_eval": len(a), "pool_size": min(pool_size, len(a))}
     report |= retrieval_metrics(normalize_rows(a @ aligner.matrix_), b, pool_size=pool_size)
     report["n_pools"] = -(-len(a) // pool_size)
     report["identity"] = retrieval_metrics(a, b, pool_size=pool_size) if a.shape[1] == b.shape[1] else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -98,7 +98,8 @@ def fit_cmd(
         Optional[Path],
         typer.Option(
             "--params",
-            help='JSON file of stage settings, e.g. {"anchors": {"n_runs": 12}, "refine": {"n_iter": 50}} (stages: anchors, structure, refine, search; see docs/align.md).',
+            help='JSON file of stage settings, e.g. {"anchors": {"n_runs": 12}, "refine": {"n_iter": 50}} '
+            "(stages: anchors, structure, refine, search; see docs/align.md).",
         ),
     ] = None,
     n_restarts: Annotated[
@@ -175,7 +176,7 @@ def apply_cmd(
         bool, typer.Option("--force", help="Apply a map that `align fit` flagged as not trusted.")
     ] = False,
 ) -> None:
-    """Map a stored collection into the target space, in chunks; the output is written atomically, the input untouched."""
+    """Map a stored collection into the target space, in chunks; written atomically, the input untouched."""
     from subspaces.align import MiniVec2Vec
     from subspaces.align.apply import apply_to_file
     from subspaces.errors import SubspacesError
@@ -207,7 +208,7 @@ def eval_cmd(
     from subspaces.io import load_embeddings, save_json
 
     aligner = MiniVec2Vec.load(aligner_dir)
-    report = {"source": source_name or source_emb.stem, "target": target_name or target_emb.stem}
+    report: dict[str, Any] = {"source": source_name or source_emb.stem, "target": target_name or target_emb.stem}
     report |= evaluate_alignment(aligner, load_embeddings(source_emb), load_embeddings(target_emb), pool_size=pool_size)
     report["fit_seconds"] = aligner.fit_seconds_
     if json_path is not None:

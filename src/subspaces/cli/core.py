@@ -62,7 +62,8 @@ def encode_cmd(
         typer.Option(
             "--output",
             "-o",
-            help="Where to write: .npy, .parquet (one 'embedding' column) or .jsonl (text and embedding a line); written atomically.",
+            help="Where to write: .npy, .parquet (one 'embedding' column) or .jsonl (text and embedding a line); "
+            "written atomically.",
         ),
     ],
     batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 64,

@@ -167,7 +167,7 @@ def evaluate(
         n_hop=rerank_n_hop,
         neighbour_weight=neighbour_weight,
         ties=ties.value,
-        disk_cache=False if no_disk_cache else None,  # type: ignore[arg-type]
+        disk_cache=False if no_disk_cache else None,
     )
     _show(result)
     if json_path is not None:

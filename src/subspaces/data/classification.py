@@ -164,14 +164,15 @@ def _lines(path: Path) -> list[str]:
 
 def _tweeteval_mapping(path: Path) -> list[str]:
     names: dict[int, str] = {}
-    for line_no, line in enumerate(open(_require(path), encoding="utf-8"), 1):
-        if not line.strip():
-            continue
-        parts = line.rstrip("\n").split("\t")
-        try:
-            names[int(parts[0])] = parts[1] if len(parts) > 1 else parts[0]
-        except (ValueError, IndexError):
-            raise DataError(f"expected 'id<TAB>name', got {line.strip()!r}", path=path, line=line_no) from None
+    with open(_require(path), encoding="utf-8") as lines:
+        for line_no, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            parts = line.rstrip("\n").split("\t")
+            try:
+                names[int(parts[0])] = parts[1] if len(parts) > 1 else parts[0]
+            except (ValueError, IndexError):
+                raise DataError(f"expected 'id<TAB>name', got {line.strip()!r}", path=path, line=line_no) from None
     if sorted(names) != list(range(len(names))):
         raise DataError(f"label ids must be 0..{len(names) - 1}, got {sorted(names)}", path=path)
     return [names[i] for i in range(len(names))]
@@ -204,7 +205,8 @@ def load_mrpc(split: str = "train", folder: str | Path | None = None) -> Labelle
 
 
 def load_wic_pairs(split: str = "train", folder: str | Path | None = None) -> LabelledPairs:
-    """WiC ``train``/``dev``/``test`` as plain sentence pairs labelled 1 (same sense) or 0; the target word is dropped."""
+    """WiC ``train``/``dev``/``test`` as plain sentence pairs labelled 1 (same sense) or 0; the target word is
+    dropped."""
     from subspaces.data.wic import WIC_SPLITS, read_wic
 
     if split not in WIC_SPLITS:

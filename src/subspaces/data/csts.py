@@ -100,7 +100,7 @@ def write_predictions(path: str | Path, rows: Sequence[ConditionalPair], scores:
     """The official C-STS prediction file: ``{"idx": score}`` (scores on the 1-5 label scale), written atomically."""
     if len(rows) != len(scores):
         raise ValueError(f"{len(rows)} rows but {len(scores)} scores")
-    save_json(path, {str(r.idx): float(s) for r, s in zip(rows, scores)})
+    save_json(path, {str(r.idx): float(s) for r, s in zip(rows, scores, strict=True)})
 
 
 def _label(text: str, path: Path, line: int) -> float | None:

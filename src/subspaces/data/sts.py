@@ -100,7 +100,7 @@ def read_sts_subset(input_path: Path, gold_path: Path) -> tuple[list[str], list[
     if len(inputs) != len(golds):
         raise DataError(f"{len(inputs)} input lines but {len(golds)} gold lines in {gold_path.name}", path=input_path)
     s1, s2, scores, skipped = [], [], [], 0
-    for lineno, (row, gold) in enumerate(zip(inputs, golds), 1):
+    for lineno, (row, gold) in enumerate(zip(inputs, golds, strict=True), 1):
         if not gold.strip():
             skipped += 1
             continue

@@ -287,7 +287,7 @@ def plot_dims(reports: Sequence[dict[str, Any]], path: str | Path) -> Path:
     cols = min(4, len(tasks))
     rows = -(-len(tasks) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False)
-    for ax, task in zip(axes.flat, tasks):
+    for ax, task in zip(axes.flat, tasks, strict=False):  # the grid may have more panels than tasks
         for report in reports:
             if task not in report["scores"]:
                 continue
