@@ -282,6 +282,7 @@ def test_progress_prints_plain_lines_when_not_a_terminal(capsys):
     err = capsys.readouterr().err
     assert "train simcse on wordnet30_examples: 5/10 steps (50%)" in err and "loss=0.25" in err
     assert "\r" not in err
+    assert err.count("5/10 steps") == 1  # the closing line does not repeat a state already printed
 
 
 # --- guards for every recipe on the engine ------------------------------------------------------------------------

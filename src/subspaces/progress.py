@@ -58,6 +58,7 @@ class Progress:
         self._start = self._last_line = time.monotonic()
         self._bar = None
         self._closed = False
+        self._printed_n: int | None = None  # the count the last plain line showed
         if enabled and _is_terminal(self.stream):
             from tqdm.auto import tqdm
 
@@ -97,6 +98,7 @@ class Progress:
 
     def _print_line(self) -> None:
         self._last_line = time.monotonic()
+        self._printed_n = self.n
         print(self.line(), file=self.stream, flush=True)
 
     def close(self) -> None:
@@ -105,8 +107,8 @@ class Progress:
         self._closed = True
         if self._bar is not None:
             self._bar.close()
-        elif self.enabled and self.n > self.initial:
-            self._print_line()
+        elif self.enabled and self.n > self.initial and self.n != self._printed_n:
+            self._print_line()  # the final state, unless the last line already showed it
 
     def __enter__(self) -> Progress:
         return self
