@@ -22,6 +22,32 @@ class Pooler(str, Enum):
     avg_top2 = "avg_top2"
 
 
+class Backend(str, Enum):
+    """``subspaces.models.backends.BACKENDS``: torch, or the transformer as an exported graph."""
+
+    torch = "torch"
+    onnx = "onnx"
+    openvino = "openvino"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    int8 = "int8"
+
+
+class Quantization(str, Enum):
+    int8 = "int8"
+    binary = "binary"
+
+
+BackendOpt = Annotated[
+    Backend, typer.Option(help="torch, or the transformer exported once (cached) to ONNX Runtime or OpenVINO; CPU.")
+]
+PrecisionOpt = Annotated[
+    Precision, typer.Option(help="int8: dynamically quantised weights (onnx) or int8-compressed weights (openvino).")
+]
+
+
 class Variant(str, Enum):
     original = "original"
     senteval = "senteval"
@@ -76,6 +102,15 @@ def encode_cmd(
     ] = None,
     device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
+    backend: BackendOpt = Backend.torch,
+    precision: PrecisionOpt = Precision.fp32,
+    quantize: Annotated[
+        Optional[Quantization],
+        typer.Option(
+            help="Write codes instead of floats (.npy only): int8 (ranges calibrated on up to 10,000 rows) or binary "
+            "(packed bits); OUTPUT.quant.json beside them holds the kind, dimension and int8 ranges."
+        ),
+    ] = None,
 ) -> None:
     """Embed a text file: one row per input line (blank lines included, as zero-length texts), in input order."""
     from subspaces.errors import SubspacesError
@@ -86,15 +121,27 @@ def encode_cmd(
     if output.is_dir():
         raise SubspacesError(f"--output {output} is a folder; name the file to write (.npy, .parquet or .jsonl)")
     embedding_format(output)
+    if quantize is not None and output.suffix.lower() != ".npy":
+        raise SubspacesError(f"--quantize writes a .npy file of codes, not {output.suffix}")
     _check_positive(batch_size=batch_size, max_seq_length=max_seq_length)
     check_model(model)
+    from subspaces.models.backends import check_backend
+
+    check_backend(backend.value, precision.value)
     texts = read_lines(input, skip_blank=False)
     blank = sum(not t.strip() for t in texts)
     if blank:
         console.print(f"[yellow]note:[/] {blank} blank line(s) are embedded as empty texts (kept so rows match lines)")
     from subspaces.models.encoder import count_truncated, encode, load_encoder
 
-    enc = load_encoder(model, pooler=pooler.value if pooler else None, max_seq_length=max_seq_length, device=device)
+    enc = load_encoder(
+        model,
+        pooler=pooler.value if pooler else None,
+        max_seq_length=max_seq_length,
+        device=device,
+        backend=backend.value,
+        precision=precision.value,
+    )
     long = count_truncated(enc, texts)
     if long:
         console.print(
@@ -111,8 +158,28 @@ def encode_cmd(
         show_progress=True,
         description=f"encode {source} with {model}",
     )
+    if quantize is not None:
+        _save_quantized(output, emb, quantize.value)
+        return
     save_embeddings(output, emb, texts if output.suffix.lower() == ".jsonl" else None)
     console.print(f"wrote {emb.shape[0]} x {emb.shape[1]} embeddings to {output}")
+
+
+def _save_quantized(output: Path, emb, kind: str) -> None:
+    import numpy as np
+
+    from subspaces.quantize import calibrate_int8, quantize, save_codes, sidecar
+
+    cal = None
+    if kind == "int8":
+        rows = np.random.default_rng(0).permutation(len(emb))[:10_000]  # a seeded sample: same file, same ranges
+        cal = calibrate_int8(emb[np.sort(rows)])
+    codes = quantize(emb, kind, cal)  # type: ignore[arg-type]
+    save_codes(output, codes, kind, emb.shape[1], cal)  # type: ignore[arg-type]
+    console.print(
+        f"wrote {codes.shape[0]} x {emb.shape[1]} {kind} codes ({codes.shape[1]} bytes a row) to {output}, "
+        f"their description to {sidecar(output)}"
+    )
 
 
 def _check_positive(**values: int | None) -> None:
@@ -139,6 +206,8 @@ def eval_sts_cmd(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON here.")] = None,
     device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
+    backend: BackendOpt = Backend.torch,
+    precision: PrecisionOpt = Precision.fp32,
 ) -> None:
     """The SimCSE STS table: cosine similarity, Spearman x 100, plus alignment and uniformity."""
     from subspaces.data.sts import TASKS, load_stsb
@@ -148,16 +217,27 @@ def eval_sts_cmd(
 
     _check_positive(batch_size=batch_size, truncate_dim=truncate_dim)
     check_model(model)
+    from subspaces.models.backends import check_backend
+
+    check_backend(backend.value, precision.value)
     chosen = [t.strip() for t in tasks.split(",")] if tasks else list(TASKS)
     evaluator = STSEvaluator(tasks=chosen, variant=variant.value, batch_size=batch_size, truncate_dim=truncate_dim)
     evaluator.check()  # the data is read before the model loads: a missing folder fails in a second
     load_stsb("test", variant.value)  # alignment and uniformity read STS-B test, whatever the tasks
     from subspaces.models.encoder import load_encoder
 
-    enc = load_encoder(model, pooler=pooler.value if pooler else None, device=device)
+    enc = load_encoder(
+        model,
+        pooler=pooler.value if pooler else None,
+        device=device,
+        backend=backend.value,
+        precision=precision.value,
+    )
     scores = evaluator(enc)
     result = {
         "model": model,
+        "backend": backend.value,
+        "precision": precision.value,
         "pooler": pooler.value if pooler else None,
         "variant": variant.value,
         "truncate_dim": truncate_dim,

@@ -40,6 +40,8 @@ def load_encoder(
     max_seq_length: int | None = None,
     mlp_only_train: bool = False,
     device: str | None = "cpu",
+    backend: str = "torch",
+    precision: str = "fp32",
 ) -> SentenceTransformer:
     """Load a sentence encoder offline.
 
@@ -51,9 +53,16 @@ def load_encoder(
         max_seq_length: truncate inputs to this many tokens.
         mlp_only_train: with ``pooler="cls"``, use the MLP only while training (unsupervised SimCSE's recipe).
         device: torch device; CPU by default.
+        backend, precision: ``onnx``/``openvino`` run the transformer as an exported graph (fp32 or int8), built
+            once and cached (:mod:`subspaces.models.backends`); CPU only.
     """
+    from subspaces.models.backends import check_backend
+
     if pooler is not None and pooler not in POOLERS:
         raise SubspacesError(f"unknown pooler {pooler!r}; choose one of {', '.join(POOLERS)}")
+    check_backend(backend, precision)
+    if backend != "torch" and device not in (None, "cpu"):
+        raise SubspacesError(f"backend {backend!r} runs on the CPU; use --device cpu (or --backend torch)")
     device = resolve_device(device)
     if isinstance(name_or_path, SentenceTransformer):
         model = name_or_path
@@ -72,6 +81,10 @@ def load_encoder(
         model = with_pooler(model, pooler, mlp_only_train=mlp_only_train)
     if max_seq_length is not None:
         model.max_seq_length = max_seq_length
+    if backend != "torch":
+        from subspaces.models.backends import with_backend
+
+        model = with_backend(model, backend, precision)
     return local_only(model)
 
 

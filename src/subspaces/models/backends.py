@@ -1,0 +1,302 @@
+"""Run an encoder's transformer on ONNX Runtime or OpenVINO, in fp32 or int8, exported once and cached.
+
+sentence-transformers' own ``backend="onnx"|"openvino"`` loads through optimum, and every optimum release that
+has those backends pins a transformers older than the 5.x this package runs on (optimum-onnx 0.1: < 4.58;
+optimum-intel 2.2: < 5.6). So the graph is exported with torch's own ONNX exporter and quantised with the runtimes'
+own tools: ``onnxruntime.quantization.quantize_dynamic`` (int8 weights, activations quantised per batch at run time,
+what optimum's dynamic quantisation calls) and ``nncf.compress_weights`` for OpenVINO (int8 weights, fp32 maths).
+
+Only the transformer moves: tokenisation, length-sorted batching, pooling, Dense and Normalize stay
+sentence-transformers' own modules, so the result is still a ``SentenceTransformer`` that ``encode`` and every
+evaluator take as before.
+
+Cache: ``cache_dir()/backends/<weights sha256[:16]>-<backend>-<precision>/`` holds the graph and ``manifest.json``
+(the full weights hash, each file's size and sha256). A folder whose manifest or files do not match is rebuilt,
+never used. A build is written into a temporary sibling and renamed into place after its manifest, so an export
+interrupted midway leaves nothing that loads.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from subspaces.errors import SubspacesError
+
+if TYPE_CHECKING:
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+BACKENDS = ("torch", "onnx", "openvino")
+PRECISIONS = ("fp32", "int8")
+GRAPH_FILES = {"onnx": ("model.onnx",), "openvino": ("model.xml", "model.bin")}
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+FORMAT = 1  # bump when the export changes, so graphs built by older code are rebuilt
+OPSET = 17
+
+log = logging.getLogger(__name__)
+
+
+def check_backend(backend: str, precision: str = "fp32") -> None:
+    if backend not in BACKENDS:
+        raise SubspacesError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if precision not in PRECISIONS:
+        raise SubspacesError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    if backend == "torch" and precision != "fp32":
+        raise SubspacesError("--precision int8 needs --backend onnx or openvino (the torch backend runs fp32)")
+
+
+def with_backend(
+    model: SentenceTransformer, backend: str = "torch", precision: str = "fp32", *, threads: int | None = None
+) -> SentenceTransformer:
+    """Run ``model``'s transformer (its first module) on ``backend`` at ``precision``; returns ``model``.
+
+    The transformer's torch weights are replaced in place by a runtime session on the cached graph (exported on
+    first use). ``threads`` defaults to torch's thread count, which :func:`subspaces.config.set_threads` sets.
+    """
+    check_backend(backend, precision)
+    if backend == "torch":
+        return model
+    transformer = _transformer_of(model, backend)
+    folder = export(transformer, backend, precision)
+    import torch
+
+    n = threads or torch.get_num_threads()
+    inputs = _input_names(transformer.model)
+    run = _onnx_session(folder, n) if backend == "onnx" else _openvino_session(folder, n)
+    transformer.model = runtime_model_class()(transformer.model.config, inputs, run, f"{backend}-{precision}")
+    # The runtime's forward takes **features and picks its inputs; sentence-transformers then passes it everything.
+    transformer.model_forward_params = None
+    return model
+
+
+def _transformer_of(model: SentenceTransformer, backend: str):
+    from sentence_transformers.sentence_transformer.modules import Transformer
+
+    first = model[0] if len(model) else None
+    if not isinstance(first, Transformer) or isinstance(getattr(first, "model", None), runtime_model_class()):
+        kind = type(getattr(first, "model", first)).__name__
+        raise SubspacesError(
+            f"backend {backend!r} cannot run this model: its first module is {kind}, not a torch transformer "
+            "(a static embedding such as wordllama is a table lookup with no network to export); use --backend torch"
+        )
+    config = first.model.config
+    if getattr(config, "output_hidden_states", False):
+        raise SubspacesError(
+            f"backend {backend!r} exports the last layer only; this model's pooler reads several layers "
+            "(avg_first_last/avg_top2); use --backend torch"
+        )
+    return first
+
+
+@functools.cache
+def runtime_model_class() -> type:
+    """The torch module that stands in for the transformers model (built on first use: torch is imported late,
+    so that the CLI checks its options before paying for it)."""
+    import torch
+
+    class RuntimeModel(torch.nn.Module):
+        """Stands in for a transformers model inside sentence-transformers' Transformer module: the same inputs,
+        ``last_hidden_state`` out, computed by an exported graph."""
+
+        def __init__(self, config: Any, inputs: tuple[str, ...], run: Callable[[dict], np.ndarray], name: str) -> None:
+            super().__init__()
+            self.config, self.inputs, self.run, self.name = config, inputs, run, name
+
+        @property
+        def device(self) -> torch.device:
+            return torch.device("cpu")
+
+        def forward(self, **features: Any) -> dict[str, torch.Tensor]:
+            mask = features["attention_mask"]
+            feed = {}
+            for name in self.inputs:
+                value = features.get(name)
+                feed[name] = (torch.zeros_like(mask) if value is None else value).cpu().numpy().astype(np.int64)
+            return {"last_hidden_state": torch.from_numpy(self.run(feed))}
+
+        def extra_repr(self) -> str:
+            return self.name
+
+    return RuntimeModel
+
+
+def weights_hash(module: Any) -> str:
+    """sha256 of a transformers model's config and every tensor of its state (names, dtypes, shapes, bytes)."""
+    import torch
+
+    digest = hashlib.sha256(module.config.to_json_string(use_diff=False).encode())
+    for name, tensor in sorted(module.state_dict().items()):
+        value = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{value.dtype}:{tuple(value.shape)}".encode())
+        digest.update(value.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def graph_folder(weights: str, backend: str, precision: str) -> Path:
+    from subspaces.config import cache_dir
+
+    return cache_dir() / "backends" / f"{weights[:16]}-{backend}-{precision}"
+
+
+def export(transformer: Any, backend: str, precision: str) -> Path:
+    """The cached graph folder of ``transformer`` (a sentence-transformers Transformer), built if missing or bad."""
+    check_backend(backend, precision)
+    weights = weights_hash(transformer.model)
+    target = graph_folder(weights, backend, precision)
+    if is_valid(target, weights):
+        return target
+    if target.exists():
+        log.warning("rebuilding %s: its graph does not match its manifest (stale or truncated)", target)
+    if backend == "onnx" and precision == "fp32":
+        build = lambda tmp: _export_onnx(transformer.model, tmp / "model.onnx")  # noqa: E731
+    elif backend == "onnx":
+        source = export(transformer, "onnx", "fp32") / "model.onnx"
+        build = lambda tmp: _quantize_onnx(source, tmp / "model.onnx")  # noqa: E731
+    else:
+        source = export(transformer, "onnx", "fp32") / "model.onnx"
+        build = lambda tmp: _to_openvino(source, tmp / "model.xml", int8=precision == "int8")  # noqa: E731
+    _build_atomically(target, build, {"weights": weights, "backend": backend, "precision": precision})
+    return target
+
+
+def is_valid(folder: Path, weights: str) -> bool:
+    """Whether ``folder`` holds a whole graph of these weights: its manifest matches, and every file's size and
+    sha256 match the manifest's."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+        if manifest.get("weights") != weights or manifest.get("format") != FORMAT:
+            return False
+        files = manifest["files"]
+        return bool(files) and all(
+            (folder / name).stat().st_size == meta["size"] and _file_sha256(folder / name) == meta["sha256"]
+            for name, meta in files.items()
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _build_atomically(target: Path, build: Callable[[Path], None], meta: dict[str, Any]) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        build(tmp)
+        files = {p.name: {"size": p.stat().st_size, "sha256": _file_sha256(p)} for p in sorted(tmp.iterdir())}
+        (tmp / "manifest.json").write_text(json.dumps({**meta, "format": FORMAT, "files": files}, indent=1))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _input_names(hf_model: Any) -> tuple[str, ...]:
+    accepted = inspect.signature(hf_model.forward).parameters
+    return tuple(name for name in MODEL_INPUTS if name in accepted)
+
+
+def _export_onnx(hf_model: Any, path: Path) -> None:
+    """torch's TorchScript-based exporter (the dynamo one needs onnxscript), batch and length dynamic."""
+    import copy
+    import warnings
+
+    import torch
+
+    names = _input_names(hf_model)
+    # A copy: export switches modes back and forth, and the caller's model must keep its own.
+    bert = copy.deepcopy(hf_model).eval()
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = bert
+
+        def forward(self, *args: torch.Tensor) -> torch.Tensor:
+            return self.inner(**dict(zip(names, args, strict=True)), return_dict=True).last_hidden_state
+
+    # A padded row in the example, so the traced graph keeps the attention-mask path.
+    example = {n: torch.ones(2, 8, dtype=torch.long) for n in names}
+    example["attention_mask"][1, 5:] = 0
+    if "token_type_ids" in example:
+        example["token_type_ids"].zero_()
+    axes = {n: {0: "batch", 1: "sequence"} for n in (*names, "last_hidden_state")}
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # tracer warnings about Python branches on shapes
+        torch.onnx.export(
+            LastHidden(),
+            tuple(example.values()),
+            str(path),
+            input_names=list(names),
+            output_names=["last_hidden_state"],
+            dynamic_axes=axes,
+            opset_version=OPSET,
+            dynamo=False,
+        )
+
+
+def _quantize_onnx(source: Path, path: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    logging.getLogger().setLevel(max(logging.getLogger().level, logging.ERROR))  # its "run pre-processing" hint
+    quantize_dynamic(str(source), str(path), weight_type=QuantType.QInt8, per_channel=True)
+
+
+def _to_openvino(source: Path, path: Path, *, int8: bool) -> None:
+    try:
+        import openvino as ov
+    except ImportError:
+        raise SubspacesError("--backend openvino needs OpenVINO: pip install 'subspaces[openvino]'") from None
+    model = ov.convert_model(str(source))
+    if int8:
+        try:
+            import nncf
+        except ImportError:
+            raise SubspacesError("OpenVINO int8 needs nncf: pip install 'subspaces[openvino]'") from None
+        model = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
+    ov.save_model(model, str(path), compress_to_fp16=False)
+
+
+def _onnx_session(folder: Path, threads: int) -> Callable[[dict], np.ndarray]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":  # set_threads' choice: idle threads sleep
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = ort.InferenceSession(str(folder / "model.onnx"), options, providers=["CPUExecutionProvider"])
+    return lambda feed: session.run(["last_hidden_state"], feed)[0]
+
+
+def _openvino_session(folder: Path, threads: int) -> Callable[[dict], np.ndarray]:
+    try:
+        import openvino as ov
+    except ImportError:
+        raise SubspacesError("--backend openvino needs OpenVINO: pip install 'subspaces[openvino]'") from None
+    # f32 maths: on CPUs with bf16 units OpenVINO would otherwise pick bf16, which is not what fp32 promises.
+    compiled = ov.Core().compile_model(
+        str(folder / "model.xml"), "CPU", {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"}
+    )
+    request = compiled.create_infer_request()
+    # copy: the request reuses its output buffer on the next call
+    return lambda feed: np.array(request.infer(feed)[0], copy=True)
