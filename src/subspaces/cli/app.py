@@ -15,6 +15,7 @@ COMMAND_MODULES = (
     "subspaces.cli.align",  # align fit/apply/eval
     "subspaces.cli.cond",  # cond train/eval, bench csts-cache
     "subspaces.cli.kgc",  # kgc train/eval
+    "subspaces.cli.store",  # store create/add/info/index/search/migrate
 )
 
 for _module in COMMAND_MODULES:

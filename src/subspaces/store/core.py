@@ -1,0 +1,496 @@
+"""``Store``: texts and their vectors in an embedded LanceDB folder, searchable exactly, by ANN and by funnel.
+
+Layout of a store folder::
+
+    store.json      the manifest (:mod:`.manifest`): model fingerprints, spaces, the active one
+    lance/          the LanceDB database: one table per space, rows (id, text, vector, metadata)
+    aligners/N/     the fitted aligner of a mapped space N (a migration)
+
+Every write is one LanceDB commit of one batch, atomic for readers (they see a table version, never part of a
+batch), and ids already in the table are skipped, so an interrupted ``add`` rerun adds exactly what is missing.
+Vectors are unit length (cosine = inner product). One writer at a time: two concurrent ``add`` runs could both
+add an id that neither saw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, overload
+
+import numpy as np
+
+from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.store import search as ops
+from subspaces.store.fingerprint import ModelFingerprint
+from subspaces.store.manifest import Manifest, Space
+
+DB = "lance"
+RERANK = ("full", "none")
+
+
+@contextmanager
+def _lance_errors(what: str) -> Iterator[None]:
+    """LanceDB's errors on a damaged or missing table, as one user-facing message."""
+    import pyarrow as pa
+
+    try:
+        yield
+    except (OSError, RuntimeError, ValueError, pa.ArrowException) as exc:
+        if isinstance(exc, SubspacesError):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SubspacesError(f"{what}: the table is missing or corrupted ({first})") from exc
+
+
+@dataclass
+class _Loaded:
+    """One space's rows in memory, for exact and funnel search; valid for one table version."""
+
+    version: int
+    ids: np.ndarray
+    texts: np.ndarray
+    vectors: np.ndarray
+    index: Any = None
+    prefixes: dict[int, Any] = field(default_factory=dict)
+
+
+def _schema(dim: int):
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("text", pa.string(), nullable=False),
+            pa.field("vector", pa.list_(pa.float32(), dim)),
+            pa.field("metadata", pa.string()),  # a JSON object, or null
+        ]
+    )
+
+
+def _batch(dim: int, ids: Sequence[str], texts: Sequence[str], vectors: np.ndarray, metadata: Sequence[Any]):
+    import pyarrow as pa
+
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).ravel(), type=pa.float32())
+    meta = [m if m is None or isinstance(m, str) else json.dumps(m, ensure_ascii=False) for m in metadata]
+    return pa.table(
+        {
+            "id": pa.array(list(ids), pa.string()),
+            "text": pa.array(list(texts), pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
+            "metadata": pa.array(meta, pa.string()),
+        },
+        schema=_schema(dim),
+    )
+
+
+def _vectors(column, dim: int) -> np.ndarray:
+    values = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    return np.asarray(values, dtype=np.float32).reshape(-1, dim)
+
+
+class Store:
+    """A vector store in folder ``path``. Make one with :meth:`create`, open one with :meth:`open`.
+
+    >>> store = Store.create("my-store", "minilm-l6")
+    >>> store.add(["A man plays a guitar.", "A dog runs."], ids=["a", "b"])
+    >>> store.search("someone playing music", k=1)  # {"query": ..., "ids": ["a"], "scores": [...], "texts": [...]}
+    """
+
+    def __init__(self, path: Path, manifest: Manifest) -> None:
+        import lancedb
+
+        self.path = path
+        self.manifest = manifest
+        self._db = lancedb.connect(str(path / DB))
+        self._loaded: dict[str, _Loaded] = {}
+        self._models: dict[str, Any] = {}  # space -> loaded model
+
+    # -- creating and opening ------------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], model: Any, *, name: str | None = None) -> Store:
+        """A new, empty store for ``model`` (a bundled name, a folder, or a loaded SentenceTransformer, then
+        give ``name`` to reload it by). Refuses a folder that exists and is not empty."""
+        import lancedb
+
+        folder = Path(path)
+        if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+            raise SubspacesError(f"{folder} already exists and is not an empty folder; a store is made in a new one")
+        encoder, label = _load(model, name)
+        fingerprint = ModelFingerprint.of(encoder, label)
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            with _lance_errors(str(folder)):
+                lancedb.connect(str(folder / DB)).create_table("space_0", schema=_schema(fingerprint.dimension))
+            manifest = Manifest(spaces={"0": Space(table="space_0", model=fingerprint)}, active="0")
+            manifest.save(folder)  # last: until it is there the folder is not a store
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        store = cls(folder, manifest)
+        store._models["0"] = encoder
+        return store
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> Store:
+        folder = Path(path)
+        return cls(folder, Manifest.load(folder))
+
+    # -- models ---------------------------------------------------------------------------------------------
+    def model(self, space: str | None = None) -> Any:
+        """The encoder of ``space`` (default: the active one), loaded by its recorded name and checked."""
+        name = space or self.manifest.active
+        if name not in self._models:
+            recorded = self._space(name).model
+            if not recorded.name:
+                raise SubspacesError("the store's model was built in memory and has no name: pass model=...")
+            encoder, _ = _load(recorded.name, None)
+            recorded.check(ModelFingerprint.of(encoder, recorded.name), what=f"the model now at {recorded.name}")
+            self._models[name] = encoder
+        return self._models[name]
+
+    def _space_of(self, model: Any | None, space: str | None) -> tuple[str, Any]:
+        """The space a query model's vectors belong to (and that model), or a refusal."""
+        if model is None:
+            name = space or self.manifest.active
+            self._searchable(name)
+            return name, self.model(name)
+        encoder, label = _load(model, None)
+        fingerprint = ModelFingerprint.of(encoder, label)
+        candidates = [space] if space else [self.manifest.active, *self.manifest.pending()]
+        for name in candidates:
+            if self._space(name).model.matches(fingerprint):
+                self._searchable(name)
+                return name, encoder
+        retired = [n for n, s in self.manifest.spaces.items() if s.state == "retired" and s.model.matches(fingerprint)]
+        if retired:
+            raise SubspacesError(f"{fingerprint.label()} is the store's retired model; search with the active one")
+        self._space(candidates[0]).model.check(fingerprint)
+        raise AssertionError("unreachable: check() raised")  # pragma: no cover
+
+    # -- reading --------------------------------------------------------------------------------------------
+    def _space(self, name: str) -> Space:
+        if name not in self.manifest.spaces:
+            raise SubspacesError(f"the store has no space {name!r}; it has {', '.join(self.manifest.spaces)}")
+        return self.manifest.spaces[name]
+
+    def _searchable(self, name: str) -> None:
+        if self._space(name).state == "retired":
+            raise SubspacesError(f"space {name!r} was retired by a migration; search the active space")
+
+    def _table(self, name: str) -> Any:
+        with _lance_errors(f"{self.path}, space {name}"):
+            return self._db.open_table(self._space(name).table)
+
+    def _ids(self, name: str) -> set[str]:
+        table = self._table(name)
+        with _lance_errors(f"{self.path}, space {name}"):
+            return set(table.to_arrow().column("id").to_pylist())
+
+    def _load_rows(self, name: str) -> _Loaded:
+        table = self._table(name)
+        with _lance_errors(f"{self.path}, space {name}"):
+            version = table.version
+            if name in self._loaded and self._loaded[name].version == version:
+                return self._loaded[name]
+            data = table.to_arrow()
+        dim = self._space(name).model.dimension
+        loaded = _Loaded(
+            version=version,
+            ids=np.asarray(data.column("id").to_pylist(), dtype=object),
+            texts=np.asarray(data.column("text").to_pylist(), dtype=object),
+            vectors=_vectors(data.column("vector"), dim),
+        )
+        self._loaded[name] = loaded
+        return loaded
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def count(self, space: str | None = None) -> int:
+        table = self._table(space or self.manifest.active)
+        with _lance_errors(str(self.path)):
+            return int(table.count_rows())
+
+    def info(self) -> dict[str, Any]:
+        """The manifest and, per space, its row count, table version and ANN index."""
+        spaces = {}
+        for name, space in self.manifest.spaces.items():
+            table = self._table(name)
+            with _lance_errors(f"{self.path}, space {name}"):
+                indices = [str(i.index_type) for i in table.list_indices()]
+                spaces[name] = space.to_dict() | {
+                    "rows": int(table.count_rows()),
+                    "version": int(table.version),
+                    "index": indices[0] if indices else None,
+                }
+        return {"path": str(self.path), "active": self.manifest.active, "spaces": spaces}
+
+    # -- writing --------------------------------------------------------------------------------------------
+    def add(
+        self,
+        texts: Sequence[str],
+        ids: Sequence[str | int] | None = None,
+        metadata: Sequence[dict[str, Any] | None] | None = None,
+        *,
+        model: Any | None = None,
+        batch_size: int = 64,
+        write_batch: int = 1024,
+        progress: bool = False,
+    ) -> dict[str, int]:
+        """Encode and append the rows whose ids the store lacks; returns ``{"added": n, "skipped": m}``.
+
+        ``ids`` default to a hash of each text (so adding the same texts twice adds them once). Rows are written
+        ``write_batch`` at a time, each batch one atomic commit: an interrupted call, rerun, adds the rest.
+        Pending (migration) spaces get the new rows mapped by their aligner.
+        """
+        from subspaces.models.encoder import check_batch_size, encode
+        from subspaces.progress import Progress
+
+        if isinstance(texts, str):
+            raise TypeError("texts must be a sequence of strings, not one string")
+        texts = list(texts)
+        row_ids = [str(i) for i in ids] if ids is not None else [_text_id(t) for t in texts]
+        meta = list(metadata) if metadata is not None else [None] * len(texts)
+        _check_rows(texts, row_ids, meta)
+        check_batch_size(write_batch, "write batch")
+        active = self.manifest.active
+        _, encoder = self._space_of(model, active)
+        existing = self._ids(active)
+        todo = [i for i, row_id in enumerate(row_ids) if row_id not in existing]
+        dim = self._space(active).model.dimension
+        table = self._table(active)
+        description = f"store add: encoding {len(todo):,} texts into {self.path.name}"
+        with Progress(len(todo), description, unit="text", enabled=progress and bool(todo)) as bar:
+            for start in range(0, len(todo), write_batch):
+                rows = todo[start : start + write_batch]
+                vectors = encode(encoder, [texts[i] for i in rows], batch_size=batch_size, normalize=True)
+                batch = _batch(
+                    dim, [row_ids[i] for i in rows], [texts[i] for i in rows], vectors, [meta[i] for i in rows]
+                )
+                with _lance_errors(f"{self.path}, space {active}"):
+                    table.add(batch)
+                bar.update(len(rows))
+        for pending in self.manifest.pending():
+            self._sync(pending, progress=progress)
+        return {"added": len(todo), "skipped": len(texts) - len(todo)}
+
+    def _sync(self, name: str, *, chunk: int = 16_384, progress: bool = False) -> int:
+        """Map into mapped space ``name`` every row of its source space it lacks; returns how many."""
+        from subspaces.align import MiniVec2Vec
+        from subspaces.progress import Progress
+
+        space = self._space(name)
+        if space.mapped_from is None or space.aligner is None:
+            raise SubspacesError(f"space {name!r} is not a mapped space")
+        source = self._load_rows(space.mapped_from)
+        have = self._ids(name)
+        missing = np.flatnonzero([row_id not in have for row_id in source.ids])
+        if not len(missing):
+            return 0
+        aligner = MiniVec2Vec.load(self.path / space.aligner)
+        table = self._table(name)
+        src_table = self._table(space.mapped_from)
+        with _lance_errors(f"{self.path}, space {space.mapped_from}"):
+            meta = src_table.to_arrow().column("metadata").to_pylist()
+        with Progress(len(missing), f"store migrate: mapping into space {name}", unit="row", enabled=progress) as bar:
+            for start in range(0, len(missing), chunk):
+                rows = missing[start : start + chunk]
+                mapped = ops.unit_prefix(aligner.transform(source.vectors[rows]))
+                batch = _batch(
+                    space.model.dimension, source.ids[rows], source.texts[rows], mapped, [meta[i] for i in rows]
+                )
+                with _lance_errors(f"{self.path}, space {name}"):
+                    table.add(batch)
+                bar.update(len(rows))
+        return len(missing)
+
+    def index(
+        self, space: str | None = None, *, num_partitions: int | None = None, num_sub_vectors: int | None = None
+    ) -> dict[str, Any]:
+        """Build (or rebuild) LanceDB's IVF-PQ index on a space's vectors (cosine); rows added later are still
+        found, searched flat beside the index until the next ``index``."""
+        from lancedb.index import IvfPq
+
+        name = space or self.manifest.active
+        n, dim = self.count(name), self._space(name).model.dimension
+        if n < 256:
+            raise SubspacesError(f"an ANN index needs at least 256 rows (PQ's codebook); the store has {n}")
+        partitions = num_partitions or max(1, min(int(np.sqrt(n)), n // 256))
+        sub_vectors = num_sub_vectors or _divisor_near(dim, dim // 8)
+        if dim % sub_vectors:
+            raise DimensionError(f"num_sub_vectors ({sub_vectors}) must divide the dimension ({dim})")
+        table = self._table(name)
+        with _lance_errors(f"{self.path}, space {name}"):
+            table.create_index(
+                "vector",
+                config=IvfPq(distance_type="cosine", num_partitions=partitions, num_sub_vectors=sub_vectors),
+                replace=True,
+            )
+        return {"space": name, "rows": n, "num_partitions": partitions, "num_sub_vectors": sub_vectors}
+
+    # -- migrating ------------------------------------------------------------------------------------------
+    def migrate(self, model: Any, **options: Any) -> dict[str, Any]:
+        """Map the store into ``model``'s space as a pending space (see :func:`subspaces.store.migrate.migrate`)."""
+        from subspaces.store.migrate import migrate
+
+        return migrate(self, model, **options)
+
+    def commit(self) -> str:
+        """Make the pending migration's space the active one (see :func:`subspaces.store.migrate.commit`)."""
+        from subspaces.store.migrate import commit
+
+        return commit(self)
+
+    # -- searching ------------------------------------------------------------------------------------------
+    @overload
+    def search(self, queries: str, k: int = ..., **options: Any) -> dict[str, Any]: ...
+
+    @overload
+    def search(self, queries: Sequence[str], k: int = ..., **options: Any) -> list[dict[str, Any]]: ...
+
+    def search(
+        self,
+        queries: str | Sequence[str],
+        k: int = 10,
+        *,
+        model: Any | None = None,
+        space: str | None = None,
+        dims: int | None = None,
+        rerank: str = "full",
+        shortlist: int | None = None,
+        ann: bool = False,
+        nprobes: int = 20,
+        batch_size: int = 64,
+    ) -> dict[str, Any] | list[dict[str, Any]]:
+        """The ``k`` nearest rows of each query: ``{"query", "ids", "scores", "texts"}``, in query order.
+
+        ``model`` is the query encoder (default: the store's); one whose fingerprint matches no searchable space
+        is refused. Exact search by default; ``ann=True`` reads the LanceDB index (:meth:`index`); ``dims=d``
+        searches the first ``d`` coordinates, and with ``rerank="full"`` (funnel) re-ranks a ``shortlist`` of
+        candidates (default ``10 * k``) by the full vectors.
+        """
+        from subspaces.models.encoder import encode
+
+        single = isinstance(queries, str)
+        texts = [queries] if isinstance(queries, str) else list(queries)
+        if not texts:
+            return []
+        name, encoder = self._space_of(model, space)
+        vectors = encode(encoder, texts, batch_size=batch_size, normalize=True)
+        results = self.search_vectors(
+            vectors, k, space=name, dims=dims, rerank=rerank, shortlist=shortlist, ann=ann, nprobes=nprobes
+        )
+        for text, result in zip(texts, results, strict=True):
+            result["query"] = text
+        ordered = [{"query": r.pop("query"), **r} for r in results]
+        return ordered[0] if single else ordered
+
+    def search_vectors(
+        self,
+        vectors: np.ndarray,
+        k: int = 10,
+        *,
+        space: str | None = None,
+        dims: int | None = None,
+        rerank: str = "full",
+        shortlist: int | None = None,
+        ann: bool = False,
+        nprobes: int = 20,
+    ) -> list[dict[str, Any]]:
+        """:meth:`search` for query vectors already in the space's model's coordinates (unit rows)."""
+        name = space or self.manifest.active
+        self._searchable(name)
+        full = self._space(name).model.dimension
+        vectors = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+        if vectors.shape[1] != full:
+            raise DimensionError(f"query vectors have {vectors.shape[1]} dimensions; the store's space has {full}")
+        if rerank not in RERANK:
+            raise SubspacesError(f"rerank must be one of {', '.join(RERANK)}, got {rerank!r}")
+        if dims is not None and not 0 < dims <= full:
+            raise DimensionError(f"dims {dims} is outside 1..{full}")
+        if ann:
+            if dims is not None:
+                raise SubspacesError("the ANN index reads full vectors: give either ann or dims, not both")
+            return self._search_ann(name, vectors, k, nprobes)
+        loaded = self._load_rows(name)
+        if not len(loaded.ids):
+            raise SubspacesError(f"{self.path}: the store is empty; add texts first (subspaces store add)")
+        if dims is None or dims == full:
+            if loaded.index is None:
+                loaded.index = ops.flat_index(loaded.vectors)
+            scores, rows = ops.exact(loaded.index, vectors, k)
+        else:
+            if dims not in loaded.prefixes:
+                loaded.prefixes[dims] = ops.flat_index(ops.unit_prefix(loaded.vectors, dims))
+            if rerank == "none":
+                scores, rows = ops.exact(loaded.prefixes[dims], ops.unit_prefix(vectors, dims), k)
+            else:
+                size = shortlist if shortlist is not None else 10 * k
+                scores, rows = ops.funnel(loaded.prefixes[dims], loaded.vectors, vectors, k, size)
+        return [
+            {"ids": loaded.ids[r].tolist(), "scores": s.astype(float).tolist(), "texts": loaded.texts[r].tolist()}
+            for s, r in zip(scores, rows, strict=True)
+        ]
+
+    def _search_ann(self, name: str, vectors: np.ndarray, k: int, nprobes: int) -> list[dict[str, Any]]:
+        table = self._table(name)
+        ops.check_k(k, 1)
+        with _lance_errors(f"{self.path}, space {name}"):
+            if not table.list_indices():
+                raise SubspacesError(f"{self.path}: no ANN index yet; build it with `subspaces store index`")
+            out = []
+            for vector in vectors:
+                hits = (
+                    table.search(vector, vector_column_name="vector")
+                    .distance_type("cosine")
+                    .nprobes(nprobes)
+                    .limit(k)
+                    .select(["id", "text"])
+                    .to_arrow()
+                )
+                scores = (1.0 - hits.column("_distance").to_numpy()).astype(float).tolist()
+                out.append(
+                    {"ids": hits.column("id").to_pylist(), "scores": scores, "texts": hits.column("text").to_pylist()}
+                )
+        return out
+
+
+def _load(model: Any, name: str | None) -> tuple[Any, str]:
+    """A loaded encoder and the name it is recorded under."""
+    from subspaces.models.encoder import load_encoder
+
+    if isinstance(model, (str, os.PathLike)):
+        return load_encoder(model), name or str(model)
+    return model, name or ""
+
+
+def _text_id(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _check_rows(texts: list[str], ids: list[str], metadata: list[Any]) -> None:
+    if not texts:
+        raise DataError("nothing to add: no texts")
+    if len(ids) != len(texts) or len(metadata) != len(texts):
+        raise DataError(f"{len(texts)} texts, {len(ids)} ids and {len(metadata)} metadata entries: give one each")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str) or not text.strip():
+            raise DataError(f"text {i} (id {ids[i]!r}) is empty or not a string")
+    seen: dict[str, int] = {}
+    for i, row_id in enumerate(ids):
+        if row_id in seen:
+            raise DataError(f"id {row_id!r} is given twice (rows {seen[row_id]} and {i}); ids must be unique")
+        seen[row_id] = i
+
+
+def _divisor_near(n: int, target: int) -> int:
+    """The divisor of ``n`` closest to ``target`` (at least 1)."""
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    return min(divisors, key=lambda d: (abs(d - max(target, 1)), d))

@@ -1,0 +1,105 @@
+"""The store's manifest, ``store.json``: format version, the vector spaces (one table each) and the active one.
+
+A space is one model's vectors of every row: ``encoded`` by that model, or ``mapped`` into it from another space
+by a fitted aligner (a migration). The active space is the one ``add`` encodes into and ``search`` reads by
+default; a mapped space that is not active yet is *pending* (searchable, kept in step by ``add``) until
+``store migrate --commit`` makes it active and *retires* the old one. The file is replaced atomically, and
+written last on create, so a folder without it is not a store.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from subspaces.errors import SubspacesError
+from subspaces.store.fingerprint import ModelFingerprint
+
+FORMAT = "subspaces-store"
+VERSION = 1
+MANIFEST = "store.json"
+
+
+@dataclass
+class Space:
+    table: str
+    model: ModelFingerprint
+    source: str = "encoded"  # or "mapped"
+    mapped_from: str | None = None  # the space a mapped one was mapped from
+    aligner: str | None = None  # folder of the fitted aligner, relative to the store
+    state: str = "active"  # active | pending | retired
+    report: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "model": self.model.to_dict(),
+            "source": self.source,
+            "mapped_from": self.mapped_from,
+            "aligner": self.aligner,
+            "state": self.state,
+            "report": self.report,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Space:
+        return cls(
+            table=str(data["table"]),
+            model=ModelFingerprint.from_dict(data["model"]),
+            source=str(data.get("source", "encoded")),
+            mapped_from=data.get("mapped_from"),
+            aligner=data.get("aligner"),
+            state=str(data.get("state", "active")),
+            report=dict(data.get("report") or {}),
+        )
+
+
+@dataclass
+class Manifest:
+    spaces: dict[str, Space]
+    active: str
+    version: int = VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "version": self.version,
+            "active": self.active,
+            "spaces": {name: s.to_dict() for name, s in self.spaces.items()},
+        }
+
+    def save(self, folder: Path) -> None:
+        from subspaces.io import save_json
+
+        save_json(folder / MANIFEST, self.to_dict())
+
+    @classmethod
+    def load(cls, folder: Path) -> Manifest:
+        path = folder / MANIFEST
+        if not folder.is_dir():
+            raise SubspacesError(f"{folder}: no such store (folder not found); create it with `subspaces store create`")
+        if not path.is_file():
+            raise SubspacesError(f"{folder} is not a subspaces store (no {MANIFEST})")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SubspacesError(f"{path} is unreadable or corrupted: {exc}") from exc
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise SubspacesError(f"{path} is not a subspaces store manifest")
+        if not isinstance(data.get("version"), int) or data["version"] > VERSION:
+            raise SubspacesError(
+                f"{path} has format version {data.get('version')!r}; this subspaces reads up to {VERSION} (upgrade it)"
+            )
+        try:
+            spaces = {str(name): Space.from_dict(s) for name, s in data["spaces"].items()}
+            active = str(data["active"])
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise SubspacesError(f"{path} is corrupted ({exc!r})") from exc
+        if active not in spaces:
+            raise SubspacesError(f"{path} is corrupted: its active space {active!r} is not among its spaces")
+        return cls(spaces=spaces, active=active, version=data["version"])
+
+    def pending(self) -> list[str]:
+        return [name for name, s in self.spaces.items() if s.state == "pending"]

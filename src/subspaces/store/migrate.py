@@ -1,0 +1,152 @@
+"""Move a store to a new model without re-embedding it: fit mini-vec2vec from the store's vectors and a sample of
+its texts embedded by the new model, map every row into a new space beside the old one (pending, searchable
+with the new model), and switch the active space only on :func:`commit`.
+
+The fit sees a sample; a held-out sample (rows outside it) measures the result on the store itself: new-model
+queries of the held-out texts against their mapped vectors vs against their re-embedded vectors (the row's own
+vector among the top 10, and the top-10 overlap), and the time of the migration against re-embedding every row.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from subspaces.errors import SubspacesError
+from subspaces.store import search as ops
+from subspaces.store.fingerprint import ModelFingerprint
+from subspaces.store.manifest import Space
+
+if TYPE_CHECKING:
+    from subspaces.store.core import Store
+
+
+def migrate(
+    store: Store,
+    model: Any,
+    *,
+    name: str | None = None,
+    pairs: int = 20_000,
+    heldout: int = 1_000,
+    params: dict[str, Any] | None = None,
+    seed: int = 0,
+    batch_size: int = 64,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Fit, map and add a pending space for ``model``; returns its report. Rerun after an interruption, it
+    finishes the mapping (the fitted aligner is kept) instead of starting again."""
+    from subspaces.align import MiniVec2Vec
+    from subspaces.models.encoder import encode
+    from subspaces.store.core import _load
+
+    encoder, label = _load(model, name)
+    fingerprint = ModelFingerprint.of(encoder, label)
+    manifest = store.manifest
+    for space_name in manifest.pending():
+        space = manifest.spaces[space_name]
+        if space.model.matches(fingerprint):  # an interrupted migration to this model: finish its mapping
+            store._models[space_name] = encoder
+            store._sync(space_name, progress=progress)
+            return space.report
+        raise SubspacesError(
+            f"a migration to {space.model.label()} is pending; commit it (store migrate --commit) first"
+        )
+    if manifest.spaces[manifest.active].model.matches(fingerprint):
+        raise SubspacesError(f"{fingerprint.label()} is already the store's model: nothing to migrate")
+    source_name = manifest.active
+    rows = store._load_rows(source_name)
+    n = len(rows.ids)
+    held = min(heldout, n // 5)
+    if pairs < 1:
+        raise SubspacesError(f"--pairs must be at least 1, got {pairs}")
+    order = np.random.default_rng(seed).permutation(n)
+    test, fit_rows = order[:held], order[held : held + pairs]
+
+    start = time.perf_counter()
+    target = encode(
+        encoder, rows.texts[fit_rows].tolist(), batch_size=batch_size, normalize=True, show_progress=progress
+    )
+    encode_s = time.perf_counter() - start
+    aligner = MiniVec2Vec.from_params(params or {}, random_state=seed, verbose=progress)
+    aligner.fit(rows.vectors[fit_rows], target)
+
+    new_name = str(1 + max(int(k) for k in manifest.spaces))
+    table, aligner_dir = f"space_{new_name}", f"aligners/{new_name}"
+    # Leftovers of a run killed before its manifest was written are not part of the store: replace them.
+    shutil.rmtree(store.path / aligner_dir, ignore_errors=True)
+    if table in store._db.table_names():
+        store._db.drop_table(table)
+    from subspaces.store.core import _lance_errors, _schema
+
+    with _lance_errors(str(store.path)):
+        store._db.create_table(table, schema=_schema(fingerprint.dimension))
+    aligner.save(store.path / aligner_dir)
+    report = _measure(aligner, encoder, rows, test, batch_size)
+    manifest.spaces[new_name] = Space(
+        table=table,
+        model=fingerprint,
+        source="mapped",
+        mapped_from=source_name,
+        aligner=aligner_dir,
+        state="pending",
+        report=report,
+    )
+    manifest.save(store.path)
+    store._models[new_name] = encoder
+    store._sync(new_name, progress=progress)
+    migrate_s = time.perf_counter() - start
+    per_text = encode_s / max(len(fit_rows), 1)
+    report |= {
+        "rows": n,
+        "pairs": int(len(fit_rows)),
+        "migrate_seconds": round(migrate_s, 3),
+        "reembed_seconds_estimate": round(per_text * n, 3),  # the new model's own rate on the fit sample
+    }
+    manifest.save(store.path)
+    return report
+
+
+def _measure(aligner: Any, encoder: Any, rows: Any, test: np.ndarray, batch_size: int, k: int = 10) -> dict[str, Any]:
+    """Recall@k of new-model queries of held-out texts over their mapped vs their re-embedded vectors."""
+    from subspaces.models.encoder import encode
+
+    if len(test) < 2:
+        return {"heldout": int(len(test))}
+    queries = encode(encoder, rows.texts[test].tolist(), batch_size=batch_size, normalize=True)
+    mapped = ops.unit_prefix(aligner.transform(rows.vectors[test]))
+    k = min(k, len(test))
+    _, over_mapped = ops.exact(ops.flat_index(mapped), queries, k)
+    _, over_new = ops.exact(ops.flat_index(queries), queries, k)
+    own = np.arange(len(test))[:, None]
+    recall_mapped = float((over_mapped == own).any(axis=1).mean())
+    recall_new = float((over_new == own).any(axis=1).mean())
+    overlap = np.mean([len(set(a) & set(b)) / k for a, b in zip(over_mapped, over_new, strict=True)])
+    return {
+        "heldout": int(len(test)),
+        f"recall@{k}_mapped": round(recall_mapped, 4),
+        f"recall@{k}_reembedded": round(recall_new, 4),
+        "recall_fraction": round(recall_mapped / recall_new, 4) if recall_new else None,
+        f"overlap@{k}": round(float(overlap), 4),
+    }
+
+
+def commit(store: Store) -> str:
+    """Make the pending space active (its rows complete) and retire the old one; returns the new active space."""
+    manifest = store.manifest
+    pending = manifest.pending()
+    if not pending:
+        raise SubspacesError("no migration is pending; run `subspaces store migrate DIR --to MODEL` first")
+    name = pending[0]
+    space = manifest.spaces[name]
+    assert space.mapped_from is not None
+    store._sync(name)  # rows added by a run that stopped between its two writes
+    if store.count(name) != store.count(space.mapped_from):
+        raise SubspacesError(f"space {name} lacks rows of space {space.mapped_from}; rerun the migration")
+    manifest.spaces[manifest.active].state = "retired"
+    space.state = "active"
+    manifest.active = name
+    manifest.save(store.path)
+    return name

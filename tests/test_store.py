@@ -1,0 +1,303 @@
+"""The vector store: add/search round trips, resumable adds, funnel = exact, refusals, CLI, migration."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.store import Store
+
+WORDS = [
+    "the",
+    "a",
+    "cat",
+    "dog",
+    "man",
+    "woman",
+    "plays",
+    "eats",
+    "runs",
+    "sleeps",
+    "guitar",
+    "food",
+    "park",
+    "house",
+    "red",
+    "big",
+    "small",
+    "quickly",
+]
+
+
+def sentences(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 9))) + f" {i}" for i in range(n)]
+
+
+@pytest.fixture
+def store(tmp_path, tiny_model, tiny_model_dir):
+    made = Store.create(tmp_path / "store", str(tiny_model_dir))
+    made.add(sentences(60), ids=range(60), write_batch=16)
+    return made
+
+
+def cli(*args: str):
+    from subspaces.cli.app import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def test_add_and_search_round_trip(store, tiny_model_dir):
+    texts = sentences(60)
+    hits = store.search(texts[:5], k=3)
+    assert [h["query"] for h in hits] == texts[:5]  # in query order
+    assert [h["ids"][0] for h in hits] == ["0", "1", "2", "3", "4"]
+    assert all(len(h["ids"]) == len(h["scores"]) == 3 for h in hits)
+    assert hits[0]["texts"][0] == texts[0] and hits[0]["scores"][0] == pytest.approx(1.0, abs=1e-5)
+    reopened = Store.open(store.path)
+    assert len(reopened) == 60
+    assert reopened.search(texts[7], k=1)["ids"] == ["7"]  # the model reloads by its recorded name
+    space = reopened.info()["spaces"]["0"]
+    assert space["rows"] == 60 and space["model"]["dimension"] == 32 and space["model"]["name"] == str(tiny_model_dir)
+
+
+def test_readding_existing_ids_adds_nothing(store):
+    assert store.add(sentences(60), ids=range(60)) == {"added": 0, "skipped": 60}
+    assert store.add(sentences(70)[60:], ids=range(60, 70)) == {"added": 10, "skipped": 0}
+    ids = store._load_rows("0").ids.tolist()
+    assert len(ids) == len(set(ids)) == 70
+
+
+def test_an_add_killed_mid_run_resumes_without_lost_or_duplicated_rows(tmp_path, tiny_model_dir, monkeypatch):
+    import subspaces.models.encoder as encoder_module
+
+    texts = sentences(50)
+    made = Store.create(tmp_path / "s", str(tiny_model_dir))
+    real, calls = encoder_module.encode, []
+
+    def dies_on_third_batch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # as a Ctrl-C or a kill between two committed batches
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(encoder_module, "encode", dies_on_third_batch)
+    with pytest.raises(KeyboardInterrupt):
+        made.add(texts, ids=range(50), write_batch=10)
+    monkeypatch.setattr(encoder_module, "encode", real)
+    assert Store.open(made.path).count() == 20  # two whole batches, nothing of the third
+    assert Store.open(made.path).add(texts, ids=range(50), write_batch=10) == {"added": 30, "skipped": 20}
+    rows = Store.open(made.path)._load_rows("0")
+    assert sorted(rows.ids.tolist(), key=int) == [str(i) for i in range(50)]
+    fresh = real(made.model(), texts, normalize=True)
+    order = np.argsort(rows.ids.astype(int))
+    np.testing.assert_allclose(rows.vectors[order], fresh, atol=1e-5)
+
+
+def test_funnel_with_a_full_shortlist_equals_exact_search(tmp_path):
+    # Spread-out synthetic vectors: a random BERT's are near-parallel, and its ties would make the order rounding.
+    texts = [f"text {i}" for i in range(200)]
+    encoder = LookupEncoder(texts, np.random.default_rng(0).normal(size=(200, 32)))
+    made = Store.create(tmp_path / "s", encoder)
+    made.add(texts[:150], ids=range(150))
+    queries = texts[150:]
+    exact = made.search(queries, k=5, model=encoder)
+    funnel = made.search(queries, k=5, model=encoder, dims=8, rerank="full", shortlist=150)
+    for a, b in zip(exact, funnel, strict=True):
+        assert a["ids"] == b["ids"]
+        np.testing.assert_allclose(a["scores"], b["scores"], atol=1e-5)
+    short = made.search(queries, k=5, model=encoder, dims=8, shortlist=10)
+    assert np.mean([set(a["ids"]) == set(b["ids"]) for a, b in zip(exact, short, strict=True)]) < 1  # it does cut
+    prefix_only = made.search(queries, k=5, model=encoder, dims=8, rerank="none")
+    assert all(len(r["ids"]) == 5 for r in prefix_only)
+    with pytest.raises(SubspacesError, match="shortlist"):
+        made.search(queries, k=5, model=encoder, dims=8, shortlist=3)
+
+
+def test_ann_index_search_finds_each_row(tmp_path, tiny_model_dir):
+    made = Store.create(tmp_path / "s", str(tiny_model_dir))
+    texts = sentences(300)
+    made.add(texts, ids=range(300))
+    with pytest.raises(SubspacesError, match="no ANN index"):
+        made.search(texts[0], ann=True)
+    made.index()
+    hits = made.search(texts[:20], k=10, ann=True, nprobes=50)
+    exact = made.search(texts[:20], k=10)
+    recall = np.mean([len(set(a["ids"]) & set(b["ids"])) / 10 for a, b in zip(hits, exact, strict=True)])
+    assert recall > 0.5  # PQ on a random model's near-parallel vectors: approximate, but not noise
+    assert made.info()["spaces"]["0"]["index"] is not None
+
+
+def test_a_query_model_of_other_weights_or_dimension_is_refused(store, tmp_path):
+    from subspaces.models.encoder import build_random_bert
+
+    other = build_random_bert(tmp_path / "other", num_layers=2, hidden_size=32, num_heads=2, max_position=64, seed=1)
+    with pytest.raises(SubspacesError, match="is not the store's model"):
+        store.search("a cat", model=other)
+    with pytest.raises(SubspacesError, match="is not the store's model"):
+        store.add(["a cat"], model=other)
+    narrow = build_random_bert(tmp_path / "narrow", num_layers=1, hidden_size=16, num_heads=2, max_position=64)
+    with pytest.raises(DimensionError, match="16-d"):
+        store.search("a cat", model=narrow)
+    with pytest.raises(DimensionError):
+        store.search_vectors(np.ones((1, 16), dtype=np.float32))
+
+
+def test_bad_inputs_are_refused_before_anything_is_written(store, tmp_path):
+    with pytest.raises(SubspacesError, match="no such store"):
+        Store.open(tmp_path / "missing")
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(SubspacesError, match="not a subspaces store"):
+        Store.open(tmp_path / "plain")
+    with pytest.raises(SubspacesError, match="already exists"):
+        Store.create(store.path, "unused-name")
+    version = store.info()["spaces"]["0"]["version"]
+    with pytest.raises(DataError, match="given twice"):
+        store.add(["x", "y"], ids=["a", "a"])
+    with pytest.raises(DataError, match="empty"):
+        store.add(["x", " "], ids=["a", "b"])
+    with pytest.raises(DataError, match="no texts"):
+        store.add([])
+    assert store.info()["spaces"]["0"]["version"] == version
+
+
+def test_a_corrupted_table_is_one_clear_error(store):
+    for data in (store.path / "lance").rglob("*.lance"):
+        if data.is_file():
+            data.write_bytes(b"not lance")
+    with pytest.raises(SubspacesError, match="missing or corrupted"):
+        Store.open(store.path).search("a cat")
+
+
+def test_cli_plain_text_ids_are_line_numbers_and_search_writes_json(tmp_path, tiny_model_dir):
+    folder, texts = tmp_path / "s", tmp_path / "texts.txt"
+    texts.write_text("a cat plays\n\nthe dog runs\nred house\n", encoding="utf-8")
+    assert cli("store", "create", folder, "--model", tiny_model_dir).exit_code == 0
+    result = cli("store", "add", folder, "--input", texts)
+    assert result.exit_code == 0, result.output
+    rows = Store.open(folder)._load_rows("0")
+    assert dict(zip(rows.ids, rows.texts, strict=True)) == {"0": "a cat plays", "2": "the dog runs", "3": "red house"}
+    assert "skipped 3" in cli("store", "add", folder, "--input", texts).output
+    queries, out = tmp_path / "q.txt", tmp_path / "out.json"
+    queries.write_text("the dog runs\nred house\n", encoding="utf-8")
+    result = cli("store", "search", folder, "--queries", queries, "--json", out, "-k", "2")
+    assert result.exit_code == 0, result.output
+    results = json.loads(out.read_text())["results"]
+    assert [r["query"] for r in results] == ["the dog runs", "red house"]
+    assert [r["ids"][0] for r in results] == ["2", "3"]
+    result = cli("store", "search", folder, "red house", "-k", "2", "--dims", "8", "--shortlist", "3")
+    assert result.exit_code == 0 and "red house" in result.output
+    assert cli("store", "info", folder).exit_code == 0
+
+
+def test_cli_jsonl_fields_and_metadata(tmp_path, tiny_model_dir):
+    folder, data = tmp_path / "s", tmp_path / "rows.jsonl"
+    data.write_text('{"key": "x1", "body": "a cat", "lang": "en"}\n{"key": "x2", "body": "a dog"}\n')
+    cli("store", "create", folder, "--model", tiny_model_dir)
+    result = cli("store", "add", folder, "--input", data, "--id-field", "key", "--text-field", "body")
+    assert result.exit_code == 0, result.output
+    table = Store.open(folder)._table("0").to_arrow().to_pylist()
+    assert [(r["id"], r["text"], r["metadata"]) for r in table] == [
+        ("x1", "a cat", '{"lang": "en"}'),
+        ("x2", "a dog", None),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("store", "info", "{missing}"), "no such store"),
+        (("store", "add", "{store}", "--input", "{empty}"), "holds no text"),
+        (("store", "search", "{store}", "a cat", "--model", "{other}"), "is not the store's model"),
+        (("store", "search", "{store}", "a cat", "--dims", "64"), "outside 1..32"),
+        (("store", "create", "{store}", "--model", "{other}"), "already exists"),
+    ],
+)
+def test_cli_errors_are_one_line_and_change_nothing(store, tmp_path, args, message):
+    from subspaces.models.encoder import build_random_bert, portable
+
+    other = tmp_path / "other"
+    if not other.exists():
+        portable(build_random_bert(tmp_path / "hf", num_layers=1, hidden_size=32, num_heads=2, seed=3)).save(str(other))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    before = store.info()
+    names = {"missing": tmp_path / "nope", "store": store.path, "empty": empty, "other": other}
+    result = cli(*[a.format(**names) for a in args])
+    assert result.exit_code == 2
+    flat = " ".join(result.output.split())  # rich wraps at 80 columns off a terminal
+    assert message in flat and flat.count("error:") == 1 and "Traceback" not in flat, result.output
+    assert Store.open(store.path).info() == before
+
+
+class LookupEncoder(torch.nn.Module):
+    """A synthetic 'model': each text's vector is looked up in a table, so two of them can differ by a known map."""
+
+    def __init__(self, texts: list[str], vectors: np.ndarray) -> None:
+        super().__init__()
+        self.row = {t: i for i, t in enumerate(texts)}
+        self.register_buffer("table", torch.tensor(vectors, dtype=torch.float32))
+        self.max_seq_length = 8
+
+    def __iter__(self):
+        return iter([self])
+
+    def get_embedding_dimension(self) -> int:
+        return int(self.table.shape[1])
+
+    def encode(self, texts, **_):
+        return self.table[[self.row[t] for t in texts]]
+
+
+def test_migration_recovers_a_rotation_and_dual_reads_until_commit(tmp_path):
+    from scipy.stats import ortho_group
+
+    rng = np.random.default_rng(0)
+    layout = np.random.default_rng(0)
+    scale = np.geomspace(4, 0.5, 8)
+    centers = layout.normal(size=(10, 8)) * scale
+    labels = rng.choice(10, 2500, p=layout.dirichlet(np.full(10, 2.0)))
+    old = centers[labels] + 0.3 * rng.normal(size=(2500, 8)) * scale
+    q = ortho_group.rvs(8, random_state=1)
+    texts = [f"text {i}" for i in range(2500)]
+    old_model, new_model = LookupEncoder(texts, old), LookupEncoder(texts, old @ q)
+
+    made = Store.create(tmp_path / "s", old_model)
+    made.add(texts, ids=range(2500), write_batch=1000)
+    params = {
+        "anchors": {"n_runs": 6, "n_clusters": 10, "sample": 1000, "kmeans_redo": 3, "n_pseudo_pairs": 1000},
+        "refine": {"n_iter": 30, "sample": 500, "centroid_clusters": 40},
+        "search": {"probe_size": 500},
+        "n_restarts": 4,
+    }
+    report = made.migrate(new_model, pairs=2000, heldout=500, params=params)
+    assert report["recall_fraction"] > 0.95 and report["overlap@10"] > 0.8, report
+    mapped = made._load_rows("1")
+    order = np.argsort(mapped.ids.astype(int))
+    reembedded = new_model.encode(texts).numpy()
+    reembedded /= np.linalg.norm(reembedded, axis=1, keepdims=True)
+    cosine = np.sum(mapped.vectors[order] * reembedded, axis=1)
+    assert np.median(cosine) > 0.99
+
+    # dual read: the old model searches the old space, the new model the mapped one
+    assert made.search(texts[3], k=1, model=old_model)["ids"] == ["3"]
+    assert made.search(texts[3], k=1, model=new_model)["ids"] == ["3"]
+    # an add while the migration is pending reaches both spaces
+    more = LookupEncoder(["extra"], old[:1] + 0.01)
+    with pytest.raises(SubspacesError, match="not the store's model"):
+        made.add(["extra"], ids=["e"], model=more)
+    made.add([texts[0]], ids=["again"], model=old_model)
+    assert made.count("0") == made.count("1") == 2501
+
+    assert made.commit() == "1"
+    reopened = Store.open(made.path)
+    assert reopened.manifest.active == "1" and reopened.manifest.spaces["0"].state == "retired"
+    with pytest.raises(SubspacesError, match="retired"):
+        reopened.search(texts[3], model=old_model)
+    assert reopened.search(texts[3], k=1, model=new_model)["ids"] == ["3"]
