@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "subspaces.cli.cond",  # cond train/eval, bench csts-cache
     "subspaces.cli.kgc",  # kgc train/eval
     "subspaces.cli.store",  # store create/add/info/index/search/migrate
+    "subspaces.cli.serve",  # serve (the HTTP server)
 )
 
 for _module in COMMAND_MODULES:

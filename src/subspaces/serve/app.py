@@ -1,0 +1,357 @@
+"""The FastAPI app: ``create_app(settings)`` builds one; nothing is loaded until it starts.
+
+Routes: ``POST /v1/embeddings`` (OpenAI's shape), ``POST /v1/similarity``, ``POST /v1/search`` (with ``--store``),
+``GET /v1/models``, ``GET /health`` (200 only once the model is loaded), ``GET /metrics`` (Prometheus).
+Every error is a JSON body ``{"error": {"message", "type", "code"}}``: 401 without the API key, 404 for an
+unknown model, 413 for a request over the limits, 422 for malformed JSON or wrong types or values, 503 (with
+``Retry-After``) while loading or when the queue is full, 504 when a request outlasts its timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from concurrent.futures import Future
+from contextlib import asynccontextmanager
+from typing import Any
+
+import numpy as np
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+from subspaces.errors import SubspacesError
+from subspaces.serve.batcher import Batcher, QueueFull
+from subspaces.serve.engine import Engine, truncate_rows
+from subspaces.serve.metrics import Metrics
+from subspaces.serve.schemas import EmbeddingRequest, SearchRequest, SimilarityRequest
+from subspaces.serve.settings import ServeSettings
+
+log = logging.getLogger("subspaces.serve")
+
+ROUTES = ("/", "/health", "/metrics", "/v1/models", "/v1/embeddings", "/v1/similarity", "/v1/search")
+
+
+class ApiError(HTTPException):
+    """An error answered as OpenAI's JSON error body."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", **headers: str) -> None:
+        super().__init__(status, message, headers=headers or None)
+        self.kind = kind
+
+
+class _State:
+    """What the app holds once started: the engine and its batcher, or why they are not there (yet)."""
+
+    def __init__(self, settings: ServeSettings, engine: Engine | None) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.batcher: Batcher | None = None
+        self.failure: str | None = None
+        self.metrics = Metrics(
+            queue_depth=lambda: float(self.batcher.depth) if self.batcher else 0.0,
+            cache_stats=lambda: self.engine.cache_stats() if self.engine and self.batcher else {},
+        )
+
+    def load(self) -> None:
+        try:
+            engine = self.engine or Engine(self.settings)
+        except Exception as exc:  # noqa: BLE001 - reported by /health and the log; the server keeps answering
+            self.failure = f"{type(exc).__name__}: {exc}"
+            log.error("could not load the model: %s", self.failure)
+            return
+        s = self.settings
+        self.engine = engine
+        self.batcher = Batcher(
+            engine.encode,
+            max_batch_tokens=s.max_batch_tokens,
+            max_wait=s.max_wait_ms / 1000,
+            max_queue=s.max_queue,
+            on_batch=self.metrics.observe_batch,
+        )  # set last: its presence means ready
+
+    def ready(self) -> tuple[Engine, Batcher]:
+        if self.engine is None or self.batcher is None:
+            if self.failure:
+                raise ApiError(503, f"the model failed to load: {self.failure}", "server_error")
+            raise ApiError(503, "the model is loading", "server_error", **{"Retry-After": "1"})
+        return self.engine, self.batcher
+
+
+def create_app(settings: ServeSettings, *, engine: Engine | None = None) -> FastAPI:
+    """The server's app. The model loads in a thread when the app starts (``/health`` says when it is ready);
+    pass ``engine`` to serve one already loaded (then it is ready as soon as it starts)."""
+    state = _State(settings, engine)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if engine is not None:
+            state.load()
+        else:
+            threading.Thread(target=state.load, name="subspaces-load", daemon=True).start()
+        yield
+        if state.batcher is not None:
+            await run_in_threadpool(state.batcher.close)
+
+    app = FastAPI(title="subspaces", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.serve = state
+    _add_error_handlers(app)
+    if settings.cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(settings.cors_origins), allow_methods=["GET", "POST"])
+    app.add_middleware(_Guard, state=state)  # outermost: sees every response, 413s included
+
+    def authorised(request: Request) -> None:
+        if settings.api_key is None:
+            return
+        scheme, _, key = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not settings.key_matches(key.strip()):
+            raise ApiError(
+                401, "a valid API key is needed: Authorization: Bearer <key>", **{"WWW-Authenticate": "Bearer"}
+            )
+
+    guarded = [Depends(authorised)]
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        if state.batcher is not None:
+            return JSONResponse({"status": "ok", "model": settings.served_id})
+        status = "failed" if state.failure else "loading"
+        return JSONResponse({"status": status, "error": state.failure}, status_code=503)
+
+    @app.get("/metrics", dependencies=guarded)
+    async def metrics() -> Response:
+        body, content_type = state.metrics.render()
+        return Response(body, media_type=content_type)
+
+    @app.get("/v1/models", dependencies=guarded)
+    async def models() -> JSONResponse:
+        engine, _ = state.ready()
+        entry = {"id": settings.served_id, "object": "model", "created": 0, "owned_by": "subspaces"}
+        return JSONResponse({"object": "list", "data": [{**entry, "dimensions": engine.dim}]})
+
+    @app.post("/v1/embeddings", dependencies=guarded)
+    async def embeddings(body: EmbeddingRequest) -> JSONResponse:
+        engine, batcher = state.ready()
+        _check_model(body.model, settings)
+        texts = [body.input] if isinstance(body.input, str) else body.input
+        _check_inputs(len(texts), settings, "input")
+        _checked(engine.check_dimensions, body.dimensions)
+        rows, tokens = await _encode(engine, batcher, texts, settings.request_timeout_s)
+        rows = truncate_rows(rows, body.dimensions)
+        data = [
+            {"object": "embedding", "index": i, "embedding": _format(row, body.encoding_format)}
+            for i, row in enumerate(rows)
+        ]
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return JSONResponse({"object": "list", "data": data, "model": settings.served_id, "usage": usage})
+
+    @app.post("/v1/similarity", dependencies=guarded)
+    async def similarity(body: SimilarityRequest) -> JSONResponse:
+        engine, batcher = state.ready()
+        _check_model(body.model, settings)
+        _check_inputs(len(body.pairs), settings, "pairs")
+        if body.condition is None:
+            _checked(engine.check_dimensions, body.dimensions)
+            texts = [t for pair in body.pairs for t in pair]
+            rows, tokens = await _encode(engine, batcher, texts, settings.request_timeout_s)
+            rows = truncate_rows(rows, body.dimensions)
+            scores = np.einsum("ij,ij->i", rows[0::2], rows[1::2])
+        else:
+            if body.dimensions is not None:
+                raise ApiError(422, "dimensions cannot be combined with a condition: the head works at full size")
+            if engine.tri is None:
+                raise ApiError(422, "this server has no condition head (start it with --head DIR)")
+            pairs, condition = [(a, b) for a, b in body.pairs], body.condition
+            texts = [t for pair in body.pairs for t in pair] + [condition]
+            tokens = sum(await run_in_threadpool(engine.token_counts, texts))
+            scores = await _wait(batcher, lambda: engine.conditioned_similarity(pairs, condition), settings)
+        data = [{"object": "similarity", "index": i, "score": float(s)} for i, s in enumerate(scores)]
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        body_out = {"object": "list", "data": data, "model": settings.served_id, "condition": body.condition}
+        return JSONResponse({**body_out, "usage": usage})
+
+    if settings.store is not None:
+
+        @app.post("/v1/search", dependencies=guarded)
+        async def search(body: SearchRequest) -> JSONResponse:
+            engine, batcher = state.ready()
+            _check_model(body.model, settings)
+            if body.condition is not None:
+                raise ApiError(422, "conditioned search is not supported yet")
+            _checked(engine.check_dimensions, body.dimensions)
+            rows, tokens = await _encode(engine, batcher, [body.query], settings.request_timeout_s)
+            query = truncate_rows(rows, None)[0]
+            hits = await _wait(batcher, lambda: engine.search(query, body.k, body.dimensions), settings)
+            data = [
+                {"object": "search_result", "rank": i, "id": id_, "score": float(score), "text": text}
+                for i, (id_, score, text) in enumerate(zip(hits["ids"], hits["scores"], hits["texts"], strict=True))
+            ]
+            usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+            return JSONResponse({"object": "list", "data": data, "model": settings.served_id, "usage": usage})
+
+    return app
+
+
+async def _encode(engine: Engine, batcher: Batcher, texts: list[str], timeout: float) -> tuple[np.ndarray, int]:
+    """Full-size rows of ``texts`` through the batcher, and the tokens they cost."""
+    tokens = await run_in_threadpool(engine.token_counts, texts)  # tokenising a large request is not the loop's job
+    try:
+        future = batcher.encode(texts, tokens)
+    except QueueFull as exc:
+        raise ApiError(
+            503, f"the server is busy ({exc}); retry shortly", "server_error", **{"Retry-After": "1"}
+        ) from None
+    return await _result(future, timeout), sum(tokens)
+
+
+async def _wait(batcher: Batcher, fn: Callable[[], Any], settings: ServeSettings) -> Any:
+    try:
+        future = batcher.call(fn)
+    except QueueFull as exc:
+        raise ApiError(
+            503, f"the server is busy ({exc}); retry shortly", "server_error", **{"Retry-After": "1"}
+        ) from None
+    return await _result(future, settings.request_timeout_s)
+
+
+async def _result(future: Future, timeout: float) -> Any:
+    try:
+        # A timeout cancels the future: a job still queued is then dropped by the worker, unrun.
+        return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+    except TimeoutError:
+        raise ApiError(504, f"no result within {timeout:g} s", "server_error") from None
+    except SubspacesError as exc:
+        raise ApiError(422, str(exc)) from None
+
+
+def _checked(check: Callable[[Any], None], value: Any) -> None:
+    try:
+        check(value)
+    except SubspacesError as exc:
+        raise ApiError(422, str(exc)) from None
+
+
+def _check_model(name: str | None, settings: ServeSettings) -> None:
+    if name is not None and name != settings.served_id:
+        raise ApiError(404, f"model {name!r} is not served here; this server serves {settings.served_id!r}")
+
+
+def _check_inputs(count: int, settings: ServeSettings, what: str) -> None:
+    if count == 0:
+        raise ApiError(422, f"{what} is empty")
+    if count > settings.max_inputs:
+        raise ApiError(413, f"{count} {what} in one request; at most {settings.max_inputs}")
+
+
+def _format(row: np.ndarray, encoding: str) -> list[float] | str:
+    """A row as JSON floats, or as OpenAI's base64: the little-endian float32 bytes."""
+    if encoding == "base64":
+        return base64.b64encode(row.astype("<f4").tobytes()).decode("ascii")
+    return row.tolist()
+
+
+def _error_body(status: int, message: str, kind: str, **extra: Any) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": status, **extra}}
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(HTTPException)
+    async def http_error(_request: Request, exc: HTTPException) -> JSONResponse:
+        kind = getattr(exc, "kind", "invalid_request_error" if exc.status_code < 500 else "server_error")
+        return JSONResponse(_error_body(exc.status_code, str(exc.detail), kind), exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        # Only location and message: an error's context may hold objects that are not JSON.
+        problems = [{"loc": [str(p) for p in e.get("loc", ())], "msg": str(e.get("msg", ""))} for e in exc.errors()]
+        message = "; ".join(f"{'.'.join(p['loc'])}: {p['msg']}" for p in problems) or "invalid request"
+        return JSONResponse(_error_body(422, message, "invalid_request_error", errors=problems), 422)
+
+    @app.exception_handler(Exception)
+    async def unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error", exc_info=exc)
+        return JSONResponse(_error_body(500, f"internal error: {type(exc).__name__}", "server_error"), 500)
+
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class _Guard:
+    """ASGI middleware: refuses bodies over ``max_body_bytes`` (413, before anything parses them) and records
+    every response's route, status and latency. Routes are labelled by their path, unknown paths as ``other``,
+    so a scan of random URLs cannot grow the metrics without bound."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], state: _State) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        route = scope["path"] if scope["path"] in ROUTES else "other"
+        status = 500  # if the app fails before it starts a response
+
+        async def observed_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            limited = await self._read_body(scope, receive)
+            if limited is None:
+                await _send_json(observed_send, 413, _error_body(413, self._too_large(), "invalid_request_error"))
+            else:
+                await self.app(scope, limited, observed_send)
+        finally:
+            self.state.metrics.observe_request(route, status, time.perf_counter() - start)
+
+    def _too_large(self) -> str:
+        return f"the request body is over {self.state.settings.max_body_bytes} bytes"
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> Receive | None:
+        """A ``receive`` that replays the whole body, or None when the body is over the limit."""
+        limit = self.state.settings.max_body_bytes
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return None
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":  # the client left: let the app see it
+                return _replay(b"", receive, first=message)
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > limit:  # a chunked body that never declared its length
+                return None
+            more = message.get("more_body", False)
+        return _replay(b"".join(chunks), receive)
+
+
+def _replay(body: bytes, receive: Receive, first: Message | None = None) -> Receive:
+    """A ``receive`` that gives ``first`` (or the whole ``body``) once, then defers to the real one."""
+    pending: list[Message] = [first or {"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replayed
+
+
+async def _send_json(send: Send, status: int, content: dict[str, Any]) -> None:
+    response = JSONResponse(content, status)
+    await send({"type": "http.response.start", "status": status, "headers": response.raw_headers})
+    await send({"type": "http.response.body", "body": response.body})

@@ -1,0 +1,176 @@
+"""Dynamic batching: one worker thread that coalesces queued requests into batches by a token budget.
+
+Requests wait in one bounded queue. The worker takes the oldest; if it is an encoding job, it keeps adding the
+next encoding jobs while the batch's padded size (texts x longest text, in tokens) stays within the budget,
+waiting up to ``max_wait`` after the first job arrived for more to come. One forward pass then serves them all,
+and each job gets its own rows back through a :class:`concurrent.futures.Future`. Other work that needs the model
+(a conditioned similarity) is queued as a *call*, run alone between batches: one thread touches the model, so
+batches never compete for the cores, and the event loop only ever waits on futures.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+class QueueFull(Exception):
+    """The queue holds ``max_queue`` requests; the caller should answer 503 and ask the client to retry."""
+
+
+@dataclass
+class _Encode:
+    texts: list[str]
+    tokens: list[int]  # per text, as the model reads it (truncated)
+    future: Future = field(default_factory=Future)
+    arrived: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _Call:
+    fn: Callable[[], Any]
+    future: Future = field(default_factory=Future)
+    arrived: float = field(default_factory=time.monotonic)
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """What one forward pass held, for metrics and tests."""
+
+    requests: int
+    texts: int
+    tokens: int  # real tokens
+    padded_tokens: int  # texts x longest text: what the budget bounds
+    seconds: float
+
+
+class Batcher:
+    """Coalesce :meth:`encode` jobs into calls of ``encode_fn`` on one worker thread.
+
+    Args:
+        encode_fn: texts -> a 2-D array (one row per text, in order).
+        max_batch_tokens: bound of a batch's padded size; a single job above it runs alone.
+        max_wait: seconds the first job of a batch waits for others to join.
+        max_queue: jobs that may wait; :meth:`encode` and :meth:`call` raise :class:`QueueFull` beyond it.
+        on_batch: called after every forward pass (from the worker thread).
+    """
+
+    def __init__(
+        self,
+        encode_fn: Callable[[list[str]], np.ndarray],
+        *,
+        max_batch_tokens: int,
+        max_wait: float,
+        max_queue: int,
+        on_batch: Callable[[BatchInfo], None] | None = None,
+    ) -> None:
+        self.encode_fn = encode_fn
+        self.max_batch_tokens = max_batch_tokens
+        self.max_wait = max_wait
+        self.max_queue = max_queue
+        self.on_batch = on_batch
+        self._queue: deque[_Encode | _Call] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="subspaces-batcher", daemon=True)
+        self._thread.start()
+
+    @property
+    def depth(self) -> int:
+        """Jobs waiting (not counting the batch being computed)."""
+        return len(self._queue)
+
+    def encode(self, texts: Sequence[str], tokens: Sequence[int]) -> Future:
+        """Queue ``texts`` (with their token counts); the future's result is their rows, in order."""
+        return self._put(_Encode(list(texts), list(tokens)))
+
+    def call(self, fn: Callable[[], Any]) -> Future:
+        """Queue ``fn`` to run alone on the worker thread; the future's result is its return value."""
+        return self._put(_Call(fn))
+
+    def close(self, timeout: float | None = 5.0) -> None:
+        """Finish the queued jobs, then stop the worker."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def _put(self, job: _Encode | _Call) -> Future:
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the batcher is closed")
+            if len(self._queue) >= self.max_queue:
+                raise QueueFull(f"{len(self._queue)} requests are waiting")
+            self._queue.append(job)
+            self._cond.notify()
+        return job.future
+
+    # --- the worker ----------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                first = self._queue.popleft()
+            if isinstance(first, _Call):
+                _settle(first.future, first.fn)
+            else:
+                self._encode(self._gather(first))
+
+    def _gather(self, first: _Encode) -> list[_Encode]:
+        """``first`` and the encoding jobs behind it that fit the budget, waiting until ``max_wait`` after it came."""
+        batch = [first]
+        texts, longest = len(first.texts), max(first.tokens, default=0)
+        deadline = first.arrived + self.max_wait
+        with self._cond:
+            while True:
+                while not self._queue and not self._closed and (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
+                if not self._queue or not isinstance(nxt := self._queue[0], _Encode):
+                    return batch
+                grown_texts, grown_longest = texts + len(nxt.texts), max(longest, *nxt.tokens, 0)
+                if grown_texts * grown_longest > self.max_batch_tokens:
+                    return batch
+                self._queue.popleft()
+                batch.append(nxt)
+                texts, longest = grown_texts, grown_longest
+
+    def _encode(self, batch: list[_Encode]) -> None:
+        # A job whose caller gave up (timed out) while it waited is dropped here, before it costs anything.
+        live = [job for job in batch if job.future.set_running_or_notify_cancel()]
+        if not live:
+            return
+        texts = [t for job in live for t in job.texts]
+        start = time.perf_counter()
+        try:
+            rows = self.encode_fn(texts)
+        except Exception as exc:  # noqa: BLE001 - every waiting caller gets the error; the worker lives on
+            for job in live:
+                job.future.set_exception(exc)
+            return
+        seconds = time.perf_counter() - start
+        offset = 0
+        for job in live:
+            job.future.set_result(rows[offset : offset + len(job.texts)])
+            offset += len(job.texts)
+        if self.on_batch is not None:
+            tokens = [n for job in live for n in job.tokens]
+            self.on_batch(BatchInfo(len(live), len(texts), sum(tokens), len(texts) * max(tokens, default=0), seconds))
+
+
+def _settle(future: Future, fn: Callable[[], Any]) -> None:
+    if not future.set_running_or_notify_cancel():
+        return
+    try:
+        future.set_result(fn())
+    except Exception as exc:  # noqa: BLE001 - the caller gets the error; the worker lives on
+        future.set_exception(exc)

@@ -1,0 +1,75 @@
+"""What a server is told: the model, its optional head and store, where to listen, and its limits."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from subspaces.errors import SubspacesError
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """Everything :func:`subspaces.serve.app.create_app` needs; the CLI builds one from its options.
+
+    Args:
+        model: a bundled model name or a local folder (what ``subspaces encode --model`` takes).
+        head: a saved Hyper-CL tri-encoder folder (``subspaces cond train``'s output), for conditioned similarity.
+        store: a :class:`subspaces.store.Store` folder, for ``/v1/search``.
+        device: the torch device the model runs on.
+        model_id: the id ``/v1/models`` lists and requests may name (default: the model's name or folder name).
+        api_key: when set, every route but ``/health`` needs ``Authorization: Bearer <api_key>``.
+        max_batch_tokens: the padded size of one batch (texts x longest text, in tokens).
+        max_wait_ms: how long the first request of a batch waits for others to join it.
+        max_queue: requests waiting for the worker; one more is refused with 503.
+        max_inputs: texts (or pairs) in one request; more is refused with 413.
+        max_body_bytes: the size of one request body; more is refused with 413.
+        request_timeout_s: how long a request may wait for its result (queue and encoding) before a 504.
+        cors_origins: origins allowed to call the API from a browser; none (CORS off) by default.
+    """
+
+    model: str
+    head: Path | None = None
+    store: Path | None = None
+    device: str = "cpu"
+    model_id: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    max_batch_tokens: int = 16384
+    max_wait_ms: float = 5.0
+    max_queue: int = 256
+    max_inputs: int = 2048
+    max_body_bytes: int = 2 * 2**20
+    request_timeout_s: float = 30.0
+    cors_origins: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch_tokens", "max_queue", "max_inputs", "max_body_bytes"):
+            if getattr(self, name) < 1:
+                raise SubspacesError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.max_wait_ms < 0:
+            raise SubspacesError(f"max-wait-ms must be 0 or more, got {self.max_wait_ms}")
+        if self.request_timeout_s <= 0:
+            raise SubspacesError(f"request timeout must be positive, got {self.request_timeout_s}")
+        if self.api_key is not None and not self.api_key:
+            raise SubspacesError("the API key is empty")
+
+    @property
+    def served_id(self) -> str:
+        return self.model_id or Path(self.model).name or self.model
+
+    def key_matches(self, presented: str) -> bool:
+        """Constant-time comparison, so the time a wrong key takes says nothing about the right one."""
+        return self.api_key is not None and hmac.compare_digest(presented.encode(), self.api_key.encode())
+
+
+def read_api_key(path: Path) -> str:
+    """The key in ``path``: its first line, stripped. Refused when empty or unreadable."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SubspacesError(f"--api-key-file {path}: {exc.strerror or exc}") from None
+    key = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not key:
+        raise SubspacesError(f"--api-key-file {path} is empty")
+    return key

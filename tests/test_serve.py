@@ -1,0 +1,413 @@
+"""`subspaces serve`: every route on the tiny model, the batcher, limits, auth, metrics, and the real OpenAI client."""
+
+from __future__ import annotations
+
+import base64
+import re
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+pytest.importorskip("fastapi")
+
+from fastapi.testclient import TestClient
+
+from subspaces.serve.app import create_app
+from subspaces.serve.batcher import Batcher, BatchInfo, QueueFull
+from subspaces.serve.engine import Engine
+from subspaces.serve.settings import ServeSettings
+
+TEXTS = ["A man plays a guitar.", "The dog runs in the park.", "Small red house.", "A woman eats food quickly."]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir) -> Engine:
+    return Engine(ServeSettings(model=str(tiny_model_dir)))
+
+
+@pytest.fixture
+def serve(engine, tiny_model_dir):
+    """``serve(**settings)``: a test client of an app over the shared engine, ready as soon as it starts."""
+
+    def make(**options) -> TestClient:
+        return TestClient(create_app(ServeSettings(model=str(tiny_model_dir), **options), engine=engine))
+
+    return make
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in Prometheus' text format (0 when absent)."""
+    for line in text.splitlines():
+        if not line.startswith(name):
+            continue
+        match = re.fullmatch(rf"{re.escape(name)}(?:\{{(.*)\}})? (\S+)", line)
+        if match is None:
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
+        if found == labels:
+            return float(match.group(2))
+    return 0.0
+
+
+def blocked(client: TestClient) -> threading.Event:
+    """Occupy the worker until the returned event is set (so requests pile up in the queue)."""
+    gate, started = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        started.set()
+        gate.wait(10)
+
+    client.app.state.serve.batcher.call(hold)
+    assert started.wait(5)
+    return gate
+
+
+def wait_for_depth(client: TestClient, depth: int) -> None:
+    batcher = client.app.state.serve.batcher
+    deadline = time.monotonic() + 5
+    while batcher.depth < depth and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert batcher.depth == depth
+
+
+# --- /v1/embeddings -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dimensions", [None, 16])
+def test_embeddings_equal_encode_output(serve, engine, dimensions):
+    from subspaces.models.encoder import encode
+
+    with serve() as client:
+        response = client.post("/v1/embeddings", json={"input": TEXTS, "model": "st", "dimensions": dimensions})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    got = np.array([row["embedding"] for row in body["data"]])
+    want = encode(engine.model, TEXTS, normalize=True, truncate_dim=dimensions)
+    assert got.shape == (len(TEXTS), dimensions or 32)
+    assert [row["index"] for row in body["data"]] == list(range(len(TEXTS)))
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)  # re-normalised after truncation
+    tokens = sum(engine.token_counts(TEXTS))
+    assert body["usage"] == {"prompt_tokens": tokens, "total_tokens": tokens} and tokens > len(TEXTS)
+    assert body["model"] == "st" and body["object"] == "list"
+
+
+def test_one_string_input_and_base64_round_trip(serve):
+    with serve() as client:
+        floats = client.post("/v1/embeddings", json={"input": TEXTS[0], "dimensions": 8}).json()["data"]
+        packed = client.post(
+            "/v1/embeddings", json={"input": TEXTS[0], "dimensions": 8, "encoding_format": "base64"}
+        ).json()["data"]
+    assert len(floats) == len(packed) == 1
+    decoded = np.frombuffer(base64.b64decode(packed[0]["embedding"]), dtype="<f4")
+    np.testing.assert_array_equal(decoded, np.array(floats[0]["embedding"], dtype=np.float32))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"input": [1, 2]},  # numbers are not texts (nor token ids here)
+        {"input": "a", "dimensions": "8"},  # a string is not a number
+        {"input": "a", "dimensions": 33},  # over the model's 32
+        {"input": "a", "dimensions": 0},
+        {"input": "a", "encoding_format": "hex"},
+        {"input": []},
+        {"text": "a"},  # no input at all
+        ["a"],  # not an object
+    ],
+)
+def test_wrong_requests_are_422_with_a_json_error(serve, body):
+    with serve() as client:
+        response = client.post("/v1/embeddings", json=body)
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == 422 and response.json()["error"]["message"]
+
+
+def test_malformed_json_is_422_not_500(serve):
+    with serve() as client:
+        response = client.post(
+            "/v1/embeddings", content=b'{"input": ["a",', headers={"content-type": "application/json"}
+        )
+    assert response.status_code == 422
+    assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_unknown_model_is_404_and_models_lists_the_served_one(serve):
+    with serve(model_id="tiny") as client:
+        assert client.post("/v1/embeddings", json={"input": "a", "model": "gpt-9"}).status_code == 404
+        assert client.post("/v1/embeddings", json={"input": "a", "model": "tiny"}).status_code == 200
+        listed = client.get("/v1/models").json()["data"]
+    assert [(m["id"], m["dimensions"]) for m in listed] == [("tiny", 32)]
+
+
+# --- limits, backpressure, timeouts ---------------------------------------------------------------------------
+def test_too_many_inputs_and_too_large_bodies_are_413(serve):
+    with serve(max_inputs=2, max_body_bytes=300) as client:
+        assert client.post("/v1/embeddings", json={"input": ["a", "b", "c"]}).status_code == 413
+        big = '{"input": "' + "word " * 100 + '"}'
+        declared = client.post("/v1/embeddings", content=big, headers={"content-type": "application/json"})
+        chunked = client.post(  # no Content-Length: counted as it arrives
+            "/v1/embeddings",
+            content=iter([big[:200].encode(), big[200:].encode()]),
+            headers={"content-type": "application/json"},
+        )
+        assert client.post("/v1/embeddings", json={"input": ["a", "b"]}).status_code == 200
+    for response in (declared, chunked):
+        assert response.status_code == 413 and "bytes" in response.json()["error"]["message"]
+
+
+def test_full_queue_is_503_with_retry_after_then_recovers(serve):
+    with serve(max_queue=1) as client:
+        gate = blocked(client)
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(client.post, "/v1/embeddings", json={"input": "first"})
+            wait_for_depth(client, 1)
+            refused = client.post("/v1/embeddings", json={"input": "second"})
+            gate.set()
+            assert waiting.result().status_code == 200
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert "busy" in refused.json()["error"]["message"]
+        assert client.post("/v1/embeddings", json={"input": "third"}).status_code == 200
+        assert metric(client.get("/metrics").text, "subspaces_requests_total", route="/v1/embeddings", code="503") == 1
+
+
+def test_a_request_past_its_timeout_is_504_and_is_never_run(serve):
+    with serve(request_timeout_s=0.2) as client:
+        gate = blocked(client)
+        response = client.post("/v1/embeddings", json={"input": "late"})
+        gate.set()
+        client.post("/v1/embeddings", json={"input": "after"})
+        batches = metric(client.get("/metrics").text, "subspaces_batch_texts_count")
+    assert response.status_code == 504 and response.json()["error"]["code"] == 504
+    assert batches == 1  # only "after" was encoded: the timed-out job was dropped from the queue
+
+
+def test_health_is_ready_only_once_the_model_loaded(tmp_path):
+    with TestClient(create_app(ServeSettings(model=str(tmp_path / "missing")))) as client:
+        deadline = time.monotonic() + 10
+        while client.get("/health").json()["status"] == "loading" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        health = client.get("/health")
+        embed = client.post("/v1/embeddings", json={"input": "a"})
+    assert health.status_code == 503 and health.json()["status"] == "failed"
+    assert embed.status_code == 503 and "failed to load" in embed.json()["error"]["message"]
+
+
+def test_health_loads_in_the_background(tiny_model_dir):
+    with TestClient(create_app(ServeSettings(model=str(tiny_model_dir)))) as client:
+        first = client.get("/health").status_code
+        deadline = time.monotonic() + 30
+        while client.get("/health").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert client.get("/health").json() == {"status": "ok", "model": "st"}
+        assert client.post("/v1/embeddings", json={"input": "a"}).status_code == 200
+    assert first in (200, 503)  # answered while loading, never blocked by it
+
+
+# --- batching -------------------------------------------------------------------------------------------------
+def _rows(texts: list[str]) -> np.ndarray:
+    return np.array([[len(t), i] for i, t in enumerate(texts)], dtype=np.float32)
+
+
+def test_batcher_coalesces_waiting_jobs_within_the_token_budget():
+    seen: list[BatchInfo] = []
+    batcher = Batcher(_rows, max_batch_tokens=4 * 3, max_wait=0.0, max_queue=16, on_batch=seen.append)
+    gate = threading.Event()
+    batcher.call(lambda: gate.wait(5))
+    futures = [batcher.encode([f"text {i}"], [3]) for i in range(6)]  # 4 texts x 3 tokens fit the budget, 5 do not
+    gate.set()
+    results = [f.result(5) for f in futures]
+    batcher.close()
+    assert [(b.requests, b.texts, b.padded_tokens) for b in seen] == [(4, 4, 12), (2, 2, 6)]
+    assert [r.shape for r in results] == [(1, 2)] * 6
+    assert [r[0, 1] for r in results] == [0, 1, 2, 3, 0, 1]  # each job got its own row of its batch
+
+
+def test_batcher_waits_for_company_and_reports_errors_to_every_caller():
+    seen: list[BatchInfo] = []
+
+    def fail(texts: list[str]) -> np.ndarray:
+        if "bad" in texts:
+            raise ValueError("cannot encode")
+        return _rows(texts)
+
+    batcher = Batcher(fail, max_batch_tokens=1000, max_wait=0.3, max_queue=2, on_batch=seen.append)
+    first, second = batcher.encode(["a"], [1]), batcher.encode(["b", "c"], [1, 1])  # the first waits; both go
+    assert [len(f.result(5)) for f in (first, second)] == [1, 2] and seen[0].requests == 2
+    bad, good = batcher.encode(["bad"], [1]), batcher.encode(["x"], [1])
+    with pytest.raises(ValueError, match="cannot encode"):
+        bad.result(5)
+    with pytest.raises(ValueError):
+        good.result(5)  # it shared the failing batch
+    assert batcher.encode(["after"], [1]).result(5).shape == (1, 2)  # the worker lives on
+    gate = threading.Event()
+    batcher.call(lambda: gate.wait(5))
+    time.sleep(0.05)
+    batcher.encode(["q1"], [1])
+    batcher.encode(["q2"], [1])
+    with pytest.raises(QueueFull):
+        batcher.encode(["q3"], [1])
+    gate.set()
+    batcher.close()
+
+
+def test_concurrent_http_requests_share_one_forward_pass(serve, engine):
+    from subspaces.models.encoder import encode
+
+    with serve(max_wait_ms=0) as client:
+        gate = blocked(client)
+        with ThreadPoolExecutor(6) as pool:
+            futures = [pool.submit(client.post, "/v1/embeddings", json={"input": [t]}) for t in TEXTS + TEXTS[:2]]
+            wait_for_depth(client, 6)
+            gate.set()
+            responses = [f.result() for f in futures]
+        text = client.get("/metrics").text
+    got = np.array([r.json()["data"][0]["embedding"] for r in responses])
+    np.testing.assert_allclose(got, encode(engine.model, TEXTS + TEXTS[:2], normalize=True), atol=1e-5)
+    assert metric(text, "subspaces_batches_total") == 1
+    assert metric(text, "subspaces_batch_requests_sum") == 6 and metric(text, "subspaces_batch_texts_sum") == 6
+
+
+# --- /v1/similarity, /v1/search -------------------------------------------------------------------------------
+def test_similarity_is_the_cosine_of_the_served_embeddings(serve, engine):
+    from subspaces.models.encoder import encode
+
+    pairs = [[TEXTS[0], TEXTS[1]], [TEXTS[2], TEXTS[2]]]
+    with serve() as client:
+        body = client.post("/v1/similarity", json={"pairs": pairs, "dimensions": 16}).json()
+        no_head = client.post("/v1/similarity", json={"pairs": pairs, "condition": "colour"})
+        bad = client.post("/v1/similarity", json={"pairs": [["only one"]]})
+    a, b = (encode(engine.model, [p[i] for p in pairs], normalize=True, truncate_dim=16) for i in (0, 1))
+    np.testing.assert_allclose([d["score"] for d in body["data"]], (a * b).sum(axis=1), atol=1e-5)
+    assert body["data"][1]["score"] == pytest.approx(1.0, abs=1e-5)
+    assert no_head.status_code == 422 and "--head" in no_head.json()["error"]["message"]
+    assert bad.status_code == 422
+
+
+def test_conditioned_similarity_uses_the_head_and_caches_its_matrices(tiny_model_dir, tmp_path):
+    from subspaces.models.triencoder import TriEncoder, build_tri_encoder
+
+    build_tri_encoder(str(tiny_model_dir), head="hypernet", rank=4, seed=0).save(tmp_path / "head")
+    expected = TriEncoder.load(tmp_path / "head").similarity([TEXTS[0], TEXTS[1]], [TEXTS[2], TEXTS[3]], ["colour"] * 2)
+    pairs = [[TEXTS[0], TEXTS[2]], [TEXTS[1], TEXTS[3]]]
+    with TestClient(create_app(ServeSettings(model=str(tiny_model_dir), head=tmp_path / "head"))) as client:
+        deadline = time.monotonic() + 30
+        while client.get("/health").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        first = client.post("/v1/similarity", json={"pairs": pairs, "condition": "colour"}).json()
+        client.post("/v1/similarity", json={"pairs": pairs, "condition": "colour"})
+        refused = client.post("/v1/similarity", json={"pairs": pairs, "condition": "colour", "dimensions": 8})
+        text = client.get("/metrics").text
+    np.testing.assert_allclose([d["score"] for d in first["data"]], expected, atol=1e-5)
+    assert first["condition"] == "colour" and refused.status_code == 422
+    assert metric(text, "subspaces_cache_hits_total", cache="condition_params") >= 2  # the second request's rows
+    assert 0 < metric(text, "subspaces_cache_hit_ratio", cache="condition_params") < 1
+
+
+def test_search_over_a_store(tiny_model_dir, tmp_path):
+    store_module = pytest.importorskip("subspaces.store")
+    store = store_module.Store.create(tmp_path / "store", str(tiny_model_dir))
+    store.add(TEXTS, ids=["a", "b", "c", "d"])
+    with TestClient(create_app(ServeSettings(model=str(tiny_model_dir), store=tmp_path / "store"))) as client:
+        deadline = time.monotonic() + 30
+        while client.get("/health").status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        full = client.post("/v1/search", json={"query": TEXTS[2], "k": 2}).json()
+        funnel = client.post("/v1/search", json={"query": TEXTS[2], "k": 2, "dimensions": 8}).json()
+        bad = client.post("/v1/search", json={"query": TEXTS[2], "k": 0})
+    assert [d["id"] for d in full["data"]][0] == "c" and full["data"][0]["score"] == pytest.approx(1.0, abs=1e-5)
+    assert len(full["data"]) == 2 and funnel["data"][0]["id"] == "c" and bad.status_code == 422
+
+
+def test_no_search_route_without_a_store(serve):
+    with serve() as client:
+        assert client.post("/v1/search", json={"query": "a"}).status_code == 404
+
+
+# --- auth and metrics -----------------------------------------------------------------------------------------
+def test_api_key_guards_every_route_but_health(serve):
+    with serve(api_key="s3cret") as client:
+        assert client.get("/health").status_code == 200
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            response = client.post("/v1/embeddings", json={"input": "a"}, headers=headers)
+            assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
+        assert client.get("/metrics").status_code == 401 and client.get("/v1/models").status_code == 401
+        ok = {"Authorization": "Bearer s3cret"}
+        assert client.post("/v1/embeddings", json={"input": "a"}, headers=ok).status_code == 200
+        assert client.get("/metrics", headers=ok).status_code == 200
+    with serve() as client:  # no key: open
+        assert client.post("/v1/embeddings", json={"input": "a"}).status_code == 200
+
+
+def test_metrics_count_requests_errors_latency_batches_and_tokens(serve, engine):
+    with serve() as client:
+        client.post("/v1/embeddings", json={"input": TEXTS})
+        client.post("/v1/embeddings", json={"input": 3})
+        client.get("/no/such/page")
+        text = client.get("/metrics").text
+    assert metric(text, "subspaces_requests_total", route="/v1/embeddings", code="200") == 1
+    assert metric(text, "subspaces_request_errors_total", route="/v1/embeddings", code="422") == 1
+    assert metric(text, "subspaces_request_errors_total", route="other", code="404") == 1  # unknown paths: one label
+    assert metric(text, "subspaces_request_seconds_count", route="/v1/embeddings") == 2
+    assert metric(text, "subspaces_tokens_total") == sum(engine.token_counts(TEXTS))
+    assert metric(text, "subspaces_batch_texts_sum") == len(TEXTS)
+    assert "subspaces_queue_depth 0.0" in text and "subspaces_batch_tokens_bucket" in text
+
+
+# --- the real OpenAI client against a real server --------------------------------------------------------------
+def test_openai_client_against_uvicorn(tiny_model_dir, engine):
+    import openai
+    import uvicorn
+
+    from subspaces.models.encoder import encode
+
+    app = create_app(ServeSettings(model=str(tiny_model_dir), model_id="tiny", api_key="k-123"), engine=engine)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.01)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k-123", max_retries=0, timeout=10)
+        packed = client.embeddings.create(model="tiny", input=TEXTS, dimensions=8)  # the client asks for base64
+        floats = client.embeddings.create(model="tiny", input=TEXTS[0], encoding_format="float")
+        models = [m.id for m in client.models.list()]
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="wrong", max_retries=0).embeddings.create(
+                model="tiny", input="a"
+            )
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+    np.testing.assert_allclose(
+        [d.embedding for d in packed.data], encode(engine.model, TEXTS, normalize=True, truncate_dim=8), atol=1e-5
+    )
+    np.testing.assert_allclose(floats.data[0].embedding, encode(engine.model, TEXTS[:1], normalize=True)[0], atol=1e-5)
+    assert packed.usage.prompt_tokens == sum(engine.token_counts(TEXTS)) and models == ["tiny"]
+
+
+# --- the command ----------------------------------------------------------------------------------------------
+def test_serve_command_checks_its_options_before_starting(tmp_path, tiny_model_dir):
+    from typer.testing import CliRunner
+
+    from subspaces.cli.app import app
+
+    empty = tmp_path / "key"
+    empty.write_text("\n")
+    runner = CliRunner()
+    for args, message in [
+        (["--model", str(tmp_path / "nope")], "neither a bundled model"),
+        (["--model", str(tiny_model_dir), "--api-key-file", str(empty)], "is empty"),
+        (["--model", str(tiny_model_dir), "--head", str(tmp_path / "nohead")], "not a folder"),
+        (["--model", str(tiny_model_dir), "--max-queue", "0"], "at least 1"),
+    ]:
+        result = runner.invoke(app, ["serve", *args])
+        assert result.exit_code == 2, result.output
+        assert message in " ".join(result.output.split())
