@@ -74,7 +74,13 @@ def _schema(dim: int):
     )
 
 
-def _batch(dim: int, ids: Sequence[str], texts: Sequence[str], vectors: np.ndarray, metadata: Sequence[Any]):
+def _batch(
+    dim: int,
+    ids: Sequence[str] | np.ndarray,
+    texts: Sequence[str] | np.ndarray,
+    vectors: np.ndarray,
+    metadata: Sequence[Any],
+):
     import pyarrow as pa
 
     flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).ravel(), type=pa.float32())
@@ -350,10 +356,36 @@ class Store:
 
     # -- searching ------------------------------------------------------------------------------------------
     @overload
-    def search(self, queries: str, k: int = ..., **options: Any) -> dict[str, Any]: ...
+    def search(  # type: ignore[overload-overlap]  # a str is also a Sequence[str]: one query, one result
+        self,
+        queries: str,
+        k: int = ...,
+        *,
+        model: Any | None = ...,
+        space: str | None = ...,
+        dims: int | None = ...,
+        rerank: str = ...,
+        shortlist: int | None = ...,
+        ann: bool = ...,
+        nprobes: int = ...,
+        batch_size: int = ...,
+    ) -> dict[str, Any]: ...
 
     @overload
-    def search(self, queries: Sequence[str], k: int = ..., **options: Any) -> list[dict[str, Any]]: ...
+    def search(
+        self,
+        queries: Sequence[str],
+        k: int = ...,
+        *,
+        model: Any | None = ...,
+        space: str | None = ...,
+        dims: int | None = ...,
+        rerank: str = ...,
+        shortlist: int | None = ...,
+        ann: bool = ...,
+        nprobes: int = ...,
+        batch_size: int = ...,
+    ) -> list[dict[str, Any]]: ...
 
     def search(
         self,

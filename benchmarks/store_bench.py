@@ -1,0 +1,130 @@
+"""Vector-store benchmark: add throughput, then search latency (p50/p99) and Recall@10 against exact full-dim
+search, for exact, ANN (LanceDB IVF-PQ) and funnel search (Matryoshka prefix shortlist, full re-rank).
+
+A store of the first N distinct WordNet sentences (definitions, then examples) is built in a temporary folder
+(or --store DIR); the queries are Q other WordNet sentences, encoded once, so the latencies are search alone
+(one query at a time, as a user's request); the encoding rate is reported apart. Optionally a migration to
+--migrate-to MODEL is timed and measured on the store (recall fraction vs a re-embedded held-out sample).
+
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/store_bench.py --n 100000 --model minilm-l6 --migrate-to paraphrase-l3
+    .venv/bin/python benchmarks/store_bench.py --n 2000 --queries 50   # a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).parent / "results" / "store_bench.json"
+
+
+def wordnet_sentences(limit: int) -> list[str]:
+    from subspaces.config import dataset_dir
+    from subspaces.io import read_lines
+
+    folder = dataset_dir("wordnet_sentences")
+    seen: dict[str, None] = {}
+    for name in ("wordnet30_definitions.txt.gz", "wordnet30_examples.txt.gz"):
+        for text in read_lines(folder / name):
+            seen.setdefault(text, None)
+            if len(seen) >= limit:
+                return list(seen)
+    return list(seen)
+
+
+def latencies(store, vectors: np.ndarray, k: int, **options) -> tuple[dict[str, float], list[list[str]]]:
+    store.search_vectors(vectors[:1], k, **options)  # builds the in-memory index of this setting once
+    times, ids = [], []
+    for vector in vectors:
+        start = time.perf_counter()
+        hit = store.search_vectors(vector[None], k, **options)[0]
+        times.append(time.perf_counter() - start)
+        ids.append(hit["ids"])
+    ms = np.asarray(times) * 1e3
+    return {
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "qps": float(1e3 / ms.mean()),
+    }, ids
+
+
+def recall(found: list[list[str]], truth: list[list[str]]) -> float:
+    return float(np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(found, truth, strict=True)]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=100_000, help="store size (WordNet sentences)")
+    parser.add_argument("--queries", type=int, default=1_000)
+    parser.add_argument("--model", default="minilm-l6")
+    parser.add_argument("--dims", default="32,64,128", help="funnel prefixes")
+    parser.add_argument("--shortlist", type=int, default=100)
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--nprobes", type=int, default=20)
+    parser.add_argument("--migrate-to", default=None, help="also time a migration to this model")
+    parser.add_argument("--pairs", type=int, default=20_000)
+    parser.add_argument("--store", type=Path, default=None, help="build the store here (default: a temporary folder)")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+
+    from subspaces.config import set_threads
+    from subspaces.models.encoder import encode
+    from subspaces.store import Store
+
+    threads = set_threads(args.threads)
+    texts = wordnet_sentences(args.n + args.queries)
+    corpus, queries = texts[: args.n], texts[args.n : args.n + args.queries]
+    if len(queries) < args.queries:
+        raise SystemExit(f"only {len(texts)} WordNet sentences: lower --n or --queries")
+    folder = args.store or Path(tempfile.mkdtemp(prefix="store-bench-")) / "store"
+    store = Store.create(folder, args.model)
+    start = time.perf_counter()
+    store.add(corpus, ids=range(len(corpus)), progress=True)
+    add_s = time.perf_counter() - start
+    start = time.perf_counter()
+    query_vectors = encode(store.model(), queries, normalize=True)
+    encode_q_s = time.perf_counter() - start
+
+    results: dict = {
+        "n": len(corpus),
+        "queries": len(queries),
+        "model": args.model,
+        "threads": threads,
+        "machine": platform.processor() or platform.machine(),
+        "add": {"seconds": round(add_s, 2), "texts_per_s": round(len(corpus) / add_s, 1)},
+        "query_encoding_ms": round(1e3 * encode_q_s / len(queries), 3),
+        "search": {},
+    }
+    timing, truth = latencies(store, query_vectors, args.k)
+    results["search"]["exact"] = timing | {"recall@10": 1.0}
+    for dims in (int(d) for d in args.dims.split(",")):
+        timing, found = latencies(store, query_vectors, args.k, dims=dims, shortlist=args.shortlist)
+        results["search"][f"funnel_{dims}"] = timing | {"recall@10": recall(found, truth)}
+        timing, found = latencies(store, query_vectors, args.k, dims=dims, rerank="none")
+        results["search"][f"prefix_{dims}"] = timing | {"recall@10": recall(found, truth)}
+    if len(corpus) >= 256:
+        start = time.perf_counter()
+        built = store.index()
+        timing, found = latencies(store, query_vectors, args.k, ann=True, nprobes=args.nprobes)
+        results["search"]["ann_ivfpq"] = (
+            timing | {"recall@10": recall(found, truth), "index_seconds": round(time.perf_counter() - start, 2)} | built
+        )
+    exact_qps = results["search"]["exact"]["qps"]
+    for row in results["search"].values():
+        row["speedup_vs_exact"] = round(row["qps"] / exact_qps, 2)
+    if args.migrate_to:
+        results["migration"] = store.migrate(args.migrate_to, pairs=args.pairs, progress=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
