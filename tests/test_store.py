@@ -217,6 +217,9 @@ def test_cli_jsonl_fields_and_metadata(tmp_path, tiny_model_dir):
         (("store", "search", "{store}", "a cat", "--model", "{other}"), "is not the store's model"),
         (("store", "search", "{store}", "a cat", "--dims", "64"), "outside 1..32"),
         (("store", "create", "{store}", "--model", "{other}"), "already exists"),
+        (("store", "migrate", "{store}", "--commit"), "no migration is pending"),
+        (("store", "migrate", "{store}"), "give --to MODEL"),
+        (("store", "index", "{store}"), "at least 256 rows"),
     ],
 )
 def test_cli_errors_are_one_line_and_change_nothing(store, tmp_path, args, message):
