@@ -70,8 +70,13 @@ def sts_table(model, trainable_layers: int, cache_dir: Path) -> dict[str, float]
     model.eval()
     # Its own cache folder: the model reads max_seq_length tokens here, not the training length.
     folder = cache_dir / f"eval-len{model.max_seq_length}"
-    with partial_fine_tuning(model, trainable_layers, cache_dir=folder, show_progress=False), torch.no_grad():
-        return STSEvaluator()(model)
+    evaluator = STSEvaluator()
+    texts = sorted(
+        {t for task in evaluator.tasks for p in [evaluator._pairs(task)] for t in p.sentences1 + p.sentences2}
+    )
+    with partial_fine_tuning(model, trainable_layers, cache_dir=folder, show_progress=False) as pft, torch.no_grad():
+        pft.prepare(texts)  # written to disk once; every later table reads the bottom layers' outputs from there
+        return evaluator(model)
 
 
 def geometry_sample(pairs, n_uniform: int = 300, seed: int = 0) -> tuple[list[str], list[str], list[str]]:
