@@ -411,3 +411,28 @@ def test_serve_command_checks_its_options_before_starting(tmp_path, tiny_model_d
         result = runner.invoke(app, ["serve", *args])
         assert result.exit_code == 2, result.output
         assert message in " ".join(result.output.split())
+
+
+def test_token_counting_beside_encoding_never_corrupts_a_batch(engine):
+    """Counting runs in request threads while the worker encodes: they must not share a tokenizer's settings."""
+    texts = [" ".join(["word"] * (1 + i % 23)) for i in range(64)]
+    stop, errors = threading.Event(), []
+
+    def count() -> None:
+        while not stop.is_set():
+            engine.token_counts(texts[:7])
+
+    counters = [threading.Thread(target=count) for _ in range(2)]
+    for thread in counters:
+        thread.start()
+    try:
+        for _ in range(30):
+            try:
+                engine.encode(texts)
+            except ValueError as exc:  # a batch tokenised without padding
+                errors.append(exc)
+    finally:
+        stop.set()
+        for thread in counters:
+            thread.join()
+    assert not errors

@@ -31,7 +31,9 @@ def serve_cmd(
         Optional[str], typer.Option(help="The model name clients use (default: the model's name or folder name).")
     ] = None,
     max_batch_tokens: Annotated[int, typer.Option(help="Padded tokens (texts x longest) in one batch.")] = 16384,
-    max_wait_ms: Annotated[float, typer.Option(help="How long a batch waits for more requests to join it.")] = 5.0,
+    max_wait_ms: Annotated[
+        float, typer.Option(help="How long a batch waits for more requests to join it (0: take what has queued).")
+    ] = 0.0,
     max_queue: Annotated[int, typer.Option(help="Requests that may wait; more are answered 503.")] = 256,
     max_inputs: Annotated[int, typer.Option(help="Texts (or pairs) in one request; more are answered 413.")] = 2048,
     max_body_mb: Annotated[float, typer.Option(help="Size of one request body in MiB; more is answered 413.")] = 2.0,

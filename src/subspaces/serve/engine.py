@@ -8,6 +8,8 @@ truncate_dim=d)``'s.
 
 from __future__ import annotations
 
+import copy
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +28,11 @@ class Engine:
         self.model = load_encoder(settings.model, device=settings.device)
         self.model.eval()
         self.dim = int(self.model.get_embedding_dimension() or 0)
+        # A fast tokenizer keeps its truncation and padding settings in shared state that each call resets: counting
+        # beside the worker's encoding would unpad its batches. So counting has its own copy, one call at a time.
+        tokenizer = getattr(self.model, "tokenizer", None)
+        self._counter = copy.deepcopy(tokenizer) if callable(tokenizer) else None
+        self._counter_lock = threading.Lock()
         self.tri: Any | None = None
         if settings.head is not None:
             from subspaces.models.triencoder import TriEncoder
@@ -42,11 +49,11 @@ class Engine:
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:
         """Tokens the model reads of each text (after truncation at its ``max_seq_length``)."""
-        tokenizer = getattr(self.model, "tokenizer", None)
         limit = self.model.max_seq_length
-        if not callable(tokenizer) or not isinstance(limit, int):  # a static embedding: no limit, its own tokenizer
+        if self._counter is None or not isinstance(limit, int):  # a static embedding: no limit, its own tokenizer
             return [max(1, len(t.split())) for t in texts]
-        ids = tokenizer(list(texts), truncation=True, max_length=limit, verbose=False)["input_ids"]
+        with self._counter_lock:
+            ids = self._counter(list(texts), truncation=True, max_length=limit, verbose=False)["input_ids"]
         return [len(i) for i in ids]
 
     def encode(self, texts: list[str]) -> np.ndarray:

@@ -21,7 +21,9 @@ class ServeSettings:
         model_id: the id ``/v1/models`` lists and requests may name (default: the model's name or folder name).
         api_key: when set, every route but ``/health`` needs ``Authorization: Bearer <api_key>``.
         max_batch_tokens: the padded size of one batch (texts x longest text, in tokens).
-        max_wait_ms: how long the first request of a batch waits for others to join it.
+        max_wait_ms: how long the first request of a batch waits for others to join it. 0 (greedy): a batch is
+            whatever queued while the previous one ran, which already coalesces under load and adds nothing to a
+            lone request's latency (a 5 ms wait cost a lone request more than half its speed on the tiny model).
         max_queue: requests waiting for the worker; one more is refused with 503.
         max_inputs: texts (or pairs) in one request; more is refused with 413.
         max_body_bytes: the size of one request body; more is refused with 413.
@@ -36,7 +38,7 @@ class ServeSettings:
     model_id: str | None = None
     api_key: str | None = field(default=None, repr=False)
     max_batch_tokens: int = 16384
-    max_wait_ms: float = 5.0
+    max_wait_ms: float = 0.0
     max_queue: int = 256
     max_inputs: int = 2048
     max_body_bytes: int = 2 * 2**20

@@ -1,0 +1,304 @@
+"""Loopback load test of ``subspaces serve`` against a naive server (issue 21), both measured in the same run.
+
+The naive server is what one writes first: FastAPI calling ``SentenceTransformer.encode`` once per request (a
+plain ``def`` route, so FastAPI runs it in its thread pool). Ours coalesces concurrent requests into batches on
+one worker thread. Each server runs alone in its own subprocess (same model, same ``--threads``), started on a
+free port of 127.0.0.1 (never any other address) and stopped before the next starts; the load generator is an
+asyncio httpx client in this process, each request one WordNet sentence. Per concurrency level (1, 8, 32 by
+default, ``--duration`` seconds each, after a short warm-up): throughput, p50/p99 latency, status counts.
+Then, on ours only: an overload burst against a small queue (``--overload-queue``), counting 503s and any other
+5xx, followed by a recovery check; an optional soak (``--soak``) sampling the server's RSS; and a check that
+the served embeddings equal ``subspaces.models.encoder.encode``'s to 1e-5.
+
+    python benchmarks/serve_load.py                      # minilm-l6, 60 s per level: benchmarks/results/serve_load.json
+    python benchmarks/serve_load.py --duration 3 --overload-seconds 2 --output /tmp/serve_smoke.json   # a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+HOST = "127.0.0.1"  # loopback only, by design
+
+
+# --- the servers (run as `serve_load.py --serve ours|naive`, in a subprocess) -------------------------------------
+def naive_app(model_name: str) -> Any:
+    from fastapi import FastAPI
+
+    from subspaces.models.encoder import load_encoder
+
+    model = load_encoder(model_name)
+    app = FastAPI()
+
+    @app.get("/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/v1/embeddings")
+    def embeddings(body: dict[str, Any]) -> dict[str, Any]:  # a plain def: FastAPI runs it in its thread pool
+        texts = [body["input"]] if isinstance(body["input"], str) else body["input"]
+        rows = model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+        return {"object": "list", "data": [{"index": i, "embedding": r.tolist()} for i, r in enumerate(rows)]}
+
+    return app
+
+
+def run_server(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from subspaces.config import set_threads
+
+    set_threads(args.threads)
+    if args.serve == "naive":
+        app = naive_app(args.model)
+    else:
+        from subspaces.serve.app import create_app
+        from subspaces.serve.settings import ServeSettings
+
+        settings = ServeSettings(
+            model=args.model,
+            max_batch_tokens=args.max_batch_tokens,
+            max_wait_ms=args.max_wait_ms,
+            max_queue=args.max_queue,
+        )
+        app = create_app(settings)
+    uvicorn.run(app, host=HOST, port=args.port, log_level="warning", access_log=False)
+
+
+# --- the load generator ------------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """One server subprocess on a free loopback port; a context manager that waits for /health and stops it."""
+
+    def __init__(self, kind: str, args: argparse.Namespace, max_queue: int) -> None:
+        self.kind, self.port = kind, free_port()
+        command = [sys.executable, __file__, "--serve", kind, "--port", str(self.port), "--model", args.model]
+        command += ["--threads", str(args.threads), "--max-queue", str(max_queue)]
+        command += ["--max-batch-tokens", str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms)]
+        self.command = command
+        self.url = f"http://{HOST}:{self.port}"
+
+    def __enter__(self) -> Server:
+        self.process = subprocess.Popen(self.command, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        import httpx
+
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SystemExit(f"the {self.kind} server exited with {self.process.returncode}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise SystemExit(f"the {self.kind} server did not become ready")
+
+    def __exit__(self, *_exc: object) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def rss_mb(self) -> float:
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+
+async def load(url: str, texts: list[str], concurrency: int, seconds: float) -> dict[str, Any]:
+    """``concurrency`` clients sending one text per request, back to back, for ``seconds``."""
+    import httpx
+
+    latencies: list[float] = []
+    codes: dict[str, int] = {}
+    retry_after: set[str] = set()
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+        stop = time.monotonic() + seconds
+
+        async def worker(offset: int) -> None:
+            i = offset
+            while time.monotonic() < stop:
+                start = time.perf_counter()
+                try:
+                    response = await client.post("/v1/embeddings", json={"input": texts[i % len(texts)]})
+                    code = str(response.status_code)
+                    if response.status_code == 503:
+                        retry_after.add(response.headers.get("retry-after", "missing"))
+                except httpx.HTTPError as exc:
+                    code = type(exc).__name__
+                codes[code] = codes.get(code, 0) + 1
+                if code == "200":
+                    latencies.append(time.perf_counter() - start)
+                i += concurrency
+
+        began = time.perf_counter()
+        await asyncio.gather(*(worker(c) for c in range(concurrency)))
+        elapsed = time.perf_counter() - began
+    ok = codes.get("200", 0)
+    fivexx = sum(n for c, n in codes.items() if c.startswith("5"))
+    return {
+        "concurrency": concurrency,
+        "seconds": round(elapsed, 2),
+        "requests_per_s": round(ok / elapsed, 2),
+        "p50_ms": round(1000 * statistics.median(latencies), 2) if latencies else None,
+        "p99_ms": round(1000 * _quantile(latencies, 0.99), 2) if latencies else None,
+        "status": codes,
+        "5xx": fivexx,
+        "retry_after": sorted(retry_after),
+    }
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def measure(server: Server, texts: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
+    asyncio.run(load(server.url, texts, max(args.levels), args.warmup))  # warm-up: not recorded
+    rows = []
+    for level in args.levels:
+        row = asyncio.run(load(server.url, texts, level, args.duration))
+        row["rss_mb"] = round(server.rss_mb(), 1)
+        print(
+            f"{server.kind:5s} c={level:3d}: {row['requests_per_s']:8.1f} req/s  p50 {row['p50_ms']} ms  "
+            f"p99 {row['p99_ms']} ms  {row['status']}",
+            flush=True,
+        )
+        rows.append(row)
+    return rows
+
+
+def overload(server: Server, texts: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """A burst far past the queue, then sequential requests: are the refusals 503s, and does it recover?"""
+    import httpx
+
+    before = server.rss_mb()
+    burst = asyncio.run(load(server.url, texts, args.overload_concurrency, args.overload_seconds))
+    after = server.rss_mb()
+    recovery = [
+        httpx.post(server.url + "/v1/embeddings", json={"input": t}, timeout=30).status_code for t in texts[:20]
+    ]
+    return {
+        "queue": args.overload_queue,
+        "concurrency": args.overload_concurrency,
+        "burst": burst,
+        "non_503_5xx": burst["5xx"] - burst["status"].get("503", 0),
+        "recovered": all(code == 200 for code in recovery),
+        "rss_mb_before": round(before, 1),
+        "rss_mb_after": round(after, 1),
+        "retry_after_on_503": burst["retry_after"],
+    }
+
+
+def soak(server: Server, texts: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    """Concurrency 8 for ``--soak`` seconds, the server's RSS sampled every ``--soak-every`` seconds."""
+    samples = []
+    rounds = max(1, int(args.soak // args.soak_every))
+    total: dict[str, int] = {}
+    for _ in range(rounds):
+        row = asyncio.run(load(server.url, texts, 8, args.soak_every))
+        for code, n in row["status"].items():
+            total[code] = total.get(code, 0) + n
+        samples.append(round(server.rss_mb(), 1))
+    return {"seconds": rounds * args.soak_every, "rss_mb": samples, "status": total}
+
+
+def check_equal(server: Server, texts: list[str], model_name: str) -> float:
+    """The largest difference between served rows and ``encode``'s (normalised), over a few texts."""
+    import httpx
+    import numpy as np
+
+    from subspaces.models.encoder import encode, load_encoder
+
+    sample = texts[:16]
+    served = httpx.post(server.url + "/v1/embeddings", json={"input": sample}, timeout=60).json()["data"]
+    want = encode(load_encoder(model_name), sample, normalize=True)
+    return float(np.abs(np.array([d["embedding"] for d in served]) - want).max())
+
+
+def sentences(n: int) -> list[str]:
+    from subspaces.data.text import wordnet_sentences
+
+    texts = wordnet_sentences()
+    return texts[:n] if len(texts) >= n else texts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="minilm-l6")
+    parser.add_argument("--threads", type=int, default=2, help="Torch threads of each server.")
+    parser.add_argument("--duration", type=float, default=60.0, help="Seconds per concurrency level.")
+    parser.add_argument("--levels", default="1,8,32", help="Concurrency levels.")
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--max-batch-tokens", type=int, default=16384)
+    parser.add_argument("--max-wait-ms", type=float, default=0.0)
+    parser.add_argument("--max-queue", type=int, default=256, help="Ours, during the throughput levels.")
+    parser.add_argument("--overload-queue", type=int, default=8, help="Ours, during the overload burst.")
+    parser.add_argument("--overload-concurrency", type=int, default=128)
+    parser.add_argument("--overload-seconds", type=float, default=10.0)
+    parser.add_argument("--soak", type=float, default=0.0, help="Seconds of soak at concurrency 8 (0: none).")
+    parser.add_argument("--soak-every", type=float, default=10.0)
+    parser.add_argument("--texts", type=int, default=2000, help="Distinct WordNet sentences cycled through.")
+    parser.add_argument("--output", type=Path, default=RESULTS / "serve_load.json")
+    parser.add_argument("--serve", choices=["ours", "naive"], help=argparse.SUPPRESS)  # the subprocess's mode
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        run_server(args)
+        return
+    args.levels = [int(x) for x in args.levels.split(",")]
+    texts = sentences(args.texts)
+    result: dict[str, Any] = {
+        "date": str(date.today()),
+        "model": args.model,
+        "threads": args.threads,
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "duration_s": args.duration,
+        "texts": len(texts),
+        "batching": {"max_batch_tokens": args.max_batch_tokens, "max_wait_ms": args.max_wait_ms},
+        "note": "client and servers share this machine's cores; one WordNet sentence per request",
+    }
+    with Server("naive", args, args.max_queue) as server:
+        result["naive"] = measure(server, texts, args)
+    with Server("ours", args, args.max_queue) as server:
+        result["ours"] = measure(server, texts, args)
+        result["max_abs_diff_vs_encode"] = check_equal(server, texts, args.model)
+        if args.soak:
+            result["soak"] = soak(server, texts, args)
+    with Server("ours", args, args.overload_queue) as server:
+        result["overload"] = overload(server, texts, args)
+    result["speedup"] = {
+        str(o["concurrency"]): round(o["requests_per_s"] / n["requests_per_s"], 2) if n["requests_per_s"] else None
+        for o, n in zip(result["ours"], result["naive"], strict=True)
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps({k: result[k] for k in ("speedup", "max_abs_diff_vs_encode")}), f"-> {args.output}")
+
+
+if __name__ == "__main__":
+    main()
