@@ -205,6 +205,12 @@ def test_params_file_is_read_by_stage_and_bad_keys_name_the_valid_ones(spaces, t
         result.exit_code == 2
         and '--refine-iter was replaced by --params FILE.json holding {"refine": {"n_iter": ...}}' in flat(result)
     )
+    for option, where in (
+        ("--no-orthogonalize", '{"refine": {"orthogonalize": ...}}'),
+        ("--converged-swap-share", '{"converged_swap_share": ...}'),
+    ):
+        result = CliRunner().invoke(app, base + [option])
+        assert result.exit_code == 2 and f"{option} was replaced by --params FILE.json holding {where}" in flat(result)
     result = CliRunner().invoke(app, base + ["--no-such-thing"])
     assert result.exit_code == 2 and "no such option: --no-such-thing" in flat(result)
 

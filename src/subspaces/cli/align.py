@@ -76,6 +76,10 @@ def _refuse_flat_options(extra: list[str]) -> None:
         return
     name = extra[0].split("=", 1)[0]
     flat = name.removeprefix("--").replace("-", "_")
+    if flat.startswith("no_") and flat[3:] in FLAT_NAMES:  # the old boolean flags had --no- forms
+        flat = flat[3:]
+    if flat == "converged_swap_share":  # a setting of the aligner itself, not of a stage
+        raise SubspacesError(f'{name} was replaced by --params FILE.json holding {{"{flat}": ...}} (see docs/align.md)')
     if flat in FLAT_NAMES or flat == "kmeans_iter":
         places = [FLAT_NAMES[flat]] if flat in FLAT_NAMES else list(KMEANS_ITER)
         where = " and ".join(f'{{"{stage}": {{"{key}": ...}}}}' for stage, key in places)
