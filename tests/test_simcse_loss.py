@@ -85,3 +85,26 @@ def test_unsupervised_views_differ_only_by_dropout(tiny_model):
 def test_temperature_must_be_positive(tiny_model):
     with pytest.raises(ValueError):
         SimCSELoss(tiny_model, temperature=0.0)
+
+
+@pytest.mark.parametrize("columns", [("anchor",), ("anchor", "positive")])
+def test_trains_in_sentence_transformers_trainer(tiny_model, tmp_path, columns):
+    """The README's claim: the loss works in SentenceTransformerTrainer (the `train` extra brings its needs)."""
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+
+    texts = [f"sentence number {i} about a {w}" for i, w in enumerate(["cat", "dog", "park", "house"] * 4)]
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        max_steps=2,
+        learning_rate=1e-3,
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        dataloader_drop_last=True,
+    )
+    before = {n: p.detach().clone() for n, p in tiny_model.named_parameters()}
+    data = Dataset.from_dict(dict.fromkeys(columns, texts))
+    SentenceTransformerTrainer(model=tiny_model, args=args, train_dataset=data, loss=SimCSELoss(tiny_model)).train()
+    assert any(not torch.equal(before[n], p) for n, p in tiny_model.named_parameters())
