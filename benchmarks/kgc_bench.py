@@ -56,7 +56,7 @@ def zero_shot(args: argparse.Namespace) -> dict:
     result = evaluate_model(
         MODEL, args.dataset, split="test", n_hop=5 if args.dataset == "wn18rr" else 0, model_name=MODEL
     )
-    return {"zero_shot_bi": result}
+    return {"zero_shot_bi": result.to_dict()}
 
 
 def frozen(args: argparse.Namespace) -> dict:
@@ -81,10 +81,9 @@ def frozen(args: argparse.Namespace) -> dict:
             pre_batch=args.pre_batch,
             seed=args.seed,
         )
-        out[name] = {"train": report["train_result"], "eval": report["eval"], "output": report["output"]}
-        print(
-            name, json.dumps(report["eval"]["average"]), f"train {report['train_result']['seconds']:.0f}s", flush=True
-        )
+        assert report.eval is not None  # evaluate_split is on
+        out[name] = {"train": report.train_result, "eval": report.eval.to_dict(), "output": report.output}
+        print(name, json.dumps(report.eval.average), f"train {report.train_result['seconds']:.0f}s", flush=True)
     return out
 
 
@@ -259,10 +258,11 @@ def finetune(args: argparse.Namespace) -> dict:
     print(json.dumps(out), flush=True)
     if args.zero_shot:  # the starting point, evaluated on this machine (checks the weights that travelled)
         start = build_model(args.model, "bi", device=args.device)  # encoded on the device too
-        out["zero_shot_bi"] = evaluate_model(
+        zero = evaluate_model(
             start, kg, split="test", texts=texts, disk_cache=False, show_progress=False, model_name=out["model"]
         )
-        print("zero-shot", json.dumps(out["zero_shot_bi"]["average"]), flush=True)
+        out["zero_shot_bi"] = zero.to_dict()
+        print("zero-shot", json.dumps(zero.average), flush=True)
     for arch in archs:
         name = "bi-simkgc" if arch == "bi" else f"tri-{args.head}-{args.rank}"
         report = train_pipeline(
@@ -284,10 +284,9 @@ def finetune(args: argparse.Namespace) -> dict:
             device=args.device,
             show_progress=False,
         )
-        out[name] = {"train": report["train_result"], "eval": report["eval"]}
-        print(
-            name, json.dumps(report["eval"]["average"]), f"train {report['train_result']['seconds']:.0f}s", flush=True
-        )
+        assert report.eval is not None  # evaluate_split is on
+        out[name] = {"train": report.train_result, "eval": report.eval.to_dict()}
+        print(name, json.dumps(report.eval.average), f"train {report.train_result['seconds']:.0f}s", flush=True)
         if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
     return out

@@ -213,6 +213,29 @@ def test_encode_checks_the_device(tiny_model_dir, tmp_path, device, message):
     assert result.exit_code == 2 and message in result.output, result.output
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["cond", "train", "--output", "{out}", "--model", "{model}"],
+        ["cond", "eval", "{model}"],
+        ["bench", "csts-cache", "--model", "{model}"],
+        ["kgc", "train", "--output", "{out}", "--model", "{model}", "--dataset", "{out}"],
+        ["kgc", "eval", "{model}", "--dataset", "{out}"],
+        ["eval", "dims", "--model", "{model}"],
+        ["align", "fit", "-o", "{out}", "--source", "{model}", "--source-texts", "{texts}", "--target-emb", "{emb}"],
+    ],
+    ids=lambda c: " ".join(c[:2]),
+)
+def test_model_loading_commands_check_the_device_first(tiny_model_dir, tmp_path, command):
+    (tmp_path / "t.txt").write_text("a cat\n")
+    np.save(tmp_path / "e.npy", np.ones((1, 4), dtype=np.float32))
+    values = {"out": tmp_path / "out", "model": tiny_model_dir, "texts": tmp_path / "t.txt", "emb": tmp_path / "e.npy"}
+    args = [part.format(**values) for part in command]
+    result = runner.invoke(app, [*args, "--device", "cuda:99"])
+    assert result.exit_code == 2 and "CUDA device" in result.output, result.output
+    assert not (tmp_path / "out").exists()  # nothing loaded, nothing written
+
+
 def test_ctrl_c_during_encode_says_what_is_true(tiny_model_dir, tmp_path, monkeypatch):
     import subspaces.models.encoder as encoder
 

@@ -314,7 +314,7 @@ def test_pipeline_scores_test_at_the_validation_threshold(tiny_encoder, tmp_path
         (tmp_path / f"{name}.gold.txt").write_text("\n".join(gold) + "\n")
     report = evaluate_conditional(model, "wic", split="test", data_dir=tmp_path)
     dev_threshold = choose_threshold(scores, np.array([float(i in high) for i in range(len(words))]))
-    assert report["threshold"] == pytest.approx(dev_threshold) and report["metrics"]["accuracy"] == pytest.approx(0.0)
+    assert report.threshold == pytest.approx(dev_threshold) and report.metrics["accuracy"] == pytest.approx(0.0)
 
 
 def test_frozen_bi_encoder_is_refused_with_the_reason(tiny_encoder):
@@ -384,3 +384,65 @@ def test_trainable_layers_train_only_the_top_of_the_encoder(tiny_encoder):
     frozen = build_model(tiny_encoder, "tri", head="hadamard")
     with pytest.raises(SubspacesError, match="--fine-tune"):
         fit(frozen, task, rows, CondTrainConfig(trainable_layers=1, show_progress=False))
+
+
+def _write_wic(folder: Path) -> Path:
+    words = ("dog", "cat", "man", "bird", "car", "tree", "boy", "fish")
+    folder.mkdir(exist_ok=True)
+    for name in ("dev", "test", "train"):
+        (folder / f"{name}.data.txt").write_text(
+            "".join(f"{w}\tN\t1-1\tthe {w} runs fast\ta {w} sleeps\n" for w in words)
+        )
+        (folder / f"{name}.gold.txt").write_text("\n".join("TF"[i % 2] for i in range(len(words))) + "\n")
+    return folder
+
+
+def test_pipelines_return_results_that_save_as_json(tiny_encoder, tmp_path):
+    from subspaces.cond.pipeline import (
+        ConditionalEvalResult,
+        ConditionalTrainResult,
+        evaluate_conditional,
+        train_conditional,
+    )
+
+    data = _write_wic(tmp_path / "wic")
+    cfg = CondTrainConfig(batch_size=4, epochs=1, show_progress=False)
+    summary = train_conditional("wic", tiny_encoder, output=tmp_path / "m", head="hadamard", data_dir=data, config=cfg)
+    assert isinstance(summary, ConditionalTrainResult) and summary.steps == 2
+    saved = json.loads((tmp_path / "m" / "train_result.json").read_text())
+    assert saved == json.loads(json.dumps(summary.to_dict()))  # the file is the object's JSON form, same keys
+    assert list(saved) == [
+        "task", "model", "arch", "freeze_encoder", "head", "objective", "train_rows", "sampler", "steps",
+        "train_seconds", "total_seconds", "best_epoch", "best_dev_auc", "history", "config",
+    ]  # fmt: skip
+    report = evaluate_conditional(tmp_path / "m", "wic", split="test", data_dir=data)
+    assert isinstance(report, ConditionalEvalResult) and report.metrics is not None and report.threshold is not None
+    report.save(tmp_path / "r.json")
+    saved = json.loads((tmp_path / "r.json").read_text())
+    assert list(saved) == [
+        "task", "split", "arch", "freeze_encoder", "head", "metrics", "seen", "threshold", "n", "seconds", "cache",
+    ]  # fmt: skip
+    assert report["metrics"] == saved["metrics"] == report.metrics  # the dict-style read the docs showed still works
+
+
+def test_device_reaches_every_encoder_load(tiny_encoder, tmp_path, monkeypatch):
+    import subspaces.models.encoder as encoder
+    from subspaces.cond.models import build_model
+    from subspaces.cond.pipeline import evaluate_conditional
+
+    devices: list[str | None] = []
+    real = encoder.load_encoder
+
+    def recording(*args, **kwargs):
+        devices.append(kwargs.get("device"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(encoder, "load_encoder", recording)
+    # "cpu:0" is a device name distinct from the default that this CPU-only machine still has.
+    build_model(tiny_encoder, "tri", head="hadamard", device="cpu:0").save(tmp_path / "tri")
+    build_model(tiny_encoder, "bi", device="cpu:0")
+    load_model(tmp_path / "tri", device="cpu:0")
+    evaluate_conditional(tiny_encoder, "wic", split="test", data_dir=_write_wic(tmp_path / "wic"), device="cpu:0")
+    assert len(devices) == 4 and set(devices) == {"cpu:0"}
+    with pytest.raises(SubspacesError, match="CUDA device"):
+        evaluate_conditional(tiny_encoder, "wic", data_dir=tmp_path / "missing", device="cuda:99")  # before the data

@@ -258,17 +258,86 @@ def test_frozen_tri_encoder_trains_saves_loads_and_evaluates(tmp_path, tiny_enco
         disk_cache=tmp_path / "cache",
         show_progress=False,
     )
-    history = report["train_result"]["history"]
+    history = report.train_result["history"]
     assert history[-1]["loss"] < history[0]["loss"]  # the head learns on the cached embeddings
-    result = report["eval"]
-    assert result["queries"] == 6 and set(result["average"]) == {"mrr", "mr", "hits@1", "hits@3", "hits@10"}
-    assert 0 < result["average"]["mrr"] <= 1 and 1 <= result["forward"]["mr"] <= 12
+    result = report.eval
+    assert result.queries == 6 and set(result.average) == {"mrr", "mr", "hits@1", "hits@3", "hits@10"}
+    assert 0 < result.average["mrr"] <= 1 and 1 <= result.forward["mr"] <= 12
     lines = (tmp_path / "run" / "predictions-test.jsonl").read_text().splitlines()
     assert len(lines) == 6 and json.loads(lines[3])["direction"] == "backward"
     assert not (tmp_path / "run" / "encoder").exists()  # a frozen encoder is referenced, not copied
     again = evaluate_model(tmp_path / "run", data, disk_cache=tmp_path / "cache", show_progress=False)
-    assert again["average"] == pytest.approx(result["average"])
-    assert again["encoded_texts"] == 0  # entity and relation embeddings all came back from the disk cache
+    assert again.average == pytest.approx(result.average)
+    assert again.encoded_texts == 0  # entity and relation embeddings all came back from the disk cache
+
+
+def test_pipelines_return_results_that_save_as_json(tmp_path, tiny_encoder_dir):
+    from subspaces.kgc.pipeline import KGCEvalResult, KGCResult, train_pipeline
+
+    data = write_wn18rr(tmp_path / "wn")
+    report = train_pipeline(
+        output=tmp_path / "run",
+        dataset=data,
+        model=str(tiny_encoder_dir),
+        head="hadamard",
+        batch_size=8,
+        max_steps=1,
+        max_length=32,
+        disk_cache=False,
+        show_progress=False,
+    )
+    assert isinstance(report, KGCResult) and isinstance(report.eval, KGCEvalResult)
+    assert list(report.to_dict()) == ["output", "train_result", "eval"]
+    saved = json.loads((tmp_path / "run" / "eval-test.json").read_text())
+    assert saved == json.loads(json.dumps(report.eval.to_dict()))  # the file is the object's JSON form
+    assert list(saved) == [
+        "dataset",
+        "model",
+        "arch",
+        "head",
+        "split",
+        "queries",
+        "ties",
+        "forward",
+        "backward",
+        "inference_seconds",
+        "cache_hit_rate",
+        "text_lookups",
+        "text_hits",
+        "encoded_texts",
+        "encode_seconds",
+        "condition_lookups",
+        "condition_hit_rate",
+        "average",
+    ]  # fmt: skip  (the keys `kgc eval --json` has always written; "rerank" only with --rerank-n-hop)
+    report.eval.save(tmp_path / "again.json")
+    assert json.loads((tmp_path / "again.json").read_text()) == saved
+    assert report["eval"]["average"] == report.eval.average  # the dict-style read the docs showed still works
+
+
+def test_device_reaches_the_encoders_and_is_checked_first(tmp_path, tiny_encoder_dir, monkeypatch):
+    import subspaces.models.encoder as encoder
+    from subspaces.kgc.pipeline import evaluate_model, train_pipeline
+
+    devices: list[str | None] = []
+    real = encoder.load_encoder
+
+    def recording(*args, **kwargs):
+        devices.append(kwargs.get("device"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(encoder, "load_encoder", recording)
+    data = write_wn18rr(tmp_path / "wn")
+    # "cpu:0" is a device name distinct from the default that this CPU-only machine still has.
+    evaluate_model(str(tiny_encoder_dir), data, disk_cache=False, show_progress=False, device="cpu:0")
+    assert devices and set(devices) == {"cpu:0"}
+    for run in (
+        lambda: evaluate_model(str(tiny_encoder_dir), tmp_path / "missing", device="cuda:99"),
+        lambda: train_pipeline(output=tmp_path / "x", dataset=tmp_path / "missing", device="cuda:99"),
+    ):
+        with pytest.raises(SubspacesError, match="CUDA device"):  # before the (missing) dataset is read
+            run()
+    assert not (tmp_path / "x").exists()
 
 
 def test_bi_encoder_fine_tunes_and_tri_needs_no_encoder_pass_per_query(tmp_path, tiny_encoder_dir):
@@ -288,9 +357,9 @@ def test_bi_encoder_fine_tunes_and_tri_needs_no_encoder_pass_per_query(tmp_path,
         disk_cache=False,
         show_progress=False,
     )
-    bi = report["eval"]
-    assert bi["arch"] == "bi" and (tmp_path / "bi" / "hr_encoder").is_dir()
-    assert bi["encoded_texts"] == 12 + 6  # every entity, and one (head, relation) pair per query
+    bi = report.eval
+    assert bi.arch == "bi" and (tmp_path / "bi" / "hr_encoder").is_dir()
+    assert bi.encoded_texts == 12 + 6  # every entity, and one (head, relation) pair per query
     train_pipeline(
         output=tmp_path / "tri",
         dataset=data,
@@ -305,10 +374,10 @@ def test_bi_encoder_fine_tunes_and_tri_needs_no_encoder_pass_per_query(tmp_path,
         show_progress=False,
     )
     tri = evaluate_model(tmp_path / "tri", data, disk_cache=False, show_progress=False)  # cold: a fresh process
-    assert tri["encoded_texts"] == 12 + 4  # every entity and every relation name, nothing per query
-    assert tri["cache_hit_rate"] > bi["cache_hit_rate"]
+    assert tri.encoded_texts == 12 + 4  # every entity and every relation name, nothing per query
+    assert tri.cache_hit_rate > bi.cache_hit_rate
     zero_shot = evaluate_model(str(tiny_encoder_dir), data, disk_cache=False, show_progress=False)
-    assert zero_shot["arch"] == "bi"
+    assert zero_shot.arch == "bi"
     with pytest.raises(SubspacesError, match="nothing to train"):
         train_pipeline(output=tmp_path / "x", dataset=data, model=str(tiny_encoder_dir), arch="bi", freeze_encoder=True)
 
@@ -474,7 +543,7 @@ def test_rank_parsing_and_the_validation_alias(tmp_path, tiny_encoder_dir):
     assert model.head.config()["rank"] == 3  # d = 32: round(32 / 12)
     kg = load_kg(write_wn18rr(tmp_path / "wn"))
     result = evaluate_model(model, kg, split="validation", show_progress=False)
-    assert result["split"] == "valid"
+    assert result.split == "valid"
 
 
 def test_ranking_filters_the_answers_of_every_split(tmp_path, tiny_encoder_dir):
@@ -505,7 +574,7 @@ def test_ranking_filters_the_answers_of_every_split(tmp_path, tiny_encoder_dir):
 
     assert ranks == pytest.approx(ranks_with(("train", "valid", "test")))
     assert ranks != pytest.approx(ranks_with(("train",)))  # the fixture makes the difference visible
-    assert result["forward"]["mrr"] == pytest.approx(float(np.mean(1 / np.array(ranks[:3]))))
+    assert result.forward["mrr"] == pytest.approx(float(np.mean(1 / np.array(ranks[:3]))))
 
 
 def test_kgc_folders_of_the_first_layout_still_load(tmp_path, tiny_encoder_dir):
@@ -535,12 +604,12 @@ def test_kgc_folders_of_the_first_layout_still_load(tmp_path, tiny_encoder_dir):
     assert isinstance(loaded, TriEncoder) and loaded.metadata["dataset"] == "wn18rr"
     assert loaded.encoder.max_seq_length == 32
     result = evaluate_model(tri, split="valid", disk_cache=False, show_progress=False)  # the dataset from the folder
-    assert result["arch"] == "tri" and result["queries"] == 4
+    assert result.arch == "tri" and result.queries == 4
     bi = tmp_path / "old-bi"
     load_encoder(tiny_encoder_dir).save(str(bi / "hr_encoder"))
     (bi / "kgc_model.json").write_text(json.dumps({"arch": "bi", "shared": True, **meta, "freeze_encoder": False}))
     assert isinstance(load_kgc_model(bi), BiEncoderKGC)
-    assert evaluate_model(bi, disk_cache=False, show_progress=False)["arch"] == "bi"
+    assert evaluate_model(bi, disk_cache=False, show_progress=False).arch == "bi"
 
 
 def test_entity_encoding_shows_progress_naming_task_and_dataset(tmp_path, tiny_encoder_dir, capsys):

@@ -13,13 +13,13 @@ from subspaces.cli.groups import align_app
 from subspaces.errors import ConvergenceWarning
 
 
-def _embed(model: str, texts_path: Path):
+def _embed(model: str, texts_path: Path, device: str):
     from subspaces.io import read_lines
     from subspaces.models.encoder import encode, load_encoder
 
     texts = read_lines(texts_path)
     console.print(f"embedding {len(texts)} texts of {texts_path} with {model}")
-    return encode(load_encoder(model), texts, show_progress=True)
+    return encode(load_encoder(model, device=device), texts, show_progress=True)
 
 
 def _check_side(name: str, emb: Optional[Path], model: Optional[str], texts: Optional[Path]) -> None:
@@ -38,10 +38,10 @@ def _check_side(name: str, emb: Optional[Path], model: Optional[str], texts: Opt
         resolve_model_path(model)  # an unknown name fails now, not after the other side is embedded
 
 
-def _load_side(emb: Optional[Path], model: Optional[str], texts: Optional[Path]):
+def _load_side(emb: Optional[Path], model: Optional[str], texts: Optional[Path], device: str):
     from subspaces.io import load_embeddings
 
-    return load_embeddings(emb) if emb is not None else _embed(model, texts)
+    return load_embeddings(emb) if emb is not None else _embed(model, texts, device)
 
 
 def _read_params(path: Path) -> dict:
@@ -111,6 +111,7 @@ def fit_cmd(
         typer.Option(help="At most this many independent passes; best label-free score wins (default 3)."),
     ] = None,
     seed: Annotated[int, typer.Option(help="Random seed (samples, k-means, QAP starts).")] = 0,
+    device: Annotated[str, typer.Option(help="Torch device for embedding --source-texts / --target-texts.")] = "cpu",
     threads: ThreadsOpt = None,
 ) -> None:
     """Learn a linear map from the source space into the target space from UNPAIRED vectors (row counts may differ)."""
@@ -122,9 +123,13 @@ def fit_cmd(
         raise SubspacesError(f"--output {output} exists and is not a folder")
     _check_side("source", source_emb, source, source_texts)
     _check_side("target", target_emb, target, target_texts)
+    if source is not None or target is not None:
+        from subspaces.models.encoder import resolve_device
+
+        resolve_device(device)
     aligner = _aligner(params, n_restarts=n_restarts, random_state=seed, verbose=True)
-    a = _load_side(source_emb, source, source_texts)
-    b = _load_side(target_emb, target, target_texts)
+    a = _load_side(source_emb, source, source_texts, device)
+    b = _load_side(target_emb, target, target_texts, device)
     console.print(f"fitting mini-vec2vec: source {a.shape[0]} x {a.shape[1]}, target {b.shape[0]} x {b.shape[1]}")
     with warnings.catch_warnings(record=True) as caught:  # shown after the diagnostics they refer to
         warnings.simplefilter("always", ConvergenceWarning)

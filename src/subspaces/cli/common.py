@@ -46,6 +46,7 @@ LimitOpt = Annotated[Optional[int], typer.Option(help="Use only the first N trai
 SeedOpt = Annotated[int, typer.Option()]
 ResumeOpt = Annotated[bool, typer.Option("--resume/--no-resume", help="Continue from OUTPUT/checkpoint.pt if present.")]
 
+DeviceOpt = Annotated[str, typer.Option(help="Torch device: cpu, cuda, cuda:N or mps (checked before anything loads).")]
 
 ThreadsOpt = Annotated[
     Optional[int],

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import Arch, Head, ThreadsOpt, console, out, parse_rank, table, user_errors
+from subspaces.cli.common import Arch, DeviceOpt, Head, ThreadsOpt, console, out, parse_rank, table, user_errors
 from subspaces.cli.groups import bench_app, cond_app
 from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt
+
+if TYPE_CHECKING:
+    from subspaces.cond.pipeline import ConditionalEvalResult
 
 
 class Task(str, Enum):
@@ -40,15 +43,13 @@ def _pct(rate: float | None) -> str:
     return "-" if rate is None else f"{rate:.2%}"
 
 
-def _metrics_table(title: str, report: dict) -> None:
-    parts = [("all", report.get("metrics"))] + [(p, report.get(p)) for p in ("seen", "unseen")]
-    parts = [(name, m) for name, m in parts if m]
+def _metrics_table(title: str, report: ConditionalEvalResult) -> None:
+    parts = [(name, m) for name, m in (("all", report.metrics), ("seen", report.seen), ("unseen", report.unseen)) if m]
     if not parts:
         return
     keys = [k for k in ("accuracy", "auc", "spearman", "pearson", "mse") if k in parts[0][1]]
-    rows = [
-        [name, m.get("n", report.get("n", "")), *[f"{m[k]:.4f}" if k in m else "-" for k in keys]] for name, m in parts
-    ]
+    default_n = "" if report.n is None else report.n
+    rows = [[name, m.get("n", default_n), *[f"{m[k]:.4f}" if k in m else "-" for k in keys]] for name, m in parts]
     out.print(table(title, ["conditions", "n", *keys], rows))
 
 
@@ -90,6 +91,7 @@ def train_cmd(
     seed: int = 42,
     trainable_layers: TrainableLayersOpt = "all",
     cache_dir: CacheDirOpt = None,
+    device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
 ) -> None:
     """Train a conditional similarity model; the state best on the validation split is saved.
@@ -99,7 +101,9 @@ def train_cmd(
     from subspaces.cli.train import parse_trainable_layers
     from subspaces.cond.pipeline import train_conditional
     from subspaces.cond.train import CondTrainConfig
+    from subspaces.models.encoder import resolve_device
 
+    resolve_device(device)
     layers = parse_trainable_layers(trainable_layers)
     if layers is not None:
         freeze_encoder = False
@@ -130,11 +134,12 @@ def train_cmd(
         data_dir=data,
         config=config,
         max_seq_length=max_seq_length,
+        device=device,
     )
     console.print(
-        f"[green]saved[/] {output}  ({summary['sampler']}; {summary['steps']} steps in {summary['train_seconds']:.1f}s)"
+        f"[green]saved[/] {output}  ({summary.sampler}; {summary.steps} steps in {summary.train_seconds:.1f}s)"
     )
-    evaluated = [h for h in summary["history"] if "dev" in h]
+    evaluated = [h for h in summary.history if "dev" in h]
     # Only the metrics the task has (C-STS has no accuracy or AUC): no columns of NaN.
     keys = [k for k in ("accuracy", "auc", "spearman", "pearson", "mse") if any(k in h["dev"] for h in evaluated)]
     rows = [
@@ -162,20 +167,20 @@ def eval_cmd(
     predictions: Annotated[
         Optional[Path], typer.Option(help="C-STS: write {idx: score} predictions (1-5) here.")
     ] = None,
+    device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
 ) -> None:
     """Score a conditional model: metrics overall and on seen / unseen conditions, cache hit rate, time."""
     from subspaces.cond.pipeline import evaluate_conditional
-    from subspaces.io import save_json
 
-    report = evaluate_conditional(model_dir, task.value, split=split.value, data_dir=data, predictions=predictions)
-    _metrics_table(f"{task.value} {split.value}: {report['arch']} {report.get('head', '')}", report)
-    console.print(
-        f"cache hit rate {_pct(report['cache']['hit_rate'])} ({report['cache']['bytes'] / 2**20:.1f} MiB), "
-        f"{report['seconds']:.1f}s"
+    report = evaluate_conditional(
+        model_dir, task.value, split=split.value, data_dir=data, predictions=predictions, device=device
     )
+    _metrics_table(f"{task.value} {split.value}: {report.arch} {report.head or ''}", report)
+    cache = report.cache or {}
+    console.print(f"cache hit rate {_pct(cache['hit_rate'])} ({cache['bytes'] / 2**20:.1f} MiB), {report.seconds:.1f}s")
     if json_path is not None:
-        save_json(json_path, report)
+        report.save(json_path)
         console.print(f"wrote {json_path}")
 
 
@@ -195,15 +200,26 @@ def csts_cache_cmd(
     ] = None,
     limit: Annotated[Optional[int], typer.Option(help="Only the first N rows.")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json")] = None,
+    device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
 ) -> None:
     """Inference time and cache hit rate of the bi- and tri-encoder on the same rows: cold caches, warm caches,
     and the same sentence pairs under new conditions (what C-STS asks: each pair under two conditions)."""
     from subspaces.cond.pipeline import cache_benchmark
     from subspaces.io import save_json
+    from subspaces.models.encoder import resolve_device
 
+    resolve_device(device)
     report = cache_benchmark(
-        task.value, model, split=split.value, data_dir=data, rank=parse_rank(rank), tri=tri, bi=bi, limit=limit
+        task.value,
+        model,
+        split=split.value,
+        data_dir=data,
+        rank=parse_rank(rank),
+        tri=tri,
+        bi=bi,
+        limit=limit,
+        device=device,
     )
     rows = []
     for name, run in report["runs"].items():

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from subspaces.cli.common import Arch, Head, ThreadsOpt, console, out, parse_rank, table, user_errors
+from subspaces.cli.common import Arch, DeviceOpt, Head, ThreadsOpt, console, out, parse_rank, table, user_errors
 from subspaces.cli.groups import kgc_app
 from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt
+
+if TYPE_CHECKING:
+    from subspaces.kgc.pipeline import KGCEvalResult
 
 
 class Ties(str, Enum):
@@ -19,16 +22,15 @@ class Ties(str, Enum):
     pessimistic = "pessimistic"
 
 
-def _show(result: dict) -> None:
+def _show(result: KGCEvalResult) -> None:
     rows = []
-    for direction in ("forward", "backward", "average"):
-        m = result[direction]
+    for direction, m in (("forward", result.forward), ("backward", result.backward), ("average", result.average)):
         rows.append([direction, m["mrr"], m["hits@1"], m["hits@3"], m["hits@10"], m["mr"]])
-    if "rerank" in result:
-        m = result["rerank"]["average"]
+    if result.rerank is not None:
+        m = result.rerank["average"]
         rows.append(
             [
-                f"average, {result['rerank']['n_hop']}-hop re-rank",
+                f"average, {result.rerank['n_hop']}-hop re-rank",
                 m["mrr"],
                 m["hits@1"],
                 m["hits@3"],
@@ -36,7 +38,7 @@ def _show(result: dict) -> None:
                 m["mr"],
             ]
         )
-    title = f"{result['dataset']} {result['split']} ({result['arch']}-encoder, filtered, {result['queries']} queries)"
+    title = f"{result.dataset} {result.split} ({result.arch}-encoder, filtered, {result.queries} queries)"
     t = table(
         title,
         ["direction", "MRR", "H@1", "H@3", "H@10", "MR"],
@@ -44,8 +46,8 @@ def _show(result: dict) -> None:
     )
     out.print(t)
     out.print(
-        f"inference {result['inference_seconds']:.1f} s, text-cache hit rate {result['cache_hit_rate']:.2%}, "
-        f"{result['encoded_texts']} texts encoded"
+        f"inference {result.inference_seconds:.1f} s, text-cache hit rate {result.cache_hit_rate:.2%}, "
+        f"{result.encoded_texts} texts encoded"
     )
 
 
@@ -85,16 +87,17 @@ def train(
     ),
     eval_split: str = typer.Option("test", help="Split to evaluate after training, or 'none'."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the evaluation here."),
-    device: str = typer.Option("cpu", help="torch device, e.g. cuda for the fine-tuning recipe."),
+    device: DeviceOpt = "cpu",
     trainable_layers: TrainableLayersOpt = "all",
     cache_dir: CacheDirOpt = None,
     threads: ThreadsOpt = None,
 ) -> None:
     """Train a KGC model with SimKGC's loss, then evaluate it (filtered ranking against every entity)."""
     from subspaces.cli.train import parse_trainable_layers
-    from subspaces.io import save_json
     from subspaces.kgc.pipeline import train_pipeline
+    from subspaces.models.encoder import resolve_device
 
+    resolve_device(device)
     report = train_pipeline(
         output=output,
         dataset=dataset,
@@ -122,15 +125,15 @@ def train(
         cache_dir=cache_dir,
         device=device,
     )
-    r = report["train_result"]
+    r = report.train_result
     console.print(
         f"trained {r['steps']} steps in {r['seconds']:.1f} s ({r['examples_per_second']:.0f} examples/s); "
         f"saved to {output}"
     )
-    if "eval" in report:
-        _show(report["eval"])
+    if report.eval is not None:
+        _show(report.eval)
         if json_path is not None:
-            save_json(json_path, report["eval"])
+            report.eval.save(json_path)
 
 
 @kgc_app.command("eval")
@@ -153,12 +156,14 @@ def evaluate(
         Ties.realistic, help="How tied scores rank: realistic (expected rank), optimistic or pessimistic."
     ),
     no_disk_cache: bool = typer.Option(False, "--no-disk-cache", help="Encode everything afresh (for timing)."),
+    device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
 ) -> None:
     """Filtered MR, MRR and Hits@1/3/10, forward, backward (inverse relations) and averaged."""
-    from subspaces.io import save_json
     from subspaces.kgc.pipeline import evaluate_model
+    from subspaces.models.encoder import resolve_device
 
+    resolve_device(device)
     result = evaluate_model(
         model,
         dataset,
@@ -168,7 +173,8 @@ def evaluate(
         neighbour_weight=neighbour_weight,
         ties=ties.value,
         disk_cache=False if no_disk_cache else None,
+        device=device,
     )
     _show(result)
     if json_path is not None:
-        save_json(json_path, result)
+        result.save(json_path)

@@ -160,6 +160,7 @@ def eval_dims_cmd(
         Optional[Path], typer.Option("--json", help="Write the report here; the plot goes next to it (.png).")
     ] = None,
     list_tasks: Annotated[bool, typer.Option("--list-tasks", help="Print the task names and exit.")] = False,
+    device: DeviceOpt = None,
     threads: ThreadsOpt = None,
 ) -> None:
     """Probes (logistic regression on frozen embeddings) and STS at each truncated dimension."""
@@ -174,6 +175,9 @@ def eval_dims_cmd(
         from subspaces.errors import SubspacesError
 
         raise SubspacesError("give at least one --model")
+    from subspaces.cli.train import check_device
+
+    device_name = check_device(device)
     chosen = [x.strip() for x in tasks.split(",") if x.strip()] if tasks else list(DEFAULT_TASKS)
     evaluator = DimsEvaluator(
         tasks=chosen,
@@ -187,7 +191,7 @@ def eval_dims_cmd(
     )
     reports = []
     for name in model:
-        enc = load_encoder(name)
+        enc = load_encoder(name, device=device_name)
         console.print(
             f"[bold]{name}[/]: {len(chosen)} task(s) at dims {evaluator.resolve_dims(enc.get_embedding_dimension())}"
         )

@@ -135,11 +135,13 @@ def build_model(
     cache_bytes: int | None = DEFAULT_CACHE_BYTES,
     max_seq_length: int | None = None,
     seed: int = 0,
+    device: str = "cpu",
 ) -> TriEncoder | BiEncoder:
     """A fresh conditional model on ``model`` (a bundled name or a folder); the same order as
     :func:`subspaces.kgc.models.build_model`: the encoder first, then the architecture.
 
-    ``rank``: the hypernet's K; ``None`` is full rank; ``"auto"`` is ``round(d / 12)``.
+    ``rank``: the hypernet's K; ``None`` is full rank; ``"auto"`` is ``round(d / 12)``. ``device``: where the
+    encoder(s) and head live (a torch device name).
     """
     from subspaces.models.encoder import load_encoder
     from subspaces.models.folder import encoder_reference
@@ -151,7 +153,7 @@ def build_model(
         if condition_encoder is not None:
             raise SubspacesError("a separate condition encoder applies to the tri-encoder only")
         return BiEncoder(
-            load_encoder(model, max_seq_length=max_seq_length),
+            load_encoder(model, max_seq_length=max_seq_length, device=device),
             freeze_encoder=freeze_encoder,
             encoder_name=encoder_reference(model),
             cache_bytes=cache_bytes,
@@ -166,18 +168,22 @@ def build_model(
         task="cond",
         seed=seed,
         memory_bytes=cache_bytes,
+        device=device,
     )
 
 
-def load_model(path: str | Path, *, cache_bytes: int | None = DEFAULT_CACHE_BYTES) -> TriEncoder | BiEncoder:
-    """Load a folder written by ``cond train`` (either the current format or the earlier ``cond_config.json``)."""
+def load_model(
+    path: str | Path, *, cache_bytes: int | None = DEFAULT_CACHE_BYTES, device: str = "cpu"
+) -> TriEncoder | BiEncoder:
+    """Load a folder written by ``cond train`` (either the current format or the earlier ``cond_config.json``)
+    onto ``device``."""
     from subspaces.models.folder import is_saved_here, load_referenced_encoder, read_config
 
     folder = Path(path)
     config = read_config(folder, task="cond")
     if config["arch"] == "tri":
-        return TriEncoder.load(folder, config, memory_bytes=cache_bytes)
-    encoder = load_referenced_encoder(folder, config["encoder"], config.get("max_seq_length"))
+        return TriEncoder.load(folder, config, memory_bytes=cache_bytes, device=device)
+    encoder = load_referenced_encoder(folder, config["encoder"], config.get("max_seq_length"), device)
     model = BiEncoder(
         encoder,
         freeze_encoder=bool(config.get("freeze_encoder", True)),

@@ -2,14 +2,15 @@
 
 from subspaces.cond.pipeline import train_conditional, evaluate_conditional
 train_conditional("wic", "minilm-l6", output="runs/wic-hyper", arch="tri", head="hypernet", rank=32)
-report = evaluate_conditional("runs/wic-hyper", "wic", split="test")
+report = evaluate_conditional("runs/wic-hyper", "wic", split="test")   # report.metrics, report.save("test.json")
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -18,11 +19,67 @@ from subspaces.cond.tasks import get_task
 from subspaces.cond.train import CondTrainConfig, evaluate, fit, predict
 from subspaces.data.csts import write_predictions
 from subspaces.errors import SubspacesError
-from subspaces.io import save_json
+from subspaces.results import JSONResult
+
+
+@dataclass
+class ConditionalTrainResult(JSONResult):
+    """What ``cond train`` did; saved as ``OUTPUT/train_result.json``, the best dev score under
+    ``best_dev_<selection_metric>``."""
+
+    OMIT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"head", "rank"})
+
+    task: str
+    model: str
+    arch: str
+    freeze_encoder: bool
+    head: str | None  # the tri-encoder's head kind (None: a bi-encoder)
+    rank: int | str | None  # a hypernet head's K, or "full" (None: not a hypernet)
+    objective: str
+    train_rows: int
+    sampler: str
+    steps: int
+    train_seconds: float  # the optimisation loop only
+    total_seconds: float  # including loading, the frozen encoder's one pass, and dev evaluations
+    best_epoch: int | None
+    selection_metric: str
+    best_dev: float | None
+    history: list[dict[str, Any]]
+    config: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        plain = super().to_dict()
+        metric = plain.pop("selection_metric")
+        return {(f"best_dev_{metric}" if k == "best_dev" else k): v for k, v in plain.items()}
+
+
+@dataclass
+class ConditionalEvalResult(JSONResult):
+    """``cond eval``'s report: metrics overall and on seen / unseen conditions (what applies), cache, time."""
+
+    OMIT_IF_NONE: ClassVar[frozenset[str]] = frozenset(
+        {"head", "rank", "metrics", "seen", "unseen", "threshold", "n", "predictions"}
+    )
+
+    task: str
+    split: str
+    arch: str
+    freeze_encoder: bool
+    head: str | None = None
+    rank: int | str | None = None
+    metrics: dict[str, float] | None = None  # None: the split has no gold labels (predictions only)
+    seen: dict[str, float] | None = None
+    unseen: dict[str, float] | None = None
+    threshold: float | None = None  # binary tasks: the accuracy threshold chosen on validation
+    n: int | None = None
+    predictions: str | None = None  # the C-STS prediction file written
+    seconds: float = 0.0
+    cache: dict[str, Any] | None = None
 
 
 def _describe(model: ConditionalModel) -> dict[str, Any]:
-    info: dict[str, Any] = {"arch": model.arch, "freeze_encoder": model.freeze_encoder}
+    """arch, freeze_encoder, head and rank (None where they do not apply)."""
+    info: dict[str, Any] = {"arch": model.arch, "freeze_encoder": model.freeze_encoder, "head": None, "rank": None}
     if isinstance(model, TriEncoder):
         head = model.head.config()
         info["head"] = head["kind"]
@@ -31,21 +88,21 @@ def _describe(model: ConditionalModel) -> dict[str, Any]:
     return info
 
 
-def _load_or_zero_shot(path: str | Path) -> ConditionalModel:
+def _load_or_zero_shot(path: str | Path, device: str = "cpu") -> ConditionalModel:
     """A ``cond train`` folder, or a plain encoder (name or folder) as the zero-shot bi-encoder."""
     from subspaces.errors import ModelNotFoundError
     from subspaces.models.encoder import resolve_model_path
     from subspaces.models.folder import is_model_folder
 
     if is_model_folder(path):
-        return load_model(path)
+        return load_model(path, device=device)
     try:
         resolve_model_path(path)
     except ModelNotFoundError as exc:
         raise ModelNotFoundError(
             f"{path} is not a conditional model folder (from `cond train`) nor an encoder: {exc}"
         ) from exc
-    return build_model(str(path), "bi")
+    return build_model(str(path), "bi", device=device)
 
 
 def train_conditional(
@@ -61,8 +118,12 @@ def train_conditional(
     data_dir: str | Path | None = None,
     config: CondTrainConfig | None = None,
     max_seq_length: int | None = None,
-) -> dict[str, Any]:
-    """Build, train (best state on validation), save to ``output``; returns a JSON-ready summary."""
+    device: str = "cpu",
+) -> ConditionalTrainResult:
+    """Build on ``device``, train (best state on validation), save to ``output`` with ``train_result.json``."""
+    from subspaces.models.encoder import resolve_device
+
+    resolve_device(device)  # a device this machine lacks fails before the data and the model load
     if arch == "bi" and freeze_encoder:
         raise SubspacesError(
             "--arch bi with a frozen encoder has nothing to train (the bi-encoder has no head; --head applies to "
@@ -82,26 +143,28 @@ def train_conditional(
         condition_encoder=condition_encoder,
         max_seq_length=max_seq_length,
         seed=config.seed,
+        device=device,
     )
     result = fit(cond_model, spec, train_rows, config, dev_rows=dev_rows)
     seconds = time.perf_counter() - start
     cond_model.save(output)
-    summary = {
-        "task": task,
-        "model": model,
+    summary = ConditionalTrainResult(
+        task=task,
+        model=model,
         **_describe(cond_model),
-        "objective": config.objective,
-        "train_rows": len(train_rows),
-        "sampler": result.sampler,
-        "steps": result.steps,
-        "train_seconds": result.seconds,  # the optimisation loop only
-        "total_seconds": seconds,  # including loading, the frozen encoder's one pass, and dev evaluations
-        "best_epoch": result.best_epoch,
-        f"best_dev_{spec.selection_metric}": result.best_dev,
-        "history": result.history,
-        "config": dict(vars(config)),
-    }
-    save_json(Path(output) / "train_result.json", summary)
+        objective=config.objective,
+        train_rows=len(train_rows),
+        sampler=result.sampler,
+        steps=result.steps,
+        train_seconds=result.seconds,
+        total_seconds=seconds,
+        best_epoch=result.best_epoch,
+        selection_metric=spec.selection_metric,
+        best_dev=result.best_dev,
+        history=result.history,
+        config=dict(vars(config)),
+    )
+    summary.save(Path(output) / "train_result.json")
     return summary
 
 
@@ -112,47 +175,48 @@ def evaluate_conditional(
     split: str = "test",
     data_dir: str | Path | None = None,
     predictions: str | Path | None = None,
-) -> dict[str, Any]:
-    """Metrics of a saved model (or of a plain encoder, zero-shot, as the bi-encoder) on ``split`` in the issue's
-    JSON shape; optionally the C-STS prediction file.
+    device: str = "cpu",
+) -> ConditionalEvalResult:
+    """Metrics of a saved model (or of a plain encoder, zero-shot, as the bi-encoder, loaded onto ``device``) on
+    ``split``; optionally the C-STS prediction file.
 
     Binary tasks choose the accuracy threshold on the validation split. ``cache`` reports the tri-encoder's /
     bi-encoder's cache over this evaluation (cold at the start), ``seconds`` its wall time.
     """
+    from subspaces.models.encoder import resolve_device
+
+    resolve_device(device)
     spec = get_task(task)
-    model = path if isinstance(path, ConditionalModel) else _load_or_zero_shot(path)
+    model = path if isinstance(path, ConditionalModel) else _load_or_zero_shot(path, device)
     model.clear_caches(reset_stats=True)
     rows = spec.load(split, data_dir)
     seen_keys = model.metadata.get("seen_keys")
     if seen_keys is None:
         seen_keys = spec.seen_keys(spec.load("train", data_dir))
     start = time.perf_counter()
-    report: dict[str, Any] = {"task": task, "split": split, **_describe(model)}
+    report = ConditionalEvalResult(task=task, split=split, **_describe(model))
     labelled = [r for r in rows if r.label is not None]
     if labelled:
         dev_rows = spec.load("validation", data_dir) if spec.binary and split != "validation" else None
         result = evaluate(model, spec, labelled, dev_rows=dev_rows, seen_keys=seen_keys)
-        report["metrics"] = result["metrics"]
-        for part in ("seen", "unseen"):
-            if part in result:
-                report[part] = result[part]
-        if "threshold" in result:
-            report["threshold"] = result["threshold"]
-        report["n"] = result["n"]
+        report.metrics = result["metrics"]
+        report.seen, report.unseen = result.get("seen"), result.get("unseen")
+        report.threshold = result.get("threshold")
+        report.n = result["n"]
     if predictions is not None:
         if spec.name != "csts":
             raise SubspacesError("prediction files are written in C-STS's {idx: score} form; use --task csts")
         scores = predict(model, rows)
         low, high = spec.label_range
         write_predictions(predictions, rows, low + (high - low) * np.clip(scores, 0.0, 1.0))
-        report["predictions"] = str(predictions)
-    if "metrics" not in report and predictions is None:
+        report.predictions = str(predictions)
+    if report.metrics is None and predictions is None:
         raise SubspacesError(
             f"split {split!r} has no gold labels; pass --predictions FILE to write the prediction file"
         )
-    report["seconds"] = time.perf_counter() - start
+    report.seconds = time.perf_counter() - start
     stats = model.cache_stats()
-    report["cache"] = {"hit_rate": stats["hit_rate"], "bytes": stats["bytes"], "caches": stats["caches"]}
+    report.cache = {"hit_rate": stats["hit_rate"], "bytes": stats["bytes"], "caches": stats["caches"]}
     return report
 
 
@@ -166,6 +230,7 @@ def cache_benchmark(
     tri: str | Path | None = None,
     bi: str | Path | None = None,
     limit: int | None = None,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """Inference time and cache hit rate of a bi- and a tri-encoder on the same rows, in three passes.
 
@@ -178,8 +243,12 @@ def cache_benchmark(
     spec = get_task(task)
     rows = spec.load(split, data_dir)[:limit]
     models: dict[str, ConditionalModel] = {
-        "bi": load_model(bi) if bi else build_model(model, "bi"),
-        "tri": load_model(tri) if tri else build_model(model, "tri", head="hypernet", rank=rank),
+        "bi": load_model(bi, device=device) if bi else build_model(model, "bi", device=device),
+        "tri": (
+            load_model(tri, device=device)
+            if tri
+            else build_model(model, "tri", head="hypernet", rank=rank, device=device)
+        ),
     }
     s1, s2, c = [r.sentence1 for r in rows], [r.sentence2 for r in rows], [r.condition for r in rows]
     shuffled = [c[i] for i in np.random.default_rng(0).permutation(len(c))]
@@ -203,7 +272,7 @@ def cache_benchmark(
                 "bytes": stats["bytes"],
                 "caches": {k: v["hit_rate"] for k, v in stats["caches"].items()},
             }
-        report["runs"][name] = {**_describe(m), **runs}
+        report["runs"][name] = {**{k: v for k, v in _describe(m).items() if v is not None}, **runs}
     for phase in passes:
         report[f"tri_speedup_{phase}"] = (
             report["runs"]["bi"][phase]["seconds"] / report["runs"]["tri"][phase]["seconds"]

@@ -3,7 +3,8 @@
 from subspaces.kgc.pipeline import train_pipeline, evaluate_model
 result = train_pipeline(dataset="wn18rr", model="minilm-l6", arch="tri", head="hypernet", rank=32,
                         freeze_encoder=True, output="runs/wn18rr-hypernet")
-evaluate_model("runs/wn18rr-hypernet", split="test")   # {"forward": {...}, "backward": {...}, "average": ...}
+result.eval.average                                    # {"mrr": ..., "hits@1": ..., ..., "mr": ...}
+evaluate_model("runs/wn18rr-hypernet", split="test")   # a KGCEvalResult: .forward, .backward, .average, .save(path)
 evaluate_model("minilm-l6", dataset="wn18rr")          # a plain encoder: the zero-shot bi-encoder
 """
 
@@ -12,14 +13,15 @@ from __future__ import annotations
 import functools
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from subspaces.errors import SubspacesError
-from subspaces.io import atomic_open, save_json
+from subspaces.io import atomic_open
 from subspaces.kgc.data import DATASETS, KnowledgeGraph, load_kg
 from subspaces.kgc.graph import KnownTails, LinkGraph
 from subspaces.kgc.inference import KGCInference
@@ -29,8 +31,49 @@ from subspaces.kgc.texts import KGCTexts
 from subspaces.kgc.train import KGCTrainConfig, RankingEvaluator, train_kgc
 from subspaces.losses.simkgc import SimKGCLoss
 from subspaces.models.triencoder import TriEncoder, partially_trained
+from subspaces.results import JSONResult
 
 DEFAULT_MAX_LENGTH = 50  # SimKGC's --max-num-tokens
+
+
+@dataclass
+class KGCEvalResult(JSONResult):
+    """Filtered rank metrics (``mrr``, ``hits@1|3|10``, ``mr``) by direction, and what inference cost; saved as
+    ``kgc eval --json`` writes it."""
+
+    OMIT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"rerank"})
+
+    dataset: str
+    model: str
+    arch: str
+    head: dict[str, Any] | None  # the tri-encoder head's config; None for a bi-encoder
+    split: str
+    queries: int
+    ties: str
+    forward: dict[str, float]
+    backward: dict[str, float]
+    inference_seconds: float
+    # the text and condition caches over this evaluation (KGCInference.stats)
+    cache_hit_rate: float
+    text_lookups: int
+    text_hits: int
+    encoded_texts: int
+    encode_seconds: float
+    condition_lookups: int
+    condition_hit_rate: float
+    average: dict[str, float]
+    rerank: dict[str, Any] | None = None  # with n_hop > 0: SimKGC's graph re-ranking, beside the plain figures
+
+
+@dataclass
+class KGCResult(JSONResult):
+    """What ``train_pipeline`` did: where the model is, the training summary, and the evaluation if one ran."""
+
+    OMIT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"eval"})
+
+    output: str
+    train_result: dict[str, Any]
+    eval: KGCEvalResult | None = None
 
 
 def _split_name(kg: KnowledgeGraph, split: str) -> str:
@@ -72,7 +115,7 @@ def train_pipeline(
     cache_dir: str | Path | None = None,
     device: str = "cpu",
     show_progress: bool = True,
-) -> dict:
+) -> KGCResult:
     """Train a KGC model with SimKGC's objective, save it to ``output``, and (optionally) evaluate it.
 
     ``freeze_encoder`` (tri-encoder only) trains the head on cached entity and relation embeddings; otherwise
@@ -94,8 +137,10 @@ def train_pipeline(
         raise SubspacesError(
             "--head-lr is for fine-tuning a tri-encoder (its head beside the encoder); use --lr otherwise"
         )
+    from subspaces.models.encoder import resolve_device
     from subspaces.train.engine import seed_everything
 
+    resolve_device(device)  # a device this machine lacks fails before the graph and the model load
     seed_everything(seed)
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)
     if evaluate_split:
@@ -178,9 +223,9 @@ def train_pipeline(
         "train_result": {**result.to_dict(), "prepare_seconds": prepare_seconds},
     }
     kgc_model.save(output)
-    report = {"output": str(output), "train_result": kgc_model.metadata["train_result"]}
+    report = KGCResult(output=str(output), train_result=kgc_model.metadata["train_result"])
     if evaluate_split:
-        report["eval"] = evaluate_model(
+        report.eval = evaluate_model(
             kgc_model,
             kg,
             split=evaluate_split,
@@ -189,7 +234,7 @@ def train_pipeline(
             show_progress=show_progress,
             model_name=str(output),
         )
-        save_json(output / f"eval-{evaluate_split}.json", report["eval"])
+        report.eval.save(output / f"eval-{evaluate_split}.json")
     return report
 
 
@@ -219,13 +264,18 @@ def evaluate_model(
     batch_size: int = 64,
     model_name: str | None = None,
     show_progress: bool = True,
-) -> dict:
+    device: str = "cpu",
+) -> KGCEvalResult:
     """Filtered ranking of ``split`` against every entity, forward (tails), backward (heads) and their average.
 
     ``model`` is a trained KGC folder, a model object, or a plain encoder name/folder (then the zero-shot
-    bi-encoder). ``n_hop > 0`` adds SimKGC's graph re-ranking, reported under ``"rerank"`` beside the plain figures.
+    bi-encoder), loaded onto ``device`` (a model object stays where it is). ``n_hop > 0`` adds SimKGC's graph
+    re-ranking, reported under ``rerank`` beside the plain figures.
     """
+    from subspaces.models.encoder import resolve_device
     from subspaces.models.folder import is_model_folder, read_config
+
+    resolve_device(device)
 
     is_folder = not isinstance(model, torch.nn.Module) and is_model_folder(model)
     if not is_folder and not isinstance(model, torch.nn.Module):
@@ -242,9 +292,11 @@ def evaluate_model(
     if isinstance(model, torch.nn.Module):
         kgc_model: KGCModel = model  # it keeps its own store (memory, and disk shards if it was built with them)
     elif is_folder:
-        kgc_model = load_kgc_model(model, max_seq_length=max_length, disk_cache=disk_cache)
+        kgc_model = load_kgc_model(model, max_seq_length=max_length, disk_cache=disk_cache, device=device)
     else:
-        kgc_model = build_model(str(model), "bi", max_length=max_length or DEFAULT_MAX_LENGTH, disk_cache=disk_cache)
+        kgc_model = build_model(
+            str(model), "bi", max_length=max_length or DEFAULT_MAX_LENGTH, disk_cache=disk_cache, device=device
+        )
         metadata = {"zero_shot": True}
     kgc_model.store.show_progress = show_progress
     kgc_model.store.batch_size = batch_size
@@ -264,20 +316,21 @@ def evaluate_model(
         ranks, top = rank_queries(query_vectors, entity_vectors, queries, known, ties=ties)
     seconds = time.perf_counter() - started
     n = len(forward)
-    result = {
-        "dataset": kg.name,
-        "model": model_name or str(model if not isinstance(model, torch.nn.Module) else type(model).__name__),
-        "arch": kgc_model.arch,
-        "head": kgc_model.head.config() if isinstance(kgc_model, TriEncoder) else None,
-        "split": split,
-        "queries": int(len(queries)),
-        "ties": ties,
-        "forward": rank_metrics(ranks[:n]),
-        "backward": rank_metrics(ranks[n:]),
-        "inference_seconds": seconds,
+    forward_m, backward_m = rank_metrics(ranks[:n]), rank_metrics(ranks[n:])
+    result = KGCEvalResult(
+        dataset=kg.name,
+        model=model_name or str(model if not isinstance(model, torch.nn.Module) else type(model).__name__),
+        arch=kgc_model.arch,
+        head=kgc_model.head.config() if isinstance(kgc_model, TriEncoder) else None,
+        split=split,
+        queries=int(len(queries)),
+        ties=ties,
+        forward=forward_m,
+        backward=backward_m,
+        inference_seconds=seconds,
         **inference.stats(),
-    }
-    result["average"] = average_metrics(result["forward"], result["backward"])
+        average=average_metrics(forward_m, backward_m),
+    )
     if n_hop > 0:
         graph = LinkGraph(kg.splits["train"], kg.num_entities)
         reranked, _ = rank_queries(
@@ -291,7 +344,7 @@ def evaluate_model(
             neighbour_weight=neighbour_weight,
         )
         forward_rr, backward_rr = rank_metrics(reranked[:n]), rank_metrics(reranked[n:])
-        result["rerank"] = {
+        result.rerank = {
             "n_hop": n_hop,
             "neighbour_weight": neighbour_weight,
             "forward": forward_rr,

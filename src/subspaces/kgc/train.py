@@ -94,7 +94,7 @@ class RankingEvaluator(Evaluator):
 
         model = getattr(module, "model", module)
         result = evaluate_model(model, self.kg, split=self.split, texts=self.texts, show_progress=False)
-        return dict(result["average"])
+        return dict(result.average)
 
 
 def _param_groups(loss: SimKGCLoss, config: KGCTrainConfig) -> list[dict[str, Any]]:

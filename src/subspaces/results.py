@@ -1,0 +1,37 @@
+"""The small result objects the pipelines return (``kgc`` and ``cond``): typed fields, one JSON form.
+
+A result's :meth:`~JSONResult.to_dict` is exactly the JSON its command writes (same keys, same order), and
+:meth:`~JSONResult.save` writes that atomically. ``result["key"]`` still reads the JSON form, because these
+pipelines returned plain dicts before and the docs show that use.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import fields
+from typing import Any, ClassVar
+
+
+class JSONResult:
+    """A mixin for dataclasses: fields in :attr:`OMIT_IF_NONE` are left out of the JSON when None (a metric or
+    block that does not apply), every other field is written, nested results as their own JSON form."""
+
+    OMIT_IF_NONE: ClassVar[frozenset[str]] = frozenset()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is None and f.name in self.OMIT_IF_NONE:
+                continue
+            out[f.name] = value.to_dict() if isinstance(value, JSONResult) else value
+        return out
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write :meth:`to_dict` as JSON, atomically (a reader never sees half a file)."""
+        from subspaces.io import save_json
+
+        save_json(path, self.to_dict())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
