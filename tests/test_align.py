@@ -649,3 +649,17 @@ def test_too_few_rows_for_trustworthy_clusters_warns():
     with pytest.warns(ConvergenceWarning, match="600 rows for 50 structure clusters"):
         aligner = MiniVec2Vec(**QUICK).fit(clustered(rng, 600), clustered(rng, 700))
     assert aligner.converged_ is False
+
+
+@pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
+def test_fit_and_apply_progress_name_the_task_and_show_off_a_terminal(tmp_path, capsys):
+    from subspaces.align.apply import apply_to_file
+
+    rng = np.random.default_rng(0)
+    aligner = MiniVec2Vec(**QUICK | {"verbose": True}).fit(clustered(rng, 1000), clustered(rng, 1000))
+    err = capsys.readouterr().err
+    assert "align fit: anchors (restart 1/1): 2/2 runs" in err and "align fit: refine (restart 1/1)" in err
+    assert "\r" not in err  # plain lines when stderr is not a terminal, not a redrawn bar
+    np.save(tmp_path / "x.npy", clustered(rng, 50))
+    apply_to_file(aligner, tmp_path / "x.npy", tmp_path / "y.npy", progress=True)
+    assert "align apply: mapping x.npy: 50/50 rows (100%)" in capsys.readouterr().err

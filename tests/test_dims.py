@@ -228,3 +228,9 @@ def test_real_datasets_match_their_source_counts():
     assert (len(mrpc), sum(mrpc.labels)) == (4076, 2753)
     assert (len(cd.load_mrpc("test")), sum(cd.load_mrpc("test").labels)) == (1725, 1147)
     assert [len(cd.load_wic_pairs(s)) for s in ("train", "dev", "test")] == [5428, 638, 1400]
+
+
+def test_progress_names_the_model_and_shows_off_a_terminal(tiny_model, probe_data, capsys):
+    DimsEvaluator(tasks=["Banking77"], dims=[4], max_train=50, show_progress=True)(tiny_model, name="tiny")
+    err = capsys.readouterr().err
+    assert "eval dims tiny: 1/1 tasks (100%)" in err and "\r" not in err  # plain lines, not a redrawn bar

@@ -287,7 +287,7 @@ class MiniVec2Vec(BaseEstimator):
             seconds[stage] = now - clock
             clock = now
 
-        with self._progress(f"anchors (restart {restart + 1}/{self.n_restarts})", ap.n_runs) as tick:
+        with self._progress(f"anchors (restart {restart + 1}/{self.n_restarts})", ap.n_runs, "run") as tick:
             anchors = matched_anchors(
                 a,
                 b,
@@ -323,7 +323,7 @@ class MiniVec2Vec(BaseEstimator):
         )
         structure = StructureHistory(best_score=initial_score)  # as it stands when the stage is skipped
         if sp.n_iter > 0:
-            with self._progress(f"structure (restart {restart + 1}/{self.n_restarts})", sp.n_iter) as tick:
+            with self._progress(f"structure (restart {restart + 1}/{self.n_restarts})", sp.n_iter, "iteration") as tick:
                 matrix, structure = refine_by_structure(
                     matrix,
                     step,
@@ -343,7 +343,7 @@ class MiniVec2Vec(BaseEstimator):
         structure_score = structure.best_score
         lap("structure")
 
-        with self._progress(f"refine (restart {restart + 1}/{self.n_restarts})", rp.n_iter) as tick:
+        with self._progress(f"refine (restart {restart + 1}/{self.n_restarts})", rp.n_iter, "iteration") as tick:
             matrix, history = refine_by_neighbours(
                 matrix,
                 dataclasses.replace(step, rng=refine_rng),
@@ -405,19 +405,20 @@ class MiniVec2Vec(BaseEstimator):
             "stage_seconds": seconds,
         }
 
-    def _progress(self, description: str, total: int):
-        """A context manager yielding ``tick(done, total)``; silent unless ``verbose``."""
+    def _progress(self, description: str, total: int, unit: str):
+        """A context manager yielding ``tick(done, total)`` (None unless ``verbose``) over a
+        :class:`~subspaces.progress.Progress` named ``align fit: <description>``."""
         import contextlib
+
+        from subspaces.progress import Progress
 
         @contextlib.contextmanager
         def bar():
             if not self.verbose:
                 yield None
                 return
-            from tqdm.auto import tqdm
-
-            with tqdm(total=total, desc=description, leave=False) as pbar:
-                yield lambda done, _total: pbar.update(done - pbar.n)
+            with Progress(total, f"align fit: {description}", unit=unit) as shown:
+                yield lambda done, _total: shown.update(done - shown.n)
 
         return bar()
 

@@ -79,7 +79,7 @@ def apply_to_file(
     wrong width raise a :class:`DimensionError` naming the row in the file; an unreadable or ragged file a
     :class:`DataError`.
     """
-    from tqdm.auto import tqdm
+    from subspaces.progress import Progress
 
     in_path, out_path = Path(input_path), Path(output_path)
     if int(chunk_size) < 1:
@@ -95,7 +95,7 @@ def apply_to_file(
     with (
         atomic_path(out_path) as tmp,
         _writer(tmp, out_path.suffix, n, aligner.n_features_out_, column) as write,
-        tqdm(total=n, desc="mapping", unit="row", disable=not progress) as bar,
+        Progress(n, f"align apply: mapping {in_path.name}", unit="row", enabled=progress) as bar,
     ):
         start = 0
         for chunk in chunks:

@@ -259,12 +259,10 @@ class DimsEvaluator:
                 "random_state": self.random_state,
             },
         }
-        tasks: Sequence[str] = self.tasks
-        if self.show_progress:
-            from tqdm.auto import tqdm
+        from subspaces.progress import progress
 
-            tasks = tqdm(self.tasks, desc="tasks", unit="task", dynamic_ncols=True)
-        for task in tasks:
+        label = f"eval dims {name or 'model'}"
+        for task in progress(self.tasks, label, unit="task", enabled=self.show_progress):
             scores, details = self.evaluate_task(model, task, dims)
             report["scores"][task] = scores
             if details:
