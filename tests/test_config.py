@@ -39,6 +39,7 @@ def test_available_cpus_is_capped_by_affinity_and_quota(monkeypatch):
 
 def test_default_threads_order(monkeypatch):
     monkeypatch.setattr(config, "available_cpus", lambda: 8)
+    monkeypatch.setattr(config, "idle_share", lambda: 1.0)
     for name in ("SUBSPACES_THREADS", "OMP_NUM_THREADS", "LOCAL_WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     assert config.default_threads() == 8
@@ -51,6 +52,23 @@ def test_default_threads_order(monkeypatch):
     monkeypatch.setenv("SUBSPACES_THREADS", "lots")
     with pytest.raises(SubspacesError, match="SUBSPACES_THREADS must be a positive integer"):
         config.default_threads()
+
+
+def test_default_threads_leave_the_cores_that_other_work_keeps_busy(monkeypatch):
+    for name in ("SUBSPACES_THREADS", "OMP_NUM_THREADS", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(config, "available_cpus", lambda: 2)
+    monkeypatch.setattr(config.os, "cpu_count", lambda: 2)
+    for load, threads in ((0.0, 2), (0.4, 2), (1.0, 1), (2.0, 1), (9.0, 1)):
+        monkeypatch.setattr(config.os, "getloadavg", lambda load=load: (load, load, load))
+        assert config.default_threads() == threads, load
+    # A container allowed 4 of a 64-core host's cores, the host half busy: half of its 4.
+    monkeypatch.setattr(config, "available_cpus", lambda: 4)
+    monkeypatch.setattr(config.os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(config.os, "getloadavg", lambda: (32.0, 32.0, 32.0))
+    assert config.default_threads() == 2
+    monkeypatch.setattr(config.os, "getloadavg", lambda: (_ for _ in ()).throw(OSError("no loadavg")))
+    assert config.default_threads() == 4  # unreadable: all the cores it may use
 
 
 def test_set_threads_sets_torch_blas_faiss_and_the_environment(monkeypatch):

@@ -86,7 +86,13 @@ def _cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
 
 def default_threads() -> int:
     """Threads when none are asked for: ``$SUBSPACES_THREADS``, else ``$OMP_NUM_THREADS``, else the cores this
-    process may use (:func:`available_cpus`) shared among the processes ``torchrun`` started on this machine."""
+    process may use (:func:`available_cpus`) shared among the processes ``torchrun`` started on this machine, less
+    the share of them that other work keeps busy (:func:`idle_share`).
+
+    Why the last part: on a busy machine a pool of as many threads as cores waits at every barrier for threads
+    the scheduler has given to someone else; measured on 2 cores with 2 busy processes, ``align fit`` took > 600 s
+    with 2 threads and 97 s with 1 (``benchmarks/threads_under_load.py``).
+    """
     for name in (THREADS_ENV, "OMP_NUM_THREADS"):
         value = os.environ.get(name, "").strip()
         if value:
@@ -95,7 +101,21 @@ def default_threads() -> int:
             except ValueError:
                 raise SubspacesError(f"${name} must be a positive integer, got {value!r}") from None
     local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
-    return max(1, available_cpus() // max(1, local_processes))
+    cores = max(1, available_cpus() // max(1, local_processes))
+    return max(1, min(cores, round(cores * idle_share())))
+
+
+def idle_share() -> float:
+    """The share of the machine's cores not kept busy by runnable work: 1 - load average / cores (0..1).
+
+    The one-minute load average counts every runnable process on the machine (a container sees its host's), so it
+    is scaled by the machine's core count, not by this process's quota; 1.0 where it cannot be read.
+    """
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 1.0
+    return max(0.0, 1.0 - load / max(1, os.cpu_count() or 1))
 
 
 def set_threads(threads: int | None = None) -> int:
