@@ -6,6 +6,8 @@ Issue 23 item 10: on a busy 2-core machine the old default threading made ``alig
 
 - ``default``: no thread variables set; the command picks its own (``subspaces.config.set_threads``);
 - ``omp1``: ``OMP_NUM_THREADS=1``;
+- ``all-cores``: as many threads as usable cores whatever the load (the count the default chose before it read the
+  load average), with idle OpenMP threads sleeping;
 - ``spin``: the default thread count with ``OMP_WAIT_POLICY=ACTIVE``, i.e. idle OpenMP threads busy-wait (what the
   new default turns off), to show what that part costs.
 
@@ -36,6 +38,8 @@ THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OM
 SETTINGS = {
     "default": {},
     "omp1": {"OMP_NUM_THREADS": "1"},
+    # as many threads as cores, whatever the load (the previous default's count, with idle threads sleeping)
+    "all-cores": {"SUBSPACES_THREADS": str(len(os.sched_getaffinity(0)))},
     "spin": {"OMP_WAIT_POLICY": "ACTIVE"},
 }
 BURN = "import numpy as np\na = np.random.rand(256, 256)\nwhile True:\n    a @ a\n"  # a single-threaded BLAS job
@@ -79,7 +83,11 @@ class Load:
     def __enter__(self) -> Load:
         env = os.environ | {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
         self.procs = [subprocess.Popen([sys.executable, "-c", BURN], env=env) for _ in range(self.n)]
-        time.sleep(1.0)  # let them start burning before the clock does
+        # The default reads the one-minute load average: wait until it shows the load, as it would on a machine
+        # that has been busy for a while (at most 90 s).
+        deadline = time.monotonic() + 90
+        while os.getloadavg()[0] < 0.9 * self.n and time.monotonic() < deadline:
+            time.sleep(2.0)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -93,7 +101,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lines", type=int, default=2000, help="texts encoded (encode) and rows per side (align fit)")
     parser.add_argument("--load", type=int, default=None, help="competing busy processes (default: the usable cores)")
-    parser.add_argument("--settings", default="default,omp1,spin", help="which of: " + ", ".join(SETTINGS))
+    parser.add_argument("--settings", default="default,omp1,all-cores", help="which of: " + ", ".join(SETTINGS))
     parser.add_argument("--commands", default="encode,align-fit", help="which of: encode, align-fit")
     parser.add_argument("--limit", type=float, default=600.0, help="seconds after which a command is stopped")
     parser.add_argument("--smoke", action="store_true", help="tiny inputs, encode only, default vs omp1, load 1")
