@@ -1,8 +1,9 @@
 """Compare ``mypy`` output (on stdin) with the accepted baseline, so the baseline can only shrink.
 
 Usage: ``mypy | python .ci/mypy_baseline.py mypy-baseline.txt [--update]``. Errors are compared without line
-numbers (edits above an accepted error do not make it new). Exit 1 on an error the baseline does not list, and
-on baseline entries that no longer occur (remove them with ``--update``: the baseline shrinks with each fix).
+numbers (edits above an accepted error do not make it new). Exit 1 on an error the baseline does not list; entries
+that no longer occur are reported (remove them with ``--update``: the baseline shrinks with each fix) but do not
+fail the check, so a fix, or a stub package that resolves an error, never breaks the build.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def main(argv: list[str]) -> int:
         print(f"{sum(gone.values())} baseline error(s) are fixed: shrink the baseline with `make mypy-baseline`")
     if not new and not gone:
         print(f"mypy: no new errors ({sum(accepted.values())} in the baseline)")
-    return 1 if new or gone else 0
+    return 1 if new else 0
 
 
 if __name__ == "__main__":
