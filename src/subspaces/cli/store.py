@@ -73,6 +73,7 @@ def add_cmd(
 def info_cmd(
     store: DirArg,
     json_out: Annotated[bool, typer.Option("--json", help="Print the full record as JSON.")] = False,
+    threads: ThreadsOpt = None,
 ) -> None:
     """The store's spaces: model, rows, table version, ANN index, migration report."""
     import json
