@@ -446,3 +446,20 @@ def test_device_reaches_every_encoder_load(tiny_encoder, tmp_path, monkeypatch):
     assert len(devices) == 4 and set(devices) == {"cpu:0"}
     with pytest.raises(SubspacesError, match="CUDA device"):
         evaluate_conditional(tiny_encoder, "wic", data_dir=tmp_path / "missing", device="cuda:99")  # before the data
+
+
+def test_tri_encoder_forgets_embeddings_when_trainable_encoder_weights_are_loaded(tiny_encoder):
+    # fit() ends by loading the best state back: a fine-tuned encoder's cached vectors are then stale.
+    from subspaces.models.encoder import load_encoder
+
+    torch.manual_seed(0)
+    model = TriEncoder(load_encoder(tiny_encoder), make_head("hypernet", 32, 4), freeze_encoder=False).eval()
+    before = model.embed_sentences(["a dog runs"])
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    for k, v in state.items():
+        if k.startswith("encoder.") and v.is_floating_point():
+            v.add_(0.5 * torch.randn_like(v))
+    model.load_state_dict(state)
+    after = model.embed_sentences(["a dog runs"])
+    expected = torch.tensor(model.encoder.encode(["a dog runs"]))
+    assert not torch.allclose(before, after) and torch.allclose(after, expected, atol=1e-5)

@@ -88,8 +88,9 @@ class TriEncoder(nn.Module):
             show_progress=show_progress,
         )
         self.params_cache = LRUCache(memory_bytes, name="condition matrices")  # valid while the head is unchanged
-        # Loading weights (a checkpoint, the best state of a run) changes the head: its cached W_c are stale.
-        self._register_load_state_dict_pre_hook(lambda *_args, **_kw: self.params_cache.clear())
+        # Loading weights (a checkpoint, the best state of a run) changes the head, and a trainable encoder: their
+        # cached W_c and vectors are stale.
+        self._register_load_state_dict_pre_hook(lambda *_args, **_kw: self._forget_weights())
 
     @property
     def dim(self) -> int:
@@ -118,6 +119,11 @@ class TriEncoder(nn.Module):
         self.params_cache.clear()
         if reset_stats:
             self.params_cache.reset_stats()
+
+    def _forget_weights(self) -> None:
+        self.params_cache.clear()
+        if not self.freeze_encoder:
+            self.store.clear(reset_stats=False)
 
     def train(self, mode: bool = True) -> TriEncoder:
         super().train(mode)
