@@ -339,3 +339,28 @@ def test_every_recipe_steps_the_optimiser(tiny_model_dir, recipe):
         train_matryoshka(model, [(s,) for s in SENTS], config)
     moved = [n for n, p in model.named_parameters() if not torch.equal(before[n], p)]
     assert any("encoder.layer.1." in n for n in moved) and any("embeddings" in n for n in moved), moved
+
+
+def test_resume_after_ctrl_c_during_evaluation_runs_that_evaluation(tmp_path):
+    saves = []
+
+    def save_model(folder):
+        folder.mkdir(parents=True)
+        (folder / "weights.pt").write_bytes(b"x")
+        saves.append(len(saves))
+        if len(saves) == 2:
+            raise KeyboardInterrupt  # Ctrl-C while the evaluation at step 6 saves its new best model
+
+    run, model = tmp_path / "run", _model()
+    with pytest.raises(KeyboardInterrupt):  # evaluations at steps 3 and 6 (scores 1.0, 3.0)
+        fit(model, _step(model), Toy(), _config(run, eval_steps=3), Scripted([1.0, 3.0]), save_model=save_model)
+    resumed, evaluator = _model(), Scripted([3.0, 2.0, 5.0])
+    result = fit(resumed, _step(resumed), Toy(), _config(run, eval_steps=3), evaluator, save_model=save_model)
+    assert result.resumed_from == 6 and evaluator.calls == 3  # step 6 evaluated (and its model saved) again
+    assert [(e["step"], e["eval"]["acc"]) for e in result.history if "eval" in e] == [
+        (3, 1.0),
+        (6, 3.0),
+        (9, 2.0),
+        (12, 5.0),
+    ]
+    assert len(saves) == 4 and result.best_score == 5.0 and result.best_step == 12

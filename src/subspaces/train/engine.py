@@ -248,6 +248,7 @@ def fit(
     ckpt_path = out / run_output.CHECKPOINT if out is not None else None
 
     done, best, best_step, resumed_from, extended_from = 0, None, None, 0, None
+    pending_eval = False  # the evaluation due at step ``done`` has not finished (an interrupt during it)
     history: list[dict[str, Any]] = []
     if ckpt_path is not None and config.resume and ckpt_path.is_file():
         state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
@@ -263,6 +264,7 @@ def fit(
         scheduler.load_state_dict(state["scheduler"])
         done, best, best_step, history = state["step"], state["best"], state["best_step"], state["history"]
         set_rng_state(state["rng"][rank])
+        pending_eval = bool(state.get("pending_eval", False))
         resumed_from = done
         if state["total"] != total and done < total:
             # Extending (or shortening) a run: the linear schedule is re-planned for the new total from here on.
@@ -302,6 +304,7 @@ def fit(
                 "best": best,
                 "best_step": best_step,
                 "history": history,
+                "pending_eval": pending_eval,
                 "rng": rngs,
                 "fingerprint": fingerprint,
                 "config": asdict(config),
@@ -333,13 +336,13 @@ def fit(
             metrics = box[0]
         assert metrics is not None
         score = evaluator.score(metrics)
-        history.append({"step": done, "epoch": epoch, "eval": metrics})
         if evaluator.is_better(score, best):
-            best, best_step = score, done
             if keep_in_memory:
                 best_state = _trainable_state(module)
             else:
                 save()
+            best, best_step = score, done  # only once saved: an interrupt before must not claim this best
+        history.append({"step": done, "epoch": epoch, "eval": metrics})
 
     module.train()
     bar = None
@@ -351,6 +354,9 @@ def fit(
     boundary = rng_state()  # the RNG state at the current step boundary (what a checkpoint records)
     at_boundary = True  # False while an optimiser update is half-applied: an interrupt then must not checkpoint
     try:
+        if pending_eval:  # the run this resumes was interrupted while evaluating: the uninterrupted run evaluates
+            evaluate((done - 1) // per_epoch)
+            pending_eval = False
         while done < total:
             epoch, index = divmod(done, per_epoch)
             batch = batches.batch(epoch, index)
@@ -383,7 +389,9 @@ def fit(
                 (config.eval_steps and done % config.eval_steps == 0)
                 or (config.eval_every_epoch and done % per_epoch == 0)
             ):
+                pending_eval = True
                 evaluate(epoch)
+                pending_eval = False
             if config.save_steps and done % config.save_steps == 0:
                 checkpoint(boundary)
     except KeyboardInterrupt:
