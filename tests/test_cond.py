@@ -463,3 +463,20 @@ def test_tri_encoder_forgets_embeddings_when_trainable_encoder_weights_are_loade
     after = model.embed_sentences(["a dog runs"])
     expected = torch.tensor(model.encoder.encode(["a dog runs"]))
     assert not torch.allclose(before, after) and torch.allclose(after, expected, atol=1e-5)
+
+
+def test_embedding_store_key_separates_models_that_share_weights_but_differ_in_settings(tiny_model_dir):
+    """Same weights, other vectors (a Normalize module added, a truncation): another cache key, no shared shards."""
+    from sentence_transformers.models import Normalize
+
+    from subspaces.models.encoder import load_encoder
+    from subspaces.models.store import model_fingerprint
+
+    base = model_fingerprint(load_encoder(str(tiny_model_dir)))
+    assert base == model_fingerprint(load_encoder(str(tiny_model_dir)))
+    normalised = load_encoder(str(tiny_model_dir))
+    normalised.append(Normalize())
+    assert model_fingerprint(normalised) != base
+    truncated = load_encoder(str(tiny_model_dir))
+    truncated.truncate_dim = 16
+    assert model_fingerprint(truncated) != base

@@ -33,13 +33,19 @@ ENCODE_CHUNK = 1024  # texts per progress update (sentence-transformers batches 
 
 
 def model_fingerprint(model: torch.nn.Module, extra: str = "") -> str:
-    """A hex digest of the model's parameters and buffers (names, shapes, values), its max length and ``extra``.
+    """A hex digest of the model's parameters and buffers (names, shapes, values), its modules' settings, max
+    length, truncation and prompts, and ``extra``.
 
     Hashing the weights themselves (about 0.2 s for MiniLM) makes the key right for fine-tuned models held
     only in memory, where a name or path would not be.
     """
     digest = hashlib.sha256(extra.encode())
     digest.update(str(getattr(model, "max_seq_length", "")).encode())
+    # Settings that hold no weights change the vectors too: pooling mode, normalisation, truncation, prompts.
+    for name, child in model.named_children():
+        config = child.get_config_dict() if hasattr(child, "get_config_dict") else {}
+        digest.update(f"{name}:{type(child).__name__}:{sorted(config.items())!r}".encode())
+    digest.update(repr((getattr(model, "truncate_dim", None), getattr(model, "prompts", None))).encode())
     for name, tensor in model.state_dict().items():
         digest.update(name.encode())
         digest.update(str(tuple(tensor.shape)).encode())
