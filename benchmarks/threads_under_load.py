@@ -42,7 +42,11 @@ SETTINGS = {
     "all-cores": {"SUBSPACES_THREADS": str(len(os.sched_getaffinity(0)))},
     "spin": {"OMP_WAIT_POLICY": "ACTIVE"},
 }
-BURN = "import numpy as np\na = np.random.rand(256, 256)\nwhile True:\n    a @ a\n"  # a single-threaded BLAS job
+# A single-threaded BLAS job that ends when this script does (also when it is killed: its parent changes).
+BURN = (
+    "import os\nimport numpy as np\nparent = os.getppid()\na = np.random.rand(256, 256)\n"
+    "while os.getppid() == parent:\n    a @ a\n"
+)
 
 
 def corpus(n: int) -> list[str]:
