@@ -43,7 +43,8 @@ def model_fingerprint(model: torch.nn.Module, extra: str = "") -> str:
     digest.update(str(getattr(model, "max_seq_length", "")).encode())
     # Settings that hold no weights change the vectors too: pooling mode, normalisation, truncation, prompts.
     for name, child in model.named_children():
-        config = child.get_config_dict() if hasattr(child, "get_config_dict") else {}
+        get_config = getattr(child, "get_config_dict", None)
+        config = get_config() if callable(get_config) else {}
         digest.update(f"{name}:{type(child).__name__}:{sorted(config.items())!r}".encode())
     digest.update(repr((getattr(model, "truncate_dim", None), getattr(model, "prompts", None))).encode())
     for name, tensor in model.state_dict().items():
