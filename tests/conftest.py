@@ -8,31 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from vocabulary import WORDS
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # Commands set their threads from this (subspaces.config.set_threads); one, like the one_thread fixture below.
 os.environ.setdefault("SUBSPACES_THREADS", "1")
-
-WORDS = [
-    "the",
-    "a",
-    "cat",
-    "dog",
-    "man",
-    "woman",
-    "plays",
-    "eats",
-    "runs",
-    "sleeps",
-    "guitar",
-    "food",
-    "park",
-    "house",
-    "red",
-    "big",
-    "small",
-    "quickly",
-]
 
 
 def _home_cache() -> Path:

@@ -12,27 +12,7 @@ from typer.testing import CliRunner
 
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.store import Store
-
-WORDS = [
-    "the",
-    "a",
-    "cat",
-    "dog",
-    "man",
-    "woman",
-    "plays",
-    "eats",
-    "runs",
-    "sleeps",
-    "guitar",
-    "food",
-    "park",
-    "house",
-    "red",
-    "big",
-    "small",
-    "quickly",
-]
+from vocabulary import WORDS
 
 
 def sentences(n: int, seed: int = 0) -> list[str]:
