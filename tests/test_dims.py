@@ -217,3 +217,21 @@ def test_progress_names_the_model_and_shows_off_a_terminal(tiny_model, probe_dat
     DimsEvaluator(tasks=["Banking77"], dims=[4], max_train=50, show_progress=True)(tiny_model, name="tiny")
     err = capsys.readouterr().err
     assert "eval dims tiny: 1/1 tasks (100%)" in err and "\r" not in err  # plain lines, not a redrawn bar
+
+
+def test_eval_dims_cli_onnx_backend_matches_torch(tiny_model_dir, probe_data, tmp_path):
+    """`--backend onnx` reaches the encoder: the report names it and its STS scores are torch's."""
+    from subspaces.cli.app import app
+
+    reports = {}
+    for backend in ("torch", "onnx"):
+        target = tmp_path / f"{backend}.json"
+        args = ["eval", "dims", "--model", str(tiny_model_dir), "--dims", "8,full", "--tasks", "STSBenchmark"]
+        result = CliRunner().invoke(app, [*args, "--backend", backend, "--json", str(target)])
+        assert result.exit_code == 0, result.output
+        reports[backend] = json.loads(target.read_text())
+    assert reports["onnx"]["backend"] == "onnx" and reports["torch"]["backend"] == "torch"
+    # a few dozen pairs scored by a random model: near-tied cosines can swap ranks between the two fp32 kernels,
+    # so Spearman x 100 agrees to a few points, not to rounding (embedding closeness is tests/test_backends.py's)
+    for dim, score in reports["torch"]["scores"]["STSBenchmark"].items():
+        assert reports["onnx"]["scores"]["STSBenchmark"][dim] == pytest.approx(score, abs=3)

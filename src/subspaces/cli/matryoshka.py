@@ -24,6 +24,7 @@ from subspaces.cli.common import (
     table,
     user_errors,
 )
+from subspaces.cli.core import Backend, BackendOpt, Precision, PrecisionOpt
 from subspaces.cli.groups import eval_app, train_app
 from subspaces.cli.train import CacheDirOpt, DeviceOpt, OverwriteOpt, TrainableLayersOpt
 
@@ -162,8 +163,13 @@ def eval_dims_cmd(
     list_tasks: Annotated[bool, typer.Option("--list-tasks", help="Print the task names and exit.")] = False,
     device: DeviceOpt = None,
     threads: ThreadsOpt = None,
+    backend: BackendOpt = Backend.torch,
+    precision: PrecisionOpt = Precision.fp32,
 ) -> None:
     """Probes (logistic regression on frozen embeddings) and STS at each truncated dimension."""
+    from subspaces.models.backends import check_backend
+
+    check_backend(backend.value, precision.value)
     from subspaces.eval.dims import DEFAULT_TASKS, DimsEvaluator, known_tasks, plot_dims
     from subspaces.io import save_json
     from subspaces.models.encoder import load_encoder
@@ -191,11 +197,12 @@ def eval_dims_cmd(
     )
     reports = []
     for name in model:
-        enc = load_encoder(name, device=device_name)
+        enc = load_encoder(name, device=device_name, backend=backend.value, precision=precision.value)
         console.print(
             f"[bold]{name}[/]: {len(chosen)} task(s) at dims {evaluator.resolve_dims(enc.get_embedding_dimension())}"
         )
         report = evaluator(enc, name=name)
+        report.update(backend=backend.value, precision=precision.value)
         reports.append(report)
         header = ["task (metric)", *[str(d) for d in report["dims"]]]
         rows = [[f"{task} ({report['metrics'][task]})", *report["scores"][task].values()] for task in chosen]
