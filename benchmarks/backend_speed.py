@@ -14,6 +14,7 @@ search; bytes per vector.
 
     python benchmarks/backend_speed.py                     # writes benchmarks/results/backend_speed.json
     python benchmarks/backend_speed.py --smoke --output /tmp/smoke.json   # tiny sizes, one repeat, seconds
+    python benchmarks/backend_speed.py --table                  # the BENCHMARKS.md tables, from the JSON
 """
 
 from __future__ import annotations
@@ -103,6 +104,37 @@ def retrieval(enc, n_corpus: int, n_queries: int) -> dict[str, Any]:
     return out
 
 
+def table(report: dict[str, Any]) -> str:
+    """The markdown tables of BENCHMARKS.md, from a written report."""
+    lines = [
+        "| model | arm | short b1 | short b64 | long b1 | long b64 | STS avg (Δ) | peak RSS |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for model, result in report["models"].items():
+        speed, sts = result["sentences_per_s"], result.get("sts_avg", {})
+        base = sts.get("torch:fp32")
+        for arm, cells in speed.items():
+            ratio = result.get("speedup_vs_torch", {}).get(arm, {})
+            row = [f"{cells[c]:,.0f} ({ratio.get(c, float('nan')):.2f}×)" for c in ("short_b1", "short_b64")]
+            row += [f"{cells[c]:,.0f} ({ratio.get(c, float('nan')):.2f}×)" for c in ("long_b1", "long_b64")]
+            quality = f"{sts[arm]:.2f} ({sts[arm] - base:+.2f})" if arm in sts and base is not None else "—"
+            rss = result.get("peak_rss_bytes", {}).get(arm)
+            memory = f"{rss / 2**20:,.0f} MB" if rss else "—"
+            lines.append(f"| {model} | {arm} | " + " | ".join(row) + f" | {quality} | {memory} |")
+    lines += ["", "| model | embeddings | bytes / vector | Recall@10 | rescore 4× codes | rescore 4× float |"]
+    lines.append("|---|---|---:|---:|---:|---:|")
+    for model, result in report["models"].items():
+        q = result["quantized_retrieval"]
+        lines.append(f"| {model} | float32 | {q['float32_bytes']} | 1 | — | — |")
+        for kind in ("int8", "binary"):
+            r = q[kind]
+            lines.append(
+                f"| {model} | {kind} | {r['bytes_per_vector']} | {r['recall@10']:.3f} | "
+                f"{r['recall@10_rescore4_codes']:.3f} | {r['recall@10_rescore4_float']:.3f} |"
+            )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--models", default="minilm-l6,paraphrase-l3")
@@ -118,7 +150,11 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=1000, help="retrieval queries (WordNet examples)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, one repeat, no STS, no memory")
     parser.add_argument("--output", type=Path, default=RESULTS / "backend_speed.json")
+    parser.add_argument("--table", action="store_true", help="print the tables from --output and exit")
     args = parser.parse_args()
+    if args.table:
+        print(table(json.loads(args.output.read_text())))
+        return
     if args.smoke:
         args.n_short, args.n_long, args.n_batch1, args.repeats = 32, 16, 4, 1
         args.corpus, args.queries, args.no_sts, args.no_memory = 200, 20, True, True
