@@ -173,6 +173,28 @@ def test_dropout_acts_only_in_the_top_layers(tiny_model_dir):
     assert not torch.equal(first, second)  # the top layer's dropout acts
 
 
+def test_state_dropout_adds_noise_only_in_training(tiny_model_dir):
+    """Dropout on the cached states widens the gap between two training views; eval mode is untouched."""
+    import torch.nn.functional as F
+
+    model = _load(tiny_model_dir)
+    for module in model.modules():  # only the new noise acts: the top layer's own dropout off
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    with partial_fine_tuning(model, 1, show_progress=False, state_dropout=0.3):
+        model.eval()
+        features = model.preprocess(TEXTS)
+        clean = model(dict(features))["sentence_embedding"]
+        assert torch.equal(clean, model(dict(features))["sentence_embedding"])
+        model.train()
+        torch.manual_seed(0)
+        first = model(dict(features))["sentence_embedding"]
+        second = model(dict(features))["sentence_embedding"]
+    assert F.cosine_similarity(first, second).mean() < 0.999
+    with pytest.raises(SubspacesError, match="state dropout"):
+        partial_fine_tuning(_load(tiny_model_dir), 1, state_dropout=1.0)
+
+
 def test_disk_cache_is_reused_across_instances(tiny_model_dir, tmp_path):
     folder = tmp_path / "acts"
     first = _load(tiny_model_dir)

@@ -186,6 +186,13 @@ def train_simcse_cmd(
     resume: ResumeOpt = True,
     trainable_layers: TrainableLayersOpt = "all",
     cache_dir: CacheDirOpt = None,
+    state_dropout: Annotated[
+        float,
+        typer.Option(
+            help="With --trainable-layers N: dropout on the cached activations in training, the noise the frozen "
+            "layers' dropout would add (SimCSE's views need it). 0: none."
+        ),
+    ] = 0.0,
     device: DeviceOpt = None,
     overwrite: OverwriteOpt = False,
     threads: ThreadsOpt = None,
@@ -240,6 +247,7 @@ def train_simcse_cmd(
         overwrite=overwrite,
         trainable_layers=layers,
         cache_dir=str(cache_dir) if cache_dir is not None else None,
+        state_dropout=state_dropout,
         description=f"train simcse on {data.name}",
     )
     result = train_simcse(enc, rows, config, card_notes=[pooling_note])

@@ -65,6 +65,7 @@ def partial_fine_tuning(
     *,
     cache_dir: str | os.PathLike[str] | bool | None = None,
     show_progress: bool = True,
+    state_dropout: float = 0.0,
 ) -> PartialFineTuning | None:
     """Attach partial fine-tuning to ``model`` (a ``SentenceTransformer``), or return None for ``None``/``"all"``.
 
@@ -75,11 +76,17 @@ def partial_fine_tuning(
             ``subspaces.config.cache_dir() / "activations" / <key>``. A path: that folder (refused, naming what
             differs, if it was built for another model or setting).
         show_progress: show a progress bar in :meth:`PartialFineTuning.prepare`.
+        state_dropout: dropout on the cached bottom states while the top layers are in training mode. The frozen
+            bottom runs in eval mode once, so the dropout noise it would add to every forward is gone; this puts
+            noise back at the seam (SimCSE's dropout views need it: with two trained layers alone the views are
+            at cosine ~0.997). 0 (the default) leaves training exactly the full model's with a frozen bottom.
     """
     layers = _parse_layers(trainable_layers)
     if layers is None:
         return None
-    return PartialFineTuning(model, layers, cache_dir=cache_dir, show_progress=show_progress)
+    return PartialFineTuning(
+        model, layers, cache_dir=cache_dir, show_progress=show_progress, state_dropout=state_dropout
+    )
 
 
 def reinit_top_layers(model: Any, n: int, seed: int = 0) -> None:
@@ -125,7 +132,11 @@ class PartialFineTuning:
         *,
         cache_dir: str | os.PathLike[str] | bool | None = None,
         show_progress: bool = True,
+        state_dropout: float = 0.0,
     ) -> None:
+        if not 0.0 <= state_dropout < 1.0:
+            raise SubspacesError(f"state dropout must be in [0, 1), got {state_dropout!r}")
+        self.state_dropout = state_dropout
         self.transformer, self._hf, layers = _transformer_layers(model)
         _check_forward_supported(self.transformer, self._hf)
         if getattr(self.transformer, _ATTACHED, None) is not None:
@@ -334,6 +345,8 @@ class PartialFineTuning:
             states = self._states(features)
         weight = next(self._top[0].parameters())
         hidden = states.to(device=weight.device, dtype=weight.dtype)
+        if self.state_dropout and self._top[0].training:
+            hidden = nn.functional.dropout(hidden, self.state_dropout, training=True)
         mask = self._mask(features["attention_mask"].to(weight.device), hidden)
         for layer in self._top:
             hidden = layer(hidden, mask)

@@ -95,10 +95,11 @@ class EncoderTrainConfig(FitConfig):
     drop_last: bool = True
     trainable_layers: int | str | None = None  # None / "all": the whole model; N: the top N transformer layers
     cache_dir: str | None = None  # partial fine-tuning's activation cache (None: in memory)
+    state_dropout: float = 0.0  # partial fine-tuning: dropout on the cached bottom states (models/partial.py)
 
 
 # EncoderTrainConfig fields that are recorded as settings (FitConfig's own are fingerprinted by the engine).
-_RECIPE_FIELDS = ("batch_size", "max_length", "drop_last", "trainable_layers")
+_RECIPE_FIELDS = ("batch_size", "max_length", "drop_last", "trainable_layers", "state_dropout")
 
 
 def loss_description(loss: nn.Module) -> str:
@@ -147,6 +148,10 @@ def train_sentence_loss(
             exported.max_seq_length = trained_length
         write_card_notes(folder, notes)
 
+    if config.state_dropout and config.trainable_layers in (None, "all"):
+        raise SubspacesError(
+            "state dropout acts on cached activations: it needs partial fine-tuning (trainable layers N)"
+        )
     pft = None
     model.max_seq_length = config.max_length
     try:
@@ -158,6 +163,7 @@ def train_sentence_loss(
                 config.trainable_layers,
                 cache_dir=config.cache_dir,
                 show_progress=config.show_progress and ddp.is_main(),
+                state_dropout=config.state_dropout,
             )
             if pft is not None:
                 # Every training text goes through the frozen bottom once, before the first step.
