@@ -663,3 +663,126 @@ def test_fit_and_apply_progress_name_the_task_and_show_off_a_terminal(tmp_path, 
     np.save(tmp_path / "x.npy", clustered(rng, 50))
     apply_to_file(aligner, tmp_path / "x.npy", tmp_path / "y.npy", progress=True)
     assert "align apply: mapping x.npy: 50/50 rows (100%)" in capsys.readouterr().err
+
+
+def test_max_seconds_stops_at_the_next_safe_point_and_keeps_a_map(tmp_path):
+    rng = np.random.default_rng(0)
+    source, target = clustered(rng, 1500), clustered(rng, 1500)
+    with pytest.warns(ConvergenceWarning, match="stopped early: max_seconds=0 reached in the anchor runs"):
+        aligner = MiniVec2Vec(**FAST | {"max_seconds": 0}).fit(source, target)
+    d = aligner.diagnostics_
+    assert aligner.stopped_early_ and d["stopped_early"] and "max_seconds=0" in d["stop_reason"]
+    (only,) = d["restarts"]  # no further restart began
+    assert only["runs_kept"] == 1  # one anchor run, then the initial map; no refinement step ran
+    assert only["structure_iterations"] == only["refine1_iterations"] == 0
+    assert only["nn_similarity"]["refine2"] is None
+    assert aligner.transform(source[:3]).shape == (3, 8)
+    aligner.save(tmp_path / "a")
+    assert MiniVec2Vec.load(tmp_path / "a").stopped_early_ is True
+
+
+@pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
+def test_a_budget_that_is_not_reached_changes_nothing():
+    rng = np.random.default_rng(0)
+    source, target = clustered(rng, 1000), clustered(rng, 1000)
+    free = MiniVec2Vec(**QUICK).fit(source, target)
+    bounded = MiniVec2Vec(**QUICK | {"max_seconds": 1e6}).fit(source, target)
+    np.testing.assert_array_equal(free.matrix_, bounded.matrix_)
+    assert bounded.stopped_early_ is False and bounded.diagnostics_["stop_reason"] is None
+
+
+def gaussian_spaces(rng: np.random.Generator, dim: int = 16):
+    """A hard case for unpaired alignment: nearly isotropic Gaussians have no shape for a matching to find."""
+    scale = np.geomspace(2, 1, dim)
+    q = ortho_group.rvs(dim, random_state=1)
+
+    def draw(n):
+        return rng.normal(size=(n, dim)) * scale
+
+    return draw, q
+
+
+def test_known_pairs_recover_a_rotation_the_unpaired_fit_misses():
+    rng = np.random.default_rng(0)
+    draw, q = gaussian_spaces(rng)
+    source, target, held, paired = draw(2000), draw(2000) @ q, draw(500), draw(50)
+    unpaired = MiniVec2Vec(**FAST).fit(source, target)
+    with_pairs = MiniVec2Vec(**FAST).fit(source, target, pairs=(paired, paired @ q))
+    assert evaluate_alignment(unpaired, held, held @ q)["top1"] < 0.2
+    assert evaluate_alignment(with_pairs, held, held @ q)["top1"] > 0.98
+    d = with_pairs.diagnostics_
+    assert d["n_pairs"] == 50 and len(d["restarts"]) == 1  # the pairs replace the anchors: one pass
+    assert d["restarts"][0]["runs_kept"] == 0 and d["restarts"][0]["qap_agreement"] is None
+
+
+def test_known_pairs_stay_fixed_anchors_in_every_refinement_step():
+    """A step on the true map moves it; with the true pairs weighed heavily in the fit it stays put."""
+    rng = np.random.default_rng(0)
+    draw, q = gaussian_spaces(rng, dim=8)
+    a, b = center_normalize(draw(1000), np.zeros(8)), center_normalize(draw(1000) @ q, np.zeros(8))
+    p = center_normalize(draw(100), np.zeros(8))
+    free = NeighbourStep(a, b, np.random.default_rng(0), k=10)
+    anchored = replace(free, rng=np.random.default_rng(0), pairs=(p, p @ q), pair_weight=100.0)
+    assert np.abs(anchored(q) - q).max() < 0.5 * np.abs(free(q) - q).max()
+
+
+@pytest.mark.parametrize(
+    ("pairs", "error", "message"),
+    [
+        (lambda p: (p, p[:-1]), DataError, "one row per pair, got 50 and 49"),
+        (lambda p: (p, np.where(np.arange(8) == 3, np.nan, p)), DimensionError, "NaN or inf"),
+        (lambda p: (p, p[:, :6]), DimensionError, "paired target embeddings have 6 dimensions, the target ones 8"),
+        (lambda p: (p[:, :5], p), DimensionError, "paired source embeddings have 5 dimensions"),
+        (lambda p: (p[:1], p[:1]), DataError, "at least 2 known pairs"),
+        (lambda p: p, SubspacesError, "pairs must be two arrays"),
+    ],
+)
+def test_bad_known_pairs_are_a_clear_error(pairs, error, message):
+    rng = np.random.default_rng(0)
+    with pytest.raises(error, match=message):
+        MiniVec2Vec(**QUICK).fit(clustered(rng, 1000), clustered(rng, 1000), pairs=pairs(clustered(rng, 50)))
+
+
+@pytest.mark.parametrize(
+    ("final", "identity", "control", "margin", "flagged"),
+    [
+        (0.50, None, 0.30, 0.0, None),  # dims differ, above chance
+        (0.30, None, 0.30, 0.0, "random rotation"),  # at chance
+        (0.50, 0.40, 0.30, 0.0, None),  # beats the identity
+        (0.40, 0.40, 0.30, 0.0, "unmapped"),  # ties the identity
+        (0.30, 0.45, 0.30, 0.0, "unmapped"),  # a tenth of the identity's lift (issue 24's 0.045 map)
+        (0.50, 0.40, 0.30, 0.6, "unmapped"),  # beats it, but owes only half its lift to that
+        (0.50, 0.20, 0.30, 0.6, None),  # an identity below chance: the control is the trivial map
+    ],
+)
+def test_trust_rule_against_identity_and_random_rotation(final, identity, control, margin, flagged):
+    from subspaces.align.diagnostics import trust_problem
+
+    problem = trust_problem(final, identity, control, margin=margin, tol=1e-4)
+    assert problem is None if flagged is None else flagged in problem
+
+
+@pytest.mark.parametrize(("d_in", "d_out"), [(8, 8), (8, 12), (12, 8)])
+def test_random_rotation_control_is_semi_orthogonal(d_in, d_out):
+    from subspaces.align.aligner import _random_orthogonal
+
+    w = _random_orthogonal(d_in, d_out, np.random.default_rng(0))
+    assert w.shape == (d_in, d_out) and orthogonality_gap(w) < 1e-5
+
+
+def test_a_good_fit_beats_the_random_rotation_control():
+    rng = np.random.default_rng(0)
+    q = ortho_group.rvs(8, random_state=1)
+    aligner = MiniVec2Vec(**FAST).fit(clustered(rng, 2000), clustered(rng, 2000) @ q)
+    d = aligner.diagnostics_
+    assert d["nn_similarity"]["final"] > d["random_rotation_nn_similarity"] + 0.05
+    assert d["trivial_gain_share"] > 0.9  # the identity is a wrong map here, no better than chance
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [({"max_seconds": -1}, "max_seconds must be"), ({"trust_margin": 1.0}, "trust_margin must be in")],
+)
+def test_budget_and_trust_settings_are_checked(setting, message):
+    with pytest.raises(SubspacesError, match=message):
+        MiniVec2Vec(**QUICK | setting).check_params()

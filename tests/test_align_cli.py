@@ -449,7 +449,7 @@ def test_fit_can_embed_texts_first(tiny_model_dir, tmp_path):
 
 
 def test_ctrl_c_during_fit_says_what_is_true_for_fit(spaces, tmp_path, monkeypatch):
-    def interrupted(self, source, target):
+    def interrupted(self, source, target, **_):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(MiniVec2Vec, "fit", interrupted)  # Ctrl-C arrives mid-fit
@@ -468,3 +468,65 @@ def test_ctrl_c_during_fit_says_what_is_true_for_fit(spaces, tmp_path, monkeypat
     )
     assert result.exit_code == 130 and "nothing was written" in flat(result)
     assert "checkpoint" not in result.output and not (tmp_path / "o").exists()
+
+
+def fit_args(spaces, tmp_path, *extra: str) -> list[str]:
+    return [
+        "align",
+        "fit",
+        "--source-emb",
+        str(spaces / "a.npy"),
+        "--target-emb",
+        str(spaces / "b.npy"),
+        "--output",
+        str(tmp_path / "aligner"),
+        *params_args(tmp_path),
+        *extra,
+    ]
+
+
+def test_fit_max_seconds_keeps_the_best_map_so_far_and_says_so(spaces, tmp_path):
+    result = CliRunner().invoke(app, fit_args(spaces, tmp_path, "--max-seconds", "0"))
+    assert result.exit_code == 0, result.output
+    assert "alignment stopped early: max_seconds=0 reached" in flat(result)
+    assert MiniVec2Vec.load(tmp_path / "aligner").stopped_early_ is True
+    result = CliRunner().invoke(app, fit_args(spaces, tmp_path, "--max-seconds", "-1"))
+    assert result.exit_code == 2
+
+
+def test_fit_with_known_pairs(spaces, tmp_path):
+    q = ortho_group.rvs(8, random_state=1)
+    paired = clustered(np.random.default_rng(5), 50)
+    np.save(tmp_path / "pa.npy", paired.astype(np.float32))
+    np.save(tmp_path / "pb.npy", (paired @ q + 3.0).astype(np.float32))
+    pairs = ["--pairs-source", str(tmp_path / "pa.npy"), "--pairs-target", str(tmp_path / "pb.npy")]
+    result = CliRunner().invoke(app, fit_args(spaces, tmp_path, *pairs))
+    assert result.exit_code == 0, result.output
+    assert "50 known pairs" in flat(result)
+    aligner = MiniVec2Vec.load(tmp_path / "aligner")
+    assert aligner.diagnostics_["n_pairs"] == 50
+    x, y = np.load(spaces / "x.npy"), np.load(spaces / "y.npy")
+    from subspaces.align import evaluate_alignment
+
+    assert evaluate_alignment(aligner, x, y)["top1"] > 0.95
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p, q: (p, None), "give --pairs-source and --pairs-target together"),
+        (lambda p, q: (p, (p @ q)[:-1]), "one row per pair, got 50 and 49"),
+        (lambda p, q: (p, (p @ q)[:, :5]), "paired target embeddings have 5 dimensions, the target ones 8"),
+    ],
+)
+def test_fit_with_bad_known_pairs_is_a_one_line_error(spaces, tmp_path, make, message):
+    q = ortho_group.rvs(8, random_state=1)
+    source, target = make(clustered(np.random.default_rng(5), 50), q)
+    args = ["--pairs-source", str(tmp_path / "pa.npy")]
+    np.save(tmp_path / "pa.npy", source.astype(np.float32))
+    if target is not None:
+        np.save(tmp_path / "pb.npy", target.astype(np.float32))
+        args += ["--pairs-target", str(tmp_path / "pb.npy")]
+    result = CliRunner().invoke(app, fit_args(spaces, tmp_path, *args))
+    assert result.exit_code == 2 and message in flat(result)
+    assert not (tmp_path / "aligner").exists()

@@ -7,7 +7,9 @@ Stages (each its own module): centre + normalise (:mod:`.preprocess`); matched a
 k-means runs and quadratic assignment (:mod:`.anchors`, :mod:`.matching`); relative representations -> neighbour
 means -> Procrustes (:mod:`.relative`, :mod:`.procrustes`); structural, neighbour-mean and centroid refinement
 (:mod:`.refine`). Label-free diagnostics (:mod:`.diagnostics`) pick among ``n_restarts`` independent anchor
-stages and stop refinement; ``fit`` never sees paired data.
+stages and stop refinement, and judge the result against two trivial maps (identity, random rotation).
+``fit`` sees paired data only where the caller has some (``pairs=``: they replace the anchors and join every
+refinement step); ``max_seconds`` bounds its time.
 
 Beyond the paper's notebook: a structural refinement (seeded k-means partitions whose pairing is corrected by
 the clusters' similarity structure) that pulls a weak initial map into the right basin, restarts chosen by a
@@ -39,7 +41,13 @@ import numpy as np
 from sklearn.base import BaseEstimator
 
 from subspaces.align.anchors import matched_anchors
-from subspaces.align.diagnostics import anchor_consistency, bidirectional_nn_similarity
+from subspaces.align.budget import Budget
+from subspaces.align.diagnostics import (
+    anchor_consistency,
+    bidirectional_nn_similarity,
+    trivial_gain_share,
+    trust_problem,
+)
 from subspaces.align.neighbours import NeighbourIndex
 from subspaces.align.params import (
     STAGES,
@@ -52,7 +60,7 @@ from subspaces.align.params import (
     from_flat,
 )
 from subspaces.align.preprocess import center_normalize, check_embeddings, normalize_rows
-from subspaces.align.procrustes import orthogonality_gap
+from subspaces.align.procrustes import orthogonality_gap, procrustes
 from subspaces.align.refine import (
     NeighbourStep,
     StructureHistory,
@@ -89,6 +97,12 @@ class MiniVec2Vec(BaseEstimator):
             of the seeded cluster pairs (the label-free sign that the map agrees with both spaces' cluster
             structure; working pairs end at 0-6 %, failing ones at 16-42 %); no further restarts then.
             ``None`` always runs ``n_restarts`` and judges nothing.
+        trust_margin: a map is trusted only if its label-free score beats the best trivial map (the identity
+            where the dims agree, else the best of three random rotations, chance level) by more than this share
+            of its own lift above chance. 0 asks only that it beat them.
+        max_seconds: stop at the next safe point (between k-means runs, rounds, steps, passes) after this many
+            seconds and keep the best map so far (``stopped_early_``); the first pass's initial map is always
+            made. ``None``: no limit.
         random_state: seed for every sample, k-means and QAP start.
         verbose: show progress bars.
     """
@@ -102,6 +116,8 @@ class MiniVec2Vec(BaseEstimator):
         search: SearchParams = SearchParams(),
         n_restarts: int = 3,
         converged_swap_share: float | None = 0.1,
+        trust_margin: float = 0.0,
+        max_seconds: float | None = None,
         random_state: int | None = 0,
         verbose: bool = False,
     ) -> None:
@@ -112,6 +128,8 @@ class MiniVec2Vec(BaseEstimator):
         self.search = search
         self.n_restarts = n_restarts
         self.converged_swap_share = converged_swap_share
+        self.trust_margin = trust_margin
+        self.max_seconds = max_seconds
         self.random_state = random_state
         self.verbose = verbose
 
@@ -146,6 +164,10 @@ class MiniVec2Vec(BaseEstimator):
         if isinstance(self.n_restarts, bool) or int(self.n_restarts) != self.n_restarts or self.n_restarts < 1:
             raise SubspacesError(f"n_restarts must be an integer of at least 1, got {self.n_restarts!r}")
         check_together(self.anchors, self.structure, self.converged_swap_share)
+        if isinstance(self.trust_margin, bool) or not 0 <= self.trust_margin < 1:
+            raise SubspacesError(f"trust_margin must be in [0, 1), got {self.trust_margin!r}")
+        if self.max_seconds is not None and (isinstance(self.max_seconds, bool) or not self.max_seconds >= 0):
+            raise SubspacesError(f"max_seconds must be a number of at least 0 or None, got {self.max_seconds!r}")
 
     def _check_rows(self, n_source: int, n_target: int) -> None:
         need = max(4 * self.anchors.n_clusters, self.anchors.relative_k, self.refine.k)
@@ -156,13 +178,22 @@ class MiniVec2Vec(BaseEstimator):
                     f"(4 x anchors.n_clusters={self.anchors.n_clusters}, and anchors.relative_k/refine.k neighbours)"
                 )
 
-    def fit(self, source: np.ndarray, target: np.ndarray) -> MiniVec2Vec:
-        """Learn the map from unpaired ``source`` (n_a x d_a) and ``target`` (n_b x d_b) vectors."""
-        start = time.perf_counter()
+    def fit(
+        self, source: np.ndarray, target: np.ndarray, *, pairs: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> MiniVec2Vec:
+        """Learn the map from unpaired ``source`` (n_a x d_a) and ``target`` (n_b x d_b) vectors.
+
+        ``pairs``: optional known pairs ``(P_a, P_b)``, row i of each embedding the same text (a sample re-embedded
+        with the new model). The initial map is then their orthogonal Procrustes instead of the unpaired anchors,
+        they join every refinement step as fixed anchors, and one pass runs (restarts are for unlucky anchors).
+        """
+        budget = Budget(self.max_seconds)
         self.check_params()
         source = check_embeddings(source, "source embeddings")
         target = check_embeddings(target, "target embeddings")
         self._check_rows(len(source), len(target))
+        if pairs is not None:
+            pairs = _check_pairs(pairs, source.shape[1], target.shape[1])
         # One independent stream per pass and per stage: how far one stage ran (its stopping rule reads scores,
         # which carry the BLAS kernel's rounding) must not shift every later random draw.
         setup_seed, *pass_seeds = np.random.SeedSequence(self.random_state).spawn(1 + self.n_restarts)
@@ -190,9 +221,14 @@ class MiniVec2Vec(BaseEstimator):
         def score(matrix: np.ndarray) -> float:
             return bidirectional_nn_similarity(probe_a, probe_b, index_a, index_b, matrix)
 
+        known = None
+        if pairs is not None:
+            known = (center_normalize(pairs[0], self.source_mean_), center_normalize(pairs[1], self.target_mean_))
         restarts = []
-        for restart in range(self.n_restarts):
-            restarts.append(self._fit_one(restart, a, b, index_a, index_b, score, pass_seeds[restart]))
+        for restart in range(1 if known is not None else self.n_restarts):
+            if restart and budget.spent(f"before restart {restart + 1}/{self.n_restarts}"):
+                break
+            restarts.append(self._fit_one(restart, a, b, index_a, index_b, score, pass_seeds[restart], budget, known))
             if self._converged(restarts[-1]) is True:
                 break  # a converged pass is trusted; restarts are for passes whose structure still disagrees
         # Refined maps are compared, not initial ones: a wrong start can look as good as a right one before
@@ -205,12 +241,15 @@ class MiniVec2Vec(BaseEstimator):
         self.matrix_ = restarts[chosen].pop("matrix").astype(np.float32)
         for r in restarts:
             r.pop("matrix", None)
-        self.fit_seconds_ = time.perf_counter() - start
         converged = self._converged(restarts[chosen])
         final = restarts[chosen]["nn_similarity"]["final"]
         # Where the dims agree, "leave the vectors as they are" is a map too; a fit that does not beat it on the
-        # same label-free score has learnt nothing (issue 23: a 0.016 map where the identity scored 0.948).
+        # same label-free score has learnt nothing (issue 23: a 0.016 map where the identity scored 0.948). A
+        # random rotation is chance level on that score, for any dims (drawn after every other setup draw, so
+        # the map does not depend on it).
         identity = score(np.eye(a.shape[1], dtype=np.float32)) if a.shape[1] == b.shape[1] else None
+        control = max(score(_random_orthogonal(a.shape[1], b.shape[1], rng)) for _ in range(3))
+        self.fit_seconds_ = budget.elapsed()
         problems = self._row_count_problems(len(a), len(b))
         if converged is False:
             problems.append(
@@ -219,13 +258,15 @@ class MiniVec2Vec(BaseEstimator):
                 f"(converged: <= {self.converged_swap_share:.0%}); the map is probably wrong. Try more n_restarts, "
                 f"more data, or check the pair on a few paired texts."
             )
-        if identity is not None and final <= identity + self.refine.tol:
-            problems.append(
-                f"the fitted map's label-free score ({final:.4f}) is no better than leaving the vectors unmapped "
-                f"(identity: {identity:.4f}); the map is probably wrong, and the identity may serve better."
-            )
+        gain_share = trivial_gain_share(final, identity, control, tol=self.refine.tol)
+        problem = trust_problem(final, identity, control, margin=self.trust_margin, tol=self.refine.tol)
+        if problem is not None:
+            problems.append(problem)
+        self.stopped_early_ = budget.stopped_at is not None
         for problem in problems:
             warnings.warn(problem, ConvergenceWarning, stacklevel=2)
+        if self.stopped_early_:
+            warnings.warn(f"alignment stopped early: {budget.reason}", ConvergenceWarning, stacklevel=2)
         self.converged_ = converged is not False and not problems
         # Label-free confidence in [0, 1]: the share of seeded cluster pairs the last structural round kept
         # (1 = the map agrees with both spaces' cluster structure), 0 when a problem was found.
@@ -238,6 +279,11 @@ class MiniVec2Vec(BaseEstimator):
             "confidence": self.confidence_,
             "problems": problems,
             "identity_nn_similarity": identity,
+            "random_rotation_nn_similarity": control,
+            "trivial_gain_share": gain_share,
+            "stopped_early": self.stopped_early_,
+            "stop_reason": budget.reason,
+            "n_pairs": 0 if pairs is None else len(pairs[0]),
             "nn_similarity": restarts[chosen]["nn_similarity"],
             "anchor_consistency": restarts[chosen]["anchor_consistency_final"],
             "orthogonality_gap": orthogonality_gap(self.matrix_),
@@ -274,8 +320,20 @@ class MiniVec2Vec(BaseEstimator):
             return None
         return swapped[-1] <= self.converged_swap_share
 
-    def _fit_one(self, restart: int, a, b, index_a, index_b, score, seed: np.random.SeedSequence) -> dict[str, Any]:
-        """One full pass: anchors -> initial map -> refine-1 -> refine-2, with its label-free diagnostics."""
+    def _fit_one(
+        self,
+        restart: int,
+        a,
+        b,
+        index_a,
+        index_b,
+        score,
+        seed: np.random.SeedSequence,
+        budget: Budget,
+        known: tuple[np.ndarray, np.ndarray] | None,
+    ) -> dict[str, Any]:
+        """One full pass: anchors (or the known pairs) -> initial map -> structure -> refine-1 -> refine-2, with
+        its label-free diagnostics; each stage stops at its next safe point once ``budget`` is spent."""
         ap, sp, rp = self.anchors, self.structure, self.refine
         rng, structure_rng, refine_rng, centroid_rng = (np.random.default_rng(s) for s in seed.spawn(4))
         seconds: dict[str, float] = {}
@@ -287,26 +345,32 @@ class MiniVec2Vec(BaseEstimator):
             seconds[stage] = now - clock
             clock = now
 
-        with self._progress(f"anchors (restart {restart + 1}/{self.n_restarts})", ap.n_runs, "run") as tick:
-            anchors = matched_anchors(
-                a,
-                b,
-                n_runs=ap.n_runs,
-                n_clusters=ap.n_clusters,
-                sample_size=ap.sample,
-                kmeans_iter=ap.kmeans_iter,
-                kmeans_redo=ap.kmeans_redo,
-                qap_method=ap.qap_method,
-                qap_restarts=ap.qap_restarts,
-                keep_fraction=ap.keep,
-                kernel=ap.kernel,
-                rng=rng,
-                progress=tick,
-            )
-        rows = rng.choice(len(a), min(ap.n_pseudo_pairs, len(a)), replace=False)
-        matrix = initial_map(a[rows], b, anchors.source, anchors.target, k=ap.relative_k)
+        where = f"(restart {restart + 1}/{self.n_restarts})"
+        anchors = None
+        if known is not None:  # known pairs are better anchors than any matching of cluster shapes
+            matrix = procrustes(*known)
+        else:
+            with self._progress(f"anchors {where}", ap.n_runs, "run") as tick:
+                anchors = matched_anchors(
+                    a,
+                    b,
+                    n_runs=ap.n_runs,
+                    n_clusters=ap.n_clusters,
+                    sample_size=ap.sample,
+                    kmeans_iter=ap.kmeans_iter,
+                    kmeans_redo=ap.kmeans_redo,
+                    qap_method=ap.qap_method,
+                    qap_restarts=ap.qap_restarts,
+                    keep_fraction=ap.keep,
+                    kernel=ap.kernel,
+                    rng=rng,
+                    progress=tick,
+                    out_of_time=budget.check(f"in the anchor runs {where}"),
+                )
+            rows = rng.choice(len(a), min(ap.n_pseudo_pairs, len(a)), replace=False)
+            matrix = initial_map(a[rows], b, anchors.source, anchors.target, k=ap.relative_k)
         initial_score = score(matrix)
-        initial_consistency = anchor_consistency(anchors, matrix)
+        initial_consistency = anchor_consistency(anchors, matrix) if anchors is not None else None
         lap("anchors_and_initial_map")
 
         step = NeighbourStep(
@@ -320,10 +384,12 @@ class MiniVec2Vec(BaseEstimator):
             alpha=rp.alpha,
             orthogonalize=rp.orthogonalize,
             bidirectional=rp.bidirectional,
+            pairs=known,
+            pair_weight=rp.pair_weight,
         )
         structure = StructureHistory(best_score=initial_score)  # as it stands when the stage is skipped
         if sp.n_iter > 0:
-            with self._progress(f"structure (restart {restart + 1}/{self.n_restarts})", sp.n_iter, "iteration") as tick:
+            with self._progress(f"structure {where}", sp.n_iter, "iteration") as tick:
                 matrix, structure = refine_by_structure(
                     matrix,
                     step,
@@ -339,11 +405,12 @@ class MiniVec2Vec(BaseEstimator):
                     stop_swap_share=sp.stop_swap_share,
                     start_score=initial_score,
                     progress=tick,
+                    out_of_time=budget.check(f"in the structural refinement {where}"),
                 )
         structure_score = structure.best_score
         lap("structure")
 
-        with self._progress(f"refine (restart {restart + 1}/{self.n_restarts})", rp.n_iter, "iteration") as tick:
+        with self._progress(f"refine {where}", rp.n_iter, "iteration") as tick:
             matrix, history = refine_by_neighbours(
                 matrix,
                 dataclasses.replace(step, rng=refine_rng),
@@ -355,12 +422,13 @@ class MiniVec2Vec(BaseEstimator):
                 average=rp.average,
                 score_every=rp.score_every,
                 progress=tick,
+                out_of_time=budget.check(f"in refine-1 {where}"),
             )
         refined_score = history.best_score
         lap("refine1")
 
         centroid_score, centroid_accepted = None, False
-        if rp.centroid_clusters > 0:
+        if rp.centroid_clusters > 0 and not budget.spent(f"before refine-2 {where}"):
             candidate = refine_by_centroids(
                 a,
                 b,
@@ -387,11 +455,11 @@ class MiniVec2Vec(BaseEstimator):
                 "refine2": centroid_score,
                 "final": final_score,
             },
-            "qap_agreement": float(anchors.agreement[anchors.kept].mean()),
-            "mean_qap_objective": float(anchors.objective.mean()),
-            "runs_kept": int(anchors.kept.sum()),
+            "qap_agreement": float(anchors.agreement[anchors.kept].mean()) if anchors is not None else None,
+            "mean_qap_objective": float(anchors.objective.mean()) if anchors is not None else None,
+            "runs_kept": int(anchors.kept.sum()) if anchors is not None else 0,
             "anchor_consistency_initial": initial_consistency,
-            "anchor_consistency_final": anchor_consistency(anchors, matrix),
+            "anchor_consistency_final": anchor_consistency(anchors, matrix) if anchors is not None else None,
             "structure_iterations": structure.iterations,
             "structure_scores": structure.scores,
             "structure_swapped": structure.swapped,
@@ -545,6 +613,7 @@ class MiniVec2Vec(BaseEstimator):
         # Format-1 folders judged structural convergence only.
         aligner.converged_ = aligner.diagnostics_.get("trusted", aligner.diagnostics_.get("converged") is not False)
         aligner.confidence_ = aligner.diagnostics_.get("confidence")
+        aligner.stopped_early_ = bool(aligner.diagnostics_.get("stopped_early", False))
         return aligner
 
 
@@ -557,3 +626,26 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (np.generic, np.ndarray)):
         return value.tolist()
     return value
+
+
+def _check_pairs(pairs: Any, source_dim: int, target_dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Known pairs as two float32 arrays whose row i embeds the same text, or a one-line error."""
+    if not isinstance(pairs, (tuple, list)) or len(pairs) != 2:
+        raise SubspacesError("pairs must be two arrays (source rows, target rows of the same texts)")
+    ps = check_embeddings(pairs[0], "paired source embeddings")
+    pt = check_embeddings(pairs[1], "paired target embeddings")
+    for what, rows, dim in (("source", ps, source_dim), ("target", pt, target_dim)):
+        if rows.shape[1] != dim:
+            raise DimensionError(f"paired {what} embeddings have {rows.shape[1]} dimensions, the {what} ones {dim}")
+    if len(ps) != len(pt):
+        raise DataError(f"paired source and target embeddings must have one row per pair, got {len(ps)} and {len(pt)}")
+    if len(ps) < 2:
+        raise DataError(f"at least 2 known pairs are needed, got {len(ps)}")
+    return ps, pt
+
+
+def _random_orthogonal(d_in: int, d_out: int, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly random (semi-)orthogonal ``d_in x d_out`` map: QR of a Gaussian matrix, signs fixed."""
+    q, r = np.linalg.qr(rng.normal(size=(max(d_in, d_out), min(d_in, d_out))))
+    q = q * np.sign(np.diag(r))
+    return (q if d_in >= d_out else q.T).astype(np.float32)

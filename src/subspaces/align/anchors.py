@@ -7,6 +7,7 @@ between the matched similarity structures, a label-free score) can be dropped be
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import faiss
@@ -91,8 +92,10 @@ def matched_anchors(
     kernel: str = "cosine",
     rng: np.random.Generator,
     progress=None,
+    out_of_time: Callable[[], bool] | None = None,
 ) -> AnchorSet:
-    """Pool the matched centroids of ``n_runs`` k-means runs, keeping the best ``keep_fraction`` by agreement.
+    """Pool the matched centroids of ``n_runs`` k-means runs, keeping the best ``keep_fraction`` by agreement;
+    fewer runs once ``out_of_time()`` says so (checked after each run, so at least one runs).
 
     ``kernel`` is what the quadratic assignment compares: ``"cosine"``, the cosines of the unit centroids, or
     ``"gram"``, the double-centred Gram matrix of the raw cluster means (the paper's notebook).
@@ -122,6 +125,9 @@ def matched_anchors(
         objectives.append(match.objective)
         if progress is not None:
             progress(run + 1, n_runs)
+        if out_of_time is not None and out_of_time():
+            break
+    n_runs = len(agreements)
     agreement = np.asarray(agreements)
     n_keep = max(1, int(round(keep_fraction * n_runs)))
     kept = np.zeros(n_runs, dtype=bool)

@@ -51,3 +51,36 @@ def anchor_consistency(anchors: AnchorSet, matrix: np.ndarray) -> float:
         sims = mapped[rows] @ anchors.target[rows].T
         hits += int((sims.argmax(axis=1) == np.arange(len(rows))).sum())
     return hits / len(anchors.run)
+
+
+def trivial_gain_share(final: float, identity: float | None, control: float, *, tol: float = 1e-4) -> float | None:
+    """Share of a map's lift above chance (``final - control``, control: a random rotation's score) that it owes
+    to beating the best trivial map (the identity where the dims agree, else chance itself): 1 when that map is
+    chance, near 0 when the identity scores as well; None when the map does not rise above chance."""
+    lift = final - control
+    if lift <= tol:
+        return None
+    trivial = control if identity is None else max(control, identity)
+    return (final - trivial) / lift
+
+
+def trust_problem(final: float, identity: float | None, control: float, *, margin: float, tol: float) -> str | None:
+    """Why a map with label-free score ``final`` is not trusted against the trivial maps, or None.
+
+    Not trusted when it does not beat chance (``control``) and the identity (``identity``, None where the dims
+    differ) by ``tol``, or owes at most ``margin`` of its lift above chance to beating them.
+    """
+    share = trivial_gain_share(final, identity, control, tol=tol)
+    trivial = control if identity is None else max(control, identity)
+    if share is not None and share > margin and final > trivial + tol:
+        return None
+    if identity is not None and identity >= control:
+        return (
+            f"the fitted map's label-free score ({final:.4f}) is no better than leaving the vectors unmapped "
+            f"(identity: {identity:.4f}; random rotation: {control:.4f}); the map is probably wrong, and the "
+            f"identity may serve better."
+        )
+    return (
+        f"the fitted map's label-free score ({final:.4f}) is no better than a random rotation's ({control:.4f}, "
+        f"chance level); the map is probably wrong."
+    )

@@ -152,7 +152,8 @@ class RefineParams(StageParams):
     source neighbour means; scored every ``score_every`` steps, stopped after ``patience`` steps without a gain
     of ``tol``; ``average`` also tries the tail average of the iterates. Refine-2: ``centroid_clusters``
     (paper: 500; 0 skips it), blend ``centroid_alpha``. ``orthogonalize`` projects every blend back onto the
-    orthogonal maps (the paper lets it drift). The structural stage's inner steps use these settings too.
+    orthogonal maps (the paper lets it drift). The structural stage's inner steps use these settings too. With
+    known pairs (``fit(..., pairs=...)``) each pair weighs ``pair_weight`` neighbour-mean pairs in every step.
     """
 
     stage: ClassVar[str] = "refine"
@@ -169,6 +170,7 @@ class RefineParams(StageParams):
     centroid_clusters: int = setting(500, low=0)
     centroid_alpha: float = setting(0.5, low=0, above=True, high=1)
     centroid_kmeans_iter: int = setting(25, low=1)
+    pair_weight: float = setting(1.0, low=0)
 
 
 @dataclass(frozen=True, repr=False)
@@ -246,7 +248,7 @@ FLAT_NAMES: dict[str, tuple[str, str]] = {
 }
 # One flat k-means iteration count served every stage.
 KMEANS_ITER = (("anchors", "kmeans_iter"), ("structure", "kmeans_iter"), ("refine", "centroid_kmeans_iter"))
-TOP_LEVEL = ("n_restarts", "converged_swap_share", "random_state", "verbose")
+TOP_LEVEL = ("n_restarts", "converged_swap_share", "random_state", "verbose")  # format 1 had no others
 
 
 def from_flat(flat: dict[str, Any]) -> dict[str, Any]:

@@ -46,6 +46,7 @@ class RefineHistory:
     stopped_early: bool = False
     average_score: float | None = None  # score of the tail-averaged map, when one was formed
     averaged: bool = False  # the map returned is the tail average
+    out_of_time: bool = False  # ended by the fit's time budget
 
 
 @dataclass
@@ -66,15 +67,20 @@ def _keep_best(
     progress: Callable[[int, int], None] | None,
     score_every: int = 1,
     done: Callable[[], bool] | None = None,
+    out_of_time: Callable[[], bool] | None = None,
 ) -> np.ndarray:
     """Apply ``step`` up to ``n_iter`` times; return the best map by ``score``, stopping after ``patience``
-    iterations without a gain of ``tol``, or once ``done()`` says so after a scored iteration. ``start_score``
-    spares scoring a map the caller already scored. ``score_every`` scores only every so many iterations (and
-    the last): a score costs about as much as a step."""
+    iterations without a gain of ``tol``, or once ``done()`` says so after a scored iteration, or before any
+    step once ``out_of_time()`` says so (the best map scored so far is returned). ``start_score`` spares scoring
+    a map the caller already scored. ``score_every`` scores only every so many iterations (and the last): a
+    score costs about as much as a step."""
     best = matrix
     history.best_score = score(matrix) if start_score is None else start_score
     since_best = 0
     for it in range(n_iter):
+        if out_of_time is not None and out_of_time():
+            history.out_of_time = True
+            break
         matrix = step(matrix)
         history.iterations = it + 1
         if progress is not None:
@@ -107,8 +113,10 @@ class NeighbourStep:
 
     With ``bidirectional`` a target sample is also mapped back (``W^T``) and paired with the mean of its ``k``
     nearest source rows, and Procrustes is fitted on both sets of pairs at once: the pull of each space's dense
-    regions on its own neighbour means then acts from both sides instead of one. Refine-1 repeats it; the
-    structural refinement runs a few after each of its corrections.
+    regions on its own neighbour means then acts from both sides instead of one. Known ``pairs`` (preprocessed
+    source rows, their target rows) join every fit as fixed anchors, each weighing ``pair_weight`` neighbour-mean
+    pairs, so the map cannot drift away from what is known. Refine-1 repeats it; the structural refinement runs a
+    few after each of its corrections.
     """
 
     source: np.ndarray
@@ -121,6 +129,8 @@ class NeighbourStep:
     alpha: float = 0.5
     orthogonalize: bool = True
     bidirectional: bool = False
+    pairs: tuple[np.ndarray, np.ndarray] | None = None
+    pair_weight: float = 1.0
 
     def __call__(self, matrix: np.ndarray) -> np.ndarray:
         source, target, rng, k = self.source, self.target, self.rng, self.k
@@ -131,7 +141,11 @@ class NeighbourStep:
             pseudo_source = neighbour_means(normalize_rows(back @ matrix.T), self.source_index or source, source, k)
             batch = np.concatenate([batch, normalize_rows(pseudo_source)])
             pseudo = np.concatenate([pseudo, back])
-        return blend(matrix, procrustes(batch, pseudo), self.alpha, self.orthogonalize)
+        weights = None
+        if self.pairs is not None:
+            weights = np.concatenate([np.ones(len(batch)), np.full(len(self.pairs[0]), self.pair_weight)])
+            batch, pseudo = np.concatenate([batch, self.pairs[0]]), np.concatenate([pseudo, self.pairs[1]])
+        return blend(matrix, procrustes(batch, pseudo, weights), self.alpha, self.orthogonalize)
 
 
 def refine_by_neighbours(
@@ -146,6 +160,7 @@ def refine_by_neighbours(
     average: bool = True,
     score_every: int = 5,
     progress: Callable[[int, int], None] | None = None,
+    out_of_time: Callable[[], bool] | None = None,
 ) -> tuple[np.ndarray, RefineHistory]:
     """Refine-1: ``step`` up to ``n_iter`` times. Returns the best map by ``score`` (higher is better) and the
     score history.
@@ -178,6 +193,7 @@ def refine_by_neighbours(
         history=history,
         progress=progress,
         score_every=score_every,
+        out_of_time=out_of_time,
     )
     if average and taken >= 2:
         mean = np.mean(tail, axis=0)
@@ -230,6 +246,7 @@ def refine_by_structure(
     tol: float = 1e-4,
     start_score: float | None = None,
     progress: Callable[[int, int], None] | None = None,
+    out_of_time: Callable[[], bool] | None = None,
 ) -> tuple[np.ndarray, StructureHistory]:
     """Up to ``n_iter`` rounds of (structural correction, ``inner_steps`` refine-1 ``step``s) on ``step``'s two
     spaces; the best map by ``score``.
@@ -274,6 +291,7 @@ def refine_by_structure(
         history=history,
         progress=progress,
         done=converged,
+        out_of_time=out_of_time,
     )
     return best, history
 

@@ -44,6 +44,21 @@ def _load_side(emb: Optional[Path], model: Optional[str], texts: Optional[Path],
     return load_embeddings(emb) if emb is not None else _embed(model, texts, device)
 
 
+def _load_pairs(source: Optional[Path], target: Optional[Path]):
+    """The known pairs of ``--pairs-source`` / ``--pairs-target`` (row i of each: the same text), or None."""
+    from subspaces.errors import SubspacesError
+    from subspaces.io import load_embeddings
+
+    if source is None and target is None:
+        return None
+    if source is None or target is None:
+        raise SubspacesError("give --pairs-source and --pairs-target together (row i of each embeds the same text)")
+    for path in (source, target):
+        if not path.is_file():
+            raise SubspacesError(f"{path}: file not found")
+    return load_embeddings(source), load_embeddings(target)
+
+
 def _read_params(path: Path) -> dict:
     import json
 
@@ -110,6 +125,18 @@ def fit_cmd(
         Optional[int],
         typer.Option(help="At most this many independent passes; best label-free score wins (default 3)."),
     ] = None,
+    max_seconds: Annotated[
+        Optional[float],
+        typer.Option(min=0, help="Stop at the next safe point after this many seconds, keeping the best map so far."),
+    ] = None,
+    pairs_source: Annotated[
+        Optional[Path],
+        typer.Option(help="Known pairs, source side: source-model vectors of some texts (.npy/.parquet)."),
+    ] = None,
+    pairs_target: Annotated[
+        Optional[Path],
+        typer.Option(help="Known pairs, target side: target-model vectors of the same texts, row for row."),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Random seed (samples, k-means, QAP starts).")] = 0,
     device: Annotated[str, typer.Option(help="Torch device for embedding --source-texts / --target-texts.")] = "cpu",
     threads: ThreadsOpt = None,
@@ -127,18 +154,22 @@ def fit_cmd(
         from subspaces.models.encoder import resolve_device
 
         resolve_device(device)
-    aligner = _aligner(params, n_restarts=n_restarts, random_state=seed, verbose=True)
+    aligner = _aligner(params, n_restarts=n_restarts, max_seconds=max_seconds, random_state=seed, verbose=True)
+    pairs = _load_pairs(pairs_source, pairs_target)
     a = _load_side(source_emb, source, source_texts, device)
     b = _load_side(target_emb, target, target_texts, device)
-    console.print(f"fitting mini-vec2vec: source {a.shape[0]} x {a.shape[1]}, target {b.shape[0]} x {b.shape[1]}")
+    known = f", {len(pairs[0])} known pairs" if pairs is not None else ""
+    console.print(
+        f"fitting mini-vec2vec: source {a.shape[0]} x {a.shape[1]}, target {b.shape[0]} x {b.shape[1]}{known}"
+    )
     with warnings.catch_warnings(record=True) as caught:  # shown after the diagnostics they refer to
         warnings.simplefilter("always", ConvergenceWarning)
-        aligner.fit(a, b)
+        aligner.fit(a, b, pairs=pairs)
     aligner.verbose = False  # progress bars were for this run; a loaded aligner stays quiet unless asked
     aligner.save(output)
     d = aligner.diagnostics_
     stats = {  # one row per statistic, one column per restart: stays readable however many restarts ran
-        "QAP agreement": lambda r: r["qap_agreement"],
+        "QAP agreement": lambda r: r["qap_agreement"] if r["qap_agreement"] is not None else "known pairs",
         "nn-sim initial": lambda r: r["nn_similarity"]["initial"],
         "nn-sim structure": lambda r: r["nn_similarity"]["structure"],
         "nn-sim refine-1": lambda r: r["nn_similarity"]["refine1"],
