@@ -17,6 +17,8 @@ COMMAND_MODULES = (
     "subspaces.cli.kgc",  # kgc train/eval
     "subspaces.cli.store",  # store create/add/info/index/search/migrate
     "subspaces.cli.serve",  # serve (the HTTP server)
+    "subspaces.cli.adapt",  # adapt fit/apply (Matryoshka adapter for stored vectors)
+    "subspaces.cli.search",  # search (exact or funnel over .npy vectors)
 )
 
 for _module in COMMAND_MODULES:

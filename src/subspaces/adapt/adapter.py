@@ -1,0 +1,372 @@
+"""``MatryoshkaAdapter``: make the prefixes of stored embeddings usable, from the vectors alone (no encoder, no texts).
+
+After Matryoshka-Adaptor (Yoon et al., EMNLP 2024): a residual map ``f(x) = x + g(x)``, ``g`` a small MLP (or a
+linear map) whose last layer starts at zero, so training starts from the identity. It is trained so that every
+prefix ``f(x)[:m]`` keeps the neighbourhood structure of the full input vectors (similarity and top-k losses of
+:mod:`subspaces.adapt.losses`, at every ``m`` in ``dims`` and at the full size), while a reconstruction term keeps
+the full adapted vector close to its input. Optional: listwise self-distillation, MIC-style regularisers on the
+output and supervised (query, positive) pairs.
+
+The fitted map is plain arrays; :meth:`transform` is numpy only (no torch), so applying it is cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+
+from subspaces.errors import DataError, DimensionError, SubspacesError
+
+FORMAT_VERSION = 1
+CONFIG_FILE = "adapter.json"
+STATE_FILE = "state.npz"
+TERMS = ("pair", "topk", "rank", "var", "corr", "sup", "rec")
+
+
+def check_vectors(x: np.ndarray, what: str, dim: int | None = None, row_offset: int = 0) -> np.ndarray:
+    """``x`` as 2-D float32, or a :class:`DimensionError` naming a NaN/inf or zero row, or a wrong width."""
+    from subspaces.align.preprocess import check_embeddings
+
+    x = np.asarray(x)
+    if dim is not None and x.ndim == 2 and x.shape[1] != dim:
+        raise DimensionError(f"{what}: has {x.shape[1]} dimensions, the adapter was fitted on {dim}")
+    return check_embeddings(x, what, row_offset=row_offset)
+
+
+def check_dims(dims: Sequence[int], full: int) -> list[int]:
+    """``dims`` as a list: positive, strictly increasing, none above ``full``."""
+    try:
+        values = [int(d) for d in dims]
+    except (TypeError, ValueError):
+        raise DimensionError(f"dims must be integers, got {dims!r}") from None
+    if not values:
+        raise DimensionError("dims is empty: give the prefix sizes to train, e.g. 16,32,64,128")
+    if any(d < 1 for d in values):
+        raise DimensionError(f"dims {values} must be positive")
+    if any(b <= a for a, b in zip(values, values[1:], strict=False)):
+        raise DimensionError(f"dims {values} must be strictly increasing")
+    if values[-1] > full:
+        raise DimensionError(f"dims {values} go above the vectors' {full} dimensions")
+    return values
+
+
+class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
+    """A residual map on frozen embeddings whose prefixes keep the full vectors' neighbourhoods (scikit-learn API).
+
+    Args:
+        dims: prefix sizes to train, strictly increasing; the full size is always added.
+        hidden: width of g's hidden layer (ReLU); 0 makes g a linear map.
+        epochs, batch_size, lr, weight_decay: AdamW over shuffled batches of rows; similarities are in-batch.
+        topk: neighbours per row in the top-k term.
+        pair_weight, topk_weight, rec_weight: the paper's three terms (see :mod:`subspaces.adapt.losses`).
+        rank_weight, rank_temperature: listwise KL self-distillation (ours; off by default).
+        var_weight, var_floor, corr_weight, tau_corr: MIC-style per-dimension variance floor and prefix
+            decorrelation on the output (ours; off by default).
+        sup_weight, sup_temperature: in-batch InfoNCE on the ``pairs`` given to :meth:`fit` (if any).
+        random_state: seeds the initialisation and the batch order.
+        verbose: show a progress display.
+
+    Fitted attributes: ``n_features_in_``, ``dims_`` (with the full size), ``scale_`` (mean input norm),
+    ``weights_`` (arrays of g), ``history_`` (mean loss per epoch), ``loss_terms_`` (each unweighted term on a
+    fixed batch, at the start and the end), ``fit_seconds_``.
+    """
+
+    def __init__(
+        self,
+        dims: Sequence[int] = (16, 32, 64, 128),
+        hidden: int = 512,
+        epochs: int = 20,
+        batch_size: int = 512,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        topk: int = 10,
+        pair_weight: float = 1.0,
+        topk_weight: float = 1.0,
+        rec_weight: float = 1.0,
+        rank_weight: float = 0.0,
+        rank_temperature: float = 0.05,
+        var_weight: float = 0.0,
+        var_floor: float = 0.5,
+        corr_weight: float = 0.0,
+        tau_corr: float = 0.1,
+        sup_weight: float = 1.0,
+        sup_temperature: float = 0.05,
+        random_state: int | None = 0,
+        verbose: bool = False,
+    ) -> None:
+        self.dims = dims
+        self.hidden = hidden
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.topk = topk
+        self.pair_weight = pair_weight
+        self.topk_weight = topk_weight
+        self.rec_weight = rec_weight
+        self.rank_weight = rank_weight
+        self.rank_temperature = rank_temperature
+        self.var_weight = var_weight
+        self.var_floor = var_floor
+        self.corr_weight = corr_weight
+        self.tau_corr = tau_corr
+        self.sup_weight = sup_weight
+        self.sup_temperature = sup_temperature
+        self.random_state = random_state
+        self.verbose = verbose
+
+    # -- checks -------------------------------------------------------------------------------------------------
+
+    def _check_params(self) -> None:
+        for name in ("epochs", "batch_size", "topk"):
+            if int(getattr(self, name)) < 1:
+                raise SubspacesError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if int(self.batch_size) < 2:
+            raise SubspacesError("batch_size must be at least 2 (the losses compare rows of a batch)")
+        if int(self.hidden) < 0:
+            raise SubspacesError(f"hidden must be 0 (linear) or positive, got {self.hidden}")
+        if not self.lr > 0:
+            raise SubspacesError(f"lr must be positive, got {self.lr}")
+        for name in ("rank_temperature", "sup_temperature"):
+            if not getattr(self, name) > 0:
+                raise SubspacesError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("pair_weight", "topk_weight", "rec_weight", "rank_weight", "var_weight", "corr_weight"):
+            if getattr(self, name) < 0:
+                raise SubspacesError(f"{name} must not be negative, got {getattr(self, name)}")
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "weights_"):
+            raise SubspacesError("this MatryoshkaAdapter is not fitted yet; call fit() or MatryoshkaAdapter.load()")
+
+    @staticmethod
+    def _check_pairs(pairs: Any, n: int) -> np.ndarray | None:
+        if pairs is None:
+            return None
+        p = np.asarray(pairs)
+        if p.ndim != 2 or p.shape[1] != 2 or len(p) < 2 or not np.issubdtype(p.dtype, np.integer):
+            raise DataError(f"pairs must be an integer array of (query row, positive row), at least 2, got {p.shape}")
+        if p.min() < 0 or p.max() >= n:
+            raise DataError(f"pairs name rows outside 0..{n - 1}")
+        return p.astype(np.int64)
+
+    # -- fitting --------------------------------------------------------------------------------------------------
+
+    def _module(self, full: int):
+        from torch import nn
+
+        if int(self.hidden) == 0:
+            last = nn.Linear(full, full)
+            g: nn.Module = last
+        else:
+            last = nn.Linear(int(self.hidden), full)
+            g = nn.Sequential(nn.Linear(full, int(self.hidden)), nn.ReLU(), last)
+        nn.init.zeros_(last.weight)  # g = 0: training starts from the identity map
+        nn.init.zeros_(last.bias)
+        return g
+
+    def _terms(self, g, x, sup: tuple[Any, Any] | None):
+        """Each unweighted term (averaged over the prefixes) on input batch ``x``; ``sup``: (queries, positives)."""
+        import torch
+
+        from subspaces.adapt import losses
+
+        y = x + g(x)
+        teacher = losses.cosine_matrix(x).detach()
+        index = losses.neighbours(teacher, int(self.topk)) if self.topk_weight else None
+        sums = dict.fromkeys(TERMS[:-1], torch.zeros(()))
+        if sup is not None:
+            yq, yp = sup[0] + g(sup[0]), sup[1] + g(sup[1])
+        for m in self.dims_:
+            student = losses.cosine_matrix(y[:, :m])
+            if self.pair_weight:
+                sums["pair"] = sums["pair"] + losses.pairwise_loss(student, teacher)
+            if index is not None:
+                sums["topk"] = sums["topk"] + losses.topk_loss(student, teacher, index)
+            if self.rank_weight:
+                sums["rank"] = sums["rank"] + losses.rank_loss(student, teacher, self.rank_temperature)
+            if self.var_weight:
+                sums["var"] = sums["var"] + losses.variance_floor(y[:, :m], self.var_floor)
+            if self.corr_weight:
+                sums["corr"] = sums["corr"] + losses.decorrelation(y, m, self.tau_corr)
+            if sup is not None:
+                sums["sup"] = sums["sup"] + losses.supervised_loss(yq[:, :m], yp[:, :m], self.sup_temperature)
+        terms = {k: v / len(self.dims_) for k, v in sums.items()}
+        terms["rec"] = losses.reconstruction_loss(y, x)
+        return terms
+
+    def _total(self, terms: dict[str, Any]):
+        weights = {
+            "pair": self.pair_weight,
+            "topk": self.topk_weight,
+            "rank": self.rank_weight,
+            "var": self.var_weight,
+            "corr": self.corr_weight,
+            "sup": self.sup_weight,
+            "rec": self.rec_weight,
+        }
+        return sum(weights[k] * v for k, v in terms.items())
+
+    def fit(self, X: np.ndarray, y: Any = None, pairs: np.ndarray | None = None) -> MatryoshkaAdapter:
+        """Fit on stored vectors ``X`` (rows × D). ``pairs``: optional (query row, positive row) indices into X."""
+        import torch
+
+        from subspaces.progress import Progress
+
+        self._check_params()
+        x_np = check_vectors(X, "embeddings")
+        n, full = x_np.shape
+        if n < 2:
+            raise DataError(f"the adapter needs at least 2 rows to compare, got {n}")
+        dims = check_dims(self.dims, full)
+        pair_rows = self._check_pairs(pairs, n)
+        start_time = time.perf_counter()
+        self.n_features_in_ = full
+        self.dims_ = dims if dims[-1] == full else [*dims, full]
+        self.scale_ = float(np.linalg.norm(x_np, axis=1).mean())
+        xs = torch.from_numpy(x_np / self.scale_)
+        batch = min(int(self.batch_size), n)
+        with torch.random.fork_rng(devices=[]):  # seeded without touching the caller's global RNG
+            torch.manual_seed(0 if self.random_state is None else int(self.random_state))
+            g = self._module(full)
+            order = torch.Generator().manual_seed(0 if self.random_state is None else int(self.random_state))
+            probe = torch.randperm(n, generator=order)[:batch]
+            optimiser = torch.optim.AdamW(g.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+
+            def sup_batch():
+                if pair_rows is None or not self.sup_weight:
+                    return None
+                pick = torch.randperm(len(pair_rows), generator=order)[: min(batch, len(pair_rows))]
+                rows = torch.from_numpy(pair_rows[pick.numpy()])
+                return xs[rows[:, 0]], xs[rows[:, 1]]
+
+            def snapshot() -> dict[str, float]:
+                with torch.no_grad():
+                    probe_sup = sup_batch()
+                    return {k: float(v) for k, v in self._terms(g, xs[probe], probe_sup).items()}
+
+            start_terms = snapshot()
+            self.history_: list[float] = []
+            steps = n // batch  # a short last batch would compare too few rows; its rows come next epoch
+            with Progress(int(self.epochs) * steps, "adapt fit", unit="step", enabled=self.verbose) as bar:
+                for _ in range(int(self.epochs)):
+                    perm = torch.randperm(n, generator=order)
+                    total = 0.0
+                    for s in range(steps):
+                        loss = self._total(self._terms(g, xs[perm[s * batch : (s + 1) * batch]], sup_batch()))
+                        optimiser.zero_grad(set_to_none=True)
+                        loss.backward()
+                        optimiser.step()
+                        value = loss.item()
+                        total += value
+                        bar.update(1, loss=value)
+                    self.history_.append(total / steps)
+            self.loss_terms_ = {"start": start_terms, "end": snapshot()}
+        if not np.isfinite(self.history_).all():
+            raise SubspacesError("the adapter's loss became NaN/inf; lower lr")
+        self.weights_ = {name: p.detach().numpy().astype(np.float32) for name, p in g.state_dict().items()}
+        self.fit_seconds_ = time.perf_counter() - start_time
+        return self
+
+    # -- applying -------------------------------------------------------------------------------------------------
+
+    def _g(self, x: np.ndarray) -> np.ndarray:
+        w = self.weights_
+        if int(self.hidden) == 0:
+            return x @ w["weight"].T + w["bias"]
+        h = np.maximum(x @ w["0.weight"].T + w["0.bias"], 0.0)
+        return h @ w["2.weight"].T + w["2.bias"]
+
+    def transform(self, X: np.ndarray, chunk_size: int = 65_536) -> np.ndarray:
+        """``x + g(x)`` for every row (float32, not normalised: take a prefix and L2-normalise it to use it)."""
+        self._check_fitted()
+        x = check_vectors(X, "embeddings", dim=self.n_features_in_)
+        out = np.empty_like(x)
+        for i in range(0, len(x), chunk_size):
+            part = x[i : i + chunk_size]
+            out[i : i + chunk_size] = part + self.scale_ * self._g(part / np.float32(self.scale_))
+        return out
+
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        self._check_fitted()
+        return np.asarray([f"adapted{i}" for i in range(self.n_features_in_)], dtype=object)
+
+    # -- folder -----------------------------------------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write ``state.npz`` (g's arrays) then ``adapter.json`` (parameters, the state's SHA-256) into ``path``.
+
+        A save interrupted between the two leaves a folder whose hash does not match, which :meth:`load` refuses.
+        """
+        from subspaces.io import atomic_open
+
+        self._check_fitted()
+        folder = Path(path)
+        if folder.exists() and not folder.is_dir():
+            raise DataError("exists and is not a folder", path=folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        buffer = io.BytesIO()
+        np.savez(buffer, **self.weights_)
+        state = buffer.getvalue()
+        params = self.get_params()
+        params["dims"] = [int(d) for d in params["dims"]]
+        config = {
+            "format_version": FORMAT_VERSION,
+            "class": "MatryoshkaAdapter",
+            "params": params,
+            "n_features_in": self.n_features_in_,
+            "dims": self.dims_,
+            "scale": self.scale_,
+            "state_sha256": hashlib.sha256(state).hexdigest(),
+            "fit_seconds": self.fit_seconds_,
+            "history": self.history_,
+            "loss_terms": self.loss_terms_,
+        }
+        with atomic_open(folder / STATE_FILE, "wb") as handle:
+            handle.write(state)
+        with atomic_open(folder / CONFIG_FILE, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(config, indent=2) + "\n")
+        return folder
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> MatryoshkaAdapter:
+        folder = Path(path)
+        config_path, state_path = folder / CONFIG_FILE, folder / STATE_FILE
+        for p in (config_path, state_path):
+            if not p.is_file():
+                raise DataError("not found; is this a folder written by `subspaces adapt fit`?", path=p)
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise DataError(f"not valid JSON: {exc}", path=config_path) from exc
+        version = config.get("format_version") if isinstance(config, dict) else None
+        if version != FORMAT_VERSION:
+            raise DataError(
+                f"unsupported format_version {version!r} (this subspaces reads {FORMAT_VERSION})", path=config_path
+            )
+        state = state_path.read_bytes()
+        if hashlib.sha256(state).hexdigest() != config.get("state_sha256"):
+            raise DataError(
+                f"does not belong to {CONFIG_FILE} beside it (an interrupted save?); refit", path=state_path
+            )
+        try:
+            adapter = cls(**config["params"])
+            adapter.n_features_in_ = int(config["n_features_in"])
+            adapter.dims_ = [int(d) for d in config["dims"]]
+            adapter.scale_ = float(config["scale"])
+            adapter.fit_seconds_ = float(config["fit_seconds"])
+            adapter.history_ = list(config["history"])
+            adapter.loss_terms_ = dict(config["loss_terms"])
+            with np.load(io.BytesIO(state), allow_pickle=False) as arrays:
+                adapter.weights_ = {k: arrays[k].astype(np.float32) for k in arrays.files}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DataError(f"malformed adapter config: {exc}", path=config_path) from exc
+        return adapter

@@ -1,0 +1,116 @@
+"""``subspaces adapt fit|apply``: a Matryoshka adapter for stored embeddings (no encoder, no texts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from subspaces.cli.common import ThreadsOpt, console, out, table, user_errors
+from subspaces.cli.groups import app
+
+adapt_app = typer.Typer(
+    help="Matryoshka adapter: make the prefixes of embeddings you already have usable.", no_args_is_help=True
+)
+app.add_typer(adapt_app, name="adapt")
+
+
+def _int_dims(text: str) -> list[int]:
+    from subspaces.cli.common import parse_dims
+    from subspaces.errors import SubspacesError
+
+    dims = parse_dims(text)
+    if any(d is None for d in dims):
+        raise SubspacesError("--dims takes prefix sizes only (the full size is always trained)")
+    return [int(d) for d in dims if d is not None]
+
+
+@adapt_app.command("fit")
+@user_errors(interrupted="nothing was written (the adapter is saved only once the fit ends); rerun to fit again")
+def fit_cmd(
+    embeddings: Annotated[Path, typer.Option(help="Stored vectors, .npy or .parquet (one embedding column).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted adapter to.")],
+    dims: Annotated[str, typer.Option(help="Prefix sizes to train, strictly increasing.")] = "16,32,64,128",
+    hidden: Annotated[int, typer.Option(min=0, help="Hidden width of the residual MLP; 0 = a linear map.")] = 512,
+    epochs: Annotated[int, typer.Option(min=1)] = 20,
+    batch_size: Annotated[int, typer.Option(min=2, help="Rows per batch (similarities are in-batch).")] = 512,
+    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 1e-3,
+    topk: Annotated[int, typer.Option(min=1, help="Neighbours per row in the top-k loss.")] = 10,
+    pair_weight: Annotated[float, typer.Option(help="Weight of the all-pairs similarity loss.")] = 1.0,
+    topk_weight: Annotated[float, typer.Option(help="Weight of the top-k similarity loss.")] = 1.0,
+    rec_weight: Annotated[float, typer.Option(help="Weight of the reconstruction loss.")] = 1.0,
+    rank_weight: Annotated[float, typer.Option(help="Weight of listwise KL self-distillation (ours).")] = 0.0,
+    var_weight: Annotated[float, typer.Option(help="Weight of the per-dimension variance floor (MIC-style).")] = 0.0,
+    corr_weight: Annotated[float, typer.Option(help="Weight of prefix/rest decorrelation (MIC-style).")] = 0.0,
+    pairs: Annotated[
+        Optional[Path], typer.Option(help="Optional .npy of integer (query row, positive row) pairs: supervised.")
+    ] = None,
+    sup_weight: Annotated[float, typer.Option(help="Weight of the supervised in-batch contrastive loss.")] = 1.0,
+    seed: Annotated[int, typer.Option(help="Seeds the initialisation and the batch order.")] = 0,
+    threads: ThreadsOpt = None,
+) -> None:
+    """Fit a residual map whose prefixes keep the full vectors' neighbourhoods; the full vector stays close."""
+    import numpy as np
+
+    from subspaces.adapt import MatryoshkaAdapter
+    from subspaces.adapt.adapter import check_dims, check_vectors
+    from subspaces.errors import DataError, SubspacesError
+    from subspaces.io import load_embeddings
+
+    if output.exists() and not output.is_dir():
+        raise SubspacesError(f"--output {output} exists and is not a folder")
+    wanted = _int_dims(dims)
+    x = load_embeddings(embeddings)
+    check_dims(wanted, x.shape[1])  # before training, with the file named in what follows
+    x = check_vectors(x, str(embeddings))
+    pair_rows = None
+    if pairs is not None:
+        if not pairs.is_file():
+            raise DataError("file not found", path=pairs)
+        try:
+            pair_rows = np.load(pairs, allow_pickle=False)
+        except (ValueError, EOFError, OSError) as exc:
+            raise DataError(f"not a readable .npy array: {exc or 'empty file'}", path=pairs) from exc
+    adapter = MatryoshkaAdapter(
+        dims=wanted,
+        hidden=hidden,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        topk=topk,
+        pair_weight=pair_weight,
+        topk_weight=topk_weight,
+        rec_weight=rec_weight,
+        rank_weight=rank_weight,
+        var_weight=var_weight,
+        corr_weight=corr_weight,
+        sup_weight=sup_weight,
+        random_state=seed,
+        verbose=True,
+    )
+    console.print(f"fitting a Matryoshka adapter on {x.shape[0]} x {x.shape[1]} vectors, prefixes {wanted}")
+    adapter.fit(x, pairs=pair_rows)
+    adapter.verbose = False
+    adapter.save(output)
+    terms = adapter.loss_terms_
+    rows = [[name, f"{terms['start'][name]:.4g}", f"{terms['end'][name]:.4g}"] for name in terms["start"]]
+    out.print(table("loss terms on a fixed batch (unweighted, mean over prefixes)", ["term", "start", "end"], rows))
+    console.print(f"fitted in {adapter.fit_seconds_:.1f}s; wrote {output}")
+
+
+@adapt_app.command("apply")
+@user_errors
+def apply_cmd(
+    adapter_dir: Annotated[Path, typer.Argument(help="Folder written by `adapt fit`.")],
+    input: Annotated[Path, typer.Argument(help="Vectors to adapt, .npy or .parquet (one embedding column).")],
+    output: Annotated[Path, typer.Argument(help="Where to write the adapted vectors (.npy or .parquet).")],
+    chunk_size: Annotated[int, typer.Option(min=1, help="Rows adapted per chunk.")] = 65_536,
+    threads: ThreadsOpt = None,
+) -> None:
+    """Adapt a stored collection in chunks; written atomically, the input untouched."""
+    from subspaces.adapt import MatryoshkaAdapter, adapt_file
+
+    adapter = MatryoshkaAdapter.load(adapter_dir)
+    n = adapt_file(adapter, input, output, chunk_size=chunk_size, progress=True)
+    console.print(f"adapted {n} vectors ({adapter.n_features_in_}-d) into {output}")

@@ -1,0 +1,58 @@
+"""Funnel search over .npy vectors: equal to exact search when the shortlist is the whole corpus; `subspaces search`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from subspaces.cli.app import app
+from subspaces.cli.search import search_vectors
+from subspaces.errors import DimensionError
+
+
+def vectors(n: int, dim: int = 48, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+
+
+def test_funnel_over_the_whole_corpus_is_exact():
+    corpus, queries = vectors(200), vectors(30, seed=1)
+    exact_scores, exact_rows = search_vectors(corpus, queries, k=10)
+    # shortlist 20 x 10 = the whole corpus, at a prefix of 4 dims that alone would rank badly
+    scores, rows = search_vectors(corpus, queries, k=10, dims=4, shortlist_factor=20)
+    np.testing.assert_array_equal(rows, exact_rows)
+    np.testing.assert_allclose(scores, exact_scores, atol=1e-5)
+    _, short = search_vectors(corpus, queries, k=10, dims=4, shortlist_factor=1)
+    assert (short != exact_rows).any()  # a 4-d shortlist of 10 is not exact: the test above can fail
+
+
+def test_search_rejects_bad_shapes():
+    with pytest.raises(DimensionError, match="dimensions"):
+        search_vectors(vectors(50), vectors(5, dim=32), k=3)
+    with pytest.raises(DimensionError, match="outside"):
+        search_vectors(vectors(50), vectors(5), k=3, dims=49)
+    bad = vectors(50)
+    bad[9] = 0
+    with pytest.raises(DimensionError, match="row 9"):
+        search_vectors(bad, vectors(5), k=3)
+
+
+def test_search_cli(tmp_path):
+    corpus, queries = vectors(200), vectors(30, seed=1)
+    np.save(tmp_path / "c.npy", corpus)
+    np.save(tmp_path / "q.npy", queries)
+    _, exact_rows = search_vectors(corpus, queries, k=5)
+    common = ["search", "--corpus", str(tmp_path / "c.npy"), "--queries", str(tmp_path / "q.npy"), "-k", "5"]
+    result = CliRunner().invoke(
+        app, [*common, "--dims", "8", "--shortlist-factor", "40", "--output", str(tmp_path / "r.json")]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["shortlist"] == 200 and np.array_equal(report["rows"], exact_rows)
+    result = CliRunner().invoke(app, [*common, "--output", str(tmp_path / "r.npy")])
+    assert result.exit_code == 0, result.output
+    np.testing.assert_array_equal(np.load(tmp_path / "r.npy"), exact_rows)
+    result = CliRunner().invoke(app, [*common, "--output", str(tmp_path / "r.txt")])
+    assert result.exit_code == 2 and ".json or .npy" in result.output
