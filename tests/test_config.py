@@ -47,6 +47,11 @@ def test_default_threads_order(monkeypatch):
     assert config.default_threads() == 4
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert config.default_threads() == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "4,2")  # OpenMP's per-nesting-level list: the outer pool counts
+    assert config.default_threads() == 4
+    monkeypatch.setenv("OMP_NUM_THREADS", "four")
+    with pytest.raises(SubspacesError, match="OMP_NUM_THREADS must be a positive integer"):
+        config.default_threads()
     monkeypatch.setenv("SUBSPACES_THREADS", "2")
     assert config.default_threads() == 2
     monkeypatch.setenv("SUBSPACES_THREADS", "lots")

@@ -95,6 +95,9 @@ def default_threads() -> int:
     """
     for name in (THREADS_ENV, "OMP_NUM_THREADS"):
         value = os.environ.get(name, "").strip()
+        if name == "OMP_NUM_THREADS":
+            # OpenMP allows a list per nesting level ("4,2"); the outer level is the pool that runs our work.
+            value = value.split(",")[0].strip()
         if value:
             try:
                 return _positive(int(value), f"${name}")
