@@ -81,11 +81,20 @@ def load_centered(pool: str, size: int, target: str, seed: int = 0) -> CenteredP
     return CenteredPool(raw, a, b, x, y)
 
 
-def embed_pool(pool: str, size: int, seed: int, n_eval: int, models: list[str], batch_size: int = 64) -> Path:
-    """Embed what each model needs: the source its half + held-out, each target its half + held-out."""
+def embed_pool(
+    pool: str,
+    size: int,
+    seed: int,
+    n_eval: int,
+    models: list[str],
+    batch_size: int = 64,
+    texts: list[str] | None = None,
+) -> Path:
+    """Embed what each model needs: the source its half + held-out, each target its half + held-out.
+    ``texts``: the pool's ``size`` shuffled texts, for pools :func:`pool_texts` does not read."""
     from subspaces.models.encoder import encode, load_encoder
 
-    texts = pool_texts(pool, size, seed)
+    texts = pool_texts(pool, size, seed) if texts is None else texts
     parts = split(size, n_eval)
     folder = pool_folder(pool, size, seed)
     folder.mkdir(parents=True, exist_ok=True)

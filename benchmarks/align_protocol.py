@@ -1,0 +1,323 @@
+"""Alignment protocol that cannot tune on its test (issue 24): dev pools choose defaults, test pools only report.
+
+Domains and their role (recorded in every result):
+
+* dev (defaults may be chosen on these): ``wordnet`` (WordNet 3.0 definitions and examples), ``tweets`` (TweetEval).
+* test (never used to choose anything): ``utterances`` (Banking77 + Emotion), ``questions`` (NQ-open: 7,179
+  questions, the train file is missing from the data folder), ``sts`` (SICK + STS-B + STS12-16 sentences),
+  ``mrpc`` (MRPC sentences). WN18RR's entity descriptions are WordNet glosses, the dev domain, so they are not a
+  test pool.
+
+Each pool sample ``s`` is the domain's distinct texts shuffled with seed ``s``, the first 40,000 (or all there are),
+built as ``align_pools.py`` builds its pools (unpaired halves for the two models, held-out pairs at the end; here
+``n_eval = min(8192, size // 4)``). The last ``max(PAIR_COUNTS)`` held-out pairs are the known pairs of the
+``pairs-N`` arms (the first N of them); every arm is scored on the other held-out pairs, so the arms compare.
+
+Arms, each fitted with the frozen defaults (``MiniVec2Vec()``; recorded as ``params``) unless named otherwise:
+
+* ``default``: ours, the paper recipe on the same rows in the same job, identity, in-sample and cross-fitted oracle;
+* ``rotation`` / ``permutation``: the target space (both halves) under a random orthogonal map / a coordinate
+  permutation; a rotation-equivariant method gives the default arm's top-1 within seed noise;
+* ``pairs-50`` / ``pairs-200`` / ``pairs-1000``: with that many known pairs;
+* ``weak`` (one anchor run, no refinement) and ``shuffled`` (each target coordinate shuffled across rows: no map
+  exists): deliberately broken fits, for the flag accuracy.
+
+Seeds: ``default`` and ``pairs-N`` run fit seeds 0-2, the other arms seed 0. One JSON per pool sample / target /
+arm / seed under ``benchmarks/results/align_protocol/`` (a cell already there is skipped: the run resumes).
+``table`` prints mean ± spread (max - min over samples and seeds) per role, domain, target and arm, the rotation
+control, and the flag accuracy (how often a map below 0.5 x the cross-fitted oracle was flagged ``converged=False``,
+and how often a map at 0.9 x or more was flagged falsely), dev and test apart.
+
+Time (2 cores, a default fit ~160-200 s on a 40k pool, the paper recipe ~110 s): per pool sample and target about
+2,500 s (3 x (default + paper + 3 pair arms) + rotation + permutation + shuffled + weak), so the full run
+(6 domains x 3 samples x 2 targets) is about 25 hours, plus embedding each pool once (minutes per model and pool).
+Split it with ``--domains``, ``--targets``, ``--arms``. ``--smoke``: one small test pool, tiny settings, a
+temporary results folder: a check that every piece runs (under a minute, most of it embedding).
+
+    OMP_NUM_THREADS=2 nice -n 5 .venv/bin/python benchmarks/align_protocol.py run --domains wordnet,tweets
+    .venv/bin/python benchmarks/align_protocol.py table
+    .venv/bin/python benchmarks/align_protocol.py --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import warnings
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from align_paper_recipe import fit_paper_recipe, map_paper_recipe
+from align_pools import SOURCE_MODEL, embed_pool
+from subspaces.align import MiniVec2Vec, evaluate_alignment, retrieval_metrics
+from subspaces.align.preprocess import center_normalize
+from subspaces.config import dataset_dir
+from subspaces.io import save_json
+
+RESULTS = Path(__file__).parent / "results" / "align_protocol"
+POOL_SIZE = 40_000
+PAIR_COUNTS = (50, 200, 1000)
+FIT_SEEDS = (0, 1, 2)
+SAMPLES = (0, 1, 2)
+ARMS = ("default", "rotation", "permutation", *(f"pairs-{n}" for n in PAIR_COUNTS), "weak", "shuffled")
+SEEDED_ARMS = {"default", *(f"pairs-{n}" for n in PAIR_COUNTS)}  # the others run seed 0 only
+BAD, GOOD = 0.5, 0.9  # a map below BAD x the cross-fitted oracle must be flagged; one at GOOD x or more must not
+
+
+def _distinct(texts) -> list[str]:
+    return list(dict.fromkeys(t.strip() for t in texts if t and t.strip()))
+
+
+def utterances() -> list[str]:
+    from subspaces.data.classification import load_banking77, load_emotion
+
+    texts = [t for split_ in ("train", "test") for t in load_banking77(split_).texts]
+    return _distinct(texts + [t for split_ in ("train", "validation", "test") for t in load_emotion(split_).texts])
+
+
+def questions() -> list[str]:
+    folder = dataset_dir("nq_open")
+    texts = []
+    for path in sorted(folder.glob("NQ-open*.jsonl")):
+        with path.open(encoding="utf-8") as handle:
+            texts += [json.loads(line)["question"] for line in handle if line.strip()]
+    return _distinct(texts)
+
+
+def sts_sentences() -> list[str]:
+    from subspaces.data.sts import load_sick, load_sts_year, load_stsb
+
+    sets = [load_sick(s) for s in ("train", "trial", "test")] + [load_stsb(s) for s in ("train", "dev", "test")]
+    sets += [load_sts_year(year) for year in ("STS12", "STS13", "STS14", "STS15", "STS16")]
+    return _distinct(t for pairs in sets for t in (*pairs.sentences1, *pairs.sentences2))
+
+
+def mrpc_sentences() -> list[str]:
+    from subspaces.data.classification import load_mrpc
+
+    return _distinct(t for s in ("train", "test") for pairs in [load_mrpc(s)] for t in (*pairs.texts1, *pairs.texts2))
+
+
+def wordnet() -> list[str]:
+    from subspaces.data.text import wordnet_sentences
+
+    return wordnet_sentences()
+
+
+def tweets() -> list[str]:
+    from subspaces.data.text import read_corpus
+
+    return _distinct(t for path in sorted(dataset_dir("tweeteval").rglob("*_text.txt")) for t in read_corpus(path))
+
+
+DOMAINS: dict[str, tuple[str, Callable[[], list[str]]]] = {
+    "wordnet": ("dev", wordnet),
+    "tweets": ("dev", tweets),
+    "utterances": ("test", utterances),
+    "questions": ("test", questions),
+    "sts": ("test", sts_sentences),
+    "mrpc": ("test", mrpc_sentences),
+}
+
+
+def pool_sample(domain: str, sample: int, size: int) -> list[str]:
+    """The domain's distinct texts shuffled with seed ``sample``, the first ``size`` (or all there are)."""
+    texts = sorted(set(DOMAINS[domain][1]()))
+    random.Random(sample).shuffle(texts)
+    return texts[:size]
+
+
+def n_eval_for(size: int) -> int:
+    return min(8192, size // 4)
+
+
+def load_pool(domain: str, sample: int, size: int, target: str) -> dict[str, np.ndarray]:
+    texts = pool_sample(domain, sample, size)
+    size = len(texts)
+    folder = embed_pool(f"protocol-{domain}", size, sample, n_eval_for(size), [SOURCE_MODEL, target], texts=texts)
+    return {
+        "a": np.load(folder / f"{SOURCE_MODEL}.train.npy"),
+        "b": np.load(folder / f"{target}.train.npy"),
+        "x": np.load(folder / f"{SOURCE_MODEL}.eval.npy"),
+        "y": np.load(folder / f"{target}.eval.npy"),
+    }
+
+
+def arm_data(pool: dict[str, np.ndarray], arm: str, n_pairs_reserved: int) -> dict:
+    """The arm's training halves, known pairs and scored pairs (the reserved pairs are never scored)."""
+    a, b, x, y = pool["a"], pool["b"], pool["x"], pool["y"]
+    rng = np.random.default_rng(12345)  # the same control transform for every seed
+    if arm == "rotation":
+        q, r = np.linalg.qr(rng.normal(size=(b.shape[1], b.shape[1])))
+        q = (q * np.sign(np.diag(r))).astype(np.float32)
+        b, y = b @ q, y @ q
+    elif arm == "permutation":
+        perm = rng.permutation(b.shape[1])
+        b, y = b[:, perm], y[:, perm]
+    elif arm == "shuffled":
+        b = np.stack([rng.permutation(column) for column in b.T], axis=1)
+    pairs = None
+    if arm.startswith("pairs-"):
+        n = int(arm.split("-")[1])
+        pairs = (x[-n_pairs_reserved:][:n], y[-n_pairs_reserved:][:n])
+    return {"a": a, "b": b, "x": x[:-n_pairs_reserved], "y": y[:-n_pairs_reserved], "pairs": pairs}
+
+
+def run_cell(data: dict, arm: str, seed: int, params: dict, paper: bool) -> dict:
+    overrides = {"random_state": seed, "verbose": False}
+    if arm == "weak":
+        overrides |= {"n_restarts": 1}
+        params = params | {"anchors": params.get("anchors", {}) | {"n_runs": 1}, "structure": {"n_iter": 0}}
+        params |= {"refine": params.get("refine", {}) | {"n_iter": 0, "centroid_clusters": 0}}
+    aligner = MiniVec2Vec.from_params(params, **overrides)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        aligner.fit(data["a"], data["b"], pairs=data["pairs"])
+    x, y = data["x"], data["y"]
+    report = evaluate_alignment(aligner, x, y, pool_size=len(x))
+    d = aligner.diagnostics_
+    report |= {
+        "params": aligner.to_params(),
+        "fit_seconds": aligner.fit_seconds_,
+        "converged": aligner.converged_,
+        "confidence": aligner.confidence_,
+        "stopped_early": aligner.stopped_early_,
+        "warnings": [str(w.message) for w in caught],
+        "label_free": {
+            "final": d["nn_similarity"]["final"],
+            "identity": d["identity_nn_similarity"],
+            "random_rotation": d["random_rotation_nn_similarity"],
+            "trivial_gain_share": d["trivial_gain_share"],
+            "structure_swapped": d["restarts"][d["chosen_restart"]]["structure_swapped"],
+        },
+        "stage_seconds": d["restarts"][d["chosen_restart"]]["stage_seconds"],
+    }
+    if paper:
+        fitted = fit_paper_recipe(data["a"], data["b"], seed=seed)
+        mapped = map_paper_recipe(fitted, x, y.shape[1])
+        report["paper_recipe"] = retrieval_metrics(
+            mapped, center_normalize(y, fitted["target_mean"]), pool_size=len(x)
+        ) | {"fit_seconds": fitted["fit_seconds"]}
+    return report
+
+
+def run(args: argparse.Namespace) -> Path:
+    params = json.loads(args.params)
+    results = Path(args.results)
+    for domain in args.domains.split(","):
+        role = DOMAINS[domain][0]
+        for sample in args.samples:
+            for target in args.targets.split(","):
+                pool = None
+                for arm in args.arms.split(","):
+                    for seed in args.seeds if arm in SEEDED_ARMS else args.seeds[:1]:
+                        path = results / f"{domain}-s{sample}-{target}-{arm}-seed{seed}.json"
+                        if path.is_file():
+                            continue  # resumable: a finished cell is never redone
+                        pool = pool or load_pool(domain, sample, args.size, target)
+                        data = arm_data(pool, arm, args.reserved_pairs)
+                        report = run_cell(data, arm, seed, params, paper=arm == "default" and not args.no_paper)
+                        report |= {"domain": domain, "role": role, "sample": sample, "target": target}
+                        report |= {"source": SOURCE_MODEL, "arm": arm, "seed": seed, "n_texts": len(pool["a"]) * 2}
+                        save_json(path, report)
+                        print(
+                            f"{role} {domain} s{sample} {target} {arm} seed {seed}: top-1 {report['top1']:.4f} "
+                            f"(cross-fitted oracle {report['oracle_cross_fitted']['top1']:.4f}) "
+                            f"converged={report['converged']} in {report['fit_seconds']:.0f}s",
+                            flush=True,
+                        )
+    return results
+
+
+def _spread(values: list[float]) -> str:
+    return f"{np.mean(values):.3f} ± {np.ptp(values):.3f}" if values else "-"
+
+
+def table(results: Path) -> str:
+    rows = [json.loads(p.read_text()) for p in sorted(Path(results).glob("*.json"))]
+    if not rows:
+        return f"no results under {results}"
+    lines = ["role | domain | target | arm | n | top-1 | cross-fitted oracle | identity | paper | seconds | conv"]
+    cells: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        cells[(r["role"], r["domain"], r["target"], r["arm"])].append(r)
+    for (role, domain, target, arm), group in sorted(cells.items()):
+        paper = [r["paper_recipe"]["top1"] for r in group if "paper_recipe" in r]
+        identity = [r["identity"]["top1"] for r in group if r.get("identity")]
+        lines.append(
+            f"{role} | {domain} | {target} | {arm} | {len(group)} | {_spread([r['top1'] for r in group])} | "
+            f"{_spread([r['oracle_cross_fitted']['top1'] for r in group])} | {_spread(identity)} | "
+            f"{_spread(paper)} | {np.mean([r['fit_seconds'] for r in group]):.0f} | "
+            f"{np.mean([r['converged'] for r in group]):.0%}"
+        )
+    lines.append("\nrotation control: top-1(arm) - top-1(default), same pool sample and seed")
+    by_key = {(r["domain"], r["sample"], r["target"], r["arm"], r["seed"]): r for r in rows}
+    for (domain, sample, target, arm, seed), r in sorted(by_key.items()):
+        base = by_key.get((domain, sample, target, "default", seed))
+        if arm in ("rotation", "permutation") and base is not None:
+            lines.append(f"  {domain} s{sample} {target} {arm} seed {seed}: {r['top1'] - base['top1']:+.4f}")
+    lines.append(f"\nflag accuracy (bad: top-1 < {BAD} x cross-fitted oracle; good: >= {GOOD} x)")
+    for role in ("dev", "test"):
+        mine = [r for r in rows if r["role"] == role]
+        ratio = [(r["top1"] / max(r["oracle_cross_fitted"]["top1"], 1e-9), r["converged"]) for r in mine]
+        bad = [not converged for share, converged in ratio if share < BAD]
+        good = [not converged for share, converged in ratio if share >= GOOD]
+        lines.append(
+            f"  {role}: bad maps flagged {sum(bad)}/{len(bad)}, good maps flagged falsely {sum(good)}/{len(good)}"
+        )
+    defaults = {json.dumps(r["params"], sort_keys=True) for r in rows if r["arm"] == "default"}
+    lines.append(f"\nfrozen defaults: {len(defaults)} distinct parameter set(s) in the default arm")
+    return "\n".join(lines)
+
+
+SMOKE_PARAMS = {
+    "anchors": {"n_runs": 2, "n_clusters": 10, "sample": 500, "n_pseudo_pairs": 500},
+    "structure": {"n_iter": 2, "n_clusters": 10, "sample": 500},
+    "refine": {"n_iter": 5, "sample": 256, "centroid_clusters": 20},
+    "search": {"probe_size": 256},
+    "n_restarts": 1,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", nargs="?", choices=["run", "table"], default="run")
+    parser.add_argument("--smoke", action="store_true", help="one small test pool, tiny settings, a temporary folder")
+    parser.add_argument("--domains", default=",".join(DOMAINS))
+    parser.add_argument("--targets", default="paraphrase-l3,mpnet-base")
+    parser.add_argument("--arms", default=",".join(ARMS))
+    parser.add_argument("--samples", type=lambda s: [int(v) for v in s.split(",")], default=list(SAMPLES))
+    parser.add_argument("--seeds", type=lambda s: [int(v) for v in s.split(",")], default=list(FIT_SEEDS))
+    parser.add_argument("--size", type=int, default=POOL_SIZE)
+    parser.add_argument("--reserved-pairs", type=int, default=max(PAIR_COUNTS))
+    parser.add_argument("--params", default="{}", help="JSON of MiniVec2Vec parameters (the frozen defaults: {})")
+    parser.add_argument("--no-paper", action="store_true")
+    parser.add_argument("--results", default=str(RESULTS))
+    args = parser.parse_args()
+    if args.command == "table":
+        print(table(Path(args.results)))
+        return
+    if args.smoke:
+        for domain, (role, texts) in DOMAINS.items():  # every reader runs; only one pool is embedded
+            print(f"{role} {domain}: {len(texts())} distinct texts", flush=True)
+        args.domains, args.targets, args.samples, args.seeds = "questions", "paraphrase-l3", [0], [0]
+        args.size, args.reserved_pairs, args.no_paper = 1600, 100, True
+        args.arms = "default,rotation,permutation,pairs-50,weak,shuffled"
+        args.params = json.dumps(SMOKE_PARAMS)
+        args.results = tempfile.mkdtemp(prefix="align_protocol_smoke_")
+    results = run(args)
+    if args.smoke:
+        run(args)  # resumes: every cell is there, nothing runs again
+        print(table(results))
+
+
+if __name__ == "__main__":
+    main()
