@@ -147,6 +147,32 @@ def test_lower_is_better_and_best_state_is_restored_in_memory():
         assert torch.equal(p, q)
 
 
+def test_in_memory_best_survives_a_resume(tmp_path):
+    """With an output folder but no save_model, the best state lives in the checkpoint: a run interrupted after
+    its best evaluation and resumed still ends on that best state, as an uninterrupted run does."""
+    scores = [4.0, 1.0, 2.0, 3.0]  # lower is better: the best is at step 6
+
+    def scripted():
+        return Scripted(scores, greater_is_better=False)
+
+    straight = _model()
+    fit(straight, _step(straight), Toy(), _config(tmp_path / "a", eval_steps=3, save_steps=1), scripted())
+
+    model = _model()
+    with pytest.raises(KeyboardInterrupt):  # stopped during step 8, after the best evaluation (step 6)
+        fit(model, _step(model, stop_at=8), Toy(), _config(tmp_path / "b", eval_steps=3, save_steps=1), scripted())
+    resumed = _model()
+    later = Scripted(scores[2:], greater_is_better=False)  # the evaluations still due: steps 9 and 12
+    result = fit(resumed, _step(resumed), Toy(), _config(tmp_path / "b", eval_steps=3, save_steps=1), later)
+    assert result.resumed_from == 7 and result.best_score == 1.0 and result.best_step == 6
+    for p, q in zip(straight.parameters(), resumed.parameters(), strict=True):
+        assert torch.equal(p, q)
+    again = _model()  # a rerun of the finished run returns at once, on the best state too
+    assert fit(again, _step(again), Toy(), _config(tmp_path / "b", eval_steps=3, save_steps=1), later).already_complete
+    for p, q in zip(straight.parameters(), again.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
 def test_optimiser_steps_and_frozen_parameters_stay():
     model = _model()
     model[0].weight.requires_grad_(False)

@@ -250,6 +250,10 @@ def fit(
     done, best, best_step, resumed_from, extended_from = 0, None, None, 0, None
     pending_eval = False  # the evaluation due at step ``done`` has not finished (an interrupt during it)
     history: list[dict[str, Any]] = []
+    # The best trainable state, when no save_model writes it out: it goes into the checkpoint as well, so a
+    # resumed run still ends on the best state it reports.
+    best_state: dict[str, torch.Tensor] | None = None
+    keep_in_memory = out is None or save_model is None
     if ckpt_path is not None and config.resume and ckpt_path.is_file():
         state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
         stored = state.get("fingerprint", {})
@@ -263,6 +267,7 @@ def fit(
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         done, best, best_step, history = state["step"], state["best"], state["best_step"], state["history"]
+        best_state = state.get("best_state")
         set_rng_state(state["rng"][rank])
         pending_eval = bool(state.get("pending_eval", False))
         resumed_from = done
@@ -272,6 +277,8 @@ def fit(
             for group, base, fn in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True):
                 group["lr"] = base * fn(done)
         if done >= total:
+            if best_state is not None:
+                module.load_state_dict(best_state, strict=False)
             return FitResult(
                 done,
                 0.0,
@@ -283,9 +290,6 @@ def fit(
                 str(out) if out is not None else None,
                 already_complete=True,
             )
-
-    best_state: dict[str, torch.Tensor] | None = None
-    keep_in_memory = out is None or save_model is None
 
     def checkpoint(rng: dict[str, Any]) -> None:
         if ckpt_path is None:
@@ -303,6 +307,7 @@ def fit(
                 "total": total,
                 "best": best,
                 "best_step": best_step,
+                "best_state": best_state,
                 "history": history,
                 "pending_eval": pending_eval,
                 "rng": rngs,
