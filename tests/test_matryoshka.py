@@ -114,8 +114,16 @@ def test_train_matryoshka_cli(tiny_model_dir, tiny_data, tmp_path, mic):
         "--save-steps",
         "0",
     ]
-    result = CliRunner().invoke(app, args + (["--mic", "--gamma", "0.5", "--layers", "-1"] if mic else []))
+    mic_args = ["--mic", "--gamma", "0.5", "--tau-corr", "0.1", "--lambda-var", "1", "--t", "2", "--layers", "1,-1"]
+    mic_args += ["--layer-prefix-mapping", "paired", "--lambda-corr", "10", "--var-floor", "0.4", "--absolute-floor"]
+    mic_args += ["--lambda-sir", "0.5", "--lambda-distill", "0.5", "--distill-temperature", "0.1"]
+    result = CliRunner().invoke(app, args + (mic_args if mic else []))
     assert result.exit_code == 0, result.output
+    assert ("MIC terms at step 1:" in result.output and "at step 3:" in result.output) == mic, result.output
+    settings = json.loads((out / "trainer_state.json").read_text())["settings"]
+    if mic:
+        assert settings["layer_prefix_mapping"] == "paired" and settings["relative_floor"] is False
+        assert "'layers', [1, 2]" in settings["loss"] and settings["lambda_distill"] == 0.5
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["steps"] == 3
     assert "stsb_dev@8" in state["history"][-1]["eval"]
@@ -148,3 +156,19 @@ def test_train_matryoshka_cli_bad_dims(tiny_model_dir, tiny_data, tmp_path):
     )
     assert result.exit_code == 2
     assert "outside 1..32" in result.output
+
+
+def test_train_matryoshka_records_the_mic_terms(tiny_model_dir):
+    from subspaces.models.encoder import load_encoder
+    from subspaces.train.matryoshka import MatryoshkaConfig, train_matryoshka
+
+    config = MatryoshkaConfig(
+        dims=[8, None], mic=True, stsb_dev=False, batch_size=4, max_steps=2, eval_steps=0, save_steps=0
+    )
+    config.show_progress = False
+    result = train_matryoshka(load_encoder(str(tiny_model_dir)), [(s,) for s in SENTENCES * 2], config)
+    recorded = [entry for entry in result.history if "terms" in entry]
+    assert [entry["step"] for entry in recorded] == [1, 2]
+    expected = {"mrl", "scr_corr", "scr_var", "scr", "sir_cv", "sir_unif", "sir", "distill", "total"}
+    assert all(set(entry["terms"]) == expected for entry in recorded)
+    assert recorded[0]["terms"]["distill"] > 0

@@ -7,11 +7,16 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from subspaces.errors import DimensionError
 from subspaces.losses.matryoshka import matryoshka_simcse_loss
 from subspaces.losses.mic import (
     MICLoss,
+    dimension_spread,
+    paired_layers,
+    scr_terms,
+    self_distillation,
     soft_collapse_regularization,
     spectral_isotropy_regularization,
     token_statistics,
@@ -41,28 +46,58 @@ def test_token_statistics_by_hand():
     assert torch.allclose(std, torch.tensor([[1.0, 2.0, 0.25], [2.0, 1.0, 1.0]]))
 
 
-def test_scr_prefix_one_by_hand():
-    # d = 1: C = [0, 1]; L_corr = ((0 - .1)_+^2 + (1 - .1)^2) / 2 = 0.405.
-    # sigma_pre = mean(1, 2) = 1.5 and sigma_res = mean(2, .25, 1, 1) = 1.0625: both floors are inactive.
-    value = soft_collapse_regularization(HIDDEN, MASK, 1, tau_corr=0.1, lambda_var=1.0, eps=0.0)
-    assert value.item() == pytest.approx(0.405, abs=1e-6)
+def test_scr_terms_by_hand():
+    # s = per-dim stds averaged over the sequences: (1.5, 1.5, .625). Absolute floor 1: hinges (0, 0, .375).
+    correlation, std = token_statistics(HIDDEN, MASK, eps=0.0)
+    spread = dimension_spread(std, relative=False)
+    assert torch.allclose(spread, torch.tensor([1.5, 1.5, 0.625]))
+    # d = 1: C = [0, 1]; L_corr = ((0 - .1)_+^2 + (1 - .1)^2) / 2 = 0.405; L_var = 1/2 (0 + (0 + .375) / 2).
+    l_corr, l_var = scr_terms(correlation, spread, 1, tau_corr=0.1, var_floor=1.0)
+    assert (l_corr.item(), l_var.item()) == pytest.approx((0.405, 0.09375), abs=1e-6)
+    # d = 2: C = [[1], [0]]; L_corr = (0.81 + 0) / 2; L_var = 1/2 ((0 + 0) / 2 + .375).
+    l_corr, l_var = scr_terms(correlation, spread, 2, tau_corr=0.1, var_floor=1.0)
+    assert (l_corr.item(), l_var.item()) == pytest.approx((0.405, 0.1875), abs=1e-6)
+    # Relative: s / mean(s) = (1.5, 1.5, .625) / (3.625 / 3); floor .6 leaves only the last dim's .6 - .517241.
+    relative = dimension_spread(std)
+    assert relative[2].item() == pytest.approx(0.625 * 3 / 3.625, abs=1e-6)
+    _, l_var = scr_terms(correlation, relative, 2, var_floor=0.6)
+    assert l_var.item() == pytest.approx(0.5 * (0.6 - 0.625 * 3 / 3.625), abs=1e-6)
 
 
-def test_scr_prefix_two_by_hand_with_variance_floor():
-    # d = 2: C = [[1], [0]]; L_corr = (0.81 + 0) / 2 = 0.405.
-    # sigma_pre = mean(1, 2, 2, 1) = 1.5 -> 0; sigma_res = mean(.25, 1) = .625 -> 0.5 * 0.375 = 0.1875.
-    one = soft_collapse_regularization(HIDDEN, MASK, 2, tau_corr=0.1, lambda_var=1.0, eps=0.0)
-    two = soft_collapse_regularization(HIDDEN, MASK, 2, tau_corr=0.1, lambda_var=2.0, eps=0.0)
-    assert one.item() == pytest.approx(0.405 + 0.1875, abs=1e-6)
-    assert two.item() == pytest.approx(0.405 + 0.375, abs=1e-6)
+def test_scr_weights_its_two_terms():
+    value = soft_collapse_regularization(
+        HIDDEN, MASK, 2, tau_corr=0.1, lambda_corr=3.0, lambda_var=2.0, var_floor=1.0, relative_floor=False, eps=0.0
+    )
+    assert value.item() == pytest.approx(3.0 * 0.405 + 2.0 * 0.1875, abs=1e-6)
+
+
+def test_variance_floor_catches_one_collapsed_dimension_the_mean_hinge_misses():
+    # 4 tokens; dims 0-2 have stds 1, 2, 3, dim 3 is constant in every sequence, dim 4 (residual) has std 2.
+    pattern = torch.tensor([-1.0, 1.0, -1.0, 1.0])
+    other = torch.tensor([1.0, 1.0, -1.0, -1.0])
+    seq = torch.stack([pattern, 2 * pattern, 3 * pattern, torch.full((4,), 7.0), 2 * other], dim=-1)
+    hidden, mask = torch.stack([seq, seq + 1.0]), torch.ones(2, 4)
+    correlation, std = token_statistics(hidden, mask, eps=1e-12)
+    assert std[:, :4].mean().item() == pytest.approx(1.5, abs=1e-5)  # the mean std is above 1 ...
+    assert F.relu(1 - std[:, :4].mean()).item() == 0.0  # ... so a hinge on the mean sees nothing
+    # Per dimension, absolute floor 1: the collapsed dim costs 1 of the prefix's 4 -> 1/2 * 1/4.
+    _, l_var = scr_terms(correlation, dimension_spread(std, relative=False), 4, var_floor=1.0)
+    assert l_var.item() == pytest.approx(0.125, abs=1e-5)
+    # Relative: s = (1, 2, 3, 0, 2) / 1.6; floor .5 -> only the collapsed dim, by .5.
+    _, l_var = scr_terms(correlation, dimension_spread(std), 4, var_floor=0.5)
+    assert l_var.item() == pytest.approx(0.5 * 0.5 / 4, abs=1e-5)
+    # Without the collapse nothing is below the floor.
+    healthy = hidden.clone()
+    healthy[..., 3] = 1.5 * pattern
+    correlation, std = token_statistics(healthy, mask, eps=1e-12)
+    assert scr_terms(correlation, dimension_spread(std), 4, var_floor=0.5)[1].item() == 0.0
 
 
 def test_scr_threshold():
     # |C| = 1 against tau 0.95 leaves (0.05)^2 / 2; at tau >= 1 nothing is penalised.
-    assert soft_collapse_regularization(HIDDEN, MASK, 1, tau_corr=0.95, eps=0.0).item() == pytest.approx(
-        0.00125, abs=1e-7
-    )
-    assert soft_collapse_regularization(HIDDEN, MASK, 1, tau_corr=1.0, eps=0.0).item() == pytest.approx(0.0, abs=1e-7)
+    correlation, std = token_statistics(HIDDEN, MASK, eps=0.0)
+    assert scr_terms(correlation, std.mean(0), 1, tau_corr=0.95)[0].item() == pytest.approx(0.00125, abs=1e-7)
+    assert scr_terms(correlation, std.mean(0), 1, tau_corr=1.0)[0].item() == pytest.approx(0.0, abs=1e-7)
 
 
 def test_scr_ignores_padding():
@@ -119,27 +154,108 @@ def mrl(tiny_model):
     return matryoshka_simcse_loss(tiny_model, [8, 16, 32])
 
 
-def test_mic_equals_mrl_plus_gamma_align(tiny_model, mrl):
-    """In eval mode (no dropout) MIC = MRL + gamma * (mean SCR + mean SIR) recomputed from a separate forward."""
+def _kl_rows(teacher_logits, student_logits):
+    """KL(softmax(teacher) || softmax(student)) for one row, in plain Python."""
+    p = [math.exp(x) / sum(math.exp(y) for y in teacher_logits) for x in teacher_logits]
+    q = [math.exp(x) / sum(math.exp(y) for y in student_logits) for x in student_logits]
+    return sum(pi * math.log(pi / qi) for pi, qi in zip(p, q, strict=True))
+
+
+def test_self_distillation_by_hand():
+    # Full cosines: (1,2) = 2/sqrt5, (1,3) = -1/sqrt10, (2,3) = 1/sqrt50; the 1-d prefixes are +1, +1, -1.
+    e = torch.tensor([[1.0, 0.0], [2.0, 1.0], [-1.0, 3.0]])
+    c12, c13, c23 = 2 / math.sqrt(5), -1 / math.sqrt(10), 1 / math.sqrt(50)
+    rows = [([c12, c13], [1, -1]), ([c12, c23], [1, -1]), ([c13, c23], [-1, -1])]
+    tau = 0.5
+    expected = sum(_kl_rows([x / tau for x in t], [x / tau for x in s]) for t, s in rows) / 3
+    assert self_distillation(e, 1, temperature=tau).item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_self_distillation_is_zero_when_the_prefix_matches_the_teacher():
+    torch.manual_seed(0)
+    prefix = torch.randn(6, 4)
+    nested = torch.cat([prefix, torch.zeros(6, 3)], dim=1)  # the residual adds nothing: same cosines
+    assert self_distillation(nested, 4).item() == pytest.approx(0.0, abs=1e-6)
+    assert self_distillation(nested, 7).item() == pytest.approx(0.0, abs=1e-6)  # the full vector is its own teacher
+    assert self_distillation(torch.randn(6, 7), 4).item() > 1e-3
+
+
+def test_self_distillation_teaches_only_the_student():
+    torch.manual_seed(1)
+    e = torch.randn(5, 6, requires_grad=True)
+    self_distillation(e, 2).backward()
+    assert e.grad[:, 2:].abs().sum() == 0  # the teacher (the full vector) is detached
+    assert e.grad[:, :2].abs().sum() > 0
+
+
+def test_paired_layers_spread_up_to_the_last():
+    assert paired_layers(6, 4) == [2, 3, 5, 6]
+    assert paired_layers(2, 2) == [1, 2]
+    assert paired_layers(2, 3) == [1, 2, 2]
+
+
+def _states(model, features):
+    with torch.no_grad():
+        model[0].model.config.output_hidden_states = True
+        out = model(dict(features[0]))
+        model[0].model.config.output_hidden_states = False
+    return out
+
+
+def _align(out, pairs):
+    """Mean SCR and mean SIR over (layer, dim) pairs, from the plain functions."""
+    mask = out["attention_mask"]
+    scr, sir = [], []
+    for layer, d in pairs:
+        h = out["all_layer_embeddings"][layer]
+        scr.append(soft_collapse_regularization(h, mask, d))
+        sir.append(spectral_isotropy_regularization(masked_mean(h, mask)[:, :d]))
+    return torch.stack(scr).mean(), torch.stack(sir).mean()
+
+
+def test_mic_equals_mrl_plus_align_plus_distillation(tiny_model, mrl):
+    """In eval mode (no dropout) MIC = MRL + gamma (SCR + lambda_sir SIR) + beta KD, recomputed from a forward."""
     tiny_model.eval()
     features = [tiny_model.preprocess(["a cat plays in the park", "the dog eats food", "a red house", "big man runs"])]
-    mic = MICLoss(tiny_model, mrl, layers=[-1, 1], gamma=0.5)
-    assert mic.layers == [1, 2] and mic.dims == [8, 16]
+    mic = MICLoss(tiny_model, mrl, layers=[-1, 1], gamma=0.5, lambda_sir=2.0, lambda_distill=0.3)
+    assert mic.layers == [1, 2] and mic.dims == [8, 16] and mic.distill_dims == [8, 16]
     value = mic(features, None)
     with torch.no_grad():
         plain = mrl(features, None)
-        tiny_model[0].model.config.output_hidden_states = True
-        out = tiny_model(dict(features[0]))
-        tiny_model[0].model.config.output_hidden_states = False
-        scr, sir = [], []
-        for layer in (1, 2):
-            h = out["all_layer_embeddings"][layer]
-            for d in (8, 16):
-                scr.append(soft_collapse_regularization(h, out["attention_mask"], d))
-                sir.append(spectral_isotropy_regularization(masked_mean(h, out["attention_mask"])[:, :d]))
-        expected = plain + 0.5 * (torch.stack(scr).mean() + torch.stack(sir).mean())
+        out = _states(tiny_model, features)
+        scr, sir = _align(out, [(1, 8), (1, 16), (2, 8), (2, 16)])
+        e = out["sentence_embedding"]
+        kd = (self_distillation(e, 8) + self_distillation(e, 16)) / 2
+        expected = plain + 0.5 * (scr + 2.0 * sir) + 0.3 * kd
     assert value.item() == pytest.approx(expected.item(), rel=1e-5)
-    assert mic.last_terms["mrl"] == pytest.approx(plain.item(), rel=1e-5)
+    terms = mic.last_terms
+    assert terms["mrl"] == pytest.approx(plain.item(), rel=1e-5)
+    assert terms["scr"] == pytest.approx(scr.item(), rel=1e-5) and terms["sir"] == pytest.approx(sir.item(), rel=1e-5)
+    assert terms["distill"] == pytest.approx(kd.item(), rel=1e-5) and terms["distill"] > 0
+    assert terms["scr"] == pytest.approx(100 * terms["scr_corr"] + 25 * terms["scr_var"], rel=1e-5)
+    assert terms["total"] == pytest.approx(value.item(), rel=1e-6)
+
+
+def test_mic_paired_mapping_uses_shallow_layer_for_small_prefix(tiny_model):
+    tiny_model.eval()
+    mrl = matryoshka_simcse_loss(tiny_model, [4, 8, 16, 32])
+    features = [tiny_model.preprocess(["a cat plays in the park", "the dog eats food", "a red house", "big man runs"])]
+    paired = MICLoss(tiny_model, mrl, dims=[16, 8], layer_prefix_mapping="paired", lambda_distill=0.0)
+    assert paired.pairs == [(1, 8), (2, 16)]
+    assert MICLoss(tiny_model, mrl, layer_prefix_mapping="paired").pairs == [(1, 4), (2, 8), (2, 16)]
+    explicit = MICLoss(tiny_model, mrl, dims=[8, 16], layers=[-1, 1], layer_prefix_mapping="paired")
+    assert explicit.pairs == [(1, 8), (2, 16)]
+    with pytest.raises(DimensionError, match="one layer per dim"):
+        MICLoss(tiny_model, mrl, dims=[8, 16], layers=[2], layer_prefix_mapping="paired")
+    with pytest.raises(ValueError):
+        MICLoss(tiny_model, mrl, layer_prefix_mapping="diagonal")
+    value = paired(features, None)
+    with torch.no_grad():
+        scr, sir = _align(_states(tiny_model, features), [(1, 8), (2, 16)])
+        crossed = _align(_states(tiny_model, features), [(1, 16), (2, 8)])
+        expected = mrl(features, None) + 0.1 * (scr + sir)
+    assert value.item() == pytest.approx(expected.item(), rel=1e-5)
+    assert abs((crossed[0] + crossed[1] - scr - sir).item()) > 1e-4  # the other pairing would give another value
 
 
 def test_mic_gradients_reach_the_encoder_and_differ_from_mrl(tiny_model, mrl):

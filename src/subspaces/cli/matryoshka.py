@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -27,6 +28,11 @@ from subspaces.cli.common import (
 from subspaces.cli.core import Backend, BackendOpt, Precision, PrecisionOpt
 from subspaces.cli.groups import eval_app, train_app
 from subspaces.cli.train import CacheDirOpt, DeviceOpt, OverwriteOpt, TrainableLayersOpt
+
+
+class LayerPrefixMappingChoice(str, Enum):
+    all = "all"
+    paired = "paired"
 
 
 def _training_rows(data: Path | None, limit: int | None) -> list[tuple[str, ...]]:
@@ -58,14 +64,35 @@ def train_matryoshka_cmd(
     dims: Annotated[str, typer.Option(help="Nested prefix sizes, e.g. 16,32,64,128,full.")] = "16,32,64,128,full",
     weights: Annotated[Optional[str], typer.Option(help="One MRL weight per dim (default 1 each).")] = None,
     mic: Annotated[bool, typer.Option("--mic/--no-mic", help="Add MIC's regularisers (SCR + SIR) to MRL.")] = False,
-    gamma: Annotated[float, typer.Option(help="MIC: weight of L_align.")] = 0.1,
-    tau_corr: Annotated[float, typer.Option(help="MIC/SCR: correlations below this are free.")] = 0.1,
-    lambda_var: Annotated[float, typer.Option(help="MIC/SCR: weight of the variance floor.")] = 1.0,
+    gamma: Annotated[float, typer.Option(help="MIC: weight of L_align (SCR + SIR).")] = 0.1,
+    tau_corr: Annotated[float, typer.Option(help="MIC/SCR: correlations below this are free.")] = 0.0,
+    lambda_corr: Annotated[float, typer.Option(help="MIC/SCR: weight of the prefix-residual decorrelation.")] = 100.0,
+    lambda_var: Annotated[float, typer.Option(help="MIC/SCR: weight of the per-dimension variance floor.")] = 25.0,
+    var_floor: Annotated[float, typer.Option(help="MIC/SCR: the floor under each dimension's token std.")] = 0.5,
+    relative_floor: Annotated[
+        bool,
+        typer.Option(
+            "--relative-floor/--absolute-floor",
+            help="MIC/SCR: the floor is a fraction of the layer's mean std, or an absolute std (VICReg).",
+        ),
+    ] = True,
+    lambda_sir: Annotated[float, typer.Option(help="MIC: weight of SIR inside L_align.")] = 1.0,
     t: Annotated[float, typer.Option("--t", help="MIC/SIR: uniformity temperature.")] = 2.0,
+    lambda_distill: Annotated[
+        float, typer.Option(help="MIC: weight of self-distillation (prefixes learn the full vector's similarities).")
+    ] = 0.1,
+    distill_temperature: Annotated[float, typer.Option(help="MIC: softmax temperature of self-distillation.")] = 0.05,
     layers: Annotated[
         Optional[str],
-        typer.Option(help="MIC: transformer layers to regularise, 1-based (-1 = last). Default: middle,last."),
+        typer.Option(
+            help="MIC: transformer layers to regularise, 1-based (-1 = last). Default: middle,last (all), "
+            "one per dim up to the last (paired)."
+        ),
     ] = None,
+    layer_prefix_mapping: Annotated[
+        LayerPrefixMappingChoice,
+        typer.Option(help="MIC: all = every layer x every dim; paired = shallower layer <-> smaller dim."),
+    ] = LayerPrefixMappingChoice.all,
     temperature: Annotated[float, typer.Option(help="InfoNCE temperature.")] = 0.05,
     hard_negative_weight: Annotated[
         float, typer.Option(help="Log-weight of each anchor's own hard negative (triplets).")
@@ -130,13 +157,24 @@ def train_matryoshka_cmd(
         mic=mic,
         gamma=gamma,
         tau_corr=tau_corr,
+        lambda_corr=lambda_corr,
         lambda_var=lambda_var,
+        var_floor=var_floor,
+        relative_floor=relative_floor,
+        lambda_sir=lambda_sir,
         t=t,
+        lambda_distill=lambda_distill,
+        distill_temperature=distill_temperature,
         layers=parse_numbers(layers, "layers", kind=int),
+        layer_prefix_mapping=layer_prefix_mapping.value,
         stsb_dev=not no_eval,
     )
     result = train_matryoshka(enc, rows, config, card_notes=[pooling_note])
     report(result, output, "mean STS-B dev over dims")
+    recorded = [entry for entry in result.history if "terms" in entry]
+    for entry in recorded[:1] + recorded[1:][-1:]:  # the start weights' terms and the last step's
+        terms = ", ".join(f"{name} {value:.4g}" for name, value in entry["terms"].items())
+        console.print(f"MIC terms at step {entry['step']}: {terms}", highlight=False)
 
 
 @eval_app.command("dims")

@@ -1,21 +1,25 @@
-"""MIC: Matryoshka training with two geometric regularisers on the nested prefixes (SCR and SIR).
+"""MIC: Matryoshka training with self-distillation and two geometric regularisers on the nested prefixes.
 
-``L_MIC = L_MRL + γ · L_align``, where ``L_align`` averages, over the chosen transformer layers ``l``, the nested
-dims ``d`` (those smaller than the hidden size) and the forward passes of the step (e.g. both dropout views)::
+``L_MIC = L_MRL + γ · L_align + β · L_distill``. ``L_align`` averages, over the (layer l, prefix d) pairs chosen by
+``layer_prefix_mapping`` and the forward passes of the step (e.g. both dropout views)::
 
-    L_SCR(l, d) + L_SIR(l, d)
+    L_SCR(l, d) + λ_sir · L_SIR(l, d)
 
-**Soft Collapse Regularisation** (on the token states X (B, T, H) of layer l, padding excluded): every dimension
-is standardised per sequence over that sequence's tokens, so the prefix block (first d dims) and the residual block
-(the other H − d) are each zero-mean, unit-variance within a sequence. C (d × (H − d)) is their cross-correlation,
-averaged over all real tokens of all sequences::
+``"all"`` pairs every chosen layer with every nested dim below the hidden size; ``"paired"`` ties the i-th
+shallowest layer to the i-th smallest dim (the paper's shallower layer ↔ smaller prefix).
+
+**Soft Collapse Regularisation** (on the token states X (B, T, H) of layer l, padding excluded). Every dimension is
+standardised per sequence over that sequence's tokens; C (d × (H − d)) is the cross-correlation of the prefix block
+(first d dims) and the residual block (the other H − d), averaged over all real tokens of all sequences. s_u is the
+std of dimension u over a sequence's tokens, averaged over the sequences, and divided by its mean over the H dims
+(detached) when the floor is relative::
 
     L_corr = 1/(d (H − d)) Σ_uv max(0, |C_uv| − τ_corr)²
-    L_var  = max(0, 1 − σ̄_pre) + ½ max(0, 1 − σ̄_res)        σ̄ = mean per-sequence std of the raw states
-    L_SCR  = L_corr + λ_var · L_var
+    L_var  = ½ (mean_{u < d} max(0, f − s_u) + mean_{u ≥ d} max(0, f − s_u))
+    L_SCR  = λ_corr · L_corr + λ_var · L_var
 
-The threshold τ_corr leaves weak correlations alone; the variance floor keeps the decorrelation from being met by
-shrinking dimensions to constants.
+The floor acts on every dimension (as VICReg's does), so one collapsed dimension costs f / (2d) or f / (2(H − d))
+however large the others are; the decorrelation cannot be met by shrinking dimensions to constants.
 
 **Spectral Isotropy Regularisation** (on the mask-aware mean-pooled prefix Z (B × d) of layer l)::
 
@@ -23,21 +27,38 @@ shrinking dimensions to constants.
     L_unif = log( mean_{i≠j} exp(−2t (1 − cos(z_i, z_j))) + ε )
     L_SIR  = ½ (L_cv + L_unif)
 
-L_cv asks the prefix to spread its variance evenly over its d dimensions; L_unif is Wang & Isola's uniformity
-(2(1 − cos) is the squared distance of unit vectors) and spreads the prefixes over the sphere.
+**Self-distillation** (on the sentence embeddings E (B × D) of each forward pass): every nested prefix learns the
+in-batch similarity structure of the full embedding, which is a detached teacher. With S the cosine similarities
+between the batch's sentences, each row without its diagonal::
+
+    L_distill = mean over passes and dims d < D of  KL( softmax(S_full / τ_kd) ‖ softmax(S_d / τ_kd) )   (row mean)
+
+It is 0 exactly when a prefix ranks and spaces the batch as the full vector does, and only the prefix (the student)
+receives its gradient.
+
+What is the paper's and what is ours: MRL, SCR (decorrelating prefix from residual with a variance floor), SIR and
+a self-distillation objective tying layers to nested prefixes are the paper's; the per-dimension relative floor,
+the KL-over-similarity-rows form of the distillation (as ESE uses), the equal weights of the two blocks in L_var and
+every default is our reading (the paper's hyper-parameter table was not available to us):
+
+- τ_corr = 0 and λ_corr = 100: mean C² is about 0.01 on the bundled MiniLMs, so λ_corr · L_corr starts near 1, the
+  size of L_SIR, and its gradient is of the same order as SIR's (measured on ``paraphrase-l3``, batch 64).
+- f = 0.5 relative, λ_var = 25 (VICReg's variance weight): those models' per-dimension token stds are 0.1-0.5, so an
+  absolute floor of 1 is active on every dimension and only pushes the scale up; relative to the layer's mean it
+  is silent on a healthy layer and flags a collapsed dimension (one in ``minilm-l6``'s last layer).
+- β = 0.1, τ_kd = 0.05 (SimCSE's temperature): at β = 1 the distillation gradient was 3.5x MRL's at step 0.
+- γ = 0.1, t = 2, λ_sir = 1 and the layers (the middle and the last) are as before.
 
 Variances and standard deviations are population ones (divide by n). The regularisers read hidden states that the
 forward pass computes anyway: :class:`MICLoss` switches ``output_hidden_states`` on only while it runs, so the
 saved model has MRL's architecture, config and encode speed.
-
-Defaults (γ = 0.1, τ_corr = 0.1, λ_var = 1, t = 2, layers = the middle and the last) are ours; t = 2 follows the
-issue, the rest were set so that γ·L_align's gradient is a fraction of MRL's (see ``docs/matryoshka.md``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +66,9 @@ from torch import Tensor, nn
 
 from subspaces.errors import DimensionError
 from subspaces.models.pooling import masked_mean
+
+LayerPrefixMapping = Literal["all", "paired"]
+MAPPINGS: tuple[LayerPrefixMapping, ...] = ("all", "paired")
 
 
 def token_statistics(hidden: Tensor, attention_mask: Tensor, eps: float = 1e-6) -> tuple[Tensor, Tensor]:
@@ -64,17 +88,23 @@ def token_statistics(hidden: Tensor, attention_mask: Tensor, eps: float = 1e-6) 
     return flat.T @ flat / mask.sum().clamp(min=1.0), std
 
 
-def scr_from_statistics(
-    correlation: Tensor, std: Tensor, dim: int, tau_corr: float = 0.1, lambda_var: float = 1.0
-) -> Tensor:
-    """L_SCR for prefix size ``dim`` from :func:`token_statistics` (shared by all dims of one layer)."""
+def dimension_spread(std: Tensor, relative: bool = True) -> Tensor:
+    """s (H,): each dimension's per-sequence std averaged over sequences; ``relative``: over its mean (detached)."""
+    spread = std.mean(0)
+    return spread / spread.mean().detach() if relative else spread
+
+
+def scr_terms(
+    correlation: Tensor, spread: Tensor, dim: int, tau_corr: float = 0.0, var_floor: float = 0.5
+) -> tuple[Tensor, Tensor]:
+    """(L_corr, L_var) for prefix size ``dim`` from :func:`token_statistics` and :func:`dimension_spread`."""
     hidden_size = correlation.shape[-1]
     if not 0 < dim < hidden_size:
         raise DimensionError(f"SCR needs 0 < dim < hidden size {hidden_size}, got {dim}")
-    cross = correlation[:dim, dim:]
-    l_corr = F.relu(cross.abs() - tau_corr).pow(2).mean()
-    l_var = F.relu(1 - std[:, :dim].mean()) + 0.5 * F.relu(1 - std[:, dim:].mean())
-    return l_corr + lambda_var * l_var
+    l_corr = F.relu(correlation[:dim, dim:].abs() - tau_corr).pow(2).mean()
+    hinge = F.relu(var_floor - spread)
+    l_var = 0.5 * (hinge[:dim].mean() + hinge[dim:].mean())
+    return l_corr, l_var
 
 
 def soft_collapse_regularization(
@@ -82,17 +112,21 @@ def soft_collapse_regularization(
     attention_mask: Tensor,
     dim: int,
     *,
-    tau_corr: float = 0.1,
-    lambda_var: float = 1.0,
+    tau_corr: float = 0.0,
+    lambda_corr: float = 100.0,
+    lambda_var: float = 25.0,
+    var_floor: float = 0.5,
+    relative_floor: bool = True,
     eps: float = 1e-6,
 ) -> Tensor:
     """SCR between the first ``dim`` dims and the rest of token states ``hidden`` (B, T, H); see the module doc."""
     correlation, std = token_statistics(hidden, attention_mask, eps)
-    return scr_from_statistics(correlation, std, dim, tau_corr, lambda_var)
+    l_corr, l_var = scr_terms(correlation, dimension_spread(std, relative_floor), dim, tau_corr, var_floor)
+    return lambda_corr * l_corr + lambda_var * l_var
 
 
-def spectral_isotropy_regularization(prefix: Tensor, *, t: float = 2.0, eps: float = 1e-6) -> Tensor:
-    """SIR of pooled prefixes ``prefix`` (B, d): ½ (variance CV + RBF uniformity); see the module doc."""
+def sir_terms(prefix: Tensor, *, t: float = 2.0, eps: float = 1e-6) -> tuple[Tensor, Tensor]:
+    """(L_cv, L_unif) of pooled prefixes ``prefix`` (B, d); see the module doc."""
     if prefix.ndim != 2 or prefix.shape[0] < 2:
         raise DimensionError(f"SIR needs a (batch >= 2, d) matrix, got shape {tuple(prefix.shape)}")
     variances = prefix.var(dim=0, unbiased=False)
@@ -101,22 +135,68 @@ def spectral_isotropy_regularization(prefix: Tensor, *, t: float = 2.0, eps: flo
     cos = unit @ unit.T
     off_diagonal = ~torch.eye(len(prefix), dtype=torch.bool, device=prefix.device)
     l_unif = torch.log(torch.exp(-2 * t * (1 - cos[off_diagonal])).mean() + eps)
+    return l_cv, l_unif
+
+
+def spectral_isotropy_regularization(prefix: Tensor, *, t: float = 2.0, eps: float = 1e-6) -> Tensor:
+    """SIR of pooled prefixes ``prefix`` (B, d): ½ (variance CV + RBF uniformity); see the module doc."""
+    l_cv, l_unif = sir_terms(prefix, t=t, eps=eps)
     return 0.5 * (l_cv + l_unif)
 
 
+def _similarity_rows(embeddings: Tensor, temperature: float) -> Tensor:
+    """Log-softmax over each row of the cosine-similarity matrix / temperature, the diagonal left out: (B, B − 1)."""
+    unit = F.normalize(embeddings, dim=-1)
+    n = len(unit)
+    off_diagonal = ~torch.eye(n, dtype=torch.bool, device=unit.device)
+    logits = (unit @ unit.T)[off_diagonal].view(n, n - 1) / temperature
+    return F.log_softmax(logits, dim=-1)
+
+
+def self_distillation(embeddings: Tensor, dim: int, *, temperature: float = 0.05) -> Tensor:
+    """KL(teacher ‖ student) per similarity row, averaged over rows: the full embedding (detached) teaches its prefix.
+
+    ``embeddings`` (B, D) are one pass's sentence embeddings; the student is their first ``dim`` coordinates.
+    """
+    if embeddings.ndim != 2 or embeddings.shape[0] < 2:
+        raise DimensionError(f"self-distillation needs a (batch >= 2, D) matrix, got shape {tuple(embeddings.shape)}")
+    if not 0 < dim <= embeddings.shape[1]:
+        raise DimensionError(f"self-distillation needs 0 < dim <= {embeddings.shape[1]}, got {dim}")
+    teacher = _similarity_rows(embeddings.detach(), temperature)
+    student = _similarity_rows(embeddings[:, :dim], temperature)
+    return F.kl_div(student, teacher, log_target=True, reduction="batchmean")
+
+
+def paired_layers(num_layers: int, count: int) -> list[int]:
+    """``count`` layers spread up to the last, shallowest first (1-based; a layer repeats when count > layers)."""
+    return [math.ceil(num_layers * (i + 1) / count) for i in range(count)]
+
+
 class MICLoss(nn.Module):
-    """MRL + γ · L_align, as a sentence-transformers loss modifier.
+    """MRL + γ · L_align + β · L_distill, as a sentence-transformers loss modifier.
+
+    After each forward, ``last_terms`` holds every term's size (unweighted means over passes, layers and dims):
+    ``mrl``, ``scr_corr``, ``scr_var``, ``scr`` (= λ_corr·corr + λ_var·var), ``sir_cv``, ``sir_unif``, ``sir``,
+    ``distill`` and ``total`` (the returned loss).
 
     Args:
         model: the ``SentenceTransformer`` being trained; its first module must be a transformer.
         loss: the MRL loss (e.g. :func:`subspaces.losses.matryoshka.matryoshka_simcse_loss`); any ST loss works.
         dims: the prefix sizes to regularise; default: ``loss.matryoshka_dims`` below the hidden size.
         layers: transformer layers whose token states are regularised, 1-based (1 = first layer, -1 = last);
-            default: the middle and the last layer.
+            default: the middle and the last layer ("all"), or one layer per dim spread up to the last ("paired").
         gamma: weight of L_align.
         tau_corr: SCR's correlation threshold (|C_uv| below it is free).
         lambda_var: weight of SCR's variance floor.
         t: SIR's uniformity temperature.
+        lambda_corr: weight of SCR's decorrelation term.
+        var_floor: the floor f under each dimension's spread s_u.
+        relative_floor: s_u relative to the layer's mean spread (True) or an absolute std, as in VICReg (False).
+        lambda_sir: weight of SIR inside L_align.
+        lambda_distill: β, the weight of self-distillation (0: none).
+        distill_temperature: τ_kd of the similarity softmax.
+        distill_dims: student prefixes; default: ``loss.matryoshka_dims`` below the embedding size.
+        layer_prefix_mapping: ``"all"`` (every layer × every dim) or ``"paired"`` (shallower layer ↔ smaller dim).
         eps: numerical floor in stds and logs.
     """
 
@@ -127,9 +207,18 @@ class MICLoss(nn.Module):
         dims: Sequence[int] | None = None,
         layers: Sequence[int] | None = None,
         gamma: float = 0.1,
-        tau_corr: float = 0.1,
-        lambda_var: float = 1.0,
+        tau_corr: float = 0.0,
+        lambda_var: float = 25.0,
         t: float = 2.0,
+        *,
+        lambda_corr: float = 100.0,
+        var_floor: float = 0.5,
+        relative_floor: bool = True,
+        lambda_sir: float = 1.0,
+        lambda_distill: float = 0.1,
+        distill_temperature: float = 0.05,
+        distill_dims: Sequence[int] | None = None,
+        layer_prefix_mapping: LayerPrefixMapping = "all",
         eps: float = 1e-6,
     ) -> None:
         super().__init__()
@@ -138,19 +227,49 @@ class MICLoss(nn.Module):
         config = self._transformer().model.config
         hidden_size = int(config.hidden_size)
         num_layers = int(config.num_hidden_layers)
+        mrl_dims = [int(d) for d in getattr(loss, "matryoshka_dims", ())]
         if dims is None:
-            dims = [d for d in getattr(loss, "matryoshka_dims", ()) if d < hidden_size]
+            dims = [d for d in mrl_dims if d < hidden_size]
         self.dims = sorted({int(d) for d in dims})
         if not self.dims:
             raise DimensionError(f"MIC needs at least one prefix size below the hidden size {hidden_size}")
         if any(not 0 < d < hidden_size for d in self.dims):
             raise DimensionError(f"MIC dims {self.dims} must lie in 1..{hidden_size - 1}")
+        if layer_prefix_mapping not in MAPPINGS:
+            raise ValueError(f"layer_prefix_mapping must be one of {MAPPINGS}, got {layer_prefix_mapping!r}")
         if layers is None:
-            layers = sorted({(num_layers + 1) // 2, num_layers})
-        self.layers = sorted({self._layer_index(layer, num_layers) for layer in layers})
-        if gamma < 0 or tau_corr < 0 or lambda_var < 0 or t <= 0:
-            raise ValueError("gamma, tau_corr and lambda_var must be >= 0 and t > 0")
+            layers = (
+                paired_layers(num_layers, len(self.dims))
+                if layer_prefix_mapping == "paired"
+                else sorted({(num_layers + 1) // 2, num_layers})
+            )
+        resolved = [self._layer_index(layer, num_layers) for layer in layers]
+        if layer_prefix_mapping == "paired":
+            if len(resolved) != len(self.dims):
+                raise DimensionError(
+                    f"the paired mapping needs one layer per dim: {len(resolved)} layer(s) for dims {self.dims}"
+                )
+            self.layers = sorted(resolved)
+            self.pairs = list(zip(self.layers, self.dims, strict=True))
+        else:
+            self.layers = sorted(set(resolved))
+            self.pairs = [(layer, d) for layer in self.layers for d in self.dims]
+        get_size = getattr(model, "get_embedding_dimension", None)
+        embedding_size = int(get_size()) if callable(get_size) else None
+        if distill_dims is None:
+            distill_dims = [d for d in mrl_dims if embedding_size is None or d < embedding_size]
+        self.distill_dims = sorted({int(d) for d in distill_dims})
+        if embedding_size is not None and any(not 0 < d <= embedding_size for d in self.distill_dims):
+            raise DimensionError(f"distillation dims {self.distill_dims} must lie in 1..{embedding_size}")
+        weights = {"gamma": gamma, "tau_corr": tau_corr, "lambda_var": lambda_var, "lambda_corr": lambda_corr}
+        weights |= {"var_floor": var_floor, "lambda_sir": lambda_sir, "lambda_distill": lambda_distill}
+        negative = [name for name, value in weights.items() if value < 0]
+        if negative or t <= 0 or distill_temperature <= 0:
+            raise ValueError(f"MIC weights must be >= 0 (got {negative}) and t, distill_temperature > 0")
         self.gamma, self.tau_corr, self.lambda_var, self.t, self.eps = gamma, tau_corr, lambda_var, t, eps
+        self.lambda_corr, self.var_floor, self.relative_floor = lambda_corr, var_floor, relative_floor
+        self.lambda_sir, self.lambda_distill, self.distill_temperature = lambda_sir, lambda_distill, distill_temperature
+        self.layer_prefix_mapping = layer_prefix_mapping
         self.last_terms: dict[str, float] = {}
 
     def _transformer(self) -> Any:
@@ -166,41 +285,77 @@ class MICLoss(nn.Module):
             raise DimensionError(f"layer {layer} is outside 1..{num_layers} (or -{num_layers}..-1)")
         return index
 
-    def alignment(self, passes: Iterable[tuple[Sequence[Tensor], Tensor]]) -> tuple[Tensor, Tensor]:
-        """Mean L_SCR and mean L_SIR over forward passes x layers x dims; ``passes`` = (hidden states, mask)."""
-        scr, sir = [], []
+    def alignment_terms(self, passes: Iterable[tuple[Sequence[Tensor], Tensor]]) -> dict[str, Tensor]:
+        """Means of L_corr, L_var, L_cv and L_unif over passes x (layer, dim) pairs; ``passes`` = (states, mask)."""
+        terms: dict[str, list[Tensor]] = {"scr_corr": [], "scr_var": [], "sir_cv": [], "sir_unif": []}
         for hidden_states, mask in passes:
             for layer in self.layers:
+                layer_dims = [d for pair_layer, d in self.pairs if pair_layer == layer]
                 hidden = hidden_states[layer]
                 correlation, std = token_statistics(hidden, mask, self.eps)
+                spread = dimension_spread(std, self.relative_floor)
                 pooled = masked_mean(hidden, mask)
-                for d in self.dims:
-                    scr.append(scr_from_statistics(correlation, std, d, self.tau_corr, self.lambda_var))
-                    sir.append(spectral_isotropy_regularization(pooled[:, :d], t=self.t, eps=self.eps))
-        return torch.stack(scr).mean(), torch.stack(sir).mean()
+                for d in layer_dims:
+                    l_corr, l_var = scr_terms(correlation, spread, d, self.tau_corr, self.var_floor)
+                    l_cv, l_unif = sir_terms(pooled[:, :d], t=self.t, eps=self.eps)
+                    for name, value in zip(terms, (l_corr, l_var, l_cv, l_unif), strict=True):
+                        terms[name].append(value)
+        return {name: torch.stack(values).mean() for name, values in terms.items()}
+
+    def alignment(self, passes: Iterable[tuple[Sequence[Tensor], Tensor]]) -> tuple[Tensor, Tensor]:
+        """Mean L_SCR and mean L_SIR over forward passes x (layer, dim) pairs."""
+        return self._combine(self.alignment_terms(passes))
+
+    def _combine(self, terms: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+        scr = self.lambda_corr * terms["scr_corr"] + self.lambda_var * terms["scr_var"]
+        return scr, 0.5 * (terms["sir_cv"] + terms["sir_unif"])
+
+    def distillation(self, embeddings: Sequence[Tensor]) -> Tensor:
+        """Mean self-distillation over passes x student dims (0 without student dims or with a batch of one)."""
+        values = [
+            self_distillation(e, d, temperature=self.distill_temperature)
+            for e in embeddings
+            if len(e) > 1
+            for d in self.distill_dims
+            if d < e.shape[1]
+        ]
+        return torch.stack(values).mean() if values else embeddings[0].new_zeros(())
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         transformer = self._transformer()
         passes: list[tuple[Sequence[Tensor], Tensor]] = []
+        embeddings: list[Tensor] = []
 
-        def capture(module: nn.Module, args: Any, output: dict[str, Any]) -> None:
+        def capture_states(module: nn.Module, args: Any, output: dict[str, Any]) -> None:
             passes.append((output["all_layer_embeddings"], output["attention_mask"]))
+
+        def capture_embedding(module: nn.Module, args: Any, output: dict[str, Any]) -> None:
+            # The full-size tensor, read before MatryoshkaLoss's cache replaces the dict entry with its prefixes.
+            if "sentence_embedding" in output:
+                embeddings.append(output["sentence_embedding"])
 
         config = transformer.model.config
         previous = config.output_hidden_states
         config.output_hidden_states = True  # only while this loss runs: the saved config is left as it was
-        handle = transformer.register_forward_hook(capture)
+        handles = [transformer.register_forward_hook(capture_states)]
+        if self.lambda_distill > 0:
+            last = list(self.model.children())[-1]  # the module that writes the final sentence embedding
+            handles.append(last.register_forward_hook(capture_embedding))
         try:
             main = self.loss(sentence_features, labels)
         finally:
-            handle.remove()
+            for handle in handles:
+                handle.remove()
             config.output_hidden_states = previous
         if not passes:
             raise RuntimeError("MICLoss saw no transformer forward pass inside the wrapped loss")
-        scr, sir = self.alignment(passes)
-        align = scr + sir
-        self.last_terms = {"mrl": float(main.detach()), "scr": float(scr.detach()), "sir": float(sir.detach())}
-        return main + self.gamma * align
+        terms = self.alignment_terms(passes)
+        scr, sir = self._combine(terms)
+        distill = self.distillation(embeddings) if embeddings else main.new_zeros(())
+        total = main + self.gamma * (scr + self.lambda_sir * sir) + self.lambda_distill * distill
+        values = {"mrl": main, **terms, "scr": scr, "sir": sir, "distill": distill, "total": total}
+        self.last_terms = {name: float(value.detach()) for name, value in values.items()}
+        return total
 
     @property
     def citation(self) -> str:
@@ -214,8 +369,16 @@ class MICLoss(nn.Module):
             "loss": type(self.loss).__name__,
             "dims": self.dims,
             "layers": self.layers,
+            "layer_prefix_mapping": self.layer_prefix_mapping,
             "gamma": self.gamma,
             "tau_corr": self.tau_corr,
+            "lambda_corr": self.lambda_corr,
             "lambda_var": self.lambda_var,
+            "var_floor": self.var_floor,
+            "relative_floor": self.relative_floor,
+            "lambda_sir": self.lambda_sir,
             "t": self.t,
+            "lambda_distill": self.lambda_distill,
+            "distill_temperature": self.distill_temperature,
+            "distill_dims": self.distill_dims,
         }

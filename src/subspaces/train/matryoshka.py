@@ -1,19 +1,21 @@
 """Matryoshka training: MRL over SimCSE's InfoNCE, optionally with MIC's regularisers, on the generic loop.
 
 One column per row trains unsupervised (dropout views); two or three columns train on pairs / triplets with hard
-negatives. The model keeping the best mean STS-B dev Spearman over the nested dims is the one saved.
+negatives. The model keeping the best mean STS-B dev Spearman over the nested dims is the one saved. With MIC, the
+size of each of its terms (:attr:`subspaces.losses.mic.MICLoss.last_terms`) at step 1 (the forward pass on the
+start weights), every 10 steps and the last is added to the returned history as ``{"step", "terms"}`` entries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from torch import nn
 
 from subspaces.eval.sts import STSBDevEvaluator
 from subspaces.losses.matryoshka import matryoshka_simcse_loss
-from subspaces.losses.mic import MICLoss
+from subspaces.losses.mic import LayerPrefixMapping, MICLoss
 from subspaces.train.engine import FitResult
 from subspaces.train.sentence import EncoderTrainConfig, train_sentence_loss
 
@@ -25,11 +27,19 @@ class MatryoshkaConfig(EncoderTrainConfig):
     temperature: float = 0.05
     hard_negative_weight: float = 0.0
     mic: bool = False
+    # MIC (see subspaces.losses.mic for what each weight multiplies; the defaults are ours)
     gamma: float = 0.1
-    tau_corr: float = 0.1
-    lambda_var: float = 1.0
+    tau_corr: float = 0.0
+    lambda_corr: float = 100.0
+    lambda_var: float = 25.0
+    var_floor: float = 0.5
+    relative_floor: bool = True
+    lambda_sir: float = 1.0
     t: float = 2.0
-    layers: Sequence[int] | None = None  # default: the middle and the last transformer layer
+    lambda_distill: float = 0.1
+    distill_temperature: float = 0.05
+    layers: Sequence[int] | None = None  # default: the middle and the last layer ("all"), one per dim ("paired")
+    layer_prefix_mapping: LayerPrefixMapping = "all"
     stsb_dev: bool = True
     stsb_dev_limit: int | None = None
 
@@ -52,6 +62,13 @@ def build_loss(model, config: MatryoshkaConfig) -> nn.Module:
             tau_corr=config.tau_corr,
             lambda_var=config.lambda_var,
             t=config.t,
+            lambda_corr=config.lambda_corr,
+            var_floor=config.var_floor,
+            relative_floor=config.relative_floor,
+            lambda_sir=config.lambda_sir,
+            lambda_distill=config.lambda_distill,
+            distill_temperature=config.distill_temperature,
+            layer_prefix_mapping=config.layer_prefix_mapping,
         )
     return loss
 
@@ -61,6 +78,20 @@ class STSBDevAtDims(STSBDevEvaluator):
 
     def __init__(self, dims: Sequence[int | None], limit: int | None = None) -> None:
         super().__init__(limit=limit, dims=dims)
+
+
+def _recording_terms(
+    loss: MICLoss, records: list[dict], callback: Callable[[int, float], None] | None
+) -> Callable[[int, float], None]:
+    """A training callback that keeps ``loss.last_terms`` after step 1 (measured on the start weights) and every 10."""
+
+    def record(step: int, value: float) -> None:
+        if step == 1 or step % 10 == 0:
+            records.append({"step": step, "terms": dict(loss.last_terms)})
+        if callback is not None:
+            callback(step, value)
+
+    return record
 
 
 def train_matryoshka(
@@ -80,9 +111,18 @@ def train_matryoshka(
     if evaluator is None and config.stsb_dev:
         evaluator = STSBDevAtDims(config.dims, config.stsb_dev_limit)
     settings = {name: getattr(config, name) for name in _LOSS_FIELDS}
-    return train_sentence_loss(
+    records: list[dict] = []
+    mic = loss if isinstance(loss, MICLoss) else None
+    if mic is not None:
+        callback = _recording_terms(mic, records, callback)
+    result = train_sentence_loss(
         model, loss, examples, config, evaluator, settings=settings, card_notes=card_notes, callback=callback
     )
+    if mic is not None and records and records[-1]["step"] != result.steps:  # the loss still holds the last terms
+        records.append({"step": result.steps, "terms": dict(mic.last_terms)})
+    if records:  # in memory only: trainer_state.json is written by the engine, which does not see the terms
+        result.history = sorted([*result.history, *records], key=lambda entry: entry["step"])
+    return result
 
 
 # What changes the objective or the choice of the best model: a resume must agree on them.
@@ -94,9 +134,16 @@ _LOSS_FIELDS = (
     "mic",
     "gamma",
     "tau_corr",
+    "lambda_corr",
     "lambda_var",
+    "var_floor",
+    "relative_floor",
+    "lambda_sir",
     "t",
+    "lambda_distill",
+    "distill_temperature",
     "layers",
+    "layer_prefix_mapping",
     "stsb_dev",
     "stsb_dev_limit",
 )
