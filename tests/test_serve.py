@@ -186,7 +186,7 @@ def test_a_request_past_its_timeout_is_504_and_is_never_run(serve):
 
 def test_health_is_ready_only_once_the_model_loaded(tmp_path):
     with TestClient(create_app(ServeSettings(model=str(tmp_path / "missing")))) as client:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # the first import of torch alone can take 10 s on busy cores
         while client.get("/health").json()["status"] == "loading" and time.monotonic() < deadline:
             time.sleep(0.02)
         health = client.get("/health")
@@ -201,7 +201,7 @@ def test_health_loads_in_the_background(tiny_model_dir):
         deadline = time.monotonic() + 30
         while client.get("/health").status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert client.get("/health").json() == {"status": "ok", "model": "st"}
+        assert client.get("/health").json() == {"status": "ok", "model": "st", "backend": "torch"}
         assert client.post("/v1/embeddings", json={"input": "a"}).status_code == 200
     assert first in (200, 503)  # answered while loading, never blocked by it
 
@@ -321,6 +321,88 @@ def test_search_over_a_store(tiny_model_dir, tmp_path):
     assert len(full["data"]) == 2 and funnel["data"][0]["id"] == "c" and bad.status_code == 422
 
 
+def _ready(client: TestClient) -> None:
+    deadline = time.monotonic() + 30
+    while client.get("/health").status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_conditioned_search_ranks_by_the_heads_similarity(tiny_model_dir, tmp_path):
+    pytest.importorskip("subspaces.store")
+    from subspaces.models.triencoder import TriEncoder, build_tri_encoder
+    from subspaces.store import Store
+
+    build_tri_encoder(str(tiny_model_dir), head="hypernet", rank=4, seed=0).save(tmp_path / "head")
+    Store.create(tmp_path / "store", str(tiny_model_dir)).add(TEXTS, ids=["a", "b", "c", "d"])
+    query = "A red guitar in a small house."
+    # What the head says of the query and each row under the condition: the order the search must give.
+    want = TriEncoder.load(tmp_path / "head").similarity([query] * 4, TEXTS, ["colour"] * 4)
+    order = np.argsort(-want, kind="stable")
+    settings = ServeSettings(model=str(tiny_model_dir), store=tmp_path / "store", head=tmp_path / "head")
+    with TestClient(create_app(settings)) as client:
+        _ready(client)
+        first = client.post("/v1/search", json={"query": query, "k": 4, "condition": "colour"}).json()
+        again = client.post("/v1/search", json={"query": query, "k": 4, "condition": "colour"}).json()
+        plain = client.post("/v1/search", json={"query": query, "k": 4}).json()
+        mixed = client.post("/v1/search", json={"query": query, "condition": "colour", "dimensions": 8})
+        text = client.get("/metrics").text
+        listed = client.get("/v1/models").json()["data"][0]
+    assert [d["id"] for d in first["data"]] == ["abcd"[i] for i in order]
+    np.testing.assert_allclose([d["score"] for d in first["data"]], want[order], atol=1e-5)
+    assert again["data"] == first["data"] and plain["data"] != first["data"]
+    assert mixed.status_code == 422 and "dimensions" in mixed.json()["error"]["message"]
+    assert metric(text, "subspaces_cache_hits_total", cache="condition_params") >= 1  # the second request's matrix
+    assert listed["search"] is True and listed["conditions"] is True
+
+
+def test_conditioned_search_without_a_head_is_422(tiny_model_dir, tmp_path):
+    store_module = pytest.importorskip("subspaces.store")
+    store_module.Store.create(tmp_path / "store", str(tiny_model_dir)).add(TEXTS)
+    with TestClient(create_app(ServeSettings(model=str(tiny_model_dir), store=tmp_path / "store"))) as client:
+        _ready(client)
+        refused = client.post("/v1/search", json={"query": TEXTS[0], "condition": "colour"})
+        listed = client.get("/v1/models").json()["data"][0]
+    assert refused.status_code == 422 and "--head" in refused.json()["error"]["message"]
+    assert listed["search"] is True and listed["conditions"] is False
+
+
+def test_onnx_backend_serves_what_torch_encodes(tiny_model_dir, engine):
+    from subspaces.models.encoder import encode
+
+    settings = ServeSettings(model=str(tiny_model_dir), backend="onnx")
+    with TestClient(create_app(settings)) as client:
+        _ready(client)
+        served = client.post("/v1/embeddings", json={"input": TEXTS}).json()["data"]
+        listed = client.get("/v1/models").json()["data"][0]
+        health = client.get("/health").json()
+    assert type(client.app.state.serve.engine.model[0].model).__name__ == "RuntimeModel"
+    np.testing.assert_allclose([d["embedding"] for d in served], encode(engine.model, TEXTS, normalize=True), atol=1e-5)
+    assert (listed["backend"], listed["precision"], health["backend"]) == ("onnx", "fp32", "onnx")
+
+
+def test_bad_backend_settings_are_refused_before_loading(tiny_model_dir):
+    from subspaces.errors import SubspacesError
+
+    for options, message in (
+        ({"backend": "tensorrt"}, "unknown backend"),
+        ({"precision": "int8"}, "needs --backend onnx"),
+        ({"backend": "onnx", "device": "cuda"}, "runs on the CPU"),
+    ):
+        with pytest.raises(SubspacesError, match=message):
+            ServeSettings(model=str(tiny_model_dir), **options)
+
+
+def test_the_page_is_served_without_the_key_and_locked_down(serve):
+    with serve(api_key="s3cret") as client:
+        page = client.get("/")
+        assert client.get("/v1/models").status_code == 401  # what the page calls still needs the key
+    policy = page.headers["content-security-policy"]
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "default-src 'none'" in policy and "script-src 'sha256-" in policy and "connect-src 'self'" in policy
+    assert "http" not in page.text.replace("http-equiv", "")  # self-contained: no CDN, nothing from elsewhere
+    assert 'id="query"' in page.text and 'id="dims"' in page.text and 'id="condition"' in page.text
+
+
 def test_no_search_route_without_a_store(serve):
     with serve() as client:
         assert client.post("/v1/search", json={"query": "a"}).status_code == 404
@@ -407,6 +489,7 @@ def test_serve_command_checks_its_options_before_starting(tmp_path, tiny_model_d
         (["--model", str(tiny_model_dir), "--api-key-file", str(empty)], "is empty"),
         (["--model", str(tiny_model_dir), "--head", str(tmp_path / "nohead")], "not a folder"),
         (["--model", str(tiny_model_dir), "--max-queue", "0"], "at least 1"),
+        (["--model", str(tiny_model_dir), "--precision", "int8"], "needs --backend onnx or openvino"),
     ]:
         result = runner.invoke(app, ["serve", *args])
         assert result.exit_code == 2, result.output

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from subspaces.cli.common import ModelOpt, ThreadsOpt, console, user_errors
+from subspaces.cli.core import Backend, BackendOpt, Precision, PrecisionOpt
 from subspaces.cli.groups import app
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -43,10 +44,13 @@ def serve_cmd(
         typer.Option(help="An origin browsers may call the API from (repeatable); none by default."),
     ] = None,
     device: Annotated[str, typer.Option(help="Torch device: cpu, cuda, cuda:N or mps.")] = "cpu",
+    backend: BackendOpt = Backend.torch,
+    precision: PrecisionOpt = Precision.fp32,
     threads: ThreadsOpt = None,
 ) -> None:
     """Serve embeddings over HTTP: OpenAI's /v1/embeddings (with Matryoshka dimensions), /v1/similarity (with a
-    condition under --head), /v1/search (with --store), /v1/models, /health and /metrics. See docs/serve.md."""
+    condition under --head), /v1/search (with --store, and a condition under --head), /v1/models, /health, /metrics,
+    and a search page at /. See docs/serve.md."""
     from subspaces.errors import SubspacesError
     from subspaces.models.registry import check_model
 
@@ -79,6 +83,8 @@ def serve_cmd(
         head=head,
         store=store,
         device=device,
+        backend=backend.value,
+        precision=precision.value,
         model_id=model_id,
         api_key=read_api_key(api_key_file) if api_key_file is not None else None,
         max_batch_tokens=max_batch_tokens,
@@ -94,6 +100,7 @@ def serve_cmd(
             f"[yellow]warning:[/] listening on {host} without --api-key-file: anyone who reaches it may use it"
         )
     console.print(
-        f"serving {settings.served_id!r} on http://{host}:{port} (the model loads now; GET /health says when)"
+        f"serving {settings.served_id!r} ({backend.value} {precision.value}) on http://{host}:{port} "
+        "(the model loads now; GET /health says when)"
     )
     uvicorn.run(create_app(settings), host=host, port=port, log_level="info", timeout_graceful_shutdown=5)

@@ -1,7 +1,8 @@
 """The FastAPI app: ``create_app(settings)`` builds one; nothing is loaded until it starts.
 
-Routes: ``POST /v1/embeddings`` (OpenAI's shape), ``POST /v1/similarity``, ``POST /v1/search`` (with ``--store``),
-``GET /v1/models``, ``GET /health`` (200 only once the model is loaded), ``GET /metrics`` (Prometheus).
+Routes: ``GET /`` (the page, :mod:`~subspaces.serve.page`), ``POST /v1/embeddings`` (OpenAI's shape),
+``POST /v1/similarity``, ``POST /v1/search`` (with ``--store``; a ``condition`` with ``--head``), ``GET /v1/models``,
+``GET /health`` (200 only once the model is loaded), ``GET /metrics`` (Prometheus).
 Every error is a JSON body ``{"error": {"message", "type", "code"}}``: 401 without the API key, 404 for an
 unknown model, 413 for a request over the limits, 422 for malformed JSON or wrong types or values, 503 (with
 ``Retry-After``) while loading or when the queue is full, 504 when a request outlasts its timeout.
@@ -119,10 +120,17 @@ def create_app(settings: ServeSettings, *, engine: Engine | None = None) -> Fast
 
     guarded = [Depends(authorised)]
 
+    @app.get("/")
+    async def index() -> Response:
+        from subspaces.serve.page import page
+
+        body, headers = page()
+        return Response(body, media_type="text/html; charset=utf-8", headers=headers)
+
     @app.get("/health")
     async def health() -> JSONResponse:
         if state.batcher is not None:
-            return JSONResponse({"status": "ok", "model": settings.served_id})
+            return JSONResponse({"status": "ok", "model": settings.served_id, "backend": settings.backend})
         status = "failed" if state.failure else "loading"
         return JSONResponse({"status": status, "error": state.failure}, status_code=503)
 
@@ -135,7 +143,14 @@ def create_app(settings: ServeSettings, *, engine: Engine | None = None) -> Fast
     async def models() -> JSONResponse:
         engine, _ = state.ready()
         entry = {"id": settings.served_id, "object": "model", "created": 0, "owned_by": "subspaces"}
-        return JSONResponse({"object": "list", "data": [{**entry, "dimensions": engine.dim}]})
+        served = {
+            "dimensions": engine.dim,
+            "backend": settings.backend,
+            "precision": settings.precision,
+            "search": engine.store is not None,  # what the page offers
+            "conditions": engine.tri is not None,
+        }
+        return JSONResponse({"object": "list", "data": [{**entry, **served}]})
 
     @app.post("/v1/embeddings", dependencies=guarded)
     async def embeddings(body: EmbeddingRequest) -> JSONResponse:
@@ -185,11 +200,14 @@ def create_app(settings: ServeSettings, *, engine: Engine | None = None) -> Fast
             engine, batcher = state.ready()
             _check_model(body.model, settings)
             if body.condition is not None:
-                raise ApiError(422, "conditioned search is not supported yet")
+                if body.dimensions is not None:
+                    raise ApiError(422, "dimensions cannot be combined with a condition: the head works at full size")
+                if engine.tri is None:
+                    raise ApiError(422, "this server has no condition head (start it with --head DIR)")
             _checked(engine.check_dimensions, body.dimensions)
             rows, tokens = await _encode(engine, batcher, [body.query], settings.request_timeout_s)
-            query = truncate_rows(rows, None)[0]
-            hits = await _wait(batcher, lambda: engine.search(query, body.k, body.dimensions), settings)
+            query, condition = truncate_rows(rows, None)[0], body.condition
+            hits = await _wait(batcher, lambda: engine.search(query, body.k, body.dimensions, condition), settings)
             data = [
                 {"object": "search_result", "rank": i, "id": id_, "score": float(score), "text": text}
                 for i, (id_, score, text) in enumerate(zip(hits["ids"], hits["scores"], hits["texts"], strict=True))

@@ -23,8 +23,10 @@ class Engine:
     """The encoder, and optionally a tri-encoder (``--head``) and a store (``--store``), loaded from settings."""
 
     def __init__(self, settings: ServeSettings) -> None:
+        from subspaces.models.backends import with_backend
         from subspaces.models.encoder import load_encoder
 
+        self.backend, self.precision = settings.backend, settings.precision
         self.model = load_encoder(settings.model, device=settings.device)
         self.model.eval()
         self.dim = int(self.model.get_embedding_dimension() or 0)
@@ -45,7 +47,10 @@ class Engine:
             self.store = Store.open(settings.store)
             # The route encodes queries with the served model: its vectors must be the store's kind.
             space = self.store.manifest.spaces[self.store.manifest.active]
+            # Checked on the torch weights, before an exported graph replaces them (a graph has no parameters to
+            # hash): an fp32 graph gives the same vectors to ~1e-6, an int8 one queries fp32 rows a little less well.
             space.model.check(ModelFingerprint.of(self.model, settings.model), what=f"--model {settings.model}")
+        with_backend(self.model, settings.backend, settings.precision)
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:
         """Tokens the model reads of each text (after truncation at its ``max_seq_length``)."""
@@ -76,12 +81,20 @@ class Engine:
         first, second = [a for a, _ in pairs], [b for _, b in pairs]
         return self.tri.similarity(first, second, [condition] * len(pairs))
 
-    def search(self, query: np.ndarray, k: int, dimensions: int | None) -> dict[str, Any]:
+    def search(
+        self, query: np.ndarray, k: int, dimensions: int | None = None, condition: str | None = None
+    ) -> dict[str, Any]:
         """The ``k`` store rows nearest one unit query row: ``{"ids", "scores", "texts"}`` (a funnel with
-        ``dimensions``: a shortlist on the prefix, re-ranked at full size)."""
+        ``dimensions``: a shortlist on the prefix, re-ranked at full size). Under ``condition``, the store's
+        conditional search: query and rows projected by the head's matrix for it, ranked exactly by cosine (the
+        store checks the head sits on its model, and keeps the projected rows of recent conditions)."""
         if self.store is None:
             raise SubspacesError("this server has no store: start it with --store DIR")
-        return self.store.search_vectors(query[None, :], k, dims=dimensions)[0]
+        if condition is None:
+            return self.store.search_vectors(query[None, :], k, dims=dimensions)[0]
+        if self.tri is None:
+            raise SubspacesError("this server has no condition head: start it with --head DIR")
+        return self.store.search_vectors(query[None, :], k, condition=condition, head=self.tri)[0]
 
     def cache_stats(self) -> dict[str, dict[str, Any]]:
         """Per-cache statistics (hits, lookups, bytes, ...) of the tri-encoder's caches, when one is loaded."""

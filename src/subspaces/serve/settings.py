@@ -18,6 +18,8 @@ class ServeSettings:
         head: a saved Hyper-CL tri-encoder folder (``subspaces cond train``'s output), for conditioned similarity.
         store: a :class:`subspaces.store.Store` folder, for ``/v1/search``.
         device: the torch device the model runs on.
+        backend, precision: how the transformer runs (:func:`subspaces.models.encoder.load_encoder`): torch, or an
+            exported ONNX Runtime / OpenVINO graph, fp32 or int8 (those two on the CPU only).
         model_id: the id ``/v1/models`` lists and requests may name (default: the model's name or folder name).
         api_key: when set, every route but ``/health`` needs ``Authorization: Bearer <api_key>``.
         max_batch_tokens: the padded size of one batch (texts x longest text, in tokens).
@@ -35,6 +37,8 @@ class ServeSettings:
     head: Path | None = None
     store: Path | None = None
     device: str = "cpu"
+    backend: str = "torch"
+    precision: str = "fp32"
     model_id: str | None = None
     api_key: str | None = field(default=None, repr=False)
     max_batch_tokens: int = 16384
@@ -53,6 +57,11 @@ class ServeSettings:
             raise SubspacesError(f"max-wait-ms must be 0 or more, got {self.max_wait_ms}")
         if self.request_timeout_s <= 0:
             raise SubspacesError(f"request timeout must be positive, got {self.request_timeout_s}")
+        from subspaces.models.backends import check_backend
+
+        check_backend(self.backend, self.precision)
+        if self.backend != "torch" and self.device != "cpu":
+            raise SubspacesError(f"backend {self.backend!r} runs on the CPU; use --device cpu (or --backend torch)")
         if self.api_key is not None and not self.api_key:
             raise SubspacesError("the API key is empty")
 
