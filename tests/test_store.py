@@ -88,16 +88,21 @@ def test_funnel_with_a_full_shortlist_equals_exact_search(tmp_path):
     made.add(texts[:150], ids=range(150))
     queries = texts[150:]
     exact = made.search(queries, k=5, model=encoder)
-    funnel = made.search(queries, k=5, model=encoder, dims=8, rerank="full", shortlist=150)
-    for a, b in zip(exact, funnel, strict=True):
-        assert a["ids"] == b["ids"]
-        np.testing.assert_allclose(a["scores"], b["scores"], atol=1e-5)
-    short = made.search(queries, k=5, model=encoder, dims=8, shortlist=10)
+    # the shortlist is a multiple of k: 30 x 5 = 150 rows is the whole store, and a larger one is cut to it
+    for factor in (30, 1000):
+        funnel = made.search(queries, k=5, model=encoder, dims=8, rerank="full", shortlist=factor)
+        for a, b in zip(exact, funnel, strict=True):
+            assert a["ids"] == b["ids"]
+            np.testing.assert_allclose(a["scores"], b["scores"], atol=1e-5)
+    short = made.search(queries, k=5, model=encoder, dims=8, shortlist=2)  # 10 candidates
     assert np.mean([set(a["ids"]) == set(b["ids"]) for a, b in zip(exact, short, strict=True)]) < 1  # it does cut
     prefix_only = made.search(queries, k=5, model=encoder, dims=8, rerank="none")
     assert all(len(r["ids"]) == 5 for r in prefix_only)
+    # shortlist 1 = k candidates: the prefix ranking's top k, re-ordered by the full vectors
+    same_set = made.search(queries, k=5, model=encoder, dims=8, shortlist=1)
+    assert [set(a["ids"]) for a in same_set] == [set(b["ids"]) for b in prefix_only]
     with pytest.raises(SubspacesError, match="shortlist"):
-        made.search(queries, k=5, model=encoder, dims=8, shortlist=3)
+        made.search(queries, k=5, model=encoder, dims=8, shortlist=0)
 
 
 def test_ann_index_search_finds_each_row(tmp_path, tiny_model_dir):
@@ -284,3 +289,134 @@ def test_migration_recovers_a_rotation_and_dual_reads_until_commit(tmp_path):
     with pytest.raises(SubspacesError, match="retired"):
         reopened.search(texts[3], model=old_model)
     assert reopened.search(texts[3], k=1, model=new_model)["ids"] == ["3"]
+
+
+def tri_encoder(model_dir, seed: int = 0):
+    from subspaces.models.encoder import load_encoder
+    from subspaces.models.heads import make_head
+    from subspaces.models.triencoder import TriEncoder
+
+    torch.manual_seed(seed)
+    return TriEncoder(load_encoder(model_dir), make_head("hypernet", 32, 4), encoder_name=str(model_dir))
+
+
+def test_conditional_search_ranks_by_the_heads_projection_and_caches_the_condition(tmp_path):
+    from subspaces.models.heads import make_head
+    from subspaces.models.triencoder import TriEncoder
+
+    # Spread-out synthetic vectors (a random BERT's are near-parallel): texts and the conditions in one table.
+    texts, conditions = [f"text {i}" for i in range(80)], ["the colour", "the size"]
+    encoder = LookupEncoder(texts + conditions, np.random.default_rng(0).normal(size=(82, 32)))
+    made = Store.create(tmp_path / "s", encoder)
+    made.add(texts[:60], ids=range(60))
+    torch.manual_seed(0)
+    tri = TriEncoder(encoder, make_head("hypernet", 32, 4)).eval()
+    queries = texts[60:]
+    hits = made.search(queries, k=5, condition="the colour", head=tri)
+    # by hand: every row and each query projected under the condition, ranked by cosine
+    with torch.no_grad():
+        rows = torch.nn.functional.normalize(tri.project(texts[:60], ["the colour"] * 60), dim=1)
+        q = torch.nn.functional.normalize(tri.project(queries, ["the colour"] * 20), dim=1)
+    scores, order = torch.sort(q @ rows.T, descending=True)
+    assert [h["ids"] for h in hits] == [[str(int(i)) for i in row[:5]] for row in order]
+    np.testing.assert_allclose([h["scores"] for h in hits], scores[:, :5].numpy(), atol=1e-5)
+    plain = made.search(queries, k=5, model=encoder)
+    other = made.search(queries, k=5, condition="the size", head=tri)
+    assert [h["ids"] for h in hits] != [h["ids"] for h in plain] != [h["ids"] for h in other]  # conditions matter
+    assert made.search(texts[7], k=1, condition="the size", head=tri)["ids"] == ["7"]
+
+    tri.clear_caches()
+    for condition in ("the colour", "the size", "the colour"):
+        made.search(queries[:3], k=3, condition=condition, head=tri)
+    params = tri.cache_stats()["caches"]["condition_params"]
+    assert params["misses"] == 2 and params["hits"] == 1  # each condition's matrices computed once
+    vectors = encoder.encode(queries).numpy()
+    direct = made.search_vectors(vectors, k=5, condition="the colour", head=tri)  # the server's entry point
+    assert [h["ids"] for h in direct] == [h["ids"] for h in hits]
+
+
+def test_a_condition_head_folder_is_loaded_once(store, tmp_path, tiny_model_dir):
+    tri_encoder(tiny_model_dir).save(tmp_path / "head")
+    loaded = store.condition_head(tmp_path / "head")
+    assert store.condition_head(tmp_path / "head") is loaded
+    texts = sentences(60)
+    assert store.search(texts[4], k=3, condition="the colour", head=tmp_path / "head")["ids"][0] == "4"
+
+
+def test_conditional_search_refuses_a_head_on_another_model_and_bad_options(store, tmp_path):
+    from subspaces.models.encoder import build_random_bert, portable
+
+    other = tmp_path / "other"
+    portable(build_random_bert(tmp_path / "hf", num_layers=1, hidden_size=32, num_heads=2, seed=3)).save(str(other))
+    tri_encoder(other).save(tmp_path / "head")
+    with pytest.raises(SubspacesError, match="condition head's encoder .* is not the store's model"):
+        store.search("a cat", condition="size", head=tmp_path / "head")
+    with pytest.raises(SubspacesError, match="needs both"):
+        store.search("a cat", condition="size")
+    with pytest.raises(SubspacesError, match="exact"):
+        store.search("a cat", condition="size", head=tmp_path / "head", dims=8)
+
+
+def test_cli_conditional_search(store, tmp_path, tiny_model_dir):
+    tri_encoder(tiny_model_dir).save(tmp_path / "head")
+    args = ("store", "search", store.path, "a red house", "--condition", "the colour", "--head", tmp_path / "head")
+    result = cli(*args, "-k", "3")
+    assert result.exit_code == 0, result.output
+    assert "a red house" in result.output
+    result = cli("store", "search", store.path, "a red house", "--condition", "the colour")
+    assert result.exit_code == 2 and "needs both" in " ".join(result.output.split())
+
+
+def test_a_store_is_searched_on_another_backend_by_the_same_weights(store):
+    texts = sentences(60)
+    onnx = Store.open(store.path, backend="onnx")
+    hits = onnx.search(texts[:5], k=3)
+    assert [h["ids"][0] for h in hits] == ["0", "1", "2", "3", "4"]  # same fingerprint: accepted, same vectors
+    np.testing.assert_allclose(hits[0]["scores"], store.search(texts[0], k=3)["scores"], atol=1e-4)
+    with pytest.raises(SubspacesError, match="runs on the CPU"):
+        Store.open(store.path, backend="onnx", device="cuda")
+    with pytest.raises(SubspacesError, match="int8 needs --backend"):
+        Store.open(store.path, precision="int8")
+    result = cli("store", "search", store.path, "a cat", "--backend", "torch", "--precision", "int8")
+    assert result.exit_code == 2 and "int8 needs" in " ".join(result.output.split())
+
+
+@pytest.fixture
+def wordnet(tmp_path, monkeypatch):
+    import gzip
+
+    folder = tmp_path / "data" / "wordnet_sentences"
+    folder.mkdir(parents=True)
+    texts = sentences(80, seed=5)
+    with gzip.open(folder / "wordnet30_definitions.txt.gz", "wt") as f:
+        f.write("\n".join(texts[:50]) + "\n")
+    with gzip.open(folder / "wordnet30_examples.txt.gz", "wt") as f:
+        f.write("\n".join([texts[0], *texts[50:]]) + "\n")  # a repeat is kept once
+    monkeypatch.setenv("SUBSPACES_DATA", str(tmp_path / "data"))
+    return texts
+
+
+def test_demo_builds_then_reuses_then_grows_and_rebuilds_for_another_model(wordnet, tmp_path, tiny_model_dir):
+    from subspaces.models.encoder import build_random_bert, portable
+    from subspaces.store.demo import run
+
+    folder = tmp_path / "demo"
+    first = run(folder, model=str(tiny_model_dir), n=40, k=3, dims=8, shortlist=2, progress=False)
+    assert (first.rows, first.added, first.rebuilt) == (40, 40, False)
+    assert [len(r["exact"]["ids"]) for r in first.results] == [3] * 4 and 0 <= first.results[0]["overlap"] <= 1
+    again = run(folder, model=str(tiny_model_dir), n=40, k=3, dims=8, progress=False)
+    assert (again.rows, again.added, again.rebuilt) == (40, 0, False)
+    assert again.results[0]["exact"] == first.results[0]["exact"]
+    assert run(folder, model=str(tiny_model_dir), n=1000, k=3, dims=8, progress=False).rows == 80  # all there are
+    other = tmp_path / "other"
+    portable(build_random_bert(tmp_path / "hf", num_layers=1, hidden_size=32, num_heads=2, seed=3)).save(str(other))
+    rebuilt = run(folder, model=str(other), n=40, k=3, dims=8, progress=False)
+    assert (rebuilt.rows, rebuilt.added, rebuilt.rebuilt) == (40, 40, True)
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "notes.txt").write_text("mine")
+    with pytest.raises(SubspacesError, match="already exists"):  # a folder that is not a store is never removed
+        run(tmp_path / "plain", model=str(other), n=40, progress=False)
+    result = cli("store", "demo", folder, "--model", other, "--n", "40", "--dims", "8", "-k", "3")
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.output.split())
+    assert "store reused" in flat and "the store lies in" in flat and "subspaces eval sts" in flat

@@ -8,7 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import ThreadsOpt, console, show, table, user_errors
+from subspaces.cli.common import DeviceOpt, ThreadsOpt, console, show, table, user_errors
+from subspaces.cli.core import Backend, BackendOpt, Precision, PrecisionOpt
 from subspaces.cli.groups import app
 
 store_app = typer.Typer(
@@ -19,6 +20,22 @@ app.add_typer(store_app, name="store")
 
 DirArg = Annotated[Path, typer.Argument(help="The store's folder.")]
 RESUME = "every batch already written is committed whole; rerun the same command to add the rest"
+RayOpt = Annotated[bool, typer.Option("--ray", help="Encode on Ray Data: a local runtime, or --ray-address.")]
+RayAddressOpt = Annotated[
+    Optional[str],
+    typer.Option(help="A Ray cluster to run on (e.g. auto, ray://head:10001); implies --ray.", show_default=False),
+]
+ActorsOpt = Annotated[Optional[int], typer.Option(help="With --ray: encoder actors (default: one per CPU).")]
+
+
+def _ray(ray: bool, address: Optional[str]) -> bool | str:
+    return address or ray
+
+
+def _open(store: Path, device: str, backend: Backend, precision: Precision):
+    from subspaces.store import Store
+
+    return Store.open(store, device=device, backend=backend.value, precision=precision.value)
 
 
 class Rerank(str, Enum):
@@ -31,12 +48,13 @@ class Rerank(str, Enum):
 def create_cmd(
     store: DirArg,
     model: Annotated[str, typer.Option("--model", "-m", help="Bundled model name or a local folder.")],
+    device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
 ) -> None:
     """Make an empty store for MODEL in a new folder (the model's fingerprint is recorded)."""
     from subspaces.store import Store
 
-    created = Store.create(store, model)
+    created = Store.create(store, model, device=device)
     fp = created.manifest.spaces[created.manifest.active].model
     console.print(f"created store {store} for {fp.label()} ({fp.dimension}-d, {fp.pooler})", highlight=False)
 
@@ -49,17 +67,29 @@ def add_cmd(
     id_field: Annotated[Optional[str], typer.Option(help="JSON lines: the id field (default: id, else line).")] = None,
     text_field: Annotated[str, typer.Option(help="JSON lines: the text field.")] = "text",
     batch_size: Annotated[int, typer.Option(help="Texts per encoder batch.")] = 64,
-    write_batch: Annotated[int, typer.Option(help="Rows per committed write.")] = 1024,
+    write_batch: Annotated[int, typer.Option(help="Rows per committed write (and per Ray block).")] = 1024,
+    ray: RayOpt = False,
+    ray_address: RayAddressOpt = None,
+    actors: ActorsOpt = None,
+    device: DeviceOpt = "cpu",
+    backend: BackendOpt = Backend.torch,
+    precision: PrecisionOpt = Precision.fp32,
     threads: ThreadsOpt = None,
 ) -> None:
     """Encode and append the rows of INPUT whose ids the store lacks (rerun after an interruption to finish)."""
-    from subspaces.store import Store
     from subspaces.store.inputs import read_rows
 
-    opened = Store.open(store)  # first: a missing store fails before the input is read
+    opened = _open(store, device, backend, precision)  # first: a missing store fails before the input is read
     rows = read_rows(input, id_field=id_field, text_field=text_field)
     result = opened.add(
-        rows.texts, rows.ids, rows.metadata, batch_size=batch_size, write_batch=write_batch, progress=True
+        rows.texts,
+        rows.ids,
+        rows.metadata,
+        batch_size=batch_size,
+        write_batch=write_batch,
+        progress=True,
+        ray=_ray(ray, ray_address),
+        actors=actors,
     )
     console.print(
         f"added {result['added']:,} rows, skipped {result['skipped']:,} already in the store; "
@@ -122,25 +152,44 @@ def search_cmd(
     rerank: Annotated[Rerank, typer.Option(help="With --dims: re-rank the shortlist by full vectors (funnel).")] = (
         Rerank.full
     ),
-    shortlist: Annotated[Optional[int], typer.Option(help="Funnel candidates per query (default 10 x k).")] = None,
+    shortlist: Annotated[
+        Optional[int], typer.Option(help="Funnel candidates per query, as a multiple of k (default 10: 10 x k).")
+    ] = None,
     ann: Annotated[bool, typer.Option("--ann", help="Use the store's ANN index (`store index`).")] = False,
     model: Annotated[
         Optional[str], typer.Option("--model", "-m", help="Query model (default: the store's; must match a space).")
     ] = None,
+    condition: Annotated[
+        Optional[str], typer.Option(help="Rank by similarity under this condition (needs --head).")
+    ] = None,
+    head: Annotated[
+        Optional[Path], typer.Option(help="A Hyper-CL tri-encoder folder (`cond train`) on the store's model.")
+    ] = None,
     batch_size: Annotated[int, typer.Option(help="Queries per encoder batch.")] = 64,
+    device: DeviceOpt = "cpu",
+    backend: BackendOpt = Backend.torch,
+    precision: PrecisionOpt = Precision.fp32,
     threads: ThreadsOpt = None,
 ) -> None:
     """The nearest rows of QUERY, or of each line of --queries (results in query order)."""
     from subspaces.errors import SubspacesError
     from subspaces.io import read_lines, save_json
-    from subspaces.store import Store
 
     if (query is None) == (queries is None):
         raise SubspacesError("give one QUERY or --queries FILE")
-    opened = Store.open(store)
+    opened = _open(store, device, backend, precision)
     texts = [query] if query is not None else read_lines(queries)  # type: ignore[arg-type]
     results = opened.search(
-        texts, k, model=model, dims=dims, rerank=rerank.value, shortlist=shortlist, ann=ann, batch_size=batch_size
+        texts,
+        k,
+        model=model,
+        dims=dims,
+        rerank=rerank.value,
+        shortlist=shortlist,
+        ann=ann,
+        condition=condition,
+        head=head,
+        batch_size=batch_size,
     )
     if json_path is not None:
         save_json(json_path, {"results": results})
@@ -164,22 +213,74 @@ def migrate_cmd(
         False
     ),
     seed: Annotated[int, typer.Option(help="Random seed (samples, the aligner).")] = 0,
+    ray: RayOpt = False,
+    ray_address: RayAddressOpt = None,
+    actors: ActorsOpt = None,
+    device: DeviceOpt = "cpu",
+    backend: BackendOpt = Backend.torch,
+    precision: PrecisionOpt = Precision.fp32,
     threads: ThreadsOpt = None,
 ) -> None:
     """Map the store into a new model's space beside the old one (both searchable), or --commit the switch."""
     from subspaces.errors import SubspacesError
-    from subspaces.store import Store
 
     if (to is None) == (not commit):
         raise SubspacesError("give --to MODEL to migrate, or --commit to switch to a pending migration")
-    opened = Store.open(store)
+    opened = _open(store, device, backend, precision)
     if commit:
         active = opened.commit()
         label = opened.manifest.spaces[active].model.label()
         console.print(f"space {active} ({label}) is now active; the old space is retired", highlight=False)
         return
-    report = opened.migrate(to, pairs=pairs, heldout=heldout, seed=seed, progress=True)
+    report = opened.migrate(
+        to, pairs=pairs, heldout=heldout, seed=seed, progress=True, ray=_ray(ray, ray_address), actors=actors
+    )
     rows = [[key, value] for key, value in report.items()]
     show(
         table(f"migration of {store} to {to} (pending: search with --model {to}; commit with --commit)", ["", ""], rows)
+    )
+
+
+@store_app.command("demo")
+@user_errors(interrupted=RESUME)
+def demo_cmd(
+    store: Annotated[Path, typer.Argument(help="The demo store's folder (reused when rerun).")] = Path(
+        "outputs/store-demo"
+    ),
+    model: Annotated[str, typer.Option("--model", "-m", help="Bundled model name or a local folder.")] = "minilm-l6",
+    n: Annotated[int, typer.Option(help="WordNet sentences in the store.")] = 3000,
+    k: Annotated[int, typer.Option("-k", help="Results per query.")] = 5,
+    dims: Annotated[int, typer.Option(help="Funnel prefix.")] = 128,
+    shortlist: Annotated[int, typer.Option(help="Funnel shortlist, a multiple of k.")] = 10,
+    threads: ThreadsOpt = None,
+) -> None:
+    """A store of N WordNet sentences on MODEL, a few queries by exact and funnel search, and where it lies."""
+    from subspaces.store.demo import run
+
+    demo = run(store, model=model, n=n, k=k, dims=dims, shortlist=shortlist)
+    state = "rebuilt (it held another model)" if demo.rebuilt else ("reused" if not demo.added else "built")
+    console.print(
+        f"store {state}: {demo.rows:,} WordNet sentences on {demo.model}, {demo.added:,} added "
+        f"in {demo.add_seconds:.1f}s",
+        highlight=False,
+    )
+    for result in demo.results:
+        exact, funnel = result["exact"], result["funnel"]
+        rows = [
+            [f"{e_score:.3f}", e_text, "=" if e_id == f_id else f_text]
+            for e_id, e_score, e_text, f_id, f_text in zip(
+                exact["ids"], exact["scores"], exact["texts"], funnel["ids"], funnel["texts"], strict=True
+            )
+        ]
+        title = f"{result['query']}  (funnel top-{k} overlap {result['overlap']:.0%})"
+        show(table(title, ["score", "exact", f"funnel {demo.dims}d x{demo.shortlist}"], rows))
+    console.print(
+        f"search: exact {demo.exact_ms:.2f} ms/query, funnel ({demo.dims} of the full dimensions, shortlist "
+        f"{demo.shortlist} x k) {demo.funnel_ms:.2f} ms/query\n"
+        f"the store lies in {demo.path.resolve()}\n"
+        f'try:   subspaces store search {demo.path} "your query" -k 10\n'
+        f'       subspaces store search {demo.path} "your query" --dims 64 --rerank full --shortlist 10\n'
+        f"       subspaces store info {demo.path}\n"
+        f"the STS table: subspaces eval sts --model {demo.model} --json outputs/sts-{demo.model}.json",
+        highlight=False,
     )

@@ -18,7 +18,8 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ import numpy as np
 
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.store import search as ops
+from subspaces.store.encoders import Runtime, load
 from subspaces.store.fingerprint import ModelFingerprint
 from subspaces.store.manifest import Manifest, Space
 
@@ -59,6 +61,7 @@ class _Loaded:
     vectors: np.ndarray
     index: Any = None
     prefixes: dict[int, Any] = field(default_factory=dict)
+    conditioned: Any = None  # an LRUCache: (head, condition) -> index over the rows projected under it
 
 
 def _schema(dim: int):
@@ -84,16 +87,19 @@ def _batch(
     import pyarrow as pa
 
     flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).ravel(), type=pa.float32())
-    meta = [m if m is None or isinstance(m, str) else json.dumps(m, ensure_ascii=False) for m in metadata]
     return pa.table(
         {
             "id": pa.array(list(ids), pa.string()),
             "text": pa.array(list(texts), pa.string()),
             "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
-            "metadata": pa.array(meta, pa.string()),
+            "metadata": pa.array(_metadata_strings(metadata), pa.string()),
         },
         schema=_schema(dim),
     )
+
+
+def _metadata_strings(metadata: Sequence[Any]) -> list[str | None]:
+    return [m if m is None or isinstance(m, str) else json.dumps(m, ensure_ascii=False) for m in metadata]
 
 
 def _vectors(column, dim: int) -> np.ndarray:
@@ -107,20 +113,35 @@ class Store:
     >>> store = Store.create("my-store", "minilm-l6")
     >>> store.add(["A man plays a guitar.", "A dog runs."], ids=["a", "b"])
     >>> store.search("someone playing music", k=1)  # {"query": ..., "ids": ["a"], "scores": [...], "texts": [...]}
+
+    ``device``, ``backend`` and ``precision`` say how the store runs every encoder it loads (:class:`Runtime`).
     """
 
-    def __init__(self, path: Path, manifest: Manifest) -> None:
+    def __init__(self, path: Path, manifest: Manifest, runtime: Runtime | None = None) -> None:
         import lancedb
 
         self.path = path
         self.manifest = manifest
+        self.runtime = runtime or Runtime()
         self._db = lancedb.connect(str(path / DB))
         self._loaded: dict[str, _Loaded] = {}
         self._models: dict[str, Any] = {}  # space -> loaded model
+        self._heads: dict[str, Any] = {}  # a condition head's folder -> the loaded tri-encoder
+        # a tri-encoder -> (the store weights its encoder was checked against, its head's fingerprint)
+        self._checked_heads: weakref.WeakKeyDictionary[Any, tuple[str, str]] = weakref.WeakKeyDictionary()
 
     # -- creating and opening ------------------------------------------------------------------------------
     @classmethod
-    def create(cls, path: str | os.PathLike[str], model: Any, *, name: str | None = None) -> Store:
+    def create(
+        cls,
+        path: str | os.PathLike[str],
+        model: Any,
+        *,
+        name: str | None = None,
+        device: str | None = "cpu",
+        backend: str = "torch",
+        precision: str = "fp32",
+    ) -> Store:
         """A new, empty store for ``model`` (a bundled name, a folder, or a loaded SentenceTransformer, then
         give ``name`` to reload it by). Refuses a folder that exists and is not empty."""
         import lancedb
@@ -128,8 +149,8 @@ class Store:
         folder = Path(path)
         if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
             raise SubspacesError(f"{folder} already exists and is not an empty folder; a store is made in a new one")
-        encoder, label = _load(model, name)
-        fingerprint = ModelFingerprint.of(encoder, label)
+        runtime = Runtime(device, backend, precision)
+        encoder, fingerprint = load(model, name, runtime)
         folder.mkdir(parents=True, exist_ok=True)
         try:
             with _lance_errors(str(folder)):
@@ -139,14 +160,22 @@ class Store:
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
-        store = cls(folder, manifest)
+        store = cls(folder, manifest, runtime)
         store._models["0"] = encoder
         return store
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> Store:
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        device: str | None = "cpu",
+        backend: str = "torch",
+        precision: str = "fp32",
+    ) -> Store:
         folder = Path(path)
-        return cls(folder, Manifest.load(folder))
+        runtime = Runtime(device, backend, precision)  # checked before the folder: a bad option changes nothing
+        return cls(folder, Manifest.load(folder), runtime)
 
     # -- models ---------------------------------------------------------------------------------------------
     def model(self, space: str | None = None) -> Any:
@@ -156,10 +185,14 @@ class Store:
             recorded = self._space(name).model
             if not recorded.name:
                 raise SubspacesError("the store's model was built in memory and has no name: pass model=...")
-            encoder, _ = _load(recorded.name, None)
-            recorded.check(ModelFingerprint.of(encoder, recorded.name), what=f"the model now at {recorded.name}")
+            encoder, fingerprint = self.load_model(recorded.name)
+            recorded.check(fingerprint, what=f"the model now at {recorded.name}")
             self._models[name] = encoder
         return self._models[name]
+
+    def load_model(self, model: Any, name: str | None = None) -> tuple[Any, ModelFingerprint]:
+        """``model`` loaded on the store's device and backend, and its fingerprint (the one place that loads)."""
+        return load(model, name, self.runtime)
 
     def _space_of(self, model: Any | None, space: str | None) -> tuple[str, Any]:
         """The space a query model's vectors belong to (and that model), or a refusal."""
@@ -167,8 +200,7 @@ class Store:
             name = space or self.manifest.active
             self._searchable(name)
             return name, self.model(name)
-        encoder, label = _load(model, None)
-        fingerprint = ModelFingerprint.of(encoder, label)
+        encoder, fingerprint = self.load_model(model)
         candidates = [space] if space else [self.manifest.active, *self.manifest.pending()]
         for name in candidates:
             if self._space(name).model.matches(fingerprint):
@@ -249,12 +281,17 @@ class Store:
         batch_size: int = 64,
         write_batch: int = 1024,
         progress: bool = False,
+        ray: bool | str = False,
+        actors: int | None = None,
     ) -> dict[str, int]:
         """Encode and append the rows whose ids the store lacks; returns ``{"added": n, "skipped": m}``.
 
         ``ids`` default to a hash of each text (so adding the same texts twice adds them once). Rows are written
         ``write_batch`` at a time, each batch one atomic commit: an interrupted call, rerun, adds the rest.
         Pending (migration) spaces get the new rows mapped by their aligner.
+
+        ``ray``: encode on Ray Data, ``True`` (or ``"local"``) on a local runtime, else the cluster at that
+        address, with ``actors`` actors (default: one per CPU of the cluster); see :mod:`.scaleout`.
         """
         from subspaces.models.encoder import check_batch_size, encode
         from subspaces.progress import Progress
@@ -267,28 +304,73 @@ class Store:
         _check_rows(texts, row_ids, meta)
         check_batch_size(write_batch, "write batch")
         active = self.manifest.active
-        _, encoder = self._space_of(model, active)
+        _, encoder = self._space_of(model, active)  # a model that is not the store's is refused here, first
         existing = self._ids(active)
         todo = [i for i, row_id in enumerate(row_ids) if row_id not in existing]
-        dim = self._space(active).model.dimension
-        table = self._table(active)
-        description = f"store add: encoding {len(todo):,} texts into {self.path.name}"
-        with Progress(len(todo), description, unit="text", enabled=progress and bool(todo)) as bar:
+        record = self._space(active).model
+
+        def encoded_here() -> Iterator[Any]:
             for start in range(0, len(todo), write_batch):
                 rows = todo[start : start + write_batch]
                 vectors = encode(encoder, [texts[i] for i in rows], batch_size=batch_size, normalize=True)
-                batch = _batch(
-                    dim, [row_ids[i] for i in rows], [texts[i] for i in rows], vectors, [meta[i] for i in rows]
+                yield _batch(
+                    record.dimension,
+                    [row_ids[i] for i in rows],
+                    [texts[i] for i in rows],
+                    vectors,
+                    [meta[i] for i in rows],
                 )
-                with _lance_errors(f"{self.path}, space {active}"):
-                    table.add(batch)
-                bar.update(len(rows))
+
+        blocks: Iterable[Any] = encoded_here()
+        if ray and todo:
+            from subspaces.store import scaleout
+
+            scaleout.start(ray)
+            blocks = scaleout.encode_rows(
+                [row_ids[i] for i in todo],
+                [texts[i] for i in todo],
+                _metadata_strings([meta[i] for i in todo]),
+                model=_shippable(model, record, encoder),
+                runtime=self.runtime,
+                expected=record,
+                batch_size=batch_size,
+                block_rows=write_batch,
+                actors=actors,
+            )
+        description = f"store add: encoding {len(todo):,} texts into {self.path.name}"
+        with Progress(len(todo), description, unit="text", enabled=progress and bool(todo)) as bar:
+            self._append(active, blocks, bar)
         for pending in self.manifest.pending():
-            self._sync(pending, progress=progress)
+            self._sync(pending, progress=progress, ray=ray, actors=actors)
         return {"added": len(todo), "skipped": len(texts) - len(todo)}
 
-    def _sync(self, name: str, *, chunk: int = 16_384, progress: bool = False) -> int:
-        """Map into mapped space ``name`` every row of its source space it lacks; returns how many."""
+    def _append(self, name: str, blocks: Iterable[Any], bar: Any) -> None:
+        """Commit each block as one LanceDB write (readers see it whole or not at all). An id this call already
+        wrote is dropped from a later block, so a block handed over twice (a retried Ray task) adds nothing."""
+        table = self._table(name)
+        schema = _schema(self._space(name).model.dimension)
+        written: set[str] = set()
+        for block in blocks:
+            ids = block.column("id").to_pylist()
+            fresh = [i for i, row_id in enumerate(ids) if row_id not in written]
+            block = (block if len(fresh) == len(ids) else block.take(fresh)).select(schema.names).cast(schema)
+            written.update(ids)
+            if block.num_rows:
+                with _lance_errors(f"{self.path}, space {name}"):
+                    table.add(block)
+            bar.update(block.num_rows)
+
+    def _sync(
+        self,
+        name: str,
+        *,
+        chunk: int = 16_384,
+        progress: bool = False,
+        ray: bool | str = False,
+        actors: int | None = None,
+    ) -> int:
+        """Map into mapped space ``name`` every row of its source space it lacks; returns how many. ``ray``: map
+        on Ray Data (as in :meth:`add`)."""
         from subspaces.align import MiniVec2Vec
         from subspaces.progress import Progress
 
@@ -301,20 +383,32 @@ class Store:
         if not len(missing):
             return 0
         aligner = MiniVec2Vec.load(self.path / space.aligner)
-        table = self._table(name)
         src_table = self._table(space.mapped_from)
         with _lance_errors(f"{self.path}, space {space.mapped_from}"):
             meta = src_table.to_arrow().column("metadata").to_pylist()
-        with Progress(len(missing), f"store migrate: mapping into space {name}", unit="row", enabled=progress) as bar:
+        dim = space.model.dimension
+
+        def mapped_here() -> Iterator[Any]:
             for start in range(0, len(missing), chunk):
                 rows = missing[start : start + chunk]
                 mapped = ops.unit_prefix(aligner.transform(source.vectors[rows]))
-                batch = _batch(
-                    space.model.dimension, source.ids[rows], source.texts[rows], mapped, [meta[i] for i in rows]
-                )
-                with _lance_errors(f"{self.path}, space {name}"):
-                    table.add(batch)
-                bar.update(len(rows))
+                yield _batch(dim, source.ids[rows], source.texts[rows], mapped, [meta[i] for i in rows])
+
+        blocks: Iterable[Any] = mapped_here()
+        if ray:
+            from subspaces.store import scaleout
+
+            scaleout.start(ray)
+            rows = _batch(
+                source.vectors.shape[1],
+                source.ids[missing],
+                source.texts[missing],
+                source.vectors[missing],
+                [meta[i] for i in missing],
+            )
+            blocks = scaleout.map_rows(rows, aligner, dim, block_rows=chunk, actors=actors)
+        with Progress(len(missing), f"store migrate: mapping into space {name}", unit="row", enabled=progress) as bar:
+            self._append(name, blocks, bar)
         return len(missing)
 
     def index(
@@ -368,6 +462,8 @@ class Store:
         shortlist: int | None = ...,
         ann: bool = ...,
         nprobes: int = ...,
+        condition: str | None = ...,
+        head: Any | None = ...,
         batch_size: int = ...,
     ) -> dict[str, Any]: ...
 
@@ -384,6 +480,8 @@ class Store:
         shortlist: int | None = ...,
         ann: bool = ...,
         nprobes: int = ...,
+        condition: str | None = ...,
+        head: Any | None = ...,
         batch_size: int = ...,
     ) -> list[dict[str, Any]]: ...
 
@@ -399,14 +497,18 @@ class Store:
         shortlist: int | None = None,
         ann: bool = False,
         nprobes: int = 20,
+        condition: str | None = None,
+        head: Any | None = None,
         batch_size: int = 64,
     ) -> dict[str, Any] | list[dict[str, Any]]:
         """The ``k`` nearest rows of each query: ``{"query", "ids", "scores", "texts"}``, in query order.
 
         ``model`` is the query encoder (default: the store's); one whose fingerprint matches no searchable space
         is refused. Exact search by default; ``ann=True`` reads the LanceDB index (:meth:`index`); ``dims=d``
-        searches the first ``d`` coordinates, and with ``rerank="full"`` (funnel) re-ranks a ``shortlist`` of
-        candidates (default ``10 * k``) by the full vectors.
+        searches the first ``d`` coordinates, and with ``rerank="full"`` (funnel) re-ranks a shortlist of
+        ``shortlist * k`` candidates (default ``10 * k``) by the full vectors. ``condition`` with ``head`` (a
+        Hyper-CL tri-encoder's folder, or the loaded model) ranks by similarity under that condition: queries
+        and rows projected by the condition's matrix (:meth:`search_vectors`).
         """
         from subspaces.models.encoder import encode
 
@@ -414,14 +516,26 @@ class Store:
         texts = [queries] if isinstance(queries, str) else list(queries)
         if not texts:
             return []
-        name, encoder = self._space_of(model, space)
+        _check_condition(condition, head, ann, dims)
+        if condition is not None and model is None:
+            # the head's encoder is the store's model (checked): it encodes the queries, loaded once
+            name, encoder = space or self.manifest.active, self.condition_head(head, space).encoder
+        else:
+            name, encoder = self._space_of(model, space)
         vectors = encode(encoder, texts, batch_size=batch_size, normalize=True)
         results = self.search_vectors(
-            vectors, k, space=name, dims=dims, rerank=rerank, shortlist=shortlist, ann=ann, nprobes=nprobes
+            vectors,
+            k,
+            space=name,
+            dims=dims,
+            rerank=rerank,
+            shortlist=shortlist,
+            ann=ann,
+            nprobes=nprobes,
+            condition=condition,
+            head=head,
         )
-        for text, result in zip(texts, results, strict=True):
-            result["query"] = text
-        ordered = [{"query": r.pop("query"), **r} for r in results]
+        ordered = [{"query": text, **result} for text, result in zip(texts, results, strict=True)]
         return ordered[0] if single else ordered
 
     def search_vectors(
@@ -435,8 +549,16 @@ class Store:
         shortlist: int | None = None,
         ann: bool = False,
         nprobes: int = 20,
+        condition: str | None = None,
+        head: Any | None = None,
     ) -> list[dict[str, Any]]:
-        """:meth:`search` for query vectors already in the space's model's coordinates (unit rows)."""
+        """:meth:`search` for query vectors already in the space's model's coordinates (unit rows).
+
+        ``shortlist`` is a multiple of ``k`` (at least 1; a shortlist longer than the store is the whole store).
+        With ``condition``, rows and queries are both projected by the head under it and ranked by cosine,
+        exactly; the head's condition matrices come from its own cache, and the projected rows of the last few
+        conditions are kept (per table version) so a repeated condition costs one search.
+        """
         name = space or self.manifest.active
         self._searchable(name)
         full = self._space(name).model.dimension
@@ -447,6 +569,9 @@ class Store:
             raise SubspacesError(f"rerank must be one of {', '.join(RERANK)}, got {rerank!r}")
         if dims is not None and not 0 < dims <= full:
             raise DimensionError(f"dims {dims} is outside 1..{full}")
+        if shortlist is not None and shortlist < 1:
+            raise SubspacesError(f"shortlist is a multiple of k and must be at least 1, got {shortlist}")
+        _check_condition(condition, head, ann, dims)
         if ann:
             if dims is not None:
                 raise SubspacesError("the ANN index reads full vectors: give either ann or dims, not both")
@@ -454,7 +579,10 @@ class Store:
         loaded = self._load_rows(name)
         if not len(loaded.ids):
             raise SubspacesError(f"{self.path}: the store is empty; add texts first (subspaces store add)")
-        if dims is None or dims == full:
+        if condition is not None:
+            index, projected = self._conditioned(name, loaded, head, condition, vectors)
+            scores, rows = ops.exact(index, projected, k)
+        elif dims is None or dims == full:
             if loaded.index is None:
                 loaded.index = ops.flat_index(loaded.vectors)
             scores, rows = ops.exact(loaded.index, vectors, k)
@@ -464,12 +592,88 @@ class Store:
             if rerank == "none":
                 scores, rows = ops.exact(loaded.prefixes[dims], ops.unit_prefix(vectors, dims), k)
             else:
-                size = shortlist if shortlist is not None else 10 * k
+                size = ops.check_k(k, len(loaded.ids)) * (shortlist if shortlist is not None else 10)
                 scores, rows = ops.funnel(loaded.prefixes[dims], loaded.vectors, vectors, k, size)
         return [
             {"ids": loaded.ids[r].tolist(), "scores": s.astype(float).tolist(), "texts": loaded.texts[r].tolist()}
             for s, r in zip(scores, rows, strict=True)
         ]
+
+    # -- conditional search ---------------------------------------------------------------------------------
+    def condition_head(self, head: Any, space: str | None = None) -> Any:
+        """The Hyper-CL tri-encoder ``head`` (a folder, loaded once on the store's device, or a loaded model),
+        checked to sit on the space's model: its projections read the space's vectors."""
+        from subspaces.models.triencoder import TriEncoder
+
+        name = space or self.manifest.active
+        if isinstance(head, (str, os.PathLike)):
+            key = str(Path(head).resolve())
+            if key not in self._heads:
+                from subspaces.cond.models import load_model
+
+                loaded = load_model(Path(head), device=self.runtime.device or "cpu")
+                if not isinstance(loaded, TriEncoder):
+                    raise SubspacesError(
+                        f"{head} is a bi-encoder: it reads the condition with each text, so stored vectors cannot "
+                        "be projected; conditional store search needs a tri-encoder head (cond train --arch tri)"
+                    )
+                self._heads[key] = loaded
+            tri = self._heads[key]
+        elif isinstance(head, TriEncoder):
+            tri = head
+        else:
+            raise SubspacesError(f"head must be a tri-encoder folder or a TriEncoder, not {type(head).__name__}")
+        record = self._space(name).model
+        if self._checked_heads.get(tri, ("",))[0] != record.weights:
+            from subspaces.models.store import model_fingerprint
+
+            fingerprint = ModelFingerprint.of(tri.encoder, tri.encoder_name or "")
+            record.check(fingerprint, what="the condition head's encoder")
+            if tri.head.kind == "concat" and "Normalize" not in record.pooler:
+                # ReLU(W [x; c] + b) is not scale-invariant, and the store keeps only unit vectors
+                raise SubspacesError(
+                    "a concat head reads the unnormalised embedding, which the store does not keep (its model does "
+                    "not normalise); use a hypernet or hadamard head, whose cosine does not depend on length"
+                )
+            self._checked_heads[tri] = (record.weights, model_fingerprint(tri.head))
+        return tri
+
+    def _conditioned(
+        self, name: str, loaded: _Loaded, head: Any, condition: str, queries: np.ndarray
+    ) -> tuple[Any, np.ndarray]:
+        """The index over the space's rows projected under ``condition`` (kept for a few conditions), and the
+        queries projected the same way; both unit rows, so inner product is the conditional cosine."""
+        import torch
+
+        from subspaces.cache import LRUCache
+
+        tri = self.condition_head(head, name)
+        device = tri.head_device
+
+        def project(vectors: np.ndarray, params: tuple[Any, ...]) -> np.ndarray:
+            out = []
+            with torch.no_grad():
+                for start in range(0, len(vectors), 16_384):  # bounded activations on a large store
+                    block = torch.tensor(vectors[start : start + 16_384], dtype=torch.float32, device=device)
+                    out.append(tri.head.project_shared(block, params).float().cpu().numpy())
+            return ops.unit_prefix(np.concatenate(out))
+
+        was_training = tri.training
+        tri.eval()  # as its own similarity(): no dropout, and the condition-matrix cache in use
+        try:
+            with torch.no_grad():
+                params, _ = tri.condition_params([condition])  # from the tri-encoder's condition-matrix cache
+            params = tuple(p.to(device) for p in params)
+            if loaded.conditioned is None:
+                loaded.conditioned = LRUCache(max_bytes=None, max_items=4, name="conditioned rows")
+            key = (self._checked_heads[tri][1], condition)
+            index = loaded.conditioned.get(key)
+            if index is None:
+                index = ops.flat_index(project(loaded.vectors, params))
+                loaded.conditioned.put(key, index)
+            return index, project(queries, params)
+        finally:
+            tri.train(was_training)
 
     def _search_ann(self, name: str, vectors: np.ndarray, k: int, nprobes: int) -> list[dict[str, Any]]:
         table = self._table(name)
@@ -494,13 +698,21 @@ class Store:
         return out
 
 
-def _load(model: Any, name: str | None) -> tuple[Any, str]:
-    """A loaded encoder and the name it is recorded under."""
-    from subspaces.models.encoder import load_encoder
-
+def _shippable(model: Any | None, record: ModelFingerprint, loaded: Any) -> Any:
+    """What a Ray worker loads its encoder from: the name given or recorded (each worker loads its own copy),
+    else the loaded model itself (shipped through Ray's object store)."""
     if isinstance(model, (str, os.PathLike)):
-        return load_encoder(model), name or str(model)
-    return model, name or ""
+        return str(model)
+    if model is None and record.name:
+        return record.name
+    return loaded
+
+
+def _check_condition(condition: str | None, head: Any, ann: bool, dims: int | None) -> None:
+    if (condition is None) != (head is None):
+        raise SubspacesError("conditional search needs both a condition and a head (--condition with --head)")
+    if condition is not None and (ann or dims is not None):
+        raise SubspacesError("conditional search is exact over the projected rows: drop --ann and --dims")
 
 
 def _text_id(text: str) -> str:

@@ -17,7 +17,6 @@ import numpy as np
 
 from subspaces.errors import SubspacesError
 from subspaces.store import search as ops
-from subspaces.store.fingerprint import ModelFingerprint
 from subspaces.store.manifest import Space
 
 if TYPE_CHECKING:
@@ -35,21 +34,22 @@ def migrate(
     seed: int = 0,
     batch_size: int = 64,
     progress: bool = False,
+    ray: bool | str = False,
+    actors: int | None = None,
 ) -> dict[str, Any]:
     """Fit, map and add a pending space for ``model``; returns its report. Rerun after an interruption, it
-    finishes the mapping (the fitted aligner is kept) instead of starting again."""
+    finishes the mapping (the fitted aligner is kept) instead of starting again. ``ray``: embed the fit sample
+    and map the rows on Ray Data (see :meth:`Store.add`); the held-out measurement runs here."""
     from subspaces.align import MiniVec2Vec
     from subspaces.models.encoder import encode
-    from subspaces.store.core import _load
 
-    encoder, label = _load(model, name)
-    fingerprint = ModelFingerprint.of(encoder, label)
+    encoder, fingerprint = store.load_model(model, name)
     manifest = store.manifest
     for space_name in manifest.pending():
         space = manifest.spaces[space_name]
         if space.model.matches(fingerprint):  # an interrupted migration to this model: finish its mapping
             store._models[space_name] = encoder
-            store._sync(space_name, progress=progress)
+            store._sync(space_name, progress=progress, ray=ray, actors=actors)
             return space.report
         raise SubspacesError(
             f"a migration to {space.model.label()} is pending; commit it (store migrate --commit) first"
@@ -66,9 +66,23 @@ def migrate(
     test, fit_rows = order[:held], order[held : held + pairs]
 
     start = time.perf_counter()
-    target = encode(
-        encoder, rows.texts[fit_rows].tolist(), batch_size=batch_size, normalize=True, show_progress=progress
-    )
+    fit_texts = rows.texts[fit_rows].tolist()
+    if ray:
+        from subspaces.store import scaleout
+        from subspaces.store.core import _shippable
+
+        scaleout.start(ray)
+        target = scaleout.encode_texts(
+            fit_texts,
+            model=_shippable(model, fingerprint, encoder),
+            runtime=store.runtime,
+            expected=fingerprint,
+            batch_size=batch_size,
+            block_rows=1024,
+            actors=actors,
+        )
+    else:
+        target = encode(encoder, fit_texts, batch_size=batch_size, normalize=True, show_progress=progress)
     encode_s = time.perf_counter() - start
     aligner = MiniVec2Vec.from_params(params or {}, random_state=seed, verbose=progress)
     aligner.fit(rows.vectors[fit_rows], target)
@@ -96,7 +110,7 @@ def migrate(
     )
     manifest.save(store.path)
     store._models[new_name] = encoder
-    store._sync(new_name, progress=progress)
+    store._sync(new_name, progress=progress, ray=ray, actors=actors)
     migrate_s = time.perf_counter() - start
     per_text = encode_s / max(len(fit_rows), 1)
     report |= {
