@@ -1,13 +1,16 @@
-"""Vector-store benchmark: add throughput, then search latency (p50/p99) and Recall@10 against exact full-dim
-search, for exact, ANN (LanceDB IVF-PQ) and funnel search (Matryoshka prefix shortlist, full re-rank).
+"""Vector-store benchmark: add throughput (one process, and Ray Data on a local runtime), then search latency
+(p50/p99) and Recall@10 against exact full-dim search, for exact, ANN (LanceDB IVF-PQ) and funnel search
+(Matryoshka prefix shortlist of --shortlist x k, full re-rank) at several prefixes, and a migration.
 
 A store of the first N distinct WordNet sentences (definitions, then examples) is built in a temporary folder
 (or --store DIR); the queries are Q other WordNet sentences, encoded once, so the latencies are search alone
-(one query at a time, as a user's request); the encoding rate is reported apart. Optionally a migration to
---migrate-to MODEL is timed and measured on the store (recall fraction vs a re-embedded held-out sample).
+(one query at a time, as a user's request); the encoding rate is reported apart. --ray-n texts are added again
+into a second store through Ray Data (--actors actors on a local runtime of that many CPUs), for the throughput
+comparison. A migration to --migrate-to MODEL is timed and measured on the store (recall fraction vs a
+re-embedded held-out sample, and its time against re-embedding every row at the new model's measured rate).
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/store_bench.py --n 100000 --model minilm-l6 --migrate-to paraphrase-l3
-    .venv/bin/python benchmarks/store_bench.py --n 2000 --queries 50   # a smoke test
+    .venv/bin/python benchmarks/store_bench.py --smoke   # seconds: 2,000 texts, 50 queries, Ray on 500, no migration
 """
 
 from __future__ import annotations
@@ -22,20 +25,6 @@ from pathlib import Path
 import numpy as np
 
 RESULTS = Path(__file__).parent / "results" / "store_bench.json"
-
-
-def wordnet_sentences(limit: int) -> list[str]:
-    from subspaces.config import dataset_dir
-    from subspaces.io import read_lines
-
-    folder = dataset_dir("wordnet_sentences")
-    seen: dict[str, None] = {}
-    for name in ("wordnet30_definitions.txt.gz", "wordnet30_examples.txt.gz"):
-        for text in read_lines(folder / name):
-            seen.setdefault(text, None)
-            if len(seen) >= limit:
-                return list(seen)
-    return list(seen)
 
 
 def latencies(store, vectors: np.ndarray, k: int, **options) -> tuple[dict[str, float], list[list[str]]]:
@@ -58,25 +47,53 @@ def recall(found: list[list[str]], truth: list[list[str]]) -> float:
     return float(np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(found, truth, strict=True)]))
 
 
+def ray_add(texts: list[str], model: str, folder: Path, actors: int) -> dict:
+    """Texts/s of an add through Ray Data on a local runtime, start-up (runtime and actors) included and apart."""
+    from subspaces.store import Store, scaleout
+
+    start = time.perf_counter()
+    scaleout.start("local", num_cpus=actors)
+    startup_s = time.perf_counter() - start
+    store = Store.create(folder, model)
+    start = time.perf_counter()
+    store.add(texts, ids=range(len(texts)), ray=True, actors=actors)
+    add_s = time.perf_counter() - start
+    return {
+        "n": len(texts),
+        "actors": actors,
+        "runtime_start_seconds": round(startup_s, 2),
+        "seconds": round(add_s, 2),  # includes the actors' start and model load
+        "texts_per_s": round(len(texts) / add_s, 1),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=100_000, help="store size (WordNet sentences)")
     parser.add_argument("--queries", type=int, default=1_000)
     parser.add_argument("--model", default="minilm-l6")
     parser.add_argument("--dims", default="32,64,128", help="funnel prefixes")
-    parser.add_argument("--shortlist", type=int, default=100)
+    parser.add_argument("--shortlist", type=int, default=10, help="funnel shortlist, a multiple of k")
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--nprobes", type=int, default=20)
     parser.add_argument("--migrate-to", default=None, help="also time a migration to this model")
     parser.add_argument("--pairs", type=int, default=20_000)
     parser.add_argument("--store", type=Path, default=None, help="build the store here (default: a temporary folder)")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--ray-n", type=int, default=20_000, help="texts added through Ray Data (0: skip)")
+    parser.add_argument("--actors", type=int, default=2, help="Ray actors (and local runtime CPUs)")
+    parser.add_argument("--smoke", action="store_true", help="a quick run of every path on small inputs")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    if args.smoke:
+        args.n, args.queries, args.dims, args.ray_n, args.migrate_to = 2_000, 50, "32,128", 500, None
+        if args.out == RESULTS:
+            args.out = RESULTS.with_name("store_bench_smoke.json")
 
     from subspaces.config import set_threads
     from subspaces.models.encoder import encode
     from subspaces.store import Store
+    from subspaces.store.demo import wordnet_sentences
 
     threads = set_threads(args.threads)
     texts = wordnet_sentences(args.n + args.queries)
@@ -119,8 +136,10 @@ def main() -> None:
     exact_qps = results["search"]["exact"]["qps"]
     for row in results["search"].values():
         row["speedup_vs_exact"] = round(row["qps"] / exact_qps, 2)
+    if args.ray_n:
+        results["add_ray_local"] = ray_add(corpus[: args.ray_n], args.model, folder.parent / "ray-store", args.actors)
     if args.migrate_to:
-        results["migration"] = store.migrate(args.migrate_to, pairs=args.pairs, progress=True)
+        results["migration"] = store.migrate(args.migrate_to, pairs=min(args.pairs, len(corpus) // 2), progress=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

@@ -274,13 +274,14 @@ def demo_cmd(
         ]
         title = f"{result['query']}  (funnel top-{k} overlap {result['overlap']:.0%})"
         show(table(title, ["score", "exact", f"funnel {demo.dims}d x{demo.shortlist}"], rows))
-    console.print(
-        f"search: exact {demo.exact_ms:.2f} ms/query, funnel ({demo.dims} of the full dimensions, shortlist "
-        f"{demo.shortlist} x k) {demo.funnel_ms:.2f} ms/query\n"
-        f"the store lies in {demo.path.resolve()}\n"
-        f'try:   subspaces store search {demo.path} "your query" -k 10\n'
-        f'       subspaces store search {demo.path} "your query" --dims 64 --rerank full --shortlist 10\n'
-        f"       subspaces store info {demo.path}\n"
+    lines = [
+        f"search: exact {demo.exact_ms:.2f} ms/query; funnel ({demo.dims} of the dimensions, a shortlist of "
+        f"{demo.shortlist} x k re-ranked at full size) {demo.funnel_ms:.2f} ms/query",
+        f"the store lies in {demo.path.resolve()}",
+        f'try:   subspaces store search {demo.path} "your query" -k 10',
+        f'       subspaces store search {demo.path} "your query" --dims 64 --rerank full --shortlist 10',
+        f"       subspaces store info {demo.path}",
         f"the STS table: subspaces eval sts --model {demo.model} --json outputs/sts-{demo.model}.json",
-        highlight=False,
-    )
+    ]
+    for line in lines:
+        console.print(line, highlight=False, soft_wrap=True)  # unwrapped: the commands copy whole
