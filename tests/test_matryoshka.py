@@ -158,12 +158,21 @@ def test_train_matryoshka_cli_bad_dims(tiny_model_dir, tiny_data, tmp_path):
     assert "outside 1..32" in result.output
 
 
-def test_train_matryoshka_records_the_mic_terms(tiny_model_dir):
+def test_train_matryoshka_records_the_mic_terms(tiny_model_dir, tmp_path):
+    import json
+
     from subspaces.models.encoder import load_encoder
     from subspaces.train.matryoshka import MatryoshkaConfig, train_matryoshka
 
     config = MatryoshkaConfig(
-        dims=[8, None], mic=True, stsb_dev=False, batch_size=4, max_steps=2, eval_steps=0, save_steps=0
+        output_dir=str(tmp_path / "run"),
+        dims=[8, None],
+        mic=True,
+        stsb_dev=False,
+        batch_size=4,
+        max_steps=2,
+        eval_steps=0,
+        save_steps=0,
     )
     config.show_progress = False
     result = train_matryoshka(load_encoder(str(tiny_model_dir)), [(s,) for s in SENTENCES * 2], config)
@@ -172,3 +181,5 @@ def test_train_matryoshka_records_the_mic_terms(tiny_model_dir):
     expected = {"mrl", "scr_corr", "scr_var", "scr", "sir_cv", "sir_unif", "sir", "distill", "total"}
     assert all(set(entry["terms"]) == expected for entry in recorded)
     assert recorded[0]["terms"]["distill"] > 0
+    written = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["history"]
+    assert [entry["terms"] for entry in written if "terms" in entry] == [entry["terms"] for entry in recorded]

@@ -190,6 +190,7 @@ def fit(
     save_model: Callable[[Path], None] | None = None,
     settings: dict[str, Any] | None = None,
     callback: Callable[[int, float], None] | None = None,
+    loss_terms: Callable[[], dict[str, float]] | None = None,
 ) -> FitResult:
     """Minimise ``step(batch)`` over ``batches``; see the module docstring and ``/work/notes/engine_api.md``.
 
@@ -210,6 +211,9 @@ def fit(
         settings: values recorded in the checkpoint's fingerprint (loss and model settings, batch size), so a
             resume into another run's folder is refused.
         callback: ``callback(step, loss)`` after each optimiser step.
+        loss_terms: the size of each term of the last loss (e.g. ``MICLoss.last_terms``); recorded as ``"terms"``
+            in the history at step 1 (the start weights), every 10 steps and the last, so the JSON history and
+            the checkpoint carry them.
     """
     rank, world = ddp.init_from_env()
     evaluator = as_evaluator(evaluator)
@@ -386,8 +390,11 @@ def fit(
             running = value if running is None else 0.98 * running + 0.02 * value
             if bar is not None:
                 bar.update(1, loss=round(running, 4), best="-" if best is None else round(best, 2))
-            if done % 10 == 0 or done == total:
-                history.append({"step": done, "loss": value, "lr": scheduler.get_last_lr()[0]})
+            if done % 10 == 0 or done == total or (done == 1 and loss_terms is not None):
+                entry = {"step": done, "loss": value, "lr": scheduler.get_last_lr()[0]}
+                if loss_terms is not None:
+                    entry["terms"] = dict(loss_terms())
+                history.append(entry)
             if callback is not None:
                 callback(done, value)
             if done < total and (

@@ -3,12 +3,13 @@
 One column per row trains unsupervised (dropout views); two or three columns train on pairs / triplets with hard
 negatives. The model keeping the best mean STS-B dev Spearman over the nested dims is the one saved. With MIC, the
 size of each of its terms (:attr:`subspaces.losses.mic.MICLoss.last_terms`) at step 1 (the forward pass on the
-start weights), every 10 steps and the last is added to the returned history as ``{"step", "terms"}`` entries.
+start weights), every 10 steps and the last goes into the history entries of the engine (``"terms"``), so
+trainer_state.json and the checkpoint keep them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torch import nn
@@ -80,20 +81,6 @@ class STSBDevAtDims(STSBDevEvaluator):
         super().__init__(limit=limit, dims=dims)
 
 
-def _recording_terms(
-    loss: MICLoss, records: list[dict], callback: Callable[[int, float], None] | None
-) -> Callable[[int, float], None]:
-    """A training callback that keeps ``loss.last_terms`` after step 1 (measured on the start weights) and every 10."""
-
-    def record(step: int, value: float) -> None:
-        if step == 1 or step % 10 == 0:
-            records.append({"step": step, "terms": dict(loss.last_terms)})
-        if callback is not None:
-            callback(step, value)
-
-    return record
-
-
 def train_matryoshka(
     model,
     examples: Sequence[tuple[str, ...]],
@@ -111,18 +98,10 @@ def train_matryoshka(
     if evaluator is None and config.stsb_dev:
         evaluator = STSBDevAtDims(config.dims, config.stsb_dev_limit)
     settings = {name: getattr(config, name) for name in _LOSS_FIELDS}
-    records: list[dict] = []
-    mic = loss if isinstance(loss, MICLoss) else None
-    if mic is not None:
-        callback = _recording_terms(mic, records, callback)
-    result = train_sentence_loss(
+    # MICLoss.last_terms reach the engine's history (trainer_state.json, checkpoints) through train_sentence_loss
+    return train_sentence_loss(
         model, loss, examples, config, evaluator, settings=settings, card_notes=card_notes, callback=callback
     )
-    if mic is not None and records and records[-1]["step"] != result.steps:  # the loss still holds the last terms
-        records.append({"step": result.steps, "terms": dict(mic.last_terms)})
-    if records:  # in memory only: trainer_state.json is written by the engine, which does not see the terms
-        result.history = sorted([*result.history, *records], key=lambda entry: entry["step"])
-    return result
 
 
 # What changes the objective or the choice of the best model: a resume must agree on them.

@@ -181,6 +181,8 @@ def train_sentence_loss(
             save_model=save_model,
             settings=recorded,
             callback=callback,
+            # losses that report their terms (MICLoss.last_terms) get them into the JSON history and checkpoint
+            loss_terms=(lambda: loss.last_terms) if isinstance(getattr(loss, "last_terms", None), dict) else None,
         )
     finally:
         if pft is not None:
