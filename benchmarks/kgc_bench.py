@@ -11,6 +11,14 @@ from those files. Entity embeddings come from the on-disk shard cache (the first
     nice -n 5 .venv/bin/python benchmarks/kgc_bench.py finetune-timing --batch-size 64 --max-steps 3
     python benchmarks/kgc_bench.py finetune --device cuda --budget-seconds 150   # GPU: bi vs tri, encoder trained
     .venv/bin/python benchmarks/kgc_bench.py table
+
+Issue 18, Hyper-CL's released configuration (``--recipe hypercl-wn18rr``; one JSON per arm and seed under
+``benchmarks/results/kgc/<part>/``, so an interrupted run resumes where it stopped; ``summary`` prints the table):
+
+    nice -n 5 .venv/bin/python benchmarks/kgc_bench.py official-frozen --seeds 5 --epochs 4   # result 1
+    nice -n 5 .venv/bin/python benchmarks/kgc_bench.py official-cpu --seeds 2 --epochs 3 --trainable-layers 1
+    .venv/bin/python benchmarks/kgc_bench.py summary                                            # both, ± 95 %
+    .venv/bin/python benchmarks/kgc_bench.py official-frozen --smoke     # seconds: tiny random BERT, toy graph
 """
 
 from __future__ import annotations
@@ -292,6 +300,253 @@ def finetune(args: argparse.Namespace) -> dict:
     return out
 
 
+# -- issue 18: the official configuration -------------------------------------------------------------------------
+OFFICIAL_ARMS = "hadamard,concat,hypernet:32,hypernet:full"
+RECIPE = "hypercl-wn18rr"
+
+
+def _arm_name(spec: str) -> tuple[str, str, str]:
+    kind, _, rank = spec.partition(":")
+    rank = rank or "32"
+    return (f"{kind}-{rank}" if kind == "hypernet" else kind), kind, rank
+
+
+def _done(folder: Path, arm: str, seed: int) -> tuple[Path, dict | None]:
+    path = folder / f"{arm}-seed{seed}.json"
+    return path, (json.loads(path.read_text()) if path.is_file() else None)
+
+
+def official_frozen(args: argparse.Namespace) -> None:
+    """Result 1: the frozen encoder's heads under the released configuration, N seeds x E epochs each."""
+    from subspaces.kgc.pipeline import train_pipeline
+    from subspaces.kgc.recipes import recipe_settings
+
+    folder = args.results / "official-frozen"
+    for seed in range(args.seed, args.seed + args.seeds):
+        for spec in args.heads.split(","):
+            arm, kind, rank = _arm_name(spec)
+            path, done = _done(folder, arm, seed)
+            if done is not None:
+                print(f"{arm} seed {seed}: done ({path.name})", flush=True)
+                continue
+            settings = recipe_settings(RECIPE, "tri", freeze_encoder=True)
+            settings.update(head=kind, rank=parse_rank(rank))
+            if args.lr is not None:
+                settings["lr"] = args.lr
+            if args.batch_size_given:
+                settings["batch_size"] = args.batch_size
+            report = train_pipeline(
+                output=Path(args.runs) / "official-frozen" / f"{arm}-seed{seed}",
+                dataset=args.dataset,
+                model=args.model,
+                arch="tri",
+                freeze_encoder=True,
+                epochs=args.epochs,
+                seed=seed,
+                recipe=RECIPE,
+                show_progress=not args.smoke,
+                **settings,
+            )
+            assert report.eval is not None
+            record = {"arm": arm, "seed": seed, "settings": _jsonable(settings), "train": report.train_result}
+            save_json(path, {"meta": _meta(args.command), **record, "eval": report.eval.to_dict()})
+            print(arm, f"seed {seed}", json.dumps(report.eval.average), flush=True)
+
+
+def official_cpu(args: argparse.Namespace) -> None:
+    """Result 2: bi- vs tri-encoder with the encoder's top layer(s) trained over cached activations, on CPU.
+
+    Same recipe, same batches (batch size, seed, so the same permutation), same steps; test MRR after each epoch
+    (tracked, not selected on), train seconds per epoch without those evaluations, the final test inference.
+    """
+    from subspaces.kgc.pipeline import train_pipeline
+    from subspaces.kgc.recipes import recipe_settings
+
+    folder = args.results / "official-cpu"
+    for seed in range(args.seed, args.seed + args.seeds):
+        for arch in ("bi", "tri"):
+            arm = "bi-simkgc" if arch == "bi" else "tri-hypernet-full"
+            path, done = _done(folder, arm, seed)
+            if done is not None:
+                print(f"{arm} seed {seed}: done ({path.name})", flush=True)
+                continue
+            settings = recipe_settings(RECIPE, arch)
+            if args.lr is not None:
+                settings["lr"] = args.lr
+            if args.batch_size_given:
+                settings["batch_size"] = args.batch_size
+            if arch == "tri" and args.tri_rank != "full":
+                settings["rank"] = parse_rank(args.tri_rank)
+            report = train_pipeline(
+                output=Path(args.runs) / "official-cpu" / f"{arm}-seed{seed}",
+                dataset=args.dataset,
+                model=args.model,
+                arch=arch,
+                freeze_encoder=False,
+                epochs=args.epochs,
+                seed=seed,
+                track_on="test",
+                trainable_layers=args.trainable_layers,
+                cache_dir=args.activation_cache,
+                disk_cache=False,  # a trained encoder's vectors change every step
+                recipe=RECIPE,
+                device=args.device,
+                show_progress=not args.smoke,
+                **settings,
+            )
+            assert report.eval is not None
+            train = report.train_result
+            evals = [e for e in train["history"] if "eval" in e]
+            per_epoch = {}
+            for entry in evals:  # the engine may evaluate the last epoch twice (epoch end, run end): keep one
+                per_epoch[entry["epoch"]] = entry["eval"]
+            eval_seconds = sum(e["eval"]["inference_seconds"] for e in evals)
+            record = {
+                "arm": arm,
+                "arch": arch,
+                "seed": seed,
+                "settings": _jsonable(settings),
+                "trainable_layers": args.trainable_layers,
+                "mrr_per_epoch": [per_epoch[k]["mrr"] for k in sorted(per_epoch)],
+                "train_seconds_per_epoch": (train["seconds"] - eval_seconds) / args.epochs,
+                "test_inference": {
+                    k: report.eval.to_dict()[k]
+                    for k in ("inference_seconds", "cache_hit_rate", "condition_hit_rate", "encoded_texts")
+                },
+                "train": train,
+            }
+            save_json(path, {"meta": _meta(args.command, args.device), **record, "eval": report.eval.to_dict()})
+            print(arm, f"seed {seed}", json.dumps(record["mrr_per_epoch"]), flush=True)
+
+
+def _jsonable(settings: dict) -> dict:
+    return {k: v for k, v in settings.items() if isinstance(v, (str, int, float, bool, type(None)))}
+
+
+def ci95(values: list[float]) -> dict:
+    """Mean and the half-width of its 95 % Student-t interval (0 for one value)."""
+    from scipy import stats
+
+    x = np.asarray(values, dtype=np.float64)
+    half = float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))) if len(x) > 1 else 0.0
+    return {"mean": float(x.mean()), "ci95": half, "n": len(x)}
+
+
+def _records(folder: Path) -> dict[str, dict[int, dict]]:
+    out: dict[str, dict[int, dict]] = {}
+    for path in sorted(folder.glob("*-seed*.json")):
+        record = json.loads(path.read_text())
+        out.setdefault(record["arm"], {})[record["seed"]] = record
+    return out
+
+
+def _mrr(record: dict) -> float:
+    return record["eval"]["average"]["mrr"]
+
+
+def summarise_frozen(folder: Path) -> dict:
+    """Per arm MRR/H@1/H@10 mean ± 95 %, plain and re-ranked; paired (same seed) differences of MRR."""
+    arms = _records(folder)
+    out: dict = {"arms": {}, "paired_mrr": {}}
+    for arm, by_seed in arms.items():
+        row = {}
+        for block in ("plain", "rerank"):
+            for metric in ("mrr", "hits@1", "hits@10"):
+                values = [
+                    (r["eval"]["average"] if block == "plain" else r["eval"]["rerank"]["average"])[metric]
+                    for r in by_seed.values()
+                    if block == "plain" or "rerank" in r["eval"]
+                ]
+                if values:
+                    row[f"{block} {metric}"] = ci95(values)
+        out["arms"][arm] = row
+    for better, worse in (("hypernet-full", "hypernet-32"), ("hypernet-32", "concat"), ("concat", "hadamard")):
+        if better in arms and worse in arms:
+            seeds = sorted(set(arms[better]) & set(arms[worse]))
+            diffs = [_mrr(arms[better][s]) - _mrr(arms[worse][s]) for s in seeds]
+            if diffs:
+                c = ci95(diffs)
+                significant = c["n"] > 1 and c["mean"] - c["ci95"] > 0  # the interval excludes 0
+                out["paired_mrr"][f"{better} - {worse}"] = {**c, "significant": significant}
+    return out
+
+
+def summarise_cpu(folder: Path) -> dict:
+    """MRR after each epoch (mean over seeds), the tri/bi ratio per epoch, seconds per epoch, test inference."""
+    arms = _records(folder)
+    out: dict = {}
+    for arm, by_seed in arms.items():
+        curves = np.asarray([r["mrr_per_epoch"] for r in by_seed.values()])
+        out[arm] = {
+            "seeds": sorted(by_seed),
+            "mrr_per_epoch": curves.mean(axis=0).tolist(),
+            "final": ci95(curves[:, -1].tolist()),
+            "train_seconds_per_epoch": float(np.mean([r["train_seconds_per_epoch"] for r in by_seed.values()])),
+            "test_inference": next(iter(by_seed.values()))["test_inference"],
+        }
+    if "bi-simkgc" in arms and "tri-hypernet-full" in arms:
+        bi, tri = arms["bi-simkgc"], arms["tri-hypernet-full"]
+        seeds = sorted(set(bi) & set(tri))
+        ratios = np.asarray([np.divide(tri[s]["mrr_per_epoch"], bi[s]["mrr_per_epoch"]) for s in seeds])
+        out["tri_over_bi_per_epoch"] = ratios.mean(axis=0).tolist()
+        out["tri_over_bi_final"] = ci95(ratios[:, -1].tolist())
+    return out
+
+
+def summary(args: argparse.Namespace) -> None:
+    def fmt(c: dict) -> str:
+        return f"{c['mean']:.3f} ± {c['ci95']:.3f}"
+
+    frozen_summary = summarise_frozen(args.results / "official-frozen")
+    if frozen_summary["arms"]:
+        print("| head (frozen, official config) | seeds | MRR | H@1 | H@10 | MRR, 5-hop re-rank |")
+        print("|---|---|---|---|---|---|")
+        for arm, row in frozen_summary["arms"].items():
+            rerank = fmt(row["rerank mrr"]) if "rerank mrr" in row else "-"
+            print(
+                f"| {arm} | {row['plain mrr']['n']} | {fmt(row['plain mrr'])} | {fmt(row['plain hits@1'])} "
+                f"| {fmt(row['plain hits@10'])} | {rerank} |"
+            )
+        for pair, c in frozen_summary["paired_mrr"].items():
+            print(f"paired MRR {pair}: {fmt(c)} over {c['n']} seeds, significant at 95 %: {c['significant']}")
+    cpu_summary = summarise_cpu(args.results / "official-cpu")
+    for arm, row in cpu_summary.items():
+        if isinstance(row, dict) and "mrr_per_epoch" in row:
+            inference = row["test_inference"]
+            print(
+                f"{arm}: MRR per epoch {[round(v, 4) for v in row['mrr_per_epoch']]}, final {fmt(row['final'])}, "
+                f"{row['train_seconds_per_epoch']:.0f} s/epoch, test inference {inference['inference_seconds']:.0f} s "
+                f"(text-cache hit rate {inference['cache_hit_rate']:.1%}, {inference['encoded_texts']} encoded)"
+            )
+    if "tri_over_bi_per_epoch" in cpu_summary:
+        ratios = [round(v, 3) for v in cpu_summary["tri_over_bi_per_epoch"]]
+        print(f"tri/bi MRR per epoch {ratios}; final {fmt(cpu_summary['tri_over_bi_final'])} (paper: 0.92)")
+    save_json(args.results / f"official-summary{args.tag}.json", {"frozen": frozen_summary, "cpu": cpu_summary})
+
+
+def smoke_setup(root: Path) -> tuple[Path, Path]:
+    """A tiny random BERT and a 60-entity WN18RR-layout graph (short descriptions, so the link graph acts)."""
+    from subspaces.models.encoder import build_random_bert
+
+    model = root / "tiny-bert"
+    if not model.is_dir():
+        build_random_bert(model, num_layers=2, hidden_size=32, num_heads=2, dropout=0.0, max_position=64)
+    data = root / "wn18rr-toy"
+    data.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    n = 60
+    ids = [f"{int(i):08d}" for i in rng.permutation(90_000_000)[:n]]
+    (data / "wordnet-mlj12-definitions.txt").write_text(
+        "".join(f"{ids[i]}\t__word{i}_NN_1\ta thing of kind {i % 7}\n" for i in range(n))
+    )
+    relations = ["_hypernym", "_has_part", "_derivationally_related_form"]
+    triples = {(int(rng.integers(n)), int(rng.integers(3)), int(rng.integers(n))) for _ in range(400)}
+    rows = [f"{ids[h]}\t{relations[r]}\t{ids[t]}\n" for h, r, t in sorted(triples) if h != t]
+    for name, part in (("train", rows[:-40]), ("valid", rows[-40:-20]), ("test", rows[-20:])):
+        (data / f"{name}.txt").write_text("".join(part))
+    return model, data
+
+
 def table(_args: argparse.Namespace) -> None:
     def row(label: str, r: dict, train_s: float | None = None) -> str:
         a = r["average"]
@@ -320,8 +575,25 @@ def table(_args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "part", choices=["zero-shot", "frozen", "efficiency", "fb15k237", "finetune-timing", "finetune", "table"]
+        "part",
+        choices=[
+            "zero-shot",
+            "frozen",
+            "efficiency",
+            "fb15k237",
+            "finetune-timing",
+            "finetune",
+            "table",
+            "official-frozen",
+            "official-cpu",
+            "summary",
+        ],
     )
+    parser.add_argument("--seeds", type=int, default=5, help="official-*: seeds per arm (from --seed on)")
+    parser.add_argument("--trainable-layers", default="1", help="official-cpu: the encoder's top layers trained")
+    parser.add_argument("--tri-rank", default="full", help="official-cpu: the tri-encoder hypernet's rank")
+    parser.add_argument("--activation-cache", default=None, help="official-cpu: keep cached activations here")
+    parser.add_argument("--smoke", action="store_true", help="official-*: tiny random BERT on a toy graph (seconds)")
     parser.add_argument("--dataset", default="wn18rr")
     parser.add_argument("--heads", default="hadamard,concat,hypernet")
     parser.add_argument("--head", default="hypernet")
@@ -359,6 +631,9 @@ def main() -> None:
 
     prefix = "python" if args.device.startswith("cuda") else "OMP_NUM_THREADS=1 nice -n 5 .venv/bin/python"
     command = f"{prefix} benchmarks/kgc_bench.py " + " ".join(sys.argv[1:])
+    if args.part in ("official-frozen", "official-cpu", "summary"):
+        run_official(args, command)
+        return
     if args.part == "fb15k237":
         args.dataset, args.heads, args.pre_batch = "fb15k237", args.head, args.pre_batch or 2
         result = frozen(args)
@@ -376,6 +651,34 @@ def main() -> None:
     name += args.tag
     RESULTS.mkdir(parents=True, exist_ok=True)
     save_json(RESULTS / f"{name}.json", {"meta": _meta(command, args.device), **result})
+
+
+def run_official(args: argparse.Namespace, command: str) -> None:
+    """Issue 18's parts: results under ``benchmarks/results/kgc/`` (``--smoke``: a temporary folder)."""
+    import sys
+    import tempfile
+
+    args.command = command
+    args.batch_size_given = "--batch-size" in sys.argv
+    if "--heads" not in sys.argv:
+        args.heads = OFFICIAL_ARMS
+    args.results = RESULTS
+    if args.smoke:
+        root = Path(tempfile.mkdtemp(prefix="kgc-smoke-"))
+        model, data = smoke_setup(root)
+        args.model, args.dataset, args.results, args.runs = str(model), str(data), root / "results", str(root / "runs")
+        args.seeds, args.epochs = min(args.seeds, 2), min(args.epochs, 2)
+        args.batch_size, args.batch_size_given = 64, True
+        os.environ["SUBSPACES_CACHE"] = str(root / "cache")  # nothing of the smoke run lands in the user's cache
+        print(f"smoke run under {root}", flush=True)
+    started = time.perf_counter()
+    if args.part == "official-frozen":
+        official_frozen(args)
+    elif args.part == "official-cpu":
+        official_cpu(args)
+    if args.smoke or args.part == "summary":
+        summary(args)
+    print(f"{args.part}: {time.perf_counter() - started:.1f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -659,3 +659,181 @@ def test_kgc_trainable_layers_train_only_the_top_of_the_encoder(tmp_path, tiny_e
             trainable_layers=1,
             show_progress=False,
         )
+
+
+# -- Hyper-CL's released configuration (issue 18) ----------------------------------------------------------------
+def _link_graph_kg():
+    """Entity 0 has 12 neighbours (ids in reverse of index order) and a short description; entity 1 a long one."""
+    from subspaces.kgc.data import KnowledgeGraph
+
+    n = 14
+    ids = [f"{n - i:08d}" for i in range(n)]  # id order is the reverse of index order
+    names = [f"e{i}" for i in range(n)]
+    descriptions = ["short gloss", " ".join(["word"] * 25)] + ["x"] * (n - 2)
+    train = np.array([[0, 0, j] for j in range(2, n)] + [[1, 0, 0]])
+    empty = np.zeros((0, 3), dtype=np.int64)
+    return KnowledgeGraph("toy", ids, names, descriptions, ["rel"], {"train": train, "valid": empty, "test": empty})
+
+
+def test_link_graph_texts_name_at_most_ten_neighbours_of_short_descriptions_only():
+    from subspaces.kgc.texts import KGCTexts
+
+    kg = _link_graph_kg()
+    assert KGCTexts.build(kg).entities[0] == "e0: short gloss"  # descriptions present: off by default
+    by_id = KGCTexts.build(kg, True, order="id", per_example=True)
+    words = by_id.entities[0].split()
+    assert words[:3] == ["e0:", "short", "gloss"] and len(words) == 3 + 10  # 13 neighbours, the first 10 kept
+    assert words[3:] == ["e13", "e12", "e11", "e10", "e9", "e8", "e7", "e6", "e5", "e4"]  # SimKGC: sorted by id
+    assert KGCTexts.build(kg, True, order="index").entities[0].split()[3:6] == ["e1", "e2", "e3"]
+    assert by_id.entities[1] == "e1: " + " ".join(["word"] * 25)  # 25 words: no neighbour names
+    # In training, each side leaves the other end out (SimKGC's leakage guard): one name fewer, never an 11th.
+    heads, tails = by_id.training_texts(np.array([[0, 0, 13], [13, 0, 0]]))
+    assert "e13" not in heads[0].split() and len(heads[0].split()) == 12
+    assert by_id.entities[13] == "e13: x e0" and tails[0] == heads[1] == "e13: x" and tails[1] == heads[0]
+    assert KGCTexts.build(kg, True).training_texts(np.array([[0, 0, 13]]))[0][0] == KGCTexts.build(kg, True).entities[0]
+    assert "e13: x" in by_id.distinct_training_texts(np.array([[13, 0, 0]]))
+
+
+def test_full_rank_hypernet_emits_a_d_by_d_matrix_per_relation():
+    from subspaces.models.heads import head_parameter_count, make_head
+
+    d = 16
+    full, low = make_head("hypernet", d, None), make_head("hypernet", d, 4)
+    assert full.hyper_full.weight.shape == (d * d, d) and not hasattr(full, "hyper_w1")
+    c = torch.randn(3, d)
+    (matrix,) = full.condition_params(c)
+    assert matrix.shape == (3, d, d)
+    s = torch.randn(3, d)
+    assert torch.allclose(full(s, c), torch.bmm(matrix, s[:, :, None])[:, :, 0], atol=1e-5)
+    assert sum(p.numel() for p in full.parameters()) == head_parameter_count("hypernet", d, None)
+    assert torch.linalg.matrix_rank(low.projection_matrix(c)[0]) <= 4 < torch.linalg.matrix_rank(matrix[0])
+
+
+@pytest.mark.parametrize("kind", ["hadamard", "concat", "hypernet"])
+def test_head_dropout_acts_in_training_only_and_torch_init_is_nn_linear(kind):
+    from subspaces.models.heads import head_from_config, make_head
+
+    torch.manual_seed(0)
+    s, c = torch.randn(4, 16), torch.randn(4, 16)
+    head = make_head(kind, 16, 4, dropout=0.5).train()
+    assert not torch.equal(head(s, c), head(s, c))  # dropout draws differ
+    head.eval()
+    assert torch.equal(head(s, c), head(s, c))
+    assert head.config()["dropout"] == 0.5 and "init" not in head.config()
+    assert make_head(kind, 16, 4).config() == {k: v for k, v in head.config().items() if k != "dropout"}
+    plain = make_head(kind, 16, 4, init="torch")
+    assert not torch.equal(plain.condition_transform.linear.weight, torch.eye(16))  # ours starts at the identity
+    assert torch.equal(make_head(kind, 16, 4).condition_transform.linear.weight, torch.eye(16))
+    rebuilt = head_from_config(plain.config())
+    assert rebuilt.init == "torch" and rebuilt.dropout_p == 0.0
+    if kind == "hypernet":
+        bound = 16**-0.5  # nn.Linear's kaiming-uniform bound for 16 inputs
+        assert plain.hyper_w1.weight.abs().max() <= bound and plain.hyper_w1.bias.abs().max() > 0
+
+
+def test_unnormalised_queries_scale_the_logits_by_their_norm():
+    hr = torch.tensor([[3.0, 0.0], [0.0, 0.5]])
+    tails = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
+    triples = np.array([[0, 0, 1], [2, 0, 3]])
+    known = KnownTails(triples)
+    raw = SimKGCLoss(_FixedVectors(hr, tails, None), known, margin=0.0, temperature=0.5, normalize_queries=False)
+    unit = SimKGCLoss(_FixedVectors(hr, tails, None), known, margin=0.0, temperature=0.5)
+    raw_logits, unit_logits = raw.eval().logits(hr, tails, None, triples), unit.eval().logits(hr, tails, None, triples)
+    assert torch.allclose(raw_logits, (hr @ F.normalize(tails, dim=-1).T) * 2.0)
+    assert torch.allclose(raw_logits, unit_logits * hr.norm(dim=1, keepdim=True))  # |hr| is the row's temperature
+    assert raw.get_config_dict()["normalize_queries"] is False
+
+
+def test_rerank_boosts_only_entities_within_the_hop_limit():
+    from subspaces.kgc.ranking import rank_queries, rerank_by_graph
+
+    graph = LinkGraph(np.array([[0, 0, 1], [1, 0, 2], [2, 0, 3], [3, 0, 4]]), 6)  # a path 0-1-2-3-4, 5 alone
+    scores = torch.zeros(1, 6)
+    boosted = rerank_by_graph(scores, [0], graph, n_hop=2, weight=0.05)
+    assert boosted[0].tolist() == pytest.approx([0.05, 0.05, 0.05, 0.0, 0.0, 0.0])
+    entities = torch.eye(6)
+    query = torch.tensor([[0.0, 0.0, 0.0, 0.0, 0.50, 0.52]])  # entity 5 is closer, entity 4 the answer
+    queries, known = np.array([[0, 0, 4]]), KnownTails(np.array([[0, 0, 4]]))
+    plain, _ = rank_queries(query, entities, queries, known)
+    assert plain.tolist() == [2.0]
+    four_hops, _ = rank_queries(query, entities, queries, known, graph=graph, n_hop=4, neighbour_weight=0.05)
+    three_hops, _ = rank_queries(query, entities, queries, known, graph=graph, n_hop=3, neighbour_weight=0.05)
+    assert four_hops.tolist() == [1.0] and three_hops.tolist() == [2.0]  # 4 is 4 hops from 0
+    zero, _ = rank_queries(query, entities, queries, known, graph=graph, n_hop=5, neighbour_weight=0.0)
+    assert zero.tolist() == plain.tolist()
+    # A raw query of norm 10: the same bonus is worth ten times less against its scores.
+    raw, _ = rank_queries(10 * query, entities, queries, known, graph=graph, n_hop=4, normalize_queries=False)
+    assert raw.tolist() == [2.0]
+
+
+def test_recipe_sets_every_option_and_the_model_folder_records_them(tmp_path, tiny_encoder_dir, monkeypatch):
+    from typer.testing import CliRunner
+
+    from subspaces.cli.app import app
+    from subspaces.kgc.models import load_kgc_model
+    from subspaces.kgc.recipes import recipe, recipe_settings
+    from subspaces.models.folder import read_config
+
+    monkeypatch.setenv("SUBSPACES_CACHE", str(tmp_path / "cache"))
+    data = write_wn18rr(tmp_path / "wn")
+    run = tmp_path / "run"
+    common = ["kgc", "train", "--dataset", str(data), "--model", str(tiny_encoder_dir), "--max-steps", "2"]
+    args = [*common, "--recipe", "hypercl-wn18rr", "--freeze-encoder", "--max-length", "32", "-o", str(run)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "5-hop re-rank" in result.output  # reported beside the plain ranking
+    config = read_config(run, task="kgc")
+    assert config["head"] == {"kind": "hypernet", "dim": 32, "rank": None, "dropout": 0.1, "init": "torch"}
+    meta = config["metadata"]
+    assert meta["recipe"] == "hypercl-wn18rr" and meta["max_length"] == 32  # an explicit option wins
+    assert meta["neighbour_names"] and meta["neighbour_order"] == "id" and meta["per_example_texts"]
+    train = meta["train"]
+    assert train["batch_size"] == 512 and train["head_lr"] is None and train["lr"] == 1e-3  # frozen: own default
+    assert not train["self_negatives"] and not train["normalize_queries"] and train["pre_batch"] == 0
+    assert train["margin"] == 0.02 and train["warmup_steps"] == 400
+    evaluation = json.loads((run / "eval-test.json").read_text())
+    assert evaluation["rerank"]["n_hop"] == 5 and evaluation["rerank"]["neighbour_weight"] == 0.05
+    assert evaluation["rerank"]["normalize_queries"] is False
+    model = load_kgc_model(run)
+    assert model.head.rank is None and model.head.dropout_p == 0.1 and not model.training
+    # Every setting the recipe names for the tri-encoder reached the saved folder.
+    saved = {**meta, **train, "rank": config["head"]["rank"], "head": config["head"]["kind"]}
+    saved |= {"head_dropout": 0.1, "head_init": "torch", "head_activation": "gelu", "lr": 5e-5}
+    saved |= {"rerank_n_hop": 5, "neighbour_weight": 0.05}
+    for setting in recipe("hypercl-wn18rr"):
+        if "tri" in setting.archs and setting.option != "max_length":
+            assert saved[setting.option] == setting.value, setting
+    bi = recipe_settings("hypercl-wn18rr", "bi")
+    assert bi["self_negatives"] and "rank" not in bi and bi["batch_size"] == 512
+    assert recipe_settings("hypercl-wn18rr", "tri")["lr"] == 5e-5
+    with pytest.raises(SubspacesError, match="unknown recipe"):
+        recipe_settings("nope", "tri")
+
+
+def test_models_saved_before_the_recipe_options_keep_their_texts_and_head(tmp_path, tiny_encoder_dir):
+    from subspaces.kgc.pipeline import evaluate_model, train_pipeline
+    from subspaces.models.folder import read_config, write_config
+
+    data = write_wn18rr(tmp_path / "wn")
+    run = tmp_path / "run"
+    report = train_pipeline(
+        output=run,
+        dataset=data,
+        model=str(tiny_encoder_dir),
+        head="hypernet",
+        rank=4,
+        batch_size=8,
+        max_steps=2,
+        max_length=32,
+        neighbour_names=True,
+        neighbour_order="index",
+        show_progress=False,
+    )
+    config = read_config(run, task="kgc")
+    for key in ("neighbour_order", "per_example_texts", "recipe"):
+        del config["metadata"][key]  # what a folder written before these options holds
+    del config["metadata"]["train"]["normalize_queries"]
+    assert set(config["head"]) == {"kind", "dim", "rank"}
+    write_config(run, config)
+    again = evaluate_model(run, show_progress=False)
+    assert again.average == pytest.approx(report.eval.average)  # index order, as it was trained

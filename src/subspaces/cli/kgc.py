@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
@@ -14,6 +14,20 @@ from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt
 
 if TYPE_CHECKING:
     from subspaces.kgc.pipeline import KGCEvalResult
+
+
+class Recipe(str, Enum):
+    hypercl_wn18rr = "hypercl-wn18rr"
+
+
+class HeadInit(str, Enum):
+    scaled = "scaled"
+    torch = "torch"
+
+
+class NeighbourOrder(str, Enum):
+    by_id = "id"
+    by_index = "index"
 
 
 class Ties(str, Enum):
@@ -54,6 +68,7 @@ def _show(result: KGCEvalResult) -> None:
 @kgc_app.command("train")
 @user_errors
 def train(
+    ctx: typer.Context,
     output: Path = typer.Option(..., "--output", "-o", help="Folder for the trained model and its evaluation."),
     dataset: str = typer.Option("wn18rr", help="wn18rr, fb15k237, or a folder in either layout."),
     model: str = typer.Option("minilm-l6", "--model", "-m", help="Bundled encoder name or a local model folder."),
@@ -85,6 +100,28 @@ def train(
         "--neighbour-names/--no-neighbour-names",
         help="Append neighbour names to short descriptions (default: on for FB15k-237).",
     ),
+    neighbour_order: NeighbourOrder = typer.Option(
+        NeighbourOrder.by_id, help="Which 10 neighbours a text names: the first by dataset id (SimKGC) or by index."
+    ),
+    per_example_texts: Optional[bool] = typer.Option(
+        None,
+        "--per-example-texts/--per-entity-texts",
+        help="Training texts leave each triple's other end out of the neighbour names (SimKGC; default: bi only).",
+    ),
+    head_dropout: float = typer.Option(0.0, help="Tri-encoder: dropout before the head's layers (Hyper-CL: 0.1)."),
+    head_init: HeadInit = typer.Option(
+        HeadInit.scaled, help="Tri-encoder head init: scaled (identity transform, unit-norm start) or torch."
+    ),
+    normalize_queries: bool = typer.Option(
+        True,
+        "--normalize-queries/--no-normalize-queries",
+        help="Score cos(hr, t); off: the raw projection against unit tails (Hyper-CL; |hr| acts as a temperature).",
+    ),
+    rerank_n_hop: int = typer.Option(0, help="Evaluation: also report SimKGC's n-hop re-ranking (WN18RR: 5)."),
+    neighbour_weight: float = typer.Option(0.05, help="Re-ranking: bonus of an entity within --rerank-n-hop."),
+    recipe: Optional[Recipe] = typer.Option(
+        None, help="Set every option of a released configuration (docs/kgc.md); options given explicitly win."
+    ),
     eval_split: str = typer.Option("test", help="Split to evaluate after training, or 'none'."),
     json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the evaluation here."),
     device: DeviceOpt = "cpu",
@@ -98,32 +135,45 @@ def train(
     from subspaces.models.encoder import resolve_device
 
     resolve_device(device)
+    options: dict[str, Any] = {
+        "head": head.value,
+        "rank": parse_rank(rank),
+        "batch_size": batch_size,
+        "lr": lr,
+        "head_lr": head_lr,
+        "max_length": max_length,
+        "margin": margin,
+        "temperature": temperature,
+        "pre_batch": pre_batch,
+        "pre_batch_weight": pre_batch_weight,
+        "self_negatives": self_negatives,
+        "neighbour_names": neighbour_names,
+        "neighbour_order": neighbour_order.value,
+        "per_example_texts": per_example_texts,
+        "head_dropout": head_dropout,
+        "head_init": head_init.value,
+        "normalize_queries": normalize_queries,
+        "rerank_n_hop": rerank_n_hop,
+        "neighbour_weight": neighbour_weight,
+    }
+    if recipe is not None:
+        options.update(_recipe_defaults(ctx, recipe.value, arch.value, freeze_encoder))
     report = train_pipeline(
         output=output,
         dataset=dataset,
         model=model,
         arch=arch.value,
-        head=head.value,
-        rank=parse_rank(rank),
         freeze_encoder=freeze_encoder,
-        batch_size=batch_size,
-        lr=lr,
-        head_lr=head_lr,
         epochs=epochs,
         max_steps=max_steps,
         seed=seed,
-        max_length=max_length,
-        margin=margin,
-        temperature=temperature,
-        pre_batch=pre_batch,
-        pre_batch_weight=pre_batch_weight,
-        self_negatives=self_negatives,
-        neighbour_names=neighbour_names,
         shared_encoder=not separate_encoders,
         evaluate_split=None if eval_split == "none" else eval_split,
         trainable_layers=parse_trainable_layers(trainable_layers),
         cache_dir=cache_dir,
+        recipe=None if recipe is None else recipe.value,
         device=device,
+        **options,
     )
     r = report.train_result
     console.print(
@@ -134,6 +184,17 @@ def train(
         _show(report.eval)
         if json_path is not None:
             report.eval.save(json_path)
+
+
+def _recipe_defaults(ctx: typer.Context, name: str, arch: str, freeze_encoder: bool) -> dict:
+    """The recipe's settings for the options this command line left at their defaults."""
+    from subspaces.kgc.recipes import recipe_settings
+
+    settings = recipe_settings(name, arch, freeze_encoder=freeze_encoder)
+    # By name: typer may carry its own copy of click, whose ParameterSource is another class.
+    sources = {key: ctx.get_parameter_source(key) for key in ctx.params}
+    given = {key for key, source in sources.items() if source is not None and source.name != "DEFAULT"}
+    return {key: value for key, value in settings.items() if key not in given}
 
 
 @kgc_app.command("eval")

@@ -9,6 +9,7 @@ to append neighbour names to short entity texts and for the optional n-hop re-ra
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -29,17 +30,21 @@ class KnownTails:
 
 
 class LinkGraph:
-    """Undirected neighbours from training triples, sorted by entity index for reproducible texts."""
+    """Undirected neighbours from training triples, sorted for reproducible texts: by entity index, or by
+    ``sort_keys[entity]`` (the dataset ids, as SimKGC's ``LinkGraph.get_neighbor_ids`` sorts them)."""
 
-    def __init__(self, triples: np.ndarray, num_entities: int) -> None:
+    def __init__(self, triples: np.ndarray, num_entities: int, sort_keys: Sequence[str] | None = None) -> None:
         neighbours: list[set[int]] = [set() for _ in range(num_entities)]
         for h, _r, t in np.asarray(triples, dtype=np.int64).tolist():
             neighbours[h].add(t)
             neighbours[t].add(h)
-        self.neighbours: list[list[int]] = [sorted(n) for n in neighbours]
+        key = None if sort_keys is None else sort_keys.__getitem__
+        self.neighbours: list[list[int]] = [sorted(n, key=key) for n in neighbours]
 
     def neighbour_ids(self, entity: int, max_to_keep: int = 10, exclude: int | None = None) -> list[int]:
-        return [n for n in self.neighbours[entity] if n != exclude][:max_to_keep]
+        """The first ``max_to_keep`` neighbours, then ``exclude`` dropped from them (SimKGC's order of the two
+        steps: a text that leaves its answer out has one name fewer, not the eleventh neighbour instead)."""
+        return [n for n in self.neighbours[entity][:max_to_keep] if n != exclude]
 
     def n_hop(self, entity: int, n_hop: int = 2, max_nodes: int = 100_000) -> list[int]:
         """Entities within ``n_hop`` steps of ``entity``, itself included (SimKGC's breadth-first walk)."""

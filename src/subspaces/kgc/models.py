@@ -66,17 +66,19 @@ class BiEncoderKGC(nn.Module):
         return self
 
     def query_inputs(self, kg_texts: KGCTexts, triples: np.ndarray, training: bool = False) -> list[tuple[str, str]]:
-        return [
-            (kg_texts.head_text(h, t) if training else kg_texts.entities[h], kg_texts.relations[r])
-            for h, r, t in np.asarray(triples).tolist()
-        ]
+        """``(head text, relation)`` pairs; ``training`` takes the head texts of :meth:`KGCTexts.training_texts`."""
+        triples = np.asarray(triples)
+        heads = kg_texts.training_texts(triples)[0] if training else [kg_texts.entities[h] for h in triples[:, 0]]
+        return [(text, kg_texts.relations[r]) for text, r in zip(heads, triples[:, 1].tolist(), strict=True)]
 
     def embed_batch(self, triples: np.ndarray, kg_texts: KGCTexts) -> tuple[torch.Tensor, ...]:
         from subspaces.models.forward import embed_with_grad
 
-        hr = embed_with_grad(self.hr_encoder, self.query_inputs(kg_texts, triples, training=True))
-        tails = embed_with_grad(self.tail_encoder, [kg_texts.entities[t] for t in triples[:, 2]])
-        heads = embed_with_grad(self.tail_encoder, [kg_texts.entities[h] for h in triples[:, 0]])
+        head_texts, tail_texts = kg_texts.training_texts(triples)
+        relations = [kg_texts.relations[r] for r in np.asarray(triples)[:, 1].tolist()]
+        hr = embed_with_grad(self.hr_encoder, list(zip(head_texts, relations, strict=True)))
+        tails = embed_with_grad(self.tail_encoder, tail_texts)
+        heads = embed_with_grad(self.tail_encoder, head_texts)
         return hr, tails, heads
 
     def save(self, folder: str | Path) -> None:
@@ -107,10 +109,9 @@ def embed_batch(model: KGCModel, triples: np.ndarray, texts: KGCTexts) -> tuple[
         return model.embed_batch(triples, texts)
     triples = np.asarray(triples)
     n = len(triples)
-    # One encoder pass over the batch's distinct entities (heads and tails share the backbone).
-    vectors = model.embed_sentences(
-        [texts.entities[e] for e in np.concatenate([triples[:, 0], triples[:, 2]]).tolist()]
-    )
+    head_texts, tail_texts = texts.training_texts(triples)
+    # One encoder pass over the batch's distinct texts (heads and tails share the backbone).
+    vectors = model.embed_sentences([*head_texts, *tail_texts])
     heads, tails = vectors[:n], vectors[n:]
     return model.condition(heads, [texts.relations[r] for r in triples[:, 1].tolist()]), tails, heads
 
@@ -127,9 +128,11 @@ def build_model(
     disk_cache: str | Path | None | bool = False,
     device: str = "cpu",
     show_progress: bool = False,
+    head_options: dict[str, Any] | None = None,
 ) -> KGCModel:
     """A fresh KGC model on ``model`` (a bundled name or a folder): encoder first, then the architecture, as
-    :func:`subspaces.cond.models.build_model`. ``disk_cache``: where the model's embedding store keeps shards."""
+    :func:`subspaces.cond.models.build_model`. ``disk_cache``: where the model's embedding store keeps shards;
+    ``head_options``: the tri-encoder head's ``dropout``, ``init`` and ``activation``."""
     from subspaces.models.encoder import load_encoder
 
     if arch not in ARCHS:
@@ -149,6 +152,7 @@ def build_model(
         device=device,
         disk=disk_cache,
         show_progress=show_progress,
+        head_options=head_options,
     )
 
 

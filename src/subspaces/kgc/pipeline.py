@@ -27,7 +27,7 @@ from subspaces.kgc.graph import KnownTails, LinkGraph
 from subspaces.kgc.inference import KGCInference
 from subspaces.kgc.models import KGCModel, build_model, embed_batch, load_kgc_model
 from subspaces.kgc.ranking import Ties, average_metrics, rank_metrics, rank_queries
-from subspaces.kgc.texts import KGCTexts
+from subspaces.kgc.texts import KGCTexts, NeighbourOrder
 from subspaces.kgc.train import KGCTrainConfig, RankingEvaluator, train_kgc
 from subspaces.losses.simkgc import SimKGCLoss
 from subspaces.models.triencoder import TriEncoder, partially_trained
@@ -106,13 +106,23 @@ def train_pipeline(
     pre_batch_weight: float = 0.5,
     self_negatives: bool = True,
     neighbour_names: bool | None = None,
+    neighbour_order: NeighbourOrder = "id",
+    per_example_texts: bool | None = None,
     shared_encoder: bool = True,
     warmup_steps: int = 400,
+    head_dropout: float = 0.0,
+    head_init: str = "scaled",
+    head_activation: str = "relu",
+    normalize_queries: bool = True,
     disk_cache=None,
     evaluate_split: str | None = "test",
     select_on: str | None = None,
+    track_on: str | None = None,
+    rerank_n_hop: int = 0,
+    neighbour_weight: float = 0.05,
     trainable_layers: int | str | None = None,
     cache_dir: str | Path | None = None,
+    recipe: str | None = None,
     device: str = "cpu",
     show_progress: bool = True,
 ) -> KGCResult:
@@ -123,8 +133,15 @@ def train_pipeline(
     frozen encoder and SimKGC's 5e-5 for fine-tuning; ``head_lr`` (fine-tuning a tri-encoder) gives the randomly
     initialised head its own rate, the encoder keeping ``lr``. ``select_on`` (a split, e.g. ``"valid"``) evaluates
     at each epoch end and keeps the state with the best MRR there; without it the last state is kept.
+    ``track_on`` (a split) evaluates at each epoch end too, into the history, but keeps the last state.
     ``trainable_layers`` (fine-tuning) trains only the encoders' top N layers over cached bottom activations
     (kept in ``cache_dir``, or in memory).
+
+    Options of Hyper-CL's released configuration (:mod:`subspaces.kgc.recipes` sets them all, ``recipe`` names
+    it in the saved metadata): ``head_dropout``, ``head_init`` and ``head_activation`` (concat) for the head
+    (:func:`subspaces.models.heads.make_head`); ``normalize_queries=False`` scores the raw projection;
+    ``neighbour_order`` and ``per_example_texts`` (default: on for the bi-encoder, as before) shape the link-graph
+    texts (:mod:`subspaces.kgc.texts`); ``rerank_n_hop`` adds SimKGC's graph re-ranking to the evaluation.
     """
     if freeze_encoder and arch == "bi":
         raise SubspacesError(
@@ -145,9 +162,16 @@ def train_pipeline(
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)
     if evaluate_split:
         evaluate_split = _split_name(kg, evaluate_split)  # checked before training, not after it
+    if select_on and track_on:
+        raise SubspacesError("select_on and track_on both evaluate each epoch: give one of them")
     if select_on:
         select_on = _split_name(kg, select_on)
-    texts = KGCTexts.build(kg, neighbour_names)
+    if track_on:
+        track_on = _split_name(kg, track_on)
+    if per_example_texts is None:
+        per_example_texts = arch == "bi"
+    texts = KGCTexts.build(kg, neighbour_names, order=neighbour_order, per_example=per_example_texts)
+    head_options = {"dropout": head_dropout, "init": head_init, "activation": head_activation}
     kgc_model = build_model(
         model,
         arch,
@@ -159,6 +183,7 @@ def train_pipeline(
         disk_cache=disk_cache,
         device=device,
         show_progress=show_progress,
+        head_options=head_options if arch == "tri" else None,
     )
     examples = kg.with_inverses("train")
     known = KnownTails(examples)  # the false-negative masks see training triples only (the filter sees every split)
@@ -176,7 +201,8 @@ def train_pipeline(
     prepare_seconds = 0.0
     if freeze_encoder:  # every entity and relation through the frozen encoder once, before the first step
         started = time.perf_counter()
-        kgc_model.embed_sentences(texts.entities, f"kgc {kg.name}: encoding {kg.num_entities:,} entities")
+        entity_texts = texts.distinct_training_texts(examples)
+        kgc_model.embed_sentences(entity_texts, f"kgc {kg.name}: encoding {len(entity_texts):,} entity texts")
         kgc_model.embed_conditions(texts.relations, f"kgc {kg.name}: encoding {len(texts.relations)} relations")
         prepare_seconds = time.perf_counter() - started
     loss = SimKGCLoss(
@@ -189,8 +215,12 @@ def train_pipeline(
         self_negatives=self_negatives,
         batch_size=min(batch_size, len(examples)),
         embed_batch=functools.partial(embed_batch, kgc_model),
+        normalize_queries=normalize_queries,
     )
-    evaluator = RankingEvaluator(kg, select_on, texts) if select_on else None
+    evaluator = None
+    tracked = select_on or track_on
+    if tracked:
+        evaluator = RankingEvaluator(kg, tracked, texts, select=bool(select_on))
     with partially_trained(
         _training_inputs(kgc_model, texts, examples),
         trainable_layers,
@@ -210,6 +240,9 @@ def train_pipeline(
         "base_model": model,
         "max_length": max_length,
         "neighbour_names": texts.link_graph is not None,
+        "neighbour_order": neighbour_order,
+        "per_example_texts": per_example_texts,
+        "recipe": recipe,
         "freeze_encoder": freeze_encoder,
         "train": {
             **asdict(config),
@@ -218,7 +251,9 @@ def train_pipeline(
             "pre_batch": pre_batch,
             "pre_batch_weight": pre_batch_weight,
             "self_negatives": self_negatives,
+            "normalize_queries": normalize_queries,
             "select_on": select_on,
+            "track_on": track_on,
         },
         "train_result": {**result.to_dict(), "prepare_seconds": prepare_seconds},
     }
@@ -231,6 +266,8 @@ def train_pipeline(
             split=evaluate_split,
             texts=texts,
             predictions=output / f"predictions-{evaluate_split}.jsonl",
+            n_hop=rerank_n_hop,
+            neighbour_weight=neighbour_weight,
             show_progress=show_progress,
             model_name=str(output),
         )
@@ -241,10 +278,10 @@ def train_pipeline(
 def _training_inputs(model: KGCModel, texts: KGCTexts, examples: np.ndarray) -> list[tuple[object, list]]:
     """Each encoder with the inputs it reads in training (what partial fine-tuning caches)."""
     if isinstance(model, TriEncoder):
-        return [(model.encoder, [*texts.entities, *texts.relations])]
+        return [(model.encoder, [*texts.distinct_training_texts(examples), *texts.relations])]
     return [
         (model.hr_encoder, model.query_inputs(texts, examples, training=True)),
-        (model.tail_encoder, texts.entities),
+        (model.tail_encoder, texts.distinct_training_texts(examples)),
     ]
 
 
@@ -260,6 +297,7 @@ def evaluate_model(
     n_hop: int = 0,
     neighbour_weight: float = 0.05,
     neighbour_names: bool | None = None,
+    normalize_queries: bool | None = None,
     max_length: int | None = None,
     batch_size: int = 64,
     model_name: str | None = None,
@@ -270,7 +308,8 @@ def evaluate_model(
 
     ``model`` is a trained KGC folder, a model object, or a plain encoder name/folder (then the zero-shot
     bi-encoder), loaded onto ``device`` (a model object stays where it is). ``n_hop > 0`` adds SimKGC's graph
-    re-ranking, reported under ``rerank`` beside the plain figures.
+    re-ranking, reported under ``rerank`` beside the plain figures. ``normalize_queries`` (default: as the model
+    was trained) scores raw query vectors when False; it changes only the re-ranked figures.
     """
     from subspaces.models.encoder import resolve_device
     from subspaces.models.folder import is_model_folder, read_config
@@ -303,8 +342,13 @@ def evaluate_model(
     kgc_model.store.reset_stats()  # the statistics are this evaluation's (vectors already held stay valid)
     if isinstance(kgc_model, TriEncoder):
         kgc_model.params_cache.reset_stats()
+    metadata = metadata or dict(getattr(kgc_model, "metadata", {}))
     if texts is None:
-        texts = KGCTexts.build(kg, metadata.get("neighbour_names", neighbour_names))
+        # A model trained before neighbour orders were recorded read them in index order.
+        order = metadata.get("neighbour_order", "index" if "neighbour_names" in metadata else "id")
+        texts = KGCTexts.build(kg, metadata.get("neighbour_names", neighbour_names), order=order)
+    if normalize_queries is None:
+        normalize_queries = bool(metadata.get("train", {}).get("normalize_queries", True))
     known = KnownTails(np.concatenate([kg.with_inverses(s) for s in kg.splits]))  # the filter: every split's triples
     forward = kg.splits[split]
     queries = kg.with_inverses(split)  # forward queries, then their inverses (the backward direction)
@@ -342,11 +386,13 @@ def evaluate_model(
             graph=graph,
             n_hop=n_hop,
             neighbour_weight=neighbour_weight,
+            normalize_queries=normalize_queries,
         )
         forward_rr, backward_rr = rank_metrics(reranked[:n]), rank_metrics(reranked[n:])
         result.rerank = {
             "n_hop": n_hop,
             "neighbour_weight": neighbour_weight,
+            "normalize_queries": normalize_queries,
             "forward": forward_rr,
             "backward": backward_rr,
             "average": average_metrics(forward_rr, backward_rr),

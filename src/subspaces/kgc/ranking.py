@@ -10,6 +10,10 @@ rank under a random order of tied candidates, as PyKEEN reports); ``optimistic``
 ``pessimistic`` counts it in full. SimKGC sorts with ``torch.sort``, which orders ties arbitrarily; with
 real-valued scores ties are rare and the three agree (a test checks all three on a hand-made graph).
 
+Scores are cosines, or with ``normalize_queries=False`` the raw query vector against unit entity vectors, as
+Hyper-CL's released evaluation scores its unnormalised projection (``evaluate.py``: ``hr_tensor.mm(entities.t())``).
+A query's norm does not change its plain ranking; it does scale its scores against the re-ranking bonus.
+
 Head prediction is tail prediction with the inverse relation: the *backward* direction. ``average`` is the mean
 of the forward and backward metrics, which is what SimKGC reports.
 """
@@ -76,7 +80,8 @@ def average_metrics(forward: dict[str, float], backward: dict[str, float]) -> di
 def rerank_by_graph(
     scores: torch.Tensor, heads: Sequence[int], graph: LinkGraph, n_hop: int, weight: float
 ) -> torch.Tensor:
-    """SimKGC's optional re-ranking: add ``weight`` to every entity within ``n_hop`` training hops of the head."""
+    """SimKGC's optional re-ranking (``rerank.py``; ``scripts/eval.sh``: 5 hops, weight 0.05 on WN18RR): add
+    ``weight`` to every entity within ``n_hop`` training hops of the head, the head included."""
     scores = scores.clone()
     for i, head in enumerate(heads):
         near = graph.n_hop(int(head), n_hop)
@@ -97,12 +102,15 @@ def rank_queries(
     graph: LinkGraph | None = None,
     n_hop: int = 0,
     neighbour_weight: float = 0.05,
+    normalize_queries: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Ranks of ``queries[:, 2]`` for the queries ``(h, r, t)`` scored by cosine, and each query's filtered top-k.
 
-    ``query_vectors[i]`` is the embedding of query ``i`` (already conditioned on its relation).
+    ``query_vectors[i]`` is the embedding of query ``i`` (already conditioned on its relation); with
+    ``normalize_queries=False`` it is used as it is (see the module's docstring).
     """
-    q = torch.nn.functional.normalize(query_vectors.float(), dim=-1)
+    q = query_vectors.float()
+    q = torch.nn.functional.normalize(q, dim=-1) if normalize_queries else q
     e = torch.nn.functional.normalize(entity_vectors.float(), dim=-1)
     ranks: list[np.ndarray] = []
     tops: list[np.ndarray] = []

@@ -1,22 +1,29 @@
 """Entity texts as SimKGC builds them: ``"name: description"``, plus neighbour names when the description is short.
 
-SimKGC appends the names of up to 10 training neighbours to descriptions under 20 words (its ``--use-link-graph``).
-That is what gives FB15k-237 entities, which have no descriptions here, something beyond their name. During
-fine-tuning SimKGC leaves the example's own tail out of the head's neighbours (it would leak the label); a text
-per *entity*, which is what can be cached, cannot do that, so :func:`entity_texts` takes the test-time view (all
-training neighbours) and :func:`entity_text` takes ``exclude`` for the per-example view. :class:`KGCTexts` holds a
-graph's entity and relation texts for the models; :func:`neighbour_graph` decides whether neighbour names are used.
+SimKGC's ``--use-link-graph`` (``doc.py``, ``Example.vectorize``) appends the names of the first 10 training
+neighbours (sorted by dataset id, ``triplet.py`` ``LinkGraph.get_neighbor_ids``) to descriptions under 20 words.
+That gives FB15k-237 entities, which have no descriptions here, something beyond their name; on WN18RR it extends
+the 83 % of WordNet glosses that are short. In training SimKGC leaves the other end of the example out of each
+side's neighbours (the head's text must not name its answer, nor the tail's text its question); a text per
+*entity*, which is what can be cached, cannot do that. :class:`KGCTexts` holds both views: ``entities`` (the
+test-time one, all training neighbours) and, with ``per_example``, :meth:`KGCTexts.training_texts`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
+import numpy as np
+
+from subspaces.errors import SubspacesError
 from subspaces.kgc.data import KnowledgeGraph
 from subspaces.kgc.graph import LinkGraph
 
 SHORT_DESCRIPTION_WORDS = 20
 MAX_NEIGHBOURS = 10
+NeighbourOrder = Literal["id", "index"]
+NEIGHBOUR_ORDERS = ("id", "index")
 
 
 def join_name_description(name: str, description: str) -> str:
@@ -36,14 +43,22 @@ def entity_text(
     return join_name_description(kg.entity_names[entity], description)
 
 
-def neighbour_graph(kg: KnowledgeGraph, neighbour_names: bool | None = None) -> LinkGraph | None:
+def neighbour_graph(
+    kg: KnowledgeGraph, neighbour_names: bool | None = None, order: NeighbourOrder = "index"
+) -> LinkGraph | None:
     """The training link graph whose neighbour names extend short descriptions, or None without them.
 
-    ``neighbour_names`` defaults to on where the dataset has no descriptions (FB15k-237).
+    ``neighbour_names`` defaults to on where the dataset has no descriptions (FB15k-237). ``order`` picks which
+    10 neighbours a well-connected entity shows: ``"id"`` sorts them by dataset id (SimKGC), ``"index"`` by entity
+    index (this library's first order; models trained with it record no order and keep it).
     """
+    if order not in NEIGHBOUR_ORDERS:
+        raise SubspacesError(f"unknown neighbour order {order!r}; choose one of {', '.join(NEIGHBOUR_ORDERS)}")
     if neighbour_names is None:
         neighbour_names = not any(kg.entity_descriptions)
-    return LinkGraph(kg.splits["train"], kg.num_entities) if neighbour_names else None
+    if not neighbour_names:
+        return None
+    return LinkGraph(kg.splits["train"], kg.num_entities, kg.entity_ids if order == "id" else None)
 
 
 def entity_texts(kg: KnowledgeGraph, neighbour_names: bool | None = None) -> list[str]:
@@ -55,22 +70,46 @@ def entity_texts(kg: KnowledgeGraph, neighbour_names: bool | None = None) -> lis
 class KGCTexts:
     """The texts a model reads for one graph: one per entity and one per relation (inverses included).
 
-    ``link_graph`` set means SimKGC's neighbour names are used; then training texts leave each example's own
-    tail out of its head's neighbours (:meth:`head_text`), as SimKGC does against label leakage.
+    ``link_graph`` set means SimKGC's neighbour names are used. ``per_example`` then makes
+    :meth:`training_texts` leave each example's other end out of both sides' neighbours, as SimKGC does against
+    label leakage; without it training reads the per-entity texts (cheap to cache, but a head's text may name
+    its answer).
     """
 
     kg: KnowledgeGraph
     entities: list[str]
     relations: list[str]
     link_graph: LinkGraph | None = None
+    per_example: bool = False
 
     @classmethod
-    def build(cls, kg: KnowledgeGraph, neighbour_names: bool | None = None) -> KGCTexts:
+    def build(
+        cls,
+        kg: KnowledgeGraph,
+        neighbour_names: bool | None = None,
+        *,
+        order: NeighbourOrder = "index",
+        per_example: bool = False,
+    ) -> KGCTexts:
         """Entity texts (the test-time view), relation names, and the link graph if neighbour names are used."""
-        graph = neighbour_graph(kg, neighbour_names)
-        return cls(kg, [entity_text(kg, e, graph) for e in range(kg.num_entities)], kg.relation_texts(), graph)
+        graph = neighbour_graph(kg, neighbour_names, order)
+        entities = [entity_text(kg, e, graph) for e in range(kg.num_entities)]
+        return cls(kg, entities, kg.relation_texts(), graph, per_example)
 
     def head_text(self, head: int, tail: int) -> str:
+        """``head``'s text with ``tail`` left out of its neighbours (either end of a training triple)."""
         if self.link_graph is None:
             return self.entities[head]
         return entity_text(self.kg, head, self.link_graph, exclude=tail)
+
+    def training_texts(self, triples: np.ndarray) -> tuple[list[str], list[str]]:
+        """Head and tail texts of training triples: per example (each without the other) or per entity."""
+        rows = np.asarray(triples).tolist()
+        if self.per_example and self.link_graph is not None:
+            return [self.head_text(h, t) for h, _r, t in rows], [self.head_text(t, h) for h, _r, t in rows]
+        return [self.entities[h] for h, _r, _t in rows], [self.entities[t] for _h, _r, t in rows]
+
+    def distinct_training_texts(self, triples: np.ndarray) -> list[str]:
+        """Every text training can read, each once (what a frozen or partly frozen encoder caches up front)."""
+        heads, tails = self.training_texts(triples)
+        return list(dict.fromkeys([*self.entities, *heads, *tails]))

@@ -81,20 +81,30 @@ class RankingEvaluator(Evaluator):
     """Filtered ranking of one split (forward and backward averaged); the primary metric is MRR.
 
     Called with the loss the engine trains (or a model); the loss is in eval mode then, so no margin applies.
+    ``select=False`` tracks the split (MRR after each epoch) without choosing a state on it.
     """
 
     primary_metric = "mrr"
     greater_is_better = True
 
-    def __init__(self, kg: Any, split: str, texts: Any) -> None:
+    def __init__(self, kg: Any, split: str, texts: Any, *, select: bool = True) -> None:
         self.kg, self.split, self.texts = kg, split, texts
+        self.select = select  # False: only record each epoch's MRR; the last state is the one kept
+
+    def is_better(self, score: float, best: float | None) -> bool:
+        return super().is_better(score, best) if self.select else True
 
     def __call__(self, module: Any) -> dict[str, float]:
         from subspaces.kgc.pipeline import evaluate_model
 
         model = getattr(module, "model", module)
         result = evaluate_model(model, self.kg, split=self.split, texts=self.texts, show_progress=False)
-        return dict(result.average)
+        # What the evaluation cost rides along, so a run's history separates training from evaluation time.
+        return {
+            **result.average,
+            "inference_seconds": result.inference_seconds,
+            "cache_hit_rate": result.cache_hit_rate,
+        }
 
 
 def _param_groups(loss: SimKGCLoss, config: KGCTrainConfig) -> list[dict[str, Any]]:

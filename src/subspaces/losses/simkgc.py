@@ -12,7 +12,10 @@ For a batch of B training triples with query vectors ``hr_i`` and tail vectors `
 * false negatives are masked to -1e4: a column whose tail equals row i's tail, or is a known *training*
   neighbour of row i's ``(h, r)`` (inverses included); the self-negative is masked where ``h`` is a known tail of
   ``(h, r)``; pre-batch entries are masked the same way (and empty queue slots too);
-* pre-batch logits are multiplied by ``w`` (0.5), as SimKGC's ``pre_batch_weight`` does.
+* pre-batch logits are multiplied by ``w`` (0.5), as SimKGC's ``pre_batch_weight`` does;
+* ``normalize_queries=False`` leaves ``hr`` as the model gives it (tails and heads are still normalised), as
+  Hyper-CL's released tri-encoder does (``compute_logits``: ``hr_vector.mm(tail_vector.t())`` on the raw
+  projection): ``|hr|`` then scales each row's logits, a temperature the head learns per relation.
 
 SimKGC starts the queue with random unit vectors and unmasked; here empty slots are masked, so the first
 batches see only real negatives.
@@ -92,6 +95,7 @@ class SimKGCLoss(nn.Module):
         self_negatives: bool = True,
         batch_size: int | None = None,
         embed_batch: EmbedBatch | None = None,
+        normalize_queries: bool = True,
     ) -> None:
         super().__init__()
         if temperature <= 0:
@@ -106,6 +110,7 @@ class SimKGCLoss(nn.Module):
         self.pre_batch = pre_batch
         self.pre_batch_weight = pre_batch_weight
         self.self_negatives = self_negatives
+        self.normalize_queries = normalize_queries
         self._queue_vectors: torch.Tensor | None = None  # (pre_batch * B, d), detached tails of earlier batches
         self._queue_tails: torch.Tensor | None = None  # their entity ids, -1 = empty slot
         self._queue_offset = 0
@@ -124,7 +129,7 @@ class SimKGCLoss(nn.Module):
         self, hr: torch.Tensor, tails: torch.Tensor, heads: torch.Tensor | None, triples: np.ndarray
     ) -> torch.Tensor:
         """The (B, B [+ queue] [+ 1]) logits, masks applied; column i of the first block is row i's positive."""
-        hr = F.normalize(hr, dim=-1)
+        hr = F.normalize(hr, dim=-1) if self.normalize_queries else hr
         tails = F.normalize(tails, dim=-1)
         inv_t = self.log_inv_t.exp()
         batch = len(hr)
@@ -185,6 +190,7 @@ class SimKGCLoss(nn.Module):
             "pre_batch": self.pre_batch,
             "pre_batch_weight": self.pre_batch_weight,
             "self_negatives": self.self_negatives,
+            "normalize_queries": self.normalize_queries,
         }
 
     @property

@@ -20,6 +20,12 @@ Heads (``make_head(kind, dim, rank)``):
 
 ``f`` is the condition transform, a d×d linear layer started at the identity (so an untrained hadamard head is
 exactly the C-STS ``s ⊙ c``).
+
+Two options follow Hyper-CL's released tri-encoder (``sim-kgc/models_tri_encoder.py``): ``dropout`` (0.1 there)
+drops inputs of the condition transform, of the hypernetworks and of concat's linear layer, in training only;
+``init="torch"`` keeps ``nn.Linear``'s default initialisation everywhere instead of ``"scaled"`` (ours: an identity
+condition transform and hypernetworks scaled so ``W_c s`` starts near unit norm). Both are saved in the head's
+config only when set, so heads saved before them rebuild unchanged.
 """
 
 from __future__ import annotations
@@ -34,22 +40,26 @@ from subspaces.errors import SubspacesError
 
 HeadKind = Literal["hadamard", "concat", "hypernet"]
 HEAD_KINDS: tuple[str, ...] = ("hadamard", "concat", "hypernet")
+HEAD_INITS: tuple[str, ...] = ("scaled", "torch")
 # Training with Adam keeps weights, gradients and two moment buffers: 4 float32 copies of every parameter.
 TRAIN_BYTES_PER_PARAM = 16
 
 
 class ConditionTransform(nn.Module):
-    """``f(c) = W c + b``, started at the identity so an untrained head sees the raw condition embedding."""
+    """``f(c) = W dropout(c) + b``, started at the identity (``init="scaled"``) so an untrained head sees the raw
+    condition embedding, or at ``nn.Linear``'s default (``init="torch"``)."""
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, init: str = "scaled", dropout: float = 0.0) -> None:
         super().__init__()
+        self.dropout = nn.Dropout(dropout)
         self.linear = nn.Linear(dim, dim)
-        with torch.no_grad():
-            self.linear.weight.copy_(torch.eye(dim))
-            self.linear.bias.zero_()
+        if init == "scaled":
+            with torch.no_grad():
+                self.linear.weight.copy_(torch.eye(dim))
+                self.linear.bias.zero_()
 
     def forward(self, condition_emb: torch.Tensor) -> torch.Tensor:
-        return self.linear(condition_emb)
+        return self.linear(self.dropout(condition_emb))
 
 
 class ConditionHead(nn.Module):
@@ -57,12 +67,19 @@ class ConditionHead(nn.Module):
 
     kind: str = ""
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, *, dropout: float = 0.0, init: str = "scaled") -> None:
         super().__init__()
         if dim <= 0:
             raise SubspacesError(f"head dimension must be positive, got {dim}")
+        if not 0.0 <= dropout < 1.0:
+            raise SubspacesError(f"head dropout must be in [0, 1), got {dropout}")
+        if init not in HEAD_INITS:
+            raise SubspacesError(f"unknown head init {init!r}; choose one of {', '.join(HEAD_INITS)}")
         self.dim = dim
-        self.condition_transform = ConditionTransform(dim)
+        self.dropout_p = dropout
+        self.init = init
+        self.dropout = nn.Dropout(dropout)  # before the head's own layers (the transform has its own)
+        self.condition_transform = ConditionTransform(dim, init, dropout)
 
     @property
     def out_dim(self) -> int:
@@ -90,7 +107,12 @@ class ConditionHead(nn.Module):
 
     def config(self) -> dict:
         """Constructor arguments, so a saved head can be rebuilt with ``make_head(**config)``."""
-        return {"kind": self.kind, "dim": self.dim}
+        config: dict = {"kind": self.kind, "dim": self.dim}
+        if self.dropout_p:
+            config["dropout"] = self.dropout_p
+        if self.init != "scaled":
+            config["init"] = self.init
+        return config
 
 
 class HadamardHead(ConditionHead):
@@ -113,8 +135,8 @@ class ConcatHead(ConditionHead):
 
     kind = "concat"
 
-    def __init__(self, dim: int, activation: str = "relu") -> None:
-        super().__init__(dim)
+    def __init__(self, dim: int, activation: str = "relu", *, dropout: float = 0.0, init: str = "scaled") -> None:
+        super().__init__(dim, dropout=dropout, init=init)
         activations = {"relu": nn.ReLU(), "tanh": nn.Tanh(), "gelu": nn.GELU(), "identity": nn.Identity()}
         if activation not in activations:
             raise SubspacesError(f"unknown activation {activation!r}; choose one of {', '.join(activations)}")
@@ -124,12 +146,13 @@ class ConcatHead(ConditionHead):
 
     def condition_params(self, condition_emb: torch.Tensor) -> tuple[torch.Tensor, ...]:
         # The condition's half of the linear layer plus the bias: a per-condition offset, cacheable.
+        # Dropout on [s; f(c)] is dropout on each half, so the split keeps Hyper-CL's dropout before the layer.
         weight_c = self.linear.weight[:, self.dim :]
-        return (self.condition_transform(condition_emb) @ weight_c.T + self.linear.bias,)
+        return (self.dropout(self.condition_transform(condition_emb)) @ weight_c.T + self.linear.bias,)
 
     def project(self, sentence_emb: torch.Tensor, params: tuple[torch.Tensor, ...]) -> torch.Tensor:
         weight_s = self.linear.weight[:, : self.dim]
-        return self.activation(sentence_emb @ weight_s.T + params[0])
+        return self.activation(self.dropout(sentence_emb) @ weight_s.T + params[0])
 
     def config(self) -> dict:
         return {**super().config(), "activation": self.activation_name}
@@ -145,8 +168,8 @@ class HypernetHead(ConditionHead):
 
     kind = "hypernet"
 
-    def __init__(self, dim: int, rank: int | None = 64) -> None:
-        super().__init__(dim)
+    def __init__(self, dim: int, rank: int | None = 64, *, dropout: float = 0.0, init: str = "scaled") -> None:
+        super().__init__(dim, dropout=dropout, init=init)
         if rank is not None and not 0 < rank <= dim:
             raise SubspacesError(f"hypernet rank must be in 1..{dim} (or full), got {rank}")
         self.rank = rank
@@ -155,7 +178,8 @@ class HypernetHead(ConditionHead):
         else:
             self.hyper_w1 = nn.Linear(dim, dim * rank)
             self.hyper_w2 = nn.Linear(dim, dim * rank)
-        self._rescale_init()
+        if init == "scaled":
+            self._rescale_init()
 
     def _rescale_init(self) -> None:
         # nn.Linear's default init makes ||W_c s|| shrink with d and K; choose the std so that for unit-norm c
@@ -171,7 +195,7 @@ class HypernetHead(ConditionHead):
                     nn.init.zeros_(layer.bias)
 
     def condition_params(self, condition_emb: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        c = self.condition_transform(condition_emb)
+        c = self.dropout(self.condition_transform(condition_emb))
         batch = c.shape[0]
         if self.rank is None:
             return (self.hyper_full(c).view(batch, self.dim, self.dim),)
@@ -281,9 +305,11 @@ def make_head(
     *,
     activation: str = "relu",
     memory_bytes: int | None = None,
+    dropout: float = 0.0,
+    init: str = "scaled",
 ) -> ConditionHead:
     """Build a condition head. ``rank`` applies to ``hypernet`` only (``None`` = full rank, ``"auto"`` =
-    :func:`auto_rank`).
+    :func:`auto_rank`); ``activation`` to ``concat`` only; ``dropout`` and ``init`` to every head.
 
     Raises :class:`SubspacesError` for an unknown kind, a bad rank, or a head too large for memory.
     """
@@ -295,10 +321,10 @@ def make_head(
         raise SubspacesError(f"rank must be an integer, None (full) or 'auto', got {rank!r}")
     check_head_fits(kind, dim, rank, memory_bytes=memory_bytes)
     if kind == "hadamard":
-        return HadamardHead(dim)
+        return HadamardHead(dim, dropout=dropout, init=init)
     if kind == "concat":
-        return ConcatHead(dim, activation=activation)
-    return HypernetHead(dim, rank=rank)
+        return ConcatHead(dim, activation=activation, dropout=dropout, init=init)
+    return HypernetHead(dim, rank=rank, dropout=dropout, init=init)
 
 
 def head_from_config(config: dict) -> ConditionHead:

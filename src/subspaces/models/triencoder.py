@@ -297,9 +297,13 @@ def build_tri_encoder(
     task: str = "cond",
     device: str = "cpu",
     seed: int | None = None,
+    head_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> TriEncoder:
     """A fresh tri-encoder on ``model`` (a bundled name or a folder); ``seed`` seeds the head's initialisation.
+
+    ``head_options``: further keywords of :func:`~subspaces.models.heads.make_head` (``dropout``, ``init``,
+    ``activation``).
 
     ``rank``: the hypernet's K; ``None`` is full rank; ``"auto"`` is ``round(d / 12)`` (Hyper-CL's K = 64 for
     d = 768 and 85 for d = 1024).
@@ -314,7 +318,7 @@ def build_tri_encoder(
         torch.manual_seed(seed)
     return TriEncoder(
         encoder,
-        make_head(head, int(encoder.get_embedding_dimension() or 0), rank).to(device),
+        make_head(head, int(encoder.get_embedding_dimension() or 0), rank, **(head_options or {})).to(device),
         condition_encoder=cond,
         freeze_encoder=freeze_encoder,
         encoder_name=encoder_reference(model),
