@@ -102,6 +102,18 @@ class EncoderTrainConfig(FitConfig):
 _RECIPE_FIELDS = ("batch_size", "max_length", "drop_last", "trainable_layers", "state_dropout")
 
 
+def _term_reader(loss: nn.Module) -> Callable[[], dict[str, float]] | None:
+    """Reads the loss's term sizes after each forward, for losses that keep them (``MICLoss.last_terms``)."""
+    if not isinstance(getattr(loss, "last_terms", None), dict):
+        return None
+
+    def read() -> dict[str, float]:
+        terms: dict[str, float] = loss.last_terms  # type: ignore[assignment]
+        return terms
+
+    return read
+
+
 def loss_description(loss: nn.Module) -> str:
     get_config = getattr(loss, "get_config_dict", None)
     config = get_config() if callable(get_config) else {}
@@ -182,7 +194,7 @@ def train_sentence_loss(
             settings=recorded,
             callback=callback,
             # losses that report their terms (MICLoss.last_terms) get them into the JSON history and checkpoint
-            loss_terms=(lambda: loss.last_terms) if isinstance(getattr(loss, "last_terms", None), dict) else None,
+            loss_terms=_term_reader(loss),
         )
     finally:
         if pft is not None:
