@@ -37,6 +37,10 @@ temporary results folder: a check that every piece runs (under a minute, most of
     OMP_NUM_THREADS=2 nice -n 5 .venv/bin/python benchmarks/align_protocol.py run --domains wordnet,tweets
     .venv/bin/python benchmarks/align_protocol.py table
     .venv/bin/python benchmarks/align_protocol.py --smoke
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/align_protocol.py trust-check   # dev pool only, ~2 minutes
+
+``trust-check`` (:func:`trust_check`) chose the trust score and its margin on a small WordNet (dev) pool; it writes
+``results/align_protocol/trust_score_dev.json``, which ``table`` does not read.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 from align_paper_recipe import fit_paper_recipe, map_paper_recipe
-from align_pools import SOURCE_MODEL, embed_pool
+from align_pools import SOURCE_MODEL, embed_pool, load_centered
 from subspaces.align import MiniVec2Vec, evaluate_alignment, retrieval_metrics
 from subspaces.align.preprocess import center_normalize
 from subspaces.config import dataset_dir
@@ -195,7 +199,7 @@ def run_cell(data: dict, arm: str, seed: int, params: dict, paper: bool) -> dict
             "final": d["nn_similarity"]["final"],
             "identity": d["identity_nn_similarity"],
             "random_rotation": d["random_rotation_nn_similarity"],
-            "trivial_gain_share": d["trivial_gain_share"],
+            "trust": d["trust"],
             "structure_swapped": d["restarts"][d["chosen_restart"]]["structure_swapped"],
         },
         "stage_seconds": d["restarts"][d["chosen_restart"]]["stage_seconds"],
@@ -242,7 +246,7 @@ def _spread(values: list[float]) -> str:
 
 
 def table(results: Path) -> str:
-    rows = [json.loads(p.read_text()) for p in sorted(Path(results).glob("*.json"))]
+    rows = [json.loads(p.read_text()) for p in sorted(Path(results).glob("*-seed*.json"))]  # cells only
     if not rows:
         return f"no results under {results}"
     lines = ["role | domain | target | arm | n | top-1 | cross-fitted oracle | identity | paper | seconds | conv"]
@@ -278,6 +282,190 @@ def table(results: Path) -> str:
     return "\n".join(lines)
 
 
+TRUST_POOL = ("wordnet", 6000, 1200, "paraphrase-l3")  # dev: domain, texts, held-out pairs, target (2,400 a side)
+TRUST_PARAMS = {  # a fit small enough for the check to run in a minute or two
+    "anchors": {"n_runs": 4, "n_clusters": 20, "sample": 2400, "n_pseudo_pairs": 2400},
+    "structure": {"n_iter": 3, "n_clusters": 20, "sample": 2400},
+    "refine": {"n_iter": 20, "sample": 512, "centroid_clusters": 60},
+    "search": {"probe_size": 1024},
+    "n_restarts": 1,
+}
+WEAK = {"n_restarts": 1, "structure": {"n_iter": 0}, "refine": {"n_iter": 0, "centroid_clusters": 0}}
+
+
+def _random_rotation(dim: int, seed: int) -> np.ndarray:
+    q, r = np.linalg.qr(np.random.default_rng(seed).normal(size=(dim, dim)))
+    return (q * np.sign(np.diag(r))).astype(np.float32)
+
+
+def _label_free(a: np.ndarray, b: np.ndarray, probes: tuple[np.ndarray, np.ndarray], matrix: np.ndarray) -> dict:
+    """Every candidate score of ``matrix`` on the unpaired rows only (``a``, ``b``: centred training halves)."""
+    from subspaces.align.diagnostics import (
+        bidirectional_nn_similarity,
+        cross_similarities,
+        csls_score,
+        knn_mixing,
+        mutual_nn_rate,
+    )
+    from subspaces.align.preprocess import normalize_rows
+
+    pa, pb = a[probes[0]], b[probes[1]]
+    sims = cross_similarities(pa, pb, matrix)
+    return {
+        "nn_similarity": bidirectional_nn_similarity(pa, pb, a, b, matrix),
+        "csls": csls_score(sims),  # k = 5, the trust score
+        "csls_k10": csls_score(sims, k=10),
+        "csls_k20": csls_score(sims, k=20),
+        "mutual_nn": mutual_nn_rate(sims),
+        "mixing": knn_mixing(normalize_rows(pa @ matrix), pb),
+    }
+
+
+def _trust_maps(a, b, x, y, seed: int) -> dict[str, tuple[np.ndarray, str | None]]:
+    """The candidate maps of one situation (name -> (matrix, forced label or None)); fits on the raw halves'
+    centred rows (the aligner centres on the same training means, so its matrix applies as it is)."""
+    from subspaces.align.diagnostics import bidirectional_nn_similarity
+    from subspaces.align.procrustes import procrustes
+    from subspaces.align.refine import NeighbourStep, refine_by_neighbours
+
+    half = len(x) // 2
+    maps: dict[str, tuple[np.ndarray, str | None]] = {
+        "procrustes-fold0": (procrustes(x[:half], y[:half]), None),  # the supervised ceiling, scored on fold 1
+        "procrustes-fold1": (procrustes(x[half:], y[half:]), None),
+    }
+    for i in range(2):
+        maps[f"random-rotation-{i}"] = (_random_rotation(a.shape[1], 100 + seed + i), None)
+    maps["permutation"] = (
+        np.eye(a.shape[1], dtype=np.float32)[np.random.default_rng(seed).permutation(a.shape[1])],
+        None,
+    )
+    rng = np.random.default_rng(seed)
+    probe = (rng.choice(len(a), 1024, replace=False), rng.choice(len(b), 1024, replace=False))
+    # The adversarial case: refine-1 climbing the old score from a wrong start (a map tuned to that score).
+    step = NeighbourStep(a, b, np.random.default_rng(seed), sample_size=512, k=50)
+    wrong, _ = refine_by_neighbours(
+        _random_rotation(a.shape[1], 200 + seed),
+        step,
+        score=lambda m: bidirectional_nn_similarity(a[probe[0]], b[probe[1]], a, b, m),
+        n_iter=20,
+        patience=20,
+        tol=1e-4,
+    )
+    maps["refined-from-random"] = (wrong, None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, params in (("fit", TRUST_PARAMS), ("weak-fit", TRUST_PARAMS | WEAK)):
+            params = params | {"anchors": TRUST_PARAMS["anchors"] | ({"n_runs": 1} if name == "weak-fit" else {})}
+            maps[name] = (MiniVec2Vec.from_params(params, random_state=seed).fit(a, b).matrix_, None)
+    return maps
+
+
+def trust_check(results: Path) -> dict:
+    """Which label-free score tells good maps from bad ones against the trivial maps, on a dev pool only.
+
+    Three situations on one WordNet pool (``TRUST_POOL``): the real halves, the target rotated (the identity is
+    then a wrong map), the target's coordinates shuffled across rows (no map exists). In each, every candidate
+    map gets its held-out top-1 (labels: good at >= GOOD x the cross-fitted oracle, bad below BAD x; in the
+    shuffled situation every map is bad) and each candidate score on up to 4,096 rows of each side (here all),
+    beside the identity's and the best of three random rotations' (the control); the trust rule asks a map to
+    beat both by a margin in units of the control (``trust_lift``), so each score's margin can be read off.
+    """
+    from subspaces.align.diagnostics import trust_lift
+    from subspaces.align.metrics import cross_fitted_oracle
+    from subspaces.align.preprocess import normalize_rows
+
+    domain, size, n_eval, target = TRUST_POOL
+    embed_pool(domain, size, 0, n_eval, [SOURCE_MODEL, target])
+    pool = load_centered(domain, size, target, 0)
+    rot = _random_rotation(pool.b.shape[1], 7)
+    shuffle = np.random.default_rng(12345)
+    situations = {
+        "real": (pool.b, pool.y),
+        "rotated": (pool.b @ rot, pool.y @ rot),
+        "shuffled": (np.stack([shuffle.permutation(c) for c in pool.b.T], axis=1), pool.y),
+    }
+    report: dict = {
+        "pool": {
+            "domain": domain,
+            "role": DOMAINS[domain][0],
+            "texts": size,
+            "held_out": n_eval,
+            "source": SOURCE_MODEL,
+            "target": target,
+            "rows_a_side": len(pool.a),
+        },
+        "situations": {},
+    }
+    a, x = pool.a, pool.x
+    half = len(x) // 2
+    for s, (name, (b, y)) in enumerate(situations.items()):
+        rng = np.random.default_rng(s)
+        probes = (rng.permutation(len(a))[:4096], rng.permutation(len(b))[:4096])
+        oracle = retrieval_metrics(cross_fitted_oracle(x, y), y, pool_size=len(x))["top1"]
+        identity = _label_free(a, b, probes, np.eye(a.shape[1], dtype=np.float32))
+        controls = [_label_free(a, b, probes, _random_rotation(a.shape[1], 10 + i)) for i in range(3)]
+        control = {k: max(c[k] for c in controls) for k in identity}
+        rows = {}
+        for map_name, (matrix, _) in _trust_maps(a, b, x, y, seed=s).items():
+            fold = (
+                slice(half, None)
+                if map_name == "procrustes-fold0"
+                else slice(None, half)
+                if map_name == "procrustes-fold1"
+                else slice(None)
+            )
+            top1 = retrieval_metrics(normalize_rows(x[fold] @ matrix), y[fold], pool_size=len(x))["top1"]
+            label = (
+                "bad" if name == "shuffled" or top1 < BAD * oracle else "good" if top1 >= GOOD * oracle else "between"
+            )
+            scores = _label_free(a, b, probes, matrix)
+            lifts = {k: trust_lift(v, identity[k], control[k]) for k, v in scores.items()}
+            rows[map_name] = {"top1": top1, "label": label, "scores": scores, "lift": lifts}
+            print(
+                f"{name} {map_name}: top-1 {top1:.3f} ({label}) " + " ".join(f"{k} {v:.4f}" for k, v in scores.items()),
+                flush=True,
+            )
+        identity_top1 = retrieval_metrics(x, y, pool_size=len(x))["top1"]
+        report["situations"][name] = {
+            "oracle_cross_fitted_top1": oracle,
+            "identity_top1": identity_top1,
+            "identity": identity,
+            "control": control,
+            "maps": rows,
+        }
+        print(
+            f"{name}: oracle {oracle:.3f} identity top-1 {identity_top1:.3f} identity {identity} control {control}",
+            flush=True,
+        )
+    report["criteria"] = _separation(report)
+    save_json(results / "trust_score_dev.json", report)
+    return report
+
+
+def _separation(report: dict) -> dict:
+    """Per score: the lowest lift of a good map, the highest of a bad one, and how many of each the rule flags
+    at the margin halfway between them (0 where they overlap) and at the library's default margin."""
+    from subspaces.align.aligner import MiniVec2Vec
+
+    default = MiniVec2Vec().trust_margin
+    out = {}
+    for key in next(iter(report["situations"].values()))["identity"]:
+        lifts = {"good": [], "bad": []}
+        for situation in report["situations"].values():
+            for row in situation["maps"].values():
+                lifts.get(row["label"], []).append(row["lift"][key])
+        low_good, high_bad = min(lifts["good"]), max(lifts["bad"])
+        midpoint = max((low_good + high_bad) / 2, 0.0) if low_good > high_bad else 0.0
+        out[key] = {"lowest_good_lift": low_good, "highest_bad_lift": high_bad, "separates": low_good > high_bad}
+        for name, margin in (("midpoint", midpoint), ("default", default)):
+            out[key][name] = {
+                "margin": margin,
+                "good_flagged": f"{sum(v <= margin for v in lifts['good'])}/{len(lifts['good'])}",
+                "bad_trusted": f"{sum(v > margin for v in lifts['bad'])}/{len(lifts['bad'])}",
+            }
+    return out
+
+
 SMOKE_PARAMS = {
     "anchors": {"n_runs": 2, "n_clusters": 10, "sample": 500, "n_pseudo_pairs": 500},
     "structure": {"n_iter": 2, "n_clusters": 10, "sample": 500},
@@ -289,7 +477,7 @@ SMOKE_PARAMS = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", nargs="?", choices=["run", "table"], default="run")
+    parser.add_argument("command", nargs="?", choices=["run", "table", "trust-check"], default="run")
     parser.add_argument("--smoke", action="store_true", help="one small test pool, tiny settings, a temporary folder")
     parser.add_argument("--domains", default=",".join(DOMAINS))
     parser.add_argument("--targets", default="paraphrase-l3,mpnet-base")
@@ -304,6 +492,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "table":
         print(table(Path(args.results)))
+        return
+    if args.command == "trust-check":
+        print(json.dumps(trust_check(Path(args.results))["criteria"], indent=2))
         return
     if args.smoke:
         for domain, (role, texts) in DOMAINS.items():  # every reader runs; only one pool is embedded
