@@ -14,6 +14,8 @@ from subspaces.store import Store
 from vocabulary import WORDS
 
 ray = pytest.importorskip("ray")
+# A Ray runtime and its actor processes take minutes on 2 busy cores: `make test-slow` (CI runs it) has these.
+pytestmark = pytest.mark.slow
 
 
 def sentences(n: int, seed: int = 0) -> list[str]:
