@@ -12,9 +12,7 @@ The fitted map is plain arrays; :meth:`transform` is numpy only (no torch), so a
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
 import os
 import time
 from collections.abc import Sequence
@@ -25,10 +23,10 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.state_folder import read_state_folder, write_state_folder
 
 FORMAT_VERSION = 1
 CONFIG_FILE = "adapter.json"
-STATE_FILE = "state.npz"
 TERMS = ("pair", "topk", "rank", "var", "corr", "sup", "rec")
 
 
@@ -306,57 +304,25 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
 
         A save interrupted between the two leaves a folder whose hash does not match, which :meth:`load` refuses.
         """
-        from subspaces.io import atomic_open
-
         self._check_fitted()
-        folder = Path(path)
-        if folder.exists() and not folder.is_dir():
-            raise DataError("exists and is not a folder", path=folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        buffer = io.BytesIO()
-        np.savez(buffer, **self.weights_)
-        state = buffer.getvalue()
         params = self.get_params()
         params["dims"] = [int(d) for d in params["dims"]]
         config = {
-            "format_version": FORMAT_VERSION,
             "class": "MatryoshkaAdapter",
             "params": params,
             "n_features_in": self.n_features_in_,
             "dims": self.dims_,
             "scale": self.scale_,
-            "state_sha256": hashlib.sha256(state).hexdigest(),
             "fit_seconds": self.fit_seconds_,
             "history": self.history_,
             "loss_terms": self.loss_terms_,
         }
-        with atomic_open(folder / STATE_FILE, "wb") as handle:
-            handle.write(state)
-        with atomic_open(folder / CONFIG_FILE, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(config, indent=2) + "\n")
-        return folder
+        return write_state_folder(path, CONFIG_FILE, self.weights_, config, format_version=FORMAT_VERSION)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> MatryoshkaAdapter:
-        folder = Path(path)
-        config_path, state_path = folder / CONFIG_FILE, folder / STATE_FILE
-        for p in (config_path, state_path):
-            if not p.is_file():
-                raise DataError("not found; is this a folder written by `subspaces adapt fit`?", path=p)
-        try:
-            config = json.loads(config_path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise DataError(f"not valid JSON: {exc}", path=config_path) from exc
-        version = config.get("format_version") if isinstance(config, dict) else None
-        if version != FORMAT_VERSION:
-            raise DataError(
-                f"unsupported format_version {version!r} (this subspaces reads {FORMAT_VERSION})", path=config_path
-            )
-        state = state_path.read_bytes()
-        if hashlib.sha256(state).hexdigest() != config.get("state_sha256"):
-            raise DataError(
-                f"does not belong to {CONFIG_FILE} beside it (an interrupted save?); refit", path=state_path
-            )
+        config_path = Path(path) / CONFIG_FILE
+        config, state = read_state_folder(path, CONFIG_FILE, versions=(FORMAT_VERSION,), written_by="adapt fit")
         try:
             adapter = cls(**config["params"])
             adapter.n_features_in_ = int(config["n_features_in"])

@@ -25,10 +25,8 @@ paper's plain recipe (the k-means and QAP solver still differ; see docs/align.md
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import inspect
 import io
-import json
 import logging
 import os
 import time
@@ -72,14 +70,13 @@ from subspaces.align.refine import (
 )
 from subspaces.align.relative import initial_map
 from subspaces.errors import ConvergenceWarning, DataError, DimensionError, SubspacesError
-from subspaces.io import atomic_open
+from subspaces.state_folder import STATE_FILE, read_state_folder, write_state_folder
 
 logger = logging.getLogger(__name__)
 
 TRUST_ROWS = 4096  # rows of each side the trust score compares (the cost of CSLS grows with their square)
 FORMAT_VERSION = 2  # 2: parameters grouped by stage; 1: the 37 flat names (still read)
 CONFIG_FILE = "aligner.json"
-STATE_FILE = "state.npz"
 
 
 class MiniVec2Vec(BaseEstimator):
@@ -549,63 +546,36 @@ class MiniVec2Vec(BaseEstimator):
         interrupted between the two leaves a folder that ``load`` refuses instead of mixing old and new.
         """
         self._check_fitted()
-        folder = Path(path)
-        if folder.exists() and not folder.is_dir():
-            raise DataError("exists and is not a folder", path=folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        buffer = io.BytesIO()
-        np.savez(
-            buffer,
-            matrix=self.matrix_,
-            source_mean=self.source_mean_,
-            target_mean=self.target_mean_,
-            target_scale=np.float32(self.target_scale_),
-        )
-        state = buffer.getvalue()
-        config = json.dumps(
-            {  # serialised before anything is written: a failure here touches no file
-                "format_version": FORMAT_VERSION,
-                "class": "MiniVec2Vec",
-                "params": self.to_params(),
-                "n_features_in": self.n_features_in_,
-                "n_features_out": self.n_features_out_,
-                "state_sha256": hashlib.sha256(state).hexdigest(),
-                "fit_seconds": self.fit_seconds_,
-                "diagnostics": _plain(self.diagnostics_),
-            },
-            indent=2,
-        )
-        with atomic_open(folder / STATE_FILE, "wb") as handle:
-            handle.write(state)
-        with atomic_open(folder / CONFIG_FILE, "w", encoding="utf-8") as handle:
-            handle.write(config + "\n")
-        return folder
+        arrays = {
+            "matrix": self.matrix_,
+            "source_mean": self.source_mean_,
+            "target_mean": self.target_mean_,
+            "target_scale": np.float32(self.target_scale_),
+        }
+        config = {
+            "class": "MiniVec2Vec",
+            "params": self.to_params(),
+            "n_features_in": self.n_features_in_,
+            "n_features_out": self.n_features_out_,
+            "fit_seconds": self.fit_seconds_,
+            "diagnostics": _plain(self.diagnostics_),
+        }
+        return write_state_folder(path, CONFIG_FILE, arrays, config, format_version=FORMAT_VERSION)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> MiniVec2Vec:
-        folder = Path(path)
-        config_path, state_path = folder / CONFIG_FILE, folder / STATE_FILE
-        for p in (config_path, state_path):
-            if not p.is_file():
-                raise DataError("not found; is this a folder written by `subspaces align fit`?", path=p)
-        try:
-            config = json.loads(config_path.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise DataError(f"not valid JSON: {exc}", path=config_path) from exc
-        version = config.get("format_version") if isinstance(config, dict) else None
-        if version not in (1, FORMAT_VERSION):
-            raise DataError(f"unsupported format_version {version!r}", path=config_path)
-        state_bytes = state_path.read_bytes()
-        expected = config.get("state_sha256")
-        if expected is not None and hashlib.sha256(state_bytes).hexdigest() != expected:
-            raise DataError(
-                f"does not belong to {CONFIG_FILE} beside it (an interrupted save?); refit", path=state_path
-            )
+        config_path, state_path = Path(path) / CONFIG_FILE, Path(path) / STATE_FILE
+        # Format-1 folders may predate the state's hash.
+        config, state_bytes = read_state_folder(
+            path, CONFIG_FILE, versions=(1, FORMAT_VERSION), written_by="align fit", require_hash=False
+        )
+        version = config["format_version"]
         try:
             params = config["params"]
             aligner = cls(**from_flat(params)) if version == 1 else cls.from_params(params)
             aligner.n_features_in_ = int(config["n_features_in"])
             aligner.n_features_out_ = int(config["n_features_out"])
+            aligner.fit_seconds_ = float(config["fit_seconds"])
         except (KeyError, TypeError, ValueError, SubspacesError) as exc:
             raise DataError(f"not an aligner config ({type(exc).__name__}: {exc})", path=config_path) from exc
         try:
@@ -630,7 +600,6 @@ class MiniVec2Vec(BaseEstimator):
                 f"{state_path}: shapes {shapes} do not fit the config's "
                 f"{aligner.n_features_in_} -> {aligner.n_features_out_} dimensions"
             )
-        aligner.fit_seconds_ = config.get("fit_seconds")
         aligner.diagnostics_ = config.get("diagnostics", {})
         # Format-1 folders judged structural convergence only.
         aligner.converged_ = aligner.diagnostics_.get("trusted", aligner.diagnostics_.get("converged") is not False)

@@ -1,0 +1,88 @@
+"""A fitted estimator's folder: ``state.npz`` (its arrays) beside a JSON config that records the state's SHA-256.
+
+Each file is replaced atomically, the state first, and the config is serialised before either is written, so a
+failure touches no file and a save interrupted between the two leaves a folder whose hash does not match, which
+:func:`read_state_folder` refuses instead of mixing old and new. ``MatryoshkaAdapter`` and ``MiniVec2Vec`` use it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+from subspaces.errors import DataError
+
+STATE_FILE = "state.npz"
+
+
+def write_state_folder(
+    path: str | os.PathLike[str],
+    config_file: str,
+    arrays: Mapping[str, Any],
+    config: Mapping[str, Any],
+    *,
+    format_version: int,
+) -> Path:
+    """Write ``arrays`` to ``path/state.npz``, then ``{"format_version", **config, "state_sha256"}`` to
+    ``path/config_file``; returns the folder."""
+    import hashlib
+    import io
+    import json
+
+    import numpy as np
+
+    from subspaces.io import atomic_open
+
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise DataError("exists and is not a folder", path=folder)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    state = buffer.getvalue()
+    text = json.dumps(
+        {"format_version": format_version, **config, "state_sha256": hashlib.sha256(state).hexdigest()}, indent=2
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_open(folder / STATE_FILE, "wb") as handle:
+        handle.write(state)
+    with atomic_open(folder / config_file, "w", encoding="utf-8") as handle:
+        handle.write(text + "\n")
+    return folder
+
+
+def read_state_folder(
+    path: str | os.PathLike[str],
+    config_file: str,
+    *,
+    versions: Collection[int],
+    written_by: str,
+    require_hash: bool = True,
+) -> tuple[dict[str, Any], bytes]:
+    """The config (a dict whose ``format_version`` is one of ``versions``) and the state's bytes, checked against
+    the config's ``state_sha256`` (a config without one passes unless ``require_hash``).
+
+    ``written_by`` is the command that writes such folders (``"align fit"``), named when a file is missing.
+    """
+    import hashlib
+    import json
+
+    folder = Path(path)
+    config_path, state_path = folder / config_file, folder / STATE_FILE
+    for p in (config_path, state_path):
+        if not p.is_file():
+            raise DataError(f"not found; is this a folder written by `subspaces {written_by}`?", path=p)
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise DataError(f"not valid JSON: {exc}", path=config_path) from exc
+    version = config.get("format_version") if isinstance(config, dict) else None
+    if version not in versions:
+        readable = " or ".join(str(v) for v in sorted(versions))
+        raise DataError(f"unsupported format_version {version!r} (this subspaces reads {readable})", path=config_path)
+    state = state_path.read_bytes()
+    expected = config.get("state_sha256")
+    if (require_hash or expected is not None) and hashlib.sha256(state).hexdigest() != expected:
+        raise DataError(f"does not belong to {config_file} beside it (an interrupted save?); refit", path=state_path)
+    return config, state
