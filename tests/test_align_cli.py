@@ -34,6 +34,12 @@ def flat(result) -> str:
     return " ".join(result.output.split())
 
 
+def fit_args(spaces, output, *extra: str) -> list[str]:
+    """``align fit`` of the ``spaces`` folder's a.npy onto its b.npy into ``output``, then ``extra``."""
+    source, target = str(spaces / "a.npy"), str(spaces / "b.npy")
+    return ["align", "fit", "--source-emb", source, "--target-emb", target, "--output", str(output), *extra]
+
+
 @pytest.fixture(scope="module")
 def spaces(tmp_path_factory):
     folder = tmp_path_factory.mktemp("spaces")
@@ -48,22 +54,7 @@ def spaces(tmp_path_factory):
     }
     for name, array in arrays.items():
         np.save(folder / f"{name}.npy", array.astype(np.float32))
-    result = CliRunner().invoke(
-        app,
-        [
-            "align",
-            "fit",
-            "--source-emb",
-            str(folder / "a.npy"),
-            "--target-emb",
-            str(folder / "b.npy"),
-            "--output",
-            str(folder / "aligner"),
-            *params_args(folder),
-            "--n-restarts",
-            "4",
-        ],
-    )
+    result = CliRunner().invoke(app, fit_args(folder, folder / "aligner", *params_args(folder), "--n-restarts", "4"))
     assert result.exit_code == 0, result.output
     return folder
 
@@ -176,16 +167,7 @@ def test_params_file_is_read_by_stage_and_bad_keys_name_the_valid_ones(spaces, t
     loaded = MiniVec2Vec.load(spaces / "aligner")
     assert loaded.anchors == AnchorParams(n_runs=6, n_clusters=10, sample=1000, kmeans_redo=3, n_pseudo_pairs=1000)
     assert loaded.refine.n_iter == 30 and loaded.search.probe_size == 500 and loaded.n_restarts == 4
-    base = [
-        "align",
-        "fit",
-        "--source-emb",
-        str(spaces / "a.npy"),
-        "--target-emb",
-        str(spaces / "b.npy"),
-        "--output",
-        str(tmp_path / "o"),
-    ]
+    base = fit_args(spaces, tmp_path / "o")
     cases = {
         "unknown refine setting(s) iters; valid: n_iter, sample, k,": {"refine": {"iters": 3}},
         "unknown aligner parameter(s) anchor; valid: anchors, structure, refine, search,": {"anchor": {}},
@@ -453,44 +435,21 @@ def test_ctrl_c_during_fit_says_what_is_true_for_fit(spaces, tmp_path, monkeypat
         raise KeyboardInterrupt
 
     monkeypatch.setattr(MiniVec2Vec, "fit", interrupted)  # Ctrl-C arrives mid-fit
-    result = CliRunner().invoke(
-        app,
-        [
-            "align",
-            "fit",
-            "--source-emb",
-            str(spaces / "a.npy"),
-            "--target-emb",
-            str(spaces / "b.npy"),
-            "--output",
-            str(tmp_path / "o"),
-        ],
-    )
+    result = CliRunner().invoke(app, fit_args(spaces, tmp_path / "o"))
     assert result.exit_code == 130 and "nothing was written" in flat(result)
     assert "checkpoint" not in result.output and not (tmp_path / "o").exists()
 
 
-def fit_args(spaces, tmp_path, *extra: str) -> list[str]:
-    return [
-        "align",
-        "fit",
-        "--source-emb",
-        str(spaces / "a.npy"),
-        "--target-emb",
-        str(spaces / "b.npy"),
-        "--output",
-        str(tmp_path / "aligner"),
-        *params_args(tmp_path),
-        *extra,
-    ]
-
-
 def test_fit_max_seconds_keeps_the_best_map_so_far_and_says_so(spaces, tmp_path):
-    result = CliRunner().invoke(app, fit_args(spaces, tmp_path, "--max-seconds", "0"))
+    result = CliRunner().invoke(
+        app, fit_args(spaces, tmp_path / "aligner", *params_args(tmp_path), "--max-seconds", "0")
+    )
     assert result.exit_code == 0, result.output
     assert "alignment stopped early: max_seconds=0 reached" in flat(result)
     assert MiniVec2Vec.load(tmp_path / "aligner").stopped_early_ is True
-    result = CliRunner().invoke(app, fit_args(spaces, tmp_path, "--max-seconds", "-1"))
+    result = CliRunner().invoke(
+        app, fit_args(spaces, tmp_path / "aligner", *params_args(tmp_path), "--max-seconds", "-1")
+    )
     assert result.exit_code == 2
 
 
@@ -500,7 +459,7 @@ def test_fit_with_known_pairs(spaces, tmp_path):
     np.save(tmp_path / "pa.npy", paired.astype(np.float32))
     np.save(tmp_path / "pb.npy", (paired @ q + 3.0).astype(np.float32))
     pairs = ["--pairs-source", str(tmp_path / "pa.npy"), "--pairs-target", str(tmp_path / "pb.npy")]
-    result = CliRunner().invoke(app, fit_args(spaces, tmp_path, *pairs))
+    result = CliRunner().invoke(app, fit_args(spaces, tmp_path / "aligner", *params_args(tmp_path), *pairs))
     assert result.exit_code == 0, result.output
     assert "50 known pairs" in flat(result)
     aligner = MiniVec2Vec.load(tmp_path / "aligner")
@@ -527,6 +486,6 @@ def test_fit_with_bad_known_pairs_is_a_one_line_error(spaces, tmp_path, make, me
     if target is not None:
         np.save(tmp_path / "pb.npy", target.astype(np.float32))
         args += ["--pairs-target", str(tmp_path / "pb.npy")]
-    result = CliRunner().invoke(app, fit_args(spaces, tmp_path, *args))
+    result = CliRunner().invoke(app, fit_args(spaces, tmp_path / "aligner", *params_args(tmp_path), *args))
     assert result.exit_code == 2 and message in flat(result)
     assert not (tmp_path / "aligner").exists()
