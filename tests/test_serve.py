@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import re
-import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +15,7 @@ pytest.importorskip("fastapi")
 
 from fastapi.testclient import TestClient
 
+from live_server import live_server
 from subspaces.serve.app import create_app
 from subspaces.serve.batcher import Batcher, BatchInfo, QueueFull
 from subspaces.serve.engine import Engine
@@ -443,33 +443,19 @@ def test_metrics_count_requests_errors_latency_batches_and_tokens(serve, engine)
 # --- the real OpenAI client against a real server --------------------------------------------------------------
 def test_openai_client_against_uvicorn(tiny_model_dir, engine):
     import openai
-    import uvicorn
 
     from subspaces.models.encoder import encode
 
     app = create_app(ServeSettings(model=str(tiny_model_dir), model_id="tiny", api_key="k-123"), engine=engine)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.01)
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k-123", max_retries=0, timeout=10)
+    with live_server(app) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="k-123", max_retries=0, timeout=10)
         packed = client.embeddings.create(model="tiny", input=TEXTS, dimensions=8)  # the client asks for base64
         floats = client.embeddings.create(model="tiny", input=TEXTS[0], encoding_format="float")
         models = [m.id for m in client.models.list()]
         with pytest.raises(openai.AuthenticationError):
-            openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="wrong", max_retries=0).embeddings.create(
+            openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).embeddings.create(
                 model="tiny", input="a"
             )
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
     np.testing.assert_allclose(
         [d.embedding for d in packed.data], encode(engine.model, TEXTS, normalize=True, truncate_dim=8), atol=1e-5
     )

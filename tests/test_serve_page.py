@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,6 +18,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
+from live_server import live_server
 from subspaces.serve.app import create_app
 from subspaces.serve.engine import Engine
 from subspaces.serve.settings import ServeSettings
@@ -76,23 +75,8 @@ def running(settings: ServeSettings, engine: Engine, **options: Any) -> Iterator
     """A uvicorn server of the app on a free 127.0.0.1 port; yields its URL."""
     import dataclasses
 
-    import uvicorn
-
-    app = create_app(dataclasses.replace(settings, **options), engine=engine)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-        sock.close()
+    with live_server(create_app(dataclasses.replace(settings, **options), engine=engine)) as url:
+        yield url
 
 
 @contextmanager
