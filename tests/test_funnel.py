@@ -1,4 +1,5 @@
-"""Funnel search over .npy vectors: equal to exact search when the shortlist is the whole corpus; `subspaces search`."""
+"""Funnel search over .npy vectors: equal to exact search when the shortlist is the whole corpus; quantized search
+with rescoring; `subspaces search`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from subspaces.cli.app import app
-from subspaces.cli.search import search_vectors
+from subspaces.cli.search import search_quantized, search_vectors
 from subspaces.errors import DimensionError
 
 
@@ -56,3 +57,58 @@ def test_search_cli(tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "r.npy"), exact_rows)
     result = CliRunner().invoke(app, [*common, "--output", str(tmp_path / "r.txt")])
     assert result.exit_code == 2 and ".json or .npy" in result.output
+
+
+def recall(rows: np.ndarray, truth: np.ndarray) -> float:
+    return float(np.mean([len(set(r) & set(t)) / len(t) for r, t in zip(rows, truth, strict=True)]))
+
+
+def test_binary_codes_rescored_over_the_whole_corpus_against_the_floats_are_exact():
+    corpus, queries = vectors(200), vectors(30, seed=1)
+    exact_scores, exact_rows = search_vectors(corpus, queries, k=10)
+    scores, rows, against = search_quantized(corpus, queries, k=10, kind="binary", rescore=20)
+    assert against == "float corpus"
+    np.testing.assert_array_equal(rows, exact_rows)
+    np.testing.assert_allclose(scores, exact_scores, atol=1e-5)
+    _, hamming, against = search_quantized(corpus, queries, k=10, kind="binary", rescore=None)
+    assert against is None and recall(hamming, exact_rows) < 0.9  # bits alone are not exact: the test can fail
+
+
+def test_int8_codes_rescored_from_the_codes_keep_the_recall():
+    corpus, queries = vectors(2000), vectors(50, seed=1)
+    _, exact_rows = search_vectors(corpus, queries, k=10)
+    _, rows, against = search_quantized(corpus, queries, k=10, kind="int8", rescore=4, calibration_rows=500)
+    assert against == "dequantized codes"
+    assert recall(rows, exact_rows) >= 0.95
+
+
+def test_int8_calibrated_on_a_sample_gives_non_zero_codes_for_one_query():
+    from subspaces.quantize import calibrate_int8, quantize
+    from subspaces.store.quantized import calibration_sample
+
+    corpus = vectors(300)
+    sample = calibration_sample(corpus, 100)
+    assert sample.shape == (100, 48) and np.array_equal(sample, calibration_sample(corpus, 100))  # seeded
+    codes = quantize(vectors(1, seed=1), "int8", calibrate_int8(sample))
+    assert np.count_nonzero(codes) > 0.9 * codes.size
+
+
+def test_search_cli_quantized(tmp_path):
+    corpus, queries = vectors(200), vectors(30, seed=1)
+    np.save(tmp_path / "c.npy", corpus)
+    np.save(tmp_path / "q.npy", queries)
+    _, exact_rows = search_vectors(corpus, queries, k=5)
+    common = ["search", "--corpus", str(tmp_path / "c.npy"), "--queries", str(tmp_path / "q.npy"), "-k", "5"]
+    out = str(tmp_path / "r.json")
+    result = CliRunner().invoke(app, [*common, "--quantize", "binary", "--rescore", "40", "--output", out])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["quantize"] == "binary" and report["rescored_against"] == "float corpus"
+    assert report["shortlist"] == 200 and np.array_equal(report["rows"], exact_rows)
+    args = [*common, "--quantize", "int8", "--rescore", "0", "--calibration-rows", "50", "--output", out]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["rescored_against"] is None and report["shortlist"] is None and len(report["rows"]) == 30
+    result = CliRunner().invoke(app, [*common, "--quantize", "int8", "--dims", "8", "--output", out])
+    assert result.exit_code != 0 and "not both" in result.output

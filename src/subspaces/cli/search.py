@@ -1,7 +1,9 @@
-"""``subspaces search``: top-k cosine search of query vectors over an in-memory ``.npy`` corpus, exact or funnel."""
+"""``subspaces search``: top-k cosine search of query vectors over an in-memory ``.npy`` corpus: exact, funnel,
+or over the corpus's int8 / binary codes with rescoring."""
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -33,6 +35,38 @@ def search_vectors(
     return funnel(flat_index(unit_prefix(corpus, dims)), corpus, queries, k, shortlist_factor * k)
 
 
+def search_quantized(
+    corpus, queries, k: int, kind: str, rescore: int | None = 4, calibration_rows: int = 10_000
+) -> tuple[object, object, str | None]:
+    """Scores, corpus rows and what the shortlist was rescored against, searching the corpus's codes by cosine.
+
+    The rows are unit-normalised, then quantized: int8 with ranges calibrated on a seeded sample of
+    ``calibration_rows`` rows, binary by sign. A shortlist of ``rescore x k`` rows (None: none) is rescored by the
+    float query, against the dequantized codes (int8: what a store of codes alone can do) or against the float
+    corpus (binary: one bit a dimension is too coarse to re-rank by)."""
+    from subspaces.adapt.adapter import check_vectors
+    from subspaces.errors import DimensionError
+    from subspaces.quantize import calibrate_int8, quantize, search
+    from subspaces.store.quantized import calibration_sample
+    from subspaces.store.search import unit_prefix
+
+    corpus = unit_prefix(check_vectors(corpus, "corpus"))
+    queries = unit_prefix(check_vectors(queries, "queries"))
+    if queries.shape[1] != corpus.shape[1]:
+        raise DimensionError(f"queries have {queries.shape[1]} dimensions, the corpus {corpus.shape[1]}")
+    cal = calibrate_int8(calibration_sample(corpus, calibration_rows)) if kind == "int8" else None
+    codes = quantize(corpus, kind, cal)  # type: ignore[arg-type]
+    floats = corpus if kind == "binary" else None
+    scores, rows = search(queries, codes, kind=kind, k=k, calibration=cal, rescore=rescore, corpus=floats)  # type: ignore[arg-type]
+    against = None if rescore is None else ("float corpus" if floats is not None else "dequantized codes")
+    return scores, rows, against
+
+
+class Quantization(str, Enum):
+    int8 = "int8"
+    binary = "binary"
+
+
 @app.command("search")
 @user_errors
 def search_cmd(
@@ -46,21 +80,41 @@ def search_cmd(
         Optional[int], typer.Option(help="Funnel: shortlist on the first DIMS coordinates (default: exact search).")
     ] = None,
     shortlist_factor: Annotated[int, typer.Option(min=1, help="Funnel shortlist size, as a multiple of k.")] = 10,
+    quantize: Annotated[
+        Optional[Quantization],
+        typer.Option(help="Search the corpus's int8 (calibrated) or binary codes instead of its floats."),
+    ] = None,
+    rescore: Annotated[
+        int,
+        typer.Option(
+            min=0, help="With --quantize: rescore RESCORE x k candidates by the float query (0: no rescoring)."
+        ),
+    ] = 4,
+    calibration_rows: Annotated[
+        int, typer.Option(min=2, help="With --quantize int8: rows of the seeded sample the ranges are read from.")
+    ] = 10_000,
     threads: ThreadsOpt = None,
 ) -> None:
-    """Nearest corpus rows of every query vector by cosine: exact, or funnel (prefix shortlist, full re-rank)."""
+    """Nearest corpus rows of every query vector by cosine: exact, funnel (prefix shortlist, full re-rank), or
+    quantized (codes shortlist, rescored)."""
     import time
 
     import numpy as np
 
-    from subspaces.errors import DataError
+    from subspaces.errors import DataError, SubspacesError
     from subspaces.io import load_embeddings, save_json, save_npy
 
     if output.suffix not in (".json", ".npy"):
         raise DataError("--output must end in .json or .npy", path=output)
+    if quantize is not None and dims is not None:
+        raise SubspacesError("give --dims (funnel) or --quantize, not both")
     c, q = load_embeddings(corpus), load_embeddings(queries)
     start = time.perf_counter()
-    scores, rows = search_vectors(c, q, k, dims, shortlist_factor)
+    against = None
+    if quantize is None:
+        scores, rows = search_vectors(c, q, k, dims, shortlist_factor)
+    else:
+        scores, rows, against = search_quantized(c, q, k, quantize.value, rescore or None, calibration_rows)
     seconds = time.perf_counter() - start
     rows, scores = np.asarray(rows, dtype=np.int64), np.asarray(scores, dtype=np.float32)
     if output.suffix == ".npy":
@@ -70,12 +124,23 @@ def search_cmd(
             "k": int(rows.shape[1]),
             "dims": dims,
             "shortlist": None if dims is None else shortlist_factor * k,
+            **({} if quantize is None else _quantized_report(quantize.value, len(c), k, rescore, against)),
             "rows": rows.tolist(),
             "scores": scores.round(6).tolist(),
         }
         save_json(output, report)
     how = "exact" if dims is None else f"funnel at {dims} dims, shortlist {shortlist_factor * k}"
+    if quantize is not None:
+        how = f"{quantize.value} codes" + (f", {rescore * k} rescored against the {against}" if against else "")
     console.print(
         f"{len(q)} queries over {len(c)} rows ({how}) in {seconds:.2f}s (index build included); wrote {output}",
         highlight=False,
     )
+
+
+def _quantized_report(kind: str, rows: int, k: int, rescore: int, against: str | None) -> dict:
+    return {
+        "quantize": kind,
+        "shortlist": min(rows, rescore * k) if against else None,
+        "rescored_against": against,  # "dequantized codes" (int8), "float corpus" (binary) or None
+    }

@@ -1,0 +1,175 @@
+"""A store space's quantized copy: int8 or binary codes of its vectors, searched with rescoring.
+
+Layout, inside the store folder::
+
+    quantized/<space>/copy.json                     which codes, and the table version and row count they encode
+    quantized/<space>/<kind>-v<version>-<tag>.npy   the codes, and beside them their .quant.json (kind, int8 ranges)
+
+The codes are written first (:func:`subspaces.quantize.save_codes`) and ``copy.json`` last, atomically: it is the
+commit, so an interrupted write leaves the old copy in use (or none). Rows are only ever appended to a store table,
+so a copy is current while the table holds as many rows as it encoded; an ``add`` since makes it stale, and a stale
+copy is refused rather than searched (a row missing from the codes could never be found). A new table version with
+the same rows (an ANN index build) keeps it current.
+
+Search reads the codes, and from the table only what it must: the ids and texts of the hits and, for binary codes
+rescored, the float vectors of the shortlisted rows. int8 is rescored against its dequantized codes (their error is
+half a calibration step); binary against the floats, since ±1 per dimension is too coarse to re-rank by.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from subspaces.errors import DataError, SubspacesError
+from subspaces.quantize import KINDS, Int8Calibration, Kind, calibrate_int8, load_codes, quantize, save_codes, search
+
+if TYPE_CHECKING:
+    from subspaces.store.core import Store
+
+FOLDER = "quantized"
+POINTER = "copy.json"
+CALIBRATION_ROWS = 10_000
+
+
+def calibration_sample(vectors: np.ndarray, rows: int = CALIBRATION_ROWS, seed: int = 0) -> np.ndarray:
+    """Up to ``rows`` rows of ``vectors``, a seeded sample in file order (as ``encode --quantize`` takes it):
+    the same vectors always get the same int8 ranges."""
+    if rows < 2:
+        raise SubspacesError(f"calibration rows must be at least 2, got {rows}")
+    picked = np.random.default_rng(seed).permutation(len(vectors))[:rows]
+    return vectors[np.sort(picked)]
+
+
+@dataclass(frozen=True)
+class Copy:
+    """What ``copy.json`` records of a space's quantized copy."""
+
+    kind: Kind
+    codes: str  # file name inside the space's folder
+    version: int  # the table version it was written from
+    rows: int
+    bytes_per_vector: int
+    calibration_rows: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _folder(store: Store, space: str) -> Path:
+    return store.path / FOLDER / space
+
+
+def write(store: Store, space: str, kind: str, *, calibration_rows: int = CALIBRATION_ROWS) -> dict[str, Any]:
+    """Quantize every row of ``space`` (int8: ranges calibrated on a seeded sample) and make it the space's copy."""
+    from subspaces.io import save_json
+
+    if kind not in KINDS:
+        raise SubspacesError(f"unknown quantization {kind!r}; choose one of {', '.join(KINDS)}")
+    loaded = store._load_rows(space)
+    if not len(loaded.ids):
+        raise SubspacesError(f"{store.path}: the store is empty; add texts first (subspaces store add)")
+    cal, sampled = None, None
+    if kind == "int8":
+        sample = calibration_sample(loaded.vectors, calibration_rows)
+        cal, sampled = calibrate_int8(sample), len(sample)
+    codes = quantize(loaded.vectors, kind, cal)
+    folder = _folder(store, space)
+    name = f"{kind}-v{loaded.version}-{secrets.token_hex(4)}.npy"  # never overwrites the file a reader may be using
+    save_codes(folder / name, codes, kind, loaded.vectors.shape[1], cal)
+    copy = Copy(kind, name, loaded.version, len(loaded.ids), codes.shape[1], sampled)
+    save_json(folder / POINTER, copy.to_dict())
+    for old in folder.glob("*.npy*"):  # earlier copies, now unreferenced
+        if not old.name.startswith(name):
+            old.unlink(missing_ok=True)
+    return {"space": space} | copy.to_dict()
+
+
+def read(store: Store, space: str) -> Copy | None:
+    """The space's recorded copy, or None if it has none."""
+    pointer = _folder(store, space) / POINTER
+    if not pointer.exists():
+        return None
+    try:
+        return Copy(**json.loads(pointer.read_text()))
+    except (OSError, ValueError, TypeError) as exc:
+        raise DataError(f"cannot read the quantized copy's record ({exc})", pointer) from None
+
+
+def describe(store: Store, space: str) -> dict[str, Any] | None:
+    """``store info``'s view of the copy: its record and whether rows were added since (``stale``)."""
+    copy = read(store, space)
+    if copy is None:
+        return None
+    return copy.to_dict() | {"stale": _added_since(store, space, copy) > 0}
+
+
+def _added_since(store: Store, space: str, copy: Copy) -> int:
+    table = store._table(space)
+    if table.version == copy.version:
+        return 0
+    return int(table.count_rows()) - copy.rows
+
+
+def _current(store: Store, space: str) -> tuple[np.ndarray, Kind, int, Int8Calibration | None]:
+    copy = read(store, space)
+    if copy is None:
+        raise SubspacesError(
+            f"{store.path}: space {space} has no quantized copy; build one with "
+            "`subspaces store index DIR --quantize int8` (or binary)"
+        )
+    added = _added_since(store, space, copy)
+    if added:
+        raise SubspacesError(
+            f"{store.path}: the {copy.kind} copy of space {space} is stale ({added:,} rows added since it was "
+            f"written from table version {copy.version}); run `subspaces store index DIR --quantize {copy.kind}` again"
+        )
+    codes, kind, dim, cal = load_codes(_folder(store, space) / copy.codes)
+    if len(codes) != copy.rows:
+        raise DataError(f"holds {len(codes)} rows, its record {copy.rows}", _folder(store, space) / copy.codes)
+    return codes, kind, dim, cal
+
+
+class _TableVectors:
+    """The float vectors of a table, read only at the rows asked for (what :func:`subspaces.quantize.search`
+    reads its ``corpus`` rescoring rows through)."""
+
+    def __init__(self, table: Any, rows: int, dim: int) -> None:
+        self.table, self.shape = table, (rows, dim)
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        from subspaces.store.core import _vectors
+
+        return _vectors(_take(self.table, rows, ["vector"]).column("vector"), self.shape[1])
+
+
+def _take(table: Any, rows: np.ndarray, columns: list[str]) -> Any:
+    """Rows of ``table`` at offsets ``rows``, in that order (LanceDB returns them in offset order)."""
+    unique, back = np.unique(np.asarray(rows, dtype=np.int64), return_inverse=True)
+    data = table.take_offsets(unique.tolist()).select(columns).to_arrow()
+    return data.take(back.ravel())
+
+
+def search_copy(store: Store, space: str, vectors: np.ndarray, k: int, rescore: int | None) -> list[dict[str, Any]]:
+    """The top ``k`` rows of each query vector by the space's quantized copy, rescored over ``rescore * k``
+    candidates (None: ranked by the quantized scores alone), as :meth:`Store.search_vectors` returns them."""
+    from subspaces.store.core import _lance_errors
+
+    codes, kind, dim, cal = _current(store, space)
+    table = store._table(space)
+    with _lance_errors(f"{store.path}, space {space}"):
+        # search reads its corpus only as corpus.shape and corpus[rows]: the table serves just the shortlist
+        floats: Any = _TableVectors(table, len(codes), dim) if kind == "binary" and rescore is not None else None
+        scores, rows = search(vectors, codes, kind=kind, k=k, calibration=cal, rescore=rescore, corpus=floats, dim=dim)
+        hits = _take(table, rows.ravel(), ["id", "text"])
+    ids = np.asarray(hits.column("id").to_pylist(), dtype=object).reshape(rows.shape)
+    texts = np.asarray(hits.column("text").to_pylist(), dtype=object).reshape(rows.shape)
+    return [
+        {"ids": i.tolist(), "scores": s.astype(float).tolist(), "texts": t.tolist()}
+        for i, s, t in zip(ids, scores, texts, strict=True)
+    ]
