@@ -106,14 +106,16 @@ def describe(store: Store, space: str) -> dict[str, Any] | None:
     copy = read(store, space)
     if copy is None:
         return None
-    return copy.to_dict() | {"stale": _added_since(store, space, copy) > 0}
+    return copy.to_dict() | {"stale": _rows_now(store, space, copy) != copy.rows}
 
 
-def _added_since(store: Store, space: str, copy: Copy) -> int:
+def _rows_now(store: Store, space: str, copy: Copy) -> int:
+    """The table's row count (the copy's own while the table is at the copy's version)."""
+    from subspaces.store.core import _lance_errors
+
     table = store._table(space)
-    if table.version == copy.version:
-        return 0
-    return int(table.count_rows()) - copy.rows
+    with _lance_errors(f"{store.path}, space {space}"):
+        return copy.rows if table.version == copy.version else int(table.count_rows())
 
 
 def _current(store: Store, space: str) -> tuple[np.ndarray, Kind, int, Int8Calibration | None]:
@@ -123,11 +125,12 @@ def _current(store: Store, space: str) -> tuple[np.ndarray, Kind, int, Int8Calib
             f"{store.path}: space {space} has no quantized copy; build one with "
             "`subspaces store index DIR --quantize int8` (or binary)"
         )
-    added = _added_since(store, space, copy)
-    if added:
+    rows = _rows_now(store, space, copy)
+    if rows != copy.rows:
         raise SubspacesError(
-            f"{store.path}: the {copy.kind} copy of space {space} is stale ({added:,} rows added since it was "
-            f"written from table version {copy.version}); run `subspaces store index DIR --quantize {copy.kind}` again"
+            f"{store.path}: the {copy.kind} copy of space {space} is stale (the table holds {rows:,} rows, the copy "
+            f"{copy.rows:,} from table version {copy.version}); run `subspaces store index DIR --quantize {copy.kind}` "
+            "again"
         )
     codes, kind, dim, cal = load_codes(_folder(store, space) / copy.codes)
     if len(codes) != copy.rows:
