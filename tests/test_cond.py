@@ -480,3 +480,60 @@ def test_embedding_store_key_separates_models_that_share_weights_but_differ_in_s
     truncated = load_encoder(str(tiny_model_dir))
     truncated.truncate_dim = 16
     assert model_fingerprint(truncated) != base
+
+
+# --- conditional search over stored vectors ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rank", [4, None])
+def test_tri_encoder_search_equals_brute_force_and_caches_the_condition(tiny_encoder, rank):
+    from subspaces.models.encoder import load_encoder
+
+    enc = load_encoder(tiny_encoder)
+    torch.manual_seed(0)
+    model = TriEncoder(enc, make_head("hypernet", 32, rank), encoder_name=tiny_encoder).eval()
+    corpus = np.random.default_rng(0).normal(size=(40, 32)).astype(np.float32)
+    model.index_corpus(corpus)
+    query = "a dog runs in the park"
+    hits = model.search(query, "the animal", k=5)
+    # brute force: the explicit d×d W_c applied to the query and to every document, cosine
+    with torch.no_grad():
+        w = model.head.projection_matrix(torch.tensor(enc.encode(["the animal"])))[0]
+        q = torch.nn.functional.normalize(torch.tensor(enc.encode([query])) @ w.T, dim=1)
+        want = (q @ torch.nn.functional.normalize(torch.from_numpy(corpus) @ w.T, dim=1).T)[0]
+    order = torch.argsort(want, descending=True)[:5]
+    assert hits.rows.tolist() == [order.tolist()] and np.allclose(hits.scores[0], want[order], atol=1e-5)
+    assert hits.seen is None and hits.note is None  # an untrained model records no training conditions
+
+    model.search([query, "a cat sleeps"], "the animal", k=3)
+    model.search(model.embed_sentences([query]).numpy(), "the action", k=3)  # vectors as queries
+    stats = model.cache_stats()["caches"]["conditioned_corpus"]
+    assert stats["misses"] == 2 and stats["hits"] == 1  # each condition's view of the corpus made once
+    model.index_corpus(["a dog runs", "a bird sings", "the sun is hot"])  # texts are embedded
+    assert model.search("a dog runs", "the animal", k=1).rows.tolist() == [[0]]
+
+
+def test_search_notes_an_unseen_condition_and_refuses_a_corpus_of_another_dimension(tiny_encoder):
+    from subspaces.errors import DimensionError
+    from subspaces.models.encoder import load_encoder
+
+    model = TriEncoder(load_encoder(tiny_encoder), make_head("hypernet", 32, 4)).eval()
+    with pytest.raises(SubspacesError, match="index_corpus"):
+        model.search("a dog", "the animal")
+    with pytest.raises(DimensionError, match="the corpus has 16-dimensional rows, but the head's encoder produces 32"):
+        model.index_corpus(np.zeros((5, 16), dtype=np.float32))
+    model.index_corpus(np.random.default_rng(1).normal(size=(5, 32)))
+    model.metadata["seen_conditions"] = ["the animal"]
+    assert model.search("a dog", "the animal", k=2).seen is True
+    unseen = model.search("a dog", "the weather", k=2)  # projected anyway: the hypernet maps any condition
+    assert unseen.seen is False and "'the weather' was not seen in training" in unseen.note
+    assert unseen.rows.shape == (1, 2)
+
+
+def test_training_records_its_conditions(tiny_encoder):
+    from subspaces.cond.models import build_model
+
+    model = build_model(tiny_encoder, "tri", head="hypernet", rank=4)
+    rows = read_csts(CSTS)
+    fit(model, get_task("csts"), rows, CondTrainConfig(max_steps=1, batch_size=4, show_progress=False))
+    assert model.metadata["seen_conditions"] == sorted({r.condition for r in rows})

@@ -187,3 +187,58 @@ def test_frozen_bi_encoder_training_is_refused(setup):
         ["cond", "eval", str(setup / "enc"), "--task", "csts", "--data", str(setup / "csts"), "--split", "validation"],
     )
     assert res.exit_code == 0, res.output  # the plain encoder, zero-shot, is how a frozen bi-encoder is scored
+
+
+def test_search_ranks_a_stored_corpus_under_a_condition(setup, tmp_path):
+    import numpy as np
+
+    from subspaces.models.triencoder import TriEncoder, build_tri_encoder
+
+    build_tri_encoder(str(setup / "enc"), head="hypernet", rank=4, seed=0).save(tmp_path / "head")
+    texts = ["a red car", "a blue sea", "a small dog", "a large house", "a green tree"]
+    (tmp_path / "corpus.txt").write_text("\n".join(texts) + "\n")
+    model = TriEncoder.load(tmp_path / "head")
+    np.save(tmp_path / "corpus.npy", model.embed_sentences(texts).numpy())
+    runner = CliRunner()
+    base = ["cond", "search", "--head", str(tmp_path / "head"), "--query", "a red car", "--condition", "the colour"]
+    res = runner.invoke(
+        app, [*base, "--corpus-texts", str(tmp_path / "corpus.txt"), "-k", "3", "--json", str(tmp_path / "hits.json")]
+    )
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "hits.json").read_text())
+    model.index_corpus(texts)
+    want = model.search("a red car", "the colour", k=3)
+    assert [h["row"] for h in report["results"][0]["hits"]] == want.rows[0].tolist()
+    assert report["results"][0]["hits"][0]["text"] == texts[want.rows[0][0]]
+    assert report["seen"] is None and report["cache"]["misses"] == 1
+    # the stored vectors give the same ranking, without encoding the corpus
+    res = runner.invoke(
+        app, [*base, "--corpus", str(tmp_path / "corpus.npy"), "-k", "3", "--json", str(tmp_path / "v.json")]
+    )
+    assert res.exit_code == 0, res.output
+    from_vectors = json.loads((tmp_path / "v.json").read_text())["results"][0]["hits"]
+    assert [h["row"] for h in from_vectors] == want.rows[0].tolist() and "text" not in from_vectors[0]
+    assert np.allclose([h["score"] for h in from_vectors], want.scores[0], atol=1e-5)
+
+    np.save(tmp_path / "wide.npy", np.zeros((3, 48), dtype=np.float32))
+    res = runner.invoke(app, [*base, "--corpus", str(tmp_path / "wide.npy")])
+    assert res.exit_code != 0 and "48-dimensional rows, but the head's encoder produces 32" in " ".join(
+        res.output.split()
+    )
+    res = runner.invoke(app, base)
+    assert res.exit_code != 0 and "--corpus" in res.output
+
+
+def test_search_notes_a_condition_unseen_in_training(setup, tmp_path):
+    from subspaces.models.triencoder import build_tri_encoder
+
+    model = build_tri_encoder(str(setup / "enc"), head="hypernet", rank=4, seed=0)
+    model.metadata["seen_conditions"] = ["the colour"]
+    model.save(tmp_path / "head")
+    (tmp_path / "corpus.txt").write_text("a red car\na blue sea\n")
+    args = ["cond", "search", "--head", str(tmp_path / "head"), "--corpus-texts", str(tmp_path / "corpus.txt")]
+    res = CliRunner().invoke(app, [*args, "-q", "a car", "-c", "the price", "--json", str(tmp_path / "h.json")])
+    assert res.exit_code == 0, res.output
+    assert "'the price' was not seen in training" in " ".join(res.output.split())
+    report = json.loads((tmp_path / "h.json").read_text())
+    assert report["seen"] is False and len(report["results"][0]["hits"]) == 2

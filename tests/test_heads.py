@@ -105,3 +105,45 @@ def test_config_round_trip(batch):
     assert isinstance(clone, HypernetHead) and clone.rank == 5
     clone.load_state_dict(head.state_dict())
     assert torch.allclose(clone(s, c), head(s, c))
+
+
+@pytest.mark.parametrize(("kind", "rank"), [("hypernet", 4), ("hypernet", None), ("hadamard", None), ("concat", None)])
+def test_conditional_search_equals_the_explicit_product(kind, rank):
+    from subspaces.models.heads import conditional_cosines, conditional_search, corpus_view
+
+    g = torch.Generator().manual_seed(2)
+    corpus, queries, c = torch.randn(50, D, generator=g), torch.randn(3, D, generator=g), torch.randn(1, D, generator=g)
+    torch.manual_seed(3)
+    head = make_head(kind, D, rank).eval()
+    with torch.no_grad():
+        params = head.condition_params(c)
+        if kind == "hypernet":  # brute force: the d×d matrix W_c applied to every row and query
+            w = head.projection_matrix(c)[0]
+            want = torch.nn.functional.normalize(queries @ w.T, dim=1) @ torch.nn.functional.normalize(corpus @ w.T).T
+        else:
+            want = torch.nn.functional.cosine_similarity(
+                head(queries.repeat_interleave(50, 0), c.expand(150, D)), head(corpus.repeat(3, 1), c.expand(150, D))
+            ).view(3, 50)
+    view = corpus_view(head, corpus, params, block_rows=16)  # several blocks
+    if kind == "hypernet" and rank is not None:
+        assert view.rows.shape == (50, 4)  # the corpus in the K-dim factor space, not N×d
+    if kind == "hadamard":
+        assert view.rows is None  # the corpus itself, plus N norms
+    assert torch.allclose(conditional_cosines(head, queries, params, view, corpus), want, atol=1e-5)
+    scores, rows = conditional_search(head, queries, params, corpus, k=5)
+    assert (rows == torch.argsort(want, dim=1, descending=True)[:, :5].numpy()).all()
+    assert scores.shape == (3, 5)
+
+
+def test_conditional_search_scores_a_zero_projection_as_zero_and_checks_shapes():
+    from subspaces.models.heads import conditional_search
+
+    head = make_head("hadamard", D).eval()
+    corpus = torch.randn(6, D)
+    corpus[2] = 0.0
+    scores, rows = conditional_search(head, corpus[:1], head.condition_params(torch.ones(1, D)), corpus, k=6)
+    assert scores[0][list(rows[0]).index(2)] == 0.0
+    with pytest.raises(DimensionError, match="the head reads 24"):
+        conditional_search(head, torch.randn(1, 8), head.condition_params(torch.ones(1, D)), corpus)
+    with pytest.raises(SubspacesError, match="k must be"):
+        conditional_search(head, corpus[:1], head.condition_params(torch.ones(1, D)), corpus, k=0)

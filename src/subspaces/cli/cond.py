@@ -1,10 +1,10 @@
-"""``subspaces cond train|eval`` and ``subspaces bench csts-cache`` (Hyper-CL conditional similarity)."""
+"""``subspaces cond train|eval|search`` and ``subspaces bench csts-cache`` (Hyper-CL conditional similarity)."""
 
 from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -181,6 +181,68 @@ def eval_cmd(
     console.print(f"cache hit rate {_pct(cache['hit_rate'])} ({cache['bytes'] / 2**20:.1f} MiB), {report.seconds:.1f}s")
     if json_path is not None:
         report.save(json_path)
+        console.print(f"wrote {json_path}")
+
+
+@cond_app.command("search")
+@user_errors
+def search_cmd(
+    head: Annotated[Path, typer.Option("--head", help="A tri-encoder folder (`cond train --arch tri`).")],
+    query: Annotated[list[str], typer.Option("--query", "-q", help="A query text (repeat for several).")],
+    condition: Annotated[str, typer.Option("--condition", "-c", help="The condition to rank under.")],
+    corpus: Annotated[
+        Optional[Path], typer.Option("--corpus", help="Sentence vectors (.npy/.parquet) of the head's encoder.")
+    ] = None,
+    corpus_texts: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--corpus-texts", help="One text per line: embedded by the head's encoder, or the labels of --corpus rows."
+        ),
+    ] = None,
+    k: Annotated[int, typer.Option("-k", help="Hits per query.")] = 10,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the hits here (atomically).")] = None,
+    device: DeviceOpt = "cpu",
+    threads: ThreadsOpt = None,
+) -> None:
+    """Rank a corpus by cos(W_c q, W_c d) under a condition, without re-encoding it: the corpus is projected once
+    per condition (into the hypernet's K-dim factor space), then each query costs one product."""
+    from subspaces.errors import DataError
+    from subspaces.io import load_embeddings, read_lines, save_json
+    from subspaces.models.encoder import resolve_device
+    from subspaces.models.triencoder import TriEncoder
+
+    resolve_device(device)
+    texts = read_lines(corpus_texts) if corpus_texts is not None else None
+    vectors = load_embeddings(corpus) if corpus is not None else None
+    source = vectors if vectors is not None else texts
+    if source is None:
+        raise DataError("give the corpus: --corpus VECTORS.npy and/or --corpus-texts FILE")
+    if vectors is not None and texts is not None and len(texts) != len(vectors):
+        raise DataError(f"{corpus} has {len(vectors)} rows but {corpus_texts} {len(texts)} texts: give one text a row")
+    model = TriEncoder.load(head, device=device)
+    model.index_corpus(source)
+    hits = model.search(query, condition, k)
+    if hits.note:
+        console.print(f"[yellow]note[/]: {hits.note}")
+    results: list[dict[str, Any]] = [
+        {
+            "query": q,
+            "hits": [
+                {"row": int(r), "score": float(sc), **({"text": texts[r]} if texts is not None else {})}
+                for r, sc in zip(rows, scores, strict=True)
+            ],
+        }
+        for q, rows, scores in zip(query, hits.rows, hits.scores, strict=True)
+    ]
+    for result in results:
+        rows = [[i + 1, h["row"], f"{h['score']:.4f}", h.get("text", "")] for i, h in enumerate(result["hits"])]
+        out.print(table(f"{result['query']} | {condition}", ["rank", "row", "score", "text"], rows))
+    if json_path is not None:
+        cache = model.cache_stats()["caches"]["conditioned_corpus"]
+        save_json(
+            json_path,
+            {"condition": condition, "seen": hits.seen, "note": hits.note, "k": k, "results": results, "cache": cache},
+        )
         console.print(f"wrote {json_path}")
 
 

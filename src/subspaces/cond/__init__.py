@@ -7,6 +7,8 @@
 - :mod:`subspaces.cond.metrics`: accuracy at a dev threshold, AUC, Spearman/Pearson/MSE, seen vs unseen.
 - :mod:`subspaces.cond.analysis`: Hyper-CL's expressiveness and cluster-impurity analyses.
 - :mod:`subspaces.cond.tasks`, :mod:`subspaces.cond.pipeline`: WiC / C-STS specs and one-call pipelines.
+- Conditional search over stored sentence vectors: ``TriEncoder.index_corpus`` / ``TriEncoder.search`` and
+  ``subspaces cond search`` (each condition's view of the corpus cached; see ``docs/cond.md``).
 
 Objectives live in :mod:`subspaces.losses.conditional`; data readers in :mod:`subspaces.data.csts` and
 :mod:`subspaces.data.wic`.

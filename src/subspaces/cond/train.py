@@ -166,6 +166,8 @@ def fit(
             "task": task.name,
             "label_range": list(task.label_range),
             "seen_keys": task.seen_keys(train_rows),
+            # the exact condition texts, for TriEncoder.search's note on a condition never trained on
+            "seen_conditions": sorted({r.condition for r in train_rows}),
             "objective": config.objective,
         }
     )

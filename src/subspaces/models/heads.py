@@ -21,6 +21,11 @@ Heads (``make_head(kind, dim, rank)``):
 ``f`` is the condition transform, a d×d linear layer started at the identity (so an untrained hadamard head is
 exactly the C-STS ``s ⊙ c``).
 
+Searching a stored corpus under a condition (:func:`corpus_view`, :func:`conditional_cosines`) splits
+``cos(h(q), h(d))`` the same way: each head says what to keep of the corpus once per condition (``rows`` and the
+norms ``||h(d)||``) and what a query becomes, so that one product with ``rows`` scores every document. The
+low-rank hypernet keeps ``W2ᵀd`` (K numbers a row) and reads the norms off the K×K Gram matrix ``W1ᵀW1``.
+
 Two options follow Hyper-CL's released tri-encoder (``sim-kgc/models_tri_encoder.py``): ``dropout`` (0.1 there)
 drops inputs of the condition transform, of the hypernetworks and of concat's linear layer, in training only;
 ``init="torch"`` keeps ``nn.Linear``'s default initialisation everywhere instead of ``"scaled"`` (ours: an identity
@@ -31,12 +36,24 @@ config only when set, so heads saved before them rebuild unchanged.
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Literal, NamedTuple
 
+import numpy as np
 import torch
 from torch import nn
 
 from subspaces.errors import SubspacesError
+
+
+class CorpusView(NamedTuple):
+    """A corpus under one condition: ``<h(q), h(d_i)> = a(q) · rows_i`` and ``inv_norms_i = 1 / ||h(d_i)||``.
+
+    ``rows`` is None where the corpus itself serves (hadamard: the condition moves to the query side).
+    """
+
+    rows: torch.Tensor | None
+    inv_norms: torch.Tensor
+
 
 HeadKind = Literal["hadamard", "concat", "hypernet"]
 HEAD_KINDS: tuple[str, ...] = ("hadamard", "concat", "hypernet")
@@ -101,6 +118,20 @@ class ConditionHead(nn.Module):
         _check_pair(sentence_emb, condition_emb, self.dim)
         return self.project(sentence_emb, self.condition_params(condition_emb))
 
+    def corpus_view(self, corpus: torch.Tensor, params: tuple[torch.Tensor, ...]) -> CorpusView:
+        """What a search keeps of ``corpus`` (N, d) under one condition's ``params`` (batch axis 1).
+
+        By default the projected rows ``h(d_i)`` themselves (N × d): exact for any head, including concat's
+        nonlinear one. :meth:`query_view` gives the matching query side.
+        """
+        rows = self.project_shared(corpus, params)
+        return CorpusView(rows, _inv_sqrt(rows.square().sum(1)))
+
+    def query_view(self, queries: torch.Tensor, params: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(a, 1 / ||h(q)||)`` for queries (B, d), with ``a · rows_i = <h(q), h(d_i)>`` for :meth:`corpus_view`."""
+        projected = self.project_shared(queries, params)
+        return projected, _inv_sqrt(projected.square().sum(1))
+
     def projection_matrix(self, condition_emb: torch.Tensor) -> torch.Tensor:
         """The explicit linear map ``(B, d, d)`` each condition applies to sentences (for analyses)."""
         raise SubspacesError(f"the {self.kind!r} head is not a per-condition linear map of the sentence")
@@ -128,6 +159,15 @@ class HadamardHead(ConditionHead):
 
     def projection_matrix(self, condition_emb: torch.Tensor) -> torch.Tensor:
         return torch.diag_embed(self.condition_transform(condition_emb))
+
+    # <q ⊙ f, d ⊙ f> = (q ⊙ f²) · d and ||d ⊙ f||² = d² · f²: the corpus is kept as it is, plus N norms per
+    # condition; the condition moves to the query.
+    def corpus_view(self, corpus: torch.Tensor, params: tuple[torch.Tensor, ...]) -> CorpusView:
+        return CorpusView(None, _inv_sqrt(corpus.square() @ params[0][0].square()))
+
+    def query_view(self, queries: torch.Tensor, params: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        squared = params[0][0].square()
+        return queries * squared, _inv_sqrt(queries.square() @ squared)
 
 
 class ConcatHead(ConditionHead):
@@ -216,6 +256,24 @@ class HypernetHead(ConditionHead):
             return sentence_emb @ params[0][0].T
         return (sentence_emb @ params[1][0]) @ params[0][0].T
 
+    # Low rank: W_c d = W1 z with z = W2ᵀd, so <W_c q, W_c d> = z_qᵀ G z_d and ||W_c d||² = z_dᵀ G z_d, with
+    # G = W1ᵀW1 (K×K). The corpus is kept as z (N×K) once per condition; a query costs one N×K product.
+    # Full rank: the projected rows W_c d (N×d), the base class's view.
+    def corpus_view(self, corpus: torch.Tensor, params: tuple[torch.Tensor, ...]) -> CorpusView:
+        if self.rank is None:
+            return super().corpus_view(corpus, params)
+        w1, w2 = params[0][0], params[1][0]
+        z = corpus @ w2
+        return CorpusView(z, _inv_sqrt(((z @ (w1.T @ w1)) * z).sum(1)))
+
+    def query_view(self, queries: torch.Tensor, params: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.rank is None:
+            return super().query_view(queries, params)
+        w1, w2 = params[0][0], params[1][0]
+        z = queries @ w2
+        a = z @ (w1.T @ w1)
+        return a, _inv_sqrt((a * z).sum(1))
+
     def projection_matrix(self, condition_emb: torch.Tensor) -> torch.Tensor:
         params = self.condition_params(condition_emb)
         if self.rank is None:
@@ -251,6 +309,68 @@ def project_grouped(
         if len(rows):
             out[rows] = head.project_shared(sentence_emb[rows], tuple(p[k : k + 1] for p in params))
     return out
+
+
+def corpus_view(
+    head: ConditionHead, corpus: torch.Tensor, params: tuple[torch.Tensor, ...], *, block_rows: int = 65_536
+) -> CorpusView:
+    """:meth:`ConditionHead.corpus_view` of ``corpus`` under one condition, ``block_rows`` rows at a time (bounded
+    temporaries on a large corpus), without gradients; ``params`` are moved to the corpus's device."""
+    params = tuple(p.to(corpus.device, corpus.dtype) for p in params)
+    with torch.no_grad():
+        parts = [head.corpus_view(corpus[i : i + block_rows], params) for i in range(0, len(corpus), block_rows)]
+    rows = None if parts[0].rows is None else torch.cat([p.rows for p in parts if p.rows is not None])
+    return CorpusView(rows, torch.cat([p.inv_norms for p in parts]))
+
+
+def conditional_cosines(
+    head: ConditionHead,
+    queries: torch.Tensor,
+    params: tuple[torch.Tensor, ...],
+    view: CorpusView,
+    corpus: torch.Tensor,
+) -> torch.Tensor:
+    """``cos(h(q_b, c), h(d_i, c))`` for every query (B, d) and row of ``corpus`` (N, d): a (B, N) tensor, from
+    ``view = corpus_view(head, corpus, params)``. A row or query that the head maps to zero scores 0."""
+    params = tuple(p.to(corpus.device, corpus.dtype) for p in params)
+    with torch.no_grad():
+        a, inv_query = head.query_view(queries.to(corpus.device, corpus.dtype), params)
+        rows = corpus if view.rows is None else view.rows
+        return (a @ rows.T) * view.inv_norms * inv_query[:, None]
+
+
+def conditional_search(
+    head: ConditionHead,
+    queries: torch.Tensor,
+    params: tuple[torch.Tensor, ...],
+    corpus: torch.Tensor,
+    k: int = 10,
+    *,
+    view: CorpusView | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Scores and row numbers ``(B, k)`` of the rows of ``corpus`` (N, d) nearest each query (B, d) by
+    ``cos(h(q, c), h(d, c))``, for the condition whose head parameters are ``params`` (batch axis 1).
+
+    ``view``: :func:`corpus_view` of this corpus and condition, kept by the caller so that a repeated condition
+    costs one product; computed here when not given.
+    """
+    from subspaces.errors import DimensionError
+
+    queries = torch.atleast_2d(queries)
+    for name, matrix in (("query vectors", queries), ("corpus rows", corpus)):
+        if matrix.ndim != 2 or matrix.shape[1] != head.dim:
+            raise DimensionError(f"{name} have shape {tuple(matrix.shape)}; the head reads {head.dim} dimensions")
+    if k < 1:
+        raise SubspacesError(f"k must be at least 1, got {k}")
+    view = corpus_view(head, corpus, params) if view is None else view
+    scores, rows = torch.topk(conditional_cosines(head, queries, params, view, corpus), min(k, len(corpus)), dim=1)
+    return scores.cpu().numpy(), rows.cpu().numpy()
+
+
+def _inv_sqrt(squared: torch.Tensor) -> torch.Tensor:
+    # 1/sqrt, and 0 for a zero (or, from a Gram form's rounding, slightly negative) square: its cosine is 0.
+    tiny = torch.finfo(squared.dtype).tiny
+    return torch.where(squared > tiny, squared.clamp_min(tiny).rsqrt(), torch.zeros_like(squared))
 
 
 def head_parameter_count(kind: str, dim: int, rank: int | None = 64) -> int:

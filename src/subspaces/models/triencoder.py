@@ -11,6 +11,11 @@ disk shards) whenever the encoder is frozen or the model evaluates; the head's p
 (``W1, W2``) are cached outside training too, so a text or condition seen before costs a lookup. Training with
 ``freeze_encoder=False`` runs the encoders with gradients instead (once per distinct text of a batch).
 
+Conditional search (:meth:`TriEncoder.search`, :class:`ConditionalCorpus`) ranks a matrix of stored sentence
+vectors by ``cos(W_c q, W_c d)`` under any condition without re-encoding a document: each condition's view of the
+corpus (``W2ᵀd`` for the low-rank hypernet, see :func:`subspaces.models.heads.corpus_view`) is computed once and
+kept in an LRU.
+
 Saved as a folder of :mod:`subspaces.models.folder`'s format (``head.pt`` + encoders, or references to them).
 """
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +33,58 @@ import torch.nn.functional as F
 from torch import nn
 
 from subspaces.cache import LRUCache, content_key
-from subspaces.errors import SubspacesError
-from subspaces.models.heads import ConditionHead, project_grouped
+from subspaces.errors import DimensionError, SubspacesError
+from subspaces.models.heads import ConditionHead, CorpusView, conditional_search, corpus_view, project_grouped
 from subspaces.models.store import DEFAULT_MEMORY_BYTES, EmbeddingStore
+
+
+@dataclass(frozen=True)
+class ConditionalHits:
+    """The ``k`` best corpus rows of each query under ``condition``, best first."""
+
+    condition: str
+    rows: np.ndarray  # (B, k) row numbers of the corpus
+    scores: np.ndarray  # (B, k) cos(W_c q, W_c d)
+    seen: bool | None  # the condition occurs in training (None: the model does not record its conditions)
+    note: str | None = None  # why the result deserves a second look (an unseen condition)
+
+
+class ConditionalCorpus:
+    """Sentence vectors ``(N, d)`` searched by ``cos(h(q, c), h(d, c))`` under any condition ``c``.
+
+    Each condition's view of the corpus (:func:`~subspaces.models.heads.corpus_view`: N×K for the low-rank
+    hypernet, N×d at full rank and for concat, N norms for hadamard) is computed once and kept in ``cache``
+    (an LRU counting hits and misses, keyed by the caller's condition key); a query then costs one product with
+    it plus the norm correction, instead of re-projecting every document.
+    """
+
+    def __init__(self, head: ConditionHead, vectors: np.ndarray | torch.Tensor, cache: LRUCache | None = None) -> None:
+        corpus = torch.as_tensor(np.asarray(vectors, dtype=np.float32) if isinstance(vectors, np.ndarray) else vectors)
+        if corpus.ndim != 2 or len(corpus) == 0:
+            raise DimensionError(f"the corpus must be a non-empty (N, d) matrix, got shape {tuple(corpus.shape)}")
+        if corpus.shape[1] != head.dim:
+            raise DimensionError(
+                f"the corpus has {corpus.shape[1]}-dimensional rows, but the head's encoder produces {head.dim}"
+            )
+        if not torch.isfinite(corpus).all():
+            raise DimensionError("the corpus holds NaN or inf")
+        self.head = head
+        self.vectors = corpus.float()
+        self.cache = cache if cache is not None else LRUCache(max_bytes=None, max_items=8, name="conditioned corpus")
+
+    def __len__(self) -> int:
+        return len(self.vectors)
+
+    def view(self, key: Any, params: tuple[torch.Tensor, ...]) -> CorpusView:
+        """The corpus under the condition ``key`` whose head parameters are ``params`` (batch axis 1)."""
+        return self.cache.get_many([key], lambda _: [corpus_view(self.head, self.vectors, params)])[0]
+
+    def search(
+        self, queries: np.ndarray | torch.Tensor, key: Any, params: tuple[torch.Tensor, ...], k: int = 10
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Scores and row numbers ``(B, k)`` of the best rows for each query vector (B, d) under ``key``."""
+        queries = torch.as_tensor(np.asarray(queries, dtype=np.float32)) if isinstance(queries, np.ndarray) else queries
+        return conditional_search(self.head, queries, params, self.vectors, k, view=self.view(key, params))
 
 
 class TriEncoder(nn.Module):
@@ -88,6 +143,8 @@ class TriEncoder(nn.Module):
             show_progress=show_progress,
         )
         self.params_cache = LRUCache(memory_bytes, name="condition matrices")  # valid while the head is unchanged
+        self.corpus_cache = LRUCache(memory_bytes, name="conditioned corpus")  # each condition's view of the corpus
+        self.corpus: ConditionalCorpus | None = None  # what search() ranks (index_corpus)
         # Loading weights (a checkpoint, the best state of a run) changes the head, and a trainable encoder: their
         # cached W_c and vectors are stale.
         self._register_load_state_dict_pre_hook(lambda *_args, **_kw: self._forget_weights())
@@ -109,6 +166,7 @@ class TriEncoder(nn.Module):
             "sentences": self.store.memory["sentence"],
             "conditions": self.store.memory["condition"],
             "condition_params": self.params_cache,
+            "conditioned_corpus": self.corpus_cache,
         }
 
     def cache_stats(self) -> dict[str, Any]:
@@ -116,12 +174,14 @@ class TriEncoder(nn.Module):
 
     def clear_caches(self, reset_stats: bool = True) -> None:
         self.store.clear(reset_stats)
-        self.params_cache.clear()
-        if reset_stats:
-            self.params_cache.reset_stats()
+        for cache in (self.params_cache, self.corpus_cache):
+            cache.clear()
+            if reset_stats:
+                cache.reset_stats()
 
     def _forget_weights(self) -> None:
         self.params_cache.clear()
+        self.corpus_cache.clear()
         if not self.freeze_encoder:
             self.store.clear(reset_stats=False)
 
@@ -132,6 +192,7 @@ class TriEncoder(nn.Module):
                 enc.eval()  # a frozen encoder keeps dropout off: its cached embeddings stay valid
         if mode:
             self.params_cache.clear()  # the head is about to change
+            self.corpus_cache.clear()
             if not self.freeze_encoder:
                 self.store.clear(reset_stats=False)  # so are the encoders
         return self
@@ -209,6 +270,65 @@ class TriEncoder(nn.Module):
     ) -> np.ndarray:
         """``cos`` of the two sentences under each condition, in input order (no gradients)."""
         return pair_similarity(self, sentences1, sentences2, conditions, batch_size=batch_size)
+
+    # --- conditional search ------------------------------------------------------------------------------
+    def index_corpus(self, corpus: np.ndarray | torch.Tensor | Sequence[str]) -> None:
+        """Set what :meth:`search` ranks: sentence vectors (N, d) of this model's encoder, or texts to embed."""
+        if isinstance(corpus, (np.ndarray, torch.Tensor)):
+            vectors = torch.as_tensor(
+                np.asarray(corpus, dtype=np.float32) if isinstance(corpus, np.ndarray) else corpus
+            )
+        else:
+            with torch.no_grad():
+                vectors = self._eval_embed(list(corpus))
+        self.corpus_cache.clear()  # views of the previous corpus
+        self.corpus = ConditionalCorpus(self.head, vectors.to(self.head_device), self.corpus_cache)
+
+    def search(
+        self, query: str | Sequence[str] | np.ndarray | torch.Tensor, condition: str, k: int = 10
+    ) -> ConditionalHits:
+        """The ``k`` corpus rows (:meth:`index_corpus`) most similar to each query under ``condition``, by
+        ``cos(W_c q, W_c d)``; no document is re-encoded, and a repeated condition is a cache hit.
+
+        ``query``: a text, texts, or sentence vectors (B, d). A condition not seen in training is still projected
+        (the head maps any condition embedding: the hypernet's zero-shot W_c); the result says so in ``note``.
+        """
+        if self.corpus is None:
+            raise SubspacesError("no corpus to search: call index_corpus(vectors or texts) first")
+        if isinstance(query, (np.ndarray, torch.Tensor)):
+            vectors = query
+        else:
+            with torch.no_grad():
+                vectors = self._eval_embed([query] if isinstance(query, str) else list(query))
+        with torch.no_grad():
+            params, _ = self._eval(lambda: self.condition_params([condition]))
+        scores, rows = self.corpus.search(vectors, content_key("conditioned-corpus", condition), params, k)
+        seen = self.condition_seen(condition)
+        note = None
+        if seen is False:
+            note = (
+                f"condition {condition!r} was not seen in training: its projection is the {self.head.kind} head's "
+                "zero-shot mapping of the condition's embedding"
+            )
+        return ConditionalHits(condition, rows, scores, seen, note)
+
+    def condition_seen(self, condition: str) -> bool | None:
+        """Whether ``condition`` occurs among the training conditions (None when the model does not record them:
+        the ``seen_conditions`` of its metadata, written by ``cond train``)."""
+        seen = self.metadata.get("seen_conditions")
+        return None if seen is None else condition in set(seen)
+
+    def _eval(self, fn: Any) -> Any:
+        # outside training: no dropout, and the caches in use (as similarity())
+        was_training = self.training
+        self.eval()
+        try:
+            return fn()
+        finally:
+            self.train(was_training)
+
+    def _eval_embed(self, texts: list[str]) -> torch.Tensor:
+        return self._eval(lambda: self.embed_sentences(texts))
 
     # --- persistence -------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
