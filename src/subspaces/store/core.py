@@ -61,7 +61,7 @@ class _Loaded:
     vectors: np.ndarray
     index: Any = None
     prefixes: dict[int, Any] = field(default_factory=dict)
-    conditioned: Any = None  # an LRUCache: (head, condition) -> index over the rows projected under it
+    conditioned: Any = None  # an LRUCache: (head, condition) -> the rows' view under it (heads.corpus_view)
 
 
 def _schema(dim: int):
@@ -580,8 +580,7 @@ class Store:
         if not len(loaded.ids):
             raise SubspacesError(f"{self.path}: the store is empty; add texts first (subspaces store add)")
         if condition is not None:
-            index, projected = self._conditioned(name, loaded, head, condition, vectors)
-            scores, rows = ops.exact(index, projected, k)
+            scores, rows = self._conditioned(name, loaded, head, condition, vectors, k)
         elif dims is None or dims == full:
             if loaded.index is None:
                 loaded.index = ops.flat_index(loaded.vectors)
@@ -639,39 +638,35 @@ class Store:
         return tri
 
     def _conditioned(
-        self, name: str, loaded: _Loaded, head: Any, condition: str, queries: np.ndarray
-    ) -> tuple[Any, np.ndarray]:
-        """The index over the space's rows projected under ``condition`` (kept for a few conditions), and the
-        queries projected the same way; both unit rows, so inner product is the conditional cosine."""
+        self, name: str, loaded: _Loaded, head: Any, condition: str, queries: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Scores and rows of the ``k`` best rows by cosine under ``condition``: the head's view of the space's rows
+        (:func:`subspaces.models.heads.corpus_view`, N×K for a low-rank hypernet) is kept for a few conditions."""
+        import warnings
+
         import torch
 
         from subspaces.cache import LRUCache
+        from subspaces.models.heads import conditional_search, corpus_view
 
         tri = self.condition_head(head, name)
-        device = tri.head_device
-
-        def project(vectors: np.ndarray, params: tuple[Any, ...]) -> np.ndarray:
-            out = []
-            with torch.no_grad():
-                for start in range(0, len(vectors), 16_384):  # bounded activations on a large store
-                    block = torch.tensor(vectors[start : start + 16_384], dtype=torch.float32, device=device)
-                    out.append(tri.head.project_shared(block, params).float().cpu().numpy())
-            return ops.unit_prefix(np.concatenate(out))
-
         was_training = tri.training
         tri.eval()  # as its own similarity(): no dropout, and the condition-matrix cache in use
         try:
             with torch.no_grad():
                 params, _ = tri.condition_params([condition])  # from the tri-encoder's condition-matrix cache
-            params = tuple(p.to(device) for p in params)
+            with warnings.catch_warnings():  # the rows are read-only, and nothing writes to them: no copy
+                warnings.simplefilter("ignore", UserWarning)
+                corpus = torch.from_numpy(np.ascontiguousarray(loaded.vectors, dtype=np.float32))
             if loaded.conditioned is None:
                 loaded.conditioned = LRUCache(max_bytes=None, max_items=4, name="conditioned rows")
             key = (self._checked_heads[tri][1], condition)
-            index = loaded.conditioned.get(key)
-            if index is None:
-                index = ops.flat_index(project(loaded.vectors, params))
-                loaded.conditioned.put(key, index)
-            return index, project(queries, params)
+            view = loaded.conditioned.get(key)
+            if view is None:
+                view = corpus_view(tri.head, corpus, params)
+                loaded.conditioned.put(key, view)
+            queries = np.ascontiguousarray(queries, dtype=np.float32)
+            return conditional_search(tri.head, torch.from_numpy(queries), params, corpus, k, view=view)
         finally:
             tri.train(was_training)
 
