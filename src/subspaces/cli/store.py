@@ -38,6 +38,11 @@ def _open(store: Path, device: str, backend: Backend, precision: Precision):
     return Store.open(store, device=device, backend=backend.value, precision=precision.value)
 
 
+class Quantization(str, Enum):
+    int8 = "int8"
+    binary = "binary"
+
+
 class Rerank(str, Enum):
     full = "full"
     none = "none"
@@ -105,7 +110,7 @@ def info_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Print the full record as JSON.")] = False,
     threads: ThreadsOpt = None,
 ) -> None:
-    """The store's spaces: model, rows, table version, ANN index, migration report."""
+    """The store's spaces: model, rows, table version, ANN index, bytes per vector of each copy."""
     import json
 
     from subspaces.store import Store
@@ -116,9 +121,20 @@ def info_cmd(
         return
     rows = [
         [name, s["state"], s["model"]["name"], s["model"]["dimension"], s["rows"], s["version"], s["index"] or "-"]
+        + [_bytes_per_vector(s)]
         for name, s in info["spaces"].items()
     ]
-    show(table(f"store {store}", ["space", "state", "model", "dim", "rows", "version", "index"], rows))
+    header = ["space", "state", "model", "dim", "rows", "version", "index", "bytes/vector"]
+    show(table(f"store {store}", header, rows))
+
+
+def _bytes_per_vector(space: dict) -> str:
+    """The float copy's bytes per vector and, if there is one, the quantized copy's (marked when stale)."""
+    text = f"{4 * space['model']['dimension']} float32"
+    copy = space.get("quantized")
+    if copy:
+        text += f", {copy['bytes_per_vector']} {copy['kind']}" + (" (stale)" if copy["stale"] else "")
+    return text
 
 
 @store_app.command("index")
@@ -127,11 +143,30 @@ def index_cmd(
     store: DirArg,
     partitions: Annotated[Optional[int], typer.Option(help="IVF partitions (default about sqrt(rows)).")] = None,
     sub_vectors: Annotated[Optional[int], typer.Option(help="PQ sub-vectors; must divide the dimension.")] = None,
+    quantize: Annotated[
+        Optional[Quantization],
+        typer.Option(help="Instead: write the quantized copy (int8 or binary codes; search it with --quantized)."),
+    ] = None,
+    calibration_rows: Annotated[
+        int, typer.Option(min=2, help="With --quantize int8: rows of the seeded sample the ranges are read from.")
+    ] = 10_000,
     threads: ThreadsOpt = None,
 ) -> None:
-    """Build LanceDB's IVF-PQ index over the active space (search it with --ann)."""
+    """Build LanceDB's IVF-PQ index over the active space (search it with --ann), or its --quantize copy."""
+    from subspaces.errors import SubspacesError
     from subspaces.store import Store
 
+    if quantize is not None:
+        if partitions is not None or sub_vectors is not None:
+            raise SubspacesError("--partitions and --sub-vectors are IVF-PQ options; --quantize builds no IVF-PQ index")
+        copy = Store.open(store).quantize(quantize.value, calibration_rows=calibration_rows)
+        sampled = f", ranges from {copy['calibration_rows']:,} sampled rows" if copy["calibration_rows"] else ""
+        console.print(
+            f"wrote the {copy['kind']} copy of space {copy['space']}: {copy['rows']:,} rows, "
+            f"{copy['bytes_per_vector']} bytes a vector{sampled} (table version {copy['version']})",
+            highlight=False,
+        )
+        return
     result = Store.open(store).index(num_partitions=partitions, num_sub_vectors=sub_vectors)
     console.print(
         f"indexed {result['rows']:,} rows: IVF-PQ, {result['num_partitions']} partitions, "
@@ -156,6 +191,16 @@ def search_cmd(
         Optional[int], typer.Option(help="Funnel candidates per query, as a multiple of k (default 10: 10 x k).")
     ] = None,
     ann: Annotated[bool, typer.Option("--ann", help="Use the store's ANN index (`store index`).")] = False,
+    quantized: Annotated[
+        bool, typer.Option("--quantized", help="Search the quantized copy (`store index --quantize`).")
+    ] = False,
+    rescore: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="With --quantized: rescore RESCORE x k candidates (int8 by its codes, binary by the floats; 0: none).",
+        ),
+    ] = 4,
     model: Annotated[
         Optional[str], typer.Option("--model", "-m", help="Query model (default: the store's; must match a space).")
     ] = None,
@@ -189,6 +234,8 @@ def search_cmd(
         ann=ann,
         condition=condition,
         head=head,
+        quantized=quantized,
+        rescore=rescore or None,
         batch_size=batch_size,
     )
     if json_path is not None:

@@ -257,7 +257,9 @@ class Store:
             return int(table.count_rows())
 
     def info(self) -> dict[str, Any]:
-        """The manifest and, per space, its row count, table version and ANN index."""
+        """The manifest and, per space, its row count, table version, ANN index and quantized copy."""
+        from subspaces.store.quantized import describe as describe_copy
+
         spaces = {}
         for name, space in self.manifest.spaces.items():
             table = self._table(name)
@@ -267,6 +269,7 @@ class Store:
                     "rows": int(table.count_rows()),
                     "version": int(table.version),
                     "index": indices[0] if indices else None,
+                    "quantized": describe_copy(self, name),
                 }
         return {"path": str(self.path), "active": self.manifest.active, "spaces": spaces}
 
@@ -435,6 +438,14 @@ class Store:
             )
         return {"space": name, "rows": n, "num_partitions": partitions, "num_sub_vectors": sub_vectors}
 
+    def quantize(self, kind: str, space: str | None = None, *, calibration_rows: int = 10_000) -> dict[str, Any]:
+        """Write the space's quantized copy: ``int8`` codes (ranges calibrated on a seeded sample of
+        ``calibration_rows`` rows) or ``binary``; search it with ``search(..., quantized=True)``. An ``add``
+        afterwards makes it stale until the next ``quantize`` (see :mod:`.quantized`)."""
+        from subspaces.store.quantized import write
+
+        return write(self, space or self.manifest.active, kind, calibration_rows=calibration_rows)
+
     # -- migrating ------------------------------------------------------------------------------------------
     def migrate(self, model: Any, **options: Any) -> dict[str, Any]:
         """Map the store into ``model``'s space as a pending space (see :func:`subspaces.store.migrate.migrate`)."""
@@ -464,6 +475,8 @@ class Store:
         nprobes: int = ...,
         condition: str | None = ...,
         head: Any | None = ...,
+        quantized: bool = ...,
+        rescore: int | None = ...,
         batch_size: int = ...,
     ) -> dict[str, Any]: ...
 
@@ -482,6 +495,8 @@ class Store:
         nprobes: int = ...,
         condition: str | None = ...,
         head: Any | None = ...,
+        quantized: bool = ...,
+        rescore: int | None = ...,
         batch_size: int = ...,
     ) -> list[dict[str, Any]]: ...
 
@@ -499,6 +514,8 @@ class Store:
         nprobes: int = 20,
         condition: str | None = None,
         head: Any | None = None,
+        quantized: bool = False,
+        rescore: int | None = 4,
         batch_size: int = 64,
     ) -> dict[str, Any] | list[dict[str, Any]]:
         """The ``k`` nearest rows of each query: ``{"query", "ids", "scores", "texts"}``, in query order.
@@ -508,7 +525,8 @@ class Store:
         searches the first ``d`` coordinates, and with ``rerank="full"`` (funnel) re-ranks a shortlist of
         ``shortlist * k`` candidates (default ``10 * k``) by the full vectors. ``condition`` with ``head`` (a
         Hyper-CL tri-encoder's folder, or the loaded model) ranks by similarity under that condition: queries
-        and rows projected by the condition's matrix (:meth:`search_vectors`).
+        and rows projected by the condition's matrix (:meth:`search_vectors`). ``quantized=True`` searches the
+        space's quantized copy (:meth:`quantize`) and rescores ``rescore * k`` candidates (None: no rescoring).
         """
         from subspaces.models.encoder import encode
 
@@ -534,6 +552,8 @@ class Store:
             nprobes=nprobes,
             condition=condition,
             head=head,
+            quantized=quantized,
+            rescore=rescore,
         )
         ordered = [{"query": text, **result} for text, result in zip(texts, results, strict=True)]
         return ordered[0] if single else ordered
@@ -551,6 +571,8 @@ class Store:
         nprobes: int = 20,
         condition: str | None = None,
         head: Any | None = None,
+        quantized: bool = False,
+        rescore: int | None = 4,
     ) -> list[dict[str, Any]]:
         """:meth:`search` for query vectors already in the space's model's coordinates (unit rows).
 
@@ -572,6 +594,12 @@ class Store:
         if shortlist is not None and shortlist < 1:
             raise SubspacesError(f"shortlist is a multiple of k and must be at least 1, got {shortlist}")
         _check_condition(condition, head, ann, dims)
+        if quantized:
+            from subspaces.store.quantized import search_copy
+
+            if ann or dims is not None or condition is not None:
+                raise SubspacesError("quantized search reads the quantized copy alone: drop ann, dims and condition")
+            return search_copy(self, name, vectors, k, rescore)
         if ann:
             if dims is not None:
                 raise SubspacesError("the ANN index reads full vectors: give either ann or dims, not both")
