@@ -77,6 +77,8 @@ def run_server(args: argparse.Namespace) -> None:
             max_batch_tokens=args.max_batch_tokens,
             max_wait_ms=args.max_wait_ms,
             max_queue=args.max_queue,
+            backend=args.backend,
+            precision=args.precision,
         )
         app = create_app(settings)
     uvicorn.run(app, host=HOST, port=args.port, log_level="warning", access_log=False)
@@ -97,6 +99,7 @@ class Server:
         command = [sys.executable, __file__, "--serve", kind, "--port", str(self.port), "--model", args.model]
         command += ["--threads", str(args.threads), "--max-queue", str(max_queue)]
         command += ["--max-batch-tokens", str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms)]
+        command += ["--backend", args.backend, "--precision", args.precision]
         self.command = command
         self.url = f"http://{HOST}:{self.port}"
 
@@ -324,6 +327,8 @@ def main() -> None:
     parser.add_argument(
         "--smoke", action="store_true", help="A few seconds per phase (2 s levels, 6 s soak): checks the script only."
     )
+    parser.add_argument("--backend", default="torch", help="Ours only: torch, onnx or openvino.")
+    parser.add_argument("--precision", default="fp32", help="Ours only: fp32 or int8.")
     parser.add_argument("--serve", choices=["ours", "naive"], help=argparse.SUPPRESS)  # the subprocess's mode
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -348,6 +353,7 @@ def main() -> None:
         "duration_s": args.duration,
         "texts": len(texts),
         "batching": {"max_batch_tokens": args.max_batch_tokens, "max_wait_ms": args.max_wait_ms},
+        "ours_backend": f"{args.backend}:{args.precision}",
         "note": "client and servers share this machine's cores; one WordNet sentence per request",
     }
     with Server("naive", args, args.max_queue) as server:
