@@ -47,6 +47,18 @@ class Int8Calibration:
         return np.maximum(self.high - self.low, 1e-12) / 255.0
 
 
+CALIBRATION_ROWS = 10_000
+
+
+def calibration_sample(vectors: np.ndarray, rows: int = CALIBRATION_ROWS, seed: int = 0) -> np.ndarray:
+    """Up to ``rows`` rows of ``vectors``, a seeded sample in file order: the same vectors always get the same
+    int8 ranges (``encode --quantize``, ``subspaces search --quantize`` and the store's quantized copy)."""
+    if rows < 2:
+        raise SubspacesError(f"calibration rows must be at least 2, got {rows}")
+    picked = np.random.default_rng(seed).permutation(len(vectors))[:rows]
+    return vectors[np.sort(picked)]
+
+
 def calibrate_int8(sample: np.ndarray, *, clip: float = 0.0) -> Int8Calibration:
     """Ranges from a calibration ``sample`` (rows, dims): min/max, or the ``clip`` and ``1 - clip`` quantiles."""
     sample = _matrix(sample, "calibration sample")

@@ -166,14 +166,12 @@ def encode_cmd(
 
 
 def _save_quantized(output: Path, emb, kind: str) -> None:
-    import numpy as np
 
-    from subspaces.quantize import calibrate_int8, quantize, save_codes, sidecar
+    from subspaces.quantize import calibrate_int8, calibration_sample, quantize, save_codes, sidecar
 
     cal = None
     if kind == "int8":
-        rows = np.random.default_rng(0).permutation(len(emb))[:10_000]  # a seeded sample: same file, same ranges
-        cal = calibrate_int8(emb[np.sort(rows)])
+        cal = calibrate_int8(calibration_sample(emb))  # a seeded sample: same file, same ranges
     codes = quantize(emb, kind, cal)  # type: ignore[arg-type]
     save_codes(output, codes, kind, emb.shape[1], cal)  # type: ignore[arg-type]
     console.print(

@@ -46,8 +46,7 @@ def search_quantized(
     corpus (binary: one bit a dimension is too coarse to re-rank by)."""
     from subspaces.adapt.adapter import check_vectors
     from subspaces.errors import DimensionError
-    from subspaces.quantize import calibrate_int8, quantize, search
-    from subspaces.store.quantized import calibration_sample
+    from subspaces.quantize import calibrate_int8, calibration_sample, quantize, search
     from subspaces.store.search import unit_prefix
 
     corpus = unit_prefix(check_vectors(corpus, "corpus"))

@@ -27,23 +27,24 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from subspaces.errors import DataError, SubspacesError
-from subspaces.quantize import KINDS, Int8Calibration, Kind, calibrate_int8, load_codes, quantize, save_codes, search
+from subspaces.quantize import (
+    CALIBRATION_ROWS,
+    KINDS,
+    Int8Calibration,
+    Kind,
+    calibrate_int8,
+    calibration_sample,
+    load_codes,
+    quantize,
+    save_codes,
+    search,
+)
 
 if TYPE_CHECKING:
     from subspaces.store.core import Store
 
 FOLDER = "quantized"
 POINTER = "copy.json"
-CALIBRATION_ROWS = 10_000
-
-
-def calibration_sample(vectors: np.ndarray, rows: int = CALIBRATION_ROWS, seed: int = 0) -> np.ndarray:
-    """Up to ``rows`` rows of ``vectors``, a seeded sample in file order (as ``encode --quantize`` takes it):
-    the same vectors always get the same int8 ranges."""
-    if rows < 2:
-        raise SubspacesError(f"calibration rows must be at least 2, got {rows}")
-    picked = np.random.default_rng(seed).permutation(len(vectors))[:rows]
-    return vectors[np.sort(picked)]
 
 
 @dataclass(frozen=True)
