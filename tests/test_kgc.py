@@ -796,6 +796,8 @@ def test_recipe_sets_every_option_and_the_model_folder_records_them(tmp_path, ti
     assert evaluation["rerank"]["normalize_queries"] is False
     model = load_kgc_model(run)
     assert model.head.rank is None and model.head.dropout_p == 0.1 and not model.training
+    assert meta["seen_conditions"] and model.condition_seen(meta["seen_conditions"][0]) is True
+    assert model.condition_seen("a relation never trained") is False
     # Every setting the recipe names for the tri-encoder reached the saved folder.
     saved = {**meta, **train, "rank": config["head"]["rank"], "head": config["head"]["kind"]}
     saved |= {"head_dropout": 0.1, "head_init": "torch", "head_activation": "gelu", "lr": 5e-5}

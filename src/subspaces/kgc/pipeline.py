@@ -244,6 +244,8 @@ def train_pipeline(
         "per_example_texts": per_example_texts,
         "recipe": recipe,
         "freeze_encoder": freeze_encoder,
+        # what TriEncoder.search marks as seen (any other relation text is projected zero-shot, with a note)
+        "seen_conditions": sorted({texts.relations[r] for r in set(examples[:, 1].tolist())}),
         "train": {
             **asdict(config),
             "margin": margin,

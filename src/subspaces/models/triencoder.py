@@ -314,7 +314,7 @@ class TriEncoder(nn.Module):
 
     def condition_seen(self, condition: str) -> bool | None:
         """Whether ``condition`` occurs among the training conditions (None when the model does not record them:
-        the ``seen_conditions`` of its metadata, written by ``cond train``)."""
+        the ``seen_conditions`` of its metadata, written by ``cond train`` and ``kgc train``)."""
         seen = self.metadata.get("seen_conditions")
         return None if seen is None else condition in set(seen)
 
