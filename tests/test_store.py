@@ -243,7 +243,28 @@ class LookupEncoder(torch.nn.Module):
         return self.table[[self.row[t] for t in texts]]
 
 
-def test_migration_recovers_a_rotation_and_dual_reads_until_commit(tmp_path):
+def test_paired_migration_recovers_a_rotation_of_structureless_vectors(tmp_path):
+    """Isotropic Gaussian rows have no structure an unpaired fit can match; the re-embedded rows, used as known
+    pairs, still give the rotation."""
+    from scipy.stats import ortho_group
+
+    old = np.random.default_rng(0).normal(size=(1500, 8))
+    q = ortho_group.rvs(8, random_state=2)
+    texts = [f"text {i}" for i in range(1500)]
+    made = Store.create(tmp_path / "s", LookupEncoder(texts, old))
+    made.add(texts, ids=range(1500), write_batch=1000)
+    params = {
+        "anchors": {"n_runs": 2, "n_clusters": 8, "sample": 500, "n_pseudo_pairs": 500},
+        "refine": {"n_iter": 5, "sample": 300, "centroid_clusters": 20},
+        "search": {"probe_size": 300},
+        "n_restarts": 1,
+    }
+    report = made.migrate(LookupEncoder(texts, old @ q), pairs=200, heldout=300, params=params)
+    assert report["anchors"] == "paired" and report["recall_fraction"] > 0.95, report
+
+
+@pytest.mark.parametrize("anchors", ["paired", "unpaired"])
+def test_migration_recovers_a_rotation_and_dual_reads_until_commit(tmp_path, anchors):
     from scipy.stats import ortho_group
 
     rng = np.random.default_rng(0)
@@ -264,8 +285,9 @@ def test_migration_recovers_a_rotation_and_dual_reads_until_commit(tmp_path):
         "search": {"probe_size": 500},
         "n_restarts": 4,
     }
-    report = made.migrate(new_model, pairs=2000, heldout=500, params=params)
+    report = made.migrate(new_model, pairs=2000, anchors=anchors, heldout=500, params=params)
     assert report["recall_fraction"] > 0.95 and report["overlap@10"] > 0.8, report
+    assert report["anchors"] == anchors
     mapped = made._load_rows("1")
     order = np.argsort(mapped.ids.astype(int))
     reembedded = new_model.encode(texts).numpy()

@@ -255,6 +255,13 @@ def migrate_cmd(
     store: DirArg,
     to: Annotated[Optional[str], typer.Option("--to", help="The new model (bundled name or folder).")] = None,
     pairs: Annotated[int, typer.Option(help="Store texts embedded by the new model to fit the map.")] = 20_000,
+    anchors: Annotated[
+        str,
+        typer.Option(
+            help="paired: those re-embedded rows are known pairs (Procrustes start, fixed anchors in refinement); "
+            "unpaired: mini-vec2vec without using that they match."
+        ),
+    ] = "paired",
     heldout: Annotated[int, typer.Option(help="Held-out rows to measure the mapped vectors on.")] = 1_000,
     commit: Annotated[bool, typer.Option("--commit", help="Make the pending migration's model the active one.")] = (
         False
@@ -280,7 +287,14 @@ def migrate_cmd(
         console.print(f"space {active} ({label}) is now active; the old space is retired", highlight=False)
         return
     report = opened.migrate(
-        to, pairs=pairs, heldout=heldout, seed=seed, progress=True, ray=_ray(ray, ray_address), actors=actors
+        to,
+        pairs=pairs,
+        anchors=anchors,
+        heldout=heldout,
+        seed=seed,
+        progress=True,
+        ray=_ray(ray, ray_address),
+        actors=actors,
     )
     rows = [[key, value] for key, value in report.items()]
     show(

@@ -29,6 +29,7 @@ def migrate(
     *,
     name: str | None = None,
     pairs: int = 20_000,
+    anchors: str = "paired",
     heldout: int = 1_000,
     params: dict[str, Any] | None = None,
     seed: int = 0,
@@ -39,7 +40,12 @@ def migrate(
 ) -> dict[str, Any]:
     """Fit, map and add a pending space for ``model``; returns its report. Rerun after an interruption, it
     finishes the mapping (the fitted aligner is kept) instead of starting again. ``ray``: embed the fit sample
-    and map the rows on Ray Data (see :meth:`Store.add`); the held-out measurement runs here."""
+    and map the rows on Ray Data (see :meth:`Store.add`); the held-out measurement runs here.
+
+    ``anchors``: ``"paired"`` (default): the ``pairs`` sampled rows, re-embedded by the new model, are known pairs
+    (each row's stored vector and its new vector): Procrustes on them starts the map and they stay fixed anchors
+    in refinement (:meth:`MiniVec2Vec.fit` ``pairs=``). ``"unpaired"``: mini-vec2vec as without parallel data
+    (the two sides' rows are not matched up), the method's own setting."""
     from subspaces.align import MiniVec2Vec
     from subspaces.models.encoder import encode
 
@@ -62,6 +68,8 @@ def migrate(
     held = min(heldout, n // 5)
     if pairs < 1:
         raise SubspacesError(f"--pairs must be at least 1, got {pairs}")
+    if anchors not in ("paired", "unpaired"):
+        raise SubspacesError(f"anchors must be 'paired' or 'unpaired', got {anchors!r}")
     order = np.random.default_rng(seed).permutation(n)
     test, fit_rows = order[:held], order[held : held + pairs]
 
@@ -85,7 +93,8 @@ def migrate(
         target = encode(encoder, fit_texts, batch_size=batch_size, normalize=True, show_progress=progress)
     encode_s = time.perf_counter() - start
     aligner = MiniVec2Vec.from_params(params or {}, random_state=seed, verbose=progress)
-    aligner.fit(rows.vectors[fit_rows], target)
+    source = rows.vectors[fit_rows]
+    aligner.fit(source, target, pairs=(source, target) if anchors == "paired" else None)
 
     new_name = str(1 + max(int(k) for k in manifest.spaces))
     table, aligner_dir = f"space_{new_name}", f"aligners/{new_name}"
@@ -116,6 +125,7 @@ def migrate(
     report |= {
         "rows": n,
         "pairs": int(len(fit_rows)),
+        "anchors": anchors,
         "migrate_seconds": round(migrate_s, 3),
         "reembed_seconds_estimate": round(per_text * n, 3),  # the new model's own rate on the fit sample
     }
