@@ -83,8 +83,7 @@ def test_int8_codes_rescored_from_the_codes_keep_the_recall():
 
 
 def test_int8_calibrated_on_a_sample_gives_non_zero_codes_for_one_query():
-    from subspaces.quantize import calibrate_int8, quantize
-    from subspaces.quantize import calibration_sample
+    from subspaces.quantize import calibrate_int8, calibration_sample, quantize
 
     corpus = vectors(300)
     sample = calibration_sample(corpus, 100)
