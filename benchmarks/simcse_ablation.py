@@ -200,27 +200,44 @@ def choose_lr(args: argparse.Namespace) -> float:
     return chosen
 
 
+def reused(args: argparse.Namespace, path: Path, matches: Any) -> bool:
+    """Copy the record of the same name from the default results folder when ``matches(record)``: runs that state
+    dropout cannot change (the start tables; the none arm, with no dropout anywhere) are not computed twice."""
+    same = RESULTS / path.name
+    if args.results == RESULTS or not same.is_file():
+        return False
+    record = json.loads(same.read_text())
+    if not matches(record):
+        return False
+    save(path, {**record, "reused_from": str(same.relative_to(ROOT.parent))})
+    return True
+
+
 def run(args: argparse.Namespace) -> None:
     args.results.mkdir(parents=True, exist_ok=True)
+
+    def without_state_dropout(values: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in values.items() if k != "state_dropout"}
+
     for seed in args.seeds:
         start_path = args.results / f"start_seed{seed}.json"
-        if not start_path.is_file():
-            table = sts_table(start_model(seed, args.reinit), args.trainable_layers, args.cache_dir)
-            save(start_path, {"seed": seed, "reinit_top_layers": args.reinit, "sts_test": table})
+        if start_path.is_file() or reused(args, start_path, lambda r: r["reinit_top_layers"] == args.reinit):
+            continue
+        table = sts_table(start_model(seed, args.reinit), args.trainable_layers, args.cache_dir)
+        save(start_path, {"seed": seed, "reinit_top_layers": args.reinit, "sts_test": table})
     lr = args.lr if args.lr is not None else choose_lr(args)
     for seed in args.seeds:  # seed-major: an interrupted session leaves every arm with the same seeds done
         for arm in args.arms:
             path = args.results / f"{arm}_seed{seed}.json"
             if path.is_file():
                 continue
-            same = RESULTS / path.name  # the none arm without state dropout is this very run
-            if arm == "none" and args.results != RESULTS and same.is_file():
-                record = json.loads(same.read_text())
-                if {k: v for k, v in record["settings"].items() if k != "state_dropout"} == {
-                    k: v for k, v in settings(args).items() if k != "state_dropout"
-                } and record["lr"] == lr:
-                    save(path, {**record, "reused_from": str(same.relative_to(ROOT.parent))})
-                    continue
+
+            def same_run(record: dict[str, Any]) -> bool:
+                same_settings = without_state_dropout(record["settings"]) == without_state_dropout(settings(args))
+                return same_settings and record["lr"] == lr
+
+            if arm == "none" and reused(args, path, same_run):
+                continue
             record = train_run(args, arm, seed, lr, args.steps, args.runs / f"{arm}_seed{seed}")
             save(path, {**record, "settings": settings(args)})
             print(
