@@ -7,7 +7,9 @@
 - ``pca``: PCA (fitted on the same unlabelled vectors) then the first d components;
 - ``adapter``: :class:`subspaces.adapt.MatryoshkaAdapter` with its similarity + top-k + reconstruction losses;
 - ``adapter_mic``: the same plus the MIC-style output regularisers (per-dimension variance floor and prefix
-  decorrelation, weight 1 each: our setting).
+  decorrelation, weight 1 each: our setting);
+- ``adapter_pca``: the adapter started from the vectors' principal axes (``basis="pca"``: an orthogonal
+  rotation, uncentred, so full-size cosines are the raw ones) instead of their own coordinates.
 
 Adapter arms run ``--seeds`` seeds. Every arm is scored at 16/32/64/128/384 on L2-normalised prefixes:
 
@@ -16,7 +18,9 @@ Adapter arms run ``--seeds`` seeds. Every arm is scored at 16/32/64/128/384 on L
   adapter and SIR buy);
 - STS-B test: Spearman x 100 of the prefix cosines;
 - retrieval on STS-B test: each pair with gold score >= 4 is a query (sentence 1) with one relevant document
-  (sentence 2) among all distinct STS-B test sentences (the query itself left out): Recall@10 and nDCG@10.
+  (sentence 2) among the distinct STS-B test sentences and, with ``--retrieval-pool all`` (the default), every
+  STS-B train and dev sentence as distractors, ~16k documents (the query itself left out): Recall@10 and
+  nDCG@10. The test split's ~2.7k documents alone leave raw 32-d prefixes near the ceiling, where no gain shows.
 
 ``--split dev`` scores the same way on dev rows instead (Banking77: the last 10 % of train held out from the
 probe; Emotion: validation; STS-B: dev): choose adapter settings there, never on the test rows. The settings
@@ -86,8 +90,10 @@ def fit_texts(n: int, seed: int = 0) -> list[str]:
 # -- evaluation data ------------------------------------------------------------------------------------------------
 
 
-def evaluation_data(split: str, limit: int | None) -> dict[str, Any]:
-    """Texts and labels of every task for ``split`` (test or dev); ``limit`` caps rows (smoke runs)."""
+def evaluation_data(split: str, limit: int | None, pool: str = "split") -> dict[str, Any]:
+    """Texts and labels of every task for ``split`` (test or dev); ``limit`` caps rows (smoke runs). ``pool``:
+    the retrieval documents, the split's own STS-B sentences, or (``all``) those plus every other STS-B split's
+    as distractors (no labels of theirs are read)."""
     from subspaces.data.classification import load_banking77, load_emotion
     from subspaces.data.sts import load_stsb
 
@@ -107,7 +113,14 @@ def evaluation_data(split: str, limit: int | None) -> dict[str, Any]:
     emotion_test = load_emotion("test" if split == "test" else "validation")
     sts = load_stsb("test" if split == "test" else "dev")
     n_pairs = len(sts.scores) if limit is None else min(limit, len(sts.scores))
+    distractors: list[str] = []
+    if pool == "all":
+        for other in ("train", "dev", "test"):
+            if other != ("test" if split == "test" else "dev"):
+                pairs = load_stsb(other)  # type: ignore[arg-type]
+                distractors += cap([*pairs.sentences1, *pairs.sentences2])
     return {
+        "Distractors": distractors,
         "Banking77": {
             "train": (cap(b_train[0]), cap(b_train[1])),
             "test": (cap(b_test[0]), cap(b_test[1])),
@@ -124,7 +137,7 @@ def all_texts(data: dict[str, Any]) -> list[str]:
     texts: list[str] = []
     for task in ("Banking77", "Emotion"):
         texts += data[task]["train"][0] + data[task]["test"][0]
-    texts += list(data["STSB"][0]) + list(data["STSB"][1])
+    texts += list(data["STSB"][0]) + list(data["STSB"][1]) + list(data["Distractors"])
     return list(dict.fromkeys(texts))
 
 
@@ -149,10 +162,11 @@ def probe_correct(
 
 
 def retrieval_rows(
-    s1: Sequence[str], s2: Sequence[str], scores: Sequence[float]
+    s1: Sequence[str], s2: Sequence[str], scores: Sequence[float], distractors: Sequence[str] = ()
 ) -> tuple[list[str], list[int], list[int]]:
-    """The retrieval task's corpus (distinct sentences), and per query its row and its relevant document's row."""
-    corpus = list(dict.fromkeys([*s1, *s2]))
+    """The retrieval task's corpus (distinct sentences, then the distractors not among them), and per query its
+    row and its relevant document's row."""
+    corpus = list(dict.fromkeys([*s1, *s2, *distractors]))
     where = {t: i for i, t in enumerate(corpus)}
     queries, relevant = [], []
     for a, b, score in zip(s1, s2, scores, strict=True):
@@ -179,7 +193,7 @@ def score_arm(transform, vectors: dict[str, np.ndarray], data: dict[str, Any], d
     out: dict[str, dict[str, Any]] = {t: {} for t in ("Banking77", "Emotion", "STSB", "R@10", "nDCG@10")}
     mapped = {name: transform(v) for name, v in vectors.items()}
     s1, s2, _ = data["STSB"]
-    _, queries, relevant = retrieval_rows(s1, s2, data["STSB"][2])
+    _, queries, relevant = retrieval_rows(s1, s2, data["STSB"][2], data["Distractors"])
     for d in dims:
         for task in ("Banking77", "Emotion"):
             out[task][str(d)] = probe_correct(
@@ -232,6 +246,8 @@ def make_transform(arm: str, seed: int, fit_vectors: np.ndarray, args: argparse.
     }
     if arm == "adapter_mic":
         settings |= {"var_weight": 1.0, "corr_weight": 1.0}
+    if arm == "adapter_pca":
+        settings |= {"basis": "pca"}
     adapter = MatryoshkaAdapter(**settings).fit(fit_vectors)
     info = {"fit_seconds": adapter.fit_seconds_, "loss_terms": adapter.loss_terms_, "history": adapter.history_}
     return adapter.transform, {"settings": {k: v for k, v in settings.items() if k != "verbose"}, **info}
@@ -243,13 +259,13 @@ def run(args: argparse.Namespace) -> None:
 
     set_threads(args.threads)
     out = args.out / args.split
-    data = evaluation_data(args.split, args.limit)
+    data = evaluation_data(args.split, args.limit, args.retrieval_pool)
     fit = cached_vectors(args.model, fit_texts(args.fit_texts))
     every = all_texts(data)
     index = {t: i for i, t in enumerate(every)}
     encoded = cached_vectors(args.model, every)
     s1, s2, gold = data["STSB"]
-    corpus, _, _ = retrieval_rows(s1, s2, gold)
+    corpus, _, _ = retrieval_rows(s1, s2, gold, data["Distractors"])
 
     def rows(texts: Sequence[str]) -> np.ndarray:
         return encoded[[index[t] for t in texts]]
@@ -259,7 +275,8 @@ def run(args: argparse.Namespace) -> None:
     }
     vectors |= {"STSB-1": rows(s1), "STSB-2": rows(s2), "Retrieval": rows(corpus)}
     dims = [d for d in args.dims if d <= fit.shape[1]]
-    arms = [("raw", 0), ("pca", 0)] + [(arm, s) for arm in ("adapter", "adapter_mic") for s in args.seeds]
+    fixed = [a for a in args.arms if a in ("raw", "pca")]
+    arms = [(a, 0) for a in fixed] + [(a, s) for a in args.arms if a not in fixed for s in args.seeds]
     for arm, seed in arms:
         name = arm if arm in ("raw", "pca") else f"{arm}-seed{seed}"
         path = out / f"{name}.json"
@@ -276,6 +293,7 @@ def run(args: argparse.Namespace) -> None:
             "model": args.model,
             "fit_rows": int(fit.shape[0]),
             "probe": {"C": args.C, "scaler": None, "features": "L2-normalised prefixes"},
+            "retrieval": {"pool": args.retrieval_pool, "documents": len(corpus)},
             "dims": dims,
             "scores": summary(per_row, gold),
             "rows": per_row,
@@ -333,15 +351,14 @@ def table(args: argparse.Namespace) -> None:
             metric = lambda v, pick: 100 * float(spearmanr(v, gold[pick]).statistic)  # noqa: E731
         else:
             metric = lambda v, pick: 100 * float(np.mean(v))  # noqa: E731
-        for arm in ("pca", "adapter", "adapter_mic"):
-            if arm not in by_arm:
-                continue
+        for arm in (a for a in by_arm if a != "raw"):
             cells = []
             for d in dims:
                 a = np.mean([np.asarray(r["rows"][task][str(d)], dtype=float) for r in by_arm[arm]], axis=0)
                 b = np.asarray(raw["rows"][task][str(d)], dtype=float)
                 diff, lo, hi = paired_bootstrap(a, b, metric, n=args.bootstrap)
-                cells.append(f"{diff:+.2f} [{lo:+.2f}, {hi:+.2f}]")
+                relative = f" ({diff / metric(b, np.arange(len(b))):+.0%})" if task in ("R@10", "nDCG@10") else ""
+                cells.append(f"{diff:+.2f} [{lo:+.2f}, {hi:+.2f}]{relative}")
             print(f"| {task} | {arm} | " + " | ".join(cells) + " |")
 
 
@@ -352,7 +369,14 @@ def main() -> None:
     parser.add_argument("--split", choices=("test", "dev"), default="test")
     parser.add_argument("--fit-texts", type=int, default=50_000, help="Unlabelled WordNet sentences to fit on.")
     parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--arms", default="raw,pca,adapter,adapter_mic,adapter_pca", help="Comma-separated arms.")
     parser.add_argument("--dims", default=",".join(map(str, DIMS)))
+    parser.add_argument(
+        "--retrieval-pool",
+        choices=("split", "all"),
+        default="all",
+        help="Retrieval documents: the split's STS-B sentences, or all STS-B splits' (harder: ~16k documents).",
+    )
     parser.add_argument("--C", type=float, default=10.0, help="Inverse L2 strength of the probe (on unit vectors).")
     parser.add_argument("--adapter-hidden", type=int, default=512)
     parser.add_argument("--adapter-epochs", type=int, default=20)
@@ -371,6 +395,7 @@ def main() -> None:
     args.out = args.out or RESULTS
     args.seeds = [int(s) for s in str(args.seeds).split(",") if s.strip()]
     args.dims = [int(d) for d in args.dims.split(",") if d.strip()]
+    args.arms = [a.strip() for a in str(args.arms).split(",") if a.strip()]
     (run if args.command == "run" else table)(args)
 
 

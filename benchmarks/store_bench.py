@@ -1,6 +1,7 @@
 """Vector-store benchmark: add throughput (one process, and Ray Data on a local runtime), then search latency
 (p50/p99) and Recall@10 against exact full-dim search, for exact, ANN (LanceDB IVF-PQ) and funnel search
-(Matryoshka prefix shortlist of --shortlist x k, full re-rank) at several prefixes, and a migration.
+(a prefix shortlist of --shortlists x k, full re-rank) at several prefixes of the model's coordinates and of the
+store's principal axes (--bases), and a migration.
 
 A store of the first N distinct WordNet sentences (definitions, then examples) is built in a temporary folder
 (or --store DIR); the queries are Q other WordNet sentences, encoded once, so the latencies are search alone
@@ -11,6 +12,7 @@ re-embedded held-out sample, and its time against re-embedding every row at the 
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/store_bench.py --n 100000 --model minilm-l6 --migrate-to paraphrase-l3
     .venv/bin/python benchmarks/store_bench.py --smoke   # seconds: 2,000 texts, 50 queries, Ray on 500, no migration
+    .venv/bin/python benchmarks/store_bench.py table     # BENCHMARKS.md's rows from the JSON
 """
 
 from __future__ import annotations
@@ -73,15 +75,20 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=1_000)
     parser.add_argument("--model", default="minilm-l6")
     parser.add_argument("--dims", default="32,64,128", help="funnel prefixes")
-    parser.add_argument("--shortlist", type=int, default=10, help="funnel shortlist, a multiple of k")
+    parser.add_argument("--shortlists", default="5,10,20", help="funnel shortlists, multiples of k")
+    parser.add_argument("--bases", default="model,pca", help="funnel prefix bases (see Store.search basis=)")
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--nprobes", type=int, default=20)
     parser.add_argument("--migrate-to", default=None, help="also time a migration to this model")
-    parser.add_argument("--pairs", type=int, default=20_000)
+    parser.add_argument("--pairs", type=int, default=None, help="migration sample (default: the store's)")
+    parser.add_argument("--anchors", default="paired", choices=("paired", "unpaired"))
     parser.add_argument("--store", type=Path, default=None, help="build the store here (default: a temporary folder)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--ray-n", type=int, default=20_000, help="texts added through Ray Data (0: skip)")
     parser.add_argument("--actors", type=int, default=2, help="Ray actors (and local runtime CPUs)")
+    parser.add_argument(
+        "--search-only", action="store_true", help="re-time the searches on --store (an earlier run's), keep the rest"
+    )
     parser.add_argument("--smoke", action="store_true", help="a quick run of every path on small inputs")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
@@ -101,31 +108,43 @@ def main() -> None:
     if len(queries) < args.queries:
         raise SystemExit(f"only {len(texts)} WordNet sentences: lower --n or --queries")
     folder = args.store or Path(tempfile.mkdtemp(prefix="store-bench-")) / "store"
-    store = Store.create(folder, args.model)
-    start = time.perf_counter()
-    store.add(corpus, ids=range(len(corpus)), progress=True)
-    add_s = time.perf_counter() - start
-    start = time.perf_counter()
-    query_vectors = encode(store.model(), queries, normalize=True)
-    encode_q_s = time.perf_counter() - start
-
-    results: dict = {
-        "n": len(corpus),
-        "queries": len(queries),
-        "model": args.model,
-        "threads": threads,
-        "machine": platform.processor() or platform.machine(),
-        "add": {"seconds": round(add_s, 2), "texts_per_s": round(len(corpus) / add_s, 1)},
-        "query_encoding_ms": round(1e3 * encode_q_s / len(queries), 3),
-        "search": {},
-    }
+    if args.search_only:  # the searches again on the store an earlier run built; its other figures are kept
+        if args.store is None or not args.out.is_file():
+            raise SystemExit("--search-only needs --store DIR of an earlier run and that run's --out JSON")
+        store = Store.open(folder)
+        if store.count("0") != len(corpus):
+            raise SystemExit(f"{folder} holds {store.count('0')} rows, not --n {len(corpus)}")
+        results = json.loads(args.out.read_text()) | {"search": {}, "threads": threads}
+        results["search_remeasured"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        args.ray_n, args.migrate_to = 0, None
+        query_vectors = encode(store.model("0"), queries, normalize=True)
+    else:
+        store = Store.create(folder, args.model)
+        start = time.perf_counter()
+        store.add(corpus, ids=range(len(corpus)), progress=True)
+        add_s = time.perf_counter() - start
+        start = time.perf_counter()
+        query_vectors = encode(store.model(), queries, normalize=True)
+        encode_q_s = time.perf_counter() - start
+        results = {
+            "n": len(corpus),
+            "queries": len(queries),
+            "model": args.model,
+            "threads": threads,
+            "machine": platform.processor() or platform.machine(),
+            "add": {"seconds": round(add_s, 2), "texts_per_s": round(len(corpus) / add_s, 1)},
+            "query_encoding_ms": round(1e3 * encode_q_s / len(queries), 3),
+            "search": {},
+        }
     timing, truth = latencies(store, query_vectors, args.k)
     results["search"]["exact"] = timing | {"recall@10": 1.0}
-    for dims in (int(d) for d in args.dims.split(",")):
-        timing, found = latencies(store, query_vectors, args.k, dims=dims, shortlist=args.shortlist)
-        results["search"][f"funnel_{dims}"] = timing | {"recall@10": recall(found, truth)}
-        timing, found = latencies(store, query_vectors, args.k, dims=dims, rerank="none")
-        results["search"][f"prefix_{dims}"] = timing | {"recall@10": recall(found, truth)}
+    for basis in args.bases.split(","):
+        for dims in (int(d) for d in args.dims.split(",")):
+            for shortlist in (int(s) for s in args.shortlists.split(",")):
+                timing, found = latencies(store, query_vectors, args.k, dims=dims, shortlist=shortlist, basis=basis)
+                results["search"][f"funnel_{basis}_{dims}_x{shortlist}"] = timing | {"recall@10": recall(found, truth)}
+            timing, found = latencies(store, query_vectors, args.k, dims=dims, rerank="none", basis=basis)
+            results["search"][f"prefix_{basis}_{dims}"] = timing | {"recall@10": recall(found, truth)}
     if len(corpus) >= 256:
         start = time.perf_counter()
         built = store.index()
@@ -139,11 +158,36 @@ def main() -> None:
     if args.ray_n:
         results["add_ray_local"] = ray_add(corpus[: args.ray_n], args.model, folder.parent / "ray-store", args.actors)
     if args.migrate_to:
-        results["migration"] = store.migrate(args.migrate_to, pairs=min(args.pairs, len(corpus) // 2), progress=True)
+        pairs = min(args.pairs, len(corpus) // 2) if args.pairs else None
+        results["migration"] = store.migrate(args.migrate_to, pairs=pairs, anchors=args.anchors, progress=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
 
 
+def table(path: Path = RESULTS) -> None:
+    """The Markdown tables of BENCHMARKS.md from the JSON of a run."""
+    results = json.loads(path.read_text())
+    print("| search | p50 ms | p99 ms | queries/s | × exact | Recall@10 |\n|---|---:|---:|---:|---:|---:|")
+    for name, row in results["search"].items():
+        print(
+            f"| {name} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['qps']:.0f} | "
+            f"{row['speedup_vs_exact']:.2f} | {row['recall@10']:.3f} |"
+        )
+    print(f"\nadd: {results['add']['texts_per_s']} texts/s ({results['add']['seconds']} s)")
+    if "add_ray_local" in results:
+        ray = results["add_ray_local"]
+        print(f"add --ray: {ray['texts_per_s']} texts/s on {ray['n']} texts, start {ray['runtime_start_seconds']} s")
+    if "migration" in results:
+        m = results["migration"]
+        ratio = m["migrate_seconds"] / m["reembed_seconds_estimate"]
+        print(f"migration: {json.dumps(m)}\n  time / re-embedding: {ratio:.3f}")
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    if sys.argv[1:2] == ["table"]:
+        table(Path(sys.argv[2]) if len(sys.argv) > 2 else RESULTS)
+    else:
+        main()

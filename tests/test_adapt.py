@@ -99,6 +99,22 @@ def test_improves_prefix_recall_on_spread_input():
     assert adapter.loss_terms_["end"]["topk"] < adapter.loss_terms_["start"]["topk"]
 
 
+def test_a_pca_basis_starts_from_the_principal_axes_and_keeps_full_size_cosines(tmp_path):
+    x = spread()
+    still = MatryoshkaAdapter(**{**FAST, "epochs": 1, "lr": 1e-12, "basis": "pca"}).fit(x)  # g stays ~0
+    y = still.transform(x)
+    unit = lambda v: v / np.linalg.norm(v, axis=1, keepdims=True)  # noqa: E731
+    np.testing.assert_allclose(unit(y) @ unit(y[:50]).T, unit(x) @ unit(x[:50]).T, atol=1e-4)  # orthogonal
+    rotation = still.weights_["rotation"]
+    np.testing.assert_allclose(rotation.T @ rotation, np.eye(x.shape[1]), atol=1e-4)
+    assert recall_at_10(y[:, :8], x) > recall_at_10(x[:, :8], x) + 0.1  # the start is PCA truncation already
+    trained = MatryoshkaAdapter(**{**FAST, "epochs": 20, "basis": "pca"}).fit(x)
+    reloaded = MatryoshkaAdapter.load(trained.save(tmp_path / "a"))
+    np.testing.assert_array_equal(reloaded.transform(x[:20]), trained.transform(x[:20]))
+    with pytest.raises(SubspacesError, match="basis"):
+        MatryoshkaAdapter(**{**FAST, "basis": "svd"}).fit(x)
+
+
 def test_seeded_and_leaves_global_rng_alone():
     x = spread(n=600)
     torch.manual_seed(123)

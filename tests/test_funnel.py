@@ -29,6 +29,23 @@ def test_funnel_over_the_whole_corpus_is_exact():
     assert (short != exact_rows).any()  # a 4-d shortlist of 10 is not exact: the test above can fail
 
 
+def test_a_pca_funnel_is_exact_over_the_whole_corpus_and_better_on_a_short_list():
+    rng = np.random.default_rng(0)
+    scale = np.r_[np.full(40, 0.05), np.full(8, 1.0)]  # the variance in the last coordinates
+    corpus, queries = rng.normal(size=(400, 48)) * scale, rng.normal(size=(40, 48)) * scale
+    exact_scores, exact_rows = search_vectors(corpus, queries, k=10)
+    scores, rows = search_vectors(corpus, queries, k=10, dims=8, shortlist_factor=40, basis="pca")
+    np.testing.assert_array_equal(rows, exact_rows)
+    np.testing.assert_allclose(scores, exact_scores, atol=1e-5)
+
+    def recall(found):
+        return np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found, exact_rows, strict=True)])
+
+    _, raw = search_vectors(corpus, queries, k=10, dims=8, shortlist_factor=3)
+    _, pca = search_vectors(corpus, queries, k=10, dims=8, shortlist_factor=3, basis="pca")
+    assert recall(pca) > 0.9 and recall(raw) < 0.5, (recall(pca), recall(raw))
+
+
 def test_search_rejects_bad_shapes():
     with pytest.raises(DimensionError, match="dimensions"):
         search_vectors(vectors(50), vectors(5, dim=32), k=3)

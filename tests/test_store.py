@@ -98,11 +98,55 @@ def test_funnel_with_a_full_shortlist_equals_exact_search(tmp_path):
     assert np.mean([set(a["ids"]) == set(b["ids"]) for a, b in zip(exact, short, strict=True)]) < 1  # it does cut
     prefix_only = made.search(queries, k=5, model=encoder, dims=8, rerank="none")
     assert all(len(r["ids"]) == 5 for r in prefix_only)
-    # shortlist 1 = k candidates: the prefix ranking's top k, re-ordered by the full vectors
+    # shortlist 1 = k candidates: the prefix ranking's top k (scanned as 8-bit codes, which may swap a near tie
+    # at the k-th place), re-ordered by the full vectors
     same_set = made.search(queries, k=5, model=encoder, dims=8, shortlist=1)
-    assert [set(a["ids"]) for a in same_set] == [set(b["ids"]) for b in prefix_only]
+    overlap = [len(set(a["ids"]) & set(b["ids"])) / 5 for a, b in zip(same_set, prefix_only, strict=True)]
+    assert np.mean(overlap) > 0.95 and min(overlap) >= 0.8, overlap
+    for hit in same_set:  # re-ordered by the full vectors
+        assert hit["scores"] == sorted(hit["scores"], reverse=True)
     with pytest.raises(SubspacesError, match="shortlist"):
         made.search(queries, k=5, model=encoder, dims=8, shortlist=0)
+
+
+def test_principal_axes_are_an_orthonormal_basis_ordered_by_variance():
+    from subspaces.adapt.basis import principal_axes
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3000, 6)) * np.array([0.1, 3.0, 0.5, 2.0, 1.0, 0.2])
+    axes = principal_axes(x, sample=2000, seed=1)
+    np.testing.assert_allclose(axes.T @ axes, np.eye(6), atol=1e-5)
+    variances = np.var(x @ axes, axis=0)
+    assert np.all(np.diff(variances) < 0)  # largest first
+    assert abs(axes[1, 0]) > 0.99  # the widest input coordinate is the first axis
+    np.testing.assert_array_equal(axes, principal_axes(x, sample=2000, seed=1))  # same rows, same basis
+
+
+def test_a_pca_funnel_keeps_exact_scores_and_shortlists_better_than_raw_coordinates(tmp_path):
+    """Rows whose variance lies in their last coordinates (a model not trained for truncation, at its worst):
+    the model's first 4 coordinates shortlist noise, the store's first 4 principal axes the signal."""
+    rng = np.random.default_rng(0)
+    scale = np.r_[np.full(12, 0.05), np.full(4, 1.0)]
+    vectors = rng.normal(size=(600, 16)) * scale
+    texts = [f"text {i}" for i in range(600)]
+    encoder = LookupEncoder(texts, vectors)
+    made = Store.create(tmp_path / "s", encoder)
+    made.add(texts[:500], ids=range(500))
+    queries = texts[500:]
+    exact = made.search(queries, k=5, model=encoder)
+    whole = made.search(queries, k=5, model=encoder, dims=4, basis="pca", shortlist=100)  # 500 rows: all of them
+    for a, b in zip(exact, whole, strict=True):
+        assert a["ids"] == b["ids"]
+        np.testing.assert_allclose(a["scores"], b["scores"], atol=1e-5)
+
+    def overlap(found):
+        return np.mean([len(set(a["ids"]) & set(b["ids"])) / 5 for a, b in zip(exact, found, strict=True)])
+
+    raw = made.search(queries, k=5, model=encoder, dims=4, shortlist=4)
+    pca = made.search(queries, k=5, model=encoder, dims=4, shortlist=4, basis="pca")
+    assert overlap(pca) > 0.9 and overlap(raw) < 0.5, (overlap(pca), overlap(raw))
+    with pytest.raises(SubspacesError, match="basis"):
+        made.search(queries, k=5, model=encoder, dims=4, basis="svd")
 
 
 def test_ann_index_search_finds_each_row(tmp_path, tiny_model_dir):
@@ -261,6 +305,29 @@ def test_paired_migration_recovers_a_rotation_of_structureless_vectors(tmp_path)
     }
     report = made.migrate(LookupEncoder(texts, old @ q), pairs=200, heldout=300, params=params)
     assert report["anchors"] == "paired" and report["recall_fraction"] > 0.95, report
+
+
+def test_paired_migration_by_default_is_procrustes_on_the_pairs(tmp_path):
+    """With no params the paired fit runs none of the unpaired stages, and the map still recovers a rotation
+    of structured rows from the default sample."""
+    from scipy.stats import ortho_group
+
+    from subspaces.align import MiniVec2Vec
+    from subspaces.store.migrate import PAIRED_DEFAULTS, _with_defaults
+
+    assert _with_defaults(None, "unpaired") == {}
+    merged = _with_defaults({"refine": {"n_iter": 5}, "n_restarts": 1}, "paired")
+    assert merged == {"structure": {"n_iter": 0}, "refine": {"n_iter": 5, "centroid_clusters": 0}, "n_restarts": 1}
+    old = np.random.default_rng(0).normal(size=(3000, 8)) * np.geomspace(3, 0.3, 8)
+    q = ortho_group.rvs(8, random_state=4)
+    texts = [f"text {i}" for i in range(3000)]
+    made = Store.create(tmp_path / "s", LookupEncoder(texts, old))
+    made.add(texts, ids=range(3000), write_batch=1000)
+    report = made.migrate(LookupEncoder(texts, old @ q), heldout=500)
+    assert report["pairs"] == 2000 and report["anchors"] == "paired"
+    assert report["recall_fraction"] > 0.99 and report["overlap@10"] > 0.95, report
+    fitted = MiniVec2Vec.load(made.path / made.manifest.spaces["1"].aligner)
+    assert fitted.structure.n_iter == 0 and fitted.refine.n_iter == 0 == PAIRED_DEFAULTS["refine"]["n_iter"]
 
 
 @pytest.mark.parametrize("anchors", ["paired", "unpaired"])

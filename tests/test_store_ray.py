@@ -4,6 +4,7 @@ migration mapped by actors equal to the aligner's own map."""
 from __future__ import annotations
 
 import random
+import warnings
 
 import numpy as np
 import pytest
@@ -94,9 +95,8 @@ def test_a_migration_on_ray_maps_every_row_by_the_fitted_aligner(runtime, tmp_pa
     other = tmp_path / "other"
     portable(build_random_bert(tmp_path / "hf", num_layers=1, hidden_size=32, num_heads=2, seed=3)).save(str(other))
     params = {"anchors": {"n_runs": 1, "n_clusters": 4, "sample": 100, "n_pseudo_pairs": 100}, "n_restarts": 1}
-    with pytest.warns(
-        ConvergenceWarning
-    ):  # 200 pairs are too few for a trustworthy map: only the mapping is tested here
+    with warnings.catch_warnings():  # 200 pairs may be too few for a trustworthy map: only the mapping is tested
+        warnings.simplefilter("ignore", ConvergenceWarning)
         report = store.migrate(str(other), pairs=200, heldout=50, params=params, ray=True, actors=2)
     assert report["pairs"] == 200 and store.count("1") == 300
     aligner = MiniVec2Vec.load(store.path / store.manifest.spaces["1"].aligner)
@@ -105,3 +105,52 @@ def test_a_migration_on_ray_maps_every_row_by_the_fitted_aligner(runtime, tmp_pa
     assert sorted(mapped) == ids
     expected = ops.unit_prefix(aligner.transform(np.stack([source[i][1] for i in ids])))
     np.testing.assert_allclose(np.stack([mapped[i][1] for i in ids]), expected, atol=1e-5)
+
+
+def test_a_ray_add_killed_mid_run_loses_and_duplicates_no_row(tmp_path, tiny_model_dir):
+    """A real kill: `store add --ray` in its own process group (its own Ray runtime), SIGKILLed once some blocks
+    are in; readers meanwhile see whole blocks only, and a rerun adds exactly the missing rows."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    texts = sentences(3000)
+    source = tmp_path / "texts.txt"
+    source.write_text("\n".join(texts) + "\n")
+    folder = tmp_path / "s"
+    Store.create(folder, str(tiny_model_dir))
+    ray_tmp = tempfile.mkdtemp(prefix="rk", dir="/tmp")  # short: Ray's socket paths must fit AF_UNIX's limit
+    cli = "from subspaces.cli.app import main; main()"
+    command = [sys.executable, "-c", cli, "store", "add", str(folder), "--input", str(source)]
+    command += ["--ray", "--actors", "2", "--write-batch", "8", "--batch-size", "8"]
+    writer = subprocess.Popen(
+        command,
+        start_new_session=True,
+        env=os.environ | {"RAY_TMPDIR": ray_tmp, "RAY_ADDRESS": ""},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    seen: list[int] = []
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and writer.poll() is None:
+            seen.append(Store.open(folder).count())
+            if seen[-1] >= 64:
+                break
+            time.sleep(0.2)
+    finally:
+        os.killpg(writer.pid, signal.SIGKILL)
+        writer.wait()
+        subprocess.run(["pkill", "-9", "-f", ray_tmp], check=False)  # Ray daemons outside the group, if any
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    killed_at = Store.open(folder).count()
+    assert 64 <= killed_at < len(texts), (killed_at, seen[-5:])  # killed mid-run, not before or after
+    assert all(count % 8 == 0 for count in seen + [killed_at])  # whole blocks only, never part of one
+    result = Store.open(folder).add(texts, ids=range(len(texts)), write_batch=500)
+    assert result == {"added": len(texts) - killed_at, "skipped": killed_at}
+    ids = Store.open(folder)._load_rows("0").ids.tolist()
+    assert len(ids) == len(set(ids)) == len(texts)

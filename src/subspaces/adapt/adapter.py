@@ -70,6 +70,9 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         var_weight, var_floor, corr_weight, tau_corr: MIC-style per-dimension variance floor and prefix
             decorrelation on the output (ours; off by default).
         sup_weight, sup_temperature: in-batch InfoNCE on the ``pairs`` given to :meth:`fit` (if any).
+        basis: ``"model"`` (default): g acts on the input coordinates; ``"pca"``: on the input rotated into its
+            principal axes (:mod:`subspaces.adapt.basis`; orthogonal, so every full-size cosine is kept), so
+            training starts from PCA truncation instead of raw truncation (ours).
         random_state: seeds the initialisation and the batch order.
         verbose: show a progress display.
 
@@ -98,6 +101,7 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         tau_corr: float = 0.1,
         sup_weight: float = 1.0,
         sup_temperature: float = 0.05,
+        basis: str = "model",
         random_state: int | None = 0,
         verbose: bool = False,
     ) -> None:
@@ -119,6 +123,7 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         self.tau_corr = tau_corr
         self.sup_weight = sup_weight
         self.sup_temperature = sup_temperature
+        self.basis = basis
         self.random_state = random_state
         self.verbose = verbose
 
@@ -130,6 +135,8 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
                 raise SubspacesError(f"{name} must be at least 1, got {getattr(self, name)}")
         if int(self.batch_size) < 2:
             raise SubspacesError("batch_size must be at least 2 (the losses compare rows of a batch)")
+        if self.basis not in ("model", "pca"):
+            raise SubspacesError(f"basis must be 'model' or 'pca', got {self.basis!r}")
         if int(self.hidden) < 0:
             raise SubspacesError(f"hidden must be 0 (linear) or positive, got {self.hidden}")
         if not self.lr > 0:
@@ -230,7 +237,13 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         self.n_features_in_ = full
         self.dims_ = dims if dims[-1] == full else [*dims, full]
         self.scale_ = float(np.linalg.norm(x_np, axis=1).mean())
-        xs = torch.from_numpy(x_np / self.scale_)
+        rotation = None
+        if self.basis == "pca":
+            from subspaces.adapt.basis import principal_axes
+
+            rotation = principal_axes(x_np, seed=0 if self.random_state is None else int(self.random_state))
+            x_np = x_np @ rotation
+        xs = torch.from_numpy(np.ascontiguousarray(x_np / self.scale_, dtype=np.float32))
         batch = min(int(self.batch_size), n)
         with torch.random.fork_rng(devices=[]):  # seeded without touching the caller's global RNG
             torch.manual_seed(0 if self.random_state is None else int(self.random_state))
@@ -271,6 +284,8 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         if not np.isfinite(self.history_).all():
             raise SubspacesError("the adapter's loss became NaN/inf; lower lr")
         self.weights_ = {name: p.detach().numpy().astype(np.float32) for name, p in g.state_dict().items()}
+        if rotation is not None:
+            self.weights_["rotation"] = rotation
         self.fit_seconds_ = time.perf_counter() - start_time
         return self
 
@@ -284,12 +299,16 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         return h @ w["2.weight"].T + w["2.bias"]
 
     def transform(self, X: np.ndarray, chunk_size: int = 65_536) -> np.ndarray:
-        """``x + g(x)`` for every row (float32, not normalised: take a prefix and L2-normalise it to use it)."""
+        """``z + g(z)`` for every row, ``z`` the row in the adapter's basis (``x`` itself, or ``x`` rotated into its
+        principal axes); float32, not normalised: take a prefix and L2-normalise it to use it."""
         self._check_fitted()
         x = check_vectors(X, "embeddings", dim=self.n_features_in_)
         out = np.empty_like(x)
+        rotation = self.weights_.get("rotation")
         for i in range(0, len(x), chunk_size):
             part = x[i : i + chunk_size]
+            if rotation is not None:
+                part = part @ rotation
             out[i : i + chunk_size] = part + self.scale_ * self._g(part / np.float32(self.scale_))
         return out
 

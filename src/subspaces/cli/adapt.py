@@ -47,6 +47,10 @@ def fit_cmd(
         Optional[Path], typer.Option(help="Optional .npy of integer (query row, positive row) pairs: supervised.")
     ] = None,
     sup_weight: Annotated[float, typer.Option(help="Weight of the supervised in-batch contrastive loss.")] = 1.0,
+    basis: Annotated[
+        str,
+        typer.Option(help="model: adapt the input coordinates; pca: start from the vectors' principal axes (ours)."),
+    ] = "model",
     seed: Annotated[int, typer.Option(help="Seeds the initialisation and the batch order.")] = 0,
     threads: ThreadsOpt = None,
 ) -> None:
@@ -86,6 +90,7 @@ def fit_cmd(
         var_weight=var_weight,
         corr_weight=corr_weight,
         sup_weight=sup_weight,
+        basis=basis,
         random_state=seed,
         verbose=True,
     )

@@ -14,13 +14,15 @@ from subspaces.cli.groups import app
 
 
 def search_vectors(
-    corpus, queries, k: int, dims: int | None = None, shortlist_factor: int = 10
+    corpus, queries, k: int, dims: int | None = None, shortlist_factor: int = 10, basis: str = "model"
 ) -> tuple[object, object]:
     """Scores and corpus rows (each queries × k) by cosine; with ``dims``, a funnel that shortlists
-    ``shortlist_factor × k`` rows on the first ``dims`` coordinates and re-ranks them at full dimension."""
+    ``shortlist_factor × k`` rows on the first ``dims`` coordinates (``basis="pca"``: of the corpus's principal
+    axes) and re-ranks them at full dimension, as the store's funnel does."""
     from subspaces.adapt.adapter import check_vectors
+    from subspaces.adapt.basis import principal_axes
     from subspaces.errors import DimensionError, SubspacesError
-    from subspaces.store.search import exact, flat_index, funnel, unit_prefix
+    from subspaces.store.search import exact, flat_index, funnel, int8_index, prefix_rows, unit_prefix
 
     corpus = unit_prefix(check_vectors(corpus, "corpus"))
     queries = unit_prefix(check_vectors(queries, "queries"))
@@ -32,7 +34,11 @@ def search_vectors(
         raise DimensionError(f"--dims {dims} is outside 1..{corpus.shape[1]}")
     if shortlist_factor < 1:
         raise SubspacesError(f"--shortlist-factor must be at least 1, got {shortlist_factor}")
-    return funnel(flat_index(unit_prefix(corpus, dims)), corpus, queries, k, shortlist_factor * k)
+    if basis not in ("model", "pca"):
+        raise SubspacesError(f"--basis must be model or pca, got {basis!r}")
+    axes = principal_axes(corpus) if basis == "pca" else None
+    index = int8_index(prefix_rows(corpus, dims, axes))
+    return funnel(index, corpus, queries, k, shortlist_factor * k, prefix_queries=prefix_rows(queries, dims, axes))
 
 
 def search_quantized(
@@ -79,6 +85,12 @@ def search_cmd(
         Optional[int], typer.Option(help="Funnel: shortlist on the first DIMS coordinates (default: exact search).")
     ] = None,
     shortlist_factor: Annotated[int, typer.Option(min=1, help="Funnel shortlist size, as a multiple of k.")] = 10,
+    basis: Annotated[
+        str,
+        typer.Option(
+            help="Funnel prefixes of the vectors' own coordinates (model) or the corpus's principal axes (pca)."
+        ),
+    ] = "model",
     quantize: Annotated[
         Optional[Quantization],
         typer.Option(help="Search the corpus's int8 (calibrated) or binary codes instead of its floats."),
@@ -111,7 +123,7 @@ def search_cmd(
     start = time.perf_counter()
     against = None
     if quantize is None:
-        scores, rows = search_vectors(c, q, k, dims, shortlist_factor)
+        scores, rows = search_vectors(c, q, k, dims, shortlist_factor, basis)
     else:
         scores, rows, against = search_quantized(c, q, k, quantize.value, rescore or None, calibration_rows)
     seconds = time.perf_counter() - start

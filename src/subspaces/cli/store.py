@@ -48,6 +48,20 @@ class Rerank(str, Enum):
     none = "none"
 
 
+class Basis(str, Enum):
+    model = "model"
+    pca = "pca"
+
+
+BasisOpt = Annotated[
+    Basis,
+    typer.Option(
+        help="With --dims: whose first DIMS axes to read: the model's (a Matryoshka model) or the store's principal "
+        "axes (pca: any model; the same full-dimension scores)."
+    ),
+]
+
+
 @store_app.command("create")
 @user_errors
 def create_cmd(
@@ -190,6 +204,7 @@ def search_cmd(
     shortlist: Annotated[
         Optional[int], typer.Option(help="Funnel candidates per query, as a multiple of k (default 10: 10 x k).")
     ] = None,
+    basis: BasisOpt = Basis.model,
     ann: Annotated[bool, typer.Option("--ann", help="Use the store's ANN index (`store index`).")] = False,
     quantized: Annotated[
         bool, typer.Option("--quantized", help="Search the quantized copy (`store index --quantize`).")
@@ -231,6 +246,7 @@ def search_cmd(
         dims=dims,
         rerank=rerank.value,
         shortlist=shortlist,
+        basis=basis.value,
         ann=ann,
         condition=condition,
         head=head,
@@ -254,11 +270,16 @@ def search_cmd(
 def migrate_cmd(
     store: DirArg,
     to: Annotated[Optional[str], typer.Option("--to", help="The new model (bundled name or folder).")] = None,
-    pairs: Annotated[int, typer.Option(help="Store texts embedded by the new model to fit the map.")] = 20_000,
+    pairs: Annotated[
+        Optional[int],
+        typer.Option(
+            help="Store texts embedded by the new model to fit the map (default: 2,000 paired, 20,000 unpaired)."
+        ),
+    ] = None,
     anchors: Annotated[
         str,
         typer.Option(
-            help="paired: those re-embedded rows are known pairs (Procrustes start, fixed anchors in refinement); "
+            help="paired: those re-embedded rows are known pairs (the map is their Procrustes); "
             "unpaired: mini-vec2vec without using that they match."
         ),
     ] = "paired",
@@ -313,12 +334,13 @@ def demo_cmd(
     k: Annotated[int, typer.Option("-k", help="Results per query.")] = 5,
     dims: Annotated[int, typer.Option(help="Funnel prefix.")] = 128,
     shortlist: Annotated[int, typer.Option(help="Funnel shortlist, a multiple of k.")] = 10,
+    basis: BasisOpt = Basis.pca,
     threads: ThreadsOpt = None,
 ) -> None:
     """A store of N WordNet sentences on MODEL, a few queries by exact and funnel search, and where it lies."""
     from subspaces.store.demo import run
 
-    demo = run(store, model=model, n=n, k=k, dims=dims, shortlist=shortlist)
+    demo = run(store, model=model, n=n, k=k, dims=dims, shortlist=shortlist, basis=basis.value)
     state = "rebuilt (it held another model)" if demo.rebuilt else ("reused" if not demo.added else "built")
     console.print(
         f"store {state}: {demo.rows:,} WordNet sentences on {demo.model}, {demo.added:,} added "
@@ -335,12 +357,13 @@ def demo_cmd(
         ]
         title = f"{result['query']}  (funnel top-{k} overlap {result['overlap']:.0%})"
         show(table(title, ["score", "exact", f"funnel {demo.dims}d x{demo.shortlist}"], rows))
+    axes = "the store's principal axes" if demo.basis == "pca" else "the model's coordinates"
     lines = [
-        f"search: exact {demo.exact_ms:.2f} ms/query; funnel ({demo.dims} of the dimensions, a shortlist of "
+        f"search: exact {demo.exact_ms:.2f} ms/query; funnel ({demo.dims} of {axes}, a shortlist of "
         f"{demo.shortlist} x k re-ranked at full size) {demo.funnel_ms:.2f} ms/query",
         f"the store lies in {demo.path.resolve()}",
         f'try:   subspaces store search {demo.path} "your query" -k 10',
-        f'       subspaces store search {demo.path} "your query" --dims 64 --rerank full --shortlist 10',
+        f'       subspaces store search {demo.path} "your query" --dims 128 --basis pca --shortlist 10',
         f"       subspaces store info {demo.path}",
         f"the STS table: subspaces eval sts --model {demo.model} --json outputs/sts-{demo.model}.json",
     ]

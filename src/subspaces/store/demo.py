@@ -48,6 +48,7 @@ class Demo:
     add_seconds: float
     dims: int
     shortlist: int
+    basis: str
     exact_ms: float  # per query, search alone (queries encoded once)
     funnel_ms: float
     results: list[dict[str, Any]] = field(default_factory=list)  # per query: exact and funnel hits, overlap
@@ -62,6 +63,7 @@ def run(
     k: int = 5,
     dims: int = 128,
     shortlist: int = 10,
+    basis: str = "pca",
     progress: bool = True,
 ) -> Demo:
     """Build (or reuse) the store at ``folder`` from ``n`` WordNet sentences and answer ``queries``."""
@@ -81,15 +83,15 @@ def run(
     start = time.perf_counter()
     exact = store.search_vectors(vectors, k)
     exact_ms = 1e3 * (time.perf_counter() - start) / len(queries)
-    store.search_vectors(vectors[:1], k, dims=dims, shortlist=shortlist)  # builds the prefix index once
+    store.search_vectors(vectors[:1], k, dims=dims, shortlist=shortlist, basis=basis)  # builds the prefix index once
     start = time.perf_counter()
-    funnel = store.search_vectors(vectors, k, dims=dims, shortlist=shortlist)
+    funnel = store.search_vectors(vectors, k, dims=dims, shortlist=shortlist, basis=basis)
     funnel_ms = 1e3 * (time.perf_counter() - start) / len(queries)
     results = [
         {"query": q, "exact": e, "funnel": f, "overlap": len(set(e["ids"]) & set(f["ids"])) / len(e["ids"])}
         for q, e, f in zip(queries, exact, funnel, strict=True)
     ]
-    return Demo(path, model, store.count(), added, rebuilt, add_s, dims, shortlist, exact_ms, funnel_ms, results)
+    return Demo(path, model, store.count(), added, rebuilt, add_s, dims, shortlist, basis, exact_ms, funnel_ms, results)
 
 
 def _open_or_create(path: Path, model: str) -> tuple[Any, bool]:

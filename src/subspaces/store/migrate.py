@@ -28,7 +28,7 @@ def migrate(
     model: Any,
     *,
     name: str | None = None,
-    pairs: int = 20_000,
+    pairs: int | None = None,
     anchors: str = "paired",
     heldout: int = 1_000,
     params: dict[str, Any] | None = None,
@@ -42,10 +42,13 @@ def migrate(
     finishes the mapping (the fitted aligner is kept) instead of starting again. ``ray``: embed the fit sample
     and map the rows on Ray Data (see :meth:`Store.add`); the held-out measurement runs here.
 
-    ``anchors``: ``"paired"`` (default): the ``pairs`` sampled rows, re-embedded by the new model, are known pairs
-    (each row's stored vector and its new vector): Procrustes on them starts the map and they stay fixed anchors
-    in refinement (:meth:`MiniVec2Vec.fit` ``pairs=``). ``"unpaired"``: mini-vec2vec as without parallel data
-    (the two sides' rows are not matched up), the method's own setting."""
+    ``anchors``: ``"paired"`` (default): the ``pairs`` sampled rows (default 2,000), re-embedded by the new model,
+    are known pairs (each row's stored vector and its new vector) and the map is their orthogonal Procrustes
+    (:meth:`MiniVec2Vec.fit` ``pairs=``, its unpaired stages off unless ``params`` turns them on: every new-model
+    vector there is is one of the pairs, so they have nothing to add; on 7,000 WordNet sentences,
+    ``minilm-l6 -> paraphrase-l3``, 2,000 pairs gave held-out top-10 overlap 0.615 with or without them, in
+    0.7 s against 17 s). ``"unpaired"``: mini-vec2vec as without parallel data (the two sides' rows are not
+    matched up; default 20,000 rows), the method's own setting."""
     from subspaces.align import MiniVec2Vec
     from subspaces.models.encoder import encode
 
@@ -66,10 +69,12 @@ def migrate(
     rows = store._load_rows(source_name)
     n = len(rows.ids)
     held = min(heldout, n // 5)
-    if pairs < 1:
-        raise SubspacesError(f"--pairs must be at least 1, got {pairs}")
     if anchors not in ("paired", "unpaired"):
         raise SubspacesError(f"anchors must be 'paired' or 'unpaired', got {anchors!r}")
+    if pairs is None:
+        pairs = 2_000 if anchors == "paired" else 20_000
+    if pairs < 1:
+        raise SubspacesError(f"--pairs must be at least 1, got {pairs}")
     order = np.random.default_rng(seed).permutation(n)
     test, fit_rows = order[:held], order[held : held + pairs]
 
@@ -92,7 +97,7 @@ def migrate(
     else:
         target = encode(encoder, fit_texts, batch_size=batch_size, normalize=True, show_progress=progress)
     encode_s = time.perf_counter() - start
-    aligner = MiniVec2Vec.from_params(params or {}, random_state=seed, verbose=progress)
+    aligner = MiniVec2Vec.from_params(_with_defaults(params, anchors), random_state=seed, verbose=progress)
     source = rows.vectors[fit_rows]
     aligner.fit(source, target, pairs=(source, target) if anchors == "paired" else None)
 
@@ -131,6 +136,18 @@ def migrate(
     }
     manifest.save(store.path)
     return report
+
+
+PAIRED_DEFAULTS = {"structure": {"n_iter": 0}, "refine": {"n_iter": 0, "centroid_clusters": 0}}
+
+
+def _with_defaults(params: dict[str, Any] | None, anchors: str) -> dict[str, Any]:
+    """``params`` over the paired fit's defaults (the unpaired stages off), stage by stage."""
+    merged = dict(params or {})
+    if anchors == "paired":
+        for stage, settings in PAIRED_DEFAULTS.items():
+            merged[stage] = settings | dict(merged.get(stage) or {})
+    return merged
 
 
 def _measure(aligner: Any, encoder: Any, rows: Any, test: np.ndarray, batch_size: int, k: int = 10) -> dict[str, Any]:

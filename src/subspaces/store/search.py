@@ -1,8 +1,15 @@
 """Exact and funnel (Matryoshka) top-k search over unit vectors held in memory, with faiss.
 
 Funnel search takes a shortlist by inner product on the first ``dims`` coordinates (re-normalised, as a
-Matryoshka model's prefix is meant to be read) and re-ranks it by the full vectors: a full-length shortlist
-gives exactly the exact search's result.
+Matryoshka model's prefix is meant to be read; scanned as 8-bit codes, :func:`int8_index`, since the shortlist
+only has to contain the answer) and re-ranks it by the full float vectors: a full-length shortlist gives
+exactly the exact search's result.
+
+A model not trained for truncation (most are) spreads its variance over every coordinate, so its first ``d``
+coordinates shortlist poorly. :func:`subspaces.adapt.basis.principal_axes` gives such a store an orthogonal basis
+ordered by variance: rows and queries rotated into it have the same inner products at full dimension (the
+re-rank, and so exact search, are unchanged), while its first ``d`` axes carry the most of the rows' variance any
+``d`` axes can (:func:`prefix_rows`).
 """
 
 from __future__ import annotations
@@ -21,12 +28,32 @@ def unit_prefix(vectors: np.ndarray, dims: int | None = None) -> np.ndarray:
     return x / np.maximum(norms, 1e-12)
 
 
+def prefix_rows(vectors: np.ndarray, dims: int, axes: np.ndarray | None = None) -> np.ndarray:
+    """Rows as a prefix search reads them: their first ``dims`` coordinates, or (``axes``, a ``dim x dim``
+    orthonormal basis such as :func:`subspaces.adapt.basis.principal_axes`) their first ``dims`` coordinates in
+    that basis; re-normalised."""
+    x = np.asarray(vectors, dtype=np.float32)
+    return unit_prefix(x @ axes[:, :dims] if axes is not None else x, dims)
+
+
 def flat_index(vectors: np.ndarray) -> Any:
     """A faiss inner-product index over ``vectors`` (float32, rows as given)."""
     import faiss
 
     index = faiss.IndexFlatIP(vectors.shape[1])
     index.add(np.ascontiguousarray(vectors, dtype=np.float32))
+    return index
+
+
+def int8_index(vectors: np.ndarray) -> Any:
+    """A faiss inner-product index over an 8-bit scalar-quantized copy of ``vectors`` (per-dimension ranges from
+    the rows): a quarter of the bytes to scan, for a shortlist that the full vectors re-rank."""
+    import faiss
+
+    x = np.ascontiguousarray(vectors, dtype=np.float32)
+    index = faiss.IndexScalarQuantizer(x.shape[1], faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
+    index.train(x)
+    index.add(x)
     return index
 
 
@@ -45,14 +72,23 @@ def exact(index: Any, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarr
 
 
 def funnel(
-    prefix_index: Any, vectors: np.ndarray, queries: np.ndarray, k: int, shortlist: int
+    prefix_index: Any,
+    vectors: np.ndarray,
+    queries: np.ndarray,
+    k: int,
+    shortlist: int,
+    *,
+    prefix_queries: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Shortlist ``shortlist`` rows on the prefix index, then keep the ``k`` best by full-vector inner product."""
+    """Shortlist ``shortlist`` rows on the prefix index, then keep the ``k`` best by full-vector inner product.
+    ``prefix_queries``: the queries as the prefix index reads them (default: their first ``d`` coordinates)."""
     k = check_k(k, len(vectors))
     if shortlist < k:
         raise SubspacesError(f"shortlist ({shortlist}) must be at least k ({k})")
     shortlist = min(shortlist, len(vectors))
-    _, candidates = prefix_index.search(unit_prefix(queries, prefix_index.d), shortlist)
+    if prefix_queries is None:
+        prefix_queries = unit_prefix(queries, prefix_index.d)
+    _, candidates = prefix_index.search(prefix_queries, shortlist)
     queries = np.asarray(queries, dtype=np.float32)
     scores = np.empty(candidates.shape, dtype=np.float32)
     block = max(1, 2**24 // (shortlist * vectors.shape[1]))  # gathered candidates stay under 64 MiB
