@@ -1,7 +1,12 @@
 """Issue 17's adapter regime: raw truncation vs PCA vs the Matryoshka adapter on ``minilm-l6`` vectors.
 
-``minilm-l6`` is not Matryoshka-trained. Everything is fitted on the vectors of unlabelled WordNet sentences
-(definitions and examples, ``--fit-texts`` of them, 50k by default; no evaluation text among them); the arms:
+``minilm-l6`` is not Matryoshka-trained. Everything is fitted on unlabelled vectors (``--fit-corpus``): by default
+(``corpora``, the paper's unsupervised setting: the corpus's own vectors) the tasks' unlabelled texts the arms
+read except the probes' test rows and the retrieval queries — Banking77 and Emotion train utterances, the STS-B
+retrieval pool, the SNLI hypotheses, ~52k texts; or ``wordnet``: ``--fit-texts`` WordNet sentences (50k), no
+evaluation text among them; or both. Chosen on dev (``benchmarks/notes/matryoshka.md``): at 32 dims SNLI-dev
+nDCG@10 raw 44.0, WordNet-fitted adapter 45.2, WordNet + SNLI documents 47.0, with listwise self-distillation
+(``rank_weight`` 1) 51.5. The arms:
 
 - ``raw``: the first d coordinates;
 - ``pca``: PCA (fitted on the same unlabelled vectors) then the first d components;
@@ -9,7 +14,8 @@
 - ``adapter_mic``: the same plus the MIC-style output regularisers (per-dimension variance floor and prefix
   decorrelation, weight 1 each: our setting);
 - ``adapter_pca``: the adapter started from the vectors' principal axes (``basis="pca"``: an orthogonal
-  rotation, uncentred, so full-size cosines are the raw ones) instead of their own coordinates.
+  rotation applied to the rows as they are, so full-size cosines are the raw ones) instead of their own
+  coordinates.
 
 Adapter arms run ``--seeds`` seeds. Every arm is scored at 16/32/64/128/384 on L2-normalised prefixes:
 
@@ -20,7 +26,11 @@ Adapter arms run ``--seeds`` seeds. Every arm is scored at 16/32/64/128/384 on L
 - retrieval on STS-B test: each pair with gold score >= 4 is a query (sentence 1) with one relevant document
   (sentence 2) among the distinct STS-B test sentences and, with ``--retrieval-pool all`` (the default), every
   STS-B train and dev sentence as distractors, ~16k documents (the query itself left out): Recall@10 and
-  nDCG@10. The test split's ~2.7k documents alone leave raw 32-d prefixes near the ceiling, where no gain shows.
+  nDCG@10. The test split's ~2.7k documents alone leave raw 32-d prefixes near the ceiling, where no gain shows;
+  with the distractors raw 32-d still has R@10 0.94 on dev;
+- retrieval on SNLI test (``SNLI R@10``, ``SNLI nDCG@10``), the harder one: each premise is a query, its entailed
+  hypotheses the relevant documents, among all ~10k distinct hypotheses of the split, each premise's neutral and
+  contradicting hypotheses among them (dev: SNLI dev). Binary-relevance nDCG@10.
 
 ``--split dev`` scores the same way on dev rows instead (Banking77: the last 10 % of train held out from the
 probe; Emotion: validation; STS-B: dev): choose adapter settings there, never on the test rows. The settings
@@ -120,6 +130,7 @@ def evaluation_data(split: str, limit: int | None, pool: str = "split") -> dict[
                 pairs = load_stsb(other)  # type: ignore[arg-type]
                 distractors += cap([*pairs.sentences1, *pairs.sentences2])
     return {
+        "SNLI": snli_retrieval("test" if split == "test" else "dev", limit),
         "Distractors": distractors,
         "Banking77": {
             "train": (cap(b_train[0]), cap(b_train[1])),
@@ -133,11 +144,33 @@ def evaluation_data(split: str, limit: int | None, pool: str = "split") -> dict[
     }
 
 
+def snli_retrieval(split: str, limit: int | None = None) -> dict[str, list[Any]]:
+    """SNLI ``split`` as retrieval: each distinct premise with an entailed hypothesis is a query, its entailed
+    hypotheses are the relevant documents, among every distinct hypothesis of the split (each premise's neutral
+    and contradicting ones among them: hard negatives)."""
+    from subspaces.config import data_dir
+
+    folder = data_dir() / "nli" / "senteval_snli"
+    read = lambda name: (folder / f"{name}.{split}").read_text(encoding="utf-8").splitlines()  # noqa: E731
+    premises, hypotheses, labels = read("s1"), read("s2"), read("labels")
+    if limit is not None:
+        premises, hypotheses, labels = premises[:limit], hypotheses[:limit], labels[:limit]
+    documents = list(dict.fromkeys(h.strip() for h in hypotheses))
+    where = {h: i for i, h in enumerate(documents)}
+    relevant: dict[str, list[int]] = {}
+    for premise, hypothesis, label in zip(premises, hypotheses, labels, strict=True):
+        if label.strip() == "entailment":
+            relevant.setdefault(premise.strip(), []).append(where[hypothesis.strip()])
+    sets = [sorted(set(rows)) for rows in relevant.values()]  # a hypothesis written twice is one document
+    return {"queries": list(relevant), "documents": documents, "relevant": sets}
+
+
 def all_texts(data: dict[str, Any]) -> list[str]:
     texts: list[str] = []
     for task in ("Banking77", "Emotion"):
         texts += data[task]["train"][0] + data[task]["test"][0]
     texts += list(data["STSB"][0]) + list(data["STSB"][1]) + list(data["Distractors"])
+    texts += data["SNLI"]["queries"] + data["SNLI"]["documents"]
     return list(dict.fromkeys(texts))
 
 
@@ -186,11 +219,25 @@ def retrieval_scores(vectors: np.ndarray, queries: list[int], relevant: list[int
     return hit.astype(int).tolist(), np.where(hit, 1 / np.log2(rank + 1), 0.0).round(6).tolist()
 
 
+def set_retrieval_scores(queries: np.ndarray, documents: np.ndarray, relevant: list[list[int]], k: int = 10):
+    """Per query Recall@k (1 if any relevant document is in the top k) and binary-relevance nDCG@k."""
+    sims = queries @ documents.T
+    top = np.argsort(-sims, axis=1)[:, :k]
+    gains = 1 / np.log2(np.arange(2, k + 2))
+    recall, ndcg = [], []
+    for row, rel in zip(top, relevant, strict=True):
+        hits = np.isin(row, rel)
+        recall.append(int(hits.any()))
+        ndcg.append(round(float(gains[hits].sum() / gains[: min(len(rel), k)].sum()), 6))
+    return recall, ndcg
+
+
 def score_arm(transform, vectors: dict[str, np.ndarray], data: dict[str, Any], dims: Sequence[int], C: float):
     """Per-row results of one arm at each dim: ``{task: {dim: [per-row values]}}``."""
     from subspaces.eval.sts import cosine_rows
 
-    out: dict[str, dict[str, Any]] = {t: {} for t in ("Banking77", "Emotion", "STSB", "R@10", "nDCG@10")}
+    tasks = ("Banking77", "Emotion", "STSB", "R@10", "nDCG@10", "SNLI R@10", "SNLI nDCG@10")
+    out: dict[str, dict[str, Any]] = {t: {} for t in tasks}
     mapped = {name: transform(v) for name, v in vectors.items()}
     s1, s2, _ = data["STSB"]
     _, queries, relevant = retrieval_rows(s1, s2, data["STSB"][2], data["Distractors"])
@@ -206,6 +253,10 @@ def score_arm(transform, vectors: dict[str, np.ndarray], data: dict[str, Any], d
         out["STSB"][str(d)] = cosine_rows(unit(mapped["STSB-1"], d), unit(mapped["STSB-2"], d)).round(6).tolist()
         recall, ndcg = retrieval_scores(unit(mapped["Retrieval"], d), queries, relevant)
         out["R@10"][str(d)], out["nDCG@10"][str(d)] = recall, ndcg
+        recall, ndcg = set_retrieval_scores(
+            unit(mapped["SNLI-queries"], d), unit(mapped["SNLI-documents"], d), data["SNLI"]["relevant"]
+        )
+        out["SNLI R@10"][str(d)], out["SNLI nDCG@10"][str(d)] = recall, ndcg
     return out
 
 
@@ -241,6 +292,7 @@ def make_transform(arm: str, seed: int, fit_vectors: np.ndarray, args: argparse.
         "epochs": args.adapter_epochs,
         "batch_size": args.adapter_batch_size,
         "lr": args.adapter_lr,
+        "rank_weight": args.adapter_rank_weight,
         "random_state": seed,
         "verbose": True,
     }
@@ -264,6 +316,13 @@ def run(args: argparse.Namespace) -> None:
     every = all_texts(data)
     index = {t: i for i, t in enumerate(every)}
     encoded = cached_vectors(args.model, every)
+    if args.fit_corpus != "wordnet":
+        # the paper's unsupervised setting fits on the corpus's own vectors: the texts the arms read, except the
+        # probes' test rows and the retrieval queries (no label, no query, no test probe row is seen)
+        unlabelled = [*data["Banking77"]["train"][0], *data["Emotion"]["train"][0]]
+        unlabelled += retrieval_rows(*data["STSB"], data["Distractors"])[0] + data["SNLI"]["documents"]
+        corpora = encoded[[index[t] for t in dict.fromkeys(unlabelled)]]
+        fit = corpora if args.fit_corpus == "corpora" else np.concatenate([fit, corpora])
     s1, s2, gold = data["STSB"]
     corpus, _, _ = retrieval_rows(s1, s2, gold, data["Distractors"])
 
@@ -274,6 +333,7 @@ def run(args: argparse.Namespace) -> None:
         f"{task}-{part}": rows(data[task][part][0]) for task in ("Banking77", "Emotion") for part in ("train", "test")
     }
     vectors |= {"STSB-1": rows(s1), "STSB-2": rows(s2), "Retrieval": rows(corpus)}
+    vectors |= {"SNLI-queries": rows(data["SNLI"]["queries"]), "SNLI-documents": rows(data["SNLI"]["documents"])}
     dims = [d for d in args.dims if d <= fit.shape[1]]
     fixed = [a for a in args.arms if a in ("raw", "pca")]
     arms = [(a, 0) for a in fixed] + [(a, s) for a in args.arms if a not in fixed for s in args.seeds]
@@ -281,6 +341,9 @@ def run(args: argparse.Namespace) -> None:
         name = arm if arm in ("raw", "pca") else f"{arm}-seed{seed}"
         path = out / f"{name}.json"
         if path.is_file():
+            done = json.loads(path.read_text())
+            if "SNLI R@10" not in done["scores"] or done.get("fit_rows") != int(fit.shape[0]):
+                raise SystemExit(f"{path} is from another protocol (no SNLI task, or another fit set): move it away")
             print(f"{name}: done already ({path})")
             continue
         start = time.perf_counter()
@@ -293,7 +356,10 @@ def run(args: argparse.Namespace) -> None:
             "model": args.model,
             "fit_rows": int(fit.shape[0]),
             "probe": {"C": args.C, "scaler": None, "features": "L2-normalised prefixes"},
-            "retrieval": {"pool": args.retrieval_pool, "documents": len(corpus)},
+            "retrieval": {
+                "stsb": {"pool": args.retrieval_pool, "documents": len(corpus)},
+                "snli": {"queries": len(data["SNLI"]["queries"]), "documents": len(data["SNLI"]["documents"])},
+            },
             "dims": dims,
             "scores": summary(per_row, gold),
             "rows": per_row,
@@ -357,7 +423,7 @@ def table(args: argparse.Namespace) -> None:
                 a = np.mean([np.asarray(r["rows"][task][str(d)], dtype=float) for r in by_arm[arm]], axis=0)
                 b = np.asarray(raw["rows"][task][str(d)], dtype=float)
                 diff, lo, hi = paired_bootstrap(a, b, metric, n=args.bootstrap)
-                relative = f" ({diff / metric(b, np.arange(len(b))):+.0%})" if task in ("R@10", "nDCG@10") else ""
+                relative = f" ({diff / metric(b, np.arange(len(b))):+.0%})" if "@10" in task else ""
                 cells.append(f"{diff:+.2f} [{lo:+.2f}, {hi:+.2f}]{relative}")
             print(f"| {task} | {arm} | " + " | ".join(cells) + " |")
 
@@ -382,6 +448,13 @@ def main() -> None:
     parser.add_argument("--adapter-epochs", type=int, default=20)
     parser.add_argument("--adapter-batch-size", type=int, default=512)
     parser.add_argument("--adapter-lr", type=float, default=1e-3)
+    parser.add_argument("--adapter-rank-weight", type=float, default=1.0, help="Listwise self-distillation (dev).")
+    parser.add_argument(
+        "--fit-corpus",
+        choices=("wordnet", "wordnet+corpora", "corpora"),
+        default="corpora",
+        help="Fit on WordNet sentences, the tasks' unlabelled train/document texts, or both (chosen on dev).",
+    )
     parser.add_argument("--limit", type=int, default=None, help="Cap the rows of every split (smoke runs).")
     parser.add_argument("--bootstrap", type=int, default=1000)
     parser.add_argument("--threads", type=int, default=None)

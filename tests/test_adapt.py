@@ -240,3 +240,12 @@ def test_fit_cli_errors_write_nothing(tmp_path):
         assert result.exit_code == 2, (args, result.output)
         assert message in " ".join(result.output.split()), (args, result.output)
         assert not (tmp_path / "out").exists()
+
+
+def test_fit_cli_pca_basis_writes_a_rotating_adapter(tmp_path):
+    np.save(tmp_path / "x.npy", spread(n=300))
+    args = ["adapt", "fit", "--embeddings", str(tmp_path / "x.npy"), "--output", str(tmp_path / "a")]
+    result = CliRunner().invoke(app, [*args, "--dims", "8,16", "--epochs", "1", "--basis", "pca"])
+    assert result.exit_code == 0, result.output
+    adapter = MatryoshkaAdapter.load(tmp_path / "a")
+    assert adapter.basis == "pca" and adapter.weights_["rotation"].shape == (64, 64)

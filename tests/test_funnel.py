@@ -46,6 +46,20 @@ def test_a_pca_funnel_is_exact_over_the_whole_corpus_and_better_on_a_short_list(
     assert recall(pca) > 0.9 and recall(raw) < 0.5, (recall(pca), recall(raw))
 
 
+def test_search_cli_pca_basis(tmp_path):
+    corpus, queries = vectors(200), vectors(30, seed=1)
+    np.save(tmp_path / "c.npy", corpus)
+    np.save(tmp_path / "q.npy", queries)
+    _, exact_rows = search_vectors(corpus, queries, k=5)
+    common = ["search", "--corpus", str(tmp_path / "c.npy"), "--queries", str(tmp_path / "q.npy"), "-k", "5"]
+    out = str(tmp_path / "r.json")
+    result = CliRunner().invoke(app, [*common, "--dims", "8", "--basis", "pca", "--shortlist-factor", "40", "-o", out])
+    assert result.exit_code == 0, result.output
+    assert np.array_equal(json.loads((tmp_path / "r.json").read_text())["rows"], exact_rows)
+    result = CliRunner().invoke(app, [*common, "--basis", "pca", "-o", out])
+    assert result.exit_code == 2 and "--dims" in result.output, result.output
+
+
 def test_search_rejects_bad_shapes():
     with pytest.raises(DimensionError, match="dimensions"):
         search_vectors(vectors(50), vectors(5, dim=32), k=3)

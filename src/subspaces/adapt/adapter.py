@@ -25,7 +25,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.state_folder import read_state_folder, write_state_folder
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the basis parameter (a "pca" adapter's rotation is one of the state's arrays)
 CONFIG_FILE = "adapter.json"
 TERMS = ("pair", "topk", "rank", "var", "corr", "sup", "rec")
 
@@ -77,8 +77,9 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         verbose: show a progress display.
 
     Fitted attributes: ``n_features_in_``, ``dims_`` (with the full size), ``scale_`` (mean input norm),
-    ``weights_`` (arrays of g), ``history_`` (mean loss per epoch), ``loss_terms_`` (each unweighted term on a
-    fixed batch, at the start and the end), ``fit_seconds_``.
+    ``weights_`` (arrays of g, and ``rotation`` with ``basis="pca"``: the output is then close to the rotated
+    input, and training starts from that rotation instead of the identity), ``history_`` (mean loss per epoch),
+    ``loss_terms_`` (each unweighted term on a fixed batch, at the start and the end), ``fit_seconds_``.
     """
 
     def __init__(
@@ -341,7 +342,7 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> MatryoshkaAdapter:
         config_path = Path(path) / CONFIG_FILE
-        config, state = read_state_folder(path, CONFIG_FILE, versions=(FORMAT_VERSION,), written_by="adapt fit")
+        config, state = read_state_folder(path, CONFIG_FILE, versions=(1, FORMAT_VERSION), written_by="adapt fit")
         try:
             adapter = cls(**config["params"])
             adapter.n_features_in_ = int(config["n_features_in"])

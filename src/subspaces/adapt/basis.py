@@ -12,7 +12,8 @@ import numpy as np
 
 def principal_axes(vectors: np.ndarray, *, sample: int = 20_000, seed: int = 0) -> np.ndarray:
     """The rows' principal axes (``dim x dim``, orthonormal columns, largest variance first), from the covariance
-    of a seeded sample of at most ``sample`` rows: the same rows give the same basis in every process."""
+    of the centred rows of a seeded sample of at most ``sample`` rows. Applied to the rows as they are (not
+    centred), the rotation keeps every inner product."""
     if len(vectors) > sample:  # sample before the float64 copy: a store's rows can be many
         vectors = vectors[np.sort(np.random.default_rng(seed).choice(len(vectors), sample, replace=False))]
     x = np.asarray(vectors, dtype=np.float64)

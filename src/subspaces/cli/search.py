@@ -22,8 +22,12 @@ def search_vectors(
     from subspaces.adapt.adapter import check_vectors
     from subspaces.adapt.basis import principal_axes
     from subspaces.errors import DimensionError, SubspacesError
-    from subspaces.store.search import exact, flat_index, funnel, int8_index, prefix_rows, unit_prefix
+    from subspaces.store.search import INT8_SCAN_ROWS, exact, flat_index, funnel, int8_index, prefix_rows, unit_prefix
 
+    if basis not in ("model", "pca"):
+        raise SubspacesError(f"--basis must be model or pca, got {basis!r}")
+    if basis == "pca" and dims is None:
+        raise SubspacesError("--basis pca says whose prefix the funnel reads: give --dims too")
     corpus = unit_prefix(check_vectors(corpus, "corpus"))
     queries = unit_prefix(check_vectors(queries, "queries"))
     if queries.shape[1] != corpus.shape[1]:
@@ -34,10 +38,9 @@ def search_vectors(
         raise DimensionError(f"--dims {dims} is outside 1..{corpus.shape[1]}")
     if shortlist_factor < 1:
         raise SubspacesError(f"--shortlist-factor must be at least 1, got {shortlist_factor}")
-    if basis not in ("model", "pca"):
-        raise SubspacesError(f"--basis must be model or pca, got {basis!r}")
     axes = principal_axes(corpus) if basis == "pca" else None
-    index = int8_index(prefix_rows(corpus, dims, axes))
+    prefixes = prefix_rows(corpus, dims, axes)
+    index = int8_index(prefixes) if len(corpus) >= INT8_SCAN_ROWS else flat_index(prefixes)
     return funnel(index, corpus, queries, k, shortlist_factor * k, prefix_queries=prefix_rows(queries, dims, axes))
 
 
@@ -67,6 +70,11 @@ def search_quantized(
     return scores, rows, against
 
 
+class Basis(str, Enum):
+    model = "model"
+    pca = "pca"
+
+
 class Quantization(str, Enum):
     int8 = "int8"
     binary = "binary"
@@ -86,11 +94,11 @@ def search_cmd(
     ] = None,
     shortlist_factor: Annotated[int, typer.Option(min=1, help="Funnel shortlist size, as a multiple of k.")] = 10,
     basis: Annotated[
-        str,
+        Basis,
         typer.Option(
             help="Funnel prefixes of the vectors' own coordinates (model) or the corpus's principal axes (pca)."
         ),
-    ] = "model",
+    ] = Basis.model,
     quantize: Annotated[
         Optional[Quantization],
         typer.Option(help="Search the corpus's int8 (calibrated) or binary codes instead of its floats."),
@@ -123,7 +131,7 @@ def search_cmd(
     start = time.perf_counter()
     against = None
     if quantize is None:
-        scores, rows = search_vectors(c, q, k, dims, shortlist_factor, basis)
+        scores, rows = search_vectors(c, q, k, dims, shortlist_factor, basis.value)
     else:
         scores, rows, against = search_quantized(c, q, k, quantize.value, rescore or None, calibration_rows)
     seconds = time.perf_counter() - start

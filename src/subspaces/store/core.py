@@ -61,7 +61,7 @@ class _Loaded:
     texts: np.ndarray
     vectors: np.ndarray
     index: Any = None
-    prefixes: dict[tuple[str, int, str], Any] = field(default_factory=dict)  # (basis, dims, rerank) -> faiss
+    prefixes: dict[tuple[str, int, bool], Any] = field(default_factory=dict)  # (basis, dims, int8 codes) -> faiss
     axes: np.ndarray | None = None  # the rows' principal axes, fitted when a "pca" prefix is first searched
     conditioned: Any = None  # an LRUCache: (head, condition) -> the rows' view under it (heads.corpus_view)
 
@@ -600,6 +600,8 @@ class Store:
             raise SubspacesError(f"rerank must be one of {', '.join(RERANK)}, got {rerank!r}")
         if basis not in BASES:
             raise SubspacesError(f"basis must be one of {', '.join(BASES)}, got {basis!r}")
+        if basis != "model" and (dims is None or dims == full):
+            raise SubspacesError(f"basis {basis!r} says whose prefix to read: give dims below {full}")
         if dims is not None and not 0 < dims <= full:
             raise DimensionError(f"dims {dims} is outside 1..{full}")
         if shortlist is not None and shortlist < 1:
@@ -627,12 +629,13 @@ class Store:
         else:
             axes = self._prefix_basis(loaded, basis)
             prefix_queries = ops.prefix_rows(vectors, dims, axes)
-            # the prefix ranking alone is scored exactly; a funnel's shortlist is scanned as 8-bit codes (a
-            # quarter of the bytes: on 100k rows the funnel's scan took 1.7 ms flat, 0.9 ms as codes, same
-            # Recall@10 after the full re-rank)
-            key = (basis, dims, rerank)
+            # The prefix ranking alone is scored exactly; a large store's funnel scans its shortlist as 8-bit
+            # codes (a quarter of the bytes: 100k x 128 took 1.7 ms a query flat, 0.9 ms as codes, the same
+            # Recall@10 after the full re-rank; at 20k rows the flat scan is the faster).
+            codes = rerank == "full" and len(loaded.ids) >= ops.INT8_SCAN_ROWS
+            key = (basis, dims, codes)
             if key not in loaded.prefixes:
-                build = ops.flat_index if rerank == "none" else ops.int8_index
+                build = ops.int8_index if codes else ops.flat_index
                 loaded.prefixes[key] = build(ops.prefix_rows(loaded.vectors, dims, axes))
             index = loaded.prefixes[key]
             if rerank == "none":

@@ -42,9 +42,11 @@ def migrate(
     finishes the mapping (the fitted aligner is kept) instead of starting again. ``ray``: embed the fit sample
     and map the rows on Ray Data (see :meth:`Store.add`); the held-out measurement runs here.
 
-    ``anchors``: ``"paired"`` (default): the ``pairs`` sampled rows (default 2,000), re-embedded by the new model,
+    ``anchors``: ``"paired"`` (default): the ``pairs`` sampled rows (default 2,000, or 4 per dimension of the
+    wider space if more), re-embedded by the new model,
     are known pairs (each row's stored vector and its new vector) and the map is their orthogonal Procrustes
-    (:meth:`MiniVec2Vec.fit` ``pairs=``, its unpaired stages off unless ``params`` turns them on: every new-model
+    (:meth:`MiniVec2Vec.fit` ``pairs=``, its unpaired stages off unless ``params`` turns them on, so the aligner's
+    label-free ``confidence_`` is None there: every new-model
     vector there is is one of the pairs, so they have nothing to add; on 7,000 WordNet sentences,
     ``minilm-l6 -> paraphrase-l3``, 2,000 pairs gave held-out top-10 overlap 0.615 with or without them, in
     0.7 s against 17 s). ``"unpaired"``: mini-vec2vec as without parallel data (the two sides' rows are not
@@ -71,8 +73,9 @@ def migrate(
     held = min(heldout, n // 5)
     if anchors not in ("paired", "unpaired"):
         raise SubspacesError(f"anchors must be 'paired' or 'unpaired', got {anchors!r}")
-    if pairs is None:
-        pairs = 2_000 if anchors == "paired" else 20_000
+    if pairs is None:  # Procrustes needs several pairs per dimension to be well posed (4096-d LLM embedders too)
+        dim = max(fingerprint.dimension, manifest.spaces[source_name].model.dimension)
+        pairs = max(2_000, 4 * dim) if anchors == "paired" else 20_000
     if pairs < 1:
         raise SubspacesError(f"--pairs must be at least 1, got {pairs}")
     order = np.random.default_rng(seed).permutation(n)

@@ -1,9 +1,9 @@
 """Exact and funnel (Matryoshka) top-k search over unit vectors held in memory, with faiss.
 
 Funnel search takes a shortlist by inner product on the first ``dims`` coordinates (re-normalised, as a
-Matryoshka model's prefix is meant to be read; scanned as 8-bit codes, :func:`int8_index`, since the shortlist
-only has to contain the answer) and re-ranks it by the full float vectors: a full-length shortlist gives
-exactly the exact search's result.
+Matryoshka model's prefix is meant to be read; on a large corpus scanned as 8-bit codes, :func:`int8_index`,
+since the shortlist only has to contain the answer) and re-ranks it by the full float vectors: a full-length
+shortlist gives exactly the exact search's result.
 
 A model not trained for truncation (most are) spreads its variance over every coordinate, so its first ``d``
 coordinates shortlist poorly. :func:`subspaces.adapt.basis.principal_axes` gives such a store an orthogonal basis
@@ -43,6 +43,9 @@ def flat_index(vectors: np.ndarray) -> Any:
     index = faiss.IndexFlatIP(vectors.shape[1])
     index.add(np.ascontiguousarray(vectors, dtype=np.float32))
     return index
+
+
+INT8_SCAN_ROWS = 50_000  # from here a funnel's shortlist scan is faster on 8-bit codes than on floats
 
 
 def int8_index(vectors: np.ndarray) -> Any:
