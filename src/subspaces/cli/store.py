@@ -363,7 +363,7 @@ def demo_cmd(
         f"{demo.shortlist} x k re-ranked at full size) {demo.funnel_ms:.2f} ms/query"
         + (
             " (a store this small is scanned as fast whole; the funnel pays from ~100k rows)"
-            if demo.rows < 50_000
+            if demo.funnel_ms >= demo.exact_ms
             else ""
         ),
         f"the store lies in {demo.path.resolve()}",
