@@ -4,8 +4,14 @@ Corpus: ``--corpus`` WordNet sentences (100k by default) encoded with ``minilm-l
 ``$SUBSPACES_CACHE/bench-vectors``); queries: ``--queries`` other WordNet sentences (disjoint from the corpus).
 Grid: shortlist dims {16, 32, 64, 128} x shortlist sizes {2, 5, 10, 20} x k, for
 
-- ``raw``: the model's vectors as they are;
+- ``raw``: the model's vectors as they are (float prefix scan);
+- ``model_int8``, ``pca_flat``, ``pca_int8``: the same vectors, the shortlist read from the model's own
+  coordinates or the corpus's principal axes (``subspaces.adapt.basis``; an orthogonal rotation, so the full
+  re-rank is unchanged), scanned as floats or 8-bit codes (as the store's funnel does from 50k rows);
 - ``adapter``: the vectors after a :class:`subspaces.adapt.MatryoshkaAdapter` fitted on the corpus vectors only.
+
+Queries are searched as one batch (faiss's matrix-product path): the exact search is at its most efficient
+there, so the funnel's speed-up is lower than one query at a time (the store's latencies, ``store_bench.py``).
 
 Recall@10 is against full-dimension exact search on the **raw** vectors (the answer a user wants), and for the
 adapter arm also against exact search on the adapted vectors. The exact search's queries/s is measured in the
@@ -47,20 +53,37 @@ def recall(rows: np.ndarray, truth: np.ndarray) -> float:
     return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(rows, truth, strict=True)]))
 
 
-def grid(corpus: np.ndarray, queries: np.ndarray, truths: dict[str, np.ndarray], args) -> dict:
-    """Exact search's qps, then every (dims, factor) cell's qps and Recall@k against each truth."""
-    from subspaces.store.search import exact, flat_index, funnel, unit_prefix
+def grid(
+    corpus: np.ndarray,
+    queries: np.ndarray,
+    truths: dict[str, np.ndarray],
+    args,
+    basis: str = "model",
+    scan: str = "flat",
+) -> dict:
+    """Exact search's qps, then every (dims, factor) cell's qps and Recall@k against each truth. ``basis``: the
+    prefix of the vectors' own coordinates or of the corpus's principal axes; ``scan``: the shortlist index reads
+    float or 8-bit prefixes (the store's funnel from 50k rows)."""
+    from subspaces.adapt.basis import principal_axes
+    from subspaces.store.search import exact, flat_index, funnel, int8_index, prefix_rows, unit_prefix
 
     corpus, queries = unit_prefix(corpus), unit_prefix(queries)
     full = flat_index(corpus)
+    exact(full, queries, args.k)  # warm-up: the first search of a process pays for faiss's and BLAS's set-up
     seconds, (_, own_truth) = best_time(lambda: exact(full, queries, args.k), args.repeats)
-    result = {"exact": {"qps": len(queries) / seconds}, "funnel": []}
+    result = {"basis": basis, "scan": scan, "exact": {"qps": len(queries) / seconds}, "funnel": []}
     truths = {**truths, "self": own_truth}
+    axes = principal_axes(corpus) if basis == "pca" else None
+    build = int8_index if scan == "int8" else flat_index
     for dims in args.dims:
-        index = flat_index(unit_prefix(corpus, dims))
+        index = build(prefix_rows(corpus, dims, axes))
+        prefix_queries = prefix_rows(queries, dims, axes)
         for factor in args.factors:
             shortlist = factor * args.k
-            search = lambda index=index, shortlist=shortlist: funnel(index, corpus, queries, args.k, shortlist)  # noqa: E731
+
+            def search(index=index, shortlist=shortlist, prefix_queries=prefix_queries):
+                return funnel(index, corpus, queries, args.k, shortlist, prefix_queries=prefix_queries)
+
             seconds, (_, rows) = best_time(search, args.repeats)
             cell = {"dims": dims, "shortlist": shortlist, "factor": factor, "qps": len(queries) / seconds}
             cell["speedup"] = cell["qps"] / result["exact"]["qps"]
@@ -118,6 +141,9 @@ def main() -> None:
         "repeats": args.repeats,
         "raw": grid(corpus, queries, {"raw_exact": raw_truth}, args),
     }
+    for basis, scan in (("model", "int8"), ("pca", "flat"), ("pca", "int8")):
+        print(f"-- basis {basis}, {scan} scan")
+        report[f"{basis}_{scan}"] = grid(corpus, queries, {"raw_exact": raw_truth}, args, basis=basis, scan=scan)
     if not args.no_adapter:
         adapter = MatryoshkaAdapter(
             dims=args.dims, epochs=args.adapter_epochs, random_state=args.seed, verbose=True

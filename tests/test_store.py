@@ -105,7 +105,9 @@ def test_funnel_with_a_full_shortlist_equals_exact_search(tmp_path):
         made.search(queries, k=5, model=encoder, dims=8, shortlist=0)
 
 
-def test_a_large_stores_funnel_scans_8_bit_codes_and_a_whole_store_shortlist_is_still_exact(tmp_path, monkeypatch):
+def test_a_large_stores_funnel_scans_8_bit_codes_for_few_queries_and_stays_exact_on_a_whole_store(
+    tmp_path, monkeypatch
+):
     from subspaces.store import search as ops
 
     monkeypatch.setattr(ops, "INT8_SCAN_ROWS", 100)  # what 50,000 rows would do, on 150
@@ -117,7 +119,13 @@ def test_a_large_stores_funnel_scans_8_bit_codes_and_a_whole_store_shortlist_is_
     for basis in ("model", "pca"):
         funnel = made.search(texts[150:], k=5, model=encoder, dims=8, shortlist=30, basis=basis)
         assert [a["ids"] for a in exact] == [b["ids"] for b in funnel]
-    assert {type(index).__name__ for index in made._load_rows("0").prefixes.values()} == {"IndexScalarQuantizer"}
+    assert {type(index).__name__ for index in made._load_rows("0").prefixes.values()} == {"IndexFlatIP"}  # a batch
+    for basis in ("model", "pca"):  # one query at a time: the codes
+        for text, expected in zip(texts[150:160], exact, strict=False):
+            hit = made.search(text, k=5, model=encoder, dims=8, shortlist=30, basis=basis)
+            assert hit["ids"] == expected["ids"]
+    kinds = {type(index).__name__ for index in made._load_rows("0").prefixes.values()}
+    assert kinds == {"IndexFlatIP", "IndexScalarQuantizer"}
 
 
 def test_cli_search_with_a_pca_basis_and_its_refusals(store):

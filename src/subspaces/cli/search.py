@@ -22,7 +22,16 @@ def search_vectors(
     from subspaces.adapt.adapter import check_vectors
     from subspaces.adapt.basis import principal_axes
     from subspaces.errors import DimensionError, SubspacesError
-    from subspaces.store.search import INT8_SCAN_ROWS, exact, flat_index, funnel, int8_index, prefix_rows, unit_prefix
+    from subspaces.store.search import (
+        INT8_SCAN_QUERIES,
+        INT8_SCAN_ROWS,
+        exact,
+        flat_index,
+        funnel,
+        int8_index,
+        prefix_rows,
+        unit_prefix,
+    )
 
     if basis not in ("model", "pca"):
         raise SubspacesError(f"--basis must be model or pca, got {basis!r}")
@@ -40,7 +49,8 @@ def search_vectors(
         raise SubspacesError(f"--shortlist-factor must be at least 1, got {shortlist_factor}")
     axes = principal_axes(corpus) if basis == "pca" else None
     prefixes = prefix_rows(corpus, dims, axes)
-    index = int8_index(prefixes) if len(corpus) >= INT8_SCAN_ROWS else flat_index(prefixes)
+    codes = len(corpus) >= INT8_SCAN_ROWS and len(queries) < INT8_SCAN_QUERIES  # as the store chooses
+    index = int8_index(prefixes) if codes else flat_index(prefixes)
     return funnel(index, corpus, queries, k, shortlist_factor * k, prefix_queries=prefix_rows(queries, dims, axes))
 
 

@@ -630,9 +630,11 @@ class Store:
             axes = self._prefix_basis(loaded, basis)
             prefix_queries = ops.prefix_rows(vectors, dims, axes)
             # The prefix ranking alone is scored exactly; a large store's funnel scans its shortlist as 8-bit
-            # codes (a quarter of the bytes: 100k x 128 took 1.7 ms a query flat, 0.9 ms as codes, the same
-            # Recall@10 after the full re-rank; at 20k rows the flat scan is the faster).
-            codes = rerank == "full" and len(loaded.ids) >= ops.INT8_SCAN_ROWS
+            # codes for a few queries (a quarter of the bytes: 100k x 128 took 1.7 ms a query flat, 0.9 ms as
+            # codes, the same Recall@10 after the full re-rank; at 20k rows the flat scan is the faster), and
+            # as floats for a batch, where faiss's matrix-product path beats the codes (2.4x vs 1.0x exact
+            # search's queries/s on 1,000 queries at once, funnel_bench.py).
+            codes = rerank == "full" and len(loaded.ids) >= ops.INT8_SCAN_ROWS and len(vectors) < ops.INT8_SCAN_QUERIES
             key = (basis, dims, codes)
             if key not in loaded.prefixes:
                 build = ops.int8_index if codes else ops.flat_index

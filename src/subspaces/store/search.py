@@ -45,7 +45,8 @@ def flat_index(vectors: np.ndarray) -> Any:
     return index
 
 
-INT8_SCAN_ROWS = 50_000  # from here a funnel's shortlist scan is faster on 8-bit codes than on floats
+INT8_SCAN_ROWS = 50_000  # from here a funnel's shortlist scan is faster on 8-bit codes than on floats...
+INT8_SCAN_QUERIES = 20  # ...for fewer queries than this: faiss searches larger float batches by matrix products
 
 
 def int8_index(vectors: np.ndarray) -> Any:
