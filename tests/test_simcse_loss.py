@@ -87,7 +87,7 @@ def test_temperature_must_be_positive(tiny_model):
         SimCSELoss(tiny_model, temperature=0.0)
 
 
-@pytest.mark.parametrize("columns", [("anchor",), ("anchor", "positive")])
+@pytest.mark.parametrize("columns", [("anchor",), ("anchor", "positive"), ("anchor", "positive", "negative")])
 def test_trains_in_sentence_transformers_trainer(tiny_model, tmp_path, columns):
     """The README's claim: the loss works in SentenceTransformerTrainer (the `train` extra brings its needs)."""
     from datasets import Dataset
