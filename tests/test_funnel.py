@@ -47,11 +47,7 @@ def test_a_pca_funnel_is_exact_over_the_whole_corpus_and_better_on_a_short_list(
 
 
 def test_search_cli_pca_basis(tmp_path):
-    corpus, queries = vectors(200), vectors(30, seed=1)
-    np.save(tmp_path / "c.npy", corpus)
-    np.save(tmp_path / "q.npy", queries)
-    _, exact_rows = search_vectors(corpus, queries, k=5)
-    common = ["search", "--corpus", str(tmp_path / "c.npy"), "--queries", str(tmp_path / "q.npy"), "-k", "5"]
+    exact_rows, common = saved_corpus(tmp_path)
     out = str(tmp_path / "r.json")
     result = CliRunner().invoke(app, [*common, "--dims", "8", "--basis", "pca", "--shortlist-factor", "40", "-o", out])
     assert result.exit_code == 0, result.output
@@ -71,12 +67,17 @@ def test_search_rejects_bad_shapes():
         search_vectors(bad, vectors(5), k=3)
 
 
-def test_search_cli(tmp_path):
+def saved_corpus(tmp_path) -> tuple[np.ndarray, list[str]]:
+    """A 200-row corpus and 30 queries saved as .npy, their exact top-5 rows, and the `search` arguments on them."""
     corpus, queries = vectors(200), vectors(30, seed=1)
     np.save(tmp_path / "c.npy", corpus)
     np.save(tmp_path / "q.npy", queries)
     _, exact_rows = search_vectors(corpus, queries, k=5)
-    common = ["search", "--corpus", str(tmp_path / "c.npy"), "--queries", str(tmp_path / "q.npy"), "-k", "5"]
+    return exact_rows, ["search", "--corpus", str(tmp_path / "c.npy"), "--queries", str(tmp_path / "q.npy"), "-k", "5"]
+
+
+def test_search_cli(tmp_path):
+    exact_rows, common = saved_corpus(tmp_path)
     result = CliRunner().invoke(
         app, [*common, "--dims", "8", "--shortlist-factor", "40", "--output", str(tmp_path / "r.json")]
     )
@@ -124,11 +125,7 @@ def test_int8_calibrated_on_a_sample_gives_non_zero_codes_for_one_query():
 
 
 def test_search_cli_quantized(tmp_path):
-    corpus, queries = vectors(200), vectors(30, seed=1)
-    np.save(tmp_path / "c.npy", corpus)
-    np.save(tmp_path / "q.npy", queries)
-    _, exact_rows = search_vectors(corpus, queries, k=5)
-    common = ["search", "--corpus", str(tmp_path / "c.npy"), "--queries", str(tmp_path / "q.npy"), "-k", "5"]
+    exact_rows, common = saved_corpus(tmp_path)
     out = str(tmp_path / "r.json")
     result = CliRunner().invoke(app, [*common, "--quantize", "binary", "--rescore", "40", "--output", out])
     assert result.exit_code == 0, result.output

@@ -23,18 +23,18 @@ def search_vectors(
     from subspaces.adapt.basis import principal_axes
     from subspaces.errors import DimensionError, SubspacesError
     from subspaces.store.search import (
-        INT8_SCAN_QUERIES,
-        INT8_SCAN_ROWS,
+        BASES,
         exact,
         flat_index,
         funnel,
         int8_index,
         prefix_rows,
+        scans_codes,
         unit_prefix,
     )
 
-    if basis not in ("model", "pca"):
-        raise SubspacesError(f"--basis must be model or pca, got {basis!r}")
+    if basis not in BASES:
+        raise SubspacesError(f"--basis must be one of {', '.join(BASES)}, got {basis!r}")
     if basis == "pca" and dims is None:
         raise SubspacesError("--basis pca says whose prefix the funnel reads: give --dims too")
     corpus = unit_prefix(check_vectors(corpus, "corpus"))
@@ -49,8 +49,7 @@ def search_vectors(
         raise SubspacesError(f"--shortlist-factor must be at least 1, got {shortlist_factor}")
     axes = principal_axes(corpus) if basis == "pca" else None
     prefixes = prefix_rows(corpus, dims, axes)
-    codes = len(corpus) >= INT8_SCAN_ROWS and len(queries) < INT8_SCAN_QUERIES  # as the store chooses
-    index = int8_index(prefixes) if codes else flat_index(prefixes)
+    index = int8_index(prefixes) if scans_codes(len(corpus), len(queries)) else flat_index(prefixes)
     return funnel(index, corpus, queries, k, shortlist_factor * k, prefix_queries=prefix_rows(queries, dims, axes))
 
 

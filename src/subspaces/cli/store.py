@@ -11,6 +11,7 @@ import typer
 from subspaces.cli.common import DeviceOpt, ThreadsOpt, console, show, table, user_errors
 from subspaces.cli.core import Backend, BackendOpt, Precision, PrecisionOpt
 from subspaces.cli.groups import app
+from subspaces.cli.search import Basis
 
 store_app = typer.Typer(
     help="A vector store (LanceDB folder): add texts, search them exactly, by ANN or by Matryoshka funnel, migrate.",
@@ -46,11 +47,6 @@ class Quantization(str, Enum):
 class Rerank(str, Enum):
     full = "full"
     none = "none"
-
-
-class Basis(str, Enum):
-    model = "model"
-    pca = "pca"
 
 
 BasisOpt = Annotated[

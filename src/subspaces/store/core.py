@@ -35,7 +35,6 @@ from subspaces.store.manifest import Manifest, Space
 
 DB = "lance"
 RERANK = ("full", "none")
-BASES = ("model", "pca")  # whose first ``dims`` coordinates a prefix search reads (see adapt.basis.principal_axes)
 
 
 @contextmanager
@@ -598,8 +597,8 @@ class Store:
             raise DimensionError(f"query vectors have {vectors.shape[1]} dimensions; the store's space has {full}")
         if rerank not in RERANK:
             raise SubspacesError(f"rerank must be one of {', '.join(RERANK)}, got {rerank!r}")
-        if basis not in BASES:
-            raise SubspacesError(f"basis must be one of {', '.join(BASES)}, got {basis!r}")
+        if basis not in ops.BASES:
+            raise SubspacesError(f"basis must be one of {', '.join(ops.BASES)}, got {basis!r}")
         if basis != "model" and (dims is None or dims == full):
             raise SubspacesError(f"basis {basis!r} says whose prefix to read: give dims below {full}")
         if dims is not None and not 0 < dims <= full:
@@ -629,16 +628,12 @@ class Store:
         else:
             axes = self._prefix_basis(loaded, basis)
             prefix_queries = ops.prefix_rows(vectors, dims, axes)
-            # The prefix ranking alone is scored exactly; a large store's funnel scans its shortlist as 8-bit
-            # codes for a few queries (a quarter of the bytes: 100k x 128 took 1.7 ms a query flat, 0.9 ms as
-            # codes, the same Recall@10 after the full re-rank; at 20k rows the flat scan is the faster), and
-            # as floats for a batch, where faiss's matrix-product path beats the codes (2.4x vs 1.0x exact
-            # search's queries/s on 1,000 queries at once, funnel_bench.py).
-            codes = rerank == "full" and len(loaded.ids) >= ops.INT8_SCAN_ROWS and len(vectors) < ops.INT8_SCAN_QUERIES
+            # the prefix ranking alone is scored exactly; a funnel's shortlist index is chosen by its size
+            codes = rerank == "full" and ops.scans_codes(len(loaded.ids), len(vectors))
             key = (basis, dims, codes)
             if key not in loaded.prefixes:
-                build = ops.int8_index if codes else ops.flat_index
-                loaded.prefixes[key] = build(ops.prefix_rows(loaded.vectors, dims, axes))
+                in_basis = ops.prefix_rows(loaded.vectors, dims, axes)
+                loaded.prefixes[key] = ops.int8_index(in_basis) if codes else ops.flat_index(in_basis)
             index = loaded.prefixes[key]
             if rerank == "none":
                 scores, rows = ops.exact(index, prefix_queries, k)
