@@ -115,3 +115,64 @@ def test_train_loop_under_two_processes_matches_one(tiny_model_dir, tmp_path):
     db = torch.cat([(b[k] - start[k]).flatten() for k in b])
     assert db.norm() > 0
     assert (da - db).norm() / db.norm() < 1e-2
+
+
+def _nan_worker(rank: int, world: int, port: int, out: str) -> None:
+    """Rank 1's loss turns NaN at its third step; every rank must stop there with the user error."""
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
+    )
+    from subspaces.errors import SubspacesError
+    from subspaces.train.engine import FitConfig, fit
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(32, 3, generator=g)
+
+    class Batches:
+        batch_size = 4
+
+        def __len__(self) -> int:
+            return 8
+
+        def batch(self, epoch: int, index: int):
+            return x[index * 4 : (index + 1) * 4]
+
+        def fingerprint(self) -> str:
+            return "nan-test"
+
+    calls = {"n": 0}
+
+    def step(batch):
+        calls["n"] += 1
+        loss = model(batch).pow(2).mean()
+        return loss * float("nan") if rank == 1 and calls["n"] == 3 else loss
+
+    config = FitConfig(lr=1e-2, max_steps=6, eval_steps=0, save_steps=0, show_progress=False)
+    try:
+        fit(model, step, Batches(), config)
+        message = "finished"
+    except SubspacesError as exc:
+        message = str(exc)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    with open(os.path.join(out, f"rank{rank}.txt"), "w") as f:
+        f.write(message)
+
+
+def test_a_nan_on_one_process_stops_every_process_with_the_user_error(tmp_path):
+    """No rank is left waiting in a collective: both see the error at the same step (here within 60 s)."""
+    context = mp.spawn(_nan_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=False)
+    for _ in range(60):
+        if context.join(timeout=1):
+            break
+    else:
+        for process in context.processes:
+            process.kill()
+        pytest.fail("a process hung after the other's NaN loss")
+    assert (tmp_path / "rank1.txt").read_text() == "loss became nan at step 2 (try a lower lr)"
+    assert (tmp_path / "rank0.txt").read_text() == (
+        "loss became non-finite on another process at step 2 (try a lower lr)"
+    )

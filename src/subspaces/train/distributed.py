@@ -34,6 +34,15 @@ def barrier() -> None:
         dist.barrier()
 
 
+def all_finite(value: torch.Tensor) -> bool:
+    """Whether ``value`` is finite on every process: one flag, all-reduced, so that a NaN on one rank stops every
+    rank at the same step (a rank raising alone would leave the others waiting in the next collective)."""
+    flag = torch.isfinite(value.detach()).all().to(torch.int32).reshape(1)
+    if world_size() > 1:
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
+
+
 def broadcast_parameters(module: torch.nn.Module) -> None:
     """Start every process from rank 0's weights."""
     if world_size() > 1:

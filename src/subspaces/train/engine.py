@@ -370,10 +370,11 @@ def fit(
             epoch, index = divmod(done, per_epoch)
             batch = batches.batch(epoch, index)
             loss = step(batch)
-            if not torch.isfinite(loss):
+            if not ddp.all_finite(loss):
                 checkpoint(boundary)
                 where = f"; the last good state is in {ckpt_path}" if ckpt_path is not None else ""
-                raise SubspacesError(f"loss became {loss.item()} at step {done}{where} (try a lower lr)")
+                value = loss.item() if not torch.isfinite(loss) else "non-finite on another process"
+                raise SubspacesError(f"loss became {value} at step {done}{where} (try a lower lr)")
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             ddp.sum_gradients(module)
