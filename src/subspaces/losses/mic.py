@@ -292,6 +292,8 @@ class MICLoss(nn.Module):
             for layer in self.layers:
                 layer_dims = [d for pair_layer, d in self.pairs if pair_layer == layer]
                 hidden = hidden_states[layer]
+                if hidden is None:  # partial fine-tuning runs only the top layers (subspaces.models.partial)
+                    raise DimensionError(f"layer {layer} is frozen under partial fine-tuning: MIC needs trained layers")
                 correlation, std = token_statistics(hidden, mask, self.eps)
                 spread = dimension_spread(std, self.relative_floor)
                 pooled = masked_mean(hidden, mask)

@@ -348,9 +348,18 @@ class PartialFineTuning:
         if self.state_dropout and self._top[0].training:
             hidden = nn.functional.dropout(hidden, self.state_dropout, training=True)
         mask = self._mask(features["attention_mask"].to(weight.device), hidden)
+        # A loss asking for every layer's states (MICLoss) gets the trained layers' ones; the embeddings' and the
+        # frozen layers' are None: they were not run, and would carry no gradient.
+        every: list[torch.Tensor | None] | None = (
+            [None] * (self.frozen_layers + 1) if self._hf.config.output_hidden_states else None
+        )
         for layer in self._top:
             hidden = layer(hidden, mask)
+            if every is not None:
+                every.append(hidden)
         features[self.transformer.module_output_name] = hidden
+        if every is not None:
+            features["all_layer_embeddings"] = tuple(every)
         return features
 
 
