@@ -6,12 +6,19 @@ ln 64 = 4.16; and the mean cosine between a sentence's two views. The full model
 reference for how much the views should differ; ``state dropout`` puts the frozen layers' noise back on the cached
 activations (``subspaces.models.partial``). Writes ``benchmarks/results/simcse_start_loss.json``.
 
+``--corpus tweets|banking`` checks the domain-adaptation starts of ``simcse_domain.py`` instead (the full model, top
+two layers trained over cached activations), on that domain's training text, batch 64 and 256; it writes
+``simcse_start_loss_<corpus>.json``.
+
     OMP_NUM_THREADS=2 python benchmarks/simcse_start_loss.py
+    OMP_NUM_THREADS=2 python benchmarks/simcse_start_loss.py --corpus tweets
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import random
 import sys
 from pathlib import Path
@@ -28,11 +35,19 @@ ARMS = (  # name, top layers re-initialised, trainable layers (None: all), word 
     ("reinit top4, train top4", 4, 4, False, 0.0),
     ("reinit top6 (random transformer on pretrained embeddings), train all", 6, None, False, 0.0),
 )
+DOMAIN_ARMS = (  # the domain-adaptation start: nothing re-initialised
+    ("full minilm, all layers, dropout everywhere", 0, None, False, 0.0),
+    ("full minilm, train top2, state dropout 0.1 (simcse_domain's design)", 0, 2, False, 0.1),
+    ("full minilm, train top2, state dropout 0.1, delete_one_word", 0, 2, True, 0.1),
+)
 
 
 def main() -> None:
     import torch
 
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", choices=("wordnet", "tweets", "banking"), default="wordnet")
+    args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
     from simcse_ablation import corpus
     from subspaces.losses.simcse import SimCSELoss
@@ -40,10 +55,20 @@ def main() -> None:
     from subspaces.models.partial import partial_fine_tuning, reinit_top_layers
     from subspaces.train.simcse import delete_one_word
 
-    texts = corpus(64 * 6, 0)
-    batches = [texts[i * 64 : (i + 1) * 64] for i in range(6)]
+    if args.corpus == "wordnet":
+        sizes, arms = (64,), ARMS
+        texts = corpus(64 * 6, 0)
+    else:
+        from simcse_domain import training_texts
+
+        sizes, arms = (64, 256), DOMAIN_ARMS
+        texts = training_texts(args.corpus)
+        random.Random(0).shuffle(texts)
     out, cosines = {}, {}
-    for name, reinit, trainable, two_columns, state_dropout in ARMS:
+    for (name, reinit, trainable, two_columns, state_dropout), size in [(a, s) for a in arms for s in sizes]:
+        batches = [texts[i * size : (i + 1) * size] for i in range(6)]
+        if len(sizes) > 1:
+            name = f"{name}, batch {size}"
         torch.manual_seed(0)
         model = load_encoder("minilm-l6")
         model.max_seq_length = 32
@@ -69,8 +94,10 @@ def main() -> None:
         out[name] = sum(values) / len(values)
         cosines[name] = sum(cos) / len(cos)
         print(f"{name}: loss {out[name]:.5f}, view cosine {cosines[name]:.4f}", flush=True)
-    path = ROOT / "results" / "simcse_start_loss.json"
-    record = {"loss_at_step_0": out, "view_cosine": cosines, "chance": "ln 64 = 4.159"}
+    suffix = "" if args.corpus == "wordnet" else f"_{args.corpus}"
+    path = ROOT / "results" / f"simcse_start_loss{suffix}.json"
+    chance = ", ".join(f"ln {s} = {math.log(s):.3f}" for s in sizes)
+    record = {"corpus": args.corpus, "loss_at_step_0": out, "view_cosine": cosines, "chance": chance}
     path.write_text(json.dumps(record, indent=1) + "\n")
 
 
