@@ -5,7 +5,9 @@ text (labels never read for training), top 2 layers over the bottom four's cache
 (the design check of ``simcse_start_loss.py``), batch 64, ``--steps`` steps, lr 3e-5 (SimCSE's published
 unsupervised value; nothing here is tuned, on dev or test). Then, before and after, on the domain's *test* rows:
 
-- probes: logistic regression on the frozen embeddings (``subspaces.eval.dims``, train split → test split);
+- probes: logistic regression on the frozen embeddings (``subspaces.eval.dims``, train split → test split; at most
+  ``--max-train`` 5,000 / ``--max-test`` 3,000 rows per task, seeded subsets, so that a run's evaluation takes
+  minutes: TweetEval-sentiment alone has 45,615 training tweets);
 - clustering: k-means with k = the number of classes on the test texts, V-measure against the labels (mean of 3
   k-means seeds) — unlike a probe it reads the embedding geometry SimCSE changes;
 - the cost on general STS: the 7-task STS average (``subspaces.eval.sts``).
@@ -88,14 +90,14 @@ def measure(model, domain: str, args: argparse.Namespace) -> dict[str, Any]:
     from subspaces.eval.sts import STSEvaluator
 
     model.eval()
-    limit = 200 if args.smoke else None
-    probes = DimsEvaluator(tasks=list(PROBES[domain]), dims=[None], max_train=limit, max_test=limit)(model)
+    train_cap, test_cap = (200, 200) if args.smoke else (args.max_train, args.max_test)
+    probes = DimsEvaluator(tasks=list(PROBES[domain]), dims=[None], max_train=train_cap, max_test=test_cap)(model)
     full = str(probes["dims"][0])
     sts = STSEvaluator(tasks=["STSBenchmark"]) if args.smoke else STSEvaluator()
     return {
         "probes": {t: 100 * probes["scores"][t][full] for t in PROBES[domain]},
         "metrics": probes["metrics"],
-        "clustering_v_measure": {t: clustering(model, t, limit) for t in CLUSTERING[domain]},
+        "clustering_v_measure": {t: clustering(model, t, 200 if args.smoke else None) for t in CLUSTERING[domain]},
         "sts": sts(model),
     }
 
@@ -138,7 +140,7 @@ def train(domain: str, seed: int, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
-    keep = ("steps", "batch_size", "max_length", "lr", "state_dropout", "smoke")
+    keep = ("steps", "batch_size", "max_length", "lr", "state_dropout", "max_train", "max_test", "smoke")
     return {k: getattr(args, k) for k in keep}
 
 
@@ -197,6 +199,8 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=32)
     parser.add_argument("--lr", type=float, default=3e-5)
     parser.add_argument("--state-dropout", type=float, default=0.1)
+    parser.add_argument("--max-train", type=int, default=5000, help="probe training rows per task (seeded subset)")
+    parser.add_argument("--max-test", type=int, default=3000, help="probe test rows per task (seeded subset)")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--runs", type=Path, default=ROOT.parent / "runs" / "simcse_domain")
     parser.add_argument("--smoke", action="store_true", help="4 steps, 200-row probes, STS-B only")
