@@ -391,6 +391,8 @@ def official_cpu(args: argparse.Namespace) -> None:
                 disk_cache=False,  # a trained encoder's vectors change every step
                 recipe=RECIPE,
                 device=args.device,
+                # hours an epoch on CPU: checkpointed every 50 steps, and the same command resumes exactly
+                checkpoint_dir=Path(args.runs) / "official-cpu" / f"{arm}-seed{seed}-checkpoints",
                 show_progress=not args.smoke,
                 **settings,
             )

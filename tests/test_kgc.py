@@ -839,3 +839,65 @@ def test_models_saved_before_the_recipe_options_keep_their_texts_and_head(tmp_pa
     write_config(run, config)
     again = evaluate_model(run, show_progress=False)
     assert again.average == pytest.approx(report.eval.average)  # index order, as it was trained
+
+
+def test_training_with_a_checkpoint_dir_resumes_where_it_stopped(tmp_path, tiny_encoder_dir, monkeypatch):
+    """An interrupted fine-tuning run, called again, continues from its checkpoint and ends on the weights of a run
+    that was never interrupted."""
+    import torch
+
+    import subspaces.train.engine as engine
+    from subspaces.kgc.pipeline import train_pipeline
+
+    data = write_wn18rr(tmp_path / "wn")
+    common = {
+        "dataset": data,
+        "model": str(tiny_encoder_dir),
+        "arch": "tri",
+        "head": "hypernet",
+        "rank": 4,
+        "freeze_encoder": False,
+        "batch_size": 4,
+        "epochs": 2,
+        "max_length": 32,
+        "disk_cache": False,
+        "evaluate_split": None,
+        "show_progress": False,
+    }
+    whole = train_pipeline(output=tmp_path / "whole", **common)
+    steps = whole.train_result["steps"]
+    assert steps >= 4
+
+    real_fit = engine.fit
+
+    def interrupted_fit(*args, **kwargs):  # Ctrl-C half-way, as a user would press it
+        def callback(step, value):
+            if step == steps // 2:
+                raise KeyboardInterrupt
+
+        kwargs["callback"] = callback
+        return real_fit(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(engine, "fit", interrupted_fit)
+        with pytest.raises(KeyboardInterrupt):
+            train_pipeline(output=tmp_path / "cut", checkpoint_dir=tmp_path / "ckpt", **common)
+    assert (tmp_path / "ckpt" / "checkpoint.pt").is_file()
+    seen: list[int] = []
+
+    def counting_fit(*args, **kwargs):
+        kwargs["callback"] = lambda step, value: seen.append(step)
+        return real_fit(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(engine, "fit", counting_fit)
+        resumed = train_pipeline(output=tmp_path / "cut", checkpoint_dir=tmp_path / "ckpt", **common)
+    assert seen == list(range(steps // 2 + 1, steps + 1))  # only the steps the interrupted run had not taken
+    assert resumed.train_result["steps"] == steps
+    from subspaces.models.triencoder import TriEncoder
+
+    a = TriEncoder.load(tmp_path / "whole").state_dict()
+    b = TriEncoder.load(tmp_path / "cut").state_dict()
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key

@@ -124,6 +124,7 @@ def train_pipeline(
     cache_dir: str | Path | None = None,
     recipe: str | None = None,
     device: str = "cpu",
+    checkpoint_dir: str | Path | None = None,
     show_progress: bool = True,
 ) -> KGCResult:
     """Train a KGC model with SimKGC's objective, save it to ``output``, and (optionally) evaluate it.
@@ -135,7 +136,9 @@ def train_pipeline(
     at each epoch end and keeps the state with the best MRR there; without it the last state is kept.
     ``track_on`` (a split) evaluates at each epoch end too, into the history, but keeps the last state.
     ``trainable_layers`` (fine-tuning) trains only the encoders' top N layers over cached bottom activations
-    (kept in ``cache_dir``, or in memory).
+    (kept in ``cache_dir``, or in memory). ``checkpoint_dir``: the training checkpoints there every 50 steps and
+    on Ctrl-C, and the same call again resumes exactly where it stopped (the engine's resume; a fine-tuned epoch
+    on CPU takes hours).
 
     Options of Hyper-CL's released configuration (:mod:`subspaces.kgc.recipes` sets them all, ``recipe`` names
     it in the saved metadata): ``head_dropout``, ``head_init`` and ``head_activation`` (concat) for the head
@@ -197,6 +200,7 @@ def train_pipeline(
         seed=seed,
         show_progress=show_progress,
         description=f"train kgc {arch} on {kg.name}",
+        checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
     )
     prepare_seconds = 0.0
     if freeze_encoder:  # every entity and relation through the frozen encoder once, before the first step

@@ -34,6 +34,10 @@ class KGCTrainConfig:
     seed: int = 42
     show_progress: bool = True
     description: str = "train kgc"
+    # Where the engine checkpoints (every save_steps and on Ctrl-C) and what a rerun resumes from exactly; None:
+    # no checkpoints (a frozen-encoder head trains in minutes; a fine-tuned encoder on CPU takes hours an epoch).
+    checkpoint_dir: str | None = None
+    save_steps: int = 50
 
 
 @dataclass
@@ -154,6 +158,8 @@ def train_kgc(
         seed=config.seed,
         eval_steps=None,
         eval_every_epoch=evaluator is not None,
+        output_dir=config.checkpoint_dir,
+        save_steps=config.save_steps if config.checkpoint_dir is not None else None,
         show_progress=config.show_progress,
         description=config.description,
     )
