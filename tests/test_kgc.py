@@ -901,3 +901,17 @@ def test_training_with_a_checkpoint_dir_resumes_where_it_stopped(tmp_path, tiny_
     assert a.keys() == b.keys()
     for key in a:
         assert torch.equal(a[key], b[key]), key
+
+
+def test_kgc_train_cli_checkpoints_where_asked(tmp_path, tiny_encoder_dir, monkeypatch):
+    from typer.testing import CliRunner
+
+    from subspaces.cli.app import app
+
+    monkeypatch.setenv("SUBSPACES_CACHE", str(tmp_path / "cache"))
+    data = write_wn18rr(tmp_path / "wn")
+    args = ["kgc", "train", "--dataset", str(data), "--model", str(tiny_encoder_dir), "--max-steps", "2"]
+    args += ["--max-length", "32", "--batch-size", "4", "--eval-split", "none", "-o", str(tmp_path / "run")]
+    result = CliRunner().invoke(app, [*args, "--checkpoint-dir", str(tmp_path / "ckpt")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "ckpt" / "checkpoint.pt").is_file()

@@ -127,6 +127,9 @@ def train(
     device: DeviceOpt = "cpu",
     trainable_layers: TrainableLayersOpt = "all",
     cache_dir: CacheDirOpt = None,
+    checkpoint_dir: Optional[Path] = typer.Option(
+        None, help="Checkpoint the training here every 50 steps and on Ctrl-C; the same command resumes from it."
+    ),
     threads: ThreadsOpt = None,
 ) -> None:
     """Train a KGC model with SimKGC's loss, then evaluate it (filtered ranking against every entity)."""
@@ -173,6 +176,7 @@ def train(
         cache_dir=cache_dir,
         recipe=None if recipe is None else recipe.value,
         device=device,
+        checkpoint_dir=checkpoint_dir,
         **options,
     )
     r = report.train_result
