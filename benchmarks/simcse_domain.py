@@ -95,7 +95,7 @@ def measure(model, domain: str, args: argparse.Namespace) -> dict[str, Any]:
     full = str(probes["dims"][0])
     sts = STSEvaluator(tasks=["STSBenchmark"]) if args.smoke else STSEvaluator()
     return {
-        "probes": {t: 100 * probes["scores"][t][full] for t in PROBES[domain]},
+        "probes": {t: probes["scores"][t][full] for t in PROBES[domain]},  # DimsEvaluator reports x 100
         "metrics": probes["metrics"],
         "clustering_v_measure": {t: clustering(model, t, 200 if args.smoke else None) for t in CLUSTERING[domain]},
         "sts": sts(model),
