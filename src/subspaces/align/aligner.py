@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from subspaces.align.anchors import matched_anchors
+from subspaces.align.anchors import AnchorSet, matched_anchors
 from subspaces.align.budget import Budget
 from subspaces.align.diagnostics import (
     TRUST_K,
@@ -228,18 +228,29 @@ class MiniVec2Vec(BaseEstimator):
         known = None
         if pairs is not None:
             known = (center_normalize(pairs[0], self.source_mean_), center_normalize(pairs[1], self.target_mean_))
-        restarts = []
+        passes: list[_Pass] = []
         for restart in range(1 if known is not None else self.n_restarts):
             if restart and budget.spent(f"before restart {restart + 1}/{self.n_restarts}"):
                 break
-            restarts.append(self._fit_one(restart, a, b, index_a, index_b, score, pass_seeds[restart], budget, known))
-            if self._converged(restarts[-1]) is True:
+            passes.append(self._start_pass(restart, a, b, index_a, index_b, score, pass_seeds[restart], budget, known))
+            converged_now = self._converged(passes[-1].record) is True
+            # A converged pass replaces every unconverged one, so refining those first would be wasted: without a
+            # budget they are refined only once no later pass has converged (each stage draws from its own
+            # stream, so the order changes no map). Under a budget each is refined at once, before time runs out.
+            if converged_now or self.max_seconds is not None:
+                self._finish_pass(passes[-1], score, budget)
+            if converged_now:
                 break  # a converged pass is trusted; restarts are for passes whose structure still disagrees
+        else:  # no pass converged: every one is a candidate, so each is refined
+            for started in passes:
+                if not started.record["refined"]:
+                    self._finish_pass(started, score, budget)
+        restarts = [started.record for started in passes]
         # Refined maps are compared, not initial ones: a wrong start can look as good as a right one before
         # refinement, but only a right one reaches a high neighbour similarity after it. A converged pass (the
-        # stronger, structural evidence) is preferred to any unconverged one.
+        # stronger, structural evidence) is preferred to any unconverged one (which is then left unrefined).
         chosen = max(
-            range(len(restarts)),
+            (i for i, r in enumerate(restarts) if r["refined"]),
             key=lambda i: (self._converged(restarts[i]) is True, restarts[i]["nn_similarity"]["final"]),
         )
         self.matrix_ = restarts[chosen].pop("matrix").astype(np.float32)
@@ -339,7 +350,7 @@ class MiniVec2Vec(BaseEstimator):
             return None
         return swapped[-1] <= self.converged_swap_share
 
-    def _fit_one(
+    def _start_pass(
         self,
         restart: int,
         a,
@@ -350,20 +361,12 @@ class MiniVec2Vec(BaseEstimator):
         seed: np.random.SeedSequence,
         budget: Budget,
         known: tuple[np.ndarray, np.ndarray] | None,
-    ) -> dict[str, Any]:
-        """One full pass: anchors (or the known pairs) -> initial map -> structure -> refine-1 -> refine-2, with
+    ) -> _Pass:
+        """A pass up to its convergence judgement: anchors (or the known pairs) -> initial map -> structure, with
         its label-free diagnostics; each stage stops at its next safe point once ``budget`` is spent."""
         ap, sp, rp = self.anchors, self.structure, self.refine
         rng, structure_rng, refine_rng, centroid_rng = (np.random.default_rng(s) for s in seed.spawn(4))
-        seconds: dict[str, float] = {}
         clock = time.perf_counter()
-
-        def lap(stage: str) -> None:
-            nonlocal clock
-            now = time.perf_counter()
-            seconds[stage] = now - clock
-            clock = now
-
         where = f"(restart {restart + 1}/{self.n_restarts})"
         anchors = None
         if known is not None:  # known pairs are better anchors than any matching of cluster shapes
@@ -390,7 +393,8 @@ class MiniVec2Vec(BaseEstimator):
             matrix = initial_map(a[rows], b, anchors.source, anchors.target, k=ap.relative_k)
         initial_score = score(matrix)
         initial_consistency = anchor_consistency(anchors, matrix) if anchors is not None else None
-        lap("anchors_and_initial_map")
+        seconds = {"anchors_and_initial_map": time.perf_counter() - clock}
+        clock = time.perf_counter()
 
         step = NeighbourStep(
             a,
@@ -426,62 +430,88 @@ class MiniVec2Vec(BaseEstimator):
                     progress=tick,
                     out_of_time=budget.check(f"in the structural refinement {where}"),
                 )
-        structure_score = structure.best_score
-        lap("structure")
+        seconds["structure"] = time.perf_counter() - clock
+        record: dict[str, Any] = {
+            "matrix": matrix,
+            "refined": False,
+            "nn_similarity": {
+                "initial": initial_score,
+                "structure": structure.best_score,
+                "refine1": None,
+                "refine2": None,
+                "final": None,
+            },
+            "qap_agreement": float(anchors.agreement[anchors.kept].mean()) if anchors is not None else None,
+            "mean_qap_objective": float(anchors.objective.mean()) if anchors is not None else None,
+            "runs_kept": int(anchors.kept.sum()) if anchors is not None else 0,
+            "anchor_consistency_initial": initial_consistency,
+            "anchor_consistency_final": None,
+            "structure_iterations": structure.iterations,
+            "structure_scores": structure.scores,
+            "structure_swapped": structure.swapped,
+            "refine1_iterations": 0,
+            "refine1_best_iteration": -1,
+            "refine1_stopped_early": False,
+            "refine1_scores": [],
+            "refine1_average_score": None,
+            "refine1_averaged": False,
+            "refine2_accepted": False,
+            "stage_seconds": seconds,
+        }
+        return _Pass(restart, record, anchors, dataclasses.replace(step, rng=refine_rng), centroid_rng)
 
+    def _finish_pass(self, started: _Pass, score, budget: Budget) -> None:
+        """The rest of a pass, into its record: refine-1 -> refine-2, each stopping at its next safe point once
+        ``budget`` is spent."""
+        rp, record, seconds = self.refine, started.record, started.record["stage_seconds"]
+        where = f"(restart {started.restart + 1}/{self.n_restarts})"
+        refined_from = record["nn_similarity"]["structure"]
+        clock = time.perf_counter()
         with self._progress(f"refine {where}", rp.n_iter, "iteration") as tick:
             matrix, history = refine_by_neighbours(
-                matrix,
-                dataclasses.replace(step, rng=refine_rng),
+                record["matrix"],
+                started.step,
                 score=score,
                 n_iter=rp.n_iter,
                 patience=rp.patience,
                 tol=rp.tol,
-                start_score=structure_score,
+                start_score=refined_from,
                 average=rp.average,
                 score_every=rp.score_every,
                 progress=tick,
                 out_of_time=budget.check(f"in refine-1 {where}"),
             )
         refined_score = history.best_score
-        lap("refine1")
+        seconds["refine1"] = time.perf_counter() - clock
+        clock = time.perf_counter()
 
         centroid_score, centroid_accepted = None, False
         if rp.centroid_clusters > 0 and not budget.spent(f"before refine-2 {where}"):
             candidate = refine_by_centroids(
-                a,
-                b,
+                started.step.source,
+                started.step.target,
                 matrix,
                 n_clusters=rp.centroid_clusters,
                 kmeans_iter=rp.centroid_kmeans_iter,
                 alpha=rp.centroid_alpha,
                 orthogonalize=rp.orthogonalize,
-                seed=int(centroid_rng.integers(2**31)),
+                seed=int(started.centroid_rng.integers(2**31)),
             )
             centroid_score = score(candidate)
             # Accepted unless it makes the label-free score worse: refinement may not undo a good map.
             if centroid_score >= refined_score - rp.tol:
                 matrix, centroid_accepted = candidate, True
         final_score = max(refined_score, centroid_score) if centroid_accepted else refined_score
-        lap("refine2")
-        logger.info("restart %d: nn-similarity %.4f -> %.4f", restart, initial_score, final_score)
-        return {
+        seconds["refine2"] = time.perf_counter() - clock
+        logger.info(
+            "restart %d: nn-similarity %.4f -> %.4f", started.restart, record["nn_similarity"]["initial"], final_score
+        )
+        anchors = started.anchors
+        record["nn_similarity"] |= {"refine1": refined_score, "refine2": centroid_score, "final": final_score}
+        record |= {
             "matrix": matrix,
-            "nn_similarity": {
-                "initial": initial_score,
-                "structure": structure_score,
-                "refine1": refined_score,
-                "refine2": centroid_score,
-                "final": final_score,
-            },
-            "qap_agreement": float(anchors.agreement[anchors.kept].mean()) if anchors is not None else None,
-            "mean_qap_objective": float(anchors.objective.mean()) if anchors is not None else None,
-            "runs_kept": int(anchors.kept.sum()) if anchors is not None else 0,
-            "anchor_consistency_initial": initial_consistency,
+            "refined": True,
             "anchor_consistency_final": anchor_consistency(anchors, matrix) if anchors is not None else None,
-            "structure_iterations": structure.iterations,
-            "structure_scores": structure.scores,
-            "structure_swapped": structure.swapped,
             "refine1_iterations": history.iterations,
             "refine1_best_iteration": history.best_iteration,
             "refine1_stopped_early": history.stopped_early,
@@ -489,7 +519,6 @@ class MiniVec2Vec(BaseEstimator):
             "refine1_average_score": history.average_score,
             "refine1_averaged": history.averaged,
             "refine2_accepted": centroid_accepted,
-            "stage_seconds": seconds,
         }
 
     def _progress(self, description: str, total: int, unit: str):
@@ -606,6 +635,18 @@ class MiniVec2Vec(BaseEstimator):
         aligner.confidence_ = aligner.diagnostics_.get("confidence")
         aligner.stopped_early_ = bool(aligner.diagnostics_.get("stopped_early", False))
         return aligner
+
+
+@dataclasses.dataclass
+class _Pass:
+    """A pass that has run up to its convergence judgement: its diagnostics so far (``record``, the map under
+    ``"matrix"``) and what its refinement needs."""
+
+    restart: int
+    record: dict[str, Any]
+    anchors: AnchorSet | None
+    step: NeighbourStep  # refine-1's step, on the pass's own refine stream
+    centroid_rng: np.random.Generator
 
 
 def _plain(value: Any) -> Any:

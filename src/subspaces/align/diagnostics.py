@@ -69,9 +69,18 @@ def csls_score(sims: np.ndarray, k: int = TRUST_K) -> float:
     the plain nearest-neighbour similarity, it gains nothing from making hubs.
     """
     k_t, k_s = min(k, sims.shape[1]), min(k, sims.shape[0])
-    r_t = -np.partition(-sims, k_t - 1, axis=1)[:, :k_t].mean(axis=1)
-    r_s = -np.partition(-sims, k_s - 1, axis=0)[:k_s].mean(axis=0)
-    return float((2 * sims - r_s[None, :]).max(axis=1).mean() - r_t.mean())
+    # Partitioned in place along contiguous rows (the columns through a transposed copy): a third of the time of
+    # np.partition on copies, along axis 0 for r_s. Each row or column is the same sequence, so the same values
+    # are selected in the same order; r_s sums them laid out as before (k x n), so the sums are the same too.
+    rows = np.negative(sims)
+    rows.partition(k_t - 1, axis=1)
+    r_t = -rows[:, :k_t].mean(axis=1)
+    columns = np.negative(sims.T, order="C")
+    columns.partition(k_s - 1, axis=1)
+    r_s = -np.ascontiguousarray(columns[:, :k_s].T).mean(axis=0)
+    np.multiply(sims, 2, out=rows)
+    rows -= r_s[None, :]
+    return float(rows.max(axis=1).mean() - r_t.mean())
 
 
 def mutual_nn_rate(sims: np.ndarray) -> float:
