@@ -227,6 +227,26 @@ def test_batcher_coalesces_waiting_jobs_within_the_token_budget():
     assert [r[0, 1] for r in results] == [0, 1, 2, 3, 0, 1]  # each job got its own row of its batch
 
 
+def test_a_batch_is_counted_before_its_callers_get_their_rows_and_a_failing_hook_strands_nobody():
+    """A client holding its reply must find its batch in /metrics; a metrics hook that raises loses no result."""
+    done_when_counted: list[bool] = []
+    futures: list = []
+
+    def hook(info: BatchInfo) -> None:
+        done_when_counted.append(futures[0].done())
+        raise RuntimeError("broken hook")
+
+    batcher = Batcher(_rows, max_batch_tokens=1000, max_wait=0.0, max_queue=4, on_batch=hook)
+    gate = threading.Event()
+    batcher.call(lambda: gate.wait(5))
+    futures.append(batcher.encode(["a"], [1]))
+    gate.set()
+    assert futures[0].result(5).shape == (1, 2)
+    assert batcher.encode(["b"], [1]).result(5).shape == (1, 2)  # the worker lives on
+    batcher.close()
+    assert done_when_counted[0] is False and len(done_when_counted) == 2
+
+
 def test_batcher_waits_for_company_and_reports_errors_to_every_caller():
     seen: list[BatchInfo] = []
 

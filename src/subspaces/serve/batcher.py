@@ -10,6 +10,7 @@ batches never compete for the cores, and the event loop only ever waits on futur
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
@@ -19,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 
 class QueueFull(Exception):
@@ -158,13 +161,19 @@ class Batcher:
                 job.future.set_exception(exc)
             return
         seconds = time.perf_counter() - start
+        # Counted before the callers get their rows: a client that has its reply then finds its batch in /metrics
+        # (counting after raced with the next request's read of them).
+        if self.on_batch is not None:
+            tokens = [n for job in live for n in job.tokens]
+            info = BatchInfo(len(live), len(texts), sum(tokens), len(texts) * max(tokens, default=0), seconds)
+            try:
+                self.on_batch(info)
+            except Exception:  # a broken metrics hook must not strand the callers or the worker
+                logger.exception("the batch hook failed")
         offset = 0
         for job in live:
             job.future.set_result(rows[offset : offset + len(job.texts)])
             offset += len(job.texts)
-        if self.on_batch is not None:
-            tokens = [n for job in live for n in job.tokens]
-            self.on_batch(BatchInfo(len(live), len(texts), sum(tokens), len(texts) * max(tokens, default=0), seconds))
 
 
 def _settle(future: Future, fn: Callable[[], Any]) -> None:
