@@ -172,8 +172,9 @@ def fit_cmd(
         "QAP agreement": lambda r: r["qap_agreement"] if r["qap_agreement"] is not None else "known pairs",
         "nn-sim initial": lambda r: r["nn_similarity"]["initial"],
         "nn-sim structure": lambda r: r["nn_similarity"]["structure"],
-        "nn-sim refine-1": lambda r: r["nn_similarity"]["refine1"],
-        "nn-sim final": lambda r: r["nn_similarity"]["final"],
+        # a pass that a later converged one replaced is not refined (its refinement would be thrown away)
+        "nn-sim refine-1": lambda r: r["nn_similarity"]["refine1"] if r.get("refined", True) else "not refined",
+        "nn-sim final": lambda r: r["nn_similarity"]["final"] if r.get("refined", True) else "not refined",
         "last share swapped": lambda r: r["structure_swapped"][-1] if r["structure_swapped"] else float("nan"),
         "refine-1 iterations": lambda r: r["refine1_iterations"],
         "anchor consistency": lambda r: r["anchor_consistency_final"],
