@@ -556,14 +556,14 @@ def paired_difference(
     """
     if a.shape != b.shape:
         raise ValueError(f"paired arms need the same (seeds, rows), got {a.shape} and {b.shape}")
-    picks = np.random.default_rng(seed).integers(0, a.shape[1], (n, a.shape[1]))
-    g_boot = gold[picks] if gold is not None else None
-    g_one = gold[None] if gold is not None else None
-    pairs = list(zip(a, b, strict=True))
-    point = float(np.mean([metric_rows(x[None], g_one)[0] - metric_rows(y[None], g_one)[0] for x, y in pairs]))
-    boot = np.mean([metric_rows(x[picks], g_boot) - metric_rows(y[picks], g_boot) for x, y in pairs], axis=0)
-    lo, hi = (float(v) for v in np.percentile(boot, [2.5, 97.5]))
-    return {"diff": point, "lo": lo, "hi": hi, "half_width": (hi - lo) / 2, "seeds": len(a)}
+
+    def metric(values: np.ndarray, pick: np.ndarray) -> float:  # values: (rows, seeds) of the picked rows
+        golds = None if gold is None else np.broadcast_to(gold[pick], values.T.shape)
+        return float(metric_rows(values.T, golds).mean())
+
+    # the adapter benchmark's bootstrap, rows first: one resample of the test rows serves every seed of both arms
+    point, lo, hi = adapter_bench().paired_bootstrap(a.T, b.T, metric, n=n, seed=seed)
+    return {"diff": float(point), "lo": lo, "hi": hi, "half_width": (hi - lo) / 2, "seeds": len(a)}
 
 
 def load_results(folder: Path) -> tuple[dict[str, Any] | None, dict[str, dict[int, dict[str, Any]]]]:
