@@ -374,19 +374,10 @@ def run(args: argparse.Namespace) -> None:
 # -- table ----------------------------------------------------------------------------------------------------------
 
 
-def paired_bootstrap(a: np.ndarray, b: np.ndarray, metric, n: int = 1000, seed: int = 0) -> tuple[float, float, float]:
-    """metric(a) - metric(b) and its 95 % interval, resampling the same rows for both."""
-    rng = np.random.default_rng(seed)
-    diffs = np.empty(n)
-    for i in range(n):
-        pick = rng.integers(0, len(a), len(a))
-        diffs[i] = metric(a[pick], pick) - metric(b[pick], pick)
-    full = np.arange(len(a))
-    return metric(a, full) - metric(b, full), float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5))
-
-
 def table(args: argparse.Namespace) -> None:
     from scipy.stats import spearmanr
+
+    from subspaces.eval.stats import paired_bootstrap
 
     folder = args.out / args.split
     reports = [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]

@@ -561,8 +561,10 @@ def paired_difference(
         golds = None if gold is None else np.broadcast_to(gold[pick], values.T.shape)
         return float(metric_rows(values.T, golds).mean())
 
-    # the adapter benchmark's bootstrap, rows first: one resample of the test rows serves every seed of both arms
-    point, lo, hi = adapter_bench().paired_bootstrap(a.T, b.T, metric, n=n, seed=seed)
+    from subspaces.eval.stats import paired_bootstrap
+
+    # rows first: one resample of the test rows serves every seed of both arms
+    point, lo, hi = paired_bootstrap(a.T, b.T, metric, n=n, seed=seed)
     return {"diff": float(point), "lo": lo, "hi": hi, "half_width": (hi - lo) / 2, "seeds": len(a)}
 
 

@@ -31,6 +31,8 @@ interrupted run resumes from its checkpoint (the engine's exact resume), so the 
     python benchmarks/simcse_ablation.py run                  # all arms x seeds 0,1,2 (seed-major order)
     python benchmarks/simcse_ablation.py table                # mean and spread per arm, from the JSON
     python benchmarks/simcse_ablation.py plot                 # alignment-uniformity trajectories -> PNG
+    python benchmarks/simcse_ablation.py rows                 # every kept model's cosine per STS test pair
+    python benchmarks/simcse_ablation.py paired               # paired bootstrap intervals between arms, from rows
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import json
 import random
 import statistics
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -84,23 +87,41 @@ def start_model(seed: int, reinit: int):
     return model
 
 
-def sts_table(model, trainable_layers: int, cache_dir: Path) -> dict[str, float]:
-    """The 7-task STS test table (+ geometry on STS-B test), through the same cached bottom layers (exact to fp16)."""
+@contextmanager
+def cached_bottom(model, trainable_layers: int, cache_dir: Path, evaluator):
+    """``model`` in eval mode reading its frozen bottom layers' outputs for every STS test text from disk (exact to
+    fp16), under no_grad."""
     import torch
 
-    from subspaces.eval.sts import STSEvaluator
     from subspaces.models.partial import partial_fine_tuning
 
     model.eval()
     # Its own cache folder: the model reads max_seq_length tokens here, not the training length.
     folder = cache_dir / f"eval-len{model.max_seq_length}"
-    evaluator = STSEvaluator()
     texts = sorted(
         {t for task in evaluator.tasks for p in [evaluator._pairs(task)] for t in p.sentences1 + p.sentences2}
     )
     with partial_fine_tuning(model, trainable_layers, cache_dir=folder, show_progress=False) as pft, torch.no_grad():
         pft.prepare(texts)  # written to disk once; every later table reads the bottom layers' outputs from there
+        yield
+
+
+def sts_table(model, trainable_layers: int, cache_dir: Path) -> dict[str, float]:
+    """The 7-task STS test table (+ geometry on STS-B test), through the same cached bottom layers."""
+    from subspaces.eval.sts import STSEvaluator
+
+    evaluator = STSEvaluator()
+    with cached_bottom(model, trainable_layers, cache_dir, evaluator):
         return evaluator(model)
+
+
+def sts_rows(model, trainable_layers: int, cache_dir: Path) -> dict[str, Any]:
+    """Every STS test pair's cosine, per task (what ``paired`` resamples), through the same cached bottom layers."""
+    from subspaces.eval.sts import STSEvaluator
+
+    evaluator = STSEvaluator(geometry=False)
+    with cached_bottom(model, trainable_layers, cache_dir, evaluator):
+        return evaluator.predictions(model)
 
 
 def geometry_sample(pairs, n_uniform: int = 300, seed: int = 0) -> tuple[list[str], list[str], list[str]]:
@@ -323,9 +344,105 @@ def plot(args: argparse.Namespace) -> None:
     print(f"wrote {path}")
 
 
+# -- per-row scores and paired intervals ----------------------------------------------------------------------------
+
+COMPARISONS = (
+    ("dropout", "none"),
+    ("dropout", "delete_one_word"),
+    ("delete_one_word", "none"),
+    ("sup_pairs", "dropout"),
+    ("sup_hardneg", "dropout"),
+    ("sup_hardneg", "sup_pairs"),
+    *((arm, "start") for arm in ARMS),
+)
+
+
+def kept_model_dir(args: argparse.Namespace, result: Path, record: dict[str, Any]) -> Path:
+    """Where a run's kept model is: a reused record's run folder is the default one, beside its JSON's source."""
+    default_runs = ROOT.parent / "runs" / "simcse_ablation"
+    return (default_runs if "reused_from" in record else args.runs) / result.stem
+
+
+def rows(args: argparse.Namespace) -> None:
+    """Re-score the start and every kept model on the STS test pairs and keep each pair's cosine
+    (``<run>.rows.npz``); the recorded table is recomputed from them as a check."""
+    import numpy as np
+
+    from subspaces.models.encoder import load_encoder
+
+    for result in sorted(args.results.glob("*_seed*.json")):
+        target = result.with_suffix(".rows.npz")
+        if target.is_file():
+            continue
+        record = json.loads(result.read_text())
+        if result.name.startswith("start"):
+            model = start_model(int(record["seed"]), int(record["reinit_top_layers"]))
+        else:
+            folder = kept_model_dir(args, result, record)
+            if not (folder / "model.safetensors").is_file():
+                raise SystemExit(f"{result.name}: no kept model under {folder}")
+            model = load_encoder(str(folder))
+        predicted = sts_rows(model, args.trainable_layers, args.cache_dir)
+        avg = statistics.mean(_spearman(predicted[t], _gold(t)) for t in predicted)
+        recorded = record["sts_test"]["avg"]
+        if abs(avg - recorded) > 0.05:
+            raise SystemExit(f"{result.name}: rows give STS avg {avg:.3f}, the record says {recorded:.3f}")
+        partial = target.with_suffix(".partial.npz")  # written whole, then renamed: no half-written rows
+        np.savez(partial, **{t: v.astype(np.float32) for t, v in predicted.items()})
+        partial.replace(target)
+        print(f"{result.stem}: STS avg {avg:.2f} from the rows (recorded {recorded:.2f})", flush=True)
+
+
+def _gold(task: str):
+    import numpy as np
+
+    from subspaces.data.sts import load_task
+
+    return np.asarray(load_task(task, "original").scores, dtype=float)
+
+
+def _spearman(predicted, gold) -> float:
+    from subspaces.eval.sts import spearman_x100
+
+    return spearman_x100(predicted, gold)
+
+
+def paired(args: argparse.Namespace) -> None:
+    """Paired bootstrap 95 % intervals of the STS-avg difference between arms: the same resampled test pairs
+    (within each task) score both arms, every seed both arms share averaged on each resample."""
+    import numpy as np
+
+    from subspaces.data.sts import TASKS
+    from subspaces.eval.sts import paired_avg_difference
+
+    by_arm: dict[str, dict[int, Any]] = {}
+    for path in sorted(args.results.glob("*_seed*.rows.npz")):
+        arm, seed = path.name.split(".")[0].rsplit("_seed", 1)
+        with np.load(path) as data:
+            by_arm.setdefault(arm, {})[int(seed)] = {t: data[t] for t in TASKS}
+    gold = {t: _gold(t) for t in TASKS}
+    report = []
+    for a, b in COMPARISONS:
+        seeds = sorted(set(by_arm.get(a, {})) & set(by_arm.get(b, {})))
+        if not seeds:
+            continue
+        side_a, side_b = ({t: np.stack([by_arm[arm][s][t] for s in seeds], axis=1) for t in TASKS} for arm in (a, b))
+        result = paired_avg_difference(side_a, side_b, gold, n=args.bootstrap)
+        report.append({"a": a, "b": b, "seeds": seeds, **result._asdict(), "excludes_zero": result.excludes_zero})
+        print(f"| {a} − {b} | {len(seeds)} | {result.diff:+.2f} [{result.low:+.2f}, {result.high:+.2f}] |", flush=True)
+    save(
+        args.results / "paired.json",
+        {
+            "what": "STS-avg (7 tasks, Spearman x 100) difference a - b, mean over the seeds both arms have",
+            "interval": f"paired bootstrap 95 %, {args.bootstrap} resamples of the test pairs within each task",
+            "comparisons": report,
+        },
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("run", "table", "plot"))
+    parser.add_argument("command", choices=("run", "table", "plot", "rows", "paired"))
     parser.add_argument("--arms", type=lambda s: s.split(","), default=list(ARMS))
     parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
     parser.add_argument("--steps", type=int, default=1000)
@@ -345,9 +462,10 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--runs", type=Path, default=ROOT.parent / "runs" / "simcse_ablation")
     parser.add_argument("--cache-dir", type=Path, default=ROOT.parent / "runs" / "simcse_ablation" / "activations")
+    parser.add_argument("--bootstrap", type=int, default=1000, help="resamples for paired")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args()
-    {"run": run, "table": table, "plot": plot}[args.command](args)
+    {"run": run, "table": table, "plot": plot, "rows": rows, "paired": paired}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -235,3 +235,27 @@ def test_eval_dims_cli_onnx_backend_matches_torch(tiny_model_dir, probe_data, tm
     # so Spearman x 100 agrees to a few points, not to rounding (embedding closeness is tests/test_backends.py's)
     for dim, score in reports["torch"]["scores"]["STSBenchmark"].items():
         assert reports["onnx"]["scores"]["STSBenchmark"][dim] == pytest.approx(score, abs=3)
+
+
+def test_sts_predictions_are_the_rows_behind_the_table(tiny_model, probe_data):
+    from subspaces.eval.sts import STSEvaluator, spearman_x100
+
+    evaluator = STSEvaluator(tasks=["STSBenchmark", "SICKRelatedness"], geometry=False)
+    model = _static_model(tiny_model)
+    predicted = evaluator.predictions(model)
+    table = evaluator(model)
+    for task, rows in predicted.items():
+        assert rows.shape == evaluator.gold(task).shape
+        assert spearman_x100(rows, evaluator.gold(task)) == pytest.approx(table[task], abs=1e-9)
+
+
+def test_kept_predictions_are_the_rows_behind_the_scores(tiny_model, probe_data):
+    from subspaces.eval.dims import classification_scores
+
+    model = _static_model(tiny_model)
+    report = DimsEvaluator(tasks=["Banking77"], dims=[8, None], keep_predictions=True)(model)
+    details = report["details"]["Banking77"]
+    for dim in ("8", "24"):
+        again = classification_scores(details["gold"], details[dim]["predictions"])
+        assert again["accuracy"] == pytest.approx(details[dim]["accuracy"])
+    assert "predictions" not in DimsEvaluator(tasks=["Banking77"], dims=[8])(model)["details"]["Banking77"]["8"]

@@ -139,6 +139,8 @@ class DimsEvaluator:
         C: inverse L2 strength of the logistic-regression probe.
         max_iter: iterations of its lbfgs solver.
         random_state: seeds the subsets.
+        keep_predictions: also keep each test row's predicted label (``details[task][dim]["predictions"]``) and
+            the gold labels (``details[task]["gold"]``): what a paired bootstrap between two models resamples.
     """
 
     tasks: Sequence[str] = DEFAULT_TASKS
@@ -150,6 +152,7 @@ class DimsEvaluator:
     batch_size: int = 64
     random_state: int = 0
     show_progress: bool = False
+    keep_predictions: bool = False
     _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -198,7 +201,11 @@ class DimsEvaluator:
 
         probe = make_pipeline(StandardScaler(), LogisticRegression(C=self.C, max_iter=self.max_iter))
         probe.fit(x_train, np.asarray(y_train))
-        return classification_scores(list(y_test), list(probe.predict(x_test)))
+        predicted = probe.predict(x_test)
+        scores: dict[str, Any] = classification_scores(list(y_test), list(predicted))
+        if self.keep_predictions:
+            scores["predictions"] = predicted.tolist()
+        return scores
 
     def evaluate_task(self, model, task_name: str, dims: Sequence[int]) -> tuple[dict[str, float], dict[str, Any]]:
         """Scores of one task at each dim: ``({"16": main metric, ...}, {"16": every metric, ...})``."""
@@ -232,6 +239,8 @@ class DimsEvaluator:
             result = self._probe(x_train, y_train, x_test, y_test)
             scores[str(d)] = result[task.metric]
             details[str(d)] = result
+        if self.keep_predictions:
+            details["gold"] = np.asarray(y_test).tolist()
         return scores, details
 
     def __call__(self, model, name: str | None = None) -> dict[str, Any]:

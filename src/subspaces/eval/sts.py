@@ -74,12 +74,21 @@ class STSEvaluator(Evaluator):
             self.pairs[task] = load_task(task, self.variant)
         return self.pairs[task]
 
-    def __call__(self, model, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
-        scores: dict[str, float] = {}
+    def predictions(self, model) -> dict[str, np.ndarray]:
+        """The model's cosine for every pair of every task, row-aligned with ``gold(task)``: what a paired
+        bootstrap between two models resamples."""
+        predicted = {}
         for task in self.tasks:
-            pairs = self._pairs(task)
-            e1, e2 = embed_pairs(model, pairs, self.batch_size, self.truncate_dim)
-            scores[task] = spearman_x100(cosine_rows(e1, e2), pairs.scores)
+            e1, e2 = embed_pairs(model, self._pairs(task), self.batch_size, self.truncate_dim)
+            predicted[task] = cosine_rows(e1, e2)
+        return predicted
+
+    def gold(self, task: str) -> np.ndarray:
+        return np.asarray(self._pairs(task).scores, dtype=float)
+
+    def __call__(self, model, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
+        predicted = self.predictions(model)
+        scores = {task: spearman_x100(predicted[task], self.gold(task)) for task in self.tasks}
         scores["avg"] = float(np.mean([scores[t] for t in self.tasks]))
         if self.geometry:
             scores.update(geometry(model, self.variant, self.geometry_split, self.batch_size, self.truncate_dim))
@@ -139,3 +148,36 @@ class STSBDevEvaluator(Evaluator):
         dims = check_dims(self.dims, e1.shape[1])
         scores = {f"stsb_dev@{d}": spearman_x100(cosine_rows(prefix(e1, d), prefix(e2, d)), pairs.scores) for d in dims}
         return {**scores, "mean": float(np.mean(list(scores.values())))}
+
+
+def paired_avg_difference(
+    a: dict[str, np.ndarray], b: dict[str, np.ndarray], gold: dict[str, np.ndarray], n: int = 1000, seed: int = 0
+):
+    """STS avg (Spearman x 100, mean over the tasks of ``gold``) of ``a`` minus that of ``b``, with its paired
+    bootstrap 95 % interval: the same pairs, resampled within each task, score both.
+
+    ``a[task]``, ``b[task]``: each pair's cosine, ``(pairs,)`` or ``(pairs, seeds)``; with seeds, each side's
+    score is the mean over its seeds on every resample.
+    """
+    from scipy.stats import rankdata
+
+    from subspaces.eval.stats import paired_bootstrap
+
+    tasks = list(gold)
+
+    def stack(side: dict[str, np.ndarray]) -> np.ndarray:
+        return np.concatenate([np.asarray(side[t], dtype=float).reshape(len(gold[t]), -1) for t in tasks])
+
+    strata = np.repeat(np.arange(len(tasks)), [len(gold[t]) for t in tasks])
+    every_gold = np.concatenate([np.asarray(gold[t], dtype=float) for t in tasks])
+
+    def metric(values: np.ndarray, rows: np.ndarray) -> float:
+        per_task = []
+        for t in range(len(tasks)):
+            here = strata[rows] == t
+            g, v = rankdata(every_gold[rows][here]), rankdata(values[here], axis=0)
+            g, v = g - g.mean(), v - v.mean(axis=0)
+            per_task.append((v * g[:, None]).sum(0) / np.sqrt((v * v).sum(0) * (g * g).sum()))
+        return float(100 * np.mean(per_task))
+
+    return paired_bootstrap(stack(a), stack(b), metric, n=n, seed=seed, strata=strata)

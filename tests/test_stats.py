@@ -1,0 +1,72 @@
+"""The paired bootstrap: what it resamples, and that its interval can exclude zero or fail to."""
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+
+from subspaces.errors import SubspacesError
+from subspaces.eval.stats import paired_bootstrap
+
+
+def mean(values, rows):
+    return float(np.mean(values))
+
+
+def test_equal_systems_differ_by_exactly_zero():
+    a = np.random.default_rng(0).normal(size=200)
+    result = paired_bootstrap(a, a.copy(), mean, n=200)
+    assert (result.diff, result.low, result.high) == (0.0, 0.0, 0.0)
+    assert not result.excludes_zero
+
+
+def test_a_shared_row_difficulty_cancels_and_a_small_gain_is_detected():
+    rng = np.random.default_rng(1)
+    difficulty = rng.normal(scale=10.0, size=500)  # dwarfs the gain: two separate intervals would overlap
+    b = difficulty + rng.normal(scale=0.1, size=500)
+    a = difficulty + 0.2 + rng.normal(scale=0.1, size=500)
+    result = paired_bootstrap(a, b, mean, n=500)
+    assert result.diff == pytest.approx(0.2, abs=0.03)
+    assert result.excludes_zero and result.low > 0.15 and result.high < 0.25
+
+
+def test_noise_alone_gives_an_interval_around_zero():
+    rng = np.random.default_rng(2)
+    a, b = rng.normal(size=300), rng.normal(size=300)
+    result = paired_bootstrap(a, b, mean, n=500)
+    assert result.low < 0 < result.high
+
+
+def test_strata_keep_each_group_whole_and_rows_index_gold():
+    strata = np.array([0] * 30 + [1] * 70)
+    gold = np.random.default_rng(3).normal(size=100)
+    seen = []
+
+    def per_group_spearman(values, rows):
+        seen.append(np.bincount(strata[rows], minlength=2))
+        return float(np.mean([spearmanr(values[strata[rows] == g], gold[rows][strata[rows] == g])[0] for g in (0, 1)]))
+
+    a = gold + np.random.default_rng(4).normal(scale=0.5, size=100)
+    b = np.random.default_rng(5).normal(size=100)
+    result = paired_bootstrap(a, b, per_group_spearman, n=50, strata=strata)
+    assert all(list(counts) == [30, 70] for counts in seen)
+    assert result.excludes_zero and result.diff > 0.5
+
+
+def test_rows_must_align():
+    with pytest.raises(SubspacesError, match="row-aligned"):
+        paired_bootstrap(np.zeros(3), np.zeros(4), mean)
+
+
+def test_sts_avg_difference_is_the_difference_of_the_tables():
+    from subspaces.eval.sts import paired_avg_difference, spearman_x100
+
+    rng = np.random.default_rng(6)
+    gold = {"A": rng.uniform(0, 5, 80), "B": rng.uniform(0, 5, 120)}
+    good = {t: g[:, None] + rng.normal(scale=1.0, size=(len(g), 2)) for t, g in gold.items()}  # two seeds
+    bad = {t: g + rng.normal(scale=3.0, size=len(g)) for t, g in gold.items()}
+    result = paired_avg_difference(good, bad, gold, n=200)
+    table = lambda side: np.mean(  # noqa: E731
+        [np.mean([spearman_x100(c, gold[t]) for c in np.asarray(side[t]).reshape(len(gold[t]), -1).T]) for t in gold]
+    )
+    assert result.diff == pytest.approx(table(good) - table(bad), abs=1e-9)
+    assert result.excludes_zero and result.diff > 10
