@@ -247,6 +247,7 @@ def test_sts_predictions_are_the_rows_behind_the_table(tiny_model, probe_data):
     for task, rows in predicted.items():
         assert rows.shape == evaluator.gold(task).shape
         assert spearman_x100(rows, evaluator.gold(task)) == pytest.approx(table[task], abs=1e-9)
+        assert np.array_equal(evaluator.predicted_[task], rows)
 
 
 def test_kept_predictions_are_the_rows_behind_the_scores(tiny_model, probe_data):
