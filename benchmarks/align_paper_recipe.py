@@ -112,3 +112,15 @@ def map_paper_recipe(fitted: dict, source: np.ndarray, target_dim: int) -> np.nd
     dim = fitted["matrix"].shape[0]
     mapped = _pad(normalize(source - fitted["source_mean"]), dim) @ fitted["matrix"]
     return mapped[:, :target_dim]
+
+
+def score_paper_recipe(a: np.ndarray, b: np.ndarray, x: np.ndarray, y: np.ndarray, *, seed: int, **settings) -> dict:
+    """Fit the recipe on the unpaired halves ``a``, ``b`` (``settings``: :func:`fit_paper_recipe`'s) and score it
+    on the held-out pairs ``x``, ``y`` as the library's aligner is scored, with its fit seconds."""
+    from subspaces.align import retrieval_metrics
+    from subspaces.align.preprocess import center_normalize
+
+    fitted = fit_paper_recipe(a, b, seed=seed, **settings)
+    mapped = map_paper_recipe(fitted, x, y.shape[1])
+    scored = retrieval_metrics(mapped, center_normalize(y, fitted["target_mean"]), pool_size=len(x))
+    return scored | {"fit_seconds": fitted["fit_seconds"]}

@@ -215,12 +215,18 @@ class MiniVec2Vec(BaseEstimator):
         probe_rows_b = rng.choice(len(b), min(self.search.probe_size, len(b)), replace=False)
         probe_a, probe_b = a[probe_rows_a], b[probe_rows_b]
 
-        index_a = NeighbourIndex(
-            a, n_lists=self.search.ann_lists, n_probe=self.search.ann_probe, seed=int(rng.integers(2**31))
-        )
-        index_b = NeighbourIndex(
-            b, n_lists=self.search.ann_lists, n_probe=self.search.ann_probe, seed=int(rng.integers(2**31))
-        )
+        def neighbour_index(rows: np.ndarray) -> NeighbourIndex:
+            s = self.search
+            return NeighbourIndex(
+                rows,
+                n_lists=s.ann_lists,
+                n_probe=s.ann_probe,
+                shortlist_dims=s.shortlist_dims,
+                shortlist_factor=s.shortlist_factor,
+                seed=int(rng.integers(2**31)),
+            )
+
+        index_a, index_b = neighbour_index(a), neighbour_index(b)
 
         def score(matrix: np.ndarray) -> float:
             return bidirectional_nn_similarity(probe_a, probe_b, index_a, index_b, matrix)

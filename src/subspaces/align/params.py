@@ -176,13 +176,25 @@ class RefineParams(StageParams):
 @dataclass(frozen=True, repr=False)
 class SearchParams(StageParams):
     """Neighbour search and the label-free score: ``ann_lists`` IVF cells (0 = exact; IVF is cheaper per search
-    but up to 3 points of top-1 worse, BENCHMARKS.md section 2), ``ann_probe`` cells visited per query,
+    but up to 3 points of top-1 worse, BENCHMARKS.md section 2), ``ann_probe`` cells visited per query;
+    ``shortlist_dims`` principal axes a shortlist is scanned on (0 = exact), ``shortlist_factor`` x k candidates
+    re-ranked exactly (:class:`subspaces.align.neighbours.NeighbourIndex`; one approximate search at a time);
     ``probe_size`` rows of each space scored."""
 
     stage: ClassVar[str] = "search"
     ann_lists: int = setting(0, low=0)
     ann_probe: int = setting(8, low=1)
+    shortlist_dims: int = setting(0, low=0)
+    shortlist_factor: int = setting(4, low=1)
     probe_size: int = setting(2048, low=1)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.ann_lists > 0 and self.shortlist_dims > 0:
+            raise SubspacesError(
+                f"search.ann_lists ({self.ann_lists}) and search.shortlist_dims ({self.shortlist_dims}) "
+                "are two approximate searches; set one of them to 0"
+            )
 
 
 STAGES: dict[str, type[StageParams]] = {
