@@ -31,7 +31,7 @@ def embed_pairs(model, pairs: STSPairs, batch_size: int = 128, truncate_dim: int
     return e1, e2
 
 
-def spearman_x100(pred: np.ndarray, gold: Sequence[float]) -> float:
+def spearman_x100(pred: np.ndarray, gold: Sequence[float] | np.ndarray) -> float:
     return float(spearmanr(pred, gold).statistic * 100)
 
 
