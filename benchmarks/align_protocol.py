@@ -16,6 +16,9 @@ built as ``align_pools.py`` builds its pools (unpaired halves for the two models
 Arms, each fitted with the frozen defaults (``MiniVec2Vec()``; recorded as ``params``) unless named otherwise:
 
 * ``default``: ours, the paper recipe on the same rows in the same job, identity, in-sample and cross-fitted oracle;
+  with the ``pairs-N`` arms also migration as users see it: Recall@10 of new-model queries over the *mapped* old
+  documents as a fraction of Recall@10 over the re-embedded ones (STS-B pairs scored >= 4: sentence 1 the query,
+  its sentence 2 the relevant document among every distinct sentence 2; :func:`retrieval_set`);
 * ``rotation`` / ``permutation``: the target space (both halves) under a random orthogonal map / a coordinate
   permutation; a rotation-equivariant method gives the default arm's top-1 within seed noise;
 * ``pairs-50`` / ``pairs-200`` / ``pairs-1000``: with that many known pairs;
@@ -175,7 +178,63 @@ def arm_data(pool: dict[str, np.ndarray], arm: str, n_pairs_reserved: int) -> di
     return {"a": a, "b": b, "x": x[:-n_pairs_reserved], "y": y[:-n_pairs_reserved], "pairs": pairs}
 
 
-def run_cell(data: dict, arm: str, seed: int, params: dict, paper: bool) -> dict:
+RETRIEVAL_MIN_SCORE = 4.0  # STS-B pairs at or above it are a query and its one relevant document
+
+
+def retrieval_set(target: str) -> dict[str, np.ndarray]:
+    """Migration as users see it (item 6): STS-B pairs scored >= 4 (every split), sentence 1 a query whose one
+    relevant document is its sentence 2 among every distinct STS-B sentence 2. Queries are embedded by the new
+    (target) model; documents by both models, the old ones to be mapped. Cached per model."""
+    from subspaces.config import cache_dir
+    from subspaces.data.sts import load_stsb
+    from subspaces.io import save_npy
+    from subspaces.models.encoder import encode, load_encoder
+
+    pairs = [p for split_ in ("train", "dev", "test") for p in [load_stsb(split_)]]
+    documents = _distinct(t for p in pairs for t in p.sentences2)
+    where = {t: i for i, t in enumerate(documents)}
+    chosen = [
+        (a, b)
+        for p in pairs
+        for a, b, s in zip(p.sentences1, p.sentences2, p.scores, strict=True)
+        if s >= RETRIEVAL_MIN_SCORE
+    ]
+    queries = [a for a, _ in chosen]
+    folder = cache_dir() / "align_bench" / "retrieval-stsb"
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def embedded(model: str, part: str, texts: list[str]) -> np.ndarray:
+        path = folder / f"{model}.{part}.npy"
+        if not path.is_file():
+            save_npy(path, encode(load_encoder(model), texts, batch_size=64).astype(np.float32))
+        return np.load(path)
+
+    return {
+        "queries_new": embedded(target, "queries", queries),
+        "documents_new": embedded(target, "documents", documents),
+        "documents_old": embedded(SOURCE_MODEL, "documents", documents),
+        "relevant": np.array([where[b.strip()] for _, b in chosen]),
+    }
+
+
+def recall_at_10(queries: np.ndarray, documents: np.ndarray, relevant: np.ndarray) -> float:
+    """Share of queries whose relevant document is among the 10 of highest cosine (exact search)."""
+    from subspaces.align.preprocess import normalize_rows
+
+    scores = normalize_rows(queries) @ normalize_rows(documents).T
+    top = np.argpartition(-scores, 10, axis=1)[:, :10]
+    return float((top == relevant[:, None]).any(axis=1).mean())
+
+
+def migration_recall(aligner, retrieval: dict[str, np.ndarray]) -> dict[str, float]:
+    """Recall@10 of new-model queries over the mapped old documents, against the fully re-embedded corpus."""
+    q, relevant = retrieval["queries_new"], retrieval["relevant"]
+    reembedded = recall_at_10(q, retrieval["documents_new"], relevant)
+    migrated = recall_at_10(q, aligner.transform(retrieval["documents_old"]), relevant)
+    return {"reembedded": reembedded, "migrated": migrated, "fraction": migrated / max(reembedded, 1e-9)}
+
+
+def run_cell(data: dict, arm: str, seed: int, params: dict, paper: bool, retrieval: dict | None = None) -> dict:
     overrides = {"random_state": seed, "verbose": False}
     if arm == "weak":
         overrides |= {"n_restarts": 1}
@@ -204,6 +263,8 @@ def run_cell(data: dict, arm: str, seed: int, params: dict, paper: bool) -> dict
         },
         "stage_seconds": d["restarts"][d["chosen_restart"]]["stage_seconds"],
     }
+    if retrieval is not None:
+        report["migration_recall@10"] = migration_recall(aligner, retrieval)
     if paper:
         fitted = fit_paper_recipe(data["a"], data["b"], seed=seed)
         mapped = map_paper_recipe(fitted, x, y.shape[1])
@@ -228,7 +289,10 @@ def run(args: argparse.Namespace) -> Path:
                             continue  # resumable: a finished cell is never redone
                         pool = pool or load_pool(domain, sample, args.size, target)
                         data = arm_data(pool, arm, args.reserved_pairs)
-                        report = run_cell(data, arm, seed, params, paper=arm == "default" and not args.no_paper)
+                        # the controls transform the target space, which the retrieval set's new vectors are not in
+                        retrieval = retrieval_set(target) if arm in SEEDED_ARMS else None
+                        paper = arm == "default" and not args.no_paper
+                        report = run_cell(data, arm, seed, params, paper=paper, retrieval=retrieval)
                         report |= {"domain": domain, "role": role, "sample": sample, "target": target}
                         report |= {"source": SOURCE_MODEL, "arm": arm, "seed": seed, "n_texts": len(pool["a"]) * 2}
                         save_json(path, report)
@@ -249,7 +313,10 @@ def table(results: Path) -> str:
     rows = [json.loads(p.read_text()) for p in sorted(Path(results).glob("*-seed*.json"))]  # cells only
     if not rows:
         return f"no results under {results}"
-    lines = ["role | domain | target | arm | n | top-1 | cross-fitted oracle | identity | paper | seconds | conv"]
+    lines = [
+        "role | domain | target | arm | n | top-1 | cross-fitted oracle | identity | paper | seconds | conv | "
+        "migrated R@10 / re-embedded"
+    ]
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
         cells[(r["role"], r["domain"], r["target"], r["arm"])].append(r)
@@ -260,7 +327,8 @@ def table(results: Path) -> str:
             f"{role} | {domain} | {target} | {arm} | {len(group)} | {_spread([r['top1'] for r in group])} | "
             f"{_spread([r['oracle_cross_fitted']['top1'] for r in group])} | {_spread(identity)} | "
             f"{_spread(paper)} | {np.mean([r['fit_seconds'] for r in group]):.0f} | "
-            f"{np.mean([r['converged'] for r in group]):.0%}"
+            f"{np.mean([r['converged'] for r in group]):.0%} | "
+            f"{_spread([r['migration_recall@10']['fraction'] for r in group if 'migration_recall@10' in r])}"
         )
     lines.append("\nrotation control: top-1(arm) - top-1(default), same pool sample and seed")
     by_key = {(r["domain"], r["sample"], r["target"], r["arm"], r["seed"]): r for r in rows}
