@@ -81,6 +81,9 @@ def load_centered(pool: str, size: int, target: str, seed: int = 0) -> CenteredP
     return CenteredPool(raw, a, b, x, y)
 
 
+STATIC_MODELS = ("wordllama",)  # table lookups: nothing to export to a runtime
+
+
 def embed_pool(
     pool: str,
     size: int,
@@ -89,9 +92,12 @@ def embed_pool(
     models: list[str],
     batch_size: int = 64,
     texts: list[str] | None = None,
+    backend: str = "torch",
 ) -> Path:
     """Embed what each model needs: the source its half + held-out, each target its half + held-out.
-    ``texts``: the pool's ``size`` shuffled texts, for pools :func:`pool_texts` does not read."""
+    ``texts``: the pool's ``size`` shuffled texts, for pools :func:`pool_texts` does not read. ``backend``:
+    ``onnx`` runs the same fp32 network about twice as fast on this CPU (``benchmarks/results/backend_speed.json``;
+    the vectors agree to float rounding); a static model (wordllama) has no network and always runs as it is."""
     from subspaces.models.encoder import encode, load_encoder
 
     texts = pool_texts(pool, size, seed) if texts is None else texts
@@ -104,12 +110,14 @@ def embed_pool(
             path = folder / f"{name}.{part_name}.npy"
             if path.is_file():
                 continue
-            model = load_encoder(name)
+            runs_on = "torch" if name in STATIC_MODELS else backend
+            model = load_encoder(name, backend=runs_on)
             start = time.perf_counter()
             emb = encode(model, texts[part], batch_size=batch_size, show_progress=True)
             seconds = time.perf_counter() - start
             save_npy(path, emb.astype(np.float32))
-            save_json(path.with_suffix(".json"), {"n": len(emb), "seconds": seconds, "model": name, "part": part_name})
+            meta = {"n": len(emb), "seconds": seconds, "model": name, "part": part_name, "backend": runs_on}
+            save_json(path.with_suffix(".json"), meta)
             print(f"{pool} {name} {part_name}: {len(emb)} texts in {seconds:.0f}s -> {path}", flush=True)
     return folder
 

@@ -149,7 +149,9 @@ def n_eval_for(size: int) -> int:
 def load_pool(domain: str, sample: int, size: int, target: str) -> dict[str, np.ndarray]:
     texts = pool_sample(domain, sample, size)
     size = len(texts)
-    folder = embed_pool(f"protocol-{domain}", size, sample, n_eval_for(size), [SOURCE_MODEL, target], texts=texts)
+    folder = embed_pool(
+        f"protocol-{domain}", size, sample, n_eval_for(size), [SOURCE_MODEL, target], texts=texts, backend="onnx"
+    )
     return {
         "a": np.load(folder / f"{SOURCE_MODEL}.train.npy"),
         "b": np.load(folder / f"{target}.train.npy"),

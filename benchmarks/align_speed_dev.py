@@ -110,7 +110,7 @@ def merged(base: dict, variant: dict) -> dict:
 
 
 def load(pool: Pool) -> dict:
-    folder = embed_pool(pool.name, pool.size, 0, pool.n_eval, [SOURCE_MODEL, pool.target])
+    folder = embed_pool(pool.name, pool.size, 0, pool.n_eval, [SOURCE_MODEL, pool.target], backend="onnx")
     parts = {"a": f"{SOURCE_MODEL}.train", "b": f"{pool.target}.train"}
     parts |= {"x": f"{SOURCE_MODEL}.eval", "y": f"{pool.target}.eval"}
     return {key: np.load(folder / f"{name}.npy") for key, name in parts.items()} | {"pairs": None}
