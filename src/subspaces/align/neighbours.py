@@ -63,6 +63,7 @@ class NeighbourIndex:
             self.index = flat_index(base @ self.axes)
             return
         # faiss wants ~39 points per list to train; fall back to exact search on small sets.
+        index: faiss.Index
         if n_lists > 0 and len(base) >= 39 * n_lists:
             quantizer = faiss.IndexFlatIP(dim)
             index = faiss.IndexIVFFlat(quantizer, dim, n_lists, faiss.METRIC_INNER_PRODUCT)

@@ -39,7 +39,9 @@ def read_triplets(path: str | Path) -> list[Triplet]:
 
 def training_rows(path: str | Path, limit: int | None = None) -> list[tuple[str, ...]]:
     """A triplet CSV as loss rows: ``(anchor, positive, negative)``, or ``(anchor, positive)`` without negatives."""
-    rows = [(t.anchor, t.positive, t.negative) if t.negative else (t.anchor, t.positive) for t in read_triplets(path)]
+    rows: list[tuple[str, ...]] = [
+        (t.anchor, t.positive, t.negative) if t.negative else (t.anchor, t.positive) for t in read_triplets(path)
+    ]
     return rows[:limit] if limit else rows
 
 
