@@ -41,7 +41,10 @@ def _check_side(name: str, emb: Optional[Path], model: Optional[str], texts: Opt
 def _load_side(emb: Optional[Path], model: Optional[str], texts: Optional[Path], device: str):
     from subspaces.io import load_embeddings
 
-    return load_embeddings(emb) if emb is not None else _embed(model, texts, device)
+    if emb is not None:
+        return load_embeddings(emb)
+    assert model is not None and texts is not None  # _check_side refused anything else
+    return _embed(model, texts, device)
 
 
 def _load_pairs(source: Optional[Path], target: Optional[Path]):

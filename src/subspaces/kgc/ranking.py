@@ -33,7 +33,10 @@ HITS_AT = (1, 3, 10)
 
 
 def filtered_ranks(
-    scores: torch.Tensor, targets: Sequence[int], filtered: Sequence[Iterable[int]], ties: Ties = "realistic"
+    scores: torch.Tensor,
+    targets: Sequence[int] | np.ndarray,
+    filtered: Sequence[Iterable[int]],
+    ties: Ties = "realistic",
 ) -> np.ndarray:
     """Rank (1 = best) of ``targets[i]`` in row ``i`` of ``scores`` once ``filtered[i]`` are removed.
 
@@ -78,7 +81,7 @@ def average_metrics(forward: dict[str, float], backward: dict[str, float]) -> di
 
 
 def rerank_by_graph(
-    scores: torch.Tensor, heads: Sequence[int], graph: LinkGraph, n_hop: int, weight: float
+    scores: torch.Tensor, heads: Sequence[int] | np.ndarray, graph: LinkGraph, n_hop: int, weight: float
 ) -> torch.Tensor:
     """SimKGC's optional re-ranking (``rerank.py``; ``scripts/eval.sh``: 5 hops, weight 0.05 on WN18RR): add
     ``weight`` to every entity within ``n_hop`` training hops of the head, the head included."""
