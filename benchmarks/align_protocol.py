@@ -62,10 +62,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from align_paper_recipe import fit_paper_recipe, map_paper_recipe
+from align_paper_recipe import score_paper_recipe
 from align_pools import SOURCE_MODEL, embed_pool, load_centered
 from subspaces.align import MiniVec2Vec, evaluate_alignment, retrieval_metrics
-from subspaces.align.preprocess import center_normalize
 from subspaces.config import dataset_dir
 from subspaces.io import save_json
 
@@ -268,11 +267,7 @@ def run_cell(data: dict, arm: str, seed: int, params: dict, paper: bool, retriev
     if retrieval is not None:
         report["migration_recall@10"] = migration_recall(aligner, retrieval)
     if paper:
-        fitted = fit_paper_recipe(data["a"], data["b"], seed=seed)
-        mapped = map_paper_recipe(fitted, x, y.shape[1])
-        report["paper_recipe"] = retrieval_metrics(
-            mapped, center_normalize(y, fitted["target_mean"]), pool_size=len(x)
-        ) | {"fit_seconds": fitted["fit_seconds"]}
+        report["paper_recipe"] = score_paper_recipe(data["a"], data["b"], x, y, seed=seed)
     return report
 
 

@@ -115,13 +115,15 @@ def sts_table(model, trainable_layers: int, cache_dir: Path) -> dict[str, float]
         return evaluator(model)
 
 
-def sts_rows(model, trainable_layers: int, cache_dir: Path) -> dict[str, Any]:
-    """Every STS test pair's cosine, per task (what ``paired`` resamples), through the same cached bottom layers."""
+def sts_rows(model, trainable_layers: int, cache_dir: Path) -> tuple[dict[str, Any], float]:
+    """Every STS test pair's cosine, per task (what ``paired`` resamples), and the STS avg they give, through the
+    same cached bottom layers."""
     from subspaces.eval.sts import STSEvaluator
 
     evaluator = STSEvaluator(geometry=False)
     with cached_bottom(model, trainable_layers, cache_dir, evaluator):
-        return evaluator.predictions(model)
+        avg = evaluator(model)["avg"]
+    return evaluator.predicted_, avg
 
 
 def geometry_sample(pairs, n_uniform: int = 300, seed: int = 0) -> tuple[list[str], list[str], list[str]]:
@@ -382,8 +384,7 @@ def rows(args: argparse.Namespace) -> None:
             if not (folder / "model.safetensors").is_file():
                 raise SystemExit(f"{result.name}: no kept model under {folder}")
             model = load_encoder(str(folder))
-        predicted = sts_rows(model, args.trainable_layers, args.cache_dir)
-        avg = statistics.mean(_spearman(predicted[t], _gold(t)) for t in predicted)
+        predicted, avg = sts_rows(model, args.trainable_layers, args.cache_dir)
         recorded = record["sts_test"]["avg"]
         if abs(avg - recorded) > 0.05:
             raise SystemExit(f"{result.name}: rows give STS avg {avg:.3f}, the record says {recorded:.3f}")
@@ -393,34 +394,21 @@ def rows(args: argparse.Namespace) -> None:
         print(f"{result.stem}: STS avg {avg:.2f} from the rows (recorded {recorded:.2f})", flush=True)
 
 
-def _gold(task: str):
-    import numpy as np
-
-    from subspaces.data.sts import load_task
-
-    return np.asarray(load_task(task, "original").scores, dtype=float)
-
-
-def _spearman(predicted, gold) -> float:
-    from subspaces.eval.sts import spearman_x100
-
-    return spearman_x100(predicted, gold)
-
-
 def paired(args: argparse.Namespace) -> None:
     """Paired bootstrap 95 % intervals of the STS-avg difference between arms: the same resampled test pairs
     (within each task) score both arms, every seed both arms share averaged on each resample."""
     import numpy as np
 
     from subspaces.data.sts import TASKS
-    from subspaces.eval.sts import paired_avg_difference
+    from subspaces.eval.sts import STSEvaluator, paired_avg_difference
 
     by_arm: dict[str, dict[int, Any]] = {}
     for path in sorted(args.results.glob("*_seed*.rows.npz")):
         arm, seed = path.name.split(".")[0].rsplit("_seed", 1)
         with np.load(path) as data:
             by_arm.setdefault(arm, {})[int(seed)] = {t: data[t] for t in TASKS}
-    gold = {t: _gold(t) for t in TASKS}
+    evaluator = STSEvaluator(geometry=False)
+    gold = {t: evaluator.gold(t) for t in TASKS}
     report = []
     for a, b in COMPARISONS:
         seeds = sorted(set(by_arm.get(a, {})) & set(by_arm.get(b, {})))

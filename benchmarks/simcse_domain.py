@@ -263,7 +263,7 @@ def paired(args: argparse.Namespace) -> None:
     from subspaces.data.sts import TASKS
     from subspaces.eval.dims import classification_scores
     from subspaces.eval.stats import paired_bootstrap
-    from subspaces.eval.sts import paired_avg_difference
+    from subspaces.eval.sts import STSEvaluator, paired_avg_difference
     from subspaces.io import save_json
 
     def load(paths: list[Path]) -> list[dict[str, np.ndarray]]:
@@ -315,7 +315,7 @@ def paired(args: argparse.Namespace) -> None:
                 if how is None:
                     tasks = [t for t in TASKS if f"sts:{t}" in sides["start"][0]]  # a smoke run has STS-B only
                     side_a, side_b = ({t: columns(sides[arm], f"sts:{t}") for t in tasks} for arm in (a, b))
-                    sts_gold = {t: _sts_gold(t) for t in tasks}
+                    sts_gold = {t: STSEvaluator(geometry=False).gold(t) for t in tasks}
                     result = paired_avg_difference(side_a, side_b, sts_gold, n=args.bootstrap)
                 else:
                     key, metric_fn = how
@@ -340,14 +340,6 @@ def measured_on(result: Path) -> list[str]:
 
 
 COMPARE = (("in-domain", "start"), ("control", "start"), ("in-domain", "control"))
-
-
-def _sts_gold(task: str):
-    import numpy as np
-
-    from subspaces.data.sts import load_task
-
-    return np.asarray(load_task(task, "original").scores, dtype=float)
 
 
 def table(args: argparse.Namespace) -> None:
