@@ -370,6 +370,7 @@ def rows(args: argparse.Namespace) -> None:
     (``<run>.rows.npz``); the recorded table is recomputed from them as a check."""
     import numpy as np
 
+    from subspaces.io import atomic_open
     from subspaces.models.encoder import load_encoder
 
     for result in sorted(args.results.glob("*_seed*.json")):
@@ -388,9 +389,8 @@ def rows(args: argparse.Namespace) -> None:
         recorded = record["sts_test"]["avg"]
         if abs(avg - recorded) > 0.05:
             raise SystemExit(f"{result.name}: rows give STS avg {avg:.3f}, the record says {recorded:.3f}")
-        partial = target.with_suffix(".partial.npz")  # written whole, then renamed: no half-written rows
-        np.savez(partial, **{t: v.astype(np.float32) for t, v in predicted.items()})
-        partial.replace(target)
+        with atomic_open(target, "wb") as handle:  # written whole, then renamed: no half-written rows
+            np.savez(handle, **{t: v.astype(np.float32) for t, v in predicted.items()})
         print(f"{result.stem}: STS avg {avg:.2f} from the rows (recorded {recorded:.2f})", flush=True)
 
 

@@ -187,9 +187,10 @@ def save_rows(path: Path, keep: dict[str, Any]) -> None:
     """``<run>.rows.npz`` beside the run's JSON, written whole then renamed (never half-written)."""
     import numpy as np
 
-    partial = path.with_suffix(".partial.npz")
-    np.savez_compressed(partial, **keep)
-    partial.replace(path)
+    from subspaces.io import atomic_open
+
+    with atomic_open(path, "wb") as handle:
+        np.savez_compressed(handle, **keep)
 
 
 def rows_path(result: Path) -> Path:
