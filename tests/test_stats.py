@@ -70,3 +70,17 @@ def test_sts_avg_difference_is_the_difference_of_the_tables():
     )
     assert result.diff == pytest.approx(table(good) - table(bad), abs=1e-9)
     assert result.excludes_zero and result.diff > 10
+
+
+def test_shift_is_near_zero_for_a_row_average_and_large_for_a_clustering_score():
+    from sklearn.metrics import v_measure_score
+
+    rng = np.random.default_rng(3)
+    gold = rng.integers(0, 40, 600)  # many classes, few rows per cell: the plug-in entropies' bias is large
+    good = np.where(rng.random(600) < 0.8, gold, rng.integers(0, 40, 600))
+    poor = np.where(rng.random(600) < 0.3, gold, rng.integers(0, 40, 600))
+    average = paired_bootstrap(good == gold, poor == gold, lambda v, r: float(np.mean(v)), n=300)
+    assert abs(average.shift) < 0.01 and average.low <= average.diff <= average.high
+    vmeasure = paired_bootstrap(good, poor, lambda v, r: v_measure_score(gold[r], v), n=300)
+    # duplicated rows flatter the poorer clustering more: the resampled differences shrink towards 0
+    assert vmeasure.shift < -0.02
