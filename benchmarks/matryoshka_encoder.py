@@ -564,8 +564,9 @@ def paired_difference(
     from subspaces.eval.stats import paired_bootstrap
 
     # rows first: one resample of the test rows serves every seed of both arms
-    point, lo, hi = paired_bootstrap(a.T, b.T, metric, n=n, seed=seed)
-    return {"diff": float(point), "lo": lo, "hi": hi, "half_width": (hi - lo) / 2, "seeds": len(a)}
+    result = paired_bootstrap(a.T, b.T, metric, n=n, seed=seed)
+    lo, hi = result.low, result.high
+    return {"diff": result.diff, "lo": lo, "hi": hi, "half_width": (hi - lo) / 2, "seeds": len(a)}
 
 
 def load_results(folder: Path) -> tuple[dict[str, Any] | None, dict[str, dict[int, dict[str, Any]]]]:
