@@ -413,7 +413,8 @@ def table(args: argparse.Namespace) -> None:
             for d in dims:
                 a = np.mean([np.asarray(r["rows"][task][str(d)], dtype=float) for r in by_arm[arm]], axis=0)
                 b = np.asarray(raw["rows"][task][str(d)], dtype=float)
-                diff, lo, hi = paired_bootstrap(a, b, metric, n=args.bootstrap)[:3]
+                result = paired_bootstrap(a, b, metric, n=args.bootstrap)
+                diff, lo, hi = result.diff, result.low, result.high
                 relative = f" ({diff / metric(b, np.arange(len(b))):+.0%})" if "@10" in task else ""
                 cells.append(f"{diff:+.2f} [{lo:+.2f}, {hi:+.2f}]{relative}")
             print(f"| {task} | {arm} | " + " | ".join(cells) + " |")

@@ -295,6 +295,7 @@ def paired(args: argparse.Namespace) -> None:
             per_seed = [x - float(np.mean(vb)) for x in va]
         return PairedDifference(float(np.mean(va) - np.mean(vb)), float(min(per_seed)), float(max(per_seed)))
 
+    evaluator = STSEvaluator(geometry=False)
     report: list[dict[str, Any]] = []
     for start_path in sorted(args.results.glob("start_*.json")):
         start = json.loads(start_path.read_text())
@@ -326,24 +327,24 @@ def paired(args: argparse.Namespace) -> None:
 
             measures.append((f"clustering {task}", (f"cluster:{task}:assign", vmeasure)))
         measures.append(("sts avg", None))
+        # a smoke run has STS-B only; the gold scores are read once per domain, not once per comparison
+        sts_gold = {t: evaluator.gold(t) for t in TASKS if f"sts:{t}" in sides["start"][0]}
         for name, how in measures:
             cells = []
             for a, b in COMPARE:
                 if a not in sides or b not in sides:
                     continue
+                interval = "seeds" if how is not None and how[0].startswith("cluster:") else "rows"
                 if how is None:
-                    tasks = [t for t in TASKS if f"sts:{t}" in sides["start"][0]]  # a smoke run has STS-B only
-                    side_a, side_b = ({t: columns(sides[arm], f"sts:{t}") for t in tasks} for arm in (a, b))
-                    sts_gold = {t: STSEvaluator(geometry=False).gold(t) for t in tasks}
+                    side_a, side_b = ({t: columns(sides[arm], f"sts:{t}") for t in sts_gold} for arm in (a, b))
                     result = paired_avg_difference(side_a, side_b, sts_gold, n=args.bootstrap)
-                elif how[0].startswith("cluster:"):
+                elif interval == "seeds":
                     result = seed_spread(sides[a], sides[b], *how)
                 else:
                     key, metric_fn = how
                     result = paired_bootstrap(
                         columns(sides[a], key), columns(sides[b], key), metric_fn, n=args.bootstrap
                     )
-                interval = "seeds" if how is not None and how[0].startswith("cluster:") else "rows"
                 report.append(
                     {"domain": measured, "measure": name, "a": a, "b": b, "interval": interval, **result._asdict()}
                 )
