@@ -639,7 +639,45 @@ def summarise(folder: Path, n_boot: int = 1000) -> dict[str, Any]:
             "holds": len(two_points) >= 2,
         }
     start_scores = start["scores"] if start else None
-    return {"start": start_scores, "arms": cells, "differences": differences, "claim": claim, "bootstrap": n_boot}
+    # Seconds per training step in each run's own process (a resumed run counts only the steps it ran).
+    cost = {arm: float(np.mean([r["seconds_per_step"] for r in by_arm[arm].values()])) for arm in arms}
+    return {
+        "start": start_scores,
+        "arms": cells,
+        "differences": differences,
+        "claim": claim,
+        "seconds_per_step": cost,
+        "bootstrap": n_boot,
+    }
+
+
+SCREEN_TASKS = (("Banking77", "Banking77"), ("Emotion", "Emotion"), ("STSB", "STS-B"), ("SNLI nDCG@10", "SNLI nDCG@10"))
+
+
+def screen(summary: dict[str, Any]) -> str:
+    """BENCHMARKS.md's table: each arm at 16 and 32 dims on the claim's tasks, SNLI at full size, step cost; then
+    the paired differences with their intervals."""
+    full = list(next(iter(next(iter(summary["arms"].values())).values())))[-1]
+    head = " | ".join(f"{label} {d}" for _, label in SCREEN_TASKS for d in ("16", "32"))
+    lines = [
+        f"| arm | seeds | {head} | SNLI nDCG@10 {full} | s / step |",
+        "|---|---:|" + "---:|" * (2 * len(SCREEN_TASKS) + 2),
+    ]
+    if summary["start"]:
+        values = " | ".join(f"{summary['start'][t][d]:.2f}" for t, _ in SCREEN_TASKS for d in ("16", "32"))
+        lines.append(f"| start | – | {values} | {summary['start']['SNLI nDCG@10'][full]:.2f} | – |")
+    for arm, cells in summary["arms"].items():
+        values = " | ".join(
+            f"{cells[t][d]['mean']:.2f} ± {cells[t][d]['std']:.2f}" for t, _ in SCREEN_TASKS for d in ("16", "32")
+        )
+        snli = cells["SNLI nDCG@10"][full]
+        seeds, step = cells[SCREEN_TASKS[0][0]]["16"]["seeds"], summary["seconds_per_step"][arm]
+        lines.append(f"| {arm} | {seeds} | {values} | {snli['mean']:.2f} ± {snli['std']:.2f} | {step:.2f} |")
+    for name, per_task in summary["differences"].items():
+        cells = [per_task[t][d] for t, _ in SCREEN_TASKS for d in ("16", "32")]
+        values = " | ".join(f"{c['diff']:+.2f} [{c['lo']:+.2f}, {c['hi']:+.2f}]" for c in cells)
+        lines.append(f"| Δ {name.replace(' - ', ' − ')} | {cells[0]['seeds']} | {values} | – | – |")
+    return "\n".join(lines)
 
 
 def table(args: argparse.Namespace) -> None:
@@ -673,6 +711,8 @@ def table(args: argparse.Namespace) -> None:
             f"both: {claim['tasks_with_2_points_at_16_and_32'] or 'none'}, of which the interval excludes 0 at both: "
             f"{claim['of_which_interval_above_0'] or 'none'}"
         )
+    print("\n### the BENCHMARKS.md screen: means ± std over seeds; Δ with paired bootstrap 95 % intervals\n")
+    print(screen(summary))
     save_json(args.results / "summary.json", summary)
 
 

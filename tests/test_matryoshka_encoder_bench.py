@@ -118,7 +118,8 @@ def _record(arm: str, seed: int, shift: float, gold: list[float]) -> dict:
                 if task in ("Banking77", "Emotion") and d != "384":
                     base[: int(shift)] = 1.0
                 rows[task][d] = base.tolist()
-    return {"arm": arm, "seed": seed, "scores": bench.metrics(rows, gold), "rows": rows, "gold_sts": gold}
+    record = {"arm": arm, "seed": seed, "scores": bench.metrics(rows, gold), "rows": rows, "gold_sts": gold}
+    return {**record, "seconds_per_step": 0.5 + seed}
 
 
 def test_summary_pairs_seeds_and_judges_the_claim(tmp_path):
@@ -145,6 +146,10 @@ def test_summary_pairs_seeds_and_judges_the_claim(tmp_path):
     expected = [json.loads((tmp_path / f"mic-seed{s}.json").read_text())["scores"]["Banking77"]["16"] for s in (0, 1)]
     assert cell["mean"] == pytest.approx(np.mean(expected)) and cell["seeds"] == 2
     assert cell["std"] == pytest.approx(np.std(expected, ddof=1))
+    assert summary["seconds_per_step"] == {"mrl": pytest.approx(1.0), "mic": pytest.approx(1.0)}
+    lines = bench.screen(summary).splitlines()
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| mrl", "| mic", "| Δ mic − mrl"]
+    assert lines[-1].split(" | ")[2].startswith(f"{diff['Banking77']['16']['diff']:+.2f} [")
 
 
 def test_finished_runs_are_skipped_and_other_settings_stop(tmp_path, monkeypatch, capsys):
