@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from vocabulary import WORDS
 
@@ -74,6 +75,27 @@ def test_mic_on_a_frozen_layer_is_refused(three_layers):
     config.layers = (1, 3)  # layer 1 is below the trained top two
     with pytest.raises(DimensionError, match="layer 1 is frozen"):
         bench.check_arm(three_layers, config, _triplets(8))
+
+
+def test_geometry_reads_mic_terms_and_splits_the_gradient_by_piece(three_layers):
+    from subspaces.train.matryoshka import build_loss
+    from subspaces.train.sentence import loss_step
+
+    rows = _triplets(8)
+    report = bench.geometry_of(three_layers, rows, batch_size=8, max_length=16, dims=(8, 16, None))
+    assert report["batches"] == 1
+    mic = build_loss(three_layers, bench.arm_config("mic", depth=3, trainable_layers=2, dims=(8, 16, None)))
+    length, training = three_layers.max_seq_length, three_layers.training
+    three_layers.eval()
+    three_layers.max_seq_length = 16
+    with torch.no_grad():
+        loss_step(three_layers, mic)(rows)
+    three_layers.max_seq_length = length
+    three_layers.train(training)
+    assert report["terms"] == pytest.approx(mic.last_terms, rel=1e-5)
+    norms = report["gradient_norm"]
+    assert set(norms) == {"mrl", *(name for _, name in bench.GRADIENT_PIECES)} and min(norms.values()) > 0
+    assert all(p.grad is None for p in three_layers.parameters())
 
 
 def test_metric_rows_spearman_matches_scipy():
