@@ -710,6 +710,7 @@ def summarise(folder: Path, n_boot: int = 1000) -> dict[str, Any]:
             for task in TASKS
         }
     differences: dict[str, Any] = {}
+    per_seed_of: dict[str, Any] = {}
     for x, y in COMPARISONS:
         if x not in by_arm or y not in by_arm:
             continue
@@ -717,6 +718,15 @@ def summarise(folder: Path, n_boot: int = 1000) -> dict[str, Any]:
         if not seeds:
             continue
         name = f"{x} - {y}"
+        # the bootstrap resamples rows with the seeds paired; the per-seed differences show the seed-to-seed spread
+        per_seed = {
+            task: {
+                d: [by_arm[x][s]["scores"][task][d] - by_arm[y][s]["scores"][task][d] for s in seeds]
+                for d in ("16", "32")
+            }
+            for task in TASKS
+        }
+        per_seed_of[name] = per_seed
         differences[name] = {
             task: {
                 d: paired_difference(
@@ -729,6 +739,10 @@ def summarise(folder: Path, n_boot: int = 1000) -> dict[str, Any]:
             }
             for task in TASKS
         }
+    for name, per_task in differences.items():
+        for task, at in per_task.items():
+            for d in at:
+                at[d]["per_seed"] = per_seed_of[name][task][d]
     claim = None
     if "mic - mrl" in differences:
         diff = differences["mic - mrl"]
@@ -798,13 +812,14 @@ def table(args: argparse.Namespace) -> None:
             values = " | ".join(f"{cells[task][d]['mean']:.2f} ± {cells[task][d]['std']:.2f}" for d in dims)
             print(f"| {task} | {arm} | {seeds} | {values} |")
     print("\n### paired differences, bootstrap 95 % intervals (test rows resampled, seeds paired); ± = half-width\n")
-    print("| task | difference | seeds | at 16 | at 32 |")
-    print("|---|---|---:|---:|---:|")
+    print("| task | difference | seeds | at 16 | at 32 | per seed at 16 | per seed at 32 |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for name, per_task in summary["differences"].items():
         for task, at in per_task.items():
             cells = [
                 f"{at[d]['diff']:+.2f} [{at[d]['lo']:+.2f}, {at[d]['hi']:+.2f}] ±{at[d]['half_width']:.2f}" for d in at
             ]
+            cells += [" ".join(f"{v:+.2f}" for v in at[d]["per_seed"]) for d in at]
             print(f"| {task} | {name} | {at['16']['seeds']} | " + " | ".join(cells) + " |")
     claim = summary["claim"]
     if claim:

@@ -160,6 +160,7 @@ def test_summary_pairs_seeds_and_judges_the_claim(tmp_path):
     mrl_rows = [json.loads((tmp_path / f"mrl-seed{s}.json").read_text())["rows"] for s in (0, 1)]
     wrong = np.mean([30 - sum(r["Banking77"]["16"][:30]) for r in mrl_rows])
     assert diff["Banking77"]["16"]["diff"] == pytest.approx(wrong)  # 100 rows: a row is a point
+    assert np.mean(diff["Banking77"]["16"]["per_seed"]) == pytest.approx(wrong)
     assert diff["STSB"]["16"]["diff"] == pytest.approx(0.0) and diff["STSB"]["16"]["half_width"] == 0.0
     claim = summary["claim"]
     assert claim["holds"] and claim["tasks_with_2_points_at_16_and_32"] == ["Banking77", "Emotion"]
