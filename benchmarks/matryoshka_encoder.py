@@ -71,6 +71,7 @@ with a point difference >= 2 at both 16 and 32, and whether those intervals excl
     OMP_NUM_THREADS=2 nice -n 5 .venv/bin/python benchmarks/matryoshka_encoder.py run --seeds 0,1,2
     .venv/bin/python benchmarks/matryoshka_encoder.py table
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/matryoshka_encoder.py geometry   # MIC's targets, every model
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/matryoshka_encoder.py cost   # step time, arms taking turns, idle box
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/matryoshka_encoder.py run --smoke   # every arm, tiny, temp folder
 
 ``geometry`` (:func:`geometry_of`, seconds a model) is the manipulation check: MIC's unweighted terms measured on
@@ -639,6 +640,88 @@ def geometry(args: argparse.Namespace) -> None:
     save_json(args.results / "geometry.json", {"models": out, "meta": meta(), "doc": geometry_of.__doc__})
 
 
+def step_costs(
+    base: Any,
+    rows: Sequence[tuple[str, ...]],
+    arms: Sequence[str],
+    *,
+    steps: int,
+    repeats: int,
+    batch_size: int,
+    max_length: int,
+    cache_dir: str | None,
+    dims: Sequence[int | None] = DIMS,
+) -> dict[str, Any]:
+    """Seconds per training step of each arm, the arms taking turns in one process (order rotated each repeat).
+
+    Each turn trains a fresh copy of ``base`` (top 2 layers over the cached bottom, AdamW at 5e-5, train mode)
+    for one untimed step and ``steps`` timed ones on the same batches, so load on the machine falls on every arm
+    alike; the median turn is reported, with its ratio to MRL's. The training runs' own ``seconds_per_step`` are
+    wall-clock of runs hours apart on a shared box; this is the comparison.
+    """
+    import torch
+
+    from subspaces.models.partial import partial_fine_tuning
+    from subspaces.train.matryoshka import build_loss
+    from subspaces.train.sentence import RowBatches, loss_step
+
+    depth = len(base[0].auto_model.encoder.layer)
+    order = RowBatches(rows, batch_size, 0, rank=0, world=1)
+    batches = [list(order.batch(0, i % len(order))) for i in range(steps + 1)]
+    times: dict[str, list[float]] = {arm: [] for arm in arms}
+    for repeat in range(repeats):
+        for arm in list(arms[repeat % len(arms) :]) + list(arms[: repeat % len(arms)]):
+            model = copy.deepcopy(base)
+            config = arm_config(arm, depth=depth, trainable_layers=2, dims=dims)
+            config.batch_size, config.max_length = batch_size, max_length
+            model.max_seq_length = max_length
+            model.train()
+            with partial_fine_tuning(model, 2, cache_dir=cache_dir, show_progress=False):
+                step = loss_step(model, build_loss(model, config))
+                optimiser = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-5)
+                for index, batch in enumerate(batches):
+                    if index == 1:
+                        started = time.perf_counter()
+                    optimiser.zero_grad(set_to_none=True)
+                    step(batch).backward()
+                    optimiser.step()
+                times[arm].append((time.perf_counter() - started) / steps)
+    median = {arm: float(np.median(t)) for arm, t in times.items()}
+    reference = median.get("mrl")
+    return {
+        "seconds_per_step": median,
+        "ratio_to_mrl": {arm: v / reference for arm, v in median.items()} if reference else None,
+        "turns": times,
+        "steps": steps,
+        "repeats": repeats,
+        "batch_size": batch_size,
+    }
+
+
+def cost(args: argparse.Namespace) -> None:
+    """``step_costs`` of ``--arms`` on ``minilm-l6``; ``cost.json`` and a line per arm."""
+    from subspaces.io import save_json
+    from subspaces.models.encoder import load_encoder
+
+    rows = training_rows(args.train_limit)
+    cache = str(args.runs / "activations" / f"train-len{args.max_length}")
+    steps, repeats = (2, 1) if args.smoke else (10, 3)
+    report = step_costs(
+        load_encoder(MODEL),
+        rows,
+        args.arms,
+        steps=steps,
+        repeats=repeats,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        cache_dir=cache,
+    )
+    for arm, value in report["seconds_per_step"].items():
+        ratio = report["ratio_to_mrl"][arm] if report["ratio_to_mrl"] else float("nan")
+        print(f"{arm}: {value:.3f} s/step ({ratio:.2f}x MRL)")
+    save_json(args.results / "cost.json", report | {"meta": meta()})
+
+
 # -- table ----------------------------------------------------------------------------------------------------------
 
 
@@ -838,7 +921,7 @@ def table(args: argparse.Namespace) -> None:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=("start-loss", "run", "table", "geometry"))
+    parser.add_argument("command", choices=("start-loss", "run", "table", "geometry", "cost"))
     parser.add_argument("--arms", default=",".join(ARMS))
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--steps", type=int, default=None, help="Training steps (default 1000; smoke 3).")
@@ -883,7 +966,7 @@ def main() -> None:
 
     set_threads(args.threads)
     args.results.mkdir(parents=True, exist_ok=True)
-    {"start-loss": start_loss, "run": run, "table": table, "geometry": geometry}[args.command](args)
+    {"start-loss": start_loss, "run": run, "table": table, "geometry": geometry, "cost": cost}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -98,6 +98,23 @@ def test_geometry_reads_mic_terms_and_splits_the_gradient_by_piece(three_layers)
     assert all(p.grad is None for p in three_layers.parameters())
 
 
+def test_step_costs_time_every_arm_in_turns(three_layers):
+    report = bench.step_costs(
+        three_layers,
+        _triplets(16),
+        ["mrl", "mic"],
+        steps=2,
+        repeats=2,
+        batch_size=8,
+        max_length=16,
+        cache_dir=None,
+        dims=(8, 16, None),
+    )
+    assert set(report["seconds_per_step"]) == {"mrl", "mic"} and all(len(t) == 2 for t in report["turns"].values())
+    assert report["ratio_to_mrl"]["mrl"] == 1.0 and report["seconds_per_step"]["mic"] > 0
+    assert all(p.grad is None or not p.requires_grad for p in three_layers.parameters())  # base left untouched
+
+
 def test_metric_rows_spearman_matches_scipy():
     from scipy.stats import spearmanr
 
