@@ -77,7 +77,7 @@ with a point difference >= 2 at both 16 and 32, and whether those intervals excl
 ``geometry`` (:func:`geometry_of`, seconds a model) is the manipulation check: MIC's unweighted terms measured on
 the start and on every trained model at the same batches (did MIC move the statistics it targets, relative to
 MRL?), and the gradient norm of MRL and of each MIC piece on the first batch at those weights (how much of the
-update each piece is). It writes ``geometry.json``.
+update each piece is). It writes ``geometry.json``, keeping the models already there (``--redo`` measures again).
 
 **Start loss** (``start-loss``, measured: 6 batches of 64, eval mode): InfoNCE 2.455 at 16 dims, 1.270 at 32,
 0.828 at 64, 0.624 at 128, 0.516 at 384: every prefix >= 0.5, the full vector barely.
@@ -625,22 +625,35 @@ def geometry_table(models: dict[str, Any]) -> str:
 
 
 def geometry(args: argparse.Namespace) -> None:
-    """``geometry_of`` the start and of every finished run's trained model; ``geometry.json`` and a table."""
+    """``geometry_of`` the start and of every finished run's trained model; ``geometry.json`` and a table.
+
+    Models already in ``geometry.json`` keep their entry (``--redo``: measure again every model on disk): the
+    trained models live under the git-ignored ``runs/``, which a fresh checkout lacks, while their results and
+    this file are committed, so a later session adds the models it trained without dropping the others.
+    """
     from subspaces.io import save_json
     from subspaces.models.encoder import load_encoder
 
-    rows = training_rows(args.train_limit)
-    models: dict[str, str] = {"start": MODEL}
+    path = args.results / "geometry.json"
+    kept: dict[str, Any] = {} if args.redo or not path.is_file() else json.loads(path.read_text())["models"]
+    on_disk: dict[str, str] = {"start": MODEL}
     for arm, seeds in sorted(load_results(args.results)[1].items()):
         for seed in sorted(seeds):
             folder = args.runs / f"{arm}-seed{seed}"
             if (folder / "model.safetensors").is_file():
-                models[f"{arm} seed {seed}"] = str(folder)
-    out: dict[str, Any] = {}
-    for name, where in models.items():
-        out[name] = geometry_of(load_encoder(where), rows, batch_size=args.batch_size, max_length=args.max_length)
+                on_disk[f"{arm} seed {seed}"] = str(folder)
+    todo = {name: where for name, where in on_disk.items() if name not in kept}
+    rows = training_rows(args.train_limit) if todo else []
+    measured = {
+        name: geometry_of(load_encoder(where), rows, batch_size=args.batch_size, max_length=args.max_length)
+        | {"date": datetime.now(UTC).date().isoformat()}
+        for name, where in todo.items()
+    }
+    merged = kept | measured
+    out = {name: merged[name] for name in ["start", *sorted(set(merged) - {"start"})] if name in merged}
     print(geometry_table(out))
-    save_json(args.results / "geometry.json", {"models": out, "meta": meta(), "doc": geometry_of.__doc__})
+    print(f"measured now: {', '.join(measured) or 'none'}; kept from {path.name}: {len(out) - len(measured)}")
+    save_json(path, {"models": out, "meta": meta(), "doc": geometry_of.__doc__})
 
 
 def step_costs(
@@ -922,6 +935,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=Path, default=None, help="Checkpoints, models, activation caches.")
     parser.add_argument("--smoke", action="store_true", help="Tiny: 3 steps, batch 8, 100-row splits, temp folders.")
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--redo", action="store_true", help="geometry: measure every model on disk again.")
     args = parser.parse_args(argv)
     if args.smoke:
         import warnings

@@ -93,6 +93,33 @@ def test_geometry_reads_mic_terms_and_splits_the_gradient_by_piece(three_layers)
     assert all(p.grad is None for p in three_layers.parameters())
 
 
+def test_geometry_keeps_models_measured_before_and_adds_new_ones(three_layers, tmp_path, monkeypatch):
+    # a fresh checkout has the committed geometry.json and results but not the git-ignored trained models
+    data = tmp_path / "data"
+    (data / "nli").mkdir(parents=True)
+    lines = ["sent0,sent1,hard_neg,source"] + [",".join(t) + ",snli_dev" for t in _triplets(8)]
+    (data / "nli" / "snli_devtest_triplets.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    monkeypatch.setenv("SUBSPACES_DATA", str(data))
+    results, runs = tmp_path / "results", tmp_path / "runs"
+    terms = dict.fromkeys(("scr_corr", "scr_var", "sir_cv", "sir_unif", "distill"), 0.5)
+    before = {"terms": terms, "gradient_norm": dict.fromkeys(["mrl", *(n for _, n in bench.GRADIENT_PIECES)], 1.0)}
+    bench.save_compact(results / "geometry.json", {"models": {"start": before, "mic seed 0": before}})
+    for arm, seed in (("mic", 0), ("mrl", 1)):
+        bench.save_compact(results / f"{arm}-seed{seed}.json", {"arm": arm, "seed": seed})
+    three_layers.save(str(runs / "mrl-seed1"))  # only this run's model is on disk
+    real = bench.geometry_of
+    monkeypatch.setattr(bench, "geometry_of", lambda *a, **k: real(*a, **k, dims=(8, 16, None)))
+    args = bench.parse_args(["geometry", "--results", str(results), "--runs", str(runs), "--batch-size", "8"])
+    args.max_length = 16
+    bench.geometry(args)
+    models = json.loads((results / "geometry.json").read_text())["models"]
+    assert list(models) == ["start", "mic seed 0", "mrl seed 1"]
+    assert models["start"] == before and models["mic seed 0"] == before  # kept, not measured again
+    expected = real(three_layers, _triplets(8), batch_size=8, max_length=16, dims=(8, 16, None))
+    assert models["mrl seed 1"]["terms"] == pytest.approx(expected["terms"], rel=1e-5)
+    assert "date" in models["mrl seed 1"]
+
+
 def test_step_costs_time_every_arm_in_turns(three_layers):
     report = bench.step_costs(
         three_layers,
