@@ -649,8 +649,7 @@ def geometry(args: argparse.Namespace) -> None:
         | {"date": datetime.now(UTC).date().isoformat()}
         for name, where in todo.items()
     }
-    merged = kept | measured
-    out = {name: merged[name] for name in ["start", *sorted(set(merged) - {"start"})] if name in merged}
+    out = dict(sorted((kept | measured).items(), key=lambda item: (item[0] != "start", item[0])))  # start first
     print(geometry_table(out))
     print(f"measured now: {', '.join(measured) or 'none'}; kept from {path.name}: {len(out) - len(measured)}")
     save_json(path, {"models": out, "meta": meta(), "doc": geometry_of.__doc__})

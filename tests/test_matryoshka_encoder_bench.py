@@ -109,8 +109,9 @@ def test_geometry_keeps_models_measured_before_and_adds_new_ones(three_layers, t
     three_layers.save(str(runs / "mrl-seed1"))  # only this run's model is on disk
     real = bench.geometry_of
     monkeypatch.setattr(bench, "geometry_of", lambda *a, **k: real(*a, **k, dims=(8, 16, None)))
-    args = bench.parse_args(["geometry", "--results", str(results), "--runs", str(runs), "--batch-size", "8"])
-    args.max_length = 16
+    args = bench.parse_args(
+        ["geometry", "--results", str(results), "--runs", str(runs), "--batch-size", "8", "--max-length", "16"]
+    )
     bench.geometry(args)
     models = json.loads((results / "geometry.json").read_text())["models"]
     assert list(models) == ["start", "mic seed 0", "mrl seed 1"]
