@@ -454,7 +454,7 @@ def official_cpu_cost(args: argparse.Namespace) -> None:
         )
         distinct = len(texts.distinct_training_texts(examples))  # what one full cache build computes
         with tempfile.TemporaryDirectory(prefix="kgc-cost-") as root:
-            passes = []
+            passes, per_step = [], {}
             for label in ("cold", "cached"):
                 # No up-front cache build (each encoder attached with no texts to prepare): each step computes
                 # only the activations its batch lacks.
@@ -479,13 +479,14 @@ def official_cpu_cost(args: argparse.Namespace) -> None:
                     )
                     passes.append(time.perf_counter() - started)
                 train = report.train_result
-                print(arch, label, f"{train['seconds'] / args.max_steps:.2f} s/step", flush=True)
-                if label == "cached":
-                    step = train["seconds"] / args.max_steps
+                per_step[label] = train["seconds"] / args.max_steps
+                print(arch, label, f"{per_step[label]:.2f} s/step", flush=True)
         steps_per_epoch = int(np.ceil(len(examples) / settings["batch_size"]))
+        step = per_step["cached"]
         out["arms"][arch] = {
             "batch_size": settings["batch_size"],
             "seconds_per_step_cached": step,
+            "seconds_per_step_cold": per_step["cold"],
             "cold_pass_seconds": passes[0],
             "cached_pass_seconds": passes[1],
             "distinct_training_texts": distinct,
