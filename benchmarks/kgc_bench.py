@@ -427,7 +427,8 @@ def official_cpu_cost(args: argparse.Namespace) -> None:
     configuration with the top layer(s) trained, run twice in one process over the same batches (same seed).
     The first pass computes the bottom activations of the batches' texts (lazily, as a step needs them); the second
     finds them all cached, so its seconds per step are the steady state of epochs 2 and on. Extrapolated: the
-    hours of ``--epochs`` epochs x ``--seeds`` seeds, plus building the whole activation cache once per arm."""
+    training hours of ``--epochs`` epochs x ``--seeds`` seeds (without the up-front cache build, whose size is
+    ``distinct_training_texts``, the entity side's texts, and without the per-epoch evaluations)."""
     import tempfile
     from unittest import mock
 
