@@ -19,7 +19,9 @@ earlier in :data:`VARIANTS`). Writes ``chosen.json`` there and prints a table (v
 
 Time (2-core box, one thread, from the stage seconds in BENCHMARKS.md §2: recipe ~155 s, default fit 85-140 s, the
 cheaper variants 40-110 s): per pool and seed ~1,100 s, so the two 40k pools x 3 seeds ~2 hours; the 16k mpnet pool
-adds ~40 minutes. ``--smoke``: the small WordNet pool of ``align_protocol.py trust-check`` (cached there; else
+adds ~40 minutes. Measured 2026-12-02 for round 1 (the first eleven variants): ~20 minutes per pool and seed, one
+thread, the recipe 139-164 s, the variants 65-116 s. Round 2 (the ``fast-*`` variants) on a machine that already
+has round 1's cells: the recipe again and the four new variants, ~7 minutes per pool and seed. ``--smoke``: the small WordNet pool of ``align_protocol.py trust-check`` (cached there; else
 embedded first), tiny settings, two variants, one seed, a temporary folder; under a minute.
 
     .venv/bin/python benchmarks/align_pools.py --pool wordnet --size 40000 --models minilm-l6,paraphrase-l3
