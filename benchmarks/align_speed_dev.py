@@ -19,10 +19,12 @@ earlier in :data:`VARIANTS`). Writes ``chosen.json`` there and prints a table (v
 
 Time (2-core box, one thread, from the stage seconds in BENCHMARKS.md §2: recipe ~155 s, default fit 85-140 s, the
 cheaper variants 40-110 s): per pool and seed ~1,100 s, so the two 40k pools x 3 seeds ~2 hours; the 16k mpnet pool
-adds ~40 minutes. Measured 2026-12-02 for round 1 (the first eleven variants): ~20 minutes per pool and seed, one
-thread, the recipe 139-164 s, the variants 65-116 s. Round 2 (the ``fast-*`` variants) on a machine that already
-has round 1's cells: the recipe again and the four new variants, ~7 minutes per pool and seed. ``--smoke``: the small WordNet pool of ``align_protocol.py trust-check`` (cached there; else
-embedded first), tiny settings, two variants, one seed, a temporary folder; under a minute.
+adds ~40 minutes. Measured 2026-12-02 for round 1 (the first eleven variants): 20-25 minutes per pool and seed,
+one thread, the recipe 139-164 s, the variants 65-191 s (tweets slower: its fits never pass the trust check, so
+every restart runs). Round 2 (the variants after round 1's) on a machine that has round 1's cells: the recipe
+again and the seven new variants, ~12 minutes per pool and seed. ``--smoke``: the small WordNet pool of
+``align_protocol.py trust-check`` (cached there; else embedded first), tiny settings, three variants, one seed, a
+temporary folder; under a minute.
 
     .venv/bin/python benchmarks/align_pools.py --pool wordnet --size 40000 --models minilm-l6,paraphrase-l3
     .venv/bin/python benchmarks/align_pools.py --pool tweets --size 40000 --models minilm-l6,paraphrase-l3
@@ -104,6 +106,11 @@ VARIANTS: dict[str, dict] = {
     "fast-refine-20-alpha-0.8": LIGHT_STAGES | SHORTLIST | {"refine": {"n_iter": 20, "score_every": 5, "alpha": 0.8}},
     "fast-refine-20-sample-512": LIGHT_STAGES | SHORTLIST | {"refine": {"n_iter": 20, "score_every": 5, "sample": 512}},
     "fast-no-refine1": LIGHT_STAGES | SHORTLIST | {"refine": {"n_iter": 0}},
+    # Added after round 1's tweets seeds 0-1, where the light stages cost 0.05 top-1 (0.871-0.879, spread to 0.10)
+    # while the default stages with a lighter refine-1 held: refine-1 cut on the default stages.
+    "refine-20": {"refine": {"n_iter": 20, "score_every": 5}},
+    "refine-20+shortlist": SHORTLIST | {"refine": {"n_iter": 20, "score_every": 5}},
+    "no-refine1": {"refine": {"n_iter": 0}},
 }
 SMOKE_VARIANTS = ("default", "shortlist-128x4", "fast-no-refine1")
 SMOKE_RECIPE = {"n_runs": 2, "qap_runs": 2, "refine_iter": 10, "refine2_clusters": 60}
