@@ -64,7 +64,13 @@ def test_arm_check_under_partial_fine_tuning(three_layers, arm):
         assert set(report["regulariser_grad_norm"]) == {"2", "3"}
         assert min(report["regulariser_grad_norm"].values()) > 0
         terms = report["terms"]
-        assert (terms["scr"] > 0) == (arm != "mrl_sir") and (terms["distill"] > 0) == arm.startswith("mic")
+        assert (terms["scr"] > 0) == (arm != "mrl_sir")
+        # Distillation runs only in the MIC arms (elsewhere its term is an exact 0). It is a KL divergence, so it is
+        # >= 0 up to rounding; on this random model every sentence embeds alike, so it is near 0, either side.
+        if arm.startswith("mic"):
+            assert config.lambda_distill > 0 and terms["distill"] != 0.0 and terms["distill"] > -1e-6
+        else:
+            assert config.lambda_distill == 0 and terms["distill"] == 0.0
     assert all(p.grad is None for p in three_layers.parameters())  # the check leaves no gradient behind
 
 
