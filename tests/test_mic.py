@@ -231,7 +231,9 @@ def test_mic_equals_mrl_plus_align_plus_distillation(tiny_model, mrl):
     terms = mic.last_terms
     assert terms["mrl"] == pytest.approx(plain.item(), rel=1e-5)
     assert terms["scr"] == pytest.approx(scr.item(), rel=1e-5) and terms["sir"] == pytest.approx(sir.item(), rel=1e-5)
-    assert terms["distill"] == pytest.approx(kd.item(), rel=1e-5) and terms["distill"] > 0
+    # A KL, >= 0 up to rounding: on this random model every sentence embeds alike, so it is near 0 (either side).
+    assert terms["distill"] == pytest.approx(kd.item(), rel=1e-5) and terms["distill"] != 0.0
+    assert terms["distill"] > -1e-6
     assert terms["scr"] == pytest.approx(100 * terms["scr_corr"] + 25 * terms["scr_var"], rel=1e-5)
     assert terms["total"] == pytest.approx(value.item(), rel=1e-6)
 
