@@ -21,8 +21,8 @@ Time (2-core box, one thread, from the stage seconds in BENCHMARKS.md §2: recip
 cheaper variants 40-110 s): per pool and seed ~1,100 s, so the two 40k pools x 3 seeds ~2 hours; the 16k mpnet pool
 adds ~40 minutes. Measured 2026-12-02 for round 1 (the first eleven variants): 20-25 minutes per pool and seed,
 one thread, the recipe 139-164 s, the variants 65-191 s (the tweets fits the slower ones). Round 2 (the
-variants after round 1's) on a machine that has round 1's cells: the recipe
-again and the seven new variants, ~12 minutes per pool and seed. ``--smoke``: the small WordNet pool of
+variants after round 1's) on a machine that has round 1's cells: the recipe again and the seven new variants,
+~12 minutes per pool and seed. ``--smoke``: the small WordNet pool of
 ``align_protocol.py trust-check`` (cached there; else embedded first), tiny settings, three variants, one seed, a
 temporary folder; under a minute.
 
