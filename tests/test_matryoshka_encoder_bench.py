@@ -58,19 +58,16 @@ def _triplets(n: int) -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize("arm", bench.ARMS)
 def test_arm_check_under_partial_fine_tuning(three_layers, arm):
     config = bench.arm_config(arm, depth=3, trainable_layers=2, dims=(8, 16, None), batch_size=8, max_length=16)
+    # The random model embeds every sentence alike: at the default 0.05 the distillation KL is ~1e-9, below
+    # rounding; at 1e-4 it is clearly positive, so the MIC arms' term is seen.
+    config.distill_temperature = 1e-4
     report = bench.check_arm(three_layers, config, _triplets(8))
     assert report["loss"] > 0 and len(report["grad_norm"]) == 2 and min(report["grad_norm"]) > 0
     if config.mic:  # MIC's terms reach the two trained layers' states (2 and 3 of 3) and shift their gradient
         assert set(report["regulariser_grad_norm"]) == {"2", "3"}
         assert min(report["regulariser_grad_norm"].values()) > 0
         terms = report["terms"]
-        assert (terms["scr"] > 0) == (arm != "mrl_sir")
-        # Distillation runs only in the MIC arms (elsewhere its term is an exact 0). It is a KL divergence, so it is
-        # >= 0 up to rounding; on this random model every sentence embeds alike, so it is near 0, either side.
-        if arm.startswith("mic"):
-            assert config.lambda_distill > 0 and terms["distill"] != 0.0 and terms["distill"] > -1e-6
-        else:
-            assert config.lambda_distill == 0 and terms["distill"] == 0.0
+        assert (terms["scr"] > 0) == (arm != "mrl_sir") and (terms["distill"] > 0) == arm.startswith("mic")
     assert all(p.grad is None for p in three_layers.parameters())  # the check leaves no gradient behind
 
 
