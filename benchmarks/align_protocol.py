@@ -42,9 +42,12 @@ temporary results folder: a check that every piece runs (under a minute, most of
     .venv/bin/python benchmarks/align_protocol.py --smoke
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/align_protocol.py trust-check   # dev pool only, ~2 minutes
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/align_protocol.py trust-check --trust-pool tweets
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/align_protocol.py trust-check --trust-pool tweets-40k  # ~6 min
 
-``trust-check`` (:func:`trust_check`) chose the trust score and its margin on a small WordNet (dev) pool; it writes
-``results/align_protocol/trust_score_dev.json``, which ``table`` does not read.
+``trust-check`` (:func:`trust_check`) chose the trust score and its margin on a small WordNet (dev) pool, and the
+agreement threshold on the four dev pools (WordNet and tweets, 6,000 and 40,000 texts; the fits on the 40k pools use
+the library defaults, the small pools a small fit); it writes ``results/align_protocol/trust_score_dev*.json``, which
+``table`` does not read.
 """
 
 from __future__ import annotations
@@ -261,6 +264,7 @@ def run_cell(data: dict, arm: str, seed: int, params: dict, paper: bool, retriev
             "identity": d["identity_nn_similarity"],
             "random_rotation": d["random_rotation_nn_similarity"],
             "trust": d["trust"],
+            "agreement": d["agreement"],
             "structure_swapped": d["restarts"][d["chosen_restart"]]["structure_swapped"],
         },
         "stage_seconds": d["restarts"][d["chosen_restart"]]["stage_seconds"],
@@ -351,6 +355,8 @@ def table(results: Path) -> str:
 TRUST_POOL = ("wordnet", 6000, 1200, "paraphrase-l3")  # dev: domain, texts, held-out pairs, target (2,400 a side)
 # The same size on the other dev domain: on tweets the trust score flagged good maps (issue 24's flag accuracy).
 TRUST_POOLS = {"wordnet": TRUST_POOL, "tweets": ("tweets", 6000, 1200, "paraphrase-l3")}
+# The 40k dev pools of align_speed_dev.py, fitted with the library defaults: the small pools have no good fit.
+TRUST_POOLS |= {f"{domain}-40k": (domain, 40_000, 8192, "paraphrase-l3") for domain in ("wordnet", "tweets")}
 TRUST_PARAMS = {  # a fit small enough for the check to run in a minute or two
     "anchors": {"n_runs": 4, "n_clusters": 20, "sample": 2400, "n_pseudo_pairs": 2400},
     "structure": {"n_iter": 3, "n_clusters": 20, "sample": 2400},
@@ -389,23 +395,24 @@ def _label_free(a: np.ndarray, b: np.ndarray, probes: tuple[np.ndarray, np.ndarr
     }
 
 
-def _trust_maps(a, b, x, y, seed: int) -> dict[str, tuple[np.ndarray, str | None]]:
-    """The candidate maps of one situation (name -> (matrix, forced label or None)); fits on the raw halves'
-    centred rows (the aligner centres on the same training means, so its matrix applies as it is)."""
+def _trust_maps(a, b, x, y, seed: int, fit_params: dict = TRUST_PARAMS) -> dict[str, tuple[np.ndarray, dict]]:
+    """The candidate maps of one situation (name -> (matrix, what the fit said of itself: its structural
+    convergence, for the two fitted maps only)); fits on the raw halves' centred rows (the aligner centres on the
+    same training means, so its matrix applies as it is)."""
     from subspaces.align.diagnostics import bidirectional_nn_similarity
     from subspaces.align.procrustes import procrustes
     from subspaces.align.refine import NeighbourStep, refine_by_neighbours
 
     half = len(x) // 2
-    maps: dict[str, tuple[np.ndarray, str | None]] = {
-        "procrustes-fold0": (procrustes(x[:half], y[:half]), None),  # the supervised ceiling, scored on fold 1
-        "procrustes-fold1": (procrustes(x[half:], y[half:]), None),
+    maps: dict[str, tuple[np.ndarray, dict]] = {
+        "procrustes-fold0": (procrustes(x[:half], y[:half]), {}),  # the supervised ceiling, scored on fold 1
+        "procrustes-fold1": (procrustes(x[half:], y[half:]), {}),
     }
     for i in range(2):
-        maps[f"random-rotation-{i}"] = (_random_rotation(a.shape[1], 100 + seed + i), None)
+        maps[f"random-rotation-{i}"] = (_random_rotation(a.shape[1], 100 + seed + i), {})
     maps["permutation"] = (
         np.eye(a.shape[1], dtype=np.float32)[np.random.default_rng(seed).permutation(a.shape[1])],
-        None,
+        {},
     )
     rng = np.random.default_rng(seed)
     probe = (rng.choice(len(a), 1024, replace=False), rng.choice(len(b), 1024, replace=False))
@@ -419,25 +426,37 @@ def _trust_maps(a, b, x, y, seed: int) -> dict[str, tuple[np.ndarray, str | None
         patience=20,
         tol=1e-4,
     )
-    maps["refined-from-random"] = (wrong, None)
+    maps["refined-from-random"] = (wrong, {})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for name, params in (("fit", TRUST_PARAMS), ("weak-fit", TRUST_PARAMS | WEAK)):
-            params = params | {"anchors": TRUST_PARAMS["anchors"] | ({"n_runs": 1} if name == "weak-fit" else {})}
-            maps[name] = (MiniVec2Vec.from_params(params, random_state=seed).fit(a, b).matrix_, None)
+        for name, params in (("fit", fit_params), ("weak-fit", fit_params | WEAK)):
+            anchors = fit_params.get("anchors", {})
+            params = params | {"anchors": anchors | ({"n_runs": 1} if name == "weak-fit" else {})}
+            fitted = MiniVec2Vec.from_params(params, random_state=seed).fit(a, b)
+            swapped = fitted.diagnostics_["restarts"][fitted.diagnostics_["chosen_restart"]]["structure_swapped"]
+            maps[name] = (
+                fitted.matrix_,
+                {
+                    "structure_converged": fitted.diagnostics_["converged"],
+                    "structure_swapped": swapped,
+                    "agreement": fitted.diagnostics_["agreement"]["agreement"],
+                    "fit_seconds": fitted.fit_seconds_,
+                },
+            )
     return maps
 
 
 def trust_check(results: Path, pool_spec: tuple[str, int, int, str] = TRUST_POOL) -> dict:
     """Which label-free score tells good maps from bad ones against the trivial maps, on a dev pool only.
 
-    Three situations on one small dev pool (``TRUST_POOLS``; WordNet by default): the real halves, the target
+    Three situations on one dev pool (``TRUST_POOLS``; the small WordNet one by default): the real halves, the target
     rotated (the identity is then a wrong map), the target's coordinates shuffled across rows (no map exists). In
     each, every candidate map gets its held-out top-1 (labels: good at >= GOOD x the cross-fitted oracle, bad
     below BAD x; in the shuffled situation every map is bad) and each candidate score on up to 4,096 rows of each
     side (here all), beside the identity's and the best of three random rotations' (the control); the trust rule
     asks a map to beat both by a margin in units of the control (``trust_lift``), so each score's margin can be
-    read off.
+    read off. The two fitted maps also carry what the fit said of itself (structural convergence, agreement with an
+    independent pass), and ``criteria["fitted_maps"]`` whether the aligner flags them.
     """
     from subspaces.align.diagnostics import trust_lift
     from subspaces.align.metrics import cross_fitted_oracle
@@ -477,7 +496,8 @@ def trust_check(results: Path, pool_spec: tuple[str, int, int, str] = TRUST_POOL
         controls = [_label_free(a, b, probes, _random_rotation(a.shape[1], 10 + i)) for i in range(3)]
         control = {k: max(c[k] for c in controls) for k in identity}
         rows = {}
-        for map_name, (matrix, _) in _trust_maps(a, b, x, y, seed=s).items():
+        fit_params = TRUST_PARAMS if size < POOL_SIZE else {}  # the library defaults on a full-size pool
+        for map_name, (matrix, fit_said) in _trust_maps(a, b, x, y, seed=s, fit_params=fit_params).items():
             fold = (
                 slice(half, None)
                 if map_name == "procrustes-fold0"
@@ -491,7 +511,7 @@ def trust_check(results: Path, pool_spec: tuple[str, int, int, str] = TRUST_POOL
             )
             scores = _label_free(a, b, probes, matrix)
             lifts = {k: trust_lift(v, identity[k], control[k]) for k, v in scores.items()}
-            rows[map_name] = {"top1": top1, "label": label, "scores": scores, "lift": lifts}
+            rows[map_name] = {"top1": top1, "label": label, "scores": scores, "lift": lifts, **fit_said}
             print(
                 f"{name} {map_name}: top-1 {top1:.3f} ({label}) " + " ".join(f"{k} {v:.4f}" for k, v in scores.items()),
                 flush=True,
@@ -509,7 +529,8 @@ def trust_check(results: Path, pool_spec: tuple[str, int, int, str] = TRUST_POOL
             flush=True,
         )
     report["criteria"] = _separation(report)
-    name = "trust_score_dev.json" if pool_spec == TRUST_POOL else f"trust_score_dev_{domain}.json"
+    suffix = "" if size < POOL_SIZE else f"-{size // 1000}k"
+    name = "trust_score_dev.json" if pool_spec == TRUST_POOL else f"trust_score_dev_{domain}{suffix}.json"
     save_json(results / name, report)
     return report
 
@@ -519,7 +540,7 @@ def _separation(report: dict) -> dict:
     at the margin halfway between them (0 where they overlap) and at the library's default margin."""
     from subspaces.align.aligner import MiniVec2Vec
 
-    default = MiniVec2Vec().trust_margin
+    default, threshold = MiniVec2Vec().trust_margin, MiniVec2Vec().agreement_threshold
     out = {}
     for key in next(iter(report["situations"].values()))["identity"]:
         lifts = {"good": [], "bad": []}
@@ -535,6 +556,28 @@ def _separation(report: dict) -> dict:
                 "good_flagged": f"{sum(v <= margin for v in lifts['good'])}/{len(lifts['good'])}",
                 "bad_trusted": f"{sum(v > margin for v in lifts['bad'])}/{len(lifts['bad'])}",
             }
+    # The fitted maps alone, as the aligner flags them: unconverged structure, or a trust lift at most the margin.
+    fitted = [
+        (name, map_name, row)
+        for name, situation in report["situations"].items()
+        for map_name, row in situation["maps"].items()
+        if "structure_converged" in row
+    ]
+    out["fitted_maps"] = {
+        f"{name}/{map_name}": {
+            "label": row["label"],
+            "top1": row["top1"],
+            "structure_converged": row["structure_converged"],
+            "csls_lift": row["lift"]["csls"],
+            "agreement": row.get("agreement"),
+            # The rule before the agreement check (structure, trust margin 0.5), and the aligner's own now.
+            "flagged_structure_or_margin_0.5": row["structure_converged"] is False or row["lift"]["csls"] <= 0.5,
+            "flagged": row["structure_converged"] is False
+            or row["lift"]["csls"] <= default
+            or (row.get("agreement") is not None and row["agreement"] < threshold),
+        }
+        for name, map_name, row in fitted
+    }
     return out
 
 

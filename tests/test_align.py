@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -569,7 +570,9 @@ def test_a_format1_folder_with_flat_params_still_loads(tmp_path):
     assert len(FORMAT1_PARAMS) == 37
     assert loaded.anchors == AnchorParams(n_runs=2, n_clusters=10, sample=1000, kmeans_iter=20, n_pseudo_pairs=1000)
     assert loaded.structure.kmeans_iter == loaded.refine.centroid_kmeans_iter == 20  # one flat count served all
-    assert loaded.refine == RefineParams(n_iter=5, sample=500, centroid_clusters=40, centroid_kmeans_iter=20)
+    assert loaded.refine == RefineParams(
+        n_iter=5, sample=500, score_every=5, centroid_clusters=40, centroid_kmeans_iter=20
+    )
     assert loaded.search.probe_size == 500 and loaded.random_state == 7 and loaded.n_restarts == 1
     np.testing.assert_array_equal(loaded.matrix_, fitted.matrix_)
 
@@ -786,9 +789,35 @@ def test_a_fit_to_a_shuffled_target_is_not_trusted():
     rng = np.random.default_rng(0)
     source, target = clustered(rng, 2000), clustered(rng, 2000) @ ortho_group.rvs(8, random_state=1)
     shuffled = np.stack([rng.permutation(column) for column in target.T], axis=1)
-    with pytest.warns(ConvergenceWarning, match="label-free score \\(CSLS"):
+    with pytest.warns(ConvergenceWarning, match="two independent passes of the alignment disagree"):
         aligner = MiniVec2Vec(**FAST).fit(source, shuffled)
-    assert aligner.converged_ is False and aligner.diagnostics_["trust"]["lift"] <= aligner.trust_margin
+    d = aligner.diagnostics_
+    assert aligner.converged_ is False and aligner.confidence_ == 0.0
+    assert d["agreement"]["agreement"] < aligner.agreement_threshold
+    # (Here the structure and the trust score catch it too; on the dev pools' shuffled targets they did not.)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        unchecked = MiniVec2Vec(**FAST | {"agreement_threshold": None}).fit(source, shuffled)
+    assert unchecked.diagnostics_["agreement"]["skipped"] == "agreement_threshold is None"
+    assert np.array_equal(unchecked.matrix_, aligner.matrix_)  # the check judges the map, never changes it
+
+
+def test_a_good_fit_agrees_with_an_independent_pass():
+    rng = np.random.default_rng(0)
+    q = ortho_group.rvs(8, random_state=1)
+    aligner = MiniVec2Vec(**FAST).fit(clustered(rng, 2000), clustered(rng, 2000) @ q)
+    check = aligner.diagnostics_["agreement"]
+    assert check["agreement"] > 0.9 and check["skipped"] is None and check["threshold"] == 0.45
+    assert set(check["stage_seconds"]) == {"anchors_and_initial_map", "structure"}
+    assert aligner.confidence_ == pytest.approx(min(check["agreement"], 1.0))
+
+
+def test_known_pairs_skip_the_agreement_check():
+    rng = np.random.default_rng(0)
+    q = ortho_group.rvs(8, random_state=1)
+    source, pairs = clustered(rng, 1500), clustered(rng, 50)
+    aligner = MiniVec2Vec(**QUICK).fit(source, clustered(rng, 1500) @ q, pairs=(pairs, pairs @ q))
+    assert aligner.diagnostics_["agreement"]["skipped"] == "known pairs anchor every pass alike"
 
 
 @pytest.mark.parametrize(("d_in", "d_out"), [(8, 8), (8, 12), (12, 8)])
@@ -813,6 +842,8 @@ def test_a_good_fit_beats_the_random_rotation_control():
     [
         ({"max_seconds": -1}, "max_seconds must be"),
         ({"trust_margin": -0.1}, "trust_margin must be a number of at least 0"),
+        ({"agreement_threshold": 1.5}, "agreement_threshold must be a number in"),
+        ({"agreement_threshold": True}, "agreement_threshold must be a number in"),
     ],
 )
 def test_budget_and_trust_settings_are_checked(setting, message):

@@ -220,6 +220,8 @@ def test_fit_says_when_no_pass_converged(tmp_path):
     assert result.exit_code == 0, result.output
     assert "warning:" in result.output and "probably wrong" in result.output
     assert MiniVec2Vec.load(tmp_path / "aligner").diagnostics_["converged"] is False
+    check = MiniVec2Vec.load(tmp_path / "aligner").diagnostics_["agreement"]
+    assert f"agreement with an independent pass: {check['agreement']:.3f} (trusted: >= 0.45)" in flat(result)
     assert "align apply` refuses it unless --force" in flat(result)
     np.save(tmp_path / "store.npy", np.load(tmp_path / "a.npy")[:10])
     apply = ["align", "apply", str(tmp_path / "aligner"), str(tmp_path / "store.npy"), str(tmp_path / "out.npy")]

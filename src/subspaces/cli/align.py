@@ -191,6 +191,14 @@ def fit_cmd(
     ]
     out.print(table("label-free diagnostics", columns, rows))
     out.print(f"orthogonality gap {d['orthogonality_gap']:.2e}")
+    check = d["agreement"]
+    if check["agreement"] is not None:
+        out.print(
+            f"agreement with an independent pass: {check['agreement']:.3f} (trusted: >= {check['threshold']:g}); "
+            f"confidence {aligner.confidence_:.2f}"
+        )
+    else:
+        out.print(f"agreement with an independent pass: not checked ({check['skipped']})")
     for warning in caught:
         if issubclass(warning.category, ConvergenceWarning):
             console.print(f"[bold yellow]warning:[/] {warning.message}")
