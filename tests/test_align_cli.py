@@ -455,6 +455,20 @@ def test_fit_max_seconds_keeps_the_best_map_so_far_and_says_so(spaces, tmp_path)
     assert result.exit_code == 2
 
 
+def test_fit_has_a_time_budget_by_default(spaces, tmp_path):
+    from subspaces.cli.align import FIT_SECONDS
+
+    result = CliRunner().invoke(app, fit_args(spaces, tmp_path / "a", *params_args(tmp_path)))
+    assert result.exit_code == 0, result.output
+    assert MiniVec2Vec.load(tmp_path / "a").max_seconds == FIT_SECONDS == 300
+    # --params' own max_seconds is kept, the option wins over it, and 'inf' lifts the bound.
+    budget = params_args(tmp_path, FAST_PARAMS | {"max_seconds": 120}, name="budget.json")
+    for i, (extra, expected) in enumerate((([], 120), (["--max-seconds", "60"], 60), (["--max-seconds", "inf"], None))):
+        result = CliRunner().invoke(app, fit_args(spaces, tmp_path / f"b{i}", *budget, *extra))
+        assert result.exit_code == 0, result.output
+        assert MiniVec2Vec.load(tmp_path / f"b{i}").max_seconds == expected
+
+
 def test_fit_with_known_pairs(spaces, tmp_path):
     q = ortho_group.rvs(8, random_state=1)
     paired = clustered(np.random.default_rng(5), 50)
