@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from align_protocol import load_pool
 from subspaces.align import MiniVec2Vec
+from subspaces.align.diagnostics import map_agreement
 from subspaces.align.metrics import cross_fitted_oracle, retrieval_metrics
 from subspaces.align.preprocess import normalize_rows
 
@@ -63,13 +64,10 @@ def main() -> None:
         nn = {stage: None if v is None else round(v, 4) for stage, v in record["nn_similarity"].items()}
         print(i, top1, nn, "swapped", [round(v, 2) for v in record["structure_swapped"]])
 
-    def agree(m1: np.ndarray, m2: np.ndarray) -> float:
-        return float(np.mean(np.sum(normalize_rows(rows @ m1) * normalize_rows(rows @ m2), axis=1)))
-
     for first, second in (("structured", "structured"), ("final", "final"), ("final", "structured")):
         print(f"{first} (row) vs {second} (column) agreement")
         for i in range(passes):
-            print("  ", " ".join(f"{agree(maps[i][first], maps[j][second]):.2f}" for j in range(passes)))
+            print("  ", " ".join(f"{map_agreement(rows, maps[i][first], maps[j][second]):.2f}" for j in range(passes)))
 
 
 if __name__ == "__main__":

@@ -311,13 +311,21 @@ def _spread(values: list[float]) -> str:
     return f"{np.mean(values):.3f} ± {np.ptp(values):.3f}" if values else "-"
 
 
-def table(results: Path) -> str:
+def _rows_per_side(group: list[dict]) -> str:
+    """The unpaired rows each model's half has (a cell's ``n_texts`` counts both halves, not the held-out pairs)."""
+    counts = sorted({r["n_texts"] // 2 for r in group})
+    return "/".join(f"{n:,}" for n in counts)
+
+
+def table(results: Path, samples: list[int] | None = None) -> str:
+    """The summary of every cell under ``results`` (only pool samples ``samples`` where given)."""
     rows = [json.loads(p.read_text()) for p in sorted(Path(results).glob("*-seed*.json"))]  # cells only
+    rows = [r for r in rows if samples is None or r["sample"] in samples]
     if not rows:
         return f"no results under {results}"
     lines = [
-        "role | domain | target | arm | n | top-1 | cross-fitted oracle | identity | paper | seconds | "
-        "seconds / paper's | conv | migrated R@10 / re-embedded"
+        "role | domain | target | arm | n | unpaired rows / side | top-1 | cross-fitted oracle | identity | paper | "
+        "seconds | seconds / paper's | conv | migrated R@10 / re-embedded"
     ]
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
@@ -327,7 +335,8 @@ def table(results: Path) -> str:
         identity = [r["identity"]["top1"] for r in group if r.get("identity")]
         ratio = [r["fit_seconds"] / r["paper_recipe"]["fit_seconds"] for r in group if "paper_recipe" in r]
         lines.append(
-            f"{role} | {domain} | {target} | {arm} | {len(group)} | {_spread([r['top1'] for r in group])} | "
+            f"{role} | {domain} | {target} | {arm} | {len(group)} | {_rows_per_side(group)} | "
+            f"{_spread([r['top1'] for r in group])} | "
             f"{_spread([r['oracle_cross_fitted']['top1'] for r in group])} | {_spread(identity)} | "
             f"{_spread(paper)} | {np.mean([r['fit_seconds'] for r in group]):.0f} | "
             f"{f'{np.mean(ratio):.2f}' if ratio else '-'} | "
@@ -626,7 +635,7 @@ def main() -> None:
     parser.add_argument("--trust-pool", choices=sorted(TRUST_POOLS), default="wordnet", help="trust-check's dev pool")
     args = parser.parse_args()
     if args.command == "table":
-        print(table(Path(args.results)))
+        print(table(Path(args.results), args.samples if args.samples != list(SAMPLES) else None))
         return
     if args.command == "trust-check":
         report = trust_check(Path(args.results), TRUST_POOLS[args.trust_pool])

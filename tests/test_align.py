@@ -849,3 +849,14 @@ def test_a_good_fit_beats_the_random_rotation_control():
 def test_budget_and_trust_settings_are_checked(setting, message):
     with pytest.raises(SubspacesError, match=message):
         MiniVec2Vec(**QUICK | setting).check_params()
+
+
+def test_map_agreement_is_the_mean_cosine_of_the_rows_mapped_by_each():
+    from subspaces.align.diagnostics import map_agreement
+
+    rng = np.random.default_rng(0)
+    rows, q = rng.normal(size=(200, 8)), np.linalg.qr(rng.normal(size=(8, 8)))[0]
+    assert map_agreement(rows, q, q) == pytest.approx(1.0)
+    assert map_agreement(rows, q, -q) == pytest.approx(-1.0)
+    other = np.linalg.qr(rng.normal(size=(8, 8)))[0]  # an unrelated rotation: near chance, far from 1
+    assert abs(map_agreement(rows, q, other)) < 0.5

@@ -44,6 +44,7 @@ from subspaces.align.diagnostics import (
     TRUST_K,
     anchor_consistency,
     bidirectional_nn_similarity,
+    map_agreement,
     trust_lift,
     trust_problem,
     trust_score,
@@ -366,8 +367,7 @@ class MiniVec2Vec(BaseEstimator):
         if out["skipped"] is not None:
             return out
         check = self._start_pass(-1, a, b, index_a, index_b, score, seed, budget, None).record
-        ours, theirs = normalize_rows(rows @ self.matrix_), normalize_rows(rows @ check["matrix"])
-        agreement = float(np.mean(np.sum(ours * theirs, axis=1)))
+        agreement = map_agreement(rows, self.matrix_, check["matrix"])
         out |= {"structure_swapped": check["structure_swapped"], "stage_seconds": check["stage_seconds"]}
         if budget.stopped_at is not None:  # a check pass cut short is weaker: its disagreement proves nothing
             return out | {"skipped": "out of time during the check pass", "cut_short_agreement": agreement}

@@ -115,6 +115,12 @@ def knn_mixing(mapped_source: np.ndarray, target: np.ndarray, k: int = 10) -> fl
     return float(0.5 * ((cross / expected)[is_source].mean() + (cross / expected)[~is_source].mean()))
 
 
+def map_agreement(rows: np.ndarray, first: np.ndarray, second: np.ndarray) -> float:
+    """Mean cosine between ``rows`` mapped by ``first`` and by ``second``: how far two maps found from
+    independent anchors agree (the agreement check of ``MiniVec2Vec.agreement_threshold``)."""
+    return float(np.mean(np.sum(normalize_rows(rows @ first) * normalize_rows(rows @ second), axis=1)))
+
+
 def trust_score(source_probe: np.ndarray, target_probe: np.ndarray, matrix: np.ndarray) -> float:
     """The label-free score the trust check uses: :func:`csls_score` of the mapped source rows among the target
     rows. Chosen on the dev pool (``benchmarks/align_protocol.py trust-check``) over the plain neighbour
