@@ -221,12 +221,14 @@ def test_fit_says_when_no_pass_converged(tmp_path):
     assert "warning:" in result.output and "probably wrong" in result.output
     assert MiniVec2Vec.load(tmp_path / "aligner").diagnostics_["converged"] is False
     check = MiniVec2Vec.load(tmp_path / "aligner").diagnostics_["agreement"]
-    assert f"agreement with an independent pass: {check['agreement']:.3f} (trusted: >= 0.45)" in flat(result)
+    searched = f", best of {check['compared']} passes" if check["search"] else ""
+    assert f"agreement with an independent pass: {check['agreement']:.3f}{searched} (trusted: >= 0.55)" in flat(result)
     assert "align apply` refuses it unless --force" in flat(result)
     np.save(tmp_path / "store.npy", np.load(tmp_path / "a.npy")[:10])
     apply = ["align", "apply", str(tmp_path / "aligner"), str(tmp_path / "store.npy"), str(tmp_path / "out.npy")]
     result = CliRunner().invoke(app, apply)
-    assert result.exit_code == 2 and "this map is not trusted (no pass of the alignment converged" in flat(result)
+    refused = "this map is not trusted (no two independent passes of the alignment agree"
+    assert result.exit_code == 2 and refused in flat(result)
     assert not (tmp_path / "out.npy").exists()
     result = CliRunner().invoke(app, [*apply, "--force"])
     assert result.exit_code == 0 and np.load(tmp_path / "out.npy").shape == (10, 8), result.output

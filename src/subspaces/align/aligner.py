@@ -105,14 +105,22 @@ class MiniVec2Vec(BaseEstimator):
             as no margin separates good maps from wrong ones on both dev pools (good maps lift 0.70 and more on
             WordNet but 0.06-0.15 on tweets, wrong ones up to 0.38; ``benchmarks/align_protocol.py
             trust-check``).
-        agreement_threshold: after the fit, one more independent pass (anchors, initial map, structure; no
-            refinement) is run on its own seed, and the map is trusted only if the two agree: the mean cosine
-            of the rows that ``trust_margin`` scores, mapped by each, is at least this. A right map is found
-            again from other anchors; a wrong one is one of many local optima. The default 0.45 is the midpoint
-            between the dev pools' good fits (0.64-0.87) and wrong ones (0.25 at most; -0.01-0.01 where no map
-            exists), ``benchmarks/align_protocol.py trust-check``. ``None`` skips the check pass (it costs
-            about half a fit) and the confidence is then the structural one. Not run with known pairs, which
-            anchor every pass alike.
+        agreement_threshold: after the restarts, one more independent pass (anchors, initial map, structure; no
+            refinement) is run on its own seed, and the map is trusted only if two independent passes agree:
+            the mean cosine of the rows that ``trust_margin`` scores, mapped by each, is at least this. A right
+            map is found again from other anchors; a wrong one is one of many local optima. If the check pass
+            disagrees with the kept map, the agreement search (``agreement_search``) runs. The default 0.55 lies
+            between the dev pools' wrong pairs (0.44 at most, refined or not; -0.01-0.01 where no map exists)
+            and right ones (0.64-0.87 against the check pass on the 40k pools, 0.81 refined against refined on
+            WordNet 6k): ``benchmarks/align_protocol.py trust-check``, ``benchmarks/align_pass_diagnostics.py``.
+            ``None`` skips the check (it costs about half a pass) and the confidence is then the structural
+            one. Not run with known pairs, which anchor every pass alike.
+        agreement_search: when the check pass disagrees with the kept map, at most this many more passes are
+            refined (the check pass first, then passes left unrefined, which do not count, then new passes on
+            their own seeds) until two refined maps agree; the best-scoring map of an agreeing pair is kept.
+            On small pools a pass finds the right basin about one time in three and the restarts often hold no
+            right pass (``benchmarks/notes/align.md``); the search is what finds one, and where no pair agrees
+            the map is flagged. 0: the check only judges, it never changes the map.
         max_seconds: stop at the next safe point (between k-means runs, rounds, steps, passes) after this many
             seconds and keep the best map so far (``stopped_early_``); the first pass's initial map is always
             made. ``None``: no limit.
@@ -130,7 +138,8 @@ class MiniVec2Vec(BaseEstimator):
         n_restarts: int = 3,
         converged_swap_share: float | None = 0.1,
         trust_margin: float = 0.0,
-        agreement_threshold: float | None = 0.45,
+        agreement_threshold: float | None = 0.55,
+        agreement_search: int = 4,
         max_seconds: float | None = None,
         random_state: int | None = 0,
         verbose: bool = False,
@@ -144,6 +153,7 @@ class MiniVec2Vec(BaseEstimator):
         self.converged_swap_share = converged_swap_share
         self.trust_margin = trust_margin
         self.agreement_threshold = agreement_threshold
+        self.agreement_search = agreement_search
         self.max_seconds = max_seconds
         self.random_state = random_state
         self.verbose = verbose
@@ -184,6 +194,9 @@ class MiniVec2Vec(BaseEstimator):
         threshold = self.agreement_threshold
         if threshold is not None and (isinstance(threshold, bool) or not -1 <= threshold <= 1):
             raise SubspacesError(f"agreement_threshold must be a number in [-1, 1] or None, got {threshold!r}")
+        search = self.agreement_search
+        if isinstance(search, bool) or not isinstance(search, (int, np.integer)) or search < 0:
+            raise SubspacesError(f"agreement_search must be an integer of at least 0, got {search!r}")
         if self.max_seconds is not None and (isinstance(self.max_seconds, bool) or not self.max_seconds >= 0):
             raise SubspacesError(f"max_seconds must be a number of at least 0 or None, got {self.max_seconds!r}")
 
@@ -214,8 +227,11 @@ class MiniVec2Vec(BaseEstimator):
             pairs = _check_pairs(pairs, source.shape[1], target.shape[1])
         # One independent stream per pass and per stage: how far one stage ran (its stopping rule reads scores,
         # which carry the BLAS kernel's rounding) must not shift every later random draw.
-        # The agreement check's stream is spawned last, so the passes' streams are those of a fit without it.
-        setup_seed, *pass_seeds, check_seed = np.random.SeedSequence(self.random_state).spawn(2 + self.n_restarts)
+        # The agreement check's and search's streams are spawned last, so the passes' streams are those of a fit
+        # without them.
+        seeds = np.random.SeedSequence(self.random_state).spawn(2 + self.n_restarts + self.agreement_search)
+        setup_seed, pass_seeds = seeds[0], seeds[1 : 1 + self.n_restarts]
+        check_seed, search_seeds = seeds[1 + self.n_restarts], seeds[2 + self.n_restarts :]
         rng = np.random.default_rng(setup_seed)
 
         self.source_mean_ = source.mean(axis=0)
@@ -267,29 +283,31 @@ class MiniVec2Vec(BaseEstimator):
             for started in passes:
                 if not started.record["refined"]:
                     self._finish_pass(started, score, budget)
-        restarts = [started.record for started in passes]
         # Refined maps are compared, not initial ones: a wrong start can look as good as a right one before
         # refinement, but only a right one reaches a high neighbour similarity after it. A converged pass (the
         # stronger, structural evidence) is preferred to any unconverged one (which is then left unrefined).
         chosen = max(
-            (i for i, r in enumerate(restarts) if r["refined"]),
-            key=lambda i: (self._converged(restarts[i]) is True, restarts[i]["nn_similarity"]["final"]),
+            (i for i, started in enumerate(passes) if started.record["refined"]),
+            key=lambda i: (self._converged(passes[i].record) is True, passes[i].record["nn_similarity"]["final"]),
         )
-        self.matrix_ = restarts[chosen].pop("matrix").astype(np.float32)
-        for r in restarts:
-            r.pop("matrix", None)
-        converged = self._converged(restarts[chosen])
         # Where the dims agree, "leave the vectors as they are" is a map too; a fit that does not beat it has
         # learnt nothing (issue 23: a 0.016 map where the identity scored 0.948). A random rotation is chance
         # level, for any dims. Both are drawn after every other setup draw, so the map does not depend on them.
         eye = np.eye(a.shape[1], dtype=np.float32) if a.shape[1] == b.shape[1] else None
         rotations = [_random_orthogonal(a.shape[1], b.shape[1], rng) for _ in range(3)]
-        identity = score(eye) if eye is not None else None
-        control = max(score(rotation) for rotation in rotations)
-        # The trust check does not use that score: wrong maps that crowd points into dense regions score higher
+        # The trust check does not use the nn score: wrong maps that crowd points into dense regions score higher
         # on it than right ones (issue 24), and refinement climbed it on the very probes it is computed on.
         trust_a = a[_unseen_first(len(a), probe_rows_a, TRUST_ROWS, rng)]
         trust_b = b[_unseen_first(len(b), probe_rows_b, TRUST_ROWS, rng)]
+        search = _Search(a, b, index_a, index_b, score, budget, trust_a)
+        chosen, agreement = self._agreement(passes, chosen, search, check_seed, search_seeds, known)
+        restarts = [started.record for started in passes]
+        self.matrix_ = restarts[chosen].pop("matrix").astype(np.float32)
+        for r in restarts:
+            r.pop("matrix", None)
+        converged = self._converged(restarts[chosen])
+        identity = score(eye) if eye is not None else None
+        control = max(score(rotation) for rotation in rotations)
         trusted_final = trust_score(trust_a, trust_b, self.matrix_)
         trusted_identity = trust_score(trust_a, trust_b, eye) if eye is not None else None
         trusted_control = max(trust_score(trust_a, trust_b, rotation) for rotation in rotations)
@@ -302,10 +320,11 @@ class MiniVec2Vec(BaseEstimator):
             "score": f"csls (k={TRUST_K})",
             "rows": [len(trust_a), len(trust_b)],
         }
-        agreement = self._agreement(a, b, index_a, index_b, score, check_seed, budget, known, trust_a)
         self.fit_seconds_ = budget.elapsed()
         problems = self._row_count_problems(len(a), len(b))
-        if converged is False:
+        # Two independent maps that agree are stronger evidence than one pass's structural swap share (which on
+        # small pools ends low on wrong passes too), so the swap share judges only where agreement was not checked.
+        if converged is False and agreement["agreement"] is None:
             problems.append(
                 f"no pass of the alignment converged: the kept one's structural search still swapped "
                 f"{restarts[chosen]['structure_swapped'][-1]:.0%} of the seeded cluster pairs in its last round "
@@ -317,17 +336,18 @@ class MiniVec2Vec(BaseEstimator):
             problems.append(problem)
         if agreement["agreement"] is not None and agreement["agreement"] < agreement["threshold"]:
             problems.append(
-                f"two independent passes of the alignment disagree: their maps give the same rows a mean cosine "
-                f"of {agreement['agreement']:.2f} (trusted: >= {agreement['threshold']:g}); a right map is found "
-                f"again from other anchors, so this one is probably wrong. Try more data, more n_restarts, or "
-                f"check the pair on a few paired texts."
+                f"no two independent passes of the alignment agree ({agreement['compared']} compared): their maps "
+                f"give the same rows a mean cosine of {agreement['agreement']:.2f} at most (trusted: >= "
+                f"{agreement['threshold']:g}; passes whose structure did not converge are not compared); a right "
+                f"map is found again from other anchors, so this one is probably wrong. Try more data, more "
+                f"agreement_search passes, or fit with a few hundred known pairs (--pairs-source/--pairs-target)."
             )
         self.stopped_early_ = budget.stopped_at is not None
         for problem in problems:
             warnings.warn(problem, ConvergenceWarning, stacklevel=2)
         if self.stopped_early_:
             warnings.warn(f"alignment stopped early: {budget.reason}", ConvergenceWarning, stacklevel=2)
-        self.converged_ = converged is not False and not problems
+        self.converged_ = not problems  # an unconverged pass is a problem unless two passes agreed
         # Label-free confidence in [0, 1], 0 when a problem was found: the agreement with an independent pass
         # where it was checked, else the share of seeded cluster pairs the last structural round kept.
         swapped = restarts[chosen]["structure_swapped"]
@@ -354,24 +374,90 @@ class MiniVec2Vec(BaseEstimator):
         }
         return self
 
-    def _agreement(self, a, b, index_a, index_b, score, seed, budget: Budget, known, rows: np.ndarray) -> dict:
-        """The agreement check of ``agreement_threshold``: one more pass on its own stream, its structured map
-        compared with the fitted one on ``rows`` (mean cosine of the mapped rows)."""
-        out: dict[str, Any] = {"agreement": None, "threshold": self.agreement_threshold, "skipped": None}
-        if self.agreement_threshold is None:
+    def _agreement(
+        self, passes: list[_Pass], chosen: int, search: _Search, check_seed, search_seeds, known
+    ) -> tuple[int, dict[str, Any]]:
+        """The agreement check and search of ``agreement_threshold`` and ``agreement_search``: the kept pass and
+        its diagnostics. ``passes`` grows by the passes the search refines."""
+        threshold = self.agreement_threshold
+        out: dict[str, Any] = {"agreement": None, "threshold": threshold, "skipped": None, "compared": None}
+        if threshold is None:
             out["skipped"] = "agreement_threshold is None"
         elif known is not None:
             out["skipped"] = "known pairs anchor every pass alike"
-        elif budget.spent("before the agreement check"):
+        elif search.budget.spent("before the agreement check"):
             out["skipped"] = "out of time"
         if out["skipped"] is not None:
-            return out
-        check = self._start_pass(-1, a, b, index_a, index_b, score, seed, budget, None).record
-        agreement = map_agreement(rows, self.matrix_, check["matrix"])
-        out |= {"structure_swapped": check["structure_swapped"], "stage_seconds": check["stage_seconds"]}
-        if budget.stopped_at is not None:  # a check pass cut short is weaker: its disagreement proves nothing
-            return out | {"skipped": "out of time during the check pass", "cut_short_agreement": agreement}
-        return out | {"agreement": agreement}
+            return chosen, out
+        check = self._start_pass(-1, *search.pass_args(check_seed))
+        agreement = map_agreement(search.rows, passes[chosen].record["matrix"], check.record["matrix"])
+        out |= {
+            "check_structure_swapped": check.record["structure_swapped"],
+            "check_stage_seconds": check.record["stage_seconds"],
+            "check_agreement": agreement,
+            "search": None,
+        }
+        if search.budget.stopped_at is not None:  # a check pass cut short is weaker: its disagreement proves nothing
+            return chosen, out | {"skipped": "out of time during the check pass"}
+        if agreement >= threshold or self.agreement_search == 0:
+            return chosen, out | {"agreement": agreement, "compared": 2}
+        # The search: refined maps agree more than a structured one does with a refined one (0.62-0.81 for right
+        # pairs, 0.47 at most with a wrong pass), so candidates are refined before they are compared.
+        waiting = [check, *(started for started in passes if not started.record["refined"])]
+        fresh = iter(enumerate(search_seeds))
+        cost = 0  # passes refined by the search that the restarts had not started: the check and new ones
+        pairs: dict[tuple[int, int], float] = {}
+        while True:
+            if cost >= self.agreement_search or search.budget.spent("in the agreement search"):
+                break
+            if waiting:
+                started = waiting.pop(0)
+                cost += int(started is check)
+            else:
+                step, seed = next(fresh)
+                started = self._start_pass(self.n_restarts + 1 + step, *search.pass_args(seed))
+                cost += 1
+            if started not in passes:
+                passes.append(started)
+            self._finish_pass(started, search.score, search.budget)
+            new = passes.index(started)
+            # Only structurally converged passes are compared: among many passes two wrong maps may agree by
+            # chance (in 8 dims, unconverged ones on a target with no map did, at 0.88), and every right pass
+            # of the dev pools had converged.
+            if self._converged(started.record) is not False:
+                for other, candidate in enumerate(passes):
+                    if other != new and candidate.record["refined"] and self._converged(candidate.record) is not False:
+                        pairs[(other, new)] = map_agreement(
+                            search.rows, candidate.record["matrix"], started.record["matrix"]
+                        )
+            if max(pairs.values(), default=-1.0) >= threshold:
+                break
+        refined = [i for i, started in enumerate(passes) if started.record["refined"]]
+        out["search"] = {
+            "passes_refined": len(refined),
+            "new_passes": cost,
+            "pairwise": [[i, j, value] for (i, j), value in sorted(pairs.items())],
+        }
+        if not pairs:  # no two converged maps to compare: the check's verdict on the kept map stands
+            return chosen, out | {"agreement": agreement, "compared": 2}
+        compared = len({i for pair in pairs for i in pair})  # the refined, converged passes compared
+        best = max(pairs.values())
+        if best < threshold:  # the restarts' choice stands, now among every refined pass; it is flagged
+            key = lambda i: (self._converged(passes[i].record) is True, passes[i].record["nn_similarity"]["final"])  # noqa: E731
+            return max(refined, key=key), out | {"agreement": max(best, agreement), "compared": compared}
+        # The final neighbour similarity ranked every pool's passes correctly (benchmarks/notes/align.md).
+        agreeing = {i for pair, value in pairs.items() if value >= threshold for i in pair}
+        chosen = max(agreeing, key=lambda i: passes[i].record["nn_similarity"]["final"])
+        partner = max(value for pair, value in pairs.items() if chosen in pair)
+        return chosen, out | {"agreement": partner, "compared": compared}
+
+    def _label(self, restart: int) -> str:
+        """A pass's name: ``restart i/n``, ``agreement check`` (-1), or ``search pass j`` (beyond the restarts)."""
+        if restart < 0:
+            return "agreement check"
+        if restart < self.n_restarts:
+            return f"restart {restart + 1}/{self.n_restarts}"
+        return f"search pass {restart - self.n_restarts}"
 
     def _row_count_problems(self, n_source: int, n_target: int) -> list[str]:
         """Warnings for k-means with too few rows per cluster to be trusted (``_check_rows`` refuses fewer)."""
@@ -385,8 +471,7 @@ class MiniVec2Vec(BaseEstimator):
                 min(fewest, self.structure.sample),
                 self.structure.n_clusters if self.structure.n_iter else 0,
             ),
-            ("refine.centroid", fewest, self.refine.centroid_clusters),
-        ):
+        ):  # not refine-2's centroids: that stage is kept only where it does not lower the score
             if clusters and rows < per_cluster * clusters:
                 problems.append(
                     f"{rows} rows for {clusters} {what} clusters (fewer than {per_cluster} a cluster): "
@@ -419,7 +504,7 @@ class MiniVec2Vec(BaseEstimator):
         ap, sp, rp = self.anchors, self.structure, self.refine
         rng, structure_rng, refine_rng, centroid_rng = (np.random.default_rng(s) for s in seed.spawn(4))
         clock = time.perf_counter()
-        where = "(agreement check)" if restart < 0 else f"(restart {restart + 1}/{self.n_restarts})"
+        where = f"({self._label(restart)})"
         anchors = None
         if known is not None:  # known pairs are better anchors than any matching of cluster shapes
             matrix = procrustes(*known)
@@ -484,6 +569,7 @@ class MiniVec2Vec(BaseEstimator):
                 )
         seconds["structure"] = time.perf_counter() - clock
         record: dict[str, Any] = {
+            "label": self._label(restart),
             "matrix": matrix,
             "refined": False,
             "nn_similarity": {
@@ -516,7 +602,7 @@ class MiniVec2Vec(BaseEstimator):
         """The rest of a pass, into its record: refine-1 -> refine-2, each stopping at its next safe point once
         ``budget`` is spent."""
         rp, record, seconds = self.refine, started.record, started.record["stage_seconds"]
-        where = f"(restart {started.restart + 1}/{self.n_restarts})"
+        where = f"({self._label(started.restart)})"
         refined_from = record["nn_similarity"]["structure"]
         clock = time.perf_counter()
         with self._progress(f"refine {where}", rp.n_iter, "iteration") as tick:
@@ -687,6 +773,24 @@ class MiniVec2Vec(BaseEstimator):
         aligner.confidence_ = aligner.diagnostics_.get("confidence")
         aligner.stopped_early_ = bool(aligner.diagnostics_.get("stopped_early", False))
         return aligner
+
+
+@dataclasses.dataclass
+class _Search:
+    """What every pass of one fit shares: the centred rows, their indexes, the score, the budget, and the rows
+    that the agreement of two maps is measured on."""
+
+    a: np.ndarray
+    b: np.ndarray
+    index_a: NeighbourIndex
+    index_b: NeighbourIndex
+    score: Any
+    budget: Budget
+    rows: np.ndarray
+
+    def pass_args(self, seed: np.random.SeedSequence) -> tuple:
+        """The arguments of ``MiniVec2Vec._start_pass`` after ``restart``, for an unpaired pass on ``seed``."""
+        return self.a, self.b, self.index_a, self.index_b, self.score, seed, self.budget, None
 
 
 @dataclasses.dataclass

@@ -203,7 +203,8 @@ def fit_cmd(
         "anchor consistency": lambda r: r["anchor_consistency_final"],
     }
     columns = ["statistic"] + [
-        f"restart {i}{' (kept)' if i == d['chosen_restart'] else ''}" for i in range(len(d["restarts"]))
+        f"{r.get('label', f'restart {i}')}{' (kept)' if i == d['chosen_restart'] else ''}"
+        for i, r in enumerate(d["restarts"])
     ]
     rows = [
         [name] + [f"{v:.4f}" if isinstance(v := get(r), float) else str(v) for r in d["restarts"]]
@@ -213,9 +214,10 @@ def fit_cmd(
     out.print(f"orthogonality gap {d['orthogonality_gap']:.2e}")
     check = d["agreement"]
     if check["agreement"] is not None:
+        searched = f", best of {check['compared']} passes" if check.get("search") else ""
         out.print(
-            f"agreement with an independent pass: {check['agreement']:.3f} (trusted: >= {check['threshold']:g}); "
-            f"confidence {aligner.confidence_:.2f}"
+            f"agreement with an independent pass: {check['agreement']:.3f}{searched} (trusted: >= "
+            f"{check['threshold']:g}); confidence {aligner.confidence_:.2f}"
         )
     else:
         out.print(f"agreement with an independent pass: not checked ({check['skipped']})")
