@@ -387,7 +387,7 @@ class MiniVec2Vec(BaseEstimator):
             out["skipped"] = "known pairs anchor every pass alike"
         elif search.budget.spent("before the agreement check"):
             out["skipped"] = "out of time"
-        if out["skipped"] is not None:
+        if out["skipped"] is not None or threshold is None:
             return chosen, out
         check = self._start_pass(-1, *search.pass_args(check_seed))
         agreement = map_agreement(search.rows, passes[chosen].record["matrix"], check.record["matrix"])
