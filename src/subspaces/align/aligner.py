@@ -286,10 +286,7 @@ class MiniVec2Vec(BaseEstimator):
         # Refined maps are compared, not initial ones: a wrong start can look as good as a right one before
         # refinement, but only a right one reaches a high neighbour similarity after it. A converged pass (the
         # stronger, structural evidence) is preferred to any unconverged one (which is then left unrefined).
-        chosen = max(
-            (i for i, started in enumerate(passes) if started.record["refined"]),
-            key=lambda i: (self._converged(passes[i].record) is True, passes[i].record["nn_similarity"]["final"]),
-        )
+        chosen = self._best(passes, [i for i, started in enumerate(passes) if started.record["refined"]])
         # Where the dims agree, "leave the vectors as they are" is a map too; a fit that does not beat it has
         # learnt nothing (issue 23: a 0.016 map where the identity scored 0.948). A random rotation is chance
         # level, for any dims. Both are drawn after every other setup draw, so the map does not depend on them.
@@ -443,13 +440,19 @@ class MiniVec2Vec(BaseEstimator):
         compared = len({i for pair in pairs for i in pair})  # the refined, converged passes compared
         best = max(pairs.values())
         if best < threshold:  # the restarts' choice stands, now among every refined pass; it is flagged
-            key = lambda i: (self._converged(passes[i].record) is True, passes[i].record["nn_similarity"]["final"])  # noqa: E731
-            return max(refined, key=key), out | {"agreement": max(best, agreement), "compared": compared}
+            return self._best(passes, refined), out | {"agreement": max(best, agreement), "compared": compared}
         # The final neighbour similarity ranked every pool's passes correctly (benchmarks/notes/align.md).
         agreeing = {i for pair, value in pairs.items() if value >= threshold for i in pair}
         chosen = max(agreeing, key=lambda i: passes[i].record["nn_similarity"]["final"])
         partner = max(value for pair, value in pairs.items() if chosen in pair)
         return chosen, out | {"agreement": partner, "compared": compared}
+
+    def _best(self, passes: list[_Pass], candidates: list[int]) -> int:
+        """The restarts' rule: a converged pass before any unconverged one, then the highest final nn score."""
+        return max(
+            candidates,
+            key=lambda i: (self._converged(passes[i].record) is True, passes[i].record["nn_similarity"]["final"]),
+        )
 
     def _label(self, restart: int) -> str:
         """A pass's name: ``restart i/n``, ``agreement check`` (-1), or ``search pass j`` (beyond the restarts)."""
