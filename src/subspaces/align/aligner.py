@@ -60,6 +60,7 @@ from subspaces.align.params import (
     check_together,
     from_flat,
 )
+from subspaces.align.precision import resolve as resolve_precision
 from subspaces.align.preprocess import center_normalize, check_embeddings, normalize_rows
 from subspaces.align.procrustes import orthogonality_gap, procrustes
 from subspaces.align.refine import (
@@ -256,6 +257,7 @@ class MiniVec2Vec(BaseEstimator):
                 shortlist_dims=s.shortlist_dims,
                 shortlist_factor=s.shortlist_factor,
                 seed=int(rng.integers(2**31)),
+                precision=s.precision,
             )
 
         index_a, index_b = neighbour_index(a), neighbour_index(b)
@@ -363,6 +365,7 @@ class MiniVec2Vec(BaseEstimator):
             "agreement": agreement,
             "stopped_early": self.stopped_early_,
             "stop_reason": budget.reason,
+            "precision": resolve_precision(self.search.precision),
             "n_pairs": 0 if pairs is None else len(pairs[0]),
             "nn_similarity": restarts[chosen]["nn_similarity"],
             "anchor_consistency": restarts[chosen]["anchor_consistency_final"],
@@ -525,12 +528,15 @@ class MiniVec2Vec(BaseEstimator):
                     qap_restarts=ap.qap_restarts,
                     keep_fraction=ap.keep,
                     kernel=ap.kernel,
+                    precision=self.search.precision,
                     rng=rng,
                     progress=tick,
                     out_of_time=budget.check(f"in the anchor runs {where}"),
                 )
             rows = rng.choice(len(a), min(ap.n_pseudo_pairs, len(a)), replace=False)
-            matrix = initial_map(a[rows], b, anchors.source, anchors.target, k=ap.relative_k)
+            matrix = initial_map(
+                a[rows], b, anchors.source, anchors.target, k=ap.relative_k, precision=self.search.precision
+            )
         initial_score = score(matrix)
         initial_consistency = anchor_consistency(anchors, matrix) if anchors is not None else None
         seconds = {"anchors_and_initial_map": time.perf_counter() - clock}
@@ -567,6 +573,7 @@ class MiniVec2Vec(BaseEstimator):
                     tol=rp.tol,
                     stop_swap_share=sp.stop_swap_share,
                     start_score=initial_score,
+                    precision=self.search.precision,
                     progress=tick,
                     out_of_time=budget.check(f"in the structural refinement {where}"),
                 )
@@ -637,6 +644,9 @@ class MiniVec2Vec(BaseEstimator):
                 alpha=rp.centroid_alpha,
                 orthogonalize=rp.orthogonalize,
                 seed=int(started.centroid_rng.integers(2**31)),
+                precision=self.search.precision,
+                pairs=started.step.pairs,
+                pair_weight=rp.pair_weight,
             )
             centroid_score = score(candidate)
             # Accepted unless it makes the label-free score worse: refinement may not undo a good map.

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-import faiss
 import numpy as np
+import scipy.sparse
 
 from subspaces.align.matching import gram_factor, match_centroids
 from subspaces.align.preprocess import normalize_rows
+
+ROW_CHUNK = 32_768  # rows per k-means product: bounds the similarity block (rows x all runs' centroids)
 
 
 def kmeans(
@@ -25,28 +28,120 @@ def kmeans(
     seed: int = 0,
     init: np.ndarray | None = None,
     n_redo: int = 1,
+    precision: str = "float32",
 ) -> np.ndarray:
-    """Spherical k-means centroids (unit rows) of unit-norm rows ``x``.
+    """Spherical k-means centroids (unit rows) of unit-norm rows ``x``: :func:`kmeans_runs` with one run."""
+    inits = None if init is None else [init]
+    return kmeans_runs(
+        x, [np.arange(len(x))], n_clusters, n_iter=n_iter, seeds=[seed], inits=inits, n_redo=n_redo, precision=precision
+    )[0]
 
-    ``init`` seeds the centroids; otherwise ``n_redo`` random starts are run and the lowest-inertia one kept
-    (steadier partitions make the two spaces' clusterings more likely to correspond).
+
+def kmeans_runs(
+    x: np.ndarray,
+    samples: list[np.ndarray],
+    n_clusters: int,
+    *,
+    n_iter: int = 25,
+    seeds: list[int],
+    inits: list[np.ndarray] | None = None,
+    n_redo: int = 1,
+    precision: str = "float32",
+) -> list[np.ndarray]:
+    """Spherical k-means of several row samples of ``x`` at once: the centroids (unit rows) of each
+    ``x[samples[r]]``, started at ``inits[r]`` or at ``n_clusters`` of its rows drawn with ``seeds[r]``.
+
+    Each iteration assigns the rows of every run in one product with all runs' centroids (rows x runs·K) and sums
+    the members in another (runs·K x rows by rows x d), instead of a small product per run: an anchor stage's
+    30 runs of 20 clusters take a third of the time of 30 faiss k-means. The products run in ``precision``
+    (:mod:`subspaces.align.precision`); the centroids returned are the float32 means of the last assignment.
+    ``n_redo`` starts per run (without ``inits``): the one whose members lie closest to their centroids is kept.
+    An empty cluster takes half of the largest one (:func:`_split_into_empty`).
     """
-    model = faiss.Kmeans(
-        x.shape[1],
-        n_clusters,
-        niter=n_iter,
-        seed=int(seed),
-        spherical=True,
-        verbose=False,
-        nredo=1 if init is not None else max(1, int(n_redo)),
-        max_points_per_centroid=max(256, int(np.ceil(len(x) / n_clusters))),  # use every point, no silent subsample
-        min_points_per_centroid=1,  # the caller checks row counts; faiss would only warn
-    )
-    model.train(
-        np.ascontiguousarray(x, dtype=np.float32),
-        init_centroids=None if init is None else np.ascontiguousarray(init, dtype=np.float32),
-    )
-    return normalize_rows(model.centroids)
+    import torch
+
+    from subspaces.align.precision import torch_dtype
+
+    dtype = torch_dtype(precision)
+    if inits is not None:
+        n_redo = 1
+    rows = np.unique(np.concatenate(samples))  # only the rows some run clusters
+    positions = [np.searchsorted(rows, s) for s in samples]
+    n_runs, k = len(samples) * n_redo, n_clusters
+    full = torch.from_numpy(np.ascontiguousarray(x[rows], dtype=np.float32))
+    low = full.to(dtype)
+    members = torch.zeros(len(rows), n_runs, dtype=torch.bool)  # row i is clustered by run j
+    starts = []
+    for r, where in enumerate(positions):
+        draw = np.random.default_rng(seeds[r])
+        for redo in range(n_redo):
+            members[torch.from_numpy(where), r * n_redo + redo] = True
+            if inits is not None:
+                starts.append(torch.from_numpy(normalize_rows(np.asarray(inits[r], dtype=np.float32))))
+            else:
+                starts.append(full[torch.from_numpy(where[draw.choice(len(where), k, replace=False)])])
+    centroids = torch.cat(starts)  # (runs·K, d)
+    offsets = torch.arange(n_runs) * k
+    unused = n_runs * k  # the label of a row a run does not cluster: a spare one-hot row, dropped
+
+    def step(centroids: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Assign every run's rows to its nearest centroid, return the unit means and each run's closeness."""
+        sums = torch.zeros(n_runs * k, values.shape[1], dtype=torch.float32)
+        counts = torch.zeros(n_runs * k + 1, dtype=torch.int64)
+        closeness = torch.zeros(n_runs, dtype=torch.float64)
+        for begin in range(0, len(rows), ROW_CHUNK):
+            end = min(begin + ROW_CHUNK, len(rows))
+            sims = (low[begin:end] @ centroids.to(dtype).T).view(end - begin, n_runs, k)
+            best, label = sims.max(dim=2)
+            inside = members[begin:end]
+            label = torch.where(inside, label + offsets, unused)
+            closeness += (best.double() * inside).sum(dim=0)
+            counts += torch.bincount(label.flatten(), minlength=n_runs * k + 1)
+            if values.dtype == torch.bfloat16:  # a one-hot product: bfloat16's gave the same bits at 1 and 2 threads
+                onehot = torch.zeros((n_runs * k + 1) * (end - begin), dtype=values.dtype)
+                onehot[label * (end - begin) + torch.arange(end - begin)[:, None]] = 1  # 8x scatter_'s speed
+                sums += (onehot.view(n_runs * k + 1, end - begin)[:-1] @ values[begin:end]).float()
+            else:  # float32 products split the long inner sum across threads (other bits); scipy's sums in order
+                i, j = inside.nonzero(as_tuple=True)
+                onehot = scipy.sparse.csr_matrix(
+                    (np.ones(len(i), dtype=np.float32), (label[i, j].numpy(), i.numpy())),
+                    shape=(n_runs * k, end - begin),
+                )
+                sums += torch.from_numpy(onehot @ values[begin:end].numpy())
+        means = _split_into_empty(sums, counts[:-1].view(n_runs, k))
+        return means / means.norm(dim=1, keepdim=True).clamp_min(1e-12), closeness
+
+    for _ in range(n_iter - 1):
+        centroids, _ = step(centroids, low)
+    centroids, closeness = step(centroids, full)  # the last: the float32 means of its members
+    per_run = centroids.view(len(samples), n_redo, k, -1)
+    best_redo = closeness.view(len(samples), n_redo).argmax(dim=1)
+    return [per_run[r, best_redo[r]].numpy().copy() for r in range(len(samples))]
+
+
+def _split_into_empty(sums, counts):
+    """Give each empty cluster half of the largest one, as faiss does: the two centroids are its centroid nudged
+    apart (every other coordinate up by 1/1024, the rest down, and the reverse), so a centroid seeded where no
+    row lies (a mapped centroid under a wrong map) comes back among the rows instead of staying where it was."""
+    import torch
+
+    empty = (counts == 0).nonzero(as_tuple=False)
+    if len(empty) == 0:
+        return sums
+    means = sums / counts.reshape(-1, 1).clamp_min(1)
+    counts = counts.clone()
+    k = counts.shape[1]
+    nudge = torch.ones(sums.shape[1])
+    nudge[1::2] = -1
+    nudge /= 1024
+    for run, cluster in empty.tolist():
+        largest = int(counts[run].argmax())
+        big, new = run * k + largest, run * k + cluster
+        centre = means[big].clone()
+        means[new], means[big] = centre * (1 + nudge), centre * (1 - nudge)
+        counts[run, cluster] = counts[run, largest] // 2
+        counts[run, largest] -= counts[run, cluster]
+    return means
 
 
 def cluster_means(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
@@ -90,12 +185,14 @@ def matched_anchors(
     qap_restarts: int = 30,
     keep_fraction: float = 1.0,
     kernel: str = "cosine",
+    precision: str = "float32",
     rng: np.random.Generator,
     progress=None,
     out_of_time: Callable[[], bool] | None = None,
 ) -> AnchorSet:
     """Pool the matched centroids of ``n_runs`` k-means runs, keeping the best ``keep_fraction`` by agreement;
-    fewer runs once ``out_of_time()`` says so (checked after each run, so at least one runs).
+    fewer runs once ``out_of_time()`` says so (checked after each run's matching, so at least one is matched; the
+    k-means of all runs come first, batched). ``precision``: the k-means products' (:func:`kmeans_runs`).
 
     ``kernel`` is what the quadratic assignment compares: ``"cosine"``, the cosines of the unit centroids, or
     ``"gram"``, the double-centred Gram matrix of the raw cluster means (the paper's notebook).
@@ -103,15 +200,24 @@ def matched_anchors(
     if kernel not in ("cosine", "gram"):
         raise ValueError(f"unknown anchor kernel {kernel!r}; use 'cosine' or 'gram'")
     src, tgt, runs, agreements, objectives = [], [], [], [], []
-    for run in range(n_runs):
-        a = source[rng.choice(len(source), min(sample_size, len(source)), replace=False)]
-        b = target[rng.choice(len(target), min(sample_size, len(target)), replace=False)]
-        ca = kmeans(a, n_clusters, n_iter=kmeans_iter, seed=int(rng.integers(2**31)), n_redo=kmeans_redo)
-        cb = kmeans(b, n_clusters, n_iter=kmeans_iter, seed=int(rng.integers(2**31)), n_redo=kmeans_redo)
+    # Every run's samples and k-means first, in one batched k-means per space; then the matchings, one run at a time.
+    draws = [
+        (
+            rng.choice(len(source), min(sample_size, len(source)), replace=False),
+            rng.choice(len(target), min(sample_size, len(target)), replace=False),
+            int(rng.integers(2**31)),
+            int(rng.integers(2**31)),
+        )
+        for _ in range(n_runs)
+    ]
+    settings: dict[str, Any] = {"n_iter": kmeans_iter, "n_redo": kmeans_redo, "precision": precision}
+    source_centroids = kmeans_runs(source, [d[0] for d in draws], n_clusters, seeds=[d[2] for d in draws], **settings)
+    target_centroids = kmeans_runs(target, [d[1] for d in draws], n_clusters, seeds=[d[3] for d in draws], **settings)
+    for run, ((rows_a, rows_b, _, _), ca, cb) in enumerate(zip(draws, source_centroids, target_centroids, strict=True)):
         if kernel == "gram":
             match = match_centroids(
-                gram_factor(cluster_means(a, ca)),
-                gram_factor(cluster_means(b, cb)),
+                gram_factor(cluster_means(source[rows_a], ca)),
+                gram_factor(cluster_means(target[rows_b], cb)),
                 method=qap_method,
                 n_restarts=qap_restarts,
                 rng=rng,

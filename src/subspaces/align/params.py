@@ -183,7 +183,9 @@ class SearchParams(StageParams):
     but up to 3 points of top-1 worse, BENCHMARKS.md section 2), ``ann_probe`` cells visited per query;
     ``shortlist_dims`` principal axes a shortlist is scanned on (0 = exact), ``shortlist_factor`` x k candidates
     re-ranked exactly (:class:`subspaces.align.neighbours.NeighbourIndex`; one approximate search at a time);
-    ``probe_size`` rows of each space scored."""
+    ``probe_size`` rows of each space scored; ``precision`` the float type of the exact search's and k-means'
+    products (``"auto"``: bfloat16 where the CPU multiplies it natively, else float32; they only rank, the values
+    kept are float32: :mod:`subspaces.align.precision`)."""
 
     stage: ClassVar[str] = "search"
     ann_lists: int = setting(0, low=0)
@@ -191,6 +193,7 @@ class SearchParams(StageParams):
     shortlist_dims: int = setting(0, low=0)
     shortlist_factor: int = setting(4, low=1)
     probe_size: int = setting(2048, low=1)
+    precision: str = setting("auto", choices=("auto", "float32", "bfloat16"))
 
     def __post_init__(self) -> None:
         super().__post_init__()

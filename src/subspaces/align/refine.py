@@ -27,10 +27,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from subspaces.align.anchors import kmeans
+from subspaces.align.anchors import kmeans, kmeans_runs
 from subspaces.align.matching import swap_local_search
 from subspaces.align.neighbours import NeighbourIndex, neighbour_means
 from subspaces.align.preprocess import normalize_rows
@@ -214,15 +215,27 @@ def structure_step(
     sample_size: int,
     kmeans_iter: int,
     rng: np.random.Generator,
+    precision: str = "float32",
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """Seeded, structure-corrected centroid pairs: returns (source centroids, target centroids, share swapped)."""
+    draws = [
+        (
+            rng.choice(len(source), min(sample_size, len(source)), replace=False),
+            rng.choice(len(target), min(sample_size, len(target)), replace=False),
+            int(rng.integers(2**31)),
+            int(rng.integers(2**31)),
+        )
+        for _ in range(n_runs)
+    ]
+    settings: dict[str, Any] = {"n_iter": kmeans_iter, "precision": precision}
+    sources = kmeans_runs(source, [d[0] for d in draws], n_clusters, seeds=[d[2] for d in draws], **settings)
+    seeded = [normalize_rows(ca @ matrix) for ca in sources]
+    targets = kmeans_runs(
+        target, [d[1] for d in draws], n_clusters, seeds=[d[3] for d in draws], inits=seeded, **settings
+    )
     src, tgt, swapped = [], [], []
     identity = np.arange(n_clusters)
-    for _ in range(n_runs):
-        a = source[rng.choice(len(source), min(sample_size, len(source)), replace=False)]
-        b = target[rng.choice(len(target), min(sample_size, len(target)), replace=False)]
-        ca = kmeans(a, n_clusters, n_iter=kmeans_iter, seed=int(rng.integers(2**31)))
-        cb = kmeans(b, n_clusters, n_iter=kmeans_iter, seed=int(rng.integers(2**31)), init=normalize_rows(ca @ matrix))
+    for ca, cb in zip(sources, targets, strict=True):
         perm = swap_local_search((ca @ ca.T).astype(np.float64), (cb @ cb.T).astype(np.float64), identity)
         src.append(ca)
         tgt.append(cb[perm])
@@ -245,6 +258,7 @@ def refine_by_structure(
     stop_swap_share: float | None = None,
     tol: float = 1e-4,
     start_score: float | None = None,
+    precision: str = "float32",
     progress: Callable[[int, int], None] | None = None,
     out_of_time: Callable[[], bool] | None = None,
 ) -> tuple[np.ndarray, StructureHistory]:
@@ -270,6 +284,7 @@ def refine_by_structure(
             sample_size=sample_size,
             kmeans_iter=kmeans_iter,
             rng=step.rng,
+            precision=precision,
         )
         history.swapped.append(swapped)
         matrix = blend(matrix, procrustes(ca, cb), step.alpha, step.orthogonalize)
@@ -306,10 +321,20 @@ def refine_by_centroids(
     alpha: float = 0.5,
     orthogonalize: bool = True,
     seed: int = 0,
+    precision: str = "float32",
+    pairs: tuple[np.ndarray, np.ndarray] | None = None,
+    pair_weight: float = 1.0,
 ) -> np.ndarray:
-    """Refine-2: Procrustes on source centroids and the target centroids seeded at their images; one blend."""
+    """Refine-2: Procrustes on source centroids and the target centroids seeded at their images; one blend.
+    Known ``pairs`` join the fit as in refine-1, each weighing ``pair_weight`` centroid pairs (without them a
+    nearly shapeless space's centroid pairs could pull a map the pairs had fixed away from it)."""
     n_clusters = min(n_clusters, len(source) // 2, len(target) // 2)
-    source_centroids = kmeans(source, n_clusters, n_iter=kmeans_iter, seed=seed)
+    source_centroids = kmeans(source, n_clusters, n_iter=kmeans_iter, seed=seed, precision=precision)
     seeded = normalize_rows(source_centroids @ matrix)
-    target_centroids = kmeans(target, n_clusters, n_iter=kmeans_iter, seed=seed, init=seeded)
-    return blend(matrix, procrustes(source_centroids, target_centroids), alpha, orthogonalize)
+    target_centroids = kmeans(target, n_clusters, n_iter=kmeans_iter, seed=seed, init=seeded, precision=precision)
+    weights = None
+    if pairs is not None:
+        weights = np.concatenate([np.ones(n_clusters), np.full(len(pairs[0]), pair_weight)])
+        source_centroids = np.concatenate([source_centroids, pairs[0]])
+        target_centroids = np.concatenate([target_centroids, pairs[1]])
+    return blend(matrix, procrustes(source_centroids, target_centroids, weights), alpha, orthogonalize)
