@@ -219,8 +219,22 @@ class MiniVec2Vec(BaseEstimator):
         with the new model). The initial map is then their orthogonal Procrustes instead of the unpaired anchors,
         they join every refinement step as fixed anchors, and one pass runs (restarts are for unlucky anchors).
         """
-        budget = Budget(self.max_seconds)
+        from threadpoolctl import threadpool_limits
+
         self.check_params()
+        # The large products (searches, k-means) run in torch's thread pool; numpy's are small (384 x 384 polar
+        # factors, 1,024-row batches). Two pools spinning on the same cores slowed the whole fit: WordNet 40k dev
+        # pool, 2 threads, one fit each way, BLAS on 2 threads -> 1: 42 -> 30 s (bfloat16 search), 72 -> 51 s
+        # (float32, faiss's search included). One BLAS thread also keeps numpy's sums the same at any count.
+        with threadpool_limits(limits=1, user_api="blas"):
+            problems = self._fit(source, target, pairs)
+        for problem in problems:
+            warnings.warn(problem, ConvergenceWarning, stacklevel=2)
+        return self
+
+    def _fit(self, source: np.ndarray, target: np.ndarray, pairs: tuple[np.ndarray, np.ndarray] | None) -> list[str]:
+        """:meth:`fit`'s work; returns the warnings it is to give."""
+        budget = Budget(self.max_seconds)
         source = check_embeddings(source, "source embeddings")
         target = check_embeddings(target, "target embeddings")
         self._check_rows(len(source), len(target))
@@ -342,10 +356,9 @@ class MiniVec2Vec(BaseEstimator):
                 f"agreement_search passes, or fit with a few hundred known pairs (--pairs-source/--pairs-target)."
             )
         self.stopped_early_ = budget.stopped_at is not None
-        for problem in problems:
-            warnings.warn(problem, ConvergenceWarning, stacklevel=2)
+        messages = list(problems)
         if self.stopped_early_:
-            warnings.warn(f"alignment stopped early: {budget.reason}", ConvergenceWarning, stacklevel=2)
+            messages.append(f"alignment stopped early: {budget.reason}")
         self.converged_ = not problems  # an unconverged pass is a problem unless two passes agreed
         # Label-free confidence in [0, 1], 0 when a problem was found: the agreement with an independent pass
         # where it was checked, else the share of seeded cluster pairs the last structural round kept.
@@ -372,7 +385,7 @@ class MiniVec2Vec(BaseEstimator):
             "orthogonality_gap": orthogonality_gap(self.matrix_),
             "restarts": restarts,
         }
-        return self
+        return messages
 
     def _agreement(
         self, passes: list[_Pass], chosen: int, search: _Search, check_seed, search_seeds, known
