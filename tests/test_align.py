@@ -620,6 +620,33 @@ print(hashlib.sha256(aligner.matrix_.tobytes()).hexdigest())
 """
 
 
+def test_fit_runs_blas_on_one_thread_and_gives_the_threads_back(monkeypatch):
+    """numpy's BLAS runs on one thread inside fit (torch's pool does the large products; two pools on the same
+    cores cost 30 % of the fit's time), and the process's setting is what it was afterwards."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    import subspaces.align.aligner as aligner_module
+
+    def blas_threads() -> list[int]:
+        return [pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas"]
+
+    seen: list[list[int]] = []
+    real = aligner_module.procrustes
+
+    def watched(*args, **kwargs):
+        seen.append(blas_threads())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(aligner_module, "procrustes", watched)
+    rng = np.random.default_rng(0)
+    source = clustered(rng, 600)
+    with threadpool_limits(limits=2, user_api="blas"):  # a setting fit must not keep
+        MiniVec2Vec(**QUICK | {"n_restarts": 1}).fit(source, source[:, ::-1].copy(), pairs=(source[:50], source[:50, ::-1]))
+        after = blas_threads()
+    assert seen and all(threads and set(threads) == {1} for threads in seen)
+    assert after and set(after) == {2}
+
+
 @pytest.mark.parametrize("precision", ["auto", "float32"])
 def test_the_same_seed_gives_the_same_map_at_one_and_two_threads(precision):
     import os
