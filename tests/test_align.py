@@ -641,7 +641,9 @@ def test_fit_runs_blas_on_one_thread_and_gives_the_threads_back(monkeypatch):
     rng = np.random.default_rng(0)
     source = clustered(rng, 600)
     with threadpool_limits(limits=2, user_api="blas"):  # a setting fit must not keep
-        MiniVec2Vec(**QUICK | {"n_restarts": 1}).fit(source, source[:, ::-1].copy(), pairs=(source[:50], source[:50, ::-1]))
+        MiniVec2Vec(**QUICK | {"n_restarts": 1}).fit(
+            source, source[:, ::-1].copy(), pairs=(source[:50], source[:50, ::-1])
+        )
         after = blas_threads()
     assert seen and all(threads and set(threads) == {1} for threads in seen)
     assert after and set(after) == {2}
