@@ -129,7 +129,11 @@ class StructureParams(StageParams):
 
     Up to ``n_iter`` rounds (0 skips the stage) of ``n_runs`` k-means pairs with ``n_clusters`` on ``sample``
     rows, each followed by ``steps`` refine-1 steps; ends after ``patience`` rounds without a better label-free
-    score, or at the first round that swaps at most ``stop_swap_share`` of the seeded pairs (``None``: never).
+    score, or at the first round that swaps at most ``stop_swap_share`` of the seeded pairs (``None``: never), or
+    once ``settle_rounds`` rounds in a row have each swapped at most the aligner's ``converged_swap_share`` (0: off).
+    On small pools the swap share floats at 3-10 % with a right map (~50 rows a cluster) and never reaches the 2 %
+    stop, so all rounds run; ``settle_rounds`` is a dev-only study so far (``benchmarks/notes/align.md``), not a
+    default.
     """
 
     stage: ClassVar[str] = "structure"
@@ -141,6 +145,7 @@ class StructureParams(StageParams):
     steps: int = setting(5, low=0)
     patience: int = setting(2, low=1)
     stop_swap_share: float | None = setting(0.02, low=0, high=1, optional=True)
+    settle_rounds: int = setting(0, low=0)
 
 
 @dataclass(frozen=True, repr=False)
