@@ -585,8 +585,6 @@ class MiniVec2Vec(BaseEstimator):
                     patience=sp.patience,
                     tol=rp.tol,
                     stop_swap_share=sp.stop_swap_share,
-                    settle_rounds=sp.settle_rounds,
-                    settle_share=self.converged_swap_share,
                     start_score=initial_score,
                     precision=self.search.precision,
                     progress=tick,

@@ -129,11 +129,7 @@ class StructureParams(StageParams):
 
     Up to ``n_iter`` rounds (0 skips the stage) of ``n_runs`` k-means pairs with ``n_clusters`` on ``sample``
     rows, each followed by ``steps`` refine-1 steps; ends after ``patience`` rounds without a better label-free
-    score, or at the first round that swaps at most ``stop_swap_share`` of the seeded pairs (``None``: never), or
-    once ``settle_rounds`` rounds in a row have each swapped at most the aligner's ``converged_swap_share`` (0, or
-    ``converged_swap_share=None``: never). On small pools the swap share floats at 3-10 % with a right map (~50 rows
-    a cluster), never reaches the 2 % stop, and all rounds run; ending at 2 settled rounds saved a fifth of the time
-    there but cost trust and top-1 on the dev 6k pools, so it is off (``benchmarks/notes/align.md``).
+    score, or at the first round that swaps at most ``stop_swap_share`` of the seeded pairs (``None``: never).
     """
 
     stage: ClassVar[str] = "structure"
@@ -145,7 +141,6 @@ class StructureParams(StageParams):
     steps: int = setting(5, low=0)
     patience: int = setting(2, low=1)
     stop_swap_share: float | None = setting(0.02, low=0, high=1, optional=True)
-    settle_rounds: int = setting(0, low=0)
 
 
 @dataclass(frozen=True, repr=False)

@@ -256,8 +256,6 @@ def refine_by_structure(
     inner_steps: int = 5,
     patience: int = 2,
     stop_swap_share: float | None = None,
-    settle_rounds: int = 0,
-    settle_share: float | None = None,
     tol: float = 1e-4,
     start_score: float | None = None,
     precision: str = "float32",
@@ -268,8 +266,7 @@ def refine_by_structure(
     spaces; the best map by ``score``.
 
     Stops after ``patience`` rounds without a better label-free score, or after the first round whose search
-    swapped at most ``stop_swap_share`` of the seeded pairs, or once ``settle_rounds`` rounds in a row each swapped
-    at most ``settle_share`` (0 rounds: never). ``history.swapped`` falls towards 0 as the map comes
+    swapped at most ``stop_swap_share`` of the seeded pairs. ``history.swapped`` falls towards 0 as the map comes
     to agree with both spaces' cluster structure (a label-free sign of convergence); once it has, further rounds
     correct next to no pairs, and refine-1 goes on without their k-means (2 x ``n_runs`` per round).
     """
@@ -296,10 +293,7 @@ def refine_by_structure(
         return matrix
 
     def converged() -> bool:
-        if stop_swap_share is not None and history.swapped[-1] <= stop_swap_share:
-            return True
-        recent = history.swapped[-settle_rounds:] if settle_rounds else []
-        return settle_share is not None and len(recent) == settle_rounds > 0 and max(recent) <= settle_share
+        return stop_swap_share is not None and history.swapped[-1] <= stop_swap_share
 
     best = _keep_best(
         matrix,
