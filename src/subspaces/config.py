@@ -129,7 +129,8 @@ def set_threads(threads: int | None = None) -> int:
     already loaded), faiss, and the environment variables that the libraries not yet loaded read when they load.
     Idle OpenMP threads sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``, unless set): on a shared machine
     a spinning pool takes cores from the threads doing the work. That takes effect only for an OpenMP runtime not
-    yet loaded, which is the case when a command calls this first.
+    yet loaded, which is the case when a command calls this first. Where torch's and numpy's products do alternate
+    in one loop (``MiniVec2Vec.fit``), that code runs BLAS on one thread for its duration.
     """
     n = default_threads() if threads is None else _positive(threads, "threads")
     for name in _POOL_ENVS:

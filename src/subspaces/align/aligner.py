@@ -223,9 +223,9 @@ class MiniVec2Vec(BaseEstimator):
 
         self.check_params()
         # The large products (searches, k-means) run in torch's thread pool; numpy's are small (384 x 384 polar
-        # factors, 1,024-row batches). Two pools spinning on the same cores slowed the whole fit: WordNet 40k dev
-        # pool, 2 threads, one fit each way, BLAS on 2 threads -> 1: 42 -> 30 s (bfloat16 search), 72 -> 51 s
-        # (float32, faiss's search included). One BLAS thread also keeps numpy's sums the same at any count.
+        # factors, 1,024-row batches) and alternate with torch's many times a second, so two pools spin on the same
+        # cores. WordNet 40k dev pool, 2 threads, BLAS on 2 threads -> 1: 38.5 -> 27.5 s (bfloat16 search),
+        # 70.1 -> 56.4 s (float32, faiss's search included); benchmarks/notes/align.md, "One BLAS thread".
         with threadpool_limits(limits=1, user_api="blas"):
             problems = self._fit(source, target, pairs)
         for problem in problems:
