@@ -68,19 +68,16 @@ def csls_score(sims: np.ndarray, k: int = TRUST_K) -> float:
     space. A map that pushes points into a dense region raises their cosines and their ``r_T`` alike, so, unlike
     the plain nearest-neighbour similarity, it gains nothing from making hubs.
     """
+    import torch
+
     k_t, k_s = min(k, sims.shape[1]), min(k, sims.shape[0])
-    # Partitioned in place along contiguous rows (the columns through a transposed copy): a third of the time of
-    # np.partition on copies, along axis 0 for r_s. Each row or column is the same sequence, so the same values
-    # are selected in the same order; r_s sums them laid out as before (k x n), so the sums are the same too.
-    rows = np.negative(sims)
-    rows.partition(k_t - 1, axis=1)
-    r_t = -rows[:, :k_t].mean(axis=1)
-    columns = np.negative(sims.T, order="C")
-    columns.partition(k_s - 1, axis=1)
-    r_s = -np.ascontiguousarray(columns[:, :k_s].T).mean(axis=0)
-    np.multiply(sims, 2, out=rows)
-    rows -= r_s[None, :]
-    return float(rows.max(axis=1).mean() - r_t.mean())
+    # torch's top-k selects in half the time of numpy's partition (4,096 x 4,096, 5 of a fit's calls); it selects
+    # the same values, and a row's k values (k=5) are summed in order, at any thread count.
+    rows = torch.from_numpy(np.ascontiguousarray(sims, dtype=np.float32))
+    r_t = rows.topk(k_t, dim=1, sorted=False).values.mean(dim=1)
+    r_s = rows.T.contiguous().topk(k_s, dim=1, sorted=False).values.mean(dim=1)
+    best = (2 * rows - r_s[None, :]).max(dim=1).values
+    return float(best.double().mean() - r_t.double().mean())
 
 
 def mutual_nn_rate(sims: np.ndarray) -> float:

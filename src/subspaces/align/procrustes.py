@@ -25,24 +25,18 @@ def nearest_orthogonal(w: np.ndarray) -> np.ndarray:
     return polar_factor(w)
 
 
-# Below this ratio of the smallest to the largest eigenvalue of M^T M (a condition number of M above 1e5) the
-# inverse square root loses digits; the SVD is used there.
-WELL_CONDITIONED = 1e-10
-
-
 def polar_factor(m: np.ndarray) -> np.ndarray:
-    """``U V^T`` of ``m = U S V^T`` (float64 inside, float32 out), as ``m (m^T m)^(-1/2)`` from a symmetric
-    eigendecomposition, which takes half the time of the SVD at 384 x 384 and agrees with it to 1e-12 on a
-    well-conditioned ``m`` (the refinement's maps are: blends of nearby orthogonal maps, cross-covariances of
-    thousands of pairs); the SVD where ``m`` is ill-conditioned or rank-deficient."""
-    m = np.asarray(m, dtype=np.float64)
-    if m.shape[0] < m.shape[1]:
-        return polar_factor(m.T).T
-    values, vectors = np.linalg.eigh(m.T @ m)
-    if values[0] > WELL_CONDITIONED * values[-1]:
-        return (m @ ((vectors / np.sqrt(values)) @ vectors.T)).astype(np.float32)
-    u, _, vt = np.linalg.svd(m, full_matrices=False)
-    return (u @ vt).astype(np.float32)
+    """``U V^T`` of ``m = U S V^T`` (float32), from LAPACK's divide-and-conquer SVD in float32.
+
+    Why float32: ``m`` is a float32 product already (a cross-covariance of float32 rows, or a blend of float32
+    maps), so its near-null directions are fixed by that rounding, not by the SVD's; a float64 SVD of it only
+    costs more (23 against 14 ms at 384 x 384 on one thread; the symmetric-eigendecomposition route, 12 ms, fails
+    on the rank-deficient cross-covariances refine-1 builds, which are most of them: ``benchmarks/notes/align.md``,
+    "Polar factor in float32")."""
+    from scipy.linalg import svd
+
+    u, _, vt = svd(np.asarray(m, dtype=np.float32), full_matrices=False, check_finite=False, lapack_driver="gesdd")
+    return u @ vt
 
 
 def orthogonality_gap(w: np.ndarray) -> float:
