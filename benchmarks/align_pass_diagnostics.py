@@ -26,29 +26,13 @@ from subspaces.align.metrics import cross_fitted_oracle, retrieval_metrics
 from subspaces.align.preprocess import normalize_rows
 
 
-class RecordingAligner(MiniVec2Vec):
-    """The aligner, keeping each pass's structured and final map in ``maps_``."""
-
-    maps_: dict[int, dict[str, np.ndarray]]
-
-    def _start_pass(self, restart, *args, **kwargs):
-        started = super()._start_pass(restart, *args, **kwargs)
-        self.maps_.setdefault(restart, {})["structured"] = started.record["matrix"].copy()
-        return started
-
-    def _finish_pass(self, started, *args, **kwargs):
-        super()._finish_pass(started, *args, **kwargs)
-        self.maps_[started.restart]["final"] = started.record["matrix"].copy()
-
-
 def main() -> None:
     domain, sample, size, passes, seed = sys.argv[1], *map(int, sys.argv[2:6])
     params = json.loads(sys.argv[6]) if len(sys.argv) > 6 else {}
     pool = load_pool(domain, sample, size, "paraphrase-l3")
-    aligner = RecordingAligner.from_params(
+    aligner = MiniVec2Vec.from_params(
         params, n_restarts=passes, converged_swap_share=None, agreement_threshold=None, random_state=seed
     )
-    aligner.maps_ = {}
     clock = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -58,7 +42,7 @@ def main() -> None:
     print("oracle cf", round(retrieval_metrics(cross_fitted_oracle(x, y), y)["top1"], 3))
     a = aligner.preprocess_source(pool["a"])
     rows = a[np.random.default_rng(0).choice(len(a), 2048, replace=False)]
-    maps = aligner.maps_
+    maps = aligner.pass_maps_  # every pass is refined here (no convergence stop, no check), so none is None
     for i, record in enumerate(aligner.diagnostics_["restarts"]):
         top1 = {kind: round(retrieval_metrics(normalize_rows(x @ m), y)["top1"], 3) for kind, m in maps[i].items()}
         nn = {stage: None if v is None else round(v, 4) for stage, v in record["nn_similarity"].items()}

@@ -146,38 +146,40 @@ def test_converged_swap_share_decides_how_many_restarts_run(share, passes):
 
 
 def test_structural_refinement_pulls_a_poor_map_onto_the_true_rotation():
-    # From this start about half of the data seeds are pulled in (12 of 24 with the aligner's k-means, 13 of 24
-    # with faiss's, which it replaced); seed 3 is one of them.
-    rng = np.random.default_rng(3)
+    """From a start with top-1 under 0.05, about half of the data seeds are pulled in (4 of 8 here; 12 of 24 with
+    the float64 polar factors, 13 of 24 with faiss's k-means): which ones moves with rounding, so the test counts
+    them over 8 seeds instead of naming one."""
     q = ortho_group.rvs(8, random_state=1)
-    source, target, held = clustered(rng, 3000), clustered(rng, 3000) @ q, clustered(rng, 500)
-    a, b = center_normalize(source, source.mean(0)), center_normalize(target, target.mean(0))
-    x, y = center_normalize(held, source.mean(0)), center_normalize(held @ q, target.mean(0))
     start = nearest_orthogonal(0.4 * q + 0.6 * ortho_group.rvs(8, random_state=2))
+    pulled_in = 0
+    for seed in range(8):
+        rng = np.random.default_rng(seed)
+        source, target, held = clustered(rng, 3000), clustered(rng, 3000) @ q, clustered(rng, 500)
+        a, b = center_normalize(source, source.mean(0)), center_normalize(target, target.mean(0))
+        x, y = center_normalize(held, source.mean(0)), center_normalize(held @ q, target.mean(0))
 
-    def top1(w):
-        return retrieval_metrics(x @ w, y)["top1"]
+        def score(w, a=a, b=b):
+            return bidirectional_nn_similarity(a[:500], b[:500], a, b, w)
 
-    def score(w):
-        return bidirectional_nn_similarity(a[:500], b[:500], a, b, w)
-
-    step = NeighbourStep(a, b, np.random.default_rng(3), sample_size=1000, k=10, bidirectional=False)
-    matrix, history = refine_by_structure(
-        start,
-        step,
-        score=score,
-        n_iter=8,
-        n_clusters=10,
-        n_runs=3,
-        sample_size=3000,
-        inner_steps=3,
-    )
-    assert top1(start) < 0.05
-    assert top1(matrix) > 0.95
-    # The structure search corrects many seeded pairs at first and none once the map is right.
-    assert history.swapped[0] > 0.2 and history.swapped[-1] == 0.0
-    assert score(matrix) == history.best_score == history.scores[history.best_iteration]  # best map kept
-    assert orthogonality_gap(matrix) < 1e-4
+        step = NeighbourStep(a, b, np.random.default_rng(seed), sample_size=1000, k=10, bidirectional=False)
+        matrix, history = refine_by_structure(
+            start,
+            step,
+            score=score,
+            n_iter=8,
+            n_clusters=10,
+            n_runs=3,
+            sample_size=3000,
+            inner_steps=3,
+        )
+        assert retrieval_metrics(x @ start, y)["top1"] < 0.05
+        assert score(matrix) == history.best_score == history.scores[history.best_iteration]  # best map kept
+        assert orthogonality_gap(matrix) < 1e-4
+        if retrieval_metrics(x @ matrix, y)["top1"] > 0.95:
+            pulled_in += 1
+            # The structure search corrects many seeded pairs at first and none once the map is right.
+            assert history.swapped[0] > 0.2 and history.swapped[-1] == 0.0
+    assert pulled_in >= 3
 
 
 def test_structural_refinement_ends_at_the_first_converged_round():
@@ -888,6 +890,38 @@ def test_known_pairs_skip_the_agreement_check():
     source, pairs = clustered(rng, 1500), clustered(rng, 50)
     aligner = MiniVec2Vec(**QUICK).fit(source, clustered(rng, 1500) @ q, pairs=(pairs, pairs @ q))
     assert aligner.diagnostics_["agreement"]["skipped"] == "known pairs anchor every pass alike"
+
+
+@pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
+def test_enough_known_pairs_judge_the_map_instead_of_the_structural_swap_share():
+    """A swap-share threshold of 0 fails every structural stage (as utterances' overlapping clusters did at 10 %,
+    issue 24); 50 right pairs judge the map instead and trust it, 10 pairs are too few to judge by."""
+    rng = np.random.default_rng(0)
+    q = ortho_group.rvs(8, random_state=1)
+    source, target, pairs = clustered(rng, 1500), clustered(rng, 1500) @ q, clustered(rng, 50)
+    strict = QUICK | {"converged_swap_share": 0.0, "structure": StructureParams(stop_swap_share=None)}
+    judged = MiniVec2Vec(**strict).fit(source, target, pairs=(pairs, pairs @ q))
+    check = judged.diagnostics_["paired_check"]
+    assert check["judged"] and check["pairs"] == 50 and check["top1"] > 0.9
+    assert judged.diagnostics_["converged"] is False  # the structure did not settle at 0 %...
+    assert judged.converged_ and judged.confidence_ == check["top1"]  # ...but the pairs vouch for the map
+    few = MiniVec2Vec(**strict).fit(source, target, pairs=(pairs[:10], pairs[:10] @ q))
+    assert not few.diagnostics_["paired_check"]["judged"] and few.converged_ is False
+    assert any("converged" in problem for problem in few.diagnostics_["problems"])
+
+
+def test_known_pairs_that_the_map_does_not_place_are_flagged():
+    """Pairs whose rows do not belong together (a shuffled pair file) pull the map nowhere useful: flagged."""
+    rng = np.random.default_rng(0)
+    q = ortho_group.rvs(8, random_state=1)
+    source, target, pairs = clustered(rng, 1500), clustered(rng, 1500) @ q, clustered(rng, 200)
+    shuffled = (pairs, (pairs @ q)[rng.permutation(200)])
+    with pytest.warns(ConvergenceWarning, match="known pairs' source texts nearest their own target vectors"):
+        aligner = MiniVec2Vec(**QUICK | {"refine": replace(QUICK["refine"], pair_weight=50.0)}).fit(
+            source, target, pairs=shuffled
+        )
+    assert aligner.converged_ is False and aligner.confidence_ == 0.0
+    assert aligner.diagnostics_["paired_check"]["top1"] < 0.5
 
 
 @pytest.mark.parametrize(("d_in", "d_out"), [(8, 8), (8, 12), (12, 8)])

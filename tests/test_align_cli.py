@@ -480,8 +480,9 @@ def test_fit_with_known_pairs(spaces, tmp_path):
     result = CliRunner().invoke(app, fit_args(spaces, tmp_path / "aligner", *params_args(tmp_path), *pairs))
     assert result.exit_code == 0, result.output
     assert "50 known pairs" in flat(result)
+    assert "known pairs placed nearest their own target among the 50 pairs (in-sample): 1.000" in flat(result)
     aligner = MiniVec2Vec.load(tmp_path / "aligner")
-    assert aligner.diagnostics_["n_pairs"] == 50
+    assert aligner.diagnostics_["n_pairs"] == 50 and aligner.diagnostics_["paired_check"]["judged"]
     x, y = np.load(spaces / "x.npy"), np.load(spaces / "y.npy")
     from subspaces.align import evaluate_alignment
 

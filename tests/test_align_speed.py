@@ -74,6 +74,31 @@ def test_when_no_pass_converges_every_pass_is_refined_and_the_best_kept():
     np.testing.assert_array_equal(lazy.matrix_, eager.matrix_)
 
 
+def test_the_polar_factor_falls_back_where_divide_and_conquer_does_not_converge(monkeypatch):
+    """float32 gesdd failed on a finite 384 x 384 blend in a dev fit (singular values 1.0 ... 0.0613, 0.0613, 8e-8);
+    the fit must go on with the QR-iteration SVD instead of crashing."""
+    import scipy.linalg
+    from scipy.linalg import LinAlgError
+
+    from subspaces.align.procrustes import polar_factor
+
+    svd, drivers = scipy.linalg.svd, []
+
+    def failing_gesdd(a, *args, lapack_driver="gesdd", **kwargs):
+        drivers.append(lapack_driver)
+        if lapack_driver == "gesdd":
+            raise LinAlgError("SVD did not converge")
+        return svd(a, *args, lapack_driver=lapack_driver, **kwargs)
+
+    monkeypatch.setattr(scipy.linalg, "svd", failing_gesdd)
+    m = np.random.default_rng(0).normal(size=(32, 32))
+    u, _, vt = np.linalg.svd(m)
+    np.testing.assert_allclose(polar_factor(m), u @ vt, atol=1e-6)
+    assert drivers == ["gesdd", "gesvd"]
+    with pytest.raises(ValueError, match="NaN or inf"):
+        polar_factor(np.where(np.eye(32) > 0, np.nan, m))
+
+
 @pytest.mark.parametrize("shape", [(64, 64), (64, 96), (96, 64)])
 def test_the_polar_factor_equals_the_svd_one_also_where_m_is_rank_deficient(shape):
     from subspaces.align.procrustes import polar_factor

@@ -45,6 +45,7 @@ from subspaces.align.diagnostics import (
     anchor_consistency,
     bidirectional_nn_similarity,
     map_agreement,
+    paired_check,
     trust_lift,
     trust_problem,
     trust_score,
@@ -127,6 +128,10 @@ class MiniVec2Vec(BaseEstimator):
             made. ``None``: no limit.
         random_state: seed for every sample, k-means and QAP start.
         verbose: show progress bars.
+
+    Fitted: ``matrix_`` (the map, on centred unit rows), ``converged_`` (trusted), ``confidence_``,
+    ``stopped_early_``, ``diagnostics_`` (every score and check, saved with the map) and ``pass_maps_`` (each
+    pass's structured and refined map, in ``diagnostics_["restarts"]`` order; for diagnosis, not saved).
     """
 
     def __init__(
@@ -315,9 +320,13 @@ class MiniVec2Vec(BaseEstimator):
         search = _Search(a, b, index_a, index_b, score, budget, trust_a)
         chosen, agreement = self._agreement(passes, chosen, search, check_seed, search_seeds, known)
         restarts = [started.record for started in passes]
-        self.matrix_ = restarts[chosen].pop("matrix").astype(np.float32)
+        # Every pass's maps, for diagnosis (``benchmarks/align_pass_diagnostics.py``); in memory only, not saved.
+        self.pass_maps_ = [
+            {"structured": r.pop("structured_matrix"), "final": r["matrix"] if r["refined"] else None} for r in restarts
+        ]
+        self.matrix_ = restarts[chosen]["matrix"].astype(np.float32)
         for r in restarts:
-            r.pop("matrix", None)
+            r.pop("matrix")
         converged = self._converged(restarts[chosen])
         identity = score(eye) if eye is not None else None
         control = max(score(rotation) for rotation in rotations)
@@ -333,17 +342,23 @@ class MiniVec2Vec(BaseEstimator):
             "score": f"csls (k={TRUST_K})",
             "rows": [len(trust_a), len(trust_b)],
         }
+        paired = paired_check(known, self.matrix_, eye) if known is not None else None
         self.fit_seconds_ = budget.elapsed()
         problems = self._row_count_problems(len(a), len(b))
+        judged_by_pairs = paired is not None and paired["judged"]
         # Two independent maps that agree are stronger evidence than one pass's structural swap share (which on
-        # small pools ends low on wrong passes too), so the swap share judges only where agreement was not checked.
-        if converged is False and agreement["agreement"] is None:
+        # small pools ends low on wrong passes too), so the swap share judges only where agreement was not checked;
+        # with enough known pairs, they judge instead (the swap share stays above the threshold on pools whose
+        # clusters overlap, right map or not: utterances, issue 24).
+        if converged is False and agreement["agreement"] is None and not judged_by_pairs:
             problems.append(
                 f"no pass of the alignment converged: the kept one's structural search still swapped "
                 f"{restarts[chosen]['structure_swapped'][-1]:.0%} of the seeded cluster pairs in its last round "
                 f"(converged: <= {self.converged_swap_share:.0%}); the map is probably wrong. Try more n_restarts, "
                 f"more data, or check the pair on a few paired texts."
             )
+        if judged_by_pairs and paired["problem"] is not None:
+            problems.append(paired["problem"])
         problem = trust_problem(trusted_final, trusted_identity, trusted_control, margin=self.trust_margin)
         if problem is not None:
             problems.append(problem)
@@ -360,12 +375,16 @@ class MiniVec2Vec(BaseEstimator):
         if self.stopped_early_:
             messages.append(f"alignment stopped early: {budget.reason}")
         self.converged_ = not problems  # an unconverged pass is a problem unless two passes agreed
-        # Label-free confidence in [0, 1], 0 when a problem was found: the agreement with an independent pass
-        # where it was checked, else the share of seeded cluster pairs the last structural round kept.
+        # Confidence in [0, 1], 0 when a problem was found: the agreement with an independent pass where it was
+        # checked, else the known pairs' top-1 where they judge, else the share of seeded cluster pairs the last
+        # structural round kept.
         swapped = restarts[chosen]["structure_swapped"]
-        structural = 1.0 - swapped[-1] if swapped else None
-        checked = agreement["agreement"]
-        self.confidence_ = 0.0 if problems else (min(max(checked, 0.0), 1.0) if checked is not None else structural)
+        confidence = 1.0 - swapped[-1] if swapped else None
+        if agreement["agreement"] is not None:
+            confidence = min(max(agreement["agreement"], 0.0), 1.0)
+        elif judged_by_pairs:
+            confidence = paired["top1"]
+        self.confidence_ = 0.0 if problems else confidence
         self.diagnostics_ = {
             "chosen_restart": chosen,
             "converged": converged,
@@ -380,6 +399,7 @@ class MiniVec2Vec(BaseEstimator):
             "stop_reason": budget.reason,
             "precision": resolve_precision(self.search.precision),
             "n_pairs": 0 if pairs is None else len(pairs[0]),
+            "paired_check": paired,
             "nn_similarity": restarts[chosen]["nn_similarity"],
             "anchor_consistency": restarts[chosen]["anchor_consistency_final"],
             "orthogonality_gap": orthogonality_gap(self.matrix_),
@@ -594,6 +614,7 @@ class MiniVec2Vec(BaseEstimator):
         record: dict[str, Any] = {
             "label": self._label(restart),
             "matrix": matrix,
+            "structured_matrix": matrix,  # kept: refinement replaces "matrix"
             "refined": False,
             "nn_similarity": {
                 "initial": initial_score,

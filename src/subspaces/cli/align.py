@@ -221,6 +221,13 @@ def fit_cmd(
         )
     else:
         out.print(f"agreement with an independent pass: not checked ({check['skipped']})")
+    paired = d.get("paired_check")
+    if paired is not None:
+        verdict = f"confidence {aligner.confidence_:.2f}" if paired["judged"] else "too few to judge the map by"
+        out.print(
+            f"known pairs placed nearest their own target among the {paired['pairs']} pairs (in-sample): "
+            f"{paired['top1']:.3f}; {verdict}"
+        )
     for warning in caught:
         if issubclass(warning.category, ConvergenceWarning):
             console.print(f"[bold yellow]warning:[/] {warning.message}")
