@@ -357,7 +357,7 @@ class MiniVec2Vec(BaseEstimator):
                 f"(converged: <= {self.converged_swap_share:.0%}); the map is probably wrong. Try more n_restarts, "
                 f"more data, or check the pair on a few paired texts."
             )
-        if judged_by_pairs and paired["problem"] is not None:
+        if paired is not None and paired["judged"] and paired["problem"] is not None:
             problems.append(paired["problem"])
         problem = trust_problem(trusted_final, trusted_identity, trusted_control, margin=self.trust_margin)
         if problem is not None:
@@ -382,7 +382,7 @@ class MiniVec2Vec(BaseEstimator):
         confidence = 1.0 - swapped[-1] if swapped else None
         if agreement["agreement"] is not None:
             confidence = min(max(agreement["agreement"], 0.0), 1.0)
-        elif judged_by_pairs:
+        elif paired is not None and paired["judged"]:
             confidence = paired["top1"]
         self.confidence_ = 0.0 if problems else confidence
         self.diagnostics_ = {
