@@ -32,7 +32,7 @@ def polar_factor(m: np.ndarray) -> np.ndarray:
     maps), so its near-null directions are fixed by that rounding, not by the SVD's; a float64 SVD of it only
     costs more (23 against 14 ms at 384 x 384 on one thread; the symmetric-eigendecomposition route, 12 ms, fails
     on the rank-deficient cross-covariances refine-1 builds, which are most of them: ``benchmarks/notes/align.md``,
-    "Polar factor in float32"). Where divide-and-conquer does not converge (it can, on finite matrices with
+    "Polar factors in float32"). Where divide-and-conquer does not converge (it can, on finite matrices with
     nearly equal singular values: a blend in a dev fit did), the slower QR-iteration SVD (``gesvd``) in float64."""
     from scipy.linalg import LinAlgError, svd
 
