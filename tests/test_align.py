@@ -910,6 +910,45 @@ def test_enough_known_pairs_judge_the_map_instead_of_the_structural_swap_share()
     assert any("converged" in problem for problem in few.diagnostics_["problems"])
 
 
+@pytest.mark.parametrize(
+    ("n", "d_out", "scramble", "judged", "flagged"),
+    [
+        (19, 8, False, False, False),  # too few to judge
+        (20, 8, False, True, False),  # right map, top-1 1.0, tying the identity's 1.0: not a failure
+        (20, 8, True, True, True),  # a map that places none of them
+        (200, 12, False, True, False),  # dims differ: no identity to compare with
+        (200, 12, True, True, True),
+    ],
+)
+def test_the_paired_check(n, d_out, scramble, judged, flagged):
+    from subspaces.align.aligner import _random_orthogonal
+    from subspaces.align.diagnostics import paired_check
+
+    rng = np.random.default_rng(0)
+    right = _random_orthogonal(8, d_out, rng) if d_out != 8 else np.eye(8, dtype=np.float32)
+    source = center_normalize(rng.normal(size=(n, 8)), np.zeros(8))
+    target = source @ right
+    matrix = _random_orthogonal(8, d_out, rng) if scramble else right
+    identity = np.eye(8, dtype=np.float32) if d_out == 8 else None
+    check = paired_check((source, target), matrix, identity)
+    assert check["judged"] is judged and (check["problem"] is not None) is (judged and flagged)
+    assert check["pairs"] == check["scored"] == n and (check["identity_top1"] is None) is (identity is None)
+    assert check["top1"] == 1.0 if not scramble else check["top1"] < 0.5
+
+
+def test_the_paired_check_counts_repeated_texts_and_scores_a_bounded_subset(monkeypatch):
+    import subspaces.align.diagnostics as diagnostics
+
+    rng = np.random.default_rng(0)
+    source = center_normalize(rng.normal(size=(30, 8)), np.zeros(8))
+    repeated = np.concatenate([source, source[:10]])  # the same text twice: a tie, found either way
+    eye = np.eye(8, dtype=np.float32)
+    assert diagnostics.paired_check((repeated, repeated), eye, None)["top1"] == 1.0
+    monkeypatch.setattr(diagnostics, "MAX_JUDGING_PAIRS", 25)
+    check = diagnostics.paired_check((source, source), eye, eye)
+    assert check["pairs"] == 30 and check["scored"] == 25
+
+
 def test_known_pairs_that_the_map_does_not_place_are_flagged():
     """Pairs whose rows do not belong together (a shuffled pair file) pull the map nowhere useful: flagged."""
     rng = np.random.default_rng(0)

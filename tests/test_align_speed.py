@@ -105,10 +105,12 @@ def test_the_polar_factor_equals_the_svd_one_also_where_m_is_rank_deficient(shap
 
     rng = np.random.default_rng(0)
     full = rng.normal(size=shape)
-    low_rank = rng.normal(size=(shape[0], 3)) @ rng.normal(size=(3, shape[1]))  # the eigh route would divide by 0
+    low_rank = rng.normal(size=(shape[0], 3)) @ rng.normal(size=(3, shape[1]))  # U V^T is not unique here
     for m in (full, low_rank):
-        u, _, vt = np.linalg.svd(m, full_matrices=False)
+        u, s, vt = np.linalg.svd(m, full_matrices=False)
         np.testing.assert_allclose(polar_factor(m), u @ vt, atol=1e-5) if m is full else None
         w = polar_factor(m)
         gram = w.T @ w if shape[0] >= shape[1] else w @ w.T
         np.testing.assert_allclose(gram, np.eye(min(shape)), atol=1e-5)
+        # Every polar factor of m, unique or not, is a best orthogonal fit: <W, m> is the nuclear norm of m.
+        assert np.sum(w * m) == pytest.approx(s.sum(), rel=1e-5)

@@ -8,8 +8,8 @@ k-means runs and quadratic assignment (:mod:`.anchors`, :mod:`.matching`); relat
 means -> Procrustes (:mod:`.relative`, :mod:`.procrustes`); structural, neighbour-mean and centroid refinement
 (:mod:`.refine`). Label-free diagnostics (:mod:`.diagnostics`) pick among ``n_restarts`` independent anchor
 stages and stop refinement, and judge the result against two trivial maps (identity, random rotation).
-``fit`` sees paired data only where the caller has some (``pairs=``: they replace the anchors and join every
-refinement step); ``max_seconds`` bounds its time.
+``fit`` sees paired data only where the caller has some (``pairs=``: they replace the anchors, join every
+refinement step and, from 20 of them, judge the map); ``max_seconds`` bounds its time.
 
 Beyond the paper's notebook: a structural refinement (seeded k-means partitions whose pairing is corrected by
 the clusters' similarity structure) that pulls a weak initial map into the right basin, restarts chosen by a
@@ -99,7 +99,8 @@ class MiniVec2Vec(BaseEstimator):
         converged_swap_share: a pass has converged once its last structural round changed at most this share
             of the seeded cluster pairs (the label-free sign that the map agrees with both spaces' cluster
             structure; working pairs end at 0-6 %, failing ones at 16-42 %); no further restarts then.
-            ``None`` always runs ``n_restarts`` and judges nothing.
+            ``None`` always runs ``n_restarts`` and judges nothing. Where two passes agree (``agreement_threshold``)
+            or 20 or more known pairs judge the map, the swap share does not judge it.
         trust_margin: a map is trusted only if its trust score (CSLS of the mapped source rows among the target
             rows, on up to 4,096 rows of each side that the fit's stopping rules did not score) beats the best
             trivial map's (the identity where the dims agree; the best of three random rotations, chance level)
@@ -116,7 +117,8 @@ class MiniVec2Vec(BaseEstimator):
             and right ones (0.64-0.87 against the check pass on the 40k pools, 0.81 refined against refined on
             WordNet 6k): ``benchmarks/align_protocol.py trust-check``, ``benchmarks/align_pass_diagnostics.py``.
             ``None`` skips the check (it costs about half a pass) and the confidence is then the structural
-            one. Not run with known pairs, which anchor every pass alike.
+            one. Not run with known pairs, which anchor every pass alike (from 20 of them the pairs judge the map
+            instead: :func:`~subspaces.align.diagnostics.paired_check`).
         agreement_search: when the check pass disagrees with the kept map, at most this many more passes are
             refined (the check pass first, then passes left unrefined, which do not count, then new passes on
             their own seeds) until two refined maps agree; the best-scoring map of an agreeing pair is kept.
@@ -129,9 +131,11 @@ class MiniVec2Vec(BaseEstimator):
         random_state: seed for every sample, k-means and QAP start.
         verbose: show progress bars.
 
-    Fitted: ``matrix_`` (the map, on centred unit rows), ``converged_`` (trusted), ``confidence_``,
-    ``stopped_early_``, ``diagnostics_`` (every score and check, saved with the map) and ``pass_maps_`` (each
-    pass's structured and refined map, in ``diagnostics_["restarts"]`` order; for diagnosis, not saved).
+    Fitted: ``matrix_`` (the map, on centred unit rows), ``converged_`` (trusted), ``confidence_`` (0 when not
+    trusted; else the agreement of two independent passes, or with 20+ known pairs their in-sample top-1, which a
+    right map usually takes to 1.0, or the structural stage's share of kept cluster pairs), ``stopped_early_``,
+    ``diagnostics_`` (every score and check, saved with the map) and ``pass_maps_`` (each pass's structured and
+    refined map, in ``diagnostics_["restarts"]`` order; for diagnosis, not saved).
     """
 
     def __init__(
@@ -223,6 +227,7 @@ class MiniVec2Vec(BaseEstimator):
         ``pairs``: optional known pairs ``(P_a, P_b)``, row i of each embedding the same text (a sample re-embedded
         with the new model). The initial map is then their orthogonal Procrustes instead of the unpaired anchors,
         they join every refinement step as fixed anchors, and one pass runs (restarts are for unlucky anchors).
+        From 20 pairs they also judge the map (in-sample top-1 among them, ``diagnostics_["paired_check"]``).
         """
         from threadpoolctl import threadpool_limits
 
@@ -374,7 +379,7 @@ class MiniVec2Vec(BaseEstimator):
         messages = list(problems)
         if self.stopped_early_:
             messages.append(f"alignment stopped early: {budget.reason}")
-        self.converged_ = not problems  # an unconverged pass is a problem unless two passes agreed
+        self.converged_ = not problems  # an unconverged pass is a problem unless two passes agreed or pairs judged
         # Confidence in [0, 1], 0 when a problem was found: the agreement with an independent pass where it was
         # checked, else the known pairs' top-1 where they judge, else the share of seeded cluster pairs the last
         # structural round kept.

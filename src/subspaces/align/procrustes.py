@@ -28,10 +28,11 @@ def nearest_orthogonal(w: np.ndarray) -> np.ndarray:
 def polar_factor(m: np.ndarray) -> np.ndarray:
     """``U V^T`` of ``m = U S V^T`` (float32), from LAPACK's divide-and-conquer SVD in float32.
 
-    Why float32: ``m`` is a float32 product already (a cross-covariance of float32 rows, or a blend of float32
-    maps), so its near-null directions are fixed by that rounding, not by the SVD's; a float64 SVD of it only
-    costs more (23 against 14 ms at 384 x 384 on one thread; the symmetric-eigendecomposition route, 12 ms, fails
-    on the rank-deficient cross-covariances refine-1 builds, which are most of them: ``benchmarks/notes/align.md``,
+    Why float32: ``m`` comes from float32 rows (a cross-covariance, weighted in float64 where known pairs are, or a
+    blend of float32 maps), so its near-null directions are fixed by that rounding, not by the SVD's; a float64 SVD
+    only costs more (23 against 14 ms at 384 x 384 on one thread; the symmetric-eigendecomposition route, 12 ms,
+    had to fall back to the SVD on the rank-deficient cross-covariances refine-1 builds, most of its calls:
+    ``benchmarks/notes/align.md``,
     "Polar factors in float32"). Where divide-and-conquer does not converge (it can, on finite matrices with
     nearly equal singular values: a blend in a dev fit did), the slower QR-iteration SVD (``gesvd``) in float64."""
     from scipy.linalg import LinAlgError, svd
