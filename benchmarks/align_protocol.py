@@ -265,7 +265,7 @@ def run_cell(data: dict, arm: str, seed: int, params: dict, paper: bool, retriev
             "random_rotation": d["random_rotation_nn_similarity"],
             "trust": d["trust"],
             "agreement": d["agreement"],
-            "paired_check": d.get("paired_check"),
+            "paired_check": d["paired_check"],
             "structure_swapped": d["restarts"][d["chosen_restart"]]["structure_swapped"],
         },
         "stage_seconds": d["restarts"][d["chosen_restart"]]["stage_seconds"],

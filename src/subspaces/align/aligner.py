@@ -348,22 +348,22 @@ class MiniVec2Vec(BaseEstimator):
             "rows": [len(trust_a), len(trust_b)],
         }
         paired = paired_check(known, self.matrix_, eye) if known is not None else None
+        judged = paired if paired is not None and paired["judged"] else None  # the pairs' verdict, where they give one
         self.fit_seconds_ = budget.elapsed()
         problems = self._row_count_problems(len(a), len(b))
-        judged_by_pairs = paired is not None and paired["judged"]
         # Two independent maps that agree are stronger evidence than one pass's structural swap share (which on
         # small pools ends low on wrong passes too), so the swap share judges only where agreement was not checked;
         # with enough known pairs, they judge instead (the swap share stays above the threshold on pools whose
         # clusters overlap, right map or not: utterances, issue 24).
-        if converged is False and agreement["agreement"] is None and not judged_by_pairs:
+        if converged is False and agreement["agreement"] is None and judged is None:
             problems.append(
                 f"no pass of the alignment converged: the kept one's structural search still swapped "
                 f"{restarts[chosen]['structure_swapped'][-1]:.0%} of the seeded cluster pairs in its last round "
                 f"(converged: <= {self.converged_swap_share:.0%}); the map is probably wrong. Try more n_restarts, "
                 f"more data, or check the pair on a few paired texts."
             )
-        if paired is not None and paired["judged"] and paired["problem"] is not None:
-            problems.append(paired["problem"])
+        if judged is not None and judged["problem"] is not None:
+            problems.append(judged["problem"])
         problem = trust_problem(trusted_final, trusted_identity, trusted_control, margin=self.trust_margin)
         if problem is not None:
             problems.append(problem)
@@ -387,8 +387,8 @@ class MiniVec2Vec(BaseEstimator):
         confidence = 1.0 - swapped[-1] if swapped else None
         if agreement["agreement"] is not None:
             confidence = min(max(agreement["agreement"], 0.0), 1.0)
-        elif paired is not None and paired["judged"]:
-            confidence = paired["top1"]
+        elif judged is not None:
+            confidence = judged["top1"]
         self.confidence_ = 0.0 if problems else confidence
         self.diagnostics_ = {
             "chosen_restart": chosen,

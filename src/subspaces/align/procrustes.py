@@ -32,17 +32,15 @@ def polar_factor(m: np.ndarray) -> np.ndarray:
     blend of float32 maps), so its near-null directions are fixed by that rounding, not by the SVD's; a float64 SVD
     only costs more (23 against 14 ms at 384 x 384 on one thread; the symmetric-eigendecomposition route, 12 ms,
     had to fall back to the SVD on the rank-deficient cross-covariances refine-1 builds, most of its calls:
-    ``benchmarks/notes/align.md``,
-    "Polar factors in float32"). Where divide-and-conquer does not converge (it can, on finite matrices with
-    nearly equal singular values: a blend in a dev fit did), the slower QR-iteration SVD (``gesvd``) in float64."""
+    ``benchmarks/notes/align.md``, "Polar factors in float32"). Where divide-and-conquer does not converge (it can,
+    on finite matrices with nearly equal singular values: a blend in a dev fit did), the slower QR-iteration SVD
+    (``gesvd``) in float64. NaN or inf: scipy's ``ValueError``."""
     from scipy.linalg import LinAlgError, svd
 
     m = np.asarray(m)
-    if not np.isfinite(m).all():
-        raise ValueError("the polar factor of a matrix with NaN or inf is undefined")
     try:
-        u, _, vt = svd(m.astype(np.float32), full_matrices=False, check_finite=False, lapack_driver="gesdd")
-    except LinAlgError:
+        u, _, vt = svd(m.astype(np.float32), full_matrices=False, lapack_driver="gesdd")
+    except LinAlgError:  # finite here: check_finite above has passed
         u, _, vt = svd(m.astype(np.float64), full_matrices=False, check_finite=False, lapack_driver="gesvd")
     return (u @ vt).astype(np.float32)
 

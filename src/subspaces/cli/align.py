@@ -225,7 +225,7 @@ def fit_cmd(
     if paired is not None:
         verdict = f"confidence {aligner.confidence_:.2f}" if paired["judged"] else "too few to judge the map by"
         out.print(
-            f"known pairs placed nearest their own target among the {paired['pairs']} pairs (in-sample): "
+            f"known pairs placed nearest their own target among the {paired['scored']} pairs (in-sample): "
             f"{paired['top1']:.3f}; {verdict}"
         )
     for warning in caught:
