@@ -312,18 +312,42 @@ def _spread(values: list[float]) -> str:
     return f"{np.mean(values):.3f} ± {np.ptp(values):.3f}" if values else "-"
 
 
+def _sample_spread(rows: list[dict]) -> str:
+    """Item 2's stability across pool samples: per domain, target and arm with more than one sample, each sample's
+    mean top-1 over seeds (and its oracle), then the range of those means."""
+    by_sample: dict[tuple, dict[int, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if r["arm"] in SEEDED_ARMS:
+            by_sample[(r["role"], r["domain"], r["target"], r["arm"])][r["sample"]].append(r)
+    lines = ["\nacross pool samples: sample: mean top-1 over seeds (cross-fitted oracle); range of the means"]
+    for (role, domain, target, arm), samples in sorted(by_sample.items()):
+        if len(samples) < 2:
+            continue
+        means = {s: np.mean([r["top1"] for r in group]) for s, group in sorted(samples.items())}
+        oracles = {s: np.mean([r["oracle_cross_fitted"]["top1"] for r in group]) for s, group in samples.items()}
+        cells = ", ".join(f"s{s}: {m:.3f} ({oracles[s]:.3f}, n={len(samples[s])})" for s, m in means.items())
+        lines.append(f"  {role} {domain} {target} {arm}: {cells}; range {np.ptp(list(means.values())):.3f}")
+    return "\n".join(lines)
+
+
 def _rows_per_side(group: list[dict]) -> str:
     """The unpaired rows each model's half has (a cell's ``n_texts`` counts both halves, not the held-out pairs)."""
     counts = sorted({r["n_texts"] // 2 for r in group})
     return "/".join(f"{n:,}" for n in counts)
 
 
-def table(results: Path, samples: list[int] | None = None) -> str:
-    """The summary of every cell under ``results`` (only pool samples ``samples`` where given)."""
-    rows = [json.loads(p.read_text()) for p in sorted(Path(results).glob("*-seed*.json"))]  # cells only
-    rows = [r for r in rows if samples is None or r["sample"] in samples]
+def table(results: Path | list[Path], samples: list[int] | None = None) -> str:
+    """The summary of every cell under ``results`` (one folder or several; only pool samples ``samples`` where
+    given). A cell (domain, sample, target, arm, seed) found in two folders counts once: the first folder's."""
+    folders = [Path(results)] if isinstance(results, (str, Path)) else [Path(r) for r in results]
+    found: dict[tuple, dict] = {}
+    for folder in folders:
+        for path in sorted(folder.glob("*-seed*.json")):  # cells only
+            r = json.loads(path.read_text())
+            found.setdefault((r["domain"], r["sample"], r["target"], r["arm"], r["seed"]), r)
+    rows = [r for r in found.values() if samples is None or r["sample"] in samples]
     if not rows:
-        return f"no results under {results}"
+        return f"no results under {', '.join(map(str, folders))}"
     lines = [
         "role | domain | target | arm | n | unpaired rows / side | top-1 | cross-fitted oracle | identity | paper | "
         "seconds | seconds / paper's | conv | migrated R@10 / re-embedded"
@@ -344,6 +368,7 @@ def table(results: Path, samples: list[int] | None = None) -> str:
             f"{np.mean([r['converged'] for r in group]):.0%} | "
             f"{_spread([r['migration_recall@10']['fraction'] for r in group if 'migration_recall@10' in r])}"
         )
+    lines.append(_sample_spread(rows))
     lines.append("\nrotation control: top-1(arm) - top-1(default), same pool sample and seed")
     by_key = {(r["domain"], r["sample"], r["target"], r["arm"], r["seed"]): r for r in rows}
     for (domain, sample, target, arm, seed), r in sorted(by_key.items()):
@@ -632,11 +657,12 @@ def main() -> None:
     parser.add_argument("--reserved-pairs", type=int, default=max(PAIR_COUNTS))
     parser.add_argument("--params", default="{}", help="JSON of MiniVec2Vec parameters (the frozen defaults: {})")
     parser.add_argument("--no-paper", action="store_true")
-    parser.add_argument("--results", default=str(RESULTS))
+    parser.add_argument("--results", default=str(RESULTS), help="its folder (table: folders, comma-separated)")
     parser.add_argument("--trust-pool", choices=sorted(TRUST_POOLS), default="wordnet", help="trust-check's dev pool")
     args = parser.parse_args()
     if args.command == "table":
-        print(table(Path(args.results), args.samples if args.samples != list(SAMPLES) else None))
+        folders = [Path(folder) for folder in args.results.split(",")]
+        print(table(folders, args.samples if args.samples != list(SAMPLES) else None))
         return
     if args.command == "trust-check":
         report = trust_check(Path(args.results), TRUST_POOLS[args.trust_pool])
