@@ -312,6 +312,59 @@ def _spread(values: list[float]) -> str:
     return f"{np.mean(values):.3f} ± {np.ptp(values):.3f}" if values else "-"
 
 
+def summary(results: Path | list[Path], samples: list[int] | None = None) -> str:
+    """BENCHMARKS.md section 2's table from the JSON: one row per pool and target, the default arm's mean top-1 over
+    seeds for each pool sample, the range of those means, and beside them the oracle, the identity, the paper
+    recipe, the time ratio (means over every default cell) and 200 known pairs as a share of the oracle."""
+    rows = _cells([Path(results)] if isinstance(results, (str, Path)) else [Path(r) for r in results], samples)
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(r["role"], r["domain"], r["target"])].append(r)
+    lines = [
+        "| pool (rows / side), target | default top-1 by pool sample (mean of seeds) | range | within 5 % of oracle | "
+        "flagged | cross-fitted oracle | identity | paper recipe | fit s / recipe's | 200 pairs / oracle |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for (_, domain, target), group in sorted(groups.items(), key=lambda item: (item[0][0] != "test", item[0])):
+        default = [r for r in group if r["arm"] == "default"]
+        if not default:
+            continue
+        by_sample: dict[int, list[float]] = defaultdict(list)
+        for r in default:
+            by_sample[r["sample"]].append(r["top1"])
+        means = {s: float(np.mean(v)) for s, v in sorted(by_sample.items())}
+        timed = [r for r in default if "paper_recipe" in r]
+        pairs = [r["top1"] / r["oracle_cross_fitted"]["top1"] for r in group if r["arm"] == "pairs-200"]
+        cells = [
+            f"{domain} ({_rows_per_side(default)}), {target}",
+            " / ".join(f"s{s} {m:.3f}" for s, m in means.items()),
+            f"{np.ptp(list(means.values())):.3f}",
+            f"{sum(r['top1'] >= 0.95 * r['oracle_cross_fitted']['top1'] for r in default)}/{len(default)}",
+            f"{sum(not r['converged'] for r in default)}/{len(default)}",
+            _mean([r["oracle_cross_fitted"]["top1"] for r in default]),
+            _mean([r["identity"]["top1"] for r in default if r.get("identity")]),
+            _mean([r["paper_recipe"]["top1"] for r in timed]),
+            _mean([r["fit_seconds"] / r["paper_recipe"]["fit_seconds"] for r in timed], "{:.2f} ×"),
+            f"{_mean(pairs)} ({sum(v >= 0.98 for v in pairs)}/{len(pairs)} ≥ 0.98)" if pairs else "-",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _mean(values: list[float], form: str = "{:.3f}") -> str:
+    return form.format(np.mean(values)) if values else "-"
+
+
+def _cells(folders: list[Path], samples: list[int] | None) -> list[dict]:
+    """Every cell under ``folders`` (one per domain, sample, target, arm and seed: the first folder's)."""
+    found: dict[tuple, dict] = {}
+    for folder in folders:
+        for path in sorted(folder.glob("*-seed*.json")):  # cells only
+            r = json.loads(path.read_text())
+            found.setdefault((r["domain"], r["sample"], r["target"], r["arm"], r["seed"]), r)
+    return [r for r in found.values() if samples is None or r["sample"] in samples]
+
+
 def _sample_spread(rows: list[dict]) -> str:
     """Item 2's stability across pool samples: per domain, target and arm with more than one sample, each sample's
     mean top-1 over seeds (and its oracle), then the range of those means."""
@@ -340,12 +393,7 @@ def table(results: Path | list[Path], samples: list[int] | None = None) -> str:
     """The summary of every cell under ``results`` (one folder or several; only pool samples ``samples`` where
     given). A cell (domain, sample, target, arm, seed) found in two folders counts once: the first folder's."""
     folders = [Path(results)] if isinstance(results, (str, Path)) else [Path(r) for r in results]
-    found: dict[tuple, dict] = {}
-    for folder in folders:
-        for path in sorted(folder.glob("*-seed*.json")):  # cells only
-            r = json.loads(path.read_text())
-            found.setdefault((r["domain"], r["sample"], r["target"], r["arm"], r["seed"]), r)
-    rows = [r for r in found.values() if samples is None or r["sample"] in samples]
+    rows = _cells(folders, samples)
     if not rows:
         return f"no results under {', '.join(map(str, folders))}"
     lines = [
@@ -658,11 +706,12 @@ def main() -> None:
     parser.add_argument("--params", default="{}", help="JSON of MiniVec2Vec parameters (the frozen defaults: {})")
     parser.add_argument("--no-paper", action="store_true")
     parser.add_argument("--results", default=str(RESULTS), help="its folder (table: folders, comma-separated)")
+    parser.add_argument("--summary", action="store_true", help="table: BENCHMARKS.md section 2's table only")
     parser.add_argument("--trust-pool", choices=sorted(TRUST_POOLS), default="wordnet", help="trust-check's dev pool")
     args = parser.parse_args()
     if args.command == "table":
         folders = [Path(folder) for folder in args.results.split(",")]
-        print(table(folders, args.samples if args.samples != list(SAMPLES) else None))
+        print((summary if args.summary else table)(folders, args.samples if args.samples != list(SAMPLES) else None))
         return
     if args.command == "trust-check":
         report = trust_check(Path(args.results), TRUST_POOLS[args.trust_pool])
