@@ -830,11 +830,22 @@ def test_a_fit_to_a_shuffled_target_is_not_trusted():
 def test_a_good_fit_agrees_with_an_independent_pass():
     rng = np.random.default_rng(1)  # seeds 0-7: the check pass agrees at once on 6 (0.999-1.0), 0.615 on one
     q = ortho_group.rvs(8, random_state=1)
-    aligner = MiniVec2Vec(**FAST | {"random_state": 1}).fit(clustered(rng, 2000), clustered(rng, 2000) @ q)
+    source, target = clustered(rng, 2000), clustered(rng, 2000) @ q
+    aligner = MiniVec2Vec(**FAST | {"random_state": 1}).fit(source, target)
     check = aligner.diagnostics_["agreement"]
     assert check["agreement"] > 0.9 and check["skipped"] is None and check["threshold"] == 0.55
-    assert set(check["check_stage_seconds"]) == {"anchors_and_initial_map", "structure"}
     assert aligner.confidence_ == pytest.approx(min(check["agreement"], 1.0))
+    # An agreeing check pass is refined too, and the better of the two maps by final neighbour similarity is kept.
+    assert set(check["check_stage_seconds"]) == {"anchors_and_initial_map", "structure", "refine1", "refine2"}
+    restarts = aligner.diagnostics_["restarts"]
+    assert restarts[-1]["label"] == "agreement check" and restarts[-1]["refined"]
+    candidates = [i for i, r in enumerate(restarts) if r["refined"]]  # the kept restart and the check pass
+    finals = {i: restarts[i]["nn_similarity"]["final"] for i in candidates}
+    assert len(candidates) == 2 and aligner.diagnostics_["chosen_restart"] == max(finals, key=finals.get)
+    # agreement_search=0: the check only judges; it is not refined and the map is the restarts' own.
+    judged = MiniVec2Vec(**FAST | {"random_state": 1, "agreement_search": 0}).fit(source, target)
+    assert "agreement check" not in [r["label"] for r in judged.diagnostics_["restarts"]]
+    assert judged.diagnostics_["agreement"]["agreement"] == check["agreement"]
 
 
 def test_the_agreement_search_finds_a_right_map_where_the_restarts_held_none():
