@@ -441,7 +441,7 @@ class MiniVec2Vec(BaseEstimator):
         if search.budget.stopped_at is not None:  # a check pass cut short is weaker: its disagreement proves nothing
             return chosen, out | {"skipped": "out of time during the check pass"}
         if agreement < threshold and self.agreement_search > 0:
-            return self._search(passes, chosen, check, agreement, search, search_seeds, out)
+            return self._search(passes, chosen, check, agreement, threshold, search, search_seeds, out)
         if agreement >= threshold and self.agreement_search > 0:
             # Agreeing passes can still differ in quality: on test samples 3 and 5 two trusted seeds sat 0.06-0.07
             # below their pools' others, with lower label-free scores, and the check pass was the better map on
@@ -452,10 +452,17 @@ class MiniVec2Vec(BaseEstimator):
         return chosen, out | {"agreement": agreement, "compared": 2}
 
     def _search(
-        self, passes: list[_Pass], chosen: int, check: _Pass, agreement: float, search: _Search, search_seeds, out
+        self,
+        passes: list[_Pass],
+        chosen: int,
+        check: _Pass,
+        agreement: float,
+        threshold: float,
+        search: _Search,
+        search_seeds,
+        out: dict[str, Any],
     ) -> tuple[int, dict[str, Any]]:
         """The agreement search of ``agreement_search``, run when the check pass disagreed with the kept map."""
-        threshold = self.agreement_threshold
         # The search: refined maps agree more than a structured one does with a refined one (0.62-0.81 for right
         # pairs, 0.47 at most with a wrong pass), so candidates are refined before they are compared.
         waiting = [check, *(started for started in passes if not started.record["refined"])]
