@@ -419,7 +419,7 @@ class MiniVec2Vec(BaseEstimator):
         self, passes: list[_Pass], chosen: int, search: _Search, check_seed, search_seeds, known
     ) -> tuple[int, dict[str, Any]]:
         """The agreement check and search of ``agreement_threshold`` and ``agreement_search``: the kept pass and
-        its diagnostics. ``passes`` grows by the passes the search refines."""
+        its diagnostics. ``passes`` grows by the passes refined here (an agreeing check pass, or the search's)."""
         threshold = self.agreement_threshold
         out: dict[str, Any] = {"agreement": None, "threshold": threshold, "skipped": None, "compared": None}
         if threshold is None:
