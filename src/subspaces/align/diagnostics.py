@@ -65,7 +65,7 @@ def cross_similarities(source_probe: np.ndarray, target_probe: np.ndarray, matri
 TRUST_K = 5  # CSLS neighbours of the trust score: 5 separated good from bad maps best on the dev pool (of 5-50)
 
 
-def csls_score(sims: np.ndarray | Any, k: int = TRUST_K) -> float:
+def csls_score(sims: np.ndarray, k: int = TRUST_K) -> float:
     """Mean over source rows of the best CSLS (Conneau et al., 2018) among the target rows.
 
     ``CSLS(x, y) = 2 cos(x, y) - r_T(x) - r_S(y)``, ``r`` the mean cosine to the ``k`` nearest rows of the other
@@ -77,7 +77,7 @@ def csls_score(sims: np.ndarray | Any, k: int = TRUST_K) -> float:
     k_t, k_s = min(k, sims.shape[1]), min(k, sims.shape[0])
     # torch's top-k selects in half the time of numpy's partition (4,096 x 4,096, 5 of a fit's calls); it selects
     # the same values, and a row's k values (k=5) are summed in order, at any thread count.
-    rows = sims if isinstance(sims, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(sims, dtype=np.float32))
+    rows = torch.from_numpy(np.ascontiguousarray(sims, dtype=np.float32))
     r_t = rows.topk(k_t, dim=1, sorted=False).values.mean(dim=1)
     r_s = rows.T.contiguous().topk(k_s, dim=1, sorted=False).values.mean(dim=1)
     best = (2 * rows - r_s[None, :]).max(dim=1).values
@@ -126,14 +126,8 @@ def trust_score(source_probe: np.ndarray, target_probe: np.ndarray, matrix: np.n
     """The label-free score the trust check uses: :func:`csls_score` of the mapped source rows among the target
     rows. Chosen on the dev pool (``benchmarks/align_protocol.py trust-check``) over the plain neighbour
     similarity, the mutual-neighbour rate and the k-NN mixing, which all scored wrong fitted maps at or above the
-    supervised ceiling; score it on rows the fit's stopping rules did not see, as those rules climb their own.
-
-    The 4,096 x 4,096 product runs in torch's thread pool (``fit`` holds numpy's BLAS to one thread), in float32:
-    the score compares values, not only ranks, so it does not take the searches' bfloat16."""
-    import torch
-
-    mapped = torch.from_numpy(normalize_rows(source_probe @ matrix))
-    return csls_score(mapped @ torch.from_numpy(np.ascontiguousarray(target_probe, dtype=np.float32)).T)
+    supervised ceiling; score it on rows the fit's stopping rules did not see, as those rules climb their own."""
+    return csls_score(cross_similarities(source_probe, target_probe, matrix))
 
 
 def trust_lift(final: float, identity: float | None, control: float) -> float:
