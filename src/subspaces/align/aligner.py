@@ -440,16 +440,16 @@ class MiniVec2Vec(BaseEstimator):
         }
         if search.budget.stopped_at is not None:  # a check pass cut short is weaker: its disagreement proves nothing
             return chosen, out | {"skipped": "out of time during the check pass"}
-        if agreement < threshold and self.agreement_search > 0:
+        if self.agreement_search == 0:  # the check only judges
+            return chosen, out | {"agreement": agreement, "compared": 2}
+        if agreement < threshold:
             return self._search(passes, chosen, check, agreement, threshold, search, search_seeds, out)
-        if agreement >= threshold and self.agreement_search > 0:
-            # Agreeing passes can still differ in quality: on test samples 3 and 5 two trusted seeds sat 0.06-0.07
-            # below their pools' others, with lower label-free scores, and the check pass was the better map on
-            # both. So the check pass is refined too (~5 s on a 40k pool) and the better-scoring map kept.
-            passes.append(check)
-            self._finish_pass(check, search.score, search.budget)
-            chosen = self._best(passes, [chosen, len(passes) - 1])
-        return chosen, out | {"agreement": agreement, "compared": 2}
+        # Agreeing passes can still differ in quality: on test samples 3 and 5 two trusted seeds sat 0.06-0.07 below
+        # their pools' others, with lower label-free scores, and the check pass was the better map on both. So the
+        # check pass is refined too (~5 s on a 40k pool) and the better-scoring map kept.
+        passes.append(check)
+        self._finish_pass(check, search.score, search.budget)
+        return self._best(passes, [chosen, len(passes) - 1]), out | {"agreement": agreement, "compared": 2}
 
     def _search(
         self,
