@@ -106,15 +106,19 @@ def _prior_fit(start: np.ndarray, lam: float, pa: np.ndarray, pb: np.ndarray) ->
     return polar_factor(lam * start + pa.T @ pb / len(pa))
 
 
-def _cv_cosine(start: np.ndarray, lam: float, pa: np.ndarray, pb: np.ndarray, folds: list[np.ndarray]) -> float:
-    """Mean cosine of each fold's pairs under :func:`_prior_fit` on the other folds."""
+def _pairs_cosine(pa: np.ndarray, pb: np.ndarray, matrix: np.ndarray) -> float:
+    """Mean cosine of the mapped source rows of the pairs with their target rows."""
     from subspaces.align.preprocess import normalize_rows
 
+    return float((normalize_rows(pa @ matrix) * pb).sum(axis=1).mean())
+
+
+def _cv_cosine(start: np.ndarray, lam: float, pa: np.ndarray, pb: np.ndarray, folds: list[np.ndarray]) -> float:
+    """Mean cosine of each fold's pairs under :func:`_prior_fit` on the other folds."""
     cosines = []
     for fold in folds:
         rest = np.setdiff1d(np.arange(len(pa)), fold)
-        w = _prior_fit(start, lam, pa[rest], pb[rest])
-        cosines.append(float((normalize_rows(pa[fold] @ w) * pb[fold]).sum(axis=1).mean()))
+        cosines.append(_pairs_cosine(pa[fold], pb[fold], _prior_fit(start, lam, pa[rest], pb[rest])))
     return float(np.mean(cosines))
 
 
@@ -163,7 +167,6 @@ def stop(results: Path, seeds: tuple[int, ...], steps=(0, 5, 10, 20, 30, 50, 80)
 
     from subspaces.align import MiniVec2Vec
     from subspaces.align.params import RefineParams
-    from subspaces.align.preprocess import normalize_rows
 
     data = arm_data(load_pool("tweets", 0, 40_000, "paraphrase-l3"), ARM, max(PAIR_COUNTS))
     for seed in seeds:
@@ -180,7 +183,7 @@ def stop(results: Path, seeds: tuple[int, ...], steps=(0, 5, 10, 20, 30, 50, 80)
                     aligner.fit(data["a"], data["b"], pairs=data["pairs"])
                 pa = aligner.preprocess_source(data["pairs"][0])
                 pb = aligner.preprocess_target(data["pairs"][1])
-                pairs_cosine = float((normalize_rows(pa @ aligner.matrix_) * pb).sum(axis=1).mean())
+                pairs_cosine = _pairs_cosine(pa, pb, aligner.matrix_)
                 top1 = _scored(aligner, data, aligner.matrix_)
                 rows.append(
                     {

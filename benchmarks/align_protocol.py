@@ -315,8 +315,9 @@ def _spread(values: list[float]) -> str:
 def summary(results: Path | list[Path], samples: list[int] | None = None) -> str:
     """BENCHMARKS.md section 2's table from the JSON: one row per pool and target, the default arm's mean top-1 over
     seeds for each pool sample, the range of those means, and beside them the oracle, the identity, the paper
-    recipe, the time ratio (means over every default cell) and 200 known pairs as a share of the oracle."""
-    rows = _cells([Path(results)] if isinstance(results, (str, Path)) else [Path(r) for r in results], samples)
+    recipe, the time ratio (over the cells that ran the recipe in their own job) and 200 known pairs as a share of
+    the oracle."""
+    rows = _cells(results, samples)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
         groups[(r["role"], r["domain"], r["target"])].append(r)
@@ -355,7 +356,7 @@ def _mean(values: list[float], form: str = "{:.3f}") -> str:
     return form.format(np.mean(values)) if values else "-"
 
 
-def _cells(folders: list[Path], samples: list[int] | None) -> list[dict]:
+def _cells(results: Path | list[Path], samples: list[int] | None) -> list[dict]:
     """Every cell under ``folders`` (one per domain, sample, target, arm and seed: the first folder's).
 
     A cell run without the paper recipe (``--no-paper``) takes the recipe's score from the same cell in a later
@@ -363,10 +364,10 @@ def _cells(folders: list[Path], samples: list[int] | None) -> list[dict]:
     depend on our code; its time does (another job), so only a cell's own recipe enters a time ratio."""
     found: dict[tuple, dict] = {}
     recipes: dict[tuple, dict] = {}
-    for folder in folders:
+    for folder in [Path(results)] if isinstance(results, (str, Path)) else map(Path, results):
         for path in sorted(folder.glob("*-seed*.json")):  # cells only
             r = json.loads(path.read_text())
-            key = (r["domain"], r["sample"], r["target"], r["arm"], r["seed"])
+            key = _key(r)
             found.setdefault(key, r)
             if "paper_recipe" in r:
                 recipes.setdefault(key, r["paper_recipe"])
@@ -374,6 +375,26 @@ def _cells(folders: list[Path], samples: list[int] | None) -> list[dict]:
         if "paper_recipe" not in r and key in recipes:
             r["paper_recipe_elsewhere"] = recipes[key]
     return [r for r in found.values() if samples is None or r["sample"] in samples]
+
+
+def _key(r: dict) -> tuple:
+    """A cell's identity: domain, pool sample, target, arm, seed."""
+    return (r["domain"], r["sample"], r["target"], r["arm"], r["seed"])
+
+
+def changes(results: Path, before: list[Path], samples: list[int] | None = None) -> str:
+    """The cells of ``results`` whose top-1 or verdict differ from the same cells in ``before`` (a re-run of the
+    same pools and seeds on other code), with the count of cells compared."""
+    old = {_key(r): r for r in _cells(before, samples)}
+    pairs = [(r, old[_key(r)]) for r in _cells(results, samples) if _key(r) in old]
+    moved = [(r, o) for r, o in pairs if r["top1"] != o["top1"] or r["converged"] != o["converged"]]
+    lines = [f"{len(moved)} of {len(pairs)} cells changed (top-1 or verdict)"]
+    for r, o in sorted(moved, key=lambda pair: _key(pair[0])):
+        lines.append(
+            f"  {r['domain']} s{r['sample']} {r['target']} {r['arm']} seed {r['seed']}: {o['top1']:.4f} -> "
+            f"{r['top1']:.4f} ({r['top1'] - o['top1']:+.4f}); trusted {o['converged']} -> {r['converged']}"
+        )
+    return "\n".join(lines)
 
 
 def _recipe_top1(r: dict) -> float | None:
@@ -409,10 +430,9 @@ def _rows_per_side(group: list[dict]) -> str:
 def table(results: Path | list[Path], samples: list[int] | None = None) -> str:
     """The summary of every cell under ``results`` (one folder or several; only pool samples ``samples`` where
     given). A cell (domain, sample, target, arm, seed) found in two folders counts once: the first folder's."""
-    folders = [Path(results)] if isinstance(results, (str, Path)) else [Path(r) for r in results]
-    rows = _cells(folders, samples)
+    rows = _cells(results, samples)
     if not rows:
-        return f"no results under {', '.join(map(str, folders))}"
+        return f"no results under {results}"
     lines = [
         "role | domain | target | arm | n | unpaired rows / side | top-1 | cross-fitted oracle | identity | paper | "
         "seconds | seconds / paper's | conv | migrated R@10 / re-embedded"
@@ -435,7 +455,7 @@ def table(results: Path | list[Path], samples: list[int] | None = None) -> str:
         )
     lines.append(_sample_spread(rows))
     lines.append("\nrotation control: top-1(arm) - top-1(default), same pool sample and seed")
-    by_key = {(r["domain"], r["sample"], r["target"], r["arm"], r["seed"]): r for r in rows}
+    by_key = {_key(r): r for r in rows}
     for (domain, sample, target, arm, seed), r in sorted(by_key.items()):
         base = by_key.get((domain, sample, target, "default", seed))
         if arm in ("rotation", "permutation") and base is not None:
@@ -462,6 +482,12 @@ def table(results: Path | list[Path], samples: list[int] | None = None) -> str:
         mine = [r for r in rows if r["role"] == role and r["arm"] == "pairs-200"]
         near = sum(r["top1"] >= 0.98 * r["oracle_cross_fitted"]["top1"] for r in mine)
         lines.append(f"  {role}: 200 pairs >= 0.98 x the oracle {near}/{len(mine)}")
+    for arm in ("default", "pairs-200"):
+        recall = [r["migration_recall@10"]["fraction"] for r in rows if r["arm"] == arm and "migration_recall@10" in r]
+        if recall:
+            lines.append(
+                f"  {arm}: migrated Recall@10 / re-embedded {min(recall):.2f}-{max(recall):.2f} ({len(recall)} cells)"
+            )
     # The seed is a parameter too; the settings that must not differ are the others.
     defaults = {
         json.dumps({k: v for k, v in r["params"].items() if k != "random_state"}, sort_keys=True)
@@ -725,11 +751,18 @@ def main() -> None:
     parser.add_argument("--no-paper", action="store_true")
     parser.add_argument("--results", default=str(RESULTS), help="its folder (table: folders, comma-separated)")
     parser.add_argument("--summary", action="store_true", help="table: BENCHMARKS.md section 2's table only")
+    parser.add_argument(
+        "--against", help="table: the cells of --results that differ from these folders' (comma-separated)"
+    )
     parser.add_argument("--trust-pool", choices=sorted(TRUST_POOLS), default="wordnet", help="trust-check's dev pool")
     args = parser.parse_args()
     if args.command == "table":
         folders = [Path(folder) for folder in args.results.split(",")]
-        print((summary if args.summary else table)(folders, args.samples if args.samples != list(SAMPLES) else None))
+        samples = args.samples if args.samples != list(SAMPLES) else None
+        if args.against:
+            print(changes(folders[0], [Path(folder) for folder in args.against.split(",")], samples))
+        else:
+            print((summary if args.summary else table)(folders, samples))
         return
     if args.command == "trust-check":
         report = trust_check(Path(args.results), TRUST_POOLS[args.trust_pool])
