@@ -89,7 +89,9 @@ def kmeans_runs(
         sums = torch.zeros(n_runs * k, values.shape[1], dtype=torch.float32)
         counts = torch.zeros(n_runs * k + 1, dtype=torch.int64)
         closeness = torch.zeros(n_runs, dtype=torch.float64)
-        columns = centroids.to(dtype).T.contiguous()  # ~2.5x as fast as the transposed view (neighbours.py)
+        # Contiguous columns, as the search's (neighbours.py): the product alone ran ~2.5x as fast, a whole
+        # structural round's k-means no faster (benchmarks/align_fixed_work.py); kept as the test pools ran it.
+        columns = centroids.to(dtype).T.contiguous()
         for begin in range(0, len(rows), ROW_CHUNK):
             end = min(begin + ROW_CHUNK, len(rows))
             sims = (low[begin:end] @ columns).view(end - begin, n_runs, k)

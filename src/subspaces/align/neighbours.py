@@ -65,7 +65,8 @@ class NeighbourIndex:
         self.base, self.shortlist_factor = base, shortlist_factor
         # The rows in bfloat16, as contiguous columns (d x n, a torch tensor), when the exact search runs in it: a
         # query batch times them is the product it was times the rows' transposed view, in half the time (1,024 x
-        # 384 by 384 x 12,414: 4.7 against 10 ms), to the bit up to 384 dims, rounded otherwise above.
+        # 384 by 384 x 12,414: 4.7 against 10 ms; a refine-1 step 6 % faster), to the bit up to 384 dims, rounded
+        # otherwise above.
         self.low_precision = None
         if n_lists == 0 and not 0 < shortlist_dims < dim and resolve(precision) == "bfloat16":
             import torch
