@@ -22,6 +22,11 @@ Arms, each fitted with the frozen defaults (``MiniVec2Vec()``; recorded as ``par
 * ``rotation`` / ``permutation``: the target space (both halves) under a random orthogonal map / a coordinate
   permutation; a rotation-equivariant method gives the default arm's top-1 within seed noise;
 * ``pairs-50`` / ``pairs-200`` / ``pairs-1000``: with that many known pairs;
+* ``alone-50`` / ``alone-200`` / ``alone-1000``: the same known pairs alone, no unpaired rows: their orthogonal
+  Procrustes map (the library's paired fit, as ``store migrate`` runs it; Drift-Adapter's orthogonal baseline), so
+  what the unpaired rows add to the pairs is measured on the same scored rows. The unpaired halves only centre the
+  vectors (their means, as in the other arms: a help to the baseline, whose own 50 rows would centre worse); one
+  seed, as the fit draws nothing;
 * ``weak`` (one anchor run, no refinement) and ``shuffled`` (each target coordinate shuffled across rows: no map
   exists): deliberately broken fits, for the flag accuracy.
 
@@ -77,8 +82,10 @@ POOL_SIZE = 40_000
 PAIR_COUNTS = (50, 200, 1000)
 FIT_SEEDS = (0, 1, 2)
 SAMPLES = (0, 1, 2)
-ARMS = ("default", "rotation", "permutation", *(f"pairs-{n}" for n in PAIR_COUNTS), "weak", "shuffled")
+PAIRED_ARMS = (*(f"pairs-{n}" for n in PAIR_COUNTS), *(f"alone-{n}" for n in PAIR_COUNTS))
+ARMS = ("default", "rotation", "permutation", *PAIRED_ARMS, "weak", "shuffled")
 SEEDED_ARMS = {"default", *(f"pairs-{n}" for n in PAIR_COUNTS)}  # the others run seed 0 only
+MIGRATION_ARMS = {"default", *PAIRED_ARMS}  # scored on the retrieval set too (the controls move the target space)
 BAD, GOOD = 0.5, 0.9  # a map below BAD x the cross-fitted oracle must be flagged; one at GOOD x or more must not
 
 
@@ -177,7 +184,7 @@ def arm_data(pool: dict[str, np.ndarray], arm: str, n_pairs_reserved: int) -> di
     elif arm == "shuffled":
         b = np.stack([rng.permutation(column) for column in b.T], axis=1)
     pairs = None
-    if arm.startswith("pairs-"):
+    if arm in PAIRED_ARMS:
         n = int(arm.split("-")[1])
         pairs = (x[-n_pairs_reserved:][:n], y[-n_pairs_reserved:][:n])
     return {"a": a, "b": b, "x": x[:-n_pairs_reserved], "y": y[:-n_pairs_reserved], "pairs": pairs}
@@ -245,6 +252,10 @@ def run_cell(data: dict, arm: str, seed: int, params: dict, paper: bool, retriev
         overrides |= {"n_restarts": 1}
         params = params | {"anchors": params.get("anchors", {}) | {"n_runs": 1}, "structure": {"n_iter": 0}}
         params |= {"refine": params.get("refine", {}) | {"n_iter": 0, "centroid_clusters": 0}}
+    elif arm.startswith("alone-"):
+        from subspaces.store.migrate import PAIRED_DEFAULTS
+
+        params = params | {stage: params.get(stage, {}) | off for stage, off in PAIRED_DEFAULTS.items()}
     aligner = MiniVec2Vec.from_params(params, **overrides)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -293,7 +304,7 @@ def run(args: argparse.Namespace) -> Path:
                         pool = pool or load_pool(domain, sample, args.size, target)
                         data = arm_data(pool, arm, args.reserved_pairs)
                         # the controls transform the target space, which the retrieval set's new vectors are not in
-                        retrieval = retrieval_set(target) if arm in SEEDED_ARMS else None
+                        retrieval = retrieval_set(target) if arm in MIGRATION_ARMS else None
                         paper = arm == "default" and not args.no_paper
                         report = run_cell(data, arm, seed, params, paper=paper, retrieval=retrieval)
                         report |= {"domain": domain, "role": role, "sample": sample, "target": target}
@@ -323,8 +334,9 @@ def summary(results: Path | list[Path], samples: list[int] | None = None) -> str
         groups[(r["role"], r["domain"], r["target"])].append(r)
     lines = [
         "| pool (rows / side), target | default top-1 by pool sample (mean of seeds) | range | within 5 % of oracle | "
-        "flagged | cross-fitted oracle | identity | paper recipe | fit s / recipe's | 200 pairs / oracle |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "flagged | cross-fitted oracle | identity | paper recipe | fit s / recipe's | 200 pairs / oracle | "
+        "200 pairs alone / oracle |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (_, domain, target), group in sorted(groups.items(), key=lambda item: (item[0][0] != "test", item[0])):
         default = [r for r in group if r["arm"] == "default"]
@@ -336,6 +348,7 @@ def summary(results: Path | list[Path], samples: list[int] | None = None) -> str
         means = {s: float(np.mean(v)) for s, v in sorted(by_sample.items())}
         timed = [r for r in default if "paper_recipe" in r]
         pairs = [r["top1"] / r["oracle_cross_fitted"]["top1"] for r in group if r["arm"] == "pairs-200"]
+        alone = [r["top1"] / r["oracle_cross_fitted"]["top1"] for r in group if r["arm"] == "alone-200"]
         cells = [
             f"{domain} ({_rows_per_side(default)}), {target}",
             " / ".join(f"s{s} {m:.3f}" for s, m in means.items()),
@@ -347,6 +360,7 @@ def summary(results: Path | list[Path], samples: list[int] | None = None) -> str
             _mean([v for r in default if (v := _recipe_top1(r)) is not None]),
             _mean([r["fit_seconds"] / r["paper_recipe"]["fit_seconds"] for r in timed], "{:.2f} ×"),
             f"{_mean(pairs)} ({sum(v >= 0.98 for v in pairs)}/{len(pairs)} ≥ 0.98)" if pairs else "-",
+            _mean(alone),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -421,6 +435,36 @@ def _sample_spread(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _pairs_against_alone(rows: list[dict]) -> str:
+    """What the unpaired rows add to N known pairs: per N, the pairs fit's top-1 minus the pairs-alone map's on the
+    same pool sample and target (each pairs cell against the one alone cell), as the range over cells."""
+    alone = {
+        (r["domain"], r["sample"], r["target"], r["arm"].split("-")[1]): r
+        for r in rows
+        if r["arm"].startswith("alone-")
+    }
+    lines = ["\nknown pairs with the unpaired rows minus the same pairs alone (top-1; Recall@10 fraction)"]
+    for n in PAIR_COUNTS:
+        both = [
+            (r, alone[key])
+            for r in rows
+            if r["arm"] == f"pairs-{n}" and (key := (r["domain"], r["sample"], r["target"], str(n))) in alone
+        ]
+        if both:
+            gain = [r["top1"] - a["top1"] for r, a in both]
+            recall = [
+                r["migration_recall@10"]["fraction"] - a["migration_recall@10"]["fraction"]
+                for r, a in both
+                if "migration_recall@10" in r and "migration_recall@10" in a
+            ]
+            worse = sum(g < 0 for g in gain)
+            lines.append(
+                f"  {n} pairs: {min(gain):+.3f} to {max(gain):+.3f} (mean {np.mean(gain):+.3f}, below alone {worse}/"
+                f"{len(gain)} cells)" + (f"; Recall@10 {min(recall):+.3f} to {max(recall):+.3f}" if recall else "")
+            )
+    return "\n".join(lines)
+
+
 def _rows_per_side(group: list[dict]) -> str:
     """The unpaired rows each model's half has (a cell's ``n_texts`` counts both halves, not the held-out pairs)."""
     counts = sorted({r["n_texts"] // 2 for r in group})
@@ -461,8 +505,8 @@ def table(results: Path | list[Path], samples: list[int] | None = None) -> str:
         if arm in ("rotation", "permutation") and base is not None:
             lines.append(f"  {domain} s{sample} {target} {arm} seed {seed}: {r['top1'] - base['top1']:+.4f}")
     lines.append(f"\nflag accuracy (bad: top-1 < {BAD} x cross-fitted oracle; good: >= {GOOD} x)")
-    for role in ("dev", "test"):
-        mine = [r for r in rows if r["role"] == role]
+    for role in ("dev", "test"):  # our fits only: the pairs-alone arms are a baseline
+        mine = [r for r in rows if r["role"] == role and not r["arm"].startswith("alone-")]
         ratio = [(r["top1"] / max(r["oracle_cross_fitted"]["top1"], 1e-9), r["converged"]) for r in mine]
         bad = [not converged for share, converged in ratio if share < BAD]
         good = [not converged for share, converged in ratio if share >= GOOD]
@@ -479,10 +523,13 @@ def table(results: Path | list[Path], samples: list[int] | None = None) -> str:
             f"  {role}: below the paper recipe {below_paper}/{len(recipe)}, within 5 % of the oracle {near}/{len(mine)}"
         )
     for role in ("dev", "test"):
-        mine = [r for r in rows if r["role"] == role and r["arm"] == "pairs-200"]
-        near = sum(r["top1"] >= 0.98 * r["oracle_cross_fitted"]["top1"] for r in mine)
-        lines.append(f"  {role}: 200 pairs >= 0.98 x the oracle {near}/{len(mine)}")
-    for arm in ("default", "pairs-200"):
+        for arm in ("pairs-200", "alone-200"):
+            mine = [r for r in rows if r["role"] == role and r["arm"] == arm]
+            near = sum(r["top1"] >= 0.98 * r["oracle_cross_fitted"]["top1"] for r in mine)
+            if mine:
+                lines.append(f"  {role}: {arm} >= 0.98 x the oracle {near}/{len(mine)}")
+    lines.append(_pairs_against_alone(rows))
+    for arm in ("default", "pairs-200", "alone-200"):
         recall = [r["migration_recall@10"]["fraction"] for r in rows if r["arm"] == arm and "migration_recall@10" in r]
         if recall:
             lines.append(
@@ -773,7 +820,7 @@ def main() -> None:
             print(f"{role} {domain}: {len(texts())} distinct texts", flush=True)
         args.domains, args.targets, args.samples, args.seeds = "questions", "paraphrase-l3", [0], [0]
         args.size, args.reserved_pairs, args.no_paper = 1600, 100, True
-        args.arms = "default,rotation,permutation,pairs-50,weak,shuffled"
+        args.arms = "default,rotation,permutation,pairs-50,alone-50,weak,shuffled"
         args.params = json.dumps(SMOKE_PARAMS)
         args.results = tempfile.mkdtemp(prefix="align_protocol_smoke_")
     results = run(args)
