@@ -374,7 +374,7 @@ class MiniVec2Vec(BaseEstimator):
             problems.append(
                 f"no two independent passes of the alignment agree ({agreement['compared']} compared): their maps "
                 f"give the same rows a mean cosine of {agreement['agreement']:.2f} at most (trusted: >= "
-                f"{agreement['threshold']:g}; two passes whose structure did not converge are not compared); a right "
+                f"{agreement['threshold']:g}; passes whose structure did not converge are not compared); a right "
                 f"map is found again from other anchors, so this one is probably wrong. Try more data, more "
                 f"agreement_search passes, or fit with a few hundred known pairs (--pairs-source/--pairs-target)."
             )
@@ -483,17 +483,15 @@ class MiniVec2Vec(BaseEstimator):
                 passes.append(started)
             self._finish_pass(started, search.score, search.budget)
             new = passes.index(started)
-            # A pair is compared when at least one of its passes converged structurally: two unconverged maps may
-            # agree by chance among many passes (in 8 dims, on a target with no map, at 0.88), but a right pass need
-            # not converge on a small pool (test sample 4, questions: 2 of 7 right passes had; the pairs of
-            # converged ones only were too few to agree, so two right maps were flagged).
-            for other, candidate in enumerate(passes):
-                if other == new or not candidate.record["refined"]:
-                    continue
-                if self._converged(started.record) is not False or self._converged(candidate.record) is not False:
-                    pairs[(other, new)] = map_agreement(
-                        search.rows, candidate.record["matrix"], started.record["matrix"]
-                    )
+            # Only structurally converged passes are compared: among many passes two wrong maps may agree by
+            # chance (in 8 dims, unconverged ones on a target with no map did, at 0.88), and every right pass
+            # of the dev pools had converged.
+            if self._converged(started.record) is not False:
+                for other, candidate in enumerate(passes):
+                    if other != new and candidate.record["refined"] and self._converged(candidate.record) is not False:
+                        pairs[(other, new)] = map_agreement(
+                            search.rows, candidate.record["matrix"], started.record["matrix"]
+                        )
             if max(pairs.values(), default=-1.0) >= threshold:
                 break
         refined = [i for i, started in enumerate(passes) if started.record["refined"]]
@@ -504,7 +502,7 @@ class MiniVec2Vec(BaseEstimator):
         }
         if not pairs:  # no two converged maps to compare: the check's verdict on the kept map stands
             return chosen, out | {"agreement": agreement, "compared": 2}
-        compared = len({i for pair in pairs for i in pair})  # the refined passes compared
+        compared = len({i for pair in pairs for i in pair})  # the refined, converged passes compared
         best = max(pairs.values())
         if best < threshold:  # the restarts' choice stands, now among every refined pass; it is flagged
             return self._best(passes, refined), out | {"agreement": max(best, agreement), "compared": compared}
