@@ -82,7 +82,8 @@ POOL_SIZE = 40_000
 PAIR_COUNTS = (50, 200, 1000)
 FIT_SEEDS = (0, 1, 2)
 SAMPLES = (0, 1, 2)
-PAIRED_ARMS = (*(f"pairs-{n}" for n in PAIR_COUNTS), *(f"alone-{n}" for n in PAIR_COUNTS))
+ALONE_ARMS = tuple(f"alone-{n}" for n in PAIR_COUNTS)  # a baseline, not our fit
+PAIRED_ARMS = (*(f"pairs-{n}" for n in PAIR_COUNTS), *ALONE_ARMS)
 ARMS = ("default", "rotation", "permutation", *PAIRED_ARMS, "weak", "shuffled")
 SEEDED_ARMS = {"default", *(f"pairs-{n}" for n in PAIR_COUNTS)}  # the others run seed 0 only
 MIGRATION_ARMS = {"default", *PAIRED_ARMS}  # scored on the retrieval set too (the controls move the target space)
@@ -252,7 +253,7 @@ def run_cell(data: dict, arm: str, seed: int, params: dict, paper: bool, retriev
         overrides |= {"n_restarts": 1}
         params = params | {"anchors": params.get("anchors", {}) | {"n_runs": 1}, "structure": {"n_iter": 0}}
         params |= {"refine": params.get("refine", {}) | {"n_iter": 0, "centroid_clusters": 0}}
-    elif arm.startswith("alone-"):
+    elif arm in ALONE_ARMS:
         from subspaces.store.migrate import PAIRED_DEFAULTS
 
         params = params | {stage: params.get(stage, {}) | off for stage, off in PAIRED_DEFAULTS.items()}
@@ -438,17 +439,11 @@ def _sample_spread(rows: list[dict]) -> str:
 def _pairs_against_alone(rows: list[dict]) -> str:
     """What the unpaired rows add to N known pairs: per N, the pairs fit's top-1 minus the pairs-alone map's on the
     same pool sample and target (each pairs cell against the one alone cell), as the range over cells."""
-    alone = {
-        (r["domain"], r["sample"], r["target"], r["arm"].split("-")[1]): r
-        for r in rows
-        if r["arm"].startswith("alone-")
-    }
+    alone = {_key(r)[:4]: r for r in rows if r["arm"] in ALONE_ARMS}
     lines = ["\nknown pairs with the unpaired rows minus the same pairs alone (top-1; Recall@10 fraction)"]
     for n in PAIR_COUNTS:
         both = [
-            (r, alone[key])
-            for r in rows
-            if r["arm"] == f"pairs-{n}" and (key := (r["domain"], r["sample"], r["target"], str(n))) in alone
+            (r, alone[key]) for r in rows if r["arm"] == f"pairs-{n}" and (key := (*_key(r)[:3], f"alone-{n}")) in alone
         ]
         if both:
             gain = [r["top1"] - a["top1"] for r, a in both]
@@ -506,7 +501,7 @@ def table(results: Path | list[Path], samples: list[int] | None = None) -> str:
             lines.append(f"  {domain} s{sample} {target} {arm} seed {seed}: {r['top1'] - base['top1']:+.4f}")
     lines.append(f"\nflag accuracy (bad: top-1 < {BAD} x cross-fitted oracle; good: >= {GOOD} x)")
     for role in ("dev", "test"):  # our fits only: the pairs-alone arms are a baseline
-        mine = [r for r in rows if r["role"] == role and not r["arm"].startswith("alone-")]
+        mine = [r for r in rows if r["role"] == role and r["arm"] not in ALONE_ARMS]
         ratio = [(r["top1"] / max(r["oracle_cross_fitted"]["top1"], 1e-9), r["converged"]) for r in mine]
         bad = [not converged for share, converged in ratio if share < BAD]
         good = [not converged for share, converged in ratio if share >= GOOD]
@@ -530,10 +525,13 @@ def table(results: Path | list[Path], samples: list[int] | None = None) -> str:
                 lines.append(f"  {role}: {arm} >= 0.98 x the oracle {near}/{len(mine)}")
     lines.append(_pairs_against_alone(rows))
     for arm in ("default", "pairs-200", "alone-200"):
-        recall = [r["migration_recall@10"]["fraction"] for r in rows if r["arm"] == arm and "migration_recall@10" in r]
+        cells = [r for r in rows if r["arm"] == arm and "migration_recall@10" in r]
+        recall = [r["migration_recall@10"]["fraction"] for r in cells]
+        trusted = [r["migration_recall@10"]["fraction"] for r in cells if r["converged"]]
         if recall:
             lines.append(
-                f"  {arm}: migrated Recall@10 / re-embedded {min(recall):.2f}-{max(recall):.2f} ({len(recall)} cells)"
+                f"  {arm}: migrated Recall@10 / re-embedded {min(recall):.2f}-{max(recall):.2f} ({len(recall)} cells"
+                + (f"; trusted maps {min(trusted):.2f}-{max(trusted):.2f})" if trusted else ")")
             )
     # The seed is a parameter too; the settings that must not differ are the others.
     defaults = {
