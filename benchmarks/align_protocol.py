@@ -6,7 +6,9 @@ Domains and their role (recorded in every result):
 * test (never used to choose anything): ``utterances`` (Banking77 + Emotion), ``questions`` (NQ-open: 7,179
   questions, the train file is missing from the data folder), ``sts`` (SICK + STS-B + STS12-16 sentences),
   ``mrpc`` (MRPC sentences). WN18RR's entity descriptions are WordNet glosses, the dev domain, so they are not a
-  test pool.
+  test pool. Added after every default was frozen and run once (thirteenth session): ``captions`` (SNLI
+  sentences) and ``entities`` (FB15k-237 entity names, no sentence around them). WiC's examples are left out:
+  many are WordNet's, the dev domain.
 
 Each pool sample ``s`` is the domain's distinct texts shuffled with seed ``s``, the first 40,000 (or all there are),
 built as ``align_pools.py`` builds its pools (unpaired halves for the two models, held-out pairs at the end; here
@@ -75,7 +77,7 @@ from align_paper_recipe import score_paper_recipe
 from align_pools import SOURCE_MODEL, embed_pool, load_centered
 from subspaces.align import MiniVec2Vec, evaluate_alignment, retrieval_metrics
 from subspaces.config import dataset_dir
-from subspaces.io import save_json
+from subspaces.io import read_lines, save_json
 
 RESULTS = Path(__file__).parent / "results" / "align_protocol"
 POOL_SIZE = 40_000
@@ -136,6 +138,20 @@ def tweets() -> list[str]:
     return _distinct(t for path in sorted(dataset_dir("tweeteval").rglob("*_text.txt")) for t in read_corpus(path))
 
 
+def captions() -> list[str]:
+    """SNLI premises and hypotheses (SentEval's dev and test copy): image captions and crowd-written sentences
+    about them. Added on 2026-12-04 (thirteenth session), after every default was frozen, and run once."""
+    folder = dataset_dir("nli") / "senteval_snli"
+    return _distinct(t for side in ("s1", "s2") for split_ in ("dev", "test") for t in read_lines(folder / f"{side}.{split_}"))
+
+
+def entities() -> list[str]:
+    """FB15k-237's entity names (underscores as spaces): people, places, works, organisations; two to five words
+    with no sentence around them. Added with ``captions``, run once."""
+    with (dataset_dir("fb15k237") / "FB15k_mid2name.txt").open(encoding="utf-8") as handle:
+        return _distinct(line.split("\t", 1)[1].replace("_", " ") for line in handle if "\t" in line)
+
+
 DOMAINS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "wordnet": ("dev", wordnet),
     "tweets": ("dev", tweets),
@@ -143,6 +159,8 @@ DOMAINS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "questions": ("test", questions),
     "sts": ("test", sts_sentences),
     "mrpc": ("test", mrpc_sentences),
+    "captions": ("test", captions),
+    "entities": ("test", entities),
 }
 
 
