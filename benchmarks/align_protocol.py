@@ -142,7 +142,9 @@ def captions() -> list[str]:
     """SNLI premises and hypotheses (SentEval's dev and test copy): image captions and crowd-written sentences
     about them. Added on 2026-12-04 (thirteenth session), after every default was frozen, and run once."""
     folder = dataset_dir("nli") / "senteval_snli"
-    return _distinct(t for side in ("s1", "s2") for split_ in ("dev", "test") for t in read_lines(folder / f"{side}.{split_}"))
+    return _distinct(
+        t for side in ("s1", "s2") for split_ in ("dev", "test") for t in read_lines(folder / f"{side}.{split_}")
+    )
 
 
 def entities() -> list[str]:
