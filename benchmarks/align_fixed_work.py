@@ -1,6 +1,7 @@
-"""Fixed work for timing two versions of the aligner's code: 30 bidirectional refine-1 steps and 4 structural rounds'
-k-means (``structure_step``) from one saved map, on one pool. A whole fit is no A/B when a change moves bits: the two
-versions then take different paths (restarts, search passes, rounds), as the eleventh session found.
+"""Fixed work for timing two versions of the aligner's code: 30 bidirectional refine-1 steps, 4 structural rounds'
+k-means (``structure_step``), 10 label-free scores from one saved map, and one default anchor stage, on one pool.
+A whole fit is no A/B when a change moves bits: the two versions then take different paths (restarts, search
+passes, rounds), as the eleventh session found.
 
     for tree in /tmp/before/src /tmp/after/src; do
       PYTHONPATH=$tree OMP_NUM_THREADS=2 .venv/bin/python benchmarks/align_fixed_work.py POOL_FOLDER MAP.npy
@@ -20,6 +21,8 @@ from pathlib import Path
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from subspaces.align.anchors import matched_anchors
+from subspaces.align.diagnostics import bidirectional_nn_similarity
 from subspaces.align.neighbours import NeighbourIndex
 from subspaces.align.preprocess import center_normalize
 from subspaces.align.refine import NeighbourStep, structure_step
@@ -48,7 +51,16 @@ def main() -> None:
                 a, b, matrix, n_clusters=50, n_runs=4, sample_size=10_000, kmeans_iter=25, rng=rng, precision="auto"
             )
         rounds = time.perf_counter() - start
-    print(f"30 refine-1 steps {steps:.2f} s; 4 structural k-means rounds {rounds:.2f} s")
+        start = time.perf_counter()
+        score = [bidirectional_nn_similarity(a[:2048], b[:2048], index_a, index_b, matrix) for _ in range(10)]
+        scores = time.perf_counter() - start
+        start = time.perf_counter()
+        matched_anchors(a, b, rng=np.random.default_rng(0), precision="auto")  # the default anchor stage
+        anchors = time.perf_counter() - start
+    print(
+        f"30 refine-1 steps {steps:.2f} s; 4 structural k-means rounds {rounds:.2f} s; 10 scores {scores:.2f} s "
+        f"({score[0]:.4f}); anchor stage {anchors:.2f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -179,8 +179,10 @@ def test_structural_refinement_pulls_a_poor_map_onto_the_true_rotation():
         assert orthogonality_gap(matrix) < 1e-4
         if retrieval_metrics(x @ matrix, y)["top1"] > 0.95:
             pulled_in += 1
-            # The structure search corrects many seeded pairs at first and none once the map is right.
-            assert history.swapped[0] > 0.2 and history.swapped[-1] == 0.0
+            # The structure search corrects many seeded pairs at first and, once the map is right, none or one
+            # exchange of two (2 of the 30 seeded pairs) a round: which rounds swap one moves with the CPU's rounding
+            # (an AMD AVX2 machine swapped one in the last round of two of the four seeds pulled in).
+            assert history.swapped[0] > 0.2 and history.swapped[-1] <= 2 / 30 + 1e-9 and 0.0 in history.swapped
     assert pulled_in >= 3
 
 

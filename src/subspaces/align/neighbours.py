@@ -5,10 +5,10 @@ from __future__ import annotations
 import faiss
 import numpy as np
 
-from subspaces.align.precision import resolve
+from subspaces.align.precision import rank_columns, rank_product
 from subspaces.errors import SubspacesError
 
-QUERY_CHUNK = 4096  # queries per bfloat16 product: bounds the similarity block (4,096 x n) held at once
+QUERY_CHUNK = 4096  # queries per ranking product: bounds the similarity block (4,096 x n) held at once
 
 # The fewest candidates a shortlist re-ranks: the label-free score's k=1 searches would otherwise keep only
 # shortlist_factor rows, and re-ranking a few dozen costs little next to the scan.
@@ -37,7 +37,11 @@ class NeighbourIndex:
 
     ``precision``: the exact search's product in bfloat16 (``"auto"``: where the CPU multiplies it natively,
     :mod:`subspaces.align.precision`) ranks by bfloat16 similarities and returns float32 similarities recomputed for
-    the rows found; float32 is faiss's flat index. The approximate searches are always float32.
+    the rows found. In float32 the product is numpy's, in fixed blocks on every thread
+    (:func:`subspaces.align.precision.rank_product`), and the selection torch's, as in bfloat16: faiss's flat
+    index multiplies on the one BLAS thread ``fit`` allows and keeps a heap per query, 155 ms a 1,024-query k=50
+    search of 9,653 rows on a 2-core AMD AVX2 CPU against 86 ms this way (``benchmarks/notes/align.md``, thirteenth
+    session). The approximate searches are faiss's, in float32.
     """
 
     def __init__(
@@ -63,15 +67,12 @@ class NeighbourIndex:
         self.n = len(base)
         self.axes: np.ndarray | None = None  # the shortlist's projection (dim x shortlist_dims), if any
         self.base, self.shortlist_factor = base, shortlist_factor
-        # The rows in bfloat16, as contiguous columns (d x n, a torch tensor), when the exact search runs in it: a
-        # query batch times them is the product it was times the rows' transposed view, in half the time (1,024 x
-        # 384 by 384 x 12,414: 4.7 against 10 ms; a refine-1 step 6 % faster), to the bit up to 384 dims, rounded
-        # otherwise above.
-        self.low_precision = None
-        if n_lists == 0 and not 0 < shortlist_dims < dim and resolve(precision) == "bfloat16":
-            import torch
-
-            self.low_precision = torch.from_numpy(base).to(torch.bfloat16).T.contiguous()
+        # The exact search's rows as contiguous columns (d x n; :func:`rank_columns`): a query batch times them is
+        # the product it was times the rows' transposed view, in half the time in bfloat16 (1,024 x 384 by 384 x
+        # 12,414: 4.7 against 10 ms; a refine-1 step 6 % faster), to the bit up to 384 dims, rounded above.
+        self.columns = None
+        if n_lists == 0 and not 0 < shortlist_dims < dim:
+            self.columns, self.precision = rank_columns(base, precision), precision
             return
         if 0 < shortlist_dims < dim:
             from subspaces.adapt.basis import principal_axes
@@ -97,7 +98,7 @@ class NeighbourIndex:
         """Similarities (descending) and row ids of each query's ``k`` nearest rows."""
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         k = min(k, self.n)
-        if self.low_precision is not None:
+        if self.columns is not None:
             ids = self.neighbours(queries, k)
             sims = np.einsum("qd,qkd->qk", queries, self.base[ids])  # the float32 values of the rows found
             order = np.argsort(-sims, axis=1, kind="stable")
@@ -116,15 +117,15 @@ class NeighbourIndex:
 
     def neighbours(self, queries: np.ndarray, k: int) -> np.ndarray:
         """Row ids of each query's ``k`` nearest rows, in no set order (no float32 similarities are formed)."""
-        if self.low_precision is None:
+        if self.columns is None:
             return self.search(queries, k)[1]
         import torch
 
         k = min(k, self.n)
-        rows = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
+        rows = np.ascontiguousarray(queries, dtype=np.float32)
         found = []
         for start in range(0, len(rows), QUERY_CHUNK):
-            sims = rows[start : start + QUERY_CHUNK].to(torch.bfloat16) @ self.low_precision
+            sims = rank_product(rows[start : start + QUERY_CHUNK], self.columns, self.precision)
             # max is a single pass (and twice as fast as argmax); topk keeps a heap per row
             found.append(sims.max(dim=1, keepdim=True).indices if k == 1 else sims.topk(k, dim=1, sorted=False).indices)
         return torch.cat(found).numpy()

@@ -8,12 +8,24 @@ the two lists have a cosine of 0.9996 (``benchmarks/notes/align.md``). Where the
 (AMX tiles or AVX512-BF16) a bfloat16 product runs at about 4x the float32 rate, so ``"auto"`` takes it there and
 float32 elsewhere. torch's bfloat16 products gave the same bits at 1 and 2 threads (the aligner's
 reproducibility test runs them).
+
+Where the search's product runs (:func:`rank_product`): in bfloat16 in torch (oneDNN's native kernels); in float32
+in numpy's BLAS (OpenBLAS), in blocks of :data:`BLOCK_ROWS` query rows spread over torch's thread count, each block
+on one BLAS thread. Why: torch's float32 products are MKL's, which on an AMD CPU (EPYC, AVX2, no AVX-512) ran 1.7x
+slower than OpenBLAS at one thread (1,024 x 384 by 384 x 9,653: 175-195 against 100-117 ms; bfloat16 there is
+emulated, 3.4 s); and OpenBLAS's own threading gives other bits at 2 threads than at 1, where fixed blocks on one
+thread each give the same bits at any thread count, at its speed (63-69 against 57 ms at 2 threads). ``fit`` holds
+every BLAS library to one thread (:meth:`MiniVec2Vec.fit`), so these blocks are its only parallel BLAS work. The
+k-means products stay torch's in both precisions: blocks there were no faster (``benchmarks/align_fixed_work.py``).
 """
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import Any
+
+import numpy as np
 
 PRECISIONS = ("auto", "float32", "bfloat16")
 
@@ -41,3 +53,57 @@ def torch_dtype(precision: str):
     import torch
 
     return torch.bfloat16 if resolve(precision) == "bfloat16" else torch.float32
+
+
+BLOCK_ROWS = 256  # rows of one float32 block: fixed, so a product's bits do not depend on how many threads run it
+
+
+def uses_blas(precision: str) -> bool:
+    """Whether the ranking products of ``precision`` run in numpy's BLAS (float32) rather than torch (bfloat16)."""
+    return resolve(precision) == "float32"
+
+
+@cache
+def _workers(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(threads, thread_name_prefix="subspaces-product")
+
+
+def blocked_product(rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """``rows @ columns`` (float32) in blocks of :data:`BLOCK_ROWS` rows, run on torch's thread count: numpy
+    releases the GIL in a product, so the blocks run side by side, each on the one BLAS thread ``fit`` allows."""
+    import torch
+
+    out = np.empty((rows.shape[0], columns.shape[1]), dtype=np.float32)
+    starts = range(0, rows.shape[0], BLOCK_ROWS)
+
+    def block(start: int) -> None:
+        np.matmul(rows[start : start + BLOCK_ROWS], columns, out=out[start : start + BLOCK_ROWS])
+
+    threads = torch.get_num_threads()
+    if threads == 1 or len(starts) == 1:
+        for start in starts:
+            block(start)
+    else:
+        list(_workers(threads).map(block, starts))
+    return out
+
+
+def rank_columns(rows: np.ndarray, precision: str) -> Any:
+    """``rows`` (n x d, float32) as the contiguous d x n columns :func:`rank_product` multiplies by: a numpy array
+    in float32, a torch tensor in bfloat16."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    if uses_blas(precision):
+        return np.ascontiguousarray(rows.T)
+    import torch
+
+    return torch.from_numpy(rows).to(torch.bfloat16).T.contiguous()
+
+
+def rank_product(queries: np.ndarray, columns: Any, precision: str) -> Any:
+    """``queries @ columns`` as a torch tensor (float32 or bfloat16) for ranking: numpy's product in float32,
+    torch's in bfloat16. ``columns`` from :func:`rank_columns` with the same ``precision``."""
+    import torch
+
+    if uses_blas(precision):
+        return torch.from_numpy(blocked_product(np.ascontiguousarray(queries, dtype=np.float32), columns))
+    return torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(torch.bfloat16) @ columns
