@@ -40,8 +40,8 @@ class NeighbourIndex:
     the rows found. In float32 the product is numpy's, in fixed blocks on every thread
     (:func:`subspaces.align.precision.rank_product`), and the selection torch's, as in bfloat16: faiss's flat
     index multiplies on the one BLAS thread ``fit`` allows and keeps a heap per query, 155 ms a 1,024-query k=50
-    search of 9,653 rows on a 2-core AMD AVX2 CPU against 86 ms this way (``benchmarks/notes/align.md``, thirteenth
-    session). The approximate searches are faiss's, in float32.
+    search of 9,653 rows on a 2-core AMD AVX2 CPU against about 86 ms this way (``benchmarks/notes/align.md``,
+    thirteenth session). The approximate searches are faiss's, in float32.
     """
 
     def __init__(
