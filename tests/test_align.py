@@ -1002,3 +1002,25 @@ def test_map_agreement_is_the_mean_cosine_of_the_rows_mapped_by_each():
     assert map_agreement(rows, q, -q) == pytest.approx(-1.0)
     other = np.linalg.qr(rng.normal(size=(8, 8)))[0]  # an unrelated rotation: near chance, far from 1
     assert abs(map_agreement(rows, q, other)) < 0.5
+
+
+def test_blocked_float32_product_gives_the_same_bits_at_any_thread_count():
+    """The float32 search product runs in fixed row blocks on torch's thread count; the blocks, not the threads,
+    decide the bits (OpenBLAS's own threading gave other bits at 2 threads than at 1 on an AMD CPU)."""
+    import torch
+
+    from subspaces.align.precision import BLOCK_ROWS, blocked_product
+
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(3 * BLOCK_ROWS + 7, 64)).astype(np.float32)  # a short last block too
+    columns = np.ascontiguousarray(rng.normal(size=(500, 64)).astype(np.float32).T)
+    threads = torch.get_num_threads()
+    try:
+        products = []
+        for count in (1, 2, 3):
+            torch.set_num_threads(count)
+            products.append(blocked_product(rows, columns))
+    finally:
+        torch.set_num_threads(threads)
+    assert all(np.array_equal(products[0], p) for p in products[1:])
+    np.testing.assert_allclose(products[0], rows @ columns, rtol=1e-5, atol=1e-4)

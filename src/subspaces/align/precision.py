@@ -21,6 +21,7 @@ k-means products stay torch's in both precisions: blocks there were no faster (`
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from typing import Any
@@ -64,7 +65,8 @@ def uses_blas(precision: str) -> bool:
 
 
 @cache
-def _workers(threads: int) -> ThreadPoolExecutor:
+def _workers(threads: int, pid: int) -> ThreadPoolExecutor:
+    """One pool per thread count and process: a forked child has the parent's pool object but not its threads."""
     return ThreadPoolExecutor(threads, thread_name_prefix="subspaces-product")
 
 
@@ -84,7 +86,7 @@ def blocked_product(rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
         for start in starts:
             block(start)
     else:
-        list(_workers(threads).map(block, starts))
+        list(_workers(threads, os.getpid()).map(block, starts))
     return out
 
 
