@@ -39,9 +39,9 @@ class NeighbourIndex:
     :mod:`subspaces.align.precision`) ranks by bfloat16 similarities and returns float32 similarities recomputed for
     the rows found. In float32 the product is numpy's, in fixed blocks on every thread
     (:func:`subspaces.align.precision.rank_product`), and the selection torch's, as in bfloat16: faiss's flat
-    index multiplies on the one BLAS thread ``fit`` allows and keeps a heap per query, 155 ms a 1,024-query k=50
-    search of 9,653 rows on a 2-core AMD AVX2 CPU against about 86 ms this way (``benchmarks/notes/align.md``,
-    thirteenth session). The approximate searches are faiss's, in float32.
+    index multiplies on the one BLAS thread ``fit`` allows and keeps a heap per query, 142-149 ms a 1,024-query k=50
+    search of 9,653 rows on a 2-core AMD AVX2 CPU against 108-120 ms this way (``benchmarks/align_products.py``).
+    The approximate searches are faiss's, in float32.
     """
 
     def __init__(
@@ -72,7 +72,7 @@ class NeighbourIndex:
         # 12,414: 4.7 against 10 ms; a refine-1 step 6 % faster), to the bit up to 384 dims, rounded above.
         self.columns = None
         if n_lists == 0 and not 0 < shortlist_dims < dim:
-            self.columns, self.precision = rank_columns(base, precision), precision
+            self.columns = rank_columns(base, precision)
             return
         if 0 < shortlist_dims < dim:
             from subspaces.adapt.basis import principal_axes
@@ -125,7 +125,7 @@ class NeighbourIndex:
         rows = np.ascontiguousarray(queries, dtype=np.float32)
         found = []
         for start in range(0, len(rows), QUERY_CHUNK):
-            sims = rank_product(rows[start : start + QUERY_CHUNK], self.columns, self.precision)
+            sims = rank_product(rows[start : start + QUERY_CHUNK], self.columns)
             # max is a single pass (and twice as fast as argmax); topk keeps a heap per row
             found.append(sims.max(dim=1, keepdim=True).indices if k == 1 else sims.topk(k, dim=1, sorted=False).indices)
         return torch.cat(found).numpy()

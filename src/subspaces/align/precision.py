@@ -12,9 +12,10 @@ reproducibility test runs them).
 Where the search's product runs (:func:`rank_product`): in bfloat16 in torch (oneDNN's native kernels); in float32
 in numpy's BLAS (OpenBLAS), in blocks of :data:`BLOCK_ROWS` query rows spread over torch's thread count, each block
 on one BLAS thread. Why: torch's float32 products are MKL's, which on an AMD CPU (EPYC, AVX2, no AVX-512) ran 1.7x
-slower than OpenBLAS at one thread (1,024 x 384 by 384 x 9,653: 175-195 against 100-117 ms; bfloat16 there is
-emulated, 3.4 s); and OpenBLAS's own threading gives other bits at 2 threads than at 1, where fixed blocks on one
-thread each give the same bits at any thread count, at its speed (63-69 against 57 ms at 2 threads). ``fit`` holds
+slower than OpenBLAS at one thread (1,024 x 384 by 384 x 9,653: 206-210 against 114-122 ms; bfloat16 there is
+emulated, 3.7-4.9 s); and OpenBLAS's own threading gives other bits at 2 threads than at 1, where fixed blocks on one
+thread each give the same bits at any thread count, at its speed (75-83 against 80 ms at 2 threads;
+``benchmarks/align_products.py``). ``fit`` holds
 every BLAS library to one thread (:meth:`MiniVec2Vec.fit`), so these blocks are its only parallel BLAS work. The
 k-means products stay torch's in both precisions: blocks there were no faster (``benchmarks/align_fixed_work.py``).
 """
@@ -59,11 +60,6 @@ def torch_dtype(precision: str):
 BLOCK_ROWS = 256  # rows of one float32 block: fixed, so a product's bits do not depend on how many threads run it
 
 
-def uses_blas(precision: str) -> bool:
-    """Whether the ranking products of ``precision`` run in numpy's BLAS (float32) rather than torch (bfloat16)."""
-    return resolve(precision) == "float32"
-
-
 @cache
 def _workers(threads: int, pid: int) -> ThreadPoolExecutor:
     """One pool per thread count and process: a forked child has the parent's pool object but not its threads."""
@@ -92,20 +88,20 @@ def blocked_product(rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
 
 def rank_columns(rows: np.ndarray, precision: str) -> Any:
     """``rows`` (n x d, float32) as the contiguous d x n columns :func:`rank_product` multiplies by: a numpy array
-    in float32, a torch tensor in bfloat16."""
+    in float32, a torch tensor in bfloat16 (the type says which product runs)."""
     rows = np.ascontiguousarray(rows, dtype=np.float32)
-    if uses_blas(precision):
+    if resolve(precision) == "float32":
         return np.ascontiguousarray(rows.T)
     import torch
 
     return torch.from_numpy(rows).to(torch.bfloat16).T.contiguous()
 
 
-def rank_product(queries: np.ndarray, columns: Any, precision: str) -> Any:
-    """``queries @ columns`` as a torch tensor (float32 or bfloat16) for ranking: numpy's product in float32,
-    torch's in bfloat16. ``columns`` from :func:`rank_columns` with the same ``precision``."""
+def rank_product(queries: np.ndarray, columns: Any) -> Any:
+    """``queries`` (float32, contiguous) times :func:`rank_columns`' ``columns``, as a torch tensor for ranking:
+    numpy's blocked product for float32 columns, torch's for bfloat16 ones."""
     import torch
 
-    if uses_blas(precision):
-        return torch.from_numpy(blocked_product(np.ascontiguousarray(queries, dtype=np.float32), columns))
-    return torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(torch.bfloat16) @ columns
+    if isinstance(columns, np.ndarray):
+        return torch.from_numpy(blocked_product(queries, columns))
+    return torch.from_numpy(queries).to(torch.bfloat16) @ columns
