@@ -2,7 +2,8 @@
 
 Domains and their role (recorded in every result):
 
-* dev (defaults may be chosen on these): ``wordnet`` (WordNet 3.0 definitions and examples), ``tweets`` (TweetEval).
+* dev (defaults may be chosen on these): ``wordnet`` (WordNet 3.0 definitions and examples), ``tweets`` (TweetEval);
+  ``wordnet-short`` (WordNet's lines cut to three words, thirteenth session: are short texts harder?).
 * test (never used to choose anything): ``utterances`` (Banking77 + Emotion), ``questions`` (NQ-open: 7,179
   questions, the train file is missing from the data folder), ``sts`` (SICK + STS-B + STS12-16 sentences),
   ``mrpc`` (MRPC sentences). WN18RR's entity descriptions are WordNet glosses, the dev domain, so they are not a
@@ -150,8 +151,8 @@ def captions() -> list[str]:
 def entities() -> list[str]:
     """FB15k-237's entity names (underscores as spaces): people, places, works, organisations; two to five words
     with no sentence around them. Added with ``captions``, run once."""
-    with (dataset_dir("fb15k237") / "FB15k_mid2name.txt").open(encoding="utf-8") as handle:
-        return _distinct(line.split("\t", 1)[1].replace("_", " ") for line in handle if "\t" in line)
+    lines = read_lines(dataset_dir("fb15k237") / "FB15k_mid2name.txt")
+    return _distinct(line.split("\t", 1)[1].replace("_", " ") for line in lines if "\t" in line)
 
 
 def wordnet_short() -> list[str]:
@@ -501,7 +502,7 @@ def table(results: Path | list[Path], samples: list[int] | None = None) -> str:
         return f"no results under {results}"
     lines = [
         "role | domain | target | arm | n | unpaired rows / side | top-1 | cross-fitted oracle | identity | paper | "
-        "seconds | seconds / paper's | conv | migrated R@10 / re-embedded"
+        "seconds | seconds / paper's (range) | conv | migrated R@10 / re-embedded"
     ]
     cells: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
@@ -515,7 +516,7 @@ def table(results: Path | list[Path], samples: list[int] | None = None) -> str:
             f"{_spread([r['top1'] for r in group])} | "
             f"{_spread([r['oracle_cross_fitted']['top1'] for r in group])} | {_spread(identity)} | "
             f"{_spread(paper)} | {np.mean([r['fit_seconds'] for r in group]):.0f} | "
-            f"{f'{np.mean(ratio):.2f}' if ratio else '-'} | "
+            f"{f'{np.mean(ratio):.2f} ({min(ratio):.2f}-{max(ratio):.2f})' if ratio else '-'} | "
             f"{np.mean([r['converged'] for r in group]):.0%} | "
             f"{_spread([r['migration_recall@10']['fraction'] for r in group if 'migration_recall@10' in r])}"
         )
