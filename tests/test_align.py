@@ -876,6 +876,13 @@ def test_the_agreement_search_finds_a_right_map_where_the_restarts_held_none():
     assert d["chosen_restart"] in agreeing
     finals = {i: d["restarts"][i]["nn_similarity"]["final"] for i in agreeing}
     assert finals[d["chosen_restart"]] == max(finals.values())
+    # The search's new passes try the second partition scale first, then the restarts' own, in turn.
+    new = [r["anchor_clusters"] for r in d["restarts"] if r["label"].startswith("search pass")]
+    assert new == [40, 10, 40, 10][: len(new)] and d["restarts"][0]["anchor_clusters"] == 10
+    # Where the rows cannot hold the second scale (4 x 1,000 > 1,500), the search keeps the restarts' count.
+    kept = MiniVec2Vec(**settings | {"random_state": 2, "search_anchor_clusters": 1000}).fit(source, target)
+    counts = {r["anchor_clusters"] for r in kept.diagnostics_["restarts"]}
+    assert counts == {10} and kept.diagnostics_["agreement"]["search"]["new_passes"] >= 2
 
 
 def test_known_pairs_skip_the_agreement_check():
@@ -986,6 +993,8 @@ def test_a_good_fit_beats_the_random_rotation_control():
         ({"agreement_threshold": True}, "agreement_threshold must be a number in"),
         ({"agreement_search": -1}, "agreement_search must be an integer of at least 0"),
         ({"agreement_search": 1.5}, "agreement_search must be an integer of at least 0"),
+        ({"search_anchor_clusters": 2}, "search_anchor_clusters must be an integer of at least 3 or None"),
+        ({"search_anchor_clusters": True}, "search_anchor_clusters must be an integer of at least 3 or None"),
     ],
 )
 def test_budget_and_trust_settings_are_checked(setting, message):

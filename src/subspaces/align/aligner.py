@@ -128,6 +128,13 @@ class MiniVec2Vec(BaseEstimator):
             On small pools a pass finds the right basin about one time in three and the restarts often hold no
             right pass (``benchmarks/notes/align.md``); the search is what finds one, and where no pair agrees
             the map is flagged. 0: the check only judges (it is not refined), it never changes the map.
+        search_anchor_clusters: the agreement search's new passes alternate between this many anchor clusters
+            and ``anchors.n_clusters``, this count first (``None``: always ``anchors.n_clusters``). The search
+            runs only where the restarts' passes and the check disagreed, so a second partition scale is a second
+            chance: on the short-text dev pool no pass of 20 clusters found the right basin and 4 of 6 of 40 did,
+            while 40 clusters everywhere did worse on a small dev pool (``benchmarks/notes/align.md``, "Short
+            texts"). Fits whose check agrees never start a search pass, so their maps do not depend on it. Where
+            the rows or ``anchors.sample`` are fewer than 4 x this count, the search keeps ``anchors.n_clusters``.
         max_seconds: stop at the next safe point (between k-means runs, rounds, steps, passes) after this many
             seconds and keep the best map so far (``stopped_early_``); the first pass's initial map is always
             made. ``None``: no limit.
@@ -153,6 +160,7 @@ class MiniVec2Vec(BaseEstimator):
         trust_margin: float = 0.0,
         agreement_threshold: float | None = 0.55,
         agreement_search: int = 4,
+        search_anchor_clusters: int | None = 40,
         max_seconds: float | None = None,
         random_state: int | None = 0,
         verbose: bool = False,
@@ -167,6 +175,7 @@ class MiniVec2Vec(BaseEstimator):
         self.trust_margin = trust_margin
         self.agreement_threshold = agreement_threshold
         self.agreement_search = agreement_search
+        self.search_anchor_clusters = search_anchor_clusters
         self.max_seconds = max_seconds
         self.random_state = random_state
         self.verbose = verbose
@@ -210,6 +219,10 @@ class MiniVec2Vec(BaseEstimator):
         search = self.agreement_search
         if isinstance(search, bool) or not isinstance(search, (int, np.integer)) or search < 0:
             raise SubspacesError(f"agreement_search must be an integer of at least 0, got {search!r}")
+        clusters = self.search_anchor_clusters
+        if clusters is not None:
+            if isinstance(clusters, bool) or not isinstance(clusters, (int, np.integer)) or clusters < 3:
+                raise SubspacesError(f"search_anchor_clusters must be an integer of at least 3 or None, got {clusters!r}")
         if self.max_seconds is not None and (isinstance(self.max_seconds, bool) or not self.max_seconds >= 0):
             raise SubspacesError(f"max_seconds must be a number of at least 0 or None, got {self.max_seconds!r}")
 
@@ -467,6 +480,11 @@ class MiniVec2Vec(BaseEstimator):
         # pairs, 0.47 at most with a wrong pass), so candidates are refined before they are compared.
         waiting = [check, *(started for started in passes if not started.record["refined"])]
         fresh = iter(enumerate(search_seeds))
+        scales = [self.anchors]  # the new passes' anchor settings, in turn (search_anchor_clusters)
+        other = self.search_anchor_clusters
+        if other is not None and other != self.anchors.n_clusters:
+            if min(len(search.a), len(search.b), self.anchors.sample) >= 4 * other:
+                scales.insert(0, dataclasses.replace(self.anchors, n_clusters=int(other)))
         cost = 0  # passes refined by the search that the restarts had not started: the check and new ones
         pairs: dict[tuple[int, int], float] = {}
         while True:
@@ -477,7 +495,8 @@ class MiniVec2Vec(BaseEstimator):
                 cost += int(started is check)
             else:
                 step, seed = next(fresh)
-                started = self._start_pass(self.n_restarts + 1 + step, *search.pass_args(seed))
+                scale = scales[step % len(scales)]
+                started = self._start_pass(self.n_restarts + 1 + step, *search.pass_args(seed), scale)
                 cost += 1
             if started not in passes:
                 passes.append(started)
@@ -566,10 +585,11 @@ class MiniVec2Vec(BaseEstimator):
         seed: np.random.SeedSequence,
         budget: Budget,
         known: tuple[np.ndarray, np.ndarray] | None,
+        anchor_params: AnchorParams | None = None,
     ) -> _Pass:
         """A pass up to its convergence judgement: anchors (or the known pairs) -> initial map -> structure, with
         its label-free diagnostics; each stage stops at its next safe point once ``budget`` is spent."""
-        ap, sp, rp = self.anchors, self.structure, self.refine
+        ap, sp, rp = anchor_params or self.anchors, self.structure, self.refine
         rng, structure_rng, refine_rng, centroid_rng = (np.random.default_rng(s) for s in seed.spawn(4))
         clock = time.perf_counter()
         where = f"({self._label(restart)})"
@@ -652,6 +672,7 @@ class MiniVec2Vec(BaseEstimator):
                 "refine2": None,
                 "final": None,
             },
+            "anchor_clusters": ap.n_clusters if anchors is not None else None,
             "qap_agreement": float(anchors.agreement[anchors.kept].mean()) if anchors is not None else None,
             "mean_qap_objective": float(anchors.objective.mean()) if anchors is not None else None,
             "runs_kept": int(anchors.kept.sum()) if anchors is not None else 0,
