@@ -126,11 +126,15 @@ def table(_: argparse.Namespace) -> None:
         )
         gains += [p["average_top1"] - p["kept_top1"] for p in r["agreeing_pairs"]]
         tops = " / ".join(f"{p['top1']:.3f}" for p in r["passes"])
-        print(f"| {r['domain']} {r['size']} → {r['target']} | {r['seed']} | {tops} | {cells or '-'} | "
-              f"{r['oracle_cross_fitted']:.3f} |")
+        print(
+            f"| {r['domain']} {r['size']} → {r['target']} | {r['seed']} | {tops} | {cells or '-'} | "
+            f"{r['oracle_cross_fitted']:.3f} |"
+        )
     if gains:
-        print(f"\naverage - kept over {len(gains)} agreeing pairs: mean {np.mean(gains):+.4f}, "
-              f"min {min(gains):+.4f}, max {max(gains):+.4f}")
+        print(
+            f"\naverage - kept over {len(gains)} agreeing pairs: mean {np.mean(gains):+.4f}, "
+            f"min {min(gains):+.4f}, max {max(gains):+.4f}"
+        )
 
 
 def main() -> None:

@@ -220,9 +220,10 @@ class MiniVec2Vec(BaseEstimator):
         if isinstance(search, bool) or not isinstance(search, (int, np.integer)) or search < 0:
             raise SubspacesError(f"agreement_search must be an integer of at least 0, got {search!r}")
         clusters = self.search_anchor_clusters
-        if clusters is not None:
-            if isinstance(clusters, bool) or not isinstance(clusters, (int, np.integer)) or clusters < 3:
-                raise SubspacesError(f"search_anchor_clusters must be an integer of at least 3 or None, got {clusters!r}")
+        if clusters is not None and (
+            isinstance(clusters, bool) or not isinstance(clusters, (int, np.integer)) or clusters < 3
+        ):
+            raise SubspacesError(f"search_anchor_clusters must be an integer of at least 3 or None, got {clusters!r}")
         if self.max_seconds is not None and (isinstance(self.max_seconds, bool) or not self.max_seconds >= 0):
             raise SubspacesError(f"max_seconds must be a number of at least 0 or None, got {self.max_seconds!r}")
 
@@ -482,9 +483,9 @@ class MiniVec2Vec(BaseEstimator):
         fresh = iter(enumerate(search_seeds))
         scales = [self.anchors]  # the new passes' anchor settings, in turn (search_anchor_clusters)
         other = self.search_anchor_clusters
-        if other is not None and other != self.anchors.n_clusters:
-            if min(len(search.a), len(search.b), self.anchors.sample) >= 4 * other:
-                scales.insert(0, dataclasses.replace(self.anchors, n_clusters=int(other)))
+        rows = min(len(search.a), len(search.b), self.anchors.sample)
+        if other is not None and other != self.anchors.n_clusters and rows >= 4 * other:
+            scales.insert(0, dataclasses.replace(self.anchors, n_clusters=int(other)))
         cost = 0  # passes refined by the search that the restarts had not started: the check and new ones
         pairs: dict[tuple[int, int], float] = {}
         while True:
@@ -496,7 +497,7 @@ class MiniVec2Vec(BaseEstimator):
             else:
                 step, seed = next(fresh)
                 scale = scales[step % len(scales)]
-                started = self._start_pass(self.n_restarts + 1 + step, *search.pass_args(seed), scale)
+                started = self._start_pass(self.n_restarts + 1 + step, *search.pass_args(seed, scale))
                 cost += 1
             if started not in passes:
                 passes.append(started)
@@ -885,9 +886,10 @@ class _Search:
     budget: Budget
     rows: np.ndarray
 
-    def pass_args(self, seed: np.random.SeedSequence) -> tuple:
-        """The arguments of ``MiniVec2Vec._start_pass`` after ``restart``, for an unpaired pass on ``seed``."""
-        return self.a, self.b, self.index_a, self.index_b, self.score, seed, self.budget, None
+    def pass_args(self, seed: np.random.SeedSequence, anchors: AnchorParams | None = None) -> tuple:
+        """The arguments of ``MiniVec2Vec._start_pass`` after ``restart``, for an unpaired pass on ``seed`` (with
+        ``anchors`` instead of the aligner's anchor settings, where given)."""
+        return self.a, self.b, self.index_a, self.index_b, self.score, seed, self.budget, None, anchors
 
 
 @dataclasses.dataclass
