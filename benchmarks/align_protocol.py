@@ -78,6 +78,7 @@ from align_paper_recipe import score_paper_recipe
 from align_pools import SOURCE_MODEL, embed_pool, load_centered
 from subspaces.align import MiniVec2Vec, evaluate_alignment, retrieval_metrics
 from subspaces.config import dataset_dir
+from subspaces.eval.stats import paired_bootstrap
 from subspaces.io import read_lines, save_json
 
 RESULTS = Path(__file__).parent / "results" / "align_protocol"
@@ -432,6 +433,13 @@ def changes(results: Path, before: list[Path], samples: list[int] | None = None)
     pairs = [(r, old[_key(r)]) for r in _cells(results, samples) if _key(r) in old]
     moved = [(r, o) for r, o in pairs if r["top1"] != o["top1"] or r["converged"] != o["converged"]]
     lines = [f"{len(moved)} of {len(pairs)} cells changed (top-1 or verdict)"]
+    if pairs:
+        new, was = np.array([r["top1"] for r, _ in pairs]), np.array([o["top1"] for _, o in pairs])
+        diff = paired_bootstrap(new, was, lambda values, _: float(np.mean(values)))
+        lines.append(
+            f"mean top-1 difference over the {len(pairs)} cells {diff.diff:+.4f}, paired bootstrap 95 % "
+            f"[{diff.low:+.4f}, {diff.high:+.4f}] (cells resampled)"
+        )
     for r, o in sorted(moved, key=lambda pair: _key(pair[0])):
         lines.append(
             f"  {r['domain']} s{r['sample']} {r['target']} {r['arm']} seed {r['seed']}: {o['top1']:.4f} -> "
