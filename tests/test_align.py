@@ -878,7 +878,7 @@ def test_the_agreement_search_finds_a_right_map_where_the_restarts_held_none():
     assert finals[d["chosen_restart"]] == max(finals.values())
     # The search's new passes try the second partition scale first, then the restarts' own, in turn.
     new = [r["anchor_clusters"] for r in d["restarts"] if r["label"].startswith("search pass")]
-    assert new == [40, 10, 40, 10][: len(new)] and d["restarts"][0]["anchor_clusters"] == 10
+    assert new and new == [40, 10, 40, 10][: len(new)] and d["restarts"][0]["anchor_clusters"] == 10
     # Where the rows cannot hold the second scale (4 x 1,000 > 1,500), the search keeps the restarts' count.
     kept = MiniVec2Vec(**settings | {"random_state": 2, "search_anchor_clusters": 1000}).fit(source, target)
     counts = {r["anchor_clusters"] for r in kept.diagnostics_["restarts"]}
