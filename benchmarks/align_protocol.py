@@ -3,7 +3,8 @@
 Domains and their role (recorded in every result):
 
 * dev (defaults may be chosen on these): ``wordnet`` (WordNet 3.0 definitions and examples), ``tweets`` (TweetEval);
-  ``wordnet-short`` (WordNet's lines cut to three words, thirteenth session: are short texts harder?).
+  ``wordnet-short`` (WordNet's lines cut to three words, thirteenth session: are short texts harder?);
+  ``wordnet-names`` (WN18RR's synset names, one or two words: a dev pool of names like ``entities``, fifteenth session).
 * test (never used to choose anything): ``utterances`` (Banking77 + Emotion), ``questions`` (NQ-open: 7,179
   questions, the train file is missing from the data folder), ``sts`` (SICK + STS-B + STS12-16 sentences),
   ``mrpc`` (MRPC sentences). WN18RR's entity descriptions are WordNet glosses, the dev domain, so they are not a
@@ -63,6 +64,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import sys
 import tempfile
 import warnings
@@ -162,9 +164,18 @@ def wordnet_short() -> list[str]:
     return _distinct(" ".join(t.split()[:3]) for t in wordnet())
 
 
+def wordnet_names() -> list[str]:
+    """WN18RR's synset names (``__land_reform_NN_1`` -> "land reform"): WordNet's lemmas, one or two words with no
+    sentence around them (dev, fifteenth session): a dev pool of names, to study ``entities``' shortfall off its test."""
+    lines = read_lines(dataset_dir("wn18rr") / "wordnet-mlj12-definitions.txt")
+    names = (line.split("\t")[1] for line in lines if line.count("\t") >= 2)
+    return _distinct(re.sub(r"_[A-Z]{2}_\d+$", "", name.removeprefix("__")).replace("_", " ") for name in names)
+
+
 DOMAINS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "wordnet": ("dev", wordnet),
     "wordnet-short": ("dev", wordnet_short),
+    "wordnet-names": ("dev", wordnet_names),
     "tweets": ("dev", tweets),
     "utterances": ("test", utterances),
     "questions": ("test", questions),
