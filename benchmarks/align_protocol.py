@@ -166,7 +166,7 @@ def wordnet_short() -> list[str]:
 
 def wordnet_names() -> list[str]:
     """WN18RR's synset names (``__land_reform_NN_1`` -> "land reform"): WordNet's lemmas, one or two words with no
-    sentence around them (dev, fifteenth session): a dev pool of names, to study ``entities``' shortfall off its test."""
+    sentence around them (dev, fifteenth session): names like ``entities``', to study their shortfall off the test."""
     lines = read_lines(dataset_dir("wn18rr") / "wordnet-mlj12-definitions.txt")
     names = (line.split("\t")[1] for line in lines if line.count("\t") >= 2)
     return _distinct(re.sub(r"_[A-Z]{2}_\d+$", "", name.removeprefix("__")).replace("_", " ") for name in names)
@@ -321,6 +321,10 @@ def run_cell(data: dict, arm: str, seed: int, params: dict, paper: bool, retriev
             "structure_swapped": d["restarts"][d["chosen_restart"]]["structure_swapped"],
         },
         "stage_seconds": d["restarts"][d["chosen_restart"]]["stage_seconds"],
+        "refine1": {  # per refined pass: steps taken, the best one (-1: none beat the start), averaged
+            key: [r[key] for r in d["restarts"] if r["refined"]]
+            for key in ("refine1_iterations", "refine1_best_iteration", "refine1_averaged")
+        },
     }
     if retrieval is not None:
         report["migration_recall@10"] = migration_recall(aligner, retrieval)
