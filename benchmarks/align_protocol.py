@@ -344,15 +344,26 @@ def run(args: argparse.Namespace) -> Path:
                 for arm in args.arms.split(","):
                     for seed in args.seeds if arm in SEEDED_ARMS else args.seeds[:1]:
                         path = results / f"{domain}-s{sample}-{target}-{arm}-seed{seed}.json"
-                        if path.is_file():
-                            continue  # resumable: a finished cell is never redone
+                        if path.is_file():  # resumable: a finished cell is never redone
+                            done = json.loads(path.read_text()).get("size", args.size)  # older cells lack it
+                            if done != args.size:  # the name has no size: another pool's cell must not pass for it
+                                raise SystemExit(
+                                    f"{path} holds a {done}-text pool's cell, not {args.size}: use another --results"
+                                )
+                            continue
                         pool = pool or load_pool(domain, sample, args.size, target)
                         data = arm_data(pool, arm, args.reserved_pairs)
                         # the controls transform the target space, which the retrieval set's new vectors are not in
                         retrieval = retrieval_set(target) if arm in MIGRATION_ARMS else None
                         paper = arm == "default" and not args.no_paper
                         report = run_cell(data, arm, seed, params, paper=paper, retrieval=retrieval)
-                        report |= {"domain": domain, "role": role, "sample": sample, "target": target}
+                        report |= {
+                            "domain": domain,
+                            "role": role,
+                            "sample": sample,
+                            "target": target,
+                            "size": args.size,
+                        }
                         report |= {"source": SOURCE_MODEL, "arm": arm, "seed": seed, "n_texts": len(pool["a"]) * 2}
                         save_json(path, report)
                         print(

@@ -1033,3 +1033,29 @@ def test_blocked_float32_product_gives_the_same_bits_at_any_thread_count():
         torch.set_num_threads(threads)
     assert all(np.array_equal(products[0], p) for p in products[1:])
     np.testing.assert_allclose(products[0], rows @ columns, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
+def test_polish_continues_a_capped_refine1_and_keeps_the_map_only_if_the_trust_score_rises():
+    """Refine-1 capped at 3 steps with no patience stop is 'still climbing': polishing runs, its trust scores are
+    recorded, and the map kept is the polished one exactly when the trust score rose. With ``polish_iter=0`` (and
+    where refine-1 stopped by patience) the kept map is the pass's own: the passes' streams do not move."""
+    rng = np.random.default_rng(0)
+    q = ortho_group.rvs(8, random_state=1)
+    source, target = clustered(rng, 1500), clustered(rng, 1500) @ q
+    capped = replace(QUICK["refine"], n_iter=3, patience=100, score_every=1)
+    settings = QUICK | {"agreement_threshold": None}
+    plain = MiniVec2Vec(**settings | {"refine": capped}).fit(source, target)
+    polished = MiniVec2Vec(**settings | {"refine": replace(capped, polish_iter=20)}).fit(source, target)
+    assert plain.diagnostics_["polish"] == {
+        "ran": False, "iterations": 0, "trust_before": None, "trust_after": None, "accepted": False
+    }  # fmt: skip
+    p = polished.diagnostics_["polish"]
+    assert p["ran"] and 1 <= p["iterations"] <= 20 and p["accepted"] == (p["trust_after"] > p["trust_before"])
+    same = np.array_equal(polished.matrix_, plain.matrix_)
+    assert same != p["accepted"]  # the polished map where accepted, else the pass's own, bit for bit
+    np.testing.assert_array_equal(polished.pass_maps_[0]["final"], plain.pass_maps_[0]["final"])
+    # A refine-1 stopped by its patience is not climbing: nothing to polish.
+    patient = replace(QUICK["refine"], n_iter=200, patience=2, score_every=1, polish_iter=20)
+    settled = MiniVec2Vec(**settings | {"refine": patient}).fit(source, target)
+    assert settled.diagnostics_["restarts"][0]["refine1_stopped_early"] and not settled.diagnostics_["polish"]["ran"]
