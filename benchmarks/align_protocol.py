@@ -321,6 +321,7 @@ def run_cell(data: dict, arm: str, seed: int, params: dict, paper: bool, retriev
             "structure_swapped": d["restarts"][d["chosen_restart"]]["structure_swapped"],
         },
         "stage_seconds": d["restarts"][d["chosen_restart"]]["stage_seconds"],
+        "polish": d["polish"],
         "refine1": {  # per refined pass: steps taken, the best one (-1: none beat the start), averaged
             key: [r[key] for r in d["restarts"] if r["refined"]]
             for key in ("refine1_iterations", "refine1_best_iteration", "refine1_averaged")
