@@ -1043,7 +1043,7 @@ def test_polish_continues_a_capped_refine1_and_keeps_the_map_only_if_the_trust_s
     rng = np.random.default_rng(0)
     q = ortho_group.rvs(8, random_state=1)
     source, target = clustered(rng, 1500), clustered(rng, 1500) @ q
-    capped = replace(QUICK["refine"], n_iter=3, patience=100, score_every=1)
+    capped = replace(QUICK["refine"], n_iter=3, patience=100, score_every=1, polish_iter=0)
     settings = QUICK | {"agreement_threshold": None}
     plain = MiniVec2Vec(**settings | {"refine": capped}).fit(source, target)
     polished = MiniVec2Vec(**settings | {"refine": replace(capped, polish_iter=20)}).fit(source, target)
