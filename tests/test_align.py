@@ -1059,3 +1059,12 @@ def test_polish_continues_a_capped_refine1_and_keeps_the_map_only_if_the_trust_s
     patient = replace(QUICK["refine"], n_iter=200, patience=2, score_every=1, polish_iter=20)
     settled = MiniVec2Vec(**settings | {"refine": patient}).fit(source, target)
     assert settled.diagnostics_["restarts"][0]["refine1_stopped_early"] and not settled.diagnostics_["polish"]["ran"]
+
+
+def test_polish_does_not_run_with_known_pairs():
+    rng = np.random.default_rng(0)
+    q = ortho_group.rvs(8, random_state=1)
+    source, pairs = clustered(rng, 1500), clustered(rng, 50)
+    capped = replace(QUICK["refine"], n_iter=3, patience=100, score_every=1, polish_iter=20)
+    aligner = MiniVec2Vec(**QUICK | {"refine": capped}).fit(source, clustered(rng, 1500) @ q, pairs=(pairs, pairs @ q))
+    assert aligner.diagnostics_["restarts"][0]["refine1_iterations"] == 3 and not aligner.diagnostics_["polish"]["ran"]

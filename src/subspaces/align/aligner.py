@@ -447,7 +447,9 @@ class MiniVec2Vec(BaseEstimator):
         climbing = (
             record["refined"] and record["refine1_iterations"] == rp.n_iter and not record["refine1_stopped_early"]
         )
-        if rp.polish_iter == 0 or not climbing or budget.spent("before polishing the kept map"):
+        # Not with known pairs: they anchor every step already, and the dev rule that chose polishing ran without.
+        unpaired = kept.step.pairs is None
+        if rp.polish_iter == 0 or not climbing or not unpaired or budget.spent("before polishing the kept map"):
             return matrix, out | {"accepted": False}
         step = dataclasses.replace(kept.step, rng=np.random.default_rng(seed))
         polished, history = refine_by_neighbours(
