@@ -353,7 +353,9 @@ class MiniVec2Vec(BaseEstimator):
         converged = self._converged(restarts[chosen])
         identity = score(eye) if eye is not None else None
         control = max(score(rotation) for rotation in rotations)
-        trusted_final = trust_score(trust_a, trust_b, self.matrix_)
+        # the polish scored the map it kept already
+        kept_trust = polish["trust_after"] if polish["accepted"] else polish["trust_before"]
+        trusted_final = trust_score(trust_a, trust_b, self.matrix_) if kept_trust is None else kept_trust
         trusted_identity = trust_score(trust_a, trust_b, eye) if eye is not None else None
         trusted_control = max(trust_score(trust_a, trust_b, rotation) for rotation in rotations)
         trust: dict[str, Any] = {
@@ -452,22 +454,31 @@ class MiniVec2Vec(BaseEstimator):
         if rp.polish_iter == 0 or not climbing or not unpaired or budget.spent("before polishing the kept map"):
             return matrix, out | {"accepted": False}
         step = dataclasses.replace(kept.step, rng=np.random.default_rng(seed))
-        polished, history = refine_by_neighbours(
-            matrix,
-            step,
-            score=score,
-            n_iter=rp.polish_iter,
-            patience=rp.patience,
-            tol=rp.tol,
-            start_score=record["nn_similarity"]["final"],
-            average=rp.average,
-            score_every=rp.score_every,
-            out_of_time=budget.check("in polishing the kept map"),
+        polished, history = self._refine1(
+            matrix, step, score, rp.polish_iter, record["nn_similarity"]["final"], budget.check("in polishing")
         )
+        polished = polished.astype(np.float32)  # as kept, so its trust score is the fit's (not computed again)
         before, after = trust_score(trust_a, trust_b, matrix), trust_score(trust_a, trust_b, polished)
         accepted = after > before
         out |= {"ran": True, "iterations": history.iterations, "trust_before": before, "trust_after": after}
-        return (polished.astype(np.float32) if accepted else matrix), out | {"accepted": accepted}
+        return (polished if accepted else matrix), out | {"accepted": accepted}
+
+    def _refine1(self, matrix, step, score, n_iter: int, start_score, out_of_time, progress=None):
+        """Refine-1 with this aligner's settings, for ``n_iter`` steps (a pass's refine-1, or the polish)."""
+        rp = self.refine
+        return refine_by_neighbours(
+            matrix,
+            step,
+            score=score,
+            n_iter=n_iter,
+            patience=rp.patience,
+            tol=rp.tol,
+            start_score=start_score,
+            average=rp.average,
+            score_every=rp.score_every,
+            progress=progress,
+            out_of_time=out_of_time,
+        )
 
     def _agreement(
         self, passes: list[_Pass], chosen: int, search: _Search, check_seed, search_seeds, known
@@ -741,18 +752,14 @@ class MiniVec2Vec(BaseEstimator):
         refined_from = record["nn_similarity"]["structure"]
         clock = time.perf_counter()
         with self._progress(f"refine {where}", rp.n_iter, "iteration") as tick:
-            matrix, history = refine_by_neighbours(
+            matrix, history = self._refine1(
                 record["matrix"],
                 started.step,
-                score=score,
-                n_iter=rp.n_iter,
-                patience=rp.patience,
-                tol=rp.tol,
-                start_score=refined_from,
-                average=rp.average,
-                score_every=rp.score_every,
-                progress=tick,
-                out_of_time=budget.check(f"in refine-1 {where}"),
+                score,
+                rp.n_iter,
+                refined_from,
+                budget.check(f"in refine-1 {where}"),
+                tick,
             )
         refined_score = history.best_score
         seconds["refine1"] = time.perf_counter() - clock
