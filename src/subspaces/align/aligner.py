@@ -454,8 +454,10 @@ class MiniVec2Vec(BaseEstimator):
         if rp.polish_iter == 0 or not climbing or not unpaired or budget.spent("before polishing the kept map"):
             return matrix, out | {"accepted": False}
         step = dataclasses.replace(kept.step, rng=np.random.default_rng(seed))
+        # Patience is judged against the polish's own iterates, not its start: the start is a tail average, which
+        # single iterates seldom beat within the patience, so judged against it the polish stopped after 30 steps.
         polished, history = self._refine1(
-            matrix, step, score, rp.polish_iter, record["nn_similarity"]["final"], budget.check("in polishing")
+            matrix, step, score, rp.polish_iter, float("-inf"), budget.check("in polishing")
         )
         polished = polished.astype(np.float32)  # as kept, so its trust score is the fit's (not computed again)
         before, after = trust_score(trust_a, trust_b, matrix), trust_score(trust_a, trust_b, polished)
