@@ -155,9 +155,10 @@ class RefineParams(StageParams):
     orthogonal maps (the paper lets it drift). The structural stage's inner steps use these settings too. With
     known pairs (``fit(..., pairs=...)``) each pair weighs ``pair_weight`` neighbour-mean pairs in every step.
     ``polish_iter``: where the kept pass's refine-1 ran to its cap without its patience stopping it (still climbing),
-    up to so many more steps on the kept map, kept only if the CSLS trust score on unseen rows rises (0: never; not
-    with known pairs);
-    100 chosen on the dev pools by the rule fixed before its runs (``benchmarks/notes/align.md``, fifteenth session).
+    up to so many more steps on the kept map (their patience judged among their own iterates, not against the
+    tail-averaged start), kept only if the CSLS trust score on unseen rows rises (0: never; not with known pairs);
+    100 chosen on the dev pools by the rule fixed before its runs (``benchmarks/notes/align.md``, fifteenth and
+    sixteenth sessions).
 
     ``n_iter=50, score_every=10`` (was 100 and 5) were chosen on the dev pools only, by the rule fixed before any
     run (``benchmarks/align_speed_dev.py choose``: WordNet and tweets 40k, 3 seeds; top-1 within 0.002 of the old
