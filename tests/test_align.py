@@ -389,6 +389,22 @@ def test_refine1_scores_every_nth_iteration_and_counts_patience_in_iterations():
     assert history.stopped_early and len(history.scores) == 2  # two checks = 10 iterations without a gain
 
 
+def test_refine1_from_minus_infinity_returns_an_iterate_and_counts_patience_among_them():
+    """Started at the fixed point itself, every step moves away: scored against the start, refine-1 returns the start
+    after its patience; with ``start_score=-inf`` (the polish) it returns its best iterate, and its patience runs from
+    the first iterate, not from a start no iterate can beat."""
+    q = ortho_group.rvs(8, random_state=4)
+    score = lambda m: -float(np.linalg.norm(m - q))  # noqa: E731
+    kwargs = {"score": score, "n_iter": 60, "patience": 10, "score_every": 1, "average": False}
+    kept, history = refine_by_neighbours(q, NoisyStep(q, 0.3, np.random.default_rng(0)), **kwargs)
+    assert np.array_equal(kept, q) and history.best_iteration == -1 and history.iterations == 10
+    moved, history = refine_by_neighbours(
+        q, NoisyStep(q, 0.3, np.random.default_rng(0)), start_score=float("-inf"), **kwargs
+    )
+    assert not np.array_equal(moved, q) and history.best_iteration >= 0 and history.best_score == score(moved)
+    assert history.iterations > 10  # it ran past the first 10 steps: some iterate beat the first one
+
+
 def test_gram_kernel_factor_and_matching_of_raw_cluster_means():
     rng = np.random.default_rng(0)
     x = center_normalize(clustered(rng, 2000), np.zeros(8))

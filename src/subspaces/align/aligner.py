@@ -458,7 +458,12 @@ class MiniVec2Vec(BaseEstimator):
         # Patience is judged against the polish's own iterates, not its start: the start is a tail average, which
         # single iterates seldom beat within the patience, so judged against it the polish stopped after 30 steps.
         polished, history = self._refine1(
-            matrix, step, score, rp.polish_iter, float("-inf"), budget.check("in polishing")
+            matrix,
+            step,
+            score,
+            n_iter=rp.polish_iter,
+            start_score=float("-inf"),
+            out_of_time=budget.check("in polishing"),
         )
         polished = polished.astype(np.float32)  # as kept, so its trust score is the fit's (not computed again)
         before, after = trust_score(trust_a, trust_b, matrix), trust_score(trust_a, trust_b, polished)
@@ -466,7 +471,7 @@ class MiniVec2Vec(BaseEstimator):
         out |= {"ran": True, "iterations": history.iterations, "trust_before": before, "trust_after": after}
         return (polished if accepted else matrix), out | {"accepted": accepted}
 
-    def _refine1(self, matrix, step, score, n_iter: int, start_score, out_of_time, progress=None):
+    def _refine1(self, matrix, step, score, *, n_iter: int, start_score, out_of_time, progress=None):
         """Refine-1 with this aligner's settings, for ``n_iter`` steps (a pass's refine-1, or the polish)."""
         rp = self.refine
         return refine_by_neighbours(
@@ -759,10 +764,10 @@ class MiniVec2Vec(BaseEstimator):
                 record["matrix"],
                 started.step,
                 score,
-                rp.n_iter,
-                refined_from,
-                budget.check(f"in refine-1 {where}"),
-                tick,
+                n_iter=rp.n_iter,
+                start_score=refined_from,
+                out_of_time=budget.check(f"in refine-1 {where}"),
+                progress=tick,
             )
         refined_score = history.best_score
         seconds["refine1"] = time.perf_counter() - clock

@@ -73,8 +73,9 @@ def _keep_best(
     """Apply ``step`` up to ``n_iter`` times; return the best map by ``score``, stopping after ``patience``
     iterations without a gain of ``tol``, or once ``done()`` says so after a scored iteration, or before any
     step once ``out_of_time()`` says so (the best map scored so far is returned). ``start_score`` spares scoring
-    a map the caller already scored. ``score_every`` scores only every so many iterations (and the last): a
-    score costs about as much as a step."""
+    a map the caller already scored; ``-inf`` makes the start a map to move away from, never one to return (unless
+    no step ran): patience then counts among the iterates. ``score_every`` scores only every so many iterations (and
+    the last): a score costs about as much as a step."""
     best = matrix
     history.best_score = score(matrix) if start_score is None else start_score
     since_best = 0
