@@ -108,13 +108,17 @@ def utterances() -> list[str]:
     return _distinct(texts + [t for split_ in ("train", "validation", "test") for t in load_emotion(split_).texts])
 
 
-def questions() -> list[str]:
-    folder = dataset_dir("nq_open")
-    texts = []
-    for path in sorted(folder.glob("NQ-open*.jsonl")):
+def _nq_open_rows() -> list[dict]:
+    """Every row of NQ-open's files here (``question`` and its reference ``answer`` strings)."""
+    rows = []
+    for path in sorted(dataset_dir("nq_open").glob("NQ-open*.jsonl")):
         with path.open(encoding="utf-8") as handle:
-            texts += [json.loads(line)["question"] for line in handle if line.strip()]
-    return _distinct(texts)
+            rows += [json.loads(line) for line in handle if line.strip()]
+    return rows
+
+
+def questions() -> list[str]:
+    return _distinct(row["question"] for row in _nq_open_rows())
 
 
 def sts_sentences() -> list[str]:
@@ -178,11 +182,7 @@ def nq_answers() -> list[str]:
     with dates and short phrases: a dev pool of names like ``entities``' (FB15k-237's are proper names; WN18RR's
     synset names, common nouns, did not reproduce their shortfall ``→ mpnet-base``). No test pool uses these texts;
     the ``questions`` test domain comes from the same dataset."""
-    texts = []
-    for path in sorted(dataset_dir("nq_open").glob("NQ-open*.jsonl")):
-        with path.open(encoding="utf-8") as handle:
-            texts += [answer for line in handle if line.strip() for answer in json.loads(line).get("answer", [])]
-    return _distinct(texts)
+    return _distinct(answer for row in _nq_open_rows() for answer in row.get("answer", []))
 
 
 DOMAINS: dict[str, tuple[str, Callable[[], list[str]]]] = {
