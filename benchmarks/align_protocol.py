@@ -91,9 +91,10 @@ FIT_SEEDS = (0, 1, 2)
 SAMPLES = (0, 1, 2)
 ALONE_ARMS = tuple(f"alone-{n}" for n in PAIR_COUNTS)  # a baseline, not our fit
 PAIRED_ARMS = (*(f"pairs-{n}" for n in PAIR_COUNTS), *ALONE_ARMS)
-ARMS = ("default", "rotation", "permutation", *PAIRED_ARMS, "weak", "shuffled")
-SEEDED_ARMS = {"default", *(f"pairs-{n}" for n in PAIR_COUNTS)}  # the others run seed 0 only
-MIGRATION_ARMS = {"default", *PAIRED_ARMS}  # scored on the retrieval set too (the controls move the target space)
+# "identity": init="identity", the opt-in start for models that share coordinates (not a default; equal dims only)
+ARMS = ("default", "rotation", "permutation", *PAIRED_ARMS, "weak", "shuffled", "identity")
+SEEDED_ARMS = {"default", "identity", *(f"pairs-{n}" for n in PAIR_COUNTS)}  # the others run seed 0 only
+MIGRATION_ARMS = {"default", "identity", *PAIRED_ARMS}  # scored on the retrieval set too (the controls move the target space)
 BAD, GOOD = 0.5, 0.9  # a map below BAD x the cross-fitted oracle must be flagged; one at GOOD x or more must not
 
 
@@ -307,6 +308,8 @@ def run_cell(data: dict, arm: str, seed: int, params: dict, paper: bool, retriev
         overrides |= {"n_restarts": 1}
         params = params | {"anchors": params.get("anchors", {}) | {"n_runs": 1}, "structure": {"n_iter": 0}}
         params |= {"refine": params.get("refine", {}) | {"n_iter": 0, "centroid_clusters": 0}}
+    elif arm == "identity":
+        overrides |= {"init": "identity"}
     elif arm in ALONE_ARMS:
         from subspaces.store.migrate import PAIRED_DEFAULTS
 
@@ -336,6 +339,7 @@ def run_cell(data: dict, arm: str, seed: int, params: dict, paper: bool, retriev
         },
         "stage_seconds": d["restarts"][d["chosen_restart"]]["stage_seconds"],
         "polish": d["polish"],
+        "identity_reference": d["identity_reference"],
         "refine1": {  # per refined pass: steps taken, the best one (-1: none beat the start), averaged
             key: [r[key] for r in d["restarts"] if r["refined"]]
             for key in ("refine1_iterations", "refine1_best_iteration", "refine1_averaged")

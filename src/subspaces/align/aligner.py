@@ -78,6 +78,12 @@ from subspaces.state_folder import STATE_FILE, read_state_folder, write_state_fo
 logger = logging.getLogger(__name__)
 
 TRUST_ROWS = 4096  # rows of each side the trust score compares (the cost of CSLS grows with their square)
+# How far (x chance level) the identity reference's trust score may beat the fitted map's before the fit is flagged.
+# Dev (benchmarks/notes/align.md, seventeenth session): maps in the reference's basin differ by 0.00-0.04 x chance,
+# maps in a worse basin trail it by 0.27-0.61 x (short proper names, paraphrase-l3).
+IDENTITY_REFERENCE_MARGIN = 0.1
+INITS = ("anchors", "identity")
+IDENTITY_PASS = -2  # the pass number of a pass started from the identity (init="identity", or the reference)
 FORMAT_VERSION = 2  # 2: parameters grouped by stage; 1: the 37 flat names (still read)
 CONFIG_FILE = "aligner.json"
 
@@ -135,6 +141,18 @@ class MiniVec2Vec(BaseEstimator):
             while 40 clusters everywhere did worse on a small dev pool (``benchmarks/notes/align.md``, "Short
             texts"). Fits whose check agrees never start a search pass, so their maps do not depend on it. Where
             the rows or ``anchors.sample`` are fewer than 4 x this count, the search keeps ``anchors.n_clusters``.
+        init: where each pass starts. ``"anchors"`` (the paper's method): a map from matched anchors, which uses
+            nothing about the coordinates, so a rotation or permutation of the target space leaves the result
+            unchanged. Where the dims agree, a reference pass is also run from the identity (the vectors left as
+            they are, then the same structure and refine stages; no anchors) and the map is flagged if the
+            reference's trust score beats its own by more than 0.1 x chance level: two models of one family can
+            share coordinates so closely that the identity is a better start than any anchors (short proper names
+            ``minilm-l6 -> paraphrase-l3``: anchored maps 0.46-0.71 top-1, trusted, where the identity scored
+            0.75 and a pass from it 0.80-0.82). The map itself never comes from the reference.
+            ``"identity"``: one pass from the identity, for a successor model that shares the source's
+            coordinates (same family, fine-tuned); needs equal dims. There are no independent anchors to agree
+            with, so the agreement check does not run; the trust check against the unrefined identity and random
+            rotations still does.
         max_seconds: stop at the next safe point (between k-means runs, rounds, steps, passes) after this many
             seconds and keep the best map so far (``stopped_early_``); the first pass's initial map is always
             made. ``None``: no limit.
@@ -161,6 +179,7 @@ class MiniVec2Vec(BaseEstimator):
         agreement_threshold: float | None = 0.55,
         agreement_search: int = 4,
         search_anchor_clusters: int | None = 40,
+        init: str = "anchors",
         max_seconds: float | None = None,
         random_state: int | None = 0,
         verbose: bool = False,
@@ -176,6 +195,7 @@ class MiniVec2Vec(BaseEstimator):
         self.agreement_threshold = agreement_threshold
         self.agreement_search = agreement_search
         self.search_anchor_clusters = search_anchor_clusters
+        self.init = init
         self.max_seconds = max_seconds
         self.random_state = random_state
         self.verbose = verbose
@@ -224,6 +244,8 @@ class MiniVec2Vec(BaseEstimator):
             isinstance(clusters, bool) or not isinstance(clusters, (int, np.integer)) or clusters < 3
         ):
             raise SubspacesError(f"search_anchor_clusters must be an integer of at least 3 or None, got {clusters!r}")
+        if self.init not in INITS:
+            raise SubspacesError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
         if self.max_seconds is not None and (isinstance(self.max_seconds, bool) or not self.max_seconds >= 0):
             raise SubspacesError(f"max_seconds must be a number of at least 0 or None, got {self.max_seconds!r}")
 
@@ -267,14 +289,24 @@ class MiniVec2Vec(BaseEstimator):
         self._check_rows(len(source), len(target))
         if pairs is not None:
             pairs = _check_pairs(pairs, source.shape[1], target.shape[1])
+        if self.init == "identity" and source.shape[1] != target.shape[1]:
+            raise DimensionError(
+                f"init='identity' needs equal dims, got source {source.shape[1]} and target {target.shape[1]}; "
+                f"use init='anchors'"
+            )
         # One independent stream per pass and per stage: how far one stage ran (its stopping rule reads scores,
         # which carry the BLAS kernel's rounding) must not shift every later random draw.
-        # The agreement check's, search's and polish's streams are spawned last, so the passes' streams are those of
-        # a fit without them (a SeedSequence's children do not depend on how many are spawned).
-        seeds = np.random.SeedSequence(self.random_state).spawn(3 + self.n_restarts + self.agreement_search)
+        # The agreement check's, search's, polish's and identity reference's streams are spawned last, so the
+        # passes' streams are those of a fit without them (a SeedSequence's children do not depend on how many are
+        # spawned, only on their place).
+        n_search = self.agreement_search
+        seeds = np.random.SeedSequence(self.random_state).spawn(4 + self.n_restarts + n_search)
         setup_seed, pass_seeds = seeds[0], seeds[1 : 1 + self.n_restarts]
-        check_seed, search_seeds = seeds[1 + self.n_restarts], seeds[2 + self.n_restarts : -1]
-        polish_seed = seeds[-1]
+        check_seed, search_seeds = (
+            seeds[1 + self.n_restarts],
+            seeds[2 + self.n_restarts : 2 + self.n_restarts + n_search],
+        )
+        polish_seed, reference_seed = seeds[2 + self.n_restarts + n_search], seeds[3 + self.n_restarts + n_search]
         rng = np.random.default_rng(setup_seed)
 
         self.source_mean_ = source.mean(axis=0)
@@ -310,8 +342,17 @@ class MiniVec2Vec(BaseEstimator):
         known = None
         if pairs is not None:
             known = (center_normalize(pairs[0], self.source_mean_), center_normalize(pairs[1], self.target_mean_))
+        # Where the dims agree, "leave the vectors as they are" is a map too; a fit that does not beat it has
+        # learnt nothing (issue 23: a 0.016 map where the identity scored 0.948). A random rotation is chance
+        # level, for any dims. Both are drawn after every other setup draw, so the map does not depend on them.
+        eye = np.eye(a.shape[1], dtype=np.float32) if a.shape[1] == b.shape[1] else None
         passes: list[_Pass] = []
-        for restart in range(1 if known is not None else self.n_restarts):
+        if self.init == "identity":  # one pass: every start from the identity is the same start
+            passes.append(
+                self._start_pass(IDENTITY_PASS, a, b, index_a, index_b, score, pass_seeds[0], budget, known, start=eye)
+            )
+            self._finish_pass(passes[0], score, budget)
+        for restart in range(0 if self.init == "identity" else 1 if known is not None else self.n_restarts):
             if restart and budget.spent(f"before restart {restart + 1}/{self.n_restarts}"):
                 break
             passes.append(self._start_pass(restart, a, b, index_a, index_b, score, pass_seeds[restart], budget, known))
@@ -331,10 +372,6 @@ class MiniVec2Vec(BaseEstimator):
         # refinement, but only a right one reaches a high neighbour similarity after it. A converged pass (the
         # stronger, structural evidence) is preferred to any unconverged one (which is then left unrefined).
         chosen = self._best(passes, [i for i, started in enumerate(passes) if started.record["refined"]])
-        # Where the dims agree, "leave the vectors as they are" is a map too; a fit that does not beat it has
-        # learnt nothing (issue 23: a 0.016 map where the identity scored 0.948). A random rotation is chance
-        # level, for any dims. Both are drawn after every other setup draw, so the map does not depend on them.
-        eye = np.eye(a.shape[1], dtype=np.float32) if a.shape[1] == b.shape[1] else None
         rotations = [_random_orthogonal(a.shape[1], b.shape[1], rng) for _ in range(3)]
         # The trust check does not use the nn score: wrong maps that crowd points into dense regions score higher
         # on it than right ones (issue 24), and refinement climbed it on the very probes it is computed on.
@@ -348,6 +385,7 @@ class MiniVec2Vec(BaseEstimator):
             {"structured": r.pop("structured_matrix"), "final": r["matrix"] if r["refined"] else None} for r in restarts
         ]
         self.matrix_, polish = self._polish(passes[chosen], score, trust_a, trust_b, polish_seed, budget)
+        reference = self._identity_reference(search, reference_seed, eye, known, trust_b)
         for r in restarts:
             r.pop("matrix")
         converged = self._converged(restarts[chosen])
@@ -387,6 +425,16 @@ class MiniVec2Vec(BaseEstimator):
         problem = trust_problem(trusted_final, trusted_identity, trusted_control, margin=self.trust_margin)
         if problem is not None:
             problems.append(problem)
+        if reference["trust"] is not None:
+            reference["lift"] = (reference["trust"] - trusted_final) / max(abs(trusted_control), 1e-12)
+            if reference["lift"] > IDENTITY_REFERENCE_MARGIN:
+                problems.append(
+                    f"a map refined from the identity (the vectors left as they are, then the same refinement) "
+                    f"scores clearly higher than the fitted map on the label-free score (CSLS "
+                    f"{reference['trust']:.4f} against {trusted_final:.4f}; chance level {trusted_control:.4f}): "
+                    f"the two models probably share coordinates and the fitted map is in a worse basin. Refit with "
+                    f"init='identity' (--init identity), or check the pair on a few paired texts."
+                )
         if agreement["agreement"] is not None and agreement["agreement"] < agreement["threshold"]:
             problems.append(
                 f"no two independent passes of the alignment agree ({agreement['compared']} compared): their maps "
@@ -421,6 +469,8 @@ class MiniVec2Vec(BaseEstimator):
             "trust": trust,
             "agreement": agreement,
             "polish": polish,
+            "identity_reference": reference,
+            "init": self.init,
             "stopped_early": self.stopped_early_,
             "stop_reason": budget.reason,
             "precision": resolve_precision(self.search.precision),
@@ -471,6 +521,33 @@ class MiniVec2Vec(BaseEstimator):
         out |= {"ran": True, "iterations": history.iterations, "trust_before": before, "trust_after": after}
         return (polished if accepted else matrix), out | {"accepted": accepted}
 
+    def _identity_reference(
+        self, search: _Search, seed, eye: np.ndarray | None, known, trust_b: np.ndarray
+    ) -> dict[str, Any]:
+        """The identity reference of ``init="anchors"`` where the dims agree: a pass from the identity (structure,
+        refine-1, refine-2; no anchors, no polish) whose trust score the fitted map must not trail (``fit`` judges
+        it). Its map is never kept. Not with known pairs (they judge against the identity themselves) nor once
+        the budget is spent."""
+        out: dict[str, Any] = {"trust": None, "nn_similarity": None, "lift": None, "seconds": None, "skipped": None}
+        out["margin"] = IDENTITY_REFERENCE_MARGIN
+        if self.init != "anchors" or eye is None:
+            return out | {"skipped": "init='identity'" if eye is not None else "the dims differ"}
+        if known is not None:
+            return out | {"skipped": "known pairs judge the map against the identity"}
+        if search.budget.spent("before the identity reference"):
+            return out | {"skipped": "out of time"}
+        clock = time.perf_counter()
+        reference = self._start_pass(IDENTITY_PASS, *search.pass_args(seed), start=eye)
+        self._finish_pass(reference, search.score, search.budget)
+        if search.budget.stopped_at is not None:  # cut short, it proves nothing
+            return out | {"skipped": "out of time during the identity reference"}
+        matrix = reference.record["matrix"].astype(np.float32)
+        return out | {
+            "trust": trust_score(search.rows, trust_b, matrix),
+            "nn_similarity": reference.record["nn_similarity"]["final"],
+            "seconds": time.perf_counter() - clock,
+        }
+
     def _refine1(self, matrix, step, score, *, n_iter: int, start_score, out_of_time, progress=None):
         """Refine-1 with this aligner's settings, for ``n_iter`` steps (a pass's refine-1, or the polish)."""
         rp = self.refine
@@ -499,6 +576,8 @@ class MiniVec2Vec(BaseEstimator):
             out["skipped"] = "agreement_threshold is None"
         elif known is not None:
             out["skipped"] = "known pairs anchor every pass alike"
+        elif self.init == "identity":
+            out["skipped"] = "init='identity': one start, no independent anchors to agree with"
         elif search.budget.spent("before the agreement check"):
             out["skipped"] = "out of time"
         if out["skipped"] is not None or threshold is None:
@@ -599,7 +678,10 @@ class MiniVec2Vec(BaseEstimator):
         )
 
     def _label(self, restart: int) -> str:
-        """A pass's name: ``restart i/n``, ``agreement check`` (-1), or ``search pass j`` (beyond the restarts)."""
+        """A pass's name: ``restart i/n``, ``agreement check`` (-1), ``identity start`` (-2), or ``search pass j``
+        (beyond the restarts)."""
+        if restart == IDENTITY_PASS:
+            return "identity start"
         if restart < 0:
             return "agreement check"
         if restart < self.n_restarts:
@@ -646,15 +728,19 @@ class MiniVec2Vec(BaseEstimator):
         budget: Budget,
         known: tuple[np.ndarray, np.ndarray] | None,
         anchor_params: AnchorParams | None = None,
+        start: np.ndarray | None = None,
     ) -> _Pass:
-        """A pass up to its convergence judgement: anchors (or the known pairs) -> initial map -> structure, with
-        its label-free diagnostics; each stage stops at its next safe point once ``budget`` is spent."""
+        """A pass up to its convergence judgement: anchors (or the known pairs, or the given ``start`` map) ->
+        initial map -> structure, with its label-free diagnostics; each stage stops at its next safe point once
+        ``budget`` is spent."""
         ap, sp, rp = anchor_params or self.anchors, self.structure, self.refine
         rng, structure_rng, refine_rng, centroid_rng = (np.random.default_rng(s) for s in seed.spawn(4))
         clock = time.perf_counter()
         where = f"({self._label(restart)})"
         anchors = None
-        if known is not None:  # known pairs are better anchors than any matching of cluster shapes
+        if start is not None:
+            matrix = start
+        elif known is not None:  # known pairs are better anchors than any matching of cluster shapes
             matrix = procrustes(*known)
         else:
             with self._progress(f"anchors {where}", ap.n_runs, "run") as tick:
