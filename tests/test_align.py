@@ -10,6 +10,7 @@ import pytest
 from scipy.stats import ortho_group
 
 from subspaces.align import MiniVec2Vec, evaluate_alignment, retrieval_metrics
+from subspaces.align.aligner import IDENTITY_REFERENCE_MARGIN
 from subspaces.align.anchors import cluster_means, kmeans
 from subspaces.align.diagnostics import bidirectional_nn_similarity
 from subspaces.align.matching import gram_factor, match_centroids
@@ -1086,3 +1087,64 @@ def test_polish_does_not_run_with_known_pairs():
     capped = replace(QUICK["refine"], n_iter=3, patience=100, score_every=1, polish_iter=20)
     aligner = MiniVec2Vec(**QUICK | {"refine": capped}).fit(source, clustered(rng, 1500) @ q, pairs=(pairs, pairs @ q))
     assert aligner.diagnostics_["restarts"][0]["refine1_iterations"] == 3 and not aligner.diagnostics_["polish"]["ran"]
+
+
+def test_init_identity_starts_from_the_vectors_as_they_are_and_needs_equal_dims():
+    """Two samples of one near-isotropic space: no shape for anchors to match, and the identity is the right map."""
+    rng = np.random.default_rng(0)
+    draw, _ = gaussian_spaces(rng)
+    source, target, held = draw(2000), draw(2000), draw(500)
+    aligner = MiniVec2Vec(**FAST | {"init": "identity"}).fit(source, target)
+    assert evaluate_alignment(aligner, held, held)["top1"] > 0.95 and aligner.converged_
+    d = aligner.diagnostics_
+    assert [r["label"] for r in d["restarts"]] == ["identity start"] and d["restarts"][0]["qap_agreement"] is None
+    assert d["agreement"]["skipped"].startswith("init='identity'") and d["identity_reference"]["skipped"]
+    with pytest.raises(DimensionError, match="init='identity' needs equal dims"):
+        MiniVec2Vec(**QUICK | {"init": "identity"}).fit(source, target[:, :8])
+    with pytest.raises(SubspacesError, match="init must be one of anchors, identity"):
+        MiniVec2Vec(init="eye").fit(source, target)
+
+
+def test_the_identity_reference_flags_an_anchored_map_it_clearly_beats():
+    """Two samples of one space, so the identity is right; one weak anchored pass (one k-means run, no structural
+    stage, no check) lands in a wrong basin on seed 0 and in the right one on seed 1 (seeds 0-3: 3 wrong)."""
+    weak = FAST | {
+        "n_restarts": 1,
+        "agreement_threshold": None,
+        "structure": StructureParams(n_iter=0),
+        "anchors": replace(FAST["anchors"], n_runs=1, kmeans_redo=1),
+    }
+    for seed, wrong in ((0, True), (1, False)):
+        rng = np.random.default_rng(seed)
+        source, target, held = clustered(rng, 2000), clustered(rng, 2000), clustered(rng, 500)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            aligner = MiniVec2Vec(**weak | {"random_state": seed}).fit(source, target)
+        top1 = evaluate_alignment(aligner, held, held)["top1"]
+        reference = aligner.diagnostics_["identity_reference"]
+        flagged = any("init='identity'" in str(w.message) for w in caught)
+        assert (top1 < 0.1, reference["lift"] > IDENTITY_REFERENCE_MARGIN, flagged) == (wrong, wrong, wrong)
+        assert reference["seconds"] > 0 and (aligner.converged_ is False or not wrong)
+    # (Seed 1's right map is flagged too, by the trust check: here the unrefined identity is as right as it.)
+
+
+@pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
+def test_the_identity_reference_leaves_a_right_map_alone_and_never_replaces_it():
+    """Where the identity is right the reference lands in the anchored map's basin; where the target is rotated
+    it starts at chance. Neither flags a right map, and the map is the anchors' own either way."""
+    rng = np.random.default_rng(0)
+    source, target, held = clustered(rng, 2000), clustered(rng, 2000), clustered(rng, 500)
+    q = ortho_group.rvs(8, random_state=1)
+    for truth in (np.eye(8), q):
+        aligner = MiniVec2Vec(**FAST).fit(source, target @ truth)
+        reference = aligner.diagnostics_["identity_reference"]
+        assert reference["trust"] is not None and reference["lift"] <= IDENTITY_REFERENCE_MARGIN
+        assert aligner.converged_ and evaluate_alignment(aligner, held, held @ truth)["top1"] > 0.9
+    # The rotation control: the same fit on the rotated target gives the rotated map (the reference draws last).
+    plain = MiniVec2Vec(**FAST).fit(source, target)
+    assert np.abs(aligner.matrix_ - plain.matrix_ @ q).max() < 1e-3
+    # Not run where the dims differ, nor with known pairs (they judge against the identity themselves).
+    narrow = MiniVec2Vec(**QUICK).fit(source, target[:, :6])
+    assert narrow.diagnostics_["identity_reference"]["skipped"] == "the dims differ"
+    paired = MiniVec2Vec(**QUICK).fit(source, target, pairs=(held[:30], held[:30]))
+    assert paired.diagnostics_["identity_reference"]["skipped"].startswith("known pairs")

@@ -112,6 +112,11 @@ def _refuse_flat_options(extra: list[str]) -> None:
     raise SubspacesError(f"no such option: {name} (see `subspaces align fit --help`)")
 
 
+def _start(record: dict) -> str:
+    """What a pass without matched anchors started from, for the diagnostics table."""
+    return "identity start" if record.get("label") == "identity start" else "known pairs"
+
+
 @align_app.command("fit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @user_errors(interrupted="nothing was written (the aligner is saved only once the fit ends); rerun to fit again")
 def fit_cmd(
@@ -134,6 +139,13 @@ def fit_cmd(
     n_restarts: Annotated[
         Optional[int],
         typer.Option(help="At most this many independent passes; best label-free score wins (default 3)."),
+    ] = None,
+    init: Annotated[
+        Optional[str],
+        typer.Option(
+            help="Where each pass starts: 'anchors' (default; the paper's method, blind to the coordinates) or "
+            "'identity' (one pass from the vectors as they are: a successor model of the same family and dims)."
+        ),
     ] = None,
     max_seconds: Annotated[
         Optional[float],
@@ -172,6 +184,7 @@ def fit_cmd(
         params,
         {"max_seconds": FIT_SECONDS},
         n_restarts=n_restarts,
+        init=init,
         max_seconds=max_seconds,
         random_state=seed,
         verbose=True,
@@ -192,7 +205,7 @@ def fit_cmd(
     aligner.save(output)
     d = aligner.diagnostics_
     stats = {  # one row per statistic, one column per restart: stays readable however many restarts ran
-        "QAP agreement": lambda r: r["qap_agreement"] if r["qap_agreement"] is not None else "known pairs",
+        "QAP agreement": lambda r: r["qap_agreement"] if r["qap_agreement"] is not None else _start(r),
         "nn-sim initial": lambda r: r["nn_similarity"]["initial"],
         "nn-sim structure": lambda r: r["nn_similarity"]["structure"],
         # a pass that a later converged one replaced is not refined (its refinement would be thrown away)
@@ -221,6 +234,12 @@ def fit_cmd(
         )
     else:
         out.print(f"agreement with an independent pass: not checked ({check['skipped']})")
+    reference = d.get("identity_reference") or {}
+    if reference.get("trust") is not None:
+        out.print(
+            f"identity reference (a pass from the identity, never kept): trust score {reference['trust']:.4f}, "
+            f"{reference['lift']:+.2f} x chance level against the map's (flagged above {reference['margin']:g})"
+        )
     paired = d.get("paired_check")
     if paired is not None:
         verdict = f"confidence {aligner.confidence_:.2f}" if paired["judged"] else "too few to judge the map by"
