@@ -508,3 +508,15 @@ def test_fit_with_bad_known_pairs_is_a_one_line_error(spaces, tmp_path, make, me
     result = CliRunner().invoke(app, fit_args(spaces, tmp_path / "aligner", *params_args(tmp_path), *args))
     assert result.exit_code == 2 and message in flat(result)
     assert not (tmp_path / "aligner").exists()
+
+
+def test_fit_init_identity_is_one_pass_from_the_identity_and_a_bad_init_is_refused(spaces, tmp_path):
+    """On the spaces' rotated target the identity is a wrong start: the fit says it is not trusted."""
+    result = CliRunner().invoke(app, fit_args(spaces, tmp_path / "a", *params_args(tmp_path), "--init", "identity"))
+    assert result.exit_code == 0, result.output
+    aligner = MiniVec2Vec.load(tmp_path / "a")
+    assert aligner.init == "identity" and aligner.diagnostics_["restarts"][0]["label"] == "identity start"
+    assert "identity start" in flat(result) and "not trusted" in flat(result)
+    result = CliRunner().invoke(app, fit_args(spaces, tmp_path / "b", *params_args(tmp_path), "--init", "eye"))
+    assert result.exit_code == 2 and "init must be one of anchors, identity" in flat(result)
+    assert not (tmp_path / "b").exists()
