@@ -540,7 +540,20 @@ class MiniVec2Vec(BaseEstimator):
         clock = time.perf_counter()
         # Refine-1 only: from the identity the structural stage and refine-2 add little, and with them the
         # reference cost 29-40 s on a 40k dev pool (+29-44 % fit time), against the 25 % its dev rule allowed.
-        reference = self._start_pass(IDENTITY_PASS, *search.pass_args(seed), start=eye, structure_stage=False)
+        s = search
+        reference = self._start_pass(
+            IDENTITY_PASS,
+            s.a,
+            s.b,
+            s.index_a,
+            s.index_b,
+            s.score,
+            seed,
+            s.budget,
+            None,
+            start=eye,
+            structure_stage=False,
+        )
         self._finish_pass(reference, search.score, search.budget, centroid_stage=False)
         if search.budget.stopped_at is not None:  # cut short, it proves nothing
             return out | {"skipped": "out of time during the identity reference"}
