@@ -94,11 +94,8 @@ PAIRED_ARMS = (*(f"pairs-{n}" for n in PAIR_COUNTS), *ALONE_ARMS)
 # "identity": init="identity", the opt-in start for models that share coordinates (not a default; equal dims only)
 ARMS = ("default", "rotation", "permutation", *PAIRED_ARMS, "weak", "shuffled", "identity")
 SEEDED_ARMS = {"default", "identity", *(f"pairs-{n}" for n in PAIR_COUNTS)}  # the others run seed 0 only
-MIGRATION_ARMS = {
-    "default",
-    "identity",
-    *PAIRED_ARMS,
-}  # scored on the retrieval set too (the controls move the target space)
+# scored on the retrieval set too (the controls move the target space)
+MIGRATION_ARMS = {"default", "identity", *PAIRED_ARMS}
 BAD, GOOD = 0.5, 0.9  # a map below BAD x the cross-fitted oracle must be flagged; one at GOOD x or more must not
 
 

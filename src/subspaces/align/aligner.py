@@ -386,7 +386,6 @@ class MiniVec2Vec(BaseEstimator):
             {"structured": r.pop("structured_matrix"), "final": r["matrix"] if r["refined"] else None} for r in restarts
         ]
         self.matrix_, polish = self._polish(passes[chosen], score, trust_a, trust_b, polish_seed, budget)
-        reference = self._identity_reference(search, reference_seed, eye, known, trust_b)
         for r in restarts:
             r.pop("matrix")
         converged = self._converged(restarts[chosen])
@@ -397,6 +396,9 @@ class MiniVec2Vec(BaseEstimator):
         trusted_final = trust_score(trust_a, trust_b, self.matrix_) if kept_trust is None else kept_trust
         trusted_identity = trust_score(trust_a, trust_b, eye) if eye is not None else None
         trusted_control = max(trust_score(trust_a, trust_b, rotation) for rotation in rotations)
+        reference = self._identity_reference(
+            search, reference_seed, eye, known, trust_b, trusted_final, trusted_control
+        )
         trust: dict[str, Any] = {
             "final": trusted_final,
             "identity": trusted_identity,
@@ -426,16 +428,14 @@ class MiniVec2Vec(BaseEstimator):
         problem = trust_problem(trusted_final, trusted_identity, trusted_control, margin=self.trust_margin)
         if problem is not None:
             problems.append(problem)
-        if reference["trust"] is not None:
-            reference["lift"] = (reference["trust"] - trusted_final) / max(abs(trusted_control), 1e-12)
-            if reference["lift"] > IDENTITY_REFERENCE_MARGIN:
-                problems.append(
-                    f"a map refined from the identity (the vectors left as they are, then refine-1) "
-                    f"scores clearly higher than the fitted map on the label-free score (CSLS "
-                    f"{reference['trust']:.4f} against {trusted_final:.4f}; chance level {trusted_control:.4f}): "
-                    f"the two models probably share coordinates and the fitted map is in a worse basin. Refit with "
-                    f"init='identity' (--init identity), or check the pair on a few paired texts."
-                )
+        if reference["lift"] is not None and reference["lift"] > IDENTITY_REFERENCE_MARGIN:
+            problems.append(
+                f"a map refined from the identity (the vectors left as they are, then refine-1) "
+                f"scores clearly higher than the fitted map on the label-free score (CSLS "
+                f"{reference['trust']:.4f} against {trusted_final:.4f}; chance level {trusted_control:.4f}): "
+                f"the two models probably share coordinates and the fitted map is in a worse basin. Refit with "
+                f"init='identity' (--init identity), or check the pair on a few paired texts."
+            )
         if agreement["agreement"] is not None and agreement["agreement"] < agreement["threshold"]:
             problems.append(
                 f"no two independent passes of the alignment agree ({agreement['compared']} compared): their maps "
@@ -523,14 +523,15 @@ class MiniVec2Vec(BaseEstimator):
         return (polished if accepted else matrix), out | {"accepted": accepted}
 
     def _identity_reference(
-        self, search: _Search, seed, eye: np.ndarray | None, known, trust_b: np.ndarray
+        self, search: _Search, seed, eye: np.ndarray | None, known, trust_b: np.ndarray, final: float, control: float
     ) -> dict[str, Any]:
         """The identity reference of ``init="anchors"`` where the dims agree: refine-1 from the identity (no
-        anchors, no structural stage, no refine-2, no polish) whose trust score the fitted map must not trail
-        (``fit`` judges it). Its map is never kept. Not with known pairs (they judge against the identity
-        themselves) nor once the budget is spent."""
+        anchors, no structural stage, no refine-2, no polish) and its trust score's ``lift`` over the fitted map's
+        (``final``), in units of chance level (``control``), which ``fit`` judges against
+        :data:`IDENTITY_REFERENCE_MARGIN`. Its map is never kept. Not with known pairs (they judge against the
+        identity themselves) nor once the budget is spent."""
         out: dict[str, Any] = {"trust": None, "nn_similarity": None, "lift": None, "seconds": None, "skipped": None}
-        out["margin"] = IDENTITY_REFERENCE_MARGIN
+        out |= {"margin": IDENTITY_REFERENCE_MARGIN}
         if self.init != "anchors" or eye is None:
             return out | {"skipped": "init='identity'" if eye is not None else "the dims differ"}
         if known is not None:
@@ -557,9 +558,10 @@ class MiniVec2Vec(BaseEstimator):
         self._finish_pass(reference, search.score, search.budget, centroid_stage=False)
         if search.budget.stopped_at is not None:  # cut short, it proves nothing
             return out | {"skipped": "out of time during the identity reference"}
-        matrix = reference.record["matrix"].astype(np.float32)
+        trust = trust_score(search.rows, trust_b, reference.record["matrix"].astype(np.float32))
         return out | {
-            "trust": trust_score(search.rows, trust_b, matrix),
+            "trust": trust,
+            "lift": (trust - final) / max(abs(control), 1e-12),
             "nn_similarity": reference.record["nn_similarity"]["final"],
             "seconds": time.perf_counter() - clock,
         }
