@@ -11,9 +11,10 @@ shortfall is the objective's (the label-free optimum sits below the oracle), not
         [--target paraphrase-l3] [--fits anchors,identity] [--output FILE.json]
 
 ``--fits``: unpaired fits of the library (seed 0, its defaults but ``PARAMS``) with those ``init`` values, scored on
-the same second half, with their final neighbour similarity on the same probes (the probes depend only on the seed
-and the rows): a fit that ends below the oracle's end on both is short of the objective's optimum (its path), one
-level with it on the score but lower on top-1 meets an objective that cannot tell them apart.
+the same second half, with their kept pass's final neighbour similarity (before any polish) on the same probes (the
+probes depend only on the seed and the rows): a fit that ends below the oracle's end on both is short of the
+objective's optimum (its path), one level with it on the score but lower on top-1 meets an objective that cannot tell
+them apart.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ scored on the second. ``N`` known pairs are drawn from the first half. Arms, eac
 * ``from the oracle``: the same fit started at the oracle. The source side (unpaired rows and pairs) is multiplied
   by the oracle map R first and fitted with ``init="identity"``: centring and normalising commute with R, so that
   pass starts exactly at the oracle and every later stage (structure, refine-1 with the pairs, refine-2) runs as
-  in a paired fit.
+  in a paired fit. Equal dims only: with a wider target the rotated source is wider too, and the blends would be
+  projected onto the orthogonal matrices of the target's dims, another path than the fit's.
 
 If every weight that holds the oracle loses from the library's own start, the pairs' shortfall is the paired
 objective's, not the start's. Refine-1 keeps its best iterate by the *unpaired* neighbour score, which can veto every
@@ -137,6 +138,8 @@ def main() -> None:
     }
     first: list = []  # the weight-1 fit's kept map
     arms = args.arms.split(",")
+    if a.shape[1] != b.shape[1] and {"then", "oracle"} & set(arms):
+        sys.exit(f"the then/oracle arms need equal dims, got {a.shape[1]} and {b.shape[1]}: use --arms fit")
     for weight in (float(w) for w in args.weights.split(",")):
         for arm in arms:
             if arm == "fit":
