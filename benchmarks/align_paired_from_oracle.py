@@ -37,6 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from align_from_oracle import stage_top1
 from align_protocol import load_pool
 from subspaces.align import MiniVec2Vec
 from subspaces.align.metrics import retrieval_metrics
@@ -53,13 +54,11 @@ def scored_fit(a, b, known, x, y, weight: float, init: str, seed: int, keep: lis
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         aligner.fit(a, b, pairs=known)
-    px, py = aligner.preprocess_source(x), aligner.preprocess_target(y)
-    stages = {k: v for k, v in aligner.pass_maps_[0].items() if v is not None}
-    out = {stage: retrieval_metrics(px @ m, py)["top1"] for stage, m in stages.items()}
+    out = stage_top1(aligner, x, y)
     if keep is not None:
         keep.append(aligner.matrix_)
     return out | {
-        "kept": retrieval_metrics(aligner.transform(x, centered=True), py)["top1"],
+        "kept": retrieval_metrics(aligner.transform(x, centered=True), aligner.preprocess_target(y))["top1"],
         "seconds": time.perf_counter() - clock,
     }
 

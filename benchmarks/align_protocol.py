@@ -542,6 +542,22 @@ def _pairs_against_alone(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _kept_pass_against_recipe(rows: list[dict]) -> str:
+    """The floor under the time target: the kept pass alone (its ``stage_seconds``: anchors, structure, refine-1,
+    refine-2; no other pass, check, polish or reference) over the paper recipe's seconds in the same job, per domain
+    and target, default arm."""
+    lines = ["\nthe kept pass alone / the paper recipe's seconds (default arm, cells with the recipe)"]
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    for r in rows:
+        if r["arm"] == "default" and "paper_recipe" in r:
+            groups[(r["domain"], r["target"])].append(
+                sum(r["stage_seconds"].values()) / r["paper_recipe"]["fit_seconds"]
+            )
+    for (domain, target), ratio in sorted(groups.items()):
+        lines.append(f"  {domain} {target}: {min(ratio):.2f}-{max(ratio):.2f} ({len(ratio)} cells)")
+    return "\n".join(lines) if groups else lines[0] + "\n  none"
+
+
 def _rows_per_side(group: list[dict]) -> str:
     """The unpaired rows each model's half has (a cell's ``n_texts`` counts both halves, not the held-out pairs)."""
     counts = sorted({r["n_texts"] // 2 for r in group})
@@ -575,6 +591,7 @@ def table(results: Path | list[Path], samples: list[int] | None = None) -> str:
             f"{_spread([r['migration_recall@10']['fraction'] for r in group if 'migration_recall@10' in r])}"
         )
     lines.append(_sample_spread(rows))
+    lines.append(_kept_pass_against_recipe(rows))
     lines.append("\nrotation control: top-1(arm) - top-1(default), same pool sample and seed")
     by_key = {_key(r): r for r in rows}
     for (domain, sample, target, arm, seed), r in sorted(by_key.items()):

@@ -353,7 +353,9 @@ class MiniVec2Vec(BaseEstimator):
                 self._start_pass(IDENTITY_PASS, a, b, index_a, index_b, score, pass_seeds[0], budget, known, start=eye)
             )
             self._finish_pass(passes[0], score, budget)
-        for restart in range(0 if self.init == "identity" else 1 if known is not None else self.n_restarts):
+        # Anchored passes: none from the identity, one with known pairs (every pass would start from them alike).
+        anchored = 0 if self.init == "identity" else 1 if known is not None else self.n_restarts
+        for restart in range(anchored):
             if restart and budget.spent(f"before restart {restart + 1}/{self.n_restarts}"):
                 break
             passes.append(self._start_pass(restart, a, b, index_a, index_b, score, pass_seeds[restart], budget, known))
