@@ -390,3 +390,42 @@ def test_resume_after_ctrl_c_during_evaluation_runs_that_evaluation(tmp_path):
         (12, 5.0),
     ]
     assert len(saves) == 4 and result.best_score == 5.0 and result.best_step == 12
+
+
+class _Planted:
+    """A pickle that, when unpickled, creates a marker file (as a crafted checkpoint would run any code)."""
+
+    def __init__(self, marker) -> None:
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        import pathlib
+
+        return (pathlib.Path.touch, (pathlib.Path(self.marker),))
+
+
+def test_a_planted_checkpoint_is_refused_without_running_its_code(tmp_path):
+    marker = tmp_path / "ran"
+    # Someone else's checkpoint.pt in a run folder, with nothing beside it: refused before it is opened.
+    planted = tmp_path / "p"
+    planted.mkdir()
+    torch.save({"step": 1, "payload": _Planted(marker)}, planted / "checkpoint.pt")
+    model = _model()
+    with pytest.raises(SubspacesError, match="checkpoint.json beside it.*not read.*--no-resume"):
+        fit(model, _step(model), Toy(), _config(planted, max_steps=2))
+    assert not marker.exists()
+
+    # Beside a genuine checkpoint.json of this very run (its fingerprint copied): the pickle is still not run.
+    fit(model, _step(model), Toy(), _config(tmp_path / "r", max_steps=2))
+    assert (tmp_path / "r" / "checkpoint.json").is_file()
+    torch.save({"step": 1, "payload": _Planted(marker)}, tmp_path / "r" / "checkpoint.pt")
+    with pytest.raises(SubspacesError, match="not a checkpoint subspaces reads safely"):
+        fit(_model(), _step(model), Toy(), _config(tmp_path / "r", max_steps=3))
+    assert not marker.exists()
+
+
+def test_a_checkpoint_holds_only_what_weights_only_loading_reads(tmp_path):
+    model = _model()
+    fit(model, _step(model), Toy(), _config(tmp_path / "r", max_steps=3), evaluator=lambda m: np.float64(0.5))
+    state = torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=True)
+    assert state["step"] == 3 and state["best"] == 0.5

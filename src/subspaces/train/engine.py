@@ -12,8 +12,14 @@ evaluated at some step cannot change the random numbers its training draws. Batc
 (seed, epoch, index). What is *not* exact: a resume on another device type or thread count (float order), or one
 that changes the run's length (then the schedule is re-planned for the new total; see ``FitResult.extended_from``).
 
+Why resuming is safe: ``checkpoint.pt`` holds only tensors and plain values (the numpy RNG state as a tensor), so
+it is read with ``torch.load(weights_only=True)``, which runs no code from the file; and ``checkpoint.json`` beside
+it records the run's fingerprint, compared *before* ``checkpoint.pt`` is opened, so a checkpoint of another run (or
+a planted file) is refused unread. Everything that changes from step to step stays in the one ``.pt`` file, so an
+interrupt between the two writes cannot pair one step's weights with another step's RNG states.
+
 Layout of ``output_dir`` (see :mod:`subspaces.train.output`): the best model (or the last, without an evaluator),
-``checkpoint.pt``, ``trainer_state.json`` and ``.subspaces-run.json``.
+``checkpoint.pt``, ``checkpoint.json``, ``trainer_state.json`` and ``.subspaces-run.json``.
 """
 
 from __future__ import annotations
@@ -126,6 +132,31 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _rng_to_plain(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` with the numpy state's key array as a tensor: what ``torch.load(weights_only=True)`` reads."""
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    return {
+        **state,
+        "numpy": (str(name), torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)),
+    }
+
+
+def _rng_from_plain(state: dict[str, Any]) -> dict[str, Any]:
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    return {**state, "numpy": (name, keys.numpy().astype(np.uint32), pos, has_gauss, cached)}
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with numpy scalars and arrays (an evaluator's metrics) as Python numbers and lists."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value] if isinstance(value, list) else tuple(_plain(v) for v in value)
+    if isinstance(value, (np.generic, np.ndarray)):
+        return value.tolist()
+    return value
+
+
 def digest(parts: Any) -> str:
     """A short stable hash of an iterable of values (their ``str``)."""
     h = hashlib.sha256()
@@ -150,6 +181,42 @@ def _fingerprint(
         "model architecture": digest(f"{name}:{tuple(p.shape)}" for name, p in module.state_dict().items()),
         "processes": str(world),
     }
+
+
+def _load_checkpoint(path: Path, fingerprint: dict[str, str]) -> dict[str, Any]:
+    """The state in ``path``, once ``checkpoint.json`` beside it says it is this run's; read with
+    ``weights_only=True``, so a planted or foreign file is refused without running code from it."""
+    import pickle
+
+    meta_path = path.with_name(run_output.CHECKPOINT_META)
+    start_over = "pass --no-resume (starts over) or another output folder"
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SubspacesError(
+            f"{path} has no {meta_path.name} beside it, so whose run it is cannot be checked without opening it "
+            f"(not a checkpoint of this run, or of an older subspaces); it was not read: {start_over}"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise SubspacesError(f"{meta_path} is unreadable ({exc}); {path} was not read: {start_over}") from None
+    stored = meta.get("fingerprint") if isinstance(meta, dict) else None
+    stored = stored if isinstance(stored, dict) else {}
+    differ = sorted(k for k in {*stored, *fingerprint} if stored.get(k) != fingerprint.get(k))
+    if differ:
+        raise SubspacesError(
+            f"{path} belongs to another run (it differs in: {', '.join(differ)}); resume with the same "
+            f"model, data and settings, or {start_over}"
+        )
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, ValueError, TypeError, AttributeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SubspacesError(
+            f"{path} is not a checkpoint subspaces reads safely (tensors and plain values only): {first}; {start_over}"
+        ) from None
+    if not isinstance(state, dict) or state.get("fingerprint") != fingerprint:
+        raise SubspacesError(f"{path} does not match {meta_path.name} beside it; {start_over}")
+    return state
 
 
 def _optimizer(module: nn.Module, config: FitConfig, param_groups: list[dict] | None) -> torch.optim.AdamW:
@@ -249,6 +316,7 @@ def fit(
     scheduler = make_scheduler(total)
     params = [p for g in optimizer.param_groups for p in g["params"]]
     fingerprint = _fingerprint(module, batches, config, settings, world)
+    config_dict = json.loads(json.dumps(asdict(config), default=str))
     ckpt_path = out / run_output.CHECKPOINT if out is not None else None
 
     done, best, best_step, resumed_from, extended_from = 0, None, None, 0, None
@@ -259,20 +327,13 @@ def fit(
     best_state: dict[str, torch.Tensor] | None = None
     keep_in_memory = out is None or save_model is None
     if ckpt_path is not None and config.resume and ckpt_path.is_file():
-        state = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        stored = state.get("fingerprint", {})
-        differ = sorted(k for k in {*stored, *fingerprint} if stored.get(k) != fingerprint.get(k))
-        if differ:
-            raise SubspacesError(
-                f"{ckpt_path} belongs to another run (it differs in: {', '.join(differ)}); resume with the same "
-                f"model, data and settings, or pass --no-resume (starts over) or another output folder"
-            )
+        state = _load_checkpoint(ckpt_path, fingerprint)
         module.load_state_dict(state["module"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         done, best, best_step, history = state["step"], state["best"], state["best_step"], state["history"]
         best_state = state.get("best_state")
-        set_rng_state(state["rng"][rank])
+        set_rng_state(_rng_from_plain(state["rng"][rank]))
         pending_eval = bool(state.get("pending_eval", False))
         resumed_from = done
         if state["total"] != total and done < total:
@@ -303,20 +364,24 @@ def fit(
             rngs = [None] * world
             torch.distributed.all_gather_object(rngs, rng)
         if ddp.is_main():
+            # Only tensors and plain values (weights_only=True reads them back); the fingerprint first, beside it.
+            save_json(
+                ckpt_path.with_name(run_output.CHECKPOINT_META), {"fingerprint": fingerprint, "config": config_dict}
+            )
             state = {
                 "module": module.state_dict(),
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(),
                 "step": done,
                 "total": total,
-                "best": best,
+                "best": _plain(best),
                 "best_step": best_step,
                 "best_state": best_state,
-                "history": history,
+                "history": _plain(history),
                 "pending_eval": pending_eval,
-                "rng": rngs,
+                "rng": [_rng_to_plain(r) for r in rngs],
                 "fingerprint": fingerprint,
-                "config": asdict(config),
+                "config": config_dict,
             }
             with atomic_path(ckpt_path) as tmp:
                 torch.save(state, tmp)

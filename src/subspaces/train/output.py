@@ -1,9 +1,10 @@
 """The output folder of a training run: whose it is, what the run wrote into it, and how a model is swapped in.
 
-A run writes ``checkpoint.pt``, ``trainer_state.json``, the model's files, and ``.subspaces-run.json`` (the list
-of the names it wrote). A folder is "a run of ours" when it holds one of those. Into anything else (a folder of
-the user's files) a run writes only with ``overwrite``, and a model save never replaces a file or folder the run
-did not write, unless ``overwrite`` allows it. Files are never deleted, only replaced by the run's new version.
+A run writes ``checkpoint.pt`` (tensors and plain values only) with ``checkpoint.json`` beside it (whose run it is),
+``trainer_state.json``, the model's files, and ``.subspaces-run.json`` (the list of the names it wrote). A folder is
+"a run of ours" when it holds one of those. Into anything else (a folder of the user's files) a run writes only with
+``overwrite``, and a model save never replaces a file or folder the run did not write, unless ``overwrite`` allows
+it. Files are never deleted, only replaced by the run's new version.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from subspaces.io import save_json
 
 MANIFEST = ".subspaces-run.json"
 CHECKPOINT = "checkpoint.pt"
+CHECKPOINT_META = "checkpoint.json"  # the run's fingerprint, read before checkpoint.pt is opened
 STATE = "trainer_state.json"
 STAGING = ".model-saving"  # the next model is written here, then moved into place file by file
-RUN_FILES = (CHECKPOINT, STATE, MANIFEST)
+RUN_FILES = (CHECKPOINT, CHECKPOINT_META, STATE, MANIFEST)
 
 
 def is_run_folder(folder: Path) -> bool:
