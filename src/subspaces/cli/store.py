@@ -71,7 +71,9 @@ def create_cmd(
 
     created = Store.create(store, model, device=device)
     fp = created.manifest.spaces[created.manifest.active].model
-    console.print(f"created store {store} for {fp.label()} ({fp.dimension}-d, {fp.pooler})", highlight=False)
+    console.print(
+        f"created store {store} for {fp.label()} ({fp.dimension}-d, {fp.pooler})", highlight=False, markup=False
+    )
 
 
 @store_app.command("add")
@@ -110,6 +112,7 @@ def add_cmd(
         f"added {result['added']:,} rows, skipped {result['skipped']:,} already in the store; "
         f"{opened.count():,} rows in {store}",
         highlight=False,
+        markup=False,
     )
 
 
@@ -175,6 +178,7 @@ def index_cmd(
             f"wrote the {copy['kind']} copy of space {copy['space']}: {copy['rows']:,} rows, "
             f"{copy['bytes_per_vector']} bytes a vector{sampled} (table version {copy['version']})",
             highlight=False,
+            markup=False,
         )
         return
     result = Store.open(store).index(num_partitions=partitions, num_sub_vectors=sub_vectors)
@@ -182,6 +186,7 @@ def index_cmd(
         f"indexed {result['rows']:,} rows: IVF-PQ, {result['num_partitions']} partitions, "
         f"{result['num_sub_vectors']} sub-vectors",
         highlight=False,
+        markup=False,
     )
 
 
@@ -252,7 +257,7 @@ def search_cmd(
     )
     if json_path is not None:
         save_json(json_path, {"results": results})
-        console.print(f"wrote {len(results):,} results to {json_path}", highlight=False)
+        console.print(f"wrote {len(results):,} results to {json_path}", highlight=False, markup=False)
         return
     for result in results[:20]:
         rows = [[i, f"{s:.4f}", t] for i, s, t in zip(result["ids"], result["scores"], result["texts"], strict=True)]
@@ -301,7 +306,9 @@ def migrate_cmd(
     if commit:
         active = opened.commit()
         label = opened.manifest.spaces[active].model.label()
-        console.print(f"space {active} ({label}) is now active; the old space is retired", highlight=False)
+        console.print(
+            f"space {active} ({label}) is now active; the old space is retired", highlight=False, markup=False
+        )
         return
     report = opened.migrate(
         to,
@@ -342,6 +349,7 @@ def demo_cmd(
         f"store {state}: {demo.rows:,} WordNet sentences on {demo.model}, {demo.added:,} added "
         f"in {demo.add_seconds:.1f}s",
         highlight=False,
+        markup=False,
     )
     for result in demo.results:
         exact, funnel = result["exact"], result["funnel"]
@@ -369,4 +377,4 @@ def demo_cmd(
         f"the STS table: subspaces eval sts --model {demo.model} --json outputs/sts-{demo.model}.json",
     ]
     for line in lines:
-        console.print(line, highlight=False, soft_wrap=True)  # unwrapped: the commands copy whole
+        console.print(line, highlight=False, markup=False, soft_wrap=True)  # unwrapped: the commands copy whole
