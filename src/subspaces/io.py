@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from subspaces.errors import DataError
+from subspaces.errors import DataError, SubspacesError
 
 
 @functools.cache
@@ -33,18 +33,57 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     An interrupted or failing writer leaves ``path`` untouched (the old file, or none).
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp" + "".join(target.suffixes), dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=_temp_suffix(target), dir=target.parent)
+    except OSError as exc:  # named by the user's path, not by the temporary name
+        raise _cannot_write(target, exc) from None
     os.close(fd)
     tmp_path = Path(tmp)
     try:
         yield tmp_path
         if tmp_path.exists():  # mkstemp makes it private (0600); give it the mode a plain open() would
             os.chmod(tmp_path, 0o666 & ~_umask())
-        os.replace(tmp_path, target)
+        try:
+            os.replace(tmp_path, target)
+        except OSError as exc:
+            raise _cannot_write(target, exc) from None
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def _temp_suffix(target: Path) -> str:
+    return ".tmp" + "".join(target.suffixes)
+
+
+def _cannot_write(target: Path, exc: OSError) -> SubspacesError:
+    reason = "it is a folder" if target.is_dir() else (exc.strerror or str(exc))
+    return SubspacesError(f"cannot write {target}: {reason}")
+
+
+def check_writable(path: str | os.PathLike[str], what: str = "output") -> Path:
+    """Refuse an output path that will not take the file, before any work is done: a folder, a path under a file,
+    or a folder that refuses a new file (tried: a temporary file is made and removed). ``what`` names the option
+    (``"--json"``); the message names the user's path, never a temporary one. Returns the path."""
+    target = Path(path)
+    if target.is_dir():
+        raise SubspacesError(f"{what} {target} is a folder; name the file to write")
+    folder = target.parent
+    while not folder.exists() and folder != folder.parent:  # the missing folders are made when it is written
+        folder = folder.parent
+    if not folder.is_dir():
+        raise SubspacesError(f"cannot write {what} {target}: {folder} is a file, not a folder")
+    if folder == target.parent:
+        try:
+            fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=_temp_suffix(target), dir=folder)
+        except OSError as exc:
+            raise SubspacesError(f"cannot write {what} {target}: {exc.strerror or exc}") from None
+        os.close(fd)
+        os.unlink(probe)
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        raise SubspacesError(f"cannot write {what} {target}: {folder} is not writable")
+    return target
 
 
 @contextlib.contextmanager
@@ -107,11 +146,19 @@ def save_json(path: str | os.PathLike[str], obj: Any) -> None:
         handle.write("\n")
 
 
-def open_text(path: str | os.PathLike[str], *, newline: str | None = None) -> IO[str]:
-    """Open a UTF-8 text file, transparently gunzipping ``.gz`` (``newline=""`` for the csv module)."""
+def check_file(path: str | os.PathLike[str]) -> Path:
+    """``path`` if it is a file; else a :class:`DataError` that says whether it is a folder or missing."""
     p = Path(path)
+    if p.is_dir():
+        raise DataError("is a folder, not a file", path=p)
     if not p.is_file():
         raise DataError("file not found", path=p)
+    return p
+
+
+def open_text(path: str | os.PathLike[str], *, newline: str | None = None) -> IO[str]:
+    """Open a UTF-8 text file, transparently gunzipping ``.gz`` (``newline=""`` for the csv module)."""
+    p = check_file(path)
     if p.suffix.lower() == ".gz":
         return gzip.open(p, "rt", encoding="utf-8", newline=newline)
     return open(p, encoding="utf-8", newline=newline)
@@ -151,6 +198,113 @@ def read_lines(path: str | os.PathLike[str], *, skip_blank: bool = True, limit: 
     if not out:
         raise DataError("holds no text", path=source)
     return out
+
+
+def read_queries(path: str | os.PathLike[str]) -> list[str]:
+    """One query per line, for results that answer the lines one for one (result i is line i + 1's).
+
+    A blank line between queries is refused with its number (dropping it would shift every later result onto the
+    wrong line; answering it would rank by an empty text); blank lines at the end are ignored (they shift nothing).
+    """
+    lines = read_lines(path, skip_blank=False)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    source = "<stdin>" if str(path) == STDIN else path
+    if not lines:
+        raise DataError("holds no text", path=source)
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            raise DataError(
+                "blank query line; each line is one query (result i answers line i): remove it", source, number
+            )
+    return lines
+
+
+TEXT_SUFFIXES = (".jsonl", ".ndjson", ".csv")
+NOT_TEXT_SUFFIXES = (".json", ".parquet", ".npy", ".npz")
+
+
+def base_suffix(path: str | os.PathLike[str]) -> str:
+    """``"a.jsonl.gz"`` -> ``".jsonl"``."""
+    name = Path(path).name.lower().removesuffix(".gz")
+    return Path(name).suffix
+
+
+def read_texts(path: str | os.PathLike[str], *, text_field: str = "text") -> list[str]:
+    """The texts of ``path``, in order: each line of a text file (or ``-``, standard input), blank lines kept as
+    empty texts; ``text_field`` of each object of JSON lines (``.jsonl``/``.ndjson``, blank lines skipped); the
+    ``text_field`` column of a ``.csv`` with a header row. Each may be gzipped. Other structured formats are
+    refused rather than read as lines of text."""
+    kind = "" if str(path) == STDIN else base_suffix(path)
+    if kind in NOT_TEXT_SUFFIXES:
+        raise DataError(
+            f"a {kind} file is not read as text: give .txt (one text a line), .jsonl (the {text_field!r} field of "
+            f"each line) or .csv (its {text_field!r} column)",
+            path=path,
+        )
+    if kind not in TEXT_SUFFIXES:
+        return read_lines(path, skip_blank=False)
+    try:
+        texts = _read_jsonl_texts(path, text_field) if kind != ".csv" else _read_csv_texts(path, text_field)
+    except UnicodeDecodeError as exc:
+        raise DataError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=path) from exc
+    except (OSError, EOFError) as exc:
+        raise DataError(f"cannot read: {exc}", path=path) from exc
+    if not texts:
+        raise DataError("holds no rows", path=path)
+    return texts
+
+
+def _read_jsonl_texts(path: str | os.PathLike[str], field: str) -> list[str]:
+    texts: list[str] = []
+    with open_text(path) as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise DataError(f"not JSON ({exc})", path, number) from None
+            if not isinstance(record, dict):
+                raise DataError(f"expected a JSON object, got {type(record).__name__}", path, number)
+            if field not in record:
+                fields = ", ".join(map(repr, list(record)[:5])) or "none"
+                raise DataError(
+                    f"no field {field!r} (its fields: {fields}; choose one with --text-field)", path, number
+                )
+            text = record[field]
+            if not isinstance(text, str):
+                raise DataError(f"field {field!r} is a JSON {_json_type(text)}, not a string", path, number)
+            texts.append(text)
+    return texts
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "boolean", int: "number", float: "number", list: "array", dict: "object", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _read_csv_texts(path: str | os.PathLike[str], column: str) -> list[str]:
+    import csv
+
+    texts: list[str] = []
+    with open_text(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        try:
+            header = reader.fieldnames
+            if not header:
+                return texts
+            if column not in header:
+                names = ", ".join(map(repr, header[:8]))
+                raise DataError(f"no column {column!r} in the header (its columns: {names}; use --text-field)", path, 1)
+            for row in reader:
+                text = row.get(column)
+                if text is None:
+                    raise DataError(f"the row has no {column!r} cell", path, reader.line_num)
+                texts.append(text)
+        except csv.Error as exc:
+            raise DataError(f"not valid CSV ({exc})", path, reader.line_num) from None
+    return texts
 
 
 def _parquet_column(path: Path):
@@ -203,9 +357,7 @@ def _list_batch_to_array(column, path: Path, first_row: int, dim: int | None) ->
 
 def iter_parquet_embeddings(path: str | os.PathLike[str], chunk_size: int) -> tuple[int, str, Iterator[np.ndarray]]:
     """Row count, column name and chunks (2-D float32) of a one-column parquet file, read batch by batch."""
-    p = Path(path)
-    if not p.is_file():
-        raise DataError("file not found", path=p)
+    p = check_file(path)
     parquet, column = _parquet_column(p)
 
     def chunks() -> Iterator[np.ndarray]:
@@ -232,9 +384,7 @@ def read_embedding_file(path: str | os.PathLike[str], *, mmap: bool = False) -> 
     """
     from subspaces.errors import DimensionError
 
-    p = Path(path)
-    if not p.is_file():
-        raise DataError("file not found", path=p)
+    p = check_file(path)
     column = None
     if p.suffix == ".parquet":
         n, column, chunks = iter_parquet_embeddings(p, 65_536)

@@ -181,7 +181,14 @@ def index_cmd(
             markup=False,
         )
         return
-    result = Store.open(store).index(num_partitions=partitions, num_sub_vectors=sub_vectors)
+    opened = Store.open(store)
+    most = max(1, opened.count() // 256)  # LanceDB trains one partition per 256 rows at most
+    if partitions is not None and partitions > most:
+        raise SubspacesError(
+            f"--partitions {partitions} is more than the {most} the {opened.count():,} rows can train "
+            "(LanceDB needs 256 rows a partition); give fewer, or leave it out (about sqrt(rows))"
+        )
+    result = opened.index(num_partitions=partitions, num_sub_vectors=sub_vectors)
     console.print(
         f"indexed {result['rows']:,} rows: IVF-PQ, {result['num_partitions']} partitions, "
         f"{result['num_sub_vectors']} sub-vectors",
@@ -195,7 +202,9 @@ def index_cmd(
 def search_cmd(
     store: DirArg,
     query: Annotated[Optional[str], typer.Argument(help="One query (or give --queries).")] = None,
-    queries: Annotated[Optional[Path], typer.Option(help="A file of queries, one a line.")] = None,
+    queries: Annotated[
+        Optional[Path], typer.Option(help="A file of queries, one a line (result i answers line i; no blank lines).")
+    ] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the results to this JSON file.")] = None,
     k: Annotated[int, typer.Option("-k", help="Results per query.")] = 10,
     dims: Annotated[Optional[int], typer.Option(help="Search the first DIMS coordinates (Matryoshka prefix).")] = None,
@@ -211,12 +220,14 @@ def search_cmd(
         bool, typer.Option("--quantized", help="Search the quantized copy (`store index --quantize`).")
     ] = False,
     rescore: Annotated[
-        int,
+        Optional[int],
         typer.Option(
             min=0,
-            help="With --quantized: rescore RESCORE x k candidates (int8 by its codes, binary by the floats; 0: none).",
+            help="With --quantized: rescore RESCORE x k candidates (int8 by its codes, binary by the floats; 0: none). "
+            "Default: 4.",
+            show_default=False,
         ),
-    ] = 4,
+    ] = None,
     model: Annotated[
         Optional[str], typer.Option("--model", "-m", help="Query model (default: the store's; must match a space).")
     ] = None,
@@ -234,12 +245,18 @@ def search_cmd(
 ) -> None:
     """The nearest rows of QUERY, or of each line of --queries (results in query order)."""
     from subspaces.errors import SubspacesError
-    from subspaces.io import read_lines, save_json
+    from subspaces.io import check_writable, read_queries, save_json
 
     if (query is None) == (queries is None):
         raise SubspacesError("give one QUERY or --queries FILE")
+    if shortlist is not None and (dims is None or rerank is Rerank.none):
+        raise SubspacesError("--shortlist sizes the funnel's shortlist: give --dims (with --rerank full), or drop it")
+    if rescore is not None and not quantized:
+        raise SubspacesError("--rescore re-ranks the shortlist of --quantized: give --quantized too, or drop it")
+    if json_path is not None:
+        check_writable(json_path, "--json")
     opened = _open(store, device, backend, precision)
-    texts = [query] if query is not None else read_lines(queries)  # type: ignore[arg-type]
+    texts = [query] if query is not None else read_queries(queries)  # type: ignore[arg-type]
     results = opened.search(
         texts,
         k,
@@ -252,7 +269,7 @@ def search_cmd(
         condition=condition,
         head=head,
         quantized=quantized,
-        rescore=rescore or None,
+        rescore=(4 if rescore is None else rescore) or None,
         batch_size=batch_size,
     )
     if json_path is not None:
