@@ -235,14 +235,18 @@ def test_a_corrupted_table_is_one_clear_error(store):
         Store.open(store.path).search("a cat")
 
 
-def test_cli_plain_text_ids_are_line_numbers_and_search_writes_json(tmp_path, tiny_model_dir):
+def test_cli_plain_text_ids_are_text_hashes_and_search_writes_json(tmp_path, tiny_model_dir):
+    from subspaces.store.inputs import text_id
+
     folder, texts = tmp_path / "s", tmp_path / "texts.txt"
     texts.write_text("a cat plays\n\nthe dog runs\nred house\n", encoding="utf-8")
     assert cli("store", "create", folder, "--model", tiny_model_dir).exit_code == 0
     result = cli("store", "add", folder, "--input", texts)
     assert result.exit_code == 0, result.output
     rows = Store.open(folder)._load_rows("0")
-    assert dict(zip(rows.ids, rows.texts, strict=True)) == {"0": "a cat plays", "2": "the dog runs", "3": "red house"}
+    stored = dict(zip(rows.ids, rows.texts, strict=True))
+    assert stored == {text_id(t): t for t in ("a cat plays", "the dog runs", "red house")}
+    assert text_id("red house") == "2b157e2fb84d6d4d"  # stable: sha256 of the UTF-8 text, first 16 hex digits
     assert "skipped 3" in cli("store", "add", folder, "--input", texts).output
     queries, out = tmp_path / "q.txt", tmp_path / "out.json"
     queries.write_text("the dog runs\nred house\n", encoding="utf-8")
@@ -250,7 +254,7 @@ def test_cli_plain_text_ids_are_line_numbers_and_search_writes_json(tmp_path, ti
     assert result.exit_code == 0, result.output
     results = json.loads(out.read_text())["results"]
     assert [r["query"] for r in results] == ["the dog runs", "red house"]
-    assert [r["ids"][0] for r in results] == ["2", "3"]
+    assert [r["ids"][0] for r in results] == [text_id("the dog runs"), text_id("red house")]
     result = cli("store", "search", folder, "red house", "-k", "2", "--dims", "8", "--shortlist", "3")
     assert result.exit_code == 0 and "red house" in result.output
     assert cli("store", "info", folder).exit_code == 0

@@ -1,4 +1,4 @@
-"""``subspaces store create|add|info|index|search|migrate``: a vector store in a LanceDB folder."""
+"""``subspaces store create|add|info|index|search|migrate|repair``: a vector store in a LanceDB folder."""
 
 from __future__ import annotations
 
@@ -80,9 +80,25 @@ def create_cmd(
 @user_errors(interrupted=RESUME)
 def add_cmd(
     store: DirArg,
-    input: Annotated[Path, typer.Option("--input", "-i", help="texts.txt[.gz] (id = 0-based line number) or .jsonl.")],
-    id_field: Annotated[Optional[str], typer.Option(help="JSON lines: the id field (default: id, else line).")] = None,
-    text_field: Annotated[str, typer.Option(help="JSON lines: the text field.")] = "text",
+    input: Annotated[
+        Path,
+        typer.Option(
+            "--input", "-i", help="texts.txt (one a line), .csv/.tsv with a header, or .jsonl; each may be .gz."
+        ),
+    ],
+    id_field: Annotated[
+        Optional[str],
+        typer.Option(help="JSON lines or CSV: the id field (default: id if present, else a hash of the text)."),
+    ] = None,
+    text_field: Annotated[
+        str, typer.Option(help="JSON lines or CSV: the text field (a one-column CSV: that column).")
+    ] = "text",
+    upsert: Annotated[
+        bool,
+        typer.Option(
+            "--upsert", help="Replace the stored rows whose id is given with another text or metadata (else refused)."
+        ),
+    ] = False,
     batch_size: Annotated[int, typer.Option(help="Texts per encoder batch.")] = 64,
     write_batch: Annotated[int, typer.Option(help="Rows per committed write (and per Ray block).")] = 1024,
     ray: RayOpt = False,
@@ -93,27 +109,48 @@ def add_cmd(
     precision: PrecisionOpt = Precision.fp32,
     threads: ThreadsOpt = None,
 ) -> None:
-    """Encode and append the rows of INPUT whose ids the store lacks (rerun after an interruption to finish)."""
+    """Encode and append the rows of INPUT the store lacks (rerun after an interruption to finish).
+
+    Ids: INPUT's own (a JSON id field, a CSV id column), else a hash of the text, so files never collide and a
+    text is stored once. An id stored with another text is refused unless --upsert."""
     from subspaces.store.inputs import read_rows
 
     opened = _open(store, device, backend, precision)  # first: a missing store fails before the input is read
     rows = read_rows(input, id_field=id_field, text_field=text_field)
     result = opened.add(
         rows.texts,
-        rows.ids,
+        None if rows.derived else rows.ids,
         rows.metadata,
+        upsert=upsert,
         batch_size=batch_size,
         write_batch=write_batch,
         progress=True,
         ray=_ray(ray, ray_address),
         actors=actors,
     )
+    replaced = f"replaced {result['replaced']:,}, " if upsert else ""
+    notes = [f"{result['skipped']:,} already in the store"]
+    if rows.repeated:
+        notes.append(f"{rows.repeated:,} repeating an earlier text of the input")
+    if rows.invisible:
+        notes.append(f"{rows.invisible:,} with no visible text")
     console.print(
-        f"added {result['added']:,} rows, skipped {result['skipped']:,} already in the store; "
-        f"{opened.count():,} rows in {store}",
+        f"added {result['added']:,} rows, {replaced}skipped {', '.join(notes)}; {opened.count():,} rows in {store}",
         highlight=False,
         markup=False,
     )
+    _warn_duplicates(store, {opened.manifest.active: opened.duplicates()})
+
+
+def _warn_duplicates(store: Path, doubled: dict[str, int]) -> None:
+    """A line per space that holds an id twice (two writers at once, before the write lock existed)."""
+    for name, count in doubled.items():
+        if count:
+            console.print(
+                f"warning: {count:,} rows of space {name} repeat an id; `subspaces store repair {store}` removes them",
+                highlight=False,
+                markup=False,
+            )
 
 
 @store_app.command("info")
@@ -139,6 +176,24 @@ def info_cmd(
     ]
     header = ["space", "state", "model", "dim", "rows", "version", "index", "bytes/vector"]
     show(table(f"store {store}", header, rows))
+    _warn_duplicates(store, {name: space["duplicates"] for name, space in info["spaces"].items()})
+
+
+@store_app.command("repair")
+@user_errors(interrupted="each delete is committed whole; rerun the same command to remove the rest")
+def repair_cmd(store: DirArg, threads: ThreadsOpt = None) -> None:
+    """Remove the rows that repeat an id (keeping the first), in every space: a store two writers filled at once.
+    Needs no model."""
+    from subspaces.store import Store
+
+    report = Store.open(store).repair()
+    for name, counts in report.items():
+        differing = f" ({counts['differing']:,} of them with another text)" if counts["differing"] else ""
+        console.print(
+            f"space {name}: removed {counts['removed']:,} rows repeating {counts['ids']:,} ids{differing}",
+            highlight=False,
+            markup=False,
+        )
 
 
 def _bytes_per_vector(space: dict) -> str:

@@ -5,16 +5,19 @@ Layout of a store folder::
     store.json      the manifest (:mod:`.manifest`): model fingerprints, spaces, the active one
     lance/          the LanceDB database: one table per space, rows (id, text, vector, metadata)
     aligners/N/     the fitted aligner of a mapped space N (a migration)
+    quantized/N/    space N's quantized copy (:mod:`.quantized`)
+
+    write.lock      the write lock (:mod:`.lock`): one writer at a time
 
 Every write is one LanceDB commit of one batch, atomic for readers (they see a table version, never part of a
-batch), and ids already in the table are skipped, so an interrupted ``add`` rerun adds exactly what is missing.
-Vectors are unit length (cosine = inner product). One writer at a time: two concurrent ``add`` runs could both
-add an id that neither saw.
+batch), and rows already in the table are skipped, so an interrupted ``add`` rerun adds exactly what is missing.
+Vectors are unit length (cosine = inner product). One writer at a time, enforced: every write holds the store's
+write lock, and a second writer is refused (two ``add`` runs that each read the ids and then appended stored
+every row twice; :meth:`Store.repair` removes such doubles).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -31,10 +34,13 @@ from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.store import search as ops
 from subspaces.store.encoders import Runtime, load
 from subspaces.store.fingerprint import ModelFingerprint
+from subspaces.store.inputs import is_text_id, text_id, unicode_problem, visible
+from subspaces.store.lock import WriteLock
 from subspaces.store.manifest import Manifest, Space
 
 DB = "lance"
 RERANK = ("full", "none")
+ANN_REFINE = 4  # an ANN search re-ranks k x this many of the index's candidates by their full vectors
 
 
 @contextmanager
@@ -116,6 +122,22 @@ class Store:
     >>> store.search("someone playing music", k=1)  # {"query": ..., "ids": ["a"], "scores": [...], "texts": [...]}
 
     ``device``, ``backend`` and ``precision`` say how the store runs every encoder it loads (:class:`Runtime`).
+
+    **Ids.** A row is its id, text and metadata. Ids given (``ids=``, a JSON id field, a CSV id column) are the
+    caller's; without them an id is derived from the text (:func:`~subspaces.store.inputs.text_id`, 16 hex digits
+    of its SHA-256), never from a position: line numbers repeat across files, so a second file's rows collided
+    with the first's and were skipped as "already stored" (issue 58). Adding a row whose id is stored with the
+    same text (and, for given ids, the same metadata) adds nothing: that is what makes an interrupted ``add``,
+    rerun, add exactly what is missing. An id stored with *another* text is never skipped silently: ``add``
+    refuses the whole call before writing anything, naming how many ids differ and the first, unless
+    ``upsert=True``, which replaces those rows (LanceDB ``merge_insert`` on ``id``, one commit per batch). Refusal
+    is the default because a colliding id is far more often a mistake (reused numbering, another file) than an
+    edit, and a replacement cannot be undone. With derived ids a text already stored under any id is skipped, so
+    a store filled when ``.txt`` ids were line numbers is not doubled by re-adding its file.
+
+    **Writers.** Every write (``add``, ``migrate``, ``commit``, ``index``, ``quantize``, ``repair``) holds the
+    store's write lock (:mod:`.lock`, an ``flock`` the kernel drops when the writer dies); a second writer is
+    refused in one line. Reading needs no lock and loads no model until a query must be encoded.
     """
 
     def __init__(self, path: Path, manifest: Manifest, runtime: Runtime | None = None) -> None:
@@ -130,6 +152,26 @@ class Store:
         self._heads: dict[str, Any] = {}  # a condition head's folder -> the loaded tri-encoder
         # a tri-encoder -> (the store weights its encoder was checked against, its head's fingerprint)
         self._checked_heads: weakref.WeakKeyDictionary[Any, tuple[str, str]] = weakref.WeakKeyDictionary()
+        self._lock = WriteLock(path)
+
+    @contextmanager
+    def _writing(self, what: str) -> Iterator[None]:
+        """Hold the store's write lock for ``what`` (re-entrant: ``add`` maps into pending spaces under its own).
+        The manifest is re-read once the lock is taken: another writer may have changed it since :meth:`open`."""
+        first = not self._lock.held
+        self._lock.acquire(what)
+        try:
+            if first:
+                self._refresh_manifest()
+            yield
+        finally:
+            self._lock.release()
+
+    def _refresh_manifest(self) -> None:
+        from subspaces.store.manifest import MANIFEST
+
+        if (self.path / MANIFEST).is_file():
+            self.manifest = Manifest.load(self.path)
 
     # -- creating and opening ------------------------------------------------------------------------------
     @classmethod
@@ -228,9 +270,7 @@ class Store:
             return self._db.open_table(self._space(name).table)
 
     def _ids(self, name: str) -> set[str]:
-        table = self._table(name)
-        with _lance_errors(f"{self.path}, space {name}"):
-            return set(table.to_arrow().column("id").to_pylist())
+        return set(self._columns(name, ["id"]).column("id").to_pylist())
 
     def _load_rows(self, name: str) -> _Loaded:
         table = self._table(name)
@@ -258,7 +298,8 @@ class Store:
             return int(table.count_rows())
 
     def info(self) -> dict[str, Any]:
-        """The manifest and, per space, its row count, table version, ANN index and quantized copy."""
+        """The manifest and, per space, its row count, table version, ANN index, quantized copy and the rows
+        that repeat an id (``duplicates``: :meth:`repair` removes them)."""
         from subspaces.store.quantized import describe as describe_copy
 
         spaces = {}
@@ -271,6 +312,7 @@ class Store:
                     "version": int(table.version),
                     "index": indices[0] if indices else None,
                     "quantized": describe_copy(self, name),
+                    "duplicates": self.duplicates(name),
                 }
         return {"path": str(self.path), "active": self.manifest.active, "spaces": spaces}
 
@@ -282,35 +324,77 @@ class Store:
         metadata: Sequence[dict[str, Any] | None] | None = None,
         *,
         model: Any | None = None,
+        upsert: bool = False,
         batch_size: int = 64,
         write_batch: int = 1024,
         progress: bool = False,
         ray: bool | str = False,
         actors: int | None = None,
     ) -> dict[str, int]:
-        """Encode and append the rows whose ids the store lacks; returns ``{"added": n, "skipped": m}``.
+        """Encode and append the rows the store lacks; returns ``{"added": n, "skipped": m}`` (and ``"replaced"``
+        with ``upsert``).
 
-        ``ids`` default to a hash of each text (so adding the same texts twice adds them once). Rows are written
-        ``write_batch`` at a time, each batch one atomic commit: an interrupted call, rerun, adds the rest.
-        Pending (migration) spaces get the new rows mapped by their aligner.
+        ``ids`` default to a hash of each text (:func:`~subspaces.store.inputs.text_id`: adding the same texts
+        twice adds them once, and a text already stored under another id is skipped). A given id already stored
+        with the same text (and metadata) is skipped; one stored with another text or metadata is refused, for
+        the whole call and before anything is written, unless ``upsert=True`` replaces those rows (see the class
+        docstring). Rows are written ``write_batch`` at a time, each batch one atomic commit: an interrupted
+        call, rerun, adds the rest. Pending (migration) spaces get the new rows mapped by their aligner.
 
         ``ray``: encode on Ray Data, ``True`` (or ``"local"``) on a local runtime, else the cluster at that
         address, with ``actors`` actors (default: one per CPU of the cluster); see :mod:`.scaleout`.
         """
-        from subspaces.models.encoder import check_batch_size, encode
-        from subspaces.progress import Progress
+        from subspaces.models.encoder import check_batch_size
 
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of strings, not one string")
         texts = list(texts)
-        row_ids = [str(i) for i in ids] if ids is not None else [_text_id(t) for t in texts]
         meta = list(metadata) if metadata is not None else [None] * len(texts)
+        _check_texts(texts)
+        derived = ids is None
+        row_ids = [str(i) for i in ids] if ids is not None else [text_id(t) for t in texts]
         _check_rows(texts, row_ids, meta)
         check_batch_size(write_batch, "write batch")
+        with self._writing("store add"):  # before the model loads: a second writer is refused at once
+            return self._add_locked(
+                texts, row_ids, meta, derived, model, upsert, batch_size, write_batch, progress, ray, actors
+            )
+
+    def _add_locked(
+        self,
+        texts: list[str],
+        row_ids: list[str],
+        meta: list[Any],
+        derived: bool,
+        model: Any | None,
+        upsert: bool,
+        batch_size: int,
+        write_batch: int,
+        progress: bool,
+        ray: bool | str,
+        actors: int | None,
+    ) -> dict[str, int]:
+        from subspaces.models.encoder import encode
+        from subspaces.progress import Progress
+
         active = self.manifest.active
         _, encoder = self._space_of(model, active)  # a model that is not the store's is refused here, first
-        existing = self._ids(active)
-        todo = [i for i, row_id in enumerate(row_ids) if row_id not in existing]
+        stored = self._ids(active)
+        todo = [i for i, row_id in enumerate(row_ids) if row_id not in stored]
+        changed = self._changed(active, texts, row_ids, meta, derived, stored)
+        if changed and not upsert:
+            first = row_ids[changed[0]]
+            raise DataError(
+                f"{len(changed):,} of these ids are already stored with another text or metadata (first: id "
+                f"{first!r}); nothing was written: give those rows new ids, or replace the stored rows with "
+                "--upsert (upsert=True)"
+            )
+        if derived and todo and any(not is_text_id(row_id) for row_id in stored):
+            todo = self._unstored_texts(active, texts, todo)
+        replace = {row_ids[i] for i in changed}
+        if replace:
+            self._forget(replace, active)
+            todo = sorted({*todo, *changed})
         record = self._space(active).model
 
         def encoded_here() -> Iterator[Any]:
@@ -343,14 +427,77 @@ class Store:
             )
         description = f"store add: encoding {len(todo):,} texts into {self.path.name}"
         with Progress(len(todo), description, unit="text", enabled=progress and bool(todo)) as bar:
-            self._append(active, blocks, bar)
+            self._append(active, blocks, bar, replace=replace)
         for pending in self.manifest.pending():
             self._sync(pending, progress=progress, ray=ray, actors=actors)
-        return {"added": len(todo), "skipped": len(texts) - len(todo)}
+        result = {"added": len(todo) - len(changed), "skipped": len(texts) - len(todo)}
+        return (result | {"replaced": len(changed)}) if upsert else result
 
-    def _append(self, name: str, blocks: Iterable[Any], bar: Any) -> None:
+    def _changed(
+        self, name: str, texts: list[str], row_ids: list[str], meta: list[Any], derived: bool, stored: set[str]
+    ) -> list[int]:
+        """Positions of the rows whose id is stored with another text (or, for given ids, other metadata)."""
+        wanted = {row_id for row_id in row_ids if row_id in stored}
+        if not wanted:
+            return []
+        have = self._stored_rows(name, wanted, ["text"] if derived else ["text", "metadata"])
+        strings = _metadata_strings(meta)
+        return [
+            i
+            for i, row_id in enumerate(row_ids)
+            if row_id in have and have[row_id] != ((texts[i],) if derived else (texts[i], strings[i]))
+        ]
+
+    def _stored_rows(self, name: str, wanted: set[str], columns: list[str]) -> dict[str, tuple[Any, ...]]:
+        """``columns`` of the stored rows whose id is in ``wanted`` (the first row of an id stored twice)."""
+        data = self._columns(name, ["id", *columns])
+        out: dict[str, tuple[Any, ...]] = {}
+        values = [data.column(c).to_pylist() for c in columns]
+        for i, row_id in enumerate(data.column("id").to_pylist()):
+            if row_id in wanted and row_id not in out:
+                out[row_id] = tuple(v[i] for v in values)
+        return out
+
+    def _unstored_texts(self, name: str, texts: list[str], todo: list[int]) -> list[int]:
+        """``todo`` less the rows whose text is stored under another id (ids given before, or line numbers)."""
+        have = set(self._columns(name, ["text"]).column("text").to_pylist())
+        return [i for i in todo if texts[i] not in have]
+
+    def _forget(self, ids: set[str], active: str) -> None:
+        """Before rows of ``ids`` are replaced in the active space: mark the quantized copies stale (their row
+        offsets will move) and delete those rows from pending spaces, which :meth:`_sync` then maps anew from
+        the replaced rows. In this order a run killed at any point leaves nothing stale in use."""
+        from subspaces.store.quantized import invalidate
+
+        for name in [active, *self.manifest.pending()]:
+            invalidate(self, name, "rows were replaced (add --upsert)")
+        for name in self.manifest.pending():
+            self._delete_rows(name, self._row_addresses(name, ids))
+
+    def _columns(self, name: str, columns: list[str], *, row_ids: bool = False) -> Any:
+        """Some columns of a space's table (its vectors are not read), in table order."""
+        table = self._table(name)
+        with _lance_errors(f"{self.path}, space {name}"):
+            return table.search().select(columns).with_row_id(row_ids).limit(None).to_arrow()
+
+    def _row_addresses(self, name: str, ids: set[str]) -> list[int]:
+        """LanceDB's row addresses (``_rowid``) of every row whose id is in ``ids``."""
+        data = self._columns(name, ["id"], row_ids=True)
+        addresses = data.column("_rowid").to_pylist()
+        return [addresses[i] for i, row_id in enumerate(data.column("id").to_pylist()) if row_id in ids]
+
+    def _delete_rows(self, name: str, addresses: list[int], chunk: int = 10_000) -> None:
+        """Delete rows by address (integers, so no user text is spliced into the predicate)."""
+        table = self._table(name)
+        for start in range(0, len(addresses), chunk):
+            part = ", ".join(str(int(a)) for a in addresses[start : start + chunk])
+            with _lance_errors(f"{self.path}, space {name}"):
+                table.delete(f"_rowid IN ({part})")
+
+    def _append(self, name: str, blocks: Iterable[Any], bar: Any, replace: set[str] | None = None) -> None:
         """Commit each block as one LanceDB write (readers see it whole or not at all). An id this call already
-        wrote is dropped from a later block, so a block handed over twice (a retried Ray task) adds nothing."""
+        wrote is dropped from a later block, so a block handed over twice (a retried Ray task) adds nothing.
+        A block holding an id of ``replace`` is written by ``merge_insert`` on ``id``: its stored row is replaced."""
         table = self._table(name)
         schema = _schema(self._space(name).model.dimension)
         written: set[str] = set()
@@ -361,7 +508,15 @@ class Store:
             written.update(ids)
             if block.num_rows:
                 with _lance_errors(f"{self.path}, space {name}"):
-                    table.add(block)
+                    if replace and not replace.isdisjoint(block.column("id").to_pylist()):
+                        (
+                            table.merge_insert("id")
+                            .when_matched_update_all()
+                            .when_not_matched_insert_all()
+                            .execute(block)
+                        )
+                    else:
+                        table.add(block)
             bar.update(block.num_rows)
 
     def _sync(
@@ -375,6 +530,10 @@ class Store:
     ) -> int:
         """Map into mapped space ``name`` every row of its source space it lacks; returns how many. ``ray``: map
         on Ray Data (as in :meth:`add`)."""
+        with self._writing("store migrate"):
+            return self._sync_locked(name, chunk, progress, ray, actors)
+
+    def _sync_locked(self, name: str, chunk: int, progress: bool, ray: bool | str, actors: int | None) -> int:
         from subspaces.align import MiniVec2Vec
         from subspaces.progress import Progress
 
@@ -419,7 +578,14 @@ class Store:
         self, space: str | None = None, *, num_partitions: int | None = None, num_sub_vectors: int | None = None
     ) -> dict[str, Any]:
         """Build (or rebuild) LanceDB's IVF-PQ index on a space's vectors (cosine); rows added later are still
-        found, searched flat beside the index until the next ``index``."""
+        found, searched flat beside the index until the next ``index``. ANN scores are exact cosines either way
+        (:meth:`_search_ann`)."""
+        with self._writing("store index"):
+            return self._index_locked(space, num_partitions, num_sub_vectors)
+
+    def _index_locked(
+        self, space: str | None, num_partitions: int | None, num_sub_vectors: int | None
+    ) -> dict[str, Any]:
         from lancedb.index import IvfPq
 
         name = space or self.manifest.active
@@ -445,7 +611,44 @@ class Store:
         afterwards makes it stale until the next ``quantize`` (see :mod:`.quantized`)."""
         from subspaces.store.quantized import write
 
-        return write(self, space or self.manifest.active, kind, calibration_rows=calibration_rows)
+        with self._writing("store index --quantize"):
+            return write(self, space or self.manifest.active, kind, calibration_rows=calibration_rows)
+
+    def duplicates(self, space: str | None = None) -> int:
+        """How many rows of a space repeat an id of an earlier row (0 in a store only ever written under the
+        write lock; two unlocked writers could store every row twice). :meth:`repair` removes them."""
+        ids = self._columns(space or self.manifest.active, ["id"]).column("id").to_pylist()
+        return len(ids) - len(set(ids))
+
+    def repair(self) -> dict[str, dict[str, int]]:
+        """Remove, in every space, each row whose id an earlier row already has, keeping the first written;
+        returns per space ``{"removed": rows, "ids": ids that had doubles, "differing": those whose doubles held
+        another text}``. One delete commit (per 10,000 rows): a rerun after an interruption removes the rest."""
+        from subspaces.store.quantized import invalidate
+
+        report = {}
+        with self._writing("store repair"):
+            for name in self.manifest.spaces:
+                data = self._columns(name, ["id", "text"], row_ids=True)
+                first: dict[str, str] = {}
+                extra: list[int] = []
+                doubled, differing = set(), set()
+                addresses = data.column("_rowid").to_pylist()
+                for row_id, text, address in zip(
+                    data.column("id").to_pylist(), data.column("text").to_pylist(), addresses, strict=True
+                ):
+                    if row_id not in first:
+                        first[row_id] = text
+                        continue
+                    extra.append(address)
+                    doubled.add(row_id)
+                    if text != first[row_id]:
+                        differing.add(row_id)
+                if extra:
+                    invalidate(self, name, "duplicate rows were removed (store repair)")
+                    self._delete_rows(name, extra)
+                report[name] = {"removed": len(extra), "ids": len(doubled), "differing": len(differing)}
+        return report
 
     # -- migrating ------------------------------------------------------------------------------------------
     def migrate(self, model: Any, **options: Any) -> dict[str, Any]:
@@ -740,13 +943,24 @@ class Store:
                     table.search(vector, vector_column_name="vector")
                     .distance_type("cosine")
                     .nprobes(nprobes)
+                    .refine_factor(ANN_REFINE)
                     .limit(k)
-                    .select(["id", "text"])
+                    .select(["id", "text", "vector", "_distance"])
                     .to_arrow()
                 )
-                scores = (1.0 - hits.column("_distance").to_numpy()).astype(float).tolist()
+                # The score is the row's cosine, computed here from its stored vector, as exact search scores it.
+                # LanceDB's `_distance` is no cosine distance to convert: from the IVF-PQ index it is a PQ
+                # approximation of the squared L2 distance of the unit vectors (2 - 2 cos, so 1 - d was 2 cos - 1),
+                # while rows added since the index are scanned flat and give 1 - cos: one row scored differently
+                # by the index's state (issue 58). The refine step re-ranks the candidates by full vectors.
+                scores = _vectors(hits.column("vector"), vectors.shape[1]) @ vector
+                order = np.argsort(-scores, kind="stable")
                 out.append(
-                    {"ids": hits.column("id").to_pylist(), "scores": scores, "texts": hits.column("text").to_pylist()}
+                    {
+                        "ids": [hits.column("id")[int(i)].as_py() for i in order],
+                        "scores": scores[order].astype(float).tolist(),
+                        "texts": [hits.column("text")[int(i)].as_py() for i in order],
+                    }
                 )
         return out
 
@@ -768,23 +982,30 @@ def _check_condition(condition: str | None, head: Any, ann: bool, dims: int | No
         raise SubspacesError("conditional search is exact over the projected rows: drop --ann and --dims")
 
 
-def _text_id(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+def _check_texts(texts: list[str]) -> None:
+    """Refuse what is not a storable text: a text with nothing visible (a line of NULs would be embedded as
+    something and rank first for unrelated queries) or one that is not Unicode (a lone surrogate)."""
+    if not texts:
+        raise DataError("nothing to add: no texts")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str) or not visible(text):
+            raise DataError(f"text {i} is empty, blank or control characters only, or not a string")
+        problem = unicode_problem(text)
+        if problem is not None:
+            raise DataError(f"text {i} holds {problem}")
 
 
 def _check_rows(texts: list[str], ids: list[str], metadata: list[Any]) -> None:
-    if not texts:
-        raise DataError("nothing to add: no texts")
     if len(ids) != len(texts) or len(metadata) != len(texts):
         raise DataError(f"{len(texts)} texts, {len(ids)} ids and {len(metadata)} metadata entries: give one each")
-    for i, text in enumerate(texts):
-        if not isinstance(text, str) or not text.strip():
-            raise DataError(f"text {i} (id {ids[i]!r}) is empty or not a string")
     seen: dict[str, int] = {}
     for i, row_id in enumerate(ids):
         if row_id in seen:
             raise DataError(f"id {row_id!r} is given twice (rows {seen[row_id]} and {i}); ids must be unique")
         seen[row_id] = i
+        problem = unicode_problem(row_id) or (unicode_problem(metadata[i]) if metadata[i] is not None else None)
+        if problem is not None:
+            raise DataError(f"row {i} (id {row_id!r}) holds {problem} in its id or metadata")
 
 
 def _divisor_near(n: int, target: int) -> int:

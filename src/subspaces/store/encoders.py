@@ -27,12 +27,14 @@ class Runtime:
 
     def __post_init__(self) -> None:
         from subspaces.models.backends import check_backend
-        from subspaces.models.encoder import resolve_device
 
         check_backend(self.backend, self.precision)
         if self.backend != "torch" and self.device not in (None, "cpu"):
             raise SubspacesError(f"backend {self.backend!r} runs on the CPU; use --device cpu (or --backend torch)")
-        resolve_device(self.device)  # an unknown or absent device fails before anything loads
+        if self.device not in (None, "cpu"):  # the CPU is always there: no torch import for `store info` and co.
+            from subspaces.models.encoder import resolve_device
+
+            resolve_device(self.device)  # an unknown or absent device fails before anything loads
 
 
 def load(model: Any, name: str | None = None, runtime: Runtime | None = None) -> tuple[Any, ModelFingerprint]:

@@ -1,9 +1,23 @@
-"""Rows to add to a store, read from a text file (one text a line; the id is the 0-based line number) or JSON lines."""
+"""Rows to add to a store, read from a text file (one text a line), a CSV/TSV file with a header, or JSON lines.
+
+Ids: a row's own id where the input has one (a JSON field, a CSV column), else derived from its text
+(:func:`text_id`, the first 16 hex digits of the text's SHA-256). Line numbers are never ids: two files share
+line numbers, so the second file's rows would have collided with the first's (issue 58), and an edited file would
+have kept its old texts. A text's id is the same in every file and on every run, so adding a file twice, or two
+files that share a line, stores each text once.
+
+A row whose text has nothing visible (empty, blanks, control or format characters only, such as a line of NULs)
+is not a text: it would be embedded as something and rank for unrelated queries. Text and CSV rows of that kind
+are skipped and counted (:attr:`Rows.invisible`); in JSON lines, whose rows are records, they are refused.
+"""
 
 from __future__ import annotations
 
+import csv
+import hashlib
 import json
 import os
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,57 +30,180 @@ class Rows:
     ids: list[str] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     metadata: list[dict[str, Any] | None] = field(default_factory=list)
+    derived: bool = True  # every id was derived from its text (none given by the input)
+    invisible: int = 0  # rows skipped for holding no visible text (not counting blank lines of a text file)
+    repeated: int = 0  # text lines whose text an earlier line already gave (one row kept)
+
+
+def text_id(text: str) -> str:
+    """The id of a text that has none of its own: the first 16 hex digits of its UTF-8 SHA-256 (stable)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def is_text_id(row_id: str) -> bool:
+    """Whether ``row_id`` has the form of :func:`text_id` (16 lowercase hex digits)."""
+    return len(row_id) == 16 and all(c in "0123456789abcdef" for c in row_id)
+
+
+def visible(text: str) -> bool:
+    """Whether ``text`` holds a character that is neither blank nor a control, format or surrogate code point."""
+    return any(not ch.isspace() and unicodedata.category(ch) not in ("Cc", "Cf", "Cs") for ch in text)
+
+
+def unicode_problem(value: Any) -> str | None:
+    """Why ``value`` (a string, or JSON-like data) cannot be stored as UTF-8 text, or None if it can. A JSON
+    escape of a lone surrogate (``"\\ud800"``) is legal JSON but no Unicode character."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate \\u{ord(text[exc.start]):04x} (a JSON escape that is no Unicode character)"
+    return None
 
 
 def read_rows(path: str | os.PathLike[str], *, id_field: str | None = None, text_field: str = "text") -> Rows:
-    """Read ``.txt``/``.txt.gz`` (blank lines skipped, their numbers kept) or ``.jsonl``/``.jsonl.gz``.
+    """Read ``.txt`` (blank lines skipped), ``.csv``/``.tsv`` (a header row, then one row a line) or
+    ``.jsonl``/``.ndjson``; each may be gzipped (``.gz``). Any other name is read as text lines.
 
-    In JSON lines the text is ``text_field``, the id ``id_field`` (default: ``"id"`` when present, else the line
-    number), and every other field is the row's metadata.
+    In JSON lines the text is ``text_field``, the id ``id_field`` (default: ``"id"`` when present, else derived
+    from the text), and every other field is the row's metadata. In CSV the header names the columns: the text is
+    the column ``text_field`` (or the only column), the id the column ``id_field`` (default: ``id`` if there is
+    one, else derived from the text), and the other columns are metadata.
     """
     from subspaces.io import open_text
 
     p = Path(path)
-    is_jsonl = p.name.lower().removesuffix(".gz").endswith((".jsonl", ".ndjson"))
+    if p.is_dir():
+        raise DataError("is a folder; give a .txt, .csv or .jsonl file", path=p)
+    name = p.name.lower().removesuffix(".gz")
     rows = Rows()
     try:
-        with open_text(p) as handle:
-            for number, line in enumerate(handle):
-                text = line.rstrip("\n").rstrip("\r")
-                if not text.strip():
-                    continue
-                if is_jsonl:
-                    _add_record(rows, text, number, p, id_field, text_field)
-                else:
-                    rows.ids.append(str(number))
-                    rows.texts.append(text)
-                    rows.metadata.append(None)
+        if name.endswith((".jsonl", ".ndjson")):
+            seen: set[str] = set()
+            with open_text(p) as handle:
+                for number, line in enumerate(handle):
+                    if line.strip():
+                        _add_record(rows, line, number, p, id_field, text_field, seen)
+        elif name.endswith((".csv", ".tsv")):
+            with open_text(p, newline="") as handle:
+                _read_csv(rows, handle, p, "\t" if name.endswith(".tsv") else ",", id_field, text_field)
+        else:
+            if id_field is not None:
+                raise DataError(f"--id-field {id_field!r} is for .jsonl or .csv input; a text file has no fields")
+            _read_lines(rows, p)
     except UnicodeDecodeError as exc:
         raise DataError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=p) from exc
     except (OSError, EOFError) as exc:
         raise DataError(f"cannot read: {exc}", path=p) from exc
     if not rows.ids:
-        raise DataError("holds no text", path=p)
+        skipped = f" ({rows.invisible:,} rows with no visible text skipped)" if rows.invisible else ""
+        raise DataError(f"holds no text{skipped}", path=p)
     return rows
 
 
-def _add_record(rows: Rows, line: str, number: int, path: Path, id_field: str | None, text_field: str) -> None:
+def _read_lines(rows: Rows, path: Path) -> None:
+    from subspaces.io import open_text
+
+    seen: set[str] = set()
+    with open_text(path) as handle:
+        for line in handle:
+            text = line.rstrip("\n").rstrip("\r")
+            if not text.strip():
+                continue
+            _add_text(rows, text, None, None, seen)
+
+
+def _add_text(rows: Rows, text: str, row_id: str | None, meta: dict[str, Any] | None, seen: set[str] | None) -> None:
+    """Append a row of a text or CSV file: skipped (counted) with no visible text, or, with a derived id, when an
+    earlier row gave the same text (its id would be given twice)."""
+    if not visible(text):
+        rows.invisible += 1
+        return
+    if row_id is None:
+        row_id = text_id(text)
+        if seen is not None:
+            if row_id in seen:
+                rows.repeated += 1
+                return
+            seen.add(row_id)
+    else:
+        rows.derived = False
+    rows.ids.append(row_id)
+    rows.texts.append(text)
+    rows.metadata.append(meta or None)
+
+
+def _read_csv(rows: Rows, handle: Any, path: Path, delimiter: str, id_field: str | None, text_field: str) -> None:
+    reader = csv.reader(handle, delimiter=delimiter, strict=True)
+    try:
+        header = next(reader, None)
+        if header is None:
+            return
+        header = [h.strip() for h in header]
+        if text_field in header:
+            text_col = header.index(text_field)
+        elif len(header) == 1:
+            text_col = 0
+        else:
+            raise DataError(
+                f"no column {text_field!r} among the header's {', '.join(map(repr, header))} (use --text-field)",
+                path=path,
+                line=1,
+            )
+        id_name = id_field or "id"
+        if id_name in header and header.index(id_name) != text_col:
+            id_col: int | None = header.index(id_name)
+        elif id_field is not None:
+            raise DataError(f"no id column {id_field!r} in the header", path=path, line=1)
+        else:
+            id_col = None
+        seen: set[str] = set()
+        for record in reader:
+            if not record or (len(record) == 1 and not record[0].strip()):
+                continue  # a blank line
+            line = reader.line_num
+            if len(record) != len(header):
+                raise DataError(f"{len(record)} fields where the header has {len(header)}", path=path, line=line)
+            meta = {h: v for i, (h, v) in enumerate(zip(header, record, strict=True)) if i not in (text_col, id_col)}
+            row_id = None
+            if id_col is not None:
+                row_id = record[id_col].strip()
+                if not row_id:
+                    raise DataError(f"empty id in column {id_name!r}", path=path, line=line)
+            _add_text(rows, record[text_col], row_id, meta, seen)
+    except csv.Error as exc:
+        raise DataError(f"not valid CSV ({exc})", path=path, line=reader.line_num) from exc
+
+
+def _add_record(
+    rows: Rows, line: str, number: int, path: Path, id_field: str | None, text_field: str, seen: set[str]
+) -> None:
     try:
         record = json.loads(line)
     except ValueError as exc:
         raise DataError(f"not JSON ({exc})", path=path, line=number + 1) from exc
     if not isinstance(record, dict):
         raise DataError("expected a JSON object", path=path, line=number + 1)
+    problem = unicode_problem(record)
+    if problem is not None:
+        raise DataError(f"holds {problem}; fix or drop the line", path=path, line=number + 1)
     text = record.pop(text_field, None)
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str):
         raise DataError(f"no text in field {text_field!r} (use --text-field)", path=path, line=number + 1)
+    if not visible(text):
+        raise DataError(f"the text in field {text_field!r} has no visible character", path=path, line=number + 1)
     key = id_field or "id"
     if key in record:
         row_id = record.pop(key)
+        rows.derived = False
     elif id_field is not None:
         raise DataError(f"no id field {id_field!r}", path=path, line=number + 1)
     else:
-        row_id = number
+        row_id = text_id(text)
+        if row_id in seen:  # the same text again, without an id of its own: one row (the first one's metadata)
+            rows.repeated += 1
+            return
+        seen.add(row_id)
     if not isinstance(row_id, (str, int)) or isinstance(row_id, bool):
         raise DataError(f"id {row_id!r} must be a string or an integer", path=path, line=number + 1)
     rows.ids.append(str(row_id))

@@ -31,6 +31,7 @@ class Space:
     aligner: str | None = None  # folder of the fitted aligner, relative to the store
     state: str = "active"  # active | pending | retired
     report: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # a migration's fit options (pairs, anchors, ...)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -41,6 +42,7 @@ class Space:
             "aligner": self.aligner,
             "state": self.state,
             "report": self.report,
+            "options": self.options,
         }
 
     @classmethod
@@ -53,6 +55,7 @@ class Space:
             aligner=data.get("aligner"),
             state=str(data.get("state", "active")),
             report=dict(data.get("report") or {}),
+            options=dict(data.get("options") or {}),
         )
 
 

@@ -50,34 +50,64 @@ def migrate(
     ``minilm-l6 -> paraphrase-l3``, 2,000 pairs gave held-out top-10 overlap 0.615 with or without them, in
     0.7 s against 17 s; the aligner's ``confidence_`` is then the pairs' in-sample top-1, on up to 4,096 of
     them). ``"unpaired"``: mini-vec2vec as without parallel data (the two sides' rows are not
-    matched up; default 20,000 rows), the method's own setting."""
+    matched up; default 20,000 rows), the method's own setting.
+
+    A pending migration to the same model fitted with the same options is finished; one fitted with other
+    options (``pairs`` given and different, or another ``anchors``, ``heldout``, ``seed`` or ``params``) is
+    replaced by a new fit with these: its space and aligner are dropped first (issue 58: a new ``--pairs`` was
+    ignored). ``pairs=None`` means whatever the pending fit used."""
+    with store._writing("store migrate"):  # first: a second writer is refused before a model loads
+        return _migrate(store, model, name, pairs, anchors, heldout, params, seed, batch_size, progress, ray, actors)
+
+
+def _migrate(
+    store: Store,
+    model: Any,
+    name: str | None,
+    pairs: int | None,
+    anchors: str,
+    heldout: int,
+    params: dict[str, Any] | None,
+    seed: int,
+    batch_size: int,
+    progress: bool,
+    ray: bool | str,
+    actors: int | None,
+) -> dict[str, Any]:
     from subspaces.align import MiniVec2Vec
     from subspaces.models.encoder import encode
 
+    if anchors not in ("paired", "unpaired"):
+        raise SubspacesError(f"anchors must be 'paired' or 'unpaired', got {anchors!r}")
+    if pairs is not None and pairs < 1:
+        raise SubspacesError(f"--pairs must be at least 1, got {pairs}")
     encoder, fingerprint = store.load_model(model, name)
     manifest = store.manifest
+    asked = {"anchors": anchors, "heldout": heldout, "seed": seed, "params": _plain(params)}
+    replaced = None
     for space_name in manifest.pending():
         space = manifest.spaces[space_name]
-        if space.model.matches(fingerprint):  # an interrupted migration to this model: finish its mapping
+        if not space.model.matches(fingerprint):
+            raise SubspacesError(
+                f"a migration to {space.model.label()} is pending; commit it (store migrate --commit) first"
+            )
+        differs = _differs(space.options, asked, pairs)
+        if not differs:  # an interrupted migration to this model, or a rerun: finish its mapping
             store._models[space_name] = encoder
             store._sync(space_name, progress=progress, ray=ray, actors=actors)
             return space.report
-        raise SubspacesError(
-            f"a migration to {space.model.label()} is pending; commit it (store migrate --commit) first"
-        )
+        was = space.options or space.report
+        replaced = "the pending fit with " + ", ".join(f"{key} {was.get(key, '?')}" for key in differs)
+        _discard(store, space_name)
     if manifest.spaces[manifest.active].model.matches(fingerprint):
         raise SubspacesError(f"{fingerprint.label()} is already the store's model: nothing to migrate")
     source_name = manifest.active
     rows = store._load_rows(source_name)
     n = len(rows.ids)
     held = min(heldout, n // 5)
-    if anchors not in ("paired", "unpaired"):
-        raise SubspacesError(f"anchors must be 'paired' or 'unpaired', got {anchors!r}")
     if pairs is None:  # Procrustes needs several pairs per dimension to be well posed (4096-d LLM embedders too)
         dim = max(fingerprint.dimension, manifest.spaces[source_name].model.dimension)
         pairs = max(2_000, 4 * dim) if anchors == "paired" else 20_000
-    if pairs < 1:
-        raise SubspacesError(f"--pairs must be at least 1, got {pairs}")
     order = np.random.default_rng(seed).permutation(n)
     test, fit_rows = order[:held], order[held : held + pairs]
 
@@ -124,6 +154,7 @@ def migrate(
         aligner=aligner_dir,
         state="pending",
         report=report,
+        options=asked | {"pairs": pairs},
     )
     manifest.save(store.path)
     store._models[new_name] = encoder
@@ -138,7 +169,41 @@ def migrate(
         "reembed_seconds_estimate": round(per_text * n, 3),  # the new model's own rate on the fit sample
     }
     manifest.save(store.path)
-    return report
+    return report | ({"replaced": replaced} if replaced else {})
+
+
+def _plain(params: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``params`` as the manifest's JSON keeps them (so a rerun's compare equal to the recorded ones)."""
+    import json
+
+    return json.loads(json.dumps(params, default=str)) if params else None
+
+
+def _differs(recorded: dict[str, Any], asked: dict[str, Any], pairs: int | None) -> list[str]:
+    """The fit options in which this run differs from a pending migration's (recorded when it was fitted; a
+    migration begun before they were recorded has none, and is finished unless ``pairs`` is given)."""
+    if not recorded:
+        return ["pairs"] if pairs is not None else []
+    wanted = asked | ({"pairs": pairs} if pairs is not None else {})
+    return [key for key, value in wanted.items() if recorded.get(key) != value]
+
+
+def _discard(store: Store, name: str) -> None:
+    """Drop pending space ``name``: out of the manifest first (then the folder is a store without it, whatever
+    stops this), then its table, aligner and quantized copy, leftovers a new migration would replace anyway."""
+    from subspaces.store.core import _lance_errors
+    from subspaces.store.quantized import FOLDER
+
+    space = store.manifest.spaces.pop(name)
+    store.manifest.save(store.path)
+    store._models.pop(name, None)
+    store._loaded.pop(name, None)
+    with _lance_errors(str(store.path)):
+        if space.table in store._db.table_names():
+            store._db.drop_table(space.table)
+    if space.aligner:
+        shutil.rmtree(store.path / space.aligner, ignore_errors=True)
+    shutil.rmtree(store.path / FOLDER / name, ignore_errors=True)
 
 
 PAIRED_DEFAULTS = {"structure": {"n_iter": 0}, "refine": {"n_iter": 0, "centroid_clusters": 0}}
@@ -179,6 +244,11 @@ def _measure(aligner: Any, encoder: Any, rows: Any, test: np.ndarray, batch_size
 
 def commit(store: Store) -> str:
     """Make the pending space active (its rows complete) and retire the old one; returns the new active space."""
+    with store._writing("store migrate --commit"):
+        return _commit(store)
+
+
+def _commit(store: Store) -> str:
     manifest = store.manifest
     pending = manifest.pending()
     if not pending:

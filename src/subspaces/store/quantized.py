@@ -9,7 +9,8 @@ The codes are written first (:func:`subspaces.quantize.save_codes`) and ``copy.j
 commit, so an interrupted write leaves the old copy in use (or none). Rows are only ever appended to a store table,
 so a copy is current while the table holds as many rows as it encoded; an ``add`` since makes it stale, and a stale
 copy is refused rather than searched (a row missing from the codes could never be found). A new table version with
-the same rows (an ANN index build) keeps it current.
+the same rows (an ANN index build) keeps it current. The writes that move rows (``add --upsert``, ``store repair``)
+mark the copy stale first (:func:`invalidate`), since they can leave the row count as it was.
 
 Search reads the codes, and from the table only what it must: the ids and texts of the hits and, for binary codes
 rescored, the float vectors of the shortlisted rows. int8 is rescored against its dequantized codes (their error is
@@ -57,6 +58,7 @@ class Copy:
     rows: int
     bytes_per_vector: int
     calibration_rows: int | None
+    invalid: str | None = None  # why the copy no longer matches its table, though the row count may (invalidate)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -102,12 +104,25 @@ def read(store: Store, space: str) -> Copy | None:
         raise DataError(f"cannot read the quantized copy's record ({exc})", pointer) from None
 
 
+def invalidate(store: Store, space: str, reason: str) -> None:
+    """Mark the space's copy stale before a write that moves or replaces rows (an upsert, a repair): the copy
+    addresses rows by their offset in the table, which such a write changes while the row count may not. Done
+    before that write, so a run killed in between leaves a copy refused, never one read at shifted offsets."""
+    from dataclasses import replace
+
+    from subspaces.io import save_json
+
+    copy = read(store, space)
+    if copy is not None and copy.invalid is None:
+        save_json(_folder(store, space) / POINTER, replace(copy, invalid=reason).to_dict())
+
+
 def describe(store: Store, space: str) -> dict[str, Any] | None:
     """``store info``'s view of the copy: its record and whether rows were added since (``stale``)."""
     copy = read(store, space)
     if copy is None:
         return None
-    return copy.to_dict() | {"stale": _rows_now(store, space, copy) != copy.rows}
+    return copy.to_dict() | {"stale": copy.invalid is not None or _rows_now(store, space, copy) != copy.rows}
 
 
 def _rows_now(store: Store, space: str, copy: Copy) -> int:
@@ -125,6 +140,11 @@ def _current(store: Store, space: str) -> tuple[np.ndarray, Kind, int, Int8Calib
         raise SubspacesError(
             f"{store.path}: space {space} has no quantized copy; build one with "
             "`subspaces store index DIR --quantize int8` (or binary)"
+        )
+    if copy.invalid is not None:
+        raise SubspacesError(
+            f"{store.path}: the {copy.kind} copy of space {space} is stale ({copy.invalid}); run "
+            f"`subspaces store index DIR --quantize {copy.kind}` again"
         )
     rows = _rows_now(store, space, copy)
     if rows != copy.rows:
