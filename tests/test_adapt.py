@@ -167,6 +167,42 @@ def test_load_refuses_a_mismatched_state(tmp_path):
         MatryoshkaAdapter.load(folder)
 
 
+def test_load_refuses_an_edited_config_and_reads_older_folders(tmp_path):
+    import json
+
+    x = spread(n=300)
+    folder = MatryoshkaAdapter(**{**FAST, "epochs": 1}).fit(x).save(tmp_path / "a")
+    config_path = folder / "adapter.json"
+    config = json.loads(config_path.read_text())
+    assert config["format_version"] == 3 and len(config["config_sha256"]) == 64
+    expected = MatryoshkaAdapter.load(folder).transform(x)
+    config_path.write_text(json.dumps(config))  # re-laid out, same fields: still loads
+    np.testing.assert_array_equal(MatryoshkaAdapter.load(folder).transform(x), expected)
+    for field, value in (("scale", config["scale"] * 2), ("dims", [8, 32]), ("n_features_in", 32)):
+        config_path.write_text(json.dumps({**config, field: value}))
+        with pytest.raises(DataError, match="adapter.json: was edited after it was written"):
+            MatryoshkaAdapter.load(folder)
+    edited = {**config, "params": {**config["params"], "hidden": 0}}
+    config_path.write_text(json.dumps(edited))
+    with pytest.raises(DataError, match="was edited"):
+        MatryoshkaAdapter.load(folder)
+    unhashed = {k: v for k, v in config.items() if k != "config_sha256"}
+    config_path.write_text(json.dumps({**unhashed, "scale": config["scale"] * 2}))
+    with pytest.raises(DataError, match="has no config_sha256"):
+        MatryoshkaAdapter.load(folder)
+    config_path.write_text(json.dumps({**unhashed, "format_version": 2}))  # what the previous version wrote
+    np.testing.assert_array_equal(MatryoshkaAdapter.load(folder).transform(x), expected)
+
+
+def test_the_docs_name_the_format_version_the_files_have():
+    from pathlib import Path
+
+    from subspaces.adapt.adapter import FORMAT_VERSION
+
+    docs = (Path(__file__).parents[1] / "docs" / "adapt.md").read_text(encoding="utf-8")
+    assert f"`format_version` {FORMAT_VERSION}" in docs
+
+
 # -- files and the CLI ----------------------------------------------------------------------------------------------
 
 

@@ -3,6 +3,10 @@
 Each file is replaced atomically, the state first, and the config is serialised before either is written, so a
 failure touches no file and a save interrupted between the two leaves a folder whose hash does not match, which
 :func:`read_state_folder` refuses instead of mixing old and new. ``MatryoshkaAdapter`` and ``MiniVec2Vec`` use it.
+
+With ``hash_config``, the config also records ``config_sha256``, the SHA-256 of its own fields (as parsed, so a
+re-indented file still passes): a value edited by hand (an adapter's ``scale``) would change the output silently,
+so a folder whose fields no longer match is refused as well.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ def write_state_folder(
     config: Mapping[str, Any],
     *,
     format_version: int,
+    hash_config: bool = False,
 ) -> Path:
-    """Write ``arrays`` to ``path/state.npz``, then ``{"format_version", **config, "state_sha256"}`` to
-    ``path/config_file``; returns the folder."""
+    """Write ``arrays`` to ``path/state.npz``, then ``{"format_version", **config, "state_sha256"}`` (and, with
+    ``hash_config``, ``"config_sha256"``) to ``path/config_file``; returns the folder."""
     import hashlib
     import io
     import json
@@ -41,9 +46,11 @@ def write_state_folder(
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     state = buffer.getvalue()
-    text = json.dumps(
-        {"format_version": format_version, **config, "state_sha256": hashlib.sha256(state).hexdigest()}, indent=2
-    )
+    record = {"format_version": format_version, **config, "state_sha256": hashlib.sha256(state).hexdigest()}
+    record = json.loads(json.dumps(record))  # as it will be read back (tuples as lists), so the hash is of that
+    if hash_config:
+        record["config_sha256"] = config_sha256(record)
+    text = json.dumps(record, indent=2)
     folder.mkdir(parents=True, exist_ok=True)
     with atomic_open(folder / STATE_FILE, "wb") as handle:
         handle.write(state)
@@ -59,9 +66,11 @@ def read_state_folder(
     versions: Collection[int],
     written_by: str,
     require_hash: bool = True,
+    config_hashed_from: int | None = None,
 ) -> tuple[dict[str, Any], bytes]:
     """The config (a dict whose ``format_version`` is one of ``versions``) and the state's bytes, checked against
-    the config's ``state_sha256`` (a config without one passes unless ``require_hash``).
+    the config's ``state_sha256`` (a config without one passes unless ``require_hash``) and its fields against
+    its ``config_sha256`` (required from format ``config_hashed_from`` on; checked wherever present).
 
     ``written_by`` is the command that writes such folders (``"align fit"``), named when a file is missing.
     """
@@ -81,8 +90,28 @@ def read_state_folder(
     if version not in versions:
         readable = " or ".join(str(v) for v in sorted(versions))
         raise DataError(f"unsupported format_version {version!r} (this subspaces reads {readable})", path=config_path)
+    recorded = config.get("config_sha256")
+    must = config_hashed_from is not None and version >= config_hashed_from
+    if (must or recorded is not None) and recorded != config_sha256(config):
+        why = "has no config_sha256" if recorded is None else "was edited after it was written"
+        raise DataError(
+            f"{why} (its fields no longer match the fitted state, and would change the output); refit with "
+            f"`subspaces {written_by}`",
+            path=config_path,
+        )
     state = state_path.read_bytes()
     expected = config.get("state_sha256")
     if (require_hash or expected is not None) and hashlib.sha256(state).hexdigest() != expected:
         raise DataError(f"does not belong to {config_file} beside it (an interrupted save?); refit", path=state_path)
     return config, state
+
+
+def config_sha256(config: Mapping[str, Any]) -> str:
+    """SHA-256 of every field of ``config`` but ``config_sha256`` itself, in a canonical JSON form (sorted keys,
+    no spaces), so the hash is of the values, not of the file's layout."""
+    import hashlib
+    import json
+
+    fields = {k: v for k, v in config.items() if k != "config_sha256"}
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

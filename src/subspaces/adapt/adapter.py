@@ -25,7 +25,9 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.state_folder import read_state_folder, write_state_folder
 
-FORMAT_VERSION = 2  # 2: the basis parameter (a "pca" adapter's rotation is one of the state's arrays)
+# 2: the basis parameter (a "pca" adapter's rotation is one of the state's arrays); 3: adapter.json's fields are
+# hashed too (config_sha256): an edited scale or parameter is refused instead of changing the output.
+FORMAT_VERSION = 3
 CONFIG_FILE = "adapter.json"
 TERMS = ("pair", "topk", "rank", "var", "corr", "sup", "rec")
 
@@ -320,9 +322,11 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
     # -- folder -----------------------------------------------------------------------------------------------------
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write ``state.npz`` (g's arrays) then ``adapter.json`` (parameters, the state's SHA-256) into ``path``.
+        """Write ``state.npz`` (g's arrays) then ``adapter.json`` (parameters, the state's SHA-256, and the SHA-256
+        of its own fields) into ``path``.
 
-        A save interrupted between the two leaves a folder whose hash does not match, which :meth:`load` refuses.
+        A save interrupted between the two leaves a folder whose hash does not match, which :meth:`load` refuses;
+        so is an ``adapter.json`` edited by hand (a changed ``scale`` would change every output).
         """
         self._check_fitted()
         params = self.get_params()
@@ -337,12 +341,16 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
             "history": self.history_,
             "loss_terms": self.loss_terms_,
         }
-        return write_state_folder(path, CONFIG_FILE, self.weights_, config, format_version=FORMAT_VERSION)
+        return write_state_folder(
+            path, CONFIG_FILE, self.weights_, config, format_version=FORMAT_VERSION, hash_config=True
+        )
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> MatryoshkaAdapter:
         config_path = Path(path) / CONFIG_FILE
-        config, state = read_state_folder(path, CONFIG_FILE, versions=(1, FORMAT_VERSION), written_by="adapt fit")
+        config, state = read_state_folder(
+            path, CONFIG_FILE, versions=(1, 2, FORMAT_VERSION), written_by="adapt fit", config_hashed_from=3
+        )
         try:
             adapter = cls(**config["params"])
             adapter.n_features_in_ = int(config["n_features_in"])
