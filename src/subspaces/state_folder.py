@@ -91,7 +91,7 @@ def read_state_folder(
         readable = " or ".join(str(v) for v in sorted(versions))
         raise DataError(f"unsupported format_version {version!r} (this subspaces reads {readable})", path=config_path)
     recorded = config.get("config_sha256")
-    must = config_hashed_from is not None and version >= config_hashed_from
+    must = config_hashed_from is not None and isinstance(version, int) and version >= config_hashed_from
     if (must or recorded is not None) and recorded != config_sha256(config):
         why = "has no config_sha256" if recorded is None else "was edited after it was written"
         raise DataError(

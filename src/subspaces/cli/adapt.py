@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import ThreadsOpt, console, out, table, user_errors
+from subspaces.cli.common import ThreadsOpt, echo, out, table, user_errors
 from subspaces.cli.groups import app
 
 adapt_app = typer.Typer(
@@ -59,19 +59,17 @@ def fit_cmd(
 
     from subspaces.adapt import MatryoshkaAdapter
     from subspaces.adapt.adapter import check_dims, check_vectors
-    from subspaces.errors import DataError, SubspacesError
-    from subspaces.io import load_embeddings
+    from subspaces.errors import DataError
+    from subspaces.io import check_file, check_writable, load_embeddings
 
-    if output.exists() and not output.is_dir():
-        raise SubspacesError(f"--output {output} exists and is not a folder")
+    check_writable(output, "--output", folder=True)
     wanted = _int_dims(dims)
     x = load_embeddings(embeddings)
     check_dims(wanted, x.shape[1])  # before training, with the file named in what follows
     x = check_vectors(x, str(embeddings))
     pair_rows = None
     if pairs is not None:
-        if not pairs.is_file():
-            raise DataError("file not found", path=pairs)
+        check_file(pairs)
         try:
             pair_rows = np.load(pairs, allow_pickle=False)
         except (ValueError, EOFError, OSError) as exc:
@@ -94,14 +92,14 @@ def fit_cmd(
         random_state=seed,
         verbose=True,
     )
-    console.print(f"fitting a Matryoshka adapter on {x.shape[0]} x {x.shape[1]} vectors, prefixes {wanted}")
+    echo(f"fitting a Matryoshka adapter on {x.shape[0]} x {x.shape[1]} vectors, prefixes {wanted}")
     adapter.fit(x, pairs=pair_rows)
     adapter.verbose = False
     adapter.save(output)
     terms = adapter.loss_terms_
     rows = [[name, f"{terms['start'][name]:.4g}", f"{terms['end'][name]:.4g}"] for name in terms["start"]]
     out.print(table("loss terms on a fixed batch (unweighted, mean over prefixes)", ["term", "start", "end"], rows))
-    console.print(f"fitted in {adapter.fit_seconds_:.1f}s; wrote {output}")
+    echo(f"fitted in {adapter.fit_seconds_:.1f}s; wrote {output}")
 
 
 @adapt_app.command("apply")
@@ -115,7 +113,10 @@ def apply_cmd(
 ) -> None:
     """Adapt a stored collection in chunks; written atomically, the input untouched."""
     from subspaces.adapt import MatryoshkaAdapter, adapt_file
+    from subspaces.io import check_writable
+
+    check_writable(output, "OUTPUT")
 
     adapter = MatryoshkaAdapter.load(adapter_dir)
     n = adapt_file(adapter, input, output, chunk_size=chunk_size, progress=True)
-    console.print(f"adapted {n} vectors ({adapter.n_features_in_}-d) into {output}")
+    echo(f"adapted {n} vectors ({adapter.n_features_in_}-d) into {output}")

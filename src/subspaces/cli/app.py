@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from subspaces.cli.groups import app
+from subspaces.cli.groups import app, plain_help
 
 # Modules that attach commands to the groups in ``subspaces.cli.groups``; importing them is cheap
 # (each command imports torch and the library lazily, inside its body).
@@ -23,6 +23,7 @@ COMMAND_MODULES = (
 
 for _module in COMMAND_MODULES:
     importlib.import_module(_module)
+plain_help(app)  # every command's help screen: STORE, not {store}; --help, not --help <bool>
 
 
 def main() -> None:

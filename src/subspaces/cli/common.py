@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Callable
 from enum import Enum
@@ -11,6 +12,7 @@ from typing import Annotated, Any, Optional, TypeVar
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 console = Console(stderr=True)
 out = Console()
@@ -62,9 +64,30 @@ INTERRUPTED = "no file was left half-written (each is replaced whole or not at a
 RESUMABLE = INTERRUPTED + "; rerun the same command (--resume is the default) to continue from OUTPUT/checkpoint.pt"
 
 
+def echo(message: str, *, label: str | None = None, style: str = "", stdout: bool = False) -> None:
+    """Print one message (after ``label`` in ``style``, e.g. ``"note:"``), unwrapped.
+
+    ``message`` is never read as rich markup: it carries user data (paths, texts, queries, model names, error
+    messages) whose brackets must print as typed, and a ``[/x]`` in it must not crash the print.
+    """
+    parts: list[Any] = [(label, style), " "] if label else []
+    (out if stdout else console).print(Text.assemble(*parts, message), highlight=False, soft_wrap=True)
+
+
+# A Rust source location, as LanceDB's errors end: ", /root/.cargo/registry/src/.../utils.rs:51:31".
+_SOURCE_LOCATION = re.compile(r",?\s*(?:[A-Za-z]:)?[\\/][^\s,]*\.rs:\d+(?::\d+)?")
+
+
+def one_line(message: str) -> str:
+    """``message`` as one line: without a Rust source location, its line breaks as ``"; "``."""
+    lines = [line.strip() for line in _SOURCE_LOCATION.sub("", message).splitlines()]
+    return "; ".join(line for line in lines if line)
+
+
 def user_errors(func: F | None = None, *, interrupted: str | None = None) -> Any:
-    """The decorator of every command: applies ``--threads`` before the command runs, and turns user errors (bad
-    paths, names, files) into one red line and exit code 2, not a traceback.
+    """The decorator of every command: applies ``--threads`` and checks that ``--json`` (a ``json_path``) can be
+    written before the command runs, and turns user errors (bad paths, names, files) into one red line and exit
+    code 2, not a traceback.
 
     ``interrupted`` is what Ctrl-C prints; by default :data:`RESUMABLE` for a command with a ``resume``
     option that is on, else :data:`INTERRUPTED`. Use as ``@user_errors`` or ``@user_errors(interrupted=...)``.
@@ -76,23 +99,42 @@ def user_errors(func: F | None = None, *, interrupted: str | None = None) -> Any
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from subspaces.config import set_threads
         from subspaces.errors import SubspacesError
+        from subspaces.io import check_writable
 
         try:
             if "threads" in kwargs:  # first: the native pools read their sizes when they load
+                check_threads(kwargs["threads"])
                 set_threads(kwargs["threads"])
+            if kwargs.get("json_path") is not None:  # --json: tried before the work, not after it
+                check_writable(kwargs["json_path"], "--json")
             return func(*args, **kwargs)
         except SubspacesError as exc:
-            console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            echo(one_line(str(exc)), label="error:", style="bold red")  # one line, even into a file (no wrap)
             sys.exit(2)
         except (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
-            console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            echo(one_line(str(exc)), label="error:", style="bold red")
             sys.exit(2)
         except KeyboardInterrupt:
             message = interrupted or (RESUMABLE if kwargs.get("resume") else INTERRUPTED)
-            console.print(f"[yellow]interrupted[/]: {message}", highlight=False)
+            echo(message, label="interrupted:", style="yellow")
             sys.exit(130)
 
     return wrapper
+
+
+def check_threads(threads: int | None) -> None:
+    """Refuse ``--threads`` above this machine's CPU threads: more can only wait for each other (and a typo such
+    as 1000 for 100 would start a thousand-thread pool). Below 1 is refused by ``set_threads``."""
+    import os
+
+    from subspaces.errors import SubspacesError
+
+    cpus = os.cpu_count() or 1
+    if threads is not None and threads > cpus:
+        raise SubspacesError(
+            f"--threads {threads} is more than the {cpus} CPU threads of this machine; give at most {cpus}, "
+            "or leave it out (default: the cores this process may use)"
+        )
 
 
 def show(renderable: Any) -> None:
@@ -126,13 +168,16 @@ def parse_dims(text: str, full: int | None = None) -> list[int | None]:
 
 
 def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
-    """A rich table; floats shown with two decimals; columns of numbers right-aligned, text left."""
+    """A rich table; floats shown with two decimals; columns of numbers right-aligned, text left.
+
+    Title, headers and cells are plain text, never markup: they hold stored texts, queries and paths.
+    """
     cells = [[f"{v:.2f}" if isinstance(v, float) else str(v) for v in r] for r in rows]
-    t = Table(title=title)
+    t = Table(title=Text(title))
     for i, c in enumerate(columns):
-        t.add_column(c, justify="right" if i > 0 and all(_numeric(r[i]) for r in cells if i < len(r)) else "left")
+        t.add_column(Text(c), justify="right" if i > 0 and all(_numeric(r[i]) for r in cells if i < len(r)) else "left")
     for r in cells:
-        t.add_row(*r)
+        t.add_row(*(Text(cell) for cell in r))
     return t
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from subspaces.cli.common import Arch, DeviceOpt, Head, ThreadsOpt, console, out, parse_rank, table, user_errors
+from subspaces.cli.common import Arch, DeviceOpt, Head, ThreadsOpt, echo, out, parse_rank, table, user_errors
 from subspaces.cli.groups import bench_app, cond_app
 from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt
 
@@ -101,9 +101,11 @@ def train_cmd(
     from subspaces.cli.train import parse_trainable_layers
     from subspaces.cond.pipeline import train_conditional
     from subspaces.cond.train import CondTrainConfig
+    from subspaces.io import check_writable
     from subspaces.models.encoder import resolve_device
 
     resolve_device(device)
+    check_writable(output, "--output", folder=True)  # before the work, not after it
     layers = parse_trainable_layers(trainable_layers)
     if layers is not None:
         freeze_encoder = False
@@ -136,8 +138,10 @@ def train_cmd(
         max_seq_length=max_seq_length,
         device=device,
     )
-    console.print(
-        f"[green]saved[/] {output}  ({summary.sampler}; {summary.steps} steps in {summary.train_seconds:.1f}s)"
+    echo(
+        f"{output}  ({summary.sampler}; {summary.steps} steps in {summary.train_seconds:.1f}s)",
+        label="saved",
+        style="green",
     )
     evaluated = [h for h in summary.history if "dev" in h]
     # Only the metrics the task has (C-STS has no accuracy or AUC): no columns of NaN.
@@ -178,10 +182,10 @@ def eval_cmd(
     )
     _metrics_table(f"{task.value} {split.value}: {report.arch} {report.head or ''}", report)
     cache = report.cache or {}
-    console.print(f"cache hit rate {_pct(cache['hit_rate'])} ({cache['bytes'] / 2**20:.1f} MiB), {report.seconds:.1f}s")
+    echo(f"cache hit rate {_pct(cache['hit_rate'])} ({cache['bytes'] / 2**20:.1f} MiB), {report.seconds:.1f}s")
     if json_path is not None:
         report.save(json_path)
-        console.print(f"wrote {json_path}")
+        echo(f"wrote {json_path}")
 
 
 @cond_app.command("search")
@@ -223,7 +227,7 @@ def search_cmd(
     model.index_corpus(source)
     hits = model.search(query, condition, k)
     if hits.note:
-        console.print(f"[yellow]note[/]: {hits.note}")
+        echo(hits.note, label="note:", style="yellow")
     results: list[dict[str, Any]] = [
         {
             "query": q,
@@ -243,7 +247,7 @@ def search_cmd(
             json_path,
             {"condition": condition, "seen": hits.seen, "note": hits.note, "k": k, "results": results, "cache": cache},
         )
-        console.print(f"wrote {json_path}")
+        echo(f"wrote {json_path}")
 
 
 @bench_app.command("csts-cache")
@@ -297,7 +301,7 @@ def csts_cache_cmd(
             rows,
         )
     )
-    console.print(
+    echo(
         "tri-encoder speed relative to the bi-encoder: "
         + ", ".join(f"{phase} {report[f'tri_speedup_{phase}']:.2f}x" for phase in ("cold", "warm", "new_conditions"))
     )

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import ModelOpt, ThreadsOpt, console, out, show, table, user_errors
+from subspaces.cli.common import ModelOpt, ThreadsOpt, echo, out, show, table, user_errors
 from subspaces.cli.groups import app, eval_app
 
 
@@ -81,7 +81,12 @@ def encode_cmd(
     model: ModelOpt,
     input: Annotated[
         Path,
-        typer.Option("--input", "-i", help="Text file, one sentence a line (.txt or .txt.gz); - reads standard input."),
+        typer.Option(
+            "--input",
+            "-i",
+            help="Text file, one sentence a line (.txt; - reads standard input), JSON lines (.jsonl: the "
+            "--text-field of each line) or CSV with a header (.csv: the --text-field column); each may be .gz.",
+        ),
     ],
     output: Annotated[
         Path,
@@ -92,6 +97,12 @@ def encode_cmd(
             "written atomically.",
         ),
     ],
+    text_field: Annotated[
+        Optional[str],
+        typer.Option(
+            help="The field (.jsonl) or column (.csv) that holds the text. Default: text.", show_default=False
+        ),
+    ] = None,
     batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 64,
     truncate_dim: Annotated[Optional[int], typer.Option(help="Keep only the first N dimensions (Matryoshka).")] = None,
     normalize: Annotated[bool, typer.Option("--normalize/--no-normalize", help="L2-normalise rows.")] = False,
@@ -112,10 +123,12 @@ def encode_cmd(
         ),
     ] = None,
 ) -> None:
-    """Embed a text file: one row per input line (blank lines included, as zero-length texts), in input order."""
+    """Embed a text file: one row per input line (blank lines included, as zero-length texts), JSON line or CSV
+    row, in input order."""
     from subspaces.errors import SubspacesError
-    from subspaces.io import embedding_format, read_lines, save_embeddings
+    from subspaces.io import TEXT_SUFFIXES, base_suffix, check_writable, embedding_format, read_texts, save_embeddings
     from subspaces.models.registry import check_model
+    from subspaces.quantize import sidecar
 
     # Everything the user typed is checked before torch is imported: a bad value fails in a moment.
     if output.is_dir():
@@ -123,15 +136,22 @@ def encode_cmd(
     embedding_format(output)
     if quantize is not None and output.suffix.lower() != ".npy":
         raise SubspacesError(f"--quantize writes a .npy file of codes, not {output.suffix}")
-    _check_positive(batch_size=batch_size, max_seq_length=max_seq_length)
+    structured = str(input) != "-" and base_suffix(input) in TEXT_SUFFIXES
+    if text_field is not None and not structured:
+        raise SubspacesError(f"--text-field names a field of .jsonl or a column of .csv input, not of {input}")
+    _check_positive(batch_size=batch_size, truncate_dim=truncate_dim, max_seq_length=max_seq_length)
+    check_writable(output, "--output")
+    if quantize is not None:
+        check_writable(sidecar(output), "--output's description")
     check_model(model)
     from subspaces.models.backends import check_backend
 
     check_backend(backend.value, precision.value)
-    texts = read_lines(input, skip_blank=False)
+    texts = read_texts(input, text_field=text_field or "text")
     blank = sum(not t.strip() for t in texts)
     if blank:
-        console.print(f"[yellow]note:[/] {blank} blank line(s) are embedded as empty texts (kept so rows match lines)")
+        kept = "kept so rows match lines" if not structured else "kept so rows match the input's rows"
+        echo(f"{blank} blank text(s) are embedded as empty texts ({kept})", label="note:", style="yellow")
     from subspaces.models.encoder import count_truncated, encode, load_encoder
 
     enc = load_encoder(
@@ -144,9 +164,11 @@ def encode_cmd(
     )
     long = count_truncated(enc, texts)
     if long:
-        console.print(
-            f"[yellow]note:[/] {long} of {len(texts)} texts are longer than {enc.max_seq_length} tokens; "
-            "the model reads only their first tokens (--max-seq-length to change)"
+        echo(
+            f"{long} of {len(texts)} texts are longer than {enc.max_seq_length} tokens; "
+            "the model reads only their first tokens (--max-seq-length to change)",
+            label="note:",
+            style="yellow",
         )
     source = "stdin" if str(input) == "-" else Path(input).name
     emb = encode(
@@ -162,7 +184,7 @@ def encode_cmd(
         _save_quantized(output, emb, quantize.value)
         return
     save_embeddings(output, emb, texts if output.suffix.lower() == ".jsonl" else None)
-    console.print(f"wrote {emb.shape[0]} x {emb.shape[1]} embeddings to {output}")
+    echo(f"wrote {emb.shape[0]} x {emb.shape[1]} embeddings to {output}")
 
 
 def _save_quantized(output: Path, emb, kind: str) -> None:
@@ -174,7 +196,7 @@ def _save_quantized(output: Path, emb, kind: str) -> None:
         cal = calibrate_int8(calibration_sample(emb))  # a seeded sample: same file, same ranges
     codes = quantize(emb, kind, cal)  # type: ignore[arg-type]
     save_codes(output, codes, kind, emb.shape[1], cal)  # type: ignore[arg-type]
-    console.print(
+    echo(
         f"wrote {codes.shape[0]} x {emb.shape[1]} {kind} codes ({codes.shape[1]} bytes a row) to {output}, "
         f"their description to {sidecar(output)}"
     )

@@ -2,7 +2,73 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+from typer.core import TyperArgument, TyperCommand, TyperGroup
+
+
+def _usage_pieces(command: Any, ctx: Any) -> list[str]:
+    """``[OPTIONS] STORE [QUERY]``: arguments as click (and every docstring here) names them, not typer's
+    ``{store} [query]``, whose braces read as a set of choices."""
+    pieces = [command.options_metavar] if command.options_metavar else []
+    for param in command.get_params(ctx):
+        if isinstance(param, TyperArgument):
+            name = param.metavar or (param.name or "").upper()
+            name = name if param.required else f"[{name}]"
+            pieces.append(name + ("..." if param.nargs != 1 else ""))
+        else:
+            pieces.extend(param.get_usage_pieces(ctx))
+    return pieces
+
+
+def _flags_take_no_value(params: list[Any]) -> list[Any]:
+    """A flag (``--help``, ``--ann``, ``--normalize/--no-normalize``) takes no value: no ``<bool>`` after it."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class Command(TyperCommand):
+    """A command whose help screen shows its arguments and flags as typed (see :func:`_usage_pieces`)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return _usage_pieces(self, ctx)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_take_no_value(super().get_params(ctx))
+
+
+class Group(TyperGroup):
+    """A group whose help screen shows its flags as typed (``--help``, not ``--help <bool>``)."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return [*_usage_pieces(self, ctx), self.subcommand_metavar]
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_take_no_value(super().get_params(ctx))
+
+
+def plain_help(typer_app: typer.Typer) -> None:
+    """Give every command and group of ``typer_app`` and its sub-apps (those of every module, ``store`` and
+    ``adapt`` included) the classes above, unless one chose a class of its own."""
+    if _default(typer_app.info.cls, TyperGroup):
+        typer_app.info.cls = Group
+    for command in typer_app.registered_commands:
+        if _default(command.cls, TyperCommand):
+            command.cls = Command
+    for group in typer_app.registered_groups:
+        if _default(group.cls, TyperGroup):
+            group.cls = Group
+        if group.typer_instance is not None:
+            plain_help(group.typer_instance)
+
+
+def _default(cls: Any, base: type) -> bool:
+    """Whether ``cls`` is typer's own (``base``) or unset (typer marks that with a ``DefaultPlaceholder``)."""
+    return cls is base or not isinstance(cls, type)
+
 
 app = typer.Typer(
     name="subspaces",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from subspaces.cli.common import Arch, DeviceOpt, Head, ThreadsOpt, console, out, parse_rank, table, user_errors
+from subspaces.cli.common import Arch, DeviceOpt, Head, ThreadsOpt, echo, out, parse_rank, table, user_errors
 from subspaces.cli.groups import kgc_app
 from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt
 
@@ -134,10 +134,12 @@ def train(
 ) -> None:
     """Train a KGC model with SimKGC's loss, then evaluate it (filtered ranking against every entity)."""
     from subspaces.cli.train import parse_trainable_layers
+    from subspaces.io import check_writable
     from subspaces.kgc.pipeline import train_pipeline
     from subspaces.models.encoder import resolve_device
 
     resolve_device(device)
+    check_writable(output, "--output", folder=True)  # before the work, not after it
     options: dict[str, Any] = {
         "head": head.value,
         "rank": parse_rank(rank),
@@ -180,7 +182,7 @@ def train(
         **options,
     )
     r = report.train_result
-    console.print(
+    echo(
         f"trained {r['steps']} steps in {r['seconds']:.1f} s ({r['examples_per_second']:.0f} examples/s); "
         f"saved to {output}"
     )

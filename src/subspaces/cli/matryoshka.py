@@ -18,7 +18,7 @@ from subspaces.cli.common import (
     SaveStepsOpt,
     SeedOpt,
     ThreadsOpt,
-    console,
+    echo,
     out,
     parse_dims,
     parse_numbers,
@@ -134,7 +134,7 @@ def train_matryoshka_cmd(
     enc = load_encoder(model, pooler=pooler, device=device_name)
     how = "chosen with --pooler" if pooler else "the base model's"
     pooling_note = f"pooling: {describe_pooling(enc)} ({how})"
-    console.print(pooling_note, highlight=False)
+    echo(pooling_note)
     config = MatryoshkaConfig(
         output_dir=str(output),
         batch_size=batch_size,
@@ -174,7 +174,7 @@ def train_matryoshka_cmd(
     recorded = [entry for entry in result.history if "terms" in entry]
     for entry in recorded[:1] + recorded[1:][-1:]:  # the start weights' terms and the last step's
         terms = ", ".join(f"{name} {value:.4g}" for name, value in entry["terms"].items())
-        console.print(f"MIC terms at step {entry['step']}: {terms}", highlight=False)
+        echo(f"MIC terms at step {entry['step']}: {terms}")
 
 
 @eval_app.command("dims")
@@ -209,7 +209,10 @@ def eval_dims_cmd(
 
     check_backend(backend.value, precision.value)
     from subspaces.eval.dims import DEFAULT_TASKS, DimsEvaluator, known_tasks, plot_dims
-    from subspaces.io import save_json
+    from subspaces.io import check_writable, save_json
+
+    if json_path is not None:
+        check_writable(json_path.with_suffix(".png"), "--json's plot")
     from subspaces.models.encoder import load_encoder
 
     if list_tasks:
@@ -236,8 +239,10 @@ def eval_dims_cmd(
     reports = []
     for name in model:
         enc = load_encoder(name, device=device_name, backend=backend.value, precision=precision.value)
-        console.print(
-            f"[bold]{name}[/]: {len(chosen)} task(s) at dims {evaluator.resolve_dims(enc.get_embedding_dimension())}"
+        echo(
+            f"{len(chosen)} task(s) at dims {evaluator.resolve_dims(enc.get_embedding_dimension())}",
+            label=f"{name}:",
+            style="bold",
         )
         report = evaluator(enc, name=name)
         report.update(backend=backend.value, precision=precision.value)
@@ -246,8 +251,8 @@ def eval_dims_cmd(
         rows = [[f"{task} ({report['metrics'][task]})", *report["scores"][task].values()] for task in chosen]
         out.print(table(f"scores at truncated dims — {name}", header, rows))
         for task, note in report["notes"].items():
-            console.print(f"note: {task}: {note}")
+            echo(f"{task}: {note}", label="note:")
     if json_path:
         save_json(json_path, reports[0] if len(reports) == 1 else reports)
         png = plot_dims(reports, json_path.with_suffix(".png"))
-        console.print(f"wrote {json_path} and {png}")
+        echo(f"wrote {json_path} and {png}")

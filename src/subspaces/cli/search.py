@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import ThreadsOpt, console, user_errors
+from subspaces.cli.common import ThreadsOpt, echo, user_errors
 from subspaces.cli.groups import app
 
 
@@ -79,6 +79,10 @@ def search_quantized(
     return scores, rows, against
 
 
+# The defaults of options that only mean something beside another (given alone, they are refused).
+SHORTLIST_FACTOR, RESCORE, CALIBRATION_ROWS = 10, 4, 10_000
+
+
 class Basis(str, Enum):
     model = "model"
     pca = "pca"
@@ -101,7 +105,12 @@ def search_cmd(
     dims: Annotated[
         Optional[int], typer.Option(help="Funnel: shortlist on the first DIMS coordinates (default: exact search).")
     ] = None,
-    shortlist_factor: Annotated[int, typer.Option(min=1, help="Funnel shortlist size, as a multiple of k.")] = 10,
+    shortlist_factor: Annotated[
+        Optional[int],
+        typer.Option(
+            min=1, help="With --dims: funnel shortlist size, as a multiple of k. Default: 10.", show_default=False
+        ),
+    ] = None,
     basis: Annotated[
         Basis,
         typer.Option(
@@ -113,14 +122,21 @@ def search_cmd(
         typer.Option(help="Search the corpus's int8 (calibrated) or binary codes instead of its floats."),
     ] = None,
     rescore: Annotated[
-        int,
+        Optional[int],
         typer.Option(
-            min=0, help="With --quantize: rescore RESCORE x k candidates by the float query (0: no rescoring)."
+            min=0,
+            help="With --quantize: rescore RESCORE x k candidates by the float query (0: no rescoring). Default: 4.",
+            show_default=False,
         ),
-    ] = 4,
+    ] = None,
     calibration_rows: Annotated[
-        int, typer.Option(min=2, help="With --quantize int8: rows of the seeded sample the ranges are read from.")
-    ] = 10_000,
+        Optional[int],
+        typer.Option(
+            min=2,
+            help="With --quantize int8: rows of the seeded sample the ranges are read from. Default: 10000.",
+            show_default=False,
+        ),
+    ] = None,
     threads: ThreadsOpt = None,
 ) -> None:
     """Nearest corpus rows of every query vector by cosine: exact, funnel (prefix shortlist, full re-rank), or
@@ -130,13 +146,20 @@ def search_cmd(
     import numpy as np
 
     from subspaces.errors import DataError, SubspacesError
-    from subspaces.io import load_embeddings, save_json, save_npy
+    from subspaces.io import check_writable, save_json, save_npy
 
     if output.suffix not in (".json", ".npy"):
         raise DataError("--output must end in .json or .npy", path=output)
     if quantize is not None and dims is not None:
         raise SubspacesError("give --dims (funnel) or --quantize, not both")
-    c, q = load_embeddings(corpus), load_embeddings(queries)
+    _check_context(
+        dims, shortlist_factor, basis.value, None if quantize is None else quantize.value, rescore, calibration_rows
+    )
+    shortlist_factor = SHORTLIST_FACTOR if shortlist_factor is None else shortlist_factor
+    rescore = RESCORE if rescore is None else rescore
+    calibration_rows = CALIBRATION_ROWS if calibration_rows is None else calibration_rows
+    check_writable(output, "--output")
+    c, q = _load_vectors(corpus, "--corpus"), _load_vectors(queries, "--queries")
     start = time.perf_counter()
     against = None
     if quantize is None:
@@ -160,10 +183,57 @@ def search_cmd(
     how = "exact" if dims is None else f"funnel at {dims} dims, shortlist {shortlist_factor * k}"
     if quantize is not None:
         how = f"{quantize.value} codes" + (f", {rescore * k} rescored against the {against}" if against else "")
-    console.print(
-        f"{len(q)} queries over {len(c)} rows ({how}) in {seconds:.2f}s (index build included); wrote {output}",
-        highlight=False,
-    )
+    echo(f"{len(q)} queries over {len(c)} rows ({how}) in {seconds:.2f}s (index build included); wrote {output}")
+
+
+def _check_context(
+    dims: int | None,
+    shortlist_factor: int | None,
+    basis: str,
+    quantize: str | None,
+    rescore: int | None,
+    calibration: int | None,
+) -> None:
+    """Refuse an option that would do nothing with the others given (as ``--basis pca`` without ``--dims`` is)."""
+    from subspaces.errors import SubspacesError
+
+    if dims is None and basis == "pca":
+        raise SubspacesError("--basis pca says whose prefix the funnel reads: give --dims too")
+    if dims is None and shortlist_factor is not None:
+        raise SubspacesError("--shortlist-factor sizes the funnel's shortlist: give --dims too, or drop it")
+    if quantize is None and rescore is not None:
+        raise SubspacesError("--rescore re-ranks the shortlist of --quantize: give --quantize too, or drop it")
+    if quantize != "int8" and calibration is not None:
+        raise SubspacesError("--calibration-rows sets the ranges of --quantize int8: give it too, or drop it")
+
+
+def _load_vectors(path: Path, what: str):
+    """Float vectors from ``path``; a file of codes (``encode --quantize``: its ``.quant.json`` beside it) is
+    dequantized (int8: each code's interval centre; binary: -1/+1 a bit), so its scores are cosines of those
+    vectors, not of the code numbers read as floats. Integer arrays without that description are refused."""
+    import numpy as np
+
+    from subspaces.errors import DataError
+    from subspaces.io import check_file, load_embeddings, read_embedding_file
+    from subspaces.quantize import dequantize, load_codes, sidecar
+
+    if sidecar(path).is_file():
+        check_file(path)
+        codes, kind, dim, cal = load_codes(path)
+        if codes.ndim != 2 or codes.dtype != (np.int8 if kind == "int8" else np.uint8):
+            raise DataError(
+                f"holds {codes.dtype} {codes.shape}, not the {kind} codes {sidecar(path).name} describes", path
+            )
+        echo(f"{what} {path} holds {kind} codes ({sidecar(path).name}): searched as their dequantized vectors")
+        return dequantize(codes, kind, dim, cal)
+    array, _ = read_embedding_file(path, mmap=True)
+    if np.issubdtype(array.dtype, np.integer) and array.dtype.itemsize == 1:
+        raise DataError(
+            f"holds {array.dtype} numbers, not float vectors: codes of `encode --quantize`? their description "
+            f"{sidecar(path).name} is missing beside it",
+            path,
+        )
+    return load_embeddings(path)
 
 
 def _quantized_report(kind: str, rows: int, k: int, rescore: int, against: str | None) -> dict:

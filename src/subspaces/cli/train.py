@@ -22,7 +22,7 @@ from subspaces.cli.common import (
     SaveStepsOpt,
     SeedOpt,
     ThreadsOpt,
-    console,
+    echo,
     user_errors,
 )
 from subspaces.cli.core import Pooler
@@ -118,9 +118,11 @@ def describe_pooling(model: Any) -> str:
 
 def prepare_run(output: Path, overwrite: bool, evaluate: bool, device: str | None, trainable_layers: str):
     """The checks every encoder-training command runs before it loads anything big; the parsed values."""
+    from subspaces.io import check_writable
     from subspaces.train.output import check_output_dir
 
     check_output_dir(output, overwrite)
+    check_writable(output, "--output", folder=True)
     if evaluate:
         from subspaces.eval.sts import STSBDevEvaluator
 
@@ -132,7 +134,7 @@ def report(result: FitResult, output: Path, best_label: str) -> None:
     """One line on what the run did (or that it had already been done)."""
     best = "-" if result.best_score is None else f"{result.best_score:.2f}"
     if result.already_complete:
-        console.print(
+        echo(
             f"already complete: {output} holds a finished run of {result.steps} steps (best {best_label} {best}); "
             "pass a larger --max-steps to train on from it, or --no-resume to start over"
         )
@@ -140,7 +142,7 @@ def report(result: FitResult, output: Path, best_label: str) -> None:
     trained = result.steps - result.resumed_from
     resumed = f" (resumed at step {result.resumed_from})" if result.resumed_from else ""
     extended = f"; extended a run of {result.extended_from} steps" if result.extended_from else ""
-    console.print(
+    echo(
         f"trained {trained} steps{resumed} in {result.seconds:.0f}s ({result.samples_per_second:.1f} samples/s)"
         f"{extended}; best {best_label} {best}; model in {output}"
     )
@@ -228,7 +230,7 @@ def train_simcse_cmd(
         set_dropout(enc, 0.0)
     how = "chosen with --pooler" if pooler else ("SimCSE's; the base has none" if chosen else "the base model's")
     pooling_note = f"pooling: {describe_pooling(enc)} ({how})"
-    console.print(pooling_note, highlight=False)
+    echo(pooling_note)
     config = SimCSEConfig(
         output_dir=str(output),
         mode=mode.value,
