@@ -92,3 +92,34 @@ def test_set_threads_sets_torch_blas_faiss_and_the_environment(monkeypatch):
         faiss.omp_set_num_threads(1)
     with pytest.raises(SubspacesError, match="at least 1"):
         config.set_threads(0)
+
+
+def test_scoped_threads_puts_back_every_pool_and_variable(monkeypatch):
+    """A library call's thread count must not outlive the call (issue 51): torch, faiss, BLAS and the variables
+    default_threads reads are as they were afterwards, also when the block raises."""
+    import faiss
+    import numpy  # noqa: F401 - its BLAS is one of the pools
+    import torch
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "3")
+    with threadpool_limits(limits=2):
+        torch.set_num_threads(2)
+        faiss.omp_set_num_threads(2)
+        before = [p["num_threads"] for p in threadpool_info()]
+        with config.scoped_threads(1) as n:
+            assert n == 1 and torch.get_num_threads() == 1 and faiss.omp_get_max_threads() == 1
+            assert all(p["num_threads"] == 1 for p in threadpool_info())
+            assert os.environ["OMP_NUM_THREADS"] == "1" and config.default_threads() == 1
+        assert torch.get_num_threads() == 2 and faiss.omp_get_max_threads() == 2
+        assert [p["num_threads"] for p in threadpool_info()] == before
+        assert "OMP_NUM_THREADS" not in os.environ and "OMP_WAIT_POLICY" not in os.environ
+        assert os.environ["OPENBLAS_NUM_THREADS"] == "3"
+        with pytest.raises(RuntimeError, match="inside"), config.scoped_threads(1):
+            raise RuntimeError("inside")
+        assert torch.get_num_threads() == 2 and "OMP_NUM_THREADS" not in os.environ
+        with pytest.raises(SubspacesError, match="at least 1"), config.scoped_threads(0):
+            pass
+        assert torch.get_num_threads() == 2

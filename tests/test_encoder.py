@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -168,3 +170,28 @@ def test_encode_progress_names_the_task_off_a_terminal(tiny_model, capsys):
     # Chunking for the display must not change the rows or their order.
     whole = tiny_model.encode(texts, batch_size=8, convert_to_numpy=True)
     assert emb.shape == whole.shape and abs(emb - whole).max() < 1e-5
+
+
+def test_a_thread_count_given_to_encode_does_not_outlive_the_call(tiny_model, monkeypatch):
+    """``encode(..., threads=1)`` runs on one thread and leaves the caller's setting as it was (issue 51)."""
+    seen = []
+    inner = tiny_model.encode
+
+    def recording(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(tiny_model, "encode", recording)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    torch.set_num_threads(2)
+    out = encode(tiny_model, ["a cat", "a dog"], threads=1)
+    assert seen == [1] and torch.get_num_threads() == 2 and "OMP_NUM_THREADS" not in os.environ
+    np.testing.assert_allclose(out, encode(tiny_model, ["a cat", "a dog"]), atol=1e-6)
+
+
+def test_a_lone_surrogate_is_refused_with_its_position(tiny_model):
+    """Legal in JSON (``"\\ud800"``) and in a Python string, refused by every tokenizer with a bare TypeError."""
+    from subspaces.errors import DataError
+
+    with pytest.raises(DataError, match=r"text 1 holds a lone surrogate \(U\+D800\) at character 2"):
+        encode(tiny_model, ["fine", "ab\ud800c"])

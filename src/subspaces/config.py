@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from subspaces.errors import DataError, SubspacesError
 
@@ -131,7 +134,49 @@ def set_threads(threads: int | None = None) -> int:
     a spinning pool takes cores from the threads doing the work. That takes effect only for an OpenMP runtime not
     yet loaded, which is the case when a command calls this first. Where torch's and numpy's products do alternate
     in one loop (``MiniVec2Vec.fit``), that code runs BLAS on one thread for its duration.
+
+    This is a process-wide setting, kept until changed (what a command wants, once, before it loads anything). A
+    library call that wants a count for itself uses :func:`scoped_threads`, which puts the caller's back.
     """
+    n, _ = _apply_threads(threads)
+    return n
+
+
+@contextmanager
+def scoped_threads(threads: int | None = None) -> Iterator[int]:
+    """Run a block on ``threads`` CPU threads (as :func:`set_threads`), then restore what was set before.
+
+    Why: a library call such as ``encode(..., threads=1)`` must not leave the caller's torch, BLAS and faiss pools
+    (or the ``OMP_NUM_THREADS``-like variables, which :func:`default_threads` reads) at its own count. Restored on
+    exit: torch's and faiss's counts where they were loaded before the block, the limits of every BLAS/OpenMP
+    library threadpoolctl saw loaded before it, and the environment variables. A library first loaded inside the
+    block keeps the block's count (it had no earlier setting to go back to).
+    """
+    saved_env = {name: os.environ.get(name) for name in (*_POOL_ENVS, "OMP_WAIT_POLICY")}
+    torch = sys.modules.get("torch")
+    faiss = sys.modules.get("faiss")
+    saved_torch = torch.get_num_threads() if torch is not None else None
+    saved_faiss = faiss.omp_get_max_threads() if faiss is not None else None
+    limiter = None
+    try:
+        n, limiter = _apply_threads(threads)
+        yield n
+    finally:
+        if limiter is not None:
+            limiter.restore_original_limits()
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if torch is not None and saved_torch is not None:
+            torch.set_num_threads(saved_torch)
+        if faiss is not None and saved_faiss is not None:
+            faiss.omp_set_num_threads(saved_faiss)
+
+
+def _apply_threads(threads: int | None) -> tuple[int, Any]:
+    """:func:`set_threads`' work; also returns threadpoolctl's limiter, which can put the earlier limits back."""
     n = default_threads() if threads is None else _positive(threads, "threads")
     for name in _POOL_ENVS:
         os.environ[name] = str(n)
@@ -146,8 +191,8 @@ def set_threads(threads: int | None = None) -> int:
         faiss.omp_set_num_threads(n)
     from threadpoolctl import threadpool_limits
 
-    threadpool_limits(limits=n)  # applied now, to every BLAS and OpenMP library loaded; kept until changed
-    return n
+    # applied now, to every BLAS and OpenMP library loaded; kept until changed (or restored by scoped_threads)
+    return n, threadpool_limits(limits=n)
 
 
 def _positive(value: int, what: str) -> int:

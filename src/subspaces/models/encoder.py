@@ -21,7 +21,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 
-from subspaces.errors import DimensionError, ModelNotFoundError, SubspacesError
+from subspaces.errors import DataError, DimensionError, ModelNotFoundError, SubspacesError
 from subspaces.models import registry
 from subspaces.models.pooling import LAYER_POOLERS, POOLERS, SimCSEPooling
 
@@ -223,6 +223,7 @@ def encode(
     output: Literal["numpy"] = ...,
     show_progress: bool | None = ...,
     description: str = ...,
+    threads: int | None = ...,
 ) -> np.ndarray: ...
 
 
@@ -237,6 +238,7 @@ def encode(
     output: Literal["torch"],
     show_progress: bool | None = ...,
     description: str = ...,
+    threads: int | None = ...,
 ) -> torch.Tensor: ...
 
 
@@ -250,18 +252,38 @@ def encode(
     output: Literal["numpy", "torch"] = "numpy",
     show_progress: bool | None = None,
     description: str = "encoding",
+    threads: int | None = None,
 ) -> np.ndarray | torch.Tensor:
     """Embed ``texts`` in input order.
 
     sentence-transformers' ``encode`` already sorts by length into batches and restores the order; this adds
     truncation *before* normalisation (so prefixes are unit vectors), a progress display for long inputs that names
     the task (``description``; plain lines every few seconds when stderr is not a terminal), and a check that no row
-    is NaN.
+    is NaN, or is a text a tokenizer cannot read (a lone surrogate).
+
+    ``threads``: CPU threads for this call only (torch, BLAS, faiss; :func:`subspaces.config.scoped_threads`): the
+    caller's setting is back afterwards. None: the process's current setting. An ONNX Runtime or OpenVINO session
+    keeps the count it was built with (:func:`subspaces.models.backends.with_backend`).
     """
     if isinstance(texts, str):
         raise TypeError("texts must be a sequence of strings, not one string")
     check_batch_size(batch_size)
     texts = list(texts)
+    check_unicode(texts)
+    if threads is not None:
+        from subspaces.config import scoped_threads
+
+        with scoped_threads(threads):
+            return encode(
+                model,
+                texts,
+                batch_size=batch_size,
+                normalize=normalize,
+                truncate_dim=truncate_dim,
+                output=output,
+                show_progress=show_progress,
+                description=description,
+            )
     dim = model.get_embedding_dimension()
     if truncate_dim is not None and not 0 < truncate_dim <= (dim or truncate_dim):
         raise DimensionError(f"truncate dim {truncate_dim} is outside 1..{dim}")
@@ -294,6 +316,23 @@ def encode(
     emb = truncate_and_normalize(emb, truncate_dim, normalize)
     check_finite(emb, "encoded embeddings")
     return emb.numpy() if output == "numpy" else emb
+
+
+def unicode_problem(text: str) -> str | None:
+    """Why ``text`` is not valid Unicode, or None. JSON's ``\\ud800`` escapes and Python strings may hold a lone
+    surrogate (half of a UTF-16 pair), which no UTF-8 encoder, and so no tokenizer, takes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"a lone surrogate (U+{ord(text[exc.start]):04X}) at character {exc.start}; it is not valid Unicode"
+    return None
+
+
+def check_unicode(texts: Sequence[str], what: str = "text") -> None:
+    """Refuse, naming the first, a text that is not valid Unicode (the tokenizer would fail with a TypeError)."""
+    for i, text in enumerate(texts):
+        if isinstance(text, str) and not text.isascii() and (problem := unicode_problem(text)) is not None:
+            raise DataError(f"{what} {i} holds {problem}")
 
 
 def check_batch_size(batch_size: int, what: str = "batch size") -> int:
