@@ -149,6 +149,8 @@ def test_a_non_string_text_field_is_named_with_its_line():
         read_texts(_write("rows.jsonl", '{"text": "a"}\n{"text": 7}\n'))
     with pytest.raises(DataError, match=r"line 1: field 'text' is a JSON null"):
         read_texts(_write("rows.jsonl", '{"text": null}\n'))
+    with pytest.raises(DataError, match=r"line 1: field 'text' holds a lone surrogate \(U\+D800\)"):
+        read_texts(_write("rows.jsonl", '{"text": "a \\ud800 b"}\n'))
     with pytest.raises(DataError, match="is not read as text"):
         read_texts(_write("rows.json", '["a"]'))
 

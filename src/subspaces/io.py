@@ -62,27 +62,31 @@ def _cannot_write(target: Path, exc: OSError) -> SubspacesError:
     return SubspacesError(f"cannot write {target}: {reason}")
 
 
-def check_writable(path: str | os.PathLike[str], what: str = "output") -> Path:
-    """Refuse an output path that will not take the file, before any work is done: a folder, a path under a file,
-    or a folder that refuses a new file (tried: a temporary file is made and removed). ``what`` names the option
-    (``"--json"``); the message names the user's path, never a temporary one. Returns the path."""
+def check_writable(path: str | os.PathLike[str], what: str = "output", *, folder: bool = False) -> Path:
+    """Refuse an output path that will not take the file (``folder``: the folder), before any work is done: a
+    folder (a file), a path under a file, or a folder that refuses a new file (tried: a temporary file is made and
+    removed). ``what`` names the option (``"--json"``); the message names the user's path, never a temporary one.
+    Returns the path."""
     target = Path(path)
-    if target.is_dir():
+    if folder and target.exists() and not target.is_dir():
+        raise SubspacesError(f"{what} {target} is a file; name a folder")
+    if not folder and target.is_dir():
         raise SubspacesError(f"{what} {target} is a folder; name the file to write")
-    folder = target.parent
-    while not folder.exists() and folder != folder.parent:  # the missing folders are made when it is written
-        folder = folder.parent
-    if not folder.is_dir():
-        raise SubspacesError(f"cannot write {what} {target}: {folder} is a file, not a folder")
-    if folder == target.parent:
+    home = target if folder else target.parent  # where the file(s) will be made
+    parent = home
+    while not parent.exists() and parent != parent.parent:  # the missing folders are made when it is written
+        parent = parent.parent
+    if not parent.is_dir():
+        raise SubspacesError(f"cannot write {what} {target}: {parent} is a file, not a folder")
+    if parent == home:
         try:
-            fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=_temp_suffix(target), dir=folder)
+            fd, probe = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent)
         except OSError as exc:
             raise SubspacesError(f"cannot write {what} {target}: {exc.strerror or exc}") from None
         os.close(fd)
         os.unlink(probe)
-    elif not os.access(folder, os.W_OK | os.X_OK):
-        raise SubspacesError(f"cannot write {what} {target}: {folder} is not writable")
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        raise SubspacesError(f"cannot write {what} {target}: {parent} is not writable")
     return target
 
 
@@ -275,6 +279,13 @@ def _read_jsonl_texts(path: str | os.PathLike[str], field: str) -> list[str]:
             text = record[field]
             if not isinstance(text, str):
                 raise DataError(f"field {field!r} is a JSON {_json_type(text)}, not a string", path, number)
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:  # legal JSON ("\ud800"), not text a tokenizer can read
+                bad = f"U+{ord(text[exc.start]):04X}"
+                raise DataError(
+                    f"field {field!r} holds a lone surrogate ({bad}), not Unicode text", path, number
+                ) from None
             texts.append(text)
     return texts
 
