@@ -82,3 +82,24 @@ def test_hit_rate_is_undefined_without_lookups():
     assert cache.stats().to_dict()["hit_rate"] is None
     cache.get("a")
     assert cache.stats().to_dict()["hit_rate"] == 1.0
+
+
+def test_one_activation_cache_folder_serves_two_encoders(tiny_model_dir, tmp_path):
+    """A tri-encoder with its own condition encoder under ``--cache-dir DIR``: the second encoder was refused as
+    "built for another model" (issue 51). Each now has its own subfolder, reused by the next run."""
+    from subspaces.models.encoder import load_encoder
+    from subspaces.models.triencoder import partially_trained
+
+    def encoders():
+        sentence, condition = load_encoder(str(tiny_model_dir)), load_encoder(str(tiny_model_dir))
+        with torch.no_grad():  # another model: its frozen bottom differs
+            condition[0].auto_model.embeddings.word_embeddings.weight[100] += 1.0
+        return [(sentence, ["a cat sat", "a dog ran"]), (condition, ["colour"]), (sentence, ["a third text"])]
+
+    folder = tmp_path / "acts"
+    with partially_trained(encoders(), 1, cache_dir=folder, show_progress=False) as attached:
+        assert [pft.computed for pft in attached] == [3, 1]
+    assert len({pft.cache.folder for pft in attached}) == 2
+    assert all(pft.cache.folder.parent == folder and (pft.cache.folder / "manifest.json").is_file() for pft in attached)
+    with partially_trained(encoders(), 1, cache_dir=folder, show_progress=False) as again:
+        assert [pft.computed for pft in again] == [0, 0]  # each found its own states

@@ -66,6 +66,7 @@ def partial_fine_tuning(
     cache_dir: str | os.PathLike[str] | bool | None = None,
     show_progress: bool = True,
     state_dropout: float = 0.0,
+    keyed: bool = False,
 ) -> PartialFineTuning | None:
     """Attach partial fine-tuning to ``model`` (a ``SentenceTransformer``), or return None for ``None``/``"all"``.
 
@@ -80,12 +81,14 @@ def partial_fine_tuning(
             bottom runs in eval mode once, so the dropout noise it would add to every forward is gone; this puts
             noise back at the seam (SimCSE's dropout views need it: with two trained layers alone the views are
             at cosine ~0.997). 0 (the default) leaves training exactly the full model's with a frozen bottom.
+        keyed: a path ``cache_dir`` holds one subfolder per frozen bottom, named by its key (as ``True``'s root
+            does), so that several encoders (a tri-encoder's sentence and condition encoders) share one folder.
     """
     layers = _parse_layers(trainable_layers)
     if layers is None:
         return None
     return PartialFineTuning(
-        model, layers, cache_dir=cache_dir, show_progress=show_progress, state_dropout=state_dropout
+        model, layers, cache_dir=cache_dir, show_progress=show_progress, state_dropout=state_dropout, keyed=keyed
     )
 
 
@@ -133,6 +136,7 @@ class PartialFineTuning:
         cache_dir: str | os.PathLike[str] | bool | None = None,
         show_progress: bool = True,
         state_dropout: float = 0.0,
+        keyed: bool = False,
     ) -> None:
         if not 0.0 <= state_dropout < 1.0:
             raise SubspacesError(f"state dropout must be in [0, 1), got {state_dropout!r}")
@@ -156,7 +160,7 @@ class PartialFineTuning:
         self._preprocess_depth = 0
         self.identity = self._identity()
         self._key_seed = hashlib.sha256(json.dumps(self.identity, sort_keys=True).encode())
-        self.cache = ActivationStore(_cache_folder(cache_dir, self.identity), self.identity)
+        self.cache = ActivationStore(_cache_folder(cache_dir, self.identity, keyed=keyed), self.identity)
         self.attached = False
         self._attach()
 
@@ -483,15 +487,20 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def _cache_folder(cache_dir: str | os.PathLike[str] | bool | None, identity: dict[str, Any]) -> Path | None:
+def _cache_folder(
+    cache_dir: str | os.PathLike[str] | bool | None, identity: dict[str, Any], *, keyed: bool = False
+) -> Path | None:
+    """The folder of one frozen bottom's cache: ``cache_dir`` itself, or its subfolder named by the identity's key
+    (``True``: under the cache root; ``keyed``: under the path)."""
     if cache_dir is None or cache_dir is False:
         return None
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     if cache_dir is True:
         from subspaces.config import cache_dir as cache_root
 
-        key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
         return cache_root() / "activations" / key
-    return Path(cache_dir).expanduser()
+    folder = Path(cache_dir).expanduser()
+    return folder / key if keyed else folder
 
 
 def _parse_layers(value: int | str | None) -> int | None:

@@ -502,16 +502,23 @@ def partially_trained(
     ``encoders`` pairs each encoder with the texts it will see in training (their bottom states are computed once,
     with progress, before the first step). Leaving the block restores the encoders' own forward; they keep every
     weight they learnt. ``None``/``"all"``: nothing is attached (the encoders train whole).
+
+    A ``cache_dir`` path read by two distinct encoders holds one subfolder each, named by its frozen bottom's key:
+    one folder holds one bottom's states, and the second encoder was refused as "another model" when they shared it.
+    One encoder keeps the folder itself (as :func:`~subspaces.models.partial.partial_fine_tuning` does).
     """
     from subspaces.models.partial import partial_fine_tuning
 
     by_encoder: dict[int, tuple[Any, list[Any]]] = {}
     for encoder, texts in encoders:  # a shared encoder is attached once, for all the texts it reads
         by_encoder.setdefault(id(encoder), (encoder, []))[1].extend(texts)
+    keyed = len(by_encoder) > 1
     attached: list[Any] = []
     try:
         for encoder, texts in by_encoder.values():
-            pft = partial_fine_tuning(encoder, trainable_layers, cache_dir=cache_dir, show_progress=show_progress)
+            pft = partial_fine_tuning(
+                encoder, trainable_layers, cache_dir=cache_dir, show_progress=show_progress, keyed=keyed
+            )
             if pft is None:
                 break
             attached.append(pft)
