@@ -295,6 +295,12 @@ def test_csv_is_read_by_its_header(tmp_path, cli_store):
     wide = tmp_path / "wide.csv"
     wide.write_text("a,b\n1,2\n", encoding="utf-8")
     one_line_error(cli("store", "add", cli_store, "--input", wide), "no column 'text' among the header's 'a', 'b'")
+    excel = tmp_path / "excel.csv"  # Excel's "CSV UTF-8" starts with a byte-order mark
+    excel.write_bytes("\ufefftext,id\nan ant,a1\n".encode())
+    assert (read_rows(excel).ids, read_rows(excel).texts) == (["a1"], ["an ant"])
+    bom = tmp_path / "bom.txt"
+    bom.write_bytes("\ufeffan ant\n".encode())
+    assert read_rows(bom).texts == ["an ant"]
     ragged = tmp_path / "ragged.csv"
     ragged.write_text("id,text\n1,a cat,extra\n", encoding="utf-8")
     one_line_error(cli("store", "add", cli_store, "--input", ragged), "line 2: 3 fields where the header has 2")
@@ -363,6 +369,10 @@ def test_the_library_refuses_a_lone_surrogate_too(tmp_path, tiny_model_dir):
     with pytest.raises(DataError, match="lone surrogate"):
         made.add(["fine"], ids=["\udc00"])
     assert len(made) == 0
+    made.add(["fine"])
+    with pytest.raises(DataError, match="query 1 holds a lone surrogate"):
+        made.search(["fine", "bad \udcff"])  # as a command line argument of undecodable bytes arrives
+    one_line_error(cli("store", "search", made.path, "bad \udcff"), "lone surrogate")
 
 
 # -- 6. commands that need no model load none ------------------------------------------------------------------

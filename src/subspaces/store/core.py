@@ -743,6 +743,12 @@ class Store:
         texts = [queries] if isinstance(queries, str) else list(queries)
         if not texts:
             return []
+        for i, text in enumerate(texts):  # a tokenizer's TypeError, else: a traceback
+            if not isinstance(text, str):
+                raise DataError(f"query {i} is a {type(text).__name__}, not a string")
+            problem = unicode_problem(text)
+            if problem is not None:
+                raise DataError(f"query {i} holds {problem}")
         _check_condition(condition, head, ann, dims)
         if condition is not None and model is None:
             # the head's encoder is the store's model (checked): it encodes the queries, loaded once

@@ -24,6 +24,8 @@ from typing import Any
 
 from subspaces.errors import DataError
 
+BOM = "\ufeff"  # a byte-order mark that some editors (Excel's "CSV UTF-8") write first: not part of the text
+
 
 @dataclass
 class Rows:
@@ -82,6 +84,8 @@ def read_rows(path: str | os.PathLike[str], *, id_field: str | None = None, text
             seen: set[str] = set()
             with open_text(p) as handle:
                 for number, line in enumerate(handle):
+                    if number == 0:
+                        line = line.removeprefix(BOM)
                     if line.strip():
                         _add_record(rows, line, number, p, id_field, text_field, seen)
         elif name.endswith((".csv", ".tsv")):
@@ -106,8 +110,10 @@ def _read_lines(rows: Rows, path: Path) -> None:
 
     seen: set[str] = set()
     with open_text(path) as handle:
-        for line in handle:
+        for number, line in enumerate(handle):
             text = line.rstrip("\n").rstrip("\r")
+            if number == 0:
+                text = text.removeprefix(BOM)
             if not text.strip():
                 continue
             _add_text(rows, text, None, None, seen)
@@ -140,6 +146,7 @@ def _read_csv(rows: Rows, handle: Any, path: Path, delimiter: str, id_field: str
         if header is None:
             return
         header = [h.strip() for h in header]
+        header[0] = header[0].removeprefix(BOM).strip()
         if text_field in header:
             text_col = header.index(text_field)
         elif len(header) == 1:
