@@ -6,7 +6,6 @@ Layout of a store folder::
     lance/          the LanceDB database: one table per space, rows (id, text, vector, metadata)
     aligners/N/     the fitted aligner of a mapped space N (a migration)
     quantized/N/    space N's quantized copy (:mod:`.quantized`)
-
     write.lock      the write lock (:mod:`.lock`): one writer at a time
 
 Every write is one LanceDB commit of one batch, atomic for readers (they see a table version, never part of a
