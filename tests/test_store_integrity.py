@@ -301,6 +301,10 @@ def test_csv_is_read_by_its_header(tmp_path, cli_store):
     bom = tmp_path / "bom.txt"
     bom.write_bytes("\ufeffan ant\n".encode())
     assert read_rows(bom).texts == ["an ant"]
+    with pytest.raises(DataError, match="a text file has no fields"):
+        read_rows(bom, id_field="id")
+    with pytest.raises(DataError, match="is a folder"):
+        read_rows(tmp_path)
     ragged = tmp_path / "ragged.csv"
     ragged.write_text("id,text\n1,a cat,extra\n", encoding="utf-8")
     one_line_error(cli("store", "add", cli_store, "--input", ragged), "line 2: 3 fields where the header has 2")
