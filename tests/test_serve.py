@@ -527,3 +527,137 @@ def test_token_counting_beside_encoding_never_corrupts_a_batch(engine):
         for thread in counters:
             thread.join()
     assert not errors
+
+
+# --- issue 51 item 4 and issue 58 items 7 and 10 --------------------------------------------------------------
+def test_a_request_is_tokenised_once_for_its_count_and_its_rows(serve, engine, monkeypatch):
+    """Counting the tokens (usage, batch budget) and encoding read the same tokens: one tokenizer call a request."""
+    from subspaces.models.encoder import encode
+
+    tokenizer_class = type(engine.model.tokenizer)
+    inner, calls = tokenizer_class.__call__, []
+
+    def counted(self, *args, **kwargs):
+        calls.append(len(args[0]) if args else len(kwargs.get("text", ())))
+        return inner(self, *args, **kwargs)
+
+    with serve() as client:
+        monkeypatch.setattr(tokenizer_class, "__call__", counted)
+        body = client.post("/v1/embeddings", json={"input": TEXTS}).json()
+        after_embeddings = list(calls)
+        client.post("/v1/similarity", json={"pairs": [[TEXTS[0], TEXTS[1]]]})
+        monkeypatch.undo()
+    assert after_embeddings == [len(TEXTS)] and calls == [len(TEXTS), 2]
+    np.testing.assert_allclose(
+        [d["embedding"] for d in body["data"]], encode(engine.model, TEXTS, normalize=True), atol=1e-5
+    )
+    assert body["usage"]["prompt_tokens"] == sum(engine.token_counts(TEXTS))
+
+
+def test_requests_of_different_lengths_joined_in_one_batch_give_their_own_rows(serve, engine):
+    """Each request is tokenised (and padded) on its own; the worker pads them to one width and stacks them."""
+    from subspaces.models.encoder import encode
+
+    texts = ["a", " ".join(["word"] * 30), "a man plays a guitar"]
+    with serve(max_wait_ms=0) as client:
+        gate = blocked(client)
+        with ThreadPoolExecutor(3) as pool:
+            futures = [pool.submit(client.post, "/v1/embeddings", json={"input": [t]}) for t in texts]
+            wait_for_depth(client, 3)
+            gate.set()
+            responses = [f.result() for f in futures]
+        text = client.get("/metrics").text
+    got = np.array([r.json()["data"][0]["embedding"] for r in responses])
+    np.testing.assert_allclose(got, encode(engine.model, texts, normalize=True), atol=1e-5)
+    assert metric(text, "subspaces_batches_total") == 1
+
+
+@pytest.mark.parametrize(
+    ("route", "body", "where"),
+    [
+        ("/v1/embeddings", '{"input": "\\ud800"}', "body.input: Value error, the text holds a lone surrogate"),
+        ("/v1/embeddings", '{"input": ["ok", "a\\udc00b"]}', "text 1 holds a lone surrogate (U+DC00) at character 1"),
+        ("/v1/similarity", '{"pairs": [["ok", "\\ud800"]]}', "body.pairs.0.1: Value error"),
+        ("/v1/embeddings", '{"input": "ok", "model": "\\ud800"}', "body.model"),
+    ],
+)
+def test_a_lone_surrogate_is_a_422_naming_the_field_not_a_500(serve, route, body, where):
+    """Legal JSON (an escape of half a UTF-16 pair) that no tokenizer takes: it crashed the route with a 500."""
+    with serve() as client:
+        response = client.post(route, content=body, headers={"content-type": "application/json"})
+        assert client.post("/v1/embeddings", json={"input": "after"}).status_code == 200
+    assert response.status_code == 422, response.text
+    message = response.json()["error"]["message"]
+    assert where in message and "not valid Unicode" in message
+
+
+def _broken_model(tmp_path):
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "modules.json").write_text("not json")  # passes the command's check, fails to load
+    return folder
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _serve_command(tmp_path) -> list[str]:
+    import sys
+
+    cli = "from subspaces.cli.app import main; main()"
+    return [sys.executable, "-c", cli, "serve", "--model", str(_broken_model(tmp_path)), "--port", str(_free_port())]
+
+
+def test_serve_exits_with_status_2_when_its_model_fails_to_load(tmp_path):
+    """A supervisor restarts or alerts on an exit; a server answering 503 forever looks alive to it."""
+    import subprocess
+
+    try:
+        done = subprocess.run(_serve_command(tmp_path), capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("serve kept running with a model that cannot load")
+    assert done.returncode == 2, done.stderr[-2000:]
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert "loading failed, so the server stopped" in line and "modules.json" in line and "--stay-up-on-error" in line
+
+
+def test_serve_stays_up_on_error_when_asked(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import urllib.error
+    import urllib.request
+
+    command = _serve_command(tmp_path)
+    port = int(command[-1])
+    log = tmp_path / "serve.log"
+    with log.open("w") as stderr:  # a file, not a pipe nobody reads while the server logs each request
+        server = subprocess.Popen([*command, "--stay-up-on-error"], stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        health, deadline = None, time.monotonic() + 60
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+            except urllib.error.HTTPError as exc:  # 503
+                health = json_of(exc)
+                if health["status"] == "failed":
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        assert server.poll() is None, log.read_text()[-2000:]
+        assert health is not None and health["status"] == "failed" and "modules.json" in health["error"]
+    finally:
+        os.kill(server.pid, signal.SIGINT)
+        server.wait(30)
+
+
+def json_of(error) -> dict:
+    import json
+
+    return json.loads(error.read().decode())

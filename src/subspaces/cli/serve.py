@@ -47,10 +47,21 @@ def serve_cmd(
     backend: BackendOpt = Backend.torch,
     precision: PrecisionOpt = Precision.fp32,
     threads: ThreadsOpt = None,
+    stay_up_on_error: Annotated[
+        bool,
+        typer.Option(
+            "--stay-up-on-error",
+            help="When the model, head or store fails to load, keep answering (503, /health says why) instead of "
+            "exiting with status 2.",
+        ),
+    ] = False,
 ) -> None:
     """Serve embeddings over HTTP: OpenAI's /v1/embeddings (with Matryoshka dimensions), /v1/similarity (with a
     condition under --head), /v1/search (with --store, and a condition under --head), /v1/models, /health, /metrics,
-    and a search page at /. See docs/serve.md."""
+    and a search page at /. See docs/serve.md.
+
+    The model loads after the server starts (/health says when). If it fails to load, the server stops and the
+    command exits with status 2, as a supervisor expects, unless --stay-up-on-error."""
     from subspaces.errors import SubspacesError
     from subspaces.models.registry import check_model
 
@@ -103,4 +114,17 @@ def serve_cmd(
         f"serving {settings.served_id!r} ({backend.value} {precision.value}) on http://{host}:{port} "
         "(the model loads now; GET /health says when)"
     )
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+    failures: list[str] = []
+    server: uvicorn.Server | None = None
+
+    def stop(reason: str) -> None:  # called from the loading thread
+        failures.append(reason)
+        if server is not None:
+            server.should_exit = True  # uvicorn's loop checks it every 0.1 s, then shuts down as on Ctrl-C
+
+    app = create_app(settings, on_load_failure=None if stay_up_on_error else stop)
+    config = uvicorn.Config(app, host=host, port=port, log_level="info", timeout_graceful_shutdown=5)
+    server = uvicorn.Server(config)
+    server.run()
+    if failures:
+        raise SubspacesError(f"loading failed, so the server stopped (--stay-up-on-error keeps it up): {failures[0]}")

@@ -50,9 +50,12 @@ class ApiError(HTTPException):
 class _State:
     """What the app holds once started: the engine and its batcher, or why they are not there (yet)."""
 
-    def __init__(self, settings: ServeSettings, engine: Engine | None) -> None:
+    def __init__(
+        self, settings: ServeSettings, engine: Engine | None, on_failure: Callable[[str], None] | None = None
+    ) -> None:
         self.settings = settings
         self.engine = engine
+        self.on_failure = on_failure
         self.batcher: Batcher | None = None
         self.failure: str | None = None
         self.metrics = Metrics(
@@ -63,18 +66,21 @@ class _State:
     def load(self) -> None:
         try:
             engine = self.engine or Engine(self.settings)
-        except Exception as exc:  # noqa: BLE001 - reported by /health and the log; the server keeps answering
-            self.failure = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - reported by /health, the log, and on_failure (the CLI exits)
+            self.failure = f"{type(exc).__name__}: {' '.join(str(exc).split())}"  # one line
             log.error("could not load the model: %s", self.failure)
+            if self.on_failure is not None:
+                self.on_failure(self.failure)
             return
         s = self.settings
         self.engine = engine
         self.batcher = Batcher(
-            engine.encode,
+            engine.forward,
             max_batch_tokens=s.max_batch_tokens,
             max_wait=s.max_wait_ms / 1000,
             max_queue=s.max_queue,
             on_batch=self.metrics.observe_batch,
+            join=engine.join,
         )  # set last: its presence means ready
 
     def ready(self) -> tuple[Engine, Batcher]:
@@ -85,10 +91,16 @@ class _State:
         return self.engine, self.batcher
 
 
-def create_app(settings: ServeSettings, *, engine: Engine | None = None) -> FastAPI:
+def create_app(
+    settings: ServeSettings, *, engine: Engine | None = None, on_load_failure: Callable[[str], None] | None = None
+) -> FastAPI:
     """The server's app. The model loads in a thread when the app starts (``/health`` says when it is ready);
-    pass ``engine`` to serve one already loaded (then it is ready as soon as it starts)."""
-    state = _State(settings, engine)
+    pass ``engine`` to serve one already loaded (then it is ready as soon as it starts).
+
+    A model (or head, or store) that fails to load leaves the app answering 503 with the reason, and calls
+    ``on_load_failure(reason)`` (from the loading thread): ``subspaces serve`` stops the server there, so that a
+    supervisor sees the exit instead of a server that can never serve."""
+    state = _State(settings, engine, on_load_failure)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -219,10 +231,12 @@ def create_app(settings: ServeSettings, *, engine: Engine | None = None) -> Fast
 
 
 async def _encode(engine: Engine, batcher: Batcher, texts: list[str], timeout: float) -> tuple[np.ndarray, int]:
-    """Full-size rows of ``texts`` through the batcher, and the tokens they cost."""
-    tokens = await run_in_threadpool(engine.token_counts, texts)  # tokenising a large request is not the loop's job
+    """Full-size rows of ``texts`` through the batcher, and the tokens they cost: tokenised once, here, and the
+    same tokens both counted and encoded."""
+    tokenized = await run_in_threadpool(engine.tokenize, texts)  # tokenising a large request is not the loop's job
+    tokens = tokenized.counts
     try:
-        future = batcher.encode(texts, tokens)
+        future = batcher.encode(tokenized.inputs, tokens)
     except QueueFull as exc:
         raise ApiError(
             503, f"the server is busy ({exc}); retry shortly", "server_error", **{"Retry-After": "1"}

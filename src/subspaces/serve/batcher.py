@@ -30,7 +30,7 @@ class QueueFull(Exception):
 
 @dataclass
 class _Encode:
-    texts: list[str]
+    inputs: Any  # the texts, or their tokens (what ``join`` takes)
     tokens: list[int]  # per text, as the model reads it (truncated)
     future: Future = field(default_factory=Future)
     arrived: float = field(default_factory=time.monotonic)
@@ -58,11 +58,13 @@ class Batcher:
     """Coalesce :meth:`encode` jobs into calls of ``encode_fn`` on one worker thread.
 
     Args:
-        encode_fn: texts -> a 2-D array (one row per text, in order).
+        encode_fn: a batch's joined inputs -> a 2-D array (one row per text, in order).
         max_batch_tokens: bound of a batch's padded size; a single job above it runs alone.
         max_wait: seconds the first job of a batch waits for others to join.
         max_queue: jobs that may wait; :meth:`encode` and :meth:`call` raise :class:`QueueFull` beyond it.
         on_batch: called after every forward pass (from the worker thread).
+        join: the inputs of a batch's jobs -> ``encode_fn``'s input; by default the jobs' lists of texts, chained.
+            The server's jobs carry tokens (each request is tokenised once, in its own thread), joined by padding.
     """
 
     def __init__(
@@ -73,8 +75,10 @@ class Batcher:
         max_wait: float,
         max_queue: int,
         on_batch: Callable[[BatchInfo], None] | None = None,
+        join: Callable[[list[Any]], Any] | None = None,
     ) -> None:
         self.encode_fn = encode_fn
+        self.join = join or _chain
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait
         self.max_queue = max_queue
@@ -90,9 +94,10 @@ class Batcher:
         """Jobs waiting (not counting the batch being computed)."""
         return len(self._queue)
 
-    def encode(self, texts: Sequence[str], tokens: Sequence[int]) -> Future:
-        """Queue ``texts`` (with their token counts); the future's result is their rows, in order."""
-        return self._put(_Encode(list(texts), list(tokens)))
+    def encode(self, inputs: Any, tokens: Sequence[int]) -> Future:
+        """Queue ``inputs`` (texts, or what ``join`` takes) with their token counts, one per text; the future's
+        result is their rows, in order."""
+        return self._put(_Encode(inputs, list(tokens)))
 
     def call(self, fn: Callable[[], Any]) -> Future:
         """Queue ``fn`` to run alone on the worker thread; the future's result is its return value."""
@@ -132,7 +137,7 @@ class Batcher:
     def _gather(self, first: _Encode) -> list[_Encode]:
         """``first`` and the encoding jobs behind it that fit the budget, waiting until ``max_wait`` after it came."""
         batch = [first]
-        texts, longest = len(first.texts), max(first.tokens, default=0)
+        texts, longest = len(first.tokens), max(first.tokens, default=0)
         deadline = first.arrived + self.max_wait
         with self._cond:
             while True:
@@ -140,7 +145,7 @@ class Batcher:
                     self._cond.wait(left)
                 if not self._queue or not isinstance(nxt := self._queue[0], _Encode):
                     return batch
-                grown_texts, grown_longest = texts + len(nxt.texts), max(longest, *nxt.tokens, 0)
+                grown_texts, grown_longest = texts + len(nxt.tokens), max(longest, *nxt.tokens, 0)
                 if grown_texts * grown_longest > self.max_batch_tokens:
                     return batch
                 self._queue.popleft()
@@ -152,10 +157,10 @@ class Batcher:
         live = [job for job in batch if job.future.set_running_or_notify_cancel()]
         if not live:
             return
-        texts = [t for job in live for t in job.texts]
+        texts = sum(len(job.tokens) for job in live)
         start = time.perf_counter()
         try:
-            rows = self.encode_fn(texts)
+            rows = self.encode_fn(self.join([job.inputs for job in live]))
         except Exception as exc:  # noqa: BLE001 - every waiting caller gets the error; the worker lives on
             for job in live:
                 job.future.set_exception(exc)
@@ -165,15 +170,19 @@ class Batcher:
         # (counting after raced with the next request's read of them).
         if self.on_batch is not None:
             tokens = [n for job in live for n in job.tokens]
-            info = BatchInfo(len(live), len(texts), sum(tokens), len(texts) * max(tokens, default=0), seconds)
+            info = BatchInfo(len(live), texts, sum(tokens), texts * max(tokens, default=0), seconds)
             try:
                 self.on_batch(info)
             except Exception:  # a broken metrics hook must not strand the callers or the worker
                 logger.exception("the batch hook failed")
         offset = 0
         for job in live:
-            job.future.set_result(rows[offset : offset + len(job.texts)])
-            offset += len(job.texts)
+            job.future.set_result(rows[offset : offset + len(job.tokens)])
+            offset += len(job.tokens)
+
+
+def _chain(parts: list[Any]) -> list[Any]:
+    return [item for part in parts for item in part]
 
 
 def _settle(future: Future, fn: Callable[[], Any]) -> None:

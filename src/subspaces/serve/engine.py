@@ -1,22 +1,34 @@
 """The loaded model (and optional Hyper-CL head and store) and the computations the routes ask of it.
 
 Everything here runs on the batcher's worker thread or in a route's thread pool, never on the event loop.
-Embeddings come out of :func:`subspaces.models.encoder.encode` at full dimension, unnormalised, so each request
-truncates (Matryoshka) and normalises its own rows: the served rows are ``encode(..., normalize=True,
-truncate_dim=d)``'s.
+A request's texts are tokenised once, in its own thread (:meth:`Engine.tokenize`): the token counts that size
+batches and usage are read off the same tensors the worker then joins with other requests' and runs
+(:meth:`Engine.forward`). Rows come out as :func:`subspaces.models.encoder.encode` gives them, at full dimension
+and unnormalised, so each request truncates (Matryoshka) and normalises its own rows: the served rows are
+``encode(..., normalize=True, truncate_dim=d)``'s.
 """
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from subspaces.errors import DimensionError, SubspacesError
 from subspaces.serve.settings import ServeSettings
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    """A request's texts as the model will read them, tokenised once: ``inputs`` go to the batcher (which joins
+    several requests' into one batch, :meth:`Engine.join`) and ``counts`` (tokens per text, after truncation)
+    size the batch and the usage."""
+
+    inputs: Any
+    counts: list[int]
 
 
 class Engine:
@@ -30,11 +42,6 @@ class Engine:
         self.model = load_encoder(settings.model, device=settings.device)
         self.model.eval()
         self.dim = int(self.model.get_embedding_dimension() or 0)
-        # A fast tokenizer keeps its truncation and padding settings in shared state that each call resets: counting
-        # beside the worker's encoding would unpad its batches. So counting has its own copy, one call at a time.
-        tokenizer = getattr(self.model, "tokenizer", None)
-        self._counter = copy.deepcopy(tokenizer) if callable(tokenizer) else None
-        self._counter_lock = threading.Lock()
         self.tri: Any | None = None
         if settings.head is not None:
             from subspaces.models.triencoder import TriEncoder
@@ -51,24 +58,96 @@ class Engine:
             # hash): an fp32 graph gives the same vectors to ~1e-6, an int8 one queries fp32 rows a little less well.
             space.model.check(ModelFingerprint.of(self.model, settings.model), what=f"--model {settings.model}")
         with_backend(self.model, settings.backend, settings.precision)
+        # A fast tokenizer keeps its truncation and padding settings in shared state that each call resets, so
+        # request threads tokenise one at a time; the worker only pads and runs the network, never tokenises.
+        self._tokenizer_lock = threading.Lock()
+        self._padding = self._padding_of_features()
+
+    # --- tokenise once (request threads), encode (the worker) ---------------------------------------------------
+    def tokenize(self, texts: Sequence[str]) -> Tokenized:
+        """``texts`` tokenised as ``encode`` would (the model's own preprocessing, truncated at its length), and
+        their token counts read off the attention mask: one tokenisation serves counting and encoding.
+
+        A model whose inputs are not padded token tensors (a static embedding, or one with a default prompt) keeps
+        its texts, which the worker encodes whole; its counts are words (it reads every one)."""
+        texts = list(texts)
+        if self._padding is None:
+            return Tokenized(texts, [max(1, len(t.split())) for t in texts])
+        with self._tokenizer_lock:
+            features = self.model.preprocess(texts)
+        return Tokenized(features, [int(n) for n in features["attention_mask"].sum(dim=1).tolist()])
+
+    def join(self, parts: list[Any]) -> Any:
+        """Several requests' ``inputs`` as one batch: token tensors padded to the longest row and stacked."""
+        if self._padding is None:
+            return [t for part in parts for t in part]
+        if len(parts) == 1:
+            return parts[0]
+        import torch
+        import torch.nn.functional as F
+
+        pad_id, left = self._padding
+        width = max(int(part["attention_mask"].shape[1]) for part in parts)
+        joined: dict[str, Any] = {}
+        for key, first in parts[0].items():
+            if not _is_rows(first):
+                joined[key] = first  # what every request shares ("modality": "text")
+                continue
+            value = pad_id if key == "input_ids" else 0
+            padded = []
+            for part in parts:
+                short = width - int(part[key].shape[1])
+                padded.append(F.pad(part[key], (short, 0) if left else (0, short), value=value))
+            joined[key] = torch.cat(padded)
+        return joined
+
+    def forward(self, inputs: Any) -> np.ndarray:
+        """Full-dimension, unnormalised rows of a joined batch in one forward pass (the batcher's ``encode_fn``):
+        what :func:`subspaces.models.encoder.encode` gives for the same texts."""
+        import torch
+
+        from subspaces.models.encoder import check_finite, encode
+
+        if self._padding is None:
+            with torch.inference_mode():
+                return encode(self.model, inputs, batch_size=max(1, len(inputs)), normalize=False)
+        device = self.model.device
+        features = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        with torch.inference_mode():
+            rows = self.model(features)["sentence_embedding"]
+        if self.model.truncate_dim:  # as sentence-transformers' encode applies a model's own truncation
+            rows = rows[:, : self.model.truncate_dim]
+        rows = rows.float().cpu()
+        check_finite(rows, "encoded embeddings")
+        return rows.numpy()
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:
         """Tokens the model reads of each text (after truncation at its ``max_seq_length``)."""
-        limit = self.model.max_seq_length
-        if self._counter is None or not isinstance(limit, int):  # a static embedding: no limit, its own tokenizer
-            return [max(1, len(t.split())) for t in texts]
-        with self._counter_lock:
-            ids = self._counter(list(texts), truncation=True, max_length=limit, verbose=False)["input_ids"]
-        return [len(i) for i in ids]
+        return self.tokenize(texts).counts
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        """Full-dimension, unnormalised rows of ``texts`` in one forward pass (the batcher's ``encode_fn``)."""
+        """Full-dimension, unnormalised rows of ``texts`` in one forward pass."""
+        return self.forward(self.tokenize(texts).inputs)
+
+    def _padding_of_features(self) -> tuple[int, bool] | None:
+        """(pad id, pads on the left) when the model's preprocessing gives padded token rows that requests can be
+        joined from; None for anything else (then the worker encodes texts)."""
         import torch
 
-        from subspaces.models.encoder import encode
-
-        with torch.inference_mode():
-            return encode(self.model, texts, batch_size=max(1, len(texts)), normalize=False)
+        tokenizer = getattr(self.model, "tokenizer", None)
+        if getattr(self.model, "default_prompt_name", None) or not callable(tokenizer):
+            return None
+        try:
+            probe = self.model.preprocess(["a", "a b c d"])
+        except Exception:  # noqa: BLE001 - a model that cannot preprocess plain texts: the texts path
+            return None
+        rows = [v for v in probe.values() if isinstance(v, torch.Tensor)]
+        if "input_ids" not in probe or "attention_mask" not in probe or not all(_is_rows(v, 2) for v in rows):
+            return None
+        if not all(isinstance(v, (torch.Tensor, str)) for v in probe.values()):
+            return None
+        pad_id = getattr(tokenizer, "pad_token_id", None)
+        return (int(pad_id or 0), getattr(tokenizer, "padding_side", "right") == "left")
 
     def check_dimensions(self, dimensions: int | None) -> None:
         if dimensions is not None and not 0 < dimensions <= self.dim:
@@ -108,3 +187,10 @@ def truncate_rows(rows: np.ndarray, dimensions: int | None) -> np.ndarray:
     from subspaces.models.encoder import truncate_and_normalize
 
     return truncate_and_normalize(torch.from_numpy(np.ascontiguousarray(rows)), dimensions).numpy()
+
+
+def _is_rows(value: Any, rows: int | None = None) -> bool:
+    """Whether ``value`` is a 2-D tensor (of ``rows`` rows): one padded row of tokens per text."""
+    import torch
+
+    return isinstance(value, torch.Tensor) and value.dim() == 2 and (rows is None or value.shape[0] == rows)
