@@ -173,9 +173,12 @@ def test_a_pca_funnel_keeps_exact_scores_and_shortlists_better_than_raw_coordina
     def overlap(found):
         return np.mean([len(set(a["ids"]) & set(b["ids"])) / 5 for a, b in zip(exact, found, strict=True)])
 
-    raw = made.search(queries, k=5, model=encoder, dims=4, shortlist=4)
+    raw = made.search(queries, k=5, model=encoder, dims=4, shortlist=4, basis="model")
     pca = made.search(queries, k=5, model=encoder, dims=4, shortlist=4, basis="pca")
     assert overlap(pca) > 0.9 and overlap(raw) < 0.5, (overlap(pca), overlap(raw))
+    # a model not trained for truncation: --dims reads the principal axes unless told otherwise (issue 52 item 5)
+    default = made.search(queries, k=5, model=encoder, dims=4, shortlist=4)
+    assert [r.ids for r in default] == [r.ids for r in pca]
     with pytest.raises(SubspacesError, match="basis"):
         made.search(queries, k=5, model=encoder, dims=4, basis="svd")
 

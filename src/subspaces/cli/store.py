@@ -1,16 +1,16 @@
-"""``subspaces store create|add|info|index|search|migrate|repair``: a vector store in a LanceDB folder."""
+"""``subspaces store create|add|import|export|delete|info|index|search|migrate|repair``: a LanceDB vector store."""
 
 from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from subspaces.cli.common import DeviceOpt, ThreadsOpt, console, show, table, user_errors
+from subspaces.cli.common import DeviceOpt, ThreadsOpt, console, echo, show, table, user_errors
 from subspaces.cli.core import Backend, BackendOpt, Precision, PrecisionOpt
-from subspaces.cli.groups import app
+from subspaces.cli.groups import Command, app
 from subspaces.cli.search import Basis
 
 store_app = typer.Typer(
@@ -21,16 +21,39 @@ app.add_typer(store_app, name="store")
 
 DirArg = Annotated[Path, typer.Argument(help="The store's folder.")]
 RESUME = "every batch already written is committed whole; rerun the same command to add the rest"
-RayOpt = Annotated[bool, typer.Option("--ray", help="Encode on Ray Data: a local runtime, or --ray-address.")]
+RayOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--ray",
+        metavar="[ADDRESS]",
+        help="Encode on Ray Data. --ray alone: a local runtime, stopped with this command (also when it is killed); "
+        "--ray auto, HOST:PORT or ray://HOST:PORT: that cluster, checked to answer within 5 s before anything runs.",
+        show_default=False,
+    ),
+]
 RayAddressOpt = Annotated[
     Optional[str],
-    typer.Option(help="A Ray cluster to run on (e.g. auto, ray://head:10001); implies --ray.", show_default=False),
+    typer.Option(help="Deprecated, goes in the next release: write --ray ADDRESS.", show_default=False),
 ]
 ActorsOpt = Annotated[Optional[int], typer.Option(help="With --ray: encoder actors (default: one per CPU).")]
 
 
-def _ray(ray: bool, address: Optional[str]) -> bool | str:
-    return address or ray
+def _ray(ray: Optional[str], address: Optional[str]) -> bool | str:
+    """What --ray [ADDRESS] asks for, its cluster checked now (also when there turns out to be nothing to do)."""
+    from subspaces.store.scaleout import choose
+
+    return choose(ray, address, note=lambda text: echo(text, label="note:", style="yellow"))
+
+
+class RayCommand(Command):
+    """A command whose ``--ray`` takes an optional value: bare (last, or before another option) it means a local
+    runtime. typer's parser has no optional option values, so the bare form is completed here before parsing."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        bare = {i for i, a in enumerate(args) if a == "--ray" and (i + 1 == len(args) or args[i + 1].startswith("-"))}
+        end = args.index("--") if "--" in args else len(args)
+        completed = [x for i, a in enumerate(args) for x in ((a, "local") if i in bare and i < end else (a,))]
+        return super().parse_args(ctx, completed)
 
 
 def _open(store: Path, device: str, backend: Backend, precision: Precision):
@@ -56,6 +79,15 @@ BasisOpt = Annotated[
         "axes (pca: any model; the same full-dimension scores)."
     ),
 ]
+SearchBasisOpt = Annotated[
+    Optional[Basis],
+    typer.Option(
+        help="With --dims: whose first DIMS axes to read: the model's (a Matryoshka model) or the store's principal "
+        "axes (pca: any model; the same full-dimension scores). Default: model for a model trained for truncation "
+        "(Matryoshka), else pca.",
+        show_default=False,
+    ),
+]
 
 
 @store_app.command("create")
@@ -76,7 +108,7 @@ def create_cmd(
     )
 
 
-@store_app.command("add")
+@store_app.command("add", cls=RayCommand)
 @user_errors(interrupted=RESUME)
 def add_cmd(
     store: DirArg,
@@ -101,7 +133,7 @@ def add_cmd(
     ] = False,
     batch_size: Annotated[int, typer.Option(help="Texts per encoder batch.")] = 64,
     write_batch: Annotated[int, typer.Option(help="Rows per committed write (and per Ray block).")] = 1024,
-    ray: RayOpt = False,
+    ray: RayOpt = None,
     ray_address: RayAddressOpt = None,
     actors: ActorsOpt = None,
     device: DeviceOpt = "cpu",
@@ -260,6 +292,16 @@ def search_cmd(
     queries: Annotated[
         Optional[Path], typer.Option(help="A file of queries, one a line (result i answers line i; no blank lines).")
     ] = None,
+    query_vectors: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Query vectors (.npy, rows x the space's dimension) instead of texts: any space, foreign too."
+        ),
+    ] = None,
+    where: Annotated[
+        Optional[str],
+        typer.Option(help="SQL filter on the rows, applied before the top k, e.g. \"lang = 'en' AND year > 2020\"."),
+    ] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the results to this JSON file.")] = None,
     k: Annotated[int, typer.Option("-k", help="Results per query.")] = 10,
     dims: Annotated[Optional[int], typer.Option(help="Search the first DIMS coordinates (Matryoshka prefix).")] = None,
@@ -269,8 +311,17 @@ def search_cmd(
     shortlist: Annotated[
         Optional[int], typer.Option(help="Funnel candidates per query, as a multiple of k (default 10: 10 x k).")
     ] = None,
-    basis: BasisOpt = Basis.model,
+    basis: SearchBasisOpt = None,
     ann: Annotated[bool, typer.Option("--ann", help="Use the store's ANN index (`store index`).")] = False,
+    refine_factor: Annotated[
+        Optional[int],
+        typer.Option(
+            min=0,
+            help="With --ann: re-rank REFINE_FACTOR x k of the index's candidates by their full vectors (0: none). "
+            "Default: 4.",
+            show_default=False,
+        ),
+    ] = None,
     quantized: Annotated[
         bool, typer.Option("--quantized", help="Search the quantized copy (`store index --quantize`).")
     ] = False,
@@ -299,11 +350,15 @@ def search_cmd(
     threads: ThreadsOpt = None,
 ) -> None:
     """The nearest rows of QUERY, or of each line of --queries (results in query order)."""
+    import numpy as np
+
     from subspaces.errors import SubspacesError
     from subspaces.io import check_writable, read_queries, save_json
 
-    if (query is None) == (queries is None):
-        raise SubspacesError("give one QUERY or --queries FILE")
+    if sum(x is not None for x in (query, queries, query_vectors)) != 1:
+        raise SubspacesError("give one QUERY, --queries FILE or --query-vectors FILE.npy")
+    if refine_factor is not None and not ann:
+        raise SubspacesError("--refine-factor re-ranks the ANN index's candidates: give --ann too, or drop it")
     if shortlist is not None and (dims is None or rerank is Rerank.none):
         raise SubspacesError("--shortlist sizes the funnel's shortlist: give --dims (with --rerank full), or drop it")
     if rescore is not None and not quantized:
@@ -311,24 +366,36 @@ def search_cmd(
     if json_path is not None:
         check_writable(json_path, "--json")
     opened = _open(store, device, backend, precision)
-    texts = [query] if query is not None else read_queries(queries)  # type: ignore[arg-type]
-    results = opened.search(
-        texts,
-        k,
-        model=model,
-        dims=dims,
-        rerank=rerank.value,
-        shortlist=shortlist,
-        basis=basis.value,
-        ann=ann,
-        condition=condition,
-        head=head,
-        quantized=quantized,
-        rescore=(4 if rescore is None else rescore) or None,
-        batch_size=batch_size,
-    )
+    options = {
+        "dims": dims,
+        "rerank": rerank.value,
+        "shortlist": shortlist,
+        "basis": None if basis is None else basis.value,
+        "ann": ann,
+        "refine_factor": (4 if refine_factor is None else refine_factor) or None,
+        "where": where,
+        "condition": condition,
+        "head": head,
+        "quantized": quantized,
+        "rescore": (4 if rescore is None else rescore) or None,
+    }
+    if query_vectors is not None:
+        from subspaces.io import load_embeddings
+        from subspaces.store.search import unit_prefix
+
+        if model is not None:
+            raise SubspacesError("--model encodes text queries; --query-vectors are searched in the active space")
+        vectors = load_embeddings(query_vectors)
+        if not np.linalg.norm(vectors, axis=1).all():
+            raise SubspacesError(f"{query_vectors}: a zero query vector has no direction to search by")
+        results = opened.search_vectors(unit_prefix(vectors), k, **options)  # type: ignore[arg-type]
+        for i, result in enumerate(results):
+            result.query = f"vector {i}"
+    else:
+        texts = [query] if query is not None else read_queries(queries)  # type: ignore[arg-type]
+        results = opened.search(texts, k, model=model, batch_size=batch_size, **options)  # type: ignore[arg-type]
     if json_path is not None:
-        save_json(json_path, {"results": results})
+        save_json(json_path, {"results": [result.to_dict() for result in results]})
         console.print(f"wrote {len(results):,} results to {json_path}", highlight=False, markup=False)
         return
     for result in results[:20]:
@@ -338,7 +405,7 @@ def search_cmd(
         console.print(f"(first 20 of {len(results):,} queries shown; use --json OUT for all)")
 
 
-@store_app.command("migrate")
+@store_app.command("migrate", cls=RayCommand)
 @user_errors(interrupted="the fitted aligner and every mapped batch are kept; rerun the same command to finish")
 def migrate_cmd(
     store: DirArg,
@@ -361,7 +428,7 @@ def migrate_cmd(
         False
     ),
     seed: Annotated[int, typer.Option(help="Random seed (samples, the aligner).")] = 0,
-    ray: RayOpt = False,
+    ray: RayOpt = None,
     ray_address: RayAddressOpt = None,
     actors: ActorsOpt = None,
     device: DeviceOpt = "cpu",
@@ -450,3 +517,132 @@ def demo_cmd(
     ]
     for line in lines:
         console.print(line, highlight=False, markup=False, soft_wrap=True)  # unwrapped: the commands copy whole
+
+
+@store_app.command("import")
+@user_errors(interrupted="every batch already written is committed whole; rerun the same command to import the rest")
+def import_cmd(
+    store: DirArg,
+    vectors: Annotated[
+        Path,
+        typer.Option(
+            help="The vectors: .npy, .parquet, .arrow/.feather, .jsonl (each row an object), or a LanceDB database "
+            "folder with --table."
+        ),
+    ],
+    table_name: Annotated[
+        Optional[str], typer.Option("--table", help="With a LanceDB database: the table to import.")
+    ] = None,
+    ids: Annotated[Optional[Path], typer.Option(help="Ids, one a line (.txt, or .jsonl of JSON strings).")] = None,
+    texts: Annotated[
+        Optional[Path], typer.Option(help="Texts, one a line (.txt; .jsonl of JSON strings or null); optional.")
+    ] = None,
+    metadata: Annotated[Optional[Path], typer.Option(help="Metadata, one JSON object (or null) a line.")] = None,
+    model: Annotated[
+        Optional[str],
+        typer.Option(
+            "--model", "-m", help="The model that wrote the vectors (checked on a sample where texts are given)."
+        ),
+    ] = None,
+    foreign: Annotated[
+        Optional[str],
+        typer.Option(help="Instead of --model: a label for a model this machine cannot run (search by vector only)."),
+    ] = None,
+    dim: Annotated[
+        Optional[int], typer.Option("--dim", help="With --foreign: the dimension the vectors must have.")
+    ] = None,
+    vector_field: Annotated[
+        Optional[str], typer.Option(help="The vector column or field (default: vector, or a table's one list column).")
+    ] = None,
+    id_field: Annotated[str, typer.Option(help="The id column or field.")] = "id",
+    text_field: Annotated[str, typer.Option(help="The text column or field.")] = "text",
+    upsert: Annotated[
+        bool, typer.Option("--upsert", help="Replace the stored rows whose id is given with other content.")
+    ] = False,
+    batch_rows: Annotated[int, typer.Option(min=1, help="Rows read, checked and committed at a time.")] = 4096,
+    device: DeviceOpt = "cpu",
+    threads: ThreadsOpt = None,
+) -> None:
+    """Import vectors another tool wrote into the store (made if DIR is new), without encoding them.
+
+    The whole input is checked first (dimension, NaN/inf, zero vectors, repeated ids, lengths); nothing is written
+    unless all of it passes. Rerun after an interruption: only the missing rows are added."""
+    from subspaces.errors import SubspacesError
+    from subspaces.store.encoders import Runtime
+    from subspaces.store.transfer import import_vectors
+
+    if (model is None) == (foreign is None):
+        raise SubspacesError("declare the vectors' model: --model NAME_OR_FOLDER, or --foreign LABEL (one of them)")
+    if dim is not None and foreign is None:
+        raise SubspacesError("--dim declares a foreign model's dimension: give it with --foreign")
+    opened, report = import_vectors(
+        store,
+        vectors,
+        model=model,
+        foreign=foreign,
+        dimension=dim,
+        runtime=Runtime(device),
+        table=table_name,
+        ids=ids,
+        texts=texts,
+        metadata=metadata,
+        vector_field=vector_field,
+        id_field=id_field,
+        text_field=text_field,
+        upsert=upsert,
+        batch_rows=batch_rows,
+        progress=True,
+    )
+    replaced = f"replaced {report['replaced']:,}, " if "replaced" in report else ""
+    checked = (
+        f"; the declared model re-encodes their texts at mean cosine {report['mean_cosine']}"
+        if ("mean_cosine" in report)
+        else ""
+    )
+    console.print(
+        f"imported {report['added']:,} of {report['rows']:,} {report['dimension']}-d vectors, {replaced}skipped "
+        f"{report['skipped']:,} already in the store{checked}; {opened.count():,} rows in {store}",
+        highlight=False,
+        markup=False,
+    )
+
+
+@store_app.command("export")
+@user_errors
+def export_cmd(
+    store: DirArg,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output", "-o", help="F.parquet (id, text, vector, metadata) or F.npy (with F.ids/texts/metadata.jsonl)."
+        ),
+    ],
+    space: Annotated[Optional[str], typer.Option(help="The space to export (default: the active one).")] = None,
+    threads: ThreadsOpt = None,
+) -> None:
+    """Write every row of a space (ids, texts, metadata, vectors) to parquet or npy; `store import` reads it back."""
+    from subspaces.store import Store
+
+    report = Store.open(store).export(output, space=space)
+    console.print(
+        f"exported {report['rows']:,} {report['dimension']}-d rows of space {report['space']} to "
+        + ", ".join(report["files"]),
+        highlight=False,
+        markup=False,
+    )
+
+
+@store_app.command("delete")
+@user_errors(interrupted="each delete is committed whole; rerun the same command to delete the rest")
+def delete_cmd(
+    store: DirArg,
+    ids: Annotated[Path, typer.Option(help="The ids to delete, one a line.")],
+    threads: ThreadsOpt = None,
+) -> None:
+    """Delete rows by id from every space of the store (their quantized copies become stale). Needs no model."""
+    from subspaces.io import read_lines
+    from subspaces.store import Store
+
+    report = Store.open(store).delete(read_lines(ids))
+    missing = f" ({report['missing']:,} ids were not in the store)" if report["missing"] else ""
+    console.print(f"deleted {report['deleted']:,} rows{missing}", highlight=False, markup=False)

@@ -19,6 +19,17 @@ class ModelFingerprint:
     dimension: int
     pooler: str  # the modules after the transformer, e.g. "Pooling(mean)" or "Pooling(cls)+Dense"
     normalize: bool  # whether the stored vectors are unit length (cosine = inner product)
+    foreign: bool = False  # vectors of a model this machine cannot run (an import): searchable by vector only
+
+    @classmethod
+    def of_foreign(cls, label: str, dimension: int) -> ModelFingerprint:
+        """The record of imported vectors of a model that is not here (a retired hosted model, another tool's):
+        named by the user's ``label``, never equal to a model that can be loaded."""
+        if not label.strip():
+            raise SubspacesError("a foreign model needs a label (--foreign LABEL), e.g. the name of the model")
+        return cls(
+            name=label, weights=f"foreign:{label}", dimension=dimension, pooler="foreign", normalize=True, foreign=True
+        )
 
     @classmethod
     def of(cls, model: Any, name: str = "", *, normalize: bool = True) -> ModelFingerprint:
@@ -44,16 +55,18 @@ class ModelFingerprint:
                 dimension=int(data["dimension"]),
                 pooler=str(data["pooler"]),
                 normalize=bool(data["normalize"]),
+                foreign=bool(data.get("foreign", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SubspacesError(f"the store's model record is malformed ({exc!r})") from exc
 
     def matches(self, other: ModelFingerprint) -> bool:
-        return (self.weights, self.dimension, self.pooler, self.normalize) == (
+        return (self.weights, self.dimension, self.pooler, self.normalize, self.foreign) == (
             other.weights,
             other.dimension,
             other.pooler,
             other.normalize,
+            other.foreign,
         )
 
     def check(self, other: ModelFingerprint, what: str = "the query model") -> None:
@@ -71,6 +84,8 @@ class ModelFingerprint:
             )
 
     def label(self) -> str:
+        if self.foreign:
+            return f"{self.name} [foreign]"
         return f"{self.name or '<in-memory model>'} [{self.weights[:12]}]"
 
 

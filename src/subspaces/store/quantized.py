@@ -9,8 +9,9 @@ The codes are written first (:func:`subspaces.quantize.save_codes`) and ``copy.j
 commit, so an interrupted write leaves the old copy in use (or none). Rows are only ever appended to a store table,
 so a copy is current while the table holds as many rows as it encoded; an ``add`` since makes it stale, and a stale
 copy is refused rather than searched (a row missing from the codes could never be found). A new table version with
-the same rows (an ANN index build) keeps it current. The writes that move rows (``add --upsert``, ``store repair``)
-mark the copy stale first (:func:`invalidate`), since they can leave the row count as it was.
+the same rows (an ANN index build) keeps it current. The writes that move or remove rows (``add --upsert``, ``store
+delete``, ``store repair``, an import's upsert, typed metadata columns filled in) mark the copy stale first
+(:func:`invalidate`), since they can leave the row count as it was.
 
 Search reads the codes, and from the table only what it must: the ids and texts of the hits and, for binary codes
 rescored, the float vectors of the shortlisted rows. int8 is rescored against its dequantized codes (their error is
@@ -43,6 +44,7 @@ from subspaces.quantize import (
 
 if TYPE_CHECKING:
     from subspaces.store.core import Store
+    from subspaces.store.results import SearchResult
 
 FOLDER = "quantized"
 POINTER = "copy.json"
@@ -179,21 +181,43 @@ def _take(table: Any, rows: np.ndarray, columns: list[str]) -> Any:
     return data.take(back.ravel())
 
 
-def search_copy(store: Store, space: str, vectors: np.ndarray, k: int, rescore: int | None) -> list[dict[str, Any]]:
+class _Rows:
+    """``corpus`` rows at positions ``rows`` (a filter's matches): what the search of a subset of codes reads its
+    rescoring rows through."""
+
+    def __init__(self, corpus: Any, rows: np.ndarray) -> None:
+        self.corpus, self.rows, self.shape = corpus, rows, (len(rows), corpus.shape[1])
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        return self.corpus[self.rows[rows]]
+
+
+def search_copy(
+    store: Store, space: str, vectors: np.ndarray, k: int, rescore: int | None, *, where: str | None = None
+) -> list[SearchResult]:
     """The top ``k`` rows of each query vector by the space's quantized copy, rescored over ``rescore * k``
-    candidates (None: ranked by the quantized scores alone), as :meth:`Store.search_vectors` returns them."""
-    from subspaces.store.core import _lance_errors
+    candidates (None: ranked by the quantized scores alone), as :meth:`Store.search_vectors` returns them.
+    ``where``: only the rows that filter admits are ranked (their codes are taken before the top k)."""
+    from subspaces.store.core import _lance_errors, _result
 
     codes, kind, dim, cal = _current(store, space)
     table = store._table(space)
     with _lance_errors(f"{store.path}, space {space}"):
         # search reads its corpus only as corpus.shape and corpus[rows]: the table serves just the shortlist
         floats: Any = _TableVectors(table, len(codes), dim) if kind == "binary" and rescore is not None else None
+    admitted = None if where is None else store._matching(space, where)
+    if admitted is not None:
+        if not len(admitted):
+            return [_result(*(np.empty(0, dtype=object),) * 3, np.empty(0), np.empty(0, np.int64)) for _ in vectors]
+        codes = codes[admitted]
+        floats = None if floats is None else _Rows(floats, admitted)
+    with _lance_errors(f"{store.path}, space {space}"):
         scores, rows = search(vectors, codes, kind=kind, k=k, calibration=cal, rescore=rescore, corpus=floats, dim=dim)
-        hits = _take(table, rows.ravel(), ["id", "text"])
+        if admitted is not None:
+            rows = admitted[rows]
+        hits = _take(table, rows.ravel(), ["id", "text", "metadata"])
     ids = np.asarray(hits.column("id").to_pylist(), dtype=object).reshape(rows.shape)
     texts = np.asarray(hits.column("text").to_pylist(), dtype=object).reshape(rows.shape)
-    return [
-        {"ids": i.tolist(), "scores": s.astype(float).tolist(), "texts": t.tolist()}
-        for i, s, t in zip(ids, scores, texts, strict=True)
-    ]
+    metadata = np.asarray(hits.column("metadata").to_pylist(), dtype=object).reshape(rows.shape)
+    positions = np.arange(rows.shape[1])
+    return [_result(i, t, m, s, positions) for i, t, m, s in zip(ids, texts, metadata, scores, strict=True)]

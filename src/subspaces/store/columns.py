@@ -1,0 +1,123 @@
+"""Typed metadata columns: a metadata object's top-level scalar fields, as columns a ``where=`` filter reads.
+
+Every row keeps its whole metadata object as a JSON string (the ``metadata`` column, as stores have always had
+it). Beside it, each top-level field whose values are scalars (a string, an integer, a float or a boolean)
+becomes a column of its own, named as the field, typed on its first write: ``str`` -> string, ``int`` -> int64,
+``float`` (or a mix of int and float) -> float64, ``bool`` -> bool. Rows without the field hold null there. A
+later write whose value does not fit the column's type (a string in an int64 column) is refused before anything
+is written, as is one input that mixes types in one field: a column has one type, and a silently dropped value
+would make a filter miss the row. An int written into a float64 column is stored as a float.
+
+Fields that stay in the JSON only: nested objects and lists, null-only fields, and names that are no plain SQL
+identifier (letters, digits and ``_``, not starting with ``_`` or a digit) or are a column of the store's own
+(``id``, ``text``, ``vector``, ``metadata``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from subspaces.errors import DataError
+
+BASE = ("id", "text", "vector", "metadata")
+NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+TYPES = {"string": str, "int64": int, "double": float, "bool": bool}
+
+
+def parsed(value: Any) -> dict[str, Any] | None:
+    """A row's metadata as a dict (None when it has none); a JSON string is parsed."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None  # a metadata string that is no JSON (Store.add takes strings as given): JSON only
+    return value if isinstance(value, dict) else None
+
+
+def typed_name(name: str) -> bool:
+    """Whether a metadata field of this name gets a column of its own."""
+    return bool(NAME.match(name)) and name.lower() not in BASE
+
+
+def _kind(value: Any) -> str | None:
+    """The column type a scalar value asks for (None for null, nested values and values no column holds)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int64" if -(2**63) <= value < 2**63 else None
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, str):
+        return "string"
+    return None
+
+
+def infer(
+    rows: Iterable[dict[str, Any] | None],
+    known: dict[str, str],
+    new: dict[str, str] | None = None,
+    *,
+    where: str = "row",
+    first: int = 0,
+) -> dict[str, str]:
+    """The column types of the scalar fields of ``rows`` that the table's ``known`` columns (name -> Arrow type
+    name) lack, added to ``new`` (fields found by earlier calls, whose int type a float still widens); returns
+    ``new``. Refuses, naming the row (``first`` is the number of the first), a value that fits neither its
+    column nor the other values of its field."""
+    new = {} if new is None else new
+    for i, meta in enumerate(rows, first):
+        if not meta:
+            continue
+        for name, value in meta.items():
+            if not typed_name(name) or value is None:
+                continue
+            kind = _kind(value)
+            if kind is None:
+                if isinstance(value, int):
+                    raise DataError(f"{where} {i}: metadata field {name!r} holds {value}, beyond a 64-bit integer")
+                continue  # nested: kept in the JSON only
+            have = known.get(name) or new.get(name)
+            if have is None:
+                new[name] = kind
+            elif have != kind:
+                if have == "double" and kind == "int64":
+                    continue
+                if have == "int64" and kind == "double" and name not in known:
+                    new[name] = "double"  # ints and floats in one new field: a float column
+                    continue
+                raise DataError(
+                    f"{where} {i}: metadata field {name!r} holds a {type(value).__name__} ({value!r}); its column "
+                    f"holds {have} values: give that field one type (a typed column has one)"
+                )
+    return new
+
+
+def arrow_type(kind: str) -> Any:
+    import pyarrow as pa
+
+    return {"string": pa.string(), "int64": pa.int64(), "double": pa.float64(), "bool": pa.bool_()}[kind]
+
+
+def table_columns(schema: Any) -> dict[str, str]:
+    """The typed metadata columns of a table's Arrow schema (name -> type name)."""
+    return {f.name: str(f.type) for f in schema if f.name not in BASE}
+
+
+def column_values(metadata: Sequence[dict[str, Any] | None], name: str, kind: str) -> Any:
+    """The Arrow array of field ``name`` over ``metadata`` (null where a row lacks it or holds a nested value)."""
+    import pyarrow as pa
+
+    values = []
+    for meta in metadata:
+        value = meta.get(name) if meta else None
+        if value is not None and _kind(value) is None:
+            value = None
+        elif kind == "double" and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        values.append(value)
+    return pa.array(values, arrow_type(kind))

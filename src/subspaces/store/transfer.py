@@ -1,0 +1,725 @@
+"""Bring vectors into a store that it did not encode, and take every row out again: nothing is locked in.
+
+**Import** (:func:`import_vectors`, ``subspaces store import``) reads vectors another tool wrote: ``.npy`` (2-D,
+memory-mapped), ``.parquet`` / Arrow IPC (``.arrow``, ``.feather``; a vector column of fixed- or variable-size
+lists), JSON lines (``.jsonl``/``.ndjson``, each may be ``.gz``; one object a line) or a table of another LanceDB
+database (its folder and ``table``). In a table or JSON object, the vector is the field ``vector`` (or
+``vector_field``, or a table's only list column), the id ``id``, the text ``text``, and ``metadata`` (a JSON
+object or string) with every other field merged into the row's metadata. Ids, texts and metadata may come from
+side files instead: ids and texts one a line (``.txt``, or ``.jsonl`` of JSON strings, for texts that hold
+newlines; an empty text line, or null, is a row without a text), metadata as JSON lines of objects.
+
+The vectors' model is declared: ``model`` (a model that runs here: where texts are given, a sample of them is
+re-encoded and a mean cosine below ``min_cosine`` refuses the import, naming the cosine) or ``foreign`` (a label
+for a model this machine cannot run: the space is searchable by vector only). Vectors are scaled to unit length
+(the store searches by cosine); a row already of unit length within float32 rounding is kept bit for bit, so an
+export re-imported is the same store.
+
+**Validation first, then writing.** The input is read twice, in batches of ``batch_rows`` (bounded memory: the
+ids seen, for duplicates, are all an import keeps of the rows). The first pass checks everything and writes
+nothing: a wrong or mixed dimension, NaN/inf, a zero vector, a repeated id, ids/texts/metadata of another length
+than the vectors, a metadata field of two types, an unreadable file, and an id already stored with other content
+(refused unless ``upsert``) are each refused in one line. The second pass writes, one commit per batch, the rows
+the store lacks, exactly as :meth:`Store.add` does: a killed import, rerun, adds only what is missing, and a
+re-import of the same rows adds nothing. Without ids, a row's id is derived from its text
+(:func:`~subspaces.store.inputs.text_id`) or, without texts, from its unit vector's bytes.
+
+**Export** (:func:`export`, ``subspaces store export``) writes a space's rows as ``.parquet`` (columns id, text,
+vector, metadata) or ``.npy`` (the vectors, with ``.ids.jsonl``, ``.texts.jsonl`` and ``.metadata.jsonl`` beside
+it), streaming.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.store import columns
+from subspaces.store.inputs import text_id, unicode_problem, visible
+
+if TYPE_CHECKING:
+    from subspaces.store.core import Store
+
+BATCH_ROWS = 4096
+CHECK_ROWS = 64  # texts re-encoded to check a declared model
+MIN_COSINE = 0.95  # the mean cosine below which the declared model did not write these vectors
+TABLE_SUFFIXES = (".parquet", ".arrow", ".feather", ".ipc")
+JSON_SUFFIXES = (".jsonl", ".ndjson")
+UNIT = 1e-6  # a row whose length is 1 within this is kept as given (float32 rounding of a unit vector)
+
+
+@dataclass
+class Chunk:
+    """Consecutive input rows from ``first``: raw vectors and what the input gives beside them."""
+
+    first: int
+    vectors: np.ndarray
+    ids: list[str] | None = None
+    texts: list[str | None] | None = None
+    metadata: list[dict[str, Any] | None] | None = None
+
+
+def _base(path: Path) -> str:
+    return Path(path.name.lower().removesuffix(".gz")).suffix
+
+
+class Source:
+    """The rows of a vector input and its side files, readable more than once, batch by batch."""
+
+    def __init__(
+        self,
+        vectors: str | os.PathLike[str],
+        *,
+        table: str | None = None,
+        ids: str | os.PathLike[str] | None = None,
+        texts: str | os.PathLike[str] | None = None,
+        metadata: str | os.PathLike[str] | None = None,
+        vector_field: str | None = None,
+        id_field: str = "id",
+        text_field: str = "text",
+        batch_rows: int = BATCH_ROWS,
+    ) -> None:
+        if batch_rows < 1:
+            raise SubspacesError(f"batch_rows must be at least 1, got {batch_rows}")
+        self.path = Path(vectors)
+        self.table, self.vector_field, self.id_field, self.text_field = table, vector_field, id_field, text_field
+        self.side = {"ids": ids, "texts": texts, "metadata": metadata}
+        self.batch_rows = batch_rows
+        for _what, side in self.side.items():
+            if side is not None and not Path(side).is_file():
+                raise DataError("no such file" if not Path(side).exists() else "is a folder, not a file", side)
+        if self.table is None and self.path.is_dir():
+            names = sorted(p.name.removesuffix(".lance") for p in self.path.glob("*.lance"))
+            raise DataError(
+                f"is a folder: name the table of this LanceDB database to import (--table; it holds {', '.join(names)})"
+                if names
+                else "is a folder, not a vectors file or a LanceDB database",
+                self.path,
+            )
+        if self.table is None and not self.path.is_file():
+            raise DataError("no such file", self.path)
+        if self.table is None and _base(self.path) not in (".npy", *TABLE_SUFFIXES, *JSON_SUFFIXES):
+            raise DataError(
+                "is not a vectors file: give .npy, .parquet, .arrow/.feather, .jsonl or a LanceDB table", self.path
+            )
+
+    def label(self) -> str:
+        return f"{self.path}, table {self.table}" if self.table is not None else str(self.path)
+
+    def chunks(self) -> Iterator[Chunk]:
+        """The input's rows, ``batch_rows`` at a time, with the side files' rows beside them; refuses a side file
+        of another length than the vectors."""
+        sides = {what: _side_lines(Path(p), what) for what, p in self.side.items() if p is not None}
+        done = 0
+        for chunk in self._read():
+            n = len(chunk.vectors)
+            for what, lines in sides.items():
+                got = [value for _, value in zip(range(n), lines, strict=False)]
+                if len(got) < n:
+                    raise DataError(
+                        f"has {done + len(got):,} {what} for more vector rows: give one a row", self.side[what]
+                    )
+                if getattr(chunk, what) is not None:
+                    raise DataError(f"the vectors' input already holds {what}; give them once", self.side[what])
+                setattr(chunk, what, got)
+            done += n
+            yield chunk
+        for what, lines in sides.items():
+            if next(lines, None) is not None:
+                raise DataError(f"has more {what} than the {done:,} vector rows: give one a row", self.side[what])
+
+    def _read(self) -> Iterator[Chunk]:
+        if self.table is not None:
+            yield from self._lance()
+        elif _base(self.path) == ".npy":
+            yield from self._npy()
+        elif _base(self.path) in TABLE_SUFFIXES:
+            yield from self._arrow()
+        else:
+            yield from self._jsonl()
+
+    def _npy(self) -> Iterator[Chunk]:
+        try:
+            array = np.load(self.path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, EOFError, OSError) as exc:
+            raise DataError(f"not a readable .npy array: {exc or 'empty file'}", self.path) from None
+        if array.ndim != 2:
+            raise DimensionError(f"{self.path}: expected a 2-D array (rows x dims), got shape {array.shape}")
+        if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
+            raise DataError(f"holds {array.dtype} values, not numbers", self.path)
+        for start in range(0, len(array), self.batch_rows):
+            yield Chunk(start, np.asarray(array[start : start + self.batch_rows], dtype=np.float32))
+
+    def _arrow(self) -> Iterator[Chunk]:
+        import pyarrow as pa
+        import pyarrow.dataset as ds
+
+        fmt = "parquet" if _base(self.path) == ".parquet" else "ipc"
+        try:
+            dataset = ds.dataset(self.path, format=fmt)
+            first = 0
+            for batch in dataset.to_batches(batch_size=self.batch_rows):
+                if batch.num_rows:
+                    yield self._record(batch, first)
+                    first += batch.num_rows
+        except (pa.ArrowException, OSError) as exc:
+            raise DataError(f"not a readable {fmt} file: {_first_line(exc)}", self.path) from None
+
+    def _lance(self) -> Iterator[Chunk]:
+        import lancedb
+        import pyarrow as pa
+
+        try:
+            table = lancedb.connect(str(self.path)).open_table(self.table)
+            reader = table.search().limit(None).to_batches(self.batch_rows)
+            first = 0
+            for batch in reader:
+                if batch.num_rows:
+                    yield self._record(batch, first)
+                    first += batch.num_rows
+        except (pa.ArrowException, OSError, ValueError, RuntimeError) as exc:
+            if isinstance(exc, SubspacesError):
+                raise
+            raise DataError(
+                f"cannot read table {self.table!r} of this LanceDB database: {_first_line(exc)}", self.path
+            ) from None
+
+    def _record(self, batch: Any, first: int) -> Chunk:
+        """A record batch as a chunk: its vector column, id, text and metadata (the other columns merged in)."""
+        names = [n for n in batch.schema.names if not n.startswith("_") and not n.startswith("__index_level")]
+        vector = self.vector_field
+        if vector is None:
+            lists = [n for n in names if _is_list(batch.schema.field(n).type)]
+            vector = "vector" if "vector" in names else (lists[0] if len(lists) == 1 else None)
+            if vector is None:
+                raise DataError(
+                    f"no vector column: name it (--vector-field; the columns are {', '.join(names)})", self.label()
+                )
+        if vector not in names:
+            raise DataError(f"has no column {vector!r} (it has {', '.join(names)})", self.label())
+        column = batch.column(vector)
+        if not _is_list(column.type):
+            raise DataError(f"column {vector!r} holds {column.type}, not lists of numbers", self.label())
+        chunk = Chunk(first, _list_vectors(column, self.label(), first))
+        if self.id_field in names:
+            chunk.ids = _ids(batch.column(self.id_field).to_pylist(), self.label(), first)
+        if self.text_field in names:
+            chunk.texts = batch.column(self.text_field).to_pylist()
+        rest = [n for n in names if n not in (vector, self.id_field, self.text_field)]
+        if rest:
+            values = {n: batch.column(n).to_pylist() for n in rest}
+            chunk.metadata = [_merged(values, i, self.label(), first) for i in range(batch.num_rows)]
+        return chunk
+
+    def _jsonl(self) -> Iterator[Chunk]:
+        from subspaces.io import open_text
+
+        label = self.label()
+        rows: list[dict[str, Any]] = []
+        first, line_no = 0, 0
+        try:
+            with open_text(self.path) as handle:
+                for line_no, line in enumerate(handle, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        record = json.loads(line)
+                    except ValueError as exc:
+                        raise DataError(f"not JSON ({exc})", label, line_no) from None
+                    if not isinstance(record, dict):
+                        raise DataError("a JSON line must be an object", label, line_no)
+                    rows.append(record)
+                    if len(rows) == self.batch_rows:
+                        yield self._records(rows, first)
+                        first, rows = first + len(rows), []
+        except UnicodeDecodeError as exc:
+            raise DataError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", label) from None
+        except (OSError, EOFError) as exc:
+            raise DataError(f"cannot read: {exc}", label) from None
+        if rows:
+            yield self._records(rows, first)
+
+    def _records(self, rows: list[dict[str, Any]], first: int) -> Chunk:
+        vector = self.vector_field or "vector"
+        label = self.label()
+        values = []
+        for i, row in enumerate(rows, first):
+            value = row.get(vector)
+            if not isinstance(value, list) or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in value
+            ):
+                raise DataError(f"row {i}: field {vector!r} is not a list of numbers", label)
+            values.append(value)
+        dims = {len(v) for v in values}
+        if len(dims) > 1:
+            first_dim = len(values[0])
+            row = next(i for i, v in enumerate(values) if len(v) != first_dim)
+            raise DimensionError(
+                f"{label}: row {first + row} holds {len(values[row])} numbers, row {first} {first_dim}"
+            )
+        chunk = Chunk(first, np.asarray(values, dtype=np.float64).astype(np.float32).reshape(len(values), -1))
+        if any(self.id_field in row for row in rows):
+            chunk.ids = _ids([row.get(self.id_field) for row in rows], label, first)
+        if any(self.text_field in row for row in rows):
+            chunk.texts = [row.get(self.text_field) for row in rows]
+        others = [
+            k
+            for k in dict.fromkeys(k for row in rows for k in row)
+            if k not in (vector, self.id_field, self.text_field)
+        ]
+        if others:
+            merged = {n: [row.get(n) for row in rows] for n in others}
+            chunk.metadata = [_merged(merged, i, label, first) for i in range(len(rows))]
+        return chunk
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _is_list(kind: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+
+
+def _list_vectors(column: Any, label: str, first: int) -> np.ndarray:
+    """A list column as float32 rows; refuses a null row, a row of another length, values that are no numbers."""
+    import pyarrow as pa
+
+    if column.null_count:
+        row = first + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+        raise DataError(f"row {row}: the vector is null", label)
+    if not (pa.types.is_floating(column.type.value_type) or pa.types.is_integer(column.type.value_type)):
+        raise DataError(f"the vectors hold {column.type.value_type} values, not numbers", label)
+    if pa.types.is_fixed_size_list(column.type):
+        lengths = np.full(len(column), column.type.list_size)
+    else:
+        lengths = np.diff(column.offsets.to_numpy())
+    if len(lengths) and (lengths != lengths[0]).any():
+        row = int(np.flatnonzero(lengths != lengths[0])[0])
+        raise DimensionError(f"{label}: row {first + row} holds {lengths[row]} numbers, row {first} {lengths[0]}")
+    values = column.flatten().to_numpy(zero_copy_only=False)
+    if values.dtype == object:  # nulls inside a vector
+        raise DataError("a vector holds a null value", label)
+    return np.asarray(values, dtype=np.float32).reshape(len(column), int(lengths[0]) if len(lengths) else 0)
+
+
+def _ids(values: list[Any], label: str, first: int) -> list[str]:
+    out = []
+    for i, value in enumerate(values, first):
+        if isinstance(value, bool) or not isinstance(value, (str, int)) or (isinstance(value, str) and not value):
+            raise DataError(f"row {i}: the id {value!r} is not a non-empty string or an integer", label)
+        out.append(str(value))
+    return out
+
+
+def _merged(values: dict[str, list[Any]], i: int, label: str, first: int) -> dict[str, Any] | None:
+    """Row ``i``'s metadata: its ``metadata`` field (an object, or JSON of one) with the other fields over it."""
+    meta: dict[str, Any] = {}
+    for name, column in values.items():
+        value = column[i]
+        if name == "metadata":
+            if isinstance(value, str):
+                try:
+                    value = json.loads(value)
+                except ValueError:
+                    raise DataError(f"row {first + i}: metadata is not JSON", label) from None
+            if value is not None and not isinstance(value, dict):
+                raise DataError(f"row {first + i}: metadata is a {type(value).__name__}, not an object", label)
+            meta = (value or {}) | meta
+        elif value is not None:
+            meta[name] = value
+    return meta or None
+
+
+def _side_lines(path: Path, what: str) -> Iterator[Any]:
+    """A side file's values, one a line: ids and texts as text lines (``.jsonl``: JSON strings; a text may be
+    null), metadata as JSON objects (or null)."""
+    from subspaces.io import open_text
+
+    as_json = what == "metadata" or _base(path) in JSON_SUFFIXES
+    try:
+        with open_text(path) as handle:
+            for number, line in enumerate(handle, 1):
+                line = line.rstrip("\n").rstrip("\r")
+                if number == 1:
+                    line = line.removeprefix("\ufeff")
+                if not as_json:
+                    if what == "ids" and not line.strip():
+                        raise DataError("an empty id", path, number)
+                    yield (line or None) if what == "texts" else line
+                    continue
+                if not line.strip():
+                    raise DataError(f"a blank line; each line is one row's {what} (null for none)", path, number)
+                try:
+                    value = json.loads(line)
+                except ValueError as exc:
+                    raise DataError(f"not JSON ({exc})", path, number) from None
+                if what == "metadata" and value is not None and not isinstance(value, dict):
+                    raise DataError(f"metadata is a {type(value).__name__}, not an object", path, number)
+                if what == "ids" and (isinstance(value, bool) or not isinstance(value, (str, int)) or value == ""):
+                    raise DataError(f"the id {value!r} is not a non-empty string or an integer", path, number)
+                if what == "texts" and value is not None and not isinstance(value, str):
+                    raise DataError(f"the text is a {type(value).__name__}, not a string", path, number)
+                yield str(value) if what == "ids" else value
+    except UnicodeDecodeError as exc:
+        raise DataError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path) from None
+    except (OSError, EOFError) as exc:
+        raise DataError(f"cannot read: {exc}", path) from None
+
+
+def unit(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (float32); a row already of unit length within float32 rounding is kept as given
+    (so a store's own vectors, exported and imported, are the same bits)."""
+    x = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(x.astype(np.float64), axis=1)
+    scaled = (x.astype(np.float64) / np.maximum(norms, 1e-300)[:, None]).astype(np.float32)
+    keep = np.abs(norms - 1.0) <= UNIT
+    scaled[keep] = x[keep]
+    return scaled
+
+
+@dataclass
+class _Rows:
+    """One validated chunk, as the store will hold it."""
+
+    first: int
+    ids: list[str]
+    texts: list[str | None]
+    vectors: np.ndarray  # unit rows
+    metadata: list[str | None]  # JSON strings
+    parsed: list[dict[str, Any] | None]
+
+
+@dataclass
+class Plan:
+    """What the validating pass found: rows, dimension, new typed columns, ids stored with other content."""
+
+    rows: int = 0
+    dimension: int | None = None
+    derived: str = "given"  # where ids came from: given, text or vector
+    texts: int = 0  # rows with a text
+    columns: dict[str, str] = field(default_factory=dict)
+    stored: int = 0  # rows whose id the store holds
+    changed: set[str] = field(default_factory=set)  # ...with other content
+    sample: tuple[list[str], list[np.ndarray]] = field(default_factory=lambda: ([], []))
+
+
+def _rows(chunk: Chunk, label: str, dimension: int | None) -> _Rows:
+    """``chunk`` checked and made into store rows (refusing what a store cannot hold, naming the row)."""
+    x = chunk.vectors
+    if dimension is not None and x.shape[1] != dimension:
+        raise DimensionError(f"{label}: the vectors are {x.shape[1]}-d; {dimension}-d are expected here")
+    bad = ~np.isfinite(x).all(axis=1)
+    if bad.any():
+        raise DimensionError(f"{label}: row {chunk.first + int(np.flatnonzero(bad)[0])} holds NaN or inf")
+    norms = np.linalg.norm(x.astype(np.float64), axis=1)
+    if not norms.all():
+        row = chunk.first + int(np.flatnonzero(norms == 0)[0])
+        raise DimensionError(f"{label}: row {row} is a zero vector (it has no direction to search by)")
+    vectors = unit(x)
+    n = len(x)
+    texts: list[str | None] = list(chunk.texts) if chunk.texts is not None else [None] * n
+    for i, text in enumerate(texts):
+        if text is None:
+            continue
+        if not isinstance(text, str):
+            raise DataError(f"row {chunk.first + i}: the text is a {type(text).__name__}, not a string", label)
+        problem = unicode_problem(text)
+        if problem is not None:
+            raise DataError(f"row {chunk.first + i}: the text holds {problem}", label)
+        if not visible(text):
+            texts[i] = None  # nothing visible: a row without a text
+    parsed = list(chunk.metadata) if chunk.metadata is not None else [None] * n
+    strings: list[str | None] = []
+    for i, meta in enumerate(parsed):
+        problem = unicode_problem(meta) if meta is not None else None
+        if problem is not None:
+            raise DataError(f"row {chunk.first + i}: the metadata holds {problem}", label)
+        strings.append(None if meta is None else json.dumps(meta, ensure_ascii=False))
+    if chunk.ids is not None:
+        ids = list(chunk.ids)
+        for i, row_id in enumerate(ids):
+            problem = unicode_problem(row_id)
+            if problem is not None:
+                raise DataError(f"row {chunk.first + i}: the id holds {problem}", label)
+    elif chunk.texts is not None:
+        missing = [i for i, t in enumerate(texts) if t is None]
+        if missing:
+            raise DataError(
+                f"row {chunk.first + missing[0]} has no text to derive its id from: give ids (--ids)", label
+            )
+        ids = [text_id(t) for t in texts]  # type: ignore[arg-type]
+    else:
+        ids = [hashlib.sha256(v.tobytes()).hexdigest()[:16] for v in vectors]
+    return _Rows(chunk.first, ids, texts, vectors, strings, parsed)
+
+
+def _digest(text: str | None, meta: str | None, vector: np.ndarray) -> bytes:
+    h = hashlib.blake2b(digest_size=16)
+    for part in (text, meta):
+        h.update(b"\x00" if part is None else b"\x01" + part.encode("utf-8") + b"\x00")
+    h.update(np.asarray(vector, dtype=np.float32).tobytes())
+    return h.digest()
+
+
+def validate(
+    source: Source,
+    *,
+    dimension: int | None,
+    stored: set[str],
+    known: dict[str, str],
+    check_rows: int = CHECK_ROWS,
+) -> tuple[Plan, dict[str, bytes]]:
+    """The validating pass: every row checked, nothing written. Returns the plan and, for ids already stored, a
+    digest of the row's content (compared with the stored rows by :func:`changed`)."""
+    plan = Plan(dimension=dimension)
+    seen: set[str] = set()
+    overlap: dict[str, bytes] = {}
+    label = source.label()
+    for chunk in source.chunks():
+        if chunk.ids is None:
+            plan.derived = "text" if chunk.texts is not None else "vector"
+        rows = _rows(chunk, label, plan.dimension)
+        plan.dimension = rows.vectors.shape[1]
+        columns.infer(rows.parsed, known, plan.columns, where=f"{label}: row", first=chunk.first)
+        for i, row_id in enumerate(rows.ids):
+            if row_id in seen:
+                what = {"given": "id", "text": "text (its id)", "vector": "vector (its id)"}[plan.derived]
+                raise DataError(
+                    f"row {chunk.first + i} repeats the {what} {row_id!r} of an earlier row; ids must be unique", label
+                )
+            seen.add(row_id)
+            if row_id in stored:
+                overlap[row_id] = _digest(rows.texts[i], rows.metadata[i], rows.vectors[i])
+        texts, vectors = plan.sample
+        for i, text in enumerate(rows.texts):
+            if text is not None:
+                plan.texts += 1
+                if len(texts) < check_rows:
+                    texts.append(text)
+                    vectors.append(rows.vectors[i])
+        plan.rows += len(rows.ids)
+    if not plan.rows:
+        raise DataError("holds no rows", label)
+    plan.stored = len(overlap)
+    return plan, overlap
+
+
+def changed(store: Store, name: str, overlap: dict[str, bytes]) -> set[str]:
+    """The ids of ``overlap`` stored with another text, metadata or vector (read in batches)."""
+    from subspaces.store.core import _lance_errors, _vectors
+
+    if not overlap:
+        return set()
+    out: set[str] = set()
+    dim = store._space(name).model.dimension
+    table = store._table(name)
+    with _lance_errors(f"{store.path}, space {name}"):
+        reader = table.search().select(list(columns.BASE)).limit(None).to_batches(BATCH_ROWS)
+        for batch in reader:
+            ids = batch.column("id").to_pylist()
+            wanted = [i for i, row_id in enumerate(ids) if row_id in overlap]
+            if not wanted:
+                continue
+            texts, meta = batch.column("text").to_pylist(), batch.column("metadata").to_pylist()
+            vectors = _vectors(batch.column("vector"), dim)
+            for i in wanted:
+                if _digest(texts[i], meta[i], vectors[i]) != overlap[ids[i]]:
+                    out.add(ids[i])
+    return out
+
+
+def check_model(encoder: Any, plan: Plan, label: str, min_cosine: float) -> float | None:
+    """The mean cosine of a sample of rows with their texts re-encoded by ``encoder`` (None: no texts to check
+    by); refuses one below ``min_cosine``."""
+    from subspaces.models.encoder import encode
+
+    texts, vectors = plan.sample
+    if not texts:
+        return None
+    fresh = encode(encoder, texts, normalize=True)
+    if fresh.shape[1] != len(vectors[0]):
+        raise DimensionError(f"the declared model gives {fresh.shape[1]}-d vectors; these are {len(vectors[0])}-d")
+    cosine = float(np.mean(np.sum(fresh * np.stack(vectors), axis=1)))
+    if cosine < min_cosine:
+        raise DataError(
+            f"the declared model did not write these vectors: {len(texts)} of their texts re-encoded by it have a "
+            f"mean cosine of {cosine:.3f} with them ({min_cosine} at least expected); declare the model that did "
+            "(--model), or --foreign LABEL for one this machine cannot run",
+            label,
+        )
+    return cosine
+
+
+def write_rows(
+    store: Store, name: str, source: Source, plan: Plan, skip: set[str], replace: set[str], progress: bool
+) -> int:
+    """The writing pass: every row of ``source`` whose id is not in ``skip`` (or is in ``replace``), one commit a
+    batch; returns how many rows went in."""
+    from subspaces.progress import Progress
+    from subspaces.store.core import _batch
+
+    written = 0
+    dim = store._space(name).model.dimension
+
+    def blocks() -> Iterator[Any]:
+        nonlocal written
+        for chunk in source.chunks():
+            rows = _rows(chunk, source.label(), dim)
+            keep = [i for i, row_id in enumerate(rows.ids) if row_id not in skip or row_id in replace]
+            if not keep:
+                continue
+            written += len(keep)
+            yield _batch(
+                dim,
+                [rows.ids[i] for i in keep],
+                [rows.texts[i] for i in keep],
+                rows.vectors[keep],
+                [rows.metadata[i] for i in keep],
+            )
+
+    todo = plan.rows - len(skip - replace)
+    with Progress(
+        todo, f"store import: writing {todo:,} rows into {store.path.name}", unit="row", enabled=progress and todo > 0
+    ) as bar:
+        store._append(name, blocks(), bar, replace=replace)
+    return written
+
+
+def import_vectors(
+    path: str | os.PathLike[str],
+    vectors: str | os.PathLike[str],
+    *,
+    model: Any | None = None,
+    foreign: str | None = None,
+    dimension: int | None = None,
+    runtime: Any | None = None,
+    **options: Any,
+) -> tuple[Store, dict[str, Any]]:
+    """Import into the store at ``path``, making it first if there is none (for ``model``, or ``foreign`` vectors
+    of ``dimension``, default the input's). The store is made only once the input has been validated whole, so a
+    refused import leaves no store behind. Returns the store and :meth:`Store.import_vectors`'s report."""
+    from subspaces.store.core import Store
+    from subspaces.store.encoders import Runtime, load
+    from subspaces.store.manifest import MANIFEST
+
+    folder = Path(path)
+    runtime = runtime or Runtime()
+    if (folder / MANIFEST).is_file():
+        store = Store.open(folder, device=runtime.device, backend=runtime.backend, precision=runtime.precision)
+        return store, store.import_vectors(vectors, model=model, foreign=foreign, dimension=dimension, **options)
+    if (model is None) == (foreign is None):
+        raise SubspacesError("a new store needs the vectors' model: give model (it runs here) or foreign LABEL")
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise SubspacesError(f"{folder} already exists and is not a store or an empty folder")
+    source = _source(vectors, options)
+    encoder, fingerprint = (None, None) if model is None else load(model, None, runtime)
+    expected = fingerprint.dimension if fingerprint is not None else dimension
+    plan, _ = validate(
+        source, dimension=expected, stored=set(), known={}, check_rows=options.get("check_rows", CHECK_ROWS)
+    )
+    cosine = None
+    if encoder is not None:
+        cosine = check_model(encoder, plan, source.label(), options.get("min_cosine", MIN_COSINE))
+    assert plan.dimension is not None
+    from subspaces.store.fingerprint import ModelFingerprint
+
+    record = fingerprint if fingerprint is not None else ModelFingerprint.of_foreign(str(foreign), plan.dimension)
+    store = Store._make(folder, record, runtime)
+    if encoder is not None:
+        store._models[store.manifest.active] = encoder
+    report = store._import_planned(source, plan, set(), cosine, upsert=False, progress=options.get("progress", False))
+    return store, report
+
+
+def _source(vectors: Any, options: dict[str, Any]) -> Source:
+    keys = ("table", "ids", "texts", "metadata", "vector_field", "id_field", "text_field", "batch_rows")
+    return Source(vectors, **{k: options[k] for k in keys if options.get(k) is not None})
+
+
+def export(
+    store: Store, output: str | os.PathLike[str], *, space: str | None = None, batch_rows: int = 65_536
+) -> dict[str, Any]:
+    """Write every row of ``space`` (default: the active one) to ``output``: ``.parquet`` (id, text, vector as a
+    fixed-size list of float32, metadata as JSON), or ``.npy`` (the vectors) with ``<stem>.ids.jsonl``,
+    ``<stem>.texts.jsonl`` and ``<stem>.metadata.jsonl`` beside it (one JSON value a line). Streamed in batches;
+    each file is written under a temporary name and renamed when whole."""
+    from subspaces.io import atomic_path, check_writable
+    from subspaces.store.core import _lance_errors, _schema, _vectors
+
+    out = Path(output)
+    name = space or store.manifest.active
+    record = store._space(name).model
+    suffix = out.suffix.lower()
+    if suffix not in (".parquet", ".npy"):
+        raise SubspacesError(f"--output {out}: export writes .parquet or .npy")
+    check_writable(out, "--output")
+    table = store._table(name)
+    n = store.count(name)
+    dim = record.dimension
+
+    def batches() -> Iterator[Any]:
+        with _lance_errors(f"{store.path}, space {name}"):
+            yield from table.search().select(list(columns.BASE)).limit(None).to_batches(batch_rows)
+
+    if suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = _schema(dim)
+        with atomic_path(out) as tmp:
+            writer = pq.ParquetWriter(tmp, schema)
+            try:
+                for batch in batches():
+                    writer.write_table(pa.Table.from_batches([batch]).select(schema.names).cast(schema))
+            finally:
+                writer.close()
+        return {"space": name, "rows": n, "dimension": dim, "files": [str(out)]}
+    stem = out.with_suffix("")
+    sides = {what: Path(f"{stem}.{what}.jsonl") for what in ("ids", "texts", "metadata")}
+    for side in sides.values():
+        check_writable(side, "--output's side file")
+    with (
+        atomic_path(out) as tmp,
+        atomic_path(sides["ids"]) as ids_tmp,
+        atomic_path(sides["texts"]) as texts_tmp,
+        atomic_path(sides["metadata"]) as meta_tmp,
+    ):
+        array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, dim))
+        done = 0
+        with (
+            open(ids_tmp, "w", encoding="utf-8") as ids_f,
+            open(texts_tmp, "w", encoding="utf-8") as texts_f,
+            open(meta_tmp, "w", encoding="utf-8") as meta_f,
+        ):
+            for batch in batches():
+                rows = batch.num_rows
+                if done + rows > n:
+                    raise SubspacesError(f"{store.path}: rows were added during the export; run it again")
+                array[done : done + rows] = _vectors(batch.column("vector"), dim)
+                for row_id, text, meta in zip(
+                    batch.column("id").to_pylist(),
+                    batch.column("text").to_pylist(),
+                    batch.column("metadata").to_pylist(),
+                    strict=True,
+                ):
+                    ids_f.write(json.dumps(row_id, ensure_ascii=False) + "\n")
+                    texts_f.write(json.dumps(text, ensure_ascii=False) + "\n")
+                    meta_f.write((meta if meta is not None else "null") + "\n")
+                done += rows
+        array.flush()
+        del array
+        if done != n:
+            raise SubspacesError(f"{store.path}: rows changed during the export; run it again")
+    return {"space": name, "rows": n, "dimension": dim, "files": [str(out), *map(str, sides.values())]}
