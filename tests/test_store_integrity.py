@@ -245,7 +245,7 @@ def test_repair_keeps_one_row_per_id_of_a_doubled_store(tmp_path, tiny_model_dir
     assert stored(cli_store) == {text_id(t): t for t in sentences(20)}
     hits = made.search(sentences(20)[3], k=5)
     assert len(set(hits["ids"])) == 5 and hits["ids"][0] == text_id(sentences(20)[3])
-    assert made.repair() == {"0": {"removed": 0, "ids": 0, "differing": 0}}
+    assert made.repair() == {"0": {"removed": 0, "ids": 0, "differing": 0, "columns": 0}}
 
 
 # -- 3. ANN scores are cosines ---------------------------------------------------------------------------------

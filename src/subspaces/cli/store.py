@@ -388,12 +388,12 @@ def search_cmd(
         vectors = load_embeddings(query_vectors)
         if not np.linalg.norm(vectors, axis=1).all():
             raise SubspacesError(f"{query_vectors}: a zero query vector has no direction to search by")
-        results = opened.search_vectors(unit_prefix(vectors), k, **options)  # type: ignore[arg-type]
+        results = opened.search_vectors(unit_prefix(vectors), k, **options)
         for i, result in enumerate(results):
             result.query = f"vector {i}"
     else:
         texts = [query] if query is not None else read_queries(queries)  # type: ignore[arg-type]
-        results = opened.search(texts, k, model=model, batch_size=batch_size, **options)  # type: ignore[arg-type]
+        results = opened.search(texts, k, model=model, batch_size=batch_size, **options)
     if json_path is not None:
         save_json(json_path, {"results": [result.to_dict() for result in results]})
         console.print(f"wrote {len(results):,} results to {json_path}", highlight=False, markup=False)

@@ -103,7 +103,7 @@ def _schema(dim: int):
 def _batch(
     dim: int,
     ids: Sequence[str] | np.ndarray,
-    texts: Sequence[str] | np.ndarray,
+    texts: Sequence[str | None] | np.ndarray,
     vectors: np.ndarray,
     metadata: Sequence[Any],
 ):
@@ -553,12 +553,12 @@ class Store:
         """Commit each block as one LanceDB write (readers see it whole or not at all). An id this call already
         wrote is dropped from a later block, so a block handed over twice (a retried Ray task) adds nothing.
         A block holding an id of ``replace`` is written by ``merge_insert`` on ``id``: its stored row is replaced."""
-        table = self._table(name)
         written: set[str] = set()
         for block in blocks:
             ids = block.column("id").to_pylist()
             fresh = [i for i, row_id in enumerate(ids) if row_id not in written]
             block = self._typed(name, block if len(fresh) == len(ids) else block.take(fresh))
+            table = self._table(name)  # after _typed: a column it added is in this handle's schema
             written.update(ids)
             if block.num_rows:
                 with _lance_errors(f"{self.path}, space {name}"):
@@ -718,7 +718,9 @@ class Store:
     def repair(self) -> dict[str, dict[str, int]]:
         """Remove, in every space, each row whose id an earlier row already has, keeping the first written;
         returns per space ``{"removed": rows, "ids": ids that had doubles, "differing": those whose doubles held
-        another text}``. One delete commit (per 10,000 rows): a rerun after an interruption removes the rest."""
+        another text, "columns": typed metadata columns made}``. One delete commit (per 10,000 rows): a rerun after
+        an interruption removes the rest. A store written before typed metadata columns gets them here, from each
+        row's metadata JSON (what ``where=`` filters read)."""
         from subspaces.store.quantized import invalidate
 
         report = {}
@@ -742,7 +744,11 @@ class Store:
                 if extra:
                     invalidate(self, name, "duplicate rows were removed (store repair)")
                     self._delete_rows(name, extra)
+                # a store whose metadata was JSON only (before typed columns): its scalar fields become columns
+                meta = [columns.parsed(m) for m in self._columns(name, ["metadata"]).column("metadata").to_pylist()]
+                typed = self._prepare_columns(name, meta)
                 report[name] = {"removed": len(extra), "ids": len(doubled), "differing": len(differing)}
+                report[name]["columns"] = len(typed)
         return report
 
     def import_vectors(

@@ -83,7 +83,7 @@ def selector(subset: np.ndarray | None) -> Any:
         return None
     import faiss
 
-    return faiss.SearchParameters(sel=faiss.IDSelectorBatch(np.asarray(subset, dtype=np.int64)))
+    return faiss.SearchParameters(sel=faiss.IDSelectorBatch(np.asarray(subset, dtype=np.int64)))  # type: ignore[call-arg]
 
 
 def exact(

@@ -178,7 +178,7 @@ class Source:
         import pyarrow as pa
 
         try:
-            table = lancedb.connect(str(self.path)).open_table(self.table)
+            table = lancedb.connect(str(self.path)).open_table(str(self.table))
             reader = table.search().limit(None).to_batches(self.batch_rows)
             first = 0
             for batch in reader:
@@ -261,9 +261,9 @@ class Source:
         dims = {len(v) for v in values}
         if len(dims) > 1:
             first_dim = len(values[0])
-            row = next(i for i, v in enumerate(values) if len(v) != first_dim)
+            bad = next(i for i, v in enumerate(values) if len(v) != first_dim)
             raise DimensionError(
-                f"{label}: row {first + row} holds {len(values[row])} numbers, row {first} {first_dim}"
+                f"{label}: row {first + bad} holds {len(values[bad])} numbers, row {first} {first_dim}"
             )
         chunk = Chunk(first, np.asarray(values, dtype=np.float64).astype(np.float32).reshape(len(values), -1))
         if any(self.id_field in row for row in rows):
@@ -440,7 +440,7 @@ def _rows(chunk: Chunk, label: str, dimension: int | None) -> _Rows:
             raise DataError(f"row {chunk.first + i}: the text holds {problem}", label)
         if not visible(text):
             texts[i] = None  # nothing visible: a row without a text
-    parsed = list(chunk.metadata) if chunk.metadata is not None else [None] * n
+    parsed: list[dict[str, Any] | None] = list(chunk.metadata) if chunk.metadata is not None else [None] * n
     strings: list[str | None] = []
     for i, meta in enumerate(parsed):
         problem = unicode_problem(meta) if meta is not None else None
