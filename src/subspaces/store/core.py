@@ -152,7 +152,8 @@ class Store:
     edit, and a replacement cannot be undone. With derived ids a text already stored under any id is skipped, so
     a store filled when ``.txt`` ids were line numbers is not doubled by re-adding its file.
 
-    **Writers.** Every write (``add``, ``migrate``, ``commit``, ``index``, ``quantize``, ``repair``) holds the
+    **Writers.** Every write (``add``, ``import_vectors``, ``delete``, ``migrate``, ``commit``, ``index``,
+    ``quantize``, ``repair``) holds the
     store's write lock (:mod:`.lock`, an ``flock`` the kernel drops when the writer dies); a second writer is
     refused in one line. Reading needs no lock and loads no model until a query must be encoded.
     """
