@@ -180,3 +180,21 @@ def test_search_result_is_typed_and_reads_as_the_old_dict(made):
     assert hit["ids"] == hit.ids and hit["texts"][0] == texts[2] and hit.metadata[0]["lang"] == "fr"
     assert {**hit}["scores"] == hit.scores and set(hit) == {"query", "ids", "scores", "texts", "metadata"}
     assert hit == hit.to_dict() and json.loads(json.dumps(hit.to_dict()))["ids"] == hit.ids
+
+
+def test_dims_defaults_to_the_principal_axes_unless_the_model_was_trained_for_truncation(tmp_path, tiny_model_dir):
+    from subspaces.store.fingerprint import ModelFingerprint
+    from subspaces.store.matryoshka import trained
+
+    plain = ModelFingerprint(str(tiny_model_dir), "w", 32, "Pooling(cls)", True)
+    assert not trained(plain) and not trained(ModelFingerprint.of_foreign("ada", 8))
+    run = tmp_path / "mrl"
+    run.mkdir()
+    (run / "trainer_state.json").write_text(json.dumps({"settings": {"dims": [16, 32, None]}}), encoding="utf-8")
+    assert trained(ModelFingerprint(str(run), "w", 32, "Pooling(cls)", True))
+    store = Store.create(tmp_path / "s", str(tiny_model_dir))
+    assert store.default_basis() == "pca"
+    store.manifest.spaces["0"] = type(store.manifest.spaces["0"])(
+        table="space_0", model=ModelFingerprint(str(run), "w", 32, "Pooling(cls)", True)
+    )
+    assert store.default_basis() == "model"
