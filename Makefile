@@ -9,7 +9,7 @@ CONSTRAINTS = constraints.txt
 # blank value (which pip reads as "no extra indexes") replaces them here; one set in your environment is kept.
 PIP = PIP_EXTRA_INDEX_URL="$${PIP_EXTRA_INDEX_URL:- }" $(BIN)/pip
 
-.PHONY: install install-mpnet constraints run test test-slow lint mypy-baseline clean
+.PHONY: install install-mpnet constraints run test test-numeric test-slow lint mypy-baseline clean
 
 install: $(VENV)/.installed
 
@@ -38,6 +38,13 @@ run: install
 # Lint first, so CI (.ci/run) fails on a lint error as on a failing test.
 test: install lint
 	$(BIN)/pytest -q
+
+# The suites whose results could depend on the float type (alignment, adapters, quantization, store search); .ci/run
+# runs them a second time with SUBSPACES_PRECISION=bfloat16.
+NUMERIC_TESTS = tests/test_numerics.py tests/test_align.py tests/test_align_speed.py tests/test_align_shortlist.py \
+	tests/test_adapt.py tests/test_quantize.py tests/test_funnel.py tests/test_store.py tests/test_store_quantized.py
+test-numeric: install
+	$(BIN)/pytest -q $(NUMERIC_TESTS)
 
 test-slow: install
 	$(BIN)/pytest -q -m slow

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -106,7 +105,15 @@ def retrieval(enc, n_corpus: int, n_queries: int) -> dict[str, Any]:
 
 def table(report: dict[str, Any]) -> str:
     """The markdown tables of BENCHMARKS.md, from a written report."""
+    machine = report["machine"]
+    cpu = (
+        f"{machine['cpu']}, {'native' if machine['native_bfloat16'] else 'no native'} bfloat16"
+        if isinstance(machine, dict)
+        else "AMD EPYC, no native bfloat16"  # runs before the record named the CPU: the project's AMD machines then
+    )
     lines = [
+        f"CPU: {cpu}; {report['threads']} threads; {report['date']}",
+        "",
         "| model | arm | short b1 | short b64 | long b1 | long b64 | STS avg (Δ) | peak RSS |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
@@ -160,13 +167,14 @@ def main() -> None:
         args.corpus, args.queries, args.no_sts, args.no_memory = 200, 20, True, True
 
     from subspaces.config import set_threads
+    from subspaces.numerics import cpu_record
 
     threads = set_threads(args.threads)
     arms = args.arms.split(",")
     data = {"short": texts("short", args.n_short), "long": texts("long", args.n_long)}
     report: dict[str, Any] = {
         "date": str(date.today()),
-        "machine": platform.processor() or platform.machine(),
+        "machine": cpu_record(),  # the CPU's model and whether it multiplies bfloat16 natively
         "threads": threads,
         "sizes": {"short": len(data["short"]), "long": len(data["long"]), "batch1": args.n_batch1},
         "repeats": args.repeats,

@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from subspaces.adapt import MatryoshkaAdapter, adapt_file, losses
 from subspaces.cli.app import app
 from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.numerics import cpu_record
 
 FAST = {"dims": (8, 16, 32), "hidden": 64, "epochs": 10, "batch_size": 256}
 
@@ -137,6 +138,8 @@ def test_supervised_pairs_and_regularisers_train(tmp_path):
     loaded = MatryoshkaAdapter.load(adapter.save(tmp_path / "adapter"))
     np.testing.assert_allclose(loaded.transform(x), adapter.transform(x), atol=1e-6)
     assert loaded.get_params() == {**adapter.get_params(), "dims": [8, 16, 32]}
+    # Where it was fitted is kept with it: the precision and the CPU (a reader on another CPU can see both).
+    assert loaded.fitted_on_ == adapter.fitted_on_ == cpu_record("float32")
 
 
 def test_bad_inputs():

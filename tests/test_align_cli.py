@@ -458,7 +458,7 @@ def test_fit_max_seconds_keeps_the_best_map_so_far_and_says_so(spaces, tmp_path)
 
 
 def test_fit_has_a_time_budget_by_default(spaces, tmp_path):
-    from subspaces.cli.align import FIT_SECONDS
+    from subspaces.align.params import FIT_SECONDS
 
     result = CliRunner().invoke(app, fit_args(spaces, tmp_path / "a", *params_args(tmp_path)))
     assert result.exit_code == 0, result.output

@@ -34,8 +34,9 @@ def test_csls_score_equals_the_straightforward_computation(n_source, n_target, k
 
 @pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
 def test_unconverged_passes_are_refined_only_if_no_later_pass_converges():
-    """Without a budget, a pass whose structure did not converge waits; once a later pass converges it replaces
-    it unrefined. Under a budget each pass is refined at once (the order first written): the same map."""
+    """Without a budget (FAST has none), a pass whose structure did not converge waits; once a later pass
+    converges it replaces it unrefined. Under a budget each pass is refined at once (the order first written): the
+    same map."""
     rng = np.random.default_rng(2)
     q = ortho_group.rvs(8, random_state=2)
     source, target = clustered(rng, 1500), clustered(rng, 1500) @ q
@@ -93,6 +94,17 @@ def test_the_polar_factor_falls_back_where_divide_and_conquer_does_not_converge(
     monkeypatch.setattr(scipy.linalg, "svd", failing_gesdd)
     m = np.random.default_rng(0).normal(size=(32, 32))
     u, _, vt = np.linalg.svd(m)
+    np.testing.assert_allclose(polar_factor(m), u @ vt, atol=1e-6)
+    assert drivers == ["gesdd", "gesvd"]
+    # gesdd can also return NaN factors without an error (integer-valued rows, issue 58): the same fallback.
+    drivers.clear()
+
+    def nan_gesdd(a, *args, lapack_driver="gesdd", **kwargs):
+        drivers.append(lapack_driver)
+        u, s, vt = svd(a, *args, lapack_driver=lapack_driver, **kwargs)
+        return (np.full_like(u, np.nan), s, vt) if lapack_driver == "gesdd" else (u, s, vt)
+
+    monkeypatch.setattr(scipy.linalg, "svd", nan_gesdd)
     np.testing.assert_allclose(polar_factor(m), u @ vt, atol=1e-6)
     assert drivers == ["gesdd", "gesvd"]
     monkeypatch.undo()  # NaN is refused by the real SVD's own check, before any fallback

@@ -23,6 +23,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.numerics import cpu_record
 from subspaces.state_folder import read_state_folder, write_state_folder
 
 # 2: the basis parameter (a "pca" adapter's rotation is one of the state's arrays); 3: adapter.json's fields are
@@ -81,7 +82,8 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
     Fitted attributes: ``n_features_in_``, ``dims_`` (with the full size), ``scale_`` (mean input norm),
     ``weights_`` (arrays of g, and ``rotation`` with ``basis="pca"``: the output is then close to the rotated
     input, and training starts from that rotation instead of the identity), ``history_`` (mean loss per epoch),
-    ``loss_terms_`` (each unweighted term on a fixed batch, at the start and the end), ``fit_seconds_``.
+    ``loss_terms_`` (each unweighted term on a fixed batch, at the start and the end), ``fit_seconds_``,
+    ``fitted_on_`` (the precision, float32, and the CPU it was fitted on: :func:`subspaces.numerics.cpu_record`).
     """
 
     def __init__(
@@ -290,6 +292,7 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         if rotation is not None:
             self.weights_["rotation"] = rotation
         self.fit_seconds_ = time.perf_counter() - start_time
+        self.fitted_on_ = cpu_record("float32")  # torch's float32 training, on every CPU
         return self
 
     # -- applying -------------------------------------------------------------------------------------------------
@@ -340,6 +343,7 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
             "fit_seconds": self.fit_seconds_,
             "history": self.history_,
             "loss_terms": self.loss_terms_,
+            "fitted_on": self.fitted_on_,
         }
         return write_state_folder(
             path, CONFIG_FILE, self.weights_, config, format_version=FORMAT_VERSION, hash_config=True
@@ -359,6 +363,7 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
             adapter.fit_seconds_ = float(config["fit_seconds"])
             adapter.history_ = list(config["history"])
             adapter.loss_terms_ = dict(config["loss_terms"])
+            adapter.fitted_on_ = dict(config.get("fitted_on") or {})  # {} in folders written before it was kept
             with np.load(io.BytesIO(state), allow_pickle=False) as arrays:
                 adapter.weights_ = {k: arrays[k].astype(np.float32) for k in arrays.files}
         except (KeyError, TypeError, ValueError) as exc:

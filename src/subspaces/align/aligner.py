@@ -52,6 +52,7 @@ from subspaces.align.diagnostics import (
 )
 from subspaces.align.neighbours import NeighbourIndex
 from subspaces.align.params import (
+    FIT_SECONDS,
     STAGES,
     AnchorParams,
     RefineParams,
@@ -61,7 +62,6 @@ from subspaces.align.params import (
     check_together,
     from_flat,
 )
-from subspaces.align.precision import resolve as resolve_precision
 from subspaces.align.preprocess import center_normalize, check_embeddings, normalize_rows
 from subspaces.align.procrustes import orthogonality_gap, procrustes
 from subspaces.align.refine import (
@@ -73,6 +73,8 @@ from subspaces.align.refine import (
 )
 from subspaces.align.relative import initial_map
 from subspaces.errors import ConvergenceWarning, DataError, DimensionError, SubspacesError
+from subspaces.numerics import cpu_record
+from subspaces.numerics import resolve as resolve_precision
 from subspaces.state_folder import STATE_FILE, read_state_folder, write_state_folder
 
 logger = logging.getLogger(__name__)
@@ -156,7 +158,7 @@ class MiniVec2Vec(BaseEstimator):
             rotations still does.
         max_seconds: stop at the next safe point (between k-means runs, rounds, steps, passes) after this many
             seconds and keep the best map so far (``stopped_early_``); the first pass's initial map is always
-            made. ``None``: no limit.
+            made. ``None``: no limit. The default (:data:`FIT_SECONDS`) is a bound, so that a fit never runs away.
         random_state: seed for every sample, k-means and QAP start.
         verbose: show progress bars.
 
@@ -181,7 +183,7 @@ class MiniVec2Vec(BaseEstimator):
         agreement_search: int = 4,
         search_anchor_clusters: int | None = 40,
         init: str = "anchors",
-        max_seconds: float | None = None,
+        max_seconds: float | None = FIT_SECONDS,
         random_state: int | None = 0,
         verbose: bool = False,
     ) -> None:
@@ -285,6 +287,8 @@ class MiniVec2Vec(BaseEstimator):
     def _fit(self, source: np.ndarray, target: np.ndarray, pairs: tuple[np.ndarray, np.ndarray] | None) -> list[str]:
         """:meth:`fit`'s work; returns the warnings it is to give."""
         budget = Budget(self.max_seconds)
+        # One float type for the whole fit, resolved once (the process's setting could change during it).
+        self.precision_ = resolve_precision(self.search.precision)
         source = check_embeddings(source, "source embeddings")
         target = check_embeddings(target, "target embeddings")
         self._check_rows(len(source), len(target))
@@ -332,7 +336,7 @@ class MiniVec2Vec(BaseEstimator):
                 shortlist_dims=s.shortlist_dims,
                 shortlist_factor=s.shortlist_factor,
                 seed=int(rng.integers(2**31)),
-                precision=s.precision,
+                precision=self.precision_,
             )
 
         index_a, index_b = neighbour_index(a), neighbour_index(b)
@@ -476,7 +480,7 @@ class MiniVec2Vec(BaseEstimator):
             "init": self.init,
             "stopped_early": self.stopped_early_,
             "stop_reason": budget.reason,
-            "precision": resolve_precision(self.search.precision),
+            **cpu_record(self.precision_),
             "n_pairs": 0 if pairs is None else len(pairs[0]),
             "paired_check": paired,
             "nn_similarity": restarts[chosen]["nn_similarity"],
@@ -777,15 +781,13 @@ class MiniVec2Vec(BaseEstimator):
                     qap_restarts=ap.qap_restarts,
                     keep_fraction=ap.keep,
                     kernel=ap.kernel,
-                    precision=self.search.precision,
+                    precision=self.precision_,
                     rng=rng,
                     progress=tick,
                     out_of_time=budget.check(f"in the anchor runs {where}"),
                 )
             rows = rng.choice(len(a), min(ap.n_pseudo_pairs, len(a)), replace=False)
-            matrix = initial_map(
-                a[rows], b, anchors.source, anchors.target, k=ap.relative_k, precision=self.search.precision
-            )
+            matrix = initial_map(a[rows], b, anchors.source, anchors.target, k=ap.relative_k, precision=self.precision_)
         initial_score = score(matrix)
         initial_consistency = anchor_consistency(anchors, matrix) if anchors is not None else None
         seconds = {"anchors_and_initial_map": time.perf_counter() - clock}
@@ -822,7 +824,7 @@ class MiniVec2Vec(BaseEstimator):
                     tol=rp.tol,
                     stop_swap_share=sp.stop_swap_share,
                     start_score=initial_score,
-                    precision=self.search.precision,
+                    precision=self.precision_,
                     progress=tick,
                     out_of_time=budget.check(f"in the structural refinement {where}"),
                 )
@@ -891,7 +893,7 @@ class MiniVec2Vec(BaseEstimator):
                 alpha=rp.centroid_alpha,
                 orthogonalize=rp.orthogonalize,
                 seed=int(started.centroid_rng.integers(2**31)),
-                precision=self.search.precision,
+                precision=self.precision_,
                 pairs=started.step.pairs,
                 pair_weight=rp.pair_weight,
             )
@@ -1032,6 +1034,7 @@ class MiniVec2Vec(BaseEstimator):
         aligner.converged_ = aligner.diagnostics_.get("trusted", aligner.diagnostics_.get("converged") is not False)
         aligner.confidence_ = aligner.diagnostics_.get("confidence")
         aligner.stopped_early_ = bool(aligner.diagnostics_.get("stopped_early", False))
+        aligner.precision_ = aligner.diagnostics_.get("precision", "float32")
         return aligner
 
 

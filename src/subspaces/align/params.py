@@ -12,6 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from subspaces.errors import SubspacesError
+from subspaces.numerics import PRECISIONS
+
+# The aligner's default time bound, so that a fit never runs away (issue 24 saw 900-1,222 s): about 4 x the paper
+# recipe's time on a 40k dev pool at one thread on a 2-core machine (71-77 s), where a whole fit took 62-75 s.
+FIT_SECONDS = 300.0
 
 
 def setting(
@@ -37,7 +42,7 @@ def _check_field(owner: str, f: dataclasses.Field, value: Any) -> None:
         if not rule.get("optional"):
             raise SubspacesError(f"{name} must not be None")
         return
-    kind = type(f.default) if f.default is not None else float
+    kind = str if rule.get("choices") else type(f.default) if f.default is not None else float
     if kind is bool:
         if not isinstance(value, bool):
             raise SubspacesError(f"{name} must be true or false, got {value!r}")
@@ -190,8 +195,8 @@ class SearchParams(StageParams):
     ``shortlist_dims`` principal axes a shortlist is scanned on (0 = exact), ``shortlist_factor`` x k candidates
     re-ranked exactly (:class:`subspaces.align.neighbours.NeighbourIndex`; one approximate search at a time);
     ``probe_size`` rows of each space scored; ``precision`` the float type of the exact search's and k-means'
-    products (``"auto"``: bfloat16 where the CPU multiplies it natively, else float32; they only rank, the values
-    kept are float32: :mod:`subspaces.align.precision`)."""
+    products (``None``: the process's setting, float32 unless changed; ``"auto"``: bfloat16 where the CPU
+    multiplies it natively; they only rank, the values kept are float32: :mod:`subspaces.numerics`)."""
 
     stage: ClassVar[str] = "search"
     ann_lists: int = setting(0, low=0)
@@ -199,7 +204,7 @@ class SearchParams(StageParams):
     shortlist_dims: int = setting(0, low=0)
     shortlist_factor: int = setting(4, low=1)
     probe_size: int = setting(2048, low=1)
-    precision: str = setting("auto", choices=("auto", "float32", "bfloat16"))
+    precision: str | None = setting(None, choices=PRECISIONS, optional=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()

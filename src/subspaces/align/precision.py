@@ -1,23 +1,19 @@
 """The float type of the aligner's two hot products: a query batch against a whole space (neighbour search) and
-every row against every centroid (k-means).
+every row against every centroid (k-means). Which type a fit uses is :mod:`subspaces.numerics`' setting (float32
+unless asked otherwise, and why).
 
 Both only *rank* (which rows are nearest, which centroid is closest); the values that are kept (neighbour means,
-centroids, returned similarities) are recomputed in float32 from the float32 rows. Ranking tolerates bfloat16's
-8-bit mantissa: on a 16k-row dev pool its top-50 lists hold 99.2 % of the exact float32 lists, and the means of
-the two lists have a cosine of 0.9996 (``benchmarks/notes/align.md``). Where the CPU multiplies bfloat16 natively
-(AMX tiles or AVX512-BF16) a bfloat16 product runs at about 4x the float32 rate, so ``"auto"`` takes it there and
-float32 elsewhere. torch's bfloat16 products gave the same bits at 1 and 2 threads (the aligner's
-reproducibility test runs them).
+centroids, returned similarities) are recomputed in float32 from the float32 rows. In bfloat16, on a 16k-row dev
+pool, the top-50 lists hold 99.2 % of the exact float32 lists and the means of the two lists have a cosine of
+0.9996 (``benchmarks/notes/align.md``); a native bfloat16 product runs at about 4x the float32 rate.
 
-Where the search's product runs (:func:`rank_product`): in bfloat16 in torch (oneDNN's native kernels); in float32
-in numpy's BLAS (OpenBLAS), in blocks of :data:`BLOCK_ROWS` query rows spread over torch's thread count, each block
-on one BLAS thread. Why: torch's float32 products are MKL's, which on an AMD CPU (EPYC, AVX2, no AVX-512) ran 1.7x
-slower than OpenBLAS at one thread (1,024 x 384 by 384 x 9,653: 206-210 against 114-122 ms; bfloat16 there is
-emulated, 3.7-4.9 s); and OpenBLAS's own threading gives other bits at 2 threads than at 1, where fixed blocks on one
-thread each give the same bits at any thread count, at its speed (75-83 against 80 ms at 2 threads;
-``benchmarks/align_products.py``). ``fit`` holds
-every BLAS library to one thread (:meth:`MiniVec2Vec.fit`), so these blocks are its only parallel BLAS work. The
-k-means products stay torch's in both precisions: blocks there were no faster (``benchmarks/align_fixed_work.py``).
+Where the search's product runs (:func:`rank_product`): in bfloat16 in torch (oneDNN's kernels); in float32 in
+numpy's BLAS (OpenBLAS), in blocks of :data:`BLOCK_ROWS` query rows spread over torch's thread count, each block on
+one BLAS thread. Why: torch's float32 products are MKL's, which on an AMD CPU ran 1.7x slower than OpenBLAS at one
+thread (``benchmarks/align_products.py``); and OpenBLAS's own threading gives other bits at 2 threads than at 1,
+where fixed blocks on one thread each give the same bits at any thread count. ``fit`` holds every BLAS library to
+one thread (:meth:`MiniVec2Vec.fit`), so these blocks are its only parallel BLAS work. The k-means products stay
+torch's in both types: blocks there were no faster (``benchmarks/align_fixed_work.py``).
 """
 
 from __future__ import annotations
@@ -29,29 +25,12 @@ from typing import Any
 
 import numpy as np
 
-PRECISIONS = ("auto", "float32", "bfloat16")
+from subspaces.numerics import native_bfloat16, resolve
+
+__all__ = ["BLOCK_ROWS", "blocked_product", "native_bfloat16", "rank_columns", "rank_product", "resolve", "torch_dtype"]
 
 
-@cache
-def native_bfloat16() -> bool:
-    """Whether this CPU multiplies bfloat16 natively (torch's own capability checks)."""
-    import torch
-
-    cpu: Any = torch.cpu
-    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
-    return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
-
-
-def resolve(precision: str) -> str:
-    """``"float32"`` or ``"bfloat16"`` for a setting of :data:`PRECISIONS`."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision == "auto":
-        return "bfloat16" if native_bfloat16() else "float32"
-    return precision
-
-
-def torch_dtype(precision: str):
+def torch_dtype(precision: str | None):
     import torch
 
     return torch.bfloat16 if resolve(precision) == "bfloat16" else torch.float32
@@ -86,7 +65,7 @@ def blocked_product(rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
     return out
 
 
-def rank_columns(rows: np.ndarray, precision: str) -> Any:
+def rank_columns(rows: np.ndarray, precision: str | None) -> Any:
     """``rows`` (n x d, float32) as the contiguous d x n columns :func:`rank_product` multiplies by: a numpy array
     in float32, a torch tensor in bfloat16 (the type says which product runs)."""
     rows = np.ascontiguousarray(rows, dtype=np.float32)

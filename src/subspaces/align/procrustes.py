@@ -33,13 +33,17 @@ def polar_factor(m: np.ndarray) -> np.ndarray:
     only costs more (23 against 14 ms at 384 x 384 on one thread; the symmetric-eigendecomposition route, 12 ms,
     had to fall back to the SVD on the rank-deficient cross-covariances refine-1 builds, most of its calls:
     ``benchmarks/notes/align.md``, "Polar factors in float32"). Where divide-and-conquer does not converge (it can,
-    on finite matrices with nearly equal singular values: a blend in a dev fit did), the slower QR-iteration SVD
-    (``gesvd``) in float64. NaN or inf: scipy's ``ValueError``."""
+    on finite matrices with nearly equal singular values: a blend in a dev fit did), or returns non-finite factors
+    without saying so (float32 ``gesdd`` on the rank-deficient, many-times-repeated singular values of integer-valued
+    rows: issue 58), the slower QR-iteration SVD (``gesvd``) in float64. NaN or inf in ``m``: scipy's
+    ``ValueError``."""
     from scipy.linalg import LinAlgError, svd
 
     m = np.asarray(m)
     try:
         u, _, vt = svd(m.astype(np.float32), full_matrices=False, lapack_driver="gesdd")
+        if not (np.isfinite(u).all() and np.isfinite(vt).all()):
+            raise LinAlgError("gesdd returned non-finite factors")
     except LinAlgError:  # finite here: check_finite above has passed
         u, _, vt = svd(m.astype(np.float64), full_matrices=False, check_finite=False, lapack_driver="gesvd")
     return (u @ vt).astype(np.float32)

@@ -8,9 +8,11 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from subspaces.cli.common import ThreadsOpt, console, out, table, user_errors
+from subspaces.align.params import FIT_SECONDS
+from subspaces.cli.common import ThreadsOpt, echo, out, table, user_errors
 from subspaces.cli.groups import align_app
 from subspaces.errors import ConvergenceWarning
+from subspaces.io import check_file
 
 
 def _embed(model: str, texts_path: Path, device: str):
@@ -18,7 +20,7 @@ def _embed(model: str, texts_path: Path, device: str):
     from subspaces.models.encoder import encode, load_encoder
 
     texts = read_lines(texts_path)
-    console.print(f"embedding {len(texts)} texts of {texts_path} with {model}")
+    echo(f"embedding {len(texts)} texts of {texts_path} with {model}")
     return encode(load_encoder(model, device=device), texts, show_progress=True)
 
 
@@ -30,8 +32,8 @@ def _check_side(name: str, emb: Optional[Path], model: Optional[str], texts: Opt
     if emb is None and (model is None or texts is None):
         raise SubspacesError(f"give --{name}-emb FILE, or --{name} MODEL with --{name}-texts FILE")
     for path in (emb, texts):
-        if path is not None and not path.is_file():
-            raise SubspacesError(f"{path}: file not found")
+        if path is not None:
+            check_file(path)
     if model is not None:
         from subspaces.models.encoder import resolve_model_path
 
@@ -57,8 +59,7 @@ def _load_pairs(source: Optional[Path], target: Optional[Path]):
     if source is None or target is None:
         raise SubspacesError("give --pairs-source and --pairs-target together (row i of each embeds the same text)")
     for path in (source, target):
-        if not path.is_file():
-            raise SubspacesError(f"{path}: file not found")
+        check_file(path)
     return load_embeddings(source), load_embeddings(target)
 
 
@@ -67,19 +68,11 @@ def _read_params(path: Path) -> dict:
 
     from subspaces.errors import SubspacesError
 
-    if not path.is_file():
-        raise SubspacesError(f"--params {path}: file not found")
+    check_file(path)
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise SubspacesError(f"--params {path}: not valid JSON ({exc})") from exc
-
-
-# A fit without --max-seconds stops here: a bound, so that a fit never runs away (issue 24 saw 900-1,222 s). About
-# 4 x the paper recipe's time on a 40k dev pool at one thread on the 2-core dev machine (71-77 s; 139-164 s on an
-# earlier one), where a fit with its agreement check took 62-75 s (trust-check, before refine-1 was shortened).
-# Not the issue's "no larger than the recipe's": the recipe's time on a user's machine is not known without it.
-FIT_SECONDS = 300.0
 
 
 def _aligner(params: Optional[Path], defaults: Optional[dict] = None, **options):
@@ -182,7 +175,7 @@ def fit_cmd(
         resolve_device(device)
     aligner = _aligner(
         params,
-        {"max_seconds": FIT_SECONDS},
+        None,
         n_restarts=n_restarts,
         init=init,
         max_seconds=max_seconds,
@@ -195,9 +188,7 @@ def fit_cmd(
     a = _load_side(source_emb, source, source_texts, device)
     b = _load_side(target_emb, target, target_texts, device)
     known = f", {len(pairs[0])} known pairs" if pairs is not None else ""
-    console.print(
-        f"fitting mini-vec2vec: source {a.shape[0]} x {a.shape[1]}, target {b.shape[0]} x {b.shape[1]}{known}"
-    )
+    echo(f"fitting mini-vec2vec: source {a.shape[0]} x {a.shape[1]}, target {b.shape[0]} x {b.shape[1]}{known}")
     with warnings.catch_warnings(record=True) as caught:  # shown after the diagnostics they refer to
         warnings.simplefilter("always", ConvergenceWarning)
         aligner.fit(a, b, pairs=pairs)
@@ -249,12 +240,15 @@ def fit_cmd(
         )
     for warning in caught:
         if issubclass(warning.category, ConvergenceWarning):
-            console.print(f"[bold yellow]warning:[/] {warning.message}")
+            echo(str(warning.message), label="warning:", style="bold yellow")
         else:
             warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     if not aligner.converged_:
-        console.print("[bold yellow]warning:[/] this map is not trusted; `align apply` refuses it unless --force")
-    console.print(f"fitted in {aligner.fit_seconds_:.1f}s; wrote {output}")
+        echo("this map is not trusted; `align apply` refuses it unless --force", label="warning:", style="bold yellow")
+    echo(
+        f"fitted in {aligner.fit_seconds_:.1f}s ({d['precision']} products on {d['cpu']}, "
+        f"{'native' if d['native_bfloat16'] else 'no native'} bfloat16); wrote {output}"
+    )
 
 
 @align_app.command("apply")
@@ -286,7 +280,7 @@ def apply_cmd(
         problems = aligner.diagnostics_.get("problems") or ["its fit did not converge"]
         raise SubspacesError(f"{aligner_dir}: this map is not trusted ({problems[0]}); refit, or pass --force")
     n = apply_to_file(aligner, input, output, centered=centered, chunk_size=chunk_size, progress=True)
-    console.print(f"mapped {n} vectors {aligner.n_features_in_}-d -> {aligner.n_features_out_}-d into {output}")
+    echo(f"mapped {n} vectors {aligner.n_features_in_}-d -> {aligner.n_features_out_}-d into {output}")
 
 
 @align_app.command("eval")

@@ -1,0 +1,93 @@
+"""The float type of the numeric paths whose results could depend on the CPU, and a record of the CPU they ran on.
+
+One path has two float types: the aligner's ranking products (neighbour search, k-means assignment;
+:mod:`subspaces.align.precision`). Everything else (adapters, principal axes, quantization, store search) runs in
+float32 on every CPU, and records so.
+
+The setting, in order: an explicit ``precision=`` argument; else :func:`set_precision` or ``$SUBSPACES_PRECISION``
+(``float32``, ``bfloat16``, ``auto``); else :data:`DEFAULT_PRECISION`. ``auto`` is bfloat16 where the CPU
+multiplies it natively (AMX or AVX512-BF16) and float32 elsewhere. ``bfloat16`` on a CPU without native support is
+emulated (the inputs rounded alike, the products about 20x slower): CI runs the numeric tests once in each type
+(``.ci/run``), so what holds in only one of them cannot hide behind the CPU CI happened to get.
+
+Why float32 is the default: with ``auto`` the same fit on the same data gave other maps on the two CPU kinds of this
+project's machines, because bfloat16's 8-bit mantissa reorders near-ties in the rankings and the fit's path parts
+there (the rotation control moved 0.02 with bfloat16 against under 1e-3 in float32, issue 51; a hidden pool's map
+changed from 0.055 to 0.002 top-1, issue 57, both failures). bfloat16 made the products about 4x faster on a
+native CPU and a whole fit about 2x (benchmarks/notes/align.md); a result that changes with the machine it ran on is
+a worse default than a fit that takes twice as long on some machines. ``auto`` stays one setting away.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from functools import cache
+from typing import Any
+
+from subspaces.errors import SubspacesError
+
+PRECISIONS = ("float32", "bfloat16", "auto")
+PRECISION_ENV = "SUBSPACES_PRECISION"
+DEFAULT_PRECISION = "float32"
+
+_chosen: str | None = None  # set_precision's value; None: $SUBSPACES_PRECISION, else the default
+
+
+def _check(precision: str, where: str) -> str:
+    if precision not in PRECISIONS:
+        raise SubspacesError(f"{where} must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return precision
+
+
+def set_precision(precision: str | None) -> None:
+    """The process's precision for every path not given one explicitly (``None``: back to the environment's)."""
+    global _chosen
+    _chosen = None if precision is None else _check(precision, "precision")
+
+
+def default_precision() -> str:
+    """The setting a path uses when it is given none: :func:`set_precision`'s, else ``$SUBSPACES_PRECISION``, else
+    :data:`DEFAULT_PRECISION`."""
+    if _chosen is not None:
+        return _chosen
+    env = os.environ.get(PRECISION_ENV, "").strip()
+    return _check(env, f"${PRECISION_ENV}") if env else DEFAULT_PRECISION
+
+
+def resolve(precision: str | None = None) -> str:
+    """``"float32"`` or ``"bfloat16"``: the float type a path with setting ``precision`` (``None``: the default)
+    runs its products in."""
+    chosen = default_precision() if precision is None else _check(precision, "precision")
+    if chosen == "auto":
+        return "bfloat16" if native_bfloat16() else "float32"
+    return chosen
+
+
+@cache
+def native_bfloat16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (torch's own capability checks)."""
+    import torch
+
+    cpu: Any = torch.cpu
+    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
+
+
+@cache
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cpu_record(precision: str | None = None) -> dict[str, Any]:
+    """What a fitted object records of where it was fitted: the float type its products ran in, the CPU's model
+    and whether it multiplies bfloat16 natively (a result fitted in bfloat16 may differ on the other kind)."""
+    return {"precision": resolve(precision), "cpu": cpu_model(), "native_bfloat16": native_bfloat16()}
