@@ -11,7 +11,9 @@ model given as an object is shipped to them through Ray's object store instead.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import os
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,25 +21,177 @@ import numpy as np
 from subspaces.errors import SubspacesError
 
 LOCAL = "local"
+CONNECT_TIMEOUT_S = 5.0  # how long a cluster's address may take to accept a connection before it is refused
+ADDRESS_HELP = "--ray alone (a local runtime), --ray auto, --ray HOST:PORT or --ray ray://HOST:PORT"
+_started_local = False  # whether this process started the runtime it uses (then its actors are ours to set up)
+
+
+def choose(ray: str | None, address: str | None = None, *, note: Callable[[str], None] | None = None) -> str | bool:
+    """What the command line's ``--ray [ADDRESS]`` (and the deprecated ``--ray-address``, which ``note`` is told
+    about) ask for: ``False`` (no Ray), :data:`LOCAL`, or a cluster address that was just checked to accept
+    connections (:func:`check_address`). Checked before any work, so a wrong address fails in seconds, also when
+    there turns out to be nothing to encode."""
+    if address is not None:
+        if note is not None:
+            note("--ray-address is deprecated and goes in the next release: write --ray ADDRESS")
+        if ray not in (None, LOCAL, address):
+            raise SubspacesError(f"--ray {ray} and --ray-address {address} name two clusters; give one: --ray ADDRESS")
+        ray = address
+    if ray is None:
+        return False
+    if ray != LOCAL:
+        check_address(ray)
+    return ray
+
+
+def check_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """Refuse, in one line and within ``timeout`` seconds, a cluster address that is malformed or that accepts no
+    connection. ``ray.init`` would retry such an address for minutes (over 200 s for ``127.0.0.1:1``)."""
+    import socket
+
+    target = _resolve_auto() if address == "auto" else address
+    host, port = _host_port(target, address)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            pass
+    except OSError as exc:
+        reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+        shown = address if target == address else f"{address} ({target})"
+        raise SubspacesError(
+            f"cannot reach the Ray cluster at {shown}: {reason} within {timeout:g} s; nothing was done"
+        ) from None
+
+
+def _host_port(target: str, given: str) -> tuple[str, int]:
+    host, sep, port = target.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")  # an IPv6 literal: [::1]:6379
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise SubspacesError(f"--ray {given!r} is not a Ray address: use {ADDRESS_HELP}")
+    return host, int(port)
+
+
+def _resolve_auto() -> str:
+    """The address ``auto`` stands for ($RAY_ADDRESS, or the cluster ``ray start`` last started on this machine),
+    as Ray resolves it."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:
+        raise SubspacesError("--ray needs Ray Data: pip install 'subspaces[ray]'") from None
+    try:
+        found = canonicalize_bootstrap_address("auto")
+    except (ConnectionError, ValueError) as exc:
+        raise SubspacesError(
+            f"--ray auto: no running Ray cluster found on this machine ({' '.join(str(exc).split())[:200]}); "
+            "start one with `ray start --head`, or give its HOST:PORT"
+        ) from None
+    if not found:
+        raise SubspacesError("--ray auto: no running Ray cluster found on this machine; give its HOST:PORT")
+    return str(found)
 
 
 def start(address: str | bool | None, *, num_cpus: int | None = None) -> None:
-    """Connect to the Ray cluster at ``address``, or start a local runtime of ``num_cpus`` CPUs (``True``,
-    ``"local"`` or None). A runtime already started in this process is reused."""
+    """Connect to the Ray cluster at ``address`` (checked first: :func:`check_address`), or start a local runtime
+    of ``num_cpus`` CPUs (``True``, ``"local"`` or None). A runtime already started in this process is reused.
+
+    A local runtime is this process's: it stops with it, also when the process is killed (:func:`_reap_with`:
+    two of Ray's agents outlived a ``kill -9``, ignoring SIGTERM), and it is started without the dashboard."""
+    global _started_local
     try:
         import ray
     except ImportError:
         raise SubspacesError("--ray needs Ray Data: pip install 'subspaces[ray]'") from None
     if ray.is_initialized():
         return
-    from subspaces.config import default_threads
-
     options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
     if isinstance(address, str) and address != LOCAL:
-        ray.init(address=address, **options)
+        check_address(address)
+        try:
+            ray.init(address=address, **options)
+        except (ConnectionError, TimeoutError, RuntimeError) as exc:
+            raise SubspacesError(f"could not join the Ray cluster at {address}: {' '.join(str(exc).split())}") from None
     else:
-        ray.init(num_cpus=num_cpus or default_threads(), **options)
+        import psutil  # a dependency of Ray's
+
+        from subspaces.config import default_threads
+
+        before = {child.pid for child in psutil.Process().children()}
+        with warnings.catch_warnings():
+            # lancedb's at-fork hook warns, in each child Ray forks, that the child might deadlock on lancedb's
+            # state. Those children exec Ray's own programs at once and never touch lancedb: benign, and printed
+            # once per process Ray starts. The filter is inherited by the children forked inside this block.
+            warnings.filterwarnings("ignore", message="lancedb fork support is experimental", category=RuntimeWarning)
+            # "local" also when $RAY_ADDRESS is set: --ray alone means a runtime of our own
+            ray.init(address=LOCAL, num_cpus=num_cpus or default_threads(), **options)
+        _started_local = True
+        _reap_with(os.getpid(), [c.pid for c in psutil.Process().children() if c.pid not in before])
     ray.data.DataContext.get_current().enable_progress_bars = False  # the store shows its own progress
+
+
+# Run as `python -c _REAPER DRIVER ROOT...`: while DRIVER and a ROOT live, remember every process of the ROOT trees;
+# then (the driver killed or exited, or the runtime shut down) SIGKILL what is left of them. Ray's own fate-sharing
+# kills its GCS and raylet with the driver, and its agents are meant to follow the raylet, but after a `kill -9` two
+# (the dashboard and runtime-env agents, ~85 MB each) stayed: their main threads wait at exit for threads reading
+# pipes that never close, and their SIGTERM handler belongs to an event loop that no longer runs.
+_REAPER = """
+import signal, sys, time
+import psutil
+for name in ("SIGINT", "SIGTERM", "SIGHUP"):
+    signal.signal(getattr(signal, name), signal.SIG_IGN)  # a Ctrl-C or kill of the group: stay to clean up
+def alive(process):
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+def process(pid):
+    try:
+        return psutil.Process(int(pid))
+    except psutil.Error:
+        return None
+driver = process(sys.argv[1])
+roots = [r for r in map(process, sys.argv[2:]) if r is not None]
+known = {r.pid: r for r in roots}
+while driver is not None and alive(driver) and any(alive(r) for r in roots):
+    for root in roots:
+        try:
+            for p in [root, *root.children(recursive=True)]:
+                known.setdefault(p.pid, p)
+        except psutil.Error:
+            pass
+    time.sleep(1)
+time.sleep(1)  # a runtime shut down cleanly stops itself: this only reaps what outlived it
+left = [p for p in known.values() if alive(p)]  # is_running compares start times: never a reused pid
+for p in left:
+    try:
+        p.kill()
+    except psutil.Error:
+        pass
+psutil.wait_procs(left, timeout=10)
+"""
+
+
+def _reap_with(driver: int, roots: list[int]) -> Any:
+    """Start the watcher that kills the processes of ``roots`` (and their descendants) once ``driver`` is gone;
+    returns its ``Popen``. It ignores the signals a group gets (Ctrl-C, a terminal closing), to outlive them."""
+    import subprocess
+    import sys
+
+    if not roots:
+        return None
+    return subprocess.Popen(
+        [sys.executable, "-c", _REAPER, str(driver), *map(str, roots)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def _actor_options() -> dict[str, Any]:
+    """Actor options beyond Ray Data's defaults. On a runtime of our own, no actor restarts: Ray Data enables
+    them, and Ray then warns on every run that a restart fails if the actor's constructor arguments (held in the
+    object store by the running dataset) are lost. A local actor dies only with its machine's trouble (out of
+    memory), which a restart repeats; the store's blocks are committed whole, so a rerun adds exactly the rest. On
+    a cluster, where a node can go and come back, restarts stay on (and Ray's warning with them)."""
+    return {"max_restarts": 0} if _started_local else {}
 
 
 def _pool_size(actors: int | None) -> int:
@@ -130,6 +284,7 @@ def encode_rows(
         compute=ray.data.ActorPoolStrategy(size=size),
         num_cpus=None if _gpus(runtime.device) else 1.0,
         num_gpus=_gpus(runtime.device),
+        **_actor_options(),
     )
     yield from dataset.iter_batches(batch_size=None, batch_format="pyarrow")
 
@@ -147,6 +302,7 @@ def map_rows(table: Any, aligner: Any, dim: int, *, block_rows: int, actors: int
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=size),
         num_cpus=1.0,
+        **_actor_options(),
     )
     yield from dataset.iter_batches(batch_size=None, batch_format="pyarrow")
 
