@@ -406,28 +406,54 @@ def search_cmd(
 
 
 @store_app.command("migrate", cls=RayCommand)
-@user_errors(interrupted="the fitted aligner and every mapped batch are kept; rerun the same command to finish")
+@user_errors(interrupted="the fitted map and every mapped batch are kept; rerun the same command to finish")
 def migrate_cmd(
     store: DirArg,
     to: Annotated[Optional[str], typer.Option("--to", help="The new model (bundled name or folder).")] = None,
+    query_side: Annotated[
+        bool,
+        typer.Option(
+            "--query-side",
+            help="Keep the stored vectors (and any index) as they are; map the new model's queries into them "
+            "(also: search a --foreign store by text).",
+        ),
+    ] = False,
     pairs: Annotated[
         Optional[int],
         typer.Option(
             help="Store texts embedded by the new model to fit the map (default: 2,000 paired, 20,000 unpaired)."
         ),
     ] = None,
+    maps: Annotated[
+        str,
+        typer.Option(help="Candidate maps, comma-separated; the held-out pairs choose among them by top-10 agreement."),
+    ] = ",".join(("orthogonal", "affine", "lowrank", "mlp")),
+    holdout: Annotated[float, typer.Option(help="Fraction of the pairs held out to choose the map.")] = 0.2,
     anchors: Annotated[
         str,
         typer.Option(
-            help="paired: those re-embedded rows are known pairs (the map is their Procrustes); "
-            "unpaired: mini-vec2vec without using that they match."
+            help="paired: the re-embedded rows are known pairs (learned maps); "
+            "unpaired: mini-vec2vec without using that they match (rewrite only)."
         ),
     ] = "paired",
-    heldout: Annotated[int, typer.Option(help="Held-out rows to measure the mapped vectors on.")] = 1_000,
+    heldout: Annotated[int, typer.Option(help="Held-out rows (outside the pairs) to measure the migration on.")] = (
+        1_000
+    ),
+    qrels: Annotated[
+        Optional[Path],
+        typer.Option(help="Relevance judgements (qid<TAB>docid[<TAB>grade], TREC, .jsonl or .json): adds Recall@10."),
+    ] = None,
+    queries: Annotated[
+        Optional[Path], typer.Option(help="With --qrels: the queries' texts (id<TAB>text a line, or .jsonl).")
+    ] = None,
     commit: Annotated[bool, typer.Option("--commit", help="Make the pending migration's model the active one.")] = (
         False
     ),
-    seed: Annotated[int, typer.Option(help="Random seed (samples, the aligner).")] = 0,
+    rollback: Annotated[
+        bool, typer.Option("--rollback", help="Undo the last --commit: the previous model's space active again.")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="Random seed (samples, the maps).")] = 0,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON here.")] = None,
     ray: RayOpt = None,
     ray_address: RayAddressOpt = None,
     actors: ActorsOpt = None,
@@ -436,18 +462,22 @@ def migrate_cmd(
     precision: PrecisionOpt = Precision.fp32,
     threads: ThreadsOpt = None,
 ) -> None:
-    """Map the store into a new model's space beside the old one (both searchable), or --commit the switch."""
+    """Map the store into a new model's space beside the old one (both searchable), map a new model's queries
+    into the store (--query-side), --commit the switch or --rollback it."""
     from subspaces.errors import SubspacesError
 
-    if (to is None) == (not commit):
-        raise SubspacesError("give --to MODEL to migrate, or --commit to switch to a pending migration")
+    if sum([to is not None, commit, rollback]) != 1:
+        raise SubspacesError("give --to MODEL to migrate, --commit to switch to a pending migration, or --rollback")
+    if json_out is not None:
+        from subspaces.io import check_writable
+
+        check_writable(json_out)
     opened = _open(store, device, backend, precision)
-    if commit:
-        active = opened.commit()
+    if commit or rollback:
+        active = opened.commit() if commit else opened.rollback()
         label = opened.manifest.spaces[active].model.label()
-        console.print(
-            f"space {active} ({label}) is now active; the old space is retired", highlight=False, markup=False
-        )
+        done = "the old space is retired" if commit else "the rolled-back space is pending again (--commit redoes it)"
+        console.print(f"space {active} ({label}) is now active; {done}", highlight=False, markup=False)
         return
     report = opened.migrate(
         to,
@@ -458,11 +488,58 @@ def migrate_cmd(
         progress=True,
         ray=_ray(ray, ray_address),
         actors=actors,
+        query_side=query_side,
+        maps=[m.strip() for m in maps.split(",") if m.strip()],
+        holdout=holdout,
+        qrels=qrels,
+        queries=queries,
     )
-    rows = [[key, value] for key, value in report.items()]
+    if json_out is not None:
+        from subspaces.io import save_json
+
+        save_json(json_out, report)
+    _show_migration(store, to, report)
+
+
+def _show_migration(store: Path, to: Any, report: dict[str, Any]) -> None:
+    """The report a user decides by: top-10 overlap with a true re-embed per map, cost, and qrels figures."""
+    after = (
+        f"search with --model {to}: its queries are mapped into the stored vectors"
+        if report.get("mode") == "query-side"
+        else f"pending: search with --model {to}; commit with --commit"
+    )
+    candidates = report.get("candidates") or {}
+    if candidates:
+        rows = [
+            [
+                kind + (" (chosen)" if kind == report.get("map") else ""),
+                value.get("selection@10"),
+                value.get("overlap@10"),
+                value.get("fit_seconds"),
+            ]
+            for kind, value in candidates.items()
+        ]
+        title = (
+            f"maps {report.get('direction')}: top-10 overlap with a true re-embed "
+            f"({report.get('heldout')} held-out rows)"
+        )
+        show(table(title, ["map", "selection pairs", "held-out rows", "fit s"], rows))
+    skip = {"candidates", "qrels"}
     show(
-        table(f"migration of {store} to {to} (pending: search with --model {to}; commit with --commit)", ["", ""], rows)
+        table(f"migration of {store} to {to} ({after})", ["", ""], [[k, v] for k, v in report.items() if k not in skip])
     )
+    figures = report.get("qrels")
+    if figures:
+        rows = [
+            [f"{system} ({where})", *values.values()]
+            for where in ("sample", "store")
+            for system, values in figures[where].items()
+        ]
+        title = (
+            f"{figures['queries']} judged queries; sample = {figures['sample_rows']:,} rows (held-out + judged), "
+            f"store = every row; migrated Recall@10 = {figures['recall@10_of_reembed']} x a re-embed's"
+        )
+        show(table(title, ["search", "Recall@10", "nDCG@10"], rows))
 
 
 @store_app.command("demo")

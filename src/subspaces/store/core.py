@@ -168,6 +168,7 @@ class Store:
         self._loaded: dict[str, _Loaded] = {}
         self._models: dict[str, Any] = {}  # space -> loaded model
         self._heads: dict[str, Any] = {}  # a condition head's folder -> the loaded tri-encoder
+        self._query_maps: dict[tuple[str, str], Any] = {}  # (space, key) -> a loaded query-side map
         # a tri-encoder -> (the store weights its encoder was checked against, its head's fingerprint)
         self._checked_heads: weakref.WeakKeyDictionary[Any, tuple[str, str]] = weakref.WeakKeyDictionary()
         self._lock = WriteLock(path)
@@ -265,7 +266,8 @@ class Store:
                 raise SubspacesError(
                     f"space {name} holds vectors of {recorded.name!r}, a foreign model this machine cannot run, so "
                     "a text cannot be encoded into it: search it by vector (search_vectors, store search "
-                    "--query-vectors), or by text through a map to a model that runs here (issue 52's next step)"
+                    "--query-vectors), or by text once a model that runs here has a map into it (store migrate DIR "
+                    "--to MODEL --query-side, from the rows' stored texts)"
                 )
             if not recorded.name:
                 raise SubspacesError("the store's model was built in memory and has no name: pass model=...")
@@ -285,16 +287,70 @@ class Store:
             self._searchable(name)
             return name, self.model(name)
         encoder, fingerprint = self.load_model(model)
+        return self._space_of_loaded(encoder, fingerprint, space, mapped=False)[:2]
+
+    def _space_of_loaded(
+        self, encoder: Any, fingerprint: ModelFingerprint, space: str | None, *, mapped: bool
+    ) -> tuple[str, Any, Any]:
+        """The space of a loaded query model, that model, and (``mapped``) the query-side map that takes its
+        vectors into the space when the space holds another model's (None when its own)."""
         candidates = [space] if space else [self.manifest.active, *self.manifest.pending()]
         for name in candidates:
             if self._space(name).model.matches(fingerprint):
                 self._searchable(name)
-                return name, encoder
+                return name, encoder, None
+        if mapped:
+            for name in candidates:
+                key = self._query_map_key(name, fingerprint)
+                if key is not None:
+                    self._searchable(name)
+                    return name, encoder, self._query_map(name, key)
         retired = [n for n, s in self.manifest.spaces.items() if s.state == "retired" and s.model.matches(fingerprint)]
         if retired:
             raise SubspacesError(f"{fingerprint.label()} is the store's retired model; search with the active one")
         self._space(candidates[0]).model.check(fingerprint)
         raise AssertionError("unreachable: check() raised")  # pragma: no cover
+
+    def _query_space(self, model: Any | None, space: str | None) -> tuple[str, Any, Any]:
+        """Where a text query goes: ``(space, encoder, query map or None)``. A model with a query-side map into
+        the space (``store migrate --query-side``) is searched through it; a foreign space searched without a
+        model uses its latest query-side map's model."""
+        if model is None:
+            name = space or self.manifest.active
+            self._searchable(name)
+            record = self._space(name)
+            if record.model.foreign and record.query_maps:
+                key = list(record.query_maps)[-1]
+                return name, self._query_model(name, key), self._query_map(name, key)
+            return name, self.model(name), None
+        encoder, fingerprint = self.load_model(model)
+        return self._space_of_loaded(encoder, fingerprint, space, mapped=True)
+
+    def _query_map_key(self, name: str, fingerprint: ModelFingerprint) -> str | None:
+        for key, entry in reversed(list(self._space(name).query_maps.items())):
+            if ModelFingerprint.from_dict(entry["model"]).matches(fingerprint):
+                return key
+        return None
+
+    def _query_map(self, name: str, key: str) -> Any:
+        """The query-side map ``key`` of space ``name``, loaded once (its folder hash-checked)."""
+        if (name, key) not in self._query_maps:
+            from subspaces.store.maps import load_map
+
+            self._query_maps[(name, key)] = load_map(self.path / self._space(name).query_maps[key]["map"])
+        return self._query_maps[(name, key)]
+
+    def _query_model(self, name: str, key: str) -> Any:
+        """The model of query-side map ``key``, loaded by its recorded name and checked."""
+        recorded = ModelFingerprint.from_dict(self._space(name).query_maps[key]["model"])
+        cached = f"query:{recorded.weights}"
+        if cached not in self._models:
+            if not recorded.name:
+                raise SubspacesError("the query-side map's model was built in memory and has no name: pass model=...")
+            encoder, fingerprint = self.load_model(recorded.name)
+            recorded.check(fingerprint, what=f"the model now at {recorded.name}")
+            self._models[cached] = encoder
+        return self._models[cached]
 
     # -- reading --------------------------------------------------------------------------------------------
     def _space(self, name: str) -> Space:
@@ -630,8 +686,8 @@ class Store:
             return self._sync_locked(name, chunk, progress, ray, actors)
 
     def _sync_locked(self, name: str, chunk: int, progress: bool, ray: bool | str, actors: int | None) -> int:
-        from subspaces.align import MiniVec2Vec
         from subspaces.progress import Progress
+        from subspaces.store.maps import load_map
 
         space = self._space(name)
         if space.mapped_from is None or space.aligner is None:
@@ -641,7 +697,7 @@ class Store:
         missing = np.flatnonzero([row_id not in have for row_id in source.ids])
         if not len(missing):
             return 0
-        aligner = MiniVec2Vec.load(self.path / space.aligner)
+        aligner = load_map(self.path / space.aligner)  # a learned map (map.json) or a mini-vec2vec aligner
         src_table = self._table(space.mapped_from)
         with _lance_errors(f"{self.path}, space {space.mapped_from}"):
             meta = src_table.to_arrow().column("metadata").to_pylist()
@@ -931,6 +987,12 @@ class Store:
 
         return commit(self)
 
+    def rollback(self) -> str:
+        """Undo the last :meth:`commit`: the previous space active again (:func:`subspaces.store.migrate.rollback`)."""
+        from subspaces.store.migrate import rollback
+
+        return rollback(self)
+
     # -- searching ------------------------------------------------------------------------------------------
     @overload
     def search(  # type: ignore[overload-overlap]  # a str is also a Sequence[str]: one query, one result
@@ -1033,9 +1095,12 @@ class Store:
         if condition is not None and model is None:
             # the head's encoder is the store's model (checked): it encodes the queries, loaded once
             name, encoder = space or self.manifest.active, self.condition_head(head, space).encoder
+            query_map = None
         else:
-            name, encoder = self._space_of(model, space)
+            name, encoder, query_map = self._query_space(model, space)
         vectors = encode(encoder, texts, batch_size=batch_size, normalize=True)
+        if query_map is not None:  # a query-side migration: the new model's queries in the stored rows' space
+            vectors = query_map.transform(vectors)
         results = self.search_vectors(
             vectors,
             k,

@@ -32,6 +32,9 @@ class Space:
     state: str = "active"  # active | pending | retired
     report: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # a migration's fit options (pairs, anchors, ...)
+    # query-side migrations: key -> {"model": fingerprint dict, "map": folder, "report": ..., "options": ...}; a
+    # query of that model is mapped by the folder's map into this space's coordinates before it is searched
+    query_maps: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -43,6 +46,7 @@ class Space:
             "state": self.state,
             "report": self.report,
             "options": self.options,
+            "query_maps": self.query_maps,
         }
 
     @classmethod
@@ -56,6 +60,7 @@ class Space:
             state=str(data.get("state", "active")),
             report=dict(data.get("report") or {}),
             options=dict(data.get("options") or {}),
+            query_maps={str(k): dict(v) for k, v in (data.get("query_maps") or {}).items()},
         )
 
 

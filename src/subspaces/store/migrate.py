@@ -1,10 +1,20 @@
-"""Move a store to a new model without re-embedding it: fit mini-vec2vec from the store's vectors and a sample of
-its texts embedded by the new model, map every row into a new space beside the old one (pending, searchable
-with the new model), and switch the active space only on :func:`commit`.
+"""Move a store to a new model without re-embedding it, or search it with a new model's queries.
 
-The fit sees a sample; a held-out sample (rows outside it) measures the result on the store itself: new-model
-queries of the held-out texts against their mapped vectors vs against their re-embedded vectors (the row's own
-vector among the top 10, and the top-10 overlap), and the time of the migration against re-embedding every row.
+Both fit a map on pairs: a sample of the store's texts embedded by the new model beside their stored vectors
+(:mod:`.maps`: orthogonal, affine, low-rank affine and a residual MLP; a held-out fifth of the pairs chooses
+among them by top-10 agreement with the true vectors' rankings). Then either
+
+- **rewrite** (:func:`migrate`): map every row into a new *pending* space beside the old one (searchable with the
+  new model), switched to by :func:`commit` (undone by :func:`rollback`); or
+- **query-side** (``query_side=True``): keep the stored vectors and any index as they are, and map each query of
+  the new model into the old space (new -> old) before it is searched. This is also how a store of a foreign
+  model (vectors imported from a model that cannot run here) becomes searchable by text.
+
+The report is measured on held-out rows outside the fit sample (re-embedded for it): each text's new-model vector
+as a query, the top-10 overlap of its neighbours among the held-out rows under the migration with those under a
+true re-embed, per candidate map and for the chosen one; the seconds spent; and the estimated cost of re-embedding
+every row (rows x the new model's measured seconds per row). With ``qrels`` and ``queries``, Recall@10 and
+nDCG@10 of the old, migrated and re-embedded search on a sample corpus (:func:`qrels_report`).
 """
 
 from __future__ import annotations
@@ -15,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from subspaces.errors import SubspacesError
+from subspaces.errors import DataError, SubspacesError
+from subspaces.store import maps as pair_maps
 from subspaces.store import search as ops
 from subspaces.store.manifest import Space
 
@@ -37,27 +48,67 @@ def migrate(
     progress: bool = False,
     ray: bool | str = False,
     actors: int | None = None,
+    query_side: bool = False,
+    maps: list[str] | tuple[str, ...] | None = None,
+    map_params: dict[str, dict[str, Any]] | None = None,
+    holdout: float = 0.2,
+    qrels: Any = None,
+    queries: Any = None,
 ) -> dict[str, Any]:
-    """Fit, map and add a pending space for ``model``; returns its report. Rerun after an interruption, it
-    finishes the mapping (the fitted aligner is kept) instead of starting again. ``ray``: embed the fit sample
-    and map the rows on Ray Data (see :meth:`Store.add`); the held-out measurement runs here.
+    """Fit a map to ``model`` and either add a pending space of every row mapped (default) or, with
+    ``query_side``, register the map of ``model``'s queries into the active space (the stored rows untouched);
+    returns the report. Rerun after an interruption, a rewrite finishes the mapping (the fitted map is kept).
 
-    ``anchors``: ``"paired"`` (default): the ``pairs`` sampled rows (default 2,000, or 4 per dimension of the
-    wider space if more), re-embedded by the new model,
-    are known pairs (each row's stored vector and its new vector) and the map is their orthogonal Procrustes
-    (:meth:`MiniVec2Vec.fit` ``pairs=``, its unpaired stages off unless ``params`` turns them on: every new-model
-    vector there is is one of the pairs, so they have nothing to add; on 7,000 WordNet sentences,
-    ``minilm-l6 -> paraphrase-l3``, 2,000 pairs gave held-out top-10 overlap 0.615 with or without them, in
-    0.7 s against 17 s; the aligner's ``confidence_`` is then the pairs' in-sample top-1, on up to 4,096 of
-    them). ``"unpaired"``: mini-vec2vec as without parallel data (the two sides' rows are not
-    matched up; default 20,000 rows), the method's own setting.
+    ``anchors``: ``"paired"`` (default): ``pairs`` sampled rows with texts (default 2,000, or 4 per dimension of
+    the wider space if more), re-embedded by the new model, are known pairs; every map of ``maps`` (default
+    :data:`.maps.KINDS`; ``map_params`` per kind) is fitted on ``1 - holdout`` of them and the one whose
+    top-10 agrees best with the true vectors' on the rest is kept, refitted on all (:func:`.maps.fit_and_choose`).
+    ``"unpaired"`` (rewrite only): mini-vec2vec without using that the rows match (default 20,000 rows;
+    ``params`` are its parameters), the method's own setting.
 
-    A pending migration to the same model fitted with the same options is finished; one fitted with other
-    options (``pairs`` given and different, or another ``anchors``, ``heldout``, ``seed`` or ``params``) is
-    replaced by a new fit with these: its space and aligner are dropped first (issue 58: a new ``--pairs`` was
-    ignored). ``pairs=None`` means whatever the pending fit used."""
+    ``heldout`` rows outside the pairs (at most a fifth of the rows with texts) are re-embedded too and measure
+    the result (see the module docstring); ``qrels`` (a file or ``{query id: [ids] | {id: grade}}``) with
+    ``queries`` (a file or ``{query id: text}``) adds Recall@10 and nDCG@10 (:func:`qrels_report`).
+
+    A pending rewrite to the same model fitted with the same options is finished; one fitted with other options
+    (``pairs`` given and different, or another ``anchors``, ``heldout``, ``seed``, ``params``, ``maps``,
+    ``map_params`` or ``holdout``) is replaced by a new fit: its space and map are dropped first (issue 58).
+    ``pairs=None`` means whatever the pending fit used. A query-side map to the same model is replaced likewise,
+    and returned as it is when nothing differs."""
+    if anchors not in ("paired", "unpaired"):
+        raise SubspacesError(f"anchors must be 'paired' or 'unpaired', got {anchors!r}")
+    if query_side and anchors != "paired":
+        raise SubspacesError("a query-side migration fits its map on pairs: drop --anchors unpaired")
+    if anchors == "paired" and params:
+        raise SubspacesError(
+            "params are the unpaired aligner's (mini-vec2vec); the paired maps take map_params (per map kind)"
+        )
+    if pairs is not None and pairs < 1:
+        raise SubspacesError(f"--pairs must be at least 1, got {pairs}")
+    kinds = list(maps) if maps is not None else list(pair_maps.KINDS)
+    for kind in kinds:
+        pair_maps.make(kind, (map_params or {}).get(kind))  # an unknown map or parameter: refused before any work
+    evaluation = load_qrels(qrels, queries) if (qrels is not None or queries is not None) else None
     with store._writing("store migrate"):  # first: a second writer is refused before a model loads
-        return _migrate(store, model, name, pairs, anchors, heldout, params, seed, batch_size, progress, ray, actors)
+        return _migrate(
+            store,
+            model,
+            name,
+            pairs,
+            anchors,
+            heldout,
+            params,
+            seed,
+            batch_size,
+            progress,
+            ray,
+            actors,
+            query_side,
+            kinds if anchors == "paired" else None,
+            map_params,
+            holdout,
+            evaluation,
+        )
 
 
 def _migrate(
@@ -73,66 +124,106 @@ def _migrate(
     progress: bool,
     ray: bool | str,
     actors: int | None,
+    query_side: bool,
+    kinds: list[str] | None,
+    map_params: dict[str, dict[str, Any]] | None,
+    holdout: float,
+    evaluation: tuple[dict[str, str], dict[str, dict[str, float]]] | None,
 ) -> dict[str, Any]:
-    from subspaces.align import MiniVec2Vec
-    from subspaces.models.encoder import encode
-
-    if anchors not in ("paired", "unpaired"):
-        raise SubspacesError(f"anchors must be 'paired' or 'unpaired', got {anchors!r}")
-    if pairs is not None and pairs < 1:
-        raise SubspacesError(f"--pairs must be at least 1, got {pairs}")
     encoder, fingerprint = store.load_model(model, name)
     manifest = store.manifest
     asked = {"anchors": anchors, "heldout": heldout, "seed": seed, "params": _plain(params)}
-    replaced = None
-    for space_name in manifest.pending():
-        space = manifest.spaces[space_name]
-        if not space.model.matches(fingerprint):
-            raise SubspacesError(
-                f"a migration to {space.model.label()} is pending; commit it (store migrate --commit) first"
-            )
-        differs = _differs(space.options, asked, pairs)
-        if not differs:  # an interrupted migration to this model, or a rerun: finish its mapping
-            store._models[space_name] = encoder
-            store._sync(space_name, progress=progress, ray=ray, actors=actors)
-            return space.report
-        was = space.options or space.report
-        replaced = "the pending fit with " + ", ".join(f"{key} {was.get(key, '?')}" for key in differs)
-        _discard(store, space_name)
-    if manifest.spaces[manifest.active].model.matches(fingerprint):
-        raise SubspacesError(f"{fingerprint.label()} is already the store's model: nothing to migrate")
+    if kinds is not None:
+        asked |= {"maps": kinds, "map_params": _plain(map_params), "holdout": holdout}
     source_name = manifest.active
+    source_space = manifest.spaces[source_name]
+    if source_space.model.matches(fingerprint):
+        raise SubspacesError(f"{fingerprint.label()} is already the store's model: nothing to migrate")
+    replaced = None
+    if query_side:
+        for key, entry in source_space.query_maps.items():
+            if fingerprint.matches(_fingerprint(entry["model"])):
+                differs = _differs(entry.get("options") or {}, asked, pairs)
+                if not differs:
+                    return dict(entry["report"])
+                was = entry.get("options") or {}
+                replaced = "the query-side map with " + ", ".join(f"{k} {was.get(k, '?')}" for k in differs)
+                _drop_query_map(store, source_name, key)
+                break
+    else:
+        for space_name in manifest.pending():
+            space = manifest.spaces[space_name]
+            if not space.model.matches(fingerprint):
+                raise SubspacesError(
+                    f"a migration to {space.model.label()} is pending; commit it (store migrate --commit) first"
+                )
+            differs = _differs(space.options, asked, pairs)
+            if not differs:  # an interrupted migration to this model, or a rerun: finish its mapping
+                store._models[space_name] = encoder
+                store._sync(space_name, progress=progress, ray=ray, actors=actors)
+                return space.report
+            was = space.options or space.report
+            replaced = "the pending fit with " + ", ".join(f"{key} {was.get(key, '?')}" for key in differs)
+            _discard(store, space_name)
     rows = store._load_rows(source_name)
+    with_text = np.flatnonzero([t is not None for t in rows.texts])
     n = len(rows.ids)
-    held = min(heldout, n // 5)
-    if pairs is None:  # Procrustes needs several pairs per dimension to be well posed (4096-d LLM embedders too)
-        dim = max(fingerprint.dimension, manifest.spaces[source_name].model.dimension)
+    if len(with_text) < 10:
+        raise SubspacesError(
+            f"space {source_name} holds {len(with_text)} rows with texts; a map is fitted on stored texts re-embedded "
+            "by the new model (at least 10, with more held out to measure it): import the rows' texts (--texts)"
+        )
+    held = min(heldout, len(with_text) // 5)
+    if pairs is None:  # a map needs several pairs per dimension to be well posed (4096-d LLM embedders too)
+        dim = max(fingerprint.dimension, source_space.model.dimension)
         pairs = max(2_000, 4 * dim) if anchors == "paired" else 20_000
-    order = np.random.default_rng(seed).permutation(n)
+    order = with_text[np.random.default_rng(seed).permutation(len(with_text))]
     test, fit_rows = order[:held], order[held : held + pairs]
 
     start = time.perf_counter()
-    fit_texts = rows.texts[fit_rows].tolist()
-    if ray:
-        from subspaces.store import scaleout
-        from subspaces.store.core import _shippable
-
-        scaleout.start(ray)
-        target = scaleout.encode_texts(
-            fit_texts,
-            model=_shippable(model, fingerprint, encoder),
-            runtime=store.runtime,
-            expected=fingerprint,
-            batch_size=batch_size,
-            block_rows=1024,
-            actors=actors,
-        )
-    else:
-        target = encode(encoder, fit_texts, batch_size=batch_size, normalize=True, show_progress=progress)
+    texts = rows.texts[np.concatenate([fit_rows, test])].tolist()
+    new_all = _encode(store, model, encoder, fingerprint, texts, batch_size, progress, ray, actors)
     encode_s = time.perf_counter() - start
-    aligner = MiniVec2Vec.from_params(_with_defaults(params, anchors), random_state=seed, verbose=progress)
+    target, new_test = new_all[: len(fit_rows)], new_all[len(fit_rows) :]
     source = rows.vectors[fit_rows]
-    aligner.fit(source, target, pairs=(source, target) if anchors == "paired" else None)
+    direction = "queries" if query_side else "rows"
+    fit_start = time.perf_counter()
+    if kinds is None:
+        from subspaces.align import MiniVec2Vec
+
+        aligner: Any = MiniVec2Vec.from_params(_with_defaults(params, anchors), random_state=seed, verbose=progress)
+        aligner.fit(source, target)
+        candidates: dict[str, Any] = {}
+        summary: dict[str, Any] = {"chosen": "mini-vec2vec (unpaired)", "direction": "old -> new (rows)"}
+    else:
+        aligner, candidates, summary = pair_maps.fit_and_choose(
+            source, target, direction, kinds=kinds, params=map_params, holdout=holdout, random_state=seed
+        )
+    fit_s = time.perf_counter() - fit_start
+    report = _report(aligner, candidates, summary, rows.vectors[test], new_test, direction)
+    report |= {
+        "mode": "query-side" if query_side else "rewrite",
+        "rows": n,
+        "pairs": int(len(fit_rows)),
+        "anchors": anchors,
+        "encode_seconds": round(encode_s, 3),
+        "fit_seconds": round(fit_s, 3),
+        "encode_seconds_per_row": round(encode_s / max(len(texts), 1), 6),
+        # the new model's own rate on the re-embedded sample, times every row
+        "reembed_seconds_estimate": round(encode_s / max(len(texts), 1) * n, 3),
+    }
+    if query_side:
+        report |= pair_maps.query_microseconds(aligner, fingerprint.dimension)
+    if evaluation is not None:
+        report["qrels"] = qrels_report(
+            store, source_name, rows, encoder, aligner, direction, evaluation, test, new_test, batch_size
+        )
+    options = asked | {"pairs": pairs}
+    if query_side:
+        report["migrate_seconds"] = round(time.perf_counter() - start, 3)
+        _add_query_map(store, source_name, fingerprint, aligner, report, options)
+        store._models[f"query:{fingerprint.weights}"] = encoder
+        return report | ({"replaced": replaced} if replaced else {})
 
     new_name = str(1 + max(int(k) for k in manifest.spaces))
     table, aligner_dir = f"space_{new_name}", f"aligners/{new_name}"
@@ -145,7 +236,6 @@ def _migrate(
     with _lance_errors(str(store.path)):
         store._db.create_table(table, schema=_schema(fingerprint.dimension))
     aligner.save(store.path / aligner_dir)
-    report = _measure(aligner, encoder, rows, test, batch_size)
     manifest.spaces[new_name] = Space(
         table=table,
         model=fingerprint,
@@ -154,22 +244,299 @@ def _migrate(
         aligner=aligner_dir,
         state="pending",
         report=report,
-        options=asked | {"pairs": pairs},
+        options=options,
     )
     manifest.save(store.path)
     store._models[new_name] = encoder
     store._sync(new_name, progress=progress, ray=ray, actors=actors)
-    migrate_s = time.perf_counter() - start
-    per_text = encode_s / max(len(fit_rows), 1)
-    report |= {
-        "rows": n,
-        "pairs": int(len(fit_rows)),
-        "anchors": anchors,
-        "migrate_seconds": round(migrate_s, 3),
-        "reembed_seconds_estimate": round(per_text * n, 3),  # the new model's own rate on the fit sample
-    }
+    report["migrate_seconds"] = round(time.perf_counter() - start, 3)
     manifest.save(store.path)
     return report | ({"replaced": replaced} if replaced else {})
+
+
+def _encode(
+    store: Store,
+    model: Any,
+    encoder: Any,
+    fingerprint: Any,
+    texts: list[str],
+    batch_size: int,
+    progress: bool,
+    ray: bool | str,
+    actors: int | None,
+) -> np.ndarray:
+    """Unit new-model vectors of ``texts`` (on Ray Data with ``ray``)."""
+    if ray:
+        from subspaces.store import scaleout
+        from subspaces.store.core import _shippable
+
+        scaleout.start(ray)
+        return scaleout.encode_texts(
+            texts,
+            model=_shippable(model, fingerprint, encoder),
+            runtime=store.runtime,
+            expected=fingerprint,
+            batch_size=batch_size,
+            block_rows=1024,
+            actors=actors,
+        )
+    from subspaces.models.encoder import encode
+
+    return encode(encoder, texts, batch_size=batch_size, normalize=True, show_progress=progress)
+
+
+def _report(
+    chosen: Any,
+    candidates: dict[str, Any],
+    summary: dict[str, Any],
+    old: np.ndarray,
+    new: np.ndarray,
+    direction: str,
+    k: int = 10,
+) -> dict[str, Any]:
+    """Top-``k`` overlap with a true re-embed on the held-out rows (``old``/``new``: their stored and re-embedded
+    vectors), of the chosen map (refitted on every pair) and of each candidate (fitted without the selection
+    pairs), beside the selection's own figures."""
+    report: dict[str, Any] = {"map": summary["chosen"], "direction": summary["direction"], "heldout": int(len(old))}
+    if len(old) < 2:
+        return report
+    report[f"overlap@{k}"] = round(pair_maps.agreement(chosen, old, new, direction, k), 4)
+    table = {}
+    for kind, fitted in candidates.items():
+        table[kind] = summary["candidates"][kind] | {
+            f"overlap@{k}": round(pair_maps.agreement(fitted, old, new, direction, k), 4)
+        }
+    if table:
+        report["candidates"] = table
+        report["selection_pairs"] = summary["selection_pairs"]
+    return report
+
+
+def _fingerprint(data: dict[str, Any]) -> Any:
+    from subspaces.store.fingerprint import ModelFingerprint
+
+    return ModelFingerprint.from_dict(data)
+
+
+QUERY_MAPS = "query_maps"
+
+
+def _add_query_map(
+    store: Store, space: str, fingerprint: Any, fitted: Any, report: dict[str, Any], options: dict[str, Any]
+) -> str:
+    """Save ``fitted`` under ``query_maps/SPACE/KEY`` and record it in the space's ``query_maps`` (the folder
+    first: a run killed before the manifest is written leaves a folder the next one replaces)."""
+    record = store.manifest.spaces[space]
+    key = str(1 + max([int(k) for k in record.query_maps] or [0]))
+    folder = f"{QUERY_MAPS}/{space}/{key}"
+    shutil.rmtree(store.path / folder, ignore_errors=True)
+    fitted.save(store.path / folder)
+    record.query_maps[key] = {
+        "model": fingerprint.to_dict(),
+        "map": folder,
+        "report": report,
+        "options": options,
+    }
+    store.manifest.save(store.path)
+    return key
+
+
+def _drop_query_map(store: Store, space: str, key: str) -> None:
+    entry = store.manifest.spaces[space].query_maps.pop(key)
+    store.manifest.save(store.path)
+    store._query_maps.pop((space, key), None)
+    shutil.rmtree(store.path / entry["map"], ignore_errors=True)
+
+
+# -- evaluation with relevance judgements -------------------------------------------------------------------------
+def load_qrels(qrels: Any, queries: Any) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
+    """``(queries, qrels)``: query id -> text, and query id -> {relevant id: grade}, from files or dicts.
+
+    Queries: ``.jsonl`` (``id``/``_id``/``query_id`` and ``text``/``query``), ``.tsv``/``.txt`` (``id<TAB>text``
+    a line), or a dict. Qrels: ``.jsonl`` (``query_id``/``qid``, ``doc_id``/``corpus_id``/``id``, optional
+    ``score``/``relevance``), ``.tsv``/``.txt`` (``qid<TAB>docid[<TAB>grade]``, or TREC's ``qid 0 docid grade``;
+    a header line is skipped), ``.json`` (``{qid: [ids] | {id: grade}}``), or such a dict. Only queries with at
+    least one relevant id of grade above 0 are kept."""
+    if qrels is None or queries is None:
+        raise SubspacesError("--qrels and --queries go together: relevance judgements, and the queries' texts")
+    texts = dict(queries) if isinstance(queries, dict) else _read_queries(queries)
+    judged = _plain_qrels(qrels) if isinstance(qrels, dict) else _read_qrels(qrels)
+    kept = {q: {d: g for d, g in rel.items() if g > 0} for q, rel in judged.items() if q in texts}
+    kept = {q: rel for q, rel in kept.items() if rel}
+    if not kept:
+        raise DataError("no query of the qrels has a text in the queries file and a relevant id", path=qrels)
+    return {q: str(texts[q]) for q in kept}, kept
+
+
+def _plain_qrels(qrels: dict[Any, Any]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for q, rel in qrels.items():
+        if isinstance(rel, dict):
+            out[str(q)] = {str(d): float(g) for d, g in rel.items()}
+        else:
+            out[str(q)] = {str(d): 1.0 for d in ([rel] if isinstance(rel, (str, int)) else rel)}
+    return out
+
+
+def _lines(path: Any) -> list[tuple[int, str]]:
+    from pathlib import Path
+
+    from subspaces.io import check_file, open_text
+
+    file = check_file(Path(path))
+    with open_text(file) as handle:
+        return [(i, line.rstrip("\n").lstrip("\ufeff")) for i, line in enumerate(handle, 1) if line.strip()]
+
+
+def _read_queries(path: Any) -> dict[str, str]:
+    import json
+
+    out: dict[str, str] = {}
+    for number, line in _lines(path):
+        if str(path).endswith((".jsonl", ".jsonl.gz")):
+            try:
+                row = json.loads(line)
+                key = next(row[f] for f in ("id", "_id", "query_id", "qid") if f in row)
+                out[str(key)] = str(next(row[f] for f in ("text", "query", "question") if f in row))
+            except (ValueError, StopIteration, TypeError) as exc:
+                raise DataError("not a JSON object with an id and a text field", path=path, line=number) from exc
+        else:
+            parts = line.split("\t", 1)
+            if len(parts) != 2:
+                raise DataError("expected 'id<TAB>text'", path=path, line=number)
+            out[parts[0]] = parts[1]
+    return out
+
+
+def _read_qrels(path: Any) -> dict[str, dict[str, float]]:
+    import json
+
+    if str(path).endswith(".json"):
+        from pathlib import Path
+
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise DataError(f"unreadable JSON ({exc})", path=path) from exc
+        if not isinstance(data, dict):
+            raise DataError("expected an object {query id: [ids] or {id: grade}}", path=path)
+        return _plain_qrels(data)
+    out: dict[str, dict[str, float]] = {}
+    for number, line in _lines(path):
+        if str(path).endswith((".jsonl", ".jsonl.gz")):
+            try:
+                row = json.loads(line)
+                q = str(next(row[f] for f in ("query_id", "qid", "query-id") if f in row))
+                d = str(next(row[f] for f in ("doc_id", "corpus_id", "corpus-id", "id") if f in row))
+                grade = float(next((row[f] for f in ("score", "relevance", "grade") if f in row), 1))
+            except (ValueError, StopIteration, TypeError) as exc:
+                raise DataError("not a JSON object with a query id and a document id", path=path, line=number) from exc
+        else:
+            parts = line.split("\t") if "\t" in line else line.split()
+            if len(parts) == 4:  # TREC: qid iteration docid grade
+                parts = [parts[0], parts[2], parts[3]]
+            if len(parts) not in (2, 3):
+                raise DataError("expected 'query id<TAB>document id[<TAB>grade]'", path=path, line=number)
+            try:
+                grade = float(parts[2]) if len(parts) == 3 else 1.0
+            except ValueError:
+                if number == _lines(path)[0][0]:
+                    continue  # a header line
+                raise DataError(f"grade {parts[2]!r} is not a number", path=path, line=number) from None
+            q, d = parts[0], parts[1]
+        out.setdefault(q, {})[d] = grade
+    return out
+
+
+def _scores(top: np.ndarray, ids: np.ndarray, relevant: dict[str, float], k: int) -> tuple[float, float]:
+    """Recall@k and nDCG@k (graded, log2 discount) of one ranking (row positions ``top`` into ``ids``)."""
+    found = [relevant.get(str(ids[i]), 0.0) for i in top[:k]]
+    recall = sum(1 for g in found if g > 0) / len(relevant)
+    dcg = sum(g / np.log2(rank + 2) for rank, g in enumerate(found))
+    ideal = sum(g / np.log2(rank + 2) for rank, g in enumerate(sorted(relevant.values(), reverse=True)[:k]))
+    return recall, (dcg / ideal if ideal else 0.0)
+
+
+def _evaluate(
+    queries: np.ndarray, rows: np.ndarray, ids: np.ndarray, judged: list[dict[str, float]], k: int
+) -> dict[str, float]:
+    _, top = ops.exact(ops.flat_index(ops.unit_prefix(rows)), ops.unit_prefix(queries), min(k, len(rows)))
+    pairs = [_scores(t, ids, rel, k) for t, rel in zip(top, judged, strict=True)]
+    return {
+        f"recall@{k}": round(float(np.mean([p[0] for p in pairs])), 4),
+        f"ndcg@{k}": round(float(np.mean([p[1] for p in pairs])), 4),
+    }
+
+
+def qrels_report(
+    store: Store,
+    space: str,
+    rows: Any,
+    encoder: Any,
+    fitted: Any,
+    direction: str,
+    evaluation: tuple[dict[str, str], dict[str, dict[str, float]]],
+    test: np.ndarray,
+    new_test: np.ndarray,
+    batch_size: int,
+    k: int = 10,
+) -> dict[str, Any]:
+    """Recall@k and nDCG@k of the judged queries for the old store, the migrated one and a re-embed, on a sample
+    corpus: the held-out rows plus every judged row in the store (re-embedded for it), so that all three are
+    ranked over the same rows; and of the old and migrated search over the whole store. The old model's
+    queries need it to run here (not for a foreign store)."""
+    from subspaces.models.encoder import encode
+
+    texts, judged = evaluation
+    position = {str(row_id): i for i, row_id in enumerate(rows.ids)}
+    relevant = sorted({position[d] for rel in judged.values() for d in rel if d in position} - set(test.tolist()))
+    missing = [d for rel in judged.values() for d in rel if d not in position]
+    no_text = [i for i in relevant if rows.texts[i] is None]
+    if no_text:
+        raise SubspacesError(
+            f"{len(no_text)} judged rows have no text to re-embed (first: id {rows.ids[no_text[0]]!r}); "
+            "the qrels' re-embedded baseline needs their texts"
+        )
+    sample = np.concatenate([test, np.asarray(relevant, dtype=np.int64)]).astype(np.int64)
+    extra = (
+        encode(encoder, rows.texts[relevant].tolist(), batch_size=batch_size, normalize=True)
+        if relevant
+        else np.zeros((0, new_test.shape[1]), dtype=np.float32)
+    )
+    new_rows = np.concatenate([new_test, extra]) if len(test) else extra
+    qids = list(texts)
+    grades = [judged[q] for q in qids]
+    new_queries = encode(encoder, [texts[q] for q in qids], batch_size=batch_size, normalize=True)
+    old_rows = rows.vectors[sample]
+
+    def migrated(old_vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if direction == "queries":
+            return fitted.transform(new_queries), old_vectors
+        return new_queries, np.concatenate(
+            [fitted.transform(c) for c in np.array_split(old_vectors, max(1, len(old_vectors) // 16384))]
+        )
+
+    ids = rows.ids[sample]
+    out: dict[str, Any] = {
+        "queries": len(qids),
+        "sample_rows": int(len(sample)),
+        "judged_ids_not_in_store": len(missing),
+    }
+    result = {
+        "migrated": _evaluate(*migrated(old_rows), ids, grades, k),
+        "reembedded": _evaluate(new_queries, new_rows, ids, grades, k),
+    }
+    whole = {"migrated": _evaluate(*migrated(rows.vectors), rows.ids, grades, k)}
+    record = store.manifest.spaces[space].model
+    if not record.foreign:
+        old_queries = encode(store.model(space), [texts[q] for q in qids], batch_size=batch_size, normalize=True)
+        result["old"] = _evaluate(old_queries, old_rows, ids, grades, k)
+        whole["old"] = _evaluate(old_queries, rows.vectors, rows.ids, grades, k)
+    base = result["reembedded"][f"recall@{k}"]
+    out["sample"] = result
+    out["store"] = whole
+    out[f"recall@{k}_of_reembed"] = round(result["migrated"][f"recall@{k}"] / base, 4) if base else None
+    return out
 
 
 def _plain(params: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -218,30 +585,6 @@ def _with_defaults(params: dict[str, Any] | None, anchors: str) -> dict[str, Any
     return merged
 
 
-def _measure(aligner: Any, encoder: Any, rows: Any, test: np.ndarray, batch_size: int, k: int = 10) -> dict[str, Any]:
-    """Recall@k of new-model queries of held-out texts over their mapped vs their re-embedded vectors."""
-    from subspaces.models.encoder import encode
-
-    if len(test) < 2:
-        return {"heldout": int(len(test))}
-    queries = encode(encoder, rows.texts[test].tolist(), batch_size=batch_size, normalize=True)
-    mapped = ops.unit_prefix(aligner.transform(rows.vectors[test]))
-    k = min(k, len(test))
-    _, over_mapped = ops.exact(ops.flat_index(mapped), queries, k)
-    _, over_new = ops.exact(ops.flat_index(queries), queries, k)
-    own = np.arange(len(test))[:, None]
-    recall_mapped = float((over_mapped == own).any(axis=1).mean())
-    recall_new = float((over_new == own).any(axis=1).mean())
-    overlap = np.mean([len(set(a) & set(b)) / k for a, b in zip(over_mapped, over_new, strict=True)])
-    return {
-        "heldout": int(len(test)),
-        f"recall@{k}_mapped": round(recall_mapped, 4),
-        f"recall@{k}_reembedded": round(recall_new, 4),
-        "recall_fraction": round(recall_mapped / recall_new, 4) if recall_new else None,
-        f"overlap@{k}": round(float(overlap), 4),
-    }
-
-
 def commit(store: Store) -> str:
     """Make the pending space active (its rows complete) and retire the old one; returns the new active space."""
     with store._writing("store migrate --commit"):
@@ -264,3 +607,33 @@ def _commit(store: Store) -> str:
     manifest.active = name
     manifest.save(store.path)
     return name
+
+
+def rollback(store: Store) -> str:
+    """Undo :func:`commit`: the space the committed one was mapped from (retired, kept on disk) becomes active
+    again and the committed space pending again (still searchable with its model, kept in step by ``add``; a
+    later :func:`commit` redoes the switch). Refused when rows were added after the commit (they exist only in
+    the new model's space) or when another migration is pending. Returns the active space."""
+    with store._writing("store migrate --rollback"):
+        manifest = store.manifest
+        name = manifest.active
+        space = manifest.spaces[name]
+        previous = space.mapped_from
+        if space.source != "mapped" or previous is None or manifest.spaces[previous].state != "retired":
+            raise SubspacesError(
+                "nothing to roll back: the active space was not made active by `store migrate --commit`"
+            )
+        if manifest.pending():
+            pending = manifest.spaces[manifest.pending()[0]].model.label()
+            raise SubspacesError(f"a migration to {pending} is pending; commit it first, then roll back each commit")
+        extra = store._ids(name) - store._ids(previous)
+        if extra:
+            raise SubspacesError(
+                f"{len(extra):,} rows were added after the commit and exist only in {space.model.label()}'s space "
+                f"(first: id {sorted(extra)[0]!r}); delete them (store delete) or keep the new model"
+            )
+        manifest.spaces[previous].state = "active"
+        space.state = "pending"
+        manifest.active = previous
+        manifest.save(store.path)
+        return previous

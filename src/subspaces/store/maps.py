@@ -1,0 +1,519 @@
+"""Maps between two models' spaces, learned on paired vectors (the same texts embedded by both), and the held-out
+check that chooses among them.
+
+A migration has, for a sample of the store's texts, each text's stored (old-model) vector and its new-model
+vector. From those pairs it fits every candidate map of :data:`KINDS`, in the direction it needs:
+
+- *query-side* (``store migrate --query-side``): new -> old, applied to each new-model query, so the stored vectors
+  and any index stay as they are;
+- *rewrite* (``store migrate``): old -> new, applied to every stored row.
+
+Candidates, scikit-learn style (parameters in ``__init__``, learned state with a trailing underscore, ``fit`` /
+``transform``, ``random_state``), each saved as a hash-checked state folder (:mod:`subspaces.state_folder`):
+
+- :class:`OrthogonalMap`: centred orthogonal Procrustes with one scale (the map the store used before).
+- :class:`AffineMap`: a full affine map, ridge-regularised (``alpha`` relative to the inputs' mean variance).
+- :class:`LowRankAffineMap`: the orthogonal map plus a rank-``rank`` affine correction (reduced-rank ridge
+  regression of the orthogonal map's residual).
+- :class:`ResidualMLPMap`: the ridge affine map plus a small MLP whose last layer starts at zero (so training
+  starts from the affine map), trained a few seeded epochs with torch on the CPU on cosine loss; applied with
+  numpy only.
+
+:func:`fit_and_choose` holds out a part of the pairs (default 20 %), fits each candidate on the rest and keeps the
+one whose top-10 agrees best with the true vectors' on the held-out part (:func:`agreement`; no labels, no test
+data), then refits it on every pair. Every map's output rows are unit length (the store is cosine).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin
+
+from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.state_folder import read_state_folder, write_state_folder
+
+FORMAT_VERSION = 1
+CONFIG_FILE = "map.json"
+KINDS = ("orthogonal", "affine", "lowrank", "mlp")
+DIRECTIONS = ("queries", "rows")  # queries: new -> old (query-side); rows: old -> new (a rewrite)
+# Each direction's default parameters (a caller's params override them): queries are ranked against the old rows,
+# so a query's linear maps are the adjoints of the row maps, and the MLP is trained on the pairs' similarities.
+DIRECTION_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
+    "queries": {"affine": {"adjoint": True}, "lowrank": {"adjoint": True}, "mlp": {"objective": "query-similarity"}},
+    "rows": {},
+}
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def _check(x: Any, what: str, dim: int | None = None) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim == 1:
+        x = x[None, :]
+    if x.ndim != 2:
+        raise DimensionError(f"{what}: expected a 2-D array of vectors, got shape {x.shape}")
+    if dim is not None and x.shape[1] != dim:
+        raise DimensionError(f"{what}: has {x.shape[1]} dimensions, the map was fitted on {dim}")
+    if not np.isfinite(x).all():
+        raise DimensionError(f"{what}: holds NaN or inf")
+    return x
+
+
+def _pairs(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    x, y = _check(x, "source vectors"), _check(y, "target vectors")
+    if len(x) != len(y):
+        raise DimensionError(f"{len(x)} source and {len(y)} target vectors: pairs need one of each")
+    if len(x) < 2:
+        raise DataError(f"a map needs at least 2 pairs, got {len(x)}")
+    return x.astype(np.float64), y.astype(np.float64)
+
+
+def _ridge(xc: np.ndarray, yc: np.ndarray, alpha: float) -> np.ndarray:
+    """``W`` minimising ``|xc W - yc|^2 + alpha * mean_var * |W|^2`` (``alpha`` relative to the inputs' scale)."""
+    gram = xc.T @ xc
+    scale = np.trace(gram) / max(gram.shape[0], 1)
+    return np.linalg.solve(gram + alpha * max(scale, 1e-12) * np.eye(gram.shape[0]), xc.T @ yc)
+
+
+def _procrustes(xc: np.ndarray, yc: np.ndarray) -> np.ndarray:
+    """The (semi-)orthogonal ``R`` minimising ``|xc R - yc|`` times the scale that best fits it."""
+    u, s, vt = np.linalg.svd(xc.T @ yc, full_matrices=False)
+    rotation = u @ vt
+    return rotation * (s.sum() / max(float((xc**2).sum()), 1e-12))
+
+
+class _PairMap(TransformerMixin, BaseEstimator):
+    """What every map shares: checks, the unit-length output, saving and loading. A linear map keeps
+    ``weight_`` (``in x out``) and ``bias_``; :meth:`transform` is ``unit(x @ weight_ + bias_)``."""
+
+    kind = ""
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> _PairMap:
+        start = time.perf_counter()
+        xs, ys = _pairs(x, y)
+        self.n_features_in_, self.n_features_out_ = xs.shape[1], ys.shape[1]
+        self._fit(xs, ys)
+        self.fit_seconds_ = time.perf_counter() - start
+        return self
+
+    def _fit(self, x: np.ndarray, y: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "n_features_in_"):
+            raise SubspacesError(f"this {type(self).__name__} is not fitted yet; call fit() or load_map()")
+
+    def transform(self, x: np.ndarray) -> np.ndarray:
+        """Unit rows of the map of ``x`` (a vector or rows)."""
+        self._check_fitted()  # lean (a query's cost): no NaN check here, the search checks what it is given
+        x = np.asarray(x, dtype=np.float32)
+        if x.ndim == 1:
+            x = x[None, :]
+        if x.ndim != 2 or x.shape[1] != self.n_features_in_:
+            raise DimensionError(f"vectors of shape {x.shape}: the map was fitted on {self.n_features_in_} dimensions")
+        y = self._apply(x)
+        if len(y) == 1:  # one query: a dot product costs less than a norm over an axis
+            y *= np.float32(1.0 / max(float(np.sqrt(np.dot(y[0], y[0]))), 1e-12))
+            return y
+        return _unit(y)
+
+    def _apply(self, x: np.ndarray) -> np.ndarray:
+        y = x @ self.weight_
+        y += self.bias_
+        return y
+
+    def _state(self) -> dict[str, np.ndarray]:
+        return {"weight": self.weight_, "bias": self.bias_}
+
+    def _set_state(self, arrays: dict[str, np.ndarray]) -> None:
+        self.weight_ = arrays["weight"].astype(np.float32)
+        self.bias_ = arrays["bias"].astype(np.float32)
+
+    def _linear(self, weight: np.ndarray, bias: np.ndarray) -> None:
+        self.weight_ = np.ascontiguousarray(weight, dtype=np.float32)
+        self.bias_ = np.ascontiguousarray(bias, dtype=np.float32)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """``state.npz`` (the arrays) and ``map.json`` (class, parameters, fitted shapes; its fields hashed)."""
+        self._check_fitted()
+        config = {
+            "class": type(self).__name__,
+            "kind": self.kind,
+            "params": dict(self.get_params()),
+            "n_features_in": int(self.n_features_in_),
+            "n_features_out": int(self.n_features_out_),
+            "fit_seconds": float(getattr(self, "fit_seconds_", 0.0)),
+        }
+        return write_state_folder(
+            path, CONFIG_FILE, self._state(), config, format_version=FORMAT_VERSION, hash_config=True
+        )
+
+
+class OrthogonalMap(_PairMap):
+    """Centred orthogonal Procrustes with one scale: ``unit((x - mean_x) R s + mean_y)``."""
+
+    kind = "orthogonal"
+
+    def __init__(self, random_state: int | None = 0) -> None:
+        self.random_state = random_state
+
+    def _fit(self, x: np.ndarray, y: np.ndarray) -> None:
+        mx, my = x.mean(0), y.mean(0)
+        weight = _procrustes(x - mx, y - my)
+        self._linear(weight, my - mx @ weight)
+
+
+class _Adjointable(_PairMap):
+    """A linear map that can be fitted the other way round and applied transposed (``adjoint=True``): fitted on
+    ``(x, y)`` it fits ``g: y -> x`` and maps ``x`` by ``x W_g^T``. For queries that is what ranking needs: a
+    query ``q`` scores row ``o`` as ``q . g(o) = (q W_g^T) . o + q . b_g``, the last term the same for every
+    row, so the mapped query ranks the old rows as ``q`` ranks the rows rewritten by ``g`` (up to each mapped
+    row's length); a map fitted ``q -> o`` by least squares is ``g``'s inverse, which equals this only for an
+    orthogonal ``g``. It is also the least-squares solution of ``q W o^T ~ q n^T`` over the pairs' similarities."""
+
+    adjoint: bool
+
+    def _fit(self, x: np.ndarray, y: np.ndarray) -> None:
+        if not self.adjoint:
+            self._fit_linear(x, y)
+            return
+        self._fit_linear(y, x)
+        self._linear(self.weight_.T, np.zeros(self.weight_.shape[0], dtype=np.float32))
+
+    def _fit_linear(self, x: np.ndarray, y: np.ndarray) -> None:
+        raise NotImplementedError
+
+
+class AffineMap(_Adjointable):
+    """A full affine map by ridge regression: ``unit(x W + b)``; ``alpha`` is relative to the inputs' mean
+    per-dimension variance (so it means the same for any model's scale). ``adjoint``: see :class:`_Adjointable`."""
+
+    kind = "affine"
+
+    def __init__(self, alpha: float = 0.1, adjoint: bool = False, random_state: int | None = 0) -> None:
+        self.alpha = alpha
+        self.adjoint = adjoint
+        self.random_state = random_state
+
+    def _fit_linear(self, x: np.ndarray, y: np.ndarray) -> None:
+        mx, my = x.mean(0), y.mean(0)
+        weight = _ridge(x - mx, y - my, self.alpha)
+        self._linear(weight, my - mx @ weight)
+
+
+class LowRankAffineMap(_Adjointable):
+    """The orthogonal map plus an affine correction of rank ``rank`` (reduced-rank ridge regression of the
+    orthogonal map's residual): few parameters beyond a rotation, so it needs fewer pairs than a full map.
+    ``adjoint``: see :class:`_Adjointable`."""
+
+    kind = "lowrank"
+
+    def __init__(self, rank: int = 32, alpha: float = 0.1, adjoint: bool = False, random_state: int | None = 0) -> None:
+        self.rank = rank
+        self.alpha = alpha
+        self.adjoint = adjoint
+        self.random_state = random_state
+
+    def _fit_linear(self, x: np.ndarray, y: np.ndarray) -> None:
+        if self.rank < 1:
+            raise SubspacesError(f"rank must be at least 1, got {self.rank}")
+        mx, my = x.mean(0), y.mean(0)
+        xc, yc = x - mx, y - my
+        base = _procrustes(xc, yc)
+        residual = _ridge(xc, yc - xc @ base, self.alpha)
+        _, _, vt = np.linalg.svd(xc @ residual, full_matrices=False)
+        top = vt[: min(self.rank, vt.shape[0])]
+        weight = base + residual @ top.T @ top
+        self._linear(weight, my - mx @ weight)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh form (as torch's ``approximate="tanh"``, which training uses)."""
+    return 0.5 * x * (1.0 + np.tanh(np.float32(0.7978845608) * (x + np.float32(0.044715) * x**3)))
+
+
+OBJECTIVES = ("cosine", "query-similarity", "row-similarity")
+
+
+class ResidualMLPMap(_PairMap):
+    """``unit(x W + b + g(x))``: an affine map (initialised in closed form, then trained too) plus
+    ``g(x) = gelu(x W1 + b1) W2 + b2`` of width ``hidden``, whose last layer starts at zero. Trained ``epochs``
+    epochs of AdamW (``lr``, ``weight_decay``) over shuffled batches, seeded by ``random_state``, with torch on
+    the CPU on ``threads`` threads (one is the fastest for these sizes; two under load took 10 x longer);
+    :meth:`transform` is numpy only.
+
+    ``objective``: ``"cosine"``: ``1 - cos(f(x), y)`` (affine part from the ridge map ``x -> y``).
+    ``"query-similarity"`` (for queries, new -> old): within a batch, each input ``x_i`` (a new-model query)
+    scores the targets ``y_j`` (the old rows) by ``unit(f(x_i)) . y_j``; trained to match ``x_i . x_j`` (the
+    same rows' true new-model scores): the listwise KL of their softmaxes at ``temperature`` plus their mean
+    squared difference (affine part from the adjoint ridge map, :class:`_Adjointable`). ``"row-similarity"``
+    (for rows, old -> new): ``y_i . unit(f(x_j))`` to match ``y_i . y_j``."""
+
+    kind = "mlp"
+
+    def __init__(
+        self,
+        hidden: int = 512,
+        epochs: int = 20,
+        batch_size: int = 128,
+        lr: float = 1e-3,
+        weight_decay: float = 0.01,
+        alpha: float = 0.1,
+        objective: str = "cosine",
+        temperature: float = 0.05,
+        threads: int | None = 1,
+        random_state: int | None = 0,
+    ) -> None:
+        self.hidden = hidden
+        self.epochs = epochs
+        self.batch_size = batch_size
+        self.lr = lr
+        self.weight_decay = weight_decay
+        self.alpha = alpha
+        self.objective = objective
+        self.temperature = temperature
+        self.threads = threads
+        self.random_state = random_state
+
+    def _fit(self, x: np.ndarray, y: np.ndarray) -> None:
+        from subspaces.config import scoped_threads
+
+        if self.hidden < 1 or self.epochs < 0 or self.batch_size < 1 or self.temperature <= 0:
+            raise SubspacesError(
+                f"hidden and batch_size must be at least 1, epochs at least 0, temperature above 0: {self.get_params()}"
+            )
+        if self.objective not in OBJECTIVES:
+            raise SubspacesError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        with scoped_threads(self.threads):
+            self._train(x, y)
+
+    def _train(self, x: np.ndarray, y: np.ndarray) -> None:
+        import torch
+        import torch.nn.functional as F
+
+        base = AffineMap(alpha=self.alpha, adjoint=self.objective == "query-similarity")
+        base._fit(x, y)
+        seed = 0 if self.random_state is None else int(self.random_state)
+        generator = torch.Generator().manual_seed(seed)
+        din, dout = x.shape[1], y.shape[1]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            affine = torch.nn.Linear(din, dout)
+            hidden = torch.nn.Linear(din, self.hidden)
+            out = torch.nn.Linear(self.hidden, dout)
+        with torch.no_grad():
+            affine.weight.copy_(torch.from_numpy(np.ascontiguousarray(base.weight_.T)))
+            affine.bias.copy_(torch.from_numpy(base.bias_))
+            out.weight.zero_()
+            out.bias.zero_()
+        modules = torch.nn.ModuleList([affine, hidden, out])
+        act = torch.nn.GELU(approximate="tanh")
+        tx, ty = torch.from_numpy(x.astype(np.float32)), torch.from_numpy(_unit(y))
+        ux = torch.from_numpy(_unit(x))
+        optimiser = torch.optim.AdamW(modules.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        for _ in range(self.epochs):
+            order = torch.randperm(len(tx), generator=generator)
+            for start in range(0, len(tx), self.batch_size):
+                rows = order[start : start + self.batch_size]
+                if len(rows) < 2:
+                    continue
+                xb = tx[rows]
+                mapped = affine(xb) + out(act(hidden(xb)))
+                if self.objective == "cosine":
+                    loss = (1 - F.cosine_similarity(mapped, ty[rows], dim=1)).mean()
+                else:
+                    if self.objective == "query-similarity":
+                        true, got = ux[rows] @ ux[rows].T, F.normalize(mapped, dim=1) @ ty[rows].T
+                    else:
+                        true, got = ty[rows] @ ty[rows].T, ty[rows] @ F.normalize(mapped, dim=1).T
+                    kl = F.kl_div(
+                        F.log_softmax(got / self.temperature, dim=1),
+                        F.log_softmax(true / self.temperature, dim=1),
+                        log_target=True,
+                        reduction="batchmean",
+                    )
+                    loss = kl + F.mse_loss(got, true)
+                optimiser.zero_grad()
+                loss.backward()
+                optimiser.step()
+        self.weight_ = affine.weight.detach().numpy().T.copy()
+        self.bias_ = affine.bias.detach().numpy().copy()
+        self.w1_ = hidden.weight.detach().numpy().T.copy()
+        self.b1_ = hidden.bias.detach().numpy().copy()
+        self.w2_ = out.weight.detach().numpy().T.copy()
+        self.b2_ = out.bias.detach().numpy().copy()
+
+    def _apply(self, x: np.ndarray) -> np.ndarray:
+        return x @ self.weight_ + self.bias_ + _gelu(x @ self.w1_ + self.b1_) @ self.w2_ + self.b2_
+
+    def _state(self) -> dict[str, np.ndarray]:
+        return super()._state() | {"w1": self.w1_, "b1": self.b1_, "w2": self.w2_, "b2": self.b2_}
+
+    def _set_state(self, arrays: dict[str, np.ndarray]) -> None:
+        super()._set_state(arrays)
+        for name in ("w1", "b1", "w2", "b2"):
+            setattr(self, f"{name}_", arrays[name].astype(np.float32))
+
+
+CLASSES: dict[str, type[_PairMap]] = {
+    "orthogonal": OrthogonalMap,
+    "affine": AffineMap,
+    "lowrank": LowRankAffineMap,
+    "mlp": ResidualMLPMap,
+}
+
+
+def make(kind: str, params: dict[str, Any] | None = None, random_state: int | None = 0) -> _PairMap:
+    """A new map of ``kind`` with ``params`` (refused in one line when unknown)."""
+    if kind not in CLASSES:
+        raise SubspacesError(f"unknown map {kind!r}; the maps are {', '.join(KINDS)}")
+    cls = CLASSES[kind]
+    options = dict(params or {})
+    known = set(cls().get_params())
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise SubspacesError(f"map {kind!r} has no parameter {unknown[0]!r}; it takes {', '.join(sorted(known))}")
+    options.setdefault("random_state", random_state)
+    return cls(**options)
+
+
+def load_map(path: str | os.PathLike[str]) -> Any:
+    """A fitted map from its folder: one of :data:`CLASSES` (``map.json``), or a mini-vec2vec aligner
+    (``aligner.json``, what migrations wrote before the learned maps, and still write with unpaired anchors)."""
+    import io
+
+    folder = Path(path)
+    if not (folder / CONFIG_FILE).is_file() and (folder / "aligner.json").is_file():
+        from subspaces.align import MiniVec2Vec
+
+        return MiniVec2Vec.load(folder)
+    config, state = read_state_folder(
+        folder, CONFIG_FILE, versions=(FORMAT_VERSION,), written_by="store migrate", config_hashed_from=1
+    )
+    try:
+        cls = {c.__name__: c for c in CLASSES.values()}[config["class"]]
+        fitted = cls(**config["params"])
+        fitted.n_features_in_ = int(config["n_features_in"])
+        fitted.n_features_out_ = int(config["n_features_out"])
+        fitted.fit_seconds_ = float(config.get("fit_seconds", 0.0))
+        with np.load(io.BytesIO(state)) as arrays:
+            fitted._set_state({name: arrays[name] for name in arrays.files})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise DataError(f"not a map's config ({type(exc).__name__}: {exc})", path=folder / CONFIG_FILE) from exc
+    return fitted
+
+
+def overlap(queries_a: np.ndarray, rows_a: np.ndarray, queries_b: np.ndarray, rows_b: np.ndarray, k: int = 10) -> float:
+    """Mean fraction of shared ids between each query's top ``k`` rows in space a and in space b (rows i of a
+    and of b are the same text; scores are inner products of unit vectors)."""
+    k = min(k, len(rows_a))
+    top_a = _top(queries_a, rows_a, k)
+    top_b = _top(queries_b, rows_b, k)
+    return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(top_a, top_b, strict=True)]))
+
+
+def _top(queries: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    scores = _unit(queries) @ _unit(rows).T
+    top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    return top
+
+
+def agreement(fitted: Any, old: np.ndarray, new: np.ndarray, direction: str, k: int = 10) -> float:
+    """Top-``k`` agreement of a map with the truth on pairs ``old[i]``/``new[i]`` (held out of its fit): each
+    text's new-model vector is a query; its top ``k`` among the rows under the map (``queries``: the mapped
+    query against the old rows; ``rows``: the query against the mapped rows) vs its top ``k`` among the
+    rows' true new-model vectors."""
+    if direction == "queries":
+        return overlap(fitted.transform(new), old, new, new, k)
+    if direction == "rows":
+        return overlap(new, fitted.transform(old), new, new, k)
+    raise SubspacesError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+
+
+def fit_and_choose(
+    old: np.ndarray,
+    new: np.ndarray,
+    direction: str,
+    *,
+    kinds: Sequence[str] = KINDS,
+    params: dict[str, dict[str, Any]] | None = None,
+    holdout: float = 0.2,
+    k: int = 10,
+    random_state: int | None = 0,
+) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """Fit each map of ``kinds`` (``params``: per kind) on ``1 - holdout`` of the pairs, in ``direction``
+    (``queries``: new -> old; ``rows``: old -> new), keep the one with the best held-out :func:`agreement`
+    (ties: the earlier kind, the simpler), refit it on every pair. Returns ``(chosen map, the candidates fitted
+    without the held-out pairs by kind, report)``; the report has each candidate's agreement and fit seconds."""
+    if direction not in DIRECTIONS:
+        raise SubspacesError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
+    kinds = list(dict.fromkeys(kinds))
+    if not kinds:
+        raise SubspacesError(f"no map to fit: give at least one of {', '.join(KINDS)}")
+    params = {
+        kind: DIRECTION_DEFAULTS[direction].get(kind, {}) | dict((params or {}).get(kind) or {}) for kind in KINDS
+    } | {kind: value for kind, value in (params or {}).items() if kind not in KINDS}
+    for kind in kinds:
+        make(kind, params.get(kind))  # an unknown kind or parameter is refused before any fit
+    unknown = sorted(set(params) - set(KINDS))
+    if unknown:
+        raise SubspacesError(f"params for unknown map {unknown[0]!r}; the maps are {', '.join(KINDS)}")
+    old, new = _check(old, "old vectors"), _check(new, "new vectors")
+    if len(old) != len(new):
+        raise DimensionError(f"{len(old)} old and {len(new)} new vectors: pairs need one of each")
+    if not 0 < holdout < 1:
+        raise SubspacesError(f"holdout is a fraction of the pairs, between 0 and 1, got {holdout}")
+    n_held = int(round(len(old) * holdout))
+    if n_held < 2 or len(old) - n_held < 2:
+        raise DataError(f"{len(old)} pairs are too few to fit a map and hold out {holdout:.0%} of them to choose it")
+    order = np.random.default_rng(random_state).permutation(len(old))
+    held, fit = order[:n_held], order[n_held:]
+    source, target = (new, old) if direction == "queries" else (old, new)
+    candidates: dict[str, Any] = {}
+    report: dict[str, Any] = {}
+    for kind in kinds:
+        fitted = make(kind, params.get(kind), random_state).fit(source[fit], target[fit])
+        candidates[kind] = fitted
+        score = agreement(fitted, old[held], new[held], direction, k)
+        report[kind] = {f"selection@{k}": round(score, 4), "fit_seconds": round(fitted.fit_seconds_, 3)}
+    chosen = max(kinds, key=lambda kind: (report[kind][f"selection@{k}"], -kinds.index(kind)))
+    final = make(chosen, params.get(chosen), random_state).fit(source, target)
+    summary = {
+        "chosen": chosen,
+        "direction": "new -> old (queries)" if direction == "queries" else "old -> new (rows)",
+        "selection_pairs": int(n_held),
+        "candidates": report,
+    }
+    return final, candidates, summary
+
+
+def query_microseconds(fitted: Any, dim: int, repeats: int = 2_000, seed: int = 0) -> dict[str, float]:
+    """What mapping costs a query: median µs of one query vector mapped alone (``transform`` of one row, as
+    a single search does), and µs a query within a batch of 1,000."""
+    rng = np.random.default_rng(seed)
+    one = _unit(rng.normal(size=(1, dim)))
+    batch = _unit(rng.normal(size=(1_000, dim)))
+    fitted.transform(one)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter_ns()
+        fitted.transform(one)
+        times.append(time.perf_counter_ns() - start)
+    batched = []
+    for _ in range(5):
+        start = time.perf_counter_ns()
+        fitted.transform(batch)
+        batched.append((time.perf_counter_ns() - start) / len(batch))
+    return {
+        "map_us_per_query": round(float(np.median(times)) / 1e3, 2),
+        "map_us_per_query_batched": round(float(np.median(batched)) / 1e3, 3),
+    }
