@@ -5,7 +5,8 @@ Domains and their role (recorded in every result):
 * dev (defaults may be chosen on these): ``wordnet`` (WordNet 3.0 definitions and examples), ``tweets`` (TweetEval);
   ``wordnet-short`` (WordNet's lines cut to three words, thirteenth session: are short texts harder?);
   ``wordnet-names`` (WN18RR's synset names, one or two words: a dev pool of names like ``entities``, fifteenth session);
-  ``nq-answers`` (NQ-open's answers, mostly proper names; sixteenth session).
+  ``nq-answers`` (NQ-open's answers, mostly proper names; sixteenth session); ``npm-summaries`` (npm packages'
+  one-line summaries, short technical texts; issue 57).
 * test (never used to choose anything): ``utterances`` (Banking77 + Emotion), ``questions`` (NQ-open: 7,179
   questions, the train file is missing from the data folder), ``sts`` (SICK + STS-B + STS12-16 sentences),
   ``mrpc`` (MRPC sentences). WN18RR's entity descriptions are WordNet glosses, the dev domain, so they are not a
@@ -187,12 +188,31 @@ def nq_answers() -> list[str]:
     return _distinct(answer for row in _nq_open_rows() for answer in row.get("answer", []))
 
 
+PACKAGE_LISTS = Path("/work/.library/env/packages")  # the workplace's package lists (not a dataset of ../shared/data)
+
+
+def npm_summaries() -> list[str]:
+    """npm packages' one-line summaries (dev, issue 57): short technical texts ("A tiny library for parsing CSV
+    streams"), the kind of text on which the default once fell below the paper recipe (a hidden pool, 0.055 top-1).
+    Read from the workplace's package list; summaries of three words or more, the list's own test notes
+    (``[tested here: ...]``) cut off."""
+    path = PACKAGE_LISTS / "npm.tsv"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the npm package list is not on this machine")
+    with path.open(encoding="utf-8") as handle:
+        next(handle)
+        rows = (line.rstrip("\n").split("\t") for line in handle)
+        summaries = (re.sub(r"^\[tested here:[^\]]*\]\s*", "", row[3]).strip() for row in rows if len(row) >= 4)
+        return _distinct(t for t in summaries if len(t.split()) >= 3 and "\t" not in t)
+
+
 DOMAINS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "wordnet": ("dev", wordnet),
     "wordnet-short": ("dev", wordnet_short),
     "wordnet-names": ("dev", wordnet_names),
     "nq-answers": ("dev", nq_answers),
     "tweets": ("dev", tweets),
+    "npm-summaries": ("dev", npm_summaries),
     "utterances": ("test", utterances),
     "questions": ("test", questions),
     "sts": ("test", sts_sentences),

@@ -1107,37 +1107,55 @@ def test_init_identity_starts_from_the_vectors_as_they_are_and_needs_equal_dims(
     assert d["agreement"]["skipped"].startswith("init='identity'") and d["identity_reference"]["skipped"]
     with pytest.raises(DimensionError, match="init='identity' needs equal dims"):
         MiniVec2Vec(**QUICK | {"init": "identity"}).fit(source, target[:, :8])
-    with pytest.raises(SubspacesError, match="init must be one of anchors, identity"):
+    with pytest.raises(SubspacesError, match="init must be one of auto, anchors, identity"):
         MiniVec2Vec(init="eye").fit(source, target)
 
 
-def test_the_identity_reference_flags_an_anchored_map_it_clearly_beats():
+def test_the_identity_candidate_is_kept_where_it_clearly_beats_the_anchored_map_and_only_flags_with_anchors():
     """Two samples of one space, so the identity is right; one weak anchored pass (one k-means run, no structural
-    stage, no check) lands in a wrong basin on seed 0 and in the right one on seed 1 (seeds 0-3: 3 wrong)."""
+    stage, no check) lands in a wrong basin on seed 0 and in the right one on seed 1 (seeds 0-3: 3 wrong).
+    ``init="anchors"`` flags the wrong map and keeps it; ``"auto"`` (the default) keeps the identity candidate."""
     weak = FAST | {
         "n_restarts": 1,
         "agreement_threshold": None,
         "structure": StructureParams(n_iter=0),
         "anchors": replace(FAST["anchors"], n_runs=1, kmeans_redo=1),
     }
+    assert MiniVec2Vec().init == "auto"
     for seed, wrong in ((0, True), (1, False)):
         rng = np.random.default_rng(seed)
         source, target, held = clustered(rng, 2000), clustered(rng, 2000), clustered(rng, 500)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            aligner = MiniVec2Vec(**weak | {"random_state": seed}).fit(source, target)
-        top1 = evaluate_alignment(aligner, held, held)["top1"]
-        reference = aligner.diagnostics_["identity_reference"]
+        fits = {}
+        for init in ("anchors", "auto"):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                aligner = MiniVec2Vec(**weak | {"random_state": seed, "init": init}).fit(source, target)
+            fits[init] = (aligner, evaluate_alignment(aligner, held, held)["top1"], caught)
+        anchored, top1, caught = fits["anchors"]
+        reference = anchored.diagnostics_["identity_reference"]
         flagged = any("init='identity'" in str(w.message) for w in caught)
         assert (top1 < 0.1, reference["lift"] > IDENTITY_REFERENCE_MARGIN, flagged) == (wrong, wrong, wrong)
-        assert reference["seconds"] > 0 and (aligner.converged_ is False or not wrong)
+        assert reference["seconds"] > 0 and (anchored.converged_ is False or not wrong)
+        assert anchored.diagnostics_["kept"] == "anchors"
+        auto, auto_top1, caught = fits["auto"]
+        # The same anchored pass and the same candidate: "auto" differs only in which map it keeps.
+        assert auto.diagnostics_["identity_reference"] == reference | {
+            "seconds": auto.diagnostics_["identity_reference"]["seconds"]
+        }
+        if wrong:
+            assert auto.diagnostics_["kept"] == "identity reference" and auto_top1 > 0.9
+            assert not any("init='identity'" in str(w.message) for w in caught)
+            assert auto.diagnostics_["trust"]["final"] >= reference["trust"]  # the candidate's, polished or not
+        else:
+            assert auto.diagnostics_["kept"] == "anchors"
+            np.testing.assert_array_equal(auto.matrix_, anchored.matrix_)
     # (Seed 1's right map is flagged too, by the trust check: here the unrefined identity is as right as it.)
 
 
 @pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
-def test_the_identity_reference_leaves_a_right_map_alone_and_never_replaces_it():
+def test_the_identity_reference_leaves_a_right_map_alone():
     """Where the identity is right the reference lands in the anchored map's basin; where the target is rotated
-    it starts at chance. Neither flags a right map, and the map is the anchors' own either way."""
+    it starts at chance. Neither flags nor replaces a right map: the map is the anchors' own either way."""
     rng = np.random.default_rng(0)
     source, target, held = clustered(rng, 2000), clustered(rng, 2000), clustered(rng, 500)
     q = ortho_group.rvs(8, random_state=1)
@@ -1150,6 +1168,7 @@ def test_the_identity_reference_leaves_a_right_map_alone_and_never_replaces_it()
         reference = aligner.diagnostics_["identity_reference"]
         assert reference["trust"] is not None and reference["lift"] <= IDENTITY_REFERENCE_MARGIN
         assert aligner.converged_ and evaluate_alignment(aligner, held, held @ truth)["top1"] > 0.9
+        assert aligner.diagnostics_["kept"] == "anchors"
         maps[name] = aligner.matrix_
     # The rotation control: the same fit on the rotated target gives the rotated map (the reference draws last).
     assert np.abs(maps["rotated"] - maps["plain"] @ q).max() < 1e-3

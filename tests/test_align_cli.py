@@ -518,5 +518,5 @@ def test_fit_init_identity_is_one_pass_from_the_identity_and_a_bad_init_is_refus
     assert aligner.init == "identity" and aligner.diagnostics_["restarts"][0]["label"] == "identity start"
     assert "identity start" in flat(result) and "not trusted" in flat(result)
     result = CliRunner().invoke(app, fit_args(spaces, tmp_path / "b", *params_args(tmp_path), "--init", "eye"))
-    assert result.exit_code == 2 and "init must be one of anchors, identity" in flat(result)
+    assert result.exit_code == 2 and "init must be one of auto, anchors, identity" in flat(result)
     assert not (tmp_path / "b").exists()

@@ -85,7 +85,7 @@ TRUST_ROWS = 4096  # rows of each side the trust score compares (the cost of CSL
 # reference by -0.01 to +0.12 x chance, wrong maps by 0.45-0.78 x (short proper names, paraphrase-l3); 0.1 flagged
 # a good WordNet-names map (0.116).
 IDENTITY_REFERENCE_MARGIN = 0.25
-INITS = ("anchors", "identity")
+INITS = ("auto", "anchors", "identity")
 IDENTITY_PASS = -2  # the pass number of a pass started from the identity (init="identity", or the reference)
 FORMAT_VERSION = 2  # 2: parameters grouped by stage; 1: the 37 flat names (still read)
 CONFIG_FILE = "aligner.json"
@@ -144,14 +144,15 @@ class MiniVec2Vec(BaseEstimator):
             while 40 clusters everywhere did worse on a small dev pool (``benchmarks/notes/align.md``, "Short
             texts"). Fits whose check agrees never start a search pass, so their maps do not depend on it. Where
             the rows or ``anchors.sample`` are fewer than 4 x this count, the search keeps ``anchors.n_clusters``.
-        init: where each pass starts. ``"anchors"`` (the paper's method): a map from matched anchors, which uses
-            nothing about the coordinates, so a rotation or permutation of the target space leaves the result
-            unchanged. Where the dims agree, a reference is also refined from the identity (the vectors left as
-            they are, then refine-1; no anchors) and the map is flagged if the
-            reference's trust score beats its own by more than 0.25 x chance level: two models of one family can
-            share coordinates so closely that the identity is a better start than any anchors (short proper names
-            ``minilm-l6 -> paraphrase-l3``: anchored maps 0.46-0.71 top-1, trusted, where the identity scored
-            0.75 and a pass from it 0.80-0.82). The map itself never comes from the reference.
+        init: where the map starts. ``"auto"`` (default): the paper's anchored passes and, where the dims agree,
+            a second candidate refined from the identity (the vectors left as they are, then refine-1); the
+            identity candidate is kept (and polished) if its CSLS trust score beats the anchored map's by more
+            than :data:`IDENTITY_REFERENCE_MARGIN` x chance level, and ``diagnostics_["kept"]`` says which was
+            kept and why. Two models of one family can share coordinates so closely that the identity is a better
+            start than any anchors (short technical texts ``minilm-l6 -> paraphrase-l3``: default 0.055 top-1,
+            a pass from the identity 0.880, issue 57). The map then depends on the target's coordinates.
+            ``"anchors"``: the anchored passes only, blind to the coordinates, so a rotation or permutation of the
+            target leaves the result unchanged; the identity candidate only flags a map it clearly beats.
             ``"identity"``: one pass from the identity, for a successor model that shares the source's
             coordinates (same family, fine-tuned); needs equal dims. There are no independent anchors to agree
             with, so the agreement check does not run; the trust check against the unrefined identity and random
@@ -182,7 +183,7 @@ class MiniVec2Vec(BaseEstimator):
         agreement_threshold: float | None = 0.55,
         agreement_search: int = 4,
         search_anchor_clusters: int | None = 40,
-        init: str = "anchors",
+        init: str = "auto",
         max_seconds: float | None = FIT_SECONDS,
         random_state: int | None = 0,
         verbose: bool = False,
@@ -402,9 +403,16 @@ class MiniVec2Vec(BaseEstimator):
         trusted_final = trust_score(trust_a, trust_b, self.matrix_) if kept_trust is None else kept_trust
         trusted_identity = trust_score(trust_a, trust_b, eye) if eye is not None else None
         trusted_control = max(trust_score(trust_a, trust_b, rotation) for rotation in rotations)
-        reference = self._identity_reference(
+        reference, candidate = self._identity_reference(
             search, reference_seed, eye, known, trust_b, trusted_final, trusted_control
         )
+        # The identity candidate is kept where it clearly beats the anchored map (init="auto"); "anchors" only flags.
+        beaten = reference["lift"] is not None and reference["lift"] > IDENTITY_REFERENCE_MARGIN
+        kept = "anchors" if self.init != "identity" else "identity"
+        if beaten and self.init == "auto" and candidate is not None:
+            kept = "identity reference"
+            self.matrix_, polish = self._polish(candidate, score, trust_a, trust_b, polish_seed, budget)
+            trusted_final = polish["trust_after"] if polish["accepted"] else reference["trust"]
         trust: dict[str, Any] = {
             "final": trusted_final,
             "identity": trusted_identity,
@@ -422,7 +430,9 @@ class MiniVec2Vec(BaseEstimator):
         # small pools ends low on wrong passes too), so the swap share judges only where agreement was not checked;
         # with enough known pairs, they judge instead (the swap share stays above the threshold on pools whose
         # clusters overlap, right map or not: utterances, issue 24).
-        if converged is False and agreement["agreement"] is None and judged is None:
+        # The anchored passes' own verdicts (structure, agreement) do not judge an identity candidate kept instead.
+        anchored_verdicts = kept != "identity reference"
+        if anchored_verdicts and converged is False and agreement["agreement"] is None and judged is None:
             problems.append(
                 f"no pass of the alignment converged: the kept one's structural search still swapped "
                 f"{restarts[chosen]['structure_swapped'][-1]:.0%} of the seeded cluster pairs in its last round "
@@ -434,7 +444,7 @@ class MiniVec2Vec(BaseEstimator):
         problem = trust_problem(trusted_final, trusted_identity, trusted_control, margin=self.trust_margin)
         if problem is not None:
             problems.append(problem)
-        if reference["lift"] is not None and reference["lift"] > IDENTITY_REFERENCE_MARGIN:
+        if beaten and kept == "anchors":
             problems.append(
                 f"a map refined from the identity (the vectors left as they are, then refine-1) "
                 f"scores clearly higher than the fitted map on the label-free score (CSLS "
@@ -442,7 +452,7 @@ class MiniVec2Vec(BaseEstimator):
                 f"the two models probably share coordinates and the fitted map is in a worse basin. Refit with "
                 f"init='identity' (--init identity), or check the pair on a few paired texts."
             )
-        if agreement["agreement"] is not None and agreement["agreement"] < agreement["threshold"]:
+        if anchored_verdicts and agreement["agreement"] is not None and agreement["agreement"] < agreement["threshold"]:
             problems.append(
                 f"no two independent passes of the alignment agree ({agreement['compared']} compared): their maps "
                 f"give the same rows a mean cosine of {agreement['agreement']:.2f} at most (trusted: >= "
@@ -460,7 +470,9 @@ class MiniVec2Vec(BaseEstimator):
         # structural round kept.
         swapped = restarts[chosen]["structure_swapped"]
         confidence = 1.0 - swapped[-1] if swapped else None
-        if agreement["agreement"] is not None:
+        if kept == "identity reference":  # its lead over the anchored map, in units of chance level, capped
+            confidence = min(float(reference["lift"]), 1.0)
+        elif agreement["agreement"] is not None:
             confidence = min(max(agreement["agreement"], 0.0), 1.0)
         elif judged is not None:
             confidence = judged["top1"]
@@ -478,6 +490,7 @@ class MiniVec2Vec(BaseEstimator):
             "polish": polish,
             "identity_reference": reference,
             "init": self.init,
+            "kept": kept,
             "stopped_early": self.stopped_early_,
             "stop_reason": budget.reason,
             **cpu_record(self.precision_),
@@ -530,20 +543,20 @@ class MiniVec2Vec(BaseEstimator):
 
     def _identity_reference(
         self, search: _Search, seed, eye: np.ndarray | None, known, trust_b: np.ndarray, final: float, control: float
-    ) -> dict[str, Any]:
-        """The identity reference of ``init="anchors"`` where the dims agree: refine-1 from the identity (no
-        anchors, no structural stage, no refine-2, no polish) and its trust score's ``lift`` over the fitted map's
-        (``final``), in units of chance level (``control``), which ``fit`` judges against
-        :data:`IDENTITY_REFERENCE_MARGIN`. Its map is never kept. Not with known pairs (they judge against the
-        identity themselves) nor once the budget is spent."""
+    ) -> tuple[dict[str, Any], _Pass | None]:
+        """The identity candidate of ``init="auto"`` and ``"anchors"`` where the dims agree: refine-1 from the
+        identity (no anchors, no structural stage, no refine-2) and its trust score's ``lift`` over the anchored
+        map's (``final``), in units of chance level (``control``), which ``fit`` judges against
+        :data:`IDENTITY_REFERENCE_MARGIN`; and the pass, which ``"auto"`` keeps where it wins. Not with known
+        pairs (they judge against the identity themselves) nor once the budget is spent."""
         out: dict[str, Any] = {"trust": None, "nn_similarity": None, "lift": None, "seconds": None, "skipped": None}
         out |= {"margin": IDENTITY_REFERENCE_MARGIN}
-        if self.init != "anchors" or eye is None:
-            return out | {"skipped": "init='identity'" if eye is not None else "the dims differ"}
+        if self.init == "identity" or eye is None:
+            return out | {"skipped": "init='identity'" if eye is not None else "the dims differ"}, None
         if known is not None:
-            return out | {"skipped": "known pairs judge the map against the identity"}
+            return out | {"skipped": "known pairs judge the map against the identity"}, None
         if search.budget.spent("before the identity reference"):
-            return out | {"skipped": "out of time"}
+            return out | {"skipped": "out of time"}, None
         clock = time.perf_counter()
         # Refine-1 only: from the identity the structural stage and refine-2 add little, and with them the
         # reference cost 29-40 s on a 40k dev pool (+29-44 % fit time), against the 25 % its dev rule allowed.
@@ -563,14 +576,14 @@ class MiniVec2Vec(BaseEstimator):
         )
         self._finish_pass(reference, search.score, search.budget, centroid_stage=False)
         if search.budget.stopped_at is not None:  # cut short, it proves nothing
-            return out | {"skipped": "out of time during the identity reference"}
+            return out | {"skipped": "out of time during the identity reference"}, None
         trust = trust_score(search.rows, trust_b, reference.record["matrix"].astype(np.float32))
         return out | {
             "trust": trust,
             "lift": (trust - final) / max(abs(control), 1e-12),
             "nn_similarity": reference.record["nn_similarity"]["final"],
             "seconds": time.perf_counter() - clock,
-        }
+        }, reference
 
     def _refine1(self, matrix, step, score, *, n_iter: int, start_score, out_of_time, progress=None):
         """Refine-1 with this aligner's settings, for ``n_iter`` steps (a pass's refine-1, or the polish)."""

@@ -136,8 +136,9 @@ def fit_cmd(
     init: Annotated[
         Optional[str],
         typer.Option(
-            help="Where each pass starts: 'anchors' (default; the paper's method, blind to the coordinates) or "
-            "'identity' (one pass from the vectors as they are: a successor model of the same family and dims)."
+            help="Where the map starts: 'auto' (default: the paper's anchored passes, and where the dims agree a "
+            "pass from the identity, kept where it clearly scores higher), 'anchors' (the paper's method alone, "
+            "blind to the coordinates) or 'identity' (one pass from the vectors as they are)."
         ),
     ] = None,
     max_seconds: Annotated[
@@ -227,9 +228,11 @@ def fit_cmd(
         out.print(f"agreement with an independent pass: not checked ({check['skipped']})")
     reference = d.get("identity_reference") or {}
     if reference.get("trust") is not None:
+        kept = d.get("kept") == "identity reference"
         out.print(
-            f"identity reference (a pass from the identity, never kept): trust score {reference['trust']:.4f}, "
-            f"{reference['lift']:+.2f} x chance level against the map's (flagged above {reference['margin']:g})"
+            f"identity candidate (a pass from the identity{', KEPT' if kept else ''}): trust score "
+            f"{reference['trust']:.4f}, {reference['lift']:+.2f} x chance level against the anchored map's "
+            f"(kept or flagged above {reference['margin']:g})"
         )
     paired = d.get("paired_check")
     if paired is not None:
