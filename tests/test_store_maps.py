@@ -254,3 +254,47 @@ def test_cli_migrate_query_side_report_and_rollback(tmp_path, tiny_model_dir):
     assert cli("store", "migrate", folder, "--commit").exit_code == 0
     result = cli("store", "migrate", folder, "--rollback")
     assert result.exit_code == 0 and "pending again" in result.output, result.output
+
+
+def test_reembed_replaces_mapped_rows_oldest_first_resumably(pair):
+    from subspaces.store.backfill import native_ids
+
+    store, reembedded, _, new_model, texts = pair
+    with pytest.raises(SubspacesError, match="nothing mapped"):
+        store.reembed(budget=10)
+    store.migrate(new_model, pairs=300, heldout=100, maps=["affine"])  # not exact: mapped rows differ from true
+    first = store.reembed(budget=250, batch=100)
+    assert first["space"] == "1" and first["reembedded"] == 250 and first["native"] == 250
+    assert first["mapped"] == N - 250 and native_ids(store, "1") == {str(i) for i in range(250)}  # table order
+    truth = dict(zip(reembedded._load_rows("0").ids, reembedded._load_rows("0").vectors, strict=True))
+    rows = store._load_rows("1")
+    by_id = dict(zip(rows.ids, rows.vectors, strict=True))
+    np.testing.assert_allclose(by_id["3"], truth["3"], atol=1e-5)
+    assert not np.allclose(by_id[str(N - 1)], truth[str(N - 1)], atol=1e-3)
+    assert store.count("1") == N and len(set(rows.ids)) == N  # replaced, not doubled
+    rest = store.reembed(budget=10_000)
+    assert rest["reembedded"] == N - 250 and rest["mapped"] == 0 and rest["native_fraction"] == 1.0
+    assert store.reembed(budget=5)["reembedded"] == 0  # idempotent: nothing left
+    store.commit()  # the pending space, now all native, becomes active
+    assert store.search(texts[N], k=10, model=new_model).ids == reembedded.search(texts[N], k=10).ids
+
+
+def test_cli_reembed(tmp_path, tiny_model_dir):
+    from subspaces.models.encoder import build_random_bert, portable
+    from test_store import sentences
+
+    folder = tmp_path / "s"
+    Store.create(folder, str(tiny_model_dir)).add(sentences(120), ids=range(120), write_batch=120)
+    other = tmp_path / "other"
+    portable(build_random_bert(tmp_path / "hf", num_layers=1, hidden_size=32, num_heads=2, seed=3)).save(str(other))
+    result = cli("store", "reembed", folder, "--budget", "5")
+    assert result.exit_code == 2 and "nothing mapped" in " ".join(result.output.split()), result.output
+    assert (
+        cli("store", "migrate", folder, "--to", other, "--pairs", "60", "--heldout", "20", "--maps", "affine").exit_code
+        == 0
+    )
+    result = cli("store", "reembed", folder, "--budget", "50")
+    flat = " ".join(result.output.split())
+    assert result.exit_code == 0 and "50 of 120 rows are native" in flat and "70 still mapped" in flat, result.output
+    result = cli("store", "reembed", folder)
+    assert result.exit_code == 2 and "--budget" in result.output, result.output

@@ -1,4 +1,4 @@
-"""``subspaces store create|add|import|export|delete|info|index|search|migrate|repair``: a LanceDB vector store."""
+"""``subspaces store create|add|import|export|delete|info|index|search|migrate|reembed|repair``: a vector store."""
 
 from __future__ import annotations
 
@@ -540,6 +540,35 @@ def _show_migration(store: Path, to: Any, report: dict[str, Any]) -> None:
             f"store = every row; migrated Recall@10 = {figures['recall@10_of_reembed']} x a re-embed's"
         )
         show(table(title, ["search", "Recall@10", "nDCG@10"], rows))
+
+
+@store_app.command("reembed")
+@user_errors(interrupted="every batch re-embedded is committed and recorded; rerun the same command to continue")
+def reembed_cmd(
+    store: DirArg,
+    budget: Annotated[Optional[int], typer.Option(help="Rows to re-embed in this run (oldest-mapped first).")] = None,
+    seconds: Annotated[Optional[float], typer.Option(help="Or: stop starting batches after this many seconds.")] = (
+        None
+    ),
+    space: Annotated[Optional[str], typer.Option(help="The mapped space (default: the pending one, else active).")] = (
+        None
+    ),
+    device: DeviceOpt = "cpu",
+    backend: BackendOpt = Backend.torch,
+    precision: PrecisionOpt = Precision.fp32,
+    threads: ThreadsOpt = None,
+) -> None:
+    """Replace a migration's mapped rows by true vectors of its model, a budget at a time (resumable)."""
+    opened = _open(store, device, backend, precision)
+    report = opened.reembed(budget=budget, seconds=seconds, space=space, progress=True)
+    console.print(
+        f"re-embedded {report['reembedded']:,} rows of space {report['space']} in {report['seconds']} s; "
+        f"{report['native']:,} of {report['rows']:,} rows are native ({report['native_fraction']}), "
+        f"{report['mapped']:,} still mapped"
+        + (f" ({report['without_text']:,} without a text to re-embed)" if report["without_text"] else ""),
+        highlight=False,
+        markup=False,
+    )
 
 
 @store_app.command("demo")

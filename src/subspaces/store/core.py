@@ -987,6 +987,12 @@ class Store:
 
         return commit(self)
 
+    def reembed(self, *, budget: int | None = None, seconds: float | None = None, **options: Any) -> dict[str, Any]:
+        """Replace mapped rows by true vectors of their model, oldest first (:func:`.backfill.reembed`)."""
+        from subspaces.store.backfill import reembed
+
+        return reembed(self, budget=budget, seconds=seconds, **options)
+
     def rollback(self) -> str:
         """Undo the last :meth:`commit`: the previous space active again (:func:`subspaces.store.migrate.rollback`)."""
         from subspaces.store.migrate import rollback
