@@ -123,3 +123,30 @@ def test_scoped_threads_puts_back_every_pool_and_variable(monkeypatch):
         with pytest.raises(SubspacesError, match="at least 1"), config.scoped_threads(0):
             pass
         assert torch.get_num_threads() == 2
+
+
+def test_encoding_uses_every_core_only_where_the_load_aware_default_gave_some_up(monkeypatch):
+    """Issue 51: on a busy machine the load-aware default (1 of 2 cores) made encoding slower than 2 threads; the
+    rule: encoding takes every usable core when the count is that default, and keeps any count asked for."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    monkeypatch.setattr(config, "_encoding_cores", None)
+    for name in ("SUBSPACES_THREADS", "OMP_NUM_THREADS", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(config, "available_cpus", lambda: 2)
+    before = torch.get_num_threads()
+    with threadpool_limits(limits=1):
+        monkeypatch.setattr(config, "idle_share", lambda: 0.2)  # a busy machine: the default keeps 1 of 2
+        assert config.set_threads() == 1 and config.encoding_threads() == 2
+        with config.scoped_threads(1):  # an explicit count inside: kept
+            assert config.encoding_threads() is None
+        assert config.encoding_threads() == 2  # and the default's rule is back after it
+        monkeypatch.delenv("OMP_NUM_THREADS")  # as before set_threads wrote it
+        monkeypatch.setattr(config, "idle_share", lambda: 1.0)  # idle: the default gave nothing up
+        assert config.set_threads() == 2 and config.encoding_threads() is None
+        assert config.set_threads(1) == 1 and config.encoding_threads() is None  # asked for: kept
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        monkeypatch.setenv("SUBSPACES_THREADS", "1")
+        assert config.set_threads() == 1 and config.encoding_threads() is None
+    torch.set_num_threads(before)

@@ -195,3 +195,24 @@ def test_a_lone_surrogate_is_refused_with_its_position(tiny_model):
 
     with pytest.raises(DataError, match=r"text 1 holds a lone surrogate \(U\+D800\) at character 2"):
         encode(tiny_model, ["fine", "ab\ud800c"])
+
+
+def test_encoding_on_the_load_aware_default_uses_every_core_for_the_call(tiny_model, monkeypatch):
+    """Where set_threads' default gave cores up to other work (1 of 2 here), encode runs on all of them (a forward
+    pass still gains from a busy core; align fit did not) and leaves the process's count as it was."""
+    from subspaces import config
+
+    seen = []
+    inner = tiny_model.encode
+
+    def recording(*args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return inner(*args, **kwargs)
+
+    monkeypatch.setattr(tiny_model, "encode", recording)
+    monkeypatch.setattr(config, "_encoding_cores", 2)  # what set_threads() records on a busy 2-core machine
+    torch.set_num_threads(1)
+    encode(tiny_model, ["a cat"])
+    assert seen == [2] and torch.get_num_threads() == 1
+    encode(tiny_model, ["a cat"], threads=1)  # a count asked for is kept
+    assert seen == [2, 1] and torch.get_num_threads() == 1

@@ -87,15 +87,26 @@ def _cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
     return value if value > 0 else None
 
 
-def default_threads() -> int:
+def default_threads(*, under_load: bool = True) -> int:
     """Threads when none are asked for: ``$SUBSPACES_THREADS``, else ``$OMP_NUM_THREADS``, else the cores this
     process may use (:func:`available_cpus`) shared among the processes ``torchrun`` started on this machine, less
-    the share of them that other work keeps busy (:func:`idle_share`).
+    the share of them that other work keeps busy (:func:`idle_share`; not with ``under_load=False``).
 
     Why the last part: on a busy machine a pool of as many threads as cores waits at every barrier for threads
     the scheduler has given to someone else; measured on 2 cores with 2 busy processes, ``align fit`` took > 600 s
-    with 2 threads and 97 s with 1 (``benchmarks/threads_under_load.py``).
+    with 2 threads and 97 s with 1 (``benchmarks/threads_under_load.py``). Encoding is the exception
+    (:func:`encoding_threads`).
     """
+    explicit = _explicit_threads()
+    if explicit is not None:
+        return explicit
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    cores = max(1, available_cpus() // max(1, local_processes))
+    return max(1, min(cores, round(cores * idle_share()))) if under_load else cores
+
+
+def _explicit_threads() -> int | None:
+    """The count ``$SUBSPACES_THREADS`` or ``$OMP_NUM_THREADS`` asks for, if either does."""
     for name in (THREADS_ENV, "OMP_NUM_THREADS"):
         value = os.environ.get(name, "").strip()
         if name == "OMP_NUM_THREADS":
@@ -106,9 +117,26 @@ def default_threads() -> int:
                 return _positive(int(value), f"${name}")
             except ValueError:
                 raise SubspacesError(f"${name} must be a positive integer, got {value!r}") from None
-    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
-    cores = max(1, available_cpus() // max(1, local_processes))
-    return max(1, min(cores, round(cores * idle_share())))
+    return None
+
+
+# Every usable core, when set_threads(None) gave some of them up to other work; else None (see encoding_threads).
+_encoding_cores: int | None = None
+
+
+def encoding_threads() -> int | None:
+    """Threads for encoding (a transformer's forward passes) when the process runs on the load-aware default:
+    every core it may use, load or not. None when a count was asked for (``--threads``, ``$SUBSPACES_THREADS``,
+    ``$OMP_NUM_THREADS``), when the default gave up no core, or when :func:`set_threads` was never called: then
+    encoding keeps the process's count. :func:`subspaces.models.encoder.encode` applies it for its own duration.
+
+    Why an exception: the load-aware count is for work that meets at a barrier after every small step, which a
+    busy core stalls (``align fit``, above). A forward pass is a few large products per layer, its idle threads
+    sleep (``OMP_WAIT_POLICY=PASSIVE``), and a second thread still pays on a busy machine: 2,000 texts took 41.3 s
+    on 2 threads and 53.3 s on 1 (``threads_under_load.py``, load about 5); 600 texts 9.8 s against 15.5 s at a
+    load of about 10 (``benchmarks/encode_threads.py``, 2-core AMD EPYC, fresh process per timing).
+    """
+    return _encoding_cores
 
 
 def idle_share() -> float:
@@ -152,7 +180,9 @@ def scoped_threads(threads: int | None = None) -> Iterator[int]:
     library threadpoolctl saw loaded before it, and the environment variables. A library first loaded inside the
     block keeps the block's count (it had no earlier setting to go back to).
     """
+    global _encoding_cores
     saved_env = {name: os.environ.get(name) for name in (*_POOL_ENVS, "OMP_WAIT_POLICY")}
+    saved_encoding = _encoding_cores
     torch = sys.modules.get("torch")
     faiss = sys.modules.get("faiss")
     saved_torch = torch.get_num_threads() if torch is not None else None
@@ -164,6 +194,7 @@ def scoped_threads(threads: int | None = None) -> Iterator[int]:
     finally:
         if limiter is not None:
             limiter.restore_original_limits()
+        _encoding_cores = saved_encoding
         for name, value in saved_env.items():
             if value is None:
                 os.environ.pop(name, None)
@@ -177,7 +208,13 @@ def scoped_threads(threads: int | None = None) -> Iterator[int]:
 
 def _apply_threads(threads: int | None) -> tuple[int, Any]:
     """:func:`set_threads`' work; also returns threadpoolctl's limiter, which can put the earlier limits back."""
+    global _encoding_cores
     n = default_threads() if threads is None else _positive(threads, "threads")
+    if threads is None and _explicit_threads() is None:  # the load-aware default (read before the variables change)
+        cores = default_threads(under_load=False)
+        _encoding_cores = cores if cores > n else None
+    else:
+        _encoding_cores = None
     for name in _POOL_ENVS:
         os.environ[name] = str(n)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

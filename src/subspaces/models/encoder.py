@@ -262,14 +262,21 @@ def encode(
     is NaN, or is a text a tokenizer cannot read (a lone surrogate).
 
     ``threads``: CPU threads for this call only (torch, BLAS, faiss; :func:`subspaces.config.scoped_threads`): the
-    caller's setting is back afterwards. None: the process's current setting. An ONNX Runtime or OpenVINO session
-    keeps the count it was built with (:func:`subspaces.models.backends.with_backend`).
+    caller's setting is back afterwards. None: the process's current setting, except that where that is the
+    load-aware default and it gave cores up to other work, encoding uses them all
+    (:func:`subspaces.config.encoding_threads` says why). An ONNX Runtime or OpenVINO session keeps the count it
+    was built with (:func:`subspaces.models.backends.with_backend`).
     """
     if isinstance(texts, str):
         raise TypeError("texts must be a sequence of strings, not one string")
     check_batch_size(batch_size)
     texts = list(texts)
     check_unicode(texts)
+    if threads is None:
+        from subspaces.config import encoding_threads
+
+        wider = encoding_threads()
+        threads = wider if wider is not None and wider != torch.get_num_threads() else None
     if threads is not None:
         from subspaces.config import scoped_threads
 
