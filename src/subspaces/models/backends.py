@@ -63,7 +63,9 @@ def with_backend(
     """Run ``model``'s transformer (its first module) on ``backend`` at ``precision``; returns ``model``.
 
     The transformer's torch weights are replaced in place by a runtime session on the cached graph (exported on
-    first use). ``threads`` defaults to torch's thread count, which :func:`subspaces.config.set_threads` sets.
+    first use). ``threads`` defaults to the count encoding uses (:func:`subspaces.config.encoding_threads`: every
+    usable core where the load-aware default gave some up), else torch's, which
+    :func:`subspaces.config.set_threads` sets; the session keeps it.
     """
     check_backend(backend, precision)
     if backend == "torch":
@@ -72,7 +74,9 @@ def with_backend(
     folder = export(transformer, backend, precision)
     import torch
 
-    n = threads or torch.get_num_threads()
+    from subspaces.config import encoding_threads
+
+    n = threads or encoding_threads() or torch.get_num_threads()
     inputs = _input_names(transformer.model)
     run = _onnx_session(folder, n) if backend == "onnx" else _openvino_session(folder, n)
     transformer.model = runtime_model_class()(transformer.model.config, inputs, run, f"{backend}-{precision}")

@@ -35,9 +35,14 @@ class Engine:
     """The encoder, and optionally a tri-encoder (``--head``) and a store (``--store``), loaded from settings."""
 
     def __init__(self, settings: ServeSettings) -> None:
+        from subspaces.config import encoding_threads, set_threads
         from subspaces.models.backends import with_backend
         from subspaces.models.encoder import load_encoder
 
+        # The server is an encoder: where the load-aware default gave cores up, encoding's rule (all of them) holds
+        # for the process, set before an ONNX/OpenVINO session takes its count from torch's.
+        if (wider := encoding_threads()) is not None:
+            set_threads(wider)
         self.backend, self.precision = settings.backend, settings.precision
         self.model = load_encoder(settings.model, device=settings.device)
         self.model.eval()
