@@ -133,8 +133,8 @@ def encoding_threads() -> int | None:
     Why an exception: the load-aware count is for work that meets at a barrier after every small step, which a
     busy core stalls (``align fit``, above). A forward pass is a few large products per layer, its idle threads
     sleep (``OMP_WAIT_POLICY=PASSIVE``), and a second thread still pays on a busy machine: 2,000 texts took 41.3 s
-    on 2 threads and 53.3 s on 1 (``threads_under_load.py``, load about 5); 600 texts 9.8 s against 15.5 s at a
-    load of about 10 (``benchmarks/encode_threads.py``, 2-core AMD EPYC, fresh process per timing).
+    on 2 threads and 53.3 s on 1 (``threads_under_load.py``, load about 5); 600 texts 6.8 s against 9.8 s with two
+    busy processes beside a load average of about 6.5 (``benchmarks/encode_threads.py``, 2-core AMD EPYC).
     """
     return _encoding_cores
 
