@@ -1,4 +1,5 @@
-"""``subspaces store create|add|import|export|delete|info|index|search|migrate|reembed|repair``: a vector store."""
+"""``subspaces store create|add|import|export|delete|info|index|search|migrate|reembed|shrink|repair``: a vector
+store."""
 
 from __future__ import annotations
 
@@ -79,12 +80,20 @@ BasisOpt = Annotated[
         "axes (pca: any model; the same full-dimension scores)."
     ),
 ]
+
+
+class StoreBasis(str, Enum):
+    model = "model"
+    pca = "pca"
+    adapter = "adapter"
+
+
 SearchBasisOpt = Annotated[
-    Optional[Basis],
+    Optional[StoreBasis],
     typer.Option(
-        help="With --dims: whose first DIMS axes to read: the model's (a Matryoshka model) or the store's principal "
-        "axes (pca: any model; the same full-dimension scores). Default: model for a model trained for truncation "
-        "(Matryoshka), else pca.",
+        help="With --dims: whose first DIMS axes to read: the model's (a Matryoshka model), the store's principal "
+        "axes (pca: any model; the same full-dimension scores) or the adapter `store shrink` fitted. Default: what "
+        "`store shrink` chose for DIMS, else model for a model trained for truncation (Matryoshka), else pca.",
         show_default=False,
     ),
 ]
@@ -208,6 +217,12 @@ def info_cmd(
     ]
     header = ["space", "state", "model", "dim", "rows", "version", "index", "bytes/vector"]
     show(table(f"store {store}", header, rows))
+    for name, space in info["spaces"].items():
+        shrunk = space.get("shrink")
+        if shrunk:
+            picks = ", ".join(f"{d} dims: {basis}" for d, basis in shrunk["choice"].items())
+            note = " (stale: rows changed since; rerun store shrink to measure again)" if shrunk["stale"] else ""
+            console.print(f"space {name} shrunk: {picks}{note}", highlight=False, markup=False)
     _warn_duplicates(store, {name: space["duplicates"] for name, space in info["spaces"].items()})
 
 
@@ -540,6 +555,57 @@ def _show_migration(store: Path, to: Any, report: dict[str, Any]) -> None:
             f"store = every row; migrated Recall@10 = {figures['recall@10_of_reembed']} x a re-embed's"
         )
         show(table(title, ["search", "Recall@10", "nDCG@10"], rows))
+
+
+@store_app.command("shrink")
+@user_errors(interrupted="nothing was recorded; rerun the same command")
+def shrink_cmd(
+    store: DirArg,
+    dims: Annotated[str, typer.Option(help="Prefix sizes to shrink to, comma-separated, e.g. 32,64,128.")],
+    heldout: Annotated[int, typer.Option(help="Stored rows held out of the fits, as queries (at most a fifth).")] = 500,
+    adapter_basis: Annotated[
+        Basis, typer.Option(help="What the adapter starts from: the model's coordinates or the principal axes.")
+    ] = Basis.pca,
+    epochs: Annotated[int, typer.Option(help="The adapter's training epochs.")] = 20,
+    seed: Annotated[int, typer.Option(help="Random seed (held-out sample, the adapter).")] = 0,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON here.")] = None,
+    threads: ThreadsOpt = None,
+) -> None:
+    """Fit a Matryoshka adapter and the principal axes on the stored vectors; per DIMS, --dims searches read
+    whichever keeps the full-size top 10 best on held-out rows (or the raw prefix, if that does)."""
+    from subspaces.store import Store
+
+    if json_out is not None:
+        from subspaces.io import check_writable
+
+        check_writable(json_out)
+    report = Store.open(store).shrink(
+        dims, heldout=heldout, seed=seed, adapter_params={"basis": adapter_basis.value, "epochs": epochs}
+    )
+    if json_out is not None:
+        from subspaces.io import save_json
+
+        save_json(json_out, report)
+    show_shrink(store, report)
+
+
+def show_shrink(store: Path, report: dict[str, Any]) -> None:
+    """The shrink report: per size, overlap@10 of each candidate and the one used."""
+    rows = [
+        [d, v["model_overlap@10"], v["pca_overlap@10"], v["adapter_overlap@10"], v["used"]]
+        for d, v in report["dims"].items()
+    ]
+    title = (
+        f"shrink of {store} (space {report['space']}, {report['model']}, {report['rows']:,} rows): top-10 of "
+        f"truncated vs full-size search, {report['heldout']} held-out rows as queries"
+    )
+    show(table(title, ["dims", "raw truncation", "principal axes", "adapter", "used"], rows))
+    console.print(
+        f"adapter ({report['adapter_basis']} start) fitted in {report['adapter_fit_seconds']} s; "
+        f"shrink took {report['seconds']} s; search with --dims D reads the basis used for D",
+        highlight=False,
+        markup=False,
+    )
 
 
 @store_app.command("reembed")

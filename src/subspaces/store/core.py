@@ -83,6 +83,7 @@ class _Loaded:
     index: Any = None
     prefixes: dict[tuple[str, int, bool], Any] = field(default_factory=dict)  # (basis, dims, int8 codes) -> faiss
     axes: np.ndarray | None = None  # the rows' principal axes, fitted when a "pca" prefix is first searched
+    adapted: np.ndarray | None = None  # the rows through the space's shrink adapter (an "adapter" prefix)
     conditioned: Any = None  # an LRUCache: (head, condition) -> the rows' view under it (heads.corpus_view)
     matches: dict[str, np.ndarray] = field(default_factory=dict)  # a where= filter -> the rows it admits
 
@@ -169,6 +170,7 @@ class Store:
         self._models: dict[str, Any] = {}  # space -> loaded model
         self._heads: dict[str, Any] = {}  # a condition head's folder -> the loaded tri-encoder
         self._query_maps: dict[tuple[str, str], Any] = {}  # (space, key) -> a loaded query-side map
+        self._shrink_adapters: dict[str, Any] = {}  # space -> its loaded shrink adapter (store shrink)
         # a tri-encoder -> (the store weights its encoder was checked against, its head's fingerprint)
         self._checked_heads: weakref.WeakKeyDictionary[Any, tuple[str, str]] = weakref.WeakKeyDictionary()
         self._lock = WriteLock(path)
@@ -400,6 +402,7 @@ class Store:
         """The manifest and, per space, its row count, table version, ANN index, quantized copy and the rows
         that repeat an id (``duplicates``: :meth:`repair` removes them)."""
         from subspaces.store.quantized import describe as describe_copy
+        from subspaces.store.shrink import describe as describe_shrink
 
         spaces = {}
         for name, space in self.manifest.spaces.items():
@@ -412,6 +415,7 @@ class Store:
                     "index": indices[0] if indices else None,
                     "quantized": describe_copy(self, name),
                     "duplicates": self.duplicates(name),
+                    "shrink": describe_shrink(self, name),
                 }
         return {"path": str(self.path), "active": self.manifest.active, "spaces": spaces}
 
@@ -993,6 +997,13 @@ class Store:
 
         return reembed(self, budget=budget, seconds=seconds, **options)
 
+    def shrink(self, dims: str | Sequence[int], **options: Any) -> dict[str, Any]:
+        """Choose, per prefix size, the basis a ``dims`` search reads (raw, principal axes or a fitted Matryoshka
+        adapter) by a held-out check, and record it (:func:`.shrink.shrink`); returns the report."""
+        from subspaces.store.shrink import shrink
+
+        return shrink(self, dims if isinstance(dims, str) else list(dims), **options)
+
     def rollback(self) -> str:
         """Undo the last :meth:`commit`: the previous space active again (:func:`subspaces.store.migrate.rollback`)."""
         from subspaces.store.migrate import rollback
@@ -1197,14 +1208,23 @@ class Store:
                 loaded.index = ops.flat_index(loaded.vectors)
             scores, rows = ops.exact(loaded.index, vectors, k, subset=subset)
         else:
-            basis = basis or self.default_basis(name)
-            axes = self._prefix_basis(loaded, basis)
-            prefix_queries = ops.prefix_rows(vectors, dims, axes)
+            basis = basis or self.default_basis(name, dims)
+            if basis == "adapter":  # rows and queries through the same fitted map, then truncated
+                from subspaces.store.shrink import load_adapter
+
+                adapter = load_adapter(self, name)
+                if loaded.adapted is None:
+                    loaded.adapted = adapter.transform(loaded.vectors)
+                rows_in, axes = loaded.adapted, None
+                prefix_queries = ops.unit_prefix(adapter.transform(vectors), dims)
+            else:
+                rows_in, axes = loaded.vectors, self._prefix_basis(loaded, basis)
+                prefix_queries = ops.prefix_rows(vectors, dims, axes)
             # the prefix ranking alone is scored exactly; a funnel's shortlist index is chosen by its size
             codes = rerank == "full" and ops.scans_codes(len(loaded.ids), len(vectors))
             key = (basis, dims, codes)
             if key not in loaded.prefixes:
-                in_basis = ops.prefix_rows(loaded.vectors, dims, axes)
+                in_basis = ops.prefix_rows(rows_in, dims, axes)
                 loaded.prefixes[key] = ops.int8_index(in_basis) if codes else ops.flat_index(in_basis)
             index = loaded.prefixes[key]
             if rerank == "none":
@@ -1227,13 +1247,19 @@ class Store:
             loaded.matches[where] = self._matching(name, where, loaded.rowids)
         return loaded.matches[where]
 
-    def default_basis(self, space: str | None = None) -> str:
-        """Whose first ``dims`` axes a prefix search reads when not told: ``"model"`` for a model trained for
-        truncation (Matryoshka), else ``"pca"``, the store's principal axes (issue 52: on hidden data the model's
-        own prefix kept 0.971 of exact Recall@10 at 64 dims, the principal axes more)."""
+    def default_basis(self, space: str | None = None, dims: int | None = None) -> str:
+        """Whose first ``dims`` axes a prefix search reads when not told: the basis ``store shrink`` chose for
+        that size (:mod:`.shrink`), else ``"model"`` for a model trained for truncation (Matryoshka), else
+        ``"pca"``, the store's principal axes (issue 52: on hidden data the model's own prefix kept 0.971 of
+        exact Recall@10 at 64 dims, the principal axes more)."""
         from subspaces.store.matryoshka import trained
+        from subspaces.store.shrink import chosen
 
-        return "model" if trained(self._space(space or self.manifest.active).model) else "pca"
+        name = space or self.manifest.active
+        picked = chosen(self, name, dims) if dims is not None else None
+        if picked is not None:
+            return picked
+        return "model" if trained(self._space(name).model) else "pca"
 
     @staticmethod
     def _prefix_basis(loaded: _Loaded, basis: str) -> np.ndarray | None:

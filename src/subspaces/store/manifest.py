@@ -35,6 +35,9 @@ class Space:
     # query-side migrations: key -> {"model": fingerprint dict, "map": folder, "report": ..., "options": ...}; a
     # query of that model is mapped by the folder's map into this space's coordinates before it is searched
     query_maps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # ``store shrink``: {"choice": {dims: basis}, "adapter": folder or None, "version", "rows", "options", "report"}
+    # (see :mod:`.shrink`); a prefix search of a listed size reads the chosen basis by default
+    shrink: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -47,6 +50,7 @@ class Space:
             "report": self.report,
             "options": self.options,
             "query_maps": self.query_maps,
+            "shrink": self.shrink,
         }
 
     @classmethod
@@ -61,6 +65,7 @@ class Space:
             report=dict(data.get("report") or {}),
             options=dict(data.get("options") or {}),
             query_maps={str(k): dict(v) for k, v in (data.get("query_maps") or {}).items()},
+            shrink=dict(data.get("shrink") or {}),
         )
 
 

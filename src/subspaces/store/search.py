@@ -45,7 +45,9 @@ def flat_index(vectors: np.ndarray) -> Any:
     return index
 
 
-BASES = ("model", "pca")  # whose first ``dims`` coordinates a prefix reads (see adapt.basis.principal_axes)
+# whose first ``dims`` coordinates a prefix reads: the model's, the principal axes' (adapt.basis.principal_axes) or
+# those of the adapter ``store shrink`` fitted (store.shrink)
+BASES = ("model", "pca", "adapter")
 INT8_SCAN_ROWS = 50_000  # from here a funnel's shortlist scan is faster on 8-bit codes than on floats...
 INT8_SCAN_QUERIES = 20  # ...for fewer queries than this: faiss searches larger float batches by matrix products
 

@@ -1,0 +1,186 @@
+"""Shrinking a store's vectors for search (``store shrink DIR --dims 32,64,128``): choose, per prefix size, whose
+first ``d`` coordinates a prefix search reads.
+
+Three candidates, each a transform applied alike to the rows and to a query before truncation:
+
+- ``model``: the vectors' own first ``d`` coordinates (raw truncation);
+- ``pca``: the first ``d`` of the rows' principal axes (:func:`subspaces.adapt.basis.principal_axes`);
+- ``adapter``: the first ``d`` coordinates of a :class:`~subspaces.adapt.MatryoshkaAdapter` fitted on the stored
+  vectors (no texts, no labels), saved under ``shrink/SPACE/adapter/``.
+
+The held-out check: a seeded sample of stored rows (``heldout``) is kept out of every fit; each is a query, and
+its top 10 among the other (fitted) rows by the truncated vectors is compared with its top 10 by the full vectors
+(``overlap@10``, no labels). Per ``d`` the candidate with the best overlap is used (ties: the simpler, in the
+order model, pca, adapter); the choice and every figure are recorded in the space's ``shrink`` entry of
+``store.json``, and ``search(dims=d)`` without ``basis`` reads the chosen one. The funnel's re-rank is by the
+stored full vectors whatever the basis, so a whole-store shortlist still gives the exact search's answer.
+
+Derived state: the adapter is a fixed map, so rows added, deleted or replaced later go through it like the
+others (the in-memory prefix index is rebuilt per table version, as the principal axes are refitted); what can
+age is the *choice*, measured on the rows of one table version: the entry records that version and row count,
+and :func:`describe` says ``stale`` once the table has changed (rerun ``store shrink`` to measure again).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from subspaces.errors import DimensionError, SubspacesError
+from subspaces.store import search as ops
+
+if TYPE_CHECKING:
+    from subspaces.store.core import Store
+
+CANDIDATES = ("model", "pca", "adapter")  # in the order ties go: the simpler first
+FOLDER = "shrink"
+ADAPTER_DEFAULTS: dict[str, Any] = {"basis": "pca", "epochs": 20, "hidden": 512, "batch_size": 512}
+
+
+def parse_dims(text: str | list[int] | tuple[int, ...], full: int) -> list[int]:
+    """``"32,64,128"`` (or a list) as sorted distinct prefix sizes, each in 1..full-1."""
+    try:
+        values = [int(d) for d in (text.split(",") if isinstance(text, str) else text) if str(d).strip()]
+    except ValueError:
+        raise DimensionError(f"--dims must be integers separated by commas, got {text!r}") from None
+    if not values:
+        raise DimensionError("--dims is empty: give the prefix sizes to shrink to, e.g. 32,64,128")
+    bad = [d for d in values if not 0 < d < full]
+    if bad:
+        raise DimensionError(f"dims {bad} are outside 1..{full - 1} (the space has {full} dimensions)")
+    return sorted(set(values))
+
+
+def shrink(
+    store: Store,
+    dims: str | list[int] | tuple[int, ...],
+    *,
+    space: str | None = None,
+    heldout: int = 500,
+    seed: int = 0,
+    k: int = 10,
+    adapter_params: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Fit the candidates on ``space``'s rows (default: the active space) less ``heldout`` of them, measure each at
+    every size of ``dims`` on those held out, record the choice; returns the report (see the module). A rerun with
+    the same options on an unchanged table returns the recorded report."""
+    from subspaces.adapt import MatryoshkaAdapter
+    from subspaces.adapt.basis import principal_axes
+
+    name = space or store.manifest.active
+    with store._writing("store shrink"):
+        record = store._space(name)
+        store._searchable(name)
+        full = record.model.dimension
+        sizes = parse_dims(dims, full)
+        params = ADAPTER_DEFAULTS | dict(adapter_params or {})
+        params.pop("dims", None)
+        asked = {"dims": sizes, "heldout": heldout, "seed": seed, "k": k, "adapter": _plain(params)}
+        loaded = store._load_rows(name)
+        n = len(loaded.ids)
+        previous = record.shrink
+        if previous and previous.get("options") == asked and previous.get("version") == loaded.version:
+            return dict(previous["report"])
+        held = min(heldout, n // 5)
+        if held < 2 or n - held < k + 1:
+            raise SubspacesError(
+                f"space {name} holds {n} rows; shrink fits on the rows and measures on a fifth held out: add rows "
+                f"(at least {5 * (k + 1)})"
+            )
+        start = time.perf_counter()
+        order = np.random.default_rng(seed).permutation(n)
+        test, fit = np.sort(order[:held]), np.sort(order[held:])
+        x_fit, x_test = loaded.vectors[fit], loaded.vectors[test]
+        truth = _top(x_fit, x_test, None, k)
+        axes = principal_axes(x_fit, seed=seed)
+        adapter = MatryoshkaAdapter(dims=sizes, random_state=seed, verbose=progress, **params)
+        adapter.fit(x_fit)
+        fit_rows, fit_queries = adapter.transform(x_fit), adapter.transform(x_test)
+        table: dict[str, dict[str, Any]] = {}
+        choice: dict[str, str] = {}
+        for d in sizes:
+            figures = {
+                "model": _overlap(truth, _top(x_fit[:, :d], x_test[:, :d], None, k)),
+                "pca": _overlap(truth, _top(x_fit @ axes[:, :d], x_test @ axes[:, :d], None, k)),
+                "adapter": _overlap(truth, _top(fit_rows[:, :d], fit_queries[:, :d], None, k)),
+            }
+            best = max(CANDIDATES, key=lambda c: (figures[c], -CANDIDATES.index(c)))
+            choice[str(d)] = best
+            table[str(d)] = {f"{c}_overlap@{k}": round(figures[c], 4) for c in CANDIDATES} | {"used": best}
+        folder = f"{FOLDER}/{name}/adapter"
+        shutil.rmtree(store.path / folder, ignore_errors=True)
+        adapter.save(store.path / folder)  # also when not chosen: --basis adapter reads it
+        report = {
+            "space": name,
+            "model": record.model.label(),
+            "rows": n,
+            "heldout": int(held),
+            "metric": f"overlap@{k}: top-{k} of truncated search vs full-size search, held-out rows as queries",
+            "dims": table,
+            "adapter_basis": params["basis"],
+            "adapter_fit_seconds": round(float(adapter.fit_seconds_), 3),
+            "seconds": round(time.perf_counter() - start, 3),
+        }
+        record.shrink = {
+            "choice": choice,
+            "adapter": folder,
+            "version": int(loaded.version),
+            "rows": n,
+            "options": asked,
+            "report": report,
+        }
+        store.manifest.save(store.path)
+        store._shrink_adapters.pop(name, None)
+        loaded.prefixes.clear()
+        loaded.adapted = None
+        return report
+
+
+def describe(store: Store, name: str) -> dict[str, Any] | None:
+    """The space's shrink entry with ``stale``: whether its table changed since the choice was measured."""
+    record = store._space(name).shrink
+    if not record:
+        return None
+    table = store._table(name)
+    stale = int(table.version) != record.get("version") or int(table.count_rows()) != record.get("rows")
+    return dict(record) | {"stale": bool(stale)}
+
+
+def chosen(store: Store, name: str, dims: int) -> str | None:
+    """The basis ``store shrink`` chose for a ``dims`` prefix of space ``name``, or None (not shrunk to it)."""
+    record = store._space(name).shrink
+    return (record.get("choice") or {}).get(str(dims)) if record else None
+
+
+def load_adapter(store: Store, name: str) -> Any:
+    """The space's shrink adapter, loaded once (its folder hash-checked), or a refusal where there is none."""
+    if name not in store._shrink_adapters:
+        record = store._space(name).shrink
+        if not record or not record.get("adapter"):
+            raise SubspacesError(
+                f"space {name} has no fitted adapter: run `subspaces store shrink DIR --dims ...` first "
+                "(or search with --basis pca)"
+            )
+        from subspaces.adapt import MatryoshkaAdapter
+
+        store._shrink_adapters[name] = MatryoshkaAdapter.load(store.path / record["adapter"])
+    return store._shrink_adapters[name]
+
+
+def _top(rows: np.ndarray, queries: np.ndarray, dims: int | None, k: int) -> np.ndarray:
+    """Each query's top ``k`` rows by cosine of (re-normalised) prefixes."""
+    index = ops.flat_index(ops.unit_prefix(rows, dims))
+    _, found = ops.exact(index, ops.unit_prefix(queries, dims), k)
+    return found
+
+
+def _overlap(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.mean([len(set(x) & set(y)) / len(x) for x, y in zip(a.tolist(), b.tolist(), strict=True)]))
+
+
+def _plain(params: dict[str, Any]) -> dict[str, Any]:
+    return {key: (list(value) if isinstance(value, tuple) else value) for key, value in sorted(params.items())}
