@@ -25,16 +25,28 @@ TEXTS = ["A man plays a guitar.", "The dog runs in the park.", "Small red house.
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_model_dir) -> Engine:
-    return Engine(ServeSettings(model=str(tiny_model_dir)))
+def matryoshka_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model, its folder saying it was trained for truncation (a model card naming MatryoshkaLoss, as
+    the store reads it): ``dimensions`` reads its own prefix. The folder is still named ``st``."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("matryoshka") / "st"
+    shutil.copytree(tiny_model_dir, folder)
+    (folder / "README.md").write_text("Trained with MatryoshkaLoss.\n", encoding="utf-8")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def engine(matryoshka_dir) -> Engine:
+    return Engine(ServeSettings(model=str(matryoshka_dir)))
 
 
 @pytest.fixture
-def serve(engine, tiny_model_dir):
+def serve(engine, matryoshka_dir):
     """``serve(**settings)``: a test client of an app over the shared engine, ready as soon as it starts."""
 
     def make(**options) -> TestClient:
-        return TestClient(create_app(ServeSettings(model=str(tiny_model_dir), **options), engine=engine))
+        return TestClient(create_app(ServeSettings(model=str(matryoshka_dir), **options), engine=engine))
 
     return make
 

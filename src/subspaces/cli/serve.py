@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,6 +13,11 @@ from subspaces.cli.core import Backend, BackendOpt, Precision, PrecisionOpt
 from subspaces.cli.groups import app
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class TokenIds(str, Enum):
+    tiktoken = "tiktoken"
+    model = "model"
 
 
 @app.command("serve")
@@ -43,6 +49,32 @@ def serve_cmd(
         Optional[list[str]],
         typer.Option(help="An origin browsers may call the API from (repeatable); none by default."),
     ] = None,
+    served_model_name: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            help="Another name requests may give as model (repeatable), e.g. an SDK's default text-embedding-3-small."
+        ),
+    ] = None,
+    accept_any_model_name: Annotated[
+        bool, typer.Option("--accept-any-model-name", help="Serve every request whatever model it names.")
+    ] = False,
+    query_prompt: Annotated[
+        Optional[str], typer.Option(help="The prompt named 'query' (over the model folder's own prompts).")
+    ] = None,
+    document_prompt: Annotated[
+        Optional[str], typer.Option(help="The prompt named 'document' (over the model folder's own prompts).")
+    ] = None,
+    adapter: Annotated[
+        Optional[Path],
+        typer.Option(help="A fitted Matryoshka adapter folder (subspaces adapt fit): dimensions reads its prefix."),
+    ] = None,
+    token_ids: Annotated[
+        TokenIds,
+        typer.Option(
+            help="How token-id inputs are read: tiktoken (OpenAI's cl100k_base ids, what OpenAI's SDKs and "
+            "LangChain send; decoded to text) or model (the served model's own tokenizer's ids)."
+        ),
+    ] = TokenIds.tiktoken,
     device: Annotated[str, typer.Option(help="Torch device: cpu, cuda, cuda:N or mps.")] = "cpu",
     backend: BackendOpt = Backend.torch,
     precision: PrecisionOpt = Precision.fp32,
@@ -78,7 +110,7 @@ def serve_cmd(
 
     # Everything the user typed is checked before the server starts: a bad value fails now, not at the first request.
     check_model(model)
-    for name, folder in (("--head", head), ("--store", store)):
+    for name, folder in (("--head", head), ("--store", store), ("--adapter", adapter)):
         if folder is not None and not folder.is_dir():
             raise SubspacesError(f"{name} {folder} is not a folder")
     if not 0 < port < 65536:
@@ -105,6 +137,13 @@ def serve_cmd(
         max_body_bytes=max(1, int(max_body_mb * 2**20)),
         request_timeout_s=timeout,
         cors_origins=tuple(cors_origin or ()),
+        aliases=tuple(served_model_name or ()),
+        accept_any_model=accept_any_model_name,
+        prompts={
+            name: text for name, text in (("query", query_prompt), ("document", document_prompt)) if text is not None
+        },
+        adapter=adapter,
+        token_ids=token_ids.value,
     )
     if host not in LOOPBACK and settings.api_key is None:
         console.print(

@@ -2,7 +2,8 @@
 
 Routes: ``GET /`` (the page, :mod:`~subspaces.serve.page`), ``POST /v1/embeddings`` (OpenAI's shape),
 ``POST /v1/similarity``, ``POST /v1/search`` (with ``--store``; a ``condition`` with ``--head``), ``GET /v1/models``,
-``GET /health`` (200 only once the model is loaded), ``GET /metrics`` (Prometheus).
+``GET /health`` (200 only once the model is loaded), ``GET /metrics`` (Prometheus), ``GET /openapi.json`` (the
+schema of every route, from the typed request and response models of :mod:`~subspaces.serve.schemas`).
 Every error is a JSON body ``{"error": {"message", "type", "code"}}``: 401 without the API key, 404 for an
 unknown model, 413 for a request over the limits, 422 for malformed JSON or wrong types or values, 503 (with
 ``Retry-After``) while loading or when the queue is full, 504 when a request outlasts its timeout.
@@ -29,14 +30,40 @@ from starlette.exceptions import HTTPException
 
 from subspaces.errors import SubspacesError
 from subspaces.serve.batcher import Batcher, QueueFull
-from subspaces.serve.engine import Engine, truncate_rows
+from subspaces.serve.engine import Engine
 from subspaces.serve.metrics import Metrics
-from subspaces.serve.schemas import EmbeddingRequest, SearchRequest, SimilarityRequest
+from subspaces.serve.schemas import (
+    Embedding,
+    EmbeddingRequest,
+    EmbeddingResponse,
+    ErrorResponse,
+    Health,
+    ModelCard,
+    ModelList,
+    SearchRequest,
+    SearchResponse,
+    SearchResult,
+    Similarity,
+    SimilarityRequest,
+    SimilarityResponse,
+    Usage,
+)
 from subspaces.serve.settings import ServeSettings
 
 log = logging.getLogger("subspaces.serve")
 
-ROUTES = ("/", "/health", "/metrics", "/v1/models", "/v1/embeddings", "/v1/similarity", "/v1/search")
+ROUTES = ("/", "/health", "/metrics", "/openapi.json", "/v1/models", "/v1/embeddings", "/v1/similarity", "/v1/search")
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse, "description": why}
+    for code, why in (
+        (401, "no valid API key"),
+        (404, "a model this server does not serve"),
+        (413, "over the request limits"),
+        (422, "malformed or invalid request"),
+        (503, "loading, or the queue is full"),
+        (504, "timed out"),
+    )
+}
 
 
 class ApiError(HTTPException):
@@ -112,7 +139,16 @@ def create_app(
         if state.batcher is not None:
             await run_in_threadpool(state.batcher.close)
 
-    app = FastAPI(title="subspaces", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    from subspaces import __version__
+
+    app = FastAPI(
+        title="subspaces",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,  # the interactive pages load scripts from a CDN; the schema itself is served
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
     app.state.serve = state
     _add_error_handlers(app)
     if settings.cors_origins:
@@ -139,10 +175,15 @@ def create_app(
         body, headers = page()
         return Response(body, media_type="text/html; charset=utf-8", headers=headers)
 
-    @app.get("/health")
-    async def health() -> JSONResponse:
+    @app.get(
+        "/health",
+        response_model=Health,
+        response_model_exclude_none=True,
+        responses={503: {"model": Health, "description": "not ready"}},
+    )
+    async def health() -> Any:
         if state.batcher is not None:
-            return JSONResponse({"status": "ok", "model": settings.served_id, "backend": settings.backend})
+            return Health(status="ok", model=settings.served_id, backend=settings.backend)
         status = "failed" if state.failure else "loading"
         return JSONResponse({"status": status, "error": state.failure}, status_code=503)
 
@@ -151,64 +192,82 @@ def create_app(
         body, content_type = state.metrics.render()
         return Response(body, media_type=content_type)
 
-    @app.get("/v1/models", dependencies=guarded)
-    async def models() -> JSONResponse:
+    @app.get("/v1/models", dependencies=guarded, response_model=ModelList, responses=ERRORS)
+    async def models() -> ModelList:
         engine, _ = state.ready()
-        entry = {"id": settings.served_id, "object": "model", "created": 0, "owned_by": "subspaces"}
-        served = {
-            "dimensions": engine.dim,
-            "backend": settings.backend,
-            "precision": settings.precision,
-            "search": engine.store is not None,  # what the page offers
-            "conditions": engine.tri is not None,
-        }
-        return JSONResponse({"object": "list", "data": [{**entry, **served}]})
+        names = list(settings.served_names)
+        cards = [
+            ModelCard(
+                id=name,
+                dimensions=engine.dim,
+                backend=settings.backend,
+                precision=settings.precision,
+                search=engine.store is not None,  # what the page offers
+                conditions=engine.tri is not None,
+                dimensions_basis=engine.dimensions_basis,  # type: ignore[arg-type]
+                prompts=engine.prompts,
+                default_prompt_name=engine.default_prompt_name,
+                aliases=names,
+                accepts_any_model_name=settings.accept_any_model,
+            )
+            for name in names
+        ]
+        return ModelList(data=cards)
 
-    @app.post("/v1/embeddings", dependencies=guarded)
-    async def embeddings(body: EmbeddingRequest) -> JSONResponse:
+    @app.post("/v1/embeddings", dependencies=guarded, response_model=EmbeddingResponse, responses=ERRORS)
+    async def embeddings(body: EmbeddingRequest) -> Response:
         engine, batcher = state.ready()
         _check_model(body.model, settings)
+        ids = body.token_ids()
         texts = [body.input] if isinstance(body.input, str) else body.input
         _check_inputs(len(texts), settings, "input")
         _checked(engine.check_dimensions, body.dimensions)
-        rows, tokens = await _encode(engine, batcher, texts, settings.request_timeout_s)
-        rows = truncate_rows(rows, body.dimensions)
+        _checked(engine.prompt, body.prompt_name)
+        if ids is not None:
+            texts = await run_in_threadpool(_checked, engine.decode_ids, ids)
+        rows, tokens = await _encode(engine, batcher, texts, settings.request_timeout_s, body.prompt_name)
+        rows = engine.prefix(rows, body.dimensions)
         data = [
-            {"object": "embedding", "index": i, "embedding": _format(row, body.encoding_format)}
+            Embedding.model_construct(object="embedding", index=i, embedding=_format(row, body.encoding_format))
             for i, row in enumerate(rows)
         ]
-        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
-        return JSONResponse({"object": "list", "data": data, "model": settings.served_id, "usage": usage})
+        usage = Usage(prompt_tokens=tokens, total_tokens=tokens)
+        out = EmbeddingResponse.model_construct(object="list", data=data, model=settings.served_id, usage=usage)
+        # Built from typed rows, serialised by pydantic-core in one pass (FastAPI would dump, validate and dump
+        # again a response of up to max_inputs x dim floats).
+        return Response(out.model_dump_json(), media_type="application/json")
 
-    @app.post("/v1/similarity", dependencies=guarded)
-    async def similarity(body: SimilarityRequest) -> JSONResponse:
+    @app.post("/v1/similarity", dependencies=guarded, response_model=SimilarityResponse, responses=ERRORS)
+    async def similarity(body: SimilarityRequest) -> SimilarityResponse:
         engine, batcher = state.ready()
         _check_model(body.model, settings)
         _check_inputs(len(body.pairs), settings, "pairs")
         if body.condition is None:
             _checked(engine.check_dimensions, body.dimensions)
+            _checked(engine.prompt, body.prompt_name)
             texts = [t for pair in body.pairs for t in pair]
-            rows, tokens = await _encode(engine, batcher, texts, settings.request_timeout_s)
-            rows = truncate_rows(rows, body.dimensions)
+            rows, tokens = await _encode(engine, batcher, texts, settings.request_timeout_s, body.prompt_name)
+            rows = engine.prefix(rows, body.dimensions)
             scores = np.einsum("ij,ij->i", rows[0::2], rows[1::2])
         else:
             if body.dimensions is not None:
                 raise ApiError(422, "dimensions cannot be combined with a condition: the head works at full size")
+            if body.prompt_name is not None:
+                raise ApiError(422, "prompt_name cannot be combined with a condition: the head encodes its own way")
             if engine.tri is None:
                 raise ApiError(422, "this server has no condition head (start it with --head DIR)")
             pairs, condition = [(a, b) for a, b in body.pairs], body.condition
             texts = [t for pair in body.pairs for t in pair] + [condition]
             tokens = sum(await run_in_threadpool(engine.token_counts, texts))
             scores = await _wait(batcher, lambda: engine.conditioned_similarity(pairs, condition), settings)
-        data = [{"object": "similarity", "index": i, "score": float(s)} for i, s in enumerate(scores)]
-        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
-        body_out = {"object": "list", "data": data, "model": settings.served_id, "condition": body.condition}
-        return JSONResponse({**body_out, "usage": usage})
+        data = [Similarity(index=i, score=float(s)) for i, s in enumerate(scores)]
+        usage = Usage(prompt_tokens=tokens, total_tokens=tokens)
+        return SimilarityResponse(data=data, model=settings.served_id, condition=body.condition, usage=usage)
 
     if settings.store is not None:
 
-        @app.post("/v1/search", dependencies=guarded)
-        async def search(body: SearchRequest) -> JSONResponse:
+        @app.post("/v1/search", dependencies=guarded, response_model=SearchResponse, responses=ERRORS)
+        async def search(body: SearchRequest) -> SearchResponse:
             engine, batcher = state.ready()
             _check_model(body.model, settings)
             if body.condition is not None:
@@ -216,24 +275,31 @@ def create_app(
                     raise ApiError(422, "dimensions cannot be combined with a condition: the head works at full size")
                 if engine.tri is None:
                     raise ApiError(422, "this server has no condition head (start it with --head DIR)")
-            _checked(engine.check_dimensions, body.dimensions)
-            rows, tokens = await _encode(engine, batcher, [body.query], settings.request_timeout_s)
-            query, condition = truncate_rows(rows, None)[0], body.condition
-            hits = await _wait(batcher, lambda: engine.search(query, body.k, body.dimensions, condition), settings)
+            if body.dimensions is not None and not 0 < body.dimensions <= engine.dim:
+                _checked(engine.check_dimensions, body.dimensions)  # the store's funnel has a basis for any model
+            _checked(engine.prompt, body.prompt_name)
+            rows, tokens = await _encode(engine, batcher, [body.query], settings.request_timeout_s, body.prompt_name)
+            query, condition, basis = engine.prefix(rows, None)[0], body.condition, body.basis
+            hits = await _wait(
+                batcher, lambda: engine.search(query, body.k, body.dimensions, condition, basis), settings
+            )
             data = [
-                {"object": "search_result", "rank": i, "id": id_, "score": float(score), "text": text}
+                SearchResult(rank=i, id=str(id_), score=float(score), text=text)
                 for i, (id_, score, text) in enumerate(zip(hits["ids"], hits["scores"], hits["texts"], strict=True))
             ]
-            usage = {"prompt_tokens": tokens, "total_tokens": tokens}
-            return JSONResponse({"object": "list", "data": data, "model": settings.served_id, "usage": usage})
+            usage = Usage(prompt_tokens=tokens, total_tokens=tokens)
+            return SearchResponse(data=data, model=settings.served_id, usage=usage)
 
     return app
 
 
-async def _encode(engine: Engine, batcher: Batcher, texts: list[str], timeout: float) -> tuple[np.ndarray, int]:
-    """Full-size rows of ``texts`` through the batcher, and the tokens they cost: tokenised once, here, and the
-    same tokens both counted and encoded."""
-    tokenized = await run_in_threadpool(engine.tokenize, texts)  # tokenising a large request is not the loop's job
+async def _encode(
+    engine: Engine, batcher: Batcher, texts: list[str], timeout: float, prompt_name: str | None = None
+) -> tuple[np.ndarray, int]:
+    """Full-size rows of ``texts`` (under the prompt ``prompt_name``, default the model's) through the batcher,
+    and the tokens they cost: tokenised once, here, and the same tokens both counted and encoded."""
+    # Tokenising a large request is not the loop's job.
+    tokenized = await run_in_threadpool(engine.tokenize, texts, prompt_name)
     tokens = tokenized.counts
     try:
         future = batcher.encode(tokenized.inputs, tokens)
@@ -264,16 +330,22 @@ async def _result(future: Future, timeout: float) -> Any:
         raise ApiError(422, str(exc)) from None
 
 
-def _checked(check: Callable[[Any], None], value: Any) -> None:
+def _checked(check: Callable[[Any], Any], value: Any) -> Any:
     try:
-        check(value)
+        return check(value)
     except SubspacesError as exc:
         raise ApiError(422, str(exc)) from None
 
 
 def _check_model(name: str | None, settings: ServeSettings) -> None:
-    if name is not None and name != settings.served_id:
-        raise ApiError(404, f"model {name!r} is not served here; this server serves {settings.served_id!r}")
+    if name is None or settings.accept_any_model or name in settings.served_names:
+        return
+    served = ", ".join(repr(n) for n in settings.served_names)
+    raise ApiError(
+        404,
+        f"model {name!r} is not served here; this server serves {served} (--served-model-name adds a name, "
+        "--accept-any-model-name serves any)",
+    )
 
 
 def _check_inputs(count: int, settings: ServeSettings, what: str) -> None:

@@ -62,6 +62,28 @@ class Engine:
             # Checked on the torch weights, before an exported graph replaces them (a graph has no parameters to
             # hash): an fp32 graph gives the same vectors to ~1e-6, an int8 one queries fp32 rows a little less well.
             space.model.check(ModelFingerprint.of(self.model, settings.model), what=f"--model {settings.model}")
+        self.matryoshka = _matryoshka_trained(settings.model, self.dim)
+        self.adapter: Any | None = None
+        if settings.adapter is not None:
+            from subspaces.adapt import MatryoshkaAdapter
+
+            self.adapter = MatryoshkaAdapter.load(settings.adapter)
+            if self.adapter.n_features_in_ != self.dim:
+                raise SubspacesError(
+                    f"--adapter {settings.adapter} was fitted on {self.adapter.n_features_in_}-d rows; "
+                    f"the model gives {self.dim}"
+                )
+        self.axes: np.ndarray | None = None
+        if self.adapter is None and not self.matryoshka and self.store is not None:
+            # The store's principal axes, the basis its own funnel reads for this model (one fit, shared with it).
+            active = self.store.manifest.active
+            self.axes = self.store._prefix_basis(self.store._load_rows(active), "pca")
+        self.prompts: dict[str, str] = {**(getattr(self.model, "prompts", None) or {}), **settings.prompts}
+        self.default_prompt_name: str | None = getattr(self.model, "default_prompt_name", None)
+        self.token_ids = settings.token_ids
+        self._tiktoken: Any = None
+        self._tiktoken_failure: str | None = None
+        self._tiktoken_lock = threading.Lock()
         with_backend(self.model, settings.backend, settings.precision)
         # A fast tokenizer keeps its truncation and padding settings in shared state that each call resets, so
         # request threads tokenise one at a time; the worker only pads and runs the network, never tokenises.
@@ -69,25 +91,93 @@ class Engine:
         self._padding = self._padding_of_features()
 
     # --- tokenise once (request threads), encode (the worker) ---------------------------------------------------
-    def tokenize(self, texts: Sequence[str]) -> Tokenized:
+    def tokenize(self, texts: Sequence[str], prompt_name: str | None = None) -> Tokenized:
         """``texts`` tokenised as ``encode`` would (the model's own preprocessing, truncated at its length), and
         their token counts read off the attention mask: one tokenisation serves counting and encoding.
 
-        A model whose inputs are not padded token tensors (a static embedding, or one with a default prompt) keeps
-        its texts, which the worker encodes whole; its counts are words (it reads every one)."""
+        ``prompt_name`` (default: the model's ``default_prompt_name``, as ``encode``) names the prompt put before
+        each text, as sentence-transformers' ``encode(prompt_name=...)`` does (with the prompt's length, for a
+        pooling that leaves the prompt out). A model whose inputs are not padded token tensors (a static
+        embedding) keeps its texts, prompt in front, which the worker encodes whole; its counts are words."""
         texts = list(texts)
+        prompt = self.prompt(prompt_name)
         if self._padding is None:
+            texts = [prompt + t for t in texts] if prompt else texts
             return Tokenized(texts, [max(1, len(t.split())) for t in texts])
         with self._tokenizer_lock:
-            features = self.model.preprocess(texts)
+            features = self.model.preprocess(texts, prompt=prompt or None)
         return Tokenized(features, [int(n) for n in features["attention_mask"].sum(dim=1).tolist()])
 
+    def prompt(self, name: str | None) -> str:
+        """The text of the prompt ``name`` (None: the model's default prompt, or none)."""
+        if name is None:
+            name = self.default_prompt_name
+            if name is None:
+                return ""
+        if name not in self.prompts:
+            known = ", ".join(repr(n) for n in self.prompts) or "none (--query-prompt and --document-prompt add them)"
+            raise SubspacesError(f"prompt_name {name!r} is not one of this model's prompts: {known}")
+        return self.prompts[name]
+
+    def decode_ids(self, rows: list[list[int]]) -> list[str]:
+        """Token-id inputs as texts, which are then tokenised by the model as any text (``--token-ids``):
+        ``tiktoken`` reads them as OpenAI's (cl100k_base, what OpenAI's SDKs and LangChain's OpenAIEmbeddings
+        send), ``model`` as the served model's own tokenizer's (special tokens dropped)."""
+        if self.token_ids == "model":
+            tokenizer = getattr(self.model, "tokenizer", None)
+            if tokenizer is None or not callable(getattr(tokenizer, "decode", None)):
+                raise SubspacesError("this model has no tokenizer to read token ids with; send texts")
+            size = len(tokenizer)
+            for i, row in enumerate(rows):
+                bad = next((t for t in row if t >= size), None)
+                if bad is not None:
+                    raise SubspacesError(f"input {i}: token id {bad} is outside the model's vocabulary of {size}")
+            return [tokenizer.decode(row, skip_special_tokens=True) for row in rows]
+        encoding = self._openai_encoding()
+        texts = []
+        for i, row in enumerate(rows):
+            try:
+                texts.append(encoding.decode(row))
+            except (KeyError, ValueError, OverflowError):
+                raise SubspacesError(f"input {i} holds a token id that is not {encoding.name}'s") from None
+        return texts
+
+    def _openai_encoding(self) -> Any:
+        """tiktoken's cl100k_base, loaded once; when it cannot be (no tiktoken, or its file is not cached and the
+        machine is offline), the reason, kept so that no later request waits for a download again."""
+        with self._tiktoken_lock:
+            if self._tiktoken is None and self._tiktoken_failure is None:
+                try:
+                    import tiktoken
+
+                    self._tiktoken = tiktoken.get_encoding("cl100k_base")
+                except Exception as exc:  # noqa: BLE001 - ImportError, a failed download: a 422 saying what to do
+                    why = "tiktoken is not installed" if isinstance(exc, ImportError) else f"{type(exc).__name__}"
+                    self._tiktoken_failure = why
+        if self._tiktoken is None:
+            raise SubspacesError(
+                f"token-id input is read as OpenAI's cl100k_base ids, which this server cannot decode "
+                f"({self._tiktoken_failure}): send texts instead (LangChain's OpenAIEmbeddings: "
+                "check_embedding_ctx_length=False), or start the server with --token-ids model if the ids are "
+                "the served model's own"
+            )
+        return self._tiktoken
+
     def join(self, parts: list[Any]) -> Any:
-        """Several requests' ``inputs`` as one batch: token tensors padded to the longest row and stacked."""
+        """Several requests' ``inputs`` as one batch: token tensors padded to the longest row and stacked. Requests
+        whose shared features differ (another prompt's length) form consecutive groups, one forward pass each."""
         if self._padding is None:
             return [t for part in parts for t in part]
         if len(parts) == 1:
             return parts[0]
+        groups: list[list[Any]] = []
+        for part in parts:
+            if groups and _shared(groups[-1][0]) == _shared(part):
+                groups[-1].append(part)
+            else:
+                groups.append([part])
+        if len(groups) > 1:
+            return _Groups(self.join(group) for group in groups)
         import torch
         import torch.nn.functional as F
 
@@ -113,6 +203,8 @@ class Engine:
 
         from subspaces.models.encoder import check_finite, encode
 
+        if isinstance(inputs, _Groups):
+            return np.concatenate([self.forward(group) for group in inputs])
         if self._padding is None:
             with torch.inference_mode():
                 return encode(self.model, inputs, batch_size=max(1, len(inputs)), normalize=False)
@@ -140,7 +232,7 @@ class Engine:
         import torch
 
         tokenizer = getattr(self.model, "tokenizer", None)
-        if getattr(self.model, "default_prompt_name", None) or not callable(tokenizer):
+        if not callable(tokenizer):
             return None
         try:
             probe = self.model.preprocess(["a", "a b c d"])
@@ -154,9 +246,38 @@ class Engine:
         pad_id = getattr(tokenizer, "pad_token_id", None)
         return (int(pad_id or 0), getattr(tokenizer, "padding_side", "right") == "left")
 
+    @property
+    def dimensions_basis(self) -> str | None:
+        """What ``dimensions`` reads: ``"adapter"`` (``--adapter``), ``"model"`` (a Matryoshka-trained model's own
+        prefix), ``"pca"`` (the store's principal axes), or None: a prefix of this model's coordinates is not an
+        embedding, so ``dimensions`` below the full size is refused."""
+        if self.adapter is not None:
+            return "adapter"
+        if self.matryoshka:
+            return "model"
+        return "pca" if self.axes is not None else None
+
     def check_dimensions(self, dimensions: int | None) -> None:
         if dimensions is not None and not 0 < dimensions <= self.dim:
             raise DimensionError(f"dimensions must be between 1 and {self.dim}, got {dimensions}")
+        if dimensions is not None and dimensions < self.dim and self.dimensions_basis is None:
+            raise DimensionError(
+                f"dimensions {dimensions} refused: this model was not trained for truncation (Matryoshka), so its "
+                f"first {dimensions} coordinates are not an embedding; start the server with --adapter DIR (a "
+                f"fitted Matryoshka adapter) or --store DIR (its principal axes), or ask for all {self.dim}"
+            )
+
+    def prefix(self, rows: np.ndarray, dimensions: int | None) -> np.ndarray:
+        """Unit rows at ``dimensions`` (checked by :meth:`check_dimensions`): full-size rows as the model gives
+        them; a prefix of the adapted rows (``--adapter``), of the model's own (Matryoshka), or of the rows in
+        the store's principal axes (an orthogonal rotation: full-size cosines are kept), L2-normalised again."""
+        if dimensions is None:
+            return truncate_rows(rows, None)
+        if self.adapter is not None:
+            rows = self.adapter.transform(np.asarray(rows, dtype=np.float32))
+        elif self.axes is not None and not self.matryoshka:
+            rows = np.asarray(rows, dtype=np.float32) @ self.axes
+        return truncate_rows(rows, dimensions)
 
     def conditioned_similarity(self, pairs: Sequence[tuple[str, str]], condition: str) -> np.ndarray:
         """``cos(head(E(a), c), head(E(b), c))`` per pair, through the tri-encoder's caches."""
@@ -166,7 +287,12 @@ class Engine:
         return self.tri.similarity(first, second, [condition] * len(pairs))
 
     def search(
-        self, query: np.ndarray, k: int, dimensions: int | None = None, condition: str | None = None
+        self,
+        query: np.ndarray,
+        k: int,
+        dimensions: int | None = None,
+        condition: str | None = None,
+        basis: str | None = None,
     ) -> dict[str, Any]:
         """The ``k`` store rows nearest one unit query row: ``{"ids", "scores", "texts"}`` (a funnel with
         ``dimensions``: a shortlist on the prefix, re-ranked at full size). Under ``condition``, the store's
@@ -175,7 +301,7 @@ class Engine:
         if self.store is None:
             raise SubspacesError("this server has no store: start it with --store DIR")
         if condition is None:
-            return self.store.search_vectors(query[None, :], k, dims=dimensions)[0]
+            return self.store.search_vectors(query[None, :], k, dims=dimensions, basis=basis)[0]
         if self.tri is None:
             raise SubspacesError("this server has no condition head: start it with --head DIR")
         return self.store.search_vectors(query[None, :], k, condition=condition, head=self.tri)[0]
@@ -183,6 +309,26 @@ class Engine:
     def cache_stats(self) -> dict[str, dict[str, Any]]:
         """Per-cache statistics (hits, lookups, bytes, ...) of the tri-encoder's caches, when one is loaded."""
         return {} if self.tri is None else self.tri.cache_stats()["caches"]
+
+
+class _Groups(list):
+    """A batch of request groups that cannot share one forward pass (:meth:`Engine.join`)."""
+
+
+def _shared(features: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """The features every row of a request shares (``modality``, ``prompt_length``), to tell groups apart."""
+    return tuple(sorted((k, v) for k, v in features.items() if not _is_rows(v)))
+
+
+def _matryoshka_trained(model: str, dim: int) -> bool:
+    """Whether the model was trained for truncation, by the store's rule (:func:`subspaces.store.matryoshka.trained`:
+    its folder's ``trainer_state.json`` names ``dims``, or its model card names ``MatryoshkaLoss``)."""
+    try:
+        from subspaces.store.fingerprint import ModelFingerprint
+        from subspaces.store.matryoshka import trained
+    except ImportError:  # an installation without the store: no way to tell, so not trained
+        return False
+    return trained(ModelFingerprint(name=model, weights="", dimension=dim, pooler="", normalize=True))
 
 
 def truncate_rows(rows: np.ndarray, dimensions: int | None) -> np.ndarray:

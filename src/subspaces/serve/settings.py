@@ -8,6 +8,8 @@ from pathlib import Path
 
 from subspaces.errors import SubspacesError
 
+TOKEN_IDS = ("tiktoken", "model")
+
 
 @dataclass(frozen=True)
 class ServeSettings:
@@ -31,6 +33,15 @@ class ServeSettings:
         max_body_bytes: the size of one request body; more is refused with 413.
         request_timeout_s: how long a request may wait for its result (queue and encoding) before a 504.
         cors_origins: origins allowed to call the API from a browser; none (CORS off) by default.
+        aliases: more names requests may give as ``model`` (``--served-model-name``), e.g. an SDK's default name.
+        accept_any_model: serve every request whatever ``model`` it names (``--accept-any-model-name``).
+        prompts: prompts by name (``--query-prompt`` is ``query``, ``--document-prompt`` is ``document``), over the
+            model folder's own (``config_sentence_transformers.json``'s ``prompts``); requests pick one by
+            ``prompt_name``.
+        adapter: a fitted :class:`~subspaces.adapt.MatryoshkaAdapter` folder: ``dimensions`` then reads the adapted
+            rows' prefix (``adapter.transform``, then the first ``d``, then L2-normalised).
+        token_ids: how token-id inputs are read: ``"tiktoken"`` (OpenAI's ids, cl100k_base, decoded to text; what
+            OpenAI's SDKs and LangChain send) or ``"model"`` (the served model's own tokenizer's ids).
     """
 
     model: str
@@ -48,6 +59,11 @@ class ServeSettings:
     max_body_bytes: int = 2 * 2**20
     request_timeout_s: float = 30.0
     cors_origins: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    accept_any_model: bool = False
+    prompts: dict[str, str] = field(default_factory=dict)
+    adapter: Path | None = None
+    token_ids: str = "tiktoken"
 
     def __post_init__(self) -> None:
         for name in ("max_batch_tokens", "max_queue", "max_inputs", "max_body_bytes"):
@@ -64,10 +80,19 @@ class ServeSettings:
             raise SubspacesError(f"backend {self.backend!r} runs on the CPU; use --device cpu (or --backend torch)")
         if self.api_key is not None and not self.api_key:
             raise SubspacesError("the API key is empty")
+        if self.token_ids not in TOKEN_IDS:
+            raise SubspacesError(f"token ids must be read as one of {', '.join(TOKEN_IDS)}, got {self.token_ids!r}")
+        if any(not name.strip() for name in self.aliases):
+            raise SubspacesError("a served model name is empty")
 
     @property
     def served_id(self) -> str:
         return self.model_id or Path(self.model).name or self.model
+
+    @property
+    def served_names(self) -> tuple[str, ...]:
+        """Every name a request may give as ``model``: the served id first, then the aliases."""
+        return tuple(dict.fromkeys((self.served_id, *self.aliases)))
 
     def key_matches(self, presented: str) -> bool:
         """Constant-time comparison, so the time a wrong key takes says nothing about the right one."""
