@@ -352,6 +352,11 @@ class MiniVec2Vec(BaseEstimator):
         # learnt nothing (issue 23: a 0.016 map where the identity scored 0.948). A random rotation is chance
         # level, for any dims. Both are drawn after every other setup draw, so the map does not depend on them.
         eye = np.eye(a.shape[1], dtype=np.float32) if a.shape[1] == b.shape[1] else None
+        # The identity candidate runs first, on its own seed stream (the passes draw as without it), so that a fit
+        # cut short by its budget still has it: run last, it was skipped on a busy machine (issue 57's dev pool).
+        reference, candidate = self._identity_candidate(
+            a, b, index_a, index_b, score, reference_seed, budget, eye, known
+        )
         passes: list[_Pass] = []
         if self.init == "identity":  # one pass: every start from the identity is the same start
             passes.append(
@@ -403,9 +408,10 @@ class MiniVec2Vec(BaseEstimator):
         trusted_final = trust_score(trust_a, trust_b, self.matrix_) if kept_trust is None else kept_trust
         trusted_identity = trust_score(trust_a, trust_b, eye) if eye is not None else None
         trusted_control = max(trust_score(trust_a, trust_b, rotation) for rotation in rotations)
-        reference, candidate = self._identity_reference(
-            search, reference_seed, eye, known, trust_b, trusted_final, trusted_control
-        )
+        if candidate is not None:
+            candidate_trust = trust_score(trust_a, trust_b, candidate.record["matrix"].astype(np.float32))
+            lift = (candidate_trust - trusted_final) / max(abs(trusted_control), 1e-12)
+            reference |= {"trust": candidate_trust, "lift": lift}
         # The identity candidate is kept where it clearly beats the anchored map (init="auto"); "anchors" only flags.
         beaten = reference["lift"] is not None and reference["lift"] > IDENTITY_REFERENCE_MARGIN
         kept = "anchors" if self.init != "identity" else "identity"
@@ -541,13 +547,13 @@ class MiniVec2Vec(BaseEstimator):
         out |= {"ran": True, "iterations": history.iterations, "trust_before": before, "trust_after": after}
         return (polished if accepted else matrix), out | {"accepted": accepted}
 
-    def _identity_reference(
-        self, search: _Search, seed, eye: np.ndarray | None, known, trust_b: np.ndarray, final: float, control: float
+    def _identity_candidate(
+        self, a, b, index_a, index_b, score, seed, budget: Budget, eye: np.ndarray | None, known
     ) -> tuple[dict[str, Any], _Pass | None]:
         """The identity candidate of ``init="auto"`` and ``"anchors"`` where the dims agree: refine-1 from the
-        identity (no anchors, no structural stage, no refine-2) and its trust score's ``lift`` over the anchored
-        map's (``final``), in units of chance level (``control``), which ``fit`` judges against
-        :data:`IDENTITY_REFERENCE_MARGIN`; and the pass, which ``"auto"`` keeps where it wins. Not with known
+        identity (no anchors, no structural stage, no refine-2), and its record; ``fit`` adds its trust score's
+        ``lift`` over the anchored map's, in units of chance level, and judges it against
+        :data:`IDENTITY_REFERENCE_MARGIN` (``"auto"`` keeps it where it wins, ``"anchors"`` flags). Not with known
         pairs (they judge against the identity themselves) nor once the budget is spent."""
         out: dict[str, Any] = {"trust": None, "nn_similarity": None, "lift": None, "seconds": None, "skipped": None}
         out |= {"margin": IDENTITY_REFERENCE_MARGIN}
@@ -555,35 +561,19 @@ class MiniVec2Vec(BaseEstimator):
             return out | {"skipped": "init='identity'" if eye is not None else "the dims differ"}, None
         if known is not None:
             return out | {"skipped": "known pairs judge the map against the identity"}, None
-        if search.budget.spent("before the identity reference"):
+        if budget.spent("before the identity candidate"):
             return out | {"skipped": "out of time"}, None
         clock = time.perf_counter()
         # Refine-1 only: from the identity the structural stage and refine-2 add little, and with them the
-        # reference cost 29-40 s on a 40k dev pool (+29-44 % fit time), against the 25 % its dev rule allowed.
-        s = search
-        reference = self._start_pass(
-            IDENTITY_PASS,
-            s.a,
-            s.b,
-            s.index_a,
-            s.index_b,
-            s.score,
-            seed,
-            s.budget,
-            None,
-            start=eye,
-            structure_stage=False,
+        # candidate cost 29-40 s on a 40k dev pool (+29-44 % fit time), against the 25 % its dev rule allowed.
+        candidate = self._start_pass(
+            IDENTITY_PASS, a, b, index_a, index_b, score, seed, budget, None, start=eye, structure_stage=False
         )
-        self._finish_pass(reference, search.score, search.budget, centroid_stage=False)
-        if search.budget.stopped_at is not None:  # cut short, it proves nothing
-            return out | {"skipped": "out of time during the identity reference"}, None
-        trust = trust_score(search.rows, trust_b, reference.record["matrix"].astype(np.float32))
-        return out | {
-            "trust": trust,
-            "lift": (trust - final) / max(abs(control), 1e-12),
-            "nn_similarity": reference.record["nn_similarity"]["final"],
-            "seconds": time.perf_counter() - clock,
-        }, reference
+        self._finish_pass(candidate, score, budget, centroid_stage=False)
+        if budget.stopped_at is not None:  # cut short, it proves nothing
+            return out | {"skipped": "out of time during the identity candidate"}, None
+        nn_similarity = candidate.record["nn_similarity"]["final"]
+        return out | {"nn_similarity": nn_similarity, "seconds": time.perf_counter() - clock}, candidate
 
     def _refine1(self, matrix, step, score, *, n_iter: int, start_score, out_of_time, progress=None):
         """Refine-1 with this aligner's settings, for ``n_iter`` steps (a pass's refine-1, or the polish)."""
