@@ -541,7 +541,62 @@ def test_demo_builds_then_reuses_then_grows_and_rebuilds_for_another_model(wordn
     (tmp_path / "plain" / "notes.txt").write_text("mine")
     with pytest.raises(SubspacesError, match="already exists"):  # a folder that is not a store is never removed
         run(tmp_path / "plain", model=str(other), n=40, progress=False)
-    result = cli("store", "demo", folder, "--model", other, "--n", "40", "--dims", "8", "-k", "3")
+    result = cli(
+        "store",
+        "demo",
+        folder,
+        "--model",
+        other,
+        "--n",
+        "40",
+        "--dims",
+        "8",
+        "-k",
+        "3",
+        "--to",
+        "",
+        "--shrink-dims",
+        "0",
+    )
     assert result.exit_code == 0, result.output
     flat = " ".join(result.output.split())
     assert "store reused" in flat and "the store lies in" in flat and "subspaces eval sts" in flat
+
+
+def test_demo_migrates_query_side_and_by_rewrite_and_shrinks_with_reports_and_hits(wordnet, tmp_path, tiny_model_dir):
+    from subspaces.models.encoder import build_random_bert, portable
+    from subspaces.store.demo import run
+
+    other = tmp_path / "other"
+    portable(build_random_bert(tmp_path / "hf", num_layers=1, hidden_size=32, num_heads=2, seed=3)).save(str(other))
+    folder = tmp_path / "demo"
+    first = run(
+        folder, model=str(tiny_model_dir), n=80, k=3, dims=8, to=str(other), pairs=20, heldout=10, shrink_dims=8,
+        progress=False,
+    )  # fmt: skip
+    assert first.query_side is not None and first.rewrite is not None and first.shrink is not None
+    query = first.results[0]["query"]
+    for step in (first.query_side, first.rewrite):
+        assert step["query"] == query and step["hits"].query == query and len(step["hits"].ids) == 3
+        assert 0 <= step["report"]["overlap@10"] <= 1 and step["report"]["pairs"] == 20
+    assert first.query_side["report"]["mode"] == "query-side" and first.rewrite["report"]["mode"] == "rewrite"
+    figures = first.shrink["report"]["dims"]["8"]
+    assert set(figures) == {"model_overlap@10", "pca_overlap@10", "adapter_overlap@10", "used"}
+    assert Store.open(folder).default_basis(None, 8) == figures["used"]  # the query's hits read what was chosen
+    assert len(first.shrink["hits"].ids) == 3
+    again = run(
+        folder, model=str(tiny_model_dir), n=80, k=3, dims=8, to=str(other), pairs=20, heldout=10, shrink_dims=8,
+        progress=False,
+    )  # fmt: skip
+    assert again.added == 0 and not again.rebuilt  # reused: the recorded migrations and shrink come back
+    assert again.query_side["report"] == first.query_side["report"]
+    assert again.shrink["report"] == first.shrink["report"]
+    assert again.query_side["hits"].ids == first.query_side["hits"].ids  # the active space's map, not the rewrite
+    result = cli(
+        "store", "demo", folder, "--model", tiny_model_dir, "--n", "80", "--dims", "8", "-k", "3", "--to", other,
+        "--pairs", "20", "--heldout", "10", "--shrink-dims", "8",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    flat = " ".join(result.output.split())
+    assert "query-side migration to" in flat and "overlap@10 with a true re-embed" in flat
+    assert "rewrite to" in flat and "shrink to 8 dims" in flat and "raw truncation" in flat

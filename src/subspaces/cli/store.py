@@ -649,12 +649,31 @@ def demo_cmd(
     dims: Annotated[int, typer.Option(help="Funnel prefix.")] = 128,
     shortlist: Annotated[int, typer.Option(help="Funnel shortlist, a multiple of k.")] = 10,
     basis: BasisOpt = Basis.pca,
+    to: Annotated[
+        str, typer.Option("--to", help="Migrate query-side and by rewrite to this model ('' skips both).")
+    ] = "paraphrase-l3",
+    pairs: Annotated[int, typer.Option(help="Re-embedded pairs each migration is fitted on.")] = 300,
+    heldout: Annotated[int, typer.Option(help="Held-out rows each migration and the shrink are measured on.")] = 300,
+    shrink_dims: Annotated[int, typer.Option(help="store shrink to this many dimensions (0 skips it).")] = 64,
     threads: ThreadsOpt = None,
 ) -> None:
-    """A store of N WordNet sentences on MODEL, a few queries by exact and funnel search, and where it lies."""
+    """A store of N WordNet sentences on MODEL, a few queries by exact and funnel search; then migrated to --to
+    query-side and by rewrite, and shrunk to --shrink-dims, each with its report and the first query's hits."""
     from subspaces.store.demo import run
 
-    demo = run(store, model=model, n=n, k=k, dims=dims, shortlist=shortlist, basis=basis.value)
+    demo = run(
+        store,
+        model=model,
+        n=n,
+        k=k,
+        dims=dims,
+        shortlist=shortlist,
+        basis=basis.value,
+        to=to or None,
+        pairs=pairs,
+        heldout=heldout,
+        shrink_dims=shrink_dims or None,
+    )
     state = "rebuilt (it held another model)" if demo.rebuilt else ("reused" if not demo.added else "built")
     console.print(
         f"store {state}: {demo.rows:,} WordNet sentences on {demo.model}, {demo.added:,} added "
@@ -687,8 +706,61 @@ def demo_cmd(
         f"       subspaces store info {demo.path}",
         f"the STS table: subspaces eval sts --model {demo.model} --json outputs/sts-{demo.model}.json",
     ]
+    console.print(lines.pop(0), highlight=False, markup=False, soft_wrap=True)  # the search times, under the tables
+    _show_demo_steps(demo)
+    if demo.query_side is not None:
+        lines.insert(-2, f'       subspaces store search {demo.path} "your query" --model {to}')
+    if demo.shrink is not None:
+        lines.insert(-2, f'       subspaces store search {demo.path} "your query" --dims {shrink_dims}')
     for line in lines:
         console.print(line, highlight=False, markup=False, soft_wrap=True)  # unwrapped: the commands copy whole
+
+
+def _show_demo_steps(demo: Any) -> None:
+    """The demo's migration and shrink steps: each report's figures and the query's hits beside the exact ones."""
+
+    def say(text: str) -> None:
+        console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+    exact = demo.results[0]["exact"]
+
+    def hits(step: dict[str, Any], label: str) -> None:
+        found = step["hits"]
+        same = len(set(found["ids"]) & set(exact["ids"]))
+        rows = [
+            [f"{score:.3f}", text, "yes" if row in exact["ids"] else ""]
+            for row, score, text in zip(found["ids"], found["scores"], found["texts"], strict=True)
+        ]
+        title = f"{step['query']}  ({label}; {same} of its top {len(rows)} in the {demo.model} exact top {len(rows)})"
+        show(table(title, ["score", "text", f"in {demo.model}'s"], rows))
+
+    if demo.query_side is not None:
+        step, report = demo.query_side, demo.query_side["report"]
+        say(
+            f"query-side migration to {step['to']}: {report['pairs']} pairs, map {report['map']}, overlap@10 "
+            f"with a true re-embed {report.get('overlap@10')} on {report['heldout']} held-out rows; "
+            f"{report.get('map_us_per_query')} us a query to map; {step['seconds']:.1f}s"
+        )
+        hits(demo.query_side, "the new model's query, mapped into the stored vectors")
+    if demo.rewrite is not None:
+        step, report = demo.rewrite, demo.rewrite["report"]
+        say(
+            f"rewrite to {step['to']} (every row mapped into a pending space; --commit switches): "
+            f"{report['pairs']} pairs, map {report['map']}, overlap@10 with a true re-embed "
+            f"{report.get('overlap@10')} on {report['heldout']} held-out rows; migrate "
+            f"{report.get('migrate_seconds')}s against an estimated "
+            f"{report.get('reembed_seconds_estimate')}s to re-embed every row; {step['seconds']:.1f}s"
+        )
+        hits(demo.rewrite, "the new model's query against the rewritten rows")
+    if demo.shrink is not None:
+        step, report = demo.shrink, demo.shrink["report"]
+        for size, figures in report["dims"].items():
+            say(
+                f"shrink to {size} dims: overlap@10 of truncated vs full-size search on {report['heldout']} held-out "
+                f"rows: raw truncation {figures['model_overlap@10']}, principal axes {figures['pca_overlap@10']}, "
+                f"adapter {figures['adapter_overlap@10']}; used: {figures['used']}; {step['seconds']:.1f}s"
+            )
+            hits(demo.shrink, f"funnel on {size} dims of the {figures['used']} basis, re-ranked at full size")
 
 
 @store_app.command("import")

@@ -1,8 +1,10 @@
 """The store in one command (``subspaces store demo``, what ``make run`` shows): a store of WordNet sentences on
-a bundled model, and a few queries answered by exact and by funnel search.
+a bundled model, a few queries answered by exact and by funnel search; then (``to``) the store migrated
+query-side to another model with a few hundred pairs and rewritten to it (each with its report's overlap@10 and
+the same query's hits), and (``shrink_dims``) shrunk by ``store shrink`` (its report and the query's hits).
 
-Rerun, it reuses the store (adding only the sentences it lacks, as any ``store add``); a store of another model
-in that folder is rebuilt.
+Rerun, it reuses the store (adding only the sentences it lacks, as any ``store add``; a migration or shrink fitted
+with the same options is returned as recorded); a store of another model in that folder is rebuilt.
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ class Demo:
     exact_ms: float  # per query, search alone (queries encoded once)
     funnel_ms: float
     results: list[dict[str, Any]] = field(default_factory=list)  # per query: exact and funnel hits, overlap
+    # the steps after: {"query", "report", "hits", "seconds"} each (None: not run)
+    query_side: dict[str, Any] | None = None  # store migrate --to TO --query-side
+    rewrite: dict[str, Any] | None = None  # store migrate --to TO (a pending space)
+    shrink: dict[str, Any] | None = None  # store shrink --dims SHRINK_DIMS, then search --dims SHRINK_DIMS
 
 
 def run(
@@ -65,8 +71,14 @@ def run(
     shortlist: int = 10,
     basis: str = "pca",
     progress: bool = True,
+    to: str | None = None,
+    pairs: int = 300,
+    heldout: int = 300,
+    shrink_dims: int | None = None,
 ) -> Demo:
-    """Build (or reuse) the store at ``folder`` from ``n`` WordNet sentences and answer ``queries``."""
+    """Build (or reuse) the store at ``folder`` from ``n`` WordNet sentences and answer ``queries``; with ``to``,
+    migrate it query-side and by rewrite to that model (``pairs`` re-embedded pairs, ``heldout`` rows measuring
+    each), and with ``shrink_dims``, shrink it to that many dimensions; the first query is asked after each."""
     from subspaces.models.encoder import encode
 
     if n < 1:
@@ -91,7 +103,37 @@ def run(
         {"query": q, "exact": e, "funnel": f, "overlap": len(set(e["ids"]) & set(f["ids"])) / len(e["ids"])}
         for q, e, f in zip(queries, exact, funnel, strict=True)
     ]
-    return Demo(path, model, store.count(), added, rebuilt, add_s, dims, shortlist, basis, exact_ms, funnel_ms, results)
+    demo = Demo(path, model, store.count(), added, rebuilt, add_s, dims, shortlist, basis, exact_ms, funnel_ms, results)
+    query = queries[0]
+    if to is not None:
+        active = store.manifest.active
+        start = time.perf_counter()
+        report = store.migrate(to, pairs=pairs, heldout=heldout, query_side=True, progress=progress)
+        # the active space named: a pending rewrite of the same model (a rerun) would answer instead
+        hits = store.search(query, k, model=to, space=active)
+        demo.query_side = {
+            "to": to,
+            "query": query,
+            "report": report,
+            "hits": hits,
+            "seconds": time.perf_counter() - start,
+        }
+        start = time.perf_counter()
+        report = store.migrate(to, pairs=pairs, heldout=heldout, progress=progress)
+        hits = store.search(query, k, model=to)  # the pending space of rewritten rows
+        demo.rewrite = {
+            "to": to,
+            "query": query,
+            "report": report,
+            "hits": hits,
+            "seconds": time.perf_counter() - start,
+        }
+    if shrink_dims is not None:
+        start = time.perf_counter()
+        report = store.shrink([shrink_dims], heldout=heldout, progress=progress)
+        hits = store.search(query, k, dims=shrink_dims)  # reads the basis the shrink chose
+        demo.shrink = {"query": query, "report": report, "hits": hits, "seconds": time.perf_counter() - start}
+    return demo
 
 
 def _open_or_create(path: Path, model: str) -> tuple[Any, bool]:
