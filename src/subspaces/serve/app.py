@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from fastapi import Depends, FastAPI, Request
@@ -219,12 +219,14 @@ def create_app(
         engine, batcher = state.ready()
         _check_model(body.model, settings)
         ids = body.token_ids()
-        texts = [body.input] if isinstance(body.input, str) else body.input
-        _check_inputs(len(texts), settings, "input")
+        count = len(ids) if ids is not None else 1 if isinstance(body.input, str) else len(body.input)
+        _check_inputs(count, settings, "input")
         _checked(engine.check_dimensions, body.dimensions)
         _checked(engine.prompt, body.prompt_name)
         if ids is not None:
-            texts = await run_in_threadpool(_checked, engine.decode_ids, ids)
+            texts: list[str] = await run_in_threadpool(_checked, engine.decode_ids, ids)
+        else:
+            texts = [body.input] if isinstance(body.input, str) else cast("list[str]", body.input)
         rows, tokens = await _encode(engine, batcher, texts, settings.request_timeout_s, body.prompt_name)
         rows = engine.prefix(rows, body.dimensions)
         data = [

@@ -63,8 +63,8 @@ class EmbeddingRequest(_Request):
         if isinstance(self.input, str) or not self.input or isinstance(self.input[0], str):
             return None
         if isinstance(self.input[0], int):
-            return [self.input]  # type: ignore[list-item]
-        return self.input  # type: ignore[return-value]
+            return [self.input]
+        return self.input
 
 
 class SimilarityRequest(_Request):
