@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from subspaces.errors import SubspacesError
+from subspaces.numerics import cpu_record
 from subspaces.quantize import load_codes
 from subspaces.store import Store
 from test_store import LookupEncoder, cli, sentences
@@ -24,6 +25,7 @@ def store(tmp_path, tiny_model, tiny_model_dir):
 def test_the_copy_is_written_beside_the_floats(store):
     copy = store.quantize("int8", calibration_rows=40)
     assert copy["rows"] == 60 and copy["bytes_per_vector"] == 32 and copy["calibration_rows"] == 40
+    assert copy["fitted_on"] == cpu_record("float32")  # the precision and the CPU it was made on (issue 51)
     codes, kind, dim, cal = load_codes(store.path / "quantized" / "0" / copy["codes"])
     assert kind == "int8" and dim == 32 and codes.shape == (60, 32) and np.count_nonzero(codes) > 0.9 * codes.size
     store.quantize("binary")  # replaces the int8 copy, whose files go

@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from subspaces.errors import DimensionError, SubspacesError
+from subspaces.numerics import cpu_record
 from subspaces.store import Store
 
 DIM = 32
@@ -46,7 +47,7 @@ def test_shrink_beats_raw_truncation_records_the_choice_and_search_uses_it(tmp_p
     assert at8[f"{at8['used']}_overlap@10"] == best
     recorded = Store.open(store.path).manifest.spaces["0"].shrink
     assert recorded["choice"] == {"8": at8["used"], "16": report["dims"]["16"]["used"]}
-    assert recorded["report"] == report
+    assert recorded["report"] == report and report["fitted_on"] == cpu_record("float32")
     reopened = Store.open(store.path)
     assert reopened.default_basis("0", 8) == at8["used"]
     assert reopened.default_basis("0", 12) == "pca"  # a size not shrunk to: the previous default

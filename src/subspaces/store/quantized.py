@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from subspaces.errors import DataError, SubspacesError
+from subspaces.numerics import cpu_record
 from subspaces.quantize import (
     CALIBRATION_ROWS,
     KINDS,
@@ -61,6 +62,7 @@ class Copy:
     bytes_per_vector: int
     calibration_rows: int | None
     invalid: str | None = None  # why the copy no longer matches its table, though the row count may (invalidate)
+    fitted_on: dict[str, Any] | None = None  # the precision (float32) and CPU it was made on (numerics.cpu_record)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -87,7 +89,7 @@ def write(store: Store, space: str, kind: str, *, calibration_rows: int = CALIBR
     folder = _folder(store, space)
     name = f"{kind}-v{loaded.version}-{secrets.token_hex(4)}.npy"  # never overwrites the file a reader may be using
     save_codes(folder / name, codes, kind, loaded.vectors.shape[1], cal)
-    copy = Copy(kind, name, loaded.version, len(loaded.ids), codes.shape[1], sampled)
+    copy = Copy(kind, name, loaded.version, len(loaded.ids), codes.shape[1], sampled, fitted_on=cpu_record("float32"))
     save_json(folder / POINTER, copy.to_dict())
     for old in folder.glob("*.npy*"):  # earlier copies, now unreferenced
         if not old.name.startswith(name):

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from subspaces.errors import DimensionError, SubspacesError
+from subspaces.numerics import cpu_record
 from subspaces.store import search as ops
 
 if TYPE_CHECKING:
@@ -124,6 +125,7 @@ def shrink(
             "adapter_basis": params["basis"],
             "adapter_fit_seconds": round(float(adapter.fit_seconds_), 3),
             "seconds": round(time.perf_counter() - start, 3),
+            "fitted_on": cpu_record("float32"),  # principal axes and adapter both fit in float32, on this CPU
         }
         record.shrink = {
             "choice": choice,
