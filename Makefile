@@ -39,15 +39,16 @@ run: install
 	$(BIN)/subspaces store demo outputs/store-demo --model minilm-l6 --n 3000 --to paraphrase-l3 --pairs 300 --shrink-dims 64
 
 # Lint first, so CI (.ci/run) fails on a lint error as on a failing test.
+# The fast suite on every core (pytest-xdist; each test runs torch on one thread, tests/conftest.py).
 test: install lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto
 
 # The suites whose results could depend on the float type (alignment, adapters, quantization, store search); .ci/run
 # runs them a second time with SUBSPACES_PRECISION=bfloat16.
 NUMERIC_TESTS = tests/test_numerics.py tests/test_align.py tests/test_align_speed.py tests/test_align_shortlist.py \
 	tests/test_adapt.py tests/test_quantize.py tests/test_funnel.py tests/test_store.py tests/test_store_quantized.py
 test-numeric: install
-	$(BIN)/pytest -q $(NUMERIC_TESTS)
+	$(BIN)/pytest -q -n auto $(NUMERIC_TESTS)
 
 test-slow: install
 	$(BIN)/pytest -q -m slow
