@@ -197,6 +197,11 @@ def test_dimensions_with_an_adapter_reads_the_adapted_prefix(prompted_dir, engin
     assert basis == "adapter" and got.shape == (4, 8)
     np.testing.assert_allclose(got, want, atol=1e-5)
     assert not np.allclose(got, truncate_and_normalize(torch.from_numpy(raw), 8).numpy(), atol=1e-3)
+    # The full size, asked for or not, is the model's own vectors (not the adapted ones): one set of coordinates.
+    with TestClient(create_app(settings, engine=adapted_engine)) as client:
+        full, default = served(client, input=TEXTS, dimensions=32), served(client, input=TEXTS)
+    np.testing.assert_allclose(full, default, atol=1e-6)
+    np.testing.assert_allclose(default, truncate_and_normalize(torch.from_numpy(raw), None).numpy(), atol=1e-5)
 
 
 def test_an_adapter_of_another_size_is_refused(prompted_dir, tmp_path):

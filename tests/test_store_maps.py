@@ -225,6 +225,18 @@ def test_rollback_restores_the_previous_space(pair):
         reopened.rollback()
 
 
+def test_a_rollback_never_brings_back_a_row_an_upsert_replaced(pair):
+    """After --commit, an upsert replaces row "3" in the new space; the retired space's old "3" must not come back
+    by a rollback (it used to: rollback compared ids only). The rollback refuses instead, naming the row."""
+    store, _, _, new_model, texts = pair
+    store.migrate(new_model, pairs=300, heldout=100)
+    store.commit()
+    store.add([texts[N]], ids=["3"], model=new_model, upsert=True)
+    with pytest.raises(SubspacesError, match="id '3'"):
+        store.rollback()
+    assert store.search(texts[N], k=1, model=new_model).ids == ["3"]
+
+
 def test_cli_migrate_query_side_report_and_rollback(tmp_path, tiny_model_dir):
     from subspaces.models.encoder import build_random_bert, portable
     from test_store import sentences

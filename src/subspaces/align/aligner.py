@@ -556,7 +556,7 @@ class MiniVec2Vec(BaseEstimator):
         :data:`IDENTITY_REFERENCE_MARGIN` (``"auto"`` keeps it where it wins, ``"anchors"`` flags). Not with known
         pairs (they judge against the identity themselves) nor once the budget is spent."""
         out: dict[str, Any] = {"trust": None, "nn_similarity": None, "lift": None, "seconds": None, "skipped": None}
-        out |= {"margin": IDENTITY_REFERENCE_MARGIN}
+        out |= {"margin": IDENTITY_REFERENCE_MARGIN, "cut_short": False}
         if self.init == "identity" or eye is None:
             return out | {"skipped": "init='identity'" if eye is not None else "the dims differ"}, None
         if known is not None:
@@ -570,10 +570,15 @@ class MiniVec2Vec(BaseEstimator):
             IDENTITY_PASS, a, b, index_a, index_b, score, seed, budget, None, start=eye, structure_stage=False
         )
         self._finish_pass(candidate, score, budget, centroid_stage=False)
-        if budget.stopped_at is not None:  # cut short, it proves nothing
-            return out | {"skipped": "out of time during the identity candidate"}, None
+        # Cut short by the budget it is still a refined map, and the anchored pass that follows gets only its
+        # initial map: the trust scores choose between them as between any two.
         nn_similarity = candidate.record["nn_similarity"]["final"]
-        return out | {"nn_similarity": nn_similarity, "seconds": time.perf_counter() - clock}, candidate
+        seconds = time.perf_counter() - clock
+        return out | {
+            "nn_similarity": nn_similarity,
+            "seconds": seconds,
+            "cut_short": budget.stopped_at is not None,
+        }, candidate
 
     def _refine1(self, matrix, step, score, *, n_iter: int, start_score, out_of_time, progress=None):
         """Refine-1 with this aligner's settings, for ``n_iter`` steps (a pass's refine-1, or the polish)."""

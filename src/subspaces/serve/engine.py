@@ -271,7 +271,7 @@ class Engine:
         """Unit rows at ``dimensions`` (checked by :meth:`check_dimensions`): full-size rows as the model gives
         them; a prefix of the adapted rows (``--adapter``), of the model's own (Matryoshka), or of the rows in
         the store's principal axes (an orthogonal rotation: full-size cosines are kept), L2-normalised again."""
-        if dimensions is None:
+        if dimensions is None or dimensions == self.dim:  # full size: the model's own vectors, however it is asked
             return truncate_rows(rows, None)
         if self.adapter is not None:
             rows = self.adapter.transform(np.asarray(rows, dtype=np.float32))

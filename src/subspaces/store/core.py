@@ -570,12 +570,15 @@ class Store:
     def _forget(self, ids: set[str], active: str) -> None:
         """Before rows of ``ids`` are replaced in the active space: mark the quantized copies stale (their row
         offsets will move) and delete those rows from pending spaces, which :meth:`_sync` then maps anew from
-        the replaced rows. In this order a run killed at any point leaves nothing stale in use."""
+        the replaced rows, and from retired ones (a rollback then refuses rather than restore the old rows). In
+        this order a run killed at any point leaves nothing stale in use."""
         from subspaces.store.quantized import invalidate
 
         for name in [active, *self.manifest.pending()]:
             invalidate(self, name, "rows were replaced (add --upsert)")
-        for name in self.manifest.pending():
+        # Retired spaces too: a rollback would otherwise bring the replaced rows back; without them it refuses.
+        retired = [n for n, s in self.manifest.spaces.items() if s.state == "retired"]
+        for name in [*self.manifest.pending(), *retired]:
             self._delete_rows(name, self._row_addresses(name, ids))
 
     def _columns(self, name: str, names: list[str], *, row_ids: bool = False, where: str | None = None) -> Any:

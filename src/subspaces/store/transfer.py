@@ -639,7 +639,11 @@ def import_vectors(
     store = Store._make(folder, record, runtime)
     if encoder is not None:
         store._models[store.manifest.active] = encoder
-    report = store._import_planned(source, plan, set(), cosine, upsert=False, progress=options.get("progress", False))
+    # Under the write lock: once the manifest exists, another writer could take the store and append beside this one.
+    with store._writing("store import"):
+        report = store._import_planned(
+            source, plan, set(), cosine, upsert=False, progress=options.get("progress", False)
+        )
     return store, report
 
 
