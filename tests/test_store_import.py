@@ -256,3 +256,22 @@ def test_the_cli_import_needs_one_declaration_and_delete_reads_ids(tmp_path):
     result = cli("store", "delete", tmp_path / "s", "--ids", tmp_path / "gone.txt")
     assert result.exit_code == 0 and "deleted 2 rows (1 ids were not in the store)" in result.output, result.output
     assert Store.open(tmp_path / "s")._ids("0") == {str(i) for i in range(10)} - {"3", "4"}
+
+
+def test_an_import_checked_against_the_active_space_is_refused_if_another_writer_switched_it(tmp_path, monkeypatch):
+    """The checks run on the manifest as opened; if another process committed a migration before the write lock
+    was taken (simulated: the manifest re-read under the lock names another active space), nothing is written."""
+    np.save(tmp_path / "v.npy", rows())
+    store, _ = import_vectors(tmp_path / "s", tmp_path / "v.npy", foreign="m")
+    before = stored(store)
+    np.save(tmp_path / "more.npy", rows(seed=1))
+
+    def switched(self):
+        self.manifest = Store.open(self.path).manifest
+        self.manifest.active = "elsewhere"
+
+    monkeypatch.setattr(Store, "_refresh_manifest", switched)
+    with pytest.raises(SubspacesError, match="the active space changed while this import was being checked"):
+        store.import_vectors(tmp_path / "more.npy", foreign="m")
+    monkeypatch.undo()
+    assert stored(Store.open(tmp_path / "s")) == before

@@ -870,6 +870,13 @@ class Store:
         }
         source = transfer._source(vectors, options)
         with self._writing("store import"):
+            # The checks above read the manifest as opened; the lock re-read it. Another writer may have switched
+            # the active space since (a committed migration): these vectors were checked against the old one.
+            if self.manifest.active != active:
+                raise SubspacesError(
+                    f"{self.path}: the active space changed while this import was being checked (another process "
+                    f"committed or rolled back a migration); nothing was written: rerun the import"
+                )
             stored = self._ids(active)
             plan, overlap = transfer.validate(
                 source,
