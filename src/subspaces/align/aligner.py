@@ -483,8 +483,10 @@ class MiniVec2Vec(BaseEstimator):
         elif judged is not None:
             confidence = judged["top1"]
         self.confidence_ = 0.0 if problems else confidence
+        # With the identity candidate kept, no anchored restart is the map: the map's own keys describe the candidate.
+        kept_record = candidate.record if kept == "identity reference" and candidate is not None else restarts[chosen]
         self.diagnostics_ = {
-            "chosen_restart": chosen,
+            "chosen_restart": None if kept == "identity reference" else chosen,
             "converged": converged,
             "trusted": self.converged_,
             "confidence": self.confidence_,
@@ -502,8 +504,8 @@ class MiniVec2Vec(BaseEstimator):
             **cpu_record(self.precision_),
             "n_pairs": 0 if pairs is None else len(pairs[0]),
             "paired_check": paired,
-            "nn_similarity": restarts[chosen]["nn_similarity"],
-            "anchor_consistency": restarts[chosen]["anchor_consistency_final"],
+            "nn_similarity": kept_record["nn_similarity"],
+            "anchor_consistency": kept_record.get("anchor_consistency_final"),
             "orthogonality_gap": orthogonality_gap(self.matrix_),
             "restarts": restarts,
         }
