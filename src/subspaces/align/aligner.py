@@ -486,7 +486,7 @@ class MiniVec2Vec(BaseEstimator):
         # With the identity candidate kept, no anchored restart is the map: the map's own keys describe the candidate.
         kept_record = candidate.record if kept == "identity reference" and candidate is not None else restarts[chosen]
         self.diagnostics_ = {
-            "chosen_restart": None if kept == "identity reference" else chosen,
+            "chosen_restart": chosen,  # the anchored passes' choice (``kept`` says whether it is the map)
             "converged": converged,
             "trusted": self.converged_,
             "confidence": self.confidence_,

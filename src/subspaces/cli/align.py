@@ -207,8 +207,9 @@ def fit_cmd(
         "refine-1 iterations": lambda r: r["refine1_iterations"],
         "anchor consistency": lambda r: r["anchor_consistency_final"],
     }
+    anchored_kept = d.get("kept") != "identity reference"  # else the identity candidate is the map, no restart
     columns = ["statistic"] + [
-        f"{r.get('label', f'restart {i}')}{' (kept)' if i == d['chosen_restart'] else ''}"
+        f"{r.get('label', f'restart {i}')}{' (kept)' if anchored_kept and i == d['chosen_restart'] else ''}"
         for i, r in enumerate(d["restarts"])
     ]
     rows = [
