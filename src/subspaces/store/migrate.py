@@ -210,7 +210,8 @@ def _migrate(
         "fit_seconds": round(fit_s, 3),
         "encode_seconds_per_row": round(encode_s / max(len(texts), 1), 6),
         # the new model's own rate on the re-embedded sample, times every row
-        "reembed_seconds_estimate": round(encode_s / max(len(texts), 1) * n, 3),
+        # three significant figures: a fast model on a small store must not round to 0
+        "reembed_seconds_estimate": float(f"{encode_s / max(len(texts), 1) * n:.3g}"),
     }
     if query_side:
         report |= pair_maps.query_microseconds(aligner, fingerprint.dimension)
