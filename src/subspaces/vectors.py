@@ -1,0 +1,140 @@
+"""The leaf of vector maths: unit rows, Matryoshka prefixes, prefix sizes, paired cosines, principal axes, checks.
+
+Rows are the last axis: ``x[..., :dim]`` is a prefix. NumPy arrays keep their float type; torch tensors are
+normalised by torch itself (``torch.nn.functional.normalize``), whose reduction order differs from NumPy's in the
+last bit, so what the encoder and the server return does not change with the type of the rows they hold.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import Any, Literal
+
+import numpy as np
+
+from subspaces.errors import DimensionError
+
+ZERO_NORM = 1e-12  # a row shorter than this has no direction: it is divided by this, so a zero row stays zero
+
+Order = Literal["given", "ascending", "descending"]
+
+
+def _is_tensor(x: Any) -> bool:
+    torch = sys.modules.get("torch")  # a tensor exists only once torch is imported
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def normalize_rows(x: Any, *, eps: float = ZERO_NORM) -> Any:
+    """Each row (last axis) divided by ``max(its L2 norm, eps)``; same array type and float type as ``x``."""
+    if _is_tensor(x):
+        import torch
+
+        return torch.nn.functional.normalize(x, dim=-1, eps=eps)
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), eps)
+
+
+def check_prefix(dim: int, full: int) -> int:
+    """``dim`` if a prefix of a ``full``-sized row can have it, else a :class:`DimensionError`."""
+    if not 0 < dim <= full:
+        raise DimensionError(f"truncate dim {dim} is outside 1..{full}")
+    return dim
+
+
+def truncate(x: Any, dim: int | None) -> Any:
+    """The first ``dim`` coordinates of each row (``None``: all of them), checked by :func:`check_prefix`."""
+    return x if dim is None else x[..., : check_prefix(dim, x.shape[-1])]
+
+
+def unit_prefix(x: Any, dim: int | None = None, *, eps: float = ZERO_NORM) -> Any:
+    """The first ``dim`` coordinates of each row (``None``: all), L2-normalised again: a Matryoshka prefix."""
+    return normalize_rows(truncate(x, dim), eps=eps)
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The cosine of each row of ``a`` with the same row of ``b`` (a zero row gives 0)."""
+    return (normalize_rows(a) * normalize_rows(b)).sum(-1)
+
+
+def parse_dims(text: str) -> list[int | None]:
+    """``"16,32,full"`` -> ``[16, 32, None]`` (``None``: the full size), in the order given, repeats kept."""
+    dims: list[int | None] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if part == "full":
+            dims.append(None)
+            continue
+        try:
+            value = int(part)
+        except ValueError:
+            raise DimensionError(f"bad dimension {part!r} in {text!r}: use integers or 'full'") from None
+        if value <= 0:
+            raise DimensionError(f"dimension must be positive, got {value}")
+        dims.append(value)
+    if not dims:
+        raise DimensionError("no dimensions given")
+    return dims
+
+
+def resolve_dims(dims: Iterable[int | None], full: int, *, order: Order, what: str = "dims") -> list[int]:
+    """Prefix sizes of ``full``-sized rows: ``None`` becomes ``full``, repeats go, each is checked to be in
+    1..full; in the ``order`` asked for (``given``: as listed, first occurrence kept)."""
+    resolved = list(dict.fromkeys(full if d is None else int(d) for d in dims))
+    if order != "given":
+        resolved.sort(reverse=order == "descending")
+    if not resolved:
+        raise DimensionError(f"no {what} given")
+    bad = [d for d in resolved if not 0 < d <= full]
+    if bad:
+        raise DimensionError(f"{what} {bad} are outside 1..{full} (the model's embedding size)")
+    return resolved
+
+
+def principal_axes(vectors: np.ndarray, *, sample: int = 20_000, seed: int = 0) -> np.ndarray:
+    """The rows' principal axes (``dim x dim``, orthonormal columns, largest variance first), from the covariance
+    of the centred rows of a seeded sample of at most ``sample`` rows. Applied to the rows as they are (not
+    centred), the rotation keeps every inner product, and the first ``d`` coordinates carry the most variance
+    any ``d`` axes can: what makes the prefixes of any model's vectors usable."""
+    if len(vectors) > sample:  # sample before the float64 copy: a store's rows can be many
+        vectors = vectors[np.sort(np.random.default_rng(seed).choice(len(vectors), sample, replace=False))]
+    x = np.asarray(vectors, dtype=np.float64)
+    x = x - x.mean(axis=0)
+    _, axes = np.linalg.eigh(x.T @ x)  # ascending eigenvalues
+    return np.ascontiguousarray(axes[:, ::-1], dtype=np.float32)
+
+
+def check_finite(x: Any, what: str = "embeddings") -> None:
+    """A :class:`DimensionError` counting the rows of ``x`` (an array or a tensor) that hold NaN or inf."""
+    bad = ~(sys.modules["torch"].isfinite(x) if _is_tensor(x) else np.isfinite(x))
+    if bad.any():
+        rows = int(bad.any(axis=1).sum()) if bad.ndim == 2 else int(bad.sum())
+        raise DimensionError(f"{what}: {rows} row(s) hold NaN or inf")
+
+
+def check_rows(
+    x: Any, what: str, *, dim: int | None = None, fitted: str = "the aligner", row_offset: int = 0, eps: float = 1e-8
+) -> np.ndarray:
+    """``x`` as a non-empty 2-D float32 C-contiguous array (no copy where it already is one), or a
+    :class:`DimensionError` naming the first bad row: NaN or inf, or a zero vector (norm below ``eps``), or a
+    width other than ``dim`` (the one ``fitted``, e.g. "the adapter", was fitted on).
+
+    ``row_offset`` is added to the row numbers in messages (for ``x`` a chunk of a larger collection).
+    """
+    x = np.asarray(x)
+    if x.ndim != 2 or x.shape[0] == 0:
+        raise DimensionError(f"{what}: expected a non-empty 2-D array (rows x dims), got shape {x.shape}")
+    if dim is not None and x.shape[1] != dim:
+        raise DimensionError(f"{what}: has {x.shape[1]} dimensions, {fitted} was fitted on {dim}")
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    bad = ~np.isfinite(x).all(axis=1)
+    if bad.any():
+        rows = np.flatnonzero(bad)
+        raise DimensionError(f"{what}: {len(rows)} row(s) hold NaN or inf (first: row {row_offset + rows[0]})")
+    zero = np.linalg.norm(x, axis=1) < eps
+    if zero.any():
+        rows = np.flatnonzero(zero)
+        raise DimensionError(
+            f"{what}: {len(rows)} row(s) are zero vectors (first: row {row_offset + rows[0]}), e.g. empty texts"
+        )
+    return x
