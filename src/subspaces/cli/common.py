@@ -1,18 +1,26 @@
-"""Shared CLI helpers: console, error handling, option parsing."""
+"""Shared CLI helpers: console, error handling, the runtime options every command shares, options derived from
+a recipe dataclass, option parsing."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import re
 import sys
-from collections.abc import Callable
+import typing
+from collections.abc import Callable, Iterable
 from enum import Enum
-from typing import Annotated, Any, Optional, TypeVar
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, TypeVar
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from subspaces.models import POOLERS
+from subspaces.models.backends import BACKENDS, PRECISIONS
 
 console = Console(stderr=True)
 out = Console()
@@ -48,7 +56,22 @@ LimitOpt = Annotated[Optional[int], typer.Option(help="Use only the first N trai
 SeedOpt = Annotated[int, typer.Option()]
 ResumeOpt = Annotated[bool, typer.Option("--resume/--no-resume", help="Continue from OUTPUT/checkpoint.pt if present.")]
 
+# The runtime options, declared once: every command that loads a model takes them under these names, with the
+# library's defaults (``load_encoder``, ``Store.open``): ``device: DeviceOpt = DEVICE``, ``backend: BackendOpt =
+# "torch"``, ``precision: PrecisionOpt = "fp32"``, ``show_progress: ProgressOpt = True``.
+DEVICE = "cpu"
 DeviceOpt = Annotated[str, typer.Option(help="Torch device: cpu, cuda, cuda:N or mps (checked before anything loads).")]
+BackendOpt = Annotated[
+    Literal[BACKENDS],  # type: ignore[valid-type]
+    typer.Option(help="torch, or the transformer exported once (cached) to ONNX Runtime or OpenVINO; CPU."),
+]
+PrecisionOpt = Annotated[
+    Literal[PRECISIONS],  # type: ignore[valid-type]
+    typer.Option(help="int8: dynamically quantised weights (onnx) or int8-compressed weights (openvino)."),
+]
+PoolerOpt = Annotated[Optional[Literal[POOLERS]], typer.Option(help="Override the model's pooling.")]  # type: ignore[valid-type]
+BatchSizeOpt = Annotated[int, typer.Option(help="Texts per forward pass.")]
+ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress display on stderr.")]
 
 ThreadsOpt = Annotated[
     Optional[int],
@@ -217,3 +240,114 @@ def parse_rank(text: str) -> int | str | None:
     if value <= 0:
         raise SubspacesError(f"--rank must be positive, got {value}")
     return value
+
+
+# Field types a recipe option can take on the command line; fields of other types are set with --config FILE.
+_OPTION_TYPES = (bool, int, float, str, Path)
+
+
+def recipe_options(recipe: type, *, only: Iterable[str] | None = None, skip: Iterable[str] = ()) -> Callable[[F], F]:
+    """Derive a command's options from the dataclass ``recipe``: the decorated command declares a parameter
+    ``config`` and receives a ``recipe`` instance there.
+
+    Each field (of ``only``, less ``skip`` and those the command declares itself) of a plain type (bool, int,
+    float, str, a path, a ``typing.Literal`` of choices, or one of these or None) becomes ``--field-name`` with
+    the field's default and its ``metadata["help"]``. ``--config FILE`` (JSON or TOML: an object of field names)
+    sets any field, those without an option included; options given on the command line win over the file, the
+    file over the library's defaults.
+    """
+    chosen = None if only is None else set(only)
+    hints = typing.get_type_hints(recipe)
+
+    def decorate(func: F) -> F:
+        signature = inspect.signature(func, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.name != "config"]
+        declared = {p.name for p in own}
+        derived: list[inspect.Parameter] = []
+        for f in dataclasses.fields(recipe):
+            if f.name in declared or f.name in set(skip) or (chosen is not None and f.name not in chosen):
+                continue
+            option = _field_option(f, hints[f.name])
+            if option is not None:
+                derived.append(option)
+        config_file = inspect.Parameter(
+            "config_file",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None,
+            annotation=Annotated[
+                Optional[Path],
+                typer.Option(
+                    "--config",
+                    help=f"JSON or TOML file of {recipe.__name__} settings (any field); options given here win.",
+                ),
+            ],
+        )
+        context = inspect.Parameter("recipe_context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+        names = [p.name for p in derived]
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            ctx = kwargs.pop("recipe_context")
+            values = {name: kwargs.pop(name) for name in names}
+            settings = read_config(kwargs.pop("config_file"), recipe)
+            for name, value in values.items():  # given on the command line: wins over the file
+                if name not in settings or ctx.get_parameter_source(name).name != "DEFAULT":
+                    settings[name] = value
+            return func(*args, config=recipe(**settings), **kwargs)
+
+        parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own + derived] + [config_file, context]
+        wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def _field_option(f: dataclasses.Field, hint: Any) -> inspect.Parameter | None:
+    """The typer parameter of one recipe field, or None where its type has no plain command-line form."""
+    args = typing.get_args(hint)
+    optional = type(None) in args
+    base = next((a for a in args if a is not type(None)), hint) if optional and len(args) == 2 else hint
+    if typing.get_origin(base) is not Literal and base not in _OPTION_TYPES:
+        return None
+    flag = "--" + f.name.replace("_", "-")
+    declaration = (f"{flag}/--no-{f.name.replace('_', '-')}",) if base is bool and not optional else (flag,)
+    info = typer.Option(*declaration, help=f.metadata.get("help"))
+    kind = base
+    if f.default is not dataclasses.MISSING:
+        default = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        default = f.default_factory()
+    else:
+        default = inspect.Parameter.empty
+    annotation = Annotated[Optional[kind] if optional else kind, info]  # type: ignore[valid-type]
+    return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def read_config(path: Path | None, recipe: type) -> dict[str, Any]:
+    """The settings of a ``--config`` file (JSON, or TOML by its ``.toml`` suffix), checked against the fields
+    of ``recipe``; ``{}`` for no file."""
+    import json
+    import tomllib
+
+    from subspaces.errors import DataError
+    from subspaces.io import check_file
+
+    if path is None:
+        return {}
+    check_file(path)
+    try:
+        settings = tomllib.loads(path.read_text()) if path.suffix == ".toml" else json.loads(path.read_text())
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise DataError(f"--config is not valid {'TOML' if path.suffix == '.toml' else 'JSON'}: {exc}", path) from None
+    if not isinstance(settings, dict):
+        raise DataError("--config must hold an object of settings", path)
+    known = {f.name for f in dataclasses.fields(recipe)}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise DataError(
+            f"--config sets {', '.join(unknown)}, not settings of {recipe.__name__} "
+            f"(those are: {', '.join(sorted(known))})",
+            path,
+        )
+    return settings

@@ -26,8 +26,7 @@ import torch
 from sentence_transformers.base.modules.module import Module
 from torch import nn
 
-POOLERS = ("cls", "cls_before_pooler", "mean", "avg_first_last", "avg_top2")
-LAYER_POOLERS = ("avg_first_last", "avg_top2")
+from subspaces.models import LAYER_POOLERS, POOLERS
 
 
 def masked_mean(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
