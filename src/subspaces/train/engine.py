@@ -1,8 +1,10 @@
 """The training loop every model uses: ``fit(module, step, batches, config, evaluator)``.
 
-A recipe supplies a seeded batch source and a ``step`` that turns a batch into a scalar loss; the engine does the
-rest: AdamW with a linear schedule and warm-up, clipping, DDP gradient sums (:mod:`subspaces.train.distributed`),
-keep-best on the evaluator's primary metric, progress, a JSON history, and checkpoints that resume exactly.
+A task says what a batch is (a seeded :class:`BatchSource`) and what a loss is (``step``: batch -> scalar); the
+:class:`TrainingLoop` does the rest: AdamW with a linear schedule and warm-up, clipping, DDP gradient sums
+(:mod:`subspaces.train.distributed`). What happens around the steps is a list of :class:`Callback` objects over one
+:class:`TrainState`: progress, the JSON history, evaluation with keep-best, checkpoints. A task adds its own (a
+callback reads the state after each step; setting ``state.stop`` ends the run early).
 
 Why resuming is exact (``torch.equal`` on every weight, tested): the checkpoint holds the module, optimiser,
 schedule, step, and the torch/numpy/python RNG states *as they were at the step boundary* -- an interrupt in the
@@ -28,7 +30,7 @@ import hashlib
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -57,22 +59,28 @@ class BatchSource(Protocol):
 
 @dataclass
 class FitConfig:
-    output_dir: str | None = None  # None: nothing is written; the best trainable state is kept in memory and restored
-    lr: float = 3e-5
-    epochs: int = 1
-    max_steps: int | None = None  # wins over epochs
-    warmup_ratio: float = 0.0
-    warmup_steps: int | None = None  # wins over warmup_ratio
-    weight_decay: float = 0.0
-    max_grad_norm: float | None = 1.0
-    seed: int = 42
-    eval_steps: int | None = 125  # 0/None: no mid-epoch evaluation
-    eval_every_epoch: bool = False  # evaluate at each epoch end as well
-    save_steps: int | None = 125  # checkpoint.pt cadence (only when output_dir is set)
-    resume: bool = True
-    show_progress: bool = True
-    description: str = "train"  # progress label, e.g. "train simcse on wordnet30_examples"
-    overwrite: bool = False  # write into a non-empty folder that is not a run of ours
+    """What every training run is given; a recipe extends it with its own fields."""
+
+    output_dir: str | None = field(
+        default=None, metadata={"help": "Folder for the model and checkpoints (None: the best state stays in memory)."}
+    )
+    lr: float = field(default=3e-5, metadata={"help": "AdamW learning rate."})
+    epochs: int = field(default=1, metadata={"help": "Passes over the data."})
+    max_steps: int | None = field(default=None, metadata={"help": "Stop after this many steps (wins over epochs)."})
+    warmup_ratio: float = field(default=0.0, metadata={"help": "Fraction of the steps spent warming up the lr."})
+    warmup_steps: int | None = field(default=None, metadata={"help": "Warm-up steps (wins over the ratio)."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (not on biases and norms)."})
+    max_grad_norm: float | None = field(default=1.0, metadata={"help": "Clip the gradient norm to this."})
+    seed: int = field(default=42, metadata={"help": "Seeds the model's new weights, the batches and dropout."})
+    eval_steps: int | None = field(default=125, metadata={"help": "Evaluate every N steps (0: only at the end)."})
+    eval_every_epoch: bool = field(default=False, metadata={"help": "Evaluate at each epoch end as well."})
+    save_steps: int | None = field(default=125, metadata={"help": "Write a resumable checkpoint every N steps."})
+    resume: bool = field(default=True, metadata={"help": "Continue from the output folder's checkpoint.pt."})
+    show_progress: bool = field(default=True, metadata={"help": "Show a progress display on stderr."})
+    description: str = field(default="train", metadata={"help": "Progress label."})
+    overwrite: bool = field(
+        default=False, metadata={"help": "Write into a non-empty folder that is not a subspaces run."}
+    )
 
 
 # Settings a resumed run may change: they do not alter the optimisation path up to the checkpoint. (Changing the
@@ -219,18 +227,25 @@ def _load_checkpoint(path: Path, fingerprint: dict[str, str]) -> dict[str, Any]:
     return state
 
 
-def _optimizer(module: nn.Module, config: FitConfig, param_groups: list[dict] | None) -> torch.optim.AdamW:
-    if param_groups is None:
-        params = [p for p in module.parameters() if p.requires_grad]
-        # No weight decay on biases and norms (as Hugging Face's Trainer).
-        param_groups = [
-            {"params": [p for p in params if p.ndim >= 2], "weight_decay": config.weight_decay},
-            {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
-        ]
-    groups = [g for g in param_groups if list(g["params"])]
-    if not groups:
-        raise SubspacesError("nothing to train: no parameter requires a gradient (is everything frozen?)")
-    return torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
+def param_groups(
+    parts: Iterable[tuple[Iterable[nn.Parameter], float | None]], weight_decay: float, *, decay_all: bool = False
+) -> list[dict[str, Any]]:
+    """AdamW groups for ``(parameters, lr)`` parts (lr None: the config's): per part, the matrices with weight
+    decay and the biases and norms without (as Hugging Face's Trainer; ``decay_all``: one group, all decayed).
+    Only parameters that require a gradient; empty groups are left out."""
+    groups = []
+    for params, lr in parts:
+        trainable = [p for p in params if p.requires_grad]
+        split = (
+            [(trainable, weight_decay)]
+            if decay_all
+            else [
+                ([p for p in trainable if p.ndim >= 2], weight_decay),
+                ([p for p in trainable if p.ndim < 2], 0.0),
+            ]
+        )
+        groups += [{"params": ps, "weight_decay": wd} | ({} if lr is None else {"lr": lr}) for ps, wd in split if ps]
+    return groups
 
 
 def _trainable_state(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -246,6 +261,358 @@ def _batch_len(batches: BatchSource, batch: Any) -> int:
     return len(batch) if hasattr(batch, "__len__") else 0
 
 
+@dataclass
+class TrainState:
+    """What the run holds between steps besides the weights and the optimiser (``checkpoint.pt`` keeps it)."""
+
+    total: int  # steps the run makes
+    step: int = 0  # optimiser steps done
+    best: float | None = None  # the evaluator's best primary metric, and the step it was reached at
+    best_step: int | None = None
+    best_state: dict[str, torch.Tensor] | None = None  # the best trainable state, when no save_model writes it out
+    history: list[dict[str, Any]] = field(default_factory=list)
+    pending_eval: bool = False  # the evaluation due at ``step`` has not finished (an interrupt during it)
+    resumed_from: int = 0
+    extended_from: int | None = None
+    loss: float = float("nan")  # the last step's loss
+    stop: bool = False  # set by a callback: the run ends after this step (early stopping)
+
+
+class Callback:
+    """What runs around the steps. Each hook gets the :class:`TrainingLoop` (``loop.state``, ``loop.module``...)."""
+
+    def on_train_begin(self, loop: TrainingLoop) -> None: ...
+
+    def on_step_end(self, loop: TrainingLoop) -> None: ...  # after each optimiser step, at the step boundary
+
+    def on_loop_end(self, loop: TrainingLoop) -> None: ...  # the steps stopped, also by an error: release resources
+
+    def on_train_end(self, loop: TrainingLoop) -> None: ...  # the steps finished
+
+
+class ProgressBar(Callback):
+    """A progress display with the running loss and the best score (main process only)."""
+
+    bar = None
+
+    def on_train_begin(self, loop: TrainingLoop) -> None:
+        from subspaces.progress import Progress
+
+        show = loop.config.show_progress and ddp.is_main()
+        self.bar = (
+            Progress(loop.state.total, loop.config.description, unit="step", initial=loop.state.step) if show else None
+        )
+        self.running: float | None = None
+
+    def on_step_end(self, loop: TrainingLoop) -> None:
+        value, best = loop.state.loss, loop.state.best
+        self.running = value if self.running is None else 0.98 * self.running + 0.02 * value
+        if self.bar is not None:
+            self.bar.update(1, loss=round(self.running, 4), best="-" if best is None else round(best, 2))
+
+    def on_loop_end(self, loop: TrainingLoop) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class History(Callback):
+    """The loss and lr every 10 steps and at the last; with ``terms`` (the size of each term of the last loss,
+    e.g. ``MICLoss.last_terms``) also at step 1, the start weights, and those steps' entries carry them."""
+
+    def __init__(self, terms: Callable[[], dict[str, float]] | None = None) -> None:
+        self.terms = terms
+
+    def on_step_end(self, loop: TrainingLoop) -> None:
+        state = loop.state
+        if state.step % 10 == 0 or state.step == state.total or (state.step == 1 and self.terms is not None):
+            entry = {"step": state.step, "loss": state.loss, "lr": loop.scheduler.get_last_lr()[0]}
+            if self.terms is not None:
+                entry["terms"] = dict(self.terms())
+            state.history.append(entry)
+
+
+class EachStep(Callback):
+    """``function(step, loss)`` after each optimiser step."""
+
+    def __init__(self, function: Callable[[int, float], None]) -> None:
+        self.function = function
+
+    def on_step_end(self, loop: TrainingLoop) -> None:
+        self.function(loop.state.step, loop.state.loss)
+
+
+class Evaluation(Callback):
+    """Evaluate every ``eval_steps``, at epoch ends if asked, and at the end; keep the best model (saved, or in
+    memory) by the evaluator's primary metric. Without an evaluator the last model is the one kept."""
+
+    def on_train_begin(self, loop: TrainingLoop) -> None:
+        if loop.state.pending_eval:  # the run this resumes was interrupted while evaluating: finish that first
+            loop.evaluate()
+            loop.state.pending_eval = False
+
+    def on_step_end(self, loop: TrainingLoop) -> None:
+        config, done = loop.config, loop.state.step
+        if done < loop.state.total and (
+            (config.eval_steps and done % config.eval_steps == 0)
+            or (config.eval_every_epoch and done % loop.per_epoch == 0)
+        ):
+            loop.state.pending_eval = True
+            loop.evaluate()
+            loop.state.pending_eval = False
+
+    def on_train_end(self, loop: TrainingLoop) -> None:
+        if loop.evaluator is not None:
+            loop.evaluate()
+        elif loop.keep_in_memory:
+            loop.state.best_state = None  # the last state is the one to keep
+        else:
+            loop.save()
+
+
+class Checkpointing(Callback):
+    """``checkpoint.pt`` every ``save_steps`` and at the end (the last state, not the best: extending the run
+    continues from where it stopped)."""
+
+    def on_step_end(self, loop: TrainingLoop) -> None:
+        if loop.config.save_steps and loop.state.step % loop.config.save_steps == 0:
+            loop.checkpoint()
+
+    def on_train_end(self, loop: TrainingLoop) -> None:
+        loop.checkpoint()
+
+
+class TrainingLoop:
+    """Minimise ``step(batch)`` over ``batches``; see :func:`fit` for the arguments and the module docstring.
+
+    ``callbacks`` run after the built-in ones (progress, history), before evaluation and checkpointing, so a
+    checkpoint holds what they wrote into the state.
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        step: Callable[[Any], torch.Tensor],
+        batches: BatchSource,
+        config: FitConfig,
+        evaluator: Evaluator | Callable[[Any], Any] | None = None,
+        *,
+        param_groups: list[dict] | None = None,
+        save_model: Callable[[Path], None] | None = None,
+        settings: dict[str, Any] | None = None,
+        callbacks: Sequence[Callback] = (),
+    ) -> None:
+        self.rank, self.world = ddp.init_from_env()
+        self.module, self.step_fn, self.batches, self.config = module, step, batches, config
+        self.evaluator = as_evaluator(evaluator)
+        self.param_groups, self.save_model, self.settings = param_groups, save_model, dict(settings or {})
+        self.callbacks = [ProgressBar(), *callbacks, Evaluation(), Checkpointing()]
+        self.per_epoch = len(batches)
+        if self.per_epoch < 1:
+            raise SubspacesError("no training batches: the data is smaller than one batch")
+        if not config.lr > 0:
+            raise SubspacesError(f"lr must be above 0, got {config.lr}")
+        self.state = TrainState(total=total_steps(config, self.per_epoch))
+        if self.state.total < 1:
+            raise SubspacesError("nothing to train: max_steps (or, without it, epochs) must be at least 1")
+        self.out = Path(config.output_dir) if config.output_dir is not None else None
+        self.ckpt_path = self.out / run_output.CHECKPOINT if self.out is not None else None
+        # The best trainable state is kept in memory (and in the checkpoint) when no save_model writes it out.
+        self.keep_in_memory = self.out is None or save_model is None
+        self.boundary: dict[str, Any] = {}  # the RNG states at the current step boundary (what a checkpoint holds)
+
+    def run(self) -> FitResult:
+        self._prepare()
+        state = self.state
+        if state.step >= state.total:  # a finished run: nothing to train
+            if state.best_state is not None:
+                self.module.load_state_dict(state.best_state, strict=False)
+            return self._result(0.0, 0, already_complete=True)
+        self.module.train()
+        start, samples = time.perf_counter(), 0
+        self.boundary = rng_state()
+        at_boundary = True  # False while an optimiser update is half-applied: an interrupt then must not checkpoint
+        try:
+            for callback in self.callbacks:
+                callback.on_train_begin(self)
+            while state.step < state.total and not state.stop:
+                epoch, index = divmod(state.step, self.per_epoch)
+                batch = self.batches.batch(epoch, index)
+                loss = self.step_fn(batch)
+                if not ddp.all_finite(loss):
+                    self.checkpoint()
+                    where = f"; the last good state is in {self.ckpt_path}" if self.ckpt_path is not None else ""
+                    value = loss.item() if not torch.isfinite(loss) else "non-finite on another process"
+                    raise SubspacesError(f"loss became {value} at step {state.step}{where} (try a lower lr)")
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                ddp.sum_gradients(self.module)
+                if self.config.max_grad_norm:
+                    torch.nn.utils.clip_grad_norm_(self.params, self.config.max_grad_norm)
+                at_boundary = False
+                self.optimizer.step()
+                self.scheduler.step()
+                state.step += 1
+                self.boundary = rng_state()
+                at_boundary = True
+                samples += _batch_len(self.batches, batch) * self.world
+                state.loss = float(loss.detach())
+                for callback in self.callbacks:
+                    callback.on_step_end(self)
+        except KeyboardInterrupt:
+            if at_boundary:
+                self.checkpoint()
+            raise
+        finally:
+            for callback in self.callbacks:
+                callback.on_loop_end(self)
+        seconds = time.perf_counter() - start
+        for callback in self.callbacks:
+            callback.on_train_end(self)
+        if state.best_state is not None:
+            self.module.load_state_dict(state.best_state, strict=False)
+        result = self._result(seconds, samples)
+        if self.out is not None and ddp.is_main():
+            recorded = json.loads(json.dumps(self.settings, default=str))
+            save_json(
+                self.out / run_output.STATE, {**result.to_dict(), "config": asdict(self.config), "settings": recorded}
+            )
+        return result
+
+    def _prepare(self) -> None:
+        """Check every input before anything is written or trained; build the optimiser; resume if asked."""
+        config, out = self.config, self.out
+        if out is not None:
+            run_output.check_output_dir(out, config.overwrite)
+        if self.evaluator is not None and ddp.is_main():
+            self.evaluator.check()
+        if out is not None and ddp.is_main():
+            out.mkdir(parents=True, exist_ok=True)
+            run_output.remove_stale_temporaries(out)
+        ddp.barrier()
+        seed_everything(config.seed)
+        ddp.broadcast_parameters(self.module)
+        groups = self.param_groups
+        if groups is None:
+            groups = param_groups([(self.module.parameters(), None)], config.weight_decay)
+        groups = [g for g in groups if list(g["params"])]
+        if not groups:
+            raise SubspacesError("nothing to train: no parameter requires a gradient (is everything frozen?)")
+        self.optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
+        from transformers import get_linear_schedule_with_warmup
+
+        total = self.state.total
+        warmup = config.warmup_steps if config.warmup_steps is not None else int(config.warmup_ratio * total)
+        self.scheduler = get_linear_schedule_with_warmup(self.optimizer, warmup, total)
+        self.params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self.fingerprint = _fingerprint(self.module, self.batches, config, self.settings, self.world)
+        self.config_dict = json.loads(json.dumps(asdict(config), default=str))
+        if self.ckpt_path is not None and config.resume and self.ckpt_path.is_file():
+            self._resume(_load_checkpoint(self.ckpt_path, self.fingerprint))
+
+    def _resume(self, saved: dict[str, Any]) -> None:
+        state, done = self.state, saved["step"]
+        self.module.load_state_dict(saved["module"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        state.step, state.best, state.best_step, state.history = (
+            done,
+            saved["best"],
+            saved["best_step"],
+            saved["history"],
+        )
+        state.best_state = saved.get("best_state")
+        set_rng_state(_rng_from_plain(saved["rng"][self.rank]))
+        state.pending_eval = bool(saved.get("pending_eval", False))
+        state.resumed_from = done
+        if saved["total"] != state.total and done < state.total:
+            # Extending (or shortening) a run: the linear schedule is re-planned for the new total from here on.
+            state.extended_from = saved["total"]
+            scheduler = self.scheduler
+            for group, base, fn in zip(
+                self.optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True
+            ):
+                group["lr"] = base * fn(done)
+
+    def checkpoint(self) -> None:
+        """Write ``checkpoint.pt`` (with the RNG states of the last step boundary); nothing without an output."""
+        if self.ckpt_path is None:
+            return
+        rngs: list[Any] = [self.boundary]
+        if self.world > 1:
+            rngs = [None] * self.world
+            torch.distributed.all_gather_object(rngs, self.boundary)
+        if ddp.is_main():
+            # Only tensors and plain values (weights_only=True reads them back); the fingerprint first, beside it.
+            meta = {"fingerprint": self.fingerprint, "config": self.config_dict}
+            save_json(self.ckpt_path.with_name(run_output.CHECKPOINT_META), meta)
+            state = self.state
+            saved = {
+                "module": self.module.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "step": state.step,
+                "total": state.total,
+                "best": _plain(state.best),
+                "best_step": state.best_step,
+                "best_state": state.best_state,
+                "history": _plain(state.history),
+                "pending_eval": state.pending_eval,
+                "rng": [_rng_to_plain(r) for r in rngs],
+                **meta,
+            }
+            with atomic_path(self.ckpt_path) as tmp:
+                torch.save(saved, tmp)
+        ddp.barrier()
+
+    def save(self) -> None:
+        """Write the model into the output folder (through ``save_model``)."""
+        if ddp.is_main() and self.out is not None and self.save_model is not None:
+            run_output.save_model_files(self.out, self.save_model, overwrite=self.config.overwrite)
+        ddp.barrier()
+
+    def evaluate(self) -> None:
+        """Evaluate (the random numbers training draws are put back after), record it, keep the model if best."""
+        if self.evaluator is None:
+            return
+        module, state = self.module, self.state
+        saved_rng, was_training = rng_state(), module.training
+        module.eval()
+        try:
+            with torch.no_grad():
+                metrics = self.evaluator(module) if ddp.is_main() else None
+        finally:  # evaluation must not move the random numbers training draws (exact resume)
+            module.train(was_training)
+            set_rng_state(saved_rng)
+        if self.world > 1:
+            box = [metrics]
+            torch.distributed.broadcast_object_list(box, src=0)
+            metrics = box[0]
+        assert metrics is not None
+        score = self.evaluator.score(metrics)
+        if self.evaluator.is_better(score, state.best):
+            if self.keep_in_memory:
+                state.best_state = _trainable_state(module)
+            else:
+                self.save()
+            state.best, state.best_step = score, state.step  # only once saved: an interrupt before must not claim it
+        state.history.append({"step": state.step, "epoch": (state.step - 1) // self.per_epoch, "eval": metrics})
+
+    def _result(self, seconds: float, samples: int, already_complete: bool = False) -> FitResult:
+        state = self.state
+        return FitResult(
+            steps=state.step,
+            seconds=seconds,
+            best_score=state.best,
+            best_step=state.best_step,
+            history=state.history,
+            resumed_from=state.resumed_from,
+            samples_per_second=samples / seconds if seconds > 0 else 0.0,
+            output_dir=str(self.out) if self.out is not None else None,
+            already_complete=already_complete,
+            extended_from=None if already_complete else state.extended_from,
+        )
+
+
 def fit(
     module: nn.Module,
     step: Callable[[Any], torch.Tensor],
@@ -258,19 +625,20 @@ def fit(
     settings: dict[str, Any] | None = None,
     callback: Callable[[int, float], None] | None = None,
     loss_terms: Callable[[], dict[str, float]] | None = None,
+    callbacks: Sequence[Callback] = (),
 ) -> FitResult:
-    """Minimise ``step(batch)`` over ``batches``; see the module docstring and ``/work/notes/engine_api.md``.
+    """Minimise ``step(batch)`` over ``batches`` with a :class:`TrainingLoop`; see the module docstring.
 
     Args:
         module: what is optimised (its parameters with ``requires_grad``, unless ``param_groups``) and checkpointed
             (its ``state_dict``); ``evaluator(module)`` is what is evaluated.
-        step: ``batch -> scalar loss``; the engine does zero_grad, backward, the DDP gradient sum, clipping, AdamW
+        step: ``batch -> scalar loss``; the loop does zero_grad, backward, the DDP gradient sum, clipping, AdamW
             and the schedule.
         batches: a :class:`BatchSource` (the same on every DDP rank; each rank's ``batch`` is its own slice).
         config: see :class:`FitConfig`.
         evaluator: an :class:`~subspaces.eval.base.Evaluator` (or a plain ``module -> float | dict`` callable,
             whose primary metric is ``score``); run every ``eval_steps``, at epoch ends if asked, and at the end.
-        param_groups: AdamW groups with their own lr / weight decay (e.g. head vs encoder).
+        param_groups: AdamW groups with their own lr / weight decay (:func:`param_groups` builds them).
         save_model: ``save_model(folder)`` writes the model into ``folder`` (a staging folder, moved into
             ``output_dir`` entry by entry). Called when the primary metric improves, or once at the end without an
             evaluator. Without it (or without ``output_dir``) the best trainable state is kept in memory and
@@ -278,229 +646,20 @@ def fit(
         settings: values recorded in the checkpoint's fingerprint (loss and model settings, batch size), so a
             resume into another run's folder is refused.
         callback: ``callback(step, loss)`` after each optimiser step.
-        loss_terms: the size of each term of the last loss (e.g. ``MICLoss.last_terms``); recorded as ``"terms"``
-            in the history at step 1 (the start weights), every 10 steps and the last, so the JSON history and
-            the checkpoint carry them.
+        loss_terms: the size of each term of the last loss (e.g. ``MICLoss.last_terms``), recorded in the history
+            (see :class:`History`).
+        callbacks: more :class:`Callback` objects.
     """
-    rank, world = ddp.init_from_env()
-    evaluator = as_evaluator(evaluator)
-    settings = dict(settings or {})
-    per_epoch = len(batches)
-    if per_epoch < 1:
-        raise SubspacesError("no training batches: the data is smaller than one batch")
-    if not config.lr > 0:
-        raise SubspacesError(f"lr must be above 0, got {config.lr}")
-    total = total_steps(config, per_epoch)
-    if total < 1:
-        raise SubspacesError("nothing to train: max_steps (or, without it, epochs) must be at least 1")
-    out = Path(config.output_dir) if config.output_dir is not None else None
-    # Every input is checked before anything is written or trained.
-    if out is not None:
-        run_output.check_output_dir(out, config.overwrite)
-    if evaluator is not None and ddp.is_main():
-        evaluator.check()
-    if out is not None and ddp.is_main():
-        out.mkdir(parents=True, exist_ok=True)
-        run_output.remove_stale_temporaries(out)
-    ddp.barrier()
-
-    seed_everything(config.seed)
-    ddp.broadcast_parameters(module)
-    optimizer = _optimizer(module, config, param_groups)
-    from transformers import get_linear_schedule_with_warmup
-
-    def make_scheduler(n_total: int):
-        warmup = config.warmup_steps if config.warmup_steps is not None else int(config.warmup_ratio * n_total)
-        return get_linear_schedule_with_warmup(optimizer, warmup, n_total)
-
-    scheduler = make_scheduler(total)
-    params = [p for g in optimizer.param_groups for p in g["params"]]
-    fingerprint = _fingerprint(module, batches, config, settings, world)
-    config_dict = json.loads(json.dumps(asdict(config), default=str))
-    ckpt_path = out / run_output.CHECKPOINT if out is not None else None
-
-    done, best, best_step, resumed_from, extended_from = 0, None, None, 0, None
-    pending_eval = False  # the evaluation due at step ``done`` has not finished (an interrupt during it)
-    history: list[dict[str, Any]] = []
-    # The best trainable state, when no save_model writes it out: it goes into the checkpoint as well, so a
-    # resumed run still ends on the best state it reports.
-    best_state: dict[str, torch.Tensor] | None = None
-    keep_in_memory = out is None or save_model is None
-    if ckpt_path is not None and config.resume and ckpt_path.is_file():
-        state = _load_checkpoint(ckpt_path, fingerprint)
-        module.load_state_dict(state["module"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        done, best, best_step, history = state["step"], state["best"], state["best_step"], state["history"]
-        best_state = state.get("best_state")
-        set_rng_state(_rng_from_plain(state["rng"][rank]))
-        pending_eval = bool(state.get("pending_eval", False))
-        resumed_from = done
-        if state["total"] != total and done < total:
-            # Extending (or shortening) a run: the linear schedule is re-planned for the new total from here on.
-            extended_from = state["total"]
-            for group, base, fn in zip(optimizer.param_groups, scheduler.base_lrs, scheduler.lr_lambdas, strict=True):
-                group["lr"] = base * fn(done)
-        if done >= total:
-            if best_state is not None:
-                module.load_state_dict(best_state, strict=False)
-            return FitResult(
-                done,
-                0.0,
-                best,
-                best_step,
-                history,
-                resumed_from,
-                0.0,
-                str(out) if out is not None else None,
-                already_complete=True,
-            )
-
-    def checkpoint(rng: dict[str, Any]) -> None:
-        if ckpt_path is None:
-            return
-        rngs: list[Any] = [rng]
-        if world > 1:
-            rngs = [None] * world
-            torch.distributed.all_gather_object(rngs, rng)
-        if ddp.is_main():
-            # Only tensors and plain values (weights_only=True reads them back); the fingerprint first, beside it.
-            save_json(
-                ckpt_path.with_name(run_output.CHECKPOINT_META), {"fingerprint": fingerprint, "config": config_dict}
-            )
-            state = {
-                "module": module.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "step": done,
-                "total": total,
-                "best": _plain(best),
-                "best_step": best_step,
-                "best_state": best_state,
-                "history": _plain(history),
-                "pending_eval": pending_eval,
-                "rng": [_rng_to_plain(r) for r in rngs],
-                "fingerprint": fingerprint,
-                "config": config_dict,
-            }
-            with atomic_path(ckpt_path) as tmp:
-                torch.save(state, tmp)
-        ddp.barrier()
-
-    def save() -> None:
-        if ddp.is_main() and out is not None and save_model is not None:
-            run_output.save_model_files(out, save_model, overwrite=config.overwrite)
-        ddp.barrier()
-
-    def evaluate(epoch: int) -> None:
-        nonlocal best, best_step, best_state
-        if evaluator is None:
-            return
-        saved_rng, was_training = rng_state(), module.training
-        module.eval()
-        try:
-            with torch.no_grad():
-                metrics = evaluator(module) if ddp.is_main() else None
-        finally:  # evaluation must not move the random numbers training draws (exact resume)
-            module.train(was_training)
-            set_rng_state(saved_rng)
-        if world > 1:
-            box = [metrics]
-            torch.distributed.broadcast_object_list(box, src=0)
-            metrics = box[0]
-        assert metrics is not None
-        score = evaluator.score(metrics)
-        if evaluator.is_better(score, best):
-            if keep_in_memory:
-                best_state = _trainable_state(module)
-            else:
-                save()
-            best, best_step = score, done  # only once saved: an interrupt before must not claim this best
-        history.append({"step": done, "epoch": epoch, "eval": metrics})
-
-    module.train()
-    bar = None
-    if config.show_progress and ddp.is_main():
-        from subspaces.progress import Progress
-
-        bar = Progress(total, config.description, unit="step", initial=done)
-    start, samples, running = time.perf_counter(), 0, None
-    boundary = rng_state()  # the RNG state at the current step boundary (what a checkpoint records)
-    at_boundary = True  # False while an optimiser update is half-applied: an interrupt then must not checkpoint
-    try:
-        if pending_eval:  # the run this resumes was interrupted while evaluating: the uninterrupted run evaluates
-            evaluate((done - 1) // per_epoch)
-            pending_eval = False
-        while done < total:
-            epoch, index = divmod(done, per_epoch)
-            batch = batches.batch(epoch, index)
-            loss = step(batch)
-            if not ddp.all_finite(loss):
-                checkpoint(boundary)
-                where = f"; the last good state is in {ckpt_path}" if ckpt_path is not None else ""
-                value = loss.item() if not torch.isfinite(loss) else "non-finite on another process"
-                raise SubspacesError(f"loss became {value} at step {done}{where} (try a lower lr)")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            ddp.sum_gradients(module)
-            if config.max_grad_norm:
-                torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-            at_boundary = False
-            optimizer.step()
-            scheduler.step()
-            done += 1
-            boundary = rng_state()
-            at_boundary = True
-            samples += _batch_len(batches, batch) * world
-            value = float(loss.detach())
-            running = value if running is None else 0.98 * running + 0.02 * value
-            if bar is not None:
-                bar.update(1, loss=round(running, 4), best="-" if best is None else round(best, 2))
-            if done % 10 == 0 or done == total or (done == 1 and loss_terms is not None):
-                entry = {"step": done, "loss": value, "lr": scheduler.get_last_lr()[0]}
-                if loss_terms is not None:
-                    entry["terms"] = dict(loss_terms())
-                history.append(entry)
-            if callback is not None:
-                callback(done, value)
-            if done < total and (
-                (config.eval_steps and done % config.eval_steps == 0)
-                or (config.eval_every_epoch and done % per_epoch == 0)
-            ):
-                pending_eval = True
-                evaluate(epoch)
-                pending_eval = False
-            if config.save_steps and done % config.save_steps == 0:
-                checkpoint(boundary)
-    except KeyboardInterrupt:
-        if at_boundary:
-            checkpoint(boundary)
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-    seconds = time.perf_counter() - start
-    evaluate((done - 1) // per_epoch)
-    if evaluator is None:
-        if keep_in_memory:
-            best_state = None  # the last state is the one to keep
-        else:
-            save()
-    checkpoint(boundary)  # the last state, not the best: extending the run continues from where it stopped
-    if best_state is not None:
-        module.load_state_dict(best_state, strict=False)
-    result = FitResult(
-        steps=done,
-        seconds=seconds,
-        best_score=best,
-        best_step=best_step,
-        history=history,
-        resumed_from=resumed_from,
-        samples_per_second=samples / seconds if seconds > 0 else 0.0,
-        output_dir=str(out) if out is not None else None,
-        extended_from=extended_from,
+    extra = [History(loss_terms), *([EachStep(callback)] if callback is not None else []), *callbacks]
+    loop = TrainingLoop(
+        module,
+        step,
+        batches,
+        config,
+        evaluator,
+        param_groups=param_groups,
+        save_model=save_model,
+        settings=settings,
+        callbacks=extra,
     )
-    if out is not None and ddp.is_main():
-        recorded = json.loads(json.dumps(settings, default=str))
-        save_json(out / run_output.STATE, {**result.to_dict(), "config": asdict(config), "settings": recorded})
-    return result
+    return loop.run()
