@@ -26,7 +26,7 @@ from sentence_transformers.sentence_transformer.losses import MatryoshkaLoss
 from torch import Tensor, nn
 
 from subspaces.errors import DimensionError
-from subspaces.losses.simcse import SimCSELoss
+from subspaces.losses.simcse import InfoNCESettings, SimCSELoss
 
 __all__ = ["MatryoshkaLoss", "MatryoshkaSimCSELoss", "check_dims", "matryoshka_simcse_loss"]
 
@@ -58,8 +58,8 @@ def matryoshka_simcse_loss(
     dims: Sequence[int | None],
     weights: Sequence[float] | None = None,
     *,
-    temperature: float = 0.05,
-    hard_negative_weight: float = 0.0,
+    temperature: float = InfoNCESettings.temperature,
+    hard_negative_weight: float = InfoNCESettings.hard_negative_weight,
     inner: nn.Module | None = None,
     n_dims_per_step: int = -1,
 ) -> MatryoshkaSimCSELoss:

@@ -58,6 +58,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import torch
@@ -172,6 +173,44 @@ def paired_layers(num_layers: int, count: int) -> list[int]:
     return [math.ceil(num_layers * (i + 1) / count) for i in range(count)]
 
 
+@dataclass
+class MICSettings:
+    """MIC's weights and choices, declared once: :class:`MICLoss` and ``train matryoshka`` take their defaults
+    from here (what each multiplies: the module docstring; the defaults are our reading, reasoned there)."""
+
+    gamma: float = field(default=0.1, metadata={"help": "MIC: weight of L_align (SCR + SIR)."})
+    tau_corr: float = field(default=0.0, metadata={"help": "MIC/SCR: correlations below this are free."})
+    lambda_corr: float = field(
+        default=100.0, metadata={"help": "MIC/SCR: weight of the prefix-residual decorrelation."}
+    )
+    lambda_var: float = field(default=25.0, metadata={"help": "MIC/SCR: weight of the per-dimension variance floor."})
+    var_floor: float = field(default=0.5, metadata={"help": "MIC/SCR: the floor under each dimension's token std."})
+    relative_floor: bool = field(
+        default=True,
+        metadata={"help": "MIC/SCR: the floor is a fraction of the layer's mean std, or an absolute std (VICReg)."},
+    )
+    lambda_sir: float = field(default=1.0, metadata={"help": "MIC: weight of SIR inside L_align."})
+    t: float = field(default=2.0, metadata={"help": "MIC/SIR: uniformity temperature."})
+    lambda_distill: float = field(
+        default=0.1,
+        metadata={"help": "MIC: weight of self-distillation (prefixes learn the full vector's similarities)."},
+    )
+    distill_temperature: float = field(
+        default=0.05, metadata={"help": "MIC: softmax temperature of self-distillation."}
+    )
+    layers: Sequence[int] | None = field(
+        default=None,
+        metadata={
+            "help": "MIC: transformer layers to regularise, 1-based (-1 = last). Default: middle,last (all), "
+            "one per dim up to the last (paired)."
+        },
+    )
+    layer_prefix_mapping: LayerPrefixMapping = field(
+        default="all",
+        metadata={"help": "MIC: all = every layer x every dim; paired = shallower layer <-> smaller dim."},
+    )
+
+
 class MICLoss(nn.Module):
     """MRL + γ · L_align + β · L_distill, as a sentence-transformers loss modifier.
 
@@ -183,21 +222,10 @@ class MICLoss(nn.Module):
         model: the ``SentenceTransformer`` being trained; its first module must be a transformer.
         loss: the MRL loss (e.g. :func:`subspaces.losses.matryoshka.matryoshka_simcse_loss`); any ST loss works.
         dims: the prefix sizes to regularise; default: ``loss.matryoshka_dims`` below the hidden size.
-        layers: transformer layers whose token states are regularised, 1-based (1 = first layer, -1 = last);
-            default: the middle and the last layer ("all"), or one layer per dim spread up to the last ("paired").
-        gamma: weight of L_align.
-        tau_corr: SCR's correlation threshold (|C_uv| below it is free).
-        lambda_var: weight of SCR's variance floor.
-        t: SIR's uniformity temperature.
-        lambda_corr: weight of SCR's decorrelation term.
-        var_floor: the floor f under each dimension's spread s_u.
-        relative_floor: s_u relative to the layer's mean spread (True) or an absolute std, as in VICReg (False).
-        lambda_sir: weight of SIR inside L_align.
-        lambda_distill: β, the weight of self-distillation (0: none).
-        distill_temperature: τ_kd of the similarity softmax.
         distill_dims: student prefixes; default: ``loss.matryoshka_dims`` below the embedding size.
-        layer_prefix_mapping: ``"all"`` (every layer × every dim) or ``"paired"`` (shallower layer ↔ smaller dim).
         eps: numerical floor in stds and logs.
+        settings: a :class:`MICSettings` (or a recipe extending it); ``changes`` override single fields of it, e.g.
+            ``MICLoss(model, mrl, gamma=0.5, layers=[1, -1])``.
     """
 
     def __init__(
@@ -205,23 +233,15 @@ class MICLoss(nn.Module):
         model: nn.Module,
         loss: nn.Module,
         dims: Sequence[int] | None = None,
-        layers: Sequence[int] | None = None,
-        gamma: float = 0.1,
-        tau_corr: float = 0.0,
-        lambda_var: float = 25.0,
-        t: float = 2.0,
         *,
-        lambda_corr: float = 100.0,
-        var_floor: float = 0.5,
-        relative_floor: bool = True,
-        lambda_sir: float = 1.0,
-        lambda_distill: float = 0.1,
-        distill_temperature: float = 0.05,
         distill_dims: Sequence[int] | None = None,
-        layer_prefix_mapping: LayerPrefixMapping = "all",
         eps: float = 1e-6,
+        settings: MICSettings | None = None,
+        **changes: Any,
     ) -> None:
         super().__init__()
+        chosen = settings or MICSettings()
+        mic = MICSettings(**{f.name: getattr(chosen, f.name) for f in fields(MICSettings)} | changes)
         self.model = model
         self.loss = loss
         config = self._transformer().model.config
@@ -235,16 +255,18 @@ class MICLoss(nn.Module):
             raise DimensionError(f"MIC needs at least one prefix size below the hidden size {hidden_size}")
         if any(not 0 < d < hidden_size for d in self.dims):
             raise DimensionError(f"MIC dims {self.dims} must lie in 1..{hidden_size - 1}")
-        if layer_prefix_mapping not in MAPPINGS:
-            raise ValueError(f"layer_prefix_mapping must be one of {MAPPINGS}, got {layer_prefix_mapping!r}")
+        mapping = mic.layer_prefix_mapping
+        if mapping not in MAPPINGS:
+            raise ValueError(f"layer_prefix_mapping must be one of {MAPPINGS}, got {mapping!r}")
+        layers = mic.layers
         if layers is None:
             layers = (
                 paired_layers(num_layers, len(self.dims))
-                if layer_prefix_mapping == "paired"
+                if mapping == "paired"
                 else sorted({(num_layers + 1) // 2, num_layers})
             )
         resolved = [self._layer_index(layer, num_layers) for layer in layers]
-        if layer_prefix_mapping == "paired":
+        if mapping == "paired":
             if len(resolved) != len(self.dims):
                 raise DimensionError(
                     f"the paired mapping needs one layer per dim: {len(resolved)} layer(s) for dims {self.dims}"
@@ -261,15 +283,20 @@ class MICLoss(nn.Module):
         self.distill_dims = sorted({int(d) for d in distill_dims})
         if embedding_size is not None and any(not 0 < d <= embedding_size for d in self.distill_dims):
             raise DimensionError(f"distillation dims {self.distill_dims} must lie in 1..{embedding_size}")
-        weights = {"gamma": gamma, "tau_corr": tau_corr, "lambda_var": lambda_var, "lambda_corr": lambda_corr}
-        weights |= {"var_floor": var_floor, "lambda_sir": lambda_sir, "lambda_distill": lambda_distill}
-        negative = [name for name, value in weights.items() if value < 0]
-        if negative or t <= 0 or distill_temperature <= 0:
+        weights = ("gamma", "tau_corr", "lambda_var", "lambda_corr", "var_floor", "lambda_sir", "lambda_distill")
+        negative = [name for name in weights if getattr(mic, name) < 0]
+        if negative or mic.t <= 0 or mic.distill_temperature <= 0:
             raise ValueError(f"MIC weights must be >= 0 (got {negative}) and t, distill_temperature > 0")
-        self.gamma, self.tau_corr, self.lambda_var, self.t, self.eps = gamma, tau_corr, lambda_var, t, eps
-        self.lambda_corr, self.var_floor, self.relative_floor = lambda_corr, var_floor, relative_floor
-        self.lambda_sir, self.lambda_distill, self.distill_temperature = lambda_sir, lambda_distill, distill_temperature
-        self.layer_prefix_mapping = layer_prefix_mapping
+        self.gamma, self.tau_corr, self.lambda_var, self.t, self.eps = (
+            mic.gamma,
+            mic.tau_corr,
+            mic.lambda_var,
+            mic.t,
+            eps,
+        )
+        self.lambda_corr, self.var_floor, self.relative_floor = mic.lambda_corr, mic.var_floor, mic.relative_floor
+        self.lambda_sir, self.lambda_distill = mic.lambda_sir, mic.lambda_distill
+        self.distill_temperature, self.layer_prefix_mapping = mic.distill_temperature, mapping
         self.last_terms: dict[str, float] = {}
 
     def _transformer(self) -> Any:

@@ -18,12 +18,23 @@ Unsupervised SimCSE is the same loss with positives = a second forward pass of t
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+
+@dataclass
+class InfoNCESettings:
+    """The objective's settings, declared once: :class:`SimCSELoss` and the recipes on it take their defaults here."""
+
+    temperature: float = field(default=0.05, metadata={"help": "InfoNCE temperature."})
+    hard_negative_weight: float = field(
+        default=0.0, metadata={"help": "Log-weight added to each anchor's own hard-negative logit (triplets)."}
+    )
 
 
 def gather_with_grad(x: Tensor) -> Tensor:
@@ -77,8 +88,8 @@ class SimCSELoss(nn.Module):
     def __init__(
         self,
         model: nn.Module,
-        temperature: float = 0.05,
-        hard_negative_weight: float = 0.0,
+        temperature: float = InfoNCESettings.temperature,
+        hard_negative_weight: float = InfoNCESettings.hard_negative_weight,
         gather_across_devices: bool = True,
     ) -> None:
         super().__init__()

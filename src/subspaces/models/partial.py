@@ -4,10 +4,12 @@ The embeddings and the bottom L-N layers are frozen, so their output for a given
 computed once per distinct input (no gradient, eval mode: dropout acts only where weights train), stored as
 float16, and each training step runs only the top N layers, the pooling and the later modules on it.
 
-    with partial_fine_tuning(model, 2, cache_dir=True) as pft:   # freeze all but the top 2 layers
-        pft.prepare(train_texts)                                 # fill the cache once, with a progress bar
-        ...train as usual: every loss calling model(features), model.encode, embed_with_grad...
+    with partially_trained([(model, train_texts)], 2, cache_dir=True) as attached:  # all but the top 2 frozen;
+        ...train as usual: every loss calling model(features), model.encode...      # the cache is filled first
     # leaving the block restores the model's own forward; it keeps all its (trained) weights
+
+:func:`partially_trained` is how training uses it (one encoder, or a tri-encoder's two); :func:`partial_fine_tuning`
+attaches it to one model and returns the :class:`PartialFineTuning` handle.
 
 The seam is sentence-transformers' ``Transformer`` module (the model's first). While attached, its
 ``preprocess`` adds the cached bottom states to the features (``STATES``), so ``model.preprocess``/``tokenize``,
@@ -41,7 +43,8 @@ import hashlib
 import io
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +93,50 @@ def partial_fine_tuning(
     return PartialFineTuning(
         model, layers, cache_dir=cache_dir, show_progress=show_progress, state_dropout=state_dropout, keyed=keyed
     )
+
+
+@contextmanager
+def partially_trained(
+    encoders: Sequence[tuple[Any, Iterable[Any]]],
+    trainable_layers: int | str | None,
+    *,
+    cache_dir: str | os.PathLike[str] | bool | None = None,
+    show_progress: bool = True,
+    description: str = "caching activations",
+    state_dropout: float = 0.0,
+) -> Iterator[list[PartialFineTuning]]:
+    """Train only the top ``trainable_layers`` of each distinct encoder over cached bottom activations.
+
+    ``encoders`` pairs each encoder with the texts it will see in training (their bottom states are computed once,
+    with progress, before the first step). Leaving the block restores the encoders' own forward; they keep every
+    weight they learnt. ``None``/``"all"``: nothing is attached (the encoders train whole; the list is empty).
+
+    A ``cache_dir`` path read by two distinct encoders holds one subfolder each, named by its frozen bottom's key
+    (``keyed`` of :func:`partial_fine_tuning`); one encoder keeps the folder itself.
+    """
+    by_encoder: dict[int, tuple[Any, list[Any]]] = {}
+    for encoder, texts in encoders:  # a shared encoder is attached once, for all the texts it reads
+        by_encoder.setdefault(id(encoder), (encoder, []))[1].extend(texts)
+    keyed = len(by_encoder) > 1
+    attached: list[PartialFineTuning] = []
+    try:
+        for encoder, texts in by_encoder.values():
+            pft = partial_fine_tuning(
+                encoder,
+                trainable_layers,
+                cache_dir=cache_dir,
+                show_progress=show_progress,
+                state_dropout=state_dropout,
+                keyed=keyed,
+            )
+            if pft is None:
+                break
+            attached.append(pft)
+            pft.prepare(texts, description=description)
+        yield attached
+    finally:
+        for pft in attached:
+            pft.detach()
 
 
 def reinit_top_layers(model: Any, n: int, seed: int = 0) -> None:

@@ -4,14 +4,14 @@ The adapter SimCSE, MRL and MIC share: :class:`RowBatches` (a seeded permutation
 rank its own slice) and a step that tokenises each column and calls the loss. Training uses ``max_length``
 tokens; the saved model keeps the base model's ``max_seq_length`` (training length is not inference length).
 ``trainable_layers`` trains only the top N transformer layers over cached activations
-(:mod:`subspaces.models.partial`); the saved model is always the whole model.
+(:func:`subspaces.models.partial.partially_trained`); the saved model is always the whole model.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from subspaces.errors import SubspacesError
+from subspaces.models.partial import partially_trained
 from subspaces.train import distributed as ddp
 from subspaces.train.engine import FitConfig, FitResult, digest, fit
 
@@ -88,30 +89,24 @@ def loss_step(model: Any, loss: nn.Module) -> Callable[[list[Row]], torch.Tensor
 
 @dataclass
 class EncoderTrainConfig(FitConfig):
-    """:class:`FitConfig` plus what a sentence-encoder recipe adds."""
+    """:class:`FitConfig` plus what a sentence-encoder recipe adds. A recipe's own fields (those of a subclass) are
+    recorded as the run's settings in ``trainer_state.json``."""
 
-    batch_size: int = 64  # per process
-    max_length: int = 32  # tokens per text in training (the saved model keeps the base's max_seq_length)
-    drop_last: bool = True
-    trainable_layers: int | str | None = None  # None / "all": the whole model; N: the top N transformer layers
-    cache_dir: str | None = None  # partial fine-tuning's activation cache (None: in memory)
-    state_dropout: float = 0.0  # partial fine-tuning: dropout on the cached bottom states (models/partial.py)
-
-
-# EncoderTrainConfig fields that are recorded as settings (FitConfig's own are fingerprinted by the engine).
-_RECIPE_FIELDS = ("batch_size", "max_length", "drop_last", "trainable_layers", "state_dropout")
-
-
-def _term_reader(loss: nn.Module) -> Callable[[], dict[str, float]] | None:
-    """Reads the loss's term sizes after each forward, for losses that keep them (``MICLoss.last_terms``)."""
-    if not isinstance(getattr(loss, "last_terms", None), dict):
-        return None
-
-    def read() -> dict[str, float]:
-        terms: dict[str, float] = loss.last_terms  # type: ignore[assignment]
-        return terms
-
-    return read
+    batch_size: int = field(default=64, metadata={"help": "Rows per step, per process."})
+    max_length: int = field(
+        default=32, metadata={"help": "Tokens per text in training (the saved model keeps the base's length)."}
+    )
+    drop_last: bool = field(default=True, metadata={"help": "Drop the ragged last batch of an epoch."})
+    trainable_layers: int | str | None = field(
+        default=None,
+        metadata={"help": "Train only the top N transformer layers over cached activations (None/'all': all)."},
+    )
+    cache_dir: str | None = field(
+        default=None, metadata={"help": "Partial fine-tuning: keep the cached activations in this folder."}
+    )
+    state_dropout: float = field(
+        default=0.0, metadata={"help": "Partial fine-tuning: dropout on the cached bottom states in training."}
+    )
 
 
 def loss_description(loss: nn.Module) -> str:
@@ -127,7 +122,6 @@ def train_sentence_loss(
     config: EncoderTrainConfig,
     evaluator: Any = None,
     *,
-    settings: dict[str, Any] | None = None,
     card_notes: Sequence[str] = (),
     callback: Callable[[int, float], None] | None = None,
 ) -> FitResult:
@@ -135,16 +129,15 @@ def train_sentence_loss(
 
     The best model by ``evaluator`` (or the last one, without it) is saved in ``config.output_dir`` as a
     sentence-transformers folder (made portable: see :func:`subspaces.models.encoder.portable`), with the base
-    model's ``max_seq_length`` and ``card_notes`` added to its model card.
+    model's ``max_seq_length`` and ``card_notes`` added to its model card. A loss that reports its terms
+    (``MICLoss.last_terms``) gets them into the history (and so the checkpoint and ``trainer_state.json``).
     """
     from subspaces.models.encoder import portable
 
     batches = RowBatches(examples, config.batch_size, config.seed, drop_last=config.drop_last)
-    recorded = {
-        **{k: getattr(config, k) for k in _RECIPE_FIELDS},
-        "loss": loss_description(loss),
-        **(settings or {}),
-    }
+    encoder_fields = {f.name for f in fields(EncoderTrainConfig)}
+    recorded = {name: getattr(config, name) for name in _RECORDED} | {"loss": loss_description(loss)}
+    recorded |= {f.name: getattr(config, f.name) for f in fields(config) if f.name not in encoder_fields}
     if recorded["trainable_layers"] == "all":
         recorded["trainable_layers"] = None
     inference_length = model.max_seq_length
@@ -164,42 +157,39 @@ def train_sentence_loss(
         raise SubspacesError(
             "state dropout acts on cached activations: it needs partial fine-tuning (trainable layers N)"
         )
-    pft = None
+    reports_terms = isinstance(getattr(loss, "last_terms", None), dict)
     model.max_seq_length = config.max_length
     try:
-        if config.trainable_layers not in (None, "all"):
-            from subspaces.models.partial import partial_fine_tuning
-
-            pft = partial_fine_tuning(
-                model,
-                config.trainable_layers,
-                cache_dir=config.cache_dir,
-                show_progress=config.show_progress and ddp.is_main(),
-                state_dropout=config.state_dropout,
-            )
-            if pft is not None:
-                # Every training text goes through the frozen bottom once, before the first step.
-                pft.prepare(batches.texts(), description=f"caching activations for {config.description}")
+        with partially_trained(
+            [(model, batches.texts())],  # every training text goes through the frozen bottom once, first
+            config.trainable_layers,
+            cache_dir=config.cache_dir,
+            show_progress=config.show_progress and ddp.is_main(),
+            description=f"caching activations for {config.description}",
+            state_dropout=config.state_dropout,
+        ) as attached:
+            for pft in attached:
                 notes.append(
                     f"fine-tuned the top {pft.trainable_layers} of {pft.total_layers} transformer layers "
                     "(the embeddings and lower layers are the base model's)"
                 )
-        return fit(
-            model,
-            loss_step(model, loss),
-            batches,
-            config,
-            evaluator,
-            save_model=save_model,
-            settings=recorded,
-            callback=callback,
-            # losses that report their terms (MICLoss.last_terms) get them into the JSON history and checkpoint
-            loss_terms=_term_reader(loss),
-        )
+            return fit(
+                model,
+                loss_step(model, loss),
+                batches,
+                config,
+                evaluator,
+                save_model=save_model,
+                settings=recorded,
+                callback=callback,
+                loss_terms=(lambda: loss.last_terms) if reports_terms else None,
+            )
     finally:
-        if pft is not None:
-            pft.detach()
         model.max_seq_length = inference_length
+
+
+# EncoderTrainConfig's fields recorded as settings (FitConfig's own are fingerprinted by the loop).
+_RECORDED = ("batch_size", "max_length", "drop_last", "trainable_layers", "state_dropout")
 
 
 def write_card_notes(folder: Path, notes: Sequence[str]) -> None:

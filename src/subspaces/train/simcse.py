@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from subspaces.losses.simcse import SimCSELoss
+from subspaces.eval.sts import STSBDevEvaluator
+from subspaces.losses.simcse import InfoNCESettings, SimCSELoss
 from subspaces.train.engine import FitResult
 from subspaces.train.sentence import EncoderTrainConfig, train_sentence_loss
 
@@ -66,12 +67,14 @@ def set_dropout(model, p: float) -> None:
 
 
 @dataclass
-class SimCSEConfig(EncoderTrainConfig):
-    mode: Mode = "unsup"
-    temperature: float = 0.05
-    hard_negative_weight: float = 0.0
-    stsb_dev: bool = True  # evaluate on STS-B dev and keep the best model
-    stsb_variant: Literal["original", "senteval"] = "original"
+class SimCSEConfig(EncoderTrainConfig, InfoNCESettings):
+    mode: Mode = field(
+        default="unsup", metadata={"help": "unsup: dropout views; sup: NLI triplets with hard negatives."}
+    )
+    stsb_dev: bool = field(default=True, metadata={"help": "Evaluate on STS-B dev and keep the best model."})
+    stsb_variant: Literal["original", "senteval"] = field(
+        default="original", metadata={"help": "Which STS-B dev split scores the run."}
+    )
 
 
 def train_simcse(
@@ -84,20 +87,5 @@ def train_simcse(
     """
     loss = SimCSELoss(model, temperature=config.temperature, hard_negative_weight=config.hard_negative_weight)
     if evaluator is None and config.stsb_dev:
-        from subspaces.eval.sts import STSBDevEvaluator
-
         evaluator = STSBDevEvaluator(config.stsb_variant)
-    return train_sentence_loss(
-        model,
-        loss,
-        examples,
-        config,
-        evaluator,
-        settings={name: getattr(config, name) for name in _SETTINGS},
-        card_notes=card_notes,
-        callback=callback,
-    )
-
-
-# What changes the objective or the choice of the best model: a resume must agree on them.
-_SETTINGS = ("mode", "temperature", "hard_negative_weight", "stsb_dev", "stsb_variant")
+    return train_sentence_loss(model, loss, examples, config, evaluator, card_notes=card_notes, callback=callback)
