@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from subspaces.data import classification as cd
 from subspaces.errors import DataError
-from subspaces.eval.dims import DimsEvaluator, classification_scores, pair_features, plot_dims, prefix
+from subspaces.eval.dims import DimsEvaluator, classification_scores, pair_features, plot_dims
+from subspaces.vectors import unit_prefix as prefix
 from vocabulary import WORDS as VOCABULARY
 
 WORDS = VOCABULARY[:-1]  # without "quickly": the draws this module's expectations were written for
@@ -178,8 +179,8 @@ def test_eval_dims_cli(tiny_model_dir, probe_data, tmp_path):
 
     target = tmp_path / "out" / "dims.json"
     args = [
+        "matryoshka",
         "eval",
-        "dims",
         "--model",
         str(tiny_model_dir),
         "--dims",
@@ -195,7 +196,7 @@ def test_eval_dims_cli(tiny_model_dir, probe_data, tmp_path):
     assert report["model"] == str(tiny_model_dir) and report["dims"] == [8, 32]
     assert set(report["scores"]["MRPC"]) == {"8", "32"}
     assert target.with_suffix(".png").is_file()
-    bad = CliRunner().invoke(app, ["eval", "dims", "--model", str(tiny_model_dir), "--dims", "8,x"])
+    bad = CliRunner().invoke(app, ["matryoshka", "eval", "--model", str(tiny_model_dir), "--dims", "8,x"])
     assert bad.exit_code == 2 and "bad dimension" in bad.output
 
 
@@ -226,7 +227,7 @@ def test_eval_dims_cli_onnx_backend_matches_torch(tiny_model_dir, probe_data, tm
     reports = {}
     for backend in ("torch", "onnx"):
         target = tmp_path / f"{backend}.json"
-        args = ["eval", "dims", "--model", str(tiny_model_dir), "--dims", "8,full", "--tasks", "STSBenchmark"]
+        args = ["matryoshka", "eval", "--model", str(tiny_model_dir), "--dims", "8,full", "--tasks", "STSBenchmark"]
         result = CliRunner().invoke(app, [*args, "--backend", backend, "--json", str(target)])
         assert result.exit_code == 0, result.output
         reports[backend] = json.loads(target.read_text())

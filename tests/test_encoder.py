@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from subspaces.errors import DimensionError, ModelNotFoundError
-from subspaces.models.encoder import encode, load_encoder, truncate_and_normalize
+from subspaces.models.encoder import encode, load_encoder
+from subspaces.vectors import unit_prefix
 
 
 def test_unknown_name_lists_known_models():
@@ -41,7 +42,7 @@ def test_truncate_then_normalise(tiny_model):
     with pytest.raises(DimensionError):
         encode(tiny_model, ["a"], truncate_dim=1000)
     with pytest.raises(DimensionError):
-        truncate_and_normalize(full, 0)
+        unit_prefix(full, 0)
 
 
 def test_save_load_round_trip_gives_same_outputs(tiny_model, tmp_path):

@@ -61,7 +61,7 @@ def test_mrl_gradients_flow(tiny_model):
 
 
 def test_truncate_and_renormalise_matches_encode(tiny_model):
-    from subspaces.eval.dims import prefix
+    from subspaces.vectors import unit_prefix as prefix
     from subspaces.models.encoder import encode
 
     full = encode(tiny_model, SENTENCES, normalize=False)

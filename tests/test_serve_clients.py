@@ -180,7 +180,8 @@ def test_dimensions_on_a_model_not_trained_for_truncation_is_refused_with_the_re
 
 def test_dimensions_with_an_adapter_reads_the_adapted_prefix(prompted_dir, engine, tmp_path):
     from subspaces.adapt import MatryoshkaAdapter
-    from subspaces.models.encoder import encode, truncate_and_normalize
+    from subspaces.models.encoder import encode
+    from subspaces.vectors import unit_prefix
 
     rows = np.random.default_rng(0).normal(size=(64, 32)).astype(np.float32)
     MatryoshkaAdapter(dims=(8, 16), hidden=0, epochs=1, batch_size=32).fit(rows).save(tmp_path / "adapter")
@@ -193,15 +194,15 @@ def test_dimensions_with_an_adapter_reads_the_adapted_prefix(prompted_dir, engin
     import torch
 
     raw = encode(engine.model, TEXTS)
-    want = truncate_and_normalize(torch.from_numpy(adapter.transform(raw)), 8).numpy()
+    want = unit_prefix(torch.from_numpy(adapter.transform(raw)), 8).numpy()
     assert basis == "adapter" and got.shape == (4, 8)
     np.testing.assert_allclose(got, want, atol=1e-5)
-    assert not np.allclose(got, truncate_and_normalize(torch.from_numpy(raw), 8).numpy(), atol=1e-3)
+    assert not np.allclose(got, unit_prefix(torch.from_numpy(raw), 8).numpy(), atol=1e-3)
     # The full size, asked for or not, is the model's own vectors (not the adapted ones): one set of coordinates.
     with TestClient(create_app(settings, engine=adapted_engine)) as client:
         full, default = served(client, input=TEXTS, dimensions=32), served(client, input=TEXTS)
     np.testing.assert_allclose(full, default, atol=1e-6)
-    np.testing.assert_allclose(default, truncate_and_normalize(torch.from_numpy(raw), None).numpy(), atol=1e-5)
+    np.testing.assert_allclose(default, unit_prefix(torch.from_numpy(raw), None).numpy(), atol=1e-5)
 
 
 def test_an_adapter_of_another_size_is_refused(prompted_dir, tmp_path):
@@ -219,7 +220,8 @@ def test_dimensions_with_a_store_reads_its_principal_axes(prompted_dir, tmp_path
     import torch
 
     from subspaces.adapt.basis import principal_axes
-    from subspaces.models.encoder import encode, truncate_and_normalize
+    from subspaces.models.encoder import encode
+    from subspaces.vectors import unit_prefix
 
     store = store_module.Store.create(tmp_path / "store", str(prompted_dir))
     store.add([f"{t} {i}" for i in range(10) for t in TEXTS])
@@ -240,7 +242,7 @@ def test_dimensions_with_a_store_reads_its_principal_axes(prompted_dir, tmp_path
         engine.axes, principal_axes(engine.store._load_rows(engine.store.manifest.active).vectors)
     )
     raw = encode(engine.model, TEXTS)
-    want = truncate_and_normalize(torch.from_numpy(raw @ engine.axes), 8).numpy()
+    want = unit_prefix(torch.from_numpy(raw @ engine.axes), 8).numpy()
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 

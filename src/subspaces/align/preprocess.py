@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from subspaces import vectors
 from subspaces.errors import DimensionError
 
 ZERO_NORM = 1e-8  # below this a row has no direction to normalise
@@ -38,8 +39,8 @@ def check_embeddings(x: np.ndarray, what: str, *, dim: int | None = None, row_of
 
 
 def normalize_rows(x: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return (x / np.maximum(norms, ZERO_NORM)).astype(np.float32, copy=False)
+    """Unit rows in float32, normalised in ``x``'s own float type."""
+    return vectors.normalize_rows(x, eps=ZERO_NORM).astype(np.float32, copy=False)
 
 
 def center_normalize(x: np.ndarray, mean: np.ndarray) -> np.ndarray:

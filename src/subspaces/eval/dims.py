@@ -24,7 +24,12 @@ from typing import Any, Literal
 import numpy as np
 
 from subspaces.data import classification as cls_data
+from subspaces.data.sts import TASKS as STS_TASKS
+from subspaces.data.sts import load_task
 from subspaces.errors import DimensionError, SubspacesError
+from subspaces.eval.sts import spearman_x100
+from subspaces.progress import progress
+from subspaces.vectors import cosine_rows, resolve_dims, unit_prefix
 
 Kind = Literal["text", "pair", "sts"]
 
@@ -55,8 +60,6 @@ def _sts(name: str) -> DimsTask:
 
 
 def _registry() -> dict[str, DimsTask]:
-    from subspaces.data.sts import TASKS as STS_TASKS
-
     def splits(load: Callable[[str], Any], kind: Kind, name: str, metric: str, train: str, test: str) -> DimsTask:
         return DimsTask(name, kind, metric, lambda: load(train), lambda: load(test))
 
@@ -93,14 +96,6 @@ DEFAULT_TASKS = (
 
 def known_tasks() -> list[str]:
     return list(_registry())
-
-
-def prefix(embeddings: np.ndarray, dim: int) -> np.ndarray:
-    """First ``dim`` columns, each row L2-normalised again (a Matryoshka prefix)."""
-    if not 0 < dim <= embeddings.shape[1]:
-        raise DimensionError(f"truncate dim {dim} is outside 1..{embeddings.shape[1]}")
-    part = embeddings[:, :dim]
-    return part / np.clip(np.linalg.norm(part, axis=1, keepdims=True), 1e-12, None)
 
 
 def pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -164,17 +159,11 @@ class DimsEvaluator:
             raise SubspacesError("no dimensions given")
 
     def resolve_dims(self, full: int) -> list[int]:
-        dims = [full if d is None else int(d) for d in self.dims]
-        bad = [d for d in dims if not 0 < d <= full]
-        if bad:
-            raise DimensionError(f"dims {bad} are outside 1..{full} (the model's embedding size)")
-        return list(dict.fromkeys(dims))
+        return resolve_dims(self.dims, full, order="given")
 
     def _data(self, task: DimsTask) -> tuple[Any, Any]:
         if task.name not in self._cache:
             if task.kind == "sts":
-                from subspaces.data.sts import load_task
-
                 self._cache[task.name] = (None, load_task(task.name))
             else:
                 assert task.train is not None and task.test is not None
@@ -214,11 +203,9 @@ class DimsEvaluator:
         scores: dict[str, float] = {}
         details: dict[str, Any] = {}
         if task.kind == "sts":
-            from subspaces.eval.sts import cosine_rows, spearman_x100
-
             e1, e2 = self._encode_pairs(model, test.sentences1, test.sentences2)
             for d in dims:
-                scores[str(d)] = spearman_x100(cosine_rows(prefix(e1, d), prefix(e2, d)), test.scores)
+                scores[str(d)] = spearman_x100(cosine_rows(unit_prefix(e1, d), unit_prefix(e2, d)), test.scores)
             return scores, details
         tr = _subsample(len(train), self.max_train, self.random_state)
         te = _subsample(len(test), self.max_test, self.random_state + 1)
@@ -232,10 +219,10 @@ class DimsEvaluator:
             u_test, v_test = self._encode_pairs(model, [test.texts1[i] for i in te], [test.texts2[i] for i in te])
         for d in dims:
             if task.kind == "text":
-                x_train, x_test = prefix(x_train_full, d), prefix(x_test_full, d)
+                x_train, x_test = unit_prefix(x_train_full, d), unit_prefix(x_test_full, d)
             else:
-                x_train = pair_features(prefix(u_train, d), prefix(v_train, d))
-                x_test = pair_features(prefix(u_test, d), prefix(v_test, d))
+                x_train = pair_features(unit_prefix(u_train, d), unit_prefix(v_train, d))
+                x_test = pair_features(unit_prefix(u_test, d), unit_prefix(v_test, d))
             result = self._probe(x_train, y_train, x_test, y_test)
             scores[str(d)] = result[task.metric]
             details[str(d)] = result
@@ -268,8 +255,6 @@ class DimsEvaluator:
                 "random_state": self.random_state,
             },
         }
-        from subspaces.progress import progress
-
         label = f"eval dims {name or 'model'}"
         for task in progress(self.tasks, label, unit="task", enabled=self.show_progress):
             scores, details = self.evaluate_task(model, task, dims)

@@ -11,12 +11,7 @@ from scipy.stats import spearmanr
 from subspaces.data.sts import TASKS, STSPairs, Variant, load_stsb, load_task
 from subspaces.eval.base import Evaluator
 from subspaces.eval.geometry import alignment, uniformity
-
-
-def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    a = a / np.clip(np.linalg.norm(a, axis=1, keepdims=True), 1e-12, None)
-    b = b / np.clip(np.linalg.norm(b, axis=1, keepdims=True), 1e-12, None)
-    return (a * b).sum(1)
+from subspaces.vectors import cosine_rows, resolve_dims, unit_prefix
 
 
 def embed_pairs(model, pairs: STSPairs, batch_size: int = 128, truncate_dim: int | None = None):
@@ -143,11 +138,11 @@ class STSBDevEvaluator(Evaluator):
         e1, e2 = embed_pairs(model, pairs, self.batch_size)
         if self.dims is None:
             return {"stsb_dev": spearman_x100(cosine_rows(e1, e2), pairs.scores)}
-        from subspaces.eval.dims import prefix
-        from subspaces.losses.matryoshka import check_dims
-
-        dims = check_dims(self.dims, e1.shape[1])
-        scores = {f"stsb_dev@{d}": spearman_x100(cosine_rows(prefix(e1, d), prefix(e2, d)), pairs.scores) for d in dims}
+        dims = resolve_dims(self.dims, e1.shape[1], order="descending", what="Matryoshka dims")
+        scores = {
+            f"stsb_dev@{d}": spearman_x100(cosine_rows(unit_prefix(e1, d), unit_prefix(e2, d)), pairs.scores)
+            for d in dims
+        }
         return {**scores, "mean": float(np.mean(list(scores.values())))}
 
 

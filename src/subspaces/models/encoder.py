@@ -24,6 +24,7 @@ from sentence_transformers.sentence_transformer.modules import Pooling, Transfor
 from subspaces.errors import DataError, DimensionError, ModelNotFoundError, SubspacesError
 from subspaces.models import registry
 from subspaces.models.pooling import LAYER_POOLERS, POOLERS, SimCSEPooling
+from subspaces.vectors import truncate, unit_prefix
 
 
 def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:
@@ -203,15 +204,6 @@ def check_finite(embeddings: np.ndarray | torch.Tensor, what: str = "embeddings"
         raise DimensionError(f"{what}: {rows} row(s) hold NaN or inf")
 
 
-def truncate_and_normalize(embeddings: torch.Tensor, dim: int | None = None, normalize: bool = True) -> torch.Tensor:
-    """Keep the first ``dim`` coordinates (Matryoshka prefix) and L2-normalise again."""
-    if dim is not None:
-        if dim <= 0 or dim > embeddings.shape[-1]:
-            raise DimensionError(f"truncate dim {dim} is outside 1..{embeddings.shape[-1]}")
-        embeddings = embeddings[..., :dim]
-    return torch.nn.functional.normalize(embeddings, dim=-1) if normalize else embeddings
-
-
 @overload
 def encode(
     model: SentenceTransformer,
@@ -320,7 +312,7 @@ def encode(
             )
             bar.update(len(part))
     emb = torch.cat(parts)
-    emb = truncate_and_normalize(emb, truncate_dim, normalize)
+    emb = unit_prefix(emb, truncate_dim) if normalize else truncate(emb, truncate_dim)
     check_finite(emb, "encoded embeddings")
     return emb.numpy() if output == "numpy" else emb
 

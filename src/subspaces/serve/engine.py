@@ -19,6 +19,7 @@ import numpy as np
 
 from subspaces.errors import DimensionError, SubspacesError
 from subspaces.serve.settings import ServeSettings
+from subspaces.vectors import unit_prefix
 
 
 @dataclass(frozen=True)
@@ -332,12 +333,10 @@ def _matryoshka_trained(model: str, dim: int) -> bool:
 
 
 def truncate_rows(rows: np.ndarray, dimensions: int | None) -> np.ndarray:
-    """The first ``dimensions`` coordinates of each row, L2-normalised again (as ``truncate_and_normalize``)."""
+    """The first ``dimensions`` coordinates of each row, L2-normalised again by torch, as the encoder's are."""
     import torch
 
-    from subspaces.models.encoder import truncate_and_normalize
-
-    return truncate_and_normalize(torch.from_numpy(np.ascontiguousarray(rows)), dimensions).numpy()
+    return unit_prefix(torch.from_numpy(np.ascontiguousarray(rows)), dimensions).numpy()
 
 
 def _is_rows(value: Any, rows: int | None = None) -> bool:

@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from subspaces import vectors as maths
 from subspaces.errors import DimensionError, SubspacesError
 
 
 def unit_prefix(vectors: np.ndarray, dims: int | None = None) -> np.ndarray:
-    """The first ``dims`` columns (all if None), each row scaled to unit length (zero rows stay zero)."""
-    x = np.ascontiguousarray(vectors[:, :dims] if dims is not None else vectors, dtype=np.float32)
-    norms = np.linalg.norm(x, axis=1, keepdims=True)
-    return x / np.maximum(norms, 1e-12)
+    """The first ``dims`` columns (all if None) as float32, what faiss reads, each row scaled to unit length (zero
+    rows stay zero)."""
+    return maths.unit_prefix(np.asarray(vectors, dtype=np.float32), dims)
 
 
 def prefix_rows(vectors: np.ndarray, dims: int, axes: np.ndarray | None = None) -> np.ndarray:
