@@ -61,8 +61,8 @@ def test_mrl_gradients_flow(tiny_model):
 
 
 def test_truncate_and_renormalise_matches_encode(tiny_model):
-    from subspaces.vectors import unit_prefix as prefix
     from subspaces.models.encoder import encode
+    from subspaces.vectors import unit_prefix as prefix
 
     full = encode(tiny_model, SENTENCES, normalize=False)
     short = encode(tiny_model, SENTENCES, truncate_dim=8, normalize=True)
