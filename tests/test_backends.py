@@ -144,13 +144,24 @@ def test_cli_encode_and_eval_sts_on_onnx(tiny_model_dir, tiny_data, tmp_path, re
     runner = CliRunner()
     (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
     out = tmp_path / "out.npy"
-    args = ["encode", "-m", str(tiny_model_dir), "-i", str(tmp_path / "in.txt"), "-o", str(out), "--backend", "onnx"]
+    args = [
+        "model",
+        "encode",
+        "-m",
+        str(tiny_model_dir),
+        "-i",
+        str(tmp_path / "in.txt"),
+        "-o",
+        str(out),
+        "--backend",
+        "onnx",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     np.testing.assert_allclose(np.load(out), reference, atol=FP32_ATOL)
     result = runner.invoke(app, [*args[:-2], "--precision", "int8"])  # torch backend, int8: one line, exit 2
     assert result.exit_code == 2 and "needs --backend onnx or openvino" in result.output
-    sts = ["eval", "sts", "-m", str(tiny_model_dir), "--tasks", "STSBenchmark", "--json", str(tmp_path / "r.json")]
+    sts = ["model", "eval", "-m", str(tiny_model_dir), "--tasks", "STSBenchmark", "--json", str(tmp_path / "r.json")]
     result = runner.invoke(app, [*sts, "--backend", "onnx", "--precision", "int8"])
     assert result.exit_code == 0, result.output
     assert '"precision": "int8"' in (tmp_path / "r.json").read_text()

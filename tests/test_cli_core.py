@@ -12,7 +12,15 @@ runner = CliRunner()
 
 
 def test_help_everywhere():
-    for args in ([], ["eval"], ["train"], ["eval", "sts"], ["train", "simcse"], ["encode"]):
+    for args in (
+        [],
+        ["model"],
+        ["simcse"],
+        ["matryoshka"],
+        ["model", "eval"],
+        ["simcse", "train"],
+        ["model", "encode"],
+    ):
         result = runner.invoke(app, [*args, "--help"])
         assert result.exit_code == 0, (args, result.output)
 
@@ -24,6 +32,7 @@ def test_encode_writes_rows_in_input_order(tiny_model_dir, tmp_path):
     result = runner.invoke(
         app,
         [
+            "model",
             "encode",
             "--model",
             str(tiny_model_dir),
@@ -44,7 +53,7 @@ def test_encode_writes_rows_in_input_order(tiny_model_dir, tmp_path):
 
 
 def test_eval_sts_json(tiny_model_dir, tiny_data, tmp_path):
-    result = runner.invoke(app, ["eval", "sts", "--model", str(tiny_model_dir), "--json", str(tmp_path / "r.json")])
+    result = runner.invoke(app, ["model", "eval", "--model", str(tiny_model_dir), "--json", str(tmp_path / "r.json")])
     assert result.exit_code == 0, result.output
     data = json.loads((tmp_path / "r.json").read_text())
     assert set(data["tasks"]) == {"STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"}
@@ -58,8 +67,8 @@ def test_train_then_eval(tiny_model_dir, tiny_data, tmp_path):
     result = runner.invoke(
         app,
         [
-            "train",
             "simcse",
+            "train",
             "--model",
             str(tiny_model_dir),
             "--data",
@@ -77,16 +86,19 @@ def test_train_then_eval(tiny_model_dir, tiny_data, tmp_path):
     assert result.exit_code == 0, result.output
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["steps"] == 3 and state["best_score"] is not None
-    result = runner.invoke(app, ["eval", "sts", "--model", str(out), "--tasks", "STSBenchmark"])
+    result = runner.invoke(app, ["model", "eval", "--model", str(out), "--tasks", "STSBenchmark"])
     assert result.exit_code == 0, result.output
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["eval", "sts", "--model", "no-such-model"], "bundled model"),
-        (["encode", "--model", "minilm-l6", "--input", "/nonexistent.txt", "--output", "x.npy"], "file not found"),
-        (["train", "simcse", "--data", "/nonexistent.txt", "--output", "o"], "file not found"),
+        (["model", "eval", "--model", "no-such-model"], "bundled model"),
+        (
+            ["model", "encode", "--model", "minilm-l6", "--input", "/nonexistent.txt", "--output", "x.npy"],
+            "file not found",
+        ),
+        (["simcse", "train", "--data", "/nonexistent.txt", "--output", "o"], "file not found"),
     ],
 )
 def test_user_errors_are_one_line_not_a_traceback(args, message, tmp_path, monkeypatch):
@@ -101,8 +113,8 @@ def test_empty_corpus_and_too_large_batch(tiny_model_dir, tmp_path):
     result = runner.invoke(
         app,
         [
-            "train",
             "simcse",
+            "train",
             "--model",
             str(tiny_model_dir),
             "--data",
@@ -116,8 +128,8 @@ def test_empty_corpus_and_too_large_batch(tiny_model_dir, tmp_path):
     result = runner.invoke(
         app,
         [
-            "train",
             "simcse",
+            "train",
             "--model",
             str(tiny_model_dir),
             "--data",
@@ -135,8 +147,8 @@ def test_unsup_training_refuses_a_csv_before_loading_the_model(tmp_path):
     result = runner.invoke(
         app,
         [
-            "train",
             "simcse",
+            "train",
             "--model",
             "no-such-model",
             "--data",
@@ -154,7 +166,9 @@ def _encode(tiny_model_dir, tmp_path, out_name, *extra, texts=("a cat plays the 
         (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     out = tmp_path / out_name
     result = runner.invoke(
-        app, ["encode", "--model", str(tiny_model_dir), "--input", source, "--output", str(out), *extra], input=stdin
+        app,
+        ["model", "encode", "--model", str(tiny_model_dir), "--input", source, "--output", str(out), *extra],
+        input=stdin,
     )
     return result, out
 
@@ -181,13 +195,22 @@ def test_encode_refuses_a_suffix_it_cannot_write_before_loading(tmp_path, name):
     (tmp_path / "in.txt").write_text("a\n", encoding="utf-8")
     result = runner.invoke(
         app,
-        ["encode", "--model", "no-such-model", "--input", str(tmp_path / "in.txt"), "--output", str(tmp_path / name)],
+        [
+            "model",
+            "encode",
+            "--model",
+            "no-such-model",
+            "--input",
+            str(tmp_path / "in.txt"),
+            "--output",
+            str(tmp_path / name),
+        ],
     )
     assert result.exit_code == 2 and ".npy, .parquet, .jsonl" in result.output, result.output
     assert not (tmp_path / name).exists()
 
 
-@pytest.mark.parametrize("args", [["encode", "--input", "in.txt", "--output", "o.npy"], ["eval", "sts"]])
+@pytest.mark.parametrize("args", [["model", "encode", "--input", "in.txt", "--output", "o.npy"], ["model", "eval"]])
 @pytest.mark.parametrize("value", ["0", "-1"])
 def test_batch_size_below_one_is_a_one_line_error(tmp_path, monkeypatch, args, value):
     monkeypatch.chdir(tmp_path)
@@ -218,10 +241,10 @@ def test_encode_checks_the_device(tiny_model_dir, tmp_path, device, message):
     [
         ["cond", "train", "--output", "{out}", "--model", "{model}"],
         ["cond", "eval", "{model}"],
-        ["bench", "csts-cache", "--model", "{model}"],
+        ["cond", "bench", "--model", "{model}"],
         ["kgc", "train", "--output", "{out}", "--model", "{model}", "--dataset", "{out}"],
         ["kgc", "eval", "{model}", "--dataset", "{out}"],
-        ["eval", "dims", "--model", "{model}"],
+        ["matryoshka", "eval", "--model", "{model}"],
         ["align", "fit", "-o", "{out}", "--source", "{model}", "--source-texts", "{texts}", "--target-emb", "{emb}"],
     ],
     ids=lambda c: " ".join(c[:2]),
@@ -254,14 +277,14 @@ def test_eval_sts_without_data_fails_before_loading_the_model(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)  # no ../shared/data or ./data here
     monkeypatch.delenv("SUBSPACES_DATA", raising=False)
     monkeypatch.setattr(encoder, "load_encoder", lambda *a, **k: pytest.fail("loaded the model before the data"))
-    result = runner.invoke(app, ["eval", "sts", "--model", "minilm-l6"])
+    result = runner.invoke(app, ["model", "eval", "--model", "minilm-l6"])
     assert result.exit_code == 2 and "no data folder found" in result.output, result.output
 
 
 def test_models_lists_full_paths_off_a_terminal_and_says_what_is_not_installed():
     from subspaces.models import bundled
 
-    result = runner.invoke(app, ["models"])
+    result = runner.invoke(app, ["model", "list"])
     assert result.exit_code == 0, result.output
     from subspaces.models.registry import resolve
 

@@ -55,7 +55,7 @@ def test_store_search_prints_stored_texts_and_queries_as_typed(tmp_path, tiny_mo
 def test_encode_to_a_bracketed_path_succeeds_and_says_so(tmp_path, tiny_model_dir):
     (tmp_path / "in.txt").write_text("[bold]x[/bold]\n[/foo]\n", encoding="utf-8")
     out = tmp_path / "[/q].npy"
-    result = cli("encode", "-m", tiny_model_dir, "-i", tmp_path / "in.txt", "-o", out)
+    result = cli("model", "encode", "-m", tiny_model_dir, "-i", tmp_path / "in.txt", "-o", out)
     assert result.exit_code == 0, result.output
     assert np.load(out).shape[0] == 2 and str(out) in " ".join(result.output.split())
 
@@ -64,7 +64,7 @@ def test_an_error_keeps_its_brackets_and_stays_one_line_however_long(tmp_path):
     missing = tmp_path / ("[bold]fp-1234[/bold] [/x] " + "a-long-folder-name-" * 6) / "corpus.npy"
     np.save(tmp_path / "q.npy", np.ones((2, 4), np.float32))
     line = one_error_line(
-        cli("search", "--corpus", missing, "--queries", tmp_path / "q.npy", "-o", tmp_path / "o.json")
+        cli("vectors", "search", "--corpus", missing, "--queries", tmp_path / "q.npy", "-o", tmp_path / "o.json")
     )
     assert str(missing) in line and len(line) > 200
 
@@ -85,7 +85,7 @@ def test_one_line_drops_a_rust_source_location_and_joins_lines():
 
 def test_json_into_a_folder_is_refused_before_the_work(tmp_path, tiny_model_dir):
     (tmp_path / "out").mkdir()
-    line = one_error_line(cli("eval", "sts", "--model", tiny_model_dir, "--json", tmp_path / "out"))
+    line = one_error_line(cli("model", "eval", "--model", tiny_model_dir, "--json", tmp_path / "out"))
     assert f"--json {tmp_path / 'out'} is a folder" in line
 
 
@@ -93,7 +93,7 @@ def test_an_output_under_a_file_is_refused_before_the_work_and_named_as_typed(tm
     (tmp_path / "in.txt").write_text("a cat\n", encoding="utf-8")
     (tmp_path / "file").write_text("")
     target = tmp_path / "file" / "x.npy"
-    line = one_error_line(cli("encode", "-m", tiny_model_dir, "-i", tmp_path / "in.txt", "-o", target))
+    line = one_error_line(cli("model", "encode", "-m", tiny_model_dir, "-i", tmp_path / "in.txt", "-o", target))
     assert str(target) in line and "is a file, not a folder" in line and ".tmp" not in line
 
 
@@ -110,7 +110,7 @@ def test_a_failed_atomic_write_names_the_users_path_not_its_temporary_one(tmp_pa
 
 
 def test_a_folder_given_as_input_is_said_to_be_one(tmp_path, tiny_model_dir):
-    line = one_error_line(cli("encode", "-m", tiny_model_dir, "-i", tmp_path, "-o", tmp_path / "x.npy"))
+    line = one_error_line(cli("model", "encode", "-m", tiny_model_dir, "-i", tmp_path, "-o", tmp_path / "x.npy"))
     assert "is a folder, not a file" in line
 
 
@@ -129,15 +129,28 @@ def test_encode_reads_jsonl_by_its_field_and_csv_by_its_column(tmp_path, tiny_mo
     expected = None
     for name, extra in (("in.txt", []), ("in.jsonl", ["--text-field", "body"]), ("in.csv", ["--text-field", "body"])):
         out = tmp_path / f"{name}.npy"
-        result = cli("encode", "-m", tiny_model_dir, "-i", tmp_path / name, "-o", out, *extra)
+        result = cli("model", "encode", "-m", tiny_model_dir, "-i", tmp_path / name, "-o", out, *extra)
         assert result.exit_code == 0, (name, result.output)
         emb = np.load(out)
         expected = emb if expected is None else expected
         np.testing.assert_allclose(emb, expected, atol=1e-5, err_msg=name)  # the texts, not the raw lines
-    line = one_error_line(cli("encode", "-m", tiny_model_dir, "-i", tmp_path / "in.jsonl", "-o", tmp_path / "o.npy"))
+    line = one_error_line(
+        cli("model", "encode", "-m", tiny_model_dir, "-i", tmp_path / "in.jsonl", "-o", tmp_path / "o.npy")
+    )
     assert "line 1: no field 'text'" in line
     line = one_error_line(
-        cli("encode", "-m", tiny_model_dir, "-i", tmp_path / "in.txt", "-o", tmp_path / "o.npy", "--text-field", "x")
+        cli(
+            "model",
+            "encode",
+            "-m",
+            tiny_model_dir,
+            "-i",
+            tmp_path / "in.txt",
+            "-o",
+            tmp_path / "o.npy",
+            "--text-field",
+            "x",
+        )
     )
     assert "--text-field" in line
 
@@ -174,7 +187,7 @@ def test_search_reads_a_code_file_as_its_dequantized_vectors(tmp_path):
     codes = quantize(corpus, "int8", cal)
     save_codes(tmp_path / "codes.npy", codes, "int8", 16, cal)
     np.save(tmp_path / "q.npy", queries)
-    common = ["search", "--corpus", tmp_path / "codes.npy", "--queries", tmp_path / "q.npy", "-k", "5"]
+    common = ["vectors", "search", "--corpus", tmp_path / "codes.npy", "--queries", tmp_path / "q.npy", "-k", "5"]
     result = cli(*common, "-o", tmp_path / "r.json")
     assert result.exit_code == 0 and "int8 codes" in result.output, result.output
     _, rows = search_vectors(dequantize(codes, "int8", 16, cal), queries, k=5)
@@ -227,7 +240,16 @@ def test_store_search_answers_query_lines_one_for_one(tmp_path, tiny_model_dir):
 )
 def test_search_refuses_options_that_would_do_nothing(tmp_path, args, message):
     np.save(tmp_path / "c.npy", np.eye(4, dtype=np.float32))
-    common = ["search", "--corpus", tmp_path / "c.npy", "--queries", tmp_path / "c.npy", "-o", tmp_path / "r.json"]
+    common = [
+        "vectors",
+        "search",
+        "--corpus",
+        tmp_path / "c.npy",
+        "--queries",
+        tmp_path / "c.npy",
+        "-o",
+        tmp_path / "r.json",
+    ]
     assert message in one_error_line(cli(*common, *args))
     assert not (tmp_path / "r.json").exists()
 
@@ -254,7 +276,7 @@ def test_store_index_refuses_more_partitions_than_the_rows_train(tmp_path, tiny_
 
 
 def test_help_screens_show_arguments_and_flags_as_typed():
-    for args in (["store", "search"], ["adapt", "apply"], ["encode"], ["store"], []):
+    for args in (["store", "search"], ["adapt", "apply"], ["model", "encode"], ["store"], []):
         result = cli(*args, "--help")
         assert result.exit_code == 0, (args, result.output)
         assert "<bool>" not in result.output and "{" not in result.output.split("\n\n")[0], (args, result.output)

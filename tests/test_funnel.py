@@ -73,7 +73,16 @@ def saved_corpus(tmp_path) -> tuple[np.ndarray, list[str]]:
     np.save(tmp_path / "c.npy", corpus)
     np.save(tmp_path / "q.npy", queries)
     _, exact_rows = search_vectors(corpus, queries, k=5)
-    return exact_rows, ["search", "--corpus", str(tmp_path / "c.npy"), "--queries", str(tmp_path / "q.npy"), "-k", "5"]
+    return exact_rows, [
+        "vectors",
+        "search",
+        "--corpus",
+        str(tmp_path / "c.npy"),
+        "--queries",
+        str(tmp_path / "q.npy"),
+        "-k",
+        "5",
+    ]
 
 
 def test_search_cli(tmp_path):

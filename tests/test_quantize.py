@@ -104,7 +104,7 @@ def test_cli_encode_quantize(tiny_model_dir, tmp_path):
 
     runner = CliRunner()
     (tmp_path / "in.txt").write_text("\n".join(f"sentence number {i} about a cat" for i in range(20)) + "\n")
-    base = ["encode", "-m", str(tiny_model_dir), "-i", str(tmp_path / "in.txt"), "--normalize"]
+    base = ["model", "encode", "-m", str(tiny_model_dir), "-i", str(tmp_path / "in.txt"), "--normalize"]
     assert runner.invoke(app, [*base, "-o", str(tmp_path / "f.npy")]).exit_code == 0
     for kind in ("int8", "binary"):
         out = tmp_path / f"{kind}.npy"

@@ -8,12 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from subspaces.cli.common import ThreadsOpt, echo, out, table, user_errors
-from subspaces.cli.groups import app
-
-adapt_app = typer.Typer(
-    help="Matryoshka adapter: make the prefixes of embeddings you already have usable.", no_args_is_help=True
-)
-app.add_typer(adapt_app, name="adapt")
+from subspaces.cli.groups import adapt_app
 
 
 def _int_dims(text: str) -> list[int]:

@@ -4,25 +4,39 @@ from __future__ import annotations
 
 import importlib
 
-from subspaces.cli.groups import app, plain_help
+from subspaces.cli.groups import app, keep_old_spelling, plain_help
 
-# Modules that attach commands to the groups in ``subspaces.cli.groups``; importing them is cheap
-# (each command imports torch and the library lazily, inside its body).
+# Modules that attach commands to the capabilities in ``subspaces.cli.groups`` (``subspaces <capability> <verb>``);
+# importing them is cheap (each command imports torch and the library lazily, inside its body).
 COMMAND_MODULES = (
-    "subspaces.cli.core",  # models, encode, eval sts
-    "subspaces.cli.train",  # train simcse
-    "subspaces.cli.matryoshka",  # eval dims, train matryoshka
+    "subspaces.cli.core",  # model list/encode/eval
+    "subspaces.cli.train",  # simcse train
+    "subspaces.cli.matryoshka",  # matryoshka train/eval
+    "subspaces.cli.search",  # vectors search (exact, funnel or codes over .npy vectors)
     "subspaces.cli.align",  # align fit/apply/eval
-    "subspaces.cli.cond",  # cond train/eval, bench csts-cache
-    "subspaces.cli.kgc",  # kgc train/eval
-    "subspaces.cli.store",  # store create/add/info/index/search/migrate
-    "subspaces.cli.serve",  # serve (the HTTP server)
     "subspaces.cli.adapt",  # adapt fit/apply (Matryoshka adapter for stored vectors)
-    "subspaces.cli.search",  # search (exact or funnel over .npy vectors)
+    "subspaces.cli.cond",  # cond train/eval/search/bench
+    "subspaces.cli.kgc",  # kgc train/eval
+    "subspaces.cli.store",  # store create/add/import/search/migrate/...
+    "subspaces.cli.serve",  # serve (the HTTP server)
 )
+
+# Spellings of the previous release -> the command's place now; the old ones work, hidden, for one release.
+MOVED = {
+    "models": "model list",
+    "encode": "model encode",
+    "eval sts": "model eval",
+    "eval dims": "matryoshka eval",
+    "train simcse": "simcse train",
+    "train matryoshka": "matryoshka train",
+    "search": "vectors search",
+    "bench csts-cache": "cond bench",
+}
 
 for _module in COMMAND_MODULES:
     importlib.import_module(_module)
+for _old, _new in MOVED.items():
+    keep_old_spelling(_old, _new)
 plain_help(app)  # every command's help screen: STORE, not {store}; --help, not --help <bool>
 
 

@@ -44,7 +44,7 @@ class Head(str, Enum):
 
 
 ModelOpt = Annotated[
-    str, typer.Option("--model", "-m", help="Bundled model name (see `subspaces models`) or a local folder.")
+    str, typer.Option("--model", "-m", help="Bundled model name (see `subspaces model list`) or a local folder.")
 ]
 
 # Options every encoder-training command shares (train simcse, train matryoshka).

@@ -2,58 +2,32 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import ModelOpt, ThreadsOpt, echo, out, show, table, user_errors
-from subspaces.cli.groups import app, eval_app
+from subspaces.cli.common import (
+    DEVICE,
+    BackendOpt,
+    BatchSizeOpt,
+    DeviceOpt,
+    ModelOpt,
+    PoolerOpt,
+    PrecisionOpt,
+    ThreadsOpt,
+    echo,
+    out,
+    show,
+    table,
+    user_errors,
+)
+from subspaces.cli.groups import model_app
+from subspaces.data.sts import Variant
+from subspaces.quantize import Kind
 
 
-class Pooler(str, Enum):
-    """``subspaces.models.pooling.POOLERS`` as CLI choices; spelled out so ``--help`` need not import torch."""
-
-    cls = "cls"
-    cls_before_pooler = "cls_before_pooler"
-    mean = "mean"
-    avg_first_last = "avg_first_last"
-    avg_top2 = "avg_top2"
-
-
-class Backend(str, Enum):
-    """``subspaces.models.backends.BACKENDS``: torch, or the transformer as an exported graph."""
-
-    torch = "torch"
-    onnx = "onnx"
-    openvino = "openvino"
-
-
-class Precision(str, Enum):
-    fp32 = "fp32"
-    int8 = "int8"
-
-
-class Quantization(str, Enum):
-    int8 = "int8"
-    binary = "binary"
-
-
-BackendOpt = Annotated[
-    Backend, typer.Option(help="torch, or the transformer exported once (cached) to ONNX Runtime or OpenVINO; CPU.")
-]
-PrecisionOpt = Annotated[
-    Precision, typer.Option(help="int8: dynamically quantised weights (onnx) or int8-compressed weights (openvino).")
-]
-
-
-class Variant(str, Enum):
-    original = "original"
-    senteval = "senteval"
-
-
-@app.command("models")
+@model_app.command("list")
 @user_errors
 def models_cmd(threads: ThreadsOpt = None) -> None:
     """List the bundled models (resolved offline from installed packages)."""
@@ -72,10 +46,7 @@ def models_cmd(threads: ThreadsOpt = None) -> None:
     show(table("bundled models", ["name", "dim", "package", "description", "path"], rows))
 
 
-DeviceOpt = Annotated[str, typer.Option(help="Torch device: cpu, cuda, cuda:N or mps.")]
-
-
-@app.command("encode")
+@model_app.command("encode")
 @user_errors(interrupted="no embeddings were written (OUTPUT is written only when every text is encoded)")
 def encode_cmd(
     model: ModelOpt,
@@ -103,20 +74,20 @@ def encode_cmd(
             help="The field (.jsonl) or column (.csv) that holds the text. Default: text.", show_default=False
         ),
     ] = None,
-    batch_size: Annotated[int, typer.Option(help="Sentences per forward pass.")] = 64,
+    batch_size: BatchSizeOpt = 64,
     truncate_dim: Annotated[Optional[int], typer.Option(help="Keep only the first N dimensions (Matryoshka).")] = None,
     normalize: Annotated[bool, typer.Option("--normalize/--no-normalize", help="L2-normalise rows.")] = False,
-    pooler: Annotated[Optional[Pooler], typer.Option(help="Override the model's pooling.")] = None,
+    pooler: PoolerOpt = None,
     max_seq_length: Annotated[
         Optional[int],
         typer.Option(help="Tokens read per text (default: the model's); longer texts are cut, and counted."),
     ] = None,
-    device: DeviceOpt = "cpu",
+    device: DeviceOpt = DEVICE,
     threads: ThreadsOpt = None,
-    backend: BackendOpt = Backend.torch,
-    precision: PrecisionOpt = Precision.fp32,
+    backend: BackendOpt = "torch",
+    precision: PrecisionOpt = "fp32",
     quantize: Annotated[
-        Optional[Quantization],
+        Optional[Kind],
         typer.Option(
             help="Write codes instead of floats (.npy only): int8 (ranges calibrated on up to 10,000 rows) or binary "
             "(packed bits); OUTPUT.quant.json beside them holds the kind, dimension and int8 ranges."
@@ -146,7 +117,7 @@ def encode_cmd(
     check_model(model)
     from subspaces.models.backends import check_backend
 
-    check_backend(backend.value, precision.value)
+    check_backend(backend, precision)
     texts = read_texts(input, text_field=text_field or "text")
     blank = sum(not t.strip() for t in texts)
     if blank:
@@ -156,11 +127,11 @@ def encode_cmd(
 
     enc = load_encoder(
         model,
-        pooler=pooler.value if pooler else None,
+        pooler=pooler,
         max_seq_length=max_seq_length,
         device=device,
-        backend=backend.value,
-        precision=precision.value,
+        backend=backend,
+        precision=precision,
     )
     long = count_truncated(enc, texts)
     if long:
@@ -181,7 +152,7 @@ def encode_cmd(
         description=f"encode {source} with {model}",
     )
     if quantize is not None:
-        _save_quantized(output, emb, quantize.value)
+        _save_quantized(output, emb, quantize)
         return
     save_embeddings(output, emb, texts if output.suffix.lower() == ".jsonl" else None)
     echo(f"wrote {emb.shape[0]} x {emb.shape[1]} embeddings to {output}")
@@ -210,24 +181,25 @@ def _check_positive(**values: int | None) -> None:
             raise SubspacesError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
 
 
-@eval_app.command("sts")
+@model_app.command("eval")
 @user_errors
 def eval_sts_cmd(
     model: ModelOpt = "minilm-l6",
-    pooler: Annotated[Optional[Pooler], typer.Option(help="Override the model's pooling.")] = None,
+    pooler: PoolerOpt = None,
     variant: Annotated[
-        Variant, typer.Option(help="original: raw files; senteval: SentEval's tokenised, lower-cased ones.")
-    ] = Variant.original,
+        Variant,
+        typer.Option(help="original: raw files; senteval: SentEval's tokenised, lower-cased ones."),
+    ] = "original",
     tasks: Annotated[
         Optional[str], typer.Option(help="Comma-separated subset of STS12..STS16,STSBenchmark,SICKRelatedness.")
     ] = None,
     truncate_dim: Annotated[Optional[int], typer.Option(help="Evaluate the first N dimensions only.")] = None,
-    batch_size: Annotated[int, typer.Option()] = 128,
+    batch_size: BatchSizeOpt = 128,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON here.")] = None,
-    device: DeviceOpt = "cpu",
+    device: DeviceOpt = DEVICE,
     threads: ThreadsOpt = None,
-    backend: BackendOpt = Backend.torch,
-    precision: PrecisionOpt = Precision.fp32,
+    backend: BackendOpt = "torch",
+    precision: PrecisionOpt = "fp32",
 ) -> None:
     """The SimCSE STS table: cosine similarity, Spearman x 100, plus alignment and uniformity."""
     from subspaces.data.sts import TASKS, load_stsb
@@ -239,34 +211,34 @@ def eval_sts_cmd(
     check_model(model)
     from subspaces.models.backends import check_backend
 
-    check_backend(backend.value, precision.value)
+    check_backend(backend, precision)
     chosen = [t.strip() for t in tasks.split(",")] if tasks else list(TASKS)
-    evaluator = STSEvaluator(tasks=chosen, variant=variant.value, batch_size=batch_size, truncate_dim=truncate_dim)
+    evaluator = STSEvaluator(tasks=chosen, variant=variant, batch_size=batch_size, truncate_dim=truncate_dim)
     evaluator.check()  # the data is read before the model loads: a missing folder fails in a second
-    load_stsb("test", variant.value)  # alignment and uniformity read STS-B test, whatever the tasks
+    load_stsb("test", variant)  # alignment and uniformity read STS-B test, whatever the tasks
     from subspaces.models.encoder import load_encoder
 
     enc = load_encoder(
         model,
-        pooler=pooler.value if pooler else None,
+        pooler=pooler,
         device=device,
-        backend=backend.value,
-        precision=precision.value,
+        backend=backend,
+        precision=precision,
     )
     scores = evaluator(enc)
     result = {
         "model": model,
-        "backend": backend.value,
-        "precision": precision.value,
-        "pooler": pooler.value if pooler else None,
-        "variant": variant.value,
+        "backend": backend,
+        "precision": precision,
+        "pooler": pooler,
+        "variant": variant,
         "truncate_dim": truncate_dim,
         "tasks": {t: scores[t] for t in chosen},
         "avg": scores["avg"],
         "alignment": scores["alignment"],
         "uniformity": scores["uniformity"],
     }
-    show(table(f"STS ({variant.value}) — {model}", [*chosen, "avg"], [[*(scores[t] for t in chosen), scores["avg"]]]))
+    show(table(f"STS ({variant}) — {model}", [*chosen, "avg"], [[*(scores[t] for t in chosen), scores["avg"]]]))
     out.print(f"alignment {scores['alignment']:.4f}   uniformity {scores['uniformity']:.4f}")
     if json_path:
         save_json(json_path, result)

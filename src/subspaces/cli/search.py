@@ -1,16 +1,16 @@
-"""``subspaces search``: top-k cosine search of query vectors over an in-memory ``.npy`` corpus: exact, funnel,
+"""``subspaces vectors search``: top-k cosine search of query vectors over an in-memory ``.npy`` corpus: exact, funnel,
 or over the corpus's int8 / binary codes with rescoring."""
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
 from subspaces.cli.common import ThreadsOpt, echo, user_errors
-from subspaces.cli.groups import app
+from subspaces.cli.groups import vectors_app
+from subspaces.quantize import Kind
 
 
 def search_vectors(
@@ -83,17 +83,11 @@ def search_quantized(
 SHORTLIST_FACTOR, RESCORE, CALIBRATION_ROWS = 10, 4, 10_000
 
 
-class Basis(str, Enum):
-    model = "model"
-    pca = "pca"
+# The bases of ``store.search.BASES`` a vector file has: its own coordinates or its principal axes (no adapter).
+Basis = Literal["model", "pca"]
 
 
-class Quantization(str, Enum):
-    int8 = "int8"
-    binary = "binary"
-
-
-@app.command("search")
+@vectors_app.command("search")
 @user_errors
 def search_cmd(
     corpus: Annotated[Path, typer.Option(help="Corpus vectors, .npy or .parquet (rows x dims).")],
@@ -116,9 +110,9 @@ def search_cmd(
         typer.Option(
             help="Funnel prefixes of the vectors' own coordinates (model) or the corpus's principal axes (pca)."
         ),
-    ] = Basis.model,
+    ] = "model",
     quantize: Annotated[
-        Optional[Quantization],
+        Optional[Kind],
         typer.Option(help="Search the corpus's int8 (calibrated) or binary codes instead of its floats."),
     ] = None,
     rescore: Annotated[
@@ -152,9 +146,7 @@ def search_cmd(
         raise DataError("--output must end in .json or .npy", path=output)
     if quantize is not None and dims is not None:
         raise SubspacesError("give --dims (funnel) or --quantize, not both")
-    _check_context(
-        dims, shortlist_factor, basis.value, None if quantize is None else quantize.value, rescore, calibration_rows
-    )
+    _check_context(dims, shortlist_factor, basis, quantize, rescore, calibration_rows)
     shortlist_factor = SHORTLIST_FACTOR if shortlist_factor is None else shortlist_factor
     rescore = RESCORE if rescore is None else rescore
     calibration_rows = CALIBRATION_ROWS if calibration_rows is None else calibration_rows
@@ -163,9 +155,9 @@ def search_cmd(
     start = time.perf_counter()
     against = None
     if quantize is None:
-        scores, rows = search_vectors(c, q, k, dims, shortlist_factor, basis.value)
+        scores, rows = search_vectors(c, q, k, dims, shortlist_factor, basis)
     else:
-        scores, rows, against = search_quantized(c, q, k, quantize.value, rescore or None, calibration_rows)
+        scores, rows, against = search_quantized(c, q, k, quantize, rescore or None, calibration_rows)
     seconds = time.perf_counter() - start
     rows, scores = np.asarray(rows, dtype=np.int64), np.asarray(scores, dtype=np.float32)
     if output.suffix == ".npy":
@@ -175,14 +167,14 @@ def search_cmd(
             "k": int(rows.shape[1]),
             "dims": dims,
             "shortlist": None if dims is None else shortlist_factor * k,
-            **({} if quantize is None else _quantized_report(quantize.value, len(c), k, rescore, against)),
+            **({} if quantize is None else _quantized_report(quantize, len(c), k, rescore, against)),
             "rows": rows.tolist(),
             "scores": scores.round(6).tolist(),
         }
         save_json(output, report)
     how = "exact" if dims is None else f"funnel at {dims} dims, shortlist {shortlist_factor * k}"
     if quantize is not None:
-        how = f"{quantize.value} codes" + (f", {rescore * k} rescored against the {against}" if against else "")
+        how = f"{quantize} codes" + (f", {rescore * k} rescored against the {against}" if against else "")
     echo(f"{len(q)} queries over {len(c)} rows ({how}) in {seconds:.2f}s (index build included); wrote {output}")
 
 

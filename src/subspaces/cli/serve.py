@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
-from subspaces.cli.common import ModelOpt, ThreadsOpt, console, user_errors
-from subspaces.cli.core import Backend, BackendOpt, Precision, PrecisionOpt
+from subspaces.cli.common import DEVICE, BackendOpt, DeviceOpt, ModelOpt, PrecisionOpt, ThreadsOpt, console, user_errors
 from subspaces.cli.groups import app
+from subspaces.serve.settings import TOKEN_IDS
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-class TokenIds(str, Enum):
-    tiktoken = "tiktoken"
-    model = "model"
 
 
 @app.command("serve")
@@ -69,15 +63,15 @@ def serve_cmd(
         typer.Option(help="A fitted Matryoshka adapter folder (subspaces adapt fit): dimensions reads its prefix."),
     ] = None,
     token_ids: Annotated[
-        TokenIds,
+        Literal[TOKEN_IDS],  # type: ignore[valid-type]
         typer.Option(
             help="How token-id inputs are read: tiktoken (OpenAI's cl100k_base ids, what OpenAI's SDKs and "
             "LangChain send; decoded to text) or model (the served model's own tokenizer's ids)."
         ),
-    ] = TokenIds.tiktoken,
-    device: Annotated[str, typer.Option(help="Torch device: cpu, cuda, cuda:N or mps.")] = "cpu",
-    backend: BackendOpt = Backend.torch,
-    precision: PrecisionOpt = Precision.fp32,
+    ] = "tiktoken",
+    device: DeviceOpt = DEVICE,
+    backend: BackendOpt = "torch",
+    precision: PrecisionOpt = "fp32",
     threads: ThreadsOpt = None,
     stay_up_on_error: Annotated[
         bool,
@@ -126,8 +120,8 @@ def serve_cmd(
         head=head,
         store=store,
         device=device,
-        backend=backend.value,
-        precision=precision.value,
+        backend=backend,
+        precision=precision,
         model_id=model_id,
         api_key=read_api_key(api_key_file) if api_key_file is not None else None,
         max_batch_tokens=max_batch_tokens,
@@ -143,14 +137,14 @@ def serve_cmd(
             name: text for name, text in (("query", query_prompt), ("document", document_prompt)) if text is not None
         },
         adapter=adapter,
-        token_ids=token_ids.value,
+        token_ids=token_ids,
     )
     if host not in LOOPBACK and settings.api_key is None:
         console.print(
             f"[yellow]warning:[/] listening on {host} without --api-key-file: anyone who reaches it may use it"
         )
     console.print(
-        f"serving {settings.served_id!r} ({backend.value} {precision.value}) on http://{host}:{port} "
+        f"serving {settings.served_id!r} ({backend} {precision}) on http://{host}:{port} "
         "(the model loads now; GET /health says when)"
     )
     failures: list[str] = []
