@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from subspaces.cond.metrics import choose_threshold, conditional_metrics
-from subspaces.cond.models import BiEncoder, TriEncoder, load_model
+from subspaces.models.conditional import BiEncoder, TriEncoder, load_model
 from subspaces.cond.sampler import PairSampler, RowSampler
 from subspaces.cond.tasks import get_task
 from subspaces.cond.train import CondTrainConfig, evaluate, fit, predict
@@ -207,7 +207,7 @@ def test_bi_encoder_sees_condition(tiny_encoder):
 
 @pytest.mark.parametrize("objective", ["mse", "infonce_mse", "quadruplet"])
 def test_train_frozen_head_on_fixture_and_round_trip(tiny_encoder, tmp_path, objective):
-    from subspaces.cond.models import build_model
+    from subspaces.models.conditional import build_model
 
     task = get_task("csts")
     rows = read_csts(CSTS)
@@ -216,7 +216,7 @@ def test_train_frozen_head_on_fixture_and_round_trip(tiny_encoder, tmp_path, obj
     enc_before = next(model.encoder.parameters()).detach().clone()
     head_before = [p.detach().clone() for p in model.head.parameters()]
     result = fit(
-        model, task, rows, CondTrainConfig(objective=objective, batch_size=4, epochs=30, lr=1e-2, show_progress=False)
+        model, task, rows, CondTrainConfig(objective=objective, batch_size=4, epochs=30, head_lr=1e-2, show_progress=False)
     )
     assert result.steps > 0
     assert torch.equal(next(model.encoder.parameters()), enc_before)  # frozen
@@ -236,7 +236,7 @@ def test_train_frozen_head_on_fixture_and_round_trip(tiny_encoder, tmp_path, obj
 
 
 def test_fine_tune_bi_encoder_saves_encoder(tiny_encoder, tmp_path):
-    from subspaces.cond.models import build_model
+    from subspaces.models.conditional import build_model
 
     task = get_task("csts")
     rows = read_csts(CSTS)
@@ -254,11 +254,11 @@ def test_load_model_errors(tmp_path):
     from subspaces.errors import ModelNotFoundError
 
     with pytest.raises(ModelNotFoundError, match="not a conditional model folder"):
-        load_model(tmp_path)
+        load_model(tmp_path, task="cond")
 
 
 def test_auto_rank_is_d_over_12(tiny_encoder):
-    from subspaces.cond.models import build_model
+    from subspaces.models.conditional import build_model
     from subspaces.models.heads import auto_rank
 
     assert (auto_rank(768), auto_rank(1024), auto_rank(384)) == (64, 85, 32)
@@ -269,7 +269,7 @@ def test_auto_rank_is_d_over_12(tiny_encoder):
 
 
 def test_binary_threshold_is_chosen_on_validation_not_on_the_scored_split(tiny_encoder):
-    from subspaces.cond.models import build_model
+    from subspaces.models.conditional import build_model
 
     task = get_task("wic")
     model = build_model(tiny_encoder, "tri", head="hadamard", freeze_encoder=True)
@@ -296,7 +296,7 @@ def test_binary_threshold_is_chosen_on_validation_not_on_the_scored_split(tiny_e
 
 
 def test_pipeline_scores_test_at_the_validation_threshold(tiny_encoder, tmp_path):
-    from subspaces.cond.models import build_model
+    from subspaces.models.conditional import build_model
     from subspaces.cond.pipeline import evaluate_conditional
 
     words = ("dog", "cat", "man", "bird", "car", "tree", "boy", "fish")
@@ -318,7 +318,7 @@ def test_pipeline_scores_test_at_the_validation_threshold(tiny_encoder, tmp_path
 
 
 def test_frozen_bi_encoder_is_refused_with_the_reason(tiny_encoder):
-    from subspaces.cond.models import build_model
+    from subspaces.models.conditional import build_model
     from subspaces.cond.pipeline import train_conditional
 
     with pytest.raises(SubspacesError, match="nothing to train"):
@@ -361,14 +361,14 @@ def test_folders_of_the_first_layout_still_load(tiny_encoder, tmp_path):
 
 
 def test_builders_take_the_encoder_first(tiny_encoder):
-    from subspaces.cond.models import build_model
+    from subspaces.models.conditional import build_model
 
     with pytest.raises(SubspacesError, match="encoder comes first"):
         build_model("tri", tiny_encoder)
 
 
 def test_trainable_layers_train_only_the_top_of_the_encoder(tiny_encoder):
-    from subspaces.cond.models import build_model
+    from subspaces.models.conditional import build_model
 
     task = get_task("csts")
     rows = read_csts(CSTS)
@@ -427,7 +427,7 @@ def test_pipelines_return_results_that_save_as_json(tiny_encoder, tmp_path):
 
 def test_device_reaches_every_encoder_load(tiny_encoder, tmp_path, monkeypatch):
     import subspaces.models.encoder as encoder
-    from subspaces.cond.models import build_model
+    from subspaces.models.conditional import build_model
     from subspaces.cond.pipeline import evaluate_conditional
 
     devices: list[str | None] = []
@@ -531,7 +531,7 @@ def test_search_notes_an_unseen_condition_and_refuses_a_corpus_of_another_dimens
 
 
 def test_training_records_its_conditions(tiny_encoder):
-    from subspaces.cond.models import build_model
+    from subspaces.models.conditional import build_model
 
     model = build_model(tiny_encoder, "tri", head="hypernet", rank=4)
     rows = read_csts(CSTS)

@@ -253,7 +253,7 @@ def test_frozen_tri_encoder_trains_saves_loads_and_evaluates(tmp_path, tiny_enco
         freeze_encoder=True,
         batch_size=8,
         epochs=40,
-        lr=1e-2,
+        head_lr=1e-2,
         max_length=32,
         disk_cache=tmp_path / "cache",
         show_progress=False,
@@ -387,14 +387,15 @@ def test_fine_tuned_tri_encoder_head_learns_at_its_own_rate(tmp_path, tiny_encod
 
     from subspaces.kgc.data import load_kg
     from subspaces.kgc.graph import KnownTails
-    from subspaces.kgc.models import build_model, embed_batch
+    from subspaces.kgc.train import embed_batch
+    from subspaces.models.conditional import build_model
     from subspaces.kgc.texts import KGCTexts
     from subspaces.kgc.train import KGCTrainConfig, train_kgc
     from subspaces.losses.simkgc import SimKGCLoss
 
     kg = load_kg(write_wn18rr(tmp_path / "wn"))
     examples = kg.with_inverses("train")
-    model = build_model(str(tiny_encoder_dir), "tri", head="hypernet", rank=4, max_length=32)
+    model = build_model(str(tiny_encoder_dir), "tri", task="kgc", head="hypernet", rank=4, freeze_encoder=False, max_length=32)
     encoder_before = [p.detach().clone() for p in model.encoder.parameters()]
     head_before = [p.detach().clone() for p in model.head.parameters()]
     loss = SimKGCLoss(model, KnownTails(examples), batch_size=4, embed_batch=partial(embed_batch, model))
@@ -402,13 +403,13 @@ def test_fine_tuned_tri_encoder_head_learns_at_its_own_rate(tmp_path, tiny_encod
     result = train_kgc(
         loss,
         examples,
-        KGCTrainConfig(batch_size=4, lr=1e-12, head_lr=1e-2, max_steps=3, show_progress=False),
+        KGCTrainConfig(batch_size=4, encoder_lr=1e-12, head_lr=1e-2, max_steps=3, show_progress=False),
         KGCTexts.build(kg),
     )
     assert result.steps == 3
     assert all(torch.allclose(a, b, atol=1e-9) for a, b in zip(encoder_before, model.encoder.parameters(), strict=True))
     assert not all(torch.equal(a, b) for a, b in zip(head_before, model.head.parameters(), strict=True))
-    bi = SimKGCLoss(build_model(str(tiny_encoder_dir), "bi", max_length=32), KnownTails(examples), batch_size=4)
+    bi = SimKGCLoss(build_model(str(tiny_encoder_dir), "bi", task="kgc", freeze_encoder=False, max_length=32), KnownTails(examples), batch_size=4)
     with pytest.raises(SubspacesError, match="no head"):  # the loop refuses a rate it could not apply
         train_kgc(
             bi,
@@ -422,7 +423,7 @@ def test_head_lr_is_refused_where_there_is_no_head_beside_a_trained_encoder(tmp_
     from subspaces.kgc.pipeline import train_pipeline
 
     data = write_wn18rr(tmp_path / "wn")
-    for arch, frozen in (("bi", False), ("tri", True)):
+    for arch, frozen in (("bi", False),):
         with pytest.raises(SubspacesError, match="--head-lr"):
             train_pipeline(
                 output=tmp_path / arch,
@@ -532,14 +533,14 @@ def test_cli_train_then_eval_writes_the_documented_json(tmp_path, tiny_encoder_d
 def test_rank_parsing_and_the_validation_alias(tmp_path, tiny_encoder_dir):
     from subspaces.cli.common import parse_rank
     from subspaces.errors import SubspacesError
-    from subspaces.kgc.models import build_model
+    from subspaces.models.conditional import build_model
     from subspaces.kgc.pipeline import evaluate_model
 
     assert (parse_rank("auto"), parse_rank("full"), parse_rank("7")) == ("auto", None, 7)
     for bad in ("0", "-3", "many"):
         with pytest.raises(SubspacesError, match="--rank"):
             parse_rank(bad)
-    model = build_model(str(tiny_encoder_dir), "tri", head="hypernet", rank="auto")
+    model = build_model(str(tiny_encoder_dir), "tri", task="kgc", head="hypernet", rank="auto")
     assert model.head.config()["rank"] == 3  # d = 32: round(32 / 12)
     kg = load_kg(write_wn18rr(tmp_path / "wn"))
     result = evaluate_model(model, kg, split="validation", show_progress=False)
@@ -549,7 +550,7 @@ def test_rank_parsing_and_the_validation_alias(tmp_path, tiny_encoder_dir):
 def test_ranking_filters_the_answers_of_every_split(tmp_path, tiny_encoder_dir):
     """Other true answers from train, valid *and* test are filtered; training triples alone are not the filter."""
     from subspaces.kgc.inference import KGCInference
-    from subspaces.kgc.models import build_model
+    from subspaces.models.conditional import build_model
     from subspaces.kgc.pipeline import evaluate_model
     from subspaces.kgc.ranking import rank_queries
     from subspaces.kgc.texts import KGCTexts
@@ -561,7 +562,7 @@ def test_ranking_filters_the_answers_of_every_split(tmp_path, tiny_encoder_dir):
     with (data / "valid.txt").open("a") as handle:
         handle.writelines(f"{ids[h]}\t_hypernym\t{ids[t]}\n" for h, t in extra)
     kg = load_kg(data)
-    model = build_model(str(tiny_encoder_dir), "bi", max_length=32)
+    model = build_model(str(tiny_encoder_dir), "bi", task="kgc", max_length=32)
     result = evaluate_model(model, kg, predictions=tmp_path / "p.jsonl", show_progress=False)
     ranks = [json.loads(line)["rank"] for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     queries = kg.with_inverses("test")
@@ -579,7 +580,8 @@ def test_ranking_filters_the_answers_of_every_split(tmp_path, tiny_encoder_dir):
 
 def test_kgc_folders_of_the_first_layout_still_load(tmp_path, tiny_encoder_dir):
     """``kgc_model.json`` folders as ``kgc train`` wrote them before the one folder format (written here by hand)."""
-    from subspaces.kgc.models import BiEncoderKGC, load_kgc_model
+    from subspaces.models.conditional import BiEncoder as BiEncoderKGC
+    from subspaces.models.conditional import load_model as load_kgc_model
     from subspaces.kgc.pipeline import evaluate_model
     from subspaces.models.encoder import load_encoder
     from subspaces.models.heads import make_head
@@ -613,11 +615,11 @@ def test_kgc_folders_of_the_first_layout_still_load(tmp_path, tiny_encoder_dir):
 
 
 def test_entity_encoding_shows_progress_naming_task_and_dataset(tmp_path, tiny_encoder_dir, capsys):
-    from subspaces.kgc.models import build_model
+    from subspaces.models.conditional import build_model
     from subspaces.kgc.pipeline import evaluate_model
 
     kg = load_kg(write_wn18rr(tmp_path / "wn"))
-    model = build_model(str(tiny_encoder_dir), "tri", head="hadamard", max_length=32)
+    model = build_model(str(tiny_encoder_dir), "tri", task="kgc", head="hadamard", max_length=32)
     model.store.progress_min = 1  # the fixture has 12 entities; real graphs have tens of thousands
     evaluate_model(model, kg, show_progress=True)
     err = capsys.readouterr().err  # not a terminal: plain lines, one at the end at least
@@ -625,7 +627,7 @@ def test_entity_encoding_shows_progress_naming_task_and_dataset(tmp_path, tiny_e
 
 
 def test_kgc_trainable_layers_train_only_the_top_of_the_encoder(tmp_path, tiny_encoder_dir):
-    from subspaces.kgc.models import load_kgc_model
+    from subspaces.models.conditional import load_model as load_kgc_model
     from subspaces.kgc.pipeline import train_pipeline
     from subspaces.models.encoder import load_encoder
 
@@ -639,7 +641,7 @@ def test_kgc_trainable_layers_train_only_the_top_of_the_encoder(tmp_path, tiny_e
         freeze_encoder=False,
         batch_size=8,
         max_steps=3,
-        lr=1e-2,
+        encoder_lr=1e-2,
         max_length=32,
         trainable_layers=1,
         disk_cache=False,
@@ -770,7 +772,7 @@ def test_recipe_sets_every_option_and_the_model_folder_records_them(tmp_path, ti
     from typer.testing import CliRunner
 
     from subspaces.cli.app import app
-    from subspaces.kgc.models import load_kgc_model
+    from subspaces.models.conditional import load_model as load_kgc_model
     from subspaces.kgc.recipes import recipe, recipe_settings
     from subspaces.models.folder import read_config
 
@@ -807,7 +809,7 @@ def test_recipe_sets_every_option_and_the_model_folder_records_them(tmp_path, ti
             assert saved[setting.option] == setting.value, setting
     bi = recipe_settings("hypercl-wn18rr", "bi")
     assert bi["self_negatives"] and "rank" not in bi and bi["batch_size"] == 512
-    assert recipe_settings("hypercl-wn18rr", "tri")["lr"] == 5e-5
+    assert recipe_settings("hypercl-wn18rr", "tri")["encoder_lr"] == 5e-5
     with pytest.raises(SubspacesError, match="unknown recipe"):
         recipe_settings("nope", "tri")
 
@@ -881,7 +883,7 @@ def test_training_with_a_checkpoint_dir_resumes_where_it_stopped(tmp_path, tiny_
     with monkeypatch.context() as patch:
         patch.setattr(engine, "fit", interrupted_fit)
         with pytest.raises(KeyboardInterrupt):
-            train_pipeline(output=tmp_path / "cut", checkpoint_dir=tmp_path / "ckpt", **common)
+            train_pipeline(output=tmp_path / "cut", output_dir=tmp_path / "ckpt", **common)
     assert (tmp_path / "ckpt" / "checkpoint.pt").is_file()
     seen: list[int] = []
 
@@ -891,7 +893,7 @@ def test_training_with_a_checkpoint_dir_resumes_where_it_stopped(tmp_path, tiny_
 
     with monkeypatch.context() as patch:
         patch.setattr(engine, "fit", counting_fit)
-        resumed = train_pipeline(output=tmp_path / "cut", checkpoint_dir=tmp_path / "ckpt", **common)
+        resumed = train_pipeline(output=tmp_path / "cut", output_dir=tmp_path / "ckpt", **common)
     assert seen == list(range(steps // 2 + 1, steps + 1))  # only the steps the interrupted run had not taken
     assert resumed.train_result["steps"] == steps
     from subspaces.models.triencoder import TriEncoder

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 from subspaces.cli.common import Arch, DeviceOpt, Head, ThreadsOpt, echo, out, parse_rank, table, user_errors
-from subspaces.cli.groups import bench_app, cond_app
+from subspaces.cli.groups import cond_app
 from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def train_cmd(
         Optional[str], typer.Option(help="A separate encoder for conditions (tri only).")
     ] = None,
     batch_size: int = 32,
-    lr: Annotated[float, typer.Option(help="Learning rate of the head.")] = 1e-3,
+    head_lr: Annotated[float, typer.Option("--head-lr", "--lr", help="Learning rate of the head.")] = 1e-3,
     encoder_lr: Annotated[float, typer.Option(help="Learning rate of the encoder when fine-tuning.")] = 2e-5,
     epochs: int = 10,
     max_steps: Optional[int] = None,
@@ -84,7 +84,7 @@ def train_cmd(
     in_batch_negatives: Annotated[
         bool, typer.Option(help="infonce_mse: other pairs of the batch as negatives.")
     ] = False,
-    max_seq_length: Annotated[
+    max_length: Annotated[
         Optional[int],
         typer.Option("--max-length", "--max-seq-length", help="Tokens per text (default: the encoder's own limit)."),
     ] = None,
@@ -111,9 +111,15 @@ def train_cmd(
         freeze_encoder = False
 
     config = CondTrainConfig(
+        arch=arch.value,
+        head=head.value,
+        rank=parse_rank(rank),
+        freeze_encoder=freeze_encoder,
+        condition_encoder=condition_encoder,
+        max_length=max_length,
         objective=objective.value,
         batch_size=batch_size,
-        lr=lr,
+        head_lr=head_lr,
         encoder_lr=encoder_lr,
         epochs=epochs,
         max_steps=max_steps,
@@ -124,20 +130,7 @@ def train_cmd(
         trainable_layers=layers,
         cache_dir=None if cache_dir is None else str(cache_dir),
     )
-    summary = train_conditional(
-        task.value,
-        model,
-        output=output,
-        arch=arch.value,
-        head=head.value,
-        rank=parse_rank(rank),
-        freeze_encoder=freeze_encoder,
-        condition_encoder=condition_encoder,
-        data_dir=data,
-        config=config,
-        max_seq_length=max_seq_length,
-        device=device,
-    )
+    summary = train_conditional(task.value, model, output=output, config=config, data_dir=data, device=device)
     echo(
         f"{output}  ({summary.sampler}; {summary.steps} steps in {summary.train_seconds:.1f}s)",
         label="saved",
@@ -250,7 +243,7 @@ def search_cmd(
         echo(f"wrote {json_path}")
 
 
-@bench_app.command("csts-cache")
+@cond_app.command("bench")
 @user_errors
 def csts_cache_cmd(
     task: Annotated[Task, typer.Option(help="wic, or csts (needs --data: C-STS is not redistributable).")] = Task.wic,

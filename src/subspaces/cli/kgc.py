@@ -75,11 +75,16 @@ def train(
     arch: Arch = typer.Option(Arch.tri, help="bi (SimKGC) or tri (Hyper-CL tri-encoder)."),
     head: Head = typer.Option(Head.hypernet, help="Tri-encoder head."),
     rank: str = typer.Option("auto", help="Hypernet rank K, 'auto' (d/12, as Hyper-CL: 32 for d = 384) or 'full'."),
-    freeze_encoder: bool = typer.Option(False, "--freeze-encoder", help="Train only the head on cached embeddings."),
+    freeze_encoder: bool = typer.Option(
+        False, "--freeze-encoder/--fine-tune", help="Train only the head on cached embeddings."
+    ),
     batch_size: int = typer.Option(1024, help="Batch size (in-batch negatives)."),
-    lr: Optional[float] = typer.Option(None, help="Learning rate (default 1e-3 frozen, 5e-5 fine-tuning)."),
+    encoder_lr: float = typer.Option(5e-5, "--encoder-lr", help="Learning rate of the encoder(s) when fine-tuning."),
     head_lr: Optional[float] = typer.Option(
-        None, help="Tri-encoder fine-tuning: the head's own learning rate (default: --lr)."
+        None, help="Learning rate of the tri-encoder's head (default: 1e-3 frozen, --encoder-lr fine-tuning)."
+    ),
+    lr: Optional[float] = typer.Option(
+        None, "--lr", hidden=True, help="The earlier spelling: --head-lr with --freeze-encoder, else --encoder-lr."
     ),
     epochs: int = typer.Option(1),
     max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps."),
@@ -136,51 +141,50 @@ def train(
     from subspaces.cli.train import parse_trainable_layers
     from subspaces.io import check_writable
     from subspaces.kgc.pipeline import train_pipeline
+    from subspaces.kgc.train import KGCTrainConfig
     from subspaces.models.encoder import resolve_device
 
     resolve_device(device)
     check_writable(output, "--output", folder=True)  # before the work, not after it
+    if lr is not None:  # the earlier --lr: the rate of whatever trains besides a separately-rated head
+        if freeze_encoder:
+            head_lr = lr
+        else:
+            encoder_lr = lr
     options: dict[str, Any] = {
+        "arch": arch.value,
+        "freeze_encoder": freeze_encoder,
         "head": head.value,
         "rank": parse_rank(rank),
         "batch_size": batch_size,
-        "lr": lr,
+        "encoder_lr": encoder_lr,
         "head_lr": head_lr,
+        "epochs": epochs,
+        "max_steps": max_steps,
+        "seed": seed,
         "max_length": max_length,
         "margin": margin,
         "temperature": temperature,
         "pre_batch": pre_batch,
         "pre_batch_weight": pre_batch_weight,
         "self_negatives": self_negatives,
+        "shared_encoder": not separate_encoders,
         "neighbour_names": neighbour_names,
         "neighbour_order": neighbour_order.value,
         "per_example_texts": per_example_texts,
         "head_dropout": head_dropout,
         "head_init": head_init.value,
         "normalize_queries": normalize_queries,
+        "evaluate_split": None if eval_split == "none" else eval_split,
         "rerank_n_hop": rerank_n_hop,
         "neighbour_weight": neighbour_weight,
+        "trainable_layers": parse_trainable_layers(trainable_layers),
+        "cache_dir": cache_dir,
+        "output_dir": checkpoint_dir,
     }
     if recipe is not None:
-        options.update(_recipe_defaults(ctx, recipe.value, arch.value, freeze_encoder))
-    report = train_pipeline(
-        output=output,
-        dataset=dataset,
-        model=model,
-        arch=arch.value,
-        freeze_encoder=freeze_encoder,
-        epochs=epochs,
-        max_steps=max_steps,
-        seed=seed,
-        shared_encoder=not separate_encoders,
-        evaluate_split=None if eval_split == "none" else eval_split,
-        trainable_layers=parse_trainable_layers(trainable_layers),
-        cache_dir=cache_dir,
-        recipe=None if recipe is None else recipe.value,
-        device=device,
-        checkpoint_dir=checkpoint_dir,
-        **options,
-    )
+        options.update(_recipe_defaults(ctx, recipe.value, arch.value), recipe=recipe.value)
+    report = train_pipeline(KGCTrainConfig(**options), output=output, dataset=dataset, model=model, device=device)
     r = report.train_result
     echo(
         f"trained {r['steps']} steps in {r['seconds']:.1f} s ({r['examples_per_second']:.0f} examples/s); "
@@ -192,11 +196,11 @@ def train(
             report.eval.save(json_path)
 
 
-def _recipe_defaults(ctx: typer.Context, name: str, arch: str, freeze_encoder: bool) -> dict:
+def _recipe_defaults(ctx: typer.Context, name: str, arch: str) -> dict:
     """The recipe's settings for the options this command line left at their defaults."""
     from subspaces.kgc.recipes import recipe_settings
 
-    settings = recipe_settings(name, arch, freeze_encoder=freeze_encoder)
+    settings = recipe_settings(name, arch)
     # By name: typer may carry its own copy of click, whose ParameterSource is another class.
     sources = {key: ctx.get_parameter_source(key) for key in ctx.params}
     given = {key for key, source in sources.items() if source is not None and source.name != "DEFAULT"}

@@ -1,9 +1,10 @@
 """Conditional similarity (C-STS, Hyper-CL): "how similar are two sentences with respect to condition c".
 
-- :mod:`subspaces.cond.models`: :class:`TriEncoder` (heads from :mod:`subspaces.models.heads`, cached sentence
-  embeddings and W_c) and :class:`BiEncoder`; save/load as folders.
+- the models are shared with :mod:`subspaces.kgc`: :mod:`subspaces.models.conditional` (the tri-encoder and the
+  bi-encoder behind one protocol, ``build_model`` / ``load_model``).
 - :mod:`subspaces.cond.sampler`: shuffled rows, or (high, low) condition pairs kept in one batch.
-- :mod:`subspaces.cond.train`: training (head-only on cached embeddings, or fine-tuning) and evaluation.
+- :mod:`subspaces.cond.train`: the recipe (:class:`~subspaces.cond.train.CondTrainConfig`), training (head-only
+  on cached embeddings, or fine-tuning) and evaluation.
 - :mod:`subspaces.cond.metrics`: accuracy at a dev threshold, AUC, Spearman/Pearson/MSE, seen vs unseen.
 - :mod:`subspaces.cond.analysis`: Hyper-CL's expressiveness and cluster-impurity analyses.
 - :mod:`subspaces.cond.tasks`, :mod:`subspaces.cond.pipeline`: WiC / C-STS specs and one-call pipelines.

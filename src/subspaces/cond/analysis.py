@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from subspaces.cond.models import TriEncoder
+from subspaces.models.triencoder import TriEncoder
 from subspaces.errors import SubspacesError
 from subspaces.models.heads import ConditionHead, HypernetHead
 

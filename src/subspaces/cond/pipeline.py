@@ -8,17 +8,17 @@ report = evaluate_conditional("runs/wic-hyper", "wic", split="test")   # report.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
-from subspaces.cond.models import ConditionalModel, TriEncoder, build_model, load_model
 from subspaces.cond.tasks import get_task
 from subspaces.cond.train import CondTrainConfig, evaluate, fit, predict
 from subspaces.data.csts import write_predictions
 from subspaces.errors import SubspacesError
+from subspaces.models.conditional import BiEncoder, ConditionalEncoder, TriEncoder, build_model, load_model
 from subspaces.results import JSONResult
 
 
@@ -77,7 +77,7 @@ class ConditionalEvalResult(JSONResult):
     cache: dict[str, Any] | None = None
 
 
-def _describe(model: ConditionalModel) -> dict[str, Any]:
+def _describe(model: ConditionalEncoder) -> dict[str, Any]:
     """arch, freeze_encoder, head and rank (None where they do not apply)."""
     info: dict[str, Any] = {"arch": model.arch, "freeze_encoder": model.freeze_encoder, "head": None, "rank": None}
     if isinstance(model, TriEncoder):
@@ -88,14 +88,14 @@ def _describe(model: ConditionalModel) -> dict[str, Any]:
     return info
 
 
-def _load_or_zero_shot(path: str | Path, device: str = "cpu") -> ConditionalModel:
+def _load_or_zero_shot(path: str | Path, device: str = "cpu") -> ConditionalEncoder:
     """A ``cond train`` folder, or a plain encoder (name or folder) as the zero-shot bi-encoder."""
     from subspaces.errors import ModelNotFoundError
     from subspaces.models.encoder import resolve_model_path
     from subspaces.models.folder import is_model_folder
 
     if is_model_folder(path):
-        return load_model(path, device=device)
+        return load_model(path, task="cond", device=device)
     try:
         resolve_model_path(path)
     except ModelNotFoundError as exc:
@@ -110,38 +110,36 @@ def train_conditional(
     model: str,
     *,
     output: str | Path,
-    arch: str = "tri",
-    head: str = "hypernet",
-    rank: int | str | None = "auto",
-    freeze_encoder: bool = True,
-    condition_encoder: str | None = None,
-    data_dir: str | Path | None = None,
     config: CondTrainConfig | None = None,
-    max_seq_length: int | None = None,
+    data_dir: str | Path | None = None,
     device: str = "cpu",
+    **settings: Any,
 ) -> ConditionalTrainResult:
-    """Build on ``device``, train (best state on validation), save to ``output`` with ``train_result.json``."""
+    """Build on ``device``, train (best state on validation), save to ``output`` with ``train_result.json``.
+
+    ``config`` is the run's recipe; ``settings`` (any of its fields, e.g. ``arch="bi"``) replace its values.
+    """
     from subspaces.models.encoder import resolve_device
 
     resolve_device(device)  # a device this machine lacks fails before the data and the model load
-    if arch == "bi" and freeze_encoder:
+    config = replace(config or CondTrainConfig(), **settings)
+    if config.arch == "bi" and config.freeze_encoder:
         raise SubspacesError(
             "--arch bi with a frozen encoder has nothing to train (the bi-encoder has no head; --head applies to "
             "--arch tri): pass --fine-tune to train the encoder, or score it zero-shot with `subspaces cond eval MODEL`"
         )
     spec = get_task(task)
-    config = config or CondTrainConfig()
     train_rows = spec.load("train", data_dir)
     dev_rows = spec.load("validation", data_dir)
     start = time.perf_counter()
     cond_model = build_model(
         model,
-        arch,
-        head=head,
-        rank=rank,
-        freeze_encoder=freeze_encoder,
-        condition_encoder=condition_encoder,
-        max_seq_length=max_seq_length,
+        config.arch,
+        head=config.head,
+        rank=config.rank,
+        freeze_encoder=config.freeze_encoder,
+        condition_encoder=config.condition_encoder,
+        max_length=config.max_length,
         seed=config.seed,
         device=device,
     )
@@ -162,14 +160,14 @@ def train_conditional(
         selection_metric=spec.selection_metric,
         best_dev=result.best_dev,
         history=result.history,
-        config=dict(vars(config)),
+        config=asdict(config),
     )
     summary.save(Path(output) / "train_result.json")
     return summary
 
 
 def evaluate_conditional(
-    path: str | Path | ConditionalModel,
+    path: str | Path | ConditionalEncoder,
     task: str,
     *,
     split: str = "test",
@@ -187,7 +185,7 @@ def evaluate_conditional(
 
     resolve_device(device)
     spec = get_task(task)
-    model = path if isinstance(path, ConditionalModel) else _load_or_zero_shot(path, device)
+    model = path if isinstance(path, (TriEncoder, BiEncoder)) else _load_or_zero_shot(path, device)
     model.clear_caches(reset_stats=True)
     rows = spec.load(split, data_dir)
     seen_keys = model.metadata.get("seen_keys")
@@ -242,10 +240,10 @@ def cache_benchmark(
     """
     spec = get_task(task)
     rows = spec.load(split, data_dir)[:limit]
-    models: dict[str, ConditionalModel] = {
-        "bi": load_model(bi, device=device) if bi else build_model(model, "bi", device=device),
+    models: dict[str, ConditionalEncoder] = {
+        "bi": load_model(bi, task="cond", device=device) if bi else build_model(model, "bi", device=device),
         "tri": (
-            load_model(tri, device=device)
+            load_model(tri, task="cond", device=device)
             if tri
             else build_model(model, "tri", head="hypernet", rank=rank, device=device)
         ),

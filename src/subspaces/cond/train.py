@@ -11,42 +11,64 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from subspaces.cond.metrics import choose_threshold, conditional_metrics
-from subspaces.cond.models import BiEncoder, ConditionalModel, TriEncoder
 from subspaces.cond.sampler import PairSampler, RowSampler
 from subspaces.cond.tasks import Task
 from subspaces.data.csts import ConditionalPair
 from subspaces.errors import SubspacesError
 from subspaces.eval.base import Evaluator
 from subspaces.losses.conditional import ConditionalLoss
+from subspaces.models.conditional import BiEncoder, ConditionalEncoder, TriEncoder
 from subspaces.models.triencoder import partially_trained
+from subspaces.train.engine import FitConfig
+from subspaces.train import engine
 
 ENCODER_PREFIXES = ("encoder.", "condition_encoder.")
 
 
 @dataclass
-class CondTrainConfig:
-    objective: str = "mse"
-    batch_size: int = 32
-    lr: float = 1e-3  # heads on a frozen encoder; fine-tuning the encoder wants about 2e-5
-    encoder_lr: float = 2e-5
-    epochs: int = 10
-    max_steps: int | None = None
-    weight_decay: float = 0.0
-    temperature: float = 1.7
-    margin: float = 1.0
-    in_batch_negatives: bool = False
-    seed: int = 42
-    eval_every_epoch: bool = True
-    show_progress: bool = True
-    trainable_layers: int | str | None = None  # fine-tuning: only the top N transformer layers (None/"all": all)
-    cache_dir: str | None = None  # their cached bottom activations (None: in memory)
+class CondTrainConfig(FitConfig):
+    """A conditional-similarity run: the model to build, the objective, and the loop's settings (the engine's
+    :class:`~subspaces.train.engine.FitConfig`, with this task's defaults)."""
+
+    arch: Literal["tri", "bi"] = field(
+        default="tri", metadata={"help": "tri: sentence and condition encoded apart (cacheable); bi: (s, c) pairs."}
+    )
+    head: Literal["hypernet", "concat", "hadamard"] = field(default="hypernet", metadata={"help": "Tri-encoder head."})
+    rank: int | str | None = field(
+        default="auto", metadata={"help": "Hypernet rank K, 'auto' (d/12, as Hyper-CL) or None/'full'."}
+    )
+    freeze_encoder: bool = field(default=True, metadata={"help": "Train only the head on cached embeddings."})
+    condition_encoder: str | None = field(default=None, metadata={"help": "A separate encoder for conditions (tri)."})
+    max_length: int | None = field(
+        default=None, metadata={"help": "Tokens per text (default: the encoder's own limit)."}
+    )
+    objective: Literal["mse", "quadruplet", "infonce_mse"] = field(
+        default="mse", metadata={"help": "mse; quadruplet and infonce_mse need pairs under two conditions."}
+    )
+    batch_size: int = field(default=32, metadata={"help": "Rows per step."})
+    head_lr: float = field(default=1e-3, metadata={"help": "Learning rate of the head."})
+    encoder_lr: float = field(default=2e-5, metadata={"help": "Learning rate of the encoder when fine-tuning."})
+    lr: float = field(default=1e-3, init=False, repr=False)  # the loop's base rate: the groups carry their own
+    epochs: int = field(default=10, metadata={"help": "Passes over the training rows."})
+    temperature: float = field(default=1.7, metadata={"help": "τ of infonce_mse."})
+    margin: float = field(default=1.0, metadata={"help": "Margin of the quadruplet loss."})
+    in_batch_negatives: bool = field(
+        default=False, metadata={"help": "infonce_mse: other pairs of the batch as negatives."}
+    )
+    eval_every_epoch: bool = field(default=True, metadata={"help": "Score the dev split after each epoch."})
+    trainable_layers: int | str | None = field(
+        default=None, metadata={"help": "Fine-tuning: only the top N transformer layers (None/'all': all)."}
+    )
+    cache_dir: str | None = field(
+        default=None, metadata={"help": "Where partial fine-tuning keeps the bottom activations (None: memory)."}
+    )
 
 
 @dataclass
@@ -59,14 +81,19 @@ class CondTrainResult:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def predict(model: ConditionalModel, rows: Sequence[ConditionalPair], batch_size: int = 256) -> np.ndarray:
+def loop_config(config: FitConfig, **overrides: Any) -> FitConfig:
+    """The engine's settings of a task's recipe (its :class:`FitConfig` fields), with the task's ``overrides``."""
+    return FitConfig(**{**{f.name: getattr(config, f.name) for f in fields(FitConfig)}, **overrides})
+
+
+def predict(model: ConditionalEncoder, rows: Sequence[ConditionalPair], batch_size: int = 256) -> np.ndarray:
     return model.similarity(
         [r.sentence1 for r in rows], [r.sentence2 for r in rows], [r.condition for r in rows], batch_size=batch_size
     )
 
 
 def evaluate(
-    model: ConditionalModel,
+    model: ConditionalEncoder,
     task: Task,
     rows: Sequence[ConditionalPair],
     *,
@@ -112,21 +139,21 @@ class DevEvaluator(Evaluator):
         self.rows = rows
         self.primary_metric = task.selection_metric
 
-    def __call__(self, model: ConditionalModel) -> dict[str, float]:
+    def __call__(self, model: ConditionalEncoder) -> dict[str, float]:
         return {k: float(v) for k, v in evaluate(model, self.task, self.rows)["metrics"].items()}
 
 
-def param_groups(model: ConditionalModel, config: CondTrainConfig) -> list[dict[str, Any]]:
-    """AdamW groups: the head at ``lr``, the encoders (when they train) at ``encoder_lr``."""
+def param_groups(model: ConditionalEncoder, config: CondTrainConfig) -> list[dict[str, Any]]:
+    """AdamW groups: the head at ``head_lr``, the encoders (when they train) at ``encoder_lr``."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     head = [p for n, p in named if not n.startswith(ENCODER_PREFIXES)]
     encoders = [p for n, p in named if n.startswith(ENCODER_PREFIXES)]
     return [
-        g for g in ({"params": head, "lr": config.lr}, {"params": encoders, "lr": config.encoder_lr}) if g["params"]
+        g for g in ({"params": head, "lr": config.head_lr}, {"params": encoders, "lr": config.encoder_lr}) if g["params"]
     ]
 
 
-def check_trainable(model: ConditionalModel) -> None:
+def check_trainable(model: ConditionalEncoder) -> None:
     """Refuse a model with nothing to train, saying why (a frozen bi-encoder has no parameters of its own)."""
     if not any(p.requires_grad for p in model.parameters()):
         raise SubspacesError(
@@ -136,7 +163,7 @@ def check_trainable(model: ConditionalModel) -> None:
 
 
 def fit(
-    model: ConditionalModel,
+    model: ConditionalEncoder,
     task: Task,
     train_rows: Sequence[ConditionalPair],
     config: CondTrainConfig,
@@ -144,9 +171,6 @@ def fit(
     dev_rows: Sequence[ConditionalPair] | None = None,
 ) -> CondTrainResult:
     """Train ``model`` on ``train_rows`` with the engine; keeps the state best on ``dev_rows`` (if given)."""
-    from subspaces.train.engine import FitConfig
-    from subspaces.train.engine import fit as engine_fit
-
     if config.trainable_layers not in (None, "all") and model.freeze_encoder:
         raise SubspacesError("--trainable-layers trains encoder layers: it needs --fine-tune, not a frozen encoder")
     check_trainable(model)
@@ -194,16 +218,12 @@ def fit(
         "margin": config.margin,
         "arch": model.arch,
     }
-    fit_config = FitConfig(
-        lr=config.lr,
-        epochs=config.epochs,
+    fit_config = loop_config(
+        config,
+        lr=config.head_lr,
         max_steps=steps,
-        weight_decay=config.weight_decay,
-        max_grad_norm=1.0,
-        seed=config.seed,
         eval_steps=None,
         eval_every_epoch=True,
-        show_progress=config.show_progress,
         description=f"train cond {model.arch} on {task.name}",
     )
     with partially_trained(
@@ -215,7 +235,7 @@ def fit(
     ) as attached:
         if attached:
             settings["trainable_layers"] = attached[0].trainable_layers
-        result = engine_fit(
+        result = engine.fit(
             model,
             step,
             sampler,
@@ -237,7 +257,7 @@ def fit(
     return out
 
 
-def _training_texts(model: ConditionalModel, rows: Sequence[ConditionalPair]) -> list[tuple[Any, list[Any]]]:
+def _training_texts(model: ConditionalEncoder, rows: Sequence[ConditionalPair]) -> list[tuple[Any, list[Any]]]:
     """Each encoder with the inputs it reads in training: sentences and conditions, or (sentence, condition) pairs."""
     if isinstance(model, BiEncoder):
         return [(model.encoder, [(s, r.condition) for r in rows for s in (r.sentence1, r.sentence2)])]
@@ -264,7 +284,7 @@ def _epoch_history(
 
 
 def _warm_caches(
-    model: ConditionalModel, train: Sequence[ConditionalPair], dev: Sequence[ConditionalPair] | None, name: str
+    model: ConditionalEncoder, train: Sequence[ConditionalPair], dev: Sequence[ConditionalPair] | None, name: str
 ) -> None:
     """Encode every distinct text of the splits once, in large batches (the frozen encoder's only pass)."""
     rows = [*train, *(dev or [])]

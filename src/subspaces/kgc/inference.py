@@ -14,14 +14,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from subspaces.kgc.models import BiEncoderKGC, KGCModel
 from subspaces.kgc.texts import KGCTexts
+from subspaces.models.conditional import ConditionalEncoder
 
 
 class KGCInference:
     """Vectors for ranking with ``model`` (its store: memory, and disk shards if the model was built with them)."""
 
-    def __init__(self, model: KGCModel, texts: KGCTexts, *, label: str = "kgc") -> None:
+    def __init__(self, model: ConditionalEncoder, texts: KGCTexts, *, label: str = "kgc") -> None:
         self.model = model.eval()
         self.texts = texts
         self.label = label  # names the task and dataset in progress lines, e.g. "kgc wn18rr"
@@ -37,11 +37,10 @@ class KGCInference:
     @torch.no_grad()
     def query_vectors(self, queries: np.ndarray) -> torch.Tensor:
         queries = np.asarray(queries)
-        if isinstance(self.model, BiEncoderKGC):
-            pairs = self.model.query_inputs(self.texts, queries)
-            return self.model.store.embed("query", pairs, f"{self.label}: encoding {len(pairs):,} queries")
-        heads = self.model.embed_sentences([self.texts.entities[h] for h in queries[:, 0].tolist()])
-        return self.model.condition(heads, [self.texts.relations[r] for r in queries[:, 1].tolist()]).cpu()
+        heads = [self.texts.entities[h] for h in queries[:, 0].tolist()]
+        relations = [self.texts.relations[r] for r in queries[:, 1].tolist()]
+        description = f"{self.label}: encoding {len(queries):,} queries"  # the bi-encoder's (head, relation) pairs
+        return self.model.project(heads, relations, description if self.model.arch == "bi" else None).cpu()
 
     def stats(self) -> dict:
         store = self.model.store

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,16 +21,17 @@ import numpy as np
 import torch
 
 from subspaces.errors import SubspacesError
+from subspaces.eval.base import Evaluator
 from subspaces.io import atomic_open
 from subspaces.kgc.data import DATASETS, KnowledgeGraph, load_kg
 from subspaces.kgc.graph import KnownTails, LinkGraph
 from subspaces.kgc.inference import KGCInference
-from subspaces.kgc.models import KGCModel, build_model, embed_batch, load_kgc_model
 from subspaces.kgc.ranking import Ties, average_metrics, rank_metrics, rank_queries
 from subspaces.kgc.texts import KGCTexts, NeighbourOrder
-from subspaces.kgc.train import KGCTrainConfig, RankingEvaluator, train_kgc
+from subspaces.kgc.train import KGCTrainConfig, embed_batch, train_kgc
 from subspaces.losses.simkgc import SimKGCLoss
-from subspaces.models.triencoder import TriEncoder, partially_trained
+from subspaces.models.conditional import ConditionalEncoder, TriEncoder, build_model, load_model
+from subspaces.models.triencoder import partially_trained
 from subspaces.results import JSONResult
 
 DEFAULT_MAX_LENGTH = 50  # SimKGC's --max-num-tokens
@@ -85,123 +86,65 @@ def _split_name(kg: KnowledgeGraph, split: str) -> str:
 
 
 def train_pipeline(
+    config: KGCTrainConfig | None = None,
     *,
     output: str | Path,
-    dataset: str | Path = "wn18rr",
+    dataset: str | Path | KnowledgeGraph = "wn18rr",
     model: str = "minilm-l6",
-    arch: str = "tri",
-    head: str = "hypernet",
-    rank: int | str | None = "auto",
-    freeze_encoder: bool = True,
-    batch_size: int = 1024,
-    lr: float | None = None,
-    head_lr: float | None = None,
-    epochs: int = 1,
-    max_steps: int | None = None,
-    seed: int = 42,
-    max_length: int = DEFAULT_MAX_LENGTH,
-    margin: float = 0.02,
-    temperature: float = 0.05,
-    pre_batch: int = 0,
-    pre_batch_weight: float = 0.5,
-    self_negatives: bool = True,
-    neighbour_names: bool | None = None,
-    neighbour_order: NeighbourOrder = "id",
-    per_example_texts: bool | None = None,
-    shared_encoder: bool = True,
-    warmup_steps: int = 400,
-    head_dropout: float = 0.0,
-    head_init: str = "scaled",
-    head_activation: str = "relu",
-    normalize_queries: bool = True,
-    disk_cache=None,
-    evaluate_split: str | None = "test",
-    select_on: str | None = None,
-    track_on: str | None = None,
-    rerank_n_hop: int = 0,
-    neighbour_weight: float = 0.05,
-    trainable_layers: int | str | None = None,
-    cache_dir: str | Path | None = None,
-    recipe: str | None = None,
     device: str = "cpu",
-    checkpoint_dir: str | Path | None = None,
-    show_progress: bool = True,
+    **settings: Any,
 ) -> KGCResult:
-    """Train a KGC model with SimKGC's objective, save it to ``output``, and (optionally) evaluate it.
+    """Train a KGC model on ``dataset`` with SimKGC's objective, save it to ``output``, and (optionally) evaluate it.
 
-    ``freeze_encoder`` (tri-encoder only) trains the head on cached entity and relation embeddings; otherwise
-    the encoder is fine-tuned on text (SimKGC's recipe; what a GPU is for). ``lr`` defaults to 1e-3 for a
-    frozen encoder and SimKGC's 5e-5 for fine-tuning; ``head_lr`` (fine-tuning a tri-encoder) gives the randomly
-    initialised head its own rate, the encoder keeping ``lr``. ``select_on`` (a split, e.g. ``"valid"``) evaluates
-    at each epoch end and keeps the state with the best MRR there; without it the last state is kept.
-    ``track_on`` (a split) evaluates at each epoch end too, into the history, but keeps the last state.
-    ``trainable_layers`` (fine-tuning) trains only the encoders' top N layers over cached bottom activations
-    (kept in ``cache_dir``, or in memory). ``checkpoint_dir``: the training checkpoints there every 50 steps and
-    on Ctrl-C, and the same call again resumes exactly where it stopped (the engine's resume; a fine-tuned epoch
-    on CPU takes hours).
-
-    Options of Hyper-CL's released configuration (:mod:`subspaces.kgc.recipes` sets them all, ``recipe`` names
-    it in the saved metadata): ``head_dropout``, ``head_init`` and ``head_activation`` (concat) for the head
-    (:func:`subspaces.models.heads.make_head`); ``normalize_queries=False`` scores the raw projection;
-    ``neighbour_order`` and ``per_example_texts`` (default: on for the bi-encoder, as before) shape the link-graph
-    texts (:mod:`subspaces.kgc.texts`); ``rerank_n_hop`` adds SimKGC's graph re-ranking to the evaluation.
+    ``config`` is the run's recipe (:class:`~subspaces.kgc.train.KGCTrainConfig`: every setting, with its help);
+    ``settings`` (any of its fields, e.g. ``arch="bi"``) replace its values. ``freeze_encoder`` (tri-encoder only)
+    trains the head on cached entity and relation embeddings; otherwise the encoder is fine-tuned on text
+    (SimKGC's recipe; what a GPU is for). ``select_on`` (a split) keeps the state with the best MRR there;
+    ``track_on`` records each epoch's MRR but keeps the last state. ``output_dir``: the training checkpoints there
+    every ``save_steps`` and on Ctrl-C, and the same call again resumes exactly where it stopped.
     """
+    config = replace(config or KGCTrainConfig(), **settings)
+    arch, freeze_encoder = config.arch, config.freeze_encoder
     if freeze_encoder and arch == "bi":
         raise SubspacesError(
             "--freeze-encoder leaves the bi-encoder nothing to train; "
             "evaluate it zero-shot with `kgc eval MODEL --dataset ...`"
         )
-    if trainable_layers not in (None, "all") and freeze_encoder:
+    if config.trainable_layers not in (None, "all") and freeze_encoder:
         raise SubspacesError("--trainable-layers trains encoder layers: it cannot go with --freeze-encoder")
-    if head_lr is not None and (arch != "tri" or freeze_encoder):
-        raise SubspacesError(
-            "--head-lr is for fine-tuning a tri-encoder (its head beside the encoder); use --lr otherwise"
-        )
+    if config.head_lr is not None and arch != "tri":
+        raise SubspacesError("--head-lr is the tri-encoder's head; the bi-encoder has none (use --encoder-lr)")
     from subspaces.models.encoder import resolve_device
     from subspaces.train.engine import seed_everything
 
     resolve_device(device)  # a device this machine lacks fails before the graph and the model load
-    seed_everything(seed)
+    seed_everything(config.seed)
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)
-    if evaluate_split:
-        evaluate_split = _split_name(kg, evaluate_split)  # checked before training, not after it
-    if select_on and track_on:
+    evaluate_split = _split_name(kg, config.evaluate_split) if config.evaluate_split else None  # checked before
+    if config.select_on and config.track_on:
         raise SubspacesError("select_on and track_on both evaluate each epoch: give one of them")
-    if select_on:
-        select_on = _split_name(kg, select_on)
-    if track_on:
-        track_on = _split_name(kg, track_on)
-    if per_example_texts is None:
-        per_example_texts = arch == "bi"
-    texts = KGCTexts.build(kg, neighbour_names, order=neighbour_order, per_example=per_example_texts)
-    head_options = {"dropout": head_dropout, "init": head_init, "activation": head_activation}
+    select_on = _split_name(kg, config.select_on) if config.select_on else None
+    track_on = _split_name(kg, config.track_on) if config.track_on else None
+    per_example_texts = arch == "bi" if config.per_example_texts is None else config.per_example_texts
+    texts = KGCTexts.build(kg, config.neighbour_names, order=config.neighbour_order, per_example=per_example_texts)
+    head_options = {"dropout": config.head_dropout, "init": config.head_init, "activation": config.head_activation}
     kgc_model = build_model(
         model,
         arch,
-        head=head,
-        rank=rank,
-        freeze_encoder=freeze_encoder,
-        max_length=max_length,
-        shared_encoder=shared_encoder,
-        disk_cache=disk_cache,
-        device=device,
-        show_progress=show_progress,
+        task="kgc",
+        head=config.head,
+        rank=config.rank,
         head_options=head_options if arch == "tri" else None,
+        freeze_encoder=freeze_encoder,
+        shared_encoder=config.shared_encoder,
+        max_length=config.max_length,
+        disk_cache=config.disk_cache,
+        device=device,
+        show_progress=config.show_progress,
     )
     examples = kg.with_inverses("train")
     known = KnownTails(examples)  # the false-negative masks see training triples only (the filter sees every split)
-    config = KGCTrainConfig(
-        batch_size=batch_size,
-        lr=lr if lr is not None else (1e-3 if freeze_encoder else 5e-5),
-        head_lr=head_lr,
-        epochs=epochs,
-        max_steps=max_steps,
-        warmup_steps=warmup_steps,
-        seed=seed,
-        show_progress=show_progress,
-        description=f"train kgc {arch} on {kg.name}",
-        checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
-    )
+    config = replace(config, description=f"train kgc {arch} on {kg.name}")
     prepare_seconds = 0.0
     if freeze_encoder:  # every entity and relation through the frozen encoder once, before the first step
         started = time.perf_counter()
@@ -212,24 +155,22 @@ def train_pipeline(
     loss = SimKGCLoss(
         kgc_model,
         known,
-        margin=margin,
-        temperature=temperature,
-        pre_batch=pre_batch,
-        pre_batch_weight=pre_batch_weight,
-        self_negatives=self_negatives,
-        batch_size=min(batch_size, len(examples)),
+        margin=config.margin,
+        temperature=config.temperature,
+        pre_batch=config.pre_batch,
+        pre_batch_weight=config.pre_batch_weight,
+        self_negatives=config.self_negatives,
+        batch_size=min(config.batch_size, len(examples)),
         embed_batch=functools.partial(embed_batch, kgc_model),
-        normalize_queries=normalize_queries,
+        normalize_queries=config.normalize_queries,
     )
-    evaluator = None
     tracked = select_on or track_on
-    if tracked:
-        evaluator = RankingEvaluator(kg, tracked, texts, select=bool(select_on))
+    evaluator = RankingEvaluator(kg, tracked, texts, select=bool(select_on)) if tracked else None
     with partially_trained(
         _training_inputs(kgc_model, texts, examples),
-        trainable_layers,
-        cache_dir=cache_dir,
-        show_progress=show_progress,
+        config.trainable_layers,
+        cache_dir=config.cache_dir,
+        show_progress=config.show_progress,
         description=f"caching activations for kgc {kg.name}",
     ):
         result = train_kgc(loss.to(device), examples, config, texts, evaluator)
@@ -238,29 +179,21 @@ def train_pipeline(
         source = kg.name
     else:
         source = str(Path(dataset).resolve())
+    train = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
     kgc_model.metadata = {
         "dataset": kg.name,
         "dataset_source": source,  # what evaluation reloads: a dataset name or the folder trained on
         "base_model": model,
-        "max_length": max_length,
+        "max_length": config.max_length,
         "neighbour_names": texts.link_graph is not None,
-        "neighbour_order": neighbour_order,
+        "neighbour_order": config.neighbour_order,
         "per_example_texts": per_example_texts,
-        "recipe": recipe,
+        "recipe": config.recipe,
         "freeze_encoder": freeze_encoder,
         # what TriEncoder.search marks as seen (any other relation text is projected zero-shot, with a note)
         "seen_conditions": sorted({texts.relations[r] for r in set(examples[:, 1].tolist())}),
-        "train": {
-            **asdict(config),
-            "margin": margin,
-            "temperature": temperature,
-            "pre_batch": pre_batch,
-            "pre_batch_weight": pre_batch_weight,
-            "self_negatives": self_negatives,
-            "normalize_queries": normalize_queries,
-            "select_on": select_on,
-            "track_on": track_on,
-        },
+        # "lr": the rate of everything but a separately-rated head, as folders have recorded it
+        "train": {**train, "lr": config.rates(freeze_encoder)[0], "select_on": select_on, "track_on": track_on},
         "train_result": {**result.to_dict(), "prepare_seconds": prepare_seconds},
     }
     kgc_model.save(output)
@@ -272,27 +205,57 @@ def train_pipeline(
             split=evaluate_split,
             texts=texts,
             predictions=output / f"predictions-{evaluate_split}.jsonl",
-            n_hop=rerank_n_hop,
-            neighbour_weight=neighbour_weight,
-            show_progress=show_progress,
+            n_hop=config.rerank_n_hop,
+            neighbour_weight=config.neighbour_weight,
+            show_progress=config.show_progress,
             model_name=str(output),
         )
         report.eval.save(output / f"eval-{evaluate_split}.json")
     return report
 
 
-def _training_inputs(model: KGCModel, texts: KGCTexts, examples: np.ndarray) -> list[tuple[object, list]]:
+def _training_inputs(model: ConditionalEncoder, texts: KGCTexts, examples: np.ndarray) -> list[tuple[object, list]]:
     """Each encoder with the inputs it reads in training (what partial fine-tuning caches)."""
     if isinstance(model, TriEncoder):
         return [(model.encoder, [*texts.distinct_training_texts(examples), *texts.relations])]
+    heads = texts.training_texts(examples)[0]
+    relations = [texts.relations[r] for r in examples[:, 1].tolist()]
     return [
-        (model.hr_encoder, model.query_inputs(texts, examples, training=True)),
-        (model.tail_encoder, texts.distinct_training_texts(examples)),
+        (model.encoder, list(zip(heads, relations, strict=True))),
+        (model.encoders()[-1], texts.distinct_training_texts(examples)),
     ]
 
 
+class RankingEvaluator(Evaluator):
+    """Filtered ranking of one split (forward and backward averaged); the primary metric is MRR.
+
+    Called with the loss the engine trains (or a model); the loss is in eval mode then, so no margin applies.
+    ``select=False`` tracks the split (MRR after each epoch) without choosing a state on it.
+    """
+
+    primary_metric = "mrr"
+    greater_is_better = True
+
+    def __init__(self, kg: KnowledgeGraph, split: str, texts: KGCTexts, *, select: bool = True) -> None:
+        self.kg, self.split, self.texts = kg, split, texts
+        self.select = select  # False: only record each epoch's MRR; the last state is the one kept
+
+    def is_better(self, score: float, best: float | None) -> bool:
+        return super().is_better(score, best) if self.select else True
+
+    def __call__(self, module: Any) -> dict[str, float]:
+        model = getattr(module, "model", module)
+        result = evaluate_model(model, self.kg, split=self.split, texts=self.texts, show_progress=False)
+        # What the evaluation cost rides along, so a run's history separates training from evaluation time.
+        return {
+            **result.average,
+            "inference_seconds": result.inference_seconds,
+            "cache_hit_rate": result.cache_hit_rate,
+        }
+
+
 def evaluate_model(
-    model: str | Path | KGCModel,
+    model: str | Path | ConditionalEncoder,
     dataset: str | Path | KnowledgeGraph | None = None,
     *,
     split: str = "test",
@@ -335,12 +298,12 @@ def evaluate_model(
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)  # bad data fails before a model loads
     split = _split_name(kg, split)
     if isinstance(model, torch.nn.Module):
-        kgc_model: KGCModel = model  # it keeps its own store (memory, and disk shards if it was built with them)
+        kgc_model: ConditionalEncoder = model  # it keeps its own store (memory, and disk shards if it was built with them)
     elif is_folder:
-        kgc_model = load_kgc_model(model, max_seq_length=max_length, disk_cache=disk_cache, device=device)
+        kgc_model = load_model(model, task="kgc", max_length=max_length, disk_cache=disk_cache, device=device)
     else:
         kgc_model = build_model(
-            str(model), "bi", max_length=max_length or DEFAULT_MAX_LENGTH, disk_cache=disk_cache, device=device
+            str(model), "bi", task="kgc", max_length=max_length or DEFAULT_MAX_LENGTH, disk_cache=disk_cache, device=device
         )
         metadata = {"zero_shot": True}
     kgc_model.store.show_progress = show_progress

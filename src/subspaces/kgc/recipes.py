@@ -7,7 +7,7 @@ self-negatives (intfloat/SimKGC ``scripts/train_wn.sh``), so the two train at eq
     settings = recipe_settings("hypercl-wn18rr", "tri")       # {"rank": None, "batch_size": 512, ...}
     train_pipeline(output=..., **settings, recipe="hypercl-wn18rr")
 
-Settings are keywords of :func:`subspaces.kgc.pipeline.train_pipeline`; a caller's explicit value wins over a
+Settings are fields of :class:`subspaces.kgc.train.KGCTrainConfig`; a caller's explicit value wins over a
 recipe's (the CLI applies a recipe to the options left at their defaults).
 """
 
@@ -24,7 +24,7 @@ SIMKGC = "intfloat/SimKGC "
 
 @dataclass(frozen=True)
 class Setting:
-    option: str  # a train_pipeline keyword
+    option: str  # a KGCTrainConfig field
     value: Any
     source: str  # where the released code sets it
     archs: tuple[str, ...] = ("bi", "tri")
@@ -88,7 +88,7 @@ HYPERCL_WN18RR: tuple[Setting, ...] = (
     ),
     Setting("batch_size", 512, HYPERCL + "scripts/train_wn.sh --batch-size 512"),
     Setting(
-        "lr",
+        "encoder_lr",
         5e-5,
         HYPERCL + "scripts/train_wn.sh --lr 5e-5; trainer.py: one AdamW over every parameter (no head rate)",
     ),
@@ -113,13 +113,7 @@ def recipe(name: str) -> tuple[Setting, ...]:
     return RECIPES[name]
 
 
-def recipe_settings(name: str, arch: str, *, freeze_encoder: bool = False) -> dict[str, Any]:
-    """The recipe's ``train_pipeline`` keywords for ``arch``.
-
-    With a frozen encoder the learning rate is left out: the released run always fine-tunes, and 5e-5 on a head
-    alone barely moves it (the frozen default, 1e-3, stays unless given).
-    """
-    settings = {s.option: s.value for s in recipe(name) if arch in s.archs}
-    if freeze_encoder:
-        settings.pop("lr", None)
-    return settings
+def recipe_settings(name: str, arch: str) -> dict[str, Any]:
+    """The recipe's :class:`~subspaces.kgc.train.KGCTrainConfig` settings for ``arch`` (a frozen encoder ignores
+    ``encoder_lr``: its head keeps the frozen default, 1e-3, as the released run never freezes the encoder)."""
+    return {s.option: s.value for s in recipe(name) if arch in s.archs}

@@ -8,36 +8,104 @@ SimKGC does: in-batch negatives change with size) and each epoch is a seeded per
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
+import torch
 
 from subspaces.errors import SubspacesError
 from subspaces.eval.base import Evaluator
+from subspaces.kgc.texts import KGCTexts
 from subspaces.losses.simkgc import SimKGCLoss
+from subspaces.models.conditional import ConditionalEncoder, TriEncoder
+from subspaces.train.engine import FitConfig
+from subspaces.train import engine
 
 
 @dataclass
-class KGCTrainConfig:
-    """SimKGC's defaults where they apply to CPU: weight decay 1e-4, clipping at 10, warm-up as a step count."""
+class KGCTrainConfig(FitConfig):
+    """A KGC run: the model to build, SimKGC's objective, the entity texts, the evaluation, and the loop's settings
+    (the engine's :class:`~subspaces.train.engine.FitConfig`; SimKGC's defaults where they apply to CPU: weight
+    decay 1e-4, clipping at 10, warm-up as a step count, capped at a tenth of the run). Hyper-CL's released
+    configuration is :mod:`subspaces.kgc.recipes`."""
 
-    batch_size: int = 1024
-    lr: float = 1e-3
-    head_lr: float | None = None  # the tri-encoder's head (randomly initialised) when the encoder fine-tunes
-    epochs: int = 1
-    max_steps: int | None = None
-    warmup_steps: int = 400
-    weight_decay: float = 1e-4
-    max_grad_norm: float = 10.0
-    seed: int = 42
-    show_progress: bool = True
+    arch: Literal["bi", "tri"] = field(default="tri", metadata={"help": "bi (SimKGC) or tri (Hyper-CL tri-encoder)."})
+    head: Literal["hypernet", "concat", "hadamard"] = field(default="hypernet", metadata={"help": "Tri-encoder head."})
+    rank: int | str | None = field(
+        default="auto", metadata={"help": "Hypernet rank K, 'auto' (d/12, as Hyper-CL: 32 for d = 384) or 'full'."}
+    )
+    freeze_encoder: bool = field(
+        default=False, metadata={"help": "Train only the tri-encoder's head on cached embeddings."}
+    )
+    shared_encoder: bool = field(default=True, metadata={"help": "Bi-encoder: one encoder for queries and tails."})
+    max_length: int = field(default=50, metadata={"help": "Tokens per text (SimKGC: 50)."})
+    head_dropout: float = field(default=0.0, metadata={"help": "Tri-encoder: dropout before the head's layers."})
+    head_init: Literal["scaled", "torch"] = field(
+        default="scaled", metadata={"help": "Tri-encoder head init: scaled (identity transform) or torch."}
+    )
+    head_activation: str = field(default="relu", metadata={"help": "Tri-encoder concat head's activation."})
+    batch_size: int = field(default=1024, metadata={"help": "Batch size (in-batch negatives)."})
+    encoder_lr: float = field(
+        default=5e-5, metadata={"help": "Learning rate of the encoder(s) when fine-tuning (and of the temperature)."}
+    )
+    head_lr: float | None = field(
+        default=None,
+        metadata={"help": "Learning rate of the tri-encoder's head (default: 1e-3 frozen, the encoder's when fine-tuning)."},
+    )
+    lr: float = field(default=5e-5, init=False, repr=False)  # the loop's base rate: the groups carry their own
+    warmup_steps: int | None = field(default=400, metadata={"help": "Warm-up steps (at most a tenth of the run)."})
+    weight_decay: float = field(default=1e-4, metadata={"help": "AdamW weight decay (matrices only)."})
+    max_grad_norm: float | None = field(default=10.0, metadata={"help": "Gradient clipping norm."})
+    save_steps: int | None = field(default=50, metadata={"help": "Checkpoint cadence in steps (with output_dir)."})
+    margin: float = field(default=0.02, metadata={"help": "Additive margin on the positive."})
+    temperature: float = field(default=0.05, metadata={"help": "Initial temperature (learnable)."})
+    pre_batch: int = field(
+        default=0, metadata={"help": "Pre-batch queue size in batches (SimKGC: 0 on WN18RR, 2 on FB15k-237)."}
+    )
+    pre_batch_weight: float = field(default=0.5, metadata={"help": "Factor on the pre-batch negatives' logits."})
+    self_negatives: bool = field(default=True, metadata={"help": "Count the head entity itself as a negative."})
+    normalize_queries: bool = field(
+        default=True, metadata={"help": "Score cos(hr, t); off: the raw projection against unit tails (Hyper-CL)."}
+    )
+    neighbour_names: bool | None = field(
+        default=None, metadata={"help": "Append neighbour names to short descriptions (default: on for FB15k-237)."}
+    )
+    neighbour_order: Literal["id", "index"] = field(
+        default="id", metadata={"help": "Which 10 neighbours a text names: the first by dataset id or by index."}
+    )
+    per_example_texts: bool | None = field(
+        default=None,
+        metadata={"help": "Training texts leave each triple's other end out of the neighbour names (default: bi)."},
+    )
+    disk_cache: str | Path | bool | None = field(
+        default=None, metadata={"help": "The embedding store's disk shards (None: the default folder; False: none)."}
+    )
+    evaluate_split: str | None = field(default="test", metadata={"help": "Split to evaluate after training."})
+    select_on: str | None = field(
+        default=None, metadata={"help": "Evaluate each epoch on this split and keep the state best by MRR there."}
+    )
+    track_on: str | None = field(
+        default=None, metadata={"help": "Evaluate each epoch on this split (the history) but keep the last state."}
+    )
+    rerank_n_hop: int = field(default=0, metadata={"help": "Evaluation: also report SimKGC's n-hop re-ranking."})
+    neighbour_weight: float = field(default=0.05, metadata={"help": "Re-ranking: bonus of an entity within n hops."})
+    trainable_layers: int | str | None = field(
+        default=None, metadata={"help": "Fine-tuning: only the encoders' top N layers (None/'all': all)."}
+    )
+    cache_dir: str | Path | None = field(
+        default=None, metadata={"help": "Where partial fine-tuning keeps the bottom activations (None: memory)."}
+    )
+    recipe: str | None = field(default=None, metadata={"help": "The named configuration applied (metadata only)."})
     description: str = "train kgc"
-    # Where the engine checkpoints (every save_steps and on Ctrl-C) and what a rerun resumes from exactly; None:
-    # no checkpoints (a frozen-encoder head trains in minutes; a fine-tuned encoder on CPU takes hours an epoch).
-    checkpoint_dir: str | None = None
-    save_steps: int = 50
+
+    def rates(self, frozen: bool) -> tuple[float, float | None]:
+        """The rate of every trained parameter but the head's, and the head's own (None: the same)."""
+        if frozen:
+            return (1e-3 if self.head_lr is None else self.head_lr), None
+        return self.encoder_lr, self.head_lr
 
 
 @dataclass
@@ -51,6 +119,19 @@ class KGCTrainResult:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def embed_batch(model: ConditionalEncoder, triples: np.ndarray, texts: KGCTexts) -> tuple[torch.Tensor, ...]:
+    """``(hr, tail, head)`` vectors of a batch of ``(h, r, t)`` triples for SimKGC's loss (``head`` feeds the
+    self-negatives), with gradients where the model trains."""
+    triples = np.asarray(triples)
+    head_texts, tail_texts = texts.training_texts(triples)
+    relations = [texts.relations[r] for r in triples[:, 1].tolist()]
+    if isinstance(model, TriEncoder):  # one encoder pass over the batch's texts: heads and tails share the backbone
+        vectors = model.embed_sentences([*head_texts, *tail_texts])
+        heads, tails = vectors[: len(triples)], vectors[len(triples) :]
+        return model.condition(heads, relations), tails, heads
+    return model.project(head_texts, relations), model.embed_sentences(tail_texts), model.embed_sentences(head_texts)
 
 
 @lru_cache(maxsize=2)
@@ -81,46 +162,17 @@ class TripleBatches:
         return digest.hexdigest()[:16]
 
 
-class RankingEvaluator(Evaluator):
-    """Filtered ranking of one split (forward and backward averaged); the primary metric is MRR.
-
-    Called with the loss the engine trains (or a model); the loss is in eval mode then, so no margin applies.
-    ``select=False`` tracks the split (MRR after each epoch) without choosing a state on it.
-    """
-
-    primary_metric = "mrr"
-    greater_is_better = True
-
-    def __init__(self, kg: Any, split: str, texts: Any, *, select: bool = True) -> None:
-        self.kg, self.split, self.texts = kg, split, texts
-        self.select = select  # False: only record each epoch's MRR; the last state is the one kept
-
-    def is_better(self, score: float, best: float | None) -> bool:
-        return super().is_better(score, best) if self.select else True
-
-    def __call__(self, module: Any) -> dict[str, float]:
-        from subspaces.kgc.pipeline import evaluate_model
-
-        model = getattr(module, "model", module)
-        result = evaluate_model(model, self.kg, split=self.split, texts=self.texts, show_progress=False)
-        # What the evaluation cost rides along, so a run's history separates training from evaluation time.
-        return {
-            **result.average,
-            "inference_seconds": result.inference_seconds,
-            "cache_hit_rate": result.cache_hit_rate,
-        }
-
-
 def _param_groups(loss: SimKGCLoss, config: KGCTrainConfig) -> list[dict[str, Any]]:
-    """AdamW groups: weight decay on matrices only; the tri-encoder's head at ``head_lr`` when it is set."""
+    """AdamW groups: weight decay on matrices only; the tri-encoder's head at its own rate when it has one."""
     params = [p for p in loss.parameters() if p.requires_grad]
     head = getattr(loss.model, "head", None)
     if config.head_lr is not None and head is None:
         raise SubspacesError(f"head_lr is set but {type(loss.model).__name__} has no head beside its encoder")
-    head_ids = {id(p) for p in head.parameters()} if config.head_lr is not None else set()
+    rest_lr, head_lr = config.rates(loss.model.freeze_encoder)
+    head_ids = {id(p) for p in head.parameters()} if head_lr is not None else set()
     others, head_params = [p for p in params if id(p) not in head_ids], [p for p in params if id(p) in head_ids]
     groups = []
-    for lr, members in ((config.lr, others), (config.head_lr, head_params)):
+    for lr, members in ((rest_lr, others), (head_lr, head_params)):
         groups += [
             {"params": [p for p in members if p.ndim >= 2], "weight_decay": config.weight_decay, "lr": lr},
             {"params": [p for p in members if p.ndim < 2], "weight_decay": 0.0, "lr": lr},
@@ -139,32 +191,25 @@ def train_kgc(
 
     With an ``evaluator`` the state best on it (by MRR, at each epoch end) is the one kept.
     """
-    from subspaces.train.engine import FitConfig
-    from subspaces.train.engine import fit as engine_fit
-
     batches = TripleBatches(examples, config.batch_size, config.seed)
     per_epoch = len(batches)
     total = per_epoch * config.epochs if config.max_steps is None else min(per_epoch * config.epochs, config.max_steps)
     if total < 1:
         raise SubspacesError("nothing to train: max_steps (or, without it, epochs) must be at least 1")
     temperatures: dict[int, float] = {}
-    fit_config = FitConfig(
-        lr=config.lr,
-        epochs=config.epochs,
-        max_steps=total,
-        warmup_steps=min(config.warmup_steps, total // 10),
-        weight_decay=config.weight_decay,
-        max_grad_norm=config.max_grad_norm,
-        seed=config.seed,
-        eval_steps=None,
-        eval_every_epoch=evaluator is not None,
-        output_dir=config.checkpoint_dir,
-        save_steps=config.save_steps if config.checkpoint_dir is not None else None,
-        show_progress=config.show_progress,
-        description=config.description,
-    )
-    settings = {"batch_size": batches.batch_size, "head_lr": config.head_lr, **loss.get_config_dict()}
-    result = engine_fit(
+    overrides = {
+        "lr": config.rates(loss.model.freeze_encoder)[0],
+        "max_steps": total,
+        "warmup_steps": min(config.warmup_steps or 0, total // 10),
+        "eval_steps": None,
+        "eval_every_epoch": evaluator is not None,
+        "output_dir": None if config.output_dir is None else str(config.output_dir),
+        "save_steps": config.save_steps if config.output_dir is not None else None,
+    }
+    fit_config = FitConfig(**{**{f.name: getattr(config, f.name) for f in fields(FitConfig)}, **overrides})
+    settings = {"batch_size": batches.batch_size, "head_lr": config.rates(loss.model.freeze_encoder)[1]}
+    settings.update(loss.get_config_dict())
+    result = engine.fit(
         loss,
         lambda batch: loss(batch, texts),
         batches,

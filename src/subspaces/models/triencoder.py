@@ -97,7 +97,7 @@ class TriEncoder(nn.Module):
         freeze_encoder: train the head only, on cached embeddings.
         encoder_name, condition_encoder_name: how a frozen encoder is referenced when saved (no copy of its weights).
         task: ``"cond"`` or ``"kgc"``, recorded in the saved folder.
-        memory_bytes: bound of each in-memory cache; ``disk``: the store's disk shards (a folder, None for the
+        cache_bytes: bound of each in-memory cache; ``disk_cache``: the store's disk shards (a folder, None for the
             default cache folder, False for none).
     """
 
@@ -113,8 +113,8 @@ class TriEncoder(nn.Module):
         encoder_name: str | None = None,
         condition_encoder_name: str | None = None,
         task: str = "cond",
-        memory_bytes: int | None = DEFAULT_MEMORY_BYTES,
-        disk: str | Path | None | bool = False,
+        cache_bytes: int | None = DEFAULT_MEMORY_BYTES,
+        disk_cache: str | Path | None | bool = False,
         encode_batch_size: int = 64,
         show_progress: bool = False,
     ) -> None:
@@ -137,13 +137,13 @@ class TriEncoder(nn.Module):
                 p.requires_grad_(not freeze_encoder)
         self.store = EmbeddingStore(
             {"sentence": encoder, "condition": condition_encoder if condition_encoder is not None else encoder},
-            memory_bytes=memory_bytes,
-            disk=disk,
+            memory_bytes=cache_bytes,
+            disk=disk_cache,
             batch_size=encode_batch_size,
             show_progress=show_progress,
         )
-        self.params_cache = LRUCache(memory_bytes, name="condition matrices")  # valid while the head is unchanged
-        self.corpus_cache = LRUCache(memory_bytes, name="conditioned corpus")  # each condition's view of the corpus
+        self.params_cache = LRUCache(cache_bytes, name="condition matrices")  # valid while the head is unchanged
+        self.corpus_cache = LRUCache(cache_bytes, name="conditioned corpus")  # each condition's view of the corpus
         self.corpus: ConditionalCorpus | None = None  # what search() ranks (index_corpus)
         # Loading weights (a checkpoint, the best state of a run) changes the head, and a trainable encoder: their
         # cached W_c and vectors are stale.
@@ -250,9 +250,9 @@ class TriEncoder(nn.Module):
         device = vectors.device
         return project_grouped(self.head, vectors, tuple(p.to(device) for p in params), index.repeat(repeat).to(device))
 
-    def project(self, texts: Sequence[str], conditions: Sequence[str]) -> torch.Tensor:
+    def project(self, texts: Sequence[str], conditions: Sequence[str], description: str | None = None) -> torch.Tensor:
         """``head(E(text), E_c(condition))`` for aligned texts and conditions."""
-        return self.condition(self.embed_sentences(texts), conditions)
+        return self.condition(self.embed_sentences(texts, description), conditions)
 
     def project_pairs(
         self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]
@@ -368,7 +368,7 @@ class TriEncoder(nn.Module):
         path: str | Path,
         config: dict[str, Any] | None = None,
         *,
-        max_seq_length: int | None = None,
+        max_length: int | None = None,
         device: str = "cpu",
         **options: Any,
     ) -> TriEncoder:
@@ -380,7 +380,7 @@ class TriEncoder(nn.Module):
         config = config or read_config(folder)
         if config["arch"] != "tri":
             raise SubspacesError(f"{folder} holds a {config['arch']}-encoder, not a tri-encoder")
-        length = max_seq_length or config.get("max_seq_length")
+        length = max_length or config.get("max_seq_length")
 
         def encoder_at(ref: str) -> tuple[Any, str | None]:
             return load_referenced_encoder(folder, ref, length, device), None if is_saved_here(folder, ref) else ref
@@ -413,7 +413,7 @@ def build_tri_encoder(
     rank: int | str | None = "auto",
     condition_encoder: str | None = None,
     freeze_encoder: bool = True,
-    max_seq_length: int | None = None,
+    max_length: int | None = None,
     task: str = "cond",
     device: str = "cpu",
     seed: int | None = None,
@@ -432,8 +432,8 @@ def build_tri_encoder(
     from subspaces.models.folder import encoder_reference
     from subspaces.models.heads import make_head
 
-    encoder = load_encoder(model, max_seq_length=max_seq_length, device=device)
-    cond = load_encoder(condition_encoder, max_seq_length=max_seq_length, device=device) if condition_encoder else None
+    encoder = load_encoder(model, max_seq_length=max_length, device=device)
+    cond = load_encoder(condition_encoder, max_seq_length=max_length, device=device) if condition_encoder else None
     if seed is not None:
         torch.manual_seed(seed)
     return TriEncoder(

@@ -1,0 +1,280 @@
+"""The conditional encoders both tasks share: one protocol, the tri-encoder (:mod:`subspaces.models.triencoder`)
+and one bi-encoder, built and loaded by one pair of functions.
+
+- :class:`~subspaces.models.triencoder.TriEncoder` (Hyper-CL): texts and conditions encoded *independently*, then a
+  condition head projects each text under its condition. Cached per text and per condition.
+- :class:`BiEncoder` (C-STS's baseline, SimKGC): each text encoded *together with* its condition as a text pair
+  ``(text, condition)``; plain texts (KGC's tail entities) by a tail encoder, the same one unless given apart.
+  Only identical (text, condition) pairs can be reused.
+
+A task (:mod:`subspaces.cond`: ``cos(z(s1, c), z(s2, c))``; :mod:`subspaces.kgc`: the query ``z(h, r)`` against
+every entity) reads a model only through :class:`ConditionalEncoder`. Both save as folders of
+:mod:`subspaces.models.folder`'s format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+from torch import nn
+
+from subspaces.cache import LRUCache
+from subspaces.errors import SubspacesError
+from subspaces.models.store import DEFAULT_MEMORY_BYTES, EmbeddingStore
+from subspaces.models.triencoder import TriEncoder, build_tri_encoder, cache_stats, pair_similarity
+
+ARCHS = ("tri", "bi")
+DEFAULT_CACHE_BYTES = DEFAULT_MEMORY_BYTES
+__all__ = ["ARCHS", "BiEncoder", "ConditionalEncoder", "TriEncoder", "build_model", "load_model"]
+
+
+@runtime_checkable
+class ConditionalEncoder(Protocol):
+    """What a task reads of a model: texts under conditions, plain texts, the store behind them, and a folder."""
+
+    arch: str  # "tri" or "bi"
+    task: str  # "cond" or "kgc", recorded in the saved folder
+    freeze_encoder: bool
+    metadata: dict[str, Any]  # set by the task's training: label range, seen conditions, dataset, ...
+    store: EmbeddingStore
+    training: bool
+
+    @property
+    def dim(self) -> int: ...
+
+    def encoders(self) -> list[Any]: ...
+
+    def embed_sentences(self, texts: Sequence[Any], description: str | None = None) -> torch.Tensor: ...
+
+    def project(
+        self, texts: Sequence[str], conditions: Sequence[str], description: str | None = None
+    ) -> torch.Tensor: ...  # each text under its condition
+
+    def project_pairs(
+        self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def similarity(
+        self, sentences1: Sequence[str], sentences2: Sequence[str], conditions: Sequence[str], *, batch_size: int = 256
+    ) -> np.ndarray: ...
+
+    def caches(self) -> dict[str, LRUCache]: ...
+
+    def cache_stats(self) -> dict[str, Any]: ...
+
+    def clear_caches(self, reset_stats: bool = True) -> None: ...
+
+    def save(self, path: str | Path) -> None: ...
+
+
+class BiEncoder(nn.Module):
+    """``E(text, condition)`` as one text pair; plain texts by ``tail_encoder`` (default: ``encoder``)."""
+
+    arch = "bi"
+
+    def __init__(
+        self,
+        encoder: Any,
+        tail_encoder: Any = None,
+        *,
+        task: str = "cond",
+        freeze_encoder: bool = True,
+        encoder_name: str | None = None,
+        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
+        disk_cache: str | Path | None | bool = False,
+        encode_batch_size: int = 64,
+        show_progress: bool = False,
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.tail_encoder = None if tail_encoder is encoder else tail_encoder  # None: shared
+        self.task = task
+        self.freeze_encoder = freeze_encoder
+        self.encoder_name = encoder_name
+        self.encode_batch_size = encode_batch_size
+        self.metadata: dict[str, Any] = {}
+        for enc in self.encoders():
+            for p in enc.parameters():
+                p.requires_grad_(not freeze_encoder)
+        self.store = EmbeddingStore(
+            {"pair": encoder, "sentence": self.encoders()[-1]},
+            memory_bytes=cache_bytes,
+            disk=disk_cache,
+            batch_size=encode_batch_size,
+            show_progress=show_progress,
+        )
+
+    @property
+    def dim(self) -> int:
+        return int(self.encoder.get_embedding_dimension())
+
+    def encoders(self) -> list[Any]:
+        return [e for e in (self.encoder, self.tail_encoder) if e is not None]
+
+    def caches(self) -> dict[str, LRUCache]:
+        return {"sentence_condition_pairs": self.store.memory["pair"]}
+
+    def cache_stats(self) -> dict[str, Any]:
+        return cache_stats(self.caches())
+
+    def clear_caches(self, reset_stats: bool = True) -> None:
+        self.store.clear(reset_stats)
+
+    def train(self, mode: bool = True) -> BiEncoder:
+        super().train(mode)
+        if self.freeze_encoder:
+            for enc in self.encoders():
+                enc.eval()
+        elif mode:
+            self.store.clear(reset_stats=False)  # the encoders are about to change
+        return self
+
+    def _embed(self, kind: str, texts: Sequence[Any], description: str | None) -> torch.Tensor:
+        if self.freeze_encoder or not self.training:
+            return self.store.embed(kind, texts, description)
+        from subspaces.models.forward import embed_with_grad
+
+        return embed_with_grad(self.store.encoders[kind], list(texts))
+
+    def embed_sentences(self, texts: Sequence[Any], description: str | None = None) -> torch.Tensor:
+        return self._embed("sentence", texts, description)
+
+    def project(self, texts: Sequence[str], conditions: Sequence[str], description: str | None = None) -> torch.Tensor:
+        return self._embed("pair", list(zip(texts, conditions, strict=True)), description)
+
+    def project_pairs(
+        self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        z = self.project([*s1, *s2], [*c, *c])
+        return z[: len(s1)], z[len(s1) :]
+
+    def forward(self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.project_pairs(s1, s2, c)
+
+    def similarity(
+        self, sentences1: Sequence[str], sentences2: Sequence[str], conditions: Sequence[str], *, batch_size: int = 256
+    ) -> np.ndarray:
+        return pair_similarity(self, sentences1, sentences2, conditions, batch_size=batch_size)
+
+    def save(self, path: str | Path) -> None:
+        from subspaces.models.folder import save_encoder, write_config
+
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        if self.freeze_encoder and self.encoder_name is not None:
+            ref = self.encoder_name  # unchanged weights: a reference, not a copy
+        else:
+            ref = "hr_encoder" if self.task == "kgc" else "encoder"  # KGC's reads (head, relation) pairs
+            save_encoder(self.encoder, folder / ref)
+        if self.tail_encoder is not None:
+            save_encoder(self.tail_encoder, folder / "tail_encoder")
+        write_config(
+            folder,
+            {
+                "task": self.task,
+                "arch": self.arch,
+                "encoder": ref,
+                "tail_encoder": None if self.tail_encoder is None else "tail_encoder",
+                "freeze_encoder": self.freeze_encoder,
+                "max_seq_length": getattr(self.encoder, "max_seq_length", None),
+                "encode_batch_size": self.encode_batch_size,
+                "metadata": self.metadata,
+            },
+        )
+
+
+def build_model(
+    model: str,
+    arch: str = "tri",
+    *,
+    task: str = "cond",
+    head: str = "hypernet",
+    rank: int | str | None = "auto",
+    head_options: dict[str, Any] | None = None,
+    freeze_encoder: bool = True,
+    condition_encoder: str | None = None,
+    shared_encoder: bool = True,
+    max_length: int | None = None,
+    cache_bytes: int | None = DEFAULT_CACHE_BYTES,
+    disk_cache: str | Path | None | bool = False,
+    seed: int | None = None,
+    device: str = "cpu",
+    show_progress: bool = False,
+) -> TriEncoder | BiEncoder:
+    """A fresh conditional model on ``model`` (a bundled name or a folder): the encoder first, then the
+    architecture.
+
+    ``rank``: the hypernet's K; ``None`` is full rank; ``"auto"`` is ``round(d / 12)``. ``head_options``: the
+    head's ``dropout``, ``init`` and ``activation``. ``condition_encoder`` (tri): a separate encoder for conditions;
+    ``shared_encoder=False`` (bi): a separate tail encoder, as SimKGC. ``max_length``: tokens per text (None: the
+    encoder's own limit). ``cache_bytes``: bound of each in-memory cache; ``disk_cache``: the embedding store's
+    disk shards (a folder, None for the default cache folder, False for none). ``seed`` seeds the head's
+    initialisation; ``device``: where the encoder(s) and head live.
+    """
+    from subspaces.models.encoder import load_encoder
+    from subspaces.models.folder import encoder_reference
+
+    if arch not in ARCHS:
+        hint = " (the encoder comes first: build_model(model, arch))" if model in ARCHS else ""
+        raise SubspacesError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}{hint}")
+    options: dict[str, Any] = {"cache_bytes": cache_bytes, "disk_cache": disk_cache, "show_progress": show_progress}
+    if arch == "tri":
+        return build_tri_encoder(
+            model,
+            head=head,
+            rank=rank,
+            condition_encoder=condition_encoder,
+            freeze_encoder=freeze_encoder,
+            max_length=max_length,
+            task=task,
+            seed=seed,
+            device=device,
+            head_options=head_options,
+            **options,
+        )
+    if condition_encoder is not None:
+        raise SubspacesError("a separate condition encoder applies to the tri-encoder only")
+    encoder = load_encoder(model, max_seq_length=max_length, device=device)
+    tail = None if shared_encoder else load_encoder(model, max_seq_length=max_length, device=device)
+    return BiEncoder(
+        encoder, tail, task=task, freeze_encoder=freeze_encoder, encoder_name=encoder_reference(model), **options
+    )
+
+
+def load_model(
+    path: str | Path,
+    *,
+    task: str | None = None,
+    max_length: int | None = None,
+    cache_bytes: int | None = DEFAULT_CACHE_BYTES,
+    disk_cache: str | Path | None | bool = False,
+    device: str = "cpu",
+    show_progress: bool = False,
+) -> TriEncoder | BiEncoder:
+    """Load a folder written by ``cond train`` or ``kgc train`` (or their earlier layouts) onto ``device``;
+    ``task`` checks which it holds. ``max_length`` overrides the saved token limit."""
+    from subspaces.models.folder import is_saved_here, load_referenced_encoder, read_config
+
+    folder = Path(path)
+    config = read_config(folder, task=task)
+    options: dict[str, Any] = {"cache_bytes": cache_bytes, "disk_cache": disk_cache, "show_progress": show_progress}
+    if config["arch"] == "tri":
+        return TriEncoder.load(folder, config, max_length=max_length, device=device, **options)
+    length = max_length or config.get("max_seq_length")
+    encoder = load_referenced_encoder(folder, config["encoder"], length, device)
+    tail = config.get("tail_encoder")
+    model = BiEncoder(
+        encoder,
+        load_referenced_encoder(folder, tail, length, device) if tail else None,
+        task=config.get("task", "cond"),
+        freeze_encoder=bool(config.get("freeze_encoder", True)),
+        encoder_name=None if is_saved_here(folder, config["encoder"]) else config["encoder"],
+        encode_batch_size=int(config.get("encode_batch_size", 64)),
+        **options,
+    )
+    model.metadata = dict(config.get("metadata", {}))
+    return model.eval()
