@@ -1292,9 +1292,9 @@ class Store:
         if isinstance(head, (str, os.PathLike)):
             key = str(Path(head).resolve())
             if key not in self._heads:
-                from subspaces.cond.models import load_model
+                from subspaces.models.conditional import load_model
 
-                loaded = load_model(Path(head), device=self.runtime.device or "cpu")
+                loaded = load_model(Path(head), task="cond", device=self.runtime.device or "cpu")
                 if not isinstance(loaded, TriEncoder):
                     raise SubspacesError(
                         f"{head} is a bi-encoder: it reads the condition with each text, so stored vectors cannot "
