@@ -36,18 +36,7 @@ between the batch's sentences, each row without its diagonal::
 It is 0 exactly when a prefix ranks and spaces the batch as the full vector does, and only the prefix (the student)
 receives its gradient.
 
-What is the paper's and what is ours: MRL, SCR (decorrelating prefix from residual with a variance floor), SIR and
-a self-distillation objective tying layers to nested prefixes are the paper's; the per-dimension relative floor,
-the KL-over-similarity-rows form of the distillation (as ESE uses), the equal weights of the two blocks in L_var and
-every default is our reading (the paper's hyper-parameter table was not available to us):
-
-- τ_corr = 0 and λ_corr = 100: mean C² is about 0.01 on the bundled MiniLMs, so λ_corr · L_corr starts near 1, the
-  size of L_SIR, and its gradient is of the same order as SIR's (measured on ``paraphrase-l3``, batch 64).
-- f = 0.5 relative, λ_var = 25 (VICReg's variance weight): those models' per-dimension token stds are 0.1-0.5, so an
-  absolute floor of 1 is active on every dimension and only pushes the scale up; relative to the layer's mean it
-  is silent on a healthy layer and flags a collapsed dimension (one in ``minilm-l6``'s last layer).
-- β = 0.1, τ_kd = 0.05 (SimCSE's temperature): at β = 1 the distillation gradient was 3.5x MRL's at step 0.
-- γ = 0.1, t = 2, λ_sir = 1 and the layers (the middle and the last) are as before.
+What is the paper's and what is ours, and how the defaults (:class:`MICSettings`) were chosen: docs/matryoshka.md.
 
 Variances and standard deviations are population ones (divide by n). The regularisers read hidden states that the
 forward pass computes anyway: :class:`MICLoss` switches ``output_hidden_states`` on only while it runs, so the
@@ -330,10 +319,6 @@ class MICLoss(nn.Module):
                     for name, value in zip(terms, (l_corr, l_var, l_cv, l_unif), strict=True):
                         terms[name].append(value)
         return {name: torch.stack(values).mean() for name, values in terms.items()}
-
-    def alignment(self, passes: Iterable[tuple[Sequence[Tensor], Tensor]]) -> tuple[Tensor, Tensor]:
-        """Mean L_SCR and mean L_SIR over forward passes x (layer, dim) pairs."""
-        return self._combine(self.alignment_terms(passes))
 
     def _combine(self, terms: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
         scr = self.lambda_corr * terms["scr_corr"] + self.lambda_var * terms["scr_var"]

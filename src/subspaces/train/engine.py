@@ -61,9 +61,7 @@ class BatchSource(Protocol):
 class FitConfig:
     """What every training run is given; a recipe extends it with its own fields."""
 
-    output_dir: str | None = field(
-        default=None, metadata={"help": "Folder for the model and checkpoints (None: the best state stays in memory)."}
-    )
+    output_dir: str | None = field(default=None, metadata={"help": "Folder for the model and checkpoints."})
     lr: float = field(default=3e-5, metadata={"help": "AdamW learning rate."})
     epochs: int = field(default=1, metadata={"help": "Passes over the data."})
     max_steps: int | None = field(default=None, metadata={"help": "Stop after this many steps (wins over epochs)."})
@@ -78,26 +76,14 @@ class FitConfig:
     resume: bool = field(default=True, metadata={"help": "Continue from the output folder's checkpoint.pt."})
     show_progress: bool = field(default=True, metadata={"help": "Show a progress display on stderr."})
     description: str = field(default="train", metadata={"help": "Progress label."})
-    overwrite: bool = field(
-        default=False, metadata={"help": "Write into a non-empty folder that is not a subspaces run."}
-    )
+    overwrite: bool = field(default=False, metadata={"help": "Write into a non-empty folder not of a subspaces run."})
 
 
 # Settings a resumed run may change: they do not alter the optimisation path up to the checkpoint. (Changing the
 # run's length re-plans the schedule from there on: that is extending a run, reported in FitResult.extended_from.)
 RESUMABLE_CHANGES = frozenset(
-    {
-        "output_dir",
-        "resume",
-        "show_progress",
-        "eval_steps",
-        "eval_every_epoch",
-        "save_steps",
-        "description",
-        "overwrite",
-        "max_steps",
-        "epochs",
-    }
+    {"output_dir", "resume", "show_progress", "eval_steps", "eval_every_epoch", "save_steps", "description"}
+    | {"overwrite", "max_steps", "epochs"}
 )
 
 
@@ -382,10 +368,26 @@ class Checkpointing(Callback):
 
 
 class TrainingLoop:
-    """Minimise ``step(batch)`` over ``batches``; see :func:`fit` for the arguments and the module docstring.
+    """Minimise ``step(batch)`` over ``batches`` (the module docstring says how).
 
-    ``callbacks`` run after the built-in ones (progress, history), before evaluation and checkpointing, so a
-    checkpoint holds what they wrote into the state.
+    Args:
+        module: what is optimised (its parameters with ``requires_grad``, unless ``param_groups``) and checkpointed
+            (its ``state_dict``); ``evaluator(module)`` is what is evaluated.
+        step: ``batch -> scalar loss``; the loop does zero_grad, backward, the DDP gradient sum, clipping, AdamW
+            and the schedule.
+        batches: a :class:`BatchSource` (the same on every DDP rank; each rank's ``batch`` is its own slice).
+        config: see :class:`FitConfig`.
+        evaluator: an :class:`~subspaces.eval.base.Evaluator` (or a plain ``module -> float | dict`` callable,
+            whose primary metric is ``score``); run every ``eval_steps``, at epoch ends if asked, and at the end.
+        param_groups: AdamW groups with their own lr / weight decay (:func:`param_groups` builds them).
+        save_model: ``save_model(folder)`` writes the model into ``folder`` (a staging folder, moved into
+            ``output_dir`` entry by entry). Called when the primary metric improves, or once at the end without an
+            evaluator. Without it (or without ``output_dir``) the best trainable state is kept in memory and
+            loaded back at the end.
+        settings: values recorded in the checkpoint's fingerprint (loss and model settings, batch size), so a
+            resume into another run's folder is refused.
+        callbacks: they run after the progress display, before evaluation and checkpointing (so a checkpoint
+            holds what they wrote into the state).
     """
 
     def __init__(
@@ -627,28 +629,8 @@ def fit(
     loss_terms: Callable[[], dict[str, float]] | None = None,
     callbacks: Sequence[Callback] = (),
 ) -> FitResult:
-    """Minimise ``step(batch)`` over ``batches`` with a :class:`TrainingLoop`; see the module docstring.
-
-    Args:
-        module: what is optimised (its parameters with ``requires_grad``, unless ``param_groups``) and checkpointed
-            (its ``state_dict``); ``evaluator(module)`` is what is evaluated.
-        step: ``batch -> scalar loss``; the loop does zero_grad, backward, the DDP gradient sum, clipping, AdamW
-            and the schedule.
-        batches: a :class:`BatchSource` (the same on every DDP rank; each rank's ``batch`` is its own slice).
-        config: see :class:`FitConfig`.
-        evaluator: an :class:`~subspaces.eval.base.Evaluator` (or a plain ``module -> float | dict`` callable,
-            whose primary metric is ``score``); run every ``eval_steps``, at epoch ends if asked, and at the end.
-        param_groups: AdamW groups with their own lr / weight decay (:func:`param_groups` builds them).
-        save_model: ``save_model(folder)`` writes the model into ``folder`` (a staging folder, moved into
-            ``output_dir`` entry by entry). Called when the primary metric improves, or once at the end without an
-            evaluator. Without it (or without ``output_dir``) the best trainable state is kept in memory and
-            loaded back at the end.
-        settings: values recorded in the checkpoint's fingerprint (loss and model settings, batch size), so a
-            resume into another run's folder is refused.
-        callback: ``callback(step, loss)`` after each optimiser step.
-        loss_terms: the size of each term of the last loss (e.g. ``MICLoss.last_terms``), recorded in the history
-            (see :class:`History`).
-        callbacks: more :class:`Callback` objects.
+    """Minimise ``step(batch)`` over ``batches``: ``TrainingLoop(...).run()`` with the built-in callbacks, a
+    :class:`History` reading ``loss_terms`` and ``callback(step, loss)`` after each step (see :class:`TrainingLoop`).
     """
     extra = [History(loss_terms), *([EachStep(callback)] if callback is not None else []), *callbacks]
     loop = TrainingLoop(
