@@ -2,37 +2,30 @@
 
 from __future__ import annotations
 
-from enum import Enum
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from subspaces.cli.common import (
+    BackendOpt,
     LimitOpt,
-    MaxLengthOpt,
-    MaxStepsOpt,
     ModelOpt,
     NoEvalOpt,
-    ResumeOpt,
-    SaveStepsOpt,
-    SeedOpt,
+    PrecisionOpt,
     ThreadsOpt,
     echo,
     out,
     parse_dims,
     parse_numbers,
+    recipe_options,
     table,
     user_errors,
 )
-from subspaces.cli.core import Backend, BackendOpt, Precision, PrecisionOpt
-from subspaces.cli.groups import eval_app, train_app
-from subspaces.cli.train import CacheDirOpt, DeviceOpt, OverwriteOpt, TrainableLayersOpt
-
-
-class LayerPrefixMappingChoice(str, Enum):
-    all = "all"
-    paired = "paired"
+from subspaces.cli.groups import matryoshka_app
+from subspaces.cli.train import DeviceOpt, TrainableLayersOpt
+from subspaces.train.matryoshka import MatryoshkaConfig
 
 
 def _training_rows(data: Path | None, limit: int | None) -> list[tuple[str, ...]]:
@@ -47,8 +40,13 @@ def _training_rows(data: Path | None, limit: int | None) -> list[tuple[str, ...]
     return [(s,) for s in read_corpus(data, limit=limit)]
 
 
-@train_app.command("matryoshka")
+def _help(name: str) -> str:
+    return next(f.metadata["help"] for f in fields(MatryoshkaConfig) if f.name == name)
+
+
+@matryoshka_app.command("train")
 @user_errors
+@recipe_options(MatryoshkaConfig, skip=("output_dir", "description", "show_progress", "stsb_dev"))
 def train_matryoshka_cmd(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Folder for the trained model, checkpoint.pt and trainer_state.json.")
@@ -61,114 +59,54 @@ def train_matryoshka_cmd(
             "Default: the WordNet sentences."
         ),
     ] = None,
-    dims: Annotated[str, typer.Option(help="Nested prefix sizes, e.g. 16,32,64,128,full.")] = "16,32,64,128,full",
-    weights: Annotated[Optional[str], typer.Option(help="One MRL weight per dim (default 1 each).")] = None,
-    mic: Annotated[bool, typer.Option("--mic/--no-mic", help="Add MIC's regularisers (SCR + SIR) to MRL.")] = False,
-    gamma: Annotated[float, typer.Option(help="MIC: weight of L_align (SCR + SIR).")] = 0.1,
-    tau_corr: Annotated[float, typer.Option(help="MIC/SCR: correlations below this are free.")] = 0.0,
-    lambda_corr: Annotated[float, typer.Option(help="MIC/SCR: weight of the prefix-residual decorrelation.")] = 100.0,
-    lambda_var: Annotated[float, typer.Option(help="MIC/SCR: weight of the per-dimension variance floor.")] = 25.0,
-    var_floor: Annotated[float, typer.Option(help="MIC/SCR: the floor under each dimension's token std.")] = 0.5,
+    dims: Annotated[Optional[str], typer.Option(help="Nested prefix sizes, e.g. 16,32,64,128,full.")] = None,
+    weights: Annotated[Optional[str], typer.Option(help=_help("weights"))] = None,
+    layers: Annotated[Optional[str], typer.Option(help=_help("layers"))] = None,
     relative_floor: Annotated[
-        bool,
-        typer.Option(
-            "--relative-floor/--absolute-floor",
-            help="MIC/SCR: the floor is a fraction of the layer's mean std, or an absolute std (VICReg).",
-        ),
-    ] = True,
-    lambda_sir: Annotated[float, typer.Option(help="MIC: weight of SIR inside L_align.")] = 1.0,
-    t: Annotated[float, typer.Option("--t", help="MIC/SIR: uniformity temperature.")] = 2.0,
-    lambda_distill: Annotated[
-        float, typer.Option(help="MIC: weight of self-distillation (prefixes learn the full vector's similarities).")
-    ] = 0.1,
-    distill_temperature: Annotated[float, typer.Option(help="MIC: softmax temperature of self-distillation.")] = 0.05,
-    layers: Annotated[
-        Optional[str],
-        typer.Option(
-            help="MIC: transformer layers to regularise, 1-based (-1 = last). Default: middle,last (all), "
-            "one per dim up to the last (paired)."
-        ),
+        Optional[bool], typer.Option("--relative-floor/--absolute-floor", help=_help("relative_floor"))
     ] = None,
-    layer_prefix_mapping: Annotated[
-        LayerPrefixMappingChoice,
-        typer.Option(help="MIC: all = every layer x every dim; paired = shallower layer <-> smaller dim."),
-    ] = LayerPrefixMappingChoice.all,
-    temperature: Annotated[float, typer.Option(help="InfoNCE temperature.")] = 0.05,
-    hard_negative_weight: Annotated[
-        float, typer.Option(help="Log-weight of each anchor's own hard negative (triplets).")
-    ] = 0.0,
     pooler: Annotated[
         Optional[str], typer.Option(help="Replace the model's pooling (cls, cls_before_pooler, mean, ...).")
     ] = None,
-    batch_size: Annotated[int, typer.Option(help="Per process.")] = 64,
-    lr: Annotated[float, typer.Option()] = 3e-5,
-    epochs: Annotated[int, typer.Option()] = 1,
-    max_steps: MaxStepsOpt = None,
-    max_length: MaxLengthOpt = 32,
-    eval_steps: Annotated[
-        int, typer.Option(help="Evaluate STS-B dev at every dim every N steps (0: only at the end).")
-    ] = 125,
-    save_steps: SaveStepsOpt = 125,
+    trainable_layers: TrainableLayersOpt = "all",
     no_eval: NoEvalOpt = False,
     limit: LimitOpt = None,
-    seed: SeedOpt = 42,
-    resume: ResumeOpt = True,
-    trainable_layers: TrainableLayersOpt = "all",
-    cache_dir: CacheDirOpt = None,
     device: DeviceOpt = None,
-    overwrite: OverwriteOpt = False,
     threads: ThreadsOpt = None,
+    *,
+    config: MatryoshkaConfig,
 ) -> None:
-    """Matryoshka Representation Learning over SimCSE's InfoNCE, with MIC's SCR + SIR regularisers if --mic."""
+    """Matryoshka Representation Learning over SimCSE's InfoNCE, with MIC's SCR + SIR regularisers if --mic.
+
+    Every setting of the recipe (MatryoshkaConfig) is an option here or a key of a --config file."""
     from subspaces.cli.train import describe_pooling, prepare_run, report
 
     rows = _training_rows(data, limit)  # before the model loads: a bad file fails fast
-    parsed_dims = parse_dims(dims)
-    device_name, layers = prepare_run(output, overwrite, not no_eval, device, trainable_layers)
+    given = {
+        "dims": parse_dims(dims) if dims is not None else None,
+        "weights": parse_numbers(weights, "weights"),
+        "layers": parse_numbers(layers, "layers", kind=int),
+        "relative_floor": relative_floor,
+    }
+    device_name, parsed_layers = prepare_run(output, config.overwrite, not no_eval, device, trainable_layers)
+    config = replace(
+        config,
+        **{name: value for name, value in given.items() if value is not None},
+        output_dir=str(output),
+        trainable_layers=parsed_layers,
+        stsb_dev=not no_eval,
+        description=f"train matryoshka on {data.name if data else 'wordnet_sentences'}",
+    )
 
     from subspaces.models.encoder import load_encoder
     from subspaces.train.engine import seed_everything
-    from subspaces.train.matryoshka import MatryoshkaConfig, train_matryoshka
+    from subspaces.train.matryoshka import train_matryoshka
 
-    seed_everything(seed)  # before the model is built: a new pooler's MLP is drawn from it
+    seed_everything(config.seed)  # before the model is built: a new pooler's MLP is drawn from it
     enc = load_encoder(model, pooler=pooler, device=device_name)
     how = "chosen with --pooler" if pooler else "the base model's"
     pooling_note = f"pooling: {describe_pooling(enc)} ({how})"
     echo(pooling_note)
-    config = MatryoshkaConfig(
-        output_dir=str(output),
-        batch_size=batch_size,
-        lr=lr,
-        epochs=epochs,
-        max_steps=max_steps,
-        max_length=max_length,
-        eval_steps=eval_steps,
-        save_steps=save_steps,
-        seed=seed,
-        resume=resume,
-        overwrite=overwrite,
-        trainable_layers=layers,
-        cache_dir=str(cache_dir) if cache_dir is not None else None,
-        description=f"train matryoshka on {data.name if data else 'wordnet_sentences'}",
-        dims=parsed_dims,
-        weights=parse_numbers(weights, "weights"),
-        temperature=temperature,
-        hard_negative_weight=hard_negative_weight,
-        mic=mic,
-        gamma=gamma,
-        tau_corr=tau_corr,
-        lambda_corr=lambda_corr,
-        lambda_var=lambda_var,
-        var_floor=var_floor,
-        relative_floor=relative_floor,
-        lambda_sir=lambda_sir,
-        t=t,
-        lambda_distill=lambda_distill,
-        distill_temperature=distill_temperature,
-        layers=parse_numbers(layers, "layers", kind=int),
-        layer_prefix_mapping=layer_prefix_mapping.value,
-        stsb_dev=not no_eval,
-    )
     result = train_matryoshka(enc, rows, config, card_notes=[pooling_note])
     report(result, output, "mean STS-B dev over dims")
     recorded = [entry for entry in result.history if "terms" in entry]
@@ -177,7 +115,7 @@ def train_matryoshka_cmd(
         echo(f"MIC terms at step {entry['step']}: {terms}")
 
 
-@eval_app.command("dims")
+@matryoshka_app.command("eval")
 @user_errors
 def eval_dims_cmd(
     model: Annotated[
@@ -201,13 +139,13 @@ def eval_dims_cmd(
     list_tasks: Annotated[bool, typer.Option("--list-tasks", help="Print the task names and exit.")] = False,
     device: DeviceOpt = None,
     threads: ThreadsOpt = None,
-    backend: BackendOpt = Backend.torch,
-    precision: PrecisionOpt = Precision.fp32,
+    backend: BackendOpt = "torch",
+    precision: PrecisionOpt = "fp32",
 ) -> None:
     """Probes (logistic regression on frozen embeddings) and STS at each truncated dimension."""
     from subspaces.models.backends import check_backend
 
-    check_backend(backend.value, precision.value)
+    check_backend(backend, precision)
     from subspaces.eval.dims import DEFAULT_TASKS, DimsEvaluator, known_tasks, plot_dims
     from subspaces.io import check_writable, save_json
 
@@ -238,14 +176,14 @@ def eval_dims_cmd(
     )
     reports = []
     for name in model:
-        enc = load_encoder(name, device=device_name, backend=backend.value, precision=precision.value)
+        enc = load_encoder(name, device=device_name, backend=backend, precision=precision)
         echo(
             f"{len(chosen)} task(s) at dims {evaluator.resolve_dims(enc.get_embedding_dimension())}",
             label=f"{name}:",
             style="bold",
         )
         report = evaluator(enc, name=name)
-        report.update(backend=backend.value, precision=precision.value)
+        report.update(backend=backend, precision=precision)
         reports.append(report)
         header = ["task (metric)", *[str(d) for d in report["dims"]]]
         rows = [[f"{task} ({report['metrics'][task]})", *report["scores"][task].values()] for task in chosen]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import typer
 
@@ -25,8 +25,8 @@ from subspaces.cli.common import (
     echo,
     user_errors,
 )
-from subspaces.cli.core import Pooler
-from subspaces.cli.groups import train_app
+from subspaces.cli.groups import simcse_app
+from subspaces.models import POOLERS
 
 if TYPE_CHECKING:
     from subspaces.train.engine import FitResult
@@ -148,7 +148,7 @@ def report(result: FitResult, output: Path, best_label: str) -> None:
     )
 
 
-@train_app.command("simcse")
+@simcse_app.command("train")
 @user_errors
 def train_simcse_cmd(
     data: Annotated[
@@ -171,7 +171,7 @@ def train_simcse_cmd(
         float, typer.Option(help="Log-weight added to each anchor's own hard-negative logit.")
     ] = 0.0,
     pooler: Annotated[
-        Optional[Pooler],
+        Optional[Literal[POOLERS]],  # type: ignore[valid-type]
         typer.Option(
             help="Default: the base model's pooling (a plain transformers folder has none: then SimCSE's cls, "
             "with the MLP in training only for unsup)."
@@ -221,7 +221,7 @@ def train_simcse_cmd(
     rows = unsup_examples(texts, augmentation.value, seed) if texts is not None else rows_sup
     assert rows is not None
     # A sentence-transformers model keeps its pooling; a plain transformers folder has none: SimCSE's cls.
-    chosen = pooler.value if pooler else None
+    chosen = pooler
     if chosen is None and not (resolve_model_path(model) / "modules.json").is_file():
         chosen = str(d["pooler"])
     seed_everything(seed)  # before the model is built: a new pooler's MLP is drawn from it
