@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from subspaces.cond.metrics import choose_threshold, conditional_metrics
-from subspaces.models.conditional import BiEncoder, TriEncoder, load_model
 from subspaces.cond.sampler import PairSampler, RowSampler
 from subspaces.cond.tasks import get_task
 from subspaces.cond.train import CondTrainConfig, evaluate, fit, predict
@@ -15,6 +14,7 @@ from subspaces.data.csts import ConditionalPair, read_csts, write_predictions
 from subspaces.data.wic import load_wic, read_wic
 from subspaces.errors import DataError, SubspacesError
 from subspaces.losses.conditional import ConditionalLoss
+from subspaces.models.conditional import BiEncoder, TriEncoder, load_model
 from subspaces.models.heads import make_head
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -216,7 +216,10 @@ def test_train_frozen_head_on_fixture_and_round_trip(tiny_encoder, tmp_path, obj
     enc_before = next(model.encoder.parameters()).detach().clone()
     head_before = [p.detach().clone() for p in model.head.parameters()]
     result = fit(
-        model, task, rows, CondTrainConfig(objective=objective, batch_size=4, epochs=30, head_lr=1e-2, show_progress=False)
+        model,
+        task,
+        rows,
+        CondTrainConfig(objective=objective, batch_size=4, epochs=30, head_lr=1e-2, show_progress=False),
     )
     assert result.steps > 0
     assert torch.equal(next(model.encoder.parameters()), enc_before)  # frozen
@@ -296,8 +299,8 @@ def test_binary_threshold_is_chosen_on_validation_not_on_the_scored_split(tiny_e
 
 
 def test_pipeline_scores_test_at_the_validation_threshold(tiny_encoder, tmp_path):
-    from subspaces.models.conditional import build_model
     from subspaces.cond.pipeline import evaluate_conditional
+    from subspaces.models.conditional import build_model
 
     words = ("dog", "cat", "man", "bird", "car", "tree", "boy", "fish")
     for name in ("dev", "test", "train"):
@@ -318,8 +321,8 @@ def test_pipeline_scores_test_at_the_validation_threshold(tiny_encoder, tmp_path
 
 
 def test_frozen_bi_encoder_is_refused_with_the_reason(tiny_encoder):
-    from subspaces.models.conditional import build_model
     from subspaces.cond.pipeline import train_conditional
+    from subspaces.models.conditional import build_model
 
     with pytest.raises(SubspacesError, match="nothing to train"):
         fit(build_model(tiny_encoder, "bi"), get_task("csts"), read_csts(CSTS), CondTrainConfig(show_progress=False))
@@ -427,8 +430,8 @@ def test_pipelines_return_results_that_save_as_json(tiny_encoder, tmp_path):
 
 def test_device_reaches_every_encoder_load(tiny_encoder, tmp_path, monkeypatch):
     import subspaces.models.encoder as encoder
-    from subspaces.models.conditional import build_model
     from subspaces.cond.pipeline import evaluate_conditional
+    from subspaces.models.conditional import build_model
 
     devices: list[str | None] = []
     real = encoder.load_encoder

@@ -387,15 +387,16 @@ def test_fine_tuned_tri_encoder_head_learns_at_its_own_rate(tmp_path, tiny_encod
 
     from subspaces.kgc.data import load_kg
     from subspaces.kgc.graph import KnownTails
-    from subspaces.kgc.train import embed_batch
-    from subspaces.models.conditional import build_model
     from subspaces.kgc.texts import KGCTexts
-    from subspaces.kgc.train import KGCTrainConfig, train_kgc
+    from subspaces.kgc.train import KGCTrainConfig, embed_batch, train_kgc
     from subspaces.losses.simkgc import SimKGCLoss
+    from subspaces.models.conditional import build_model
 
     kg = load_kg(write_wn18rr(tmp_path / "wn"))
     examples = kg.with_inverses("train")
-    model = build_model(str(tiny_encoder_dir), "tri", task="kgc", head="hypernet", rank=4, freeze_encoder=False, max_length=32)
+    model = build_model(
+        str(tiny_encoder_dir), "tri", task="kgc", head="hypernet", rank=4, freeze_encoder=False, max_length=32
+    )
     encoder_before = [p.detach().clone() for p in model.encoder.parameters()]
     head_before = [p.detach().clone() for p in model.head.parameters()]
     loss = SimKGCLoss(model, KnownTails(examples), batch_size=4, embed_batch=partial(embed_batch, model))
@@ -409,7 +410,11 @@ def test_fine_tuned_tri_encoder_head_learns_at_its_own_rate(tmp_path, tiny_encod
     assert result.steps == 3
     assert all(torch.allclose(a, b, atol=1e-9) for a, b in zip(encoder_before, model.encoder.parameters(), strict=True))
     assert not all(torch.equal(a, b) for a, b in zip(head_before, model.head.parameters(), strict=True))
-    bi = SimKGCLoss(build_model(str(tiny_encoder_dir), "bi", task="kgc", freeze_encoder=False, max_length=32), KnownTails(examples), batch_size=4)
+    bi = SimKGCLoss(
+        build_model(str(tiny_encoder_dir), "bi", task="kgc", freeze_encoder=False, max_length=32),
+        KnownTails(examples),
+        batch_size=4,
+    )
     with pytest.raises(SubspacesError, match="no head"):  # the loop refuses a rate it could not apply
         train_kgc(
             bi,
@@ -533,8 +538,8 @@ def test_cli_train_then_eval_writes_the_documented_json(tmp_path, tiny_encoder_d
 def test_rank_parsing_and_the_validation_alias(tmp_path, tiny_encoder_dir):
     from subspaces.cli.common import parse_rank
     from subspaces.errors import SubspacesError
-    from subspaces.models.conditional import build_model
     from subspaces.kgc.pipeline import evaluate_model
+    from subspaces.models.conditional import build_model
 
     assert (parse_rank("auto"), parse_rank("full"), parse_rank("7")) == ("auto", None, 7)
     for bad in ("0", "-3", "many"):
@@ -550,10 +555,10 @@ def test_rank_parsing_and_the_validation_alias(tmp_path, tiny_encoder_dir):
 def test_ranking_filters_the_answers_of_every_split(tmp_path, tiny_encoder_dir):
     """Other true answers from train, valid *and* test are filtered; training triples alone are not the filter."""
     from subspaces.kgc.inference import KGCInference
-    from subspaces.models.conditional import build_model
     from subspaces.kgc.pipeline import evaluate_model
     from subspaces.kgc.ranking import rank_queries
     from subspaces.kgc.texts import KGCTexts
+    from subspaces.models.conditional import build_model
 
     data = write_wn18rr(tmp_path / "wn")
     ids = [f"{i:08d}" for i in range(len(WORDS))]
@@ -580,9 +585,9 @@ def test_ranking_filters_the_answers_of_every_split(tmp_path, tiny_encoder_dir):
 
 def test_kgc_folders_of_the_first_layout_still_load(tmp_path, tiny_encoder_dir):
     """``kgc_model.json`` folders as ``kgc train`` wrote them before the one folder format (written here by hand)."""
+    from subspaces.kgc.pipeline import evaluate_model
     from subspaces.models.conditional import BiEncoder as BiEncoderKGC
     from subspaces.models.conditional import load_model as load_kgc_model
-    from subspaces.kgc.pipeline import evaluate_model
     from subspaces.models.encoder import load_encoder
     from subspaces.models.heads import make_head
     from subspaces.models.triencoder import TriEncoder
@@ -615,8 +620,8 @@ def test_kgc_folders_of_the_first_layout_still_load(tmp_path, tiny_encoder_dir):
 
 
 def test_entity_encoding_shows_progress_naming_task_and_dataset(tmp_path, tiny_encoder_dir, capsys):
-    from subspaces.models.conditional import build_model
     from subspaces.kgc.pipeline import evaluate_model
+    from subspaces.models.conditional import build_model
 
     kg = load_kg(write_wn18rr(tmp_path / "wn"))
     model = build_model(str(tiny_encoder_dir), "tri", task="kgc", head="hadamard", max_length=32)
@@ -627,8 +632,8 @@ def test_entity_encoding_shows_progress_naming_task_and_dataset(tmp_path, tiny_e
 
 
 def test_kgc_trainable_layers_train_only_the_top_of_the_encoder(tmp_path, tiny_encoder_dir):
-    from subspaces.models.conditional import load_model as load_kgc_model
     from subspaces.kgc.pipeline import train_pipeline
+    from subspaces.models.conditional import load_model as load_kgc_model
     from subspaces.models.encoder import load_encoder
 
     data = write_wn18rr(tmp_path / "wn")
@@ -772,8 +777,8 @@ def test_recipe_sets_every_option_and_the_model_folder_records_them(tmp_path, ti
     from typer.testing import CliRunner
 
     from subspaces.cli.app import app
-    from subspaces.models.conditional import load_model as load_kgc_model
     from subspaces.kgc.recipes import recipe, recipe_settings
+    from subspaces.models.conditional import load_model as load_kgc_model
     from subspaces.models.folder import read_config
 
     monkeypatch.setenv("SUBSPACES_CACHE", str(tmp_path / "cache"))

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from subspaces.models.triencoder import TriEncoder
 from subspaces.errors import SubspacesError
 from subspaces.models.heads import ConditionHead, HypernetHead
+from subspaces.models.triencoder import TriEncoder
 
 
 def frobenius_norms(head: ConditionHead, condition_emb: torch.Tensor, batch_size: int = 64) -> np.ndarray:

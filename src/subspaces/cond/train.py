@@ -25,9 +25,9 @@ from subspaces.errors import SubspacesError
 from subspaces.eval.base import Evaluator
 from subspaces.losses.conditional import ConditionalLoss
 from subspaces.models.conditional import BiEncoder, ConditionalEncoder, TriEncoder
-from subspaces.models.triencoder import partially_trained
-from subspaces.train.engine import FitConfig
+from subspaces.models.partial import partially_trained
 from subspaces.train import engine
+from subspaces.train.engine import FitConfig
 
 ENCODER_PREFIXES = ("encoder.", "condition_encoder.")
 
@@ -149,7 +149,9 @@ def param_groups(model: ConditionalEncoder, config: CondTrainConfig) -> list[dic
     head = [p for n, p in named if not n.startswith(ENCODER_PREFIXES)]
     encoders = [p for n, p in named if n.startswith(ENCODER_PREFIXES)]
     return [
-        g for g in ({"params": head, "lr": config.head_lr}, {"params": encoders, "lr": config.encoder_lr}) if g["params"]
+        g
+        for g in ({"params": head, "lr": config.head_lr}, {"params": encoders, "lr": config.encoder_lr})
+        if g["params"]
     ]
 
 

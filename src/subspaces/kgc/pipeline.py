@@ -31,7 +31,7 @@ from subspaces.kgc.texts import KGCTexts, NeighbourOrder
 from subspaces.kgc.train import KGCTrainConfig, embed_batch, train_kgc
 from subspaces.losses.simkgc import SimKGCLoss
 from subspaces.models.conditional import ConditionalEncoder, TriEncoder, build_model, load_model
-from subspaces.models.triencoder import partially_trained
+from subspaces.models.partial import partially_trained
 from subspaces.results import JSONResult
 
 DEFAULT_MAX_LENGTH = 50  # SimKGC's --max-num-tokens
@@ -298,12 +298,19 @@ def evaluate_model(
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)  # bad data fails before a model loads
     split = _split_name(kg, split)
     if isinstance(model, torch.nn.Module):
-        kgc_model: ConditionalEncoder = model  # it keeps its own store (memory, and disk shards if it was built with them)
+        kgc_model: ConditionalEncoder = (
+            model  # it keeps its own store (memory, and disk shards if it was built with them)
+        )
     elif is_folder:
         kgc_model = load_model(model, task="kgc", max_length=max_length, disk_cache=disk_cache, device=device)
     else:
         kgc_model = build_model(
-            str(model), "bi", task="kgc", max_length=max_length or DEFAULT_MAX_LENGTH, disk_cache=disk_cache, device=device
+            str(model),
+            "bi",
+            task="kgc",
+            max_length=max_length or DEFAULT_MAX_LENGTH,
+            disk_cache=disk_cache,
+            device=device,
         )
         metadata = {"zero_shot": True}
     kgc_model.store.show_progress = show_progress

@@ -21,8 +21,8 @@ from subspaces.eval.base import Evaluator
 from subspaces.kgc.texts import KGCTexts
 from subspaces.losses.simkgc import SimKGCLoss
 from subspaces.models.conditional import ConditionalEncoder, TriEncoder
-from subspaces.train.engine import FitConfig
 from subspaces.train import engine
+from subspaces.train.engine import FitConfig
 
 
 @dataclass
@@ -53,7 +53,9 @@ class KGCTrainConfig(FitConfig):
     )
     head_lr: float | None = field(
         default=None,
-        metadata={"help": "Learning rate of the tri-encoder's head (default: 1e-3 frozen, the encoder's when fine-tuning)."},
+        metadata={
+            "help": "Learning rate of the tri-encoder's head (default: 1e-3 frozen, the encoder's when fine-tuning)."
+        },
     )
     lr: float = field(default=5e-5, init=False, repr=False)  # the loop's base rate: the groups carry their own
     warmup_steps: int | None = field(default=400, metadata={"help": "Warm-up steps (at most a tenth of the run)."})

@@ -21,8 +21,7 @@ Saved as a folder of :mod:`subspaces.models.folder`'s format (``head.pt`` + enco
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -486,44 +485,3 @@ def pair_similarity(
             out.append(F.cosine_similarity(z1, z2, dim=-1).cpu())
     model.train(was_training)
     return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)
-
-
-@contextmanager
-def partially_trained(
-    encoders: Sequence[tuple[Any, Iterable[Any]]],
-    trainable_layers: int | str | None,
-    *,
-    cache_dir: str | Path | bool | None = None,
-    show_progress: bool = True,
-    description: str = "caching activations",
-) -> Iterator[list[Any]]:
-    """Train only the top ``trainable_layers`` of each distinct encoder over cached bottom activations.
-
-    ``encoders`` pairs each encoder with the texts it will see in training (their bottom states are computed once,
-    with progress, before the first step). Leaving the block restores the encoders' own forward; they keep every
-    weight they learnt. ``None``/``"all"``: nothing is attached (the encoders train whole).
-
-    A ``cache_dir`` path read by two distinct encoders holds one subfolder each, named by its frozen bottom's key:
-    one folder holds one bottom's states, and the second encoder was refused as "another model" when they shared it.
-    One encoder keeps the folder itself (as :func:`~subspaces.models.partial.partial_fine_tuning` does).
-    """
-    from subspaces.models.partial import partial_fine_tuning
-
-    by_encoder: dict[int, tuple[Any, list[Any]]] = {}
-    for encoder, texts in encoders:  # a shared encoder is attached once, for all the texts it reads
-        by_encoder.setdefault(id(encoder), (encoder, []))[1].extend(texts)
-    keyed = len(by_encoder) > 1
-    attached: list[Any] = []
-    try:
-        for encoder, texts in by_encoder.values():
-            pft = partial_fine_tuning(
-                encoder, trainable_layers, cache_dir=cache_dir, show_progress=show_progress, keyed=keyed
-            )
-            if pft is None:
-                break
-            attached.append(pft)
-            pft.prepare(texts, description=description)
-        yield attached
-    finally:
-        for pft in attached:
-            pft.detach()
