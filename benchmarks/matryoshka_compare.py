@@ -266,7 +266,7 @@ def main() -> None:
             if cached.is_file():
                 reports.append(json.loads(cached.read_text()))
                 continue
-            report = evaluator(load_encoder(str(target), max_seq_length=args.max_length), name=name)
+            report = evaluator.report(load_encoder(str(target), max_seq_length=args.max_length), name=name).to_dict()
             save_json(cached, report)
             reports.append(report)
         if "geometry" not in skip:

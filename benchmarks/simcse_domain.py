@@ -115,9 +115,10 @@ def measure(model, domain: str, args: argparse.Namespace, keep: dict[str, Any] |
     probe_tasks = [t for d in MEASURED[domain] for t in PROBES[d]]
     cluster_tasks = [t for d in MEASURED[domain] for t in CLUSTERING[d]]
     train_cap, test_cap = (200, 200) if args.smoke else (args.max_train, args.max_test)
-    probes = DimsEvaluator(
+    evaluator = DimsEvaluator(
         tasks=probe_tasks, dims=[None], max_train=train_cap, max_test=test_cap, keep_predictions=keep is not None
-    )(model)
+    )
+    probes = evaluator.report(model).to_dict()
     full = str(probes["dims"][0])
     sts = STSEvaluator(tasks=["STSBenchmark"]) if args.smoke else STSEvaluator()
     record = {

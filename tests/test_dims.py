@@ -125,7 +125,7 @@ def test_pair_features_and_scores():
 def test_evaluator_end_to_end(tiny_model, probe_data, tmp_path):
     tasks = ["Banking77", "TweetEval-emotion", "TweetEval-sentiment", "MRPC", "WiC", "STSBenchmark"]
     evaluator = DimsEvaluator(tasks=tasks, dims=[4, 16, None], max_train=50)
-    report = evaluator(tiny_model, name="tiny")
+    report = evaluator.report(tiny_model, name="tiny").to_dict()
     assert report["dims"] == [4, 16, 32]
     assert set(report["scores"]) == set(tasks)
     for task in tasks:
@@ -157,12 +157,28 @@ def test_sts_at_a_dim_matches_the_sts_evaluator(tiny_model, probe_data):
     from subspaces.eval.sts import STSEvaluator
 
     model = _static_model(tiny_model)
-    ours = DimsEvaluator(tasks=["STSBenchmark", "SICKRelatedness"], dims=[8, 24])(model)["scores"]
+    ours = DimsEvaluator(tasks=["STSBenchmark", "SICKRelatedness"], dims=[8, 24]).report(model).scores
     for dim in (8, 24):
         theirs = STSEvaluator(tasks=["STSBenchmark", "SICKRelatedness"], truncate_dim=dim, geometry=False)(model)
         for task in ("STSBenchmark", "SICKRelatedness"):
             assert ours[task][str(dim)] == pytest.approx(theirs[task], abs=1e-4)
     assert ours["STSBenchmark"]["8"] != pytest.approx(ours["STSBenchmark"]["24"], abs=1e-4)  # dims really differ
+
+
+def test_the_evaluator_returns_named_metrics_and_its_primary_one(tiny_model, probe_data):
+    from subspaces.eval.base import Evaluator
+
+    model = _static_model(tiny_model)
+    evaluator = DimsEvaluator(tasks=["STSBenchmark", "SICKRelatedness"], dims=[8, None])
+    evaluator.check()
+    metrics = evaluator(model)
+    scores = evaluator.report(model).scores
+    assert isinstance(evaluator, Evaluator) and evaluator.primary_metric == "mean"
+    assert list(metrics) == ["STSBenchmark@8", "STSBenchmark@24", "SICKRelatedness@8", "SICKRelatedness@24", "mean"]
+    assert metrics["SICKRelatedness@24"] == scores["SICKRelatedness"]["24"]
+    assert evaluator.score(metrics) == pytest.approx(
+        np.mean([s for by_dim in scores.values() for s in by_dim.values()])
+    )
 
 
 def test_evaluator_rejects_bad_arguments(tiny_model, probe_data):
@@ -215,7 +231,7 @@ def test_real_datasets_match_their_source_counts():
 
 
 def test_progress_names_the_model_and_shows_off_a_terminal(tiny_model, probe_data, capsys):
-    DimsEvaluator(tasks=["Banking77"], dims=[4], max_train=50, show_progress=True)(tiny_model, name="tiny")
+    DimsEvaluator(tasks=["Banking77"], dims=[4], max_train=50, show_progress=True).report(tiny_model, name="tiny")
     err = capsys.readouterr().err
     assert "eval dims tiny: 1/1 tasks (100%)" in err and "\r" not in err  # plain lines, not a redrawn bar
 
@@ -255,9 +271,9 @@ def test_kept_predictions_are_the_rows_behind_the_scores(tiny_model, probe_data)
     from subspaces.eval.dims import classification_scores
 
     model = _static_model(tiny_model)
-    report = DimsEvaluator(tasks=["Banking77"], dims=[8, None], keep_predictions=True)(model)
+    report = DimsEvaluator(tasks=["Banking77"], dims=[8, None], keep_predictions=True).report(model).to_dict()
     details = report["details"]["Banking77"]
     for dim in ("8", "24"):
         again = classification_scores(details["gold"], details[dim]["predictions"])
         assert again["accuracy"] == pytest.approx(details[dim]["accuracy"])
-    assert "predictions" not in DimsEvaluator(tasks=["Banking77"], dims=[8])(model)["details"]["Banking77"]["8"]
+    assert "predictions" not in DimsEvaluator(tasks=["Banking77"], dims=[8]).report(model).details["Banking77"]["8"]

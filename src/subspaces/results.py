@@ -1,8 +1,9 @@
-"""The small result objects the pipelines return (``kgc`` and ``cond``): typed fields, one JSON form.
+"""The one form of a result: a dataclass with typed fields and one JSON form.
 
 A result's :meth:`~JSONResult.to_dict` is exactly the JSON its command writes (same keys, same order), and
-:meth:`~JSONResult.save` writes that atomically. ``result["key"]`` still reads the JSON form, because these
-pipelines returned plain dicts before and the docs show that use.
+:meth:`~JSONResult.save` writes that atomically. ``result["key"]`` reads the JSON form, as the ``kgc`` and ``cond``
+docs show. An evaluator's metrics are not a result: they are a flat ``dict[str, float]``
+(:mod:`subspaces.eval.base`).
 """
 
 from __future__ import annotations

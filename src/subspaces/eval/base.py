@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from subspaces.errors import SubspacesError
+
 
 class Evaluator:
     """Base class: subclasses set ``primary_metric`` (and ``greater_is_better``) and implement ``__call__``."""
@@ -24,8 +26,6 @@ class Evaluator:
 
     def score(self, metrics: dict[str, float]) -> float:
         """The primary metric of a result; a clear error if the evaluator did not return it."""
-        from subspaces.errors import SubspacesError
-
         if self.primary_metric not in metrics:
             raise SubspacesError(
                 f"{type(self).__name__} returned {sorted(metrics)} without its primary metric {self.primary_metric!r}"

@@ -27,8 +27,11 @@ from subspaces.data import classification as cls_data
 from subspaces.data.sts import TASKS as STS_TASKS
 from subspaces.data.sts import load_task
 from subspaces.errors import DimensionError, SubspacesError
+from subspaces.eval.base import Evaluator
 from subspaces.eval.sts import spearman_x100
+from subspaces.io import atomic_path
 from subspaces.progress import progress
+from subspaces.results import JSONResult
 from subspaces.vectors import cosine_rows, resolve_dims, unit_prefix
 
 Kind = Literal["text", "pair", "sts"]
@@ -124,8 +127,25 @@ def _subsample(n: int, cap: int | None, seed: int) -> np.ndarray:
 
 
 @dataclass
-class DimsEvaluator:
-    """``DimsEvaluator(dims=[16, 32, 64, None])(model)`` -> a JSON-ready report (see :meth:`__call__`).
+class DimsReport(JSONResult):
+    """What :meth:`DimsEvaluator.report` returns; :meth:`to_dict` is the JSON ``--json`` writes (dims as strings
+    in ``scores``, ``full`` written as the model's size)."""
+
+    model: str
+    dims: list[int]
+    scores: dict[str, dict[str, float]]  # task -> dim -> the task's own metric
+    metrics: dict[str, str]  # task -> the name of that metric
+    details: dict[str, Any]  # task -> dim -> every metric (and, when kept, the predictions)
+    notes: dict[str, str]
+    settings: dict[str, Any]
+
+
+@dataclass
+class DimsEvaluator(Evaluator):
+    """An :class:`~subspaces.eval.base.Evaluator` of every task at every prefix size.
+
+    ``DimsEvaluator(dims=[16, 32, 64, None])(model)`` -> ``{"Banking77@16": .., ..., "mean": ..}``, ``mean`` (over
+    every task and dim) being the primary metric; :meth:`report` gives the whole :class:`DimsReport`.
 
     Args:
         tasks: names from :func:`known_tasks`.
@@ -150,6 +170,8 @@ class DimsEvaluator:
     keep_predictions: bool = False
     _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
+    primary_metric = "mean"
+
     def __post_init__(self) -> None:
         registry = _registry()
         unknown = [t for t in self.tasks if t not in registry]
@@ -157,6 +179,11 @@ class DimsEvaluator:
             raise SubspacesError(f"unknown task(s) {unknown}; choose from {', '.join(registry)}")
         if not self.dims:
             raise SubspacesError("no dimensions given")
+
+    def check(self) -> None:
+        registry = _registry()
+        for task in self.tasks:
+            self._data(registry[task])
 
     def resolve_dims(self, full: int) -> list[int]:
         return resolve_dims(self.dims, full, order="given")
@@ -230,48 +257,47 @@ class DimsEvaluator:
             details["gold"] = np.asarray(y_test).tolist()
         return scores, details
 
-    def __call__(self, model, name: str | None = None) -> dict[str, Any]:
-        """Run every task at every dim.
+    def __call__(self, model: Any) -> dict[str, float]:
+        scores = {f"{task}@{d}": s for task, by_dim in self.report(model).scores.items() for d, s in by_dim.items()}
+        return {**scores, "mean": float(np.mean(list(scores.values())))}
 
-        Returns ``{"model", "dims", "scores": {task: {dim: score}}, "metrics": {task: metric}, "details",
-        "notes", "settings"}`` with dims as strings in ``scores``; ``full`` is written as the model's size.
-        """
+    def report(self, model: Any, name: str | None = None) -> DimsReport:
+        """Run every task at every dim; ``name`` names the model in the report and the progress display."""
         full = model.get_embedding_dimension()
         if full is None:
             raise DimensionError("the model does not report its embedding size")
         dims = self.resolve_dims(int(full))
         registry = _registry()
-        report: dict[str, Any] = {
-            "model": name or "model",
-            "dims": dims,
-            "scores": {},
-            "metrics": {t: registry[t].metric for t in self.tasks},
-            "details": {},
-            "notes": {t: registry[t].note for t in self.tasks if registry[t].note},
-            "settings": {
+        report = DimsReport(
+            model=name or "model",
+            dims=dims,
+            scores={},
+            metrics={t: registry[t].metric for t in self.tasks},
+            details={},
+            notes={t: registry[t].note for t in self.tasks if registry[t].note},
+            settings={
                 "max_train": self.max_train,
                 "max_test": self.max_test,
                 "C": self.C,
                 "random_state": self.random_state,
             },
-        }
+        )
         label = f"eval dims {name or 'model'}"
         for task in progress(self.tasks, label, unit="task", enabled=self.show_progress):
             scores, details = self.evaluate_task(model, task, dims)
-            report["scores"][task] = scores
+            report.scores[task] = scores
             if details:
-                report["details"][task] = details
+                report.details[task] = details
         return report
 
 
 def plot_dims(reports: Sequence[dict[str, Any]], path: str | Path) -> Path:
-    """Score against dimension, one panel per task and one line per model; written atomically as PNG."""
+    """Score against dimension, one panel per task and one line per model (reports in their JSON form, as
+    :meth:`DimsReport.to_dict` gives and ``--json`` writes); written atomically as PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from subspaces.io import atomic_path
 
     tasks = list(dict.fromkeys(t for r in reports for t in r["scores"]))
     if not tasks:

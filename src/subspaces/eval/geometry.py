@@ -5,8 +5,12 @@ Both take L2-normalised embeddings. Lower is better for each.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
+
+from subspaces.io import atomic_path
 
 
 def _tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -35,8 +39,6 @@ def plot_alignment_uniformity(trajectories, path):
     ``trajectories`` maps a label to a list of ``{"step", "alignment", "uniformity"}`` records (a run's JSON
     history); each line runs from its first record (a hollow marker) to its last (a filled one).
     """
-    from pathlib import Path
-
     import matplotlib
 
     matplotlib.use("Agg")
@@ -60,8 +62,6 @@ def plot_alignment_uniformity(trajectories, path):
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    from subspaces.io import atomic_path
-
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)
     plt.close(fig)

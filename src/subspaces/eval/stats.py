@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from subspaces.errors import SubspacesError
+
 Metric = Callable[[np.ndarray, np.ndarray], float]
 
 
@@ -53,8 +55,6 @@ def paired_bootstrap(
     """
     a, b = np.asarray(a), np.asarray(b)
     if len(a) != len(b):
-        from subspaces.errors import SubspacesError
-
         raise SubspacesError(f"paired bootstrap needs row-aligned inputs; got {len(a)} and {len(b)} rows")
     groups = [np.arange(len(a))] if strata is None else [np.flatnonzero(strata == s) for s in np.unique(strata)]
     rng = np.random.default_rng(seed)

@@ -6,11 +6,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import spearmanr
+from scipy.stats import rankdata, spearmanr
 
 from subspaces.data.sts import TASKS, STSPairs, Variant, load_stsb, load_task
+from subspaces.errors import SubspacesError
 from subspaces.eval.base import Evaluator
 from subspaces.eval.geometry import alignment, uniformity
+from subspaces.eval.stats import paired_bootstrap
 from subspaces.vectors import cosine_rows, resolve_dims, unit_prefix
 
 
@@ -56,12 +58,11 @@ class STSEvaluator(Evaluator):
         for task in self.tasks:
             self._pairs(task)
 
+    primary_metric = "avg"
+
     def __post_init__(self) -> None:
-        self.primary_metric = "avg"
         unknown = [t for t in self.tasks if t not in TASKS]
         if unknown:
-            from subspaces.errors import SubspacesError
-
             raise SubspacesError(f"unknown STS task(s) {unknown}; choose from {', '.join(TASKS)}")
 
     def _pairs(self, task: str) -> STSPairs:
@@ -155,10 +156,6 @@ def paired_avg_difference(
     ``a[task]``, ``b[task]``: each pair's cosine, ``(pairs,)`` or ``(pairs, seeds)``; with seeds, each side's
     score is the mean over its seeds on every resample.
     """
-    from scipy.stats import rankdata
-
-    from subspaces.eval.stats import paired_bootstrap
-
     tasks = list(gold)
 
     def stack(side: dict[str, np.ndarray]) -> np.ndarray:
