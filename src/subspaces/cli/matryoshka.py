@@ -182,7 +182,7 @@ def eval_dims_cmd(
             label=f"{name}:",
             style="bold",
         )
-        report = evaluator(enc, name=name)
+        report = evaluator.report(enc, name=name).to_dict()
         report.update(backend=backend, precision=precision)
         reports.append(report)
         header = ["task (metric)", *[str(d) for d in report["dims"]]]
