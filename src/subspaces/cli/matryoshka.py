@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -82,7 +82,7 @@ def train_matryoshka_cmd(
     from subspaces.cli.train import describe_pooling, prepare_run, report
 
     rows = _training_rows(data, limit)  # before the model loads: a bad file fails fast
-    given = {
+    given: dict[str, Any] = {
         "dims": parse_dims(dims) if dims is not None else None,
         "weights": parse_numbers(weights, "weights"),
         "layers": parse_numbers(layers, "layers", kind=int),

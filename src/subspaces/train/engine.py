@@ -279,7 +279,7 @@ class Callback:
 class ProgressBar(Callback):
     """A progress display with the running loss and the best score (main process only)."""
 
-    bar = None
+    bar: Any = None
 
     def on_train_begin(self, loop: TrainingLoop) -> None:
         from subspaces.progress import Progress

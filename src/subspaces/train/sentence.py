@@ -182,7 +182,7 @@ def train_sentence_loss(
                 save_model=save_model,
                 settings=recorded,
                 callback=callback,
-                loss_terms=(lambda: loss.last_terms) if reports_terms else None,
+                loss_terms=(lambda: vars(loss)["last_terms"]) if reports_terms else None,
             )
     finally:
         model.max_seq_length = inference_length
