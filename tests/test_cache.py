@@ -88,7 +88,7 @@ def test_one_activation_cache_folder_serves_two_encoders(tiny_model_dir, tmp_pat
     """A tri-encoder with its own condition encoder under ``--cache-dir DIR``: the second encoder was refused as
     "built for another model" (issue 51). Each now has its own subfolder, reused by the next run."""
     from subspaces.models.encoder import load_encoder
-    from subspaces.models.triencoder import partially_trained
+    from subspaces.models.partial import partially_trained
 
     def encoders():
         sentence, condition = load_encoder(str(tiny_model_dir)), load_encoder(str(tiny_model_dir))
