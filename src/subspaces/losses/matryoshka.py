@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from subspaces.errors import DimensionError
 from subspaces.losses.simcse import InfoNCESettings, SimCSELoss
+from subspaces.vectors import resolve_dims
 
 __all__ = ["MatryoshkaLoss", "MatryoshkaSimCSELoss", "check_dims", "matryoshka_simcse_loss"]
 
@@ -44,13 +45,7 @@ class MatryoshkaSimCSELoss(MatryoshkaLoss):
 
 def check_dims(dims: Sequence[int | None], full: int) -> list[int]:
     """Resolve ``None`` (= full size) and check every dim is in 1..full; sorted largest first, duplicates dropped."""
-    resolved = sorted({full if d is None else int(d) for d in dims}, reverse=True)
-    if not resolved:
-        raise DimensionError("no Matryoshka dimensions given")
-    bad = [d for d in resolved if not 0 < d <= full]
-    if bad:
-        raise DimensionError(f"Matryoshka dims {bad} are outside 1..{full} (the model's embedding size)")
-    return resolved
+    return resolve_dims(dims, full, order="descending", what="Matryoshka dims")
 
 
 def matryoshka_simcse_loss(
