@@ -330,39 +330,6 @@ def test_frozen_bi_encoder_is_refused_with_the_reason(tiny_encoder):
         train_conditional("csts", tiny_encoder, output="never-written", arch="bi", data_dir=FIXTURES)
 
 
-def test_folders_of_the_first_layout_still_load(tiny_encoder, tmp_path):
-    """``cond_config.json`` as ``cond train`` wrote it before the one folder format (written here by hand)."""
-    torch.manual_seed(0)
-    head = make_head("hypernet", 32, 4)
-    old = tmp_path / "old-tri"
-    old.mkdir()
-    torch.save(head.state_dict(), old / "head.pt")
-    config = {
-        "arch": "tri",
-        "freeze_encoder": True,
-        "metadata": {"task": "csts", "seen_keys": ["x"]},
-        "head": head.config(),
-        "encode_batch_size": 64,
-        "encoder": tiny_encoder,
-    }
-    (old / "cond_config.json").write_text(json.dumps(config))
-    loaded = load_model(old)
-    assert isinstance(loaded, TriEncoder) and loaded.metadata["seen_keys"] == ["x"]
-    from subspaces.models.encoder import load_encoder
-
-    fresh = TriEncoder(load_encoder(tiny_encoder), head)
-    args = (["a dog runs"], ["a cat sleeps"], ["the animal"])
-    assert np.allclose(loaded.similarity(*args), fresh.similarity(*args), atol=1e-6)
-    bi = tmp_path / "old-bi"
-    bi.mkdir()
-    (bi / "cond_config.json").write_text(json.dumps({"arch": "bi", "freeze_encoder": True, "encoder": tiny_encoder}))
-    assert isinstance(load_model(bi), BiEncoder)
-    # Saving again writes the current format, with its version.
-    loaded.save(tmp_path / "new")
-    saved = json.loads((tmp_path / "new" / "subspaces_model.json").read_text())
-    assert saved["format_version"] == 1 and saved["task"] == "cond" and saved["encoder"] == tiny_encoder
-
-
 def test_builders_take_the_encoder_first(tiny_encoder):
     from subspaces.models.conditional import build_model
 

@@ -583,42 +583,6 @@ def test_ranking_filters_the_answers_of_every_split(tmp_path, tiny_encoder_dir):
     assert result.forward["mrr"] == pytest.approx(float(np.mean(1 / np.array(ranks[:3]))))
 
 
-def test_kgc_folders_of_the_first_layout_still_load(tmp_path, tiny_encoder_dir):
-    """``kgc_model.json`` folders as ``kgc train`` wrote them before the one folder format (written here by hand)."""
-    from subspaces.kgc.pipeline import evaluate_model
-    from subspaces.models.conditional import BiEncoder as BiEncoderKGC
-    from subspaces.models.conditional import load_model as load_kgc_model
-    from subspaces.models.encoder import load_encoder
-    from subspaces.models.heads import make_head
-    from subspaces.models.triencoder import TriEncoder
-
-    data = write_wn18rr(tmp_path / "wn")
-    torch.manual_seed(0)
-    head = make_head("hypernet", 32, 4)
-    tri = tmp_path / "old-tri"
-    tri.mkdir()
-    torch.save(head.state_dict(), tri / "head.pt")
-    meta = {
-        "dataset": "wn18rr",
-        "dataset_source": str(data),
-        "base_model": str(tiny_encoder_dir),
-        "max_length": 32,
-        "neighbour_names": False,
-        "freeze_encoder": True,
-    }
-    (tri / "kgc_model.json").write_text(json.dumps({"arch": "tri", "head": head.config(), **meta}))
-    loaded = load_kgc_model(tri)
-    assert isinstance(loaded, TriEncoder) and loaded.metadata["dataset"] == "wn18rr"
-    assert loaded.encoder.max_seq_length == 32
-    result = evaluate_model(tri, split="valid", disk_cache=False, show_progress=False)  # the dataset from the folder
-    assert result.arch == "tri" and result.queries == 4
-    bi = tmp_path / "old-bi"
-    load_encoder(tiny_encoder_dir).save(str(bi / "hr_encoder"))
-    (bi / "kgc_model.json").write_text(json.dumps({"arch": "bi", "shared": True, **meta, "freeze_encoder": False}))
-    assert isinstance(load_kgc_model(bi), BiEncoderKGC)
-    assert evaluate_model(bi, disk_cache=False, show_progress=False).arch == "bi"
-
-
 def test_entity_encoding_shows_progress_naming_task_and_dataset(tmp_path, tiny_encoder_dir, capsys):
     from subspaces.kgc.pipeline import evaluate_model
     from subspaces.models.conditional import build_model

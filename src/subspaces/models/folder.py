@@ -8,8 +8,7 @@ A folder holds ``subspaces_model.json`` and the weights it names::
      "head": {"kind": ..., "dim": ..., ...},  "head.pt" beside    # tri-encoders only
      "freeze_encoder": bool, "max_seq_length": int | null, "encode_batch_size": int, "metadata": {...}}
 
-The config is written last, so a folder with a config is complete. Folders of the earlier layouts
-(``cond_config.json`` of ``cond train``, ``kgc_model.json`` of ``kgc train``) are read into the same dict.
+The config is written last, so a folder with a config is complete.
 """
 
 from __future__ import annotations
@@ -23,12 +22,11 @@ from subspaces.errors import ModelNotFoundError
 
 CONFIG_NAME = "subspaces_model.json"
 FORMAT_VERSION = 1
-LEGACY_CONFIGS = ("cond_config.json", "kgc_model.json")
 
 
 def is_model_folder(path: str | Path) -> bool:
     folder = Path(str(path))
-    return any((folder / name).is_file() for name in (CONFIG_NAME, *LEGACY_CONFIGS))
+    return (folder / CONFIG_NAME).is_file()
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -42,22 +40,17 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def read_config(folder: str | Path, task: str | None = None) -> dict[str, Any]:
-    """The folder's config in the current format (older layouts converted); ``task`` checks what it holds."""
+    """The folder's config; ``task`` checks what it holds."""
     folder = Path(folder)
-    if (folder / CONFIG_NAME).is_file():
-        config = _read_json(folder / CONFIG_NAME)
-        version = config.get("format_version")
-        if not isinstance(version, int) or version > FORMAT_VERSION:
-            raise ModelNotFoundError(
-                f"{folder / CONFIG_NAME} has format_version {version!r}; this subspaces reads up to {FORMAT_VERSION}"
-            )
-    elif (folder / "cond_config.json").is_file():
-        config = _from_cond_config(_read_json(folder / "cond_config.json"))
-    elif (folder / "kgc_model.json").is_file():
-        config = _from_kgc_config(folder, _read_json(folder / "kgc_model.json"))
-    else:
+    if not (folder / CONFIG_NAME).is_file():
         what = {"cond": "a conditional model folder", "kgc": "a KGC model folder"}.get(task or "", "a model folder")
         raise ModelNotFoundError(f"{folder} is not {what} (no {CONFIG_NAME})")
+    config = _read_json(folder / CONFIG_NAME)
+    version = config.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise ModelNotFoundError(
+            f"{folder / CONFIG_NAME} has format_version {version!r}; this subspaces reads up to {FORMAT_VERSION}"
+        )
     if config.get("arch") not in ("tri", "bi"):
         raise ModelNotFoundError(f"{folder}: unknown architecture {config.get('arch')!r}; expected tri or bi")
     if task is not None and config.get("task") != task:
@@ -71,55 +64,6 @@ def write_config(folder: Path, config: dict[str, Any]) -> None:
     from subspaces.io import save_json
 
     save_json(folder / CONFIG_NAME, {"format_version": FORMAT_VERSION, **config})
-
-
-def _from_cond_config(old: dict[str, Any]) -> dict[str, Any]:
-    """``cond train``'s first layout: the same fields, flat, without a task or version."""
-    return {
-        "format_version": FORMAT_VERSION,
-        "task": "cond",
-        "arch": old.get("arch"),
-        "encoder": old.get("encoder"),
-        "condition_encoder": old.get("condition_encoder"),
-        "head": old.get("head"),
-        "freeze_encoder": bool(old.get("freeze_encoder", True)),
-        "max_seq_length": None,
-        "encode_batch_size": int(old.get("encode_batch_size", 64)),
-        "metadata": dict(old.get("metadata", {})),
-    }
-
-
-def _from_kgc_config(folder: Path, old: dict[str, Any]) -> dict[str, Any]:
-    """``kgc train``'s first layout: ``hr_encoder/`` (+ ``tail_encoder/``) or ``encoder/`` / ``base_model``."""
-    fields = ("arch", "shared", "head")
-    metadata = {k: v for k, v in old.items() if k not in fields}
-    config: dict[str, Any] = {
-        "format_version": FORMAT_VERSION,
-        "task": "kgc",
-        "arch": old.get("arch"),
-        "condition_encoder": None,
-        "max_seq_length": old.get("max_length"),
-        "encode_batch_size": 64,
-        "metadata": metadata,
-    }
-    if old.get("arch") == "bi":
-        shared = bool(old.get("shared", True))
-        config.update(
-            encoder="hr_encoder",
-            tail_encoder=None if shared else "tail_encoder",
-            head=None,
-            freeze_encoder=bool(old.get("freeze_encoder", False)),
-        )
-    else:
-        saved = (folder / "encoder").is_dir()
-        if not saved and old.get("base_model") is None:
-            raise ModelNotFoundError(f"{folder} has no encoder/ folder and names no base_model")
-        config.update(
-            encoder="encoder" if saved else old["base_model"],
-            head=old.get("head"),
-            freeze_encoder=bool(old.get("freeze_encoder", not saved)),
-        )
-    return config
 
 
 def encoder_reference(name_or_path: str) -> str:
