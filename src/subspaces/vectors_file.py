@@ -75,7 +75,7 @@ def map_vectors_file(
     width: int,
     label: str,
     chunk_size: int = 65_536,
-    progress: bool = False,
+    show_progress: bool = False,
 ) -> int:
     """Write ``transform`` of every chunk of ``input_path`` to ``output_path`` (``width`` floats a row); returns the
     row count.
@@ -98,7 +98,7 @@ def map_vectors_file(
     with (
         atomic_path(out_path) as tmp,
         _writer(tmp, out_path.suffix, n, width, column) as write,
-        Progress(n, f"{label} {in_path.name}", unit="row", enabled=progress) as bar,
+        Progress(n, f"{label} {in_path.name}", unit="row", enabled=show_progress) as bar,
     ):
         start = 0
         for chunk in chunks:

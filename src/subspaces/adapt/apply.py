@@ -19,7 +19,7 @@ def adapt_file(
     output_path: str | os.PathLike[str],
     *,
     chunk_size: int = 65_536,
-    progress: bool = False,
+    show_progress: bool = False,
 ) -> int:
     """Write ``adapter.transform`` of every row of ``input_path`` to ``output_path``; returns the row count.
 
@@ -39,5 +39,5 @@ def adapt_file(
         width=adapter.n_features_in_,
         label="adapt apply:",
         chunk_size=chunk_size,
-        progress=progress,
+        show_progress=show_progress,
     )

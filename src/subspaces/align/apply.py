@@ -46,5 +46,5 @@ def apply_to_file(
         width=aligner.n_features_out_,
         label="align apply: mapping",
         chunk_size=chunk_size,
-        progress=progress,
+        show_progress=progress,
     )

@@ -113,5 +113,5 @@ def apply_cmd(
     check_writable(output, "OUTPUT")
 
     adapter = MatryoshkaAdapter.load(adapter_dir)
-    n = adapt_file(adapter, input, output, chunk_size=chunk_size, progress=True)
+    n = adapt_file(adapter, input, output, chunk_size=chunk_size, show_progress=True)
     echo(f"adapted {n} vectors ({adapter.n_features_in_}-d) into {output}")
