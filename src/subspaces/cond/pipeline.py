@@ -18,7 +18,7 @@ from subspaces.cond.tasks import get_task
 from subspaces.cond.train import CondTrainConfig, evaluate, fit, predict
 from subspaces.data.csts import write_predictions
 from subspaces.errors import SubspacesError
-from subspaces.models.conditional import BiEncoder, ConditionalEncoder, TriEncoder, build_model, load_model
+from subspaces.models.conditional import BiEncoder, ConditionalModel, TriEncoder, build_model, load_model
 from subspaces.results import JSONResult
 
 
@@ -77,7 +77,7 @@ class ConditionalEvalResult(JSONResult):
     cache: dict[str, Any] | None = None
 
 
-def _describe(model: ConditionalEncoder) -> dict[str, Any]:
+def _describe(model: ConditionalModel) -> dict[str, Any]:
     """arch, freeze_encoder, head and rank (None where they do not apply)."""
     info: dict[str, Any] = {"arch": model.arch, "freeze_encoder": model.freeze_encoder, "head": None, "rank": None}
     if isinstance(model, TriEncoder):
@@ -88,7 +88,7 @@ def _describe(model: ConditionalEncoder) -> dict[str, Any]:
     return info
 
 
-def _load_or_zero_shot(path: str | Path, device: str = "cpu") -> ConditionalEncoder:
+def _load_or_zero_shot(path: str | Path, device: str = "cpu") -> ConditionalModel:
     """A ``cond train`` folder, or a plain encoder (name or folder) as the zero-shot bi-encoder."""
     from subspaces.errors import ModelNotFoundError
     from subspaces.models.encoder import resolve_model_path
@@ -167,7 +167,7 @@ def train_conditional(
 
 
 def evaluate_conditional(
-    path: str | Path | ConditionalEncoder,
+    path: str | Path | ConditionalModel,
     task: str,
     *,
     split: str = "test",
@@ -240,7 +240,7 @@ def cache_benchmark(
     """
     spec = get_task(task)
     rows = spec.load(split, data_dir)[:limit]
-    models: dict[str, ConditionalEncoder] = {
+    models: dict[str, ConditionalModel] = {
         "bi": load_model(bi, task="cond", device=device) if bi else build_model(model, "bi", device=device),
         "tri": (
             load_model(tri, task="cond", device=device)

@@ -24,7 +24,7 @@ from subspaces.data.csts import ConditionalPair
 from subspaces.errors import SubspacesError
 from subspaces.eval.base import Evaluator
 from subspaces.losses.conditional import ConditionalLoss
-from subspaces.models.conditional import BiEncoder, ConditionalEncoder, TriEncoder
+from subspaces.models.conditional import BiEncoder, ConditionalModel, TriEncoder
 from subspaces.models.partial import partially_trained
 from subspaces.train import engine
 from subspaces.train.engine import FitConfig
@@ -86,14 +86,14 @@ def loop_config(config: FitConfig, **overrides: Any) -> FitConfig:
     return FitConfig(**{**{f.name: getattr(config, f.name) for f in fields(FitConfig)}, **overrides})
 
 
-def predict(model: ConditionalEncoder, rows: Sequence[ConditionalPair], batch_size: int = 256) -> np.ndarray:
+def predict(model: ConditionalModel, rows: Sequence[ConditionalPair], batch_size: int = 256) -> np.ndarray:
     return model.similarity(
         [r.sentence1 for r in rows], [r.sentence2 for r in rows], [r.condition for r in rows], batch_size=batch_size
     )
 
 
 def evaluate(
-    model: ConditionalEncoder,
+    model: ConditionalModel,
     task: Task,
     rows: Sequence[ConditionalPair],
     *,
@@ -139,11 +139,11 @@ class DevEvaluator(Evaluator):
         self.rows = rows
         self.primary_metric = task.selection_metric
 
-    def __call__(self, model: ConditionalEncoder) -> dict[str, float]:
+    def __call__(self, model: ConditionalModel) -> dict[str, float]:
         return {k: float(v) for k, v in evaluate(model, self.task, self.rows)["metrics"].items()}
 
 
-def param_groups(model: ConditionalEncoder, config: CondTrainConfig) -> list[dict[str, Any]]:
+def param_groups(model: ConditionalModel, config: CondTrainConfig) -> list[dict[str, Any]]:
     """AdamW groups: the head at ``head_lr``, the encoders (when they train) at ``encoder_lr``."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     head = [p for n, p in named if not n.startswith(ENCODER_PREFIXES)]
@@ -155,7 +155,7 @@ def param_groups(model: ConditionalEncoder, config: CondTrainConfig) -> list[dic
     ]
 
 
-def check_trainable(model: ConditionalEncoder) -> None:
+def check_trainable(model: ConditionalModel) -> None:
     """Refuse a model with nothing to train, saying why (a frozen bi-encoder has no parameters of its own)."""
     if not any(p.requires_grad for p in model.parameters()):
         raise SubspacesError(
@@ -165,7 +165,7 @@ def check_trainable(model: ConditionalEncoder) -> None:
 
 
 def fit(
-    model: ConditionalEncoder,
+    model: ConditionalModel,
     task: Task,
     train_rows: Sequence[ConditionalPair],
     config: CondTrainConfig,
@@ -259,7 +259,7 @@ def fit(
     return out
 
 
-def _training_texts(model: ConditionalEncoder, rows: Sequence[ConditionalPair]) -> list[tuple[Any, list[Any]]]:
+def _training_texts(model: ConditionalModel, rows: Sequence[ConditionalPair]) -> list[tuple[Any, list[Any]]]:
     """Each encoder with the inputs it reads in training: sentences and conditions, or (sentence, condition) pairs."""
     if isinstance(model, BiEncoder):
         return [(model.encoder, [(s, r.condition) for r in rows for s in (r.sentence1, r.sentence2)])]
@@ -286,7 +286,7 @@ def _epoch_history(
 
 
 def _warm_caches(
-    model: ConditionalEncoder, train: Sequence[ConditionalPair], dev: Sequence[ConditionalPair] | None, name: str
+    model: ConditionalModel, train: Sequence[ConditionalPair], dev: Sequence[ConditionalPair] | None, name: str
 ) -> None:
     """Encode every distinct text of the splits once, in large batches (the frozen encoder's only pass)."""
     rows = [*train, *(dev or [])]

@@ -15,13 +15,13 @@ import numpy as np
 import torch
 
 from subspaces.kgc.texts import KGCTexts
-from subspaces.models.conditional import ConditionalEncoder
+from subspaces.models.conditional import ConditionalModel
 
 
 class KGCInference:
     """Vectors for ranking with ``model`` (its store: memory, and disk shards if the model was built with them)."""
 
-    def __init__(self, model: ConditionalEncoder, texts: KGCTexts, *, label: str = "kgc") -> None:
+    def __init__(self, model: ConditionalModel, texts: KGCTexts, *, label: str = "kgc") -> None:
         self.model = model.eval()
         self.texts = texts
         self.label = label  # names the task and dataset in progress lines, e.g. "kgc wn18rr"

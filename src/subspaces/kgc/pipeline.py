@@ -27,10 +27,10 @@ from subspaces.kgc.data import DATASETS, KnowledgeGraph, load_kg
 from subspaces.kgc.graph import KnownTails, LinkGraph
 from subspaces.kgc.inference import KGCInference
 from subspaces.kgc.ranking import Ties, average_metrics, rank_metrics, rank_queries
-from subspaces.kgc.texts import KGCTexts, NeighbourOrder
+from subspaces.kgc.texts import KGCTexts
 from subspaces.kgc.train import KGCTrainConfig, embed_batch, train_kgc
 from subspaces.losses.simkgc import SimKGCLoss
-from subspaces.models.conditional import ConditionalEncoder, TriEncoder, build_model, load_model
+from subspaces.models.conditional import ConditionalModel, TriEncoder, build_model, load_model
 from subspaces.models.partial import partially_trained
 from subspaces.results import JSONResult
 
@@ -146,7 +146,7 @@ def train_pipeline(
     known = KnownTails(examples)  # the false-negative masks see training triples only (the filter sees every split)
     config = replace(config, description=f"train kgc {arch} on {kg.name}")
     prepare_seconds = 0.0
-    if freeze_encoder:  # every entity and relation through the frozen encoder once, before the first step
+    if isinstance(kgc_model, TriEncoder) and freeze_encoder:  # every text through the frozen encoder once
         started = time.perf_counter()
         entity_texts = texts.distinct_training_texts(examples)
         kgc_model.embed_sentences(entity_texts, f"kgc {kg.name}: encoding {len(entity_texts):,} entity texts")
@@ -214,7 +214,7 @@ def train_pipeline(
     return report
 
 
-def _training_inputs(model: ConditionalEncoder, texts: KGCTexts, examples: np.ndarray) -> list[tuple[object, list]]:
+def _training_inputs(model: ConditionalModel, texts: KGCTexts, examples: np.ndarray) -> list[tuple[object, list]]:
     """Each encoder with the inputs it reads in training (what partial fine-tuning caches)."""
     if isinstance(model, TriEncoder):
         return [(model.encoder, [*texts.distinct_training_texts(examples), *texts.relations])]
@@ -222,7 +222,7 @@ def _training_inputs(model: ConditionalEncoder, texts: KGCTexts, examples: np.nd
     relations = [texts.relations[r] for r in examples[:, 1].tolist()]
     return [
         (model.encoder, list(zip(heads, relations, strict=True))),
-        (model.encoders()[-1], texts.distinct_training_texts(examples)),
+        (model.store.encoders["sentence"], texts.distinct_training_texts(examples)),
     ]
 
 
@@ -255,7 +255,7 @@ class RankingEvaluator(Evaluator):
 
 
 def evaluate_model(
-    model: str | Path | ConditionalEncoder,
+    model: str | Path | ConditionalModel,
     dataset: str | Path | KnowledgeGraph | None = None,
     *,
     split: str = "test",
@@ -290,7 +290,7 @@ def evaluate_model(
         from subspaces.models.encoder import resolve_model_path
 
         resolve_model_path(model)  # neither a KGC folder nor an encoder: say so, not "name the dataset"
-    metadata: dict = read_config(model, task="kgc")["metadata"] if is_folder else {}
+    metadata: dict = read_config(model, task="kgc")["metadata"] if is_folder else {}  # type: ignore[arg-type]
     if dataset is None:
         dataset = metadata.get("dataset_source", metadata.get("dataset"))
         if dataset is None:
@@ -298,7 +298,7 @@ def evaluate_model(
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)  # bad data fails before a model loads
     split = _split_name(kg, split)
     if isinstance(model, torch.nn.Module):
-        kgc_model: ConditionalEncoder = (
+        kgc_model: ConditionalModel = (
             model  # it keeps its own store (memory, and disk shards if it was built with them)
         )
     elif is_folder:

@@ -20,7 +20,7 @@ from subspaces.errors import SubspacesError
 from subspaces.eval.base import Evaluator
 from subspaces.kgc.texts import KGCTexts
 from subspaces.losses.simkgc import SimKGCLoss
-from subspaces.models.conditional import ConditionalEncoder, TriEncoder
+from subspaces.models.conditional import ConditionalModel, TriEncoder
 from subspaces.train import engine
 from subspaces.train.engine import FitConfig
 
@@ -123,7 +123,7 @@ class KGCTrainResult:
         return asdict(self)
 
 
-def embed_batch(model: ConditionalEncoder, triples: np.ndarray, texts: KGCTexts) -> tuple[torch.Tensor, ...]:
+def embed_batch(model: ConditionalModel, triples: np.ndarray, texts: KGCTexts) -> tuple[torch.Tensor, ...]:
     """``(hr, tail, head)`` vectors of a batch of ``(h, r, t)`` triples for SimKGC's loss (``head`` feeds the
     self-negatives), with gradients where the model trains."""
     triples = np.asarray(triples)
@@ -170,7 +170,7 @@ def _param_groups(loss: SimKGCLoss, config: KGCTrainConfig) -> list[dict[str, An
     head = getattr(loss.model, "head", None)
     if config.head_lr is not None and head is None:
         raise SubspacesError(f"head_lr is set but {type(loss.model).__name__} has no head beside its encoder")
-    rest_lr, head_lr = config.rates(loss.model.freeze_encoder)
+    rest_lr, head_lr = config.rates(bool(getattr(loss.model, "freeze_encoder", False)))
     head_ids = {id(p) for p in head.parameters()} if head_lr is not None else set()
     others, head_params = [p for p in params if id(p) not in head_ids], [p for p in params if id(p) in head_ids]
     groups = []
@@ -199,8 +199,9 @@ def train_kgc(
     if total < 1:
         raise SubspacesError("nothing to train: max_steps (or, without it, epochs) must be at least 1")
     temperatures: dict[int, float] = {}
+    frozen = bool(getattr(loss.model, "freeze_encoder", False))
     overrides = {
-        "lr": config.rates(loss.model.freeze_encoder)[0],
+        "lr": config.rates(frozen)[0],
         "max_steps": total,
         "warmup_steps": min(config.warmup_steps or 0, total // 10),
         "eval_steps": None,
@@ -209,7 +210,7 @@ def train_kgc(
         "save_steps": config.save_steps if config.output_dir is not None else None,
     }
     fit_config = FitConfig(**{**{f.name: getattr(config, f.name) for f in fields(FitConfig)}, **overrides})
-    settings = {"batch_size": batches.batch_size, "head_lr": config.rates(loss.model.freeze_encoder)[1]}
+    settings = {"batch_size": batches.batch_size, "head_lr": config.rates(frozen)[1]}
     settings.update(loss.get_config_dict())
     result = engine.fit(
         loss,

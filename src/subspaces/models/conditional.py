@@ -29,7 +29,7 @@ from subspaces.models.triencoder import TriEncoder, build_tri_encoder, cache_sta
 
 ARCHS = ("tri", "bi")
 DEFAULT_CACHE_BYTES = DEFAULT_MEMORY_BYTES
-__all__ = ["ARCHS", "BiEncoder", "ConditionalEncoder", "TriEncoder", "build_model", "load_model"]
+__all__ = ["ARCHS", "BiEncoder", "ConditionalEncoder", "ConditionalModel", "TriEncoder", "build_model", "load_model"]
 
 
 @runtime_checkable
@@ -185,6 +185,9 @@ class BiEncoder(nn.Module):
                 "metadata": self.metadata,
             },
         )
+
+
+ConditionalModel = TriEncoder | BiEncoder  # the two implementations of ConditionalEncoder, as tasks annotate them
 
 
 def build_model(
