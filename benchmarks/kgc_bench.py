@@ -330,7 +330,7 @@ def official_frozen(args: argparse.Namespace) -> None:
             if done is not None:
                 print(f"{arm} seed {seed}: done ({path.name})", flush=True)
                 continue
-            settings = recipe_settings(RECIPE, "tri", freeze_encoder=True)
+            settings = recipe_settings(RECIPE, "tri")
             settings.update(head=kind, rank=parse_rank(rank))
             if args.lr is not None:
                 settings["lr"] = args.lr
