@@ -27,12 +27,12 @@ import torch
 from subspaces.cache import LRUCache, content_key
 from subspaces.cond.analysis import cluster_impurity, expressiveness
 from subspaces.cond.metrics import choose_threshold, conditional_metrics
-from subspaces.cond.models import BiEncoder, TriEncoder
 from subspaces.cond.pipeline import cache_benchmark
 from subspaces.cond.tasks import get_task
 from subspaces.cond.train import CondTrainConfig, evaluate, fit
 from subspaces.config import cache_dir
 from subspaces.io import save_json
+from subspaces.models.conditional import BiEncoder, TriEncoder
 from subspaces.models.encoder import load_encoder
 from subspaces.models.heads import make_head
 
@@ -159,7 +159,7 @@ def main() -> None:
                 )
                 model.store.memory["sentence"], model.store.memory["condition"] = sentence_cache, condition_cache
                 config = CondTrainConfig(
-                    objective="mse", batch_size=32, lr=args.lr, epochs=epochs, seed=seed, show_progress=False
+                    objective="mse", batch_size=32, head_lr=args.lr, epochs=epochs, seed=seed, show_progress=False
                 )
                 fitted = fit(model, task, train, config, dev_rows=dev)
                 t0 = time.perf_counter()
@@ -216,7 +216,7 @@ def analyses(trained: dict[str, TriEncoder], condition_cache: LRUCache, train, t
 
 
 def fine_tune(report, encoder, task, train, dev, test, seen_keys, args) -> None:
-    from subspaces.cond.models import build_model
+    from subspaces.models.conditional import build_model
 
     for arch, head in (("bi", None), ("tri", "hypernet")):
         name = f"{arch}_fine_tuned" + (f"_{head}_k{args.rank}" if head else "")
@@ -226,11 +226,11 @@ def fine_tune(report, encoder, task, train, dev, test, seen_keys, args) -> None:
             head=head or "hypernet",
             rank=args.rank,
             freeze_encoder=False,
-            max_seq_length=64,
+            max_length=64,
             seed=args.seeds[0],
         )
         config = CondTrainConfig(
-            objective="mse", batch_size=32, lr=args.lr, encoder_lr=2e-5, epochs=args.ft_epochs, seed=args.seeds[0]
+            objective="mse", batch_size=32, head_lr=args.lr, encoder_lr=2e-5, epochs=args.ft_epochs, seed=args.seeds[0]
         )
         fitted = fit(model, task, train, config, dev_rows=dev)
         t0 = time.perf_counter()

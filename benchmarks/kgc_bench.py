@@ -84,7 +84,7 @@ def frozen(args: argparse.Namespace) -> dict:
             rank=parse_rank(rank or args.rank),
             freeze_encoder=True,
             batch_size=args.batch_size,
-            lr=1e-3 if args.lr is None else args.lr,
+            head_lr=1e-3 if args.lr is None else args.lr,
             epochs=args.epochs,
             max_steps=args.train_steps,
             pre_batch=args.pre_batch,
@@ -101,9 +101,9 @@ def efficiency(args: argparse.Namespace) -> dict:
     from subspaces.kgc.data import load_kg
     from subspaces.kgc.graph import KnownTails
     from subspaces.kgc.inference import KGCInference
-    from subspaces.kgc.models import build_model, load_kgc_model
     from subspaces.kgc.ranking import rank_metrics, rank_queries
     from subspaces.kgc.texts import KGCTexts
+    from subspaces.models.conditional import build_model, load_model
     from subspaces.models.encoder import encode
     from subspaces.models.store import EmbeddingShardCache
 
@@ -111,13 +111,13 @@ def efficiency(args: argparse.Namespace) -> dict:
     texts = KGCTexts.build(kg)
     queries = kg.with_inverses("test")
     known = KnownTails(np.concatenate([kg.with_inverses(s) for s in kg.splits]))
-    bi = build_model(MODEL, "bi")
-    tri = load_kgc_model(cache_dir() / "kgc-runs" / f"{args.dataset}-{args.tri_run}")
-    entities = EmbeddingShardCache(bi.tail_encoder).encode(texts.entities)  # from disk: identical for both
+    bi = build_model(MODEL, "bi", task="kgc", max_length=50)
+    tri = load_model(cache_dir() / "kgc-runs" / f"{args.dataset}-{args.tri_run}", task="kgc")
+    entities = EmbeddingShardCache(bi.encoder).encode(texts.entities)  # from disk: identical for both
     # Cold entity encoding is the same work for both models; time a sample and scale it (said so in the output).
     sample = texts.entities[: args.entity_sample]
     started = time.perf_counter()
-    encode(bi.tail_encoder, sample, batch_size=64)
+    encode(bi.encoder, sample, batch_size=64)
     entity_seconds = (time.perf_counter() - started) * len(texts.entities) / len(sample)
     out: dict = {
         "entity_encoding_seconds_extrapolated": entity_seconds,
@@ -193,22 +193,36 @@ def _seconds_per_step(
     from functools import partial
 
     from subspaces.kgc.graph import KnownTails
-    from subspaces.kgc.models import build_model, embed_batch
-    from subspaces.kgc.train import KGCTrainConfig, train_kgc
+    from subspaces.kgc.train import KGCTrainConfig, embed_batch, train_kgc
     from subspaces.losses.simkgc import SimKGCLoss
+    from subspaces.models.conditional import build_model
 
     model = build_model(
-        model_name, arch, head=head, rank=parse_rank(rank), shared_encoder=not separate_encoders, device=device
+        model_name,
+        arch,
+        task="kgc",
+        head=head,
+        rank=parse_rank(rank),
+        freeze_encoder=False,
+        shared_encoder=not separate_encoders,
+        max_length=50,
+        device=device,
     )
     loss = SimKGCLoss(model, KnownTails(examples), batch_size=batch_size, embed_batch=partial(embed_batch, model)).to(
         device
     )
     if warmup:
         train_kgc(
-            loss, examples, KGCTrainConfig(batch_size=batch_size, lr=5e-5, max_steps=warmup, show_progress=False), texts
+            loss,
+            examples,
+            KGCTrainConfig(batch_size=batch_size, encoder_lr=5e-5, max_steps=warmup, show_progress=False),
+            texts,
         )
     result = train_kgc(
-        loss, examples, KGCTrainConfig(batch_size=batch_size, lr=5e-5, max_steps=steps, show_progress=False), texts
+        loss,
+        examples,
+        KGCTrainConfig(batch_size=batch_size, encoder_lr=5e-5, max_steps=steps, show_progress=False),
+        texts,
     )
     del model, loss
     if device.startswith("cuda"):
@@ -223,9 +237,9 @@ def finetune(args: argparse.Namespace) -> dict:
     fewest of ``--epochs`` epochs and what ``--budget-seconds`` of training allows for the slower of the two.
     """
     from subspaces.kgc.data import load_kg
-    from subspaces.kgc.models import build_model
     from subspaces.kgc.pipeline import evaluate_model, train_pipeline
     from subspaces.kgc.texts import KGCTexts
+    from subspaces.models.conditional import build_model
 
     if args.tf32:  # TensorFloat-32 matrix products (SimKGC trains in fp16 mixed precision; this loop is fp32)
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -266,7 +280,8 @@ def finetune(args: argparse.Namespace) -> dict:
     out["steps"], out["epochs"] = steps, steps / per_epoch
     print(json.dumps(out), flush=True)
     if args.zero_shot:  # the starting point, evaluated on this machine (checks the weights that travelled)
-        start = build_model(args.model, "bi", device=args.device)  # encoded on the device too
+        # encoded on the device too
+        start = build_model(args.model, "bi", task="kgc", max_length=50, device=args.device)
         zero = evaluate_model(
             start, kg, split="test", texts=texts, disk_cache=False, show_progress=False, model_name=out["model"]
         )
@@ -283,7 +298,7 @@ def finetune(args: argparse.Namespace) -> dict:
             rank=parse_rank(args.rank),
             freeze_encoder=False,
             batch_size=args.batch_size,
-            lr=lr,
+            encoder_lr=lr,
             head_lr=args.head_lr if arch == "tri" else None,  # the bi-encoder has no head of its own
             epochs=args.epochs,
             max_steps=steps,
@@ -333,7 +348,7 @@ def official_frozen(args: argparse.Namespace) -> None:
             settings = recipe_settings(RECIPE, "tri")
             settings.update(head=kind, rank=parse_rank(rank))
             if args.lr is not None:
-                settings["lr"] = args.lr
+                settings["head_lr"] = args.lr
             if args.batch_size_given:
                 settings["batch_size"] = args.batch_size
             report = train_pipeline(
@@ -373,7 +388,7 @@ def official_cpu(args: argparse.Namespace) -> None:
                 continue
             settings = recipe_settings(RECIPE, arch)
             if args.lr is not None:
-                settings["lr"] = args.lr
+                settings["encoder_lr"] = args.lr
             if args.batch_size_given:
                 settings["batch_size"] = args.batch_size
             if arch == "tri" and args.tri_rank != "full":
@@ -393,7 +408,7 @@ def official_cpu(args: argparse.Namespace) -> None:
                 recipe=RECIPE,
                 device=args.device,
                 # hours an epoch on CPU: checkpointed every 50 steps, and the same command resumes exactly
-                checkpoint_dir=Path(args.runs) / "official-cpu" / f"{arm}-seed{seed}-checkpoints",
+                output_dir=Path(args.runs) / "official-cpu" / f"{arm}-seed{seed}-checkpoints",
                 show_progress=not args.smoke,
                 **settings,
             )
