@@ -1,4 +1,5 @@
-"""A fitted estimator's folder: ``state.npz`` (its arrays) beside a JSON config that records the state's SHA-256.
+"""Folders written whole: :func:`built_folder` (built beside, renamed into place), and a fitted estimator's folder:
+``state.npz`` (its arrays) beside a JSON config that records the state's SHA-256.
 
 Each file is replaced atomically, the state first, and the config is serialised before either is written, so a
 failure touches no file and a save interrupted between the two leaves a folder whose hash does not match, which
@@ -11,14 +12,34 @@ so a folder whose fields no longer match is refused as well.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Collection, Mapping
+import shutil
+import tempfile
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from subspaces.errors import DataError
 
 STATE_FILE = "state.npz"
+
+
+@contextlib.contextmanager
+def built_folder(target: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a path beside ``target`` to build a folder at (its parent is a scratch folder for intermediates). When
+    the block ends without error, the folder replaces ``target`` in one rename (a folder already there is removed
+    first); the scratch is always deleted, so an interrupted build never leaves half a folder at ``target``."""
+    final = Path(target)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        yield scratch / "out"
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(scratch / "out", final)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def write_state_folder(

