@@ -25,7 +25,7 @@ from subspaces.cli.common import (
 )
 from subspaces.cli.groups import matryoshka_app
 from subspaces.cli.train import DeviceOpt, TrainableLayersOpt
-from subspaces.train.matryoshka import MatryoshkaConfig
+from subspaces.train.recipes import MatryoshkaConfig
 
 
 def _training_rows(data: Path | None, limit: int | None) -> list[tuple[str, ...]]:

@@ -26,7 +26,8 @@ from sentence_transformers.sentence_transformer.losses import MatryoshkaLoss
 from torch import Tensor, nn
 
 from subspaces.errors import DimensionError
-from subspaces.losses.simcse import InfoNCESettings, SimCSELoss
+from subspaces.losses.settings import InfoNCESettings
+from subspaces.losses.simcse import SimCSELoss
 from subspaces.vectors import resolve_dims
 
 __all__ = ["MatryoshkaLoss", "MatryoshkaSimCSELoss", "check_dims", "matryoshka_simcse_loss"]

@@ -47,18 +47,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import fields
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from subspaces.errors import DimensionError
+from subspaces.losses.settings import MAPPINGS, MICSettings
 from subspaces.models.pooling import masked_mean
-
-LayerPrefixMapping = Literal["all", "paired"]
-MAPPINGS: tuple[LayerPrefixMapping, ...] = ("all", "paired")
 
 
 def token_statistics(hidden: Tensor, attention_mask: Tensor, eps: float = 1e-6) -> tuple[Tensor, Tensor]:
@@ -160,44 +158,6 @@ def self_distillation(embeddings: Tensor, dim: int, *, temperature: float = 0.05
 def paired_layers(num_layers: int, count: int) -> list[int]:
     """``count`` layers spread up to the last, shallowest first (1-based; a layer repeats when count > layers)."""
     return [math.ceil(num_layers * (i + 1) / count) for i in range(count)]
-
-
-@dataclass
-class MICSettings:
-    """MIC's weights and choices, declared once: :class:`MICLoss` and ``train matryoshka`` take their defaults
-    from here (what each multiplies: the module docstring; the defaults are our reading, reasoned there)."""
-
-    gamma: float = field(default=0.1, metadata={"help": "MIC: weight of L_align (SCR + SIR)."})
-    tau_corr: float = field(default=0.0, metadata={"help": "MIC/SCR: correlations below this are free."})
-    lambda_corr: float = field(
-        default=100.0, metadata={"help": "MIC/SCR: weight of the prefix-residual decorrelation."}
-    )
-    lambda_var: float = field(default=25.0, metadata={"help": "MIC/SCR: weight of the per-dimension variance floor."})
-    var_floor: float = field(default=0.5, metadata={"help": "MIC/SCR: the floor under each dimension's token std."})
-    relative_floor: bool = field(
-        default=True,
-        metadata={"help": "MIC/SCR: the floor is a fraction of the layer's mean std, or an absolute std (VICReg)."},
-    )
-    lambda_sir: float = field(default=1.0, metadata={"help": "MIC: weight of SIR inside L_align."})
-    t: float = field(default=2.0, metadata={"help": "MIC/SIR: uniformity temperature."})
-    lambda_distill: float = field(
-        default=0.1,
-        metadata={"help": "MIC: weight of self-distillation (prefixes learn the full vector's similarities)."},
-    )
-    distill_temperature: float = field(
-        default=0.05, metadata={"help": "MIC: softmax temperature of self-distillation."}
-    )
-    layers: Sequence[int] | None = field(
-        default=None,
-        metadata={
-            "help": "MIC: transformer layers to regularise, 1-based (-1 = last). Default: middle,last (all), "
-            "one per dim up to the last (paired)."
-        },
-    )
-    layer_prefix_mapping: LayerPrefixMapping = field(
-        default="all",
-        metadata={"help": "MIC: all = every layer x every dim; paired = shallower layer <-> smaller dim."},
-    )
 
 
 class MICLoss(nn.Module):

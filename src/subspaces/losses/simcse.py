@@ -18,7 +18,6 @@ Unsupervised SimCSE is the same loss with positives = a second forward pass of t
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -26,15 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-
-@dataclass
-class InfoNCESettings:
-    """The objective's settings, declared once: :class:`SimCSELoss` and the recipes on it take their defaults here."""
-
-    temperature: float = field(default=0.05, metadata={"help": "InfoNCE temperature."})
-    hard_negative_weight: float = field(
-        default=0.0, metadata={"help": "Log-weight added to each anchor's own hard-negative logit (triplets)."}
-    )
+from subspaces.losses.settings import InfoNCESettings
 
 
 def gather_with_grad(x: Tensor) -> Tensor:

@@ -44,6 +44,7 @@ from subspaces.eval.base import Evaluator, as_evaluator
 from subspaces.io import atomic_path, save_json
 from subspaces.train import distributed as ddp
 from subspaces.train import output as run_output
+from subspaces.train.recipes import FitConfig
 
 
 class BatchSource(Protocol):
@@ -55,28 +56,6 @@ class BatchSource(Protocol):
     def batch(self, epoch: int, index: int) -> Any: ...  # whatever ``step`` takes
 
     def fingerprint(self) -> str: ...  # short hash of the data (a resume into another run is refused)
-
-
-@dataclass
-class FitConfig:
-    """What every training run is given; a recipe extends it with its own fields."""
-
-    output_dir: str | None = field(default=None, metadata={"help": "Folder for the model and checkpoints."})
-    lr: float = field(default=3e-5, metadata={"help": "AdamW learning rate."})
-    epochs: int = field(default=1, metadata={"help": "Passes over the data."})
-    max_steps: int | None = field(default=None, metadata={"help": "Stop after this many steps (wins over epochs)."})
-    warmup_ratio: float = field(default=0.0, metadata={"help": "Fraction of the steps spent warming up the lr."})
-    warmup_steps: int | None = field(default=None, metadata={"help": "Warm-up steps (wins over the ratio)."})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (not on biases and norms)."})
-    max_grad_norm: float | None = field(default=1.0, metadata={"help": "Clip the gradient norm to this."})
-    seed: int = field(default=42, metadata={"help": "Seeds the model's new weights, the batches and dropout."})
-    eval_steps: int | None = field(default=125, metadata={"help": "Evaluate every N steps (0: only at the end)."})
-    eval_every_epoch: bool = field(default=False, metadata={"help": "Evaluate at each epoch end as well."})
-    save_steps: int | None = field(default=125, metadata={"help": "Write a resumable checkpoint every N steps."})
-    resume: bool = field(default=True, metadata={"help": "Continue from the output folder's checkpoint.pt."})
-    show_progress: bool = field(default=True, metadata={"help": "Show a progress display on stderr."})
-    description: str = field(default="train", metadata={"help": "Progress label."})
-    overwrite: bool = field(default=False, metadata={"help": "Write into a non-empty folder not of a subspaces run."})
 
 
 # Settings a resumed run may change: they do not alter the optimisation path up to the checkpoint. (Changing the

@@ -9,29 +9,15 @@ size of each of its terms (:attr:`subspaces.losses.mic.MICLoss.last_terms`) goes
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from torch import nn
 
 from subspaces.eval.sts import STSBDevEvaluator
 from subspaces.losses.matryoshka import matryoshka_simcse_loss
-from subspaces.losses.mic import MICLoss, MICSettings
-from subspaces.losses.simcse import InfoNCESettings
+from subspaces.losses.mic import MICLoss
 from subspaces.train.engine import FitResult
-from subspaces.train.sentence import EncoderTrainConfig, train_sentence_loss
-
-
-@dataclass
-class MatryoshkaConfig(EncoderTrainConfig, InfoNCESettings, MICSettings):
-    """The ``train matryoshka`` recipe: the loop's settings, InfoNCE's, MIC's (used with ``mic``) and these."""
-
-    dims: Sequence[int | None] = field(
-        default=(16, 32, 64, 128, None), metadata={"help": "Nested prefix sizes (None: the model's full size)."}
-    )
-    weights: Sequence[float] | None = field(default=None, metadata={"help": "One MRL weight per dim (default 1 each)."})
-    mic: bool = field(default=False, metadata={"help": "Add MIC's regularisers (SCR + SIR) and distillation to MRL."})
-    stsb_dev: bool = field(default=True, metadata={"help": "Evaluate STS-B dev at every dim; keep the best mean."})
-    stsb_dev_limit: int | None = field(default=None, metadata={"help": "Score only the first N STS-B dev pairs."})
+from subspaces.train.recipes import MatryoshkaConfig
+from subspaces.train.sentence import train_sentence_loss
 
 
 def build_loss(model, config: MatryoshkaConfig) -> nn.Module:

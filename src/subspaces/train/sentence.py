@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,8 @@ from torch import nn
 from subspaces.errors import SubspacesError
 from subspaces.models.partial import partially_trained
 from subspaces.train import distributed as ddp
-from subspaces.train.engine import FitConfig, FitResult, digest, fit
+from subspaces.train.engine import FitResult, digest, fit
+from subspaces.train.recipes import EncoderTrainConfig
 
 Row = tuple[str, ...]
 
@@ -85,28 +86,6 @@ def loss_step(model: Any, loss: nn.Module) -> Callable[[list[Row]], torch.Tensor
         return loss(features, None)
 
     return step
-
-
-@dataclass
-class EncoderTrainConfig(FitConfig):
-    """:class:`FitConfig` plus what a sentence-encoder recipe adds. A recipe's own fields (those of a subclass) are
-    recorded as the run's settings in ``trainer_state.json``."""
-
-    batch_size: int = field(default=64, metadata={"help": "Rows per step, per process."})
-    max_length: int = field(
-        default=32, metadata={"help": "Tokens per text in training (the saved model keeps the base's length)."}
-    )
-    drop_last: bool = field(default=True, metadata={"help": "Drop the ragged last batch of an epoch."})
-    trainable_layers: int | str | None = field(
-        default=None,
-        metadata={"help": "Train only the top N transformer layers over cached activations (None/'all': all)."},
-    )
-    cache_dir: str | None = field(
-        default=None, metadata={"help": "Partial fine-tuning: keep the cached activations in this folder."}
-    )
-    state_dropout: float = field(
-        default=0.0, metadata={"help": "Partial fine-tuning: dropout on the cached bottom states in training."}
-    )
 
 
 def loss_description(loss: nn.Module) -> str:

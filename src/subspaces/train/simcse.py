@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Literal
 
 from subspaces.eval.sts import STSBDevEvaluator
-from subspaces.losses.simcse import InfoNCESettings, SimCSELoss
+from subspaces.losses.simcse import SimCSELoss
 from subspaces.train.engine import FitResult
-from subspaces.train.sentence import EncoderTrainConfig, train_sentence_loss
+from subspaces.train.recipes import SimCSEConfig
+from subspaces.train.sentence import train_sentence_loss
 
-Mode = Literal["unsup", "sup"]
 Augmentation = Literal["dropout", "none", "delete_one_word"]
 
 DEFAULTS: dict[str, dict[str, float | int | str]] = {
@@ -64,17 +63,6 @@ def set_dropout(model, p: float) -> None:
     for module in model.modules():
         if isinstance(module, torch.nn.Dropout):
             module.p = p
-
-
-@dataclass
-class SimCSEConfig(EncoderTrainConfig, InfoNCESettings):
-    mode: Mode = field(
-        default="unsup", metadata={"help": "unsup: dropout views; sup: NLI triplets with hard negatives."}
-    )
-    stsb_dev: bool = field(default=True, metadata={"help": "Evaluate on STS-B dev and keep the best model."})
-    stsb_variant: Literal["original", "senteval"] = field(
-        default="original", metadata={"help": "Which STS-B dev split scores the run."}
-    )
 
 
 def train_simcse(

@@ -1,0 +1,81 @@
+"""The training recipes' settings, declared once: :class:`FitConfig` (what the loop takes) and the recipes that
+extend it with the losses' settings (:mod:`subspaces.losses.settings`) and their own. Each field carries its help
+text; the CLI derives its options and defaults from these classes (no torch is imported here)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from subspaces.losses.settings import InfoNCESettings, MICSettings
+
+Mode = Literal["unsup", "sup"]
+
+
+@dataclass
+class FitConfig:
+    """What every training run is given; a recipe extends it with its own fields."""
+
+    output_dir: str | None = field(default=None, metadata={"help": "Folder for the model and checkpoints."})
+    lr: float = field(default=3e-5, metadata={"help": "AdamW learning rate."})
+    epochs: int = field(default=1, metadata={"help": "Passes over the data."})
+    max_steps: int | None = field(default=None, metadata={"help": "Stop after this many steps (wins over epochs)."})
+    warmup_ratio: float = field(default=0.0, metadata={"help": "Fraction of the steps spent warming up the lr."})
+    warmup_steps: int | None = field(default=None, metadata={"help": "Warm-up steps (wins over the ratio)."})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay (not on biases and norms)."})
+    max_grad_norm: float | None = field(default=1.0, metadata={"help": "Clip the gradient norm to this."})
+    seed: int = field(default=42, metadata={"help": "Seeds the model's new weights, the batches and dropout."})
+    eval_steps: int | None = field(default=125, metadata={"help": "Evaluate every N steps (0: only at the end)."})
+    eval_every_epoch: bool = field(default=False, metadata={"help": "Evaluate at each epoch end as well."})
+    save_steps: int | None = field(default=125, metadata={"help": "Write a resumable checkpoint every N steps."})
+    resume: bool = field(default=True, metadata={"help": "Continue from the output folder's checkpoint.pt."})
+    show_progress: bool = field(default=True, metadata={"help": "Show a progress display on stderr."})
+    description: str = field(default="train", metadata={"help": "Progress label."})
+    overwrite: bool = field(default=False, metadata={"help": "Write into a non-empty folder not of a subspaces run."})
+
+
+@dataclass
+class EncoderTrainConfig(FitConfig):
+    """:class:`FitConfig` plus what a sentence-encoder recipe adds. A recipe's own fields (those of a subclass) are
+    recorded as the run's settings in ``trainer_state.json``."""
+
+    batch_size: int = field(default=64, metadata={"help": "Rows per step, per process."})
+    max_length: int = field(
+        default=32, metadata={"help": "Tokens per text in training (the saved model keeps the base's length)."}
+    )
+    drop_last: bool = field(default=True, metadata={"help": "Drop the ragged last batch of an epoch."})
+    trainable_layers: int | str | None = field(
+        default=None,
+        metadata={"help": "Train only the top N transformer layers over cached activations (None/'all': all)."},
+    )
+    cache_dir: str | None = field(
+        default=None, metadata={"help": "Partial fine-tuning: keep the cached activations in this folder."}
+    )
+    state_dropout: float = field(
+        default=0.0, metadata={"help": "Partial fine-tuning: dropout on the cached bottom states in training."}
+    )
+
+
+@dataclass
+class SimCSEConfig(EncoderTrainConfig, InfoNCESettings):
+    mode: Mode = field(
+        default="unsup", metadata={"help": "unsup: dropout views; sup: NLI triplets with hard negatives."}
+    )
+    stsb_dev: bool = field(default=True, metadata={"help": "Evaluate on STS-B dev and keep the best model."})
+    stsb_variant: Literal["original", "senteval"] = field(
+        default="original", metadata={"help": "Which STS-B dev split scores the run."}
+    )
+
+
+@dataclass
+class MatryoshkaConfig(EncoderTrainConfig, InfoNCESettings, MICSettings):
+    """The ``train matryoshka`` recipe: the loop's settings, InfoNCE's, MIC's (used with ``mic``) and these."""
+
+    dims: Sequence[int | None] = field(
+        default=(16, 32, 64, 128, None), metadata={"help": "Nested prefix sizes (None: the model's full size)."}
+    )
+    weights: Sequence[float] | None = field(default=None, metadata={"help": "One MRL weight per dim (default 1 each)."})
+    mic: bool = field(default=False, metadata={"help": "Add MIC's regularisers (SCR + SIR) and distillation to MRL."})
+    stsb_dev: bool = field(default=True, metadata={"help": "Evaluate STS-B dev at every dim; keep the best mean."})
+    stsb_dev_limit: int | None = field(default=None, metadata={"help": "Score only the first N STS-B dev pairs."})
