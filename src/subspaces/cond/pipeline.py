@@ -14,8 +14,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from subspaces.cond.recipe import CondTrainConfig
 from subspaces.cond.tasks import get_task
-from subspaces.cond.train import CondTrainConfig, evaluate, fit, predict
+from subspaces.cond.train import evaluate, fit, predict
 from subspaces.data.csts import write_predictions
 from subspaces.errors import SubspacesError
 from subspaces.models.conditional import BiEncoder, ConditionalModel, TriEncoder, build_model, load_model

@@ -27,8 +27,9 @@ from subspaces.kgc.data import DATASETS, KnowledgeGraph, load_kg
 from subspaces.kgc.graph import KnownTails, LinkGraph
 from subspaces.kgc.inference import KGCInference
 from subspaces.kgc.ranking import Ties, average_metrics, rank_metrics, rank_queries
+from subspaces.kgc.recipes import KGCTrainConfig
 from subspaces.kgc.texts import KGCTexts
-from subspaces.kgc.train import KGCTrainConfig, embed_batch, train_kgc
+from subspaces.kgc.train import embed_batch, train_kgc
 from subspaces.losses.simkgc import SimKGCLoss
 from subspaces.models.conditional import ConditionalModel, TriEncoder, build_model, load_model
 from subspaces.models.partial import partially_trained
@@ -96,7 +97,7 @@ def train_pipeline(
 ) -> KGCResult:
     """Train a KGC model on ``dataset`` with SimKGC's objective, save it to ``output``, and (optionally) evaluate it.
 
-    ``config`` is the run's recipe (:class:`~subspaces.kgc.train.KGCTrainConfig`: every setting, with its help);
+    ``config`` is the run's recipe (:class:`~subspaces.kgc.recipes.KGCTrainConfig`: every setting, with its help);
     ``settings`` (any of its fields, e.g. ``arch="bi"``) replace its values. ``freeze_encoder`` (tri-encoder only)
     trains the head on cached entity and relation embeddings; otherwise the encoder is fine-tuned on text
     (SimKGC's recipe; what a GPU is for). ``select_on`` (a split) keeps the state with the best MRR there;

@@ -1,4 +1,6 @@
-"""Named training configurations: each setting with the file and flag of the released code it comes from.
+"""The KGC recipe, :class:`KGCTrainConfig` (every setting of ``kgc train``, declared once with its help; the CLI
+derives its options and defaults from it, and no torch is imported here), and named configurations of released
+code: each setting with the file and flag it comes from.
 
 ``hypercl-wn18rr`` is Hyper-CL's released WN18RR run (HYU-NLP/Hyper-CL, ``sim-kgc/scripts/train_wn.sh`` and the
 files it runs), for the tri-encoder; with ``arch="bi"`` the settings a bi-encoder shares with it, plus SimKGC's own
@@ -7,16 +9,103 @@ self-negatives (intfloat/SimKGC ``scripts/train_wn.sh``), so the two train at eq
     settings = recipe_settings("hypercl-wn18rr", "tri")       # {"rank": None, "batch_size": 512, ...}
     train_pipeline(output=..., **settings, recipe="hypercl-wn18rr")
 
-Settings are fields of :class:`subspaces.kgc.train.KGCTrainConfig`; a caller's explicit value wins over a
+Settings are fields of :class:`KGCTrainConfig`; a caller's explicit value wins over a
 recipe's (the CLI applies a recipe to the options left at their defaults).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
 
 from subspaces.errors import SubspacesError
+from subspaces.train.recipes import FitConfig
+
+
+@dataclass
+class KGCTrainConfig(FitConfig):
+    """A KGC run: the model to build, SimKGC's objective, the entity texts, the evaluation, and the loop's settings
+    (:class:`~subspaces.train.recipes.FitConfig`; SimKGC's defaults where they apply to CPU: weight
+    decay 1e-4, clipping at 10, warm-up as a step count, capped at a tenth of the run)."""
+
+    arch: Literal["bi", "tri"] = field(default="tri", metadata={"help": "bi (SimKGC) or tri (Hyper-CL tri-encoder)."})
+    head: Literal["hypernet", "concat", "hadamard"] = field(default="hypernet", metadata={"help": "Tri-encoder head."})
+    rank: int | str | None = field(
+        default="auto", metadata={"help": "Hypernet rank K, 'auto' (d/12, as Hyper-CL: 32 for d = 384) or 'full'."}
+    )
+    freeze_encoder: bool = field(
+        default=False, metadata={"help": "Train only the tri-encoder's head on cached embeddings."}
+    )
+    shared_encoder: bool = field(default=True, metadata={"help": "Bi-encoder: one encoder for queries and tails."})
+    max_length: int = field(default=50, metadata={"help": "Tokens per text (SimKGC: 50)."})
+    head_dropout: float = field(default=0.0, metadata={"help": "Tri-encoder: dropout before the head's layers."})
+    head_init: Literal["scaled", "torch"] = field(
+        default="scaled", metadata={"help": "Tri-encoder head init: scaled (identity transform) or torch."}
+    )
+    head_activation: str = field(default="relu", metadata={"help": "Tri-encoder concat head's activation."})
+    batch_size: int = field(default=1024, metadata={"help": "Batch size (in-batch negatives)."})
+    encoder_lr: float = field(
+        default=5e-5, metadata={"help": "Learning rate of the encoder(s) when fine-tuning (and of the temperature)."}
+    )
+    head_lr: float | None = field(
+        default=None,
+        metadata={
+            "help": "Learning rate of the tri-encoder's head (default: 1e-3 frozen, the encoder's when fine-tuning)."
+        },
+    )
+    lr: float = field(default=5e-5, init=False, repr=False)  # the loop's base rate: the groups carry their own
+    warmup_steps: int | None = field(default=400, metadata={"help": "Warm-up steps (at most a tenth of the run)."})
+    weight_decay: float = field(default=1e-4, metadata={"help": "AdamW weight decay (matrices only)."})
+    max_grad_norm: float | None = field(default=10.0, metadata={"help": "Gradient clipping norm."})
+    save_steps: int | None = field(default=50, metadata={"help": "Checkpoint cadence in steps (with output_dir)."})
+    margin: float = field(default=0.02, metadata={"help": "Additive margin on the positive."})
+    temperature: float = field(default=0.05, metadata={"help": "Initial temperature (learnable)."})
+    pre_batch: int = field(
+        default=0, metadata={"help": "Pre-batch queue size in batches (SimKGC: 0 on WN18RR, 2 on FB15k-237)."}
+    )
+    pre_batch_weight: float = field(default=0.5, metadata={"help": "Factor on the pre-batch negatives' logits."})
+    self_negatives: bool = field(default=True, metadata={"help": "Count the head entity itself as a negative."})
+    normalize_queries: bool = field(
+        default=True, metadata={"help": "Score cos(hr, t); off: the raw projection against unit tails (Hyper-CL)."}
+    )
+    neighbour_names: bool | None = field(
+        default=None, metadata={"help": "Append neighbour names to short descriptions (default: on for FB15k-237)."}
+    )
+    neighbour_order: Literal["id", "index"] = field(
+        default="id", metadata={"help": "Which 10 neighbours a text names: the first by dataset id or by index."}
+    )
+    per_example_texts: bool | None = field(
+        default=None,
+        metadata={"help": "Training texts leave each triple's other end out of the neighbour names (default: bi)."},
+    )
+    disk_cache: str | Path | bool | None = field(
+        default=None, metadata={"help": "The embedding store's disk shards (None: the default folder; False: none)."}
+    )
+    evaluate_split: str | None = field(default="test", metadata={"help": "Split to evaluate after training."})
+    select_on: str | None = field(
+        default=None, metadata={"help": "Evaluate each epoch on this split and keep the state best by MRR there."}
+    )
+    track_on: str | None = field(
+        default=None, metadata={"help": "Evaluate each epoch on this split (the history) but keep the last state."}
+    )
+    rerank_n_hop: int = field(default=0, metadata={"help": "Evaluation: also report SimKGC's n-hop re-ranking."})
+    neighbour_weight: float = field(default=0.05, metadata={"help": "Re-ranking: bonus of an entity within n hops."})
+    trainable_layers: int | str | None = field(
+        default=None, metadata={"help": "Fine-tuning: only the encoders' top N layers (None/'all': all)."}
+    )
+    cache_dir: str | Path | None = field(
+        default=None, metadata={"help": "Where partial fine-tuning keeps the bottom activations (None: memory)."}
+    )
+    recipe: str | None = field(default=None, metadata={"help": "The named configuration applied (metadata only)."})
+    description: str = "train kgc"
+
+    def rates(self, frozen: bool) -> tuple[float, float | None]:
+        """The rate of every trained parameter but the head's, and the head's own (None: the same)."""
+        if frozen:
+            return (1e-3 if self.head_lr is None else self.head_lr), None
+        return self.encoder_lr, self.head_lr
+
 
 HYPERCL = "HYU-NLP/Hyper-CL sim-kgc/"
 SIMKGC = "intfloat/SimKGC "
