@@ -440,7 +440,7 @@ def test_embedding_store_key_separates_models_that_share_weights_but_differ_in_s
     from sentence_transformers.models import Normalize
 
     from subspaces.models.encoder import load_encoder
-    from subspaces.models.store import model_fingerprint
+    from subspaces.models.fingerprint import model_fingerprint
 
     base = model_fingerprint(load_encoder(str(tiny_model_dir)))
     assert base == model_fingerprint(load_encoder(str(tiny_model_dir)))

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from subspaces.errors import SubspacesError
+from subspaces.models.fingerprint import weights_hash
 from subspaces.state_folder import built_folder
 
 if TYPE_CHECKING:
@@ -133,18 +134,6 @@ def runtime_model_class() -> type:
             return self.name
 
     return RuntimeModel
-
-
-def weights_hash(module: Any) -> str:
-    """sha256 of a transformers model's config and every tensor of its state (names, dtypes, shapes, bytes)."""
-    import torch
-
-    digest = hashlib.sha256(module.config.to_json_string(use_diff=False).encode())
-    for name, tensor in sorted(module.state_dict().items()):
-        value = tensor.detach().cpu().contiguous()
-        digest.update(f"{name}:{value.dtype}:{tuple(value.shape)}".encode())
-        digest.update(value.view(-1).view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def graph_folder(weights: str, backend: str, precision: str) -> Path:

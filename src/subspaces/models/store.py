@@ -14,7 +14,6 @@ Vectors are float32, as the encoder returns them (not normalised). Texts are str
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,40 +25,10 @@ import torch
 
 from subspaces.cache import LRUCache, content_key
 from subspaces.errors import SubspacesError
+from subspaces.models.fingerprint import Text, model_fingerprint, texts_key
 
-Text = str | tuple[str, str]
 DEFAULT_MEMORY_BYTES = 512 * 2**20
 ENCODE_CHUNK = 1024  # texts per progress update (sentence-transformers batches within a chunk)
-
-
-def model_fingerprint(model: torch.nn.Module, extra: str = "") -> str:
-    """A hex digest of the model's parameters and buffers (names, shapes, values), its modules' settings, max
-    length, truncation and prompts, and ``extra``.
-
-    Hashing the weights themselves (about 0.2 s for MiniLM) makes the key right for fine-tuned models held
-    only in memory, where a name or path would not be.
-    """
-    digest = hashlib.sha256(extra.encode())
-    digest.update(str(getattr(model, "max_seq_length", "")).encode())
-    # Settings that hold no weights change the vectors too: pooling mode, normalisation, truncation, prompts.
-    for name, child in model.named_children():
-        get_config = getattr(child, "get_config_dict", None)
-        config = get_config() if callable(get_config) else {}
-        digest.update(f"{name}:{type(child).__name__}:{sorted(config.items())!r}".encode())
-    digest.update(repr((getattr(model, "truncate_dim", None), getattr(model, "prompts", None))).encode())
-    for name, tensor in model.state_dict().items():
-        digest.update(name.encode())
-        digest.update(str(tuple(tensor.shape)).encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()[:24]
-
-
-def texts_key(fingerprint: str, texts: Sequence[Text]) -> str:
-    digest = hashlib.sha256(fingerprint.encode())
-    for text in texts:
-        digest.update(b"\x1e")
-        digest.update("\x1f".join(text).encode() if isinstance(text, tuple) else text.encode())
-    return digest.hexdigest()[:32]
 
 
 def encode_texts(

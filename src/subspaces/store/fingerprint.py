@@ -15,7 +15,7 @@ from subspaces.errors import DimensionError, SubspacesError
 @dataclass(frozen=True)
 class ModelFingerprint:
     name: str  # the bundled name or folder it was loaded from ("" for a model built in memory)
-    weights: str  # models.store.model_fingerprint: a hash of every parameter and buffer, and the max length
+    weights: str  # models.fingerprint.model_fingerprint: a hash of every parameter and buffer, and the max length
     dimension: int
     pooler: str  # the modules after the transformer, e.g. "Pooling(mean)" or "Pooling(cls)+Dense"
     normalize: bool  # whether the stored vectors are unit length (cosine = inner product)
@@ -33,7 +33,7 @@ class ModelFingerprint:
 
     @classmethod
     def of(cls, model: Any, name: str = "", *, normalize: bool = True) -> ModelFingerprint:
-        from subspaces.models.store import model_fingerprint
+        from subspaces.models.fingerprint import model_fingerprint
 
         return cls(
             name=name,

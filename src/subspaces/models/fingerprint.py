@@ -1,0 +1,67 @@
+"""Fingerprints: what caches and stores key vectors by, so a changed model never reads a stale vector.
+
+* :func:`model_fingerprint`: a whole sentence-transformers model (weights, module settings, max length,
+  truncation, prompts); recorded in store manifests, and the folder of the conditional models' disk shards;
+* :func:`weights_hash`: a transformers model's config and tensors; the key of the backends' exported graphs;
+* :func:`texts_key`: one shard of texts under a model fingerprint.
+
+Each is recorded on disk: computing one differently orphans what was recorded (memory keys are
+:func:`subspaces.cache.content_key`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+Text = str | tuple[str, str]
+
+
+def _tensor_bytes(tensor: torch.Tensor) -> bytes:
+    import torch
+
+    return tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+
+
+def model_fingerprint(model: torch.nn.Module, extra: str = "") -> str:
+    """A hex digest of the model's parameters and buffers (names, shapes, values), its modules' settings, max
+    length, truncation and prompts, and ``extra``.
+
+    Hashing the weights themselves (about 0.2 s for MiniLM) makes the key right for fine-tuned models held
+    only in memory, where a name or path would not be.
+    """
+    digest = hashlib.sha256(extra.encode())
+    digest.update(str(getattr(model, "max_seq_length", "")).encode())
+    # Settings that hold no weights change the vectors too: pooling mode, normalisation, truncation, prompts.
+    for name, child in model.named_children():
+        get_config = getattr(child, "get_config_dict", None)
+        config = get_config() if callable(get_config) else {}
+        digest.update(f"{name}:{type(child).__name__}:{sorted(config.items())!r}".encode())
+    digest.update(repr((getattr(model, "truncate_dim", None), getattr(model, "prompts", None))).encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(_tensor_bytes(tensor))
+    return digest.hexdigest()[:24]
+
+
+def weights_hash(module: Any) -> str:
+    """sha256 of a transformers model's config and every tensor of its state (names, dtypes, shapes, bytes)."""
+    digest = hashlib.sha256(module.config.to_json_string(use_diff=False).encode())
+    for name, tensor in sorted(module.state_dict().items()):
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(_tensor_bytes(tensor))
+    return digest.hexdigest()
+
+
+def texts_key(fingerprint: str, texts: Sequence[Text]) -> str:
+    """The key of a shard of ``texts`` (strings or pairs) encoded by the model of ``fingerprint``."""
+    digest = hashlib.sha256(fingerprint.encode())
+    for text in texts:
+        digest.update(b"\x1e")
+        digest.update("\x1f".join(text).encode() if isinstance(text, tuple) else text.encode())
+    return digest.hexdigest()[:32]
