@@ -269,7 +269,7 @@ def test_cli_jsonl_fields_and_metadata(tmp_path, tiny_model_dir):
     cli("store", "create", folder, "--model", tiny_model_dir)
     result = cli("store", "add", folder, "--input", data, "--id-field", "key", "--text-field", "body")
     assert result.exit_code == 0, result.output
-    table = Store.open(folder)._table("0").to_arrow().to_pylist()
+    table = Store.open(folder)._table("0").handle.to_arrow().to_pylist()
     assert [(r["id"], r["text"], r["metadata"]) for r in table] == [
         ("x1", "a cat", '{"lang": "en"}'),
         ("x2", "a dog", None),

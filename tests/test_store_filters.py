@@ -104,7 +104,7 @@ def test_a_mistyped_field_is_refused_before_writing_and_old_json_stores_get_colu
     assert str(mixed._table("0").schema.field("rank").type) == "double"
     # an old store: metadata as JSON only, as every store before typed columns
     old = Store.create(tmp_path / "old2", encoder)
-    table = old._table("0")
+    table = old._table("0").handle
     table.add(
         pa.table(
             {
@@ -121,19 +121,33 @@ def test_a_mistyped_field_is_refused_before_writing_and_old_json_stores_get_colu
     assert Store.open(old.path).search(texts[0], k=2, model=encoder, where="lang = 'de'").ids == ["b"]
 
 
+def test_repair_fills_a_typed_column_that_a_killed_write_left_empty(made, tmp_path):
+    _, encoder, texts = made
+    store = Store.create(tmp_path / "killed", encoder)
+    table = store._table("0").handle
+    vectors = pa.FixedSizeListArray.from_arrays(pa.array(spread()[:3].ravel()), DIM)
+    meta = [json.dumps({"lang": "en"}), json.dumps({"lang": "de"}), None]
+    table.add(pa.table({"id": ["a", "b", "c"], "text": texts[:3], "vector": vectors, "metadata": meta}))
+    table.add_columns([pa.field("lang", pa.string())])  # the column made, the kill before its rows were filled
+    assert store.search(texts[0], k=3, where="lang = 'de'").ids == []
+    assert store.repair()["0"]["columns"] == 1
+    assert Store.open(store.path).search(texts[0], k=3, model=encoder, where="lang = 'de'").ids == ["b"]
+    assert store.repair()["0"]["columns"] == 0
+
+
 def test_delete_keeps_every_derived_artefact_correct_or_stale(made):
     store, encoder, texts = made
     store.index(num_partitions=2, num_sub_vectors=4)
     store.quantize("int8")
     queries = texts[:5]  # their own rows rank first
-    axes_before = store._prefix_basis(store._load_rows("0"), "pca").copy()
+    axes_before = store.principal_axes().copy()
     assert store.delete(["0", "1", "nope"]) == {"deleted": 2, "missing": 1}
     assert store.count() == N - 2
     for options in ({}, {"ann": True}, {"dims": 4, "shortlist": 400}, {"dims": 4, "basis": "pca"}):
         hits = store.search(queries, k=3, model=encoder, **options)
         assert all(not {"0", "1"} & set(h.ids) for h in hits), options
         assert [h.ids[0] for h in hits[2:]] == ["2", "3", "4"], options
-    assert not np.allclose(store._prefix_basis(store._load_rows("0"), "pca"), axes_before)  # refitted
+    assert not np.allclose(store.principal_axes(), axes_before)  # refitted
     with pytest.raises(SubspacesError, match="stale .*deleted"):
         store.search(queries, model=encoder, quantized=True)
     assert Store.open(store.path).info()["spaces"]["0"]["quantized"]["stale"]

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.store import Store
-from subspaces.store.transfer import import_vectors
+from subspaces.store.core import import_vectors
 
 
 def cli(*args):

@@ -233,7 +233,7 @@ def test_repair_keeps_one_row_per_id_of_a_doubled_store(tmp_path, tiny_model_dir
     texts.write_text("\n".join(sentences(20)) + "\n", encoding="utf-8")
     cli("store", "add", cli_store, "--input", texts)
     made = Store.open(cli_store)
-    table = made._table("0")
+    table = made._table("0").handle
     table.add(table.to_arrow())  # what two unlocked writers did: every row twice
     assert made.duplicates() == 20 and made.info()["spaces"]["0"]["duplicates"] == 20
     result = cli("store", "add", cli_store, "--input", texts)
@@ -279,7 +279,7 @@ def test_csv_is_read_by_its_header(tmp_path, cli_store):
     rows = tmp_path / "rows.csv"
     rows.write_text('id,text,lang\nx1,"a cat, black",en\nx2,"a dog\nthat runs",fr\n', encoding="utf-8")
     assert cli("store", "add", cli_store, "--input", rows).exit_code == 0
-    table = Store.open(cli_store)._table("0").to_arrow().to_pylist()
+    table = Store.open(cli_store)._table("0").handle.to_arrow().to_pylist()
     assert [(r["id"], r["text"], json.loads(r["metadata"])) for r in table] == [
         ("x1", "a cat, black", {"lang": "en"}),
         ("x2", "a dog\nthat runs", {"lang": "fr"}),

@@ -310,3 +310,23 @@ def test_cli_reembed(tmp_path, tiny_model_dir):
     assert result.exit_code == 0 and "50 of 120 rows are native" in flat and "70 still mapped" in flat, result.output
     result = cli("store", "reembed", folder)
     assert result.exit_code == 2 and "--budget" in result.output, result.output
+
+
+def test_rows_that_change_leave_the_record_of_re_embedded_rows(pair):
+    """An upserted row is mapped again, a deleted row is gone, and a refit's new space reuses the number of the one
+    it replaced: none of them may still count as re-embedded (native/<space>.ids)."""
+    from subspaces.store.backfill import native_ids
+
+    store, _, _, new_model, texts = pair
+    store.migrate(new_model, pairs=300, heldout=100, maps=["affine"])
+    store.reembed(budget=50)
+    assert {"3", "5"} <= native_ids(store, "1")
+    store.add([texts[N]], ids=["3"], upsert=True)  # mapped anew into the pending space
+    store.delete(["5"])
+    assert not {"3", "5"} & native_ids(store, "1") and len(native_ids(store, "1")) == 48
+    store.reembed(budget=10_000)
+    want = new_model.encode([texts[N]]).numpy()[0]
+    rows = store._load_rows("1")
+    np.testing.assert_allclose(rows.vectors[list(rows.ids).index("3")], want / np.linalg.norm(want), atol=1e-5)
+    store.migrate(new_model, pairs=200, heldout=100, maps=["affine"])  # a refit: space 1 again, all mapped
+    assert native_ids(store, "1") == set() and store.reembed(budget=1)["native"] == 1

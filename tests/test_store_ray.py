@@ -71,7 +71,7 @@ def test_a_ray_add_writes_the_rows_of_a_single_process_add_and_resumes(runtime, 
     for row_id, (text, vector) in a.items():
         assert b[row_id][0] == text
         np.testing.assert_allclose(b[row_id][1], vector, atol=1e-5)
-    table = there._table("0").to_arrow().to_pylist()
+    table = there._table("0").handle.to_arrow().to_pylist()
     assert {r["id"]: r["metadata"] for r in table}["63"] == '{"n": 63}'
     assert there.info()["spaces"]["0"]["version"] > 2  # one commit per block, not one for all
 

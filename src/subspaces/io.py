@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from subspaces.errors import DataError, SubspacesError
+from subspaces.errors import DataError, DimensionError, SubspacesError
 
 
 @functools.cache
@@ -259,34 +259,44 @@ def read_texts(path: str | os.PathLike[str], *, text_field: str = "text") -> lis
     return texts
 
 
+def read_jsonl(path: str | os.PathLike[str], *, label: object = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each non-blank line of a JSON-lines file (``.gz`` read through, a byte-order
+    mark dropped). A line that is no JSON object, bytes that are not UTF-8 and an unreadable file are refused in
+    one line naming the file (``label``, default ``path``) and, where known, the line."""
+    where = path if label is None else label
+    try:
+        with open_text(path) as handle:
+            for number, line in enumerate(handle, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line.removeprefix("\ufeff") if number == 1 else line)
+                except ValueError as exc:
+                    raise DataError(f"not JSON ({exc})", where, number) from None
+                if not isinstance(record, dict):
+                    raise DataError(f"expected a JSON object, got {_json_type(record)}", where, number)
+                yield number, record
+    except UnicodeDecodeError as exc:
+        raise DataError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", where) from None
+    except (OSError, EOFError) as exc:  # truncated gzip, unreadable file
+        raise DataError(f"cannot read: {exc}", where) from None
+
+
 def _read_jsonl_texts(path: str | os.PathLike[str], field: str) -> list[str]:
     texts: list[str] = []
-    with open_text(path) as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                raise DataError(f"not JSON ({exc})", path, number) from None
-            if not isinstance(record, dict):
-                raise DataError(f"expected a JSON object, got {type(record).__name__}", path, number)
-            if field not in record:
-                fields = ", ".join(map(repr, list(record)[:5])) or "none"
-                raise DataError(
-                    f"no field {field!r} (its fields: {fields}; choose one with --text-field)", path, number
-                )
-            text = record[field]
-            if not isinstance(text, str):
-                raise DataError(f"field {field!r} is a JSON {_json_type(text)}, not a string", path, number)
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as exc:  # legal JSON ("\ud800"), not text a tokenizer can read
-                bad = f"U+{ord(text[exc.start]):04X}"
-                raise DataError(
-                    f"field {field!r} holds a lone surrogate ({bad}), not Unicode text", path, number
-                ) from None
-            texts.append(text)
+    for number, record in read_jsonl(path):
+        if field not in record:
+            fields = ", ".join(map(repr, list(record)[:5])) or "none"
+            raise DataError(f"no field {field!r} (its fields: {fields}; choose one with --text-field)", path, number)
+        text = record[field]
+        if not isinstance(text, str):
+            raise DataError(f"field {field!r} is a JSON {_json_type(text)}, not a string", path, number)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:  # legal JSON ("\ud800"), not text a tokenizer can read
+            bad = f"U+{ord(text[exc.start]):04X}"
+            raise DataError(f"field {field!r} holds a lone surrogate ({bad}), not Unicode text", path, number) from None
+        texts.append(text)
     return texts
 
 
@@ -393,8 +403,6 @@ def read_embedding_file(path: str | os.PathLike[str], *, mmap: bool = False) -> 
     Returns the array and, for parquet, the embedding column's name (so a writer can keep it). No value checks:
     see :func:`load_embeddings`. Parquet is read whole; :func:`iter_parquet_embeddings` streams it.
     """
-    from subspaces.errors import DimensionError
-
     p = check_file(path)
     column = None
     if p.suffix == ".parquet":
@@ -417,8 +425,6 @@ def read_embedding_file(path: str | os.PathLike[str], *, mmap: bool = False) -> 
 
 def load_embeddings(path: str | os.PathLike[str], *, allow_nan: bool = False) -> np.ndarray:
     """Load a 2-D float array (see :func:`read_embedding_file`), checked for rows and NaN/inf."""
-    from subspaces.errors import DimensionError
-
     arr, _ = read_embedding_file(path)
     if arr.shape[0] == 0:
         raise DataError("holds no rows", path=path)

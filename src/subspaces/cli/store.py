@@ -3,16 +3,39 @@ store."""
 
 from __future__ import annotations
 
-from enum import Enum
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, Literal, Optional, TypeVar
 
 import typer
 
-from subspaces.cli.common import DeviceOpt, ThreadsOpt, console, echo, show, table, user_errors
-from subspaces.cli.core import Backend, BackendOpt, Precision, PrecisionOpt
+from subspaces.cli.common import (
+    DEVICE,
+    BackendOpt,
+    DeviceOpt,
+    PrecisionOpt,
+    ThreadsOpt,
+    echo,
+    show,
+    table,
+    user_errors,
+)
 from subspaces.cli.groups import Command, app
 from subspaces.cli.search import Basis
+from subspaces.errors import SubspacesError
+from subspaces.io import load_embeddings, read_lines, read_queries, save_json
+from subspaces.quantize import KINDS
+from subspaces.store import Store
+from subspaces.store.core import import_vectors
+from subspaces.store.demo import run as run_demo
+from subspaces.store.encoders import Runtime
+from subspaces.store.inputs import read_rows
+from subspaces.store.plans import ANN_REFINE, RERANK
+from subspaces.store.scaleout import choose
+from subspaces.store.search import BASES, unit_prefix
 
 store_app = typer.Typer(
     help="A vector store (LanceDB folder): add texts, search them exactly, by ANN or by Matryoshka funnel, migrate.",
@@ -21,6 +44,7 @@ store_app = typer.Typer(
 app.add_typer(store_app, name="store")
 
 DirArg = Annotated[Path, typer.Argument(help="The store's folder.")]
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Bundled model name or a local folder.")]
 RESUME = "every batch already written is committed whole; rerun the same command to add the rest"
 RayOpt = Annotated[
     Optional[str],
@@ -37,13 +61,60 @@ RayAddressOpt = Annotated[
     typer.Option(help="Deprecated, goes in the next release: write --ray ADDRESS.", show_default=False),
 ]
 ActorsOpt = Annotated[Optional[int], typer.Option(help="With --ray: encoder actors (default: one per CPU).")]
+JsonOutOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON here.")]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _ray(ray: Optional[str], address: Optional[str]) -> bool | str:
-    """What --ray [ADDRESS] asks for, its cluster checked now (also when there turns out to be nothing to do)."""
-    from subspaces.store.scaleout import choose
+@dataclass(frozen=True)
+class StoreRun:
+    """How a store command runs: its encoders' device, backend and precision, and with --ray where it encodes."""
 
-    return choose(ray, address, note=lambda text: echo(text, label="note:", style="yellow"))
+    device: str = DEVICE
+    backend: str = "torch"
+    precision: str = "fp32"
+    ray_option: Optional[str] = None
+    ray_address: Optional[str] = None
+    actors: Optional[int] = None
+
+    def open(self, store: Path) -> Store:
+        return Store.open(store, device=self.device, backend=self.backend, precision=self.precision)
+
+    def ray(self) -> bool | str:
+        """What --ray [ADDRESS] asks for, its cluster checked now (also when there turns out to be nothing to do)."""
+        return choose(self.ray_option, self.ray_address, note=lambda text: echo(text, label="note:", style="yellow"))
+
+
+def runtime_options(*, backends: bool = True, ray: bool = False) -> Callable[[F], F]:
+    """The store commands' runtime options, declared once: --device and --threads, with ``backends`` --backend and
+    --precision, with ``ray`` --ray [ADDRESS], --ray-address and --actors. The decorated command declares a
+    parameter ``run`` and receives them there as one :class:`StoreRun` (--threads is applied by ``user_errors``)."""
+    options: dict[str, tuple[Any, Any]] = {"device": (DeviceOpt, DEVICE)}
+    if backends:
+        options |= {"backend": (BackendOpt, "torch"), "precision": (PrecisionOpt, "fp32")}
+    if ray:
+        options |= {"ray_option": (RayOpt, None), "ray_address": (RayAddressOpt, None), "actors": (ActorsOpt, None)}
+    options["threads"] = (ThreadsOpt, None)
+
+    def decorate(func: F) -> F:
+        signature = inspect.signature(func, eval_str=True)
+        own = [p for p in signature.parameters.values() if p.name != "run"]
+        added = [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+            for name, (annotation, default) in options.items()
+        ]
+
+        @functools.wraps(func)
+        def wrapper(**kwargs: Any) -> Any:
+            values = {name: kwargs.pop(name) for name in options}
+            values.pop("threads")
+            return func(**kwargs, run=StoreRun(**values))
+
+        parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own + added]
+        wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
 
 
 class RayCommand(Command):
@@ -57,22 +128,6 @@ class RayCommand(Command):
         return super().parse_args(ctx, completed)
 
 
-def _open(store: Path, device: str, backend: Backend, precision: Precision):
-    from subspaces.store import Store
-
-    return Store.open(store, device=device, backend=backend.value, precision=precision.value)
-
-
-class Quantization(str, Enum):
-    int8 = "int8"
-    binary = "binary"
-
-
-class Rerank(str, Enum):
-    full = "full"
-    none = "none"
-
-
 BasisOpt = Annotated[
     Basis,
     typer.Option(
@@ -82,14 +137,8 @@ BasisOpt = Annotated[
 ]
 
 
-class StoreBasis(str, Enum):
-    model = "model"
-    pca = "pca"
-    adapter = "adapter"
-
-
 SearchBasisOpt = Annotated[
-    Optional[StoreBasis],
+    Optional[Literal[BASES]],  # type: ignore[valid-type]
     typer.Option(
         help="With --dims: whose first DIMS axes to read: the model's (a Matryoshka model), the store's principal "
         "axes (pca: any model; the same full-dimension scores) or the adapter `store shrink` fitted. Default: what "
@@ -101,24 +150,17 @@ SearchBasisOpt = Annotated[
 
 @store_app.command("create")
 @user_errors
-def create_cmd(
-    store: DirArg,
-    model: Annotated[str, typer.Option("--model", "-m", help="Bundled model name or a local folder.")],
-    device: DeviceOpt = "cpu",
-    threads: ThreadsOpt = None,
-) -> None:
+@runtime_options(backends=False)
+def create_cmd(store: DirArg, model: ModelOpt, run: StoreRun = StoreRun()) -> None:
     """Make an empty store for MODEL in a new folder (the model's fingerprint is recorded)."""
-    from subspaces.store import Store
-
-    created = Store.create(store, model, device=device)
+    created = Store.create(store, model, device=run.device)
     fp = created.manifest.spaces[created.manifest.active].model
-    console.print(
-        f"created store {store} for {fp.label()} ({fp.dimension}-d, {fp.pooler})", highlight=False, markup=False
-    )
+    echo(f"created store {store} for {fp.label()} ({fp.dimension}-d, {fp.pooler})")
 
 
 @store_app.command("add", cls=RayCommand)
 @user_errors(interrupted=RESUME)
+@runtime_options(ray=True)
 def add_cmd(
     store: DirArg,
     input: Annotated[
@@ -142,21 +184,13 @@ def add_cmd(
     ] = False,
     batch_size: Annotated[int, typer.Option(help="Texts per encoder batch.")] = 64,
     write_batch: Annotated[int, typer.Option(help="Rows per committed write (and per Ray block).")] = 1024,
-    ray: RayOpt = None,
-    ray_address: RayAddressOpt = None,
-    actors: ActorsOpt = None,
-    device: DeviceOpt = "cpu",
-    backend: BackendOpt = Backend.torch,
-    precision: PrecisionOpt = Precision.fp32,
-    threads: ThreadsOpt = None,
+    run: StoreRun = StoreRun(),
 ) -> None:
     """Encode and append the rows of INPUT the store lacks (rerun after an interruption to finish).
 
     Ids: INPUT's own (a JSON id field, a CSV id column), else a hash of the text, so files never collide and a
     text is stored once. An id stored with another text is refused unless --upsert."""
-    from subspaces.store.inputs import read_rows
-
-    opened = _open(store, device, backend, precision)  # first: a missing store fails before the input is read
+    opened = run.open(store)  # first: a missing store fails before the input is read
     rows = read_rows(input, id_field=id_field, text_field=text_field)
     result = opened.add(
         rows.texts,
@@ -166,8 +200,8 @@ def add_cmd(
         batch_size=batch_size,
         write_batch=write_batch,
         progress=True,
-        ray=_ray(ray, ray_address),
-        actors=actors,
+        ray=run.ray(),
+        actors=run.actors,
     )
     replaced = f"replaced {result['replaced']:,}, " if upsert else ""
     notes = [f"{result['skipped']:,} already in the store"]
@@ -175,11 +209,7 @@ def add_cmd(
         notes.append(f"{rows.repeated:,} repeating an earlier text of the input")
     if rows.invisible:
         notes.append(f"{rows.invisible:,} with no visible text")
-    console.print(
-        f"added {result['added']:,} rows, {replaced}skipped {', '.join(notes)}; {opened.count():,} rows in {store}",
-        highlight=False,
-        markup=False,
-    )
+    echo(f"added {result['added']:,} rows, {replaced}skipped {', '.join(notes)}; {opened.count():,} rows in {store}")
     _warn_duplicates(store, {opened.manifest.active: opened.duplicates()})
 
 
@@ -187,11 +217,7 @@ def _warn_duplicates(store: Path, doubled: dict[str, int]) -> None:
     """A line per space that holds an id twice (two writers at once, before the write lock existed)."""
     for name, count in doubled.items():
         if count:
-            console.print(
-                f"warning: {count:,} rows of space {name} repeat an id; `subspaces store repair {store}` removes them",
-                highlight=False,
-                markup=False,
-            )
+            echo(f"warning: {count:,} rows of space {name} repeat an id; `subspaces store repair {store}` removes them")
 
 
 @store_app.command("info")
@@ -203,8 +229,6 @@ def info_cmd(
 ) -> None:
     """The store's spaces: model, rows, table version, ANN index, bytes per vector of each copy."""
     import json
-
-    from subspaces.store import Store
 
     info = Store.open(store).info()
     if json_out:
@@ -222,7 +246,7 @@ def info_cmd(
         if shrunk:
             picks = ", ".join(f"{d} dims: {basis}" for d, basis in shrunk["choice"].items())
             note = " (stale: rows changed since; rerun store shrink to measure again)" if shrunk["stale"] else ""
-            console.print(f"space {name} shrunk: {picks}{note}", highlight=False, markup=False)
+            echo(f"space {name} shrunk: {picks}{note}")
     _warn_duplicates(store, {name: space["duplicates"] for name, space in info["spaces"].items()})
 
 
@@ -231,16 +255,10 @@ def info_cmd(
 def repair_cmd(store: DirArg, threads: ThreadsOpt = None) -> None:
     """Remove the rows that repeat an id (keeping the first), in every space: a store two writers filled at once.
     Needs no model."""
-    from subspaces.store import Store
-
     report = Store.open(store).repair()
     for name, counts in report.items():
         differing = f" ({counts['differing']:,} of them with another text)" if counts["differing"] else ""
-        console.print(
-            f"space {name}: removed {counts['removed']:,} rows repeating {counts['ids']:,} ids{differing}",
-            highlight=False,
-            markup=False,
-        )
+        echo(f"space {name}: removed {counts['removed']:,} rows repeating {counts['ids']:,} ids{differing}")
 
 
 def _bytes_per_vector(space: dict) -> str:
@@ -259,7 +277,7 @@ def index_cmd(
     partitions: Annotated[Optional[int], typer.Option(help="IVF partitions (default about sqrt(rows)).")] = None,
     sub_vectors: Annotated[Optional[int], typer.Option(help="PQ sub-vectors; must divide the dimension.")] = None,
     quantize: Annotated[
-        Optional[Quantization],
+        Optional[Literal[KINDS]],  # type: ignore[valid-type]
         typer.Option(help="Instead: write the quantized copy (int8 or binary codes; search it with --quantized)."),
     ] = None,
     calibration_rows: Annotated[
@@ -268,19 +286,14 @@ def index_cmd(
     threads: ThreadsOpt = None,
 ) -> None:
     """Build LanceDB's IVF-PQ index over the active space (search it with --ann), or its --quantize copy."""
-    from subspaces.errors import SubspacesError
-    from subspaces.store import Store
-
     if quantize is not None:
         if partitions is not None or sub_vectors is not None:
             raise SubspacesError("--partitions and --sub-vectors are IVF-PQ options; --quantize builds no IVF-PQ index")
-        copy = Store.open(store).quantize(quantize.value, calibration_rows=calibration_rows)
+        copy = Store.open(store).quantize(quantize, calibration_rows=calibration_rows)
         sampled = f", ranges from {copy['calibration_rows']:,} sampled rows" if copy["calibration_rows"] else ""
-        console.print(
+        echo(
             f"wrote the {copy['kind']} copy of space {copy['space']}: {copy['rows']:,} rows, "
-            f"{copy['bytes_per_vector']} bytes a vector{sampled} (table version {copy['version']})",
-            highlight=False,
-            markup=False,
+            f"{copy['bytes_per_vector']} bytes a vector{sampled} (table version {copy['version']})"
         )
         return
     opened = Store.open(store)
@@ -291,16 +304,15 @@ def index_cmd(
             "(LanceDB needs 256 rows a partition); give fewer, or leave it out (about sqrt(rows))"
         )
     result = opened.index(num_partitions=partitions, num_sub_vectors=sub_vectors)
-    console.print(
+    echo(
         f"indexed {result['rows']:,} rows: IVF-PQ, {result['num_partitions']} partitions, "
-        f"{result['num_sub_vectors']} sub-vectors",
-        highlight=False,
-        markup=False,
+        f"{result['num_sub_vectors']} sub-vectors"
     )
 
 
 @store_app.command("search")
 @user_errors
+@runtime_options()
 def search_cmd(
     store: DirArg,
     query: Annotated[Optional[str], typer.Argument(help="One query (or give --queries).")] = None,
@@ -320,9 +332,10 @@ def search_cmd(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the results to this JSON file.")] = None,
     k: Annotated[int, typer.Option("-k", help="Results per query.")] = 10,
     dims: Annotated[Optional[int], typer.Option(help="Search the first DIMS coordinates (Matryoshka prefix).")] = None,
-    rerank: Annotated[Rerank, typer.Option(help="With --dims: re-rank the shortlist by full vectors (funnel).")] = (
-        Rerank.full
-    ),
+    rerank: Annotated[
+        Literal[RERANK],  # type: ignore[valid-type]
+        typer.Option(help="With --dims: re-rank the shortlist by full vectors (funnel)."),
+    ] = "full",
     shortlist: Annotated[
         Optional[int], typer.Option(help="Funnel candidates per query, as a multiple of k (default 10: 10 x k).")
     ] = None,
@@ -333,7 +346,7 @@ def search_cmd(
         typer.Option(
             min=0,
             help="With --ann: re-rank REFINE_FACTOR x k of the index's candidates by their full vectors (0: none). "
-            "Default: 4.",
+            f"Default: {ANN_REFINE}.",
             show_default=False,
         ),
     ] = None,
@@ -359,35 +372,27 @@ def search_cmd(
         Optional[Path], typer.Option(help="A Hyper-CL tri-encoder folder (`cond train`) on the store's model.")
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Queries per encoder batch.")] = 64,
-    device: DeviceOpt = "cpu",
-    backend: BackendOpt = Backend.torch,
-    precision: PrecisionOpt = Precision.fp32,
-    threads: ThreadsOpt = None,
+    run: StoreRun = StoreRun(),
 ) -> None:
     """The nearest rows of QUERY, or of each line of --queries (results in query order)."""
     import numpy as np
-
-    from subspaces.errors import SubspacesError
-    from subspaces.io import check_writable, read_queries, save_json
 
     if sum(x is not None for x in (query, queries, query_vectors)) != 1:
         raise SubspacesError("give one QUERY, --queries FILE or --query-vectors FILE.npy")
     if refine_factor is not None and not ann:
         raise SubspacesError("--refine-factor re-ranks the ANN index's candidates: give --ann too, or drop it")
-    if shortlist is not None and (dims is None or rerank is Rerank.none):
+    if shortlist is not None and (dims is None or rerank == "none"):
         raise SubspacesError("--shortlist sizes the funnel's shortlist: give --dims (with --rerank full), or drop it")
     if rescore is not None and not quantized:
         raise SubspacesError("--rescore re-ranks the shortlist of --quantized: give --quantized too, or drop it")
-    if json_path is not None:
-        check_writable(json_path, "--json")
-    opened = _open(store, device, backend, precision)
+    opened = run.open(store)
     options = {
         "dims": dims,
-        "rerank": rerank.value,
+        "rerank": rerank,
         "shortlist": shortlist,
-        "basis": None if basis is None else basis.value,
+        "basis": basis,
         "ann": ann,
-        "refine_factor": (4 if refine_factor is None else refine_factor) or None,
+        "refine_factor": (ANN_REFINE if refine_factor is None else refine_factor) or None,
         "where": where,
         "condition": condition,
         "head": head,
@@ -395,9 +400,6 @@ def search_cmd(
         "rescore": (4 if rescore is None else rescore) or None,
     }
     if query_vectors is not None:
-        from subspaces.io import load_embeddings
-        from subspaces.store.search import unit_prefix
-
         if model is not None:
             raise SubspacesError("--model encodes text queries; --query-vectors are searched in the active space")
         vectors = load_embeddings(query_vectors)
@@ -411,17 +413,18 @@ def search_cmd(
         results = opened.search(texts, k, model=model, batch_size=batch_size, **options)
     if json_path is not None:
         save_json(json_path, {"results": [result.to_dict() for result in results]})
-        console.print(f"wrote {len(results):,} results to {json_path}", highlight=False, markup=False)
+        echo(f"wrote {len(results):,} results to {json_path}")
         return
     for result in results[:20]:
         rows = [[i, f"{s:.4f}", t] for i, s, t in zip(result["ids"], result["scores"], result["texts"], strict=True)]
         show(table(f"{result['query']}", ["id", "score", "text"], rows))
     if len(results) > 20:
-        console.print(f"(first 20 of {len(results):,} queries shown; use --json OUT for all)")
+        echo(f"(first 20 of {len(results):,} queries shown; use --json OUT for all)")
 
 
 @store_app.command("migrate", cls=RayCommand)
 @user_errors(interrupted="the fitted map and every mapped batch are kept; rerun the same command to finish")
+@runtime_options(ray=True)
 def migrate_cmd(
     store: DirArg,
     to: Annotated[Optional[str], typer.Option("--to", help="The new model (bundled name or folder).")] = None,
@@ -468,31 +471,19 @@ def migrate_cmd(
         bool, typer.Option("--rollback", help="Undo the last --commit: the previous model's space active again.")
     ] = False,
     seed: Annotated[int, typer.Option(help="Random seed (samples, the maps).")] = 0,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON here.")] = None,
-    ray: RayOpt = None,
-    ray_address: RayAddressOpt = None,
-    actors: ActorsOpt = None,
-    device: DeviceOpt = "cpu",
-    backend: BackendOpt = Backend.torch,
-    precision: PrecisionOpt = Precision.fp32,
-    threads: ThreadsOpt = None,
+    json_path: JsonOutOpt = None,
+    run: StoreRun = StoreRun(),
 ) -> None:
     """Map the store into a new model's space beside the old one (both searchable), map a new model's queries
     into the store (--query-side), --commit the switch or --rollback it."""
-    from subspaces.errors import SubspacesError
-
     if sum([to is not None, commit, rollback]) != 1:
         raise SubspacesError("give --to MODEL to migrate, --commit to switch to a pending migration, or --rollback")
-    if json_out is not None:
-        from subspaces.io import check_writable
-
-        check_writable(json_out)
-    opened = _open(store, device, backend, precision)
+    opened = run.open(store)
     if commit or rollback:
         active = opened.commit() if commit else opened.rollback()
         label = opened.manifest.spaces[active].model.label()
         done = "the old space is retired" if commit else "the rolled-back space is pending again (--commit redoes it)"
-        console.print(f"space {active} ({label}) is now active; {done}", highlight=False, markup=False)
+        echo(f"space {active} ({label}) is now active; {done}")
         return
     report = opened.migrate(
         to,
@@ -501,18 +492,16 @@ def migrate_cmd(
         heldout=heldout,
         seed=seed,
         progress=True,
-        ray=_ray(ray, ray_address),
-        actors=actors,
+        ray=run.ray(),
+        actors=run.actors,
         query_side=query_side,
         maps=[m.strip() for m in maps.split(",") if m.strip()],
         holdout=holdout,
         qrels=qrels,
         queries=queries,
     )
-    if json_out is not None:
-        from subspaces.io import save_json
-
-        save_json(json_out, report)
+    if json_path is not None:
+        save_json(json_path, report)
     _show_migration(store, to, report)
 
 
@@ -565,27 +554,19 @@ def shrink_cmd(
     heldout: Annotated[int, typer.Option(help="Stored rows held out of the fits, as queries (at most a fifth).")] = 500,
     adapter_basis: Annotated[
         Basis, typer.Option(help="What the adapter starts from: the model's coordinates or the principal axes.")
-    ] = Basis.pca,
+    ] = "pca",
     epochs: Annotated[int, typer.Option(help="The adapter's training epochs.")] = 20,
     seed: Annotated[int, typer.Option(help="Random seed (held-out sample, the adapter).")] = 0,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON here.")] = None,
+    json_path: JsonOutOpt = None,
     threads: ThreadsOpt = None,
 ) -> None:
     """Fit a Matryoshka adapter and the principal axes on the stored vectors; per DIMS, --dims searches read
     whichever keeps the full-size top 10 best on held-out rows (or the raw prefix, if that does)."""
-    from subspaces.store import Store
-
-    if json_out is not None:
-        from subspaces.io import check_writable
-
-        check_writable(json_out)
     report = Store.open(store).shrink(
-        dims, heldout=heldout, seed=seed, adapter_params={"basis": adapter_basis.value, "epochs": epochs}
+        dims, heldout=heldout, seed=seed, adapter_params={"basis": adapter_basis, "epochs": epochs}
     )
-    if json_out is not None:
-        from subspaces.io import save_json
-
-        save_json(json_out, report)
+    if json_path is not None:
+        save_json(json_path, report)
     show_shrink(store, report)
 
 
@@ -600,16 +581,15 @@ def show_shrink(store: Path, report: dict[str, Any]) -> None:
         f"truncated vs full-size search, {report['heldout']} held-out rows as queries"
     )
     show(table(title, ["dims", "raw truncation", "principal axes", "adapter", "used"], rows))
-    console.print(
+    echo(
         f"adapter ({report['adapter_basis']} start) fitted in {report['adapter_fit_seconds']} s; "
-        f"shrink took {report['seconds']} s; search with --dims D reads the basis used for D",
-        highlight=False,
-        markup=False,
+        f"shrink took {report['seconds']} s; search with --dims D reads the basis used for D"
     )
 
 
 @store_app.command("reembed")
 @user_errors(interrupted="every batch re-embedded is committed and recorded; rerun the same command to continue")
+@runtime_options()
 def reembed_cmd(
     store: DirArg,
     budget: Annotated[Optional[int], typer.Option(help="Rows to re-embed in this run (oldest-mapped first).")] = None,
@@ -619,21 +599,16 @@ def reembed_cmd(
     space: Annotated[Optional[str], typer.Option(help="The mapped space (default: the pending one, else active).")] = (
         None
     ),
-    device: DeviceOpt = "cpu",
-    backend: BackendOpt = Backend.torch,
-    precision: PrecisionOpt = Precision.fp32,
-    threads: ThreadsOpt = None,
+    run: StoreRun = StoreRun(),
 ) -> None:
     """Replace a migration's mapped rows by true vectors of its model, a budget at a time (resumable)."""
-    opened = _open(store, device, backend, precision)
+    opened = run.open(store)
     report = opened.reembed(budget=budget, seconds=seconds, space=space, progress=True)
-    console.print(
+    echo(
         f"re-embedded {report['reembedded']:,} rows of space {report['space']} in {report['seconds']} s; "
         f"{report['native']:,} of {report['rows']:,} rows are native ({report['native_fraction']}), "
         f"{report['mapped']:,} still mapped"
-        + (f" ({report['without_text']:,} without a text to re-embed)" if report["without_text"] else ""),
-        highlight=False,
-        markup=False,
+        + (f" ({report['without_text']:,} without a text to re-embed)" if report["without_text"] else "")
     )
 
 
@@ -643,12 +618,12 @@ def demo_cmd(
     store: Annotated[Path, typer.Argument(help="The demo store's folder (reused when rerun).")] = Path(
         "outputs/store-demo"
     ),
-    model: Annotated[str, typer.Option("--model", "-m", help="Bundled model name or a local folder.")] = "minilm-l6",
+    model: ModelOpt = "minilm-l6",
     n: Annotated[int, typer.Option(help="WordNet sentences in the store.")] = 3000,
     k: Annotated[int, typer.Option("-k", help="Results per query.")] = 5,
     dims: Annotated[int, typer.Option(help="Funnel prefix.")] = 128,
     shortlist: Annotated[int, typer.Option(help="Funnel shortlist, a multiple of k.")] = 10,
-    basis: BasisOpt = Basis.pca,
+    basis: BasisOpt = "pca",
     to: Annotated[
         str, typer.Option("--to", help="Migrate query-side and by rewrite to this model ('' skips both).")
     ] = "paraphrase-l3",
@@ -659,27 +634,23 @@ def demo_cmd(
 ) -> None:
     """A store of N WordNet sentences on MODEL, a few queries by exact and funnel search; then migrated to --to
     query-side and by rewrite, and shrunk to --shrink-dims, each with its report and the first query's hits."""
-    from subspaces.store.demo import run
-
-    demo = run(
+    demo = run_demo(
         store,
         model=model,
         n=n,
         k=k,
         dims=dims,
         shortlist=shortlist,
-        basis=basis.value,
+        basis=basis,
         to=to or None,
         pairs=pairs,
         heldout=heldout,
         shrink_dims=shrink_dims or None,
     )
     state = "rebuilt (it held another model)" if demo.rebuilt else ("reused" if not demo.added else "built")
-    console.print(
+    echo(
         f"store {state}: {demo.rows:,} WordNet sentences on {demo.model}, {demo.added:,} added "
-        f"in {demo.add_seconds:.1f}s",
-        highlight=False,
-        markup=False,
+        f"in {demo.add_seconds:.1f}s"
     )
     for result in demo.results:
         exact, funnel = result["exact"], result["funnel"]
@@ -706,22 +677,18 @@ def demo_cmd(
         f"       subspaces store info {demo.path}",
         f"the STS table: subspaces eval sts --model {demo.model} --json outputs/sts-{demo.model}.json",
     ]
-    console.print(lines.pop(0), highlight=False, markup=False, soft_wrap=True)  # the search times, under the tables
+    echo(lines.pop(0))  # the search times, under the tables
     _show_demo_steps(demo)
     if demo.query_side is not None:
         lines.insert(-2, f'       subspaces store search {demo.path} "your query" --model {to}')
     if demo.shrink is not None:
         lines.insert(-2, f'       subspaces store search {demo.path} "your query" --dims {shrink_dims}')
     for line in lines:
-        console.print(line, highlight=False, markup=False, soft_wrap=True)  # unwrapped: the commands copy whole
+        echo(line)  # unwrapped: the commands copy whole
 
 
 def _show_demo_steps(demo: Any) -> None:
     """The demo's migration and shrink steps: each report's figures and the query's hits beside the exact ones."""
-
-    def say(text: str) -> None:
-        console.print(text, highlight=False, markup=False, soft_wrap=True)
-
     exact = demo.results[0]["exact"]
 
     def hits(step: dict[str, Any], label: str) -> None:
@@ -736,7 +703,7 @@ def _show_demo_steps(demo: Any) -> None:
 
     if demo.query_side is not None:
         step, report = demo.query_side, demo.query_side["report"]
-        say(
+        echo(
             f"query-side migration to {step['to']}: {report['pairs']} pairs, map {report['map']}, overlap@10 "
             f"with a true re-embed {report.get('overlap@10')} on {report['heldout']} held-out rows; "
             f"{report.get('map_us_per_query')} us a query to map; {step['seconds']:.1f}s"
@@ -744,7 +711,7 @@ def _show_demo_steps(demo: Any) -> None:
         hits(demo.query_side, "the new model's query, mapped into the stored vectors")
     if demo.rewrite is not None:
         step, report = demo.rewrite, demo.rewrite["report"]
-        say(
+        echo(
             f"rewrite to {step['to']} (every row mapped into a pending space; --commit switches): "
             f"{report['pairs']} pairs, map {report['map']}, overlap@10 with a true re-embed "
             f"{report.get('overlap@10')} on {report['heldout']} held-out rows; migrate "
@@ -755,7 +722,7 @@ def _show_demo_steps(demo: Any) -> None:
     if demo.shrink is not None:
         step, report = demo.shrink, demo.shrink["report"]
         for size, figures in report["dims"].items():
-            say(
+            echo(
                 f"shrink to {size} dims: overlap@10 of truncated vs full-size search on {report['heldout']} held-out "
                 f"rows: raw truncation {figures['model_overlap@10']}, principal axes {figures['pca_overlap@10']}, "
                 f"adapter {figures['adapter_overlap@10']}; used: {figures['used']}; {step['seconds']:.1f}s"
@@ -765,6 +732,7 @@ def _show_demo_steps(demo: Any) -> None:
 
 @store_app.command("import")
 @user_errors(interrupted="every batch already written is committed whole; rerun the same command to import the rest")
+@runtime_options(backends=False)
 def import_cmd(
     store: DirArg,
     vectors: Annotated[
@@ -804,17 +772,12 @@ def import_cmd(
         bool, typer.Option("--upsert", help="Replace the stored rows whose id is given with other content.")
     ] = False,
     batch_rows: Annotated[int, typer.Option(min=1, help="Rows read, checked and committed at a time.")] = 4096,
-    device: DeviceOpt = "cpu",
-    threads: ThreadsOpt = None,
+    run: StoreRun = StoreRun(),
 ) -> None:
     """Import vectors another tool wrote into the store (made if DIR is new), without encoding them.
 
     The whole input is checked first (dimension, NaN/inf, zero vectors, repeated ids, lengths); nothing is written
     unless all of it passes. Rerun after an interruption: only the missing rows are added."""
-    from subspaces.errors import SubspacesError
-    from subspaces.store.encoders import Runtime
-    from subspaces.store.transfer import import_vectors
-
     if (model is None) == (foreign is None):
         raise SubspacesError("declare the vectors' model: --model NAME_OR_FOLDER, or --foreign LABEL (one of them)")
     if dim is not None and foreign is None:
@@ -825,7 +788,7 @@ def import_cmd(
         model=model,
         foreign=foreign,
         dimension=dim,
-        runtime=Runtime(device),
+        runtime=Runtime(run.device),
         table=table_name,
         ids=ids,
         texts=texts,
@@ -843,11 +806,9 @@ def import_cmd(
         if ("mean_cosine" in report)
         else ""
     )
-    console.print(
+    echo(
         f"imported {report['added']:,} of {report['rows']:,} {report['dimension']}-d vectors, {replaced}skipped "
-        f"{report['skipped']:,} already in the store{checked}; {opened.count():,} rows in {store}",
-        highlight=False,
-        markup=False,
+        f"{report['skipped']:,} already in the store{checked}; {opened.count():,} rows in {store}"
     )
 
 
@@ -865,14 +826,10 @@ def export_cmd(
     threads: ThreadsOpt = None,
 ) -> None:
     """Write every row of a space (ids, texts, metadata, vectors) to parquet or npy; `store import` reads it back."""
-    from subspaces.store import Store
-
     report = Store.open(store).export(output, space=space)
-    console.print(
+    echo(
         f"exported {report['rows']:,} {report['dimension']}-d rows of space {report['space']} to "
-        + ", ".join(report["files"]),
-        highlight=False,
-        markup=False,
+        + ", ".join(report["files"])
     )
 
 
@@ -884,9 +841,6 @@ def delete_cmd(
     threads: ThreadsOpt = None,
 ) -> None:
     """Delete rows by id from every space of the store (their quantized copies become stale). Needs no model."""
-    from subspaces.io import read_lines
-    from subspaces.store import Store
-
     report = Store.open(store).delete(read_lines(ids))
     missing = f" ({report['missing']:,} ids were not in the store)" if report["missing"] else ""
-    console.print(f"deleted {report['deleted']:,} rows{missing}", highlight=False, markup=False)
+    echo(f"deleted {report['deleted']:,} rows{missing}")

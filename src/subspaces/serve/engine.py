@@ -77,8 +77,7 @@ class Engine:
         self.axes: np.ndarray | None = None
         if self.adapter is None and not self.matryoshka and self.store is not None:
             # The store's principal axes, the basis its own funnel reads for this model (one fit, shared with it).
-            active = self.store.manifest.active
-            self.axes = self.store._prefix_basis(self.store._load_rows(active), "pca")
+            self.axes = self.store.principal_axes()
         self.prompts: dict[str, str] = {**(getattr(self.model, "prompts", None) or {}), **settings.prompts}
         self.default_prompt_name: str | None = getattr(self.model, "default_prompt_name", None)
         self.token_ids = settings.token_ids

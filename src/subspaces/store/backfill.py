@@ -5,7 +5,9 @@ paid for later, in slices. Each call re-encodes up to ``budget`` rows (or for ab
 space still holding mapped vectors, oldest-mapped first (table order: a replaced row moves to the table's end),
 writes each batch as one commit (``merge_insert`` on ``id``) and then appends the batch's ids to
 ``native/SPACE.ids``, the record of which rows are true vectors. A run killed between the two re-encodes that
-batch on the next run, to the same vectors (idempotent); a rerun continues where the last one stopped.
+batch on the next run, to the same vectors (idempotent); a rerun continues where the last one stopped. Rows that
+change afterwards (replaced by an upsert, deleted, or the space dropped and its number reused) leave the record
+(:func:`forget_native`): a row mapped again is no true vector.
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from subspaces.errors import SubspacesError
+from subspaces.io import atomic_open
+from subspaces.progress import Progress
+from subspaces.store import quantized
+from subspaces.store.table import block_of
 
 if TYPE_CHECKING:
     from subspaces.store.core import Store
@@ -29,6 +35,21 @@ def native_ids(store: Store, name: str) -> set[str]:
     if not path.is_file():
         return set()
     return {line for line in path.read_text(encoding="utf-8").splitlines() if line}
+
+
+def forget_native(store: Store, name: str, ids: set[str] | None = None) -> None:
+    """Drop ``ids`` (None: all) from space ``name``'s record of re-embedded rows, before those rows change."""
+    path = store.path / FOLDER / f"{name}.ids"
+    if ids is None:
+        path.unlink(missing_ok=True)
+        return
+    if not path.is_file():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines()
+    kept = [line for line in lines if line and line not in ids]
+    if len(kept) != len(lines):
+        with atomic_open(path, "w", encoding="utf-8") as handle:
+            handle.write("".join(f"{row_id}\n" for row_id in kept))
 
 
 def _mapped_space(store: Store, space: str | None) -> str:
@@ -67,63 +88,47 @@ def reembed(
     if (budget is not None and budget < 1) or (seconds is not None and seconds <= 0) or batch < 1:
         raise SubspacesError("--budget and --seconds must be positive")
     with store._writing("store reembed"):
-        return _reembed(store, budget, seconds, space, batch, batch_size, progress)
+        from subspaces.models.encoder import encode
 
-
-def _reembed(
-    store: Store,
-    budget: int | None,
-    seconds: float | None,
-    space: str | None,
-    batch: int,
-    batch_size: int,
-    progress: bool,
-) -> dict[str, Any]:
-    from subspaces.io import atomic_open
-    from subspaces.models.encoder import encode
-    from subspaces.progress import Progress
-    from subspaces.store.core import _batch
-    from subspaces.store.quantized import invalidate
-
-    start = time.perf_counter()
-    name = _mapped_space(store, space)
-    record = store._space(name)
-    rows = store._load_rows(name)
-    done = native_ids(store, name)
-    todo = [i for i, row_id in enumerate(rows.ids) if row_id not in done and rows.texts[i] is not None]
-    without_text = int(sum(1 for i, t in enumerate(rows.texts) if t is None and rows.ids[i] not in done))
-    if budget is not None:
-        todo = todo[:budget]
-    written = 0
-    if todo:
-        encoder = store._models.get(name) or store.model(name)
-        invalidate(store, name, "rows were re-embedded (store reembed)")
-        path = store.path / FOLDER / f"{name}.ids"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with Progress(len(todo), f"store reembed: space {name}", unit="row", enabled=progress) as bar:
-            for first in range(0, len(todo), batch):
-                if seconds is not None and written and time.perf_counter() - start > seconds:
-                    break
-                part = np.asarray(todo[first : first + batch])
-                vectors = encode(encoder, rows.texts[part].tolist(), batch_size=batch_size, normalize=True)
-                block = _batch(
-                    record.model.dimension, rows.ids[part], rows.texts[part], vectors, list(rows.metadata[part])
-                )
-                store._append(name, [block], bar, replace=set(rows.ids[part].tolist()))
-                # the record after the rows: killed in between, the rerun re-encodes this batch (same vectors)
-                previous = path.read_text(encoding="utf-8") if path.is_file() else ""
-                with atomic_open(path, "w", encoding="utf-8") as handle:
-                    handle.write(previous + "".join(f"{row_id}\n" for row_id in rows.ids[part]))
-                written += len(part)
-    stored = store._ids(name)
-    native = len(native_ids(store, name) & stored)
-    return {
-        "space": name,
-        "reembedded": written,
-        "native": native,
-        "mapped": len(stored) - native,
-        "without_text": without_text,
-        "rows": len(stored),
-        "native_fraction": round(native / len(stored), 4) if stored else None,
-        "seconds": round(time.perf_counter() - start, 3),
-    }
+        start = time.perf_counter()
+        name = _mapped_space(store, space)
+        record = store._space(name)
+        rows = store._load_rows(name)
+        done = native_ids(store, name)
+        todo = [i for i, row_id in enumerate(rows.ids) if row_id not in done and rows.texts[i] is not None]
+        without_text = int(sum(1 for i, t in enumerate(rows.texts) if t is None and rows.ids[i] not in done))
+        if budget is not None:
+            todo = todo[:budget]
+        written = 0
+        if todo:
+            encoder = store._models.get(name) or store.model(name)
+            quantized.invalidate(store, name, "rows were re-embedded (store reembed)")
+            path = store.path / FOLDER / f"{name}.ids"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with Progress(len(todo), f"store reembed: space {name}", unit="row", enabled=progress) as bar:
+                for first in range(0, len(todo), batch):
+                    if seconds is not None and written and time.perf_counter() - start > seconds:
+                        break
+                    part = np.asarray(todo[first : first + batch])
+                    vectors = encode(encoder, rows.texts[part].tolist(), batch_size=batch_size, normalize=True)
+                    block = block_of(
+                        record.model.dimension, rows.ids[part], rows.texts[part], vectors, list(rows.metadata[part])
+                    )
+                    store._append(name, [block], bar, replace=set(rows.ids[part].tolist()))
+                    # the record after the rows: killed in between, the rerun re-encodes this batch (same vectors)
+                    previous = path.read_text(encoding="utf-8") if path.is_file() else ""
+                    with atomic_open(path, "w", encoding="utf-8") as handle:
+                        handle.write(previous + "".join(f"{row_id}\n" for row_id in rows.ids[part]))
+                    written += len(part)
+        stored = store._ids(name)
+        native = len(native_ids(store, name) & stored)
+        return {
+            "space": name,
+            "reembedded": written,
+            "native": native,
+            "mapped": len(stored) - native,
+            "without_text": without_text,
+            "rows": len(stored),
+            "native_fraction": round(native / len(stored), 4) if stored else None,
+            "seconds": round(time.perf_counter() - start, 3),
+        }

@@ -15,7 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from subspaces.config import dataset_dir
 from subspaces.errors import SubspacesError
+from subspaces.io import read_lines
+from subspaces.store.core import Store
+from subspaces.store.manifest import MANIFEST
 
 QUERIES = (
     "a large animal that lives in the sea",
@@ -27,9 +31,6 @@ QUERIES = (
 
 def wordnet_sentences(limit: int) -> list[str]:
     """The first ``limit`` distinct WordNet 3.0 sentences: the definitions, then the examples."""
-    from subspaces.config import dataset_dir
-    from subspaces.io import read_lines
-
     folder = dataset_dir("wordnet_sentences")
     seen: dict[str, None] = {}
     for name in ("wordnet30_definitions.txt.gz", "wordnet30_examples.txt.gz"):
@@ -139,9 +140,6 @@ def run(
 def _open_or_create(path: Path, model: str) -> tuple[Any, bool]:
     """The store at ``path`` if it is one of ``model`` (then True: nothing rebuilt), else a new one there. Only a
     folder that is a store (it has a manifest) is ever removed."""
-    from subspaces.store import Store
-    from subspaces.store.manifest import MANIFEST
-
     if (path / MANIFEST).is_file():
         try:
             store = Store.open(path)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from subspaces.errors import DataError
+from subspaces.io import open_text, read_jsonl
 
 BOM = "\ufeff"  # a byte-order mark that some editors (Excel's "CSV UTF-8") write first: not part of the text
 
@@ -72,8 +73,6 @@ def read_rows(path: str | os.PathLike[str], *, id_field: str | None = None, text
     the column ``text_field`` (or the only column), the id the column ``id_field`` (default: ``id`` if there is
     one, else derived from the text), and the other columns are metadata.
     """
-    from subspaces.io import open_text
-
     p = Path(path)
     if p.is_dir():
         raise DataError("is a folder; give a .txt, .csv or .jsonl file", path=p)
@@ -82,12 +81,8 @@ def read_rows(path: str | os.PathLike[str], *, id_field: str | None = None, text
     try:
         if name.endswith((".jsonl", ".ndjson")):
             seen: set[str] = set()
-            with open_text(p) as handle:
-                for number, line in enumerate(handle):
-                    if number == 0:
-                        line = line.removeprefix(BOM)
-                    if line.strip():
-                        _add_record(rows, line, number, p, id_field, text_field, seen)
+            for number, record in read_jsonl(p):
+                _add_record(rows, record, number, p, id_field, text_field, seen)
         elif name.endswith((".csv", ".tsv")):
             with open_text(p, newline="") as handle:
                 _read_csv(rows, handle, p, "\t" if name.endswith(".tsv") else ",", id_field, text_field)
@@ -106,8 +101,6 @@ def read_rows(path: str | os.PathLike[str], *, id_field: str | None = None, text
 
 
 def _read_lines(rows: Rows, path: Path) -> None:
-    from subspaces.io import open_text
-
     seen: set[str] = set()
     with open_text(path) as handle:
         for number, line in enumerate(handle):
@@ -183,28 +176,22 @@ def _read_csv(rows: Rows, handle: Any, path: Path, delimiter: str, id_field: str
 
 
 def _add_record(
-    rows: Rows, line: str, number: int, path: Path, id_field: str | None, text_field: str, seen: set[str]
+    rows: Rows, record: dict[str, Any], number: int, path: Path, id_field: str | None, text_field: str, seen: set[str]
 ) -> None:
-    try:
-        record = json.loads(line)
-    except ValueError as exc:
-        raise DataError(f"not JSON ({exc})", path=path, line=number + 1) from exc
-    if not isinstance(record, dict):
-        raise DataError("expected a JSON object", path=path, line=number + 1)
     problem = unicode_problem(record)
     if problem is not None:
-        raise DataError(f"holds {problem}; fix or drop the line", path=path, line=number + 1)
+        raise DataError(f"holds {problem}; fix or drop the line", path=path, line=number)
     text = record.pop(text_field, None)
     if not isinstance(text, str):
-        raise DataError(f"no text in field {text_field!r} (use --text-field)", path=path, line=number + 1)
+        raise DataError(f"no text in field {text_field!r} (use --text-field)", path=path, line=number)
     if not visible(text):
-        raise DataError(f"the text in field {text_field!r} has no visible character", path=path, line=number + 1)
+        raise DataError(f"the text in field {text_field!r} has no visible character", path=path, line=number)
     key = id_field or "id"
     if key in record:
         row_id = record.pop(key)
         rows.derived = False
     elif id_field is not None:
-        raise DataError(f"no id field {id_field!r}", path=path, line=number + 1)
+        raise DataError(f"no id field {id_field!r}", path=path, line=number)
     else:
         row_id = text_id(text)
         if row_id in seen:  # the same text again, without an id of its own: one row (the first one's metadata)
@@ -212,7 +199,7 @@ def _add_record(
             return
         seen.add(row_id)
     if not isinstance(row_id, (str, int)) or isinstance(row_id, bool):
-        raise DataError(f"id {row_id!r} must be a string or an integer", path=path, line=number + 1)
+        raise DataError(f"id {row_id!r} must be a string or an integer", path=path, line=number)
     rows.ids.append(str(row_id))
     rows.texts.append(text)
     rows.metadata.append(record or None)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from subspaces.errors import SubspacesError
+from subspaces.io import save_json
 from subspaces.store.fingerprint import ModelFingerprint
 
 FORMAT = "subspaces-store"
@@ -84,8 +85,6 @@ class Manifest:
         }
 
     def save(self, folder: Path) -> None:
-        from subspaces.io import save_json
-
         save_json(folder / MANIFEST, self.to_dict())
 
     @classmethod

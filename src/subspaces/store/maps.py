@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
+from subspaces.config import scoped_threads
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.state_folder import read_state_folder, write_state_folder
 
@@ -285,8 +286,6 @@ class ResidualMLPMap(_PairMap):
         self.random_state = random_state
 
     def _fit(self, x: np.ndarray, y: np.ndarray) -> None:
-        from subspaces.config import scoped_threads
-
         if self.hidden < 1 or self.epochs < 0 or self.batch_size < 1 or self.temperature <= 0:
             raise SubspacesError(
                 f"hidden and batch_size must be at least 1, epochs at least 0, temperature above 0: {self.get_params()}"

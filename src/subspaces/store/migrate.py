@@ -19,16 +19,22 @@ nDCG@10 of the old, migrated and re-embedded search on a sample corpus (:func:`q
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from subspaces.errors import DataError, SubspacesError
+from subspaces.io import check_file, open_text, read_jsonl
+from subspaces.store import backfill, quantized, scaleout
 from subspaces.store import maps as pair_maps
 from subspaces.store import search as ops
+from subspaces.store.fingerprint import ModelFingerprint
 from subspaces.store.manifest import Space
+from subspaces.store.table import lance_errors
 
 if TYPE_CHECKING:
     from subspaces.store.core import Store
@@ -90,169 +96,127 @@ def migrate(
         pair_maps.make(kind, (map_params or {}).get(kind))  # an unknown map or parameter: refused before any work
     evaluation = load_qrels(qrels, queries) if (qrels is not None or queries is not None) else None
     with store._writing("store migrate"):  # first: a second writer is refused before a model loads
-        return _migrate(
-            store,
-            model,
-            name,
-            pairs,
-            anchors,
-            heldout,
-            params,
-            seed,
-            batch_size,
-            progress,
-            ray,
-            actors,
-            query_side,
-            kinds if anchors == "paired" else None,
-            map_params,
-            holdout,
-            evaluation,
-        )
+        encoder, fingerprint = store.load_model(model, name)
+        manifest = store.manifest
+        asked = {"anchors": anchors, "heldout": heldout, "seed": seed, "params": _plain(params)}
+        if anchors == "paired":
+            asked |= {"maps": kinds, "map_params": _plain(map_params), "holdout": holdout}
+        source_name = manifest.active
+        source_space = manifest.spaces[source_name]
+        if source_space.model.matches(fingerprint):
+            raise SubspacesError(f"{fingerprint.label()} is already the store's model: nothing to migrate")
+        replaced = None
+        if query_side:
+            for key, entry in source_space.query_maps.items():
+                if fingerprint.matches(_fingerprint(entry["model"])):
+                    differs = _differs(entry.get("options") or {}, asked, pairs)
+                    if not differs:
+                        return dict(entry["report"])
+                    was = entry.get("options") or {}
+                    replaced = "the query-side map with " + ", ".join(f"{k} {was.get(k, '?')}" for k in differs)
+                    _drop_query_map(store, source_name, key)
+                    break
+        else:
+            for space_name in manifest.pending():
+                space = manifest.spaces[space_name]
+                if not space.model.matches(fingerprint):
+                    raise SubspacesError(
+                        f"a migration to {space.model.label()} is pending; commit it (store migrate --commit) first"
+                    )
+                differs = _differs(space.options, asked, pairs)
+                if not differs:  # an interrupted migration to this model, or a rerun: finish its mapping
+                    store._models[space_name] = encoder
+                    store._sync(space_name, progress=progress, ray=ray, actors=actors)
+                    return space.report
+                was = space.options or space.report
+                replaced = "the pending fit with " + ", ".join(f"{key} {was.get(key, '?')}" for key in differs)
+                _discard(store, space_name)
+        rows = store._load_rows(source_name)
+        with_text = np.flatnonzero([t is not None for t in rows.texts])
+        n = len(rows.ids)
+        if len(with_text) < 10:
+            raise SubspacesError(
+                f"space {source_name} holds {len(with_text)} rows with texts; a map is fitted on stored texts "
+                "re-embedded by the new model (at least 10, with more held out to measure it): import the rows' "
+                "texts (--texts)"
+            )
+        held = min(heldout, len(with_text) // 5)
+        if pairs is None:  # a map needs several pairs per dimension to be well posed (4096-d LLM embedders too)
+            dim = max(fingerprint.dimension, source_space.model.dimension)
+            pairs = max(2_000, 4 * dim) if anchors == "paired" else 20_000
+        order = with_text[np.random.default_rng(seed).permutation(len(with_text))]
+        test, fit_rows = order[:held], order[held : held + pairs]
 
+        start = time.perf_counter()
+        texts = rows.texts[np.concatenate([fit_rows, test])].tolist()
+        new_all = _encode(store, model, encoder, fingerprint, texts, batch_size, progress, ray, actors)
+        encode_s = time.perf_counter() - start
+        target, new_test = new_all[: len(fit_rows)], new_all[len(fit_rows) :]
+        source = rows.vectors[fit_rows]
+        direction = "queries" if query_side else "rows"
+        fit_start = time.perf_counter()
+        if anchors == "unpaired":
+            from subspaces.align import MiniVec2Vec
 
-def _migrate(
-    store: Store,
-    model: Any,
-    name: str | None,
-    pairs: int | None,
-    anchors: str,
-    heldout: int,
-    params: dict[str, Any] | None,
-    seed: int,
-    batch_size: int,
-    progress: bool,
-    ray: bool | str,
-    actors: int | None,
-    query_side: bool,
-    kinds: list[str] | None,
-    map_params: dict[str, dict[str, Any]] | None,
-    holdout: float,
-    evaluation: tuple[dict[str, str], dict[str, dict[str, float]]] | None,
-) -> dict[str, Any]:
-    encoder, fingerprint = store.load_model(model, name)
-    manifest = store.manifest
-    asked = {"anchors": anchors, "heldout": heldout, "seed": seed, "params": _plain(params)}
-    if kinds is not None:
-        asked |= {"maps": kinds, "map_params": _plain(map_params), "holdout": holdout}
-    source_name = manifest.active
-    source_space = manifest.spaces[source_name]
-    if source_space.model.matches(fingerprint):
-        raise SubspacesError(f"{fingerprint.label()} is already the store's model: nothing to migrate")
-    replaced = None
-    if query_side:
-        for key, entry in source_space.query_maps.items():
-            if fingerprint.matches(_fingerprint(entry["model"])):
-                differs = _differs(entry.get("options") or {}, asked, pairs)
-                if not differs:
-                    return dict(entry["report"])
-                was = entry.get("options") or {}
-                replaced = "the query-side map with " + ", ".join(f"{k} {was.get(k, '?')}" for k in differs)
-                _drop_query_map(store, source_name, key)
-                break
-    else:
-        for space_name in manifest.pending():
-            space = manifest.spaces[space_name]
-            if not space.model.matches(fingerprint):
-                raise SubspacesError(
-                    f"a migration to {space.model.label()} is pending; commit it (store migrate --commit) first"
-                )
-            differs = _differs(space.options, asked, pairs)
-            if not differs:  # an interrupted migration to this model, or a rerun: finish its mapping
-                store._models[space_name] = encoder
-                store._sync(space_name, progress=progress, ray=ray, actors=actors)
-                return space.report
-            was = space.options or space.report
-            replaced = "the pending fit with " + ", ".join(f"{key} {was.get(key, '?')}" for key in differs)
-            _discard(store, space_name)
-    rows = store._load_rows(source_name)
-    with_text = np.flatnonzero([t is not None for t in rows.texts])
-    n = len(rows.ids)
-    if len(with_text) < 10:
-        raise SubspacesError(
-            f"space {source_name} holds {len(with_text)} rows with texts; a map is fitted on stored texts re-embedded "
-            "by the new model (at least 10, with more held out to measure it): import the rows' texts (--texts)"
-        )
-    held = min(heldout, len(with_text) // 5)
-    if pairs is None:  # a map needs several pairs per dimension to be well posed (4096-d LLM embedders too)
-        dim = max(fingerprint.dimension, source_space.model.dimension)
-        pairs = max(2_000, 4 * dim) if anchors == "paired" else 20_000
-    order = with_text[np.random.default_rng(seed).permutation(len(with_text))]
-    test, fit_rows = order[:held], order[held : held + pairs]
+            aligner: Any = MiniVec2Vec.from_params(_with_defaults(params, anchors), random_state=seed, verbose=progress)
+            aligner.fit(source, target)
+            candidates: dict[str, Any] = {}
+            summary: dict[str, Any] = {"chosen": "mini-vec2vec (unpaired)", "direction": "old -> new (rows)"}
+        else:
+            aligner, candidates, summary = pair_maps.fit_and_choose(
+                source, target, direction, kinds=kinds, params=map_params, holdout=holdout, random_state=seed
+            )
+        fit_s = time.perf_counter() - fit_start
+        report = _report(aligner, candidates, summary, rows.vectors[test], new_test, direction)
+        report |= {
+            "mode": "query-side" if query_side else "rewrite",
+            "rows": n,
+            "pairs": int(len(fit_rows)),
+            "anchors": anchors,
+            "encode_seconds": round(encode_s, 3),
+            "fit_seconds": round(fit_s, 3),
+            "encode_seconds_per_row": round(encode_s / max(len(texts), 1), 6),
+            # the new model's own rate on the re-embedded sample, times every row
+            # three significant figures: a fast model on a small store must not round to 0
+            "reembed_seconds_estimate": float(f"{encode_s / max(len(texts), 1) * n:.3g}"),
+        }
+        if query_side:
+            report |= pair_maps.query_microseconds(aligner, fingerprint.dimension)
+        if evaluation is not None:
+            report["qrels"] = qrels_report(
+                store, source_name, rows, encoder, aligner, direction, evaluation, test, new_test, batch_size
+            )
+        options = asked | {"pairs": pairs}
+        if query_side:
+            report["migrate_seconds"] = round(time.perf_counter() - start, 3)
+            _add_query_map(store, source_name, fingerprint, aligner, report, options)
+            store._models[f"query:{fingerprint.weights}"] = encoder
+            return report | ({"replaced": replaced} if replaced else {})
 
-    start = time.perf_counter()
-    texts = rows.texts[np.concatenate([fit_rows, test])].tolist()
-    new_all = _encode(store, model, encoder, fingerprint, texts, batch_size, progress, ray, actors)
-    encode_s = time.perf_counter() - start
-    target, new_test = new_all[: len(fit_rows)], new_all[len(fit_rows) :]
-    source = rows.vectors[fit_rows]
-    direction = "queries" if query_side else "rows"
-    fit_start = time.perf_counter()
-    if kinds is None:
-        from subspaces.align import MiniVec2Vec
-
-        aligner: Any = MiniVec2Vec.from_params(_with_defaults(params, anchors), random_state=seed, verbose=progress)
-        aligner.fit(source, target)
-        candidates: dict[str, Any] = {}
-        summary: dict[str, Any] = {"chosen": "mini-vec2vec (unpaired)", "direction": "old -> new (rows)"}
-    else:
-        aligner, candidates, summary = pair_maps.fit_and_choose(
-            source, target, direction, kinds=kinds, params=map_params, holdout=holdout, random_state=seed
+        new_name = str(1 + max(int(k) for k in manifest.spaces))
+        table, aligner_dir = f"space_{new_name}", f"aligners/{new_name}"
+        # Leftovers of a run killed before its manifest was written are not part of the store: replace them.
+        shutil.rmtree(store.path / aligner_dir, ignore_errors=True)
+        store._database.drop(table)
+        backfill.forget_native(store, new_name)
+        store._database.create(table, fingerprint.dimension)
+        aligner.save(store.path / aligner_dir)
+        manifest.spaces[new_name] = Space(
+            table=table,
+            model=fingerprint,
+            source="mapped",
+            mapped_from=source_name,
+            aligner=aligner_dir,
+            state="pending",
+            report=report,
+            options=options,
         )
-    fit_s = time.perf_counter() - fit_start
-    report = _report(aligner, candidates, summary, rows.vectors[test], new_test, direction)
-    report |= {
-        "mode": "query-side" if query_side else "rewrite",
-        "rows": n,
-        "pairs": int(len(fit_rows)),
-        "anchors": anchors,
-        "encode_seconds": round(encode_s, 3),
-        "fit_seconds": round(fit_s, 3),
-        "encode_seconds_per_row": round(encode_s / max(len(texts), 1), 6),
-        # the new model's own rate on the re-embedded sample, times every row
-        # three significant figures: a fast model on a small store must not round to 0
-        "reembed_seconds_estimate": float(f"{encode_s / max(len(texts), 1) * n:.3g}"),
-    }
-    if query_side:
-        report |= pair_maps.query_microseconds(aligner, fingerprint.dimension)
-    if evaluation is not None:
-        report["qrels"] = qrels_report(
-            store, source_name, rows, encoder, aligner, direction, evaluation, test, new_test, batch_size
-        )
-    options = asked | {"pairs": pairs}
-    if query_side:
+        manifest.save(store.path)
+        store._models[new_name] = encoder
+        store._sync(new_name, progress=progress, ray=ray, actors=actors)
         report["migrate_seconds"] = round(time.perf_counter() - start, 3)
-        _add_query_map(store, source_name, fingerprint, aligner, report, options)
-        store._models[f"query:{fingerprint.weights}"] = encoder
+        manifest.save(store.path)
         return report | ({"replaced": replaced} if replaced else {})
-
-    new_name = str(1 + max(int(k) for k in manifest.spaces))
-    table, aligner_dir = f"space_{new_name}", f"aligners/{new_name}"
-    # Leftovers of a run killed before its manifest was written are not part of the store: replace them.
-    shutil.rmtree(store.path / aligner_dir, ignore_errors=True)
-    if table in store._db.table_names():
-        store._db.drop_table(table)
-    from subspaces.store.core import _lance_errors, _schema
-
-    with _lance_errors(str(store.path)):
-        store._db.create_table(table, schema=_schema(fingerprint.dimension))
-    aligner.save(store.path / aligner_dir)
-    manifest.spaces[new_name] = Space(
-        table=table,
-        model=fingerprint,
-        source="mapped",
-        mapped_from=source_name,
-        aligner=aligner_dir,
-        state="pending",
-        report=report,
-        options=options,
-    )
-    manifest.save(store.path)
-    store._models[new_name] = encoder
-    store._sync(new_name, progress=progress, ray=ray, actors=actors)
-    report["migrate_seconds"] = round(time.perf_counter() - start, 3)
-    manifest.save(store.path)
-    return report | ({"replaced": replaced} if replaced else {})
 
 
 def _encode(
@@ -268,13 +232,10 @@ def _encode(
 ) -> np.ndarray:
     """Unit new-model vectors of ``texts`` (on Ray Data with ``ray``)."""
     if ray:
-        from subspaces.store import scaleout
-        from subspaces.store.core import _shippable
-
         scaleout.start(ray)
         return scaleout.encode_texts(
             texts,
-            model=_shippable(model, fingerprint, encoder),
+            model=scaleout.shippable(model, fingerprint, encoder),
             runtime=store.runtime,
             expected=fingerprint,
             batch_size=batch_size,
@@ -314,7 +275,6 @@ def _report(
 
 
 def _fingerprint(data: dict[str, Any]) -> Any:
-    from subspaces.store.fingerprint import ModelFingerprint
 
     return ModelFingerprint.from_dict(data)
 
@@ -379,27 +339,22 @@ def _plain_qrels(qrels: dict[Any, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
-def _lines(path: Any) -> list[tuple[int, str]]:
-    from pathlib import Path
-
-    from subspaces.io import check_file, open_text
-
-    file = check_file(Path(path))
-    with open_text(file) as handle:
+def _lines(path: Any) -> list[tuple[int, Any]]:
+    """Each non-blank line with its number: a JSON object of a ``.jsonl`` file, else the line's text."""
+    if str(path).endswith((".jsonl", ".jsonl.gz")):
+        return list(read_jsonl(path))
+    with open_text(check_file(path)) as handle:
         return [(i, line.rstrip("\n").lstrip("\ufeff")) for i, line in enumerate(handle, 1) if line.strip()]
 
 
 def _read_queries(path: Any) -> dict[str, str]:
-    import json
-
     out: dict[str, str] = {}
     for number, line in _lines(path):
-        if str(path).endswith((".jsonl", ".jsonl.gz")):
+        if isinstance(line, dict):
             try:
-                row = json.loads(line)
-                key = next(row[f] for f in ("id", "_id", "query_id", "qid") if f in row)
-                out[str(key)] = str(next(row[f] for f in ("text", "query", "question") if f in row))
-            except (ValueError, StopIteration, TypeError) as exc:
+                key = next(line[f] for f in ("id", "_id", "query_id", "qid") if f in line)
+                out[str(key)] = str(next(line[f] for f in ("text", "query", "question") if f in line))
+            except StopIteration as exc:
                 raise DataError("not a JSON object with an id and a text field", path=path, line=number) from exc
         else:
             parts = line.split("\t", 1)
@@ -410,11 +365,7 @@ def _read_queries(path: Any) -> dict[str, str]:
 
 
 def _read_qrels(path: Any) -> dict[str, dict[str, float]]:
-    import json
-
     if str(path).endswith(".json"):
-        from pathlib import Path
-
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
@@ -424,12 +375,11 @@ def _read_qrels(path: Any) -> dict[str, dict[str, float]]:
         return _plain_qrels(data)
     out: dict[str, dict[str, float]] = {}
     for number, line in _lines(path):
-        if str(path).endswith((".jsonl", ".jsonl.gz")):
+        if isinstance(line, dict):
             try:
-                row = json.loads(line)
-                q = str(next(row[f] for f in ("query_id", "qid", "query-id") if f in row))
-                d = str(next(row[f] for f in ("doc_id", "corpus_id", "corpus-id", "id") if f in row))
-                grade = float(next((row[f] for f in ("score", "relevance", "grade") if f in row), 1))
+                q = str(next(line[f] for f in ("query_id", "qid", "query-id") if f in line))
+                d = str(next(line[f] for f in ("doc_id", "corpus_id", "corpus-id", "id") if f in line))
+                grade = float(next((line[f] for f in ("score", "relevance", "grade") if f in line), 1))
             except (ValueError, StopIteration, TypeError) as exc:
                 raise DataError("not a JSON object with a query id and a document id", path=path, line=number) from exc
         else:
@@ -542,8 +492,6 @@ def qrels_report(
 
 def _plain(params: dict[str, Any] | None) -> dict[str, Any] | None:
     """``params`` as the manifest's JSON keeps them (so a rerun's compare equal to the recorded ones)."""
-    import json
-
     return json.loads(json.dumps(params, default=str)) if params else None
 
 
@@ -559,19 +507,16 @@ def _differs(recorded: dict[str, Any], asked: dict[str, Any], pairs: int | None)
 def _discard(store: Store, name: str) -> None:
     """Drop pending space ``name``: out of the manifest first (then the folder is a store without it, whatever
     stops this), then its table, aligner and quantized copy, leftovers a new migration would replace anyway."""
-    from subspaces.store.core import _lance_errors
-    from subspaces.store.quantized import FOLDER
-
     space = store.manifest.spaces.pop(name)
     store.manifest.save(store.path)
     store._models.pop(name, None)
     store._loaded.pop(name, None)
-    with _lance_errors(str(store.path)):
-        if space.table in store._db.table_names():
-            store._db.drop_table(space.table)
+    with lance_errors(str(store.path)):
+        store._database.drop(space.table)
     if space.aligner:
         shutil.rmtree(store.path / space.aligner, ignore_errors=True)
-    shutil.rmtree(store.path / FOLDER / name, ignore_errors=True)
+    shutil.rmtree(store.path / quantized.FOLDER / name, ignore_errors=True)
+    backfill.forget_native(store, name)
 
 
 PAIRED_DEFAULTS = {"structure": {"n_iter": 0}, "refine": {"n_iter": 0, "centroid_clusters": 0}}

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from subspaces.errors import DataError, SubspacesError
+from subspaces.io import save_json
 from subspaces.numerics import cpu_record
 from subspaces.quantize import (
     CALIBRATION_ROWS,
@@ -42,10 +43,11 @@ from subspaces.quantize import (
     save_codes,
     search,
 )
+from subspaces.store.results import SearchResult, hits
+from subspaces.store.table import Table, lance_errors, vectors_of
 
 if TYPE_CHECKING:
     from subspaces.store.core import Store
-    from subspaces.store.results import SearchResult
 
 FOLDER = "quantized"
 POINTER = "copy.json"
@@ -74,8 +76,6 @@ def _folder(store: Store, space: str) -> Path:
 
 def write(store: Store, space: str, kind: str, *, calibration_rows: int = CALIBRATION_ROWS) -> dict[str, Any]:
     """Quantize every row of ``space`` (int8: ranges calibrated on a seeded sample) and make it the space's copy."""
-    from subspaces.io import save_json
-
     if kind not in KINDS:
         raise SubspacesError(f"unknown quantization {kind!r}; choose one of {', '.join(KINDS)}")
     loaded = store._load_rows(space)
@@ -114,8 +114,6 @@ def invalidate(store: Store, space: str, reason: str) -> None:
     before that write, so a run killed in between leaves a copy refused, never one read at shifted offsets."""
     from dataclasses import replace
 
-    from subspaces.io import save_json
-
     copy = read(store, space)
     if copy is not None and copy.invalid is None:
         save_json(_folder(store, space) / POINTER, replace(copy, invalid=reason).to_dict())
@@ -131,11 +129,8 @@ def describe(store: Store, space: str) -> dict[str, Any] | None:
 
 def _rows_now(store: Store, space: str, copy: Copy) -> int:
     """The table's row count (the copy's own while the table is at the copy's version)."""
-    from subspaces.store.core import _lance_errors
-
     table = store._table(space)
-    with _lance_errors(f"{store.path}, space {space}"):
-        return copy.rows if table.version == copy.version else int(table.count_rows())
+    return copy.rows if table.version == copy.version else table.count()
 
 
 def _current(store: Store, space: str) -> tuple[np.ndarray, Kind, int, Int8Calibration | None]:
@@ -167,20 +162,11 @@ class _TableVectors:
     """The float vectors of a table, read only at the rows asked for (what :func:`subspaces.quantize.search`
     reads its ``corpus`` rescoring rows through)."""
 
-    def __init__(self, table: Any, rows: int, dim: int) -> None:
+    def __init__(self, table: Table, rows: int, dim: int) -> None:
         self.table, self.shape = table, (rows, dim)
 
     def __getitem__(self, rows: np.ndarray) -> np.ndarray:
-        from subspaces.store.core import _vectors
-
-        return _vectors(_take(self.table, rows, ["vector"]).column("vector"), self.shape[1])
-
-
-def _take(table: Any, rows: np.ndarray, columns: list[str]) -> Any:
-    """Rows of ``table`` at offsets ``rows``, in that order (LanceDB returns them in offset order)."""
-    unique, back = np.unique(np.asarray(rows, dtype=np.int64), return_inverse=True)
-    data = table.take_offsets(unique.tolist()).select(columns).to_arrow()
-    return data.take(back.ravel())
+        return vectors_of(self.table.take(rows, ["vector"]).column("vector"), self.shape[1])
 
 
 class _Rows:
@@ -200,26 +186,23 @@ def search_copy(
     """The top ``k`` rows of each query vector by the space's quantized copy, rescored over ``rescore * k``
     candidates (None: ranked by the quantized scores alone), as :meth:`Store.search_vectors` returns them.
     ``where``: only the rows that filter admits are ranked (their codes are taken before the top k)."""
-    from subspaces.store.core import _lance_errors, _result
-
     codes, kind, dim, cal = _current(store, space)
     table = store._table(space)
-    with _lance_errors(f"{store.path}, space {space}"):
-        # search reads its corpus only as corpus.shape and corpus[rows]: the table serves just the shortlist
-        floats: Any = _TableVectors(table, len(codes), dim) if kind == "binary" and rescore is not None else None
-    admitted = None if where is None else store._matching(space, where)
+    # search reads its corpus only as corpus.shape and corpus[rows]: the table serves just the shortlist
+    floats: Any = _TableVectors(table, len(codes), dim) if kind == "binary" and rescore is not None else None
+    admitted = None if where is None else table.matching(where)
     if admitted is not None:
         if not len(admitted):
-            return [_result(*(np.empty(0, dtype=object),) * 3, np.empty(0), np.empty(0, np.int64)) for _ in vectors]
+            return [hits(*(np.empty(0, dtype=object),) * 3, np.empty(0), np.empty(0, np.int64)) for _ in vectors]
         codes = codes[admitted]
         floats = None if floats is None else _Rows(floats, admitted)
-    with _lance_errors(f"{store.path}, space {space}"):
+    with lance_errors(table.label):
         scores, rows = search(vectors, codes, kind=kind, k=k, calibration=cal, rescore=rescore, corpus=floats, dim=dim)
-        if admitted is not None:
-            rows = admitted[rows]
-        hits = _take(table, rows.ravel(), ["id", "text", "metadata"])
-    ids = np.asarray(hits.column("id").to_pylist(), dtype=object).reshape(rows.shape)
-    texts = np.asarray(hits.column("text").to_pylist(), dtype=object).reshape(rows.shape)
-    metadata = np.asarray(hits.column("metadata").to_pylist(), dtype=object).reshape(rows.shape)
+    if admitted is not None:
+        rows = admitted[rows]
+    found = table.take(rows.ravel(), ["id", "text", "metadata"])
+    ids = np.asarray(found.column("id").to_pylist(), dtype=object).reshape(rows.shape)
+    texts = np.asarray(found.column("text").to_pylist(), dtype=object).reshape(rows.shape)
+    metadata = np.asarray(found.column("metadata").to_pylist(), dtype=object).reshape(rows.shape)
     positions = np.arange(rows.shape[1])
-    return [_result(i, t, m, s, positions) for i, t, m, s in zip(ids, texts, metadata, scores, strict=True)]
+    return [hits(i, t, m, s, positions) for i, t, m, s in zip(ids, texts, metadata, scores, strict=True)]

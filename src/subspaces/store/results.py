@@ -6,6 +6,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from subspaces.store.columns import parsed
+
 FIELDS = ("query", "ids", "scores", "texts", "metadata")
 
 
@@ -36,3 +40,17 @@ class SearchResult(Mapping[str, Any]):
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in FIELDS}
+
+
+def hits(
+    ids: np.ndarray, texts: np.ndarray, metadata: np.ndarray, scores: np.ndarray, rows: np.ndarray
+) -> SearchResult:
+    """One query's hits: ``rows`` index ``ids``/``texts``/``metadata`` (a -1, no row, is dropped)."""
+    keep = np.asarray(rows) >= 0
+    rows, scores = np.asarray(rows)[keep].astype(np.int64), np.asarray(scores)[keep]
+    return SearchResult(
+        ids=ids[rows].tolist(),
+        scores=scores.astype(float).tolist(),
+        texts=texts[rows].tolist(),
+        metadata=[parsed(m) for m in metadata[rows]],
+    )

@@ -18,7 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from subspaces.config import default_threads
 from subspaces.errors import SubspacesError
+from subspaces.store import search as ops
+from subspaces.store.encoders import load
+from subspaces.store.fingerprint import ModelFingerprint
+from subspaces.store.table import block_of, vectors_of
 
 LOCAL = "local"
 CONNECT_TIMEOUT_S = 5.0  # how long a cluster's address may take to accept a connection before it is refused
@@ -111,8 +116,6 @@ def start(address: str | bool | None, *, num_cpus: int | None = None) -> None:
             raise SubspacesError(f"could not join the Ray cluster at {address}: {' '.join(str(exc).split())}") from None
     else:
         import psutil  # a dependency of Ray's
-
-        from subspaces.config import default_threads
 
         before = {child.pid for child in psutil.Process().children()}
         with warnings.catch_warnings():
@@ -210,8 +213,6 @@ class _Encode:
     into the store's rows."""
 
     def __init__(self, model: Any, runtime: Any, expected: Any, batch_size: int) -> None:
-        from subspaces.store.encoders import load
-
         self.encoder, fingerprint = load(model, expected.name, runtime)
         expected.check(fingerprint, what="the model on this Ray worker")
         self.dim = expected.dimension
@@ -219,12 +220,11 @@ class _Encode:
 
     def __call__(self, block: Any) -> Any:
         from subspaces.models.encoder import encode
-        from subspaces.store.core import _batch
 
         texts = block.column("text").to_pylist()
         vectors = encode(self.encoder, texts, batch_size=self.batch_size, normalize=True)
         metadata = block.column("metadata").to_pylist()
-        return _batch(self.dim, block.column("id").to_pylist(), texts, vectors, metadata)
+        return block_of(self.dim, block.column("id").to_pylist(), texts, vectors, metadata)
 
 
 class _Map:
@@ -235,12 +235,11 @@ class _Map:
         self.dim = dim
 
     def __call__(self, block: Any) -> Any:
-        from subspaces.store import search as ops
-        from subspaces.store.core import _batch, _vectors
-
-        source = _vectors(block.column("vector"), block.schema.field("vector").type.list_size)
+        source = vectors_of(block.column("vector"), block.schema.field("vector").type.list_size)
         mapped = ops.unit_prefix(self.aligner.transform(source))
-        return _batch(self.dim, block.column("id"), block.column("text"), mapped, block.column("metadata").to_pylist())
+        return block_of(
+            self.dim, block.column("id"), block.column("text"), mapped, block.column("metadata").to_pylist()
+        )
 
 
 def _blocks(table: Any, rows: int, actors: int) -> list[Any]:
@@ -309,11 +308,19 @@ def map_rows(table: Any, aligner: Any, dim: int, *, block_rows: int, actors: int
 
 def encode_texts(texts: Sequence[str], **options: Any) -> np.ndarray:
     """Unit vectors of ``texts`` in input order, encoded by an actor pool (:func:`encode_rows`' options)."""
-    from subspaces.store.core import _vectors
-
     order = [str(i) for i in range(len(texts))]
     out = np.empty((len(texts), options["expected"].dimension), dtype=np.float32)
     for block in encode_rows(order, list(texts), [None] * len(texts), **options):
         rows = np.asarray(block.column("id").to_pylist(), dtype=np.int64)
-        out[rows] = _vectors(block.column("vector"), out.shape[1])
+        out[rows] = vectors_of(block.column("vector"), out.shape[1])
     return out
+
+
+def shippable(model: Any | None, record: ModelFingerprint, loaded: Any) -> Any:
+    """What a Ray worker loads its encoder from: the name given or recorded (each worker loads its own copy),
+    else the loaded model itself (shipped through Ray's object store)."""
+    if isinstance(model, (str, os.PathLike)):
+        return str(model)
+    if model is None and record.name:
+        return record.name
+    return loaded

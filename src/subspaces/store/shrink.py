@@ -148,7 +148,7 @@ def describe(store: Store, name: str) -> dict[str, Any] | None:
     if not record:
         return None
     table = store._table(name)
-    stale = int(table.version) != record.get("version") or int(table.count_rows()) != record.get("rows")
+    stale = table.version != record.get("version") or table.count() != record.get("rows")
     return dict(record) | {"stale": bool(stale)}
 
 

@@ -1,6 +1,6 @@
 """Bring vectors into a store that it did not encode, and take every row out again: nothing is locked in.
 
-**Import** (:func:`import_vectors`, ``subspaces store import``) reads vectors another tool wrote: ``.npy`` (2-D,
+**Import** (:func:`.core.import_vectors`, ``subspaces store import``) reads vectors another tool wrote: ``.npy`` (2-D,
 memory-mapped), ``.parquet`` / Arrow IPC (``.arrow``, ``.feather``; a vector column of fixed- or variable-size
 lists), JSON lines (``.jsonl``/``.ndjson``, each may be ``.gz``; one object a line) or a table of another LanceDB
 database (its folder and ``table``). In a table or JSON object, the vector is the field ``vector`` (or
@@ -42,8 +42,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.io import atomic_path, check_writable, open_text, read_jsonl
+from subspaces.progress import Progress
 from subspaces.store import columns
 from subspaces.store.inputs import text_id, unicode_problem, visible
+from subspaces.store.table import block_of, vectors_of
+from subspaces.store.table import schema as table_schema
 
 if TYPE_CHECKING:
     from subspaces.store.core import Store
@@ -220,30 +224,13 @@ class Source:
         return chunk
 
     def _jsonl(self) -> Iterator[Chunk]:
-        from subspaces.io import open_text
-
-        label = self.label()
         rows: list[dict[str, Any]] = []
-        first, line_no = 0, 0
-        try:
-            with open_text(self.path) as handle:
-                for line_no, line in enumerate(handle, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        record = json.loads(line)
-                    except ValueError as exc:
-                        raise DataError(f"not JSON ({exc})", label, line_no) from None
-                    if not isinstance(record, dict):
-                        raise DataError("a JSON line must be an object", label, line_no)
-                    rows.append(record)
-                    if len(rows) == self.batch_rows:
-                        yield self._records(rows, first)
-                        first, rows = first + len(rows), []
-        except UnicodeDecodeError as exc:
-            raise DataError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", label) from None
-        except (OSError, EOFError) as exc:
-            raise DataError(f"cannot read: {exc}", label) from None
+        first = 0
+        for _, record in read_jsonl(self.path, label=self.label()):
+            rows.append(record)
+            if len(rows) == self.batch_rows:
+                yield self._records(rows, first)
+                first, rows = first + len(rows), []
         if rows:
             yield self._records(rows, first)
 
@@ -345,8 +332,6 @@ def _merged(values: dict[str, list[Any]], i: int, label: str, first: int) -> dic
 def _side_lines(path: Path, what: str) -> Iterator[Any]:
     """A side file's values, one a line: ids and texts as text lines (``.jsonl``: JSON strings; a text may be
     null), metadata as JSON objects (or null)."""
-    from subspaces.io import open_text
-
     as_json = what == "metadata" or _base(path) in JSON_SUFFIXES
     try:
         with open_text(path) as handle:
@@ -518,25 +503,20 @@ def validate(
 
 def changed(store: Store, name: str, overlap: dict[str, bytes]) -> set[str]:
     """The ids of ``overlap`` stored with another text, metadata or vector (read in batches)."""
-    from subspaces.store.core import _lance_errors, _vectors
-
     if not overlap:
         return set()
     out: set[str] = set()
     dim = store._space(name).model.dimension
-    table = store._table(name)
-    with _lance_errors(f"{store.path}, space {name}"):
-        reader = table.search().select(list(columns.BASE)).limit(None).to_batches(BATCH_ROWS)
-        for batch in reader:
-            ids = batch.column("id").to_pylist()
-            wanted = [i for i, row_id in enumerate(ids) if row_id in overlap]
-            if not wanted:
-                continue
-            texts, meta = batch.column("text").to_pylist(), batch.column("metadata").to_pylist()
-            vectors = _vectors(batch.column("vector"), dim)
-            for i in wanted:
-                if _digest(texts[i], meta[i], vectors[i]) != overlap[ids[i]]:
-                    out.add(ids[i])
+    for block in store._table(name).batches(list(columns.BASE), BATCH_ROWS):
+        ids = block.column("id").to_pylist()
+        wanted = [i for i, row_id in enumerate(ids) if row_id in overlap]
+        if not wanted:
+            continue
+        texts, meta = block.column("text").to_pylist(), block.column("metadata").to_pylist()
+        vectors = vectors_of(block.column("vector"), dim)
+        for i in wanted:
+            if _digest(texts[i], meta[i], vectors[i]) != overlap[ids[i]]:
+                out.add(ids[i])
     return out
 
 
@@ -567,9 +547,6 @@ def write_rows(
 ) -> int:
     """The writing pass: every row of ``source`` whose id is not in ``skip`` (or is in ``replace``), one commit a
     batch; returns how many rows went in."""
-    from subspaces.progress import Progress
-    from subspaces.store.core import _batch
-
     written = 0
     dim = store._space(name).model.dimension
 
@@ -581,7 +558,7 @@ def write_rows(
             if not keep:
                 continue
             written += len(keep)
-            yield _batch(
+            yield block_of(
                 dim,
                 [rows.ids[i] for i in keep],
                 [rows.texts[i] for i in keep],
@@ -597,57 +574,7 @@ def write_rows(
     return written
 
 
-def import_vectors(
-    path: str | os.PathLike[str],
-    vectors: str | os.PathLike[str],
-    *,
-    model: Any | None = None,
-    foreign: str | None = None,
-    dimension: int | None = None,
-    runtime: Any | None = None,
-    **options: Any,
-) -> tuple[Store, dict[str, Any]]:
-    """Import into the store at ``path``, making it first if there is none (for ``model``, or ``foreign`` vectors
-    of ``dimension``, default the input's). The store is made only once the input has been validated whole, so a
-    refused import leaves no store behind. Returns the store and :meth:`Store.import_vectors`'s report."""
-    from subspaces.store.core import Store
-    from subspaces.store.encoders import Runtime, load
-    from subspaces.store.manifest import MANIFEST
-
-    folder = Path(path)
-    runtime = runtime or Runtime()
-    if (folder / MANIFEST).is_file():
-        store = Store.open(folder, device=runtime.device, backend=runtime.backend, precision=runtime.precision)
-        return store, store.import_vectors(vectors, model=model, foreign=foreign, dimension=dimension, **options)
-    if (model is None) == (foreign is None):
-        raise SubspacesError("a new store needs the vectors' model: give model (it runs here) or foreign LABEL")
-    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-        raise SubspacesError(f"{folder} already exists and is not a store or an empty folder")
-    source = _source(vectors, options)
-    encoder, fingerprint = (None, None) if model is None else load(model, None, runtime)
-    expected = fingerprint.dimension if fingerprint is not None else dimension
-    plan, _ = validate(
-        source, dimension=expected, stored=set(), known={}, check_rows=options.get("check_rows", CHECK_ROWS)
-    )
-    cosine = None
-    if encoder is not None:
-        cosine = check_model(encoder, plan, source.label(), options.get("min_cosine", MIN_COSINE))
-    assert plan.dimension is not None
-    from subspaces.store.fingerprint import ModelFingerprint
-
-    record = fingerprint if fingerprint is not None else ModelFingerprint.of_foreign(str(foreign), plan.dimension)
-    store = Store._make(folder, record, runtime)
-    if encoder is not None:
-        store._models[store.manifest.active] = encoder
-    # Under the write lock: once the manifest exists, another writer could take the store and append beside this one.
-    with store._writing("store import"):
-        report = store._import_planned(
-            source, plan, set(), cosine, upsert=False, progress=options.get("progress", False)
-        )
-    return store, report
-
-
-def _source(vectors: Any, options: dict[str, Any]) -> Source:
+def source_of(vectors: Any, options: dict[str, Any]) -> Source:
     keys = ("table", "ids", "texts", "metadata", "vector_field", "id_field", "text_field", "batch_rows")
     return Source(vectors, **{k: options[k] for k in keys if options.get(k) is not None})
 
@@ -659,9 +586,6 @@ def export(
     fixed-size list of float32, metadata as JSON), or ``.npy`` (the vectors) with ``<stem>.ids.jsonl``,
     ``<stem>.texts.jsonl`` and ``<stem>.metadata.jsonl`` beside it (one JSON value a line). Streamed in batches;
     each file is written under a temporary name and renamed when whole."""
-    from subspaces.io import atomic_path, check_writable
-    from subspaces.store.core import _lance_errors, _schema, _vectors
-
     out = Path(output)
     name = space or store.manifest.active
     record = store._space(name).model
@@ -670,18 +594,17 @@ def export(
         raise SubspacesError(f"--output {out}: export writes .parquet or .npy")
     check_writable(out, "--output")
     table = store._table(name)
-    n = store.count(name)
+    n = table.count()
     dim = record.dimension
 
     def batches() -> Iterator[Any]:
-        with _lance_errors(f"{store.path}, space {name}"):
-            yield from table.search().select(list(columns.BASE)).limit(None).to_batches(batch_rows)
+        return table.batches(list(columns.BASE), batch_rows)
 
     if suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        schema = _schema(dim)
+        schema = table_schema(dim)
         with atomic_path(out) as tmp:
             writer = pq.ParquetWriter(tmp, schema)
             try:
@@ -711,7 +634,7 @@ def export(
                 rows = batch.num_rows
                 if done + rows > n:
                     raise SubspacesError(f"{store.path}: rows were added during the export; run it again")
-                array[done : done + rows] = _vectors(batch.column("vector"), dim)
+                array[done : done + rows] = vectors_of(batch.column("vector"), dim)
                 for row_id, text, meta in zip(
                     batch.column("id").to_pylist(),
                     batch.column("text").to_pylist(),

@@ -1,0 +1,371 @@
+"""The table layer: the only code that talks to LanceDB.
+
+A store's folder holds one LanceDB database (``lance/``) with one table per space: rows ``(id, text, vector,
+metadata)`` plus a typed column per scalar metadata field (:mod:`.columns`), which ``where=`` filters read.
+:class:`Database` makes, opens and drops tables; :class:`Table` reads (columns, rows in memory, a filter's
+matches, rows at offsets, ANN candidates) and writes them (append, ``merge_insert`` on ``id``, delete by row
+address, typed columns). Every write is one LanceDB commit of one batch, atomic for readers.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from subspaces.errors import DataError, SubspacesError
+from subspaces.store import columns
+
+DB = "lance"
+
+
+@contextmanager
+def lance_errors(what: str) -> Iterator[None]:
+    """LanceDB's errors on a damaged or missing table, as one user-facing message."""
+    import pyarrow as pa
+
+    try:
+        yield
+    except (OSError, RuntimeError, ValueError, pa.ArrowException) as exc:
+        if isinstance(exc, SubspacesError):
+            raise
+        raise SubspacesError(f"{what}: the table is missing or corrupted ({_first_line(exc)})") from exc
+
+
+@contextmanager
+def filter_errors(where: str) -> Iterator[None]:
+    """LanceDB's refusal of a ``where=`` filter, as one line naming it."""
+    import pyarrow as pa
+
+    try:
+        yield
+    except (OSError, RuntimeError, ValueError, pa.ArrowException) as exc:
+        raise SubspacesError(f"the filter {where!r} cannot be applied: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def schema(dim: int) -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            pa.field("id", pa.string(), nullable=False),
+            pa.field("text", pa.string()),  # null: a row imported without its text (tables before: not null)
+            pa.field("vector", pa.list_(pa.float32(), dim)),
+            pa.field("metadata", pa.string()),  # a JSON object, or null
+        ]
+    )
+
+
+def block_of(
+    dim: int,
+    ids: Sequence[str] | np.ndarray,
+    texts: Sequence[str | None] | np.ndarray,
+    vectors: np.ndarray,
+    metadata: Sequence[Any],
+) -> Any:
+    """One block of rows in the base schema, as :meth:`Table.append` writes it."""
+    import pyarrow as pa
+
+    flat = pa.array(np.ascontiguousarray(vectors, dtype=np.float32).ravel(), type=pa.float32())
+    return pa.table(
+        {
+            "id": pa.array(list(ids), pa.string()),
+            "text": pa.array(list(texts), pa.string()),
+            "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
+            "metadata": pa.array(metadata_strings(metadata), pa.string()),
+        },
+        schema=schema(dim),
+    )
+
+
+def metadata_strings(metadata: Sequence[Any]) -> list[str | None]:
+    return [m if m is None or isinstance(m, str) else json.dumps(m, ensure_ascii=False) for m in metadata]
+
+
+def vectors_of(column: Any, dim: int) -> np.ndarray:
+    """An Arrow vector column (a table's, or a batch's) as a float32 ``n x dim`` array."""
+    whole = column.combine_chunks() if hasattr(column, "combine_chunks") else column
+    values = whole.flatten().to_numpy(zero_copy_only=False)
+    return np.asarray(values, dtype=np.float32).reshape(-1, dim)
+
+
+@dataclass
+class Rows:
+    """A table's rows in memory, valid for one table version, with what searches derive from them (dropped with
+    the rows when the version changes)."""
+
+    version: int
+    ids: np.ndarray
+    texts: np.ndarray
+    vectors: np.ndarray
+    metadata: np.ndarray  # each row's metadata JSON string (or None)
+    rowids: np.ndarray  # LanceDB's row addresses, to map a where= filter's matches onto these rows
+    index: Any = None  # exact search's faiss index
+    prefixes: dict[tuple[str, int, bool], Any] = field(default_factory=dict)  # (basis, dims, int8 codes) -> faiss
+    axes: np.ndarray | None = None  # the rows' principal axes, fitted when a "pca" prefix is first searched
+    adapted: np.ndarray | None = None  # the rows through the space's shrink adapter (an "adapter" prefix)
+    conditioned: Any = None  # ConditionalCorpus views of the rows: (head, condition) -> view, an LRUCache
+    corpora: dict[str, Any] = field(default_factory=dict)  # a head's fingerprint -> its ConditionalCorpus
+    matches: dict[str, np.ndarray] = field(default_factory=dict)  # a where= filter -> the rows it admits
+
+
+class Database:
+    """The LanceDB database of a store folder."""
+
+    def __init__(self, folder: Path) -> None:
+        import lancedb
+
+        self.folder = folder
+        self._db = lancedb.connect(str(folder / DB))
+
+    def names(self) -> list[str]:
+        return list(self._db.table_names())
+
+    def create(self, table: str, dim: int) -> None:
+        with lance_errors(str(self.folder)):
+            self._db.create_table(table, schema=schema(dim))
+
+    def drop(self, table: str) -> None:
+        if table in self.names():
+            self._db.drop_table(table)
+
+    def open(self, table: str, label: str, on_rewrite: Callable[[str], None] | None = None) -> Table:
+        return Table(self._db, table, label, on_rewrite)
+
+
+class Table:
+    """One space's LanceDB table. ``label`` names it in errors; ``on_rewrite(reason)`` is called before a write
+    that moves stored rows (``merge_insert``), so row-offset artefacts (a quantized copy) are marked stale first."""
+
+    def __init__(self, db: Any, name: str, label: str, on_rewrite: Callable[[str], None] | None = None) -> None:
+        self._db, self.name, self.label, self.on_rewrite = db, name, label, on_rewrite
+        self._open()
+
+    def _open(self) -> None:
+        with lance_errors(self.label):
+            self.handle = self._db.open_table(self.name)
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        with lance_errors(self.label):
+            yield
+
+    @property
+    def version(self) -> int:
+        with self._errors():
+            return int(self.handle.version)
+
+    @property
+    def schema(self) -> Any:
+        return self.handle.schema
+
+    def count(self) -> int:
+        with self._errors():
+            return int(self.handle.count_rows())
+
+    def indices(self) -> list[str]:
+        with self._errors():
+            return [str(i.index_type) for i in self.handle.list_indices()]
+
+    # -- reading ----------------------------------------------------------------------------------------------
+    def columns(self, names: list[str], *, row_ids: bool = False, where: str | None = None) -> Any:
+        """Some columns, in table order (``where``: only the rows that filter admits)."""
+        query = self.handle.search().select(names).with_row_id(row_ids).limit(None)
+        if where is None:
+            with self._errors():
+                return query.to_arrow()
+        with filter_errors(where):
+            return query.where(where).to_arrow()
+
+    def batches(self, names: list[str], size: int) -> Iterator[Any]:
+        """Some columns, streamed in Arrow record batches of ``size`` rows, in table order."""
+        with self._errors():
+            yield from self.handle.search().select(names).limit(None).to_batches(size)
+
+    def ids(self) -> set[str]:
+        return set(self.columns(["id"]).column("id").to_pylist())
+
+    def rows(self, dim: int) -> Rows:
+        """Every row in memory (:class:`Rows`)."""
+        version = self.version
+        data = self.columns(list(columns.BASE), row_ids=True)
+        return Rows(
+            version=version,
+            ids=np.asarray(data.column("id").to_pylist(), dtype=object),
+            texts=np.asarray(data.column("text").to_pylist(), dtype=object),
+            vectors=vectors_of(data.column("vector"), dim),
+            metadata=np.asarray(data.column("metadata").to_pylist(), dtype=object),
+            rowids=data.column("_rowid").to_numpy(),
+        )
+
+    def matching(self, where: str, rowids: np.ndarray | None = None) -> np.ndarray:
+        """The positions (table order, ascending) of the rows that SQL filter ``where`` admits; ``rowids``: the
+        table's row addresses in order, if already read."""
+        if rowids is None:
+            rowids = self.columns(["id"], row_ids=True).column("_rowid").to_numpy()
+        admitted = self.columns(["id"], row_ids=True, where=where).column("_rowid").to_numpy()
+        return np.flatnonzero(np.isin(rowids, admitted))
+
+    def row_addresses(self, ids: set[str]) -> list[int]:
+        """LanceDB's row addresses (``_rowid``) of every row whose id is in ``ids``."""
+        data = self.columns(["id"], row_ids=True)
+        addresses = data.column("_rowid").to_pylist()
+        return [addresses[i] for i, row_id in enumerate(data.column("id").to_pylist()) if row_id in ids]
+
+    def stored_rows(self, wanted: set[str], names: list[str]) -> dict[str, tuple[Any, ...]]:
+        """``names`` columns of the stored rows whose id is in ``wanted`` (the first row of an id stored twice)."""
+        data = self.columns(["id", *names])
+        out: dict[str, tuple[Any, ...]] = {}
+        values = [data.column(c).to_pylist() for c in names]
+        for i, row_id in enumerate(data.column("id").to_pylist()):
+            if row_id in wanted and row_id not in out:
+                out[row_id] = tuple(v[i] for v in values)
+        return out
+
+    def take(self, rows: np.ndarray, names: list[str]) -> Any:
+        """Rows at offsets ``rows``, in that order (LanceDB returns them in offset order)."""
+        unique, back = np.unique(np.asarray(rows, dtype=np.int64), return_inverse=True)
+        with self._errors():
+            data = self.handle.take_offsets(unique.tolist()).select(names).to_arrow()
+        return data.take(back.ravel())
+
+    def nearest(self, vector: np.ndarray, k: int, nprobes: int, refine_factor: int | None, where: str | None) -> Any:
+        """The ANN index's ``k`` candidates for one query (``where`` applied before the top k)."""
+        query = self.handle.search(vector, vector_column_name="vector").distance_type("cosine").nprobes(nprobes)
+        if refine_factor is not None:
+            query = query.refine_factor(refine_factor)
+        if where is not None:
+            query = query.where(where, prefilter=True)  # before the top k: k rows when k rows pass
+        query = query.limit(k).select(["id", "text", "vector", "metadata", "_distance"])
+        with filter_errors(where) if where is not None else self._errors():
+            return query.to_arrow()
+
+    # -- writing ----------------------------------------------------------------------------------------------
+    def create_index(self, num_partitions: int, num_sub_vectors: int) -> None:
+        from lancedb.index import IvfPq
+
+        with self._errors():
+            self.handle.create_index(
+                "vector",
+                config=IvfPq(distance_type="cosine", num_partitions=num_partitions, num_sub_vectors=num_sub_vectors),
+                replace=True,
+            )
+
+    def delete_rows(self, addresses: list[int], chunk: int = 10_000) -> None:
+        """Delete rows by address (integers, so no user text is spliced into the predicate)."""
+        for start in range(0, len(addresses), chunk):
+            part = ", ".join(str(int(a)) for a in addresses[start : start + chunk])
+            with self._errors():
+                self.handle.delete(f"_rowid IN ({part})")
+
+    def append(self, blocks: Iterable[Any], bar: Any, replace: set[str] | None = None) -> None:
+        """Commit each block as one LanceDB write (readers see it whole or not at all). An id this call already
+        wrote is dropped from a later block, so a block handed over twice (a retried Ray task) adds nothing.
+        A block holding an id of ``replace`` is written by ``merge_insert`` on ``id``: its stored row is replaced."""
+        written: set[str] = set()
+        for block in blocks:
+            ids = block.column("id").to_pylist()
+            fresh = [i for i, row_id in enumerate(ids) if row_id not in written]
+            block = self._typed(block if len(fresh) == len(ids) else block.take(fresh))
+            written.update(ids)
+            if block.num_rows:
+                with self._errors():
+                    if replace and not replace.isdisjoint(block.column("id").to_pylist()):
+                        merge = self.handle.merge_insert("id").when_matched_update_all()
+                        merge.when_not_matched_insert_all().execute(block)
+                    else:
+                        self.handle.add(block)
+            bar.update(block.num_rows)
+
+    def _typed(self, block: Any) -> Any:
+        """``block`` (id, text, vector, metadata) with the table's typed metadata columns filled from its metadata,
+        cast to the table's schema. A field without a column gets one (:meth:`prepare_columns`)."""
+        import pyarrow as pa
+
+        meta = [columns.parsed(m) for m in block.column("metadata").to_pylist()]
+        self.prepare_columns(meta)
+        schema = self.schema
+        arrays = {n: block.column(n) for n in columns.BASE}
+        for field_ in schema:
+            if field_.name not in arrays:
+                arrays[field_.name] = columns.column_values(meta, field_.name, str(field_.type))
+        if schema.field("text").nullable is False and block.column("text").null_count:
+            raise DataError(
+                f"{self.label}: the table was made before rows could lack a text; import these rows with their texts "
+                "(--texts), or into a new store"
+            )
+        return pa.table({f.name: arrays[f.name] for f in schema}).cast(schema)
+
+    def prepare_columns(self, meta: Sequence[dict[str, Any] | None]) -> dict[str, str]:
+        """Give the table a typed column for each scalar metadata field of ``meta`` it lacks (:meth:`declare_columns`).
+        A value that fits no column is refused before the table changes. Returns the new columns."""
+        new = columns.infer(meta, columns.table_columns(self.schema))
+        if new:
+            self.declare_columns(new)
+        return new
+
+    def declare_columns(self, kinds: dict[str, str]) -> None:
+        """Give the table the typed columns ``kinds`` (name -> type) it lacks, and fill them for the stored rows
+        whose metadata JSON holds those fields (refusing, before the table changes, a stored value of another
+        type; an int widens a new column to float)."""
+        import pyarrow as pa
+
+        known = columns.table_columns(self.schema)
+        new = {n: kind for n, kind in kinds.items() if n not in known}
+        if not new:
+            return
+        data = self.columns(["id", "metadata"])
+        stored = [columns.parsed(m) for m in data.column("metadata").to_pylist()]
+        rows = [i for i, m in enumerate(stored) if m and any(m.get(n) is not None for n in new)]
+        columns.infer([stored[i] for i in rows], known, new, where="stored row")
+        with self._errors():
+            self.handle.add_columns([pa.field(n, columns.arrow_type(kind)) for n, kind in new.items()])
+        self._open()  # a handle whose schema has the new columns
+        if rows:
+            self.backfill(data.column("id").take(pa.array(rows)), [stored[i] for i in rows], new)
+
+    def complete_columns(self) -> int:
+        """Fill the typed columns left null where a row's metadata JSON holds a value (a run killed between adding
+        a column and filling it); returns how many columns were completed."""
+        import pyarrow as pa
+
+        known = columns.table_columns(self.schema)
+        if not known:
+            return 0
+        data = self.columns(["id", "metadata", *known])
+        stored = [columns.parsed(m) for m in data.column("metadata").to_pylist()]
+        incomplete, rows = {}, set()
+        for name, kind in known.items():
+            held = data.column(name).to_pylist()
+            empty = [i for i, (m, v) in enumerate(zip(stored, held, strict=True)) if v is None and m and name in m]
+            columns.infer([{name: stored[i][name]} for i in empty], {name: kind}, where="stored row")  # type: ignore[index]
+            values = columns.column_values([stored[i] for i in empty], name, kind).to_pylist()
+            missing = [i for i, value in zip(empty, values, strict=True) if value is not None]
+            if missing:
+                incomplete[name] = kind
+                rows.update(missing)
+        if incomplete:
+            order = sorted(rows)
+            self.backfill(data.column("id").take(pa.array(order)), [stored[i] for i in order], incomplete)
+        return len(incomplete)
+
+    def backfill(self, ids: Any, meta: list[dict[str, Any] | None], kinds: dict[str, str]) -> None:
+        """Fill typed columns ``kinds`` of the stored rows ``ids`` from their metadata ``meta`` (a store whose
+        metadata was JSON only, rows written before a field first came with a value, or a column added by a run
+        that died before filling it), by ``merge_insert`` on ``id``, which moves those rows."""
+        import pyarrow as pa
+
+        if self.on_rewrite is not None:
+            self.on_rewrite("typed metadata columns were filled in")
+        update = pa.table({"id": ids} | {n: columns.column_values(meta, n, kind) for n, kind in kinds.items()})
+        with self._errors():
+            self.handle.merge_insert("id").when_matched_update_all().execute(update)
