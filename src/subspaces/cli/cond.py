@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from subspaces.cli.common import Arch, DeviceOpt, Head, ThreadsOpt, echo, out, parse_rank, table, user_errors
+from subspaces.cli.common import DeviceOpt, ThreadsOpt, echo, out, parse_rank, recipe_options, table, user_errors
 from subspaces.cli.groups import cond_app
-from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt
+from subspaces.cli.train import TrainableLayersOpt
+from subspaces.cond.recipe import CondTrainConfig
 
 if TYPE_CHECKING:
     from subspaces.cond.pipeline import ConditionalEvalResult
@@ -19,12 +21,6 @@ if TYPE_CHECKING:
 class Task(str, Enum):
     wic = "wic"
     csts = "csts"
-
-
-class Objective(str, Enum):
-    mse = "mse"
-    quadruplet = "quadruplet"
-    infonce_mse = "infonce_mse"
 
 
 class Split(str, Enum):
@@ -53,82 +49,60 @@ def _metrics_table(title: str, report: ConditionalEvalResult) -> None:
     out.print(table(title, ["conditions", "n", *keys], rows))
 
 
+def _default(name: str) -> Any:
+    return next(f.default for f in fields(CondTrainConfig) if f.name == name)
+
+
 @cond_app.command("train")
 @user_errors
+@recipe_options(
+    CondTrainConfig,
+    only=(
+        "arch", "head", "condition_encoder", "objective", "batch_size", "head_lr", "encoder_lr", "epochs",
+        "max_steps", "temperature", "margin", "in_batch_negatives", "seed", "cache_dir",
+    ),
+)  # fmt: skip
 def train_cmd(
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to save the model in.")],
     task: TaskOpt = Task.wic,
     data: DataOpt = None,
     model: Annotated[str, typer.Option("--model", "-m", help="Bundled model name or local folder.")] = "minilm-l6",
-    arch: Annotated[
-        Arch, typer.Option(help="tri: sentence and condition encoded apart (cacheable); bi: (s, c) pairs.")
-    ] = Arch.tri,
-    head: Annotated[Head, typer.Option(help="Tri-encoder head.")] = Head.hypernet,
     rank: Annotated[str, typer.Option(help="Hypernet rank K, 'auto' (d/12, as Hyper-CL) or 'full'.")] = "auto",
-    objective: Annotated[
-        Objective, typer.Option(help="mse; quadruplet and infonce_mse need pairs under two conditions.")
-    ] = Objective.mse,
     freeze_encoder: Annotated[
         bool, typer.Option("--freeze-encoder/--fine-tune", help="Train only the head on cached embeddings.")
-    ] = True,
-    condition_encoder: Annotated[
-        Optional[str], typer.Option(help="A separate encoder for conditions (tri only).")
-    ] = None,
-    batch_size: int = 32,
-    head_lr: Annotated[float, typer.Option("--head-lr", "--lr", help="Learning rate of the head.")] = 1e-3,
-    encoder_lr: Annotated[float, typer.Option(help="Learning rate of the encoder when fine-tuning.")] = 2e-5,
-    epochs: int = 10,
-    max_steps: Optional[int] = None,
-    temperature: Annotated[float, typer.Option(help="τ of infonce_mse.")] = 1.7,
-    margin: Annotated[float, typer.Option(help="Margin of the quadruplet loss.")] = 1.0,
-    in_batch_negatives: Annotated[
-        bool, typer.Option(help="infonce_mse: other pairs of the batch as negatives.")
-    ] = False,
+    ] = _default("freeze_encoder"),
     max_length: Annotated[
         Optional[int],
         typer.Option("--max-length", "--max-seq-length", help="Tokens per text (default: the encoder's own limit)."),
-    ] = None,
-    seed: int = 42,
+    ] = _default("max_length"),
+    lr: Annotated[Optional[float], typer.Option("--lr", hidden=True, help="The earlier spelling of --head-lr.")] = None,
     trainable_layers: TrainableLayersOpt = "all",
-    cache_dir: CacheDirOpt = None,
     device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
+    *,
+    config: CondTrainConfig,
 ) -> None:
     """Train a conditional similarity model; the state best on the validation split is saved.
 
     --trainable-layers N fine-tunes the encoder's top N layers (so it implies --fine-tune).
+
+    Every setting of the recipe (CondTrainConfig) is an option here or a key of a --config file.
     """
     from subspaces.cli.train import parse_trainable_layers
     from subspaces.cond.pipeline import train_conditional
-    from subspaces.cond.train import CondTrainConfig
     from subspaces.io import check_writable
     from subspaces.models.encoder import resolve_device
 
     resolve_device(device)
     check_writable(output, "--output", folder=True)  # before the work, not after it
     layers = parse_trainable_layers(trainable_layers)
-    if layers is not None:
-        freeze_encoder = False
-
-    config = CondTrainConfig(
-        arch=arch.value,
-        head=head.value,
+    config = replace(
+        config,
         rank=parse_rank(rank),
-        freeze_encoder=freeze_encoder,
-        condition_encoder=condition_encoder,
+        freeze_encoder=freeze_encoder and layers is None,
         max_length=max_length,
-        objective=objective.value,
-        batch_size=batch_size,
-        head_lr=head_lr,
-        encoder_lr=encoder_lr,
-        epochs=epochs,
-        max_steps=max_steps,
-        temperature=temperature,
-        margin=margin,
-        in_batch_negatives=in_batch_negatives,
-        seed=seed,
         trainable_layers=layers,
-        cache_dir=None if cache_dir is None else str(cache_dir),
+        head_lr=config.head_lr if lr is None else lr,
     )
     summary = train_conditional(task.value, model, output=output, config=config, data_dir=data, device=device)
     echo(
