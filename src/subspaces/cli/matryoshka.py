@@ -17,7 +17,6 @@ from subspaces.cli.common import (
     ThreadsOpt,
     echo,
     out,
-    parse_dims,
     parse_numbers,
     recipe_options,
     table,
@@ -26,6 +25,7 @@ from subspaces.cli.common import (
 from subspaces.cli.groups import matryoshka_app
 from subspaces.cli.train import DeviceOpt, TrainableLayersOpt
 from subspaces.train.recipes import MatryoshkaConfig
+from subspaces.vectors import parse_dims
 
 
 def _training_rows(data: Path | None, limit: int | None) -> list[tuple[str, ...]]:
