@@ -9,12 +9,12 @@ import typer
 
 from subspaces.cli.common import ThreadsOpt, echo, out, table, user_errors
 from subspaces.cli.groups import adapt_app
+from subspaces.errors import DataError, SubspacesError
+from subspaces.io import check_file, check_writable, load_embeddings
+from subspaces.vectors import parse_dims
 
 
 def _int_dims(text: str) -> list[int]:
-    from subspaces.cli.common import parse_dims
-    from subspaces.errors import SubspacesError
-
     dims = parse_dims(text)
     if any(d is None for d in dims):
         raise SubspacesError("--dims takes prefix sizes only (the full size is always trained)")
@@ -54,8 +54,6 @@ def fit_cmd(
 
     from subspaces.adapt import MatryoshkaAdapter
     from subspaces.adapt.adapter import check_dims, check_vectors
-    from subspaces.errors import DataError
-    from subspaces.io import check_file, check_writable, load_embeddings
 
     check_writable(output, "--output", folder=True)
     wanted = _int_dims(dims)
@@ -108,7 +106,6 @@ def apply_cmd(
 ) -> None:
     """Adapt a stored collection in chunks; written atomically, the input untouched."""
     from subspaces.adapt import MatryoshkaAdapter, adapt_file
-    from subspaces.io import check_writable
 
     check_writable(output, "OUTPUT")
 

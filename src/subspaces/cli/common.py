@@ -19,6 +19,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from subspaces.config import set_threads
+from subspaces.errors import DataError, SubspacesError
+from subspaces.io import check_file, check_writable
 from subspaces.models import POOLERS
 from subspaces.models.backends import BACKENDS, PRECISIONS
 
@@ -120,10 +123,6 @@ def user_errors(func: F | None = None, *, interrupted: str | None = None) -> Any
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from subspaces.config import set_threads
-        from subspaces.errors import SubspacesError
-        from subspaces.io import check_writable
-
         try:
             if "threads" in kwargs:  # first: the native pools read their sizes when they load
                 check_threads(kwargs["threads"])
@@ -150,8 +149,6 @@ def check_threads(threads: int | None) -> None:
     as 1000 for 100 would start a thousand-thread pool). Below 1 is refused by ``set_threads``."""
     import os
 
-    from subspaces.errors import SubspacesError
-
     cpus = os.cpu_count() or 1
     if threads is not None and threads > cpus:
         raise SubspacesError(
@@ -164,30 +161,6 @@ def show(renderable: Any) -> None:
     """Print to stdout; off a terminal (a pipe, a file) at its natural width, not cut to 80 columns."""
     # A console's width caps every print's, and off a terminal rich assumes 80; so a wide one for that case.
     (out if out.is_terminal else Console(width=100_000)).print(renderable)
-
-
-def parse_dims(text: str, full: int | None = None) -> list[int | None]:
-    """``"16,32,full"`` -> ``[16, 32, None]`` (None = the full dimension)."""
-    from subspaces.errors import SubspacesError
-
-    dims: list[int | None] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        if part == "full":
-            dims.append(None)
-            continue
-        try:
-            value = int(part)
-        except ValueError:
-            raise SubspacesError(f"bad dimension {part!r} in {text!r}: use integers or 'full'") from None
-        if value <= 0:
-            raise SubspacesError(f"dimension must be positive, got {value}")
-        dims.append(value)
-    if not dims:
-        raise SubspacesError("no dimensions given")
-    return dims
 
 
 def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
@@ -214,8 +187,6 @@ def _numeric(cell: str) -> bool:
 
 def parse_numbers(text: str | None, what: str, kind: type = float) -> list[Any] | None:
     """``"1,0.5,2"`` -> ``[1.0, 0.5, 2.0]`` (``kind=int`` for integers); None stays None."""
-    from subspaces.errors import SubspacesError
-
     if text is None:
         return None
     try:
@@ -227,8 +198,6 @@ def parse_numbers(text: str | None, what: str, kind: type = float) -> list[Any] 
 
 def parse_rank(text: str) -> int | str | None:
     """``--rank`` of a hypernet head: a positive integer, ``auto`` (about d/12) or ``full`` (None)."""
-    from subspaces.errors import SubspacesError
-
     if text == "full":
         return None
     if text == "auto":
@@ -329,9 +298,6 @@ def read_config(path: Path | None, recipe: type) -> dict[str, Any]:
     of ``recipe``; ``{}`` for no file."""
     import json
     import tomllib
-
-    from subspaces.errors import DataError
-    from subspaces.io import check_file
 
     if path is None:
         return {}

@@ -1,4 +1,4 @@
-"""Foundation commands: ``models``, ``encode``, ``eval sts`` (``train simcse`` is in :mod:`subspaces.cli.train`)."""
+"""The `model` commands: `list`, `encode`, `eval` (the STS table)."""
 
 from __future__ import annotations
 
@@ -23,16 +23,26 @@ from subspaces.cli.common import (
     user_errors,
 )
 from subspaces.cli.groups import model_app
-from subspaces.data.sts import Variant
-from subspaces.quantize import Kind
+from subspaces.data.sts import TASKS, Variant, load_stsb
+from subspaces.errors import SubspacesError
+from subspaces.io import (
+    TEXT_SUFFIXES,
+    base_suffix,
+    check_writable,
+    embedding_format,
+    read_texts,
+    save_embeddings,
+    save_json,
+)
+from subspaces.models.backends import check_backend
+from subspaces.models.registry import check_model, known_models
+from subspaces.quantize import Kind, calibrate_int8, calibration_sample, save_codes, sidecar
 
 
 @model_app.command("list")
 @user_errors
 def models_cmd(threads: ThreadsOpt = None) -> None:
     """List the bundled models (resolved offline from installed packages)."""
-    from subspaces.models.registry import known_models
-
     rows = []
     for name, m in sorted(known_models().items()):
         if m.missing():
@@ -96,10 +106,6 @@ def encode_cmd(
 ) -> None:
     """Embed a text file: one row per input line (blank lines included, as zero-length texts), JSON line or CSV
     row, in input order."""
-    from subspaces.errors import SubspacesError
-    from subspaces.io import TEXT_SUFFIXES, base_suffix, check_writable, embedding_format, read_texts, save_embeddings
-    from subspaces.models.registry import check_model
-    from subspaces.quantize import sidecar
 
     # Everything the user typed is checked before torch is imported: a bad value fails in a moment.
     if output.is_dir():
@@ -115,7 +121,6 @@ def encode_cmd(
     if quantize is not None:
         check_writable(sidecar(output), "--output's description")
     check_model(model)
-    from subspaces.models.backends import check_backend
 
     check_backend(backend, precision)
     texts = read_texts(input, text_field=text_field or "text")
@@ -159,8 +164,7 @@ def encode_cmd(
 
 
 def _save_quantized(output: Path, emb, kind: str) -> None:
-
-    from subspaces.quantize import calibrate_int8, calibration_sample, quantize, save_codes, sidecar
+    from subspaces.quantize import quantize
 
     cal = None
     if kind == "int8":
@@ -174,8 +178,6 @@ def _save_quantized(output: Path, emb, kind: str) -> None:
 
 
 def _check_positive(**values: int | None) -> None:
-    from subspaces.errors import SubspacesError
-
     for name, value in values.items():
         if value is not None and value < 1:
             raise SubspacesError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
@@ -202,14 +204,10 @@ def eval_sts_cmd(
     precision: PrecisionOpt = "fp32",
 ) -> None:
     """The SimCSE STS table: cosine similarity, Spearman x 100, plus alignment and uniformity."""
-    from subspaces.data.sts import TASKS, load_stsb
     from subspaces.eval.sts import STSEvaluator
-    from subspaces.io import save_json
-    from subspaces.models.registry import check_model
 
     _check_positive(batch_size=batch_size, truncate_dim=truncate_dim)
     check_model(model)
-    from subspaces.models.backends import check_backend
 
     check_backend(backend, precision)
     chosen = [t.strip() for t in tasks.split(",")] if tasks else list(TASKS)

@@ -10,7 +10,9 @@ import typer
 
 from subspaces.cli.common import ThreadsOpt, echo, user_errors
 from subspaces.cli.groups import vectors_app
-from subspaces.quantize import Kind
+from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.io import check_file, check_writable, load_embeddings, read_embedding_file, save_json, save_npy
+from subspaces.quantize import Kind, calibrate_int8, calibration_sample, dequantize, load_codes, sidecar
 
 
 def search_vectors(
@@ -21,7 +23,6 @@ def search_vectors(
     axes) and re-ranks them at full dimension, as the store's funnel does."""
     from subspaces.adapt.adapter import check_vectors
     from subspaces.adapt.basis import principal_axes
-    from subspaces.errors import DimensionError, SubspacesError
     from subspaces.store.search import (
         BASES,
         exact,
@@ -63,8 +64,7 @@ def search_quantized(
     float query, against the dequantized codes (int8: what a store of codes alone can do) or against the float
     corpus (binary: one bit a dimension is too coarse to re-rank by)."""
     from subspaces.adapt.adapter import check_vectors
-    from subspaces.errors import DimensionError
-    from subspaces.quantize import calibrate_int8, calibration_sample, quantize, search
+    from subspaces.quantize import quantize, search
     from subspaces.store.search import unit_prefix
 
     corpus = unit_prefix(check_vectors(corpus, "corpus"))
@@ -139,9 +139,6 @@ def search_cmd(
 
     import numpy as np
 
-    from subspaces.errors import DataError, SubspacesError
-    from subspaces.io import check_writable, save_json, save_npy
-
     if output.suffix not in (".json", ".npy"):
         raise DataError("--output must end in .json or .npy", path=output)
     if quantize is not None and dims is not None:
@@ -187,8 +184,6 @@ def _check_context(
     calibration: int | None,
 ) -> None:
     """Refuse an option that would do nothing with the others given (as ``--basis pca`` without ``--dims`` is)."""
-    from subspaces.errors import SubspacesError
-
     if dims is None and basis == "pca":
         raise SubspacesError("--basis pca says whose prefix the funnel reads: give --dims too")
     if dims is None and shortlist_factor is not None:
@@ -204,10 +199,6 @@ def _load_vectors(path: Path, what: str):
     dequantized (int8: each code's interval centre; binary: -1/+1 a bit), so its scores are cosines of those
     vectors, not of the code numbers read as floats. Integer arrays without that description are refused."""
     import numpy as np
-
-    from subspaces.errors import DataError
-    from subspaces.io import check_file, load_embeddings, read_embedding_file
-    from subspaces.quantize import dequantize, load_codes, sidecar
 
     if sidecar(path).is_file():
         check_file(path)

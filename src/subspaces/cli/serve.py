@@ -9,7 +9,9 @@ import typer
 
 from subspaces.cli.common import DEVICE, BackendOpt, DeviceOpt, ModelOpt, PrecisionOpt, ThreadsOpt, console, user_errors
 from subspaces.cli.groups import app
-from subspaces.serve.settings import TOKEN_IDS
+from subspaces.errors import SubspacesError
+from subspaces.models.registry import check_model
+from subspaces.serve.settings import TOKEN_IDS, ServeSettings, read_api_key
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
@@ -88,8 +90,6 @@ def serve_cmd(
 
     The model loads after the server starts (/health says when). If it fails to load, the server stops and the
     command exits with status 2, as a supervisor expects, unless --stay-up-on-error."""
-    from subspaces.errors import SubspacesError
-    from subspaces.models.registry import check_model
 
     try:
         import uvicorn
@@ -100,7 +100,6 @@ def serve_cmd(
             f"serving needs the serve extra ({exc.name} is missing): pip install 'subspaces[serve]'"
         ) from None
     from subspaces.models.encoder import resolve_device
-    from subspaces.serve.settings import ServeSettings, read_api_key
 
     # Everything the user typed is checked before the server starts: a bad value fails now, not at the first request.
     check_model(model)
