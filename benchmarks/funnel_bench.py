@@ -6,7 +6,7 @@ Grid: shortlist dims {16, 32, 64, 128} x shortlist sizes {2, 5, 10, 20} x k, for
 
 - ``raw``: the model's vectors as they are (float prefix scan);
 - ``model_int8``, ``pca_flat``, ``pca_int8``: the same vectors, the shortlist read from the model's own
-  coordinates or the corpus's principal axes (``subspaces.adapt.basis``; an orthogonal rotation, so the full
+  coordinates or the corpus's principal axes (``subspaces.vectors.principal_axes``; an orthogonal rotation, so the full
   re-rank is unchanged), scanned as floats or 8-bit codes (as the store's funnel does from 50k rows);
 - ``adapter``: the vectors after a :class:`subspaces.adapt.MatryoshkaAdapter` fitted on the corpus vectors only.
 
@@ -64,8 +64,8 @@ def grid(
     """Exact search's qps, then every (dims, factor) cell's qps and Recall@k against each truth. ``basis``: the
     prefix of the vectors' own coordinates or of the corpus's principal axes; ``scan``: the shortlist index reads
     float or 8-bit prefixes (the store's funnel from 50k rows)."""
-    from subspaces.adapt.basis import principal_axes
     from subspaces.store.search import exact, flat_index, funnel, int8_index, prefix_rows, unit_prefix
+    from subspaces.vectors import principal_axes
 
     corpus, queries = unit_prefix(corpus), unit_prefix(queries)
     full = flat_index(corpus)

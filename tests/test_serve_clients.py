@@ -219,9 +219,8 @@ def test_dimensions_with_a_store_reads_its_principal_axes(prompted_dir, tmp_path
     store_module = pytest.importorskip("subspaces.store")
     import torch
 
-    from subspaces.adapt.basis import principal_axes
     from subspaces.models.encoder import encode
-    from subspaces.vectors import unit_prefix
+    from subspaces.vectors import principal_axes, unit_prefix
 
     store = store_module.Store.create(tmp_path / "store", str(prompted_dir))
     store.add([f"{t} {i}" for i in range(10) for t in TEXTS])

@@ -141,7 +141,7 @@ def test_cli_search_with_a_pca_basis_and_its_refusals(store):
 
 
 def test_principal_axes_are_an_orthonormal_basis_ordered_by_variance():
-    from subspaces.adapt.basis import principal_axes
+    from subspaces.vectors import principal_axes
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(3000, 6)) * np.array([0.1, 3.0, 0.5, 2.0, 1.0, 0.2])

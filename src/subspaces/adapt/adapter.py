@@ -25,6 +25,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.numerics import cpu_record
 from subspaces.state_folder import read_state_folder, write_state_folder
+from subspaces.vectors import check_rows
 
 # 2: the basis parameter (a "pca" adapter's rotation is one of the state's arrays); 3: adapter.json's fields are
 # hashed too (config_sha256): an edited scale or parameter is refused instead of changing the output.
@@ -35,12 +36,7 @@ TERMS = ("pair", "topk", "rank", "var", "corr", "sup", "rec")
 
 def check_vectors(x: np.ndarray, what: str, dim: int | None = None, row_offset: int = 0) -> np.ndarray:
     """``x`` as 2-D float32, or a :class:`DimensionError` naming a NaN/inf or zero row, or a wrong width."""
-    from subspaces.align.preprocess import check_embeddings
-
-    x = np.asarray(x)
-    if dim is not None and x.ndim == 2 and x.shape[1] != dim:
-        raise DimensionError(f"{what}: has {x.shape[1]} dimensions, the adapter was fitted on {dim}")
-    return check_embeddings(x, what, row_offset=row_offset)
+    return check_rows(x, what, dim=dim, fitted="the adapter", row_offset=row_offset)
 
 
 def check_dims(dims: Sequence[int], full: int) -> list[int]:
@@ -74,7 +70,7 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
             decorrelation on the output (ours; off by default).
         sup_weight, sup_temperature: in-batch InfoNCE on the ``pairs`` given to :meth:`fit` (if any).
         basis: ``"model"`` (default): g acts on the input coordinates; ``"pca"``: on the input rotated into its
-            principal axes (:mod:`subspaces.adapt.basis`; orthogonal, so every full-size cosine is kept), so
+            principal axes (:func:`subspaces.vectors.principal_axes`; orthogonal, so every full-size cosine is kept), so
             training starts from PCA truncation instead of raw truncation (ours).
         random_state: seeds the initialisation and the batch order.
         verbose: show a progress display.
@@ -244,7 +240,7 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         self.scale_ = float(np.linalg.norm(x_np, axis=1).mean())
         rotation = None
         if self.basis == "pca":
-            from subspaces.adapt.basis import principal_axes
+            from subspaces.vectors import principal_axes
 
             rotation = principal_axes(x_np, seed=0 if self.random_state is None else int(self.random_state))
             x_np = x_np @ rotation

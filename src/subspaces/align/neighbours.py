@@ -75,8 +75,8 @@ class NeighbourIndex:
             self.columns = rank_columns(base, precision)
             return
         if 0 < shortlist_dims < dim:
-            from subspaces.adapt.basis import principal_axes
             from subspaces.store.search import flat_index
+            from subspaces.vectors import principal_axes
 
             self.axes = np.ascontiguousarray(principal_axes(base, seed=seed)[:, :shortlist_dims])
             self.index = flat_index(base @ self.axes)

@@ -22,7 +22,6 @@ def search_vectors(
     ``shortlist_factor × k`` rows on the first ``dims`` coordinates (``basis="pca"``: of the corpus's principal
     axes) and re-ranks them at full dimension, as the store's funnel does."""
     from subspaces.adapt.adapter import check_vectors
-    from subspaces.adapt.basis import principal_axes
     from subspaces.store.search import (
         BASES,
         exact,
@@ -33,6 +32,7 @@ def search_vectors(
         scans_codes,
         unit_prefix,
     )
+    from subspaces.vectors import principal_axes
 
     if basis not in BASES:
         raise SubspacesError(f"--basis must be one of {', '.join(BASES)}, got {basis!r}")

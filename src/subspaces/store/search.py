@@ -6,7 +6,7 @@ since the shortlist only has to contain the answer) and re-ranks it by the full 
 shortlist gives exactly the exact search's result.
 
 A model not trained for truncation (most are) spreads its variance over every coordinate, so its first ``d``
-coordinates shortlist poorly. :func:`subspaces.adapt.basis.principal_axes` gives such a store an orthogonal basis
+coordinates shortlist poorly. :func:`subspaces.vectors.principal_axes` gives such a store an orthogonal basis
 ordered by variance: rows and queries rotated into it have the same inner products at full dimension (the
 re-rank, and so exact search, are unchanged), while its first ``d`` axes carry the most of the rows' variance any
 ``d`` axes can (:func:`prefix_rows`).
@@ -30,7 +30,7 @@ def unit_prefix(vectors: np.ndarray, dims: int | None = None) -> np.ndarray:
 
 def prefix_rows(vectors: np.ndarray, dims: int, axes: np.ndarray | None = None) -> np.ndarray:
     """Rows as a prefix search reads them: their first ``dims`` coordinates, or (``axes``, a ``dim x dim``
-    orthonormal basis such as :func:`subspaces.adapt.basis.principal_axes`) their first ``dims`` coordinates in
+    orthonormal basis such as :func:`subspaces.vectors.principal_axes`) their first ``dims`` coordinates in
     that basis; re-normalised."""
     x = np.asarray(vectors, dtype=np.float32)
     return unit_prefix(x @ axes[:, :dims] if axes is not None else x, dims)
@@ -45,7 +45,7 @@ def flat_index(vectors: np.ndarray) -> Any:
     return index
 
 
-# whose first ``dims`` coordinates a prefix reads: the model's, the principal axes' (adapt.basis.principal_axes) or
+# whose first ``dims`` coordinates a prefix reads: the model's, the principal axes' (vectors.principal_axes) or
 # those of the adapter ``store shrink`` fitted (store.shrink)
 BASES = ("model", "pca", "adapter")
 INT8_SCAN_ROWS = 50_000  # from here a funnel's shortlist scan is faster on 8-bit codes than on floats...
