@@ -10,7 +10,6 @@ import re
 import sys
 import typing
 from collections.abc import Callable, Iterable
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, TypeVar
 
@@ -29,21 +28,6 @@ console = Console(stderr=True)
 out = Console()
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class Arch(str, Enum):
-    """Bi-encoder (text and condition/relation read together) or Hyper-CL's tri-encoder (encoded apart)."""
-
-    tri = "tri"
-    bi = "bi"
-
-
-class Head(str, Enum):
-    """The tri-encoder's condition (or relation) head (:mod:`subspaces.models.heads`)."""
-
-    hadamard = "hadamard"
-    concat = "concat"
-    hypernet = "hypernet"
 
 
 ModelOpt = Annotated[
