@@ -1,4 +1,6 @@
-"""``Store``: texts and their vectors in an embedded LanceDB folder, searchable exactly, by ANN and by funnel.
+"""``Store``, the façade: texts and their vectors in an embedded LanceDB folder, searchable exactly, by ANN and
+by funnel. Its rows live in the table layer (:mod:`.table`), its searches are plans (:mod:`.plans`); migration,
+import and export, re-embedding and shrinking are modules of their own that it calls.
 
 Layout of a store folder::
 
@@ -8,11 +10,11 @@ Layout of a store folder::
     quantized/N/    space N's quantized copy (:mod:`.quantized`)
     write.lock      the write lock (:mod:`.lock`): one writer at a time
 
-Every write is one LanceDB commit of one batch, atomic for readers (they see a table version, never part of a
-batch), and rows already in the table are skipped, so an interrupted ``add`` rerun adds exactly what is missing.
-Vectors are unit length (cosine = inner product). One writer at a time, enforced: every write holds the store's
-write lock, and a second writer is refused (two ``add`` runs that each read the ids and then appended stored
-every row twice; :meth:`Store.repair` removes such doubles).
+Every write is one LanceDB commit of one batch (:meth:`.table.Table.append`), and rows already in the table are
+skipped, so an interrupted ``add`` rerun adds exactly what is missing. Vectors are unit length (cosine = inner
+product). One writer at a time, enforced: every write holds the store's write lock, and a second writer is refused
+(two ``add`` runs that each read the ids and then appended stored every row twice; :meth:`Store.repair` removes such
+doubles).
 """
 
 from __future__ import annotations
@@ -495,7 +497,7 @@ class Store:
     ) -> dict[str, Any]:
         """Build (or rebuild) LanceDB's IVF-PQ index on a space's vectors (cosine); rows added later are still
         found, searched flat beside the index until the next ``index``. ANN scores are exact cosines either way
-        (:meth:`_search_ann`)."""
+        (:class:`.plans.Ann`)."""
         with self._writing("store index"):
             name = space or self.manifest.active
             n, dim = self.count(name), self._space(name).model.dimension

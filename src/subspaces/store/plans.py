@@ -25,6 +25,7 @@ from subspaces.store.quantized import search_copy
 from subspaces.store.results import SearchResult, hits
 from subspaces.store.shrink import chosen, load_adapter
 from subspaces.store.table import Rows, vectors_of
+from subspaces.vectors import principal_axes
 
 if TYPE_CHECKING:
     from subspaces.store.core import Store
@@ -262,8 +263,6 @@ def prefix_basis(rows: Rows, basis: str) -> np.ndarray | None:
     if basis == "model":
         return None
     if rows.axes is None:
-        from subspaces.adapt.basis import principal_axes
-
         rows.axes = principal_axes(rows.vectors)
     return rows.axes
 

@@ -4,7 +4,7 @@ first ``d`` coordinates a prefix search reads.
 Three candidates, each a transform applied alike to the rows and to a query before truncation:
 
 - ``model``: the vectors' own first ``d`` coordinates (raw truncation);
-- ``pca``: the first ``d`` of the rows' principal axes (:func:`subspaces.adapt.basis.principal_axes`);
+- ``pca``: the first ``d`` of the rows' principal axes (:func:`subspaces.vectors.principal_axes`);
 - ``adapter``: the first ``d`` coordinates of a :class:`~subspaces.adapt.MatryoshkaAdapter` fitted on the stored
   vectors (no texts, no labels), saved under ``shrink/SPACE/adapter/``.
 
@@ -32,6 +32,7 @@ import numpy as np
 from subspaces.errors import DimensionError, SubspacesError
 from subspaces.numerics import cpu_record
 from subspaces.store import search as ops
+from subspaces.vectors import principal_axes
 
 if TYPE_CHECKING:
     from subspaces.store.core import Store
@@ -70,7 +71,6 @@ def shrink(
     every size of ``dims`` on those held out, record the choice; returns the report (see the module). A rerun with
     the same options on an unchanged table returns the recorded report."""
     from subspaces.adapt import MatryoshkaAdapter
-    from subspaces.adapt.basis import principal_axes
 
     name = space or store.manifest.active
     with store._writing("store shrink"):
