@@ -205,6 +205,21 @@ def test_bi_encoder_sees_condition(tiny_encoder):
     assert a.shape == (1,) and not np.isclose(a[0], b[0])
 
 
+def test_both_architectures_are_conditional_encoders_and_train_with_one_recipe(tiny_encoder):
+    from subspaces.models.conditional import ConditionalEncoder, build_model
+
+    rows = read_csts(CSTS)[:8]
+    for arch in ("tri", "bi"):
+        model = build_model(tiny_encoder, arch, head="hadamard", freeze_encoder=False)
+        assert isinstance(model, ConditionalEncoder) and model.task == "cond"
+        z = model.project(["a dog runs"], ["the animal"])
+        assert z.shape == (1, model.dim)
+        config = CondTrainConfig(batch_size=4, max_steps=1, head_lr=1e-2, encoder_lr=1e-3, show_progress=False)
+        assert fit(model, get_task("csts"), rows, config).steps == 1
+    with pytest.raises(TypeError):
+        CondTrainConfig(lr=1e-3)  # one vocabulary: head_lr and encoder_lr
+
+
 @pytest.mark.parametrize("objective", ["mse", "infonce_mse", "quadruplet"])
 def test_train_frozen_head_on_fixture_and_round_trip(tiny_encoder, tmp_path, objective):
     from subspaces.models.conditional import build_model

@@ -496,6 +496,22 @@ def test_conditioning_with_many_relations_falls_back_to_rows():
     torch.testing.assert_close(grouped, head(heads, relations[ids]))
 
 
+def test_cli_train_defaults_are_the_recipe_defaults():
+    import typer
+
+    from subspaces.cli.app import app
+    from subspaces.kgc.recipes import KGCTrainConfig
+
+    kgc = typer.main.get_command(app).commands["kgc"]  # type: ignore[attr-defined]
+    params = {p.name: p for p in kgc.commands["train"].params}
+    library = KGCTrainConfig()
+    for name in ("freeze_encoder", "batch_size", "encoder_lr", "head_lr", "epochs", "max_length", "margin", "arch"):
+        assert params[name].default == getattr(library, name), name
+    assert params["lr"].hidden  # the earlier spelling still parses
+    assert library.freeze_encoder is False and library.rates(frozen=True) == (1e-3, None)
+    assert library.rates(frozen=False) == (5e-5, None)
+
+
 def test_cli_train_then_eval_writes_the_documented_json(tmp_path, tiny_encoder_dir, monkeypatch):
     from typer.testing import CliRunner
 

@@ -2,32 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from subspaces.cli.common import Arch, DeviceOpt, Head, ThreadsOpt, echo, out, parse_rank, table, user_errors
+from subspaces.cli.common import DeviceOpt, ThreadsOpt, echo, out, parse_rank, recipe_options, table, user_errors
 from subspaces.cli.groups import kgc_app
 from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt
+from subspaces.kgc.recipes import RECIPES, KGCTrainConfig
 
 if TYPE_CHECKING:
     from subspaces.kgc.pipeline import KGCEvalResult
 
 
-class Recipe(str, Enum):
-    hypercl_wn18rr = "hypercl-wn18rr"
-
-
-class HeadInit(str, Enum):
-    scaled = "scaled"
-    torch = "torch"
-
-
-class NeighbourOrder(str, Enum):
-    by_id = "id"
-    by_index = "index"
+Recipe = Enum("Recipe", {name: name for name in RECIPES}, type=str)  # type: ignore[misc]
 
 
 class Ties(str, Enum):
@@ -65,38 +56,28 @@ def _show(result: KGCEvalResult) -> None:
     )
 
 
+def _default(name: str) -> Any:
+    return next(f.default for f in fields(KGCTrainConfig) if f.name == name)
+
+
 @kgc_app.command("train")
 @user_errors
+@recipe_options(
+    KGCTrainConfig,
+    only=(
+        "arch", "head", "batch_size", "encoder_lr", "head_lr", "epochs", "max_steps", "seed", "max_length",
+        "pre_batch", "pre_batch_weight", "self_negatives", "margin", "temperature", "neighbour_order",
+        "head_dropout", "head_init", "normalize_queries", "rerank_n_hop", "neighbour_weight",
+    ),
+)  # fmt: skip
 def train(
-    ctx: typer.Context,
     output: Path = typer.Option(..., "--output", "-o", help="Folder for the trained model and its evaluation."),
     dataset: str = typer.Option("wn18rr", help="wn18rr, fb15k237, or a folder in either layout."),
     model: str = typer.Option("minilm-l6", "--model", "-m", help="Bundled encoder name or a local model folder."),
-    arch: Arch = typer.Option(Arch.tri, help="bi (SimKGC) or tri (Hyper-CL tri-encoder)."),
-    head: Head = typer.Option(Head.hypernet, help="Tri-encoder head."),
     rank: str = typer.Option("auto", help="Hypernet rank K, 'auto' (d/12, as Hyper-CL: 32 for d = 384) or 'full'."),
     freeze_encoder: bool = typer.Option(
-        False, "--freeze-encoder/--fine-tune", help="Train only the head on cached embeddings."
+        _default("freeze_encoder"), "--freeze-encoder/--fine-tune", help="Train only the head on cached embeddings."
     ),
-    batch_size: int = typer.Option(1024, help="Batch size (in-batch negatives)."),
-    encoder_lr: float = typer.Option(5e-5, "--encoder-lr", help="Learning rate of the encoder(s) when fine-tuning."),
-    head_lr: Optional[float] = typer.Option(
-        None, help="Learning rate of the tri-encoder's head (default: 1e-3 frozen, --encoder-lr fine-tuning)."
-    ),
-    lr: Optional[float] = typer.Option(
-        None, "--lr", hidden=True, help="The earlier spelling: --head-lr with --freeze-encoder, else --encoder-lr."
-    ),
-    epochs: int = typer.Option(1),
-    max_steps: Optional[int] = typer.Option(None, help="Stop after this many steps."),
-    seed: int = typer.Option(42),
-    max_length: int = typer.Option(50, help="Tokens per text (SimKGC: 50)."),
-    pre_batch: int = typer.Option(0, help="Pre-batch queue size in batches (SimKGC: 0 on WN18RR, 2 on FB15k-237)."),
-    pre_batch_weight: float = typer.Option(0.5, help="Factor on the pre-batch negatives' logits (SimKGC: 0.5)."),
-    self_negatives: bool = typer.Option(
-        True, "--self-negatives/--no-self-negatives", help="Count the head entity itself as a negative (SimKGC)."
-    ),
-    margin: float = typer.Option(0.02, help="Additive margin on the positive."),
-    temperature: float = typer.Option(0.05, help="Initial temperature (learnable)."),
     separate_encoders: bool = typer.Option(
         False, "--separate-encoders", help="Bi-encoder: separate hr and tail encoders, as SimKGC."
     ),
@@ -105,25 +86,11 @@ def train(
         "--neighbour-names/--no-neighbour-names",
         help="Append neighbour names to short descriptions (default: on for FB15k-237).",
     ),
-    neighbour_order: NeighbourOrder = typer.Option(
-        NeighbourOrder.by_id, help="Which 10 neighbours a text names: the first by dataset id (SimKGC) or by index."
-    ),
     per_example_texts: Optional[bool] = typer.Option(
         None,
         "--per-example-texts/--per-entity-texts",
         help="Training texts leave each triple's other end out of the neighbour names (SimKGC; default: bi only).",
     ),
-    head_dropout: float = typer.Option(0.0, help="Tri-encoder: dropout before the head's layers (Hyper-CL: 0.1)."),
-    head_init: HeadInit = typer.Option(
-        HeadInit.scaled, help="Tri-encoder head init: scaled (identity transform, unit-norm start) or torch."
-    ),
-    normalize_queries: bool = typer.Option(
-        True,
-        "--normalize-queries/--no-normalize-queries",
-        help="Score cos(hr, t); off: the raw projection against unit tails (Hyper-CL; |hr| acts as a temperature).",
-    ),
-    rerank_n_hop: int = typer.Option(0, help="Evaluation: also report SimKGC's n-hop re-ranking (WN18RR: 5)."),
-    neighbour_weight: float = typer.Option(0.05, help="Re-ranking: bonus of an entity within --rerank-n-hop."),
     recipe: Optional[Recipe] = typer.Option(
         None, help="Set every option of a released configuration (docs/kgc.md); options given explicitly win."
     ),
@@ -135,56 +102,41 @@ def train(
     checkpoint_dir: Optional[Path] = typer.Option(
         None, help="Checkpoint the training here every 50 steps and on Ctrl-C; the same command resumes from it."
     ),
+    lr: Optional[float] = typer.Option(
+        None, "--lr", hidden=True, help="The earlier spelling: --head-lr with --freeze-encoder, else --encoder-lr."
+    ),
     threads: ThreadsOpt = None,
+    *,
+    config: KGCTrainConfig,
 ) -> None:
-    """Train a KGC model with SimKGC's loss, then evaluate it (filtered ranking against every entity)."""
+    """Train a KGC model with SimKGC's loss, then evaluate it (filtered ranking against every entity).
+
+    Every setting of the recipe (KGCTrainConfig) is an option here or a key of a --config file.
+    """
     from subspaces.cli.train import parse_trainable_layers
     from subspaces.io import check_writable
     from subspaces.kgc.pipeline import train_pipeline
-    from subspaces.kgc.train import KGCTrainConfig
     from subspaces.models.encoder import resolve_device
 
     resolve_device(device)
     check_writable(output, "--output", folder=True)  # before the work, not after it
     if lr is not None:  # the earlier --lr: the rate of whatever trains besides a separately-rated head
-        if freeze_encoder:
-            head_lr = lr
-        else:
-            encoder_lr = lr
-    options: dict[str, Any] = {
-        "arch": arch.value,
-        "freeze_encoder": freeze_encoder,
-        "head": head.value,
-        "rank": parse_rank(rank),
-        "batch_size": batch_size,
-        "encoder_lr": encoder_lr,
-        "head_lr": head_lr,
-        "epochs": epochs,
-        "max_steps": max_steps,
-        "seed": seed,
-        "max_length": max_length,
-        "margin": margin,
-        "temperature": temperature,
-        "pre_batch": pre_batch,
-        "pre_batch_weight": pre_batch_weight,
-        "self_negatives": self_negatives,
-        "shared_encoder": not separate_encoders,
-        "neighbour_names": neighbour_names,
-        "neighbour_order": neighbour_order.value,
-        "per_example_texts": per_example_texts,
-        "head_dropout": head_dropout,
-        "head_init": head_init.value,
-        "normalize_queries": normalize_queries,
-        "evaluate_split": None if eval_split == "none" else eval_split,
-        "rerank_n_hop": rerank_n_hop,
-        "neighbour_weight": neighbour_weight,
-        "trainable_layers": parse_trainable_layers(trainable_layers),
-        "cache_dir": cache_dir,
-        "output_dir": checkpoint_dir,
-    }
+        config = replace(config, **{"head_lr" if freeze_encoder else "encoder_lr": lr})
+    config = replace(
+        config,
+        rank=parse_rank(rank),
+        freeze_encoder=freeze_encoder,
+        shared_encoder=not separate_encoders,
+        neighbour_names=neighbour_names,
+        per_example_texts=per_example_texts,
+        evaluate_split=None if eval_split == "none" else eval_split,
+        trainable_layers=parse_trainable_layers(trainable_layers),
+        cache_dir=cache_dir,
+        output_dir=checkpoint_dir,
+    )
     if recipe is not None:
-        options.update(_recipe_defaults(ctx, recipe.value, arch.value), recipe=recipe.value)
-    report = train_pipeline(KGCTrainConfig(**options), output=output, dataset=dataset, model=model, device=device)
+        config = replace(config, **_recipe_defaults(recipe.value, config.arch), recipe=recipe.value)
+    report = train_pipeline(config, output=output, dataset=dataset, model=model, device=device)
     r = report.train_result
     echo(
         f"trained {r['steps']} steps in {r['seconds']:.1f} s ({r['examples_per_second']:.0f} examples/s); "
@@ -196,15 +148,17 @@ def train(
             report.eval.save(json_path)
 
 
-def _recipe_defaults(ctx: typer.Context, name: str, arch: str) -> dict:
+def _recipe_defaults(name: str, arch: str) -> dict:
     """The recipe's settings for the options this command line left at their defaults."""
+    from typer.main import get_current_context  # typer's own copy of click: its context, not click's
+
     from subspaces.kgc.recipes import recipe_settings
 
-    settings = recipe_settings(name, arch)
+    ctx = get_current_context()
     # By name: typer may carry its own copy of click, whose ParameterSource is another class.
     sources = {key: ctx.get_parameter_source(key) for key in ctx.params}
     given = {key for key, source in sources.items() if source is not None and source.name != "DEFAULT"}
-    return {key: value for key, value in settings.items() if key not in given}
+    return {key: value for key, value in recipe_settings(name, arch).items() if key not in given}
 
 
 @kgc_app.command("eval")
