@@ -165,34 +165,29 @@ class Store:
     def model(self, space: str | None = None) -> Any:
         """The encoder of ``space`` (default: the active one), loaded by its recorded name and checked."""
         name = space or self.manifest.active
-        if name not in self._models:
-            recorded = self._space(name).model
-            if recorded.foreign:
-                raise SubspacesError(
-                    f"space {name} holds vectors of {recorded.name!r}, a foreign model this machine cannot run, so "
-                    "a text cannot be encoded into it: search it by vector (search_vectors, store search "
-                    "--query-vectors), or by text once a model that runs here has a map into it (store migrate DIR "
-                    "--to MODEL --query-side, from the rows' stored texts)"
-                )
+        recorded = self._space(name).model
+        if name not in self._models and recorded.foreign:
+            raise SubspacesError(
+                f"space {name} holds vectors of {recorded.name!r}, a foreign model this machine cannot run, so "
+                "a text cannot be encoded into it: search it by vector (search_vectors, store search "
+                "--query-vectors), or by text once a model that runs here has a map into it (store migrate DIR "
+                "--to MODEL --query-side, from the rows' stored texts)"
+            )
+        return self._recorded_model(recorded, name, "the store's model")
+
+    def _recorded_model(self, recorded: ModelFingerprint, key: str, what: str) -> Any:
+        """The model ``recorded`` names, loaded once (kept under ``key``) and checked to be the recorded one."""
+        if key not in self._models:
             if not recorded.name:
-                raise SubspacesError("the store's model was built in memory and has no name: pass model=...")
+                raise SubspacesError(f"{what} was built in memory and has no name: pass model=...")
             encoder, fingerprint = self.load_model(recorded.name)
             recorded.check(fingerprint, what=f"the model now at {recorded.name}")
-            self._models[name] = encoder
-        return self._models[name]
+            self._models[key] = encoder
+        return self._models[key]
 
     def load_model(self, model: Any, name: str | None = None) -> tuple[Any, ModelFingerprint]:
         """``model`` loaded on the store's device and backend, and its fingerprint (the one place that loads)."""
         return load(model, name, self.runtime)
-
-    def _space_of(self, model: Any | None, space: str | None) -> tuple[str, Any]:
-        """The space a query model's vectors belong to (and that model), or a refusal."""
-        if model is None:
-            name = space or self.manifest.active
-            self._searchable(name)
-            return name, self.model(name)
-        encoder, fingerprint = self.load_model(model)
-        return self._space_of_loaded(encoder, fingerprint, space, mapped=False)[:2]
 
     def _space_of_loaded(
         self, encoder: Any, fingerprint: ModelFingerprint, space: str | None, *, mapped: bool
@@ -216,20 +211,22 @@ class Store:
         self._space(candidates[0]).model.check(fingerprint)
         raise AssertionError("unreachable: check() raised")  # pragma: no cover
 
-    def _query_space(self, model: Any | None, space: str | None) -> tuple[str, Any, Any]:
-        """Where a text query goes: ``(space, encoder, query map or None)``. A model with a query-side map into
-        the space (``store migrate --query-side``) is searched through it; a foreign space searched without a
-        model uses its latest query-side map's model."""
+    def _query_space(self, model: Any | None, space: str | None, *, mapped: bool = True) -> tuple[str, Any, Any]:
+        """Where a text goes: ``(space, encoder, query map or None)``, or a refusal. With ``mapped``, a model with
+        a query-side map into the space (``store migrate --query-side``) is searched through it, and a foreign
+        space searched without a model uses its latest query-side map's model."""
         if model is None:
             name = space or self.manifest.active
             self._searchable(name)
             record = self._space(name)
-            if record.model.foreign and record.query_maps:
+            if mapped and record.model.foreign and record.query_maps:
                 key = list(record.query_maps)[-1]
-                return name, self._query_model(name, key), self._query_map(name, key)
+                recorded = ModelFingerprint.from_dict(record.query_maps[key]["model"])
+                encoder = self._recorded_model(recorded, f"query:{recorded.weights}", "the query-side map's model")
+                return name, encoder, self._query_map(name, key)
             return name, self.model(name), None
         encoder, fingerprint = self.load_model(model)
-        return self._space_of_loaded(encoder, fingerprint, space, mapped=True)
+        return self._space_of_loaded(encoder, fingerprint, space, mapped=mapped)
 
     def _query_map_key(self, name: str, fingerprint: ModelFingerprint) -> str | None:
         for key, entry in reversed(list(self._space(name).query_maps.items())):
@@ -244,18 +241,6 @@ class Store:
 
             self._query_maps[(name, key)] = load_map(self.path / self._space(name).query_maps[key]["map"])
         return self._query_maps[(name, key)]
-
-    def _query_model(self, name: str, key: str) -> Any:
-        """The model of query-side map ``key``, loaded by its recorded name and checked."""
-        recorded = ModelFingerprint.from_dict(self._space(name).query_maps[key]["model"])
-        cached = f"query:{recorded.weights}"
-        if cached not in self._models:
-            if not recorded.name:
-                raise SubspacesError("the query-side map's model was built in memory and has no name: pass model=...")
-            encoder, fingerprint = self.load_model(recorded.name)
-            recorded.check(fingerprint, what=f"the model now at {recorded.name}")
-            self._models[cached] = encoder
-        return self._models[cached]
 
     # -- reading --------------------------------------------------------------------------------------------
     def _space(self, name: str) -> Space:
@@ -349,7 +334,7 @@ class Store:
         check_batch_size(write_batch, "write batch")
         with self._writing("store add"):  # before the model loads: a second writer is refused at once
             active = self.manifest.active
-            _, encoder = self._space_of(model, active)  # a model that is not the store's is refused here, first
+            _, encoder, _ = self._query_space(model, active, mapped=False)  # another model is refused here, first
             stored = self._ids(active)
             todo = [i for i, row_id in enumerate(row_ids) if row_id not in stored]
             changed = self._changed(active, texts, row_ids, meta, derived, stored)
