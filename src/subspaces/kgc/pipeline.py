@@ -298,10 +298,8 @@ def evaluate_model(
             raise SubspacesError("name the dataset (--dataset wn18rr|fb15k237): the model folder does not record one")
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)  # bad data fails before a model loads
     split = _split_name(kg, split)
-    if isinstance(model, torch.nn.Module):
-        kgc_model: ConditionalModel = (
-            model  # it keeps its own store (memory, and disk shards if it was built with them)
-        )
+    if isinstance(model, torch.nn.Module):  # it keeps its own store (memory, and disk shards if built with them)
+        kgc_model: ConditionalModel = model
     elif is_folder:
         kgc_model = load_model(model, task="kgc", max_length=max_length, disk_cache=disk_cache, device=device)
     else:

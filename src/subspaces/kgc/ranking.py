@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from subspaces.kgc.graph import KnownTails, LinkGraph
+from subspaces.vectors import normalize_rows
 
 Ties = Literal["realistic", "optimistic", "pessimistic"]
 HITS_AT = (1, 3, 10)
@@ -112,9 +113,8 @@ def rank_queries(
     ``query_vectors[i]`` is the embedding of query ``i`` (already conditioned on its relation); with
     ``normalize_queries=False`` it is used as it is (see the module's docstring).
     """
-    q = query_vectors.float()
-    q = torch.nn.functional.normalize(q, dim=-1) if normalize_queries else q
-    e = torch.nn.functional.normalize(entity_vectors.float(), dim=-1)
+    q = normalize_rows(query_vectors.float()) if normalize_queries else query_vectors.float()
+    e = normalize_rows(entity_vectors.float())
     ranks: list[np.ndarray] = []
     tops: list[np.ndarray] = []
     for start in range(0, len(queries), batch_size):

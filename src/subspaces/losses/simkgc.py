@@ -179,10 +179,6 @@ class SimKGCLoss(nn.Module):
         self._queue_offset = int((self._queue_offset + n) % rows)
         return logits
 
-    def reset_queue(self) -> None:
-        self._queue_vectors = self._queue_tails = None
-        self._queue_offset = 0
-
     def get_config_dict(self) -> dict:
         return {
             "margin": self.margin,
