@@ -193,30 +193,40 @@ def migrate(
             store._models[f"query:{fingerprint.weights}"] = encoder
             return report | ({"replaced": replaced} if replaced else {})
 
-        new_name = str(1 + max(int(k) for k in manifest.spaces))
-        table, aligner_dir = f"space_{new_name}", f"aligners/{new_name}"
-        # Leftovers of a run killed before its manifest was written are not part of the store: replace them.
-        shutil.rmtree(store.path / aligner_dir, ignore_errors=True)
-        store._database.drop(table)
-        backfill.forget_native(store, new_name)
-        store._database.create(table, fingerprint.dimension)
-        aligner.save(store.path / aligner_dir)
-        manifest.spaces[new_name] = Space(
-            table=table,
-            model=fingerprint,
-            source="mapped",
-            mapped_from=source_name,
-            aligner=aligner_dir,
-            state="pending",
-            report=report,
-            options=options,
-        )
-        manifest.save(store.path)
+        new_name = _add_pending_space(store, source_name, fingerprint, aligner, report, options)
         store._models[new_name] = encoder
         store._sync(new_name, progress=progress, ray=ray, actors=actors)
         report["migrate_seconds"] = round(time.perf_counter() - start, 3)
         manifest.save(store.path)
         return report | ({"replaced": replaced} if replaced else {})
+
+
+def _add_pending_space(
+    store: Store, source: str, fingerprint: ModelFingerprint, aligner: Any, report: dict, options: dict
+) -> str:
+    """A new pending space of ``fingerprint``'s model, its rows to be mapped from space ``source`` by ``aligner``
+    (:meth:`Store._sync`); returns its name."""
+    manifest = store.manifest
+    name = str(1 + max(int(k) for k in manifest.spaces))
+    table, aligner_dir = f"space_{name}", f"aligners/{name}"
+    # Leftovers of a run killed before its manifest was written are not part of the store: replace them.
+    shutil.rmtree(store.path / aligner_dir, ignore_errors=True)
+    store._database.drop(table)
+    backfill.forget_native(store, name)
+    store._database.create(table, fingerprint.dimension)
+    aligner.save(store.path / aligner_dir)
+    manifest.spaces[name] = Space(
+        table=table,
+        model=fingerprint,
+        source="mapped",
+        mapped_from=source,
+        aligner=aligner_dir,
+        state="pending",
+        report=report,
+        options=options,
+    )
+    manifest.save(store.path)
+    return name
 
 
 def _encode(
