@@ -43,11 +43,6 @@ class CondTrainResult:
     history: list[dict[str, Any]] = field(default_factory=list)
 
 
-def loop_config(config: FitConfig, **overrides: Any) -> FitConfig:
-    """The engine's settings of a task's recipe (its :class:`FitConfig` fields), with the task's ``overrides``."""
-    return FitConfig(**{**{f.name: getattr(config, f.name) for f in fields(FitConfig)}, **overrides})
-
-
 def predict(model: ConditionalModel, rows: Sequence[ConditionalPair], batch_size: int = 256) -> np.ndarray:
     return model.similarity(
         [r.sentence1 for r in rows], [r.sentence2 for r in rows], [r.condition for r in rows], batch_size=batch_size
@@ -180,14 +175,14 @@ def fit(
         "margin": config.margin,
         "arch": model.arch,
     }
-    fit_config = loop_config(
-        config,
-        lr=config.head_lr,
-        max_steps=steps,
-        eval_steps=None,
-        eval_every_epoch=True,
-        description=f"train cond {model.arch} on {task.name}",
-    )
+    overrides = {
+        "lr": config.head_lr,
+        "max_steps": steps,
+        "eval_steps": None,
+        "eval_every_epoch": True,
+        "description": f"train cond {model.arch} on {task.name}",
+    }  # the loop's own settings, FitConfig's fields of the recipe, with this run's
+    fit_config = FitConfig(**{**{f.name: getattr(config, f.name) for f in fields(FitConfig)}, **overrides})
     with partially_trained(
         _training_texts(model, train_rows),
         config.trainable_layers,
