@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from subspaces.errors import DataError
+from subspaces.io import atomic_open
 
 STATE_FILE = "state.npz"
 
@@ -58,8 +59,6 @@ def write_state_folder(
     import json
 
     import numpy as np
-
-    from subspaces.io import atomic_open
 
     folder = Path(path)
     if folder.exists() and not folder.is_dir():

@@ -17,6 +17,7 @@ import numpy as np
 
 from subspaces.errors import DataError, SubspacesError
 from subspaces.io import atomic_path, iter_parquet_embeddings, read_embedding_file
+from subspaces.progress import Progress
 
 #: ``transform(rows, where, start)``: ``rows`` (the file's rows ``start``.., named ``where`` in errors) mapped.
 RowsTransform = Callable[[np.ndarray, str, int], np.ndarray]
@@ -83,7 +84,6 @@ def map_vectors_file(
     The input is never modified (``output_path`` must be another file, ending in .npy or .parquet) and the output
     appears only when complete. ``label`` starts the progress line (``"<label> <file name>: i/n rows"``).
     """
-    from subspaces.progress import Progress
 
     in_path, out_path = Path(input_path), Path(output_path)
     if int(chunk_size) < 1:

@@ -24,8 +24,9 @@ from sklearn.base import BaseEstimator, TransformerMixin
 
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.numerics import cpu_record
+from subspaces.progress import Progress
 from subspaces.state_folder import read_state_folder, write_state_folder
-from subspaces.vectors import check_rows
+from subspaces.vectors import check_rows, principal_axes
 
 # 2: the basis parameter (a "pca" adapter's rotation is one of the state's arrays); 3: adapter.json's fields are
 # hashed too (config_sha256): an edited scale or parameter is refused instead of changing the output.
@@ -225,8 +226,6 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         """Fit on stored vectors ``X`` (rows × D). ``pairs``: optional (query row, positive row) indices into X."""
         import torch
 
-        from subspaces.progress import Progress
-
         self._check_params()
         x_np = check_vectors(X, "embeddings")
         n, full = x_np.shape
@@ -240,8 +239,6 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         self.scale_ = float(np.linalg.norm(x_np, axis=1).mean())
         rotation = None
         if self.basis == "pca":
-            from subspaces.vectors import principal_axes
-
             rotation = principal_axes(x_np, seed=0 if self.random_state is None else int(self.random_state))
             x_np = x_np @ rotation
         xs = torch.from_numpy(np.ascontiguousarray(x_np / self.scale_, dtype=np.float32))

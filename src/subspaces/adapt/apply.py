@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from subspaces.adapt.adapter import MatryoshkaAdapter, check_vectors
+from subspaces.vectors_file import map_vectors_file
 
 
 def adapt_file(
@@ -26,7 +27,6 @@ def adapt_file(
     The input is never modified (the output must be another file) and the output appears only when complete.
     A bad row (NaN/inf, zero) or a wrong width raises a :class:`DimensionError` naming the row in the file.
     """
-    from subspaces.vectors_file import map_vectors_file
 
     def adapted(rows: np.ndarray, where: str, start: int) -> np.ndarray:
         return adapter.transform(check_vectors(rows, where, dim=adapter.n_features_in_, row_offset=start))

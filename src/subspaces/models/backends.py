@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from subspaces.config import cache_dir, encoding_threads
 from subspaces.errors import SubspacesError
 from subspaces.models.fingerprint import weights_hash
 from subspaces.state_folder import built_folder
@@ -73,8 +74,6 @@ def with_backend(
     transformer = _transformer_of(model, backend)
     folder = export(transformer, backend, precision)
     import torch
-
-    from subspaces.config import encoding_threads
 
     n = threads or encoding_threads() or torch.get_num_threads()
     inputs = _input_names(transformer.model)
@@ -137,8 +136,6 @@ def runtime_model_class() -> type:
 
 
 def graph_folder(weights: str, backend: str, precision: str) -> Path:
-    from subspaces.config import cache_dir
-
     return cache_dir() / "backends" / f"{weights[:16]}-{backend}-{precision}"
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from subspaces.errors import ModelNotFoundError
+from subspaces.io import save_json
 
 CONFIG_NAME = "subspaces_model.json"
 FORMAT_VERSION = 1
@@ -61,8 +62,6 @@ def read_config(folder: str | Path, task: str | None = None) -> dict[str, Any]:
 
 
 def write_config(folder: Path, config: dict[str, Any]) -> None:
-    from subspaces.io import save_json
-
     save_json(folder / CONFIG_NAME, {"format_version": FORMAT_VERSION, **config})
 
 

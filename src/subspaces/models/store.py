@@ -24,8 +24,11 @@ import numpy as np
 import torch
 
 from subspaces.cache import LRUCache, content_key
+from subspaces.config import cache_dir
 from subspaces.errors import SubspacesError
+from subspaces.io import save_npy
 from subspaces.models.fingerprint import Text, model_fingerprint, texts_key
+from subspaces.progress import Progress
 
 DEFAULT_MEMORY_BYTES = 512 * 2**20
 ENCODE_CHUNK = 1024  # texts per progress update (sentence-transformers batches within a chunk)
@@ -41,7 +44,6 @@ def encode_texts(
 ) -> np.ndarray:
     """``encoder``'s float32 ``(n, d)`` embeddings of ``texts`` (no gradients), with a named progress display."""
     from subspaces.models.encoder import encode
-    from subspaces.progress import Progress
 
     texts = list(texts)
     if not texts:
@@ -89,7 +91,6 @@ class EmbeddingShardCache:
         fingerprint: str | None = None,
         show_progress: bool = True,
     ) -> None:
-        from subspaces.config import cache_dir
 
         self.model = model
         self.shard_size = shard_size
@@ -105,9 +106,6 @@ class EmbeddingShardCache:
 
     def encode(self, texts: Sequence[Text], description: str = "encoding") -> np.ndarray:
         """Embeddings of ``texts`` in order, as float32 ``(n, d)``."""
-        from subspaces.io import save_npy
-        from subspaces.progress import Progress
-
         texts = list(texts)
         # Shard the distinct texts in first-seen order, so a list with repeats and its deduplicated form (what a
         # memory cache passes on) share their shards.

@@ -32,6 +32,7 @@ from subspaces.errors import SubspacesError
 from subspaces.serve.batcher import Batcher, QueueFull
 from subspaces.serve.engine import Engine
 from subspaces.serve.metrics import Metrics
+from subspaces.serve.page import page
 from subspaces.serve.schemas import (
     Embedding,
     EmbeddingRequest,
@@ -170,7 +171,6 @@ def create_app(
 
     @app.get("/")
     async def index() -> Response:
-        from subspaces.serve.page import page
 
         body, headers = page()
         return Response(body, media_type="text/html; charset=utf-8", headers=headers)

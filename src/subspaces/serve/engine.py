@@ -17,7 +17,9 @@ from typing import Any
 
 import numpy as np
 
+from subspaces.config import encoding_threads, set_threads
 from subspaces.errors import DimensionError, SubspacesError
+from subspaces.models.backends import with_backend
 from subspaces.serve.settings import ServeSettings
 from subspaces.vectors import unit_prefix
 
@@ -36,8 +38,6 @@ class Engine:
     """The encoder, and optionally a tri-encoder (``--head``) and a store (``--store``), loaded from settings."""
 
     def __init__(self, settings: ServeSettings) -> None:
-        from subspaces.config import encoding_threads, set_threads
-        from subspaces.models.backends import with_backend
         from subspaces.models.encoder import load_encoder
 
         # The server is an encoder: where the load-aware default gave cores up, encoding's rule (all of them) holds

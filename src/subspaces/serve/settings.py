@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from subspaces.errors import SubspacesError
+from subspaces.models.backends import check_backend
 
 TOKEN_IDS = ("tiktoken", "model")
 
@@ -73,7 +74,6 @@ class ServeSettings:
             raise SubspacesError(f"max-wait-ms must be 0 or more, got {self.max_wait_ms}")
         if self.request_timeout_s <= 0:
             raise SubspacesError(f"request timeout must be positive, got {self.request_timeout_s}")
-        from subspaces.models.backends import check_backend
 
         check_backend(self.backend, self.precision)
         if self.backend != "torch" and self.device != "cpu":
