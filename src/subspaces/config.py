@@ -93,8 +93,7 @@ def default_threads(*, under_load: bool = True) -> int:
     the share of them that other work keeps busy (:func:`idle_share`; not with ``under_load=False``).
 
     Why the last part: on a busy machine a pool of as many threads as cores waits at every barrier for threads
-    the scheduler has given to someone else; measured on 2 cores with 2 busy processes, ``align fit`` took > 600 s
-    with 2 threads and 97 s with 1 (``benchmarks/threads_under_load.py``). Encoding is the exception
+    the scheduler has given to someone else (measured: ``benchmarks/notes/runtime.md``). Encoding is the exception
     (:func:`encoding_threads`).
     """
     explicit = _explicit_threads()
@@ -132,9 +131,8 @@ def encoding_threads() -> int | None:
 
     Why an exception: the load-aware count is for work that meets at a barrier after every small step, which a
     busy core stalls (``align fit``, above). A forward pass is a few large products per layer, its idle threads
-    sleep (``OMP_WAIT_POLICY=PASSIVE``), and a second thread still pays on a busy machine: 2,000 texts took 41.3 s
-    on 2 threads and 53.3 s on 1 (``threads_under_load.py``, load about 5); 600 texts 6.8 s against 9.8 s with two
-    busy processes beside a load average of about 6.5 (``benchmarks/encode_threads.py``, 2-core AMD EPYC).
+    sleep (``OMP_WAIT_POLICY=PASSIVE``), and a second thread still pays on a busy machine
+    (``benchmarks/notes/runtime.md``).
     """
     return _encoding_cores
 
