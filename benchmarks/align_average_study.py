@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from align_protocol import DOMAINS, load_pool, n_eval_for
 from subspaces.align import MiniVec2Vec
-from subspaces.align.diagnostics import map_agreement
 from subspaces.align.metrics import cross_fitted_oracle, retrieval_metrics
 from subspaces.align.preprocess import normalize_rows
 from subspaces.align.procrustes import polar_factor
+from subspaces.align.verify import map_agreement
 from subspaces.io import save_json
 
 RESULTS = Path(__file__).parent / "results" / "align_average_dev"

@@ -31,13 +31,9 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def _aligner(params: dict, **overrides) -> MiniVec2Vec:
-    """Stage-grouped parameters (``{"refine": {"n_iter": 200}}``) or, as in older BENCHMARKS.md commands,
-    the flat format-1 names (``{"refine_iter": 200}``)."""
-    from subspaces.align.params import STAGES, from_flat
-
-    if set(params) <= {*STAGES, "n_restarts", "converged_swap_share"}:
-        return MiniVec2Vec.from_params(params, **overrides)
-    return MiniVec2Vec(**from_flat(params) | overrides)
+    """Stage-grouped parameters (``{"refine": {"n_iter": 200}}``; older BENCHMARKS.md commands' flat names are
+    refused with the valid ones)."""
+    return MiniVec2Vec.from_params(params, **overrides)
 
 
 def run_pair(folder: Path, target: str, *, seed: int, paper: bool, params: dict) -> dict:

@@ -21,9 +21,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from align_protocol import load_pool
 from subspaces.align import MiniVec2Vec
-from subspaces.align.diagnostics import map_agreement
 from subspaces.align.metrics import cross_fitted_oracle, retrieval_metrics
 from subspaces.align.preprocess import normalize_rows
+from subspaces.align.verify import map_agreement
 
 
 def main() -> None:

@@ -768,9 +768,9 @@ def trust_check(results: Path, pool_spec: tuple[str, int, int, str] = TRUST_POOL
     read off. The two fitted maps also carry what the fit said of itself (structural convergence, agreement with an
     independent pass), and ``criteria["fitted_maps"]`` whether the aligner flags them.
     """
-    from subspaces.align.diagnostics import trust_lift
     from subspaces.align.metrics import cross_fitted_oracle
     from subspaces.align.preprocess import normalize_rows
+    from subspaces.align.verify import trust_lift
 
     domain, size, n_eval, target = pool_spec
     if DOMAINS[domain][0] != "dev":

@@ -10,7 +10,6 @@ import pytest
 from scipy.stats import ortho_group
 
 from subspaces.align import MiniVec2Vec, evaluate_alignment, retrieval_metrics
-from subspaces.align.aligner import IDENTITY_REFERENCE_MARGIN
 from subspaces.align.anchors import cluster_means, kmeans
 from subspaces.align.diagnostics import bidirectional_nn_similarity
 from subspaces.align.matching import gram_factor, match_centroids
@@ -20,6 +19,7 @@ from subspaces.align.params import AnchorParams, RefineParams, SearchParams, Str
 from subspaces.align.preprocess import center_normalize, normalize_rows
 from subspaces.align.procrustes import nearest_orthogonal, orthogonality_gap, procrustes
 from subspaces.align.refine import NeighbourStep, refine_by_neighbours, refine_by_structure
+from subspaces.align.verify import IDENTITY_REFERENCE_MARGIN
 from subspaces.errors import ConvergenceWarning, DataError, DimensionError, SubspacesError
 from subspaces.numerics import cpu_record
 from subspaces.numerics import resolve as resolve_precision
@@ -455,6 +455,7 @@ def test_structural_stop_above_the_convergence_share_is_refused():
 
 @pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
 def test_a_damaged_or_mixed_aligner_folder_is_refused(tmp_path):
+    import hashlib
     import json
     import os
     import stat
@@ -477,7 +478,7 @@ def test_a_damaged_or_mixed_aligner_folder_is_refused(tmp_path):
         MiniVec2Vec.load(tmp_path / "one")
     (tmp_path / "two" / "state.npz").write_bytes(b"PK truncated")
     config = json.loads((tmp_path / "two" / "aligner.json").read_text())
-    config.pop("state_sha256")
+    config["state_sha256"] = hashlib.sha256(b"PK truncated").hexdigest()  # a damaged state that was saved so
     (tmp_path / "two" / "aligner.json").write_text(json.dumps(config))
     with pytest.raises(DataError, match="unreadable aligner state"):
         MiniVec2Vec.load(tmp_path / "two")
@@ -524,70 +525,6 @@ def test_stage_settings_check_their_own_fields_and_name_the_valid_ones():
         MiniVec2Vec(anchors=AnchorParams(sample=30)).check_params()  # a cross-field check, in check_together
     with pytest.raises(SubspacesError, match="refine must be a RefineParams"):
         MiniVec2Vec(refine={"n_iter": 3}).check_params()
-
-
-# A format-1 aligner.json's "params", as `align fit` wrote them before the stages were grouped.
-FORMAT1_PARAMS = {
-    "n_anchor_runs": 2,
-    "n_anchor_clusters": 10,
-    "anchor_sample": 1000,
-    "kmeans_iter": 20,
-    "kmeans_redo": 1,
-    "qap_method": "faq",
-    "anchor_kernel": "cosine",
-    "qap_restarts": 30,
-    "anchor_keep": 1.0,
-    "n_restarts": 1,
-    "converged_swap_share": 0.1,
-    "n_pseudo_pairs": 1000,
-    "relative_k": 50,
-    "structure_iter": 10,
-    "structure_clusters": 50,
-    "structure_runs": 4,
-    "structure_sample": 10000,
-    "structure_steps": 5,
-    "structure_patience": 2,
-    "structure_stop_swap_share": 0.02,
-    "refine_iter": 5,
-    "refine_sample": 500,
-    "refine_k": 50,
-    "refine_alpha": 0.5,
-    "refine_bidirectional": True,
-    "refine_patience": 30,
-    "refine_score_every": 5,
-    "refine_average": True,
-    "refine_tol": 0.0001,
-    "centroid_clusters": 40,
-    "centroid_alpha": 0.5,
-    "orthogonalize": True,
-    "ann_lists": 0,
-    "ann_probe": 8,
-    "probe_size": 500,
-    "random_state": 7,
-    "verbose": False,
-}
-
-
-@pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
-def test_a_format1_folder_with_flat_params_still_loads(tmp_path):
-    import json
-
-    rng = np.random.default_rng(0)
-    fitted = MiniVec2Vec(**QUICK).fit(clustered(rng, 1000), clustered(rng, 1000))
-    fitted.save(tmp_path / "al")
-    config = json.loads((tmp_path / "al" / "aligner.json").read_text())
-    assert config["format_version"] == 2 and config["params"]["anchors"]["n_runs"] == 2
-    config |= {"format_version": 1, "params": FORMAT1_PARAMS}
-    (tmp_path / "al" / "aligner.json").write_text(json.dumps(config))
-    loaded = MiniVec2Vec.load(tmp_path / "al")
-    assert len(FORMAT1_PARAMS) == 37
-    assert loaded.anchors == AnchorParams(n_runs=2, n_clusters=10, sample=1000, kmeans_iter=20, n_pseudo_pairs=1000)
-    assert loaded.structure.kmeans_iter == loaded.refine.centroid_kmeans_iter == 20  # one flat count served all
-    assert loaded.refine == RefineParams(
-        n_iter=5, sample=500, score_every=5, centroid_clusters=40, centroid_kmeans_iter=20
-    )
-    assert loaded.search.probe_size == 500 and loaded.random_state == 7 and loaded.n_restarts == 1
-    np.testing.assert_array_equal(loaded.matrix_, fitted.matrix_)
 
 
 @pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
@@ -813,7 +750,7 @@ def test_bad_known_pairs_are_a_clear_error(pairs, error, message):
     ],
 )
 def test_trust_rule_against_identity_and_random_rotation(final, identity, control, margin, flagged):
-    from subspaces.align.diagnostics import trust_problem
+    from subspaces.align.verify import trust_problem
 
     problem = trust_problem(final, identity, control, margin=margin)
     assert problem is None if flagged is None else flagged in problem
@@ -822,7 +759,8 @@ def test_trust_rule_against_identity_and_random_rotation(final, identity, contro
 def test_the_trust_score_ranks_a_hub_making_map_below_the_true_one():
     """Mapped points crowded around the densest target row (+ noise) lie closer to target rows than the true
     map's do, so the plain neighbour similarity prefers them; CSLS discounts the crowding and does not."""
-    from subspaces.align.diagnostics import cross_similarities, csls_score, mean_nn_similarity, trust_score
+    from subspaces.align.diagnostics import cross_similarities, csls_score, mean_nn_similarity
+    from subspaces.align.verify import trust_score
 
     rng = np.random.default_rng(0)
     q = ortho_group.rvs(8, random_state=1)
@@ -949,7 +887,7 @@ def test_enough_known_pairs_judge_the_map_instead_of_the_structural_swap_share()
 )
 def test_the_paired_check(n, d_out, scramble, judged, flagged):
     from subspaces.align.aligner import _random_orthogonal
-    from subspaces.align.diagnostics import paired_check
+    from subspaces.align.verify import paired_check
 
     rng = np.random.default_rng(0)
     right = _random_orthogonal(8, d_out, rng) if d_out != 8 else np.eye(8, dtype=np.float32)
@@ -967,7 +905,7 @@ def test_the_paired_check(n, d_out, scramble, judged, flagged):
 
 
 def test_the_paired_check_counts_repeated_texts_and_scores_a_bounded_subset(monkeypatch):
-    import subspaces.align.diagnostics as diagnostics
+    import subspaces.align.verify as diagnostics
 
     rng = np.random.default_rng(0)
     source = center_normalize(rng.normal(size=(30, 8)), np.zeros(8))
@@ -1029,7 +967,7 @@ def test_budget_and_trust_settings_are_checked(setting, message):
 
 
 def test_map_agreement_is_the_mean_cosine_of_the_rows_mapped_by_each():
-    from subspaces.align.diagnostics import map_agreement
+    from subspaces.align.verify import map_agreement
 
     rng = np.random.default_rng(0)
     rows, q = rng.normal(size=(200, 8)), np.linalg.qr(rng.normal(size=(8, 8)))[0]

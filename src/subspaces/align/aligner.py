@@ -3,23 +3,12 @@
     aligner = MiniVec2Vec(random_state=0).fit(source_vectors, target_vectors)   # different texts, no pairs
     moved = aligner.transform(old_store)        # old model's vectors, now in the new model's space
 
-Stages (each its own module): centre + normalise (:mod:`.preprocess`); matched anchors from an ensemble of
-k-means runs and quadratic assignment (:mod:`.anchors`, :mod:`.matching`); relative representations -> neighbour
-means -> Procrustes (:mod:`.relative`, :mod:`.procrustes`); structural, neighbour-mean and centroid refinement
-(:mod:`.refine`). Label-free diagnostics (:mod:`.diagnostics`) pick among ``n_restarts`` independent anchor
-stages and stop refinement, and judge the result against two trivial maps (identity, random rotation).
-``fit`` sees paired data only where the caller has some (``pairs=``: they replace the anchors, join every
-refinement step and, from 20 of them, judge the map); ``max_seconds`` bounds its time.
-
-Beyond the paper's notebook: a structural refinement (seeded k-means partitions whose pairing is corrected by
-the clusters' similarity structure) that pulls a weak initial map into the right basin, restarts chosen by a
-label-free score (and run only until one converges), runs filtered by matching agreement (``anchor_keep``),
-relative representations centred per anchor, blended maps projected back to orthogonal, early stopping with the
-best map kept, a centroid refinement that is only accepted if the label-free score does not drop, bidirectional
-refine-1 steps, tail-averaged refine-1 iterates, and optional IVF indexes for the repeated searches.
-``n_restarts=1, structure=StructureParams(n_iter=0), anchors=AnchorParams(kernel="gram"),
-refine=RefineParams(bidirectional=False, average=False, orthogonalize=False, patience=100)`` is close to the
-paper's plain recipe (the k-means and QAP solver still differ; see docs/align.md).
+A fit runs passes (:mod:`.passes`), each: matched anchors (:mod:`.anchors`, :mod:`.matching`) -> initial map
+(:mod:`.relative`, :mod:`.procrustes`) -> structural refinement -> refine-1 -> refine-2 (:mod:`.refine`), scored
+label-free (:mod:`.diagnostics`). The fit's stages: start (the identity candidate and the restarts), structure
+(restarts stop at the first structurally converged pass), refine, agreement (an independent pass, and a search where
+it disagrees), polish; then :mod:`.verify` judges the kept map. Why each piece is there, with its dev-pool
+evidence: ``benchmarks/notes/align.md``, "Reading the aligner".
 """
 
 from __future__ import annotations
@@ -38,18 +27,9 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from subspaces.align.anchors import AnchorSet, matched_anchors
+from subspaces.align.anchors import matched_anchors
 from subspaces.align.budget import Budget
-from subspaces.align.diagnostics import (
-    TRUST_K,
-    anchor_consistency,
-    bidirectional_nn_similarity,
-    map_agreement,
-    paired_check,
-    trust_lift,
-    trust_problem,
-    trust_score,
-)
+from subspaces.align.diagnostics import anchor_consistency, bidirectional_nn_similarity
 from subspaces.align.neighbours import NeighbourIndex
 from subspaces.align.params import (
     FIT_SECONDS,
@@ -60,18 +40,28 @@ from subspaces.align.params import (
     StageParams,
     StructureParams,
     check_together,
-    from_flat,
 )
+from subspaces.align.passes import Pass, PassRecord, StageScores
 from subspaces.align.preprocess import center_normalize, check_embeddings, normalize_rows
 from subspaces.align.procrustes import orthogonality_gap, procrustes
 from subspaces.align.refine import (
     NeighbourStep,
-    StructureHistory,
     refine_by_centroids,
     refine_by_neighbours,
     refine_by_structure,
 )
 from subspaces.align.relative import initial_map
+from subspaces.align.verify import (
+    IDENTITY_REFERENCE_MARGIN,
+    TRUST_ROWS,
+    identity_beats,
+    map_agreement,
+    paired_check,
+    trust_lift,
+    trust_report,
+    trust_score,
+    verdict,
+)
 from subspaces.errors import ConvergenceWarning, DataError, DimensionError, SubspacesError
 from subspaces.numerics import cpu_record
 from subspaces.numerics import resolve as resolve_precision
@@ -79,15 +69,9 @@ from subspaces.state_folder import STATE_FILE, read_state_folder, write_state_fo
 
 logger = logging.getLogger(__name__)
 
-TRUST_ROWS = 4096  # rows of each side the trust score compares (the cost of CSLS grows with their square)
-# How far (x chance level) the identity reference's trust score may beat the fitted map's before the fit is flagged.
-# Chosen on dev (benchmarks/notes/align.md, seventeenth session): maps of 0.9 x the oracle or more trailed the
-# reference by -0.01 to +0.12 x chance, wrong maps by 0.45-0.78 x (short proper names, paraphrase-l3); 0.1 flagged
-# a good WordNet-names map (0.116).
-IDENTITY_REFERENCE_MARGIN = 0.25
 INITS = ("auto", "anchors", "identity")
-IDENTITY_PASS = -2  # the pass number of a pass started from the identity (init="identity", or the reference)
-FORMAT_VERSION = 2  # 2: parameters grouped by stage; 1: the 37 flat names (still read)
+IDENTITY_PASS = -2  # the pass number of a pass started from the identity (init="identity", or the candidate)
+FORMAT_VERSION = 2
 CONFIG_FILE = "aligner.json"
 
 
@@ -101,73 +85,31 @@ class MiniVec2Vec(BaseEstimator):
     Args:
         anchors: matched anchors and the initial map (:class:`AnchorParams`).
         structure: structural refinement (:class:`StructureParams`; ``n_iter=0`` skips it).
-        refine: refine-1 and refine-2 (:class:`RefineParams`).
-        search: neighbour search and the label-free score (:class:`SearchParams`).
-        n_restarts: at most this many independent full passes (anchors, initial map, refinements); the one
-            with the best label-free score after refinement is kept.
-        converged_swap_share: a pass has converged once its last structural round changed at most this share
-            of the seeded cluster pairs (the label-free sign that the map agrees with both spaces' cluster
-            structure; working pairs end at 0-6 %, failing ones at 16-42 %); no further restarts then.
-            ``None`` always runs ``n_restarts`` and judges nothing. Where two passes agree (``agreement_threshold``)
-            or 20 or more known pairs judge the map, the swap share does not judge it.
-        trust_margin: a map is trusted only if its trust score (CSLS of the mapped source rows among the target
-            rows, on up to 4,096 rows of each side that the fit's stopping rules did not score) beats the best
-            trivial map's (the identity where the dims agree; the best of three random rotations, chance level)
-            by more than this multiple of chance level. The default 0 asks only that it beat them: a weak veto,
-            as no margin separates good maps from wrong ones on both dev pools (good maps lift 0.70 and more on
-            WordNet but 0.06-0.15 on tweets, wrong ones up to 0.38; ``benchmarks/align_protocol.py
-            trust-check``).
-        agreement_threshold: after the restarts, one more independent pass (anchors, initial map, structure; no
-            refinement) is run on its own seed, and the map is trusted only if two independent passes agree:
-            the mean cosine of the rows that ``trust_margin`` scores, mapped by each, is at least this. A right
-            map is found again from other anchors; a wrong one is one of many local optima. If the check pass
-            agrees, it is refined too and the better of the two maps by final neighbour similarity is kept (agreeing
-            maps can still differ: two trusted seeds of the test pools were 0.06 below their pools' others, and
-            the check pass was the better map on both); if it disagrees, the agreement search
-            (``agreement_search``) runs. The default 0.55 lies
-            between the dev pools' wrong pairs (0.44 at most, refined or not; -0.01-0.01 where no map exists)
-            and right ones (0.64-0.87 against the check pass on the 40k pools, 0.81 refined against refined on
-            WordNet 6k): ``benchmarks/align_protocol.py trust-check``, ``benchmarks/align_pass_diagnostics.py``.
-            ``None`` skips the check (it costs about a pass) and the confidence is then the structural
-            one. Not run with known pairs, which anchor every pass alike (from 20 of them the pairs judge the map
-            instead: :func:`~subspaces.align.diagnostics.paired_check`).
-        agreement_search: when the check pass disagrees with the kept map, at most this many more passes are
-            refined (the check pass first, then passes left unrefined, which do not count, then new passes on
-            their own seeds) until two refined maps agree; the best-scoring map of an agreeing pair is kept.
-            On small pools a pass finds the right basin about one time in three and the restarts often hold no
-            right pass (``benchmarks/notes/align.md``); the search is what finds one, and where no pair agrees
-            the map is flagged. 0: the check only judges (it is not refined), it never changes the map.
-        search_anchor_clusters: the agreement search's new passes alternate between this many anchor clusters
-            and ``anchors.n_clusters``, this count first (``None``: always ``anchors.n_clusters``). The search
-            runs only where the restarts' passes and the check disagreed, so a second partition scale is a second
-            chance: on the short-text dev pool no pass of 20 clusters found the right basin and 4 of 6 of 40 did,
-            while 40 clusters everywhere did worse on a small dev pool (``benchmarks/notes/align.md``, "Short
-            texts"). Fits whose check agrees never start a search pass, so their maps do not depend on it. Where
-            the rows or ``anchors.sample`` are fewer than 4 x this count, the search keeps ``anchors.n_clusters``.
-        init: where the map starts. ``"auto"`` (default): the paper's anchored passes and, where the dims agree,
-            a second candidate refined from the identity (the vectors left as they are, then refine-1); the
-            identity candidate is kept (and polished) if its CSLS trust score beats the anchored map's by more
-            than :data:`IDENTITY_REFERENCE_MARGIN` x chance level, and ``diagnostics_["kept"]`` says which was
-            kept and why. Two models of one family can share coordinates so closely that the identity is a better
-            start than any anchors (short technical texts ``minilm-l6 -> paraphrase-l3``: default 0.055 top-1,
-            a pass from the identity 0.880, issue 57). The map then depends on the target's coordinates.
-            ``"anchors"``: the anchored passes only, blind to the coordinates, so a rotation or permutation of the
-            target leaves the result unchanged; the identity candidate only flags a map it clearly beats.
-            ``"identity"``: one pass from the identity, for a successor model that shares the source's
-            coordinates (same family, fine-tuned); needs equal dims. There are no independent anchors to agree
-            with, so the agreement check does not run; the trust check against the unrefined identity and random
-            rotations still does.
-        max_seconds: stop at the next safe point (between k-means runs, rounds, steps, passes) after this many
-            seconds and keep the best map so far (``stopped_early_``); the first pass's initial map is always
-            made. ``None``: no limit. The default (:data:`FIT_SECONDS`) is a bound, so that a fit never runs away.
+        refine: refine-1, refine-2 and the polish (:class:`RefineParams`).
+        search: neighbour search, the label-free score and the float type (:class:`SearchParams`).
+        n_restarts: at most this many independent passes; the best by label-free score after refinement is kept.
+        converged_swap_share: a pass has converged once its last structural round swapped at most this share of
+            the seeded cluster pairs; restarts stop there. ``None``: always run ``n_restarts``, judge nothing.
+        trust_margin: the map is trusted only if its CSLS trust score, on rows the fit did not score, beats the
+            best trivial map's (identity, random rotations) by more than this multiple of chance level.
+        agreement_threshold: one more independent pass is run, and the map is trusted only if the two agree
+            (mean cosine of the rows mapped by each) at least this much; ``None`` skips the check.
+        agreement_search: where the check disagrees, at most this many more passes are refined until two agree
+            (0: the check only judges).
+        search_anchor_clusters: the search's new passes alternate between this many anchor clusters and
+            ``anchors.n_clusters`` (``None``: always the latter).
+        init: ``"auto"``: the anchored passes, and where the dims agree a candidate refined from the identity,
+            kept if its trust score beats the anchored map's by more than :data:`IDENTITY_REFERENCE_MARGIN` x
+            chance; ``"anchors"``: the anchored passes only (the candidate only flags); ``"identity"``: one pass
+            from the identity (equal dims; a successor model sharing the source's coordinates).
+        max_seconds: stop at the next safe point after this many seconds, keeping the best map so far
+            (``stopped_early_``); ``None`` or ``inf``: no limit. Defaults to :data:`FIT_SECONDS`.
         random_state: seed for every sample, k-means and QAP start.
         verbose: show progress bars.
 
-    Fitted: ``matrix_`` (the map, on centred unit rows), ``converged_`` (trusted), ``confidence_`` (0 when not
-    trusted; else the agreement of two independent passes, or with 20+ known pairs their in-sample top-1, which a
-    right map usually takes to 1.0, or the structural stage's share of kept cluster pairs), ``stopped_early_``,
-    ``diagnostics_`` (every score and check, saved with the map) and ``pass_maps_`` (each pass's structured and
-    refined map, in ``diagnostics_["restarts"]`` order; for diagnosis, not saved).
+    Fitted: ``matrix_`` (the map, on centred unit rows), ``diagnostics_`` (every score and check, saved with the
+    map), over which ``converged_`` (trusted), ``confidence_`` (0 when not trusted) and ``stopped_early_`` read;
+    ``pass_maps_`` (each pass's structured and refined map, in ``diagnostics_["restarts"]`` order; not saved).
     """
 
     def __init__(
@@ -222,10 +164,11 @@ class MiniVec2Vec(BaseEstimator):
 
     def to_params(self) -> dict[str, Any]:
         """The inverse of :meth:`from_params`: plain, JSON-ready values."""
-        return {
+        params = {
             name: value.to_dict() if isinstance(value, StageParams) else _plain(value)
             for name, value in self.get_params(deep=False).items()
         }
+        return params | {"max_seconds": None if self.max_seconds == float("inf") else self.max_seconds}
 
     def check_params(self) -> None:
         """Raise :class:`SubspacesError` on a bad parameter; ``fit`` calls it, callers may call it before any I/O."""
@@ -275,10 +218,8 @@ class MiniVec2Vec(BaseEstimator):
         from threadpoolctl import threadpool_limits
 
         self.check_params()
-        # The large products (searches, k-means) run in torch's thread pool; numpy's are small (384 x 384 polar
-        # factors, 1,024-row batches) and alternate with torch's many times a second, so two pools spin on the same
-        # cores. WordNet 40k dev pool, 2 threads, BLAS on 2 threads -> 1: 38.5 -> 27.5 s (bfloat16 search),
-        # 70.1 -> 56.4 s (float32, faiss's search included); benchmarks/notes/align.md, "One BLAS thread".
+        # The large products run in torch's thread pool; numpy's small ones alternate with them many times a
+        # second, so two pools would spin on the same cores (benchmarks/notes/align.md, "One BLAS thread").
         with threadpool_limits(limits=1, user_api="blas"):
             problems = self._fit(source, target, pairs)
         for problem in problems:
@@ -286,10 +227,108 @@ class MiniVec2Vec(BaseEstimator):
         return self
 
     def _fit(self, source: np.ndarray, target: np.ndarray, pairs: tuple[np.ndarray, np.ndarray] | None) -> list[str]:
-        """:meth:`fit`'s work; returns the warnings it is to give."""
-        budget = Budget(self.max_seconds)
+        """:meth:`fit`'s stages; returns the warnings it is to give."""
+        budget = Budget(None if self.max_seconds == float("inf") else self.max_seconds)
         # One float type for the whole fit, resolved once (the process's setting could change during it).
         self.precision_ = resolve_precision(self.search.precision)
+        seeds = _Seeds.spawn(self.random_state, self.n_restarts, self.agreement_search)
+        run = self._prepare(source, target, pairs, seeds.setup, budget)
+        # The identity candidate runs first, so that a fit cut short by its budget still has it.
+        reference, candidate = self._identity_candidate(run, seeds.reference)
+        passes = self._restarts(run, seeds.passes)
+        # Refined maps are compared, not initial ones: only a right start reaches a high score after refinement.
+        chosen = self._best(passes, [i for i, started in enumerate(passes) if started.record.refined])
+        chosen, agreement = self._agreement(run, passes, chosen, seeds)
+        self.pass_maps_ = [
+            {"structured": p.structured, "final": p.matrix if p.record.refined else None} for p in passes
+        ]  # for diagnosis (benchmarks/align_pass_diagnostics.py); not saved
+        self.matrix_, polish = self._polish(run, passes[chosen], seeds.polish)
+        # the polish scored the map it kept already
+        kept_trust = polish["trust_after"] if polish["accepted"] else polish["trust_before"]
+        trust = trust_report(
+            run.trust_a,
+            run.trust_b,
+            run.trust(self.matrix_) if kept_trust is None else kept_trust,
+            run.eye,
+            run.rotations,
+            self.trust_margin,
+        )
+        kept, kept_pass = "anchors" if self.init != "identity" else "identity", passes[chosen]
+        if candidate is not None:
+            reference |= self._candidate_lift(run, candidate, trust)
+            if identity_beats(reference) and self.init == "auto":  # "anchors" only flags
+                kept, kept_pass = "identity reference", candidate
+                self.matrix_, polish = self._polish(run, candidate, seeds.polish)
+                final = polish["trust_after"] if polish["accepted"] else reference["trust"]
+                trust |= {"final": final, "lift": trust_lift(final, trust["identity"], trust["random_rotation"])}
+        paired = paired_check(run.known, self.matrix_, run.eye) if run.known is not None else None
+        self.fit_seconds_ = budget.elapsed()
+        anchored = passes[chosen].record
+        problems, confidence = verdict(
+            earlier=self._row_count_problems(len(run.a), len(run.b)),
+            kept=kept,
+            converged=anchored.converged(self.converged_swap_share),
+            swapped=anchored.structure_swapped,
+            converged_swap_share=self.converged_swap_share,
+            agreement=agreement,
+            paired=paired,
+            trust=trust,
+            reference=reference,
+        )
+        self.diagnostics_ = {
+            "chosen_restart": chosen,  # the anchored passes' choice (``kept`` says whether it is the map)
+            "converged": anchored.converged(self.converged_swap_share),
+            "trusted": not problems,
+            "confidence": confidence,
+            "problems": problems,
+            "identity_nn_similarity": run.score(run.eye) if run.eye is not None else None,
+            "random_rotation_nn_similarity": max(run.score(rotation) for rotation in run.rotations),
+            "trust": trust,
+            "agreement": agreement,
+            "polish": polish,
+            "identity_reference": reference,
+            "init": self.init,
+            "kept": kept,
+            "stopped_early": budget.stopped_at is not None,
+            "stop_reason": budget.reason,
+            **cpu_record(self.precision_),
+            "n_pairs": 0 if pairs is None else len(pairs[0]),
+            "paired_check": paired,
+            # the kept map's own: with the identity candidate kept, no anchored restart is the map
+            "nn_similarity": dataclasses.asdict(kept_pass.record.nn_similarity),
+            "anchor_consistency": kept_pass.record.anchor_consistency_final,
+            "orthogonality_gap": orthogonality_gap(self.matrix_),
+            "restarts": [started.record.to_dict() for started in passes],
+        }
+        return problems + ([f"alignment stopped early: {budget.reason}"] if self.stopped_early_ else [])
+
+    @property
+    def converged_(self) -> bool:
+        """Whether the fit trusts its map: no check found a problem."""
+        return bool(self.diagnostics_.get("trusted", False))
+
+    @property
+    def confidence_(self) -> float | None:
+        """In [0, 1], 0 when not trusted: the agreement of two independent passes, or with 20+ known pairs their
+        in-sample top-1, or the structural stage's share of kept cluster pairs (:func:`.verify.verdict`)."""
+        return self.diagnostics_.get("confidence")
+
+    @property
+    def stopped_early_(self) -> bool:
+        """Whether ``max_seconds`` ended the fit before its stages did (``diagnostics_["stop_reason"]`` says where)."""
+        return bool(self.diagnostics_.get("stopped_early", False))
+
+    def check_trusted(self, where: str | os.PathLike[str] | None = None) -> None:
+        """Refuse (:class:`SubspacesError`) a map its fit did not trust: applied, it would move vectors to the
+        wrong places. ``where`` (the aligner's folder) starts the message."""
+        self._check_fitted()
+        if not self.converged_:
+            problems = self.diagnostics_.get("problems") or ["its fit did not converge"]
+            prefix = f"{where}: " if where is not None else ""
+            raise SubspacesError(f"{prefix}this map is not trusted ({problems[0]}); refit, or pass --force")
+
+    def _prepare(self, source, target, pairs, seed: np.random.SeedSequence, budget: Budget) -> _Run:
+        """The checked, centred unit rows and everything the passes share, from the setup stream."""
         source = check_embeddings(source, "source embeddings")
         target = check_embeddings(target, "target embeddings")
         self._check_rows(len(source), len(target))
@@ -300,393 +339,188 @@ class MiniVec2Vec(BaseEstimator):
                 f"init='identity' needs equal dims, got source {source.shape[1]} and target {target.shape[1]}; "
                 f"use init='anchors'"
             )
-        # One independent stream per pass and per stage: how far one stage ran (its stopping rule reads scores,
-        # which carry the BLAS kernel's rounding) must not shift every later random draw.
-        # The agreement check's, search's, polish's and identity reference's streams are spawned last, so the
-        # passes' streams are those of a fit without them (a SeedSequence's children do not depend on how many are
-        # spawned, only on their place).
-        n_search = self.agreement_search
-        seeds = np.random.SeedSequence(self.random_state).spawn(4 + self.n_restarts + n_search)
-        setup_seed, pass_seeds = seeds[0], seeds[1 : 1 + self.n_restarts]
-        check_seed, search_seeds = (
-            seeds[1 + self.n_restarts],
-            seeds[2 + self.n_restarts : 2 + self.n_restarts + n_search],
-        )
-        polish_seed, reference_seed = seeds[2 + self.n_restarts + n_search], seeds[3 + self.n_restarts + n_search]
-        rng = np.random.default_rng(setup_seed)
-
+        rng = np.random.default_rng(seed)
         self.source_mean_ = source.mean(axis=0)
         self.target_mean_ = target.mean(axis=0)
         a = center_normalize(source, self.source_mean_)
         b = center_normalize(target, self.target_mean_)
         # Typical length of a centred target vector: lets transform() return vectors in the target's own space.
         self.target_scale_ = float(np.linalg.norm(target - self.target_mean_, axis=1).mean())
-        self.n_features_in_ = a.shape[1]
-        self.n_features_out_ = b.shape[1]
-
-        probe_rows_a = rng.choice(len(a), min(self.search.probe_size, len(a)), replace=False)
-        probe_rows_b = rng.choice(len(b), min(self.search.probe_size, len(b)), replace=False)
-        probe_a, probe_b = a[probe_rows_a], b[probe_rows_b]
-
-        def neighbour_index(rows: np.ndarray) -> NeighbourIndex:
-            s = self.search
-            return NeighbourIndex(
-                rows,
-                n_lists=s.ann_lists,
-                n_probe=s.ann_probe,
-                shortlist_dims=s.shortlist_dims,
-                shortlist_factor=s.shortlist_factor,
-                seed=int(rng.integers(2**31)),
-                precision=self.precision_,
-            )
-
-        index_a, index_b = neighbour_index(a), neighbour_index(b)
-
-        def score(matrix: np.ndarray) -> float:
-            return bidirectional_nn_similarity(probe_a, probe_b, index_a, index_b, matrix)
-
+        self.n_features_in_, self.n_features_out_ = a.shape[1], b.shape[1]
+        probes_a = rng.choice(len(a), min(self.search.probe_size, len(a)), replace=False)
+        probes_b = rng.choice(len(b), min(self.search.probe_size, len(b)), replace=False)
+        index_a, index_b = self._index(a, rng), self._index(b, rng)
         known = None
         if pairs is not None:
             known = (center_normalize(pairs[0], self.source_mean_), center_normalize(pairs[1], self.target_mean_))
-        # Where the dims agree, "leave the vectors as they are" is a map too; a fit that does not beat it has
-        # learnt nothing (issue 23: a 0.016 map where the identity scored 0.948). A random rotation is chance
-        # level, for any dims. Both are drawn after every other setup draw, so the map does not depend on them.
+        # The trivial maps: where the dims agree, "leave the vectors as they are" is a map too (a fit that does not
+        # beat it has learnt nothing); a random rotation is chance level, for any dims.
         eye = np.eye(a.shape[1], dtype=np.float32) if a.shape[1] == b.shape[1] else None
-        # The identity candidate runs first, on its own seed stream (the passes draw as without it), so that a fit
-        # cut short by its budget still has it: run last, it was skipped on a busy machine (issue 57's dev pool).
-        reference, candidate = self._identity_candidate(
-            a, b, index_a, index_b, score, reference_seed, budget, eye, known
-        )
-        passes: list[_Pass] = []
-        if self.init == "identity":  # one pass: every start from the identity is the same start
-            passes.append(
-                self._start_pass(IDENTITY_PASS, a, b, index_a, index_b, score, pass_seeds[0], budget, known, start=eye)
-            )
-            self._finish_pass(passes[0], score, budget)
-        # Anchored passes: none from the identity, one with known pairs (every pass would start from them alike).
-        anchored = 0 if self.init == "identity" else 1 if known is not None else self.n_restarts
-        for restart in range(anchored):
-            if restart and budget.spent(f"before restart {restart + 1}/{self.n_restarts}"):
-                break
-            passes.append(self._start_pass(restart, a, b, index_a, index_b, score, pass_seeds[restart], budget, known))
-            converged_now = self._converged(passes[-1].record) is True
-            # A converged pass replaces every unconverged one, so refining those first would be wasted: without a
-            # budget they are refined only once no later pass has converged (each stage draws from its own
-            # stream, so the order changes no map). Under a budget each is refined at once, before time runs out.
-            if converged_now or self.max_seconds is not None:
-                self._finish_pass(passes[-1], score, budget)
-            if converged_now:
-                break  # a converged pass is trusted; restarts are for passes whose structure still disagrees
-        else:  # no pass converged: every one is a candidate, so each is refined
-            for started in passes:
-                if not started.record["refined"]:
-                    self._finish_pass(started, score, budget)
-        # Refined maps are compared, not initial ones: a wrong start can look as good as a right one before
-        # refinement, but only a right one reaches a high neighbour similarity after it. A converged pass (the
-        # stronger, structural evidence) is preferred to any unconverged one (which is then left unrefined).
-        chosen = self._best(passes, [i for i, started in enumerate(passes) if started.record["refined"]])
         rotations = [_random_orthogonal(a.shape[1], b.shape[1], rng) for _ in range(3)]
-        # The trust check does not use the nn score: wrong maps that crowd points into dense regions score higher
-        # on it than right ones (issue 24), and refinement climbed it on the very probes it is computed on.
-        trust_a = a[_unseen_first(len(a), probe_rows_a, TRUST_ROWS, rng)]
-        trust_b = b[_unseen_first(len(b), probe_rows_b, TRUST_ROWS, rng)]
-        search = _Search(a, b, index_a, index_b, score, budget, trust_a)
-        chosen, agreement = self._agreement(passes, chosen, search, check_seed, search_seeds, known)
-        restarts = [started.record for started in passes]
-        # Every pass's maps, for diagnosis (``benchmarks/align_pass_diagnostics.py``); in memory only, not saved.
-        self.pass_maps_ = [
-            {"structured": r.pop("structured_matrix"), "final": r["matrix"] if r["refined"] else None} for r in restarts
-        ]
-        self.matrix_, polish = self._polish(passes[chosen], score, trust_a, trust_b, polish_seed, budget)
-        for r in restarts:
-            r.pop("matrix")
-        converged = self._converged(restarts[chosen])
-        identity = score(eye) if eye is not None else None
-        control = max(score(rotation) for rotation in rotations)
-        # the polish scored the map it kept already
-        kept_trust = polish["trust_after"] if polish["accepted"] else polish["trust_before"]
-        trusted_final = trust_score(trust_a, trust_b, self.matrix_) if kept_trust is None else kept_trust
-        trusted_identity = trust_score(trust_a, trust_b, eye) if eye is not None else None
-        trusted_control = max(trust_score(trust_a, trust_b, rotation) for rotation in rotations)
-        if candidate is not None:
-            candidate_trust = trust_score(trust_a, trust_b, candidate.record["matrix"].astype(np.float32))
-            lift = (candidate_trust - trusted_final) / max(abs(trusted_control), 1e-12)
-            reference |= {"trust": candidate_trust, "lift": lift}
-        # The identity candidate is kept where it clearly beats the anchored map (init="auto"); "anchors" only flags.
-        beaten = reference["lift"] is not None and reference["lift"] > IDENTITY_REFERENCE_MARGIN
-        kept = "anchors" if self.init != "identity" else "identity"
-        if beaten and self.init == "auto" and candidate is not None:
-            kept = "identity reference"
-            self.matrix_, polish = self._polish(candidate, score, trust_a, trust_b, polish_seed, budget)
-            trusted_final = polish["trust_after"] if polish["accepted"] else reference["trust"]
-        trust: dict[str, Any] = {
-            "final": trusted_final,
-            "identity": trusted_identity,
-            "random_rotation": trusted_control,
-            "lift": trust_lift(trusted_final, trusted_identity, trusted_control),
-            "margin": self.trust_margin,
-            "score": f"csls (k={TRUST_K})",
-            "rows": [len(trust_a), len(trust_b)],
-        }
-        paired = paired_check(known, self.matrix_, eye) if known is not None else None
-        judged = paired if paired is not None and paired["judged"] else None  # the pairs' verdict, where they give one
-        self.fit_seconds_ = budget.elapsed()
-        problems = self._row_count_problems(len(a), len(b))
-        # Two independent maps that agree are stronger evidence than one pass's structural swap share (which on
-        # small pools ends low on wrong passes too), so the swap share judges only where agreement was not checked;
-        # with enough known pairs, they judge instead (the swap share stays above the threshold on pools whose
-        # clusters overlap, right map or not: utterances, issue 24).
-        # The anchored passes' own verdicts (structure, agreement) do not judge an identity candidate kept instead.
-        anchored_verdicts = kept != "identity reference"
-        if anchored_verdicts and converged is False and agreement["agreement"] is None and judged is None:
-            problems.append(
-                f"no pass of the alignment converged: the kept one's structural search still swapped "
-                f"{restarts[chosen]['structure_swapped'][-1]:.0%} of the seeded cluster pairs in its last round "
-                f"(converged: <= {self.converged_swap_share:.0%}); the map is probably wrong. Try more n_restarts, "
-                f"more data, or check the pair on a few paired texts."
-            )
-        if judged is not None and judged["problem"] is not None:
-            problems.append(judged["problem"])
-        problem = trust_problem(trusted_final, trusted_identity, trusted_control, margin=self.trust_margin)
-        if problem is not None:
-            problems.append(problem)
-        if beaten and kept == "anchors":
-            problems.append(
-                f"a map refined from the identity (the vectors left as they are, then refine-1) "
-                f"scores clearly higher than the fitted map on the label-free score (CSLS "
-                f"{reference['trust']:.4f} against {trusted_final:.4f}; chance level {trusted_control:.4f}): "
-                f"the two models probably share coordinates and the fitted map is in a worse basin. Refit with "
-                f"init='identity' (--init identity), or check the pair on a few paired texts."
-            )
-        if anchored_verdicts and agreement["agreement"] is not None and agreement["agreement"] < agreement["threshold"]:
-            problems.append(
-                f"no two independent passes of the alignment agree ({agreement['compared']} compared): their maps "
-                f"give the same rows a mean cosine of {agreement['agreement']:.2f} at most (trusted: >= "
-                f"{agreement['threshold']:g}; passes whose structure did not converge are not compared); a right "
-                f"map is found again from other anchors, so this one is probably wrong. Try more data, more "
-                f"agreement_search passes, or fit with a few hundred known pairs (--pairs-source/--pairs-target)."
-            )
-        self.stopped_early_ = budget.stopped_at is not None
-        messages = list(problems)
-        if self.stopped_early_:
-            messages.append(f"alignment stopped early: {budget.reason}")
-        self.converged_ = not problems  # an unconverged pass is a problem unless two passes agreed or pairs judged
-        # Confidence in [0, 1], 0 when a problem was found: the agreement with an independent pass where it was
-        # checked, else the known pairs' top-1 where they judge, else the share of seeded cluster pairs the last
-        # structural round kept.
-        swapped = restarts[chosen]["structure_swapped"]
-        confidence = 1.0 - swapped[-1] if swapped else None
-        if kept == "identity reference":  # its lead over the anchored map, in units of chance level, capped
-            confidence = min(float(reference["lift"]), 1.0)
-        elif agreement["agreement"] is not None:
-            confidence = min(max(agreement["agreement"], 0.0), 1.0)
-        elif judged is not None:
-            confidence = judged["top1"]
-        self.confidence_ = 0.0 if problems else confidence
-        # With the identity candidate kept, no anchored restart is the map: the map's own keys describe the candidate.
-        kept_record = candidate.record if kept == "identity reference" and candidate is not None else restarts[chosen]
-        self.diagnostics_ = {
-            "chosen_restart": chosen,  # the anchored passes' choice (``kept`` says whether it is the map)
-            "converged": converged,
-            "trusted": self.converged_,
-            "confidence": self.confidence_,
-            "problems": problems,
-            "identity_nn_similarity": identity,
-            "random_rotation_nn_similarity": control,
-            "trust": trust,
-            "agreement": agreement,
-            "polish": polish,
-            "identity_reference": reference,
-            "init": self.init,
-            "kept": kept,
-            "stopped_early": self.stopped_early_,
-            "stop_reason": budget.reason,
-            **cpu_record(self.precision_),
-            "n_pairs": 0 if pairs is None else len(pairs[0]),
-            "paired_check": paired,
-            "nn_similarity": kept_record["nn_similarity"],
-            "anchor_consistency": kept_record.get("anchor_consistency_final"),
-            "orthogonality_gap": orthogonality_gap(self.matrix_),
-            "restarts": restarts,
-        }
-        return messages
+        # The trust score is computed on rows the stopping rules did not climb on (the probes), where there are some.
+        trust_a = a[_unseen_first(len(a), probes_a, TRUST_ROWS, rng)]
+        trust_b = b[_unseen_first(len(b), probes_b, TRUST_ROWS, rng)]
+        return _Run(a, b, a[probes_a], b[probes_b], index_a, index_b, known, eye, rotations, trust_a, trust_b, budget)
 
-    def _polish(
-        self, kept: _Pass, score, trust_a: np.ndarray, trust_b: np.ndarray, seed, budget: Budget
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        """The kept map, polished by up to ``refine.polish_iter`` more refine-1 steps where its pass's refine-1 ran
-        to its cap while still climbing; the best of the polish's own iterates (or their tail average) is kept only
-        if the trust score on unseen rows rises.
-
-        Why: from a half-right start (short texts: names) refine-1 still climbs at its cap, 50 steps chosen where it
-        converges sooner, and 100 more lift such maps by 0.03-0.07 top-1 (dev); but on small pools more steps can
-        also drift a right map away, which the probes' neighbour score climbs through and the CSLS trust score on
-        rows it never scored does not (``benchmarks/notes/align.md``, fifteenth session)."""
-        rp, record = self.refine, kept.record
-        matrix = record["matrix"].astype(np.float32)
-        out: dict[str, Any] = {"ran": False, "iterations": 0, "trust_before": None, "trust_after": None}
-        climbing = (
-            record["refined"] and record["refine1_iterations"] == rp.n_iter and not record["refine1_stopped_early"]
+    def _index(self, rows: np.ndarray, rng: np.random.Generator) -> NeighbourIndex:
+        s = self.search
+        return NeighbourIndex(
+            rows,
+            n_lists=s.ann_lists,
+            n_probe=s.ann_probe,
+            shortlist_dims=s.shortlist_dims,
+            shortlist_factor=s.shortlist_factor,
+            seed=int(rng.integers(2**31)),
+            precision=self.precision_,
         )
-        # Not with known pairs: they anchor every step already, and the dev rule that chose polishing ran without.
+
+    def _restarts(self, run: _Run, seeds: list[np.random.SeedSequence]) -> list[Pass]:
+        """The restarts (or, for ``init="identity"``, the one pass from the identity), refined where they may be
+        kept: the first structurally converged pass ends them and replaces every unconverged one."""
+        if self.init == "identity":  # every start from the identity is the same start
+            only = self._start_pass(run, IDENTITY_PASS, seeds[0], start=run.eye)
+            self._finish_pass(run, only)
+            return [only]
+        passes: list[Pass] = []
+        for restart in range(1 if run.known is not None else self.n_restarts):  # known pairs start every pass alike
+            if restart and run.budget.spent(f"before restart {restart + 1}/{self.n_restarts}"):
+                break
+            passes.append(self._start_pass(run, restart, seeds[restart]))
+            converged = passes[-1].record.converged(self.converged_swap_share) is True
+            # Without a budget an unconverged pass is refined only once no later pass has converged (each stage
+            # draws from its own stream, so the order changes no map); under one, at once, before time runs out.
+            if converged or run.budget.max_seconds is not None:
+                self._finish_pass(run, passes[-1])
+            if converged:
+                return passes
+        for started in passes:  # no pass converged: each is a candidate
+            if not started.record.refined:
+                self._finish_pass(run, started)
+        return passes
+
+    def _best(self, passes: list[Pass], candidates: list[int]) -> int:
+        """The restarts' rule: a converged pass before any unconverged one, then the highest final nn score."""
+        return max(
+            candidates,
+            key=lambda i: (
+                passes[i].record.converged(self.converged_swap_share) is True,
+                passes[i].record.nn_similarity.final,
+            ),
+        )
+
+    def _identity_candidate(self, run: _Run, seed) -> tuple[dict[str, Any], Pass | None]:
+        """The identity candidate of ``init="auto"`` and ``"anchors"`` where the dims agree: refine-1 from the
+        identity (no anchors, structure or refine-2: they added little and cost a quarter of the fit), and its
+        record; ``fit`` adds its trust score's lift over the anchored map's. Not with known pairs (they judge
+        against the identity themselves), nor once the budget is spent."""
+        out: dict[str, Any] = {"trust": None, "nn_similarity": None, "lift": None, "seconds": None, "skipped": None}
+        out |= {"margin": IDENTITY_REFERENCE_MARGIN, "cut_short": False}
+        if self.init == "identity" or run.eye is None:
+            return out | {"skipped": "init='identity'" if run.eye is not None else "the dims differ"}, None
+        if run.known is not None:
+            return out | {"skipped": "known pairs judge the map against the identity"}, None
+        if run.budget.spent("before the identity candidate"):
+            return out | {"skipped": "out of time"}, None
+        clock = time.perf_counter()
+        candidate = self._start_pass(run, IDENTITY_PASS, seed, start=run.eye, structure_stage=False)
+        self._finish_pass(run, candidate, centroid_stage=False)
+        # Cut short by the budget it is still a refined map: the trust scores choose between it and the anchored.
+        return out | {
+            "nn_similarity": candidate.record.nn_similarity.final,
+            "seconds": time.perf_counter() - clock,
+            "cut_short": run.budget.stopped_at is not None,
+        }, candidate
+
+    @staticmethod
+    def _candidate_lift(run: _Run, candidate: Pass, trust: dict[str, Any]) -> dict[str, float]:
+        """The identity candidate's trust score, and its lift over the anchored map's in units of chance level."""
+        candidate_trust = run.trust(candidate.matrix.astype(np.float32))
+        lift = (candidate_trust - trust["final"]) / max(abs(trust["random_rotation"]), 1e-12)
+        return {"trust": candidate_trust, "lift": lift}
+
+    def _polish(self, run: _Run, kept: Pass, seed) -> tuple[np.ndarray, dict[str, Any]]:
+        """The kept map, polished by up to ``refine.polish_iter`` more refine-1 steps where its refine-1 ran to
+        its cap still climbing (not with known pairs, which anchor every step already); the best of the polish's
+        own iterates is kept only if the trust score on unseen rows rises (more steps can also drift a right map)."""
+        rp, record = self.refine, kept.record
+        matrix = kept.matrix.astype(np.float32)
+        out: dict[str, Any] = {"ran": False, "iterations": 0, "trust_before": None, "trust_after": None}
+        climbing = record.refined and record.refine1_iterations == rp.n_iter and not record.refine1_stopped_early
         unpaired = kept.step.pairs is None
-        if rp.polish_iter == 0 or not climbing or not unpaired or budget.spent("before polishing the kept map"):
+        if rp.polish_iter == 0 or not climbing or not unpaired or run.budget.spent("before polishing the kept map"):
             return matrix, out | {"accepted": False}
         step = dataclasses.replace(kept.step, rng=np.random.default_rng(seed))
-        # Patience is judged against the polish's own iterates, not its start: the start is a tail average, which
-        # single iterates seldom beat within the patience, so judged against it the polish stopped after 30 steps.
+        # Patience counts against the polish's own iterates, not its start (a tail average they seldom beat soon).
         polished, history = self._refine1(
-            matrix,
-            step,
-            score,
-            n_iter=rp.polish_iter,
-            start_score=float("-inf"),
-            out_of_time=budget.check("in polishing"),
+            run, matrix, step, n_iter=rp.polish_iter, start_score=float("-inf"), where="in polishing"
         )
         polished = polished.astype(np.float32)  # as kept, so its trust score is the fit's (not computed again)
-        before, after = trust_score(trust_a, trust_b, matrix), trust_score(trust_a, trust_b, polished)
+        before, after = run.trust(matrix), run.trust(polished)
         accepted = after > before
         out |= {"ran": True, "iterations": history.iterations, "trust_before": before, "trust_after": after}
         return (polished if accepted else matrix), out | {"accepted": accepted}
 
-    def _identity_candidate(
-        self, a, b, index_a, index_b, score, seed, budget: Budget, eye: np.ndarray | None, known
-    ) -> tuple[dict[str, Any], _Pass | None]:
-        """The identity candidate of ``init="auto"`` and ``"anchors"`` where the dims agree: refine-1 from the
-        identity (no anchors, no structural stage, no refine-2), and its record; ``fit`` adds its trust score's
-        ``lift`` over the anchored map's, in units of chance level, and judges it against
-        :data:`IDENTITY_REFERENCE_MARGIN` (``"auto"`` keeps it where it wins, ``"anchors"`` flags). Not with known
-        pairs (they judge against the identity themselves) nor once the budget is spent."""
-        out: dict[str, Any] = {"trust": None, "nn_similarity": None, "lift": None, "seconds": None, "skipped": None}
-        out |= {"margin": IDENTITY_REFERENCE_MARGIN, "cut_short": False}
-        if self.init == "identity" or eye is None:
-            return out | {"skipped": "init='identity'" if eye is not None else "the dims differ"}, None
-        if known is not None:
-            return out | {"skipped": "known pairs judge the map against the identity"}, None
-        if budget.spent("before the identity candidate"):
-            return out | {"skipped": "out of time"}, None
-        clock = time.perf_counter()
-        # Refine-1 only: from the identity the structural stage and refine-2 add little, and with them the
-        # candidate cost 29-40 s on a 40k dev pool (+29-44 % fit time), against the 25 % its dev rule allowed.
-        candidate = self._start_pass(
-            IDENTITY_PASS, a, b, index_a, index_b, score, seed, budget, None, start=eye, structure_stage=False
-        )
-        self._finish_pass(candidate, score, budget, centroid_stage=False)
-        # Cut short by the budget it is still a refined map, and the anchored pass that follows gets only its
-        # initial map: the trust scores choose between them as between any two.
-        nn_similarity = candidate.record["nn_similarity"]["final"]
-        seconds = time.perf_counter() - clock
-        return out | {
-            "nn_similarity": nn_similarity,
-            "seconds": seconds,
-            "cut_short": budget.stopped_at is not None,
-        }, candidate
-
-    def _refine1(self, matrix, step, score, *, n_iter: int, start_score, out_of_time, progress=None):
-        """Refine-1 with this aligner's settings, for ``n_iter`` steps (a pass's refine-1, or the polish)."""
-        rp = self.refine
-        return refine_by_neighbours(
-            matrix,
-            step,
-            score=score,
-            n_iter=n_iter,
-            patience=rp.patience,
-            tol=rp.tol,
-            start_score=start_score,
-            average=rp.average,
-            score_every=rp.score_every,
-            progress=progress,
-            out_of_time=out_of_time,
-        )
-
-    def _agreement(
-        self, passes: list[_Pass], chosen: int, search: _Search, check_seed, search_seeds, known
-    ) -> tuple[int, dict[str, Any]]:
-        """The agreement check and search of ``agreement_threshold`` and ``agreement_search``: the kept pass and
-        its diagnostics. ``passes`` grows by the passes refined here (an agreeing check pass, or the search's)."""
+    def _agreement(self, run: _Run, passes: list[Pass], chosen: int, seeds: _Seeds) -> tuple[int, dict[str, Any]]:
+        """The agreement check (``agreement_threshold``) and, where it disagrees, the search (``agreement_search``):
+        the kept pass and the report. ``passes`` grows by the passes refined here."""
         threshold = self.agreement_threshold
         out: dict[str, Any] = {"agreement": None, "threshold": threshold, "skipped": None, "compared": None}
         if threshold is None:
             out["skipped"] = "agreement_threshold is None"
-        elif known is not None:
+        elif run.known is not None:
             out["skipped"] = "known pairs anchor every pass alike"
         elif self.init == "identity":
             out["skipped"] = "init='identity': one start, no independent anchors to agree with"
-        elif search.budget.spent("before the agreement check"):
+        elif run.budget.spent("before the agreement check"):
             out["skipped"] = "out of time"
         if out["skipped"] is not None or threshold is None:
             return chosen, out
-        check = self._start_pass(-1, *search.pass_args(check_seed))
-        agreement = map_agreement(search.rows, passes[chosen].record["matrix"], check.record["matrix"])
+        check = self._start_pass(run, -1, seeds.check)
+        agreement = map_agreement(run.trust_a, passes[chosen].matrix, check.matrix)
         out |= {
-            "check_structure_swapped": check.record["structure_swapped"],
-            "check_stage_seconds": check.record["stage_seconds"],
+            "check_structure_swapped": check.record.structure_swapped,
+            "check_stage_seconds": check.record.stage_seconds,
             "check_agreement": agreement,
             "search": None,
         }
-        if search.budget.stopped_at is not None:  # a check pass cut short is weaker: its disagreement proves nothing
+        if run.budget.stopped_at is not None:  # a check pass cut short is weaker: its disagreement proves nothing
             return chosen, out | {"skipped": "out of time during the check pass"}
         if self.agreement_search == 0:  # the check only judges
             return chosen, out | {"agreement": agreement, "compared": 2}
         if agreement < threshold:
-            return self._search(passes, chosen, check, agreement, threshold, search, search_seeds, out)
-        # Agreeing passes can still differ in quality: on test samples 3 and 5 two trusted seeds sat 0.06-0.07 below
-        # their pools' others, with lower label-free scores, and the check pass was the better map on both. So the
-        # check pass is refined too (~5 s on a 40k pool) and the better-scoring map kept.
+            return self._search(run, passes, chosen, check, agreement, seeds.search, out)
+        # Agreeing maps can still differ in quality: the check pass is refined too and the better-scoring kept.
         passes.append(check)
-        self._finish_pass(check, search.score, search.budget)
+        self._finish_pass(run, check)
         return self._best(passes, [chosen, len(passes) - 1]), out | {"agreement": agreement, "compared": 2}
 
     def _search(
-        self,
-        passes: list[_Pass],
-        chosen: int,
-        check: _Pass,
-        agreement: float,
-        threshold: float,
-        search: _Search,
-        search_seeds,
-        out: dict[str, Any],
+        self, run: _Run, passes: list[Pass], chosen: int, check: Pass, agreement: float, seeds, out: dict[str, Any]
     ) -> tuple[int, dict[str, Any]]:
-        """The agreement search of ``agreement_search``, run when the check pass disagreed with the kept map."""
-        # The search: refined maps agree more than a structured one does with a refined one (0.62-0.81 for right
-        # pairs, 0.47 at most with a wrong pass), so candidates are refined before they are compared.
-        waiting = [check, *(started for started in passes if not started.record["refined"])]
-        fresh = iter(enumerate(search_seeds))
-        scales = [self.anchors]  # the new passes' anchor settings, in turn (search_anchor_clusters)
-        other = self.search_anchor_clusters
-        rows = min(len(search.a), len(search.b), self.anchors.sample)
-        if other is not None and other != self.anchors.n_clusters and rows >= 4 * other:
-            scales.insert(0, dataclasses.replace(self.anchors, n_clusters=int(other)))
+        """The agreement search: refine the check pass, the restarts left unrefined (free), then new passes on
+        their own seeds, until two refined, structurally converged maps agree; keep the best-scoring of them."""
+        threshold = self.agreement_threshold
+        assert threshold is not None  # the check ran
+        waiting = [check, *(started for started in passes if not started.record.refined)]
+        fresh = iter(enumerate(seeds))
+        scales = self._search_scales(min(len(run.a), len(run.b), self.anchors.sample))
         cost = 0  # passes refined by the search that the restarts had not started: the check and new ones
         pairs: dict[tuple[int, int], float] = {}
-        while True:
-            if cost >= self.agreement_search or search.budget.spent("in the agreement search"):
-                break
+        while cost < self.agreement_search and not run.budget.spent("in the agreement search"):
             if waiting:
                 started = waiting.pop(0)
                 cost += int(started is check)
             else:
                 step, seed = next(fresh)
-                scale = scales[step % len(scales)]
-                started = self._start_pass(self.n_restarts + 1 + step, *search.pass_args(seed, scale))
+                started = self._start_pass(run, self.n_restarts + 1 + step, seed, anchors=scales[step % len(scales)])
                 cost += 1
             if started not in passes:
                 passes.append(started)
-            self._finish_pass(started, search.score, search.budget)
-            new = passes.index(started)
-            # Only structurally converged passes are compared: among many passes two wrong maps may agree by
-            # chance (in 8 dims, unconverged ones on a target with no map did, at 0.88), and every right pass
-            # of the dev pools had converged.
-            if self._converged(started.record) is not False:
-                for other, candidate in enumerate(passes):
-                    if other != new and candidate.record["refined"] and self._converged(candidate.record) is not False:
-                        pairs[(other, new)] = map_agreement(
-                            search.rows, candidate.record["matrix"], started.record["matrix"]
-                        )
+            self._finish_pass(run, started)
+            pairs |= self._agreeing_pairs(run, passes, passes.index(started))
             if max(pairs.values(), default=-1.0) >= threshold:
                 break
-        refined = [i for i, started in enumerate(passes) if started.record["refined"]]
+        refined = [i for i, started in enumerate(passes) if started.record.refined]
         out["search"] = {
             "passes_refined": len(refined),
             "new_passes": cost,
@@ -698,22 +532,33 @@ class MiniVec2Vec(BaseEstimator):
         best = max(pairs.values())
         if best < threshold:  # the restarts' choice stands, now among every refined pass; it is flagged
             return self._best(passes, refined), out | {"agreement": max(best, agreement), "compared": compared}
-        # The final neighbour similarity ranked every pool's passes correctly (benchmarks/notes/align.md).
         agreeing = {i for pair, value in pairs.items() if value >= threshold for i in pair}
-        chosen = max(agreeing, key=lambda i: passes[i].record["nn_similarity"]["final"])
+        chosen = max(agreeing, key=lambda i: passes[i].record.nn_similarity.final)  # ranked every dev pool right
         partner = max(value for pair, value in pairs.items() if chosen in pair)
         return chosen, out | {"agreement": partner, "compared": compared}
 
-    def _best(self, passes: list[_Pass], candidates: list[int]) -> int:
-        """The restarts' rule: a converged pass before any unconverged one, then the highest final nn score."""
-        return max(
-            candidates,
-            key=lambda i: (self._converged(passes[i].record) is True, passes[i].record["nn_similarity"]["final"]),
-        )
+    def _search_scales(self, rows: int) -> list[AnchorParams]:
+        """The anchor settings the search's new passes take in turn: ``search_anchor_clusters`` first (a second
+        partition scale is a second chance), where the rows hold 4 x that many clusters."""
+        other = self.search_anchor_clusters
+        if other is not None and other != self.anchors.n_clusters and rows >= 4 * other:
+            return [dataclasses.replace(self.anchors, n_clusters=int(other)), self.anchors]
+        return [self.anchors]
+
+    def _agreeing_pairs(self, run: _Run, passes: list[Pass], new: int) -> dict[tuple[int, int], float]:
+        """The agreement of pass ``new`` with every other refined pass, among structurally converged ones only
+        (two wrong maps of many may agree by chance; every right pass of the dev pools had converged)."""
+        share = self.converged_swap_share
+        if passes[new].record.converged(share) is False:
+            return {}
+        return {
+            (other, new): map_agreement(run.trust_a, candidate.matrix, passes[new].matrix)
+            for other, candidate in enumerate(passes)
+            if other != new and candidate.record.refined and candidate.record.converged(share) is not False
+        }
 
     def _label(self, restart: int) -> str:
-        """A pass's name: ``restart i/n``, ``agreement check`` (-1), ``identity start`` (-2), or ``search pass j``
-        (beyond the restarts)."""
+        """A pass's name: ``restart i/n``, ``agreement check`` (-1), ``identity start`` (-2), or ``search pass j``."""
         if restart == IDENTITY_PASS:
             return "identity start"
         if restart < 0:
@@ -742,194 +587,187 @@ class MiniVec2Vec(BaseEstimator):
                 )
         return problems
 
-    def _converged(self, restart: dict[str, Any]) -> bool | None:
-        """Whether a pass's last structural round swapped at most ``converged_swap_share`` of the seeded pairs;
-        None where there is nothing to judge by (``structure_iter=0``) or no threshold to judge with."""
-        swapped = restart["structure_swapped"]
-        if self.converged_swap_share is None or not swapped:
-            return None
-        return swapped[-1] <= self.converged_swap_share
-
+    # -- one pass ----------------------------------------------------------------------------------------------
     def _start_pass(
         self,
+        run: _Run,
         restart: int,
-        a,
-        b,
-        index_a,
-        index_b,
-        score,
         seed: np.random.SeedSequence,
-        budget: Budget,
-        known: tuple[np.ndarray, np.ndarray] | None,
-        anchor_params: AnchorParams | None = None,
+        *,
+        anchors: AnchorParams | None = None,
         start: np.ndarray | None = None,
         structure_stage: bool = True,
-    ) -> _Pass:
-        """A pass up to its convergence judgement: anchors (or the known pairs, or the given ``start`` map) ->
-        initial map -> structure (unless ``structure_stage`` is False), with its label-free diagnostics; each stage
-        stops at its next safe point once ``budget`` is spent."""
-        ap, sp, rp = anchor_params or self.anchors, self.structure, self.refine
+    ) -> Pass:
+        """A pass up to its convergence judgement: anchors (with ``anchors`` for the aligner's settings, or from
+        the known pairs, or the ``start`` map) -> initial map -> structure (unless ``structure_stage`` is False)."""
         rng, structure_rng, refine_rng, centroid_rng = (np.random.default_rng(s) for s in seed.spawn(4))
+        label = self._label(restart)
         clock = time.perf_counter()
-        where = f"({self._label(restart)})"
-        anchors = None
-        if start is not None:
-            matrix = start
-        elif known is not None:  # known pairs are better anchors than any matching of cluster shapes
-            matrix = procrustes(*known)
-        else:
-            with self._progress(f"anchors {where}", ap.n_runs, "run") as tick:
-                anchors = matched_anchors(
-                    a,
-                    b,
-                    n_runs=ap.n_runs,
-                    n_clusters=ap.n_clusters,
-                    sample_size=ap.sample,
-                    kmeans_iter=ap.kmeans_iter,
-                    kmeans_redo=ap.kmeans_redo,
-                    qap_method=ap.qap_method,
-                    qap_restarts=ap.qap_restarts,
-                    keep_fraction=ap.keep,
-                    kernel=ap.kernel,
-                    precision=self.precision_,
-                    rng=rng,
-                    progress=tick,
-                    out_of_time=budget.check(f"in the anchor runs {where}"),
-                )
-            rows = rng.choice(len(a), min(ap.n_pseudo_pairs, len(a)), replace=False)
-            matrix = initial_map(a[rows], b, anchors.source, anchors.target, k=ap.relative_k, precision=self.precision_)
-        initial_score = score(matrix)
-        initial_consistency = anchor_consistency(anchors, matrix) if anchors is not None else None
-        seconds = {"anchors_and_initial_map": time.perf_counter() - clock}
+        ap = anchors or self.anchors
+        matrix, matched = self._initial_map(run, ap, rng, start, label)
+        initial_score = run.score(matrix)
+        record = PassRecord(
+            label=label,
+            nn_similarity=StageScores(initial=initial_score, structure=initial_score),
+            anchor_clusters=ap.n_clusters if matched is not None else None,
+            qap_agreement=float(matched.agreement[matched.kept].mean()) if matched is not None else None,
+            mean_qap_objective=float(matched.objective.mean()) if matched is not None else None,
+            runs_kept=int(matched.kept.sum()) if matched is not None else 0,
+            anchor_consistency_initial=anchor_consistency(matched, matrix) if matched is not None else None,
+            stage_seconds={"anchors_and_initial_map": time.perf_counter() - clock},
+        )
         clock = time.perf_counter()
-
+        rp = self.refine
         step = NeighbourStep(
-            a,
-            b,
+            run.a,
+            run.b,
             structure_rng,
-            target_index=index_b,
-            source_index=index_a,
+            target_index=run.index_b,
+            source_index=run.index_a,
             sample_size=rp.sample,
             k=rp.k,
             alpha=rp.alpha,
             orthogonalize=rp.orthogonalize,
             bidirectional=rp.bidirectional,
-            pairs=known,
+            pairs=run.known,
             pair_weight=rp.pair_weight,
         )
-        structure = StructureHistory(best_score=initial_score)  # as it stands when the stage is skipped
-        if sp.n_iter > 0 and structure_stage:
-            with self._progress(f"structure {where}", sp.n_iter, "iteration") as tick:
-                matrix, structure = refine_by_structure(
-                    matrix,
-                    step,
-                    score=score,
-                    n_iter=sp.n_iter,
-                    n_clusters=sp.n_clusters,
-                    n_runs=sp.n_runs,
-                    sample_size=sp.sample,
-                    kmeans_iter=sp.kmeans_iter,
-                    inner_steps=sp.steps,
-                    patience=sp.patience,
-                    tol=rp.tol,
-                    stop_swap_share=sp.stop_swap_share,
-                    start_score=initial_score,
-                    precision=self.precision_,
-                    progress=tick,
-                    out_of_time=budget.check(f"in the structural refinement {where}"),
-                )
-        seconds["structure"] = time.perf_counter() - clock
-        record: dict[str, Any] = {
-            "label": self._label(restart),
-            "matrix": matrix,
-            "structured_matrix": matrix,  # kept: refinement replaces "matrix"
-            "refined": False,
-            "nn_similarity": {
-                "initial": initial_score,
-                "structure": structure.best_score,
-                "refine1": None,
-                "refine2": None,
-                "final": None,
-            },
-            "anchor_clusters": ap.n_clusters if anchors is not None else None,
-            "qap_agreement": float(anchors.agreement[anchors.kept].mean()) if anchors is not None else None,
-            "mean_qap_objective": float(anchors.objective.mean()) if anchors is not None else None,
-            "runs_kept": int(anchors.kept.sum()) if anchors is not None else 0,
-            "anchor_consistency_initial": initial_consistency,
-            "anchor_consistency_final": None,
-            "structure_iterations": structure.iterations,
-            "structure_scores": structure.scores,
-            "structure_swapped": structure.swapped,
-            "refine1_iterations": 0,
-            "refine1_best_iteration": -1,
-            "refine1_stopped_early": False,
-            "refine1_scores": [],
-            "refine1_average_score": None,
-            "refine1_averaged": False,
-            "refine2_accepted": False,
-            "stage_seconds": seconds,
-        }
-        return _Pass(restart, record, anchors, dataclasses.replace(step, rng=refine_rng), centroid_rng)
+        if self.structure.n_iter > 0 and structure_stage:
+            matrix, structure = self._structure(run, matrix, step, initial_score, label)
+            record.nn_similarity.structure = structure.best_score
+            record.structure_iterations = structure.iterations
+            record.structure_scores = structure.scores
+            record.structure_swapped = structure.swapped
+        record.stage_seconds["structure"] = time.perf_counter() - clock
+        refine_step = dataclasses.replace(step, rng=refine_rng)
+        return Pass(restart, record, matrix, matrix, matched, refine_step, centroid_rng)
 
-    def _finish_pass(self, started: _Pass, score, budget: Budget, *, centroid_stage: bool = True) -> None:
-        """The rest of a pass, into its record: refine-1 -> refine-2 (unless ``centroid_stage`` is False), each
-        stopping at its next safe point once ``budget`` is spent."""
-        rp, record, seconds = self.refine, started.record, started.record["stage_seconds"]
-        where = f"({self._label(started.restart)})"
-        refined_from = record["nn_similarity"]["structure"]
+    def _initial_map(self, run: _Run, ap: AnchorParams, rng, start: np.ndarray | None, label: str):
+        """The pass's initial map and its matched anchors (None without them)."""
+        if start is not None:
+            return start, None
+        if run.known is not None:  # known pairs are better anchors than any matching of cluster shapes
+            return procrustes(*run.known), None
+        with self._progress(f"anchors ({label})", ap.n_runs, "run") as tick:
+            matched = matched_anchors(
+                run.a,
+                run.b,
+                n_runs=ap.n_runs,
+                n_clusters=ap.n_clusters,
+                sample_size=ap.sample,
+                kmeans_iter=ap.kmeans_iter,
+                kmeans_redo=ap.kmeans_redo,
+                qap_method=ap.qap_method,
+                qap_restarts=ap.qap_restarts,
+                keep_fraction=ap.keep,
+                kernel=ap.kernel,
+                precision=self.precision_,
+                rng=rng,
+                progress=tick,
+                out_of_time=run.budget.check(f"in the anchor runs ({label})"),
+            )
+        rows = rng.choice(len(run.a), min(ap.n_pseudo_pairs, len(run.a)), replace=False)
+        matrix = initial_map(
+            run.a[rows], run.b, matched.source, matched.target, k=ap.relative_k, precision=self.precision_
+        )
+        return matrix, matched
+
+    def _structure(self, run: _Run, matrix, step: NeighbourStep, initial_score: float, label: str):
+        sp = self.structure
+        with self._progress(f"structure ({label})", sp.n_iter, "iteration") as tick:
+            return refine_by_structure(
+                matrix,
+                step,
+                score=run.score,
+                n_iter=sp.n_iter,
+                n_clusters=sp.n_clusters,
+                n_runs=sp.n_runs,
+                sample_size=sp.sample,
+                kmeans_iter=sp.kmeans_iter,
+                inner_steps=sp.steps,
+                patience=sp.patience,
+                tol=self.refine.tol,
+                stop_swap_share=sp.stop_swap_share,
+                start_score=initial_score,
+                precision=self.precision_,
+                progress=tick,
+                out_of_time=run.budget.check(f"in the structural refinement ({label})"),
+            )
+
+    def _finish_pass(self, run: _Run, started: Pass, *, centroid_stage: bool = True) -> None:
+        """The rest of a pass: refine-1 -> refine-2 (unless ``centroid_stage`` is False), into its record."""
+        record, seconds = started.record, started.record.stage_seconds
+        where = f"({record.label})"
         clock = time.perf_counter()
-        with self._progress(f"refine {where}", rp.n_iter, "iteration") as tick:
+        with self._progress(f"refine {where}", self.refine.n_iter, "iteration") as tick:
             matrix, history = self._refine1(
-                record["matrix"],
+                run,
+                started.matrix,
                 started.step,
-                score,
-                n_iter=rp.n_iter,
-                start_score=refined_from,
-                out_of_time=budget.check(f"in refine-1 {where}"),
+                n_iter=self.refine.n_iter,
+                start_score=record.nn_similarity.structure,
+                where=f"in refine-1 {where}",
                 progress=tick,
             )
-        refined_score = history.best_score
         seconds["refine1"] = time.perf_counter() - clock
         clock = time.perf_counter()
-
-        centroid_score, centroid_accepted = None, False
-        if centroid_stage and rp.centroid_clusters > 0 and not budget.spent(f"before refine-2 {where}"):
-            candidate = refine_by_centroids(
-                started.step.source,
-                started.step.target,
-                matrix,
-                n_clusters=rp.centroid_clusters,
-                kmeans_iter=rp.centroid_kmeans_iter,
-                alpha=rp.centroid_alpha,
-                orthogonalize=rp.orthogonalize,
-                seed=int(started.centroid_rng.integers(2**31)),
-                precision=self.precision_,
-                pairs=started.step.pairs,
-                pair_weight=rp.pair_weight,
-            )
-            centroid_score = score(candidate)
+        centroid_score, accepted = None, False
+        if centroid_stage and self.refine.centroid_clusters > 0 and not run.budget.spent(f"before refine-2 {where}"):
+            candidate = self._refine2(started, matrix)
+            centroid_score = run.score(candidate)
             # Accepted unless it makes the label-free score worse: refinement may not undo a good map.
-            if centroid_score >= refined_score - rp.tol:
-                matrix, centroid_accepted = candidate, True
-        final_score = max(refined_score, centroid_score) if centroid_accepted else refined_score
+            if centroid_score >= history.best_score - self.refine.tol:
+                matrix, accepted = candidate, True
+        final_score = max(history.best_score, centroid_score) if accepted else history.best_score
         seconds["refine2"] = time.perf_counter() - clock
-        logger.info(
-            "restart %d: nn-similarity %.4f -> %.4f", started.restart, record["nn_similarity"]["initial"], final_score
+        logger.info("%s: nn-similarity %.4f -> %.4f", record.label, record.nn_similarity.initial, final_score)
+        started.matrix = matrix
+        record.nn_similarity.refine1 = history.best_score
+        record.nn_similarity.refine2 = centroid_score
+        record.nn_similarity.final = final_score
+        record.refined = True
+        if started.anchors is not None:
+            record.anchor_consistency_final = anchor_consistency(started.anchors, matrix)
+        record.refine1_iterations = history.iterations
+        record.refine1_best_iteration = history.best_iteration
+        record.refine1_stopped_early = history.stopped_early
+        record.refine1_scores = history.scores
+        record.refine1_average_score = history.average_score
+        record.refine1_averaged = history.averaged
+        record.refine2_accepted = accepted
+
+    def _refine1(self, run: _Run, matrix, step, *, n_iter: int, start_score, where: str, progress=None):
+        """Refine-1 with this aligner's settings, for ``n_iter`` steps (a pass's refine-1, or the polish)."""
+        rp = self.refine
+        return refine_by_neighbours(
+            matrix,
+            step,
+            score=run.score,
+            n_iter=n_iter,
+            patience=rp.patience,
+            tol=rp.tol,
+            start_score=start_score,
+            average=rp.average,
+            score_every=rp.score_every,
+            progress=progress,
+            out_of_time=run.budget.check(where),
         )
-        anchors = started.anchors
-        record["nn_similarity"] |= {"refine1": refined_score, "refine2": centroid_score, "final": final_score}
-        record |= {
-            "matrix": matrix,
-            "refined": True,
-            "anchor_consistency_final": anchor_consistency(anchors, matrix) if anchors is not None else None,
-            "refine1_iterations": history.iterations,
-            "refine1_best_iteration": history.best_iteration,
-            "refine1_stopped_early": history.stopped_early,
-            "refine1_scores": history.scores,
-            "refine1_average_score": history.average_score,
-            "refine1_averaged": history.averaged,
-            "refine2_accepted": centroid_accepted,
-        }
+
+    def _refine2(self, started: Pass, matrix: np.ndarray) -> np.ndarray:
+        rp = self.refine
+        return refine_by_centroids(
+            started.step.source,
+            started.step.target,
+            matrix,
+            n_clusters=rp.centroid_clusters,
+            kmeans_iter=rp.centroid_kmeans_iter,
+            alpha=rp.centroid_alpha,
+            orthogonalize=rp.orthogonalize,
+            seed=int(started.centroid_rng.integers(2**31)),
+            precision=self.precision_,
+            pairs=started.step.pairs,
+            pair_weight=rp.pair_weight,
+        )
 
     def _progress(self, description: str, total: int, unit: str):
         """A context manager yielding ``tick(done, total)`` (None unless ``verbose``) over a
@@ -1004,14 +842,9 @@ class MiniVec2Vec(BaseEstimator):
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> MiniVec2Vec:
         config_path, state_path = Path(path) / CONFIG_FILE, Path(path) / STATE_FILE
-        # Format-1 folders may predate the state's hash.
-        config, state_bytes = read_state_folder(
-            path, CONFIG_FILE, versions=(1, FORMAT_VERSION), written_by="align fit", require_hash=False
-        )
-        version = config["format_version"]
+        config, state_bytes = read_state_folder(path, CONFIG_FILE, versions=(FORMAT_VERSION,), written_by="align fit")
         try:
-            params = config["params"]
-            aligner = cls(**from_flat(params)) if version == 1 else cls.from_params(params)
+            aligner = cls.from_params(config["params"])
             aligner.n_features_in_ = int(config["n_features_in"])
             aligner.n_features_out_ = int(config["n_features_out"])
             aligner.fit_seconds_ = float(config["fit_seconds"])
@@ -1040,43 +873,54 @@ class MiniVec2Vec(BaseEstimator):
                 f"{aligner.n_features_in_} -> {aligner.n_features_out_} dimensions"
             )
         aligner.diagnostics_ = config.get("diagnostics", {})
-        # Format-1 folders judged structural convergence only.
-        aligner.converged_ = aligner.diagnostics_.get("trusted", aligner.diagnostics_.get("converged") is not False)
-        aligner.confidence_ = aligner.diagnostics_.get("confidence")
-        aligner.stopped_early_ = bool(aligner.diagnostics_.get("stopped_early", False))
         aligner.precision_ = aligner.diagnostics_.get("precision", "float32")
         return aligner
 
 
 @dataclasses.dataclass
-class _Search:
-    """What every pass of one fit shares: the centred rows, their indexes, the score, the budget, and the rows
-    that the agreement of two maps is measured on."""
+class _Seeds:
+    """One independent stream per pass and per stage: how far one stage ran (its stopping rule reads scores, which
+    carry the BLAS kernel's rounding) must not shift any later draw. The check's, search's, polish's and identity
+    candidate's streams come last, so the passes' are those of a fit without them."""
 
-    a: np.ndarray
-    b: np.ndarray
-    index_a: NeighbourIndex
-    index_b: NeighbourIndex
-    score: Any
-    budget: Budget
-    rows: np.ndarray
+    setup: np.random.SeedSequence
+    passes: list[np.random.SeedSequence]
+    check: np.random.SeedSequence
+    search: list[np.random.SeedSequence]
+    polish: np.random.SeedSequence
+    reference: np.random.SeedSequence
 
-    def pass_args(self, seed: np.random.SeedSequence, anchors: AnchorParams | None = None) -> tuple:
-        """The arguments of ``MiniVec2Vec._start_pass`` after ``restart``, for an unpaired pass on ``seed`` (with
-        ``anchors`` instead of the aligner's anchor settings, where given)."""
-        return self.a, self.b, self.index_a, self.index_b, self.score, seed, self.budget, None, anchors
+    @classmethod
+    def spawn(cls, random_state: int | None, n_restarts: int, n_search: int) -> _Seeds:
+        setup, *rest = np.random.SeedSequence(random_state).spawn(4 + n_restarts + n_search)
+        passes, (check, *rest) = rest[:n_restarts], rest[n_restarts:]
+        return cls(setup, passes, check, rest[:n_search], rest[n_search], rest[n_search + 1])
 
 
 @dataclasses.dataclass
-class _Pass:
-    """A pass that has run up to its convergence judgement: its diagnostics so far (``record``, the map under
-    ``"matrix"``) and what its refinement needs."""
+class _Run:
+    """What every pass and check of one fit shares: the centred unit rows, their indexes, the probes the
+    label-free score reads, the known pairs, the trivial maps, the rows the trust and agreement read, the budget."""
 
-    restart: int
-    record: dict[str, Any]
-    anchors: AnchorSet | None
-    step: NeighbourStep  # refine-1's step, on the pass's own refine stream
-    centroid_rng: np.random.Generator
+    a: np.ndarray
+    b: np.ndarray
+    probe_a: np.ndarray
+    probe_b: np.ndarray
+    index_a: NeighbourIndex
+    index_b: NeighbourIndex
+    known: tuple[np.ndarray, np.ndarray] | None
+    eye: np.ndarray | None  # the identity, where the dims agree
+    rotations: list[np.ndarray]  # random rotations: chance level
+    trust_a: np.ndarray
+    trust_b: np.ndarray
+    budget: Budget
+
+    def score(self, matrix: np.ndarray) -> float:
+        """The label-free score that chooses passes and stops refinement."""
+        return bidirectional_nn_similarity(self.probe_a, self.probe_b, self.index_a, self.index_b, matrix)
+
+    def trust(self, matrix: np.ndarray) -> float:
+        return trust_score(self.trust_a, self.trust_b, matrix)
 
 
 def _plain(value: Any) -> Any:

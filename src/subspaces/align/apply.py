@@ -21,8 +21,10 @@ def apply_to_file(
     centered: bool = False,
     chunk_size: int = 65_536,
     progress: bool = False,
+    force: bool = False,
 ) -> int:
     """Write ``aligner.transform`` of every row of ``input_path`` to ``output_path``; returns the row count.
+    A map its fit did not trust is refused unless ``force`` (:meth:`~subspaces.align.MiniVec2Vec.check_trusted`).
 
     The input is never modified (``output_path`` must be another file). Bad rows (NaN, zero vectors) and a
     wrong width raise a :class:`DimensionError` naming the row in the file; an unreadable or ragged file a
@@ -39,6 +41,8 @@ def apply_to_file(
             raise
 
     aligner._check_fitted()
+    if not force:
+        aligner.check_trusted()
     return map_vectors_file(
         input_path,
         output_path,

@@ -1,8 +1,7 @@
 """The aligner's settings, one frozen dataclass per stage, each checking its own fields when it is built.
 
 A field's bounds sit beside it (``setting(default, low=..., ...)``), so the rules are read where the setting is
-declared; checks that tie fields of different stages together live in :func:`check_together`. The aligner keeps a
-reader for the flat parameter names of format-1 folders (:func:`from_flat`).
+declared; checks that tie fields of different stages together live in :func:`check_together`.
 """
 
 from __future__ import annotations
@@ -239,62 +238,3 @@ def check_together(anchors: AnchorParams, structure: StructureParams, converged_
         raise SubspacesError(
             f"structure.stop_swap_share ({stop}) must not exceed converged_swap_share ({converged_swap_share})"
         )
-
-
-# Format-1 folders (and the benchmarks' --params) name the 37 settings flat: flat name -> (stage, field).
-FLAT_NAMES: dict[str, tuple[str, str]] = {
-    "n_anchor_runs": ("anchors", "n_runs"),
-    "n_anchor_clusters": ("anchors", "n_clusters"),
-    "anchor_sample": ("anchors", "sample"),
-    "kmeans_redo": ("anchors", "kmeans_redo"),
-    "qap_method": ("anchors", "qap_method"),
-    "anchor_kernel": ("anchors", "kernel"),
-    "qap_restarts": ("anchors", "qap_restarts"),
-    "anchor_keep": ("anchors", "keep"),
-    "n_pseudo_pairs": ("anchors", "n_pseudo_pairs"),
-    "relative_k": ("anchors", "relative_k"),
-    "structure_iter": ("structure", "n_iter"),
-    "structure_clusters": ("structure", "n_clusters"),
-    "structure_runs": ("structure", "n_runs"),
-    "structure_sample": ("structure", "sample"),
-    "structure_steps": ("structure", "steps"),
-    "structure_patience": ("structure", "patience"),
-    "structure_stop_swap_share": ("structure", "stop_swap_share"),
-    "refine_iter": ("refine", "n_iter"),
-    "refine_sample": ("refine", "sample"),
-    "refine_k": ("refine", "k"),
-    "refine_alpha": ("refine", "alpha"),
-    "refine_bidirectional": ("refine", "bidirectional"),
-    "refine_patience": ("refine", "patience"),
-    "refine_score_every": ("refine", "score_every"),
-    "refine_average": ("refine", "average"),
-    "refine_tol": ("refine", "tol"),
-    "orthogonalize": ("refine", "orthogonalize"),
-    "centroid_clusters": ("refine", "centroid_clusters"),
-    "centroid_alpha": ("refine", "centroid_alpha"),
-    "ann_lists": ("search", "ann_lists"),
-    "ann_probe": ("search", "ann_probe"),
-    "probe_size": ("search", "probe_size"),
-}
-# One flat k-means iteration count served every stage.
-KMEANS_ITER = (("anchors", "kmeans_iter"), ("structure", "kmeans_iter"), ("refine", "centroid_kmeans_iter"))
-TOP_LEVEL = ("n_restarts", "converged_swap_share", "random_state", "verbose")  # format 1 had no others
-
-
-def from_flat(flat: dict[str, Any]) -> dict[str, Any]:
-    """Keyword arguments of ``MiniVec2Vec`` from the flat names of format 1; an unknown name is an error."""
-    grouped: dict[str, dict[str, Any]] = {stage: {} for stage in STAGES}
-    kwargs: dict[str, Any] = {}
-    for name, value in flat.items():
-        if name in FLAT_NAMES:
-            stage, key = FLAT_NAMES[name]
-            grouped[stage][key] = value
-        elif name == "kmeans_iter":
-            for stage, key in KMEANS_ITER:
-                grouped[stage][key] = value
-        elif name in TOP_LEVEL:
-            kwargs[name] = value
-        else:
-            valid = sorted([*FLAT_NAMES, "kmeans_iter", *TOP_LEVEL])
-            raise SubspacesError(f"unknown flat parameter {name!r}; valid: {', '.join(valid)}")
-    return kwargs | {stage: STAGES[stage].from_dict(values) for stage, values in grouped.items()}

@@ -85,21 +85,59 @@ def _aligner(params: Optional[Path], defaults: Optional[dict] = None, **options)
     return aligner
 
 
+# The old command line's flat options, to name their replacement: flat name -> (stage, setting).
+_FLAT_OPTIONS: dict[str, tuple[str, str]] = {
+    "n_anchor_runs": ("anchors", "n_runs"),
+    "n_anchor_clusters": ("anchors", "n_clusters"),
+    "anchor_sample": ("anchors", "sample"),
+    "kmeans_redo": ("anchors", "kmeans_redo"),
+    "qap_method": ("anchors", "qap_method"),
+    "anchor_kernel": ("anchors", "kernel"),
+    "qap_restarts": ("anchors", "qap_restarts"),
+    "anchor_keep": ("anchors", "keep"),
+    "n_pseudo_pairs": ("anchors", "n_pseudo_pairs"),
+    "relative_k": ("anchors", "relative_k"),
+    "structure_iter": ("structure", "n_iter"),
+    "structure_clusters": ("structure", "n_clusters"),
+    "structure_runs": ("structure", "n_runs"),
+    "structure_sample": ("structure", "sample"),
+    "structure_steps": ("structure", "steps"),
+    "structure_patience": ("structure", "patience"),
+    "structure_stop_swap_share": ("structure", "stop_swap_share"),
+    "refine_iter": ("refine", "n_iter"),
+    "refine_sample": ("refine", "sample"),
+    "refine_k": ("refine", "k"),
+    "refine_alpha": ("refine", "alpha"),
+    "refine_bidirectional": ("refine", "bidirectional"),
+    "refine_patience": ("refine", "patience"),
+    "refine_score_every": ("refine", "score_every"),
+    "refine_average": ("refine", "average"),
+    "refine_tol": ("refine", "tol"),
+    "orthogonalize": ("refine", "orthogonalize"),
+    "centroid_clusters": ("refine", "centroid_clusters"),
+    "centroid_alpha": ("refine", "centroid_alpha"),
+    "ann_lists": ("search", "ann_lists"),
+    "ann_probe": ("search", "ann_probe"),
+    "probe_size": ("search", "probe_size"),
+}
+# One flat k-means iteration count served every stage.
+_KMEANS_ITER = (("anchors", "kmeans_iter"), ("structure", "kmeans_iter"), ("refine", "centroid_kmeans_iter"))
+
+
 def _refuse_flat_options(extra: list[str]) -> None:
     """The 37 flat options became ``--params`` settings: name the replacement of one that is still used."""
-    from subspaces.align.params import FLAT_NAMES, KMEANS_ITER
     from subspaces.errors import SubspacesError
 
     if not extra:
         return
     name = extra[0].split("=", 1)[0]
     flat = name.removeprefix("--").replace("-", "_")
-    if flat.startswith("no_") and flat[3:] in FLAT_NAMES:  # the old boolean flags had --no- forms
+    if flat.startswith("no_") and flat[3:] in _FLAT_OPTIONS:  # the old boolean flags had --no- forms
         flat = flat[3:]
     if flat == "converged_swap_share":  # a setting of the aligner itself, not of a stage
         raise SubspacesError(f'{name} was replaced by --params FILE.json holding {{"{flat}": ...}} (see docs/align.md)')
-    if flat in FLAT_NAMES or flat == "kmeans_iter":
-        places = [FLAT_NAMES[flat]] if flat in FLAT_NAMES else list(KMEANS_ITER)
+    if flat in _FLAT_OPTIONS or flat == "kmeans_iter":
+        places = [_FLAT_OPTIONS[flat]] if flat in _FLAT_OPTIONS else list(_KMEANS_ITER)
         where = " and ".join(f'{{"{stage}": {{"{key}": ...}}}}' for stage, key in places)
         raise SubspacesError(f"{name} was replaced by --params FILE.json holding {where} (see docs/align.md)")
     raise SubspacesError(f"no such option: {name} (see `subspaces align fit --help`)")
@@ -183,8 +221,6 @@ def fit_cmd(
         random_state=seed,
         verbose=True,
     )
-    if aligner.max_seconds == float("inf"):
-        aligner.max_seconds = None  # saved as JSON null, which reads back as no limit
     pairs = _load_pairs(pairs_source, pairs_target)
     a = _load_side(source_emb, source, source_texts, device)
     b = _load_side(target_emb, target, target_texts, device)
@@ -277,13 +313,11 @@ def apply_cmd(
     """Map a stored collection into the target space, in chunks; written atomically, the input untouched."""
     from subspaces.align import MiniVec2Vec
     from subspaces.align.apply import apply_to_file
-    from subspaces.errors import SubspacesError
 
     aligner = MiniVec2Vec.load(aligner_dir)
-    if not aligner.converged_ and not force:
-        problems = aligner.diagnostics_.get("problems") or ["its fit did not converge"]
-        raise SubspacesError(f"{aligner_dir}: this map is not trusted ({problems[0]}); refit, or pass --force")
-    n = apply_to_file(aligner, input, output, centered=centered, chunk_size=chunk_size, progress=True)
+    if not force:
+        aligner.check_trusted(aligner_dir)
+    n = apply_to_file(aligner, input, output, centered=centered, chunk_size=chunk_size, progress=True, force=True)
     echo(f"mapped {n} vectors {aligner.n_features_in_}-d -> {aligner.n_features_out_}-d into {output}")
 
 

@@ -1,0 +1,73 @@
+"""A pass of the fit (anchors -> initial map -> structure -> refine-1 -> refine-2) as typed records: what is
+saved of it (:class:`PassRecord`, under ``diagnostics_["restarts"]``) and what its later stages need (:class:`Pass`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from subspaces.align.anchors import AnchorSet
+from subspaces.align.refine import NeighbourStep
+
+
+@dataclass
+class StageScores:
+    """The label-free neighbour similarity after each stage (None: not run yet)."""
+
+    initial: float
+    structure: float
+    refine1: float | None = None
+    refine2: float | None = None
+    final: float | None = None
+
+
+@dataclass(kw_only=True)
+class PassRecord:
+    """One pass's label-free diagnostics (the field order is the saved order)."""
+
+    label: str  # "restart i/n", "agreement check", "identity start" or "search pass j"
+    refined: bool = False  # refine-1 and refine-2 ran (a pass a converged one replaced is left unrefined)
+    nn_similarity: StageScores
+    anchor_clusters: int | None = None  # None: started from known pairs or the identity
+    qap_agreement: float | None = None
+    mean_qap_objective: float | None = None
+    runs_kept: int = 0
+    anchor_consistency_initial: float | None = None
+    anchor_consistency_final: float | None = None
+    structure_iterations: int = 0
+    structure_scores: list[float] = field(default_factory=list)
+    structure_swapped: list[float] = field(default_factory=list)  # share of seeded cluster pairs each round swapped
+    refine1_iterations: int = 0
+    refine1_best_iteration: int = -1
+    refine1_stopped_early: bool = False
+    refine1_scores: list[float] = field(default_factory=list)
+    refine1_average_score: float | None = None
+    refine1_averaged: bool = False
+    refine2_accepted: bool = False
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    def converged(self, swap_share: float | None) -> bool | None:
+        """Whether the last structural round swapped at most ``swap_share`` of the seeded pairs; None where there
+        is nothing to judge by (no structural stage) or no threshold to judge with."""
+        if swap_share is None or not self.structure_swapped:
+            return None
+        return self.structure_swapped[-1] <= swap_share
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Pass:
+    """A pass in progress: its record, its map (structured, then refined) and what refinement needs."""
+
+    restart: int  # its place: 0.. the restarts, -1 the agreement check, -2 from the identity, beyond: search passes
+    record: PassRecord
+    matrix: np.ndarray
+    structured: np.ndarray  # the map after the structural stage, kept for diagnosis (``pass_maps_``)
+    anchors: AnchorSet | None
+    step: NeighbourStep  # refine-1's step, on the pass's own refine stream
+    centroid_rng: np.random.Generator

@@ -1,0 +1,196 @@
+"""Verification: whether a finished map is to be trusted. Each check compares the map with something it was not
+fitted to climb: the trivial maps (trust), an independent pass (agreement), a map refined from the identity
+(identity reference) and the user's known pairs. :func:`verdict` turns their results into the fit's problems and
+confidence. Orchestration (which passes run) is :mod:`.aligner`'s; the scores used while fitting are
+:mod:`.diagnostics`'.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from subspaces.align.diagnostics import TRUST_K, cross_similarities, csls_score
+from subspaces.align.preprocess import normalize_rows
+
+TRUST_ROWS = 4096  # rows of each side the trust score compares (the cost of CSLS grows with their square)
+# How far (x chance level) the identity candidate's trust score must beat the fitted map's to replace (init="auto")
+# or flag (init="anchors") it; chosen on the dev pools (benchmarks/notes/align.md, "Reading the aligner").
+IDENTITY_REFERENCE_MARGIN = 0.25
+
+
+def map_agreement(rows: np.ndarray, first: np.ndarray, second: np.ndarray) -> float:
+    """Mean cosine between ``rows`` mapped by ``first`` and by ``second``: how far two maps found from
+    independent anchors agree (the agreement check of ``MiniVec2Vec.agreement_threshold``)."""
+    return float(np.mean(np.sum(normalize_rows(rows @ first) * normalize_rows(rows @ second), axis=1)))
+
+
+def trust_score(source_probe: np.ndarray, target_probe: np.ndarray, matrix: np.ndarray) -> float:
+    """The label-free score the trust check uses: :func:`csls_score` of the mapped source rows among the target
+    rows. Chosen on the dev pool (``benchmarks/align_protocol.py trust-check``) over the plain neighbour
+    similarity, the mutual-neighbour rate and the k-NN mixing, which all scored wrong fitted maps at or above the
+    supervised ceiling; score it on rows the fit's stopping rules did not see, as those rules climb their own."""
+    return csls_score(cross_similarities(source_probe, target_probe, matrix))
+
+
+def trust_lift(final: float, identity: float | None, control: float) -> float:
+    """How far a map's :func:`trust_score` rises above the best trivial map's (the identity where the dims agree,
+    ``None`` otherwise, and ``control``: a random rotation's, chance level), in units of chance level."""
+    trivial = control if identity is None else max(control, identity)
+    return (final - trivial) / max(abs(control), 1e-12)
+
+
+def trust_problem(final: float, identity: float | None, control: float, *, margin: float) -> str | None:
+    """Why a map with trust score ``final`` is not trusted against the trivial maps, or None.
+
+    Trusted when it beats the best trivial map by more than ``margin`` x chance level (:func:`trust_lift`).
+    """
+    if trust_lift(final, identity, control) > margin:
+        return None
+    scores = f"random rotation: {control:.4f}, chance level; margin: {margin:g} x chance"
+    if identity is not None and identity >= control:
+        return (
+            f"the fitted map's label-free score (CSLS {final:.4f}) is not clearly better than leaving the vectors "
+            f"unmapped (identity: {identity:.4f}; {scores}); the map is probably wrong, and the identity may serve "
+            f"better."
+        )
+    return (
+        f"the fitted map's label-free score (CSLS {final:.4f}) is not clearly better than a random rotation's "
+        f"({scores}); the map is probably wrong."
+    )
+
+
+MIN_JUDGING_PAIRS = 20  # fewer known pairs leave top-1 among them too coarse (and too easy) to judge a map by
+MAX_JUDGING_PAIRS = 4096  # an evenly spaced subset above this: the check holds an n x n block (64 MiB at 4,096)
+PAIRED_TOP1_FLOOR = 0.5  # the protocol's line between a broken map and a usable one, as a share of the pairs
+
+
+def paired_top1(source: np.ndarray, target: np.ndarray, matrix: np.ndarray) -> float:
+    """Share of known pairs whose mapped source row has its own target row as nearest among the pairs' targets
+    (a tie counts as found, so a pair file that repeats a text loses nothing). Ties within 1e-5: the BLAS may give
+    one dot product two roundings at two places of a product (OpenBLAS on an AMD AVX2 CPU did)."""
+    sims = cross_similarities(source, target, matrix)
+    return float((np.diagonal(sims) >= sims.max(axis=1) - 1e-5).mean())
+
+
+def paired_check(
+    pairs: tuple[np.ndarray, np.ndarray], matrix: np.ndarray, identity: np.ndarray | None
+) -> dict[str, Any]:
+    """How a map fitted with known ``pairs`` (preprocessed rows) places them: top-1 among the pairs (on at most
+    :data:`MAX_JUDGING_PAIRS` of them), the identity's where the dims agree, and the problem if it fails.
+
+    The map has seen these pairs (each weighs one neighbour-mean pair of thousands in every step), so this is an
+    in-sample check: it cannot certify a map (a right one usually places every pair, top-1 1.0), but one that does
+    not put at least half of the user's own re-embedded texts next to their new vectors, or does worse than
+    leaving them unmapped, is broken. Top-1 among more pairs is harder, so the share is reported with their
+    number. Judged from :data:`MIN_JUDGING_PAIRS` pairs; with it, ``fit`` no longer asks the structural swap share,
+    which stays high on pools whose clusters overlap, right map or not.
+    """
+    n = len(pairs[0])
+    rows = np.linspace(0, n - 1, min(n, MAX_JUDGING_PAIRS)).round().astype(int)
+    source, target = pairs[0][rows], pairs[1][rows]
+    top1 = paired_top1(source, target, matrix)
+    unmapped = paired_top1(source, target, identity) if identity is not None else None
+    judged = n >= MIN_JUDGING_PAIRS
+    problem = None
+    if judged and (top1 < PAIRED_TOP1_FLOOR or (unmapped is not None and top1 < unmapped)):
+        against = f"; unmapped: {unmapped:.0%}" if unmapped is not None else ""
+        problem = (
+            f"the map puts only {top1:.0%} of {len(rows)} known pairs' source texts nearest their own target "
+            f"vectors among those pairs (in-sample; trusted: >= {PAIRED_TOP1_FLOOR:.0%} and no worse than leaving "
+            f"them unmapped{against}); check that row i of both pair files embeds the same text."
+        )
+    return {
+        "pairs": n,
+        "scored": len(rows),
+        "judged": judged,
+        "top1": top1,
+        "identity_top1": unmapped,
+        "problem": problem,
+    }
+
+
+def trust_report(
+    trust_a: np.ndarray, trust_b: np.ndarray, final: float, eye: np.ndarray | None, rotations: list, margin: float
+) -> dict[str, Any]:
+    """The trust check of a map whose trust score is ``final``: the trivial maps' scores on the same rows (the
+    identity ``eye`` where the dims agree, the best of the random ``rotations``) and the lift over them."""
+    identity = trust_score(trust_a, trust_b, eye) if eye is not None else None
+    control = max(trust_score(trust_a, trust_b, rotation) for rotation in rotations)
+    return {
+        "final": final,
+        "identity": identity,
+        "random_rotation": control,
+        "lift": trust_lift(final, identity, control),
+        "margin": margin,
+        "score": f"csls (k={TRUST_K})",
+        "rows": [len(trust_a), len(trust_b)],
+    }
+
+
+def identity_beats(reference: dict[str, Any]) -> bool:
+    """Whether the identity candidate's trust score beats the anchored map's by more than its margin."""
+    return reference["lift"] is not None and reference["lift"] > IDENTITY_REFERENCE_MARGIN
+
+
+def verdict(
+    *,
+    earlier: list[str],
+    kept: str,
+    converged: bool | None,
+    swapped: list[float],
+    converged_swap_share: float | None,
+    agreement: dict[str, Any],
+    paired: dict[str, Any] | None,
+    trust: dict[str, Any],
+    reference: dict[str, Any],
+) -> tuple[list[str], float | None]:
+    """The problems found with the kept map (``earlier`` ones first; each a sentence for a warning) and its
+    confidence in [0, 1] (0 when a problem was found): the agreement with an independent pass where it was
+    checked, else the known pairs' top-1 where they judge, else the share of seeded cluster pairs the last
+    structural round kept.
+
+    Two independent maps that agree are stronger evidence than one pass's structural swap share (which on small
+    pools ends low on wrong passes too), so the swap share judges only where agreement was not checked; with
+    enough known pairs, they judge instead (the swap share stays high on pools whose clusters overlap, right map
+    or not). The anchored passes' own verdicts do not judge an identity candidate kept instead."""
+    judged = paired if paired is not None and paired["judged"] else None
+    anchored = kept != "identity reference"
+    problems = list(earlier)
+    if anchored and converged is False and agreement["agreement"] is None and judged is None:
+        problems.append(
+            f"no pass of the alignment converged: the kept one's structural search still swapped "
+            f"{swapped[-1]:.0%} of the seeded cluster pairs in its last round "
+            f"(converged: <= {converged_swap_share:.0%}); the map is probably wrong. Try more n_restarts, "
+            f"more data, or check the pair on a few paired texts."
+        )
+    if judged is not None and judged["problem"] is not None:
+        problems.append(judged["problem"])
+    problem = trust_problem(trust["final"], trust["identity"], trust["random_rotation"], margin=trust["margin"])
+    if problem is not None:
+        problems.append(problem)
+    if identity_beats(reference) and kept == "anchors":
+        problems.append(
+            f"a map refined from the identity (the vectors left as they are, then refine-1) "
+            f"scores clearly higher than the fitted map on the label-free score (CSLS "
+            f"{reference['trust']:.4f} against {trust['final']:.4f}; chance level {trust['random_rotation']:.4f}): "
+            f"the two models probably share coordinates and the fitted map is in a worse basin. Refit with "
+            f"init='identity' (--init identity), or check the pair on a few paired texts."
+        )
+    if anchored and agreement["agreement"] is not None and agreement["agreement"] < agreement["threshold"]:
+        problems.append(
+            f"no two independent passes of the alignment agree ({agreement['compared']} compared): their maps "
+            f"give the same rows a mean cosine of {agreement['agreement']:.2f} at most (trusted: >= "
+            f"{agreement['threshold']:g}; passes whose structure did not converge are not compared); a right "
+            f"map is found again from other anchors, so this one is probably wrong. Try more data, more "
+            f"agreement_search passes, or fit with a few hundred known pairs (--pairs-source/--pairs-target)."
+        )
+    confidence = 1.0 - swapped[-1] if swapped else None
+    if not anchored:  # the identity candidate's lead over the anchored map, in units of chance level, capped
+        confidence = min(float(reference["lift"]), 1.0)
+    elif agreement["agreement"] is not None:
+        confidence = min(max(agreement["agreement"], 0.0), 1.0)
+    elif judged is not None:
+        confidence = judged["top1"]
+    return problems, 0.0 if problems else confidence
