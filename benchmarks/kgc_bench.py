@@ -104,8 +104,8 @@ def efficiency(args: argparse.Namespace) -> dict:
     from subspaces.kgc.ranking import rank_metrics, rank_queries
     from subspaces.kgc.texts import KGCTexts
     from subspaces.models.conditional import build_model, load_model
+    from subspaces.models.embedding_cache import EmbeddingShardCache
     from subspaces.models.encoder import encode
-    from subspaces.models.store import EmbeddingShardCache
 
     kg = load_kg(args.dataset)
     texts = KGCTexts.build(kg)

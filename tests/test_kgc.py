@@ -216,8 +216,8 @@ def tiny_encoder_dir(tmp_path_factory):
 
 
 def test_entity_embedding_shards_are_reused_and_keyed_by_text_and_weights(tmp_path, tiny_encoder_dir):
+    from subspaces.models.embedding_cache import EmbeddingShardCache
     from subspaces.models.encoder import load_encoder
-    from subspaces.models.store import EmbeddingShardCache
 
     model = load_encoder(tiny_encoder_dir, max_seq_length=32)
     texts = [f"entity number {i}" for i in range(10)]
@@ -474,8 +474,8 @@ def test_grouped_conditioning_equals_per_row_head():
 
 
 def test_shards_hold_distinct_texts_so_repeats_share_them(tmp_path, tiny_encoder_dir):
+    from subspaces.models.embedding_cache import EmbeddingShardCache
     from subspaces.models.encoder import load_encoder
-    from subspaces.models.store import EmbeddingShardCache
 
     model = load_encoder(tiny_encoder_dir, max_seq_length=32)
     texts = ["a", "b", "a", "c", "d", "b", "e"]

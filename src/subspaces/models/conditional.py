@@ -24,7 +24,7 @@ from torch import nn
 
 from subspaces.cache import LRUCache
 from subspaces.errors import SubspacesError
-from subspaces.models.store import DEFAULT_MEMORY_BYTES, EmbeddingStore
+from subspaces.models.embedding_cache import DEFAULT_MEMORY_BYTES, EmbeddingCache
 from subspaces.models.triencoder import TriEncoder, build_tri_encoder, cache_stats, pair_similarity
 
 ARCHS = ("tri", "bi")
@@ -40,7 +40,7 @@ class ConditionalEncoder(Protocol):
     task: str  # "cond" or "kgc", recorded in the saved folder
     freeze_encoder: bool
     metadata: dict[str, Any]  # set by the task's training: label range, seen conditions, dataset, ...
-    store: EmbeddingStore
+    store: EmbeddingCache
     training: bool
 
     @property
@@ -100,7 +100,7 @@ class BiEncoder(nn.Module):
         for enc in self.encoders():
             for p in enc.parameters():
                 p.requires_grad_(not freeze_encoder)
-        self.store = EmbeddingStore(
+        self.store = EmbeddingCache(
             {"pair": encoder, "sentence": self.encoders()[-1]},
             memory_bytes=cache_bytes,
             disk=disk_cache,

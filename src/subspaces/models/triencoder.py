@@ -6,8 +6,8 @@ head (:mod:`subspaces.models.heads`) projects each text under its condition::
     z = head(E(text), E_c(condition))          # hypernet: W_c E(text), W_c = W1(c) W2(c)ᵀ
     cond: cos(z(s1, c), z(s2, c))               kgc: query (h, r, ?) = z(h, r), scored against every E(t)
 
-Every encoder input goes through one :class:`~subspaces.models.store.EmbeddingStore` (memory LRU over optional
-disk shards) whenever the encoder is frozen or the model evaluates; the head's per-condition parameters
+Every encoder input goes through one :class:`~subspaces.models.embedding_cache.EmbeddingCache` (memory LRU over
+optional disk shards) whenever the encoder is frozen or the model evaluates; the head's per-condition parameters
 (``W1, W2``) are cached outside training too, so a text or condition seen before costs a lookup. Training with
 ``freeze_encoder=False`` runs the encoders with gradients instead (once per distinct text of a batch).
 
@@ -33,8 +33,8 @@ from torch import nn
 
 from subspaces.cache import LRUCache, content_key
 from subspaces.errors import DimensionError, SubspacesError
+from subspaces.models.embedding_cache import DEFAULT_MEMORY_BYTES, EmbeddingCache
 from subspaces.models.heads import ConditionHead, CorpusView, conditional_search, corpus_view, project_grouped
-from subspaces.models.store import DEFAULT_MEMORY_BYTES, EmbeddingStore
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class TriEncoder(nn.Module):
                 )
             for p in enc.parameters():
                 p.requires_grad_(not freeze_encoder)
-        self.store = EmbeddingStore(
+        self.store = EmbeddingCache(
             {"sentence": encoder, "condition": condition_encoder if condition_encoder is not None else encoder},
             memory_bytes=cache_bytes,
             disk=disk_cache,

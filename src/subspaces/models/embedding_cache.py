@@ -1,4 +1,4 @@
-"""One embedding store for the conditional and KGC models: an in-memory LRU per kind over optional disk shards.
+"""One embedding cache for the conditional and KGC models: an in-memory LRU per kind over optional disk shards.
 
 A model's encoders turn texts of a few *kinds* into vectors -- ``sentence`` and ``condition`` for a tri-encoder
 (the same backbone, or a separate condition encoder), a ``pair`` for a bi-encoder that reads ``(text, condition)``.
@@ -146,7 +146,7 @@ class EmbeddingShardCache:
         return vectors
 
 
-class EmbeddingStore:
+class EmbeddingCache:
     """``embed(kind, texts)`` through a memory LRU per kind and, if ``disk`` is a folder (or None: the default
     cache folder), disk shards; ``disk=False`` keeps it in memory only.
 
