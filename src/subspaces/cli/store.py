@@ -33,7 +33,7 @@ from subspaces.store.core import import_vectors
 from subspaces.store.demo import run as run_demo
 from subspaces.store.encoders import Runtime
 from subspaces.store.inputs import read_rows
-from subspaces.store.plans import ANN_REFINE, RERANK
+from subspaces.store.plans import ANN_REFINE, RERANK, RESCORE
 from subspaces.store.scaleout import choose
 from subspaces.store.search import BASES, unit_prefix
 
@@ -61,6 +61,10 @@ RayAddressOpt = Annotated[
     typer.Option(help="Deprecated, goes in the next release: write --ray ADDRESS.", show_default=False),
 ]
 ActorsOpt = Annotated[Optional[int], typer.Option(help="With --ray: encoder actors (default: one per CPU).")]
+KOpt = Annotated[int, typer.Option("-k", help="Results per query.")]
+UpsertOpt = Annotated[
+    bool, typer.Option("--upsert", help="Replace the stored rows whose id is given with other content (else refused).")
+]
 JsonOutOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON here.")]
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -176,12 +180,7 @@ def add_cmd(
     text_field: Annotated[
         str, typer.Option(help="JSON lines or CSV: the text field (a one-column CSV: that column).")
     ] = "text",
-    upsert: Annotated[
-        bool,
-        typer.Option(
-            "--upsert", help="Replace the stored rows whose id is given with another text or metadata (else refused)."
-        ),
-    ] = False,
+    upsert: UpsertOpt = False,
     batch_size: Annotated[int, typer.Option(help="Texts per encoder batch.")] = 64,
     write_batch: Annotated[int, typer.Option(help="Rows per committed write (and per Ray block).")] = 1024,
     run: StoreRun = StoreRun(),
@@ -330,7 +329,7 @@ def search_cmd(
         typer.Option(help="SQL filter on the rows, applied before the top k, e.g. \"lang = 'en' AND year > 2020\"."),
     ] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the results to this JSON file.")] = None,
-    k: Annotated[int, typer.Option("-k", help="Results per query.")] = 10,
+    k: KOpt = 10,
     dims: Annotated[Optional[int], typer.Option(help="Search the first DIMS coordinates (Matryoshka prefix).")] = None,
     rerank: Annotated[
         Literal[RERANK],  # type: ignore[valid-type]
@@ -358,7 +357,7 @@ def search_cmd(
         typer.Option(
             min=0,
             help="With --quantized: rescore RESCORE x k candidates (int8 by its codes, binary by the floats; 0: none). "
-            "Default: 4.",
+            f"Default: {RESCORE}.",
             show_default=False,
         ),
     ] = None,
@@ -397,7 +396,7 @@ def search_cmd(
         "condition": condition,
         "head": head,
         "quantized": quantized,
-        "rescore": (4 if rescore is None else rescore) or None,
+        "rescore": (RESCORE if rescore is None else rescore) or None,
     }
     if query_vectors is not None:
         if model is not None:
@@ -620,7 +619,7 @@ def demo_cmd(
     ),
     model: ModelOpt = "minilm-l6",
     n: Annotated[int, typer.Option(help="WordNet sentences in the store.")] = 3000,
-    k: Annotated[int, typer.Option("-k", help="Results per query.")] = 5,
+    k: KOpt = 5,
     dims: Annotated[int, typer.Option(help="Funnel prefix.")] = 128,
     shortlist: Annotated[int, typer.Option(help="Funnel shortlist, a multiple of k.")] = 10,
     basis: BasisOpt = "pca",
@@ -768,9 +767,7 @@ def import_cmd(
     ] = None,
     id_field: Annotated[str, typer.Option(help="The id column or field.")] = "id",
     text_field: Annotated[str, typer.Option(help="The text column or field.")] = "text",
-    upsert: Annotated[
-        bool, typer.Option("--upsert", help="Replace the stored rows whose id is given with other content.")
-    ] = False,
+    upsert: UpsertOpt = False,
     batch_rows: Annotated[int, typer.Option(min=1, help="Rows read, checked and committed at a time.")] = 4096,
     run: StoreRun = StoreRun(),
 ) -> None:

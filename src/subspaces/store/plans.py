@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 RERANK = ("full", "none")
 ANN_REFINE = 4  # an ANN search re-ranks k x this many of the index's candidates by their full vectors
+RESCORE = 4  # a quantized search rescores k x this many candidates
 MATCHES_KEPT = 16  # the where= filters whose matches are kept per table version
 
 
@@ -120,7 +121,7 @@ class Ann:
 class Quantized:
     """The space's quantized copy (:meth:`Store.quantize`), ``rescore * k`` candidates rescored (None: none)."""
 
-    rescore: int | None = 4
+    rescore: int | None = RESCORE
     where: str | None = None
 
     def run(self, store: Store, name: str, vectors: np.ndarray, k: int) -> list[SearchResult]:
@@ -189,7 +190,7 @@ def plan(
     condition: str | None = None,
     head: Any | None = None,
     quantized: bool = False,
-    rescore: int | None = 4,
+    rescore: int | None = RESCORE,
 ) -> Plan:
     """The plan :meth:`Store.search`'s options ask for, on a space of ``full`` dimensions; a refusal, in one line,
     of options that do not go together."""
