@@ -65,7 +65,7 @@ def test_every_pooler_encodes_and_round_trips(tiny_model_dir, tmp_path, pooler):
 
 
 def test_nan_embeddings_are_rejected():
-    from subspaces.models.encoder import check_finite
+    from subspaces.vectors import check_finite
 
     with pytest.raises(DimensionError, match="1 row"):
         check_finite(np.array([[0.0, 1.0], [np.nan, 0.0]]))

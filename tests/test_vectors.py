@@ -72,6 +72,8 @@ def test_checks_name_the_bad_row():
         check_finite(torch.from_numpy(x))
     with pytest.raises(DimensionError, match="the adapter was fitted on 8"):
         check_rows(np.ones((2, 4)), "rows", dim=8, fitted="the adapter")
+    with pytest.raises(DimensionError, match="has 4 dimensions, expected 8"):
+        check_rows(np.ones((2, 4)), "rows", dim=8)
     with pytest.raises(DimensionError, match="row 12"):
         check_rows(np.zeros((1, 4)), "rows", row_offset=12)
     with pytest.raises(DimensionError, match="2-D"):

@@ -113,11 +113,11 @@ def check_finite(x: Any, what: str = "embeddings") -> None:
 
 
 def check_rows(
-    x: Any, what: str, *, dim: int | None = None, fitted: str = "the aligner", row_offset: int = 0, eps: float = 1e-8
+    x: Any, what: str, *, dim: int | None = None, fitted: str | None = None, row_offset: int = 0, eps: float = 1e-8
 ) -> np.ndarray:
     """``x`` as a non-empty 2-D float32 C-contiguous array (no copy where it already is one), or a
     :class:`DimensionError` naming the first bad row: NaN or inf, or a zero vector (norm below ``eps``), or a
-    width other than ``dim`` (the one ``fitted``, e.g. "the adapter", was fitted on).
+    width other than ``dim`` (the one ``fitted``, e.g. "the adapter", was fitted on, where given).
 
     ``row_offset`` is added to the row numbers in messages (for ``x`` a chunk of a larger collection).
     """
@@ -125,7 +125,8 @@ def check_rows(
     if x.ndim != 2 or x.shape[0] == 0:
         raise DimensionError(f"{what}: expected a non-empty 2-D array (rows x dims), got shape {x.shape}")
     if dim is not None and x.shape[1] != dim:
-        raise DimensionError(f"{what}: has {x.shape[1]} dimensions, {fitted} was fitted on {dim}")
+        expected = f"{fitted} was fitted on {dim}" if fitted else f"expected {dim}"
+        raise DimensionError(f"{what}: has {x.shape[1]} dimensions, {expected}")
     x = np.ascontiguousarray(x, dtype=np.float32)
     bad = ~np.isfinite(x).all(axis=1)
     if bad.any():

@@ -9,33 +9,14 @@ from __future__ import annotations
 import numpy as np
 
 from subspaces import vectors
-from subspaces.errors import DimensionError
 
 ZERO_NORM = 1e-8  # below this a row has no direction to normalise
 
 
 def check_embeddings(x: np.ndarray, what: str, *, dim: int | None = None, row_offset: int = 0) -> np.ndarray:
-    """A 2-D float32 C-contiguous copy-free view of ``x``, or a :class:`DimensionError` naming the bad rows.
-
-    ``row_offset`` is added to the row numbers in messages (for ``x`` a chunk of a larger collection).
-    """
-    x = np.asarray(x)
-    if x.ndim != 2 or x.shape[0] == 0:
-        raise DimensionError(f"{what}: expected a non-empty 2-D array (rows x dims), got shape {x.shape}")
-    if dim is not None and x.shape[1] != dim:
-        raise DimensionError(f"{what}: has {x.shape[1]} dimensions, the aligner was fitted on {dim}")
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    bad = ~np.isfinite(x).all(axis=1)
-    if bad.any():
-        rows = np.flatnonzero(bad)
-        raise DimensionError(f"{what}: {len(rows)} row(s) hold NaN or inf (first: row {row_offset + rows[0]})")
-    zero = np.linalg.norm(x, axis=1) < ZERO_NORM
-    if zero.any():
-        rows = np.flatnonzero(zero)
-        raise DimensionError(
-            f"{what}: {len(rows)} row(s) are zero vectors (first: row {row_offset + rows[0]}), e.g. empty texts"
-        )
-    return x
+    """:func:`subspaces.vectors.check_rows` with the aligner's width ``dim``: a 2-D float32 array without NaN,
+    inf or zero rows."""
+    return vectors.check_rows(x, what, dim=dim, fitted="the aligner", row_offset=row_offset, eps=ZERO_NORM)
 
 
 def normalize_rows(x: np.ndarray) -> np.ndarray:

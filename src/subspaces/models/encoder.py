@@ -24,7 +24,7 @@ from sentence_transformers.sentence_transformer.modules import Pooling, Transfor
 from subspaces.errors import DataError, DimensionError, ModelNotFoundError, SubspacesError
 from subspaces.models import registry
 from subspaces.models.pooling import LAYER_POOLERS, POOLERS, SimCSEPooling
-from subspaces.vectors import truncate, unit_prefix
+from subspaces.vectors import check_finite, truncate, unit_prefix
 
 
 def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:
@@ -195,13 +195,6 @@ def with_pooler(model: SentenceTransformer, pooler: str, *, mlp_only_train: bool
             modules=[transformer, _make_pooler(transformer, pooler, mlp_only_train), *rest], device=str(model.device)
         )
     )
-
-
-def check_finite(embeddings: np.ndarray | torch.Tensor, what: str = "embeddings") -> None:
-    bad = ~torch.isfinite(embeddings) if isinstance(embeddings, torch.Tensor) else ~np.isfinite(embeddings)
-    if bad.any():
-        rows = int(bad.any(axis=1).sum()) if bad.ndim == 2 else int(bad.sum())
-        raise DimensionError(f"{what}: {rows} row(s) hold NaN or inf")
 
 
 @overload
