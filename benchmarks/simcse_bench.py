@@ -78,7 +78,7 @@ def scratch(
     ``--before`` the table of the untrained model.
     """
     from subspaces.data.text import wordnet_sentences
-    from subspaces.eval.sts import stsb_dev_spearman
+    from subspaces.eval.sts import STSBDevEvaluator
     from subspaces.models.encoder import build_random_bert, load_encoder
     from subspaces.train.simcse import SimCSEConfig, set_dropout, train_simcse, unsup_examples
 
@@ -114,7 +114,10 @@ def scratch(
     }
     if before:
         untrained = fresh().eval()
-        results["before"] = {"stsb_dev": stsb_dev_spearman(untrained), "sts": _sts(untrained) if full_sts else None}
+        results["before"] = {
+            "stsb_dev": STSBDevEvaluator()(untrained)["stsb_dev"],
+            "sts": _sts(untrained) if full_sts else None,
+        }
     model = fresh()
     if aug == "none":
         set_dropout(model, 0.0)

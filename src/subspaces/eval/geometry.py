@@ -11,11 +11,11 @@ import numpy as np
 import torch
 
 from subspaces.io import atomic_path
+from subspaces.vectors import normalize_rows
 
 
 def _tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
-    t = torch.as_tensor(x, dtype=torch.float32)
-    return torch.nn.functional.normalize(t, dim=-1)
+    return normalize_rows(torch.as_tensor(x, dtype=torch.float32))
 
 
 def alignment(x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, alpha: float = 2.0) -> float:

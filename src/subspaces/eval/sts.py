@@ -101,11 +101,6 @@ def geometry(model, variant: Variant = "original", split: str = "test", batch_si
     return {"alignment": alignment(e1[positive], e2[positive]), "uniformity": uniformity(both)}
 
 
-def stsb_dev_spearman(model, variant: Variant = "original", batch_size: int = 128, limit: int | None = None) -> float:
-    """Spearman x 100 on STS-B dev: what SimCSE uses to pick checkpoints."""
-    return STSBDevEvaluator(variant, batch_size, limit)(model)["stsb_dev"]
-
-
 class STSBDevEvaluator(Evaluator):
     """STS-B dev Spearman x 100 (``stsb_dev``, the primary metric): SimCSE's checkpoint selection.
 
