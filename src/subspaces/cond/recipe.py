@@ -32,7 +32,7 @@ class CondTrainConfig(FitConfig):
     batch_size: int = field(default=32, metadata={"help": "Rows per step."})
     head_lr: float = field(default=1e-3, metadata={"help": "Learning rate of the head."})
     encoder_lr: float = field(default=2e-5, metadata={"help": "Learning rate of the encoder when fine-tuning."})
-    lr: float = field(default=1e-3, init=False, repr=False)  # the loop's base rate: the groups carry their own
+    lr: float = field(init=False, repr=False)  # derived: the loop's base rate, the head's (each group has its own)
     epochs: int = field(default=10, metadata={"help": "Passes over the training rows."})
     temperature: float = field(default=1.7, metadata={"help": "τ of infonce_mse."})
     margin: float = field(default=1.0, metadata={"help": "Margin of the quadruplet loss."})
@@ -46,3 +46,6 @@ class CondTrainConfig(FitConfig):
     cache_dir: str | None = field(
         default=None, metadata={"help": "Where partial fine-tuning keeps the bottom activations (None: memory)."}
     )
+
+    def __post_init__(self) -> None:
+        self.lr = self.head_lr

@@ -176,7 +176,6 @@ def fit(
         "arch": model.arch,
     }
     overrides = {
-        "lr": config.head_lr,
         "max_steps": steps,
         "eval_steps": None,
         "eval_every_epoch": True,

@@ -193,8 +193,7 @@ def train_pipeline(
         "freeze_encoder": freeze_encoder,
         # what TriEncoder.search marks as seen (any other relation text is projected zero-shot, with a note)
         "seen_conditions": sorted({texts.relations[r] for r in set(examples[:, 1].tolist())}),
-        # "lr": the rate of everything but a separately-rated head, as folders have recorded it
-        "train": {**train, "lr": config.rates(freeze_encoder)[0], "select_on": select_on, "track_on": track_on},
+        "train": {**train, "select_on": select_on, "track_on": track_on},
         "train_result": {**result.to_dict(), "prepare_seconds": prepare_seconds},
     }
     kgc_model.save(output)

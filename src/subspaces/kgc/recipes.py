@@ -54,7 +54,8 @@ class KGCTrainConfig(FitConfig):
             "help": "Learning rate of the tri-encoder's head (default: 1e-3 frozen, the encoder's when fine-tuning)."
         },
     )
-    lr: float = field(default=5e-5, init=False, repr=False)  # the loop's base rate: the groups carry their own
+    # derived: the loop's base rate, that of all but a separately-rated head (the name saved folders record it by)
+    lr: float = field(init=False, repr=False)
     warmup_steps: int | None = field(default=400, metadata={"help": "Warm-up steps (at most a tenth of the run)."})
     weight_decay: float = field(default=1e-4, metadata={"help": "AdamW weight decay (matrices only)."})
     max_grad_norm: float | None = field(default=10.0, metadata={"help": "Gradient clipping norm."})
@@ -99,6 +100,9 @@ class KGCTrainConfig(FitConfig):
     )
     recipe: str | None = field(default=None, metadata={"help": "The named configuration applied (metadata only)."})
     description: str = "train kgc"
+
+    def __post_init__(self) -> None:
+        self.lr = self.rates(self.freeze_encoder)[0]
 
     def rates(self, frozen: bool) -> tuple[float, float | None]:
         """The rate of every trained parameter but the head's, and the head's own (None: the same)."""
