@@ -1,20 +1,22 @@
-"""The one form of a result: a dataclass with typed fields and one JSON form.
+"""The one form of a result: a dataclass with typed fields and one JSON form, read as a mapping of that form.
 
 A result's :meth:`~JSONResult.to_dict` is exactly the JSON its command writes (same keys, same order), and
-:meth:`~JSONResult.save` writes that atomically. ``result["key"]`` reads the JSON form, as the ``kgc`` and ``cond``
-docs show. An evaluator's metrics are not a result: they are a flat ``dict[str, float]``
-(:mod:`subspaces.eval.base`).
+:meth:`~JSONResult.save` writes that atomically; ``result["key"]``, ``dict(result)`` and ``{**result}`` read the
+JSON form. An evaluator's metrics are not a result: they are a flat ``dict[str, float]`` (:mod:`subspaces.eval.base`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import fields
 from typing import Any, ClassVar
 
+from subspaces.io import save_json
 
-class JSONResult:
-    """A mixin for dataclasses: fields in :attr:`OMIT_IF_NONE` are left out of the JSON when None (a metric or
+
+class JSONResult(Mapping[str, Any]):
+    """A base for dataclasses: fields in :attr:`OMIT_IF_NONE` are left out of the JSON when None (a metric or
     block that does not apply), every other field is written, nested results as their own JSON form."""
 
     OMIT_IF_NONE: ClassVar[frozenset[str]] = frozenset()
@@ -30,9 +32,13 @@ class JSONResult:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write :meth:`to_dict` as JSON, atomically (a reader never sees half a file)."""
-        from subspaces.io import save_json
-
         save_json(path, self.to_dict())
 
     def __getitem__(self, key: str) -> Any:
         return self.to_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.to_dict())

@@ -1,0 +1,27 @@
+import json
+from dataclasses import dataclass
+
+from subspaces.results import JSONResult
+
+
+@dataclass
+class Inner(JSONResult):
+    score: float
+
+
+@dataclass
+class Outer(JSONResult):
+    OMIT_IF_NONE = frozenset({"note"})
+
+    name: str
+    inner: Inner
+    note: str | None = None
+
+
+def test_a_result_is_its_json_form_read_as_a_mapping(tmp_path):
+    result = Outer("run", Inner(0.5))
+    assert result.to_dict() == {"name": "run", "inner": {"score": 0.5}}  # None left out where it does not apply
+    assert dict(result) == {**result} == result.to_dict() and result["inner"] == {"score": 0.5}
+    assert list(Outer("run", Inner(0.5), note="unseen")) == ["name", "inner", "note"]
+    result.save(tmp_path / "r.json")
+    assert json.loads((tmp_path / "r.json").read_text()) == result.to_dict()
