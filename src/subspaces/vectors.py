@@ -34,16 +34,12 @@ def normalize_rows(x: Any, *, eps: float = ZERO_NORM) -> Any:
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 
-def check_prefix(dim: int, full: int) -> int:
-    """``dim`` if a prefix of a ``full``-sized row can have it, else a :class:`DimensionError`."""
-    if not 0 < dim <= full:
-        raise DimensionError(f"truncate dim {dim} is outside 1..{full}")
-    return dim
-
-
 def truncate(x: Any, dim: int | None) -> Any:
-    """The first ``dim`` coordinates of each row (``None``: all of them), checked by :func:`check_prefix`."""
-    return x if dim is None else x[..., : check_prefix(dim, x.shape[-1])]
+    """The first ``dim`` coordinates of each row (``None``: all of them); a :class:`DimensionError` if a row has
+    fewer, or ``dim`` is not positive."""
+    if dim is not None and not 0 < dim <= x.shape[-1]:
+        raise DimensionError(f"truncate dim {dim} is outside 1..{x.shape[-1]}")
+    return x if dim is None else x[..., :dim]
 
 
 def unit_prefix(x: Any, dim: int | None = None, *, eps: float = ZERO_NORM) -> Any:
