@@ -209,8 +209,7 @@ def recipe_options(recipe: type, *, only: Iterable[str] | None = None, skip: Ite
     sets any field, those without an option included; options given on the command line win over the file, the
     file over the library's defaults.
     """
-    chosen = None if only is None else set(only)
-    hints = typing.get_type_hints(recipe)
+    chosen, skipped, hints = None if only is None else set(only), set(skip), typing.get_type_hints(recipe)
 
     def decorate(func: F) -> F:
         signature = inspect.signature(func, eval_str=True)
@@ -218,7 +217,7 @@ def recipe_options(recipe: type, *, only: Iterable[str] | None = None, skip: Ite
         declared = {p.name for p in own}
         derived: list[inspect.Parameter] = []
         for f in dataclasses.fields(recipe):
-            if f.name in declared or f.name in set(skip) or (chosen is not None and f.name not in chosen):
+            if f.name in declared or f.name in skipped or (chosen is not None and f.name not in chosen):
                 continue
             option = _field_option(f, hints[f.name])
             if option is not None:
@@ -266,14 +265,13 @@ def _field_option(f: dataclasses.Field, hint: Any) -> inspect.Parameter | None:
     flag = "--" + f.name.replace("_", "-")
     declaration = (f"{flag}/--no-{f.name.replace('_', '-')}",) if base is bool and not optional else (flag,)
     info = typer.Option(*declaration, help=f.metadata.get("help"))
-    kind = base
     if f.default is not dataclasses.MISSING:
         default = f.default
     elif f.default_factory is not dataclasses.MISSING:
         default = f.default_factory()
     else:
         default = inspect.Parameter.empty
-    annotation = Annotated[Optional[kind] if optional else kind, info]  # type: ignore[valid-type]
+    annotation = Annotated[Optional[base] if optional else base, info]  # type: ignore[valid-type]
     return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 

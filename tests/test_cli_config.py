@@ -1,0 +1,67 @@
+"""Options derived from a recipe dataclass (``cli.common.recipe_options``) and ``--config FILE``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+import typer
+from typer.testing import CliRunner
+
+from subspaces.cli.common import recipe_options, user_errors
+
+
+@dataclass
+class Recipe:
+    lr: float = field(default=3e-5, metadata={"help": "Learning rate."})
+    steps: Optional[int] = None
+    mode: Literal["a", "b"] = "a"
+    flag: bool = False
+    dims: tuple[int, ...] = (16, 32)  # no plain command-line form: --config only
+    name: str = "x"
+
+
+app = typer.Typer()
+
+
+@app.command()
+@user_errors
+@recipe_options(Recipe, skip=["name"])
+def run(out: str = "o", *, config: Recipe) -> None:
+    print(json.dumps({"out": out, **dataclasses.asdict(config)}))
+
+
+@app.command()
+def other() -> None: ...
+
+
+def invoke(*args: str) -> dict:
+    result = CliRunner().invoke(app, ["run", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_fields_become_options_with_the_librarys_defaults_and_help():
+    help_text = " ".join(CliRunner().invoke(app, ["run", "--help"]).output.split())
+    assert "--lr" in help_text and "Learning rate." in help_text and "--flag" in help_text and "--no-flag" in help_text
+    assert "--dims" not in help_text and "--name" not in help_text  # no plain form; skipped
+    assert invoke() == {"out": "o", **dataclasses.asdict(Recipe()), "dims": [16, 32]}
+    assert invoke("--lr", "0.1", "--mode", "b", "--flag")["lr"] == 0.1
+
+
+def test_a_config_file_sets_any_field_and_the_command_line_wins(tmp_path):
+    (tmp_path / "r.toml").write_text('lr = 0.5\nsteps = 7\ndims = [3]\nname = "y"\n')
+    got = invoke("--config", str(tmp_path / "r.toml"), "--steps", "9")
+    assert (got["lr"], got["steps"], got["dims"], got["name"]) == (0.5, 9, [3], "y")
+    (tmp_path / "r.json").write_text(json.dumps({"mode": "b", "lr": 0.25}))
+    got = invoke("--config", str(tmp_path / "r.json"), "--lr", "3e-5")  # given, though equal to the default
+    assert (got["mode"], got["lr"]) == ("b", 3e-5)
+
+
+def test_a_config_file_with_an_unknown_setting_is_one_error_line(tmp_path):
+    (tmp_path / "bad.json").write_text(json.dumps({"bogus": 1}))
+    result = CliRunner().invoke(app, ["run", "--config", str(tmp_path / "bad.json")])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: ") and "--config sets bogus, not settings of Recipe" in result.output
