@@ -32,16 +32,16 @@ FEEDS: dict[str, tuple[str, ...]] = {
     "matryoshka train": ("subspaces.train.matryoshka:MatryoshkaConfig", *RUNTIME),
     "matryoshka eval": ("subspaces.eval.dims:DimsEvaluator", *RUNTIME),
     "vectors search": ("subspaces.cli.search:search_vectors", "subspaces.cli.search:search_quantized"),
-    "align fit": ("subspaces.align:MiniVec2Vec",),
+    "align fit": ("subspaces.align:MiniVec2Vec", *RUNTIME),
     "align apply": ("subspaces.align.apply:apply_to_file",),
     "align eval": ("subspaces.align:evaluate_alignment",),
     "adapt fit": ("subspaces.adapt:MatryoshkaAdapter",),
     "adapt apply": ("subspaces.adapt:adapt_file",),
-    "cond train": ("subspaces.cond.train:CondTrainConfig", "subspaces.cond.pipeline:train_conditional"),
+    "cond train": ("subspaces.cond.recipe:CondTrainConfig", "subspaces.cond.pipeline:train_conditional"),
     "cond eval": ("subspaces.cond.pipeline:evaluate_conditional",),
-    "cond search": (),
+    "cond search": RUNTIME,
     "cond bench": ("subspaces.cond.pipeline:cache_benchmark",),
-    "kgc train": ("subspaces.kgc.pipeline:train_pipeline",),
+    "kgc train": ("subspaces.kgc.recipes:KGCTrainConfig", "subspaces.kgc.pipeline:train_pipeline"),
     "kgc eval": ("subspaces.kgc.pipeline:evaluate_model",),
     "store create": ("subspaces.store:Store.create", "subspaces.store:Store.open"),
     "store add": ("subspaces.store:Store.add", "subspaces.store:Store.open"),
@@ -64,6 +64,10 @@ RENAMED: dict[tuple[str, str], str] = {
     ("serve", "accept_any_model_name"): "accept_any_model",
     ("serve", "cors_origin"): "cors_origins",
     ("serve", "served_model_name"): "aliases",
+    ("matryoshka eval", "c"): "C",
+    ("matryoshka eval", "seed"): "random_state",
+    ("adapt fit", "seed"): "random_state",
+    ("align fit", "seed"): "random_state",
 }
 
 # (command, option) -> why its default differs from the library's on purpose.
@@ -72,6 +76,7 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("simcse train", "trainable_layers"): ALL_LAYERS,
     ("matryoshka train", "trainable_layers"): ALL_LAYERS,
     ("cond train", "trainable_layers"): ALL_LAYERS,
+    ("kgc train", "trainable_layers"): ALL_LAYERS,
 }
 
 
