@@ -120,8 +120,10 @@ def train(
 
     resolve_device(device)
     check_writable(output, "--output", folder=True)  # before the work, not after it
-    if lr is not None:  # the earlier --lr: the rate of whatever trains besides a separately-rated head
-        config = replace(config, **{"head_lr" if freeze_encoder else "encoder_lr": lr})
+    if lr is not None and freeze_encoder:  # the earlier --lr: the rate of all but a separately-rated head
+        config = replace(config, head_lr=lr)
+    elif lr is not None:
+        config = replace(config, encoder_lr=lr)
     config = replace(
         config,
         rank=parse_rank(rank),
@@ -132,7 +134,7 @@ def train(
         evaluate_split=None if eval_split == "none" else eval_split,
         trainable_layers=parse_trainable_layers(trainable_layers),
         cache_dir=cache_dir,
-        output_dir=checkpoint_dir,
+        output_dir=None if checkpoint_dir is None else str(checkpoint_dir),
     )
     if recipe is not None:
         config = replace(config, **_recipe_defaults(recipe.value, config.arch), recipe=recipe.value)
