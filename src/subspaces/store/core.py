@@ -254,11 +254,8 @@ class Store:
 
     def _table(self, name: str) -> Table:
         """Space ``name``'s table (:mod:`.table`); a write that moves its rows marks its quantized copy stale."""
-        return self._database.open(
-            self._space(name).table,
-            f"{self.path}, space {name}",
-            on_rewrite=lambda reason: quantized.invalidate(self, name, reason),
-        )
+        table = self._space(name).table
+        return self._database.open(name, table, on_rewrite=lambda reason: quantized.invalidate(self, name, reason))
 
     def _ids(self, name: str) -> set[str]:
         return self._table(name).ids()

@@ -138,16 +138,20 @@ class Database:
         if table in self.names():
             self._db.drop_table(table)
 
-    def open(self, table: str, label: str, on_rewrite: Callable[[str], None] | None = None) -> Table:
-        return Table(self._db, table, label, on_rewrite)
+    def open(self, space: str, table: str, on_rewrite: Callable[[str], None] | None = None) -> Table:
+        """Space ``space``'s table ``table``."""
+        return Table(self._db, table, space, f"{self.folder}, space {space}", on_rewrite)
 
 
 class Table:
-    """One space's LanceDB table. ``label`` names it in errors; ``on_rewrite(reason)`` is called before a write
-    that moves stored rows (``merge_insert``), so row-offset artefacts (a quantized copy) are marked stale first."""
+    """Space ``space``'s LanceDB table ``name``. ``label`` names it in errors; ``on_rewrite(reason)`` is called
+    before a write that moves stored rows (``merge_insert``), so row-offset artefacts (a quantized copy) are marked
+    stale first."""
 
-    def __init__(self, db: Any, name: str, label: str, on_rewrite: Callable[[str], None] | None = None) -> None:
-        self._db, self.name, self.label, self.on_rewrite = db, name, label, on_rewrite
+    def __init__(
+        self, db: Any, name: str, space: str, label: str, on_rewrite: Callable[[str], None] | None = None
+    ) -> None:
+        self._db, self.name, self.space, self.label, self.on_rewrite = db, name, space, label, on_rewrite
         self._open()
 
     def _open(self) -> None:
@@ -300,8 +304,8 @@ class Table:
                 arrays[field_.name] = columns.column_values(meta, field_.name, str(field_.type))
         if schema.field("text").nullable is False and block.column("text").null_count:
             raise DataError(
-                f"{self.label}: the table was made before rows could lack a text; import these rows with their texts "
-                "(--texts), or into a new store"
+                f"space {self.space}'s table was made before rows could lack a text; import these rows with their "
+                "texts (--texts), or into a new store"
             )
         return pa.table({f.name: arrays[f.name] for f in schema}).cast(schema)
 
