@@ -3,8 +3,8 @@
 - the models are shared with :mod:`subspaces.kgc`: :mod:`subspaces.models.conditional` (the tri-encoder and the
   bi-encoder behind one protocol, ``build_model`` / ``load_model``).
 - :mod:`subspaces.cond.sampler`: shuffled rows, or (high, low) condition pairs kept in one batch.
-- :mod:`subspaces.cond.train`: the recipe (:class:`~subspaces.cond.train.CondTrainConfig`), training (head-only
-  on cached embeddings, or fine-tuning) and evaluation.
+- :mod:`subspaces.cond.recipe`: :class:`~subspaces.cond.recipe.CondTrainConfig`, every setting of a run.
+- :mod:`subspaces.cond.train`: training (head-only on cached embeddings, or fine-tuning) and evaluation.
 - :mod:`subspaces.cond.metrics`: accuracy at a dev threshold, AUC, Spearman/Pearson/MSE, seen vs unseen.
 - :mod:`subspaces.cond.analysis`: Hyper-CL's expressiveness and cluster-impurity analyses.
 - :mod:`subspaces.cond.tasks`, :mod:`subspaces.cond.pipeline`: WiC / C-STS specs and one-call pipelines.

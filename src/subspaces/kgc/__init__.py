@@ -8,8 +8,8 @@ Modules, in the order data flows through them:
 * :mod:`subspaces.models.conditional` -- the models, shared with :mod:`subspaces.cond`: the bi-encoder (SimKGC)
   and the tri-encoder (Hyper-CL);
 * :mod:`subspaces.losses.simkgc` -- SimKGC's loss (margin, learnable temperature, masks, pre-batch, self-negatives);
-* :mod:`~subspaces.kgc.train` -- the recipe (``KGCTrainConfig``) and the task on the shared engine: triple
-  batches, the loss step;
+* :mod:`~subspaces.kgc.recipes` -- ``KGCTrainConfig`` (every setting of a run) and released configurations;
+* :mod:`~subspaces.kgc.train` -- the task on the shared engine: triple batches, the loss step;
 * :mod:`~subspaces.kgc.inference` -- entity and query vectors through the model's embedding store;
 * :mod:`~subspaces.kgc.ranking` -- filtered MR / MRR / Hits@k, forward, backward and average;
 * :mod:`~subspaces.kgc.pipeline` -- ``train_pipeline`` and ``evaluate_model``, one call each; MRR on dev.
