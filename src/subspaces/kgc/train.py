@@ -1,4 +1,5 @@
-"""KGC as a task on the shared engine (:func:`subspaces.train.engine.fit`): triple batches, SimKGC's loss, MRR on dev.
+"""KGC as a task on the shared engine (:func:`subspaces.train.engine.fit`): triple batches and SimKGC's loss (the
+evaluator, MRR on a split, is :class:`subspaces.kgc.pipeline.RankingEvaluator`, beside ``evaluate_model``).
 
 The engine optimises the :class:`~subspaces.losses.simkgc.SimKGCLoss` (it holds the model and the learnable
 temperature); a step is the loss of one batch of triples. Batches are full (the last ragged one is dropped, as
