@@ -212,3 +212,25 @@ def test_dims_defaults_to_the_principal_axes_unless_the_model_was_trained_for_tr
         table="space_0", model=ModelFingerprint(str(run), "w", 32, "Pooling(cls)", True)
     )
     assert store.default_basis() == "model"
+
+
+def test_a_plan_is_the_value_the_options_choose(made):
+    from subspaces.store import plans
+
+    store, encoder, texts = made
+    queries = spread(N + 20)[N:]
+    where = "lang = 'en'"
+    chosen = plans.plan(DIM, dims=4, shortlist=3, basis="pca", where=where)
+    assert chosen == plans.Funnel(dims=4, shortlist=3, basis="pca", where=where)
+    by_plan = store.search_vectors(queries, 5, plan=chosen)
+    assert [r.ids for r in by_plan] == [
+        r.ids for r in store.search_vectors(queries, 5, dims=4, shortlist=3, where=where)
+    ]
+    assert (
+        store.search(texts[N], 5, model=encoder, plan=plans.Exact(where)).ids
+        == brute(store, queries[:1], 5, lambda m: m["lang"] == "en")[0]
+    )
+    with pytest.raises(SubspacesError, match="quantized search reads the quantized copy alone"):
+        plans.plan(DIM, quantized=True, dims=4)
+    with pytest.raises(SubspacesError, match="give a plan or its options"):
+        store.search_vectors(queries, 5, plan=chosen, ann=True)
