@@ -160,6 +160,8 @@ def _recipe_defaults(name: str, arch: str) -> dict:
     # By name: typer may carry its own copy of click, whose ParameterSource is another class.
     sources = {key: ctx.get_parameter_source(key) for key in ctx.params}
     given = {key for key, source in sources.items() if source is not None and source.name != "DEFAULT"}
+    if "lr" in given:  # the earlier spelling sets one of these
+        given |= {"head_lr", "encoder_lr"}
     return {key: value for key, value in recipe_settings(name, arch).items() if key not in given}
 
 
