@@ -21,9 +21,12 @@ import torch
 from sentence_transformers import SentenceTransformer
 from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 
+from subspaces.config import encoding_threads, scoped_threads
 from subspaces.errors import DataError, DimensionError, ModelNotFoundError, SubspacesError
 from subspaces.models import registry
+from subspaces.models.backends import check_backend, with_backend
 from subspaces.models.pooling import LAYER_POOLERS, POOLERS, SimCSEPooling
+from subspaces.progress import Progress
 from subspaces.vectors import check_finite, truncate, unit_prefix
 
 
@@ -57,7 +60,6 @@ def load_encoder(
         backend, precision: ``onnx``/``openvino`` run the transformer as an exported graph (fp32 or int8), built
             once and cached (:mod:`subspaces.models.backends`); CPU only.
     """
-    from subspaces.models.backends import check_backend
 
     if pooler is not None and pooler not in POOLERS:
         raise SubspacesError(f"unknown pooler {pooler!r}; choose one of {', '.join(POOLERS)}")
@@ -83,8 +85,6 @@ def load_encoder(
     if max_seq_length is not None:
         model.max_seq_length = max_seq_length
     if backend != "torch":
-        from subspaces.models.backends import with_backend
-
         model = with_backend(model, backend, precision)
     return local_only(model)
 
@@ -258,13 +258,9 @@ def encode(
     texts = list(texts)
     check_unicode(texts)
     if threads is None:
-        from subspaces.config import encoding_threads
-
         wider = encoding_threads()
         threads = wider if wider is not None and wider != torch.get_num_threads() else None
     if threads is not None:
-        from subspaces.config import scoped_threads
-
         with scoped_threads(threads):
             return encode(
                 model,
@@ -284,7 +280,6 @@ def encode(
         return out.numpy() if output == "numpy" else out
     if show_progress is None:
         show_progress = len(texts) >= 2048
-    from subspaces.progress import Progress
 
     # Chunks of many batches: sentence-transformers still length-sorts within each, and our display can update.
     chunk = max(batch_size * 16, 1024)
