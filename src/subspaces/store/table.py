@@ -127,15 +127,12 @@ class Database:
         self.folder = folder
         self._db = lancedb.connect(str(folder / DB))
 
-    def names(self) -> list[str]:
-        return list(self._db.table_names())
-
     def create(self, table: str, dim: int) -> None:
         with lance_errors(str(self.folder)):
             self._db.create_table(table, schema=schema(dim))
 
     def drop(self, table: str) -> None:
-        if table in self.names():
+        if table in self._db.table_names():
             self._db.drop_table(table)
 
     def open(self, space: str, table: str, on_rewrite: Callable[[str], None] | None = None) -> Table:

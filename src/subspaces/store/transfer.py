@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from subspaces.errors import DataError, DimensionError, SubspacesError
-from subspaces.io import atomic_path, check_writable, open_text, read_jsonl
+from subspaces.io import atomic_path, base_suffix, check_writable, open_text, read_jsonl
 from subspaces.progress import Progress
 from subspaces.store import columns
 from subspaces.store.inputs import text_id, unicode_problem, visible
@@ -69,10 +69,6 @@ class Chunk:
     ids: list[str] | None = None
     texts: list[str | None] | None = None
     metadata: list[dict[str, Any] | None] | None = None
-
-
-def _base(path: Path) -> str:
-    return Path(path.name.lower().removesuffix(".gz")).suffix
 
 
 class Source:
@@ -110,7 +106,7 @@ class Source:
             )
         if self.table is None and not self.path.is_file():
             raise DataError("no such file", self.path)
-        if self.table is None and _base(self.path) not in (".npy", *TABLE_SUFFIXES, *JSON_SUFFIXES):
+        if self.table is None and base_suffix(self.path) not in (".npy", *TABLE_SUFFIXES, *JSON_SUFFIXES):
             raise DataError(
                 "is not a vectors file: give .npy, .parquet, .arrow/.feather, .jsonl or a LanceDB table", self.path
             )
@@ -143,9 +139,9 @@ class Source:
     def _read(self) -> Iterator[Chunk]:
         if self.table is not None:
             yield from self._lance()
-        elif _base(self.path) == ".npy":
+        elif base_suffix(self.path) == ".npy":
             yield from self._npy()
-        elif _base(self.path) in TABLE_SUFFIXES:
+        elif base_suffix(self.path) in TABLE_SUFFIXES:
             yield from self._arrow()
         else:
             yield from self._jsonl()
@@ -166,7 +162,7 @@ class Source:
         import pyarrow as pa
         import pyarrow.dataset as ds
 
-        fmt = "parquet" if _base(self.path) == ".parquet" else "ipc"
+        fmt = "parquet" if base_suffix(self.path) == ".parquet" else "ipc"
         try:
             dataset = ds.dataset(self.path, format=fmt)
             first = 0
@@ -332,7 +328,7 @@ def _merged(values: dict[str, list[Any]], i: int, label: str, first: int) -> dic
 def _side_lines(path: Path, what: str) -> Iterator[Any]:
     """A side file's values, one a line: ids and texts as text lines (``.jsonl``: JSON strings; a text may be
     null), metadata as JSON objects (or null)."""
-    as_json = what == "metadata" or _base(path) in JSON_SUFFIXES
+    as_json = what == "metadata" or base_suffix(path) in JSON_SUFFIXES
     try:
         with open_text(path) as handle:
             for number, line in enumerate(handle, 1):
