@@ -65,6 +65,9 @@ def test_unknown_pooler():
 
 
 def test_cli_pooler_choices_are_the_library_poolers():
-    from subspaces.cli.core import Pooler
+    import typer
 
-    assert tuple(p.value for p in Pooler) == POOLERS
+    from subspaces.cli.app import app
+
+    encode = typer.main.get_command(app).commands["model"].commands["encode"]  # type: ignore[attr-defined]
+    assert tuple(next(p for p in encode.params if p.name == "pooler").type.choices) == POOLERS
