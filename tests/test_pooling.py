@@ -65,9 +65,11 @@ def test_unknown_pooler():
 
 
 def test_cli_pooler_choices_are_the_library_poolers():
-    import typer
+    import inspect
+    import typing
 
-    from subspaces.cli.app import app
+    from subspaces.cli.core import encode_cmd
 
-    encode = typer.main.get_command(app).commands["model"].commands["encode"]  # type: ignore[attr-defined]
-    assert tuple(next(p for p in encode.params if p.name == "pooler").type.choices) == POOLERS
+    option = inspect.signature(encode_cmd, eval_str=True).parameters["pooler"].annotation
+    choices = typing.get_args(typing.get_args(option)[0])[0]  # Annotated[Optional[Literal[...]], ...]
+    assert typing.get_args(choices) == POOLERS
