@@ -682,6 +682,23 @@ def test_a_budget_that_is_not_reached_changes_nothing():
     bounded = MiniVec2Vec(**QUICK | {"max_seconds": 1e6}).fit(source, target)
     np.testing.assert_array_equal(free.matrix_, bounded.matrix_)
     assert bounded.stopped_early_ is False and bounded.diagnostics_["stop_reason"] is None
+    # An infinite budget is no budget: the same fit as None (unconverged passes refined lazily), saved as null.
+    endless = MiniVec2Vec(**QUICK | {"max_seconds": float("inf")}).fit(source, target)
+    np.testing.assert_array_equal(free.matrix_, endless.matrix_)
+    assert endless.to_params()["max_seconds"] is None
+
+
+def test_the_library_refuses_to_apply_an_untrusted_map_unless_forced(tmp_path):
+    from subspaces.align.apply import apply_to_file
+
+    rng = np.random.default_rng(0)
+    aligner = MiniVec2Vec(**QUICK).fit(clustered(rng, 1000), clustered(rng, 1000))
+    np.save(tmp_path / "in.npy", clustered(rng, 20).astype(np.float32))
+    aligner.diagnostics_ |= {"trusted": False, "problems": ["a problem"]}
+    assert aligner.converged_ is False  # read from the diagnostics, not a copy of them
+    with pytest.raises(SubspacesError, match=r"this map is not trusted \(a problem\); refit, or pass --force"):
+        apply_to_file(aligner, tmp_path / "in.npy", tmp_path / "out.npy")
+    assert apply_to_file(aligner, tmp_path / "in.npy", tmp_path / "out.npy", force=True) == 20
 
 
 def gaussian_spaces(rng: np.random.Generator, dim: int = 16):

@@ -242,25 +242,7 @@ class MiniVec2Vec(BaseEstimator):
         self.pass_maps_ = [
             {"structured": p.structured, "final": p.matrix if p.record.refined else None} for p in passes
         ]  # for diagnosis (benchmarks/align_pass_diagnostics.py); not saved
-        self.matrix_, polish = self._polish(run, passes[chosen], seeds.polish)
-        # the polish scored the map it kept already
-        kept_trust = polish["trust_after"] if polish["accepted"] else polish["trust_before"]
-        trust = trust_report(
-            run.trust_a,
-            run.trust_b,
-            run.trust(self.matrix_) if kept_trust is None else kept_trust,
-            run.eye,
-            run.rotations,
-            self.trust_margin,
-        )
-        kept, kept_pass = "anchors" if self.init != "identity" else "identity", passes[chosen]
-        if candidate is not None:
-            reference |= self._candidate_lift(run, candidate, trust)
-            if identity_beats(reference) and self.init == "auto":  # "anchors" only flags
-                kept, kept_pass = "identity reference", candidate
-                self.matrix_, polish = self._polish(run, candidate, seeds.polish)
-                final = polish["trust_after"] if polish["accepted"] else reference["trust"]
-                trust |= {"final": final, "lift": trust_lift(final, trust["identity"], trust["random_rotation"])}
+        kept, kept_pass, polish, trust = self._keep(run, passes[chosen], candidate, reference, seeds.polish)
         paired = paired_check(run.known, self.matrix_, run.eye) if run.known is not None else None
         self.fit_seconds_ = budget.elapsed()
         anchored = passes[chosen].record
@@ -402,10 +384,7 @@ class MiniVec2Vec(BaseEstimator):
         """The restarts' rule: a converged pass before any unconverged one, then the highest final nn score."""
         return max(
             candidates,
-            key=lambda i: (
-                passes[i].record.converged(self.converged_swap_share) is True,
-                passes[i].record.nn_similarity.final,
-            ),
+            key=lambda i: (passes[i].record.converged(self.converged_swap_share) is True, passes[i].final_score),
         )
 
     def _identity_candidate(self, run: _Run, seed) -> tuple[dict[str, Any], Pass | None]:
@@ -431,12 +410,28 @@ class MiniVec2Vec(BaseEstimator):
             "cut_short": run.budget.stopped_at is not None,
         }, candidate
 
-    @staticmethod
-    def _candidate_lift(run: _Run, candidate: Pass, trust: dict[str, Any]) -> dict[str, float]:
-        """The identity candidate's trust score, and its lift over the anchored map's in units of chance level."""
+    def _keep(
+        self, run: _Run, anchored: Pass, candidate: Pass | None, reference: dict[str, Any], seed
+    ) -> tuple[str, Pass, dict[str, Any], dict[str, Any]]:
+        """The map kept (``matrix_``), polished: the anchored passes' choice, or the identity candidate where its
+        trust score clearly beats it (``init="auto"``; ``"anchors"`` only flags). Returns which was kept, its pass,
+        the polish and the trust check; ``reference`` gains the candidate's trust score and its lift in units of
+        chance level."""
+        self.matrix_, polish = self._polish(run, anchored, seed)
+        scored = polish["trust_after"] if polish["accepted"] else polish["trust_before"]  # the polish scored it
+        final = run.trust(self.matrix_) if scored is None else scored
+        trust = trust_report(run.trust_a, run.trust_b, final, run.eye, run.rotations, self.trust_margin)
+        if candidate is None:
+            return ("anchors" if self.init != "identity" else "identity"), anchored, polish, trust
         candidate_trust = run.trust(candidate.matrix.astype(np.float32))
-        lift = (candidate_trust - trust["final"]) / max(abs(trust["random_rotation"]), 1e-12)
-        return {"trust": candidate_trust, "lift": lift}
+        lift = (candidate_trust - final) / max(abs(trust["random_rotation"]), 1e-12)
+        reference |= {"trust": candidate_trust, "lift": lift}
+        if not identity_beats(reference) or self.init != "auto":
+            return "anchors", anchored, polish, trust
+        self.matrix_, polish = self._polish(run, candidate, seed)
+        final = polish["trust_after"] if polish["accepted"] else candidate_trust
+        trust |= {"final": final, "lift": trust_lift(final, trust["identity"], trust["random_rotation"])}
+        return "identity reference", candidate, polish, trust
 
     def _polish(self, run: _Run, kept: Pass, seed) -> tuple[np.ndarray, dict[str, Any]]:
         """The kept map, polished by up to ``refine.polish_iter`` more refine-1 steps where its refine-1 ran to
@@ -533,7 +528,7 @@ class MiniVec2Vec(BaseEstimator):
         if best < threshold:  # the restarts' choice stands, now among every refined pass; it is flagged
             return self._best(passes, refined), out | {"agreement": max(best, agreement), "compared": compared}
         agreeing = {i for pair, value in pairs.items() if value >= threshold for i in pair}
-        chosen = max(agreeing, key=lambda i: passes[i].record.nn_similarity.final)  # ranked every dev pool right
+        chosen = max(agreeing, key=lambda i: passes[i].final_score)  # ranked every dev pool right
         partner = max(value for pair, value in pairs.items() if chosen in pair)
         return chosen, out | {"agreement": partner, "compared": compared}
 

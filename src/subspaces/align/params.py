@@ -13,9 +13,7 @@ from typing import Any, ClassVar
 from subspaces.errors import SubspacesError
 from subspaces.numerics import PRECISIONS
 
-# The aligner's default time bound, so that a fit never runs away (issue 24 saw 900-1,222 s): about 4 x the paper
-# recipe's time on a 40k dev pool at one thread on a 2-core machine (71-77 s), where a whole fit took 62-75 s.
-FIT_SECONDS = 300.0
+FIT_SECONDS = 300.0  # the default time bound, so that a fit never runs away (docs/align.md, "Bounded time")
 
 
 def setting(
@@ -160,13 +158,8 @@ class RefineParams(StageParams):
     known pairs (``fit(..., pairs=...)``) each pair weighs ``pair_weight`` neighbour-mean pairs in every step.
     ``polish_iter``: where the kept pass's refine-1 ran to its cap without its patience stopping it (still climbing),
     up to so many more steps on the kept map (their patience judged among their own iterates, not against the
-    tail-averaged start), kept only if the CSLS trust score on unseen rows rises (0: never; not with known pairs);
-    100 chosen on the dev pools by the rule fixed before its runs (``benchmarks/notes/align.md``, fifteenth and
-    sixteenth sessions).
-
-    ``n_iter=50, score_every=10`` (was 100 and 5) were chosen on the dev pools only, by the rule fixed before any
-    run (``benchmarks/align_speed_dev.py choose``: WordNet and tweets 40k, 3 seeds; top-1 within 0.002 of the old
-    default, 0.74 x the paper recipe's time at worst against 0.89).
+    tail-averaged start), kept only if the CSLS trust score on unseen rows rises (0: never; not with known pairs).
+    The defaults' evidence: ``benchmarks/notes/align.md``, "Reading the aligner".
     """
 
     stage: ClassVar[str] = "refine"

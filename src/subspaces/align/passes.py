@@ -71,3 +71,9 @@ class Pass:
     anchors: AnchorSet | None
     step: NeighbourStep  # refine-1's step, on the pass's own refine stream
     centroid_rng: np.random.Generator
+
+    @property
+    def final_score(self) -> float:
+        """The label-free score of a refined pass's final map."""
+        assert self.record.nn_similarity.final is not None, f"{self.record.label} is not refined"
+        return self.record.nn_similarity.final

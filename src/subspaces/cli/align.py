@@ -85,43 +85,25 @@ def _aligner(params: Optional[Path], defaults: Optional[dict] = None, **options)
     return aligner
 
 
-# The old command line's flat options, to name their replacement: flat name -> (stage, setting).
-_FLAT_OPTIONS: dict[str, tuple[str, str]] = {
-    "n_anchor_runs": ("anchors", "n_runs"),
-    "n_anchor_clusters": ("anchors", "n_clusters"),
-    "anchor_sample": ("anchors", "sample"),
-    "kmeans_redo": ("anchors", "kmeans_redo"),
-    "qap_method": ("anchors", "qap_method"),
-    "anchor_kernel": ("anchors", "kernel"),
-    "qap_restarts": ("anchors", "qap_restarts"),
-    "anchor_keep": ("anchors", "keep"),
-    "n_pseudo_pairs": ("anchors", "n_pseudo_pairs"),
-    "relative_k": ("anchors", "relative_k"),
-    "structure_iter": ("structure", "n_iter"),
-    "structure_clusters": ("structure", "n_clusters"),
-    "structure_runs": ("structure", "n_runs"),
-    "structure_sample": ("structure", "sample"),
-    "structure_steps": ("structure", "steps"),
-    "structure_patience": ("structure", "patience"),
-    "structure_stop_swap_share": ("structure", "stop_swap_share"),
-    "refine_iter": ("refine", "n_iter"),
-    "refine_sample": ("refine", "sample"),
-    "refine_k": ("refine", "k"),
-    "refine_alpha": ("refine", "alpha"),
-    "refine_bidirectional": ("refine", "bidirectional"),
-    "refine_patience": ("refine", "patience"),
-    "refine_score_every": ("refine", "score_every"),
-    "refine_average": ("refine", "average"),
-    "refine_tol": ("refine", "tol"),
-    "orthogonalize": ("refine", "orthogonalize"),
-    "centroid_clusters": ("refine", "centroid_clusters"),
-    "centroid_alpha": ("refine", "centroid_alpha"),
-    "ann_lists": ("search", "ann_lists"),
-    "ann_probe": ("search", "ann_probe"),
-    "probe_size": ("search", "probe_size"),
+# The old command line's flat options and the --params settings that replaced them (kmeans_iter served three).
+_FLAT_TABLE = """
+    n_anchor_runs=anchors.n_runs n_anchor_clusters=anchors.n_clusters anchor_sample=anchors.sample
+    kmeans_redo=anchors.kmeans_redo qap_method=anchors.qap_method anchor_kernel=anchors.kernel
+    qap_restarts=anchors.qap_restarts anchor_keep=anchors.keep n_pseudo_pairs=anchors.n_pseudo_pairs
+    relative_k=anchors.relative_k structure_iter=structure.n_iter structure_clusters=structure.n_clusters
+    structure_runs=structure.n_runs structure_sample=structure.sample structure_steps=structure.steps
+    structure_patience=structure.patience structure_stop_swap_share=structure.stop_swap_share
+    refine_iter=refine.n_iter refine_sample=refine.sample refine_k=refine.k refine_alpha=refine.alpha
+    refine_bidirectional=refine.bidirectional refine_patience=refine.patience refine_tol=refine.tol
+    refine_score_every=refine.score_every refine_average=refine.average orthogonalize=refine.orthogonalize
+    centroid_clusters=refine.centroid_clusters centroid_alpha=refine.centroid_alpha ann_lists=search.ann_lists
+    ann_probe=search.ann_probe probe_size=search.probe_size converged_swap_share=converged_swap_share
+    kmeans_iter=anchors.kmeans_iter+structure.kmeans_iter+refine.centroid_kmeans_iter
+"""
+_FLAT_OPTIONS = {
+    old: [place.split(".") for place in new.split("+")]
+    for old, new in (entry.split("=") for entry in _FLAT_TABLE.split())
 }
-# One flat k-means iteration count served every stage.
-_KMEANS_ITER = (("anchors", "kmeans_iter"), ("structure", "kmeans_iter"), ("refine", "centroid_kmeans_iter"))
 
 
 def _refuse_flat_options(extra: list[str]) -> None:
@@ -132,15 +114,11 @@ def _refuse_flat_options(extra: list[str]) -> None:
         return
     name = extra[0].split("=", 1)[0]
     flat = name.removeprefix("--").replace("-", "_")
-    if flat.startswith("no_") and flat[3:] in _FLAT_OPTIONS:  # the old boolean flags had --no- forms
-        flat = flat[3:]
-    if flat == "converged_swap_share":  # a setting of the aligner itself, not of a stage
-        raise SubspacesError(f'{name} was replaced by --params FILE.json holding {{"{flat}": ...}} (see docs/align.md)')
-    if flat in _FLAT_OPTIONS or flat == "kmeans_iter":
-        places = [_FLAT_OPTIONS[flat]] if flat in _FLAT_OPTIONS else list(_KMEANS_ITER)
-        where = " and ".join(f'{{"{stage}": {{"{key}": ...}}}}' for stage, key in places)
-        raise SubspacesError(f"{name} was replaced by --params FILE.json holding {where} (see docs/align.md)")
-    raise SubspacesError(f"no such option: {name} (see `subspaces align fit --help`)")
+    places = _FLAT_OPTIONS.get(flat) or _FLAT_OPTIONS.get(flat.removeprefix("no_"))  # booleans had --no- forms
+    if places is None:
+        raise SubspacesError(f"no such option: {name} (see `subspaces align fit --help`)")
+    where = " and ".join("".join(f'{{"{key}": ' for key in path) + "..." + "}" * len(path) for path in places)
+    raise SubspacesError(f"{name} was replaced by --params FILE.json holding {where} (see docs/align.md)")
 
 
 def _start(record: dict) -> str:
