@@ -178,9 +178,9 @@ def all_texts(data: dict[str, Any]) -> list[str]:
 
 
 def unit(x: np.ndarray, d: int) -> np.ndarray:
-    from subspaces.eval.dims import prefix
+    from subspaces.vectors import unit_prefix
 
-    return prefix(x, d).astype(np.float32)
+    return unit_prefix(x, d).astype(np.float32)
 
 
 def probe_correct(
@@ -234,7 +234,7 @@ def set_retrieval_scores(queries: np.ndarray, documents: np.ndarray, relevant: l
 
 def score_arm(transform, vectors: dict[str, np.ndarray], data: dict[str, Any], dims: Sequence[int], C: float):
     """Per-row results of one arm at each dim: ``{task: {dim: [per-row values]}}``."""
-    from subspaces.eval.sts import cosine_rows
+    from subspaces.vectors import cosine_rows
 
     tasks = ("Banking77", "Emotion", "STSB", "R@10", "nDCG@10", "SNLI R@10", "SNLI nDCG@10")
     out: dict[str, dict[str, Any]] = {t: {} for t in tasks}

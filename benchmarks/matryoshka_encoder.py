@@ -347,7 +347,7 @@ def embed(model: Any, texts: Sequence[str], trainable_layers: int, cache: Path, 
 
 def score_rows(vectors: np.ndarray, texts: Sequence[str], data: dict[str, Any], dims: Sequence[int], C: float):
     """Per-row values of every task at each dim: ``{task: {dim: [...]}}`` (probe 0/1, pair cosine, per query)."""
-    from subspaces.eval.sts import cosine_rows
+    from subspaces.vectors import cosine_rows
 
     adapter = adapter_bench()
     where = {t: i for i, t in enumerate(texts)}
