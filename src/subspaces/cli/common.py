@@ -45,7 +45,7 @@ ResumeOpt = Annotated[bool, typer.Option("--resume/--no-resume", help="Continue 
 
 # The runtime options, declared once: every command that loads a model takes them under these names, with the
 # library's defaults (``load_encoder``, ``Store.open``): ``device: DeviceOpt = DEVICE``, ``backend: BackendOpt =
-# "torch"``, ``precision: PrecisionOpt = "fp32"``, ``show_progress: ProgressOpt = True``.
+# "torch"``, ``precision: PrecisionOpt = "fp32"``.
 DEVICE = "cpu"
 DeviceOpt = Annotated[str, typer.Option(help="Torch device: cpu, cuda, cuda:N or mps (checked before anything loads).")]
 BackendOpt = Annotated[
@@ -58,7 +58,6 @@ PrecisionOpt = Annotated[
 ]
 PoolerOpt = Annotated[Optional[Literal[POOLERS]], typer.Option(help="Override the model's pooling.")]  # type: ignore[valid-type]
 BatchSizeOpt = Annotated[int, typer.Option(help="Texts per forward pass.")]
-ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress display on stderr.")]
 
 ThreadsOpt = Annotated[
     Optional[int],
