@@ -220,20 +220,6 @@ def test_an_old_spelling_says_where_it_moved_and_runs(old, new):
     assert "--threads 100000" in result.output  # then the command itself ran (and refused the value)
 
 
-# Options whose choices are an Enum declared in the CLI (a library list re-declared), known today in other areas.
-PENDING_ENUMS = {
-    "simcse train --mode",
-    "simcse train --augmentation",
-    "cond eval --task",
-    "cond eval --split",
-    "cond bench --task",
-    "cond bench --split",
-    "cond train --task",
-    "kgc eval --ties",
-    "kgc train --recipe",
-}
-
-
 def enum_options(app: typer.Typer) -> set[str]:
     """``"command --option"`` for every option whose choices come from an Enum rather than a library constant."""
     found = set()
@@ -249,4 +235,4 @@ def enum_options(app: typer.Typer) -> set[str]:
 def test_choices_come_from_library_constants():
     from subspaces.cli.app import app
 
-    assert enum_options(app) == PENDING_ENUMS
+    assert enum_options(app) == set()

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import fields, replace
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import typer
 
@@ -13,22 +12,14 @@ from subspaces.cli.common import DeviceOpt, ThreadsOpt, echo, out, parse_rank, r
 from subspaces.cli.groups import cond_app
 from subspaces.cli.train import TrainableLayersOpt
 from subspaces.cond.recipe import CondTrainConfig
+from subspaces.cond.tasks import SPLITS, TASKS
 
 if TYPE_CHECKING:
     from subspaces.cond.pipeline import ConditionalEvalResult
 
 
-class Task(str, Enum):
-    wic = "wic"
-    csts = "csts"
-
-
-class Split(str, Enum):
-    train = "train"
-    validation = "validation"
-    test = "test"
-
-
+Task = Literal[tuple(TASKS)]  # type: ignore[valid-type]
+Split = Literal[SPLITS]  # type: ignore[valid-type]
 TaskOpt = Annotated[Task, typer.Option(help="wic (bundled) or csts (needs --data).")]
 DataOpt = Annotated[
     Optional[Path], typer.Option("--data", help="Folder with csts_{train,validation,test}.csv (C-STS).")
@@ -64,7 +55,7 @@ def _default(name: str) -> Any:
 )  # fmt: skip
 def train_cmd(
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to save the model in.")],
-    task: TaskOpt = Task.wic,
+    task: TaskOpt = "wic",
     data: DataOpt = None,
     model: Annotated[str, typer.Option("--model", "-m", help="Bundled model name or local folder.")] = "minilm-l6",
     rank: Annotated[str, typer.Option(help="Hypernet rank K, 'auto' (d/12, as Hyper-CL) or 'full'.")] = "auto",
@@ -104,7 +95,7 @@ def train_cmd(
         trainable_layers=layers,
         head_lr=config.head_lr if lr is None else lr,
     )
-    summary = train_conditional(task.value, model, output=output, config=config, data_dir=data, device=device)
+    summary = train_conditional(task, model, output=output, config=config, data_dir=data, device=device)
     echo(
         f"{output}  ({summary.sampler}; {summary.steps} steps in {summary.train_seconds:.1f}s)",
         label="saved",
@@ -129,10 +120,10 @@ def train_cmd(
 @user_errors
 def eval_cmd(
     model_dir: Annotated[Path, typer.Argument(help="A folder written by `cond train`.")],
-    task: TaskOpt = Task.wic,
+    task: TaskOpt = "wic",
     split: Annotated[
         Split, typer.Option(help="Split to score (binary tasks pick the threshold on validation).")
-    ] = Split.test,
+    ] = "test",
     data: DataOpt = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report here (atomically).")] = None,
     predictions: Annotated[
@@ -144,10 +135,8 @@ def eval_cmd(
     """Score a conditional model: metrics overall and on seen / unseen conditions, cache hit rate, time."""
     from subspaces.cond.pipeline import evaluate_conditional
 
-    report = evaluate_conditional(
-        model_dir, task.value, split=split.value, data_dir=data, predictions=predictions, device=device
-    )
-    _metrics_table(f"{task.value} {split.value}: {report.arch} {report.head or ''}", report)
+    report = evaluate_conditional(model_dir, task, split=split, data_dir=data, predictions=predictions, device=device)
+    _metrics_table(f"{task} {split}: {report.arch} {report.head or ''}", report)
     cache = report.cache or {}
     echo(f"cache hit rate {_pct(cache['hit_rate'])} ({cache['bytes'] / 2**20:.1f} MiB), {report.seconds:.1f}s")
     if json_path is not None:
@@ -220,10 +209,10 @@ def search_cmd(
 @cond_app.command("bench")
 @user_errors
 def csts_cache_cmd(
-    task: Annotated[Task, typer.Option(help="wic, or csts (needs --data: C-STS is not redistributable).")] = Task.wic,
+    task: Annotated[Task, typer.Option(help="wic, or csts (needs --data: C-STS is not redistributable).")] = "wic",
     data: DataOpt = None,
     model: Annotated[str, typer.Option("--model", "-m")] = "minilm-l6",
-    split: Split = Split.test,
+    split: Split = "test",
     rank: Annotated[str, typer.Option(help="Hypernet rank K, 'auto' (d/12) or 'full'.")] = "auto",
     tri: Annotated[
         Optional[Path], typer.Option(help="A trained tri-encoder folder (default: a fresh hypernet head).")
@@ -244,9 +233,9 @@ def csts_cache_cmd(
 
     resolve_device(device)
     report = cache_benchmark(
-        task.value,
+        task,
         model,
-        split=split.value,
+        split=split,
         data_dir=data,
         rank=parse_rank(rank),
         tri=tri,
@@ -263,7 +252,7 @@ def csts_cache_cmd(
             )
     out.print(
         table(
-            f"{task.value} {split.value} ({report['rows']} rows)",
+            f"{task} {split} ({report['rows']} rows)",
             ["model", "cache", "seconds", "rows/s", "hit rate"],
             rows,
         )

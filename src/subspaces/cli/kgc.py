@@ -3,28 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import fields, replace
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 import typer
 
 from subspaces.cli.common import DeviceOpt, ThreadsOpt, echo, out, parse_rank, recipe_options, table, user_errors
 from subspaces.cli.groups import kgc_app
 from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt
-from subspaces.kgc.recipes import RECIPES, KGCTrainConfig
+from subspaces.kgc.recipes import RECIPES, KGCTrainConfig, Ties
 
 if TYPE_CHECKING:
     from subspaces.kgc.pipeline import KGCEvalResult
 
 
-Recipe = Enum("Recipe", {name: name for name in RECIPES}, type=str)  # type: ignore[misc]
-
-
-class Ties(str, Enum):
-    realistic = "realistic"
-    optimistic = "optimistic"
-    pessimistic = "pessimistic"
+Recipe = Literal[tuple(RECIPES)]  # type: ignore[valid-type]
 
 
 def _show(result: KGCEvalResult) -> None:
@@ -137,7 +130,7 @@ def train(
         output_dir=None if checkpoint_dir is None else str(checkpoint_dir),
     )
     if recipe is not None:
-        config = replace(config, **_recipe_defaults(recipe.value, config.arch), recipe=recipe.value)
+        config = replace(config, **_recipe_defaults(recipe, config.arch), recipe=recipe)
     report = train_pipeline(config, output=output, dataset=dataset, model=model, device=device)
     r = report.train_result
     echo(
@@ -182,7 +175,7 @@ def evaluate(
         0.05, help="Re-ranking: score bonus of an entity within --rerank-n-hop of the head."
     ),
     ties: Ties = typer.Option(
-        Ties.realistic, help="How tied scores rank: realistic (expected rank), optimistic or pessimistic."
+        "realistic", help="How tied scores rank: realistic (expected rank), optimistic or pessimistic."
     ),
     no_disk_cache: bool = typer.Option(False, "--no-disk-cache", help="Encode everything afresh (for timing)."),
     device: DeviceOpt = "cpu",
@@ -200,7 +193,7 @@ def evaluate(
         predictions=predictions,
         n_hop=rerank_n_hop,
         neighbour_weight=neighbour_weight,
-        ties=ties.value,
+        ties=ties,
         disk_cache=False if no_disk_cache else None,
         device=device,
     )

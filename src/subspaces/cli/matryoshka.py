@@ -9,7 +9,9 @@ from typing import Annotated, Any, Optional
 import typer
 
 from subspaces.cli.common import (
+    DEVICE,
     BackendOpt,
+    DeviceOpt,
     LimitOpt,
     ModelOpt,
     NoEvalOpt,
@@ -23,7 +25,7 @@ from subspaces.cli.common import (
     user_errors,
 )
 from subspaces.cli.groups import matryoshka_app
-from subspaces.cli.train import DeviceOpt, TrainableLayersOpt
+from subspaces.cli.train import TrainableLayersOpt
 from subspaces.train.recipes import MatryoshkaConfig
 from subspaces.vectors import parse_dims
 
@@ -71,7 +73,7 @@ def train_matryoshka_cmd(
     trainable_layers: TrainableLayersOpt = "all",
     no_eval: NoEvalOpt = False,
     limit: LimitOpt = None,
-    device: DeviceOpt = None,
+    device: DeviceOpt = DEVICE,
     threads: ThreadsOpt = None,
     *,
     config: MatryoshkaConfig,
@@ -137,7 +139,7 @@ def eval_dims_cmd(
         Optional[Path], typer.Option("--json", help="Write the report here; the plot goes next to it (.png).")
     ] = None,
     list_tasks: Annotated[bool, typer.Option("--list-tasks", help="Print the task names and exit.")] = False,
-    device: DeviceOpt = None,
+    device: DeviceOpt = DEVICE,
     threads: ThreadsOpt = None,
     backend: BackendOpt = "torch",
     precision: PrecisionOpt = "fp32",

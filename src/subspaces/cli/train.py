@@ -6,13 +6,14 @@ before the model loads or a step runs; the model is built after seeding, so ``--
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import typer
 
 from subspaces.cli.common import (
+    DEVICE,
+    DeviceOpt,
     LimitOpt,
     MaxLengthOpt,
     MaxStepsOpt,
@@ -27,20 +28,10 @@ from subspaces.cli.common import (
 )
 from subspaces.cli.groups import simcse_app
 from subspaces.models import POOLERS
+from subspaces.train.recipes import Augmentation, Mode
 
 if TYPE_CHECKING:
     from subspaces.train.engine import FitResult
-
-
-class Mode(str, Enum):
-    unsup = "unsup"
-    sup = "sup"
-
-
-class Augmentation(str, Enum):
-    dropout = "dropout"
-    none = "none"
-    delete_one_word = "delete_one_word"
 
 
 TrainableLayersOpt = Annotated[
@@ -57,7 +48,6 @@ CacheDirOpt = Annotated[
         "runs with the same model and max length). Default: in memory."
     ),
 ]
-DeviceOpt = Annotated[Optional[str], typer.Option(help="Torch device: cpu, cuda, cuda:1, mps. Default: cpu.")]
 OverwriteOpt = Annotated[
     bool,
     typer.Option(
@@ -83,11 +73,10 @@ def parse_trainable_layers(text: str) -> int | None:
     return value
 
 
-def check_device(device: str | None) -> str:
-    from subspaces.errors import SubspacesError
-
-    name = device or "cpu"
+def check_device(name: str) -> str:
     import torch
+
+    from subspaces.errors import SubspacesError
 
     try:
         parsed = torch.device(name)
@@ -116,7 +105,7 @@ def describe_pooling(model: Any) -> str:
     return str(mode) if mode is not None else type(pooling).__name__
 
 
-def prepare_run(output: Path, overwrite: bool, evaluate: bool, device: str | None, trainable_layers: str):
+def prepare_run(output: Path, overwrite: bool, evaluate: bool, device: str, trainable_layers: str):
     """The checks every encoder-training command runs before it loads anything big; the parsed values."""
     from subspaces.io import check_writable
     from subspaces.train.output import check_output_dir
@@ -157,9 +146,7 @@ def train_simcse_cmd(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Folder for the trained model, checkpoint.pt and trainer_state.json.")
     ],
-    mode: Annotated[
-        Mode, typer.Option(help="unsup: dropout views; sup: NLI triplets with hard negatives.")
-    ] = Mode.unsup,
+    mode: Annotated[Mode, typer.Option(help="unsup: dropout views; sup: NLI triplets with hard negatives.")] = "unsup",
     model: ModelOpt = "minilm-l6",
     batch_size: Annotated[Optional[int], typer.Option(help="Per process. Default: 64 unsup, 512 sup.")] = None,
     lr: Annotated[Optional[float], typer.Option(help="Default: 3e-5 unsup, 5e-5 sup.")] = None,
@@ -179,7 +166,7 @@ def train_simcse_cmd(
     ] = None,
     augmentation: Annotated[
         Augmentation, typer.Option(help="unsup views: dropout, none (dropout off), delete_one_word.")
-    ] = Augmentation.dropout,
+    ] = "dropout",
     eval_steps: Annotated[int, typer.Option(help="Evaluate on STS-B dev every N steps (0: only at the end).")] = 125,
     save_steps: SaveStepsOpt = 125,
     no_eval: NoEvalOpt = False,
@@ -195,7 +182,7 @@ def train_simcse_cmd(
             "layers' dropout would add (SimCSE's views need it). 0: none."
         ),
     ] = 0.0,
-    device: DeviceOpt = None,
+    device: DeviceOpt = DEVICE,
     overwrite: OverwriteOpt = False,
     threads: ThreadsOpt = None,
 ) -> None:
@@ -205,20 +192,20 @@ def train_simcse_cmd(
     from subspaces.errors import SubspacesError
 
     # The data is read before the model loads: a bad file fails in a second, not after the load.
-    if mode is Mode.unsup and is_csv(data):
+    if mode == "unsup" and is_csv(data):
         raise SubspacesError(
             f"{data} is a CSV: unsupervised SimCSE reads one sentence a line (pairs/triplets train with --mode sup)"
         )
-    texts = read_corpus(data, limit=limit) if mode is Mode.unsup else None
-    rows_sup = training_rows(data, limit) if mode is Mode.sup else None
+    texts = read_corpus(data, limit=limit) if mode == "unsup" else None
+    rows_sup = training_rows(data, limit) if mode == "sup" else None
     device_name, layers = prepare_run(output, overwrite, not no_eval, device, trainable_layers)
 
     from subspaces.models.encoder import load_encoder, resolve_model_path
     from subspaces.train.engine import seed_everything
     from subspaces.train.simcse import DEFAULTS, SimCSEConfig, set_dropout, train_simcse, unsup_examples
 
-    d = DEFAULTS[mode.value]
-    rows = unsup_examples(texts, augmentation.value, seed) if texts is not None else rows_sup
+    d = DEFAULTS[mode]
+    rows = unsup_examples(texts, augmentation, seed) if texts is not None else rows_sup
     assert rows is not None
     # A sentence-transformers model keeps its pooling; a plain transformers folder has none: SimCSE's cls.
     chosen = pooler
@@ -226,14 +213,14 @@ def train_simcse_cmd(
         chosen = str(d["pooler"])
     seed_everything(seed)  # before the model is built: a new pooler's MLP is drawn from it
     enc = load_encoder(model, pooler=chosen, mlp_only_train=bool(d["mlp_only_train"]), device=device_name)
-    if mode is Mode.unsup and augmentation is Augmentation.none:
+    if mode == "unsup" and augmentation == "none":
         set_dropout(enc, 0.0)
     how = "chosen with --pooler" if pooler else ("SimCSE's; the base has none" if chosen else "the base model's")
     pooling_note = f"pooling: {describe_pooling(enc)} ({how})"
     echo(pooling_note)
     config = SimCSEConfig(
         output_dir=str(output),
-        mode=mode.value,
+        mode=mode,
         batch_size=batch_size if batch_size is not None else int(d["batch_size"]),
         lr=lr if lr is not None else float(d["lr"]),
         epochs=epochs if epochs is not None else int(d["epochs"]),

@@ -51,6 +51,8 @@ TASKS = {
     "csts": Task("csts", CSTS_LABEL_RANGE, False, condition_text, "spearman"),
 }
 
+SPLITS = ("train", "validation", "test")  # both tasks' (WiC's dev is its validation)
+
 
 def get_task(name: str) -> Task:
     if name not in TASKS:

@@ -21,15 +21,14 @@ of the forward and backward metrics, which is what SimKGC reports.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Literal
 
 import numpy as np
 import torch
 
 from subspaces.kgc.graph import KnownTails, LinkGraph
+from subspaces.kgc.recipes import Ties
 from subspaces.vectors import normalize_rows
 
-Ties = Literal["realistic", "optimistic", "pessimistic"]
 HITS_AT = (1, 3, 10)
 
 

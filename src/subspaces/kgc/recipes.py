@@ -22,6 +22,8 @@ from typing import Any, Literal
 from subspaces.errors import SubspacesError
 from subspaces.train.recipes import FitConfig
 
+Ties = Literal["realistic", "optimistic", "pessimistic"]  # how tied scores rank in evaluation (kgc.ranking)
+
 
 @dataclass
 class KGCTrainConfig(FitConfig):

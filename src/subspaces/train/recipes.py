@@ -11,6 +11,7 @@ from typing import Literal
 from subspaces.losses.settings import InfoNCESettings, MICSettings
 
 Mode = Literal["unsup", "sup"]
+Augmentation = Literal["dropout", "none", "delete_one_word"]  # unsup SimCSE's two views of a sentence
 
 
 @dataclass

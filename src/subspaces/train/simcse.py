@@ -16,15 +16,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Literal
 
 from subspaces.eval.sts import STSBDevEvaluator
 from subspaces.losses.simcse import SimCSELoss
 from subspaces.train.engine import FitResult
-from subspaces.train.recipes import SimCSEConfig
+from subspaces.train.recipes import Augmentation, SimCSEConfig
 from subspaces.train.sentence import train_sentence_loss
-
-Augmentation = Literal["dropout", "none", "delete_one_word"]
 
 DEFAULTS: dict[str, dict[str, float | int | str]] = {
     "unsup": {"batch_size": 64, "lr": 3e-5, "epochs": 1, "max_length": 32, "pooler": "cls", "mlp_only_train": True},
