@@ -80,13 +80,6 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
 }
 
 
-# Mismatches known today, each in the command of another area, to be fixed there; the test fails when one is fixed
-# (remove it here) as when a new one appears.
-PENDING: dict[str, str] = {
-    "store migrate --maps": "the CLI lists the four maps, migrate()'s None means its own default list",
-}
-
-
 def commands(app: typer.Typer) -> Iterator[tuple[str, Any]]:
     """(``"group verb"``, click command) for every visible command of ``app``."""
 
@@ -177,7 +170,7 @@ def test_every_cli_default_equals_the_librarys():
     from subspaces.cli.app import app
 
     found = mismatches(app, FEEDS, RENAMED, EXCEPTIONS)
-    assert sorted(line.split(":")[0] for line in found) == sorted(PENDING), "\n".join(found)
+    assert found == [], "\n".join(found)
 
 
 def test_the_check_catches_a_planted_mismatch():

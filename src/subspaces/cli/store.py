@@ -16,6 +16,7 @@ from subspaces.cli.common import (
     DEVICE,
     BackendOpt,
     DeviceOpt,
+    ModelOpt,
     PrecisionOpt,
     ThreadsOpt,
     echo,
@@ -44,7 +45,6 @@ store_app = typer.Typer(
 app.add_typer(store_app, name="store")
 
 DirArg = Annotated[Path, typer.Argument(help="The store's folder.")]
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Bundled model name or a local folder.")]
 RESUME = "every batch already written is committed whole; rerun the same command to add the rest"
 RayOpt = Annotated[
     Optional[str],
@@ -442,9 +442,12 @@ def migrate_cmd(
         ),
     ] = None,
     maps: Annotated[
-        str,
-        typer.Option(help="Candidate maps, comma-separated; the held-out pairs choose among them by top-10 agreement."),
-    ] = ",".join(("orthogonal", "affine", "lowrank", "mlp")),
+        Optional[str],
+        typer.Option(
+            help="Candidate maps, comma-separated, of orthogonal, affine, lowrank and mlp (default: all); "
+            "the held-out pairs choose among them by top-10 agreement."
+        ),
+    ] = None,
     holdout: Annotated[float, typer.Option(help="Fraction of the pairs held out to choose the map.")] = 0.2,
     anchors: Annotated[
         str,
@@ -494,7 +497,7 @@ def migrate_cmd(
         ray=run.ray(),
         actors=run.actors,
         query_side=query_side,
-        maps=[m.strip() for m in maps.split(",") if m.strip()],
+        maps=None if maps is None else [m.strip() for m in maps.split(",") if m.strip()],
         holdout=holdout,
         qrels=qrels,
         queries=queries,
