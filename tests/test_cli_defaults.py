@@ -31,7 +31,7 @@ FEEDS: dict[str, tuple[str, ...]] = {
     "simcse train": ("subspaces.train.simcse:SimCSEConfig", *RUNTIME),
     "matryoshka train": ("subspaces.train.matryoshka:MatryoshkaConfig", *RUNTIME),
     "matryoshka eval": ("subspaces.eval.dims:DimsEvaluator", *RUNTIME),
-    "vectors search": ("subspaces.cli.search:search_vectors", "subspaces.cli.search:search_quantized"),
+    "vectors search": ("subspaces.store.search:search_vectors", "subspaces.store.search:search_quantized"),
     "align fit": ("subspaces.align:MiniVec2Vec", *RUNTIME),
     "align apply": ("subspaces.align.apply:apply_to_file",),
     "align eval": ("subspaces.align:evaluate_alignment",),

@@ -178,8 +178,8 @@ def _write(name: str, text: str):
 
 
 def test_search_reads_a_code_file_as_its_dequantized_vectors(tmp_path):
-    from subspaces.cli.search import search_vectors
     from subspaces.quantize import calibrate_int8, dequantize, quantize, save_codes
+    from subspaces.store.search import search_vectors
 
     rng = np.random.default_rng(0)
     corpus, queries = rng.normal(size=(300, 16)).astype(np.float32), rng.normal(size=(5, 16)).astype(np.float32)

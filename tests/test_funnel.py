@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from subspaces.cli.app import app
-from subspaces.cli.search import search_quantized, search_vectors
 from subspaces.errors import DimensionError
+from subspaces.store.search import search_quantized, search_vectors
 
 
 def vectors(n: int, dim: int = 48, seed: int = 0) -> np.ndarray:

@@ -10,74 +10,10 @@ import typer
 
 from subspaces.cli.common import ThreadsOpt, echo, user_errors
 from subspaces.cli.groups import vectors_app
-from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.errors import DataError, SubspacesError
 from subspaces.io import check_file, check_writable, load_embeddings, read_embedding_file, save_json, save_npy
-from subspaces.quantize import Kind, calibrate_int8, calibration_sample, dequantize, load_codes, sidecar
-
-
-def search_vectors(
-    corpus, queries, k: int, dims: int | None = None, shortlist_factor: int = 10, basis: str = "model"
-) -> tuple[object, object]:
-    """Scores and corpus rows (each queries × k) by cosine; with ``dims``, a funnel that shortlists
-    ``shortlist_factor × k`` rows on the first ``dims`` coordinates (``basis="pca"``: of the corpus's principal
-    axes) and re-ranks them at full dimension, as the store's funnel does."""
-    from subspaces.adapt.adapter import check_vectors
-    from subspaces.store.search import (
-        BASES,
-        exact,
-        flat_index,
-        funnel,
-        int8_index,
-        prefix_rows,
-        scans_codes,
-        unit_prefix,
-    )
-    from subspaces.vectors import principal_axes
-
-    if basis not in BASES:
-        raise SubspacesError(f"--basis must be one of {', '.join(BASES)}, got {basis!r}")
-    if basis == "pca" and dims is None:
-        raise SubspacesError("--basis pca says whose prefix the funnel reads: give --dims too")
-    corpus = unit_prefix(check_vectors(corpus, "corpus"))
-    queries = unit_prefix(check_vectors(queries, "queries"))
-    if queries.shape[1] != corpus.shape[1]:
-        raise DimensionError(f"queries have {queries.shape[1]} dimensions, the corpus {corpus.shape[1]}")
-    if dims is None:
-        return exact(flat_index(corpus), queries, k)
-    if not 0 < dims <= corpus.shape[1]:
-        raise DimensionError(f"--dims {dims} is outside 1..{corpus.shape[1]}")
-    if shortlist_factor < 1:
-        raise SubspacesError(f"--shortlist-factor must be at least 1, got {shortlist_factor}")
-    axes = principal_axes(corpus) if basis == "pca" else None
-    prefixes = prefix_rows(corpus, dims, axes)
-    index = int8_index(prefixes) if scans_codes(len(corpus), len(queries)) else flat_index(prefixes)
-    return funnel(index, corpus, queries, k, shortlist_factor * k, prefix_queries=prefix_rows(queries, dims, axes))
-
-
-def search_quantized(
-    corpus, queries, k: int, kind: str, rescore: int | None = 4, calibration_rows: int = 10_000
-) -> tuple[object, object, str | None]:
-    """Scores, corpus rows and what the shortlist was rescored against, searching the corpus's codes by cosine.
-
-    The rows are unit-normalised, then quantized: int8 with ranges calibrated on a seeded sample of
-    ``calibration_rows`` rows, binary by sign. A shortlist of ``rescore x k`` rows (None: none) is rescored by the
-    float query, against the dequantized codes (int8: what a store of codes alone can do) or against the float
-    corpus (binary: one bit a dimension is too coarse to re-rank by)."""
-    from subspaces.adapt.adapter import check_vectors
-    from subspaces.quantize import quantize, search
-    from subspaces.store.search import unit_prefix
-
-    corpus = unit_prefix(check_vectors(corpus, "corpus"))
-    queries = unit_prefix(check_vectors(queries, "queries"))
-    if queries.shape[1] != corpus.shape[1]:
-        raise DimensionError(f"queries have {queries.shape[1]} dimensions, the corpus {corpus.shape[1]}")
-    cal = calibrate_int8(calibration_sample(corpus, calibration_rows)) if kind == "int8" else None
-    codes = quantize(corpus, kind, cal)  # type: ignore[arg-type]
-    floats = corpus if kind == "binary" else None
-    scores, rows = search(queries, codes, kind=kind, k=k, calibration=cal, rescore=rescore, corpus=floats)  # type: ignore[arg-type]
-    against = None if rescore is None else ("float corpus" if floats is not None else "dequantized codes")
-    return scores, rows, against
-
+from subspaces.quantize import Kind, dequantize, load_codes, sidecar
+from subspaces.store.search import search_quantized, search_vectors
 
 # The defaults of options that only mean something beside another (given alone, they are refused).
 SHORTLIST_FACTOR, RESCORE, CALIBRATION_ROWS = 10, 4, 10_000
