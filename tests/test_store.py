@@ -560,7 +560,7 @@ def test_demo_builds_then_reuses_then_grows_and_rebuilds_for_another_model(wordn
     )
     assert result.exit_code == 0, result.output
     flat = " ".join(result.output.split())
-    assert "store reused" in flat and "the store lies in" in flat and "subspaces eval sts" in flat
+    assert "store reused" in flat and "the store lies in" in flat and "subspaces model eval" in flat
 
 
 def test_demo_migrates_query_side_and_by_rewrite_and_shrinks_with_reports_and_hits(wordnet, tmp_path, tiny_model_dir):

@@ -52,7 +52,7 @@ CALIBRATION_ROWS = 10_000
 
 def calibration_sample(vectors: np.ndarray, rows: int = CALIBRATION_ROWS, seed: int = 0) -> np.ndarray:
     """Up to ``rows`` rows of ``vectors``, a seeded sample in file order: the same vectors always get the same
-    int8 ranges (``encode --quantize``, ``subspaces search --quantize`` and the store's quantized copy)."""
+    int8 ranges (``model encode --quantize``, ``vectors search --quantize`` and the store's quantized copy)."""
     if rows < 2:
         raise SubspacesError(f"calibration rows must be at least 2, got {rows}")
     picked = np.random.default_rng(seed).permutation(len(vectors))[:rows]

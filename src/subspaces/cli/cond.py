@@ -1,4 +1,4 @@
-"""``subspaces cond train|eval|search`` and ``subspaces bench csts-cache`` (Hyper-CL conditional similarity)."""
+"""``subspaces cond train|eval|search|bench`` (Hyper-CL conditional similarity)."""
 
 from __future__ import annotations
 

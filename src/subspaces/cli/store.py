@@ -677,7 +677,7 @@ def demo_cmd(
         f'try:   subspaces store search {demo.path} "your query" -k 10',
         f'       subspaces store search {demo.path} "your query" --dims 128 --basis pca --shortlist 10',
         f"       subspaces store info {demo.path}",
-        f"the STS table: subspaces eval sts --model {demo.model} --json outputs/sts-{demo.model}.json",
+        f"the STS table: subspaces model eval --model {demo.model} --json outputs/sts-{demo.model}.json",
     ]
     echo(lines.pop(0))  # the search times, under the tables
     _show_demo_steps(demo)

@@ -1,4 +1,4 @@
-"""One-call pipelines behind ``subspaces cond train``, ``cond eval`` and ``bench csts-cache``.
+"""One-call pipelines behind ``subspaces cond train``, ``cond eval`` and ``cond bench``.
 
 from subspaces.cond.pipeline import train_conditional, evaluate_conditional
 train_conditional("wic", "minilm-l6", output="runs/wic-hyper", arch="tri", head="hypernet", rank=32)

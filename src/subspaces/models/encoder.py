@@ -50,7 +50,7 @@ def load_encoder(
     """Load a sentence encoder offline.
 
     Args:
-        name_or_path: a bundled short name (see ``subspaces models``), a sentence-transformers folder, or a plain
+        name_or_path: a bundled short name (see ``subspaces model list``), a sentence-transformers folder, or a plain
             transformers folder (then the pooler defaults to ``mean``). An already-built model is returned as is
             (after applying ``pooler``/``max_seq_length``).
         pooler: replace the model's pooling with one of SimCSE's poolers (:mod:`subspaces.models.pooling`).

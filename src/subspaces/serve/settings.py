@@ -17,7 +17,7 @@ class ServeSettings:
     """Everything :func:`subspaces.serve.app.create_app` needs; the CLI builds one from its options.
 
     Args:
-        model: a bundled model name or a local folder (what ``subspaces encode --model`` takes).
+        model: a bundled model name or a local folder (what ``subspaces model encode --model`` takes).
         head: a saved Hyper-CL tri-encoder folder (``subspaces cond train``'s output), for conditioned similarity.
         store: a :class:`subspaces.store.Store` folder, for ``/v1/search``.
         device: the torch device the model runs on.
