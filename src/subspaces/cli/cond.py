@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 Task = Literal[tuple(TASKS)]  # type: ignore[valid-type]
 Split = Literal[SPLITS]  # type: ignore[valid-type]
-TaskOpt = Annotated[Task, typer.Option(help="wic (bundled) or csts (needs --data).")]
+TaskOpt = Annotated[Task, typer.Option(help="wic (bundled) or csts (needs --data).")]  # type: ignore[valid-type]
 DataOpt = Annotated[
     Optional[Path], typer.Option("--data", help="Folder with csts_{train,validation,test}.csv (C-STS).")
 ]
@@ -209,7 +209,10 @@ def search_cmd(
 @cond_app.command("bench")
 @user_errors
 def csts_cache_cmd(
-    task: Annotated[Task, typer.Option(help="wic, or csts (needs --data: C-STS is not redistributable).")] = "wic",
+    task: Annotated[
+        Task,  # type: ignore[valid-type]
+        typer.Option(help="wic, or csts (needs --data: C-STS is not redistributable)."),
+    ] = "wic",
     data: DataOpt = None,
     model: Annotated[str, typer.Option("--model", "-m")] = "minilm-l6",
     split: Split = "test",

@@ -84,7 +84,7 @@ def train(
         "--per-example-texts/--per-entity-texts",
         help="Training texts leave each triple's other end out of the neighbour names (SimKGC; default: bi only).",
     ),
-    recipe: Optional[Recipe] = typer.Option(
+    recipe: Optional[Recipe] = typer.Option(  # type: ignore[valid-type]
         None, help="Set every option of a released configuration (docs/kgc.md); options given explicitly win."
     ),
     eval_split: str = typer.Option("test", help="Split to evaluate after training, or 'none'."),
