@@ -3,7 +3,7 @@
 The claim to show or refute: "MIC beats MRL at 16 and 32 dims by >= 2 points on >= 2 tasks".
 
 **Start.** ``minilm-l6``, not Matryoshka-trained: its 16/32-d prefixes are weak (the adapter benchmark's raw
-prefixes, ``benchmarks/results/matryoshka/adapter/test/raw.json``, at 16/32/384: SNLI-test nDCG@10 26.7/44.1/64.1,
+prefixes, ``benchmarks/results/matryoshka/adapter/test/summary.json`` (run ``raw``), at 16/32/384: SNLI-test nDCG@10 26.7/44.1/64.1,
 Banking77 65.6/81.2/93.0, Emotion 46.8/50.2/68.5, STS-B 72.0/76.7/82.0), which is what a Matryoshka objective can
 gain. Nothing is re-initialised. Its top 2 of 6 transformer layers train over the bottom four's cached activations
 (the engine's partial fine-tuning, ``trainable_layers=2`` + ``cache_dir``; :mod:`subspaces.models.partial`).
@@ -58,7 +58,8 @@ Texts are embedded once per model through the same cached bottom layers (exact t
 **Output**: ``benchmarks/results/matryoshka/encoder/`` holds ``start_loss.json``, ``start.json`` and one
 ``<arm>-seed<k>.json`` per run (settings, the check, train seconds, the loss history with MICLoss's per-term
 sizes at step 1 and every 10 steps, the per-prefix training loss on the start-loss batches after training, the
-metrics, the per-row values). A finished one is skipped (one with other settings stops the run); an interrupted
+metrics, the per-row values; these per-run files are not in git: ``runs.json`` keeps them less the per-row
+values and the history). A finished one is skipped (one with other settings stops the run); an interrupted
 training resumes from its checkpoint under ``runs/matryoshka_encoder/`` (git-ignored), where the trained models
 and the activation caches stay. ``table`` prints mean ± std over seeds per arm, task and dim; MIC - MRL,
 MRL+SCR - MRL and MRL+SIR - MRL at 16 and 32 dims with paired bootstrap 95 % intervals (test rows resampled, the
