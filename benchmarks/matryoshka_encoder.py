@@ -3,7 +3,8 @@
 The claim to show or refute: "MIC beats MRL at 16 and 32 dims by >= 2 points on >= 2 tasks".
 
 **Start.** ``minilm-l6``, not Matryoshka-trained: its 16/32-d prefixes are weak (the adapter benchmark's raw
-prefixes, ``benchmarks/results/matryoshka/adapter/test/summary.json`` (run ``raw``), at 16/32/384: SNLI-test nDCG@10 26.7/44.1/64.1,
+prefixes, run ``raw`` in ``benchmarks/results/matryoshka/adapter/test/summary.json``, at 16/32/384:
+SNLI-test nDCG@10 26.7/44.1/64.1,
 Banking77 65.6/81.2/93.0, Emotion 46.8/50.2/68.5, STS-B 72.0/76.7/82.0), which is what a Matryoshka objective can
 gain. Nothing is re-initialised. Its top 2 of 6 transformer layers train over the bottom four's cached activations
 (the engine's partial fine-tuning, ``trainable_layers=2`` + ``cache_dir``; :mod:`subspaces.models.partial`).
