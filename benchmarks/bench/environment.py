@@ -1,0 +1,70 @@
+"""Where a benchmark ran: CPU model and the features that change speed, threads, library versions, commit."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+# CPU flags that change which kernels run (bfloat16 and AMX matmuls, AVX-512); the rest are not recorded
+FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8", "amx_tile")
+
+
+def cpu() -> dict[str, Any]:
+    """``lscpu``'s model name and which of ``FEATURES`` the CPU has (``/proc/cpuinfo`` where lscpu is absent)."""
+    model, flags = platform.processor() or platform.machine(), ""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        out = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    for line in out.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("Model name", "model name") and value.strip():
+            model = value.strip()
+        elif key.strip() in ("Flags", "flags"):
+            flags = value
+    present = set(flags.split())
+    return {"model": model, "cores": os.cpu_count(), "features": {f: f in present for f in FEATURES}}
+
+
+def versions() -> dict[str, str | None]:
+    found: dict[str, str | None] = {"python": platform.python_version()}
+    for name in ("numpy", "torch", "subspaces"):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def commit() -> dict[str, Any]:
+    """The checkout's commit and whether tracked files differ from it (a dirty run is not that commit's)."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip()
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
+
+
+def threads() -> dict[str, Any]:
+    found: dict[str, Any] = {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    try:
+        import torch
+
+        found["torch"] = torch.get_num_threads()
+    except ImportError:
+        found["torch"] = None
+    return found
+
+
+def environment() -> dict[str, Any]:
+    return {"cpu": cpu(), "threads": threads(), "versions": versions(), "git": commit(), "host": platform.node()}

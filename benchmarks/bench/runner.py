@@ -1,0 +1,148 @@
+"""Run an experiment file cell by cell, resumably, and write its summary JSON.
+
+Each finished cell is one JSON under ``<out>/cells/`` (written whole, then renamed), so a killed run loses at
+most the cell it was in: ``--resume`` skips the finished ones (a finished cell recorded with other parameters
+stops the run rather than mixing settings). ``<out>/summary.json`` holds the environment, every cell's result less
+its per-row values, the mean and 95 % t-interval over seeds of every numeric result per pool and arm, and the paired
+bootstrap of the experiment's ``compare`` pairs on the per-row values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from subspaces.io import save_json
+
+from .environment import ROOT, environment
+from .experiment import Cell, Experiment, load
+from .stats import paired_mean_difference, seed_interval
+from .tables import markdown
+from .tasks import Task, resolve
+
+SCHEMA = 1
+
+
+def cell_path(experiment: Experiment, cell: Cell) -> Path:
+    return experiment.out / "cells" / cell.pool / f"{cell.arm}-seed{cell.seed}.json"
+
+
+def _plain(value: Any) -> Any:
+    """JSON round trip: tuples become lists, so parameters compare equal to what a cell file holds."""
+    return json.loads(json.dumps(value))
+
+
+def run(path: str | Path, resume: bool = False, task: Task | None = None) -> dict[str, Any]:
+    """Run (or resume) the experiment at ``path``; returns the summary written to ``<out>/summary.json``.
+    ``task`` replaces the file's task (tests)."""
+    experiment = load(path)
+    measure = task or resolve(experiment.task)
+    done = [c for c in experiment.cells if cell_path(experiment, c).is_file()]
+    if done and not resume:
+        raise SystemExit(f"{experiment.out} holds {len(done)} finished cells: pass --resume to continue")
+    env = environment()
+    for cell in experiment.cells:
+        target = cell_path(experiment, cell)
+        if target.is_file():
+            recorded = json.loads(target.read_text())
+            if recorded["params"] != _plain(cell.params):
+                raise SystemExit(f"{target} was run with other parameters; move it away or restore them")
+            continue
+        print(f"[{experiment.name}] {cell.key} ({cell.role})", flush=True)
+        start = time.perf_counter()
+        result = measure(dict(cell.params), cell.seed)
+        record = {
+            "cell": cell.key,
+            "pool": cell.pool,
+            "role": cell.role,
+            "arm": cell.arm,
+            "seed": cell.seed,
+            "params": _plain(cell.params),
+            "seconds": round(time.perf_counter() - start, 3),
+            "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "git": env["git"],
+            "result": result,
+        }
+        save_json(target, record)
+    summary = summarise(experiment, env)
+    save_json(experiment.out / "summary.json", summary)
+    return summary
+
+
+def _numbers(result: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, float]]:
+    """Every numeric leaf of a result, keyed by its path ("search/exact/p50_ms"); per-row values excluded."""
+    for key, value in result.items():
+        name = f"{prefix}{key}"
+        if key == "rows":
+            continue
+        if isinstance(value, dict):
+            yield from _numbers(value, name + "/")
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield name, float(value)
+
+
+def summarise(experiment: Experiment, env: dict[str, Any]) -> dict[str, Any]:
+    records = [json.loads(cell_path(experiment, c).read_text()) for c in experiment.cells]
+    aggregate: dict[str, dict[str, Any]] = {}
+    for pool in dict.fromkeys(r["pool"] for r in records):
+        aggregate[pool] = {}
+        for arm in dict.fromkeys(r["arm"] for r in records if r["pool"] == pool):
+            runs = [r for r in records if r["pool"] == pool and r["arm"] == arm]
+            values: dict[str, list[float]] = {}
+            for r in runs:
+                for name, v in _numbers(r["result"]):
+                    values.setdefault(name, []).append(v)
+            aggregate[pool][arm] = {n: seed_interval(v) for n, v in values.items() if len(v) == len(runs)}
+    paired: dict[str, dict[str, Any]] = {}
+    for a, b in experiment.compare:
+        for pool in aggregate:
+            rows_a = [r["result"].get("rows", {}) for r in records if r["pool"] == pool and r["arm"] == a]
+            rows_b = [r["result"].get("rows", {}) for r in records if r["pool"] == pool and r["arm"] == b]
+            for name in sorted(set.intersection(*(set(x) for x in rows_a + rows_b))) if rows_a and rows_b else []:
+                # seeds of an arm as columns; an arm with fewer seeds (a deterministic baseline) is its mean
+                ya = np.stack([np.asarray(x[name], dtype=float) for x in rows_a], axis=1)
+                yb = np.stack([np.asarray(x[name], dtype=float) for x in rows_b], axis=1)
+                d = paired_mean_difference(ya, yb, n=experiment.bootstrap)
+                paired.setdefault(pool, {}).setdefault(f"{a} - {b}", {})[name] = {
+                    "diff": d.diff,
+                    "low": d.low,
+                    "high": d.high,
+                }
+    try:
+        file = str(experiment.path.resolve().relative_to(ROOT))
+    except ValueError:
+        file = str(experiment.path)
+    return {
+        "schema": SCHEMA,
+        "experiment": {"name": experiment.name, "file": file, "task": experiment.task},
+        "command": f".venv/bin/python benchmarks/run.py {file} --resume",
+        "environment": env,
+        "cells": [
+            {k: v for k, v in r.items() if k != "result"} | {"result": _without_rows(r["result"])} for r in records
+        ],
+        "aggregate": aggregate,
+        "paired": paired,
+    }
+
+
+def _without_rows(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in result.items() if k != "rows"}
+
+
+def main(argv: list[str] | None = None, printer: Callable[[str], None] = print) -> None:
+    parser = argparse.ArgumentParser(description="Run an experiment file (arms x seeds x pools), resumably.")
+    parser.add_argument("experiment", type=Path, help="benchmarks/experiments/<name>.toml")
+    parser.add_argument("--resume", action="store_true", help="continue: finished cells are kept, not rerun")
+    parser.add_argument("--table", action="store_true", help="only print the tables of the existing summary")
+    args = parser.parse_args(argv)
+    if args.table:
+        summary = json.loads((load(args.experiment).out / "summary.json").read_text())
+    else:
+        summary = run(args.experiment, resume=args.resume)
+    printer(markdown(summary))

@@ -1,0 +1,39 @@
+"""Markdown tables from a runner summary: mean ± std over seeds per pool and arm, then the paired differences.
+A task module's own ``table(summary)`` (for a figure's layout in BENCHMARKS.md) is printed after them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .tasks import task_table
+
+
+def markdown(summary: dict[str, Any], metrics: list[str] | None = None) -> str:
+    lines = [f"## {summary['experiment']['name']} ({summary['command']})", ""]
+    roles = {c["pool"]: c["role"] for c in summary["cells"]}
+    for pool, arms in summary["aggregate"].items():
+        names = metrics or list(dict.fromkeys(n for cells in arms.values() for n in cells))
+        lines += [f"### {pool} ({roles[pool]})", "", "| arm | seeds | " + " | ".join(names) + " |"]
+        lines.append("|---|---:|" + "---:|" * len(names))
+        for arm, cells in arms.items():
+            seeds = max((c["seeds"] for c in cells.values()), default=0)
+            values = [_mean_std(cells.get(n)) for n in names]
+            lines.append(f"| {arm} | {seeds} | " + " | ".join(values) + " |")
+        lines.append("")
+    for pool, pairs in summary.get("paired", {}).items():
+        lines += [f"### {pool}: paired bootstrap 95 % intervals", "", "| difference | rows | diff [low, high] |"]
+        lines.append("|---|---|---|")
+        for name, per_rows in pairs.items():
+            for rows, d in per_rows.items():
+                lines.append(f"| {name} | {rows} | {d['diff']:+.4g} [{d['low']:+.4g}, {d['high']:+.4g}] |")
+        lines.append("")
+    own = task_table(summary["experiment"]["task"])
+    if own is not None:
+        lines.append(own(summary))
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _mean_std(cell: dict[str, Any] | None) -> str:
+    if cell is None:
+        return "-"
+    return f"{cell['mean']:.4g}" + (f" ± {cell['std']:.2g}" if cell["seeds"] > 1 else "")

@@ -1,0 +1,31 @@
+"""What a cell measures: ``task(params, seed) -> result`` (a JSON-able dict; per-row values under ``"rows"``,
+a dict of equal-length lists, for the paired bootstrap). A task module may also define ``table(summary) -> str``.
+Heavy libraries are imported inside the tasks, so reading a summary needs none of them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import import_module
+from typing import Any
+
+Task = Callable[[dict[str, Any], int], dict[str, Any]]
+
+TASKS = {"toy": "bench.tasks.toy:run"}
+
+
+def resolve(name: str) -> Task:
+    """A task by its name in ``TASKS`` or as ``package.module:function``."""
+    module, _, function = TASKS.get(name, name).partition(":")
+    if not function:
+        raise ValueError(f"unknown task {name!r}: one of {sorted(TASKS)}, or package.module:function")
+    task: Task = getattr(import_module(module), function)
+    return task
+
+
+def task_table(name: str) -> Callable[[dict[str, Any]], str] | None:
+    module = TASKS.get(name, name).partition(":")[0]
+    try:
+        table: Callable[[dict[str, Any]], str] | None = getattr(import_module(module), "table", None)
+    except ImportError:
+        return None
+    return table

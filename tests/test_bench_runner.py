@@ -1,0 +1,117 @@
+"""benchmarks/bench: an experiment file runs end to end, a killed run resumes without rerunning finished cells,
+and the summary holds the environment, the seed aggregates and the paired intervals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import runner
+from bench.environment import environment
+from bench.experiment import load
+from bench.tasks import resolve
+
+EXPERIMENT = """
+name = "tiny"
+task = "toy"
+out = "{out}"
+seeds = [0, 1]
+compare = [["good", "base"]]
+bootstrap = 200
+[params]
+rows = 40
+[[arms]]
+name = "base"
+params = {{ level = 0.5 }}
+[[arms]]
+name = "good"
+params = {{ level = 0.7 }}
+[[pools]]
+name = "choose"
+role = "dev"
+[[pools]]
+name = "report"
+role = "test"
+params = {{ pool_seed = 1 }}
+"""
+
+
+@pytest.fixture
+def experiment(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.toml"
+    path.write_text(EXPERIMENT.format(out=tmp_path / "out"))
+    return path
+
+
+def test_cells_are_arms_by_seeds_by_pools_with_arms_rotated(experiment: Path) -> None:
+    cells = load(experiment).cells
+    assert len(cells) == 8
+    assert [c.arm for c in cells[:2]] == ["base", "good"]
+    assert [c.arm for c in cells[4:6]] == ["good", "base"]  # seed 1 starts with the other arm
+    assert {c.pool: c.role for c in cells} == {"choose": "dev", "report": "test"}
+    assert cells[0].params == {"rows": 40, "level": 0.5}
+
+
+def test_a_killed_run_resumes_and_finished_cells_are_not_rerun(experiment: Path) -> None:
+    toy = resolve("toy")
+    calls: list[tuple[float, int]] = []
+
+    def killed_after_three(params: dict[str, Any], seed: int) -> dict[str, Any]:
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append((params["level"], seed))
+        return toy(params, seed)
+
+    with pytest.raises(KeyboardInterrupt):
+        runner.run(experiment, task=killed_after_three)
+    assert len(calls) == 3
+    with pytest.raises(SystemExit, match="--resume"):
+        runner.run(experiment)  # a fresh run does not overwrite finished cells
+
+    def counted(params: dict[str, Any], seed: int) -> dict[str, Any]:
+        calls.append((params["level"], seed))
+        return toy(params, seed)
+
+    summary = runner.run(experiment, resume=True, task=counted)
+    assert len(calls) == 8  # the five unfinished cells only
+    assert summary == json.loads((load(experiment).out / "summary.json").read_text())
+    assert summary["schema"] == runner.SCHEMA
+    assert [c["cell"] for c in summary["cells"]] == [c.key for c in load(experiment).cells]
+    assert all("rows" not in c["result"] for c in summary["cells"])
+    good = summary["aggregate"]["report"]["good"]["score"]
+    assert good["seeds"] == 2
+    assert good["mean"] == pytest.approx(0.7, abs=0.05)
+    d = summary["paired"]["report"]["good - base"]["score"]
+    assert d["low"] < d["diff"] < d["high"]
+    assert d["diff"] == pytest.approx(0.2, abs=0.05)
+    assert d["low"] > 0
+
+    again = runner.run(experiment, resume=True, task=counted)  # all finished: nothing reruns
+    assert len(calls) == 8
+    assert again["aggregate"] == summary["aggregate"]
+
+
+def test_a_finished_cell_with_other_parameters_stops_the_run(experiment: Path) -> None:
+    runner.run(experiment)
+    experiment.write_text(experiment.read_text().replace("rows = 40", "rows = 41"))
+    with pytest.raises(SystemExit, match="other parameters"):
+        runner.run(experiment, resume=True)
+
+
+def test_the_table_reads_the_summary(experiment: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runner.main([str(experiment)])
+    runner.main([str(experiment), "--table"])
+    out = capsys.readouterr().out
+    assert "### report (test)" in out
+    assert "| good - base | score |" in out
+
+
+def test_the_environment_record() -> None:
+    env = environment()
+    assert set(env) >= {"cpu", "threads", "versions", "git"}
+    assert {"avx512_bf16", "amx_bf16"} <= set(env["cpu"]["features"])
+    assert env["versions"]["numpy"]
+    assert env["git"]["commit"] is None or len(env["git"]["commit"]) == 40
