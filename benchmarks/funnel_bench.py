@@ -11,7 +11,7 @@ Grid: shortlist dims {16, 32, 64, 128} x shortlist sizes {2, 5, 10, 20} x k, for
 - ``adapter``: the vectors after a :class:`subspaces.adapt.MatryoshkaAdapter` fitted on the corpus vectors only.
 
 Queries are searched as one batch (faiss's matrix-product path): the exact search is at its most efficient
-there, so the funnel's speed-up is lower than one query at a time (the store's latencies, ``store_bench.py``).
+there, so the funnel's speed-up is lower than one query at a time (the store's latencies, ``experiments/store.toml``).
 
 Recall@10 is against full-dimension exact search on the **raw** vectors (the answer a user wants), and for the
 adapter arm also against exact search on the adapted vectors. The exact search's queries/s is measured in the

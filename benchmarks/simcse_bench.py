@@ -1,10 +1,10 @@
-"""Foundation benchmarks: the STS table of minilm-l6, SimCSE from scratch (with the augmentation ablation),
-supervised SimCSE from minilm-l6, and training throughput against sentence-transformers' trainer.
+"""Foundation benchmarks: the STS table of minilm-l6, supervised SimCSE from minilm-l6, and training throughput
+against sentence-transformers' trainer. (SimCSE from scratch with its augmentation ablation is an experiment file:
+``benchmarks/run.py benchmarks/experiments/simcse_scratch.toml``.)
 
 Each sub-command writes JSON to benchmarks/results/ and prints a table. Run from the repository root:
 
     python benchmarks/simcse_bench.py sts
-    python benchmarks/simcse_bench.py scratch --steps 500
     python benchmarks/simcse_bench.py sup --epochs 1 --batch-size 64
     python benchmarks/simcse_bench.py throughput --steps 30
 """
@@ -56,91 +56,6 @@ def sts() -> None:
 
     model = load_encoder("minilm-l6")
     _save("sts_minilm_l6", {"model": "minilm-l6", "original": _sts(model), "senteval": _sts(model, "senteval")})
-
-
-@app.command()
-def scratch(
-    aug: str = "dropout",
-    steps: int = 200,
-    batch_size: int = 64,
-    lr: float = 3e-5,
-    seed: int = 42,
-    layers: int = 4,
-    hidden: int = 256,
-    full_sts: bool = False,
-    before: bool = False,
-) -> None:
-    """Unsupervised SimCSE from a random small BERT with one augmentation: dropout (0.1), none, delete_one_word.
-
-    Each augmentation runs as its own process (results/simcse_scratch_<aug>.json), so the three can share the
-    machine; they start from the same random weights (same seed) and see the same sentences in the same order.
-    STS-B dev (SimCSE's ablation metric) is always reported; ``--full-sts`` adds the whole STS table and
-    ``--before`` the table of the untrained model.
-    """
-    from subspaces.data.text import wordnet_sentences
-    from subspaces.eval.sts import STSBDevEvaluator
-    from subspaces.models.encoder import build_random_bert, load_encoder
-    from subspaces.train.simcse import SimCSEConfig, set_dropout, train_simcse, unsup_examples
-
-    sentences = wordnet_sentences()
-    work = Path("outputs/bench-scratch")
-
-    def fresh():
-        return build_random_bert(
-            work / f"init-{aug}",
-            num_layers=layers,
-            hidden_size=hidden,
-            num_heads=max(1, hidden // 64),
-            pooler="cls",
-            mlp_only_train=True,
-            seed=seed,
-        )
-
-    results: dict = {
-        "augmentation": aug,
-        "config": {
-            "steps": steps,
-            "batch_size": batch_size,
-            "lr": lr,
-            "seed": seed,
-            "layers": layers,
-            "hidden": hidden,
-            "max_length": 32,
-            "temperature": 0.05,
-            "pooler": "cls (MLP in training only)",
-            "corpus": "wordnet_sentences",
-            "n_sentences": len(sentences),
-        },
-    }
-    if before:
-        untrained = fresh().eval()
-        results["before"] = {
-            "stsb_dev": STSBDevEvaluator()(untrained)["stsb_dev"],
-            "sts": _sts(untrained) if full_sts else None,
-        }
-    model = fresh()
-    if aug == "none":
-        set_dropout(model, 0.0)
-    cfg = SimCSEConfig(
-        output_dir=str(work / aug),
-        batch_size=batch_size,
-        lr=lr,
-        max_steps=steps,
-        eval_steps=max(1, steps // 2),
-        save_steps=0,
-        seed=seed,
-        resume=False,
-    )
-    t = time.perf_counter()
-    res = train_simcse(model, unsup_examples(sentences, aug, seed), cfg)
-    best = load_encoder(str(work / aug))
-    results["after"] = {
-        "train_seconds": time.perf_counter() - t,
-        "samples_per_second": res.samples_per_second,
-        "best_stsb_dev": res.best_score,
-        "sts": _sts(best) if full_sts else None,
-    }
-    _save(f"simcse_scratch_{aug}", results)
 
 
 @app.command()

@@ -115,3 +115,21 @@ def test_the_environment_record() -> None:
     assert {"avx512_bf16", "amx_bf16"} <= set(env["cpu"]["features"])
     assert env["versions"]["numpy"]
     assert env["git"]["commit"] is None or len(env["git"]["commit"]) == 40
+
+
+def test_every_experiment_file_loads_and_names_a_task() -> None:
+    files = sorted((Path(__file__).resolve().parents[1] / "benchmarks" / "experiments").glob("*.toml"))
+    assert files
+    for path in files:
+        experiment = load(path)
+        assert experiment.cells
+        assert callable(resolve(experiment.task))
+
+
+def test_the_store_table_renders_the_committed_store_json() -> None:
+    from bench.tasks.store import render
+
+    committed = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "store_bench.json"
+    rows = render(json.loads(committed.read_text()))
+    assert "| exact |" in rows
+    assert "time / re-embedding" in rows

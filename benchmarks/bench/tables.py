@@ -1,5 +1,5 @@
 """Markdown tables from a runner summary: mean ± std over seeds per pool and arm, then the paired differences.
-A task module's own ``table(summary)`` (for a figure's layout in BENCHMARKS.md) is printed after them."""
+A task module's own ``table(summary)`` (a figure's layout in BENCHMARKS.md) replaces the first."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from .tasks import task_table
 def markdown(summary: dict[str, Any], metrics: list[str] | None = None) -> str:
     lines = [f"## {summary['experiment']['name']} ({summary['command']})", ""]
     roles = {c["pool"]: c["role"] for c in summary["cells"]}
-    for pool, arms in summary["aggregate"].items():
+    own = task_table(summary["experiment"]["task"])
+    for pool, arms in ({} if own is not None and metrics is None else summary["aggregate"]).items():
         names = metrics or list(dict.fromkeys(n for cells in arms.values() for n in cells))
         lines += [f"### {pool} ({roles[pool]})", "", "| arm | seeds | " + " | ".join(names) + " |"]
         lines.append("|---|---:|" + "---:|" * len(names))
@@ -27,7 +28,6 @@ def markdown(summary: dict[str, Any], metrics: list[str] | None = None) -> str:
             for rows, d in per_rows.items():
                 lines.append(f"| {name} | {rows} | {d['diff']:+.4g} [{d['low']:+.4g}, {d['high']:+.4g}] |")
         lines.append("")
-    own = task_table(summary["experiment"]["task"])
     if own is not None:
         lines.append(own(summary))
     return "\n".join(lines).rstrip() + "\n"

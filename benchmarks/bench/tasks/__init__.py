@@ -10,7 +10,11 @@ from typing import Any
 
 Task = Callable[[dict[str, Any], int], dict[str, Any]]
 
-TASKS = {"toy": "bench.tasks.toy:run"}
+TASKS = {
+    "toy": "bench.tasks.toy:run",
+    "store": "bench.tasks.store:run",
+    "simcse_scratch": "bench.tasks.simcse_scratch:run",
+}
 
 
 def resolve(name: str) -> Task:

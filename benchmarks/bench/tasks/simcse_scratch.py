@@ -1,0 +1,114 @@
+"""Unsupervised SimCSE from a random small BERT with one augmentation (an arm): dropout (0.1), none,
+delete_one_word; notes/simcse.md §1.2. Every arm starts from the same random weights (same seed) and sees the same
+sentences in the same order. STS-B dev (SimCSE's ablation metric) is always reported; ``full_sts`` adds the whole
+STS table and ``before`` the untrained model's. The result has the schema of
+``benchmarks/results/simcse_scratch_<aug>.json``. Experiment: ``benchmarks/experiments/simcse_scratch.toml``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _sts(model: Any) -> dict[str, Any]:
+    from subspaces.eval.sts import STSEvaluator
+
+    t = time.perf_counter()
+    scores: dict[str, Any] = STSEvaluator()(model)
+    scores["seconds"] = time.perf_counter() - t
+    return scores
+
+
+def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
+    from subspaces.data.text import wordnet_sentences
+    from subspaces.eval.sts import STSBDevEvaluator
+    from subspaces.models.encoder import build_random_bert, load_encoder
+    from subspaces.train.simcse import SimCSEConfig, set_dropout, train_simcse, unsup_examples
+
+    p = {
+        "steps": 200,
+        "batch_size": 64,
+        "lr": 3e-5,
+        "layers": 4,
+        "hidden": 256,
+        "full_sts": False,
+        "before": False,
+        "max_sentences": None,
+        "work": "outputs/bench-scratch",
+    } | params
+    aug, steps = p["augmentation"], int(p["steps"])
+    sentences = wordnet_sentences()
+    if p["max_sentences"]:
+        sentences = sentences[: int(p["max_sentences"])]
+    work = Path(p["work"])
+
+    def fresh() -> Any:
+        return build_random_bert(
+            work / f"init-{aug}",
+            num_layers=p["layers"],
+            hidden_size=p["hidden"],
+            num_heads=max(1, p["hidden"] // 64),
+            pooler="cls",
+            mlp_only_train=True,
+            seed=seed,
+        )
+
+    results: dict[str, Any] = {
+        "augmentation": aug,
+        "config": {
+            "steps": steps,
+            "batch_size": p["batch_size"],
+            "lr": p["lr"],
+            "seed": seed,
+            "layers": p["layers"],
+            "hidden": p["hidden"],
+            "max_length": 32,
+            "temperature": 0.05,
+            "pooler": "cls (MLP in training only)",
+            "corpus": "wordnet_sentences",
+            "n_sentences": len(sentences),
+        },
+    }
+    if p["before"]:
+        untrained = fresh().eval()
+        results["before"] = {
+            "stsb_dev": STSBDevEvaluator()(untrained)["stsb_dev"],
+            "sts": _sts(untrained) if p["full_sts"] else None,
+        }
+    model = fresh()
+    if aug == "none":
+        set_dropout(model, 0.0)
+    cfg = SimCSEConfig(
+        output_dir=str(work / aug),
+        batch_size=p["batch_size"],
+        lr=p["lr"],
+        max_steps=steps,
+        eval_steps=max(1, steps // 2),
+        save_steps=0,
+        seed=seed,
+        resume=False,
+    )
+    t = time.perf_counter()
+    res = train_simcse(model, unsup_examples(sentences, aug, seed), cfg)
+    best = load_encoder(str(work / aug))
+    results["after"] = {
+        "train_seconds": time.perf_counter() - t,
+        "samples_per_second": res.samples_per_second,
+        "best_stsb_dev": res.best_score,
+        "sts": _sts(best) if p["full_sts"] else None,
+    }
+    return results
+
+
+def table(summary: dict[str, Any]) -> str:
+    """notes/simcse.md §1.2's STS-B dev column: each arm's best STS-B dev, training time and rate."""
+    lines = ["| augmentation | seed | best STS-B dev | train s | samples/s |", "|---|---:|---:|---:|---:|"]
+    for cell in summary["cells"]:
+        r = cell["result"]
+        lines.append(
+            f"| {r['augmentation']} | {cell['seed']} | {r['after']['best_stsb_dev']:.2f} | "
+            f"{r['after']['train_seconds']:.0f} | {r['after']['samples_per_second']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,170 @@
+"""The vector-store benchmark (BENCHMARKS.md's store rows): add throughput (one process, and Ray Data on a local
+runtime), then search latency (p50/p99) and Recall@10 against exact full-dim search, for exact, ANN (LanceDB
+IVF-PQ) and funnel search (a prefix shortlist of ``shortlists`` x k, full re-rank) at several prefixes of the
+model's coordinates and of the store's principal axes (``bases``), and a migration.
+
+A store of the first ``n`` distinct WordNet sentences (definitions, then examples) is built in a temporary folder
+(or ``store``); the queries are ``queries`` other WordNet sentences, encoded once, so the latencies are search alone
+(one query at a time, as a user's request); the encoding rate is reported apart. ``ray_n`` texts are added again
+into a second store through Ray Data (``actors`` actors on a local runtime of that many CPUs). A migration to
+``migrate_to`` is timed and measured on the store (recall vs a re-embedded held-out sample, and its time against
+re-embedding every row at the new model's measured rate). The result has the schema of
+``benchmarks/results/store_bench.json``. Experiment: ``benchmarks/experiments/store.toml``.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def latencies(store, vectors: np.ndarray, k: int, **options) -> tuple[dict[str, float], list[list[str]]]:
+    store.search_vectors(vectors[:1], k, **options)  # builds the in-memory index of this setting once
+    times, ids = [], []
+    for vector in vectors:
+        start = time.perf_counter()
+        hit = store.search_vectors(vector[None], k, **options)[0]
+        times.append(time.perf_counter() - start)
+        ids.append(hit["ids"])
+    ms = np.asarray(times) * 1e3
+    return {
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "qps": float(1e3 / ms.mean()),
+    }, ids
+
+
+def recall(found: list[list[str]], truth: list[list[str]]) -> float:
+    return float(np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(found, truth, strict=True)]))
+
+
+def ray_add(texts: list[str], model: str, folder: Path, actors: int) -> dict:
+    """Texts/s of an add through Ray Data on a local runtime, start-up (runtime and actors) included and apart."""
+    from subspaces.store import Store, scaleout
+
+    start = time.perf_counter()
+    scaleout.start("local", num_cpus=actors)
+    startup_s = time.perf_counter() - start
+    store = Store.create(folder, model)
+    start = time.perf_counter()
+    store.add(texts, ids=range(len(texts)), ray=True, actors=actors)
+    add_s = time.perf_counter() - start
+    return {
+        "n": len(texts),
+        "actors": actors,
+        "runtime_start_seconds": round(startup_s, 2),
+        "seconds": round(add_s, 2),  # includes the actors' start and model load
+        "texts_per_s": round(len(texts) / add_s, 1),
+    }
+
+
+def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One store built, searched (every setting), added to through Ray and migrated; ``seed`` is unused (the
+    corpus and queries are WordNet's first sentences)."""
+    from subspaces.config import set_threads
+    from subspaces.models.encoder import encode
+    from subspaces.store import Store
+    from subspaces.store.demo import wordnet_sentences
+
+    p = {
+        "n": 100_000,
+        "queries": 1_000,
+        "model": "minilm-l6",
+        "dims": [32, 64, 128],
+        "shortlists": [5, 10, 20],
+        "bases": ["model", "pca"],
+        "k": 10,
+        "nprobes": 20,
+        "migrate_to": None,
+        "pairs": None,
+        "anchors": "paired",
+        "store": None,
+        "threads": None,
+        "ray_n": 20_000,
+        "actors": 2,
+    } | params
+    threads = set_threads(p["threads"])
+    n, k = int(p["n"]), int(p["k"])
+    texts = wordnet_sentences(n + int(p["queries"]))
+    corpus, queries = texts[:n], texts[n : n + int(p["queries"])]
+    if len(queries) < int(p["queries"]):
+        raise SystemExit(f"only {len(texts)} WordNet sentences: lower n or queries")
+    folder = Path(p["store"]) if p["store"] else Path(tempfile.mkdtemp(prefix="store-bench-")) / "store"
+    store = Store.create(folder, p["model"])
+    start = time.perf_counter()
+    store.add(corpus, ids=range(len(corpus)), progress=True)
+    add_s = time.perf_counter() - start
+    start = time.perf_counter()
+    query_vectors = encode(store.model(), queries, normalize=True)
+    encode_q_s = time.perf_counter() - start
+    results: dict[str, Any] = {
+        "n": len(corpus),
+        "queries": len(queries),
+        "model": p["model"],
+        "threads": threads,
+        "machine": platform.processor() or platform.machine(),
+        "add": {"seconds": round(add_s, 2), "texts_per_s": round(len(corpus) / add_s, 1)},
+        "query_encoding_ms": round(1e3 * encode_q_s / len(queries), 3),
+        "search": {},
+    }
+    timing, truth = latencies(store, query_vectors, k)
+    results["search"]["exact"] = timing | {"recall@10": 1.0}
+    for basis in p["bases"]:
+        for dims in p["dims"]:
+            for shortlist in p["shortlists"]:
+                timing, found = latencies(store, query_vectors, k, dims=dims, shortlist=shortlist, basis=basis)
+                results["search"][f"funnel_{basis}_{dims}_x{shortlist}"] = timing | {"recall@10": recall(found, truth)}
+            timing, found = latencies(store, query_vectors, k, dims=dims, rerank="none", basis=basis)
+            results["search"][f"prefix_{basis}_{dims}"] = timing | {"recall@10": recall(found, truth)}
+    if len(corpus) >= 256:
+        start = time.perf_counter()
+        built = store.index()
+        timing, found = latencies(store, query_vectors, k, ann=True, nprobes=p["nprobes"])
+        results["search"]["ann_ivfpq"] = (
+            timing | {"recall@10": recall(found, truth), "index_seconds": round(time.perf_counter() - start, 2)} | built
+        )
+    exact_qps = results["search"]["exact"]["qps"]
+    for row in results["search"].values():
+        row["speedup_vs_exact"] = round(row["qps"] / exact_qps, 2)
+    if p["ray_n"]:
+        results["add_ray_local"] = ray_add(corpus[: p["ray_n"]], p["model"], folder.parent / "ray-store", p["actors"])
+    if p["migrate_to"]:
+        pairs = min(int(p["pairs"]), len(corpus) // 2) if p["pairs"] else None
+        results["migration"] = store.migrate(p["migrate_to"], pairs=pairs, anchors=p["anchors"], progress=True)
+    return results
+
+
+def table(summary: dict[str, Any]) -> str:
+    """BENCHMARKS.md's store rows, from every cell of a runner summary."""
+    lines = []
+    for cell in summary["cells"]:
+        lines.append(render(cell["result"], title=cell["cell"]))
+    return "\n".join(lines)
+
+
+def render(results: dict[str, Any], title: str = "") -> str:
+    """The Markdown rows of one store result (a cell's, or ``benchmarks/results/store_bench.json``)."""
+    lines = [f"#### store: {title}", ""] if title else []
+    lines.append("| search | p50 ms | p99 ms | queries/s | × exact | Recall@10 |\n|---|---:|---:|---:|---:|---:|")
+    for name, row in results["search"].items():
+        lines.append(
+            f"| {name} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['qps']:.0f} | "
+            f"{row['speedup_vs_exact']:.2f} | {row['recall@10']:.3f} |"
+        )
+    lines.append(f"\nadd: {results['add']['texts_per_s']} texts/s ({results['add']['seconds']} s)")
+    if "add_ray_local" in results:
+        ray = results["add_ray_local"]
+        lines.append(
+            f"add --ray: {ray['texts_per_s']} texts/s on {ray['n']} texts, start {ray['runtime_start_seconds']} s"
+        )
+    if "migration" in results:
+        m = results["migration"]
+        ratio = m["migrate_seconds"] / m["reembed_seconds_estimate"]
+        lines.append(f"migration: {json.dumps(m)}\n  time / re-embedding: {ratio:.3f}")
+    return "\n".join(lines) + "\n"
