@@ -27,7 +27,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     from subspaces.models.encoder import build_random_bert, load_encoder
     from subspaces.train.simcse import SimCSEConfig, set_dropout, train_simcse, unsup_examples
 
-    p = {
+    p: dict[str, Any] = {
         "steps": 200,
         "batch_size": 64,
         "lr": 3e-5,

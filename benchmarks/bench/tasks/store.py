@@ -72,7 +72,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     from subspaces.store import Store
     from subspaces.store.demo import wordnet_sentences
 
-    p = {
+    p: dict[str, Any] = {
         "n": 100_000,
         "queries": 1_000,
         "model": "minilm-l6",
