@@ -1,4 +1,4 @@
-"""Markdown table of alignment results from the JSON files ``align_bench.py`` writes.
+"""Markdown table of alignment results from the JSON files ``align_bench.py`` wrote (archived: notes/align.md).
 
     .venv/bin/python benchmarks/align_table.py benchmarks/results/align_wordnet.json \
         benchmarks/results/align_tweets.json
