@@ -64,7 +64,8 @@ def grid(
     """Exact search's qps, then every (dims, factor) cell's qps and Recall@k against each truth. ``basis``: the
     prefix of the vectors' own coordinates or of the corpus's principal axes; ``scan``: the shortlist index reads
     float or 8-bit prefixes (the store's funnel from 50k rows)."""
-    from subspaces.store.search import exact, flat_index, funnel, int8_index, prefix_rows, unit_prefix
+    from subspaces.store.search import prefix_rows, unit_prefix
+    from subspaces.topk import exact, flat_index, funnel, int8_index
     from subspaces.vectors import principal_axes
 
     corpus, queries = unit_prefix(corpus), unit_prefix(queries)
@@ -102,7 +103,8 @@ def main() -> None:
     from subspaces.config import set_threads
     from subspaces.data.text import wordnet_sentences
     from subspaces.io import save_json
-    from subspaces.store.search import exact, flat_index, unit_prefix
+    from subspaces.store.search import unit_prefix
+    from subspaces.topk import exact, flat_index
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="minilm-l6")

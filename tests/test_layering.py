@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "losses": 4,
     "data": 4,
     "vectors": 5,
+    "topk": 5,
     **dict.fromkeys(
         (
             "errors",

@@ -108,9 +108,9 @@ def test_funnel_with_a_full_shortlist_equals_exact_search(tmp_path):
 def test_a_large_stores_funnel_scans_8_bit_codes_for_few_queries_and_stays_exact_on_a_whole_store(
     tmp_path, monkeypatch
 ):
-    from subspaces.store import search as ops
+    from subspaces import topk
 
-    monkeypatch.setattr(ops, "INT8_SCAN_ROWS", 100)  # what 50,000 rows would do, on 150
+    monkeypatch.setattr(topk, "INT8_SCAN_ROWS", 100)  # what 50,000 rows would do, on 150
     texts = [f"text {i}" for i in range(200)]
     encoder = LookupEncoder(texts, np.random.default_rng(0).normal(size=(200, 32)))
     made = Store.create(tmp_path / "s", encoder)

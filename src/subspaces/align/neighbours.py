@@ -7,6 +7,8 @@ import numpy as np
 
 from subspaces.align.precision import rank_columns, rank_product
 from subspaces.errors import SubspacesError
+from subspaces.topk import flat_index, funnel
+from subspaces.vectors import principal_axes
 
 QUERY_CHUNK = 4096  # queries per ranking product: bounds the similarity block (4,096 x n) held at once
 
@@ -75,9 +77,6 @@ class NeighbourIndex:
             self.columns = rank_columns(base, precision)
             return
         if 0 < shortlist_dims < dim:
-            from subspaces.store.search import flat_index
-            from subspaces.vectors import principal_axes
-
             self.axes = np.ascontiguousarray(principal_axes(base, seed=seed)[:, :shortlist_dims])
             self.index = flat_index(base @ self.axes)
             return
@@ -104,8 +103,6 @@ class NeighbourIndex:
             order = np.argsort(-sims, axis=1, kind="stable")
             return np.take_along_axis(sims, order, axis=1), np.take_along_axis(ids, order, axis=1)
         if self.axes is not None:
-            from subspaces.store.search import funnel  # the store's re-rank (importing the store costs ~0.1 s)
-
             shortlist = min(max(self.shortlist_factor * k, MIN_SHORTLIST), self.n)
             return funnel(self.index, self.base, queries, k, shortlist, prefix_queries=queries @ self.axes)
         sims, ids = self.index.search(queries, k)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from subspaces import topk
 from subspaces.errors import DataError, SubspacesError
 from subspaces.io import check_file, open_text, read_jsonl
 from subspaces.store import backfill, quantized, scaleout
@@ -421,7 +422,7 @@ def _scores(top: np.ndarray, ids: np.ndarray, relevant: dict[str, float], k: int
 def _evaluate(
     queries: np.ndarray, rows: np.ndarray, ids: np.ndarray, judged: list[dict[str, float]], k: int
 ) -> dict[str, float]:
-    _, top = ops.exact(ops.flat_index(ops.unit_prefix(rows)), ops.unit_prefix(queries), min(k, len(rows)))
+    _, top = topk.exact(topk.flat_index(ops.unit_prefix(rows)), ops.unit_prefix(queries), min(k, len(rows)))
     pairs = [_scores(t, ids, rel, k) for t, rel in zip(top, judged, strict=True)]
     return {
         f"recall@{k}": round(float(np.mean([p[0] for p in pairs])), 4),

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
+from subspaces import topk
 from subspaces.cache import LRUCache
 from subspaces.errors import DimensionError, SubspacesError
 from subspaces.store import search as ops
@@ -44,8 +45,8 @@ class Exact:
         rows = _rows(store, name)
         subset = _admitted(store, name, rows, self.where)
         if rows.index is None:
-            rows.index = ops.flat_index(rows.vectors)
-        return _found(rows, *ops.exact(rows.index, vectors, k, subset=subset))
+            rows.index = topk.flat_index(rows.vectors)
+        return _found(rows, *topk.exact(rows.index, vectors, k, subset=subset))
 
 
 @dataclass(frozen=True)
@@ -74,17 +75,17 @@ class Funnel:
             rows_in, axes = rows.vectors, prefix_basis(rows, basis)
             prefix_queries = ops.prefix_rows(vectors, dims, axes)
         # the prefix ranking alone is scored exactly; a funnel's shortlist index is chosen by its size
-        codes = self.rerank and ops.scans_codes(len(rows.ids), len(vectors))
+        codes = self.rerank and topk.scans_codes(len(rows.ids), len(vectors))
         prefixes = rows.prefixes
         key = (basis, dims, codes)
         if key not in prefixes:
             in_basis = ops.prefix_rows(rows_in, dims, axes)
-            prefixes[key] = ops.int8_index(in_basis) if codes else ops.flat_index(in_basis)
+            prefixes[key] = topk.int8_index(in_basis) if codes else topk.flat_index(in_basis)
         if not self.rerank:
-            return _found(rows, *ops.exact(prefixes[key], prefix_queries, k, subset=subset))
+            return _found(rows, *topk.exact(prefixes[key], prefix_queries, k, subset=subset))
         admitted = len(rows.ids) if subset is None else len(subset)
-        size = ops.check_k(k, max(admitted, 1)) * (self.shortlist if self.shortlist is not None else 10)
-        found = ops.funnel(prefixes[key], rows.vectors, vectors, k, size, prefix_queries=prefix_queries, subset=subset)
+        size = topk.check_k(k, max(admitted, 1)) * (self.shortlist if self.shortlist is not None else 10)
+        found = topk.funnel(prefixes[key], rows.vectors, vectors, k, size, prefix_queries=prefix_queries, subset=subset)
         return _found(rows, *found)
 
 
@@ -99,7 +100,7 @@ class Ann:
 
     def run(self, store: Store, name: str, vectors: np.ndarray, k: int) -> list[SearchResult]:
         table = store._table(name)
-        ops.check_k(k, 1)
+        topk.check_k(k, 1)
         if not table.indices():
             raise SubspacesError(f"{store.path}: no ANN index yet; build it with `subspaces store index`")
         out = []
@@ -164,7 +165,7 @@ class Conditional:
             if subset is None:
                 return _found(rows, *corpus.search(queries, key, params, k))
             # a filter: every admitted row's conditional cosine, the others out of the top k
-            ops.check_k(k, 1)
+            topk.check_k(k, 1)
             cosines = conditional_cosines(tri.head, queries, params, corpus.view(key, params), corpus.vectors)
             admitted = torch.from_numpy(np.asarray(subset, dtype=np.int64))
             scores, best = torch.topk(cosines[:, admitted], min(k, len(subset)), dim=1)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from subspaces import topk
 from subspaces.errors import DimensionError, SubspacesError
 from subspaces.numerics import cpu_record
 from subspaces.store import search as ops
@@ -175,8 +176,8 @@ def load_adapter(store: Store, name: str) -> Any:
 
 def _top(rows: np.ndarray, queries: np.ndarray, dims: int | None, k: int) -> np.ndarray:
     """Each query's top ``k`` rows by cosine of (re-normalised) prefixes."""
-    index = ops.flat_index(ops.unit_prefix(rows, dims))
-    _, found = ops.exact(index, ops.unit_prefix(queries, dims), k)
+    index = topk.flat_index(ops.unit_prefix(rows, dims))
+    _, found = topk.exact(index, ops.unit_prefix(queries, dims), k)
     return found
 
 
