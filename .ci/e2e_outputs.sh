@@ -10,7 +10,7 @@ export SUBSPACES_DATA="${SUBSPACES_DATA:-$(realpath ../shared/data)}"; DATA=$SUB
 $PY -c "import gzip,sys; lines=gzip.open(sys.argv[1],'rt').read().splitlines()[:1200]; open(sys.argv[2],'w').write('\n'.join(lines)+'\n')" "$DATA/wordnet_sentences/wordnet30_examples.txt.gz" "$WORK/texts.txt"
 
 # 1. the STS table (STSBenchmark only, minilm-l6)
-$S eval sts --model minilm-l6 --tasks STSBenchmark --json "$WORK/sts.json" > /dev/null
+$S model eval --model minilm-l6 --tasks STSBenchmark --json "$WORK/sts.json" > /dev/null
 $PY - "$WORK/sts.json" > "$OUT/sts.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -23,7 +23,7 @@ PY
 
 # 2. three SimCSE steps (unsup, dropout views), the logged losses
 head -192 "$WORK/texts.txt" > "$WORK/simcse.txt"
-$S train simcse --data "$WORK/simcse.txt" --output "$WORK/simcse" --batch-size 32 --max-steps 3 --seed 0 > /dev/null 2>&1
+$S simcse train --data "$WORK/simcse.txt" --output "$WORK/simcse" --batch-size 32 --max-steps 3 --seed 0 > /dev/null 2>&1
 $PY - "$WORK/simcse" > "$OUT/simcse.json" <<'PY'
 import json, sys, pathlib
 state = json.loads((pathlib.Path(sys.argv[1]) / "trainer_state.json").read_text())
@@ -36,8 +36,8 @@ PY
 
 # 3. an align fit: minilm-l6 vectors of one half onto paraphrase-l3 vectors of the other half
 head -600 "$WORK/texts.txt" > "$WORK/a.txt"; tail -600 "$WORK/texts.txt" > "$WORK/b.txt"
-$S encode --model minilm-l6 --input "$WORK/a.txt" --output "$WORK/a.npy" > /dev/null 2>&1
-$S encode --model paraphrase-l3 --input "$WORK/b.txt" --output "$WORK/b.npy" > /dev/null 2>&1
+$S model encode --model minilm-l6 --input "$WORK/a.txt" --output "$WORK/a.npy" > /dev/null 2>&1
+$S model encode --model paraphrase-l3 --input "$WORK/b.txt" --output "$WORK/b.npy" > /dev/null 2>&1
 $S align fit --source-emb "$WORK/a.npy" --target-emb "$WORK/b.npy" --output "$WORK/aligner" --seed 0 --max-seconds 0 > /dev/null 2>&1 || true
 $PY - "$WORK/aligner" > "$OUT/align.txt" <<'PY'
 import sys, numpy as np
