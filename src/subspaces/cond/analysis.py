@@ -23,6 +23,7 @@ import torch
 from subspaces.errors import SubspacesError
 from subspaces.models.heads import ConditionHead, HypernetHead
 from subspaces.models.triencoder import TriEncoder
+from subspaces.vectors import normalize_rows
 
 
 def frobenius_norms(head: ConditionHead, condition_emb: torch.Tensor, batch_size: int = 64) -> np.ndarray:
@@ -87,7 +88,7 @@ def cluster_impurity(
         projected = model.project(sentences, conditions)
 
     def impurity(x: torch.Tensor) -> float:
-        x = torch.nn.functional.normalize(x, dim=-1).numpy()
+        x = normalize_rows(x).numpy()
         ids = KMeans(n_clusters=k, n_init=10, random_state=random_state).fit_predict(x)
         return normalized_cluster_entropy(ids, list(conditions))
 

@@ -38,6 +38,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from subspaces.config import scoped_threads
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.state_folder import read_state_folder, write_state_folder
+from subspaces.vectors import normalize_rows
 
 FORMAT_VERSION = 1
 CONFIG_FILE = "map.json"
@@ -52,8 +53,7 @@ DIRECTION_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+    return normalize_rows(np.asarray(x, dtype=np.float32))
 
 
 def _check(x: Any, what: str, dim: int | None = None) -> np.ndarray:
