@@ -2,44 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from subspaces.results import JSONResult
 from subspaces.store.columns import parsed
 
-FIELDS = ("query", "ids", "scores", "texts", "metadata")
 
-
-@dataclass(eq=False)
-class SearchResult(Mapping[str, Any]):
+@dataclass(eq=False, kw_only=True)
+class SearchResult(JSONResult):
     """The ``k`` nearest rows of one query, best first: their ids, scores (cosine, or the quantized score without
-    rescoring), texts (None for a row imported without one) and metadata (a dict, or None).
+    rescoring), texts (None for a row imported without one) and metadata (a dict, or None); read as a mapping of
+    its JSON form (``result["ids"]``, ``dict(result)``), as every result is."""
 
-    It reads as a mapping too (``result["ids"]``, ``dict(result)``, ``{**result}``), as search results were
-    plain dicts before; ``to_dict()`` is its JSON form."""
-
+    query: str | None = None
     ids: list[str]
     scores: list[float]
     texts: list[str | None]
     metadata: list[dict[str, Any] | None] = field(default_factory=list)
-    query: str | None = None
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in FIELDS:
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(FIELDS)
-
-    def __len__(self) -> int:
-        return len(FIELDS)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in FIELDS}
 
 
 def hits(

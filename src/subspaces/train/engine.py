@@ -42,6 +42,7 @@ from torch import nn
 from subspaces.errors import SubspacesError
 from subspaces.eval.base import Evaluator, as_evaluator
 from subspaces.io import atomic_path, save_json
+from subspaces.results import JSONResult
 from subspaces.train import distributed as ddp
 from subspaces.train import output as run_output
 from subspaces.train.recipes import FitConfig
@@ -67,7 +68,7 @@ RESUMABLE_CHANGES = frozenset(
 
 
 @dataclass
-class FitResult:
+class FitResult(JSONResult):
     steps: int
     seconds: float
     best_score: float | None
@@ -78,9 +79,6 @@ class FitResult:
     output_dir: str | None = None
     already_complete: bool = False  # the checkpoint had already reached the requested steps: nothing was trained
     extended_from: int | None = None  # the total steps of the run this one extended (its schedule was re-planned)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def seed_everything(seed: int) -> None:
