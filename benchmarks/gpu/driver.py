@@ -250,7 +250,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=os.environ.get("OUT") or "runs/gpu-out")
     p.add_argument("--seconds", type=float, default=520, help="the whole driver, start to end")
-    p.add_argument("--stages", type=lambda s: s.split(","), default=list(STAGES))
+    p.add_argument("--stages", type=lambda s: [x for x in s.split(",") if x], default=list(STAGES))
     p.add_argument("--kgc-seconds", type=float, default=390, help="stage 1's box (at most what is left)")
     p.add_argument("--simcse-seconds", type=float, default=200, help="stage 2's box (at most what is left)")
     p.add_argument("--min-stage-seconds", type=float, default=30, help="a stage with less left is not started")
