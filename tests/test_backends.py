@@ -126,6 +126,8 @@ def test_static_embedding_is_refused_clearly(tmp_path):
         ({"backend": "onnx", "precision": "fp16"}, "unknown precision"),
         ({"precision": "int8"}, "needs --backend onnx or openvino"),
         ({"backend": "onnx", "device": "cuda"}, "runs on the CPU"),
+        ({"dtype": "float16"}, "unknown dtype"),
+        ({"backend": "onnx", "dtype": "bfloat16"}, "runs on --backend torch"),
     ],
 )
 def test_bad_options(tiny_model_dir, kwargs, message):
@@ -165,3 +167,39 @@ def test_cli_encode_and_eval_sts_on_onnx(tiny_model_dir, tiny_data, tmp_path, re
     result = runner.invoke(app, [*sts, "--backend", "onnx", "--precision", "int8"])
     assert result.exit_code == 0, result.output
     assert '"precision": "int8"' in (tmp_path / "r.json").read_text()
+
+
+def test_auto_dtype_is_bfloat16_only_where_the_cpu_multiplies_it_natively(monkeypatch):
+    for native, want in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(backends, "native_bfloat16", lambda native=native: native)
+        assert backends.resolve_dtype("auto") == want
+        assert backends.resolve_dtype("auto", "onnx") == "float32"  # a graph runs fp32 or int8
+        assert backends.resolve_dtype("bfloat16") == "bfloat16"  # explicit: honoured (emulated where not native)
+    assert backends.resolve_dtype("float32") == "float32"
+
+
+def test_bfloat16_encodes_float32_rows_close_to_float32s(tiny_model_dir, reference, caplog, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(backends, "native_bfloat16", lambda: False)
+    caplog.set_level("WARNING", logger=backends.__name__)
+    model = load_encoder(tiny_model_dir, dtype="bfloat16")
+    assert next(model.parameters()).dtype == torch.bfloat16
+    assert "no native bfloat16" in caplog.text  # emulated: said, not refused
+    rows = encode(model, TEXTS)
+    assert rows.dtype == np.float32 and rows.shape == reference.shape
+    cosine = (rows * reference).sum(1) / np.linalg.norm(rows, axis=1) / np.linalg.norm(reference, axis=1)
+    assert cosine.min() >= 0.99, cosine
+
+
+def test_cli_encode_says_its_dtype_and_refuses_bfloat16_on_a_graph(tiny_model_dir, tmp_path, reference):
+    from subspaces.cli.app import app
+
+    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+    args = ["model", "encode", "-m", str(tiny_model_dir), "-i", str(tmp_path / "in.txt"), "-o", str(tmp_path / "o.npy")]
+    result = CliRunner().invoke(app, [*args, "--dtype", "bfloat16"])
+    assert result.exit_code == 0, result.output
+    assert "encoding in bfloat16" in result.output
+    assert np.load(tmp_path / "o.npy").dtype == np.float32
+    result = CliRunner().invoke(app, [*args, "--dtype", "bfloat16", "--backend", "onnx"])
+    assert result.exit_code == 2 and "runs on --backend torch" in result.output

@@ -414,6 +414,32 @@ def test_onnx_backend_serves_what_torch_encodes(tiny_model_dir, engine):
     assert (listed["backend"], listed["precision"], health["backend"]) == ("onnx", "fp32", "onnx")
 
 
+def test_bfloat16_serves_float32_rows_near_float32s_and_says_so(tiny_model_dir, engine, serve):
+    from subspaces.models.encoder import encode
+
+    with TestClient(create_app(ServeSettings(model=str(tiny_model_dir), dtype="bfloat16"))) as client:
+        _ready(client)
+        served = np.array([d["embedding"] for d in client.post("/v1/embeddings", json={"input": TEXTS}).json()["data"]])
+        listed = client.get("/v1/models").json()["data"][0]
+    assert listed["dtype"] == "bfloat16"
+    assert (served * encode(engine.model, TEXTS, normalize=True)).sum(1).min() >= 0.99
+    with serve() as client:
+        assert client.get("/v1/models").json()["data"][0]["dtype"] == "float32"
+
+
+def test_a_length_sorted_batch_gives_each_text_its_own_row_in_input_order(engine):
+    """The worker sorts a batch by length and runs passes of similar lengths; rows come back in the batch's order
+    and equal each text encoded alone (no padding at all)."""
+    from subspaces.serve.engine import PASS_ROWS
+
+    rng = np.random.default_rng(0)
+    texts = [" ".join(["word"] * int(n)) for n in rng.integers(1, 40, size=2 * PASS_ROWS + 5)]
+    requests = [engine.tokenize(texts[i : i + 4]) for i in range(0, len(texts), 4)]
+    rows = engine.forward(engine.join([r.inputs for r in requests]))
+    alone = np.concatenate([engine.encode([t]) for t in texts])
+    np.testing.assert_allclose(rows, alone, atol=1e-5)
+
+
 def test_bad_backend_settings_are_refused_before_loading(tiny_model_dir):
     from subspaces.errors import SubspacesError
 
@@ -421,6 +447,8 @@ def test_bad_backend_settings_are_refused_before_loading(tiny_model_dir):
         ({"backend": "tensorrt"}, "unknown backend"),
         ({"precision": "int8"}, "needs --backend onnx"),
         ({"backend": "onnx", "device": "cuda"}, "runs on the CPU"),
+        ({"dtype": "float16"}, "unknown dtype"),
+        ({"backend": "onnx", "dtype": "bfloat16"}, "runs on --backend torch"),
     ):
         with pytest.raises(SubspacesError, match=message):
             ServeSettings(model=str(tiny_model_dir), **options)

@@ -22,7 +22,7 @@ from subspaces.config import set_threads
 from subspaces.errors import DataError, SubspacesError
 from subspaces.io import check_file, check_writable
 from subspaces.models import POOLERS
-from subspaces.models.backends import BACKENDS, PRECISIONS
+from subspaces.models.backends import BACKENDS, DTYPES, PRECISIONS
 
 console = Console(stderr=True)
 out = Console()
@@ -55,6 +55,10 @@ BackendOpt = Annotated[
 PrecisionOpt = Annotated[
     Literal[PRECISIONS],  # type: ignore[valid-type]
     typer.Option(help="int8: dynamically quantised weights (onnx) or int8-compressed weights (openvino)."),
+]
+DtypeOpt = Annotated[
+    Literal[DTYPES],  # type: ignore[valid-type]
+    typer.Option(help="What the torch backend runs in; auto: bfloat16 where the CPU multiplies it natively."),
 ]
 PoolerOpt = Annotated[Optional[Literal[POOLERS]], typer.Option(help="Override the model's pooling.")]  # type: ignore[valid-type]
 BatchSizeOpt = Annotated[int, typer.Option(help="Texts per forward pass.")]

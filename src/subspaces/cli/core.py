@@ -12,6 +12,7 @@ from subspaces.cli.common import (
     BackendOpt,
     BatchSizeOpt,
     DeviceOpt,
+    DtypeOpt,
     ModelOpt,
     PoolerOpt,
     PrecisionOpt,
@@ -34,7 +35,7 @@ from subspaces.io import (
     save_embeddings,
     save_json,
 )
-from subspaces.models.backends import check_backend
+from subspaces.models.backends import check_backend, check_dtype, resolve_dtype
 from subspaces.models.registry import check_model, known_models
 from subspaces.quantize import Kind, calibrate_int8, calibration_sample, save_codes, sidecar
 
@@ -96,6 +97,7 @@ def encode_cmd(
     threads: ThreadsOpt = None,
     backend: BackendOpt = "torch",
     precision: PrecisionOpt = "fp32",
+    dtype: DtypeOpt = "float32",
     quantize: Annotated[
         Optional[Kind],
         typer.Option(
@@ -123,6 +125,7 @@ def encode_cmd(
     check_model(model)
 
     check_backend(backend, precision)
+    check_dtype(dtype, backend)
     texts = read_texts(input, text_field=text_field or "text")
     blank = sum(not t.strip() for t in texts)
     if blank:
@@ -137,7 +140,10 @@ def encode_cmd(
         device=device,
         backend=backend,
         precision=precision,
+        dtype=dtype,
     )
+    if dtype != "float32":  # the choice is recorded where the command says what it did
+        echo(f"encoding in {resolve_dtype(dtype, backend)} (--dtype {dtype})", label="note:")
     long = count_truncated(enc, texts)
     if long:
         echo(

@@ -7,7 +7,17 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from subspaces.cli.common import DEVICE, BackendOpt, DeviceOpt, ModelOpt, PrecisionOpt, ThreadsOpt, console, user_errors
+from subspaces.cli.common import (
+    DEVICE,
+    BackendOpt,
+    DeviceOpt,
+    DtypeOpt,
+    ModelOpt,
+    PrecisionOpt,
+    ThreadsOpt,
+    console,
+    user_errors,
+)
 from subspaces.cli.groups import app
 from subspaces.errors import SubspacesError
 from subspaces.models.registry import check_model
@@ -74,6 +84,7 @@ def serve_cmd(
     device: DeviceOpt = DEVICE,
     backend: BackendOpt = "torch",
     precision: PrecisionOpt = "fp32",
+    dtype: DtypeOpt = "float32",
     threads: ThreadsOpt = None,
     stay_up_on_error: Annotated[
         bool,
@@ -121,6 +132,7 @@ def serve_cmd(
         device=device,
         backend=backend,
         precision=precision,
+        dtype=dtype,
         model_id=model_id,
         api_key=read_api_key(api_key_file) if api_key_file is not None else None,
         max_batch_tokens=max_batch_tokens,
@@ -143,7 +155,7 @@ def serve_cmd(
             f"[yellow]warning:[/] listening on {host} without --api-key-file: anyone who reaches it may use it"
         )
     console.print(
-        f"serving {settings.served_id!r} ({backend} {precision}) on http://{host}:{port} "
+        f"serving {settings.served_id!r} ({backend} {precision}, --dtype {dtype}) on http://{host}:{port} "
         "(the model loads now; GET /health says when)"
     )
     failures: list[str] = []

@@ -24,7 +24,7 @@ from sentence_transformers.sentence_transformer.modules import Pooling, Transfor
 from subspaces.config import encoding_threads, scoped_threads
 from subspaces.errors import DataError, DimensionError, ModelNotFoundError, SubspacesError
 from subspaces.models import registry
-from subspaces.models.backends import check_backend, with_backend
+from subspaces.models.backends import check_backend, check_dtype, with_backend
 from subspaces.models.pooling import LAYER_POOLERS, POOLERS, SimCSEPooling
 from subspaces.progress import Progress
 from subspaces.vectors import check_finite, truncate, unit_prefix
@@ -46,6 +46,7 @@ def load_encoder(
     device: str | None = "cpu",
     backend: str = "torch",
     precision: str = "fp32",
+    dtype: str = "float32",
 ) -> SentenceTransformer:
     """Load a sentence encoder offline.
 
@@ -59,11 +60,14 @@ def load_encoder(
         device: torch device; CPU by default.
         backend, precision: ``onnx``/``openvino`` run the transformer as an exported graph (fp32 or int8), built
             once and cached (:mod:`subspaces.models.backends`); CPU only.
+        dtype: ``float32``, ``bfloat16`` or ``auto`` (bfloat16 where the CPU multiplies it natively): what the torch
+            backend runs in (:func:`subspaces.models.backends.resolve_dtype`); :func:`encode` returns float32 rows.
     """
 
     if pooler is not None and pooler not in POOLERS:
         raise SubspacesError(f"unknown pooler {pooler!r}; choose one of {', '.join(POOLERS)}")
     check_backend(backend, precision)
+    check_dtype(dtype, backend)
     if backend != "torch" and device not in (None, "cpu"):
         raise SubspacesError(f"backend {backend!r} runs on the CPU; use --device cpu (or --backend torch)")
     device = resolve_device(device)
@@ -84,9 +88,7 @@ def load_encoder(
         model = with_pooler(model, pooler, mlp_only_train=mlp_only_train)
     if max_seq_length is not None:
         model.max_seq_length = max_seq_length
-    if backend != "torch":
-        model = with_backend(model, backend, precision)
-    return local_only(model)
+    return local_only(with_backend(model, backend, precision, dtype=dtype))
 
 
 def local_only(model: SentenceTransformer) -> SentenceTransformer:

@@ -202,6 +202,7 @@ def create_app(
                 dimensions=engine.dim,
                 backend=settings.backend,
                 precision=settings.precision,
+                dtype=engine.dtype,  # type: ignore[arg-type]
                 search=engine.store is not None,  # what the page offers
                 conditions=engine.tri is not None,
                 dimensions_basis=engine.dimensions_basis,  # type: ignore[arg-type]

@@ -3,9 +3,10 @@
 Everything here runs on the batcher's worker thread or in a route's thread pool, never on the event loop.
 A request's texts are tokenised once, in its own thread (:meth:`Engine.tokenize`): the token counts that size
 batches and usage are read off the same tensors the worker then joins with other requests' and runs
-(:meth:`Engine.forward`). Rows come out as :func:`subspaces.models.encoder.encode` gives them, at full dimension
-and unnormalised, so each request truncates (Matryoshka) and normalises its own rows: the served rows are
-``encode(..., normalize=True, truncate_dim=d)``'s.
+(:meth:`Engine.forward`), which sorts the batch's texts by length and runs them in passes of similar lengths,
+each padded only to its own longest text, as sentence-transformers' ``encode`` does. Rows come out as
+:func:`subspaces.models.encoder.encode` gives them, at full dimension and unnormalised, so each request truncates
+(Matryoshka) and normalises its own rows: the served rows are ``encode(..., normalize=True, truncate_dim=d)``'s.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import numpy as np
 
 from subspaces.config import encoding_threads, set_threads
 from subspaces.errors import DimensionError, SubspacesError
-from subspaces.models.backends import with_backend
+from subspaces.models.backends import resolve_dtype, with_backend
 from subspaces.serve.settings import ServeSettings
 from subspaces.vectors import unit_prefix
+
+PASS_ROWS = 32  # texts in one forward pass of a length-sorted batch (sentence-transformers' default batch size)
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,7 @@ class Engine:
         if (wider := encoding_threads()) is not None:
             set_threads(wider)
         self.backend, self.precision = settings.backend, settings.precision
+        self.dtype = resolve_dtype(settings.dtype, settings.backend)  # float32 or bfloat16, as /health reports
         self.model = load_encoder(settings.model, device=settings.device)
         self.model.eval()
         self.dim = int(self.model.get_embedding_dimension() or 0)
@@ -84,7 +88,7 @@ class Engine:
         self._tiktoken: Any = None
         self._tiktoken_failure: str | None = None
         self._tiktoken_lock = threading.Lock()
-        with_backend(self.model, settings.backend, settings.precision)
+        with_backend(self.model, settings.backend, settings.precision, dtype=self.dtype)
         # A fast tokenizer keeps its truncation and padding settings in shared state that each call resets, so
         # request threads tokenise one at a time; the worker only pads and runs the network, never tokenises.
         self._tokenizer_lock = threading.Lock()
@@ -197,8 +201,11 @@ class Engine:
         return joined
 
     def forward(self, inputs: Any) -> np.ndarray:
-        """Full-dimension, unnormalised rows of a joined batch in one forward pass (the batcher's ``encode_fn``):
-        what :func:`subspaces.models.encoder.encode` gives for the same texts."""
+        """Full-dimension, unnormalised float32 rows of a joined batch, in its order (the batcher's ``encode_fn``):
+        what :func:`subspaces.models.encoder.encode` gives for the same texts.
+
+        The texts are sorted by token count and run in passes of :data:`PASS_ROWS`, each cut to its own longest
+        text: a batch of short texts joined with one long one no longer pays the long one's width for every row."""
         import torch
 
         from subspaces.models.encoder import check_finite, encode
@@ -208,13 +215,25 @@ class Engine:
         if self._padding is None:
             with torch.inference_mode():
                 return encode(self.model, inputs, batch_size=max(1, len(inputs)), normalize=False)
-        device = self.model.device
-        features = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        device, left = self.model.device, self._padding[1]
+        mask = inputs["attention_mask"]
+        lengths = mask.sum(dim=1)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        parts = []
         with torch.inference_mode():
-            rows = self.model(features)["sentence_embedding"]
+            for rows_of in order.split(PASS_ROWS):
+                width = max(1, int(lengths[rows_of[0]]))
+                cut = slice(-width, None) if left else slice(0, width)
+                features = {
+                    k: v[rows_of][:, cut].to(device) if _is_rows(v) and v.shape == mask.shape else v
+                    for k, v in inputs.items()
+                }
+                parts.append(self.model(features)["sentence_embedding"].float().cpu())
+        sorted_rows = torch.cat(parts)
+        rows = torch.empty_like(sorted_rows)
+        rows[order] = sorted_rows  # back in the batch's order
         if self.model.truncate_dim:  # as sentence-transformers' encode applies a model's own truncation
             rows = rows[:, : self.model.truncate_dim]
-        rows = rows.float().cpu()
         check_finite(rows, "encoded embeddings")
         return rows.numpy()
 

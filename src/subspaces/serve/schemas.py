@@ -149,6 +149,7 @@ class ModelCard(BaseModel):
     dimensions: int
     backend: str
     precision: str
+    dtype: Literal["float32", "bfloat16"] = Field(description="what the torch backend runs the model in")
     search: bool = Field(description="whether this server has a store (/v1/search)")
     conditions: bool = Field(description="whether this server has a condition head")
     dimensions_basis: Optional[Literal["model", "adapter", "pca"]] = Field(

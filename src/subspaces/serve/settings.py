@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from subspaces.errors import SubspacesError
-from subspaces.models.backends import check_backend
+from subspaces.models.backends import check_backend, check_dtype
 
 TOKEN_IDS = ("tiktoken", "model")
 
@@ -23,6 +23,8 @@ class ServeSettings:
         device: the torch device the model runs on.
         backend, precision: how the transformer runs (:func:`subspaces.models.encoder.load_encoder`): torch, or an
             exported ONNX Runtime / OpenVINO graph, fp32 or int8 (those two on the CPU only).
+        dtype: what the torch backend runs in: ``float32``, ``bfloat16``, or ``auto`` (bfloat16 where the CPU
+            multiplies it natively; :func:`subspaces.models.backends.resolve_dtype`). Rows are served as float32.
         model_id: the id ``/v1/models`` lists and requests may name (default: the model's name or folder name).
         api_key: when set, every route but ``/health`` needs ``Authorization: Bearer <api_key>``.
         max_batch_tokens: the padded size of one batch (texts x longest text, in tokens).
@@ -51,6 +53,7 @@ class ServeSettings:
     device: str = "cpu"
     backend: str = "torch"
     precision: str = "fp32"
+    dtype: str = "float32"
     model_id: str | None = None
     api_key: str | None = field(default=None, repr=False)
     max_batch_tokens: int = 16384
@@ -76,6 +79,7 @@ class ServeSettings:
             raise SubspacesError(f"request timeout must be positive, got {self.request_timeout_s}")
 
         check_backend(self.backend, self.precision)
+        check_dtype(self.dtype, self.backend)
         if self.backend != "torch" and self.device != "cpu":
             raise SubspacesError(f"backend {self.backend!r} runs on the CPU; use --device cpu (or --backend torch)")
         if self.api_key is not None and not self.api_key:
