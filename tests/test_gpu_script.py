@@ -47,6 +47,7 @@ def _driver(out: Path, data: Path, *args: str) -> subprocess.CompletedProcess[st
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
 
 
+@pytest.mark.slow  # ~100 s on 2 cores: a full toy run of both stages, in make test-slow (CI runs it)
 def test_driver_dry_run_writes_each_stage_and_the_environment(toy_data, tiny_model_dir, tmp_path):
     out = tmp_path / "out"
     tiny = ["--model", str(tiny_model_dir), "--probe-steps", "2", "--kgc-batch", "32", "--kgc-max-epochs", "1"]
