@@ -651,7 +651,7 @@ def test_fit_and_apply_progress_name_the_task_and_show_off_a_terminal(tmp_path, 
     assert "align fit: anchors (restart 1/1): 2/2 runs" in err and "align fit: refine (restart 1/1)" in err
     assert "\r" not in err  # plain lines when stderr is not a terminal, not a redrawn bar
     np.save(tmp_path / "x.npy", clustered(rng, 50))
-    apply_to_file(aligner, tmp_path / "x.npy", tmp_path / "y.npy", progress=True)
+    apply_to_file(aligner, tmp_path / "x.npy", tmp_path / "y.npy", show_progress=True)
     assert "align apply: mapping x.npy: 50/50 rows (100%)" in capsys.readouterr().err
 
 

@@ -98,7 +98,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     folder = Path(p["store"]) if p["store"] else Path(tempfile.mkdtemp(prefix="store-bench-")) / "store"
     store = Store.create(folder, p["model"])
     start = time.perf_counter()
-    store.add(corpus, ids=range(len(corpus)), progress=True)
+    store.add(corpus, ids=range(len(corpus)), show_progress=True)
     add_s = time.perf_counter() - start
     start = time.perf_counter()
     query_vectors = encode(store.model(), queries, normalize=True)
@@ -136,7 +136,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         results["add_ray_local"] = ray_add(corpus[: p["ray_n"]], p["model"], folder.parent / "ray-store", p["actors"])
     if p["migrate_to"]:
         pairs = min(int(p["pairs"]), len(corpus) // 2) if p["pairs"] else None
-        results["migration"] = store.migrate(p["migrate_to"], pairs=pairs, anchors=p["anchors"], progress=True)
+        results["migration"] = store.migrate(p["migrate_to"], pairs=pairs, anchors=p["anchors"], show_progress=True)
     return results
 
 

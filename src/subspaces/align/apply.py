@@ -20,7 +20,7 @@ def apply_to_file(
     *,
     centered: bool = False,
     chunk_size: int = 65_536,
-    progress: bool = False,
+    show_progress: bool = False,
     force: bool = False,
 ) -> int:
     """Write ``aligner.transform`` of every row of ``input_path`` to ``output_path``; returns the row count.
@@ -50,5 +50,5 @@ def apply_to_file(
         width=aligner.n_features_out_,
         label="align apply: mapping",
         chunk_size=chunk_size,
-        show_progress=progress,
+        show_progress=show_progress,
     )

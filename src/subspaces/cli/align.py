@@ -295,7 +295,7 @@ def apply_cmd(
     aligner = MiniVec2Vec.load(aligner_dir)
     if not force:
         aligner.check_trusted(aligner_dir)
-    n = apply_to_file(aligner, input, output, centered=centered, chunk_size=chunk_size, progress=True, force=True)
+    n = apply_to_file(aligner, input, output, centered=centered, chunk_size=chunk_size, show_progress=True, force=True)
     echo(f"mapped {n} vectors {aligner.n_features_in_}-d -> {aligner.n_features_out_}-d into {output}")
 
 

@@ -198,7 +198,7 @@ def add_cmd(
         upsert=upsert,
         batch_size=batch_size,
         write_batch=write_batch,
-        progress=True,
+        show_progress=True,
         ray=run.ray(),
         actors=run.actors,
     )
@@ -493,7 +493,7 @@ def migrate_cmd(
         anchors=anchors,
         heldout=heldout,
         seed=seed,
-        progress=True,
+        show_progress=True,
         ray=run.ray(),
         actors=run.actors,
         query_side=query_side,
@@ -605,7 +605,7 @@ def reembed_cmd(
 ) -> None:
     """Replace a migration's mapped rows by true vectors of its model, a budget at a time (resumable)."""
     opened = run.open(store)
-    report = opened.reembed(budget=budget, seconds=seconds, space=space, progress=True)
+    report = opened.reembed(budget=budget, seconds=seconds, space=space, show_progress=True)
     echo(
         f"re-embedded {report['reembedded']:,} rows of space {report['space']} in {report['seconds']} s; "
         f"{report['native']:,} of {report['rows']:,} rows are native ({report['native_fraction']}), "
@@ -798,7 +798,7 @@ def import_cmd(
         text_field=text_field,
         upsert=upsert,
         batch_rows=batch_rows,
-        progress=True,
+        show_progress=True,
     )
     replaced = f"replaced {report['replaced']:,}, " if "replaced" in report else ""
     checked = (

@@ -78,7 +78,7 @@ def reembed(
     space: str | None = None,
     batch: int = 256,
     batch_size: int = 64,
-    progress: bool = False,
+    show_progress: bool = False,
 ) -> dict[str, Any]:
     """Re-encode up to ``budget`` mapped rows (or until ``seconds`` have passed, checked between batches) of the
     mapped space (a pending migration's, else the active space if a committed migration made it); returns
@@ -105,7 +105,7 @@ def reembed(
             quantized.invalidate(store, name, "rows were re-embedded (store reembed)")
             path = store.path / FOLDER / f"{name}.ids"
             path.parent.mkdir(parents=True, exist_ok=True)
-            with Progress(len(todo), f"store reembed: space {name}", unit="row", enabled=progress) as bar:
+            with Progress(len(todo), f"store reembed: space {name}", unit="row", enabled=show_progress) as bar:
                 for first in range(0, len(todo), batch):
                     if seconds is not None and written and time.perf_counter() - start > seconds:
                         break

@@ -301,7 +301,7 @@ class Store:
         upsert: bool = False,
         batch_size: int = 64,
         write_batch: int = 1024,
-        progress: bool = False,
+        show_progress: bool = False,
         ray: bool | str = False,
         actors: int | None = None,
     ) -> dict[str, int]:
@@ -379,10 +379,10 @@ class Store:
                     actors=actors,
                 )
             description = f"store add: encoding {len(todo):,} texts into {self.path.name}"
-            with Progress(len(todo), description, unit="text", enabled=progress and bool(todo)) as bar:
+            with Progress(len(todo), description, unit="text", enabled=show_progress and bool(todo)) as bar:
                 self._append(active, blocks, bar, replace=replace)
             for pending in self.manifest.pending():
-                self._sync(pending, progress=progress, ray=ray, actors=actors)
+                self._sync(pending, show_progress=show_progress, ray=ray, actors=actors)
             result = {"added": len(todo) - len(changed), "skipped": len(texts) - len(todo)}
             return (result | {"replaced": len(changed)}) if upsert else result
 
@@ -430,7 +430,7 @@ class Store:
         name: str,
         *,
         chunk: int = 16_384,
-        progress: bool = False,
+        show_progress: bool = False,
         ray: bool | str = False,
         actors: int | None = None,
     ) -> int:
@@ -469,7 +469,7 @@ class Store:
                 )
                 blocks = scaleout.map_rows(rows, aligner, dim, block_rows=chunk, actors=actors)
             with Progress(
-                len(missing), f"store migrate: mapping into space {name}", unit="row", enabled=progress
+                len(missing), f"store migrate: mapping into space {name}", unit="row", enabled=show_progress
             ) as bar:
                 self._append(name, blocks, bar)
             return len(missing)
@@ -559,7 +559,7 @@ class Store:
         batch_rows: int = 4096,
         check_rows: int = 64,
         min_cosine: float = 0.95,
-        progress: bool = False,
+        show_progress: bool = False,
     ) -> dict[str, Any]:
         """Add vectors another tool wrote (a file, or ``table`` of a LanceDB database at ``vectors``) to the active
         space, without encoding them; see :mod:`.transfer` for the formats and the two passes (validate all,
@@ -610,7 +610,9 @@ class Store:
                 check_rows=check_rows,
             )
             cosine = None if encoder is None else transfer.check_model(encoder, plan, source.label(), min_cosine)
-            return self._import_planned(source, plan, overlap, cosine, upsert=upsert, progress=progress, stored=stored)
+            return self._import_planned(
+                source, plan, overlap, cosine, upsert=upsert, show_progress=show_progress, stored=stored
+            )
 
     def _import_planned(
         self,
@@ -620,7 +622,7 @@ class Store:
         cosine: float | None,
         *,
         upsert: bool,
-        progress: bool,
+        show_progress: bool,
         stored: set[str] | None = None,
     ) -> dict[str, Any]:
         """The writing pass of a validated import (under the write lock): refuse changed rows unless ``upsert``,
@@ -639,9 +641,9 @@ class Store:
             self._table(active).declare_columns(plan.columns)
         if changed:
             self._forget(changed, active)
-        written = transfer.write_rows(self, active, source, plan, skip, changed, progress)
+        written = transfer.write_rows(self, active, source, plan, skip, changed, show_progress)
         for pending in self.manifest.pending():
-            self._sync(pending, progress=progress)
+            self._sync(pending, show_progress=show_progress)
         report = {
             "added": written - len(changed),
             "skipped": plan.rows - written,
@@ -901,7 +903,7 @@ def import_vectors(
     # Under the write lock: once the manifest exists, another writer could take the store and append beside this one.
     with store._writing("store import"):
         report = store._import_planned(
-            source, plan, set(), cosine, upsert=False, progress=options.get("progress", False)
+            source, plan, set(), cosine, upsert=False, show_progress=options.get("show_progress", False)
         )
     return store, report
 

@@ -71,7 +71,7 @@ def run(
     dims: int = 128,
     shortlist: int = 10,
     basis: str = "pca",
-    progress: bool = True,
+    show_progress: bool = True,
     to: str | None = None,
     pairs: int = 300,
     heldout: int = 300,
@@ -88,7 +88,7 @@ def run(
     store, rebuilt = _open_or_create(path, model)
     texts = wordnet_sentences(n)
     start = time.perf_counter()
-    added = store.add(texts, ids=range(len(texts)), model=store.model(), progress=progress)["added"]
+    added = store.add(texts, ids=range(len(texts)), model=store.model(), show_progress=show_progress)["added"]
     add_s = time.perf_counter() - start
     vectors = encode(store.model(), list(queries), normalize=True)
 
@@ -109,7 +109,7 @@ def run(
     if to is not None:
         active = store.manifest.active
         start = time.perf_counter()
-        report = store.migrate(to, pairs=pairs, heldout=heldout, query_side=True, progress=progress)
+        report = store.migrate(to, pairs=pairs, heldout=heldout, query_side=True, show_progress=show_progress)
         # the active space named: a pending rewrite of the same model (a rerun) would answer instead
         hits = store.search(query, k, model=to, space=active)
         demo.query_side = {
@@ -120,7 +120,7 @@ def run(
             "seconds": time.perf_counter() - start,
         }
         start = time.perf_counter()
-        report = store.migrate(to, pairs=pairs, heldout=heldout, progress=progress)
+        report = store.migrate(to, pairs=pairs, heldout=heldout, show_progress=show_progress)
         hits = store.search(query, k, model=to)  # the pending space of rewritten rows
         demo.rewrite = {
             "to": to,
@@ -131,7 +131,7 @@ def run(
         }
     if shrink_dims is not None:
         start = time.perf_counter()
-        report = store.shrink([shrink_dims], heldout=heldout, progress=progress)
+        report = store.shrink([shrink_dims], heldout=heldout, show_progress=show_progress)
         hits = store.search(query, k, dims=shrink_dims)  # reads the basis the shrink chose
         demo.shrink = {"query": query, "report": report, "hits": hits, "seconds": time.perf_counter() - start}
     return demo

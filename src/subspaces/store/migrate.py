@@ -52,7 +52,7 @@ def migrate(
     params: dict[str, Any] | None = None,
     seed: int = 0,
     batch_size: int = 64,
-    progress: bool = False,
+    show_progress: bool = False,
     ray: bool | str = False,
     actors: int | None = None,
     query_side: bool = False,
@@ -127,7 +127,7 @@ def migrate(
                 differs = _differs(space.options, asked, pairs)
                 if not differs:  # an interrupted migration to this model, or a rerun: finish its mapping
                     store._models[space_name] = encoder
-                    store._sync(space_name, progress=progress, ray=ray, actors=actors)
+                    store._sync(space_name, show_progress=show_progress, ray=ray, actors=actors)
                     return space.report
                 was = space.options or space.report
                 replaced = "the pending fit with " + ", ".join(f"{key} {was.get(key, '?')}" for key in differs)
@@ -150,7 +150,7 @@ def migrate(
 
         start = time.perf_counter()
         texts = rows.texts[np.concatenate([fit_rows, test])].tolist()
-        new_all = _encode(store, model, encoder, fingerprint, texts, batch_size, progress, ray, actors)
+        new_all = _encode(store, model, encoder, fingerprint, texts, batch_size, show_progress, ray, actors)
         encode_s = time.perf_counter() - start
         target, new_test = new_all[: len(fit_rows)], new_all[len(fit_rows) :]
         source = rows.vectors[fit_rows]
@@ -159,7 +159,9 @@ def migrate(
         if anchors == "unpaired":
             from subspaces.align import MiniVec2Vec
 
-            aligner: Any = MiniVec2Vec.from_params(_with_defaults(params, anchors), random_state=seed, verbose=progress)
+            aligner: Any = MiniVec2Vec.from_params(
+                _with_defaults(params, anchors), random_state=seed, verbose=show_progress
+            )
             aligner.fit(source, target)
             candidates: dict[str, Any] = {}
             summary: dict[str, Any] = {"chosen": "mini-vec2vec (unpaired)", "direction": "old -> new (rows)"}
@@ -196,7 +198,7 @@ def migrate(
 
         new_name = _add_pending_space(store, source_name, fingerprint, aligner, report, options)
         store._models[new_name] = encoder
-        store._sync(new_name, progress=progress, ray=ray, actors=actors)
+        store._sync(new_name, show_progress=show_progress, ray=ray, actors=actors)
         report["migrate_seconds"] = round(time.perf_counter() - start, 3)
         manifest.save(store.path)
         return report | ({"replaced": replaced} if replaced else {})
@@ -237,7 +239,7 @@ def _encode(
     fingerprint: Any,
     texts: list[str],
     batch_size: int,
-    progress: bool,
+    show_progress: bool,
     ray: bool | str,
     actors: int | None,
 ) -> np.ndarray:
@@ -255,7 +257,7 @@ def _encode(
         )
     from subspaces.models.encoder import encode
 
-    return encode(encoder, texts, batch_size=batch_size, normalize=True, show_progress=progress)
+    return encode(encoder, texts, batch_size=batch_size, normalize=True, show_progress=show_progress)
 
 
 def _report(

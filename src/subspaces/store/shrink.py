@@ -66,7 +66,7 @@ def shrink(
     seed: int = 0,
     k: int = 10,
     adapter_params: dict[str, Any] | None = None,
-    progress: bool = False,
+    show_progress: bool = False,
 ) -> dict[str, Any]:
     """Fit the candidates on ``space``'s rows (default: the active space) less ``heldout`` of them, measure each at
     every size of ``dims`` on those held out, record the choice; returns the report (see the module). A rerun with
@@ -99,7 +99,7 @@ def shrink(
         x_fit, x_test = loaded.vectors[fit], loaded.vectors[test]
         truth = _top(x_fit, x_test, None, k)
         axes = principal_axes(x_fit, seed=seed)
-        adapter = MatryoshkaAdapter(dims=sizes, random_state=seed, verbose=progress, **params)
+        adapter = MatryoshkaAdapter(dims=sizes, random_state=seed, verbose=show_progress, **params)
         adapter.fit(x_fit)
         fit_rows, fit_queries = adapter.transform(x_fit), adapter.transform(x_test)
         table: dict[str, dict[str, Any]] = {}

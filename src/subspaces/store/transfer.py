@@ -539,7 +539,7 @@ def check_model(encoder: Any, plan: Plan, label: str, min_cosine: float) -> floa
 
 
 def write_rows(
-    store: Store, name: str, source: Source, plan: Plan, skip: set[str], replace: set[str], progress: bool
+    store: Store, name: str, source: Source, plan: Plan, skip: set[str], replace: set[str], show_progress: bool
 ) -> int:
     """The writing pass: every row of ``source`` whose id is not in ``skip`` (or is in ``replace``), one commit a
     batch; returns how many rows went in."""
@@ -564,7 +564,10 @@ def write_rows(
 
     todo = plan.rows - len(skip - replace)
     with Progress(
-        todo, f"store import: writing {todo:,} rows into {store.path.name}", unit="row", enabled=progress and todo > 0
+        todo,
+        f"store import: writing {todo:,} rows into {store.path.name}",
+        unit="row",
+        enabled=show_progress and todo > 0,
     ) as bar:
         store._append(name, blocks(), bar, replace=replace)
     return written
