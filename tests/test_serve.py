@@ -430,14 +430,18 @@ def test_bfloat16_serves_float32_rows_near_float32s_and_says_so(tiny_model_dir, 
 def test_a_length_sorted_batch_gives_each_text_its_own_row_in_input_order(engine):
     """The worker sorts a batch by length and runs passes of similar lengths; rows come back in the batch's order
     and equal each text encoded alone (no padding at all)."""
-    from subspaces.serve.engine import PASS_ROWS
+    from subspaces.serve.engine import passes
 
     rng = np.random.default_rng(0)
-    texts = [" ".join(["word"] * int(n)) for n in rng.integers(1, 40, size=2 * PASS_ROWS + 5)]
+    texts = [" ".join(["word"] * int(n)) for n in rng.integers(1, 40, size=69)]
     requests = [engine.tokenize(texts[i : i + 4]) for i in range(0, len(texts), 4)]
     rows = engine.forward(engine.join([r.inputs for r in requests]))
     alone = np.concatenate([engine.encode([t]) for t in texts])
     np.testing.assert_allclose(rows, alone, atol=1e-5)
+    lengths = sorted(engine.token_counts(texts), reverse=True)
+    cut = passes(list(range(len(texts))), lengths)
+    assert len(cut) > 1 and sum(map(len, cut)) == len(texts)
+    assert all(2 * lengths[p[-1]] >= lengths[p[0]] for p in cut)  # no pass pads a text to over twice its length
 
 
 def test_bad_backend_settings_are_refused_before_loading(tiny_model_dir):

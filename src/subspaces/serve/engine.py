@@ -24,7 +24,7 @@ from subspaces.models.backends import resolve_dtype, with_backend
 from subspaces.serve.settings import ServeSettings
 from subspaces.vectors import unit_prefix
 
-PASS_ROWS = 32  # texts in one forward pass of a length-sorted batch (sentence-transformers' default batch size)
+PASS_TOKENS = 4096  # padded tokens (texts x longest) in one forward pass of a length-sorted batch
 
 
 @dataclass(frozen=True)
@@ -204,8 +204,9 @@ class Engine:
         """Full-dimension, unnormalised float32 rows of a joined batch, in its order (the batcher's ``encode_fn``):
         what :func:`subspaces.models.encoder.encode` gives for the same texts.
 
-        The texts are sorted by token count and run in passes of :data:`PASS_ROWS`, each cut to its own longest
-        text: a batch of short texts joined with one long one no longer pays the long one's width for every row."""
+        The texts are sorted by token count and run in passes of similar lengths (:func:`passes`), each cut to its
+        own longest text: a batch of short texts joined with one long one no longer pays the long one's width for
+        every row."""
         import torch
 
         from subspaces.models.encoder import check_finite, encode
@@ -221,7 +222,7 @@ class Engine:
         order = torch.argsort(lengths, descending=True, stable=True)
         parts = []
         with torch.inference_mode():
-            for rows_of in order.split(PASS_ROWS):
+            for rows_of in passes(order, lengths[order].tolist()):
                 width = max(1, int(lengths[rows_of[0]]))
                 cut = slice(-width, None) if left else slice(0, width)
                 features = {
@@ -332,6 +333,19 @@ class Engine:
 
 class _Groups(list):
     """A batch of request groups that cannot share one forward pass (:meth:`Engine.join`)."""
+
+
+def passes(order: Any, lengths: list[int]) -> list[Any]:
+    """``order`` (texts sorted longest first, ``lengths`` their token counts) cut into forward passes: a pass ends
+    before it would exceed :data:`PASS_TOKENS` padded tokens, or take a text under half its longest (so padding
+    stays under half of any pass)."""
+    cuts, start = [], 0
+    for i in range(1, len(lengths) + 1):
+        width = max(1, lengths[start])
+        if i == len(lengths) or (i - start + 1) * width > PASS_TOKENS or 2 * lengths[i] < width:
+            cuts.append(order[start:i])
+            start = i
+    return cuts
 
 
 def _shared(features: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
