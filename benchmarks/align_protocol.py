@@ -684,13 +684,8 @@ def _random_rotation(dim: int, seed: int) -> np.ndarray:
 
 def _label_free(a: np.ndarray, b: np.ndarray, probes: tuple[np.ndarray, np.ndarray], matrix: np.ndarray) -> dict:
     """Every candidate score of ``matrix`` on the unpaired rows only (``a``, ``b``: centred training halves)."""
-    from subspaces.align.diagnostics import (
-        bidirectional_nn_similarity,
-        cross_similarities,
-        csls_score,
-        knn_mixing,
-        mutual_nn_rate,
-    )
+    from bench.analysis import knn_mixing, mutual_nn_rate
+    from subspaces.align.diagnostics import bidirectional_nn_similarity, cross_similarities, csls_score
     from subspaces.align.preprocess import normalize_rows
 
     pa, pb = a[probes[0]], b[probes[1]]

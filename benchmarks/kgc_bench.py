@@ -622,7 +622,7 @@ def summary(args: argparse.Namespace) -> None:
 
 def smoke_setup(root: Path) -> tuple[Path, Path]:
     """A tiny random BERT and a 60-entity WN18RR-layout graph (short descriptions, so the link graph acts)."""
-    from subspaces.models.encoder import build_random_bert
+    from bench.random_bert import build_random_bert
 
     model = root / "tiny-bert"
     if not model.is_dir():

@@ -338,7 +338,7 @@ def _mean_spread(values: list[float]) -> str:
 
 
 def plot(args: argparse.Namespace) -> None:
-    from subspaces.eval.geometry import plot_alignment_uniformity
+    from bench.analysis import plot_alignment_uniformity
 
     runs = load_runs(args.results)
     trajectories = {f"{r['arm']} (seed {r['seed']})": r["geometry"] for r in runs if r["seed"] == args.plot_seed}
@@ -399,8 +399,9 @@ def paired(args: argparse.Namespace) -> None:
     (within each task) score both arms, every seed both arms share averaged on each resample."""
     import numpy as np
 
+    from bench.stats import paired_avg_difference
     from subspaces.data.sts import TASKS
-    from subspaces.eval.sts import STSEvaluator, paired_avg_difference
+    from subspaces.eval.sts import STSEvaluator
 
     by_arm: dict[str, dict[int, Any]] = {}
     for path in sorted(args.results.glob("*_seed*.rows.npz")):

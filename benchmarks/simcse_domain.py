@@ -262,10 +262,11 @@ def paired(args: argparse.Namespace) -> None:
     import numpy as np
     from sklearn.metrics import v_measure_score
 
+    from bench.stats import paired_avg_difference
     from subspaces.data.sts import TASKS
     from subspaces.eval.dims import classification_scores
     from subspaces.eval.stats import paired_bootstrap
-    from subspaces.eval.sts import STSEvaluator, paired_avg_difference
+    from subspaces.eval.sts import STSEvaluator
     from subspaces.io import save_json
 
     def load(paths: list[Path]) -> list[dict[str, np.ndarray]]:

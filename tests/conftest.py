@@ -63,7 +63,8 @@ def _sentence(rng: random.Random, n: int = 6) -> str:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
     """A 2-layer, 32-d random BERT saved as a sentence-transformers folder (cls pooler, MLP in training)."""
-    from subspaces.models.encoder import build_random_bert, portable
+    from bench.random_bert import build_random_bert
+    from subspaces.models.encoder import portable
 
     folder = tmp_path_factory.mktemp("tiny-bert")
     model = build_random_bert(folder / "hf", num_layers=2, hidden_size=32, num_heads=2, max_position=64, seed=0)

@@ -7,6 +7,7 @@ import pytest
 
 from subspaces.errors import ModelNotFoundError
 from subspaces.models import bundled
+from subspaces.models.onnx_bert import read_onnx_bert
 from subspaces.models.registry import known_models, package_path
 
 TEXTS = [
@@ -30,12 +31,35 @@ def test_mpnet_names_missing_parts(monkeypatch, tmp_path):
         bundled._mpnet_base()
 
 
+def max_token_difference(onnx_path, model_dir, texts) -> float:
+    """Largest absolute difference between onnxruntime's and the converted model's token outputs (``texts``)."""
+    import onnxruntime as ort
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModel.from_pretrained(str(model_dir)).eval()
+    batch = tokenizer(list(texts), padding=True, truncation=True, max_length=128, return_tensors="np")
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    token_output = read_onnx_bert(onnx_path).token_output
+    (expected,) = session.run(
+        [token_output],
+        {"input_ids": batch["input_ids"].astype(np.int64), "attention_mask": batch["attention_mask"].astype(np.int64)},
+    )
+    with torch.no_grad():
+        got = model(
+            input_ids=torch.from_numpy(batch["input_ids"]).long(),
+            attention_mask=torch.from_numpy(batch["attention_mask"]).long(),
+        ).last_hidden_state.numpy()
+    mask = batch["attention_mask"].astype(bool)  # padded positions are not outputs anyone reads
+    return float(np.abs(expected - got)[mask].max())
+
+
 @pytest.mark.slow
 def test_paraphrase_l3_matches_onnxruntime(monkeypatch, tmp_path):
     import onnxruntime as ort
 
     from subspaces.models.encoder import encode, load_encoder
-    from subspaces.models.onnx_bert import max_token_difference
 
     monkeypatch.setenv("SUBSPACES_CACHE", str(tmp_path))
     onnx_path = package_path(bundled.PARAPHRASE_PACKAGE, bundled.PARAPHRASE_ONNX)

@@ -23,7 +23,7 @@ CSTS = FIXTURES / "csts_mini.csv"
 
 @pytest.fixture(scope="module")
 def tiny_encoder(tmp_path_factory):
-    from subspaces.models.encoder import build_random_bert
+    from bench.random_bert import build_random_bert
 
     folder = tmp_path_factory.mktemp("bert")
     model = build_random_bert(folder, num_layers=2, hidden_size=32, num_heads=2, pooler="mean", dropout=0.0)

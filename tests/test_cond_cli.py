@@ -12,7 +12,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from subspaces.models.encoder import build_random_bert
+    from bench.random_bert import build_random_bert
 
     root = tmp_path_factory.mktemp("cli")
     build_random_bert(root / "bert", num_layers=1, hidden_size=32, num_heads=2, pooler="mean", dropout=0.0).save(

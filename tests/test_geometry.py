@@ -7,7 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from subspaces.eval.geometry import alignment, plot_alignment_uniformity, uniformity
+from bench.analysis import plot_alignment_uniformity
+from subspaces.eval.geometry import alignment, uniformity
 
 
 def test_alignment_and_uniformity_by_hand():

@@ -208,7 +208,7 @@ def test_pre_batch_queue_holds_earlier_tails_and_masks_false_negatives():
 # -- caches -----------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def tiny_encoder_dir(tmp_path_factory):
-    from subspaces.models.encoder import build_random_bert
+    from bench.random_bert import build_random_bert
 
     folder = tmp_path_factory.mktemp("tiny-bert")
     build_random_bert(folder, num_layers=2, hidden_size=32, num_heads=2, dropout=0.0, max_position=64)

@@ -22,7 +22,8 @@ COS = 0.9999  # float16 storage of the bottom states; the module docstring says 
 @pytest.fixture(scope="module")
 def deep_model_dir(tmp_path_factory):
     """A 4-layer, 32-d random BERT, so that N=1 and N=all-but-one (3) differ."""
-    from subspaces.models.encoder import build_random_bert, portable
+    from bench.random_bert import build_random_bert
+    from subspaces.models.encoder import portable
 
     folder = tmp_path_factory.mktemp("deep-bert")
     model = build_random_bert(folder / "hf", num_layers=4, hidden_size=32, num_heads=2, max_position=64, seed=1)

@@ -58,7 +58,8 @@ def test_rows_must_align():
 
 
 def test_sts_avg_difference_is_the_difference_of_the_tables():
-    from subspaces.eval.sts import paired_avg_difference, spearman_x100
+    from bench.stats import paired_avg_difference
+    from subspaces.eval.sts import spearman_x100
 
     rng = np.random.default_rng(6)
     gold = {"A": rng.uniform(0, 5, 80), "B": rng.uniform(0, 5, 120)}

@@ -198,7 +198,7 @@ def test_ann_index_search_finds_each_row(tmp_path, tiny_model_dir):
 
 
 def test_a_query_model_of_other_weights_or_dimension_is_refused(store, tmp_path):
-    from subspaces.models.encoder import build_random_bert
+    from bench.random_bert import build_random_bert
 
     other = build_random_bert(tmp_path / "other", num_layers=2, hidden_size=32, num_heads=2, max_position=64, seed=1)
     with pytest.raises(SubspacesError, match="is not the store's model"):
@@ -290,7 +290,8 @@ def test_cli_jsonl_fields_and_metadata(tmp_path, tiny_model_dir):
     ],
 )
 def test_cli_errors_are_one_line_and_change_nothing(store, tmp_path, args, message):
-    from subspaces.models.encoder import build_random_bert, portable
+    from bench.random_bert import build_random_bert
+    from subspaces.models.encoder import portable
 
     other = tmp_path / "other"
     if not other.exists():
@@ -469,7 +470,8 @@ def test_a_condition_head_folder_is_loaded_once(store, tmp_path, tiny_model_dir)
 
 
 def test_conditional_search_refuses_a_head_on_another_model_and_bad_options(store, tmp_path):
-    from subspaces.models.encoder import build_random_bert, portable
+    from bench.random_bert import build_random_bert
+    from subspaces.models.encoder import portable
 
     other = tmp_path / "other"
     portable(build_random_bert(tmp_path / "hf", num_layers=1, hidden_size=32, num_heads=2, seed=3)).save(str(other))
@@ -522,25 +524,26 @@ def wordnet(tmp_path, monkeypatch):
 
 
 def test_demo_builds_then_reuses_then_grows_and_rebuilds_for_another_model(wordnet, tmp_path, tiny_model_dir):
-    from subspaces.models.encoder import build_random_bert, portable
+    from bench.random_bert import build_random_bert
+    from subspaces.models.encoder import portable
     from subspaces.store.demo import run
 
     folder = tmp_path / "demo"
-    first = run(folder, model=str(tiny_model_dir), n=40, k=3, dims=8, shortlist=2, progress=False)
+    first = run(folder, model=str(tiny_model_dir), n=40, k=3, dims=8, shortlist=2, show_progress=False)
     assert (first.rows, first.added, first.rebuilt) == (40, 40, False)
     assert [len(r["exact"]["ids"]) for r in first.results] == [3] * 4 and 0 <= first.results[0]["overlap"] <= 1
-    again = run(folder, model=str(tiny_model_dir), n=40, k=3, dims=8, progress=False)
+    again = run(folder, model=str(tiny_model_dir), n=40, k=3, dims=8, show_progress=False)
     assert (again.rows, again.added, again.rebuilt) == (40, 0, False)
     assert again.results[0]["exact"] == first.results[0]["exact"]
-    assert run(folder, model=str(tiny_model_dir), n=1000, k=3, dims=8, progress=False).rows == 80  # all there are
+    assert run(folder, model=str(tiny_model_dir), n=1000, k=3, dims=8, show_progress=False).rows == 80  # all there are
     other = tmp_path / "other"
     portable(build_random_bert(tmp_path / "hf", num_layers=1, hidden_size=32, num_heads=2, seed=3)).save(str(other))
-    rebuilt = run(folder, model=str(other), n=40, k=3, dims=8, progress=False)
+    rebuilt = run(folder, model=str(other), n=40, k=3, dims=8, show_progress=False)
     assert (rebuilt.rows, rebuilt.added, rebuilt.rebuilt) == (40, 40, True)
     (tmp_path / "plain").mkdir()
     (tmp_path / "plain" / "notes.txt").write_text("mine")
     with pytest.raises(SubspacesError, match="already exists"):  # a folder that is not a store is never removed
-        run(tmp_path / "plain", model=str(other), n=40, progress=False)
+        run(tmp_path / "plain", model=str(other), n=40, show_progress=False)
     result = cli(
         "store",
         "demo",
@@ -564,7 +567,8 @@ def test_demo_builds_then_reuses_then_grows_and_rebuilds_for_another_model(wordn
 
 
 def test_demo_migrates_query_side_and_by_rewrite_and_shrinks_with_reports_and_hits(wordnet, tmp_path, tiny_model_dir):
-    from subspaces.models.encoder import build_random_bert, portable
+    from bench.random_bert import build_random_bert
+    from subspaces.models.encoder import portable
     from subspaces.store.demo import run
 
     other = tmp_path / "other"
@@ -572,7 +576,7 @@ def test_demo_migrates_query_side_and_by_rewrite_and_shrinks_with_reports_and_hi
     folder = tmp_path / "demo"
     first = run(
         folder, model=str(tiny_model_dir), n=80, k=3, dims=8, to=str(other), pairs=20, heldout=10, shrink_dims=8,
-        progress=False,
+        show_progress=False,
     )  # fmt: skip
     assert first.query_side is not None and first.rewrite is not None and first.shrink is not None
     query = first.results[0]["query"]
@@ -586,7 +590,7 @@ def test_demo_migrates_query_side_and_by_rewrite_and_shrinks_with_reports_and_hi
     assert len(first.shrink["hits"].ids) == 3
     again = run(
         folder, model=str(tiny_model_dir), n=80, k=3, dims=8, to=str(other), pairs=20, heldout=10, shrink_dims=8,
-        progress=False,
+        show_progress=False,
     )  # fmt: skip
     assert again.added == 0 and not again.rebuilt  # reused: the recorded migrations and shrink come back
     assert again.query_side["report"] == first.query_side["report"]

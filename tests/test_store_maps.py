@@ -238,7 +238,8 @@ def test_a_rollback_never_brings_back_a_row_an_upsert_replaced(pair):
 
 
 def test_cli_migrate_query_side_report_and_rollback(tmp_path, tiny_model_dir):
-    from subspaces.models.encoder import build_random_bert, portable
+    from bench.random_bert import build_random_bert
+    from subspaces.models.encoder import portable
     from test_store import sentences
 
     folder = tmp_path / "s"
@@ -292,7 +293,8 @@ def test_reembed_replaces_mapped_rows_oldest_first_resumably(pair):
 
 
 def test_cli_reembed(tmp_path, tiny_model_dir):
-    from subspaces.models.encoder import build_random_bert, portable
+    from bench.random_bert import build_random_bert
+    from subspaces.models.encoder import portable
     from test_store import sentences
 
     folder = tmp_path / "s"

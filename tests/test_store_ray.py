@@ -77,7 +77,8 @@ def test_a_ray_add_writes_the_rows_of_a_single_process_add_and_resumes(runtime, 
 
 
 def test_a_ray_add_refuses_a_model_that_is_not_the_stores_before_writing(runtime, tmp_path, tiny_model_dir):
-    from subspaces.models.encoder import build_random_bert, portable
+    from bench.random_bert import build_random_bert
+    from subspaces.models.encoder import portable
 
     other = tmp_path / "other"
     portable(build_random_bert(tmp_path / "hf", num_layers=1, hidden_size=32, num_heads=2, seed=3)).save(str(other))
@@ -88,7 +89,8 @@ def test_a_ray_add_refuses_a_model_that_is_not_the_stores_before_writing(runtime
 
 
 def test_a_migration_on_ray_maps_every_row_by_the_fitted_aligner(runtime, tmp_path, tiny_model_dir):
-    from subspaces.models.encoder import build_random_bert, portable
+    from bench.random_bert import build_random_bert
+    from subspaces.models.encoder import portable
     from subspaces.store import search as ops
     from subspaces.store.maps import load_map
 

@@ -22,9 +22,10 @@ def _sts(model: Any) -> dict[str, Any]:
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
+    from bench.random_bert import build_random_bert
     from subspaces.data.text import wordnet_sentences
     from subspaces.eval.sts import STSBDevEvaluator
-    from subspaces.models.encoder import build_random_bert, load_encoder
+    from subspaces.models.encoder import load_encoder
     from subspaces.train.simcse import SimCSEConfig, set_dropout, train_simcse, unsup_examples
 
     p: dict[str, Any] = {

@@ -6,13 +6,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.stats import rankdata, spearmanr
+from scipy.stats import spearmanr
 
 from subspaces.data.sts import TASKS, STSPairs, Variant, load_stsb, load_task
 from subspaces.errors import SubspacesError
 from subspaces.eval.base import Evaluator
 from subspaces.eval.geometry import alignment, uniformity
-from subspaces.eval.stats import paired_bootstrap
 from subspaces.vectors import cosine_rows, resolve_dims, unit_prefix
 
 
@@ -140,32 +139,3 @@ class STSBDevEvaluator(Evaluator):
             for d in dims
         }
         return {**scores, "mean": float(np.mean(list(scores.values())))}
-
-
-def paired_avg_difference(
-    a: dict[str, np.ndarray], b: dict[str, np.ndarray], gold: dict[str, np.ndarray], n: int = 1000, seed: int = 0
-):
-    """STS avg (Spearman x 100, mean over the tasks of ``gold``) of ``a`` minus that of ``b``, with its paired
-    bootstrap 95 % interval: the same pairs, resampled within each task, score both.
-
-    ``a[task]``, ``b[task]``: each pair's cosine, ``(pairs,)`` or ``(pairs, seeds)``; with seeds, each side's
-    score is the mean over its seeds on every resample.
-    """
-    tasks = list(gold)
-
-    def stack(side: dict[str, np.ndarray]) -> np.ndarray:
-        return np.concatenate([np.asarray(side[t], dtype=float).reshape(len(gold[t]), -1) for t in tasks])
-
-    strata = np.repeat(np.arange(len(tasks)), [len(gold[t]) for t in tasks])
-    every_gold = np.concatenate([np.asarray(gold[t], dtype=float) for t in tasks])
-
-    def metric(values: np.ndarray, rows: np.ndarray) -> float:
-        per_task = []
-        for t in range(len(tasks)):
-            here = strata[rows] == t
-            g, v = rankdata(every_gold[rows][here]), rankdata(values[here], axis=0)
-            g, v = g - g.mean(), v - v.mean(axis=0)
-            per_task.append((v * g[:, None]).sum(0) / np.sqrt((v * v).sum(0) * (g * g).sum()))
-        return float(100 * np.mean(per_task))
-
-    return paired_bootstrap(stack(a), stack(b), metric, n=n, seed=seed, strata=strata)

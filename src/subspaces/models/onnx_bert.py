@@ -2,14 +2,13 @@
 
 sentence-transformers' ONNX exports keep the names of most initializers (``model.0.auto_model.<bert name>``)
 but store each linear layer's weight as an anonymous ``onnx::MatMul_N`` tensor of shape (in, out). Each such
-MatMul feeds an ``Add`` with the named bias, so the bias name says which BERT weight the MatMul holds. The
-converted folder is then checked token by token against onnxruntime on the same inputs.
+MatMul feeds an ``Add`` with the named bias, so the bias name says which BERT weight the MatMul holds. The tests
+check the converted folder token by token against onnxruntime on the same inputs.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,29 +135,3 @@ def convert_onnx_bert(
             modules.append(Normalize())
         local_only(SentenceTransformer(modules=modules, device="cpu")).save(str(build))
     return target
-
-
-def max_token_difference(
-    onnx_path: str | os.PathLike[str], model_dir: str | os.PathLike[str], texts: Sequence[str]
-) -> float:
-    """Largest absolute difference between onnxruntime's and the converted model's token outputs."""
-    import onnxruntime as ort
-    import torch
-    from transformers import AutoModel, AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModel.from_pretrained(str(model_dir)).eval()
-    batch = tokenizer(list(texts), padding=True, truncation=True, max_length=128, return_tensors="np")
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    token_output = read_onnx_bert(onnx_path).token_output
-    (expected,) = session.run(
-        [token_output],
-        {"input_ids": batch["input_ids"].astype(np.int64), "attention_mask": batch["attention_mask"].astype(np.int64)},
-    )
-    with torch.no_grad():
-        got = model(
-            input_ids=torch.from_numpy(batch["input_ids"]).long(),
-            attention_mask=torch.from_numpy(batch["attention_mask"]).long(),
-        ).last_hidden_state.numpy()
-    mask = batch["attention_mask"].astype(bool)  # padded positions are not outputs anyone reads
-    return float(np.abs(expected - got)[mask].max())
