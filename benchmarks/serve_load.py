@@ -15,6 +15,16 @@ below saturation, 503s (never another 5xx) past it and recovery, flat memory in 
 
     python benchmarks/serve_load.py              # minilm-l6, 60 s per level, 10 min soak: results/serve_load.json
     python benchmarks/serve_load.py --smoke      # a few seconds per phase, to check the script: a temporary file
+
+``--against infinity`` instead runs the peer users would pick, infinity-emb, from its own venv (``--infinity``,
+default /work/peers/infinity; never a dependency of this project), on the same model folder and threads, beside
+ours: short texts (WordNet sentences) and long ones (nine of them joined, cut at the model's 256 tokens), 8 texts
+a request, at concurrency 1 and 32, one server at a time; texts/s, p50/p99 and our/their ratios, with the CPU
+(model name, native bfloat16) recorded. Ours runs ``--dtype`` (default auto), infinity its ``--infinity-dtype``
+(default: bfloat16 where the CPU multiplies it natively, its fastest CPU setting in issue 56's run, else float32):
+
+    /work/peers/infinity/bin/pip install 'infinity-emb[server,torch]' 'torch==2.13.0+cpu'   # once
+    python benchmarks/serve_load.py --against infinity --duration 20   # about 4 minutes: results/serve_vs_infinity.json
 """
 
 from __future__ import annotations
@@ -79,6 +89,7 @@ def run_server(args: argparse.Namespace) -> None:
             max_queue=args.max_queue,
             backend=args.backend,
             precision=args.precision,
+            dtype=args.dtype,
         )
         app = create_app(settings)
     uvicorn.run(app, host=HOST, port=args.port, log_level="warning", access_log=False)
@@ -96,15 +107,31 @@ class Server:
 
     def __init__(self, kind: str, args: argparse.Namespace, max_queue: int) -> None:
         self.kind, self.port = kind, free_port()
-        command = [sys.executable, __file__, "--serve", kind, "--port", str(self.port), "--model", args.model]
-        command += ["--threads", str(args.threads), "--max-queue", str(max_queue)]
-        command += ["--max-batch-tokens", str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms)]
-        command += ["--backend", args.backend, "--precision", args.precision]
+        self.env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        self.path = "/v1/embeddings"
+        if kind == "infinity":
+            from subspaces.models.encoder import resolve_model_path
+
+            command = [
+                str(args.infinity / "bin" / "infinity_emb"),
+                "v2",
+                "--model-id",
+                str(resolve_model_path(args.model)),
+            ]
+            command += ["--host", HOST, "--port", str(self.port), "--engine", "torch", "--device", "cpu"]
+            command += ["--dtype", args.infinity_dtype]
+            self.env["OMP_NUM_THREADS"] = str(args.threads)  # torch's intra-op threads, as ours are set
+            self.path = "/embeddings"
+        else:
+            command = [sys.executable, __file__, "--serve", kind, "--port", str(self.port), "--model", args.model]
+            command += ["--threads", str(args.threads), "--max-queue", str(max_queue)]
+            command += ["--max-batch-tokens", str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms)]
+            command += ["--backend", args.backend, "--precision", args.precision, "--dtype", args.dtype]
         self.command = command
         self.url = f"http://{HOST}:{self.port}"
 
     def __enter__(self) -> Server:
-        self.process = subprocess.Popen(self.command, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        self.process = subprocess.Popen(self.command, env=self.env)
         import httpx
 
         deadline = time.monotonic() + 300
@@ -134,8 +161,11 @@ class Server:
         return float("nan")
 
 
-async def load(url: str, texts: list[str], concurrency: int, seconds: float) -> dict[str, Any]:
-    """``concurrency`` clients sending one text per request, back to back, for ``seconds``."""
+async def load(
+    url: str, texts: list[str], concurrency: int, seconds: float, path: str = "/v1/embeddings", per_request: int = 1
+) -> dict[str, Any]:
+    """``concurrency`` clients sending ``per_request`` texts per request (one: a bare string), back to back, for
+    ``seconds``, to ``path``."""
     import httpx
 
     latencies: list[float] = []
@@ -149,8 +179,13 @@ async def load(url: str, texts: list[str], concurrency: int, seconds: float) -> 
             i = offset
             while time.monotonic() < stop:
                 start = time.perf_counter()
+                body = (
+                    texts[i % len(texts)]
+                    if per_request == 1
+                    else [texts[(i + j) % len(texts)] for j in range(per_request)]
+                )
                 try:
-                    response = await client.post("/v1/embeddings", json={"input": texts[i % len(texts)]})
+                    response = await client.post(path, json={"input": body})
                     code = str(response.status_code)
                     if response.status_code == 503:
                         retry_after.add(response.headers.get("retry-after", "missing"))
@@ -159,7 +194,7 @@ async def load(url: str, texts: list[str], concurrency: int, seconds: float) -> 
                 codes[code] = codes.get(code, 0) + 1
                 if code == "200":
                     latencies.append(time.perf_counter() - start)
-                i += concurrency
+                i += concurrency * per_request
 
         began = time.perf_counter()
         await asyncio.gather(*(worker(c) for c in range(concurrency)))
@@ -170,6 +205,7 @@ async def load(url: str, texts: list[str], concurrency: int, seconds: float) -> 
         "concurrency": concurrency,
         "seconds": round(elapsed, 2),
         "requests_per_s": round(ok / elapsed, 2),
+        "texts_per_s": round(ok * per_request / elapsed, 2),
         "p50_ms": round(1000 * statistics.median(latencies), 2) if latencies else None,
         "p99_ms": round(1000 * _quantile(latencies, 0.99), 2) if latencies else None,
         "status": codes,
@@ -305,6 +341,54 @@ def sentences(n: int) -> list[str]:
     return texts[:n] if len(texts) >= n else texts
 
 
+def paragraphs(texts: list[str], n: int, joined: int = 9) -> list[str]:
+    """``n`` long texts, each ``joined`` consecutive sentences (the model reads at most its 256 tokens)."""
+    return [" ".join(texts[(i * joined + j) % len(texts)] for j in range(joined)) for i in range(n)]
+
+
+def against_infinity(args: argparse.Namespace) -> dict[str, Any]:
+    """Ours and infinity-emb, one server at a time, on short and long texts at each level: texts/s, p50/p99."""
+    from subspaces.models.backends import resolve_dtype
+    from subspaces.numerics import cpu_model, native_bfloat16
+
+    short = sentences(args.texts)
+    kinds = {"short": short, "long": paragraphs(short, max(64, args.texts // 9))}
+    result: dict[str, Any] = {
+        "date": str(date.today()),
+        "model": args.model,
+        "cpu": cpu_model(),
+        "native_bfloat16": native_bfloat16(),
+        "threads": args.threads,
+        "cpus": os.cpu_count(),
+        "duration_s": args.duration,
+        "texts_per_request": args.per_request,
+        "ours_config": f"{args.backend}:{args.precision} --dtype {args.dtype} ({resolve_dtype(args.dtype, args.backend)})",
+        "infinity_config": f"infinity-emb, torch --dtype {args.infinity_dtype}, its other defaults",
+        "note": "client and servers share this machine's cores; one server at a time",
+    }
+    for server_kind in ("ours", "infinity"):
+        with Server(server_kind, args, args.max_queue) as server:
+            for name, texts in kinds.items():
+                asyncio.run(load(server.url, texts, max(args.levels), args.warmup, server.path, args.per_request))
+                for level in args.levels:
+                    row = asyncio.run(load(server.url, texts, level, args.duration, server.path, args.per_request))
+                    print(
+                        f"{server_kind:8s} {name:5s} c={level:3d}: {row['texts_per_s']:8.1f} texts/s  "
+                        f"p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  {row['status']}",
+                        flush=True,
+                    )
+                    result.setdefault(server_kind, {}).setdefault(name, []).append(row)
+    result["ratio_ours_over_infinity"] = {
+        f"{name} c={o['concurrency']}": {
+            "texts_per_s": round(o["texts_per_s"] / i["texts_per_s"], 2) if i["texts_per_s"] else None,
+            "p99": round(o["p99_ms"] / i["p99_ms"], 2) if o["p99_ms"] and i["p99_ms"] else None,
+        }
+        for name in kinds
+        for o, i in zip(result["ours"][name], result["infinity"][name], strict=True)
+    }
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="minilm-l6")
@@ -330,6 +414,15 @@ def main() -> None:
     )
     parser.add_argument("--backend", default="torch", help="Ours only: torch, onnx or openvino.")
     parser.add_argument("--precision", default="fp32", help="Ours only: fp32 or int8.")
+    parser.add_argument(
+        "--dtype", default=None, help="Ours only: float32, bfloat16 or auto (default: float32; auto against infinity)."
+    )
+    parser.add_argument(
+        "--against", choices=["naive", "infinity"], default="naive", help="The server ours is measured beside."
+    )
+    parser.add_argument("--infinity", type=Path, default=Path("/work/peers/infinity"), help="infinity-emb's venv.")
+    parser.add_argument("--infinity-dtype", default=None, help="Default: bfloat16 where the CPU has it natively.")
+    parser.add_argument("--per-request", type=int, default=8, help="Texts a request, against infinity.")
     parser.add_argument("--serve", choices=["ours", "naive"], help=argparse.SUPPRESS)  # the subprocess's mode
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -339,10 +432,23 @@ def main() -> None:
     if args.smoke:
         args.duration, args.warmup, args.overload_seconds = 2.0, 1.0, 2.0
         args.soak, args.soak_every, args.texts = 6.0, 2.0, 200
+    infinity = args.against == "infinity"
     if args.output is None:
         smoke = Path(tempfile.gettempdir()) / "serve_load_smoke.json"
-        args.output = smoke if args.smoke else RESULTS / "serve_load.json"
+        args.output = smoke if args.smoke else RESULTS / ("serve_vs_infinity.json" if infinity else "serve_load.json")
     args.levels = [int(x) for x in args.levels.split(",")]
+    if infinity:
+        from subspaces.numerics import native_bfloat16
+
+        args.dtype = args.dtype or "auto"
+        args.infinity_dtype = args.infinity_dtype or ("bfloat16" if native_bfloat16() else "float32")
+        args.levels = [1, 32] if args.levels == [1, 8, 32] else args.levels
+        result = against_infinity(args)
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result["ratio_ours_over_infinity"]), f"-> {args.output}")
+        return
+    args.dtype = args.dtype or "float32"
     texts = sentences(args.texts)
     result: dict[str, Any] = {
         "date": str(date.today()),
