@@ -316,7 +316,7 @@ def check_equal(server: Server, texts: list[str], args: argparse.Namespace) -> d
         (Path(tmp) / "in.txt").write_text("\n".join(sample) + "\n", encoding="utf-8")
         # Full size only: `dimensions` below it is refused for a model not trained for truncation (issue 56).
         for dims in (None,):
-            command = [sys.executable, "-m", "subspaces.cli.app", "encode", "-m", args.model, "--normalize"]
+            command = [sys.executable, "-m", "subspaces.cli.app", "model", "encode", "-m", args.model, "--normalize"]
             command += [
                 "-i",
                 str(Path(tmp) / "in.txt"),
@@ -362,7 +362,8 @@ def against_infinity(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "duration_s": args.duration,
         "texts_per_request": args.per_request,
-        "ours_config": f"{args.backend}:{args.precision} --dtype {args.dtype} ({resolve_dtype(args.dtype, args.backend)})",
+        "ours_config": f"{args.backend}:{args.precision} --dtype {args.dtype} "
+        f"({resolve_dtype(args.dtype, args.backend)})",
         "infinity_config": f"infinity-emb, torch --dtype {args.infinity_dtype}, its other defaults",
         "note": "client and servers share this machine's cores; one server at a time",
     }

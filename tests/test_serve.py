@@ -542,6 +542,7 @@ def test_serve_command_checks_its_options_before_starting(tmp_path, tiny_model_d
         (["--model", str(tiny_model_dir), "--head", str(tmp_path / "nohead")], "not a folder"),
         (["--model", str(tiny_model_dir), "--max-queue", "0"], "at least 1"),
         (["--model", str(tiny_model_dir), "--precision", "int8"], "needs --backend onnx or openvino"),
+        (["--model", str(tiny_model_dir), "--backend", "onnx", "--dtype", "bfloat16"], "runs on --backend torch"),
     ]:
         result = runner.invoke(app, ["serve", *args])
         assert result.exit_code == 2, result.output
