@@ -20,11 +20,12 @@ below saturation, 503s (never another 5xx) past it and recovery, flat memory in 
 default /work/peers/infinity; never a dependency of this project), on the same model folder and threads, beside
 ours: short texts (WordNet sentences) and long ones (nine of them joined, cut at the model's 256 tokens), 8 texts
 a request, at concurrency 1 and 32, one server at a time; texts/s, p50/p99 and our/their ratios, with the CPU
-(model name, native bfloat16) recorded. Ours runs ``--dtype`` (default auto), infinity its ``--infinity-dtype``
-(default: bfloat16 where the CPU multiplies it natively, its fastest CPU setting in issue 56's run, else float32):
+(model name, native bfloat16) recorded. Ours runs each of ``--ours`` (default: torch with ``--dtype auto``, and the
+onnx int8 graph), infinity its ``--infinity-dtype`` (default: bfloat16 where the CPU multiplies it natively, its
+fastest CPU setting in issue 56's run, else float32):
 
     /work/peers/infinity/bin/pip install 'infinity-emb[server,torch]' 'torch==2.13.0+cpu'   # once
-    python benchmarks/serve_load.py --against infinity --duration 20   # about 4 minutes: results/serve_vs_infinity.json
+    python benchmarks/serve_load.py --against infinity --duration 15   # about 5 minutes: results/serve_vs_infinity.json
 """
 
 from __future__ import annotations
@@ -362,30 +363,40 @@ def against_infinity(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "duration_s": args.duration,
         "texts_per_request": args.per_request,
-        "ours_config": f"{args.backend}:{args.precision} --dtype {args.dtype} "
-        f"({resolve_dtype(args.dtype, args.backend)})",
         "infinity_config": f"infinity-emb, torch --dtype {args.infinity_dtype}, its other defaults",
         "note": "client and servers share this machine's cores; one server at a time",
     }
-    for server_kind in ("ours", "infinity"):
-        with Server(server_kind, args, args.max_queue) as server:
+    servers: list[tuple[str, str, argparse.Namespace]] = []
+    for config in args.ours.split(","):  # backend:precision:dtype
+        backend, precision, dtype = config.split(":")
+        ours = argparse.Namespace(**{**vars(args), "backend": backend, "precision": precision, "dtype": dtype})
+        servers.append((f"ours {config} ({resolve_dtype(dtype, backend)})", "ours", ours))
+    servers.append((f"infinity {args.infinity_dtype}", "infinity", args))
+    rows: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for label, kind, options in servers:
+        with Server(kind, options, args.max_queue) as server:
             for name, texts in kinds.items():
                 asyncio.run(load(server.url, texts, max(args.levels), args.warmup, server.path, args.per_request))
                 for level in args.levels:
                     row = asyncio.run(load(server.url, texts, level, args.duration, server.path, args.per_request))
                     print(
-                        f"{server_kind:8s} {name:5s} c={level:3d}: {row['texts_per_s']:8.1f} texts/s  "
+                        f"{label:32s} {name:5s} c={level:3d}: {row['texts_per_s']:8.1f} texts/s  "
                         f"p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  {row['status']}",
                         flush=True,
                     )
-                    result.setdefault(server_kind, {}).setdefault(name, []).append(row)
-    result["ratio_ours_over_infinity"] = {
-        f"{name} c={o['concurrency']}": {
-            "texts_per_s": round(o["texts_per_s"] / i["texts_per_s"], 2) if i["texts_per_s"] else None,
-            "p99": round(o["p99_ms"] / i["p99_ms"], 2) if o["p99_ms"] and i["p99_ms"] else None,
+                    rows.setdefault(label, {}).setdefault(name, []).append(row)
+    result["servers"] = rows
+    peer = rows[servers[-1][0]]
+    result["ratio_over_infinity"] = {
+        label: {
+            f"{name} c={o['concurrency']}": {
+                "texts_per_s": round(o["texts_per_s"] / i["texts_per_s"], 2) if i["texts_per_s"] else None,
+                "p99": round(o["p99_ms"] / i["p99_ms"], 2) if o["p99_ms"] and i["p99_ms"] else None,
+            }
+            for name in kinds
+            for o, i in zip(rows[label][name], peer[name], strict=True)
         }
-        for name in kinds
-        for o, i in zip(result["ours"][name], result["infinity"][name], strict=True)
+        for label, _, _ in servers[:-1]
     }
     return result
 
@@ -416,7 +427,9 @@ def main() -> None:
     parser.add_argument("--backend", default="torch", help="Ours only: torch, onnx or openvino.")
     parser.add_argument("--precision", default="fp32", help="Ours only: fp32 or int8.")
     parser.add_argument(
-        "--dtype", default=None, help="Ours only: float32, bfloat16 or auto (default: float32; auto against infinity)."
+        "--dtype",
+        default=None,
+        help="Ours only: float32, bfloat16 or auto (default: float32; against infinity: --ours).",
     )
     parser.add_argument(
         "--against", choices=["naive", "infinity"], default="naive", help="The server ours is measured beside."
@@ -424,6 +437,11 @@ def main() -> None:
     parser.add_argument("--infinity", type=Path, default=Path("/work/peers/infinity"), help="infinity-emb's venv.")
     parser.add_argument("--infinity-dtype", default=None, help="Default: bfloat16 where the CPU has it natively.")
     parser.add_argument("--per-request", type=int, default=8, help="Texts a request, against infinity.")
+    parser.add_argument(
+        "--ours",
+        default="torch:fp32:auto,onnx:int8:float32",
+        help="Against infinity: our configurations, backend:precision:dtype, comma-separated.",
+    )
     parser.add_argument("--serve", choices=["ours", "naive"], help=argparse.SUPPRESS)  # the subprocess's mode
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -441,13 +459,12 @@ def main() -> None:
     if infinity:
         from subspaces.numerics import native_bfloat16
 
-        args.dtype = args.dtype or "auto"
         args.infinity_dtype = args.infinity_dtype or ("bfloat16" if native_bfloat16() else "float32")
         args.levels = [1, 32] if args.levels == [1, 8, 32] else args.levels
         result = against_infinity(args)
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(result, indent=2) + "\n")
-        print(json.dumps(result["ratio_ours_over_infinity"]), f"-> {args.output}")
+        print(json.dumps(result["ratio_over_infinity"], indent=1), f"-> {args.output}")
         return
     args.dtype = args.dtype or "float32"
     texts = sentences(args.texts)
