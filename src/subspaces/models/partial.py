@@ -52,6 +52,7 @@ import torch
 from torch import nn
 
 from subspaces.errors import DataError, SubspacesError
+from subspaces.io import atomic_open
 
 FORMAT_VERSION = 1
 STATES = "subspaces_bottom_states"  # the features key that carries the cached bottom-layer outputs
@@ -457,7 +458,7 @@ class ActivationStore:
         buffer = io.BytesIO()
         torch.save(payload, buffer)
         data = buffer.getvalue()
-        _write_atomic(self.folder / f"shard-{hashlib.sha256(data).hexdigest()[:32]}.pt", data)
+        _write_bytes(self.folder / f"shard-{hashlib.sha256(data).hexdigest()[:32]}.pt", data)
         self._pending.clear()
         self._pending_bytes = 0
 
@@ -483,7 +484,7 @@ class ActivationStore:
             raise DataError(f"activation-cache shards without a {MANIFEST}; delete the folder to rebuild", path=folder)
         else:
             folder.mkdir(parents=True, exist_ok=True)
-            _write_atomic(manifest, json.dumps(identity, indent=1, sort_keys=True).encode())
+            _write_bytes(manifest, json.dumps(identity, indent=1, sort_keys=True).encode())
         for shard in sorted(folder.glob("shard-*.pt")):
             for key, states in _read_shard(shard, self.hidden_size):
                 self._entries.setdefault(key, states)
@@ -520,18 +521,9 @@ def _read_shard(path: Path, hidden_size: int) -> Iterator[tuple[str, torch.Tenso
     return zip(keys, torch.split(states, lengths.tolist()), strict=True)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file beside ``path`` and rename it: ``path`` is never half-written."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with tmp.open("wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+def _write_bytes(path: Path, data: bytes) -> None:
+    with atomic_open(path, "wb") as handle:  # never half-written: a killed writer leaves no shard
+        handle.write(data)
 
 
 def _cache_folder(
