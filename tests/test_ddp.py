@@ -123,7 +123,7 @@ def _nan_worker(rank: int, world: int, port: int, out: str) -> None:
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
     )
     from subspaces.errors import SubspacesError
-    from subspaces.train.engine import FitConfig, fit
+    from subspaces.train.engine import FitConfig, TrainingLoop
 
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 1)
@@ -151,7 +151,7 @@ def _nan_worker(rank: int, world: int, port: int, out: str) -> None:
 
     config = FitConfig(lr=1e-2, max_steps=6, eval_steps=0, save_steps=0, show_progress=False)
     try:
-        fit(model, step, Batches(), config)
+        TrainingLoop(model, step, Batches(), config).run()
         message = "finished"
     except SubspacesError as exc:
         message = str(exc)

@@ -1,4 +1,4 @@
-"""The training engine (subspaces.train.engine.fit) on a toy module, and the guards every recipe relies on."""
+"""The training engine (subspaces.train.engine.TrainingLoop) on a toy module, and the guards every recipe relies on."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 
 from subspaces.errors import SubspacesError
 from subspaces.eval.base import Evaluator
-from subspaces.train.engine import FitConfig, fit
+from subspaces.train.engine import FitConfig, TrainingLoop
 
 
 class Toy:
@@ -85,14 +85,14 @@ class Scripted(Evaluator):
 
 def test_resume_after_ctrl_c_mid_step_gives_exactly_the_uninterrupted_weights(tmp_path):
     straight = _model()
-    fit(straight, _step(straight), Toy(), _config(tmp_path / "a", save_steps=100))
+    TrainingLoop(straight, _step(straight), Toy(), _config(tmp_path / "a", save_steps=100)).run()
 
     interrupted = _model()
     with pytest.raises(KeyboardInterrupt):  # interrupted during the forward of step 8 (7 done)
-        fit(interrupted, _step(interrupted, stop_at=8), Toy(), _config(tmp_path / "b", save_steps=100))
+        TrainingLoop(interrupted, _step(interrupted, stop_at=8), Toy(), _config(tmp_path / "b", save_steps=100)).run()
     assert torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)["step"] == 7
     resumed = _model()
-    result = fit(resumed, _step(resumed), Toy(), _config(tmp_path / "b", save_steps=100))
+    result = TrainingLoop(resumed, _step(resumed), Toy(), _config(tmp_path / "b", save_steps=100)).run()
     assert result.resumed_from == 7 and result.steps == 12
     for (name, p), q in zip(straight.named_parameters(), resumed.parameters(), strict=True):
         assert torch.equal(p, q), name
@@ -101,7 +101,7 @@ def test_resume_after_ctrl_c_mid_step_gives_exactly_the_uninterrupted_weights(tm
 def test_evaluation_does_not_move_the_training_random_numbers():
     """A run that evaluates (with an evaluator drawing random numbers) trains as one that does not evaluate."""
     plain = _model()
-    fit(plain, _step(plain), Toy(), _config())
+    TrainingLoop(plain, _step(plain), Toy(), _config()).run()
 
     class Noisy(Scripted):
         def __call__(self, model):
@@ -109,7 +109,7 @@ def test_evaluation_does_not_move_the_training_random_numbers():
             return super().__call__(model)
 
     evaluated = _model()  # rising scores: the best state is the last one
-    fit(evaluated, _step(evaluated), Toy(), _config(eval_steps=3), Noisy([1.0, 2.0, 3.0, 4.0]))
+    TrainingLoop(evaluated, _step(evaluated), Toy(), _config(eval_steps=3), Noisy([1.0, 2.0, 3.0, 4.0])).run()
     for p, q in zip(plain.parameters(), evaluated.parameters(), strict=True):
         assert torch.equal(p, q)
 
@@ -124,7 +124,9 @@ def test_model_is_saved_only_when_the_primary_metric_improves(tmp_path):
         (folder / "weights.pt").write_bytes(b"x")
         saves.append(len(saves))
 
-    result = fit(model, _step(model), Toy(), _config(tmp_path / "run", eval_steps=3), evaluator, save_model=save_model)
+    result = TrainingLoop(
+        model, _step(model), Toy(), _config(tmp_path / "run", eval_steps=3), evaluator, save_model=save_model
+    ).run()
     assert evaluator.calls == 4
     assert len(saves) == 3  # at 1.0, 3.0 and 5.0; not at 2.0
     assert result.best_score == 5.0 and result.best_step == 12
@@ -141,7 +143,9 @@ def test_lower_is_better_and_best_state_is_restored_in_memory():
             snapshots.append([p.detach().clone() for p in m.parameters()])
             return super().__call__(m)
 
-    result = fit(model, _step(model), Toy(), _config(eval_steps=3), Loss([4.0, 1.0, 2.0, 3.0], greater_is_better=False))
+    result = TrainingLoop(
+        model, _step(model), Toy(), _config(eval_steps=3), Loss([4.0, 1.0, 2.0, 3.0], greater_is_better=False)
+    ).run()
     assert result.best_score == 1.0 and result.best_step == 6
     for p, q in zip(model.parameters(), snapshots[1], strict=True):
         assert torch.equal(p, q)
@@ -156,19 +160,29 @@ def test_in_memory_best_survives_a_resume(tmp_path):
         return Scripted(scores, greater_is_better=False)
 
     straight = _model()
-    fit(straight, _step(straight), Toy(), _config(tmp_path / "a", eval_steps=3, save_steps=1), scripted())
+    TrainingLoop(
+        straight, _step(straight), Toy(), _config(tmp_path / "a", eval_steps=3, save_steps=1), scripted()
+    ).run()
 
     model = _model()
     with pytest.raises(KeyboardInterrupt):  # stopped during step 8, after the best evaluation (step 6)
-        fit(model, _step(model, stop_at=8), Toy(), _config(tmp_path / "b", eval_steps=3, save_steps=1), scripted())
+        TrainingLoop(
+            model, _step(model, stop_at=8), Toy(), _config(tmp_path / "b", eval_steps=3, save_steps=1), scripted()
+        ).run()
     resumed = _model()
     later = Scripted(scores[2:], greater_is_better=False)  # the evaluations still due: steps 9 and 12
-    result = fit(resumed, _step(resumed), Toy(), _config(tmp_path / "b", eval_steps=3, save_steps=1), later)
+    result = TrainingLoop(
+        resumed, _step(resumed), Toy(), _config(tmp_path / "b", eval_steps=3, save_steps=1), later
+    ).run()
     assert result.resumed_from == 7 and result.best_score == 1.0 and result.best_step == 6
     for p, q in zip(straight.parameters(), resumed.parameters(), strict=True):
         assert torch.equal(p, q)
     again = _model()  # a rerun of the finished run returns at once, on the best state too
-    assert fit(again, _step(again), Toy(), _config(tmp_path / "b", eval_steps=3, save_steps=1), later).already_complete
+    assert (
+        TrainingLoop(again, _step(again), Toy(), _config(tmp_path / "b", eval_steps=3, save_steps=1), later)
+        .run()
+        .already_complete
+    )
     for p, q in zip(straight.parameters(), again.parameters(), strict=True):
         assert torch.equal(p, q)
 
@@ -177,7 +191,7 @@ def test_optimiser_steps_and_frozen_parameters_stay():
     model = _model()
     model[0].weight.requires_grad_(False)
     before = [p.detach().clone() for p in model.parameters()]
-    fit(model, _step(model), Toy(), _config(max_steps=2))
+    TrainingLoop(model, _step(model), Toy(), _config(max_steps=2)).run()
     after = list(model.parameters())
     assert torch.equal(before[0], after[0])
     assert all(not torch.equal(a, b) for a, b in zip(before[1:], after[1:], strict=True))
@@ -188,31 +202,33 @@ def test_nothing_to_train_is_refused():
     for p in model.parameters():
         p.requires_grad_(False)
     with pytest.raises(SubspacesError, match="nothing to train"):
-        fit(model, _step(model), Toy(), _config())
+        TrainingLoop(model, _step(model), Toy(), _config()).run()
 
 
 def test_param_groups_keep_their_own_lr():
     model = _model()
     groups = [{"params": model[0].parameters(), "lr": 0.0}, {"params": model[2].parameters(), "lr": 1e-2}]
     first = model[0].weight.detach().clone()
-    fit(model, _step(model), Toy(), _config(max_steps=3), param_groups=groups)
+    TrainingLoop(model, _step(model), Toy(), _config(max_steps=3), param_groups=groups).run()
     assert torch.equal(first, model[0].weight)
 
 
 def test_nan_loss_is_a_user_error_with_a_checkpoint(tmp_path):
     model = _model()
     with pytest.raises(SubspacesError, match="loss became nan at step 0"):
-        fit(model, lambda b: torch.tensor(float("nan"), requires_grad=True), Toy(), _config(tmp_path / "n"))
+        TrainingLoop(
+            model, lambda b: torch.tensor(float("nan"), requires_grad=True), Toy(), _config(tmp_path / "n")
+        ).run()
     assert (tmp_path / "n" / "checkpoint.pt").is_file()
 
 
 def test_rerun_of_a_finished_run_says_so_and_a_longer_run_extends_it(tmp_path):
     model = _model()
-    fit(model, _step(model), Toy(), _config(tmp_path / "r", max_steps=4))
-    again = fit(_model(), _step(model), Toy(), _config(tmp_path / "r", max_steps=4))
+    TrainingLoop(model, _step(model), Toy(), _config(tmp_path / "r", max_steps=4)).run()
+    again = TrainingLoop(_model(), _step(model), Toy(), _config(tmp_path / "r", max_steps=4)).run()
     assert again.already_complete and again.steps == 4 and again.resumed_from == 4
     longer_model = _model()
-    longer = fit(longer_model, _step(longer_model), Toy(), _config(tmp_path / "r", max_steps=9))
+    longer = TrainingLoop(longer_model, _step(longer_model), Toy(), _config(tmp_path / "r", max_steps=9)).run()
     assert longer.resumed_from == 4 and longer.steps == 9 and longer.extended_from == 4
     assert longer.history[-1]["lr"] == 0.0  # the schedule was re-planned to end at the new total
     assert not longer.already_complete
@@ -220,14 +236,16 @@ def test_rerun_of_a_finished_run_says_so_and_a_longer_run_extends_it(tmp_path):
 
 def test_resume_into_another_run_is_refused(tmp_path):
     model = _model()
-    fit(model, _step(model), Toy(), _config(tmp_path / "r", max_steps=2), settings={"batch_size": 4})
+    TrainingLoop(model, _step(model), Toy(), _config(tmp_path / "r", max_steps=2), settings={"batch_size": 4}).run()
     for kw, settings, data, what in (
         ({"lr": 0.5}, {"batch_size": 4}, Toy(), "setting lr"),
         ({}, {"batch_size": 8}, Toy(), "setting batch_size"),
         ({}, {"batch_size": 4}, Toy(seed=1), "data"),
     ):
         with pytest.raises(SubspacesError, match=f"differs in: .*{what}"):
-            fit(_model(), _step(model), data, _config(tmp_path / "r", max_steps=3, **kw), settings=settings)
+            TrainingLoop(
+                _model(), _step(model), data, _config(tmp_path / "r", max_steps=3, **kw), settings=settings
+            ).run()
 
 
 def test_a_folder_of_the_users_files_is_refused_and_left_alone(tmp_path):
@@ -236,7 +254,7 @@ def test_a_folder_of_the_users_files_is_refused_and_left_alone(tmp_path):
     (folder / "README.md").write_text("my notes")
     model = _model()
     with pytest.raises(SubspacesError, match="not a subspaces run.*--overwrite"):
-        fit(model, _step(model), Toy(), _config(folder))
+        TrainingLoop(model, _step(model), Toy(), _config(folder)).run()
     assert sorted(p.name for p in folder.iterdir()) == ["README.md"]
 
     def save_model(staging):
@@ -246,7 +264,7 @@ def test_a_folder_of_the_users_files_is_refused_and_left_alone(tmp_path):
 
     # --overwrite lets the run write there: it replaces only the names it writes, and deletes nothing.
     (folder / "keep.txt").write_text("mine")
-    fit(model, _step(model), Toy(), _config(folder, max_steps=1, overwrite=True), save_model=save_model)
+    TrainingLoop(model, _step(model), Toy(), _config(folder, max_steps=1, overwrite=True), save_model=save_model).run()
     assert (folder / "README.md").read_text() == "model card" and (folder / "keep.txt").read_text() == "mine"
 
 
@@ -257,9 +275,11 @@ def test_a_file_put_into_our_run_folder_is_not_replaced(tmp_path):
         staging.mkdir()
         (staging / "config.json").write_text("{}")
 
-    fit(model, _step(model), Toy(), _config(tmp_path / "r", max_steps=1), save_model=save_model)
+    TrainingLoop(model, _step(model), Toy(), _config(tmp_path / "r", max_steps=1), save_model=save_model).run()
     (tmp_path / "r" / "notes.md").write_text("mine")
-    fit(_model(), _step(model), Toy(), _config(tmp_path / "r", max_steps=2), save_model=save_model)  # ours: replaced
+    TrainingLoop(
+        _model(), _step(model), Toy(), _config(tmp_path / "r", max_steps=2), save_model=save_model
+    ).run()  # ours: replaced
     assert (tmp_path / "r" / "notes.md").read_text() == "mine"
 
     def save_notes(staging):
@@ -267,7 +287,7 @@ def test_a_file_put_into_our_run_folder_is_not_replaced(tmp_path):
         (staging / "notes.md").write_text("generated")
 
     with pytest.raises(SubspacesError, match="notes.md, not written by this run"):
-        fit(_model(), _step(model), Toy(), _config(tmp_path / "r", max_steps=3), save_model=save_notes)
+        TrainingLoop(_model(), _step(model), Toy(), _config(tmp_path / "r", max_steps=3), save_model=save_notes).run()
     assert (tmp_path / "r" / "notes.md").read_text() == "mine"
 
 
@@ -280,7 +300,7 @@ def test_stale_temporaries_of_ours_are_removed_on_start(tmp_path):
         p.write_bytes(b"half")
     (folder / ".other.tmp").write_bytes(b"not ours")
     model = _model()
-    fit(model, _step(model), Toy(), _config(folder, max_steps=1, resume=False))
+    TrainingLoop(model, _step(model), Toy(), _config(folder, max_steps=1, resume=False)).run()
     assert not any(p.exists() for p in stale)
     assert (folder / ".other.tmp").exists()
 
@@ -296,7 +316,9 @@ def test_evaluator_check_runs_before_anything_is_written_or_trained(tmp_path):
     model = _model()
     steps = []
     with pytest.raises(SubspacesError, match="STS-B dev is missing"):
-        fit(model, lambda b: steps.append(1) or _step(model)(b), Toy(), _config(tmp_path / "o"), Missing())
+        TrainingLoop(
+            model, lambda b: steps.append(1) or _step(model)(b), Toy(), _config(tmp_path / "o"), Missing()
+        ).run()
     assert not steps and not (tmp_path / "o").exists()
 
 
@@ -379,9 +401,13 @@ def test_resume_after_ctrl_c_during_evaluation_runs_that_evaluation(tmp_path):
 
     run, model = tmp_path / "run", _model()
     with pytest.raises(KeyboardInterrupt):  # evaluations at steps 3 and 6 (scores 1.0, 3.0)
-        fit(model, _step(model), Toy(), _config(run, eval_steps=3), Scripted([1.0, 3.0]), save_model=save_model)
+        TrainingLoop(
+            model, _step(model), Toy(), _config(run, eval_steps=3), Scripted([1.0, 3.0]), save_model=save_model
+        ).run()
     resumed, evaluator = _model(), Scripted([3.0, 2.0, 5.0])
-    result = fit(resumed, _step(resumed), Toy(), _config(run, eval_steps=3), evaluator, save_model=save_model)
+    result = TrainingLoop(
+        resumed, _step(resumed), Toy(), _config(run, eval_steps=3), evaluator, save_model=save_model
+    ).run()
     assert result.resumed_from == 6 and evaluator.calls == 3  # step 6 evaluated (and its model saved) again
     assert [(e["step"], e["eval"]["acc"]) for e in result.history if "eval" in e] == [
         (3, 1.0),
@@ -412,20 +438,22 @@ def test_a_planted_checkpoint_is_refused_without_running_its_code(tmp_path):
     torch.save({"step": 1, "payload": _Planted(marker)}, planted / "checkpoint.pt")
     model = _model()
     with pytest.raises(SubspacesError, match="checkpoint.json beside it.*not read.*--no-resume"):
-        fit(model, _step(model), Toy(), _config(planted, max_steps=2))
+        TrainingLoop(model, _step(model), Toy(), _config(planted, max_steps=2)).run()
     assert not marker.exists()
 
     # Beside a genuine checkpoint.json of this very run (its fingerprint copied): the pickle is still not run.
-    fit(model, _step(model), Toy(), _config(tmp_path / "r", max_steps=2))
+    TrainingLoop(model, _step(model), Toy(), _config(tmp_path / "r", max_steps=2)).run()
     assert (tmp_path / "r" / "checkpoint.json").is_file()
     torch.save({"step": 1, "payload": _Planted(marker)}, tmp_path / "r" / "checkpoint.pt")
     with pytest.raises(SubspacesError, match="not a checkpoint subspaces reads safely"):
-        fit(_model(), _step(model), Toy(), _config(tmp_path / "r", max_steps=3))
+        TrainingLoop(_model(), _step(model), Toy(), _config(tmp_path / "r", max_steps=3)).run()
     assert not marker.exists()
 
 
 def test_a_checkpoint_holds_only_what_weights_only_loading_reads(tmp_path):
     model = _model()
-    fit(model, _step(model), Toy(), _config(tmp_path / "r", max_steps=3), evaluator=lambda m: np.float64(0.5))
+    TrainingLoop(
+        model, _step(model), Toy(), _config(tmp_path / "r", max_steps=3), evaluator=lambda m: np.float64(0.5)
+    ).run()
     state = torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=True)
     assert state["step"] == 3 and state["best"] == 0.5

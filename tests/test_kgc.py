@@ -855,29 +855,28 @@ def test_training_with_a_checkpoint_dir_resumes_where_it_stopped(tmp_path, tiny_
     steps = whole.train_result["steps"]
     assert steps >= 4
 
-    real_fit = engine.fit
+    real_loop = engine.TrainingLoop
 
-    def interrupted_fit(*args, **kwargs):  # Ctrl-C half-way, as a user would press it
-        def callback(step, value):
-            if step == steps // 2:
-                raise KeyboardInterrupt
+    def calling(function):  # the loop kgc builds, with ``function(step, loss)`` after each step in place of its own
+        class Loop(real_loop):
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **{**kwargs, "callbacks": [engine.EachStep(function)]})
 
-        kwargs["callback"] = callback
-        return real_fit(*args, **kwargs)
+        return Loop
+
+    def interrupt(step, value):  # Ctrl-C half-way, as a user would press it
+        if step == steps // 2:
+            raise KeyboardInterrupt
 
     with monkeypatch.context() as patch:
-        patch.setattr(engine, "fit", interrupted_fit)
+        patch.setattr(engine, "TrainingLoop", calling(interrupt))
         with pytest.raises(KeyboardInterrupt):
             train_pipeline(output=tmp_path / "cut", output_dir=tmp_path / "ckpt", **common)
     assert (tmp_path / "ckpt" / "checkpoint.pt").is_file()
     seen: list[int] = []
 
-    def counting_fit(*args, **kwargs):
-        kwargs["callback"] = lambda step, value: seen.append(step)
-        return real_fit(*args, **kwargs)
-
     with monkeypatch.context() as patch:
-        patch.setattr(engine, "fit", counting_fit)
+        patch.setattr(engine, "TrainingLoop", calling(lambda step, value: seen.append(step)))
         resumed = train_pipeline(output=tmp_path / "cut", output_dir=tmp_path / "ckpt", **common)
     assert seen == list(range(steps // 2 + 1, steps + 1))  # only the steps the interrupted run had not taken
     assert resumed.train_result["steps"] == steps

@@ -1,4 +1,4 @@
-"""Conditional similarity as a task on the shared engine (:func:`subspaces.train.engine.fit`), and its evaluation.
+"""Conditional similarity as a task on the shared :class:`~subspaces.train.engine.TrainingLoop`, and its evaluation.
 
 The task supplies the batches (:mod:`subspaces.cond.sampler`: shuffled rows, or (high, low) condition pairs), a
 step (the model's projections of a batch -> :class:`~subspaces.losses.conditional.ConditionalLoss`) and a dev
@@ -191,7 +191,7 @@ def fit(
     ) as attached:
         if attached:
             settings["trainable_layers"] = attached[0].trainable_layers
-        result = engine.fit(
+        result = engine.TrainingLoop(
             model,
             step,
             sampler,
@@ -199,8 +199,8 @@ def fit(
             evaluator,
             param_groups=param_groups(model, config),
             settings=settings,
-            callback=lambda done, loss: losses[(done - 1) // per_epoch].append(loss),
-        )
+            callbacks=[engine.EachStep(lambda done, loss: losses[(done - 1) // per_epoch].append(loss))],
+        ).run()
     model.eval()
     if model.freeze_encoder:
         _reset_stats(model)  # the cached embeddings stay valid; only training's lookups are forgotten

@@ -1,4 +1,4 @@
-"""KGC as a task on the shared engine (:func:`subspaces.train.engine.fit`): triple batches and SimKGC's loss (the
+"""KGC as a task on the shared :class:`~subspaces.train.engine.TrainingLoop`: triple batches and SimKGC's loss (the
 evaluator, MRR on a split, is :class:`subspaces.kgc.pipeline.RankingEvaluator`, beside ``evaluate_model``).
 
 The engine optimises the :class:`~subspaces.losses.simkgc.SimKGCLoss` (it holds the model and the learnable
@@ -122,7 +122,7 @@ def train_kgc(
     fit_config = FitConfig(**{**{f.name: getattr(config, f.name) for f in fields(FitConfig)}, **overrides})
     settings = {"batch_size": batches.batch_size, "head_lr": config.rates(frozen)[1]}
     settings.update(loss.get_config_dict())
-    result = engine.fit(
+    result = engine.TrainingLoop(
         loss,
         lambda batch: loss(batch, texts),
         batches,
@@ -130,8 +130,8 @@ def train_kgc(
         evaluator,
         param_groups=_param_groups(loss, config),
         settings=settings,
-        callback=lambda step, _value: temperatures.__setitem__(step, loss.temperature),
-    )
+        callbacks=[engine.EachStep(lambda step, _value: temperatures.__setitem__(step, loss.temperature))],
+    ).run()
     loss.eval()
     history = [
         {**entry, "epoch": (entry["step"] - 1) // per_epoch, "temperature": temperatures.get(entry["step"])}

@@ -1,4 +1,4 @@
-"""The training loop every model uses: ``fit(module, step, batches, config, evaluator)``.
+"""The training loop every model uses: ``TrainingLoop(module, step, batches, config, evaluator).run()``.
 
 A task says what a batch is (a seeded :class:`BatchSource`) and what a loss is (``step``: batch -> scalar); the
 :class:`TrainingLoop` does the rest: AdamW with a linear schedule and warm-up, clipping, DDP gradient sums
@@ -363,8 +363,9 @@ class TrainingLoop:
             loaded back at the end.
         settings: values recorded in the checkpoint's fingerprint (loss and model settings, batch size), so a
             resume into another run's folder is refused.
-        callbacks: they run after the progress display, before evaluation and checkpointing (so a checkpoint
-            holds what they wrote into the state).
+        loss_terms: ``() -> {term: size}`` of the last loss (e.g. ``MICLoss.last_terms``), for the history.
+        callbacks: they run after the progress display and the :class:`History`, before evaluation and
+            checkpointing (so a checkpoint holds what they wrote into the state); :class:`EachStep` wraps a function.
     """
 
     def __init__(
@@ -378,13 +379,14 @@ class TrainingLoop:
         param_groups: list[dict] | None = None,
         save_model: Callable[[Path], None] | None = None,
         settings: dict[str, Any] | None = None,
+        loss_terms: Callable[[], dict[str, float]] | None = None,
         callbacks: Sequence[Callback] = (),
     ) -> None:
         self.rank, self.world = ddp.init_from_env()
         self.module, self.step_fn, self.batches, self.config = module, step, batches, config
         self.evaluator = as_evaluator(evaluator)
         self.param_groups, self.save_model, self.settings = param_groups, save_model, dict(settings or {})
-        self.callbacks = [ProgressBar(), *callbacks, Evaluation(), Checkpointing()]
+        self.callbacks = [ProgressBar(), History(loss_terms), *callbacks, Evaluation(), Checkpointing()]
         self.per_epoch = len(batches)
         if self.per_epoch < 1:
             raise SubspacesError("no training batches: the data is smaller than one batch")
@@ -591,34 +593,3 @@ class TrainingLoop:
             extended_from=None if already_complete else state.extended_from,
         )
 
-
-def fit(
-    module: nn.Module,
-    step: Callable[[Any], torch.Tensor],
-    batches: BatchSource,
-    config: FitConfig,
-    evaluator: Evaluator | Callable[[Any], Any] | None = None,
-    *,
-    param_groups: list[dict] | None = None,
-    save_model: Callable[[Path], None] | None = None,
-    settings: dict[str, Any] | None = None,
-    callback: Callable[[int, float], None] | None = None,
-    loss_terms: Callable[[], dict[str, float]] | None = None,
-    callbacks: Sequence[Callback] = (),
-) -> FitResult:
-    """Minimise ``step(batch)`` over ``batches``: ``TrainingLoop(...).run()`` with the built-in callbacks, a
-    :class:`History` reading ``loss_terms`` and ``callback(step, loss)`` after each step (see :class:`TrainingLoop`).
-    """
-    extra = [History(loss_terms), *([EachStep(callback)] if callback is not None else []), *callbacks]
-    loop = TrainingLoop(
-        module,
-        step,
-        batches,
-        config,
-        evaluator,
-        param_groups=param_groups,
-        save_model=save_model,
-        settings=settings,
-        callbacks=extra,
-    )
-    return loop.run()

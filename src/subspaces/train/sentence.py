@@ -1,4 +1,4 @@
-"""Train a sentence-transformers model with an ST-style loss on rows of strings, on :func:`subspaces.train.engine.fit`.
+"""Train a sentence-transformers model with an ST-style loss on rows of strings, on the engine's ``TrainingLoop``.
 
 The adapter SimCSE, MRL and MIC share: :class:`RowBatches` (a seeded permutation per epoch, ``drop_last``, each DDP
 rank its own slice) and a step that tokenises each column and calls the loss. Training uses ``max_length``
@@ -22,7 +22,7 @@ from torch import nn
 from subspaces.errors import SubspacesError
 from subspaces.models.partial import partially_trained
 from subspaces.train import distributed as ddp
-from subspaces.train.engine import FitResult, digest, fit
+from subspaces.train.engine import EachStep, FitResult, TrainingLoop, digest
 from subspaces.train.recipes import EncoderTrainConfig
 
 Row = tuple[str, ...]
@@ -152,7 +152,7 @@ def train_sentence_loss(
                     f"fine-tuned the top {pft.trainable_layers} of {pft.total_layers} transformer layers "
                     "(the embeddings and lower layers are the base model's)"
                 )
-            return fit(
+            return TrainingLoop(
                 model,
                 loss_step(model, loss),
                 batches,
@@ -160,9 +160,9 @@ def train_sentence_loss(
                 evaluator,
                 save_model=save_model,
                 settings=recorded,
-                callback=callback,
                 loss_terms=(lambda: vars(loss)["last_terms"]) if reports_terms else None,
-            )
+                callbacks=[EachStep(callback)] if callback is not None else (),
+            ).run()
     finally:
         model.max_seq_length = inference_length
 
