@@ -31,7 +31,7 @@ from subspaces.kgc.recipes import KGCTrainConfig
 from subspaces.kgc.texts import KGCTexts
 from subspaces.kgc.train import embed_batch, train_kgc
 from subspaces.losses.simkgc import SimKGCLoss
-from subspaces.models.conditional import ConditionalModel, TriEncoder, build_model, load_model
+from subspaces.models.conditional import CacheSettings, ConditionalModel, TriEncoder, build_model, load_model
 from subspaces.models.partial import partially_trained
 from subspaces.results import JSONResult
 
@@ -139,9 +139,8 @@ def train_pipeline(
         freeze_encoder=freeze_encoder,
         shared_encoder=config.shared_encoder,
         max_length=config.max_length,
-        disk_cache=config.disk_cache,
+        cache=CacheSettings(disk=config.disk_cache, show_progress=config.show_progress),
         device=device,
-        show_progress=config.show_progress,
     )
     examples = kg.with_inverses("train")
     known = KnownTails(examples)  # the false-negative masks see training triples only (the filter sees every split)
@@ -300,14 +299,16 @@ def evaluate_model(
     if isinstance(model, torch.nn.Module):  # it keeps its own store (memory, and disk shards if built with them)
         kgc_model: ConditionalModel = model
     elif is_folder:
-        kgc_model = load_model(model, task="kgc", max_length=max_length, disk_cache=disk_cache, device=device)
+        kgc_model = load_model(
+            model, task="kgc", max_length=max_length, cache=CacheSettings(disk=disk_cache), device=device
+        )
     else:
         kgc_model = build_model(
             str(model),
             "bi",
             task="kgc",
             max_length=max_length or DEFAULT_MAX_LENGTH,
-            disk_cache=disk_cache,
+            cache=CacheSettings(disk=disk_cache),
             device=device,
         )
         metadata = {"zero_shot": True}

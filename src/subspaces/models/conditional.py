@@ -24,12 +24,20 @@ from torch import nn
 
 from subspaces.cache import LRUCache
 from subspaces.errors import SubspacesError
-from subspaces.models.embedding_cache import DEFAULT_MEMORY_BYTES, EmbeddingCache
+from subspaces.models.embedding_cache import CacheSettings, EmbeddingCache
 from subspaces.models.triencoder import TriEncoder, build_tri_encoder, cache_stats, pair_similarity
 
 ARCHS = ("tri", "bi")
-DEFAULT_CACHE_BYTES = DEFAULT_MEMORY_BYTES
-__all__ = ["ARCHS", "BiEncoder", "ConditionalEncoder", "ConditionalModel", "TriEncoder", "build_model", "load_model"]
+__all__ = [
+    "ARCHS",
+    "BiEncoder",
+    "CacheSettings",
+    "ConditionalEncoder",
+    "ConditionalModel",
+    "TriEncoder",
+    "build_model",
+    "load_model",
+]
 
 
 @runtime_checkable
@@ -84,10 +92,8 @@ class BiEncoder(nn.Module):
         task: str = "cond",
         freeze_encoder: bool = True,
         encoder_name: str | None = None,
-        cache_bytes: int | None = DEFAULT_CACHE_BYTES,
-        disk_cache: str | Path | None | bool = False,
         encode_batch_size: int = 64,
-        show_progress: bool = False,
+        cache: CacheSettings = CacheSettings(),
     ) -> None:
         super().__init__()
         self.encoder = encoder
@@ -100,13 +106,7 @@ class BiEncoder(nn.Module):
         for enc in self.encoders():
             for p in enc.parameters():
                 p.requires_grad_(not freeze_encoder)
-        self.store = EmbeddingCache(
-            {"pair": encoder, "sentence": self.encoders()[-1]},
-            memory_bytes=cache_bytes,
-            disk=disk_cache,
-            batch_size=encode_batch_size,
-            show_progress=show_progress,
-        )
+        self.store = cache.embedding_cache({"pair": encoder, "sentence": self.encoders()[-1]}, encode_batch_size)
 
     @property
     def dim(self) -> int:
@@ -202,11 +202,9 @@ def build_model(
     condition_encoder: str | None = None,
     shared_encoder: bool = True,
     max_length: int | None = None,
-    cache_bytes: int | None = DEFAULT_CACHE_BYTES,
-    disk_cache: str | Path | None | bool = False,
+    cache: CacheSettings = CacheSettings(),
     seed: int | None = None,
     device: str = "cpu",
-    show_progress: bool = False,
 ) -> TriEncoder | BiEncoder:
     """A fresh conditional model on ``model`` (a bundled name or a folder): the encoder first, then the
     architecture.
@@ -214,9 +212,8 @@ def build_model(
     ``rank``: the hypernet's K; ``None`` is full rank; ``"auto"`` is ``round(d / 12)``. ``head_options``: the
     head's ``dropout``, ``init`` and ``activation``. ``condition_encoder`` (tri): a separate encoder for conditions;
     ``shared_encoder=False`` (bi): a separate tail encoder, as SimKGC. ``max_length``: tokens per text (None: the
-    encoder's own limit). ``cache_bytes``: bound of each in-memory cache; ``disk_cache``: the embedding store's
-    disk shards (a folder, None for the default cache folder, False for none). ``seed`` seeds the head's
-    initialisation; ``device``: where the encoder(s) and head live.
+    encoder's own limit). ``cache``: the in-memory bound, disk shards and progress of the model's caches. ``seed``
+    seeds the head's initialisation; ``device``: where the encoder(s) and head live.
     """
     from subspaces.models.encoder import load_encoder
     from subspaces.models.folder import encoder_reference
@@ -224,7 +221,6 @@ def build_model(
     if arch not in ARCHS:
         hint = " (the encoder comes first: build_model(model, arch))" if model in ARCHS else ""
         raise SubspacesError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}{hint}")
-    options: dict[str, Any] = {"cache_bytes": cache_bytes, "disk_cache": disk_cache, "show_progress": show_progress}
     if arch == "tri":
         return build_tri_encoder(
             model,
@@ -237,14 +233,14 @@ def build_model(
             seed=seed,
             device=device,
             head_options=head_options,
-            **options,
+            cache=cache,
         )
     if condition_encoder is not None:
         raise SubspacesError("a separate condition encoder applies to the tri-encoder only")
     encoder = load_encoder(model, max_seq_length=max_length, device=device)
     tail = None if shared_encoder else load_encoder(model, max_seq_length=max_length, device=device)
     return BiEncoder(
-        encoder, tail, task=task, freeze_encoder=freeze_encoder, encoder_name=encoder_reference(model), **options
+        encoder, tail, task=task, freeze_encoder=freeze_encoder, encoder_name=encoder_reference(model), cache=cache
     )
 
 
@@ -253,10 +249,8 @@ def load_model(
     *,
     task: str | None = None,
     max_length: int | None = None,
-    cache_bytes: int | None = DEFAULT_CACHE_BYTES,
-    disk_cache: str | Path | None | bool = False,
+    cache: CacheSettings = CacheSettings(),
     device: str = "cpu",
-    show_progress: bool = False,
 ) -> TriEncoder | BiEncoder:
     """Load a folder written by ``cond train`` or ``kgc train`` (or their earlier layouts) onto ``device``;
     ``task`` checks which it holds. ``max_length`` overrides the saved token limit."""
@@ -264,9 +258,8 @@ def load_model(
 
     folder = Path(path)
     config = read_config(folder, task=task)
-    options: dict[str, Any] = {"cache_bytes": cache_bytes, "disk_cache": disk_cache, "show_progress": show_progress}
     if config["arch"] == "tri":
-        return TriEncoder.load(folder, config, max_length=max_length, device=device, **options)
+        return TriEncoder.load(folder, config, max_length=max_length, device=device, cache=cache)
     length = max_length or config.get("max_seq_length")
     encoder = load_referenced_encoder(folder, config["encoder"], length, device)
     tail = config.get("tail_encoder")
@@ -277,7 +270,7 @@ def load_model(
         freeze_encoder=bool(config.get("freeze_encoder", True)),
         encoder_name=None if is_saved_here(folder, config["encoder"]) else config["encoder"],
         encode_batch_size=int(config.get("encode_batch_size", 64)),
-        **options,
+        cache=cache,
     )
     model.metadata = dict(config.get("metadata", {}))
     return model.eval()

@@ -146,6 +146,24 @@ class EmbeddingShardCache:
         return vectors
 
 
+@dataclass(frozen=True)
+class CacheSettings:
+    """How a conditional model (tri- or bi-encoder) caches what it computes: one setting for every cache it holds."""
+
+    memory_bytes: int | None = DEFAULT_MEMORY_BYTES  # the bound of each in-memory LRU (None: unbounded)
+    disk: str | Path | None | bool = False  # disk shards: a folder, None (the default cache folder) or False (none)
+    show_progress: bool = False  # a named progress display for large encodings
+
+    def embedding_cache(self, encoders: Mapping[str, Any], batch_size: int) -> EmbeddingCache:
+        return EmbeddingCache(
+            encoders,
+            memory_bytes=self.memory_bytes,
+            disk=self.disk,
+            batch_size=batch_size,
+            show_progress=self.show_progress,
+        )
+
+
 class EmbeddingCache:
     """``embed(kind, texts)`` through a memory LRU per kind and, if ``disk`` is a folder (or None: the default
     cache folder), disk shards; ``disk=False`` keeps it in memory only.

@@ -33,7 +33,7 @@ from torch import nn
 
 from subspaces.cache import LRUCache, content_key
 from subspaces.errors import DimensionError, SubspacesError
-from subspaces.models.embedding_cache import DEFAULT_MEMORY_BYTES, EmbeddingCache
+from subspaces.models.embedding_cache import CacheSettings
 from subspaces.models.heads import ConditionHead, CorpusView, conditional_search, corpus_view, project_grouped
 
 
@@ -96,8 +96,7 @@ class TriEncoder(nn.Module):
         freeze_encoder: train the head only, on cached embeddings.
         encoder_name, condition_encoder_name: how a frozen encoder is referenced when saved (no copy of its weights).
         task: ``"cond"`` or ``"kgc"``, recorded in the saved folder.
-        cache_bytes: bound of each in-memory cache; ``disk_cache``: the store's disk shards (a folder, None for the
-            default cache folder, False for none).
+        cache: the bound of each in-memory cache (the head's too), the store's disk shards, progress.
     """
 
     arch = "tri"
@@ -112,10 +111,8 @@ class TriEncoder(nn.Module):
         encoder_name: str | None = None,
         condition_encoder_name: str | None = None,
         task: str = "cond",
-        cache_bytes: int | None = DEFAULT_MEMORY_BYTES,
-        disk_cache: str | Path | None | bool = False,
         encode_batch_size: int = 64,
-        show_progress: bool = False,
+        cache: CacheSettings = CacheSettings(),
     ) -> None:
         super().__init__()
         self.encoder = encoder
@@ -134,15 +131,12 @@ class TriEncoder(nn.Module):
                 )
             for p in enc.parameters():
                 p.requires_grad_(not freeze_encoder)
-        self.store = EmbeddingCache(
+        self.store = cache.embedding_cache(
             {"sentence": encoder, "condition": condition_encoder if condition_encoder is not None else encoder},
-            memory_bytes=cache_bytes,
-            disk=disk_cache,
-            batch_size=encode_batch_size,
-            show_progress=show_progress,
+            encode_batch_size,
         )
-        self.params_cache = LRUCache(cache_bytes, name="condition matrices")  # valid while the head is unchanged
-        self.corpus_cache = LRUCache(cache_bytes, name="conditioned corpus")  # each condition's view of the corpus
+        self.params_cache = LRUCache(cache.memory_bytes, name="condition matrices")  # valid while the head is unchanged
+        self.corpus_cache = LRUCache(cache.memory_bytes, name="conditioned corpus")  # each condition's view of corpus
         self.corpus: ConditionalCorpus | None = None  # what search() ranks (index_corpus)
         # Loading weights (a checkpoint, the best state of a run) changes the head, and a trainable encoder: their
         # cached W_c and vectors are stale.
