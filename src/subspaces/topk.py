@@ -4,6 +4,7 @@ The store's search plans and the aligner's neighbour search both stand on it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,33 @@ def int8_index(vectors: np.ndarray) -> Any:
     index = faiss.IndexScalarQuantizer(x.shape[1], faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
     index.train(x)
     index.add(x)
+    return index
+
+
+def flat_index_of(blocks: Iterable[np.ndarray], dim: int) -> Any:
+    """:func:`flat_index` over rows given a block at a time."""
+    import faiss
+
+    index = faiss.IndexFlatIP(dim)
+    for block in blocks:
+        index.add(np.ascontiguousarray(block, dtype=np.float32))
+    return index
+
+
+def int8_index_of(blocks: Callable[[], Iterable[np.ndarray]], dim: int) -> Any:
+    """:func:`int8_index` over rows given a block at a time (``blocks()``, read twice): the per-dimension ranges
+    of every row come from a first pass, and training on the two rows of those minima and maxima gives the ranges
+    (and so the codes) that training on every row gives."""
+    import faiss
+
+    low, high = np.full(dim, np.inf, np.float32), np.full(dim, -np.inf, np.float32)
+    for block in blocks():
+        if len(block):
+            low, high = np.minimum(low, block.min(axis=0)), np.maximum(high, block.max(axis=0))
+    index = faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
+    index.train(np.ascontiguousarray(np.stack([low, high]), dtype=np.float32))
+    for block in blocks():
+        index.add(np.ascontiguousarray(block, dtype=np.float32))
     return index
 
 
@@ -116,3 +144,68 @@ def funnel(
     scores[candidates < 0] = -np.inf  # no candidate there (fewer rows pass the filter than the shortlist)
     best = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     return np.take_along_axis(scores, best, axis=1), np.take_along_axis(candidates, best, axis=1)
+
+
+def exact_blocks(
+    blocks: Iterable[tuple[int, np.ndarray]], queries: np.ndarray, k: int, n: int, *, subset: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`exact` over rows read a block at a time (``(first row, rows)``, ``n`` rows in all), holding one block
+    and each query's best ``k`` so far: the scores are faiss's, as an index over every row gives them. ``subset``:
+    only these rows (ascending) are candidates."""
+    import faiss
+
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    candidates = n if subset is None else len(subset)
+    if candidates == 0:
+        check_k(k, 1)
+        return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
+    k = check_k(k, candidates)
+    best = Best(len(queries), k)
+    for start, block in blocks:
+        if block.shape[1] != queries.shape[1]:
+            raise DimensionError(f"queries have {queries.shape[1]} dimensions, the rows {block.shape[1]}")
+        rows = np.arange(start, start + len(block))
+        if subset is not None:
+            local = subset[np.searchsorted(subset, start) : np.searchsorted(subset, start + len(block))] - start
+            if not len(local):
+                continue
+            block, rows = np.ascontiguousarray(block[local]), rows[local]
+        scores, found = faiss.knn(queries, np.ascontiguousarray(block), min(k, len(block)), faiss.METRIC_INNER_PRODUCT)
+        best.add(scores, rows[found])
+    return best.result()
+
+
+class Best:
+    """The ``k`` largest scores of each of ``queries`` rows over blocks of candidates, best first, ties by lower row
+    number (as a stable sort of every score would give): ``argpartition`` per block, never a sort of every row."""
+
+    def __init__(self, queries: int, k: int) -> None:
+        self.k = k
+        self.scores = np.full((queries, 0), -np.inf, dtype=np.float32)
+        self.rows = np.full((queries, 0), -1, dtype=np.int64)
+
+    def add(self, scores: np.ndarray, rows: np.ndarray) -> None:
+        """Candidates ``rows`` (a row per query, or one row of row numbers for every query) and their scores."""
+        rows = np.broadcast_to(rows, scores.shape)
+        self.scores, self.rows = largest(
+            np.concatenate([self.scores, scores.astype(np.float32, copy=False)], axis=1),
+            np.concatenate([self.rows, rows], axis=1),
+            self.k,
+        )
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.scores, self.rows
+
+
+def largest(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per query, the ``k`` largest ``scores`` and their ``rows``, best first, ties by lower row number."""
+    width = min(k, scores.shape[1])
+    out_scores = np.empty((len(scores), width), dtype=np.float32)
+    out_rows = np.empty((len(scores), width), dtype=np.int64)
+    for i, (s, r) in enumerate(zip(scores, rows, strict=True)):
+        if len(s) > k:  # what reaches the k-th largest score (every tie of it), then only those ordered
+            kept = np.flatnonzero(s >= np.partition(s, len(s) - k)[len(s) - k])
+            s, r = s[kept], r[kept]
+        order = np.lexsort((r, -s))[:k]
+        out_scores[i], out_rows[i] = s[order], r[order]
+    return out_scores, out_rows

@@ -77,6 +77,7 @@ class Store:
         self.runtime = runtime or Runtime()
         self._database = Database(path)
         self._loaded: dict[str, Rows] = {}
+        self._codes: dict[str, Any] = {}  # space -> (its quantized copy's file, the codes read from it)
         self._models: dict[str, Any] = {}  # space -> loaded model
         self._heads: dict[str, Any] = {}  # a condition head's folder -> the loaded tri-encoder
         self._query_maps: dict[tuple[str, str], Any] = {}  # (space, key) -> a loaded query-side map
@@ -261,7 +262,8 @@ class Store:
         return self._table(name).ids()
 
     def _load_rows(self, name: str) -> Rows:
-        """Space ``name``'s rows in memory, read again only when its table version changed."""
+        """Space ``name``'s rows (:class:`.table.Rows`: in memory, or a large space's vector file), read again only
+        when its table version changed."""
         table = self._table(name)
         if name not in self._loaded or self._loaded[name].version != table.version:
             self._loaded[name] = table.rows(self._space(name).model.dimension)

@@ -5,13 +5,15 @@ re-ranked by the full vectors, or the prefix ranking alone), :class:`Ann` (Lance
 re-ranked by their full vectors), :class:`Quantized` (the space's quantized copy, rescored) or
 :class:`Conditional` (a tri-encoder head's view of the rows under a condition), refusing options that do not go
 together. Every plan takes a ``where`` filter, applied before the top ``k``: ``k`` rows come back when ``k`` rows
-pass it. Exact, funnel and conditional plans read the rows in memory (:class:`~.table.Rows`) and keep what they
-derive from them (indexes, principal axes, a filter's matches) on those rows, valid for one table version.
+pass it. Exact, funnel and conditional plans read the rows (:class:`~.table.Rows`: in memory, or a large space's vector
+file a block at a time) and keep what they derive from them (indexes, principal axes, a filter's matches) on
+those rows, valid for one table version.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Union
 
@@ -44,6 +46,8 @@ class Exact:
     def run(self, store: Store, name: str, vectors: np.ndarray, k: int) -> list[SearchResult]:
         rows = _rows(store, name)
         subset = _admitted(store, name, rows, self.where)
+        if rows.file is not None:  # a space too large for memory: its vector file, a block at a time
+            return _found(rows, *topk.exact_blocks(rows.blocks(), vectors, k, len(rows), subset=subset))
         if rows.index is None:
             rows.index = topk.flat_index(rows.vectors)
         return _found(rows, *topk.exact(rows.index, vectors, k, subset=subset))
@@ -65,25 +69,28 @@ class Funnel:
         subset = _admitted(store, name, rows, self.where)
         dims = self.dims
         basis = self.basis or default_basis(store, name, dims)
-        if basis == "adapter":  # rows and queries through the same fitted map, then truncated
-            adapter = load_adapter(store, name)
-            if rows.adapted is None:
-                rows.adapted = adapter.transform(rows.vectors)
-            rows_in, axes = rows.adapted, None
+        adapter = load_adapter(store, name) if basis == "adapter" else None  # rows and queries through its map
+        axes = None if adapter is not None else prefix_basis(rows, basis)
+        if adapter is not None:
             prefix_queries = ops.unit_prefix(adapter.transform(vectors), dims)
         else:
-            rows_in, axes = rows.vectors, prefix_basis(rows, basis)
             prefix_queries = ops.prefix_rows(vectors, dims, axes)
-        # the prefix ranking alone is scored exactly; a funnel's shortlist index is chosen by its size
-        codes = self.rerank and topk.scans_codes(len(rows.ids), len(vectors))
+        # the prefix ranking alone is scored exactly; a funnel's shortlist index is chosen by its size (and is
+        # always 8-bit codes for rows read from the vector file: a quarter of the memory)
+        codes = self.rerank and (topk.scans_codes(len(rows), len(vectors)) or rows.file is not None)
         prefixes = rows.prefixes
         key = (basis, dims, codes)
         if key not in prefixes:
-            in_basis = ops.prefix_rows(rows_in, dims, axes)
-            prefixes[key] = topk.int8_index(in_basis) if codes else topk.flat_index(in_basis)
+
+            def prefix_blocks() -> Iterator[np.ndarray]:
+                for _, block in rows.blocks():
+                    yield ops.prefix_rows(block if adapter is None else adapter.transform(block), dims, axes)
+
+            build = topk.int8_index_of(prefix_blocks, dims) if codes else None
+            prefixes[key] = build if build is not None else topk.flat_index_of(prefix_blocks(), dims)
         if not self.rerank:
             return _found(rows, *topk.exact(prefixes[key], prefix_queries, k, subset=subset))
-        admitted = len(rows.ids) if subset is None else len(subset)
+        admitted = len(rows) if subset is None else len(subset)
         size = topk.check_k(k, max(admitted, 1)) * (self.shortlist if self.shortlist is not None else 10)
         found = topk.funnel(prefixes[key], rows.vectors, vectors, k, size, prefix_queries=prefix_queries, subset=subset)
         return _found(rows, *found)
@@ -243,7 +250,7 @@ def default_basis(store: Store, name: str, dims: int | None = None) -> str:
 
 def _rows(store: Store, name: str) -> Rows:
     rows = store._load_rows(name)
-    if not len(rows.ids):
+    if not len(rows):
         raise SubspacesError(f"{store.path}: the store is empty; add texts first (subspaces store add)")
     return rows
 
@@ -270,7 +277,11 @@ def prefix_basis(rows: Rows, basis: str) -> np.ndarray | None:
 
 
 def _found(rows: Rows, scores: Any, found: Any) -> list[SearchResult]:
-    return [hits(rows.ids, rows.texts, rows.metadata, s, r) for s, r in zip(scores, found, strict=True)]
+    """Each query's hits, their ids, texts and metadata read in one go (:meth:`.table.Rows.take`)."""
+    found = np.asarray(found, dtype=np.int64)
+    ids, texts, metadata = rows.take(found)
+    positions = np.where(found >= 0, np.arange(found.shape[1]), -1)
+    return [hits(*row, s, p) for *row, s, p in zip(ids, texts, metadata, scores, positions, strict=True)]
 
 
 def _objects(data: Any, column: str) -> np.ndarray:

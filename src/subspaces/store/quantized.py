@@ -13,9 +13,10 @@ the same rows (an ANN index build) keeps it current. The writes that move or rem
 delete``, ``store repair``, an import's upsert, typed metadata columns filled in) mark the copy stale first
 (:func:`invalidate`), since they can leave the row count as it was.
 
-Search reads the codes, and from the table only what it must: the ids and texts of the hits and, for binary codes
-rescored, the float vectors of the shortlisted rows. int8 is rescored against its dequantized codes (their error is
-half a calibration step); binary against the floats, since ±1 per dimension is too coarse to re-rank by.
+Search keeps the codes in memory as they are (int8 stays int8), read once per copy, and scores them a block at a
+time (:func:`search_codes`); it reads from the table only what it must: the ids and texts of the hits and, for
+binary codes rescored, the float vectors of the shortlisted rows. int8 is rescored against its dequantized codes
+(their error is half a calibration step); binary against the floats, since ±1 per dimension is too coarse to re-rank by.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from subspaces import topk
 from subspaces.errors import DataError, SubspacesError
 from subspaces.io import save_json
 from subspaces.numerics import cpu_record
@@ -38,10 +40,10 @@ from subspaces.quantize import (
     Kind,
     calibrate_int8,
     calibration_sample,
+    dequantize,
     load_codes,
     quantize,
     save_codes,
-    search,
 )
 from subspaces.store.results import SearchResult, hits
 from subspaces.store.table import Table, lance_errors, vectors_of
@@ -79,17 +81,20 @@ def write(store: Store, space: str, kind: str, *, calibration_rows: int = CALIBR
     if kind not in KINDS:
         raise SubspacesError(f"unknown quantization {kind!r}; choose one of {', '.join(KINDS)}")
     loaded = store._load_rows(space)
-    if not len(loaded.ids):
+    if not len(loaded):
         raise SubspacesError(f"{store.path}: the store is empty; add texts first (subspaces store add)")
     cal, sampled = None, None
     if kind == "int8":
         sample = calibration_sample(loaded.vectors, calibration_rows)
         cal, sampled = calibrate_int8(sample), len(sample)
-    codes = quantize(loaded.vectors, kind, cal)
+    width = loaded.dim if kind == "int8" else -(-loaded.dim // 8)
+    codes = np.empty((len(loaded), width), dtype=np.int8 if kind == "int8" else np.uint8)
+    for start, block in loaded.blocks():  # row by row as quantize() codes them, a block of floats at a time
+        codes[start : start + len(block)] = quantize(block, kind, cal)
     folder = _folder(store, space)
     name = f"{kind}-v{loaded.version}-{secrets.token_hex(4)}.npy"  # never overwrites the file a reader may be using
-    save_codes(folder / name, codes, kind, loaded.vectors.shape[1], cal)
-    copy = Copy(kind, name, loaded.version, len(loaded.ids), codes.shape[1], sampled, fitted_on=cpu_record("float32"))
+    save_codes(folder / name, codes, kind, loaded.dim, cal)
+    copy = Copy(kind, name, loaded.version, len(loaded), codes.shape[1], sampled, fitted_on=cpu_record("float32"))
     save_json(folder / POINTER, copy.to_dict())
     for old in folder.glob("*.npy*"):  # earlier copies, now unreferenced
         if not old.name.startswith(name):
@@ -152,10 +157,13 @@ def _current(store: Store, space: str) -> tuple[np.ndarray, Kind, int, Int8Calib
             f"{copy.rows:,} from table version {copy.version}); run `subspaces store index DIR --quantize {copy.kind}` "
             "again"
         )
-    codes, kind, dim, cal = load_codes(_folder(store, space) / copy.codes)
-    if len(codes) != copy.rows:
-        raise DataError(f"holds {len(codes)} rows, its record {copy.rows}", _folder(store, space) / copy.codes)
-    return codes, kind, dim, cal
+    held = store._codes.get(space)
+    if held is None or held[0] != copy.codes:  # read once per copy, kept as the codes (int8 stays int8)
+        loaded = load_codes(_folder(store, space) / copy.codes)
+        if len(loaded[0]) != copy.rows:
+            raise DataError(f"holds {len(loaded[0])} rows, its record {copy.rows}", _folder(store, space) / copy.codes)
+        held = store._codes[space] = (copy.codes, loaded)
+    return held[1]
 
 
 class _TableVectors:
@@ -169,17 +177,6 @@ class _TableVectors:
         return vectors_of(self.table.take(rows, ["vector"]).column("vector"), self.shape[1])
 
 
-class _Rows:
-    """``corpus`` rows at positions ``rows`` (a filter's matches): what the search of a subset of codes reads its
-    rescoring rows through."""
-
-    def __init__(self, corpus: Any, rows: np.ndarray) -> None:
-        self.corpus, self.rows, self.shape = corpus, rows, (len(rows), corpus.shape[1])
-
-    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
-        return self.corpus[self.rows[rows]]
-
-
 def search_copy(
     store: Store, space: str, vectors: np.ndarray, k: int, rescore: int | None, *, where: str | None = None
 ) -> list[SearchResult]:
@@ -188,21 +185,81 @@ def search_copy(
     ``where``: only the rows that filter admits are ranked (their codes are taken before the top k)."""
     codes, kind, dim, cal = _current(store, space)
     table = store._table(space)
-    # search reads its corpus only as corpus.shape and corpus[rows]: the table serves just the shortlist
+    # the rescore reads its corpus only as corpus.shape and corpus[rows]: the table serves just the shortlist
     floats: Any = _TableVectors(table, len(codes), dim) if kind == "binary" and rescore is not None else None
     admitted = None if where is None else table.matching(where)
-    if admitted is not None:
-        if not len(admitted):
-            return [hits(*(np.empty(0, dtype=object),) * 3, np.empty(0), np.empty(0, np.int64)) for _ in vectors]
-        codes = codes[admitted]
-        floats = None if floats is None else _Rows(floats, admitted)
+    if admitted is not None and not len(admitted):
+        return [hits(*(np.empty(0, dtype=object),) * 3, np.empty(0), np.empty(0, np.int64)) for _ in vectors]
     with lance_errors(table.label):
-        scores, rows = search(vectors, codes, kind=kind, k=k, calibration=cal, rescore=rescore, corpus=floats, dim=dim)
-    if admitted is not None:
-        rows = admitted[rows]
+        scores, rows = search_codes(
+            vectors, codes, kind=kind, k=k, calibration=cal, rescore=rescore, corpus=floats, subset=admitted
+        )
     found = table.take(rows.ravel(), ["id", "text", "metadata"])
     ids = np.asarray(found.column("id").to_pylist(), dtype=object).reshape(rows.shape)
     texts = np.asarray(found.column("text").to_pylist(), dtype=object).reshape(rows.shape)
     metadata = np.asarray(found.column("metadata").to_pylist(), dtype=object).reshape(rows.shape)
     positions = np.arange(rows.shape[1])
     return [hits(i, t, m, s, positions) for i, t, m, s in zip(ids, texts, metadata, scores, strict=True)]
+
+
+CODE_BLOCK_BYTES = 16 * 2**20  # codes scored at a time: a block's scores and widened codes stay a few MiB
+
+
+def search_codes(
+    queries: np.ndarray,
+    codes: np.ndarray,
+    *,
+    kind: Kind,
+    k: int,
+    calibration: Int8Calibration | None,
+    rescore: int | None,
+    corpus: Any = None,
+    subset: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`subspaces.quantize.search`'s scores and rows, the same ones, from the codes a block at a time (the
+    first ranking never widens or scores every code at once, nor sorts every row); ``subset``: only these rows
+    (ascending) are ranked, and the rows returned are row numbers of ``codes``."""
+    queries = np.asarray(queries, dtype=np.float32)
+    n = len(codes) if subset is None else len(subset)
+    k = min(k, n)
+    wide = quantize(queries, "int8", calibration).astype(np.int32) if kind == "int8" else quantize(queries, kind)
+    best = topk.Best(len(queries), k if rescore is None else min(n, rescore * k))
+    size = max(1024, CODE_BLOCK_BYTES // (4 * codes.shape[1] * max(1, min(len(queries), 64))))
+    for start in range(0, len(codes), size):
+        if subset is None:
+            rows = np.arange(start, min(start + size, len(codes)))
+            block = codes[start : start + size]
+        else:
+            rows = subset[np.searchsorted(subset, start) : np.searchsorted(subset, start + size)]
+            if not len(rows):
+                continue
+            block = codes[rows]
+        best.add(_scores(wide, block, kind), rows)
+    first, shortlist = best.result()
+    if rescore is None:
+        return first, shortlist
+    d = len(calibration.low) if calibration is not None else queries.shape[1]
+    scores = np.empty(shortlist.shape, dtype=np.float32)
+    for i, rows in enumerate(shortlist):  # per query: only its shortlisted rows are read, in file order
+        inv = np.argsort(rows)
+        order = rows[inv]
+        floats = (
+            np.asarray(corpus[order], dtype=np.float32)
+            if corpus is not None
+            else dequantize(codes[order], kind, d, calibration)
+        )
+        scores[i, inv] = floats @ queries[i]
+    top, positions = topk.largest(scores, np.broadcast_to(np.arange(shortlist.shape[1]), shortlist.shape), k)
+    return top, np.take_along_axis(shortlist, positions, axis=1)
+
+
+def _scores(queries: np.ndarray, block: np.ndarray, kind: Kind) -> np.ndarray:
+    """The first ranking's scores of coded ``queries`` against a block of codes: exact integer dot products
+    (int8), or matching bits (binary)."""
+    if kind == "int8":
+        return (queries @ block.astype(np.int32).T).astype(np.float32)
+    bits = block.shape[1] * 8
+    out = np.empty((len(queries), len(block)), dtype=np.float32)
+    for s in range(0, len(queries), 64):
+        out[s : s + 64] = bits - np.bitwise_count(queries[s : s + 64, None, :] ^ block[None]).sum(-1)
+    return out

@@ -12,14 +12,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from subspaces.errors import DataError, SubspacesError
-from subspaces.store import columns
+from subspaces.store import columns, vectorfile
+from subspaces.store.vectorfile import VectorFile
 
 DB = "lance"
 
@@ -98,24 +99,74 @@ def vectors_of(column: Any, dim: int) -> np.ndarray:
     return np.asarray(values, dtype=np.float32).reshape(-1, dim)
 
 
-@dataclass
 class Rows:
-    """A table's rows in memory, valid for one table version, with what searches derive from them (dropped with
-    the rows when the version changes)."""
+    """A table version's rows as searches read them, with what searches derive from them (dropped with the rows
+    when the version changes). The float ``vectors`` are in memory for a space that fits
+    :data:`~.vectorfile.IN_MEMORY_BYTES` (with its ids, texts and metadata), else memory-mapped from the version's
+    vector file (``file``; :mod:`.vectorfile`), read in blocks or at a few rows; the ids, texts, metadata and row
+    addresses of such a space are read from the table only when asked for, and a search reads just its hits'
+    (:meth:`take`)."""
 
-    version: int
-    ids: np.ndarray
-    texts: np.ndarray
-    vectors: np.ndarray
-    metadata: np.ndarray  # each row's metadata JSON string (or None)
-    rowids: np.ndarray  # LanceDB's row addresses, to map a where= filter's matches onto these rows
-    index: Any = None  # exact search's faiss index
-    prefixes: dict[tuple[str, int, bool], Any] = field(default_factory=dict)  # (basis, dims, int8 codes) -> faiss
-    axes: np.ndarray | None = None  # the rows' principal axes, fitted when a "pca" prefix is first searched
-    adapted: np.ndarray | None = None  # the rows through the space's shrink adapter (an "adapter" prefix)
-    conditioned: Any = None  # ConditionalCorpus views of the rows: (head, condition) -> view, an LRUCache
-    corpora: dict[str, Any] = field(default_factory=dict)  # a head's fingerprint -> its ConditionalCorpus
-    matches: dict[str, np.ndarray] = field(default_factory=dict)  # a where= filter -> the rows it admits
+    def __init__(self, table: Table, version: int, vectors: np.ndarray, file: VectorFile | None = None) -> None:
+        self.table, self.version, self.vectors, self.file = table, version, vectors, file
+        self.index: Any = None  # exact search's faiss index (vectors in memory)
+        self.prefixes: dict[tuple[str, int, bool], Any] = {}  # (basis, dims, int8 codes) -> faiss index
+        self.axes: np.ndarray | None = None  # the rows' principal axes, fitted when a "pca" prefix is first searched
+        self.conditioned: Any = None  # ConditionalCorpus views of the rows: (head, condition) -> view, an LRUCache
+        self.corpora: dict[str, Any] = {}  # a head's fingerprint -> its ConditionalCorpus
+        self.matches: dict[str, np.ndarray] = {}  # a where= filter -> the rows it admits
+
+    def __len__(self) -> int:
+        return len(self.vectors)
+
+    @property
+    def dim(self) -> int:
+        return int(self.vectors.shape[1])
+
+    def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first row, rows)`` of the float vectors, a block at a time (:func:`.vectorfile.block_rows`): views
+        of the rows in memory, or reads of the file into one reused buffer."""
+        size = vectorfile.block_rows(self.dim)
+        return self.file.blocks(size) if self.file is not None else vectorfile.blocks(self.vectors, size)
+
+    @cached_property
+    def ids(self) -> np.ndarray:
+        return _objects(self.table.columns(["id"]), "id")
+
+    @cached_property
+    def texts(self) -> np.ndarray:
+        return _objects(self.table.columns(["text"]), "text")
+
+    @cached_property
+    def metadata(self) -> np.ndarray:
+        """Each row's metadata JSON string (or None)."""
+        return _objects(self.table.columns(["metadata"]), "metadata")
+
+    @cached_property
+    def rowids(self) -> np.ndarray:
+        """LanceDB's row addresses, to map a ``where=`` filter's matches onto these rows."""
+        return self.table.columns(["id"], row_ids=True).column("_rowid").to_numpy()
+
+    def take(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The ids, texts and metadata of the rows at positions ``rows`` (any shape; -1, no row: None)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        found = rows >= 0
+        out = [np.full(rows.shape, None, dtype=object) for _ in range(3)]
+        if self.file is None or "ids" in self.__dict__:  # held in memory
+            for column, values in zip(out, (self.ids, self.texts, self.metadata), strict=True):
+                column[found] = values[rows[found]]
+        elif found.any():
+            data = self.table.take(rows[found], list(BASE_TEXT))
+            for column, name in zip(out, BASE_TEXT, strict=True):
+                column[found] = _objects(data, name)
+        return out[0], out[1], out[2]
+
+
+BASE_TEXT = ("id", "text", "metadata")
+
+
+def _objects(data: Any, column: str) -> np.ndarray:
+    return np.asarray(data.column(column).to_pylist(), dtype=object)
 
 
 class Database:
@@ -132,12 +183,13 @@ class Database:
             self._db.create_table(table, schema=schema(dim))
 
     def drop(self, table: str) -> None:
+        vectorfile.drop(self.folder, table)  # first: a table made again under this name restarts its versions
         if table in self._db.table_names():
             self._db.drop_table(table)
 
     def open(self, space: str, table: str, on_rewrite: Callable[[str], None] | None = None) -> Table:
         """Space ``space``'s table ``table``."""
-        return Table(self._db, table, space, f"{self.folder}, space {space}", on_rewrite)
+        return Table(self._db, table, space, f"{self.folder}, space {space}", on_rewrite, folder=self.folder)
 
 
 class Table:
@@ -146,9 +198,17 @@ class Table:
     stale first."""
 
     def __init__(
-        self, db: Any, name: str, space: str, label: str, on_rewrite: Callable[[str], None] | None = None
+        self,
+        db: Any,
+        name: str,
+        space: str,
+        label: str,
+        on_rewrite: Callable[[str], None] | None = None,
+        *,
+        folder: Path,
     ) -> None:
         self._db, self.name, self.space, self.label, self.on_rewrite = db, name, space, label, on_rewrite
+        self.folder = folder  # the store folder, where the table's vector files live (:mod:`.vectorfile`)
         self._open()
 
     def _open(self) -> None:
@@ -196,17 +256,18 @@ class Table:
         return set(self.columns(["id"]).column("id").to_pylist())
 
     def rows(self, dim: int) -> Rows:
-        """Every row in memory (:class:`Rows`)."""
+        """The rows as searches read them (:class:`Rows`): in memory if their vectors fit
+        :data:`~.vectorfile.IN_MEMORY_BYTES`, else from this version's vector file."""
         version = self.version
+        if self.count() * dim * 4 > vectorfile.IN_MEMORY_BYTES:
+            file = vectorfile.current(self.folder, self, dim)
+            return Rows(self, version, file.array, file)
         data = self.columns(list(columns.BASE), row_ids=True)
-        return Rows(
-            version=version,
-            ids=np.asarray(data.column("id").to_pylist(), dtype=object),
-            texts=np.asarray(data.column("text").to_pylist(), dtype=object),
-            vectors=vectors_of(data.column("vector"), dim),
-            metadata=np.asarray(data.column("metadata").to_pylist(), dtype=object),
-            rowids=data.column("_rowid").to_numpy(),
-        )
+        rows = Rows(self, version, vectors_of(data.column("vector"), dim))
+        for name, column in (("ids", "id"), ("texts", "text"), ("metadata", "metadata")):
+            rows.__dict__[name] = _objects(data, column)  # what the cached properties would read again
+        rows.__dict__["rowids"] = data.column("_rowid").to_numpy()
+        return rows
 
     def matching(self, where: str, rowids: np.ndarray | None = None) -> np.ndarray:
         """The positions (table order, ascending) of the rows that SQL filter ``where`` admits; ``rowids``: the

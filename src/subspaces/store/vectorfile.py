@@ -1,0 +1,116 @@
+"""A table version's float vectors in one file on disk, for searches of a space too large to hold in memory.
+
+Layout, inside the store folder::
+
+    vectors/<table>/v<version>.npy     the table's vectors at that version, in table order (float32, rows x dim)
+
+The file is written once, from LanceDB's record batches, into a temporary name that is renamed into place when
+whole (a killed build leaves no file under the final name; :func:`current` removes leftovers), and rebuilt for a
+new table version (every write is one): a stale file is never read. Searches read it in blocks of
+:data:`BLOCK_BYTES` by positional reads into one buffer (:meth:`VectorFile.blocks`: exact search, prefix indexes),
+or at a few rows through its memory map (a funnel's shortlist, a rescore), so a search process holds no more of
+it than it reads. A space whose vectors fit :data:`IN_MEMORY_BYTES` is searched from memory instead, without a file.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FOLDER = "vectors"
+IN_MEMORY_BYTES = 256 * 2**20  # a space's float vectors up to this size are read into memory, larger ones streamed
+BLOCK_BYTES = 4 * 2**20  # rows read (and scored) at a time from the file: a few MiB, near the cache
+BATCH_ROWS = 8192  # rows read from LanceDB at a time while writing the file
+
+
+def block_rows(dim: int) -> int:
+    """How many rows of ``dim`` float32 values a block holds (at least 1,024)."""
+    return max(1024, BLOCK_BYTES // (4 * dim))
+
+
+def blocks(vectors: np.ndarray, size: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``(first row, rows)`` of in-memory ``vectors``, ``size`` rows at a time (views, no copy)."""
+    for start in range(0, len(vectors), size):
+        yield start, vectors[start : start + size]
+
+
+class VectorFile:
+    """The vector file at ``path``: its memory map (``array``, read a few rows at a time) and block reads."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.array: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
+        self.shape: tuple[int, int] = self.array.shape  # type: ignore[assignment]
+        self.offset = int(self.array.offset)  # type: ignore[attr-defined]
+
+    def blocks(self, size: int) -> Iterator[tuple[int, np.ndarray]]:
+        """``(first row, rows)``, ``size`` rows at a time, read into one buffer reused for every block (a block
+        is valid until the next is read): the file passes through the page cache, not this process's memory."""
+        n, dim = self.shape
+        buffer = np.empty((min(size, max(n, 1)), dim), dtype=np.float32)
+        with open(self.path, "rb", buffering=0) as fh:
+            for start in range(0, n, size):
+                rows = min(size, n - start)
+                view = buffer[:rows]
+                fh.seek(self.offset + start * dim * 4)
+                if fh.readinto(memoryview(view).cast("B")) != view.nbytes:
+                    raise OSError(f"{self.path} ended before row {start + rows:,}")
+                yield start, view
+
+
+def path_for(folder: Path, table: str, version: int) -> Path:
+    return folder / FOLDER / table / f"v{version}.npy"
+
+
+def current(folder: Path, table: Any, dim: int) -> VectorFile:
+    """The vector file of ``table`` (a :class:`~.table.Table`, pinned to its version), written first if missing;
+    the files of its other versions, and leftovers of killed writes, are removed."""
+    path = path_for(folder, table.name, table.version)
+    rows = table.count()
+    if path.is_file():
+        found = VectorFile(path)
+        if found.shape == (rows, dim):
+            return found
+    write(path, table, rows, dim)
+    for old in path.parent.iterdir():  # a reader still mapping an old file keeps it until it closes (POSIX)
+        if old != path:
+            old.unlink(missing_ok=True)
+    return VectorFile(path)
+
+
+def write(path: Path, table: Any, rows: int, dim: int) -> None:
+    """Stream ``table``'s vectors into ``path``: written under a temporary name, flushed, then renamed."""
+    from subspaces.store.table import vectors_of
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "wb") as fh:  # plain writes: the rows pass through the page cache, not this process
+            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False}
+            np.lib.format.write_array_header_1_0(fh, header | {"shape": (rows, dim)})
+            done = 0
+            for batch in table.batches(["vector"], BATCH_ROWS):
+                part = vectors_of(batch.column("vector"), dim)
+                if done + len(part) > rows:
+                    raise OSError(f"{table.label}: the table holds more rows than it counted ({rows:,})")
+                fh.write(np.ascontiguousarray(part, dtype=np.float32).tobytes())
+                done += len(part)
+            if done != rows:
+                raise OSError(f"{table.label}: read {done:,} rows of the {rows:,} the table counts")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def drop(folder: Path, table: str) -> None:
+    """Remove every vector file of ``table`` (before the table itself is dropped: a table made again under that
+    name restarts its versions)."""
+    shutil.rmtree(folder / FOLDER / table, ignore_errors=True)
