@@ -435,6 +435,20 @@ def migrate_cmd(
             "(also: search a --foreign store by text).",
         ),
     ] = False,
+    unpaired: Annotated[
+        bool,
+        typer.Option(
+            "--unpaired",
+            help="With --query-side and --texts: no stored text is re-embedded; mini-vec2vec maps the texts' "
+            "new-model vectors onto the stored ones, used only if its trust checks pass (a store without texts).",
+        ),
+    ] = False,
+    texts: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="With --unpaired: a sample of domain texts (one a line, .jsonl or .csv; 4 a dimension at least)."
+        ),
+    ] = None,
     pairs: Annotated[
         Optional[int],
         typer.Option(
@@ -477,7 +491,7 @@ def migrate_cmd(
     run: StoreRun = StoreRun(),
 ) -> None:
     """Map the store into a new model's space beside the old one (both searchable), map a new model's queries
-    into the store (--query-side), --commit the switch or --rollback it."""
+    into the store (--query-side; --unpaired --texts FILE: without pairs), --commit the switch or --rollback it."""
     if sum([to is not None, commit, rollback]) != 1:
         raise SubspacesError("give --to MODEL to migrate, --commit to switch to a pending migration, or --rollback")
     opened = run.open(store)
@@ -501,6 +515,8 @@ def migrate_cmd(
         holdout=holdout,
         qrels=qrels,
         queries=queries,
+        unpaired=unpaired,
+        texts=texts,
     )
     if json_path is not None:
         save_json(json_path, report)
@@ -530,12 +546,19 @@ def _show_migration(store: Path, to: Any, report: dict[str, Any]) -> None:
             f"({report.get('heldout')} held-out rows)"
         )
         show(table(title, ["map", "selection pairs", "held-out rows", "fit s"], rows))
-    skip = {"candidates", "qrels"}
+    skip = {"candidates", "qrels", "trust"}
     show(
         table(f"migration of {store} to {to} ({after})", ["", ""], [[k, v] for k, v in report.items() if k not in skip])
     )
+    trust = report.get("trust")
+    if trust:
+        rows = [[k, v] for k, v in trust.items() if k != "problems"]
+        show(table("the unpaired map's trust checks (label-free: no pairs, no labels)", ["", ""], rows))
     figures = report.get("qrels")
-    if figures:
+    if figures and "sample" not in figures:
+        rows = [[f"{system} (store)", *values.values()] for system, values in figures["store"].items()]
+        show(table(f"{figures['queries']} judged queries; {figures['note']}", ["search", "Recall@10", "nDCG@10"], rows))
+    elif figures:
         rows = [
             [f"{system} ({where})", *values.values()]
             for where in ("sample", "store")

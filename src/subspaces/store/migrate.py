@@ -33,6 +33,7 @@ from subspaces.io import check_file, open_text, read_jsonl
 from subspaces.store import backfill, quantized, scaleout
 from subspaces.store import maps as pair_maps
 from subspaces.store import search as ops
+from subspaces.store import unpaired as unpaired_maps
 from subspaces.store.fingerprint import ModelFingerprint
 from subspaces.store.manifest import Space
 from subspaces.store.table import lance_errors
@@ -61,6 +62,8 @@ def migrate(
     holdout: float = 0.2,
     qrels: Any = None,
     queries: Any = None,
+    unpaired: bool = False,
+    texts: Any = None,
 ) -> dict[str, Any]:
     """Fit a map to ``model`` and either add a pending space of every row mapped (default) or, with
     ``query_side``, register the map of ``model``'s queries into the active space (the stored rows untouched);
@@ -81,12 +84,19 @@ def migrate(
     (``pairs`` given and different, or another ``anchors``, ``heldout``, ``seed``, ``params``, ``maps``,
     ``map_params`` or ``holdout``) is replaced by a new fit: its space and map are dropped first (issue 58).
     ``pairs=None`` means whatever the pending fit used. A query-side map to the same model is replaced likewise,
-    and returned as it is when nothing differs."""
+    and returned as it is when nothing differs.
+
+    ``unpaired`` (with ``query_side`` and ``texts``, a file of domain texts: one a line, ``.jsonl`` or ``.csv``):
+    no stored text is re-embedded; mini-vec2vec maps the texts' new-model vectors onto a sample of the stored
+    rows (:mod:`.unpaired`; ``params`` are its own), and the map is recorded only when the aligner's label-free
+    checks trust it, else refused with their reason (see :func:`_query_side_unpaired`)."""
     if anchors not in ("paired", "unpaired"):
         raise SubspacesError(f"anchors must be 'paired' or 'unpaired', got {anchors!r}")
-    if query_side and anchors != "paired":
+    if unpaired or texts is not None:
+        _check_unpaired(unpaired, texts, query_side, anchors, pairs, maps, map_params)
+    elif query_side and anchors != "paired":
         raise SubspacesError("a query-side migration fits its map on pairs: drop --anchors unpaired")
-    if anchors == "paired" and params:
+    if anchors == "paired" and params and not unpaired:
         raise SubspacesError(
             "params are the unpaired aligner's (mini-vec2vec); the paired maps take map_params (per map kind)"
         )
@@ -96,17 +106,20 @@ def migrate(
     for kind in kinds:
         pair_maps.make(kind, (map_params or {}).get(kind))  # an unknown map or parameter: refused before any work
     evaluation = load_qrels(qrels, queries) if (qrels is not None or queries is not None) else None
+    domain = unpaired_maps.read_domain_texts(texts, seed=seed) if unpaired else None
     with store._writing("store migrate"):  # first: a second writer is refused before a model loads
         encoder, fingerprint = store.load_model(model, name)
         manifest = store.manifest
         asked = {"anchors": anchors, "heldout": heldout, "seed": seed, "params": _plain(params)}
-        if anchors == "paired":
+        if domain is not None:
+            asked |= {"anchors": "unpaired", "texts": unpaired_maps.texts_digest(domain)}
+        elif anchors == "paired":
             asked |= {"maps": kinds, "map_params": _plain(map_params), "holdout": holdout}
         source_name = manifest.active
         source_space = manifest.spaces[source_name]
         if source_space.model.matches(fingerprint):
             raise SubspacesError(f"{fingerprint.label()} is already the store's model: nothing to migrate")
-        replaced = None
+        replaced = stale = None
         if query_side:
             for key, entry in source_space.query_maps.items():
                 if fingerprint.matches(_fingerprint(entry["model"])):
@@ -115,8 +128,30 @@ def migrate(
                         return dict(entry["report"])
                     was = entry.get("options") or {}
                     replaced = "the query-side map with " + ", ".join(f"{k} {was.get(k, '?')}" for k in differs)
-                    _drop_query_map(store, source_name, key)
+                    stale = key
                     break
+            if domain is not None:  # the old map stays until the new one is trusted
+                return _query_side_unpaired(
+                    store,
+                    model,
+                    encoder,
+                    fingerprint,
+                    domain,
+                    texts,
+                    heldout=heldout,
+                    params=params,
+                    seed=seed,
+                    batch_size=batch_size,
+                    show_progress=show_progress,
+                    ray=ray,
+                    actors=actors,
+                    evaluation=evaluation,
+                    options=asked,
+                    stale=stale,
+                    replaced=replaced,
+                )
+            if stale is not None:
+                _drop_query_map(store, source_name, stale)
         else:
             for space_name in manifest.pending():
                 space = manifest.spaces[space_name]
@@ -139,7 +174,7 @@ def migrate(
             raise SubspacesError(
                 f"space {source_name} holds {len(with_text)} rows with texts; a map is fitted on stored texts "
                 "re-embedded by the new model (at least 10, with more held out to measure it): import the rows' "
-                "texts (--texts)"
+                "texts, or fit one without pairs from a sample of domain texts: --query-side --unpaired --texts FILE"
             )
         held = min(heldout, len(with_text) // 5)
         if pairs is None:  # a map needs several pairs per dimension to be well posed (4096-d LLM embedders too)
@@ -202,6 +237,121 @@ def migrate(
         report["migrate_seconds"] = round(time.perf_counter() - start, 3)
         manifest.save(store.path)
         return report | ({"replaced": replaced} if replaced else {})
+
+
+def _check_unpaired(
+    unpaired: bool, texts: Any, query_side: bool, anchors: str, pairs: int | None, maps: Any, map_params: Any
+) -> None:
+    """Refuse, before any work, options an unpaired query-side fit cannot take."""
+    if not unpaired:
+        raise SubspacesError("--texts is the domain sample of an unpaired fit: add --unpaired (and --query-side)")
+    if not query_side:
+        raise SubspacesError("an unpaired map from domain texts is used query-side: add --query-side")
+    if texts is None:
+        raise SubspacesError("--unpaired needs --texts FILE: a sample of domain texts, one a line (or .jsonl)")
+    if anchors != "paired":
+        raise SubspacesError("--unpaired fits mini-vec2vec on the domain texts: drop --anchors unpaired")
+    if pairs is not None:
+        raise SubspacesError("--pairs counts re-embedded store texts; an unpaired fit uses none: drop --pairs")
+    if maps is not None or map_params:
+        raise SubspacesError("--maps are fitted on pairs; an unpaired fit is mini-vec2vec's: drop --maps")
+
+
+MIN_HELDOUT = 20  # fewer re-embedded rows than this make top-10 overlap among them meaningless
+
+
+def _query_side_unpaired(
+    store: Store,
+    model: Any,
+    encoder: Any,
+    fingerprint: ModelFingerprint,
+    domain: list[str],
+    texts_path: Any,
+    *,
+    heldout: int,
+    params: dict[str, Any] | None,
+    seed: int,
+    batch_size: int,
+    show_progress: bool,
+    ray: bool | str,
+    actors: int | None,
+    evaluation: Any,
+    options: dict[str, Any],
+    stale: str | None,
+    replaced: str | None,
+) -> dict[str, Any]:
+    """The unpaired query-side fit (:mod:`.unpaired`): ``domain`` texts embedded by the new model, mini-vec2vec
+    onto a sample of the active space's rows, refused in one line (nothing recorded, a previous map ``stale``
+    kept) unless the aligner trusts it; else recorded as a query map like a paired one, replacing ``stale``.
+
+    The report: the trust checks, seconds, cost per query; ``overlap@10`` with a true re-embed on ``heldout``
+    stored rows with texts (none of which the fit sees), or why it is missing; with ``evaluation``,
+    :func:`qrels_report` (without the re-embedded baseline where the store holds no texts)."""
+    name = store.manifest.active
+    space = store.manifest.spaces[name]
+    unpaired_maps.check_count(domain, texts_path, (fingerprint.dimension, space.model.dimension))
+    rows = store._load_rows(name)
+    n = len(rows.ids)
+    rng = np.random.default_rng(seed)
+    stored = np.sort(rng.choice(n, min(n, unpaired_maps.SAMPLE), replace=False))
+    with_text = np.flatnonzero([t is not None for t in rows.texts])
+    held = with_text[rng.permutation(len(with_text))[: min(heldout, len(with_text))]]
+    if len(held) < MIN_HELDOUT:
+        held = held[:0]
+
+    start = time.perf_counter()
+    encoded = _encode(
+        store, model, encoder, fingerprint, domain + rows.texts[held].tolist(), batch_size, show_progress, ray, actors
+    )
+    encode_s = time.perf_counter() - start
+    new, new_held = encoded[: len(domain)], encoded[len(domain) :]
+    fit_start = time.perf_counter()
+    aligner = unpaired_maps.fit(new, rows.vectors[stored], params=params, seed=seed, show_progress=show_progress)
+    fit_s = time.perf_counter() - fit_start
+    reason = unpaired_maps.refusal(aligner, f"the unpaired map of {fingerprint.label()}'s queries into space {name}")
+    if reason is not None:
+        raise SubspacesError(reason)
+    fitted = unpaired_maps.as_query_map(aligner, new)
+
+    report: dict[str, Any] = {
+        "map": "mini-vec2vec (unpaired)",
+        "direction": "new -> old (queries)",
+        "heldout": int(len(held)),
+    }
+    if len(held):
+        report["overlap@10"] = round(pair_maps.agreement(fitted, rows.vectors[held], new_held, "queries"), 4)
+    else:
+        report["overlap@10"] = None
+        report["overlap_note"] = (
+            f"no top-10 overlap with a true re-embed: it needs {MIN_HELDOUT}+ stored rows with texts to re-embed, "
+            f"and space {name} holds {len(with_text)}"
+        )
+    per_row = encode_s / max(len(domain) + len(held), 1)
+    report |= {
+        "mode": "query-side",
+        "rows": n,
+        "anchors": "unpaired",
+        "texts": len(domain),
+        "stored_sample": int(len(stored)),
+        "trust": unpaired_maps.verdict(aligner),
+        "encode_seconds": round(encode_s, 3),
+        "fit_seconds": round(fit_s, 3),
+        "encode_seconds_per_row": round(per_row, 6),
+    }
+    if len(with_text) == n:  # a re-embed needs every row's text
+        report["reembed_seconds_estimate"] = float(f"{per_row * n:.3g}")
+    report |= pair_maps.query_microseconds(fitted, fingerprint.dimension)
+    if evaluation is not None:
+        report["qrels"] = qrels_report(
+            store, name, rows, encoder, fitted, "queries", evaluation, held, new_held, batch_size,
+            reembed=len(with_text) > 0,
+        )  # fmt: skip
+    report["migrate_seconds"] = round(time.perf_counter() - start, 3)
+    if stale is not None:
+        _drop_query_map(store, name, stale)
+    _add_query_map(store, name, fingerprint, fitted, report, options)
+    store._models[f"query:{fingerprint.weights}"] = encoder
+    return report | ({"replaced": replaced} if replaced else {})
 
 
 def _add_pending_space(
@@ -444,11 +594,13 @@ def qrels_report(
     new_test: np.ndarray,
     batch_size: int,
     k: int = 10,
+    reembed: bool = True,
 ) -> dict[str, Any]:
     """Recall@k and nDCG@k of the judged queries for the old store, the migrated one and a re-embed, on a sample
     corpus: the held-out rows plus every judged row in the store (re-embedded for it), so that all three are
     ranked over the same rows; and of the old and migrated search over the whole store. The old model's
-    queries need it to run here (not for a foreign store)."""
+    queries need it to run here (not for a foreign store). Without ``reembed`` (a store without texts) only the
+    whole store is searched: there is no re-embedded baseline."""
     from subspaces.models.encoder import encode
 
     texts, judged = evaluation
@@ -456,6 +608,8 @@ def qrels_report(
     relevant = sorted({position[d] for rel in judged.values() for d in rel if d in position} - set(test.tolist()))
     missing = [d for rel in judged.values() for d in rel if d not in position]
     no_text = [i for i in relevant if rows.texts[i] is None]
+    if not reembed:
+        return _qrels_store_only(store, space, rows, fitted, direction, evaluation, encoder, batch_size, missing, k)
     if no_text:
         raise SubspacesError(
             f"{len(no_text)} judged rows have no text to re-embed (first: id {rows.ids[no_text[0]]!r}); "
@@ -501,6 +655,41 @@ def qrels_report(
     out["store"] = whole
     out[f"recall@{k}_of_reembed"] = round(result["migrated"][f"recall@{k}"] / base, 4) if base else None
     return out
+
+
+def _qrels_store_only(
+    store: Store,
+    space: str,
+    rows: Any,
+    fitted: Any,
+    direction: str,
+    evaluation: tuple[dict[str, str], dict[str, dict[str, float]]],
+    encoder: Any,
+    batch_size: int,
+    missing: list[str],
+    k: int,
+) -> dict[str, Any]:
+    """:func:`qrels_report` of a store without texts: the migrated (and, where its model runs, the old) search
+    over the whole store; no re-embedded baseline, so no fraction of it."""
+    from subspaces.models.encoder import encode
+
+    texts, judged = evaluation
+    qids = list(texts)
+    grades = [judged[q] for q in qids]
+    new_queries = encode(encoder, [texts[q] for q in qids], batch_size=batch_size, normalize=True)
+    mapped = fitted.transform(new_queries) if direction == "queries" else new_queries
+    whole = {"migrated": _evaluate(mapped, rows.vectors, rows.ids, grades, k)}
+    if not store.manifest.spaces[space].model.foreign:
+        old_queries = encode(store.model(space), [texts[q] for q in qids], batch_size=batch_size, normalize=True)
+        whole["old"] = _evaluate(old_queries, rows.vectors, rows.ids, grades, k)
+    return {
+        "queries": len(qids),
+        "sample_rows": 0,
+        "judged_ids_not_in_store": len(missing),
+        "store": whole,
+        f"recall@{k}_of_reembed": None,
+        "note": "the store holds no texts: no re-embedded baseline to compare with",
+    }
 
 
 def _plain(params: dict[str, Any] | None) -> dict[str, Any] | None:

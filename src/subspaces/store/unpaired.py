@@ -1,0 +1,124 @@
+"""A query-side map fitted without pairs: a new model's queries into a store's vectors, learned by mini-vec2vec
+(:mod:`subspaces.align`) from a sample of domain texts the user gives (embedded by the new model) and a sample of
+the stored vectors, no text shared or matched between the two.
+
+This is how a store of vectors nobody can re-embed (a ``--foreign`` store, possibly without texts) becomes
+searchable by text. Whether it may is the aligner's own label-free verdict (:mod:`subspaces.align.verify`: the
+trust score's lift over the trivial maps, two independent passes agreeing, the row counts): a map it does not
+trust is refused with its first reason, since a wrong map would return confident, wrong results.
+
+The kept map is saved as the store's other query maps are (:class:`subspaces.store.maps.OrthogonalMap`, read back
+by :func:`~subspaces.store.maps.load_map`): mini-vec2vec's map is orthogonal on centred unit rows,
+``unit(mu_t + s * unit((x - mu_s) M))``; a query map must return unit rows, and with ``(x - mu_s) M`` taken at its
+mean length ``c`` over the texts it is ``unit((x - mu_s) M s / c + mu_t)``, a centred orthogonal map with one scale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from subspaces.errors import ConvergenceWarning, DataError
+from subspaces.io import read_texts
+from subspaces.store.maps import OrthogonalMap
+
+TEXTS_PER_DIMENSION = 4  # as the paired fit's default pair count: fewer leave a d x d map poorly posed
+SAMPLE = 20_000  # texts encoded and stored rows read, at most (the aligner's own default sample is 10,000)
+
+
+def read_domain_texts(path: str | Path, *, limit: int = SAMPLE, seed: int = 0) -> list[str]:
+    """The distinct non-blank texts of ``path`` (one a line, ``.jsonl``'s ``text`` field, or a ``.csv``'s ``text``
+    column), at most ``limit`` of them sampled with ``seed``; a missing or empty file is refused in one line."""
+    texts = list(dict.fromkeys(t.strip() for t in read_texts(path) if t.strip()))
+    if not texts:
+        raise DataError("holds no text (a sample of domain texts, one a line, is needed)", path=path)
+    if len(texts) > limit:
+        keep = np.sort(np.random.default_rng(seed).choice(len(texts), limit, replace=False))
+        texts = [texts[i] for i in keep]
+    return texts
+
+
+def check_count(texts: list[str], path: Any, dims: tuple[int, int]) -> None:
+    """Refuse a texts sample too small to fit a ``dims[0] -> dims[1]`` map (:data:`TEXTS_PER_DIMENSION` a
+    dimension of the wider space)."""
+    need = TEXTS_PER_DIMENSION * max(dims)
+    if len(texts) < need:
+        raise DataError(
+            f"holds {len(texts):,} distinct texts; an unpaired map of {dims[0]} -> {dims[1]} dimensions needs at "
+            f"least {need:,} ({TEXTS_PER_DIMENSION} a dimension of the wider space)",
+            path=path,
+        )
+
+
+def texts_digest(texts: list[str]) -> str:
+    """What identifies a texts sample among a query map's options (a rerun with the same texts is the same fit)."""
+    digest = hashlib.sha256()
+    for text in texts:
+        digest.update(text.encode("utf-8") + b"\n")
+    return digest.hexdigest()[:16]
+
+
+def fit(new: np.ndarray, stored: np.ndarray, *, params: dict[str, Any] | None, seed: int, show_progress: bool) -> Any:
+    """mini-vec2vec fitted from ``new`` (the texts' new-model vectors) onto ``stored`` (a sample of the store's
+    rows); its problems are kept in ``diagnostics_`` (:func:`verdict`), not warned about: the caller refuses."""
+    from subspaces.align import MiniVec2Vec
+
+    aligner = MiniVec2Vec.from_params(dict(params or {}), random_state=seed, verbose=show_progress)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        aligner.fit(new, stored)
+    return aligner
+
+
+def verdict(aligner: Any) -> dict[str, Any]:
+    """The aligner's trust checks, as a report shows them: trusted or not, why not, and the figures behind."""
+    d = aligner.diagnostics_
+    trust, agreement = d.get("trust") or {}, d.get("agreement") or {}
+    return {
+        "trusted": bool(aligner.converged_),
+        "problems": list(d.get("problems") or []),
+        "confidence": _round(d.get("confidence")),
+        "kept": d.get("kept"),
+        "trust_score": trust.get("score"),
+        "trust_lift": _round(trust.get("lift")),  # over the best trivial map, in units of chance level
+        "trust_margin": trust.get("margin"),
+        "trust_final": _round(trust.get("final")),
+        "trust_identity": _round(trust.get("identity")),
+        "trust_random_rotation": _round(trust.get("random_rotation")),
+        "agreement": _round(agreement.get("agreement")),
+        "agreement_threshold": agreement.get("threshold"),
+        "stopped_early": bool(d.get("stopped_early")),
+        "stop_reason": d.get("stop_reason"),
+    }
+
+
+def refusal(aligner: Any, what: str) -> str | None:
+    """The one-line reason ``what`` (the map, named) is not used, or None when the aligner trusts it."""
+    if aligner.converged_:
+        return None
+    problems = aligner.diagnostics_.get("problems") or ["its fit did not converge"]
+    reason = " ".join(str(problems[0]).split())
+    return f"{what} is not trusted by the aligner's label-free checks, so nothing was recorded: {reason}"
+
+
+def as_query_map(aligner: Any, new: np.ndarray) -> OrthogonalMap:
+    """The fitted aligner as a query map of unit rows (see the module docstring); ``new``: the vectors it was
+    fitted from, whose centred length ``c`` is taken at its mean."""
+    matrix = np.asarray(aligner.matrix_, dtype=np.float64)
+    source_mean = np.asarray(aligner.source_mean_, dtype=np.float64)
+    target_mean = np.asarray(aligner.target_mean_, dtype=np.float64)
+    length = float(np.linalg.norm((np.asarray(new, dtype=np.float64) - source_mean) @ matrix, axis=1).mean())
+    weight = matrix * (aligner.target_scale_ / max(length, 1e-12))
+    mapped = OrthogonalMap()
+    mapped.n_features_in_, mapped.n_features_out_ = matrix.shape
+    mapped.fit_seconds_ = float(aligner.fit_seconds_)
+    mapped._linear(weight, target_mean - source_mean @ weight)
+    return mapped
+
+
+def _round(value: Any, digits: int = 4) -> Any:
+    return round(float(value), digits) if isinstance(value, (int, float, np.floating)) else value
