@@ -229,3 +229,41 @@ def test_choices_come_from_library_constants():
     from subspaces.cli.app import app
 
     assert enum_options(app) == set()
+
+
+def test_simcse_modes_defaults_are_the_recipes():
+    """unsup's defaults are SimCSEConfig's own fields (what the walk above compares); sup's are the paper's."""
+    from subspaces.train.recipes import SimCSEConfig
+
+    assert SimCSEConfig.for_mode("unsup") == SimCSEConfig()
+    sup = SimCSEConfig.for_mode("sup", lr=1e-4)
+    assert (sup.mode, sup.batch_size, sup.lr, sup.epochs) == ("sup", 512, 1e-4, 3)
+
+
+def test_simcse_train_sup_takes_the_sup_defaults_unless_given(tiny_model_dir, tmp_path):
+    """A sup run's batch size, lr and epochs are the sup recipe's unless the command line or --config sets them
+    (the command line winning over the file), read back from the run's trainer_state.json."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from subspaces.cli.app import app
+
+    rows = "\n".join(f"a{i} b c,a{i} b d,x{i} y z" for i in range(512))
+    (tmp_path / "nli.csv").write_text(f"sent0,sent1,hard_neg\n{rows}\n")
+    (tmp_path / "settings.json").write_text(json.dumps({"lr": 2e-5, "epochs": 7}))
+    base = ["simcse", "train", "--mode", "sup", "--data", str(tmp_path / "nli.csv"), "--model", str(tiny_model_dir)]
+    base += ["--max-steps", "1", "--no-eval", "--max-length", "8"]
+
+    def config(name: str, *extra: str) -> dict:
+        result = CliRunner().invoke(app, [*base, "--output", str(tmp_path / name), *extra])
+        assert result.exit_code == 0, result.output
+        state = json.loads((tmp_path / name / "trainer_state.json").read_text())
+        return {key: state["config"][key] for key in ("batch_size", "lr", "epochs")}
+
+    assert config("defaults") == {"batch_size": 512, "lr": 5e-5, "epochs": 3}
+    assert config("given", "--lr", "1e-4", "--config", str(tmp_path / "settings.json")) == {
+        "batch_size": 512,
+        "lr": 1e-4,
+        "epochs": 7,
+    }

@@ -34,14 +34,9 @@ ModelOpt = Annotated[
     str, typer.Option("--model", "-m", help="Bundled model name (see `subspaces model list`) or a local folder.")
 ]
 
-# Options every encoder-training command shares (train simcse, train matryoshka).
-MaxStepsOpt = Annotated[Optional[int], typer.Option(help="Stop after this many steps.")]
-MaxLengthOpt = Annotated[int, typer.Option(help="Tokens per sentence.")]
-SaveStepsOpt = Annotated[int, typer.Option(help="Write a resumable checkpoint every N steps.")]
+# Options every encoder-training command shares besides its recipe's (simcse train, matryoshka train).
 NoEvalOpt = Annotated[bool, typer.Option("--no-eval", help="Skip STS-B dev evaluation; keep the last model.")]
 LimitOpt = Annotated[Optional[int], typer.Option(help="Use only the first N training rows.")]
-SeedOpt = Annotated[int, typer.Option()]
-ResumeOpt = Annotated[bool, typer.Option("--resume/--no-resume", help="Continue from OUTPUT/checkpoint.pt if present.")]
 
 # The runtime options, declared once: every command that loads a model takes them under these names, with the
 # library's defaults (``load_encoder``, ``Store.open``): ``device: DeviceOpt = DEVICE``, ``backend: BackendOpt =
@@ -202,17 +197,27 @@ def parse_rank(text: str) -> int | str | None:
 _OPTION_TYPES = (bool, int, float, str, Path)
 
 
-def recipe_options(recipe: type, *, only: Iterable[str] | None = None, skip: Iterable[str] = ()) -> Callable[[F], F]:
+def recipe_options(
+    recipe: type,
+    *,
+    only: Iterable[str] | None = None,
+    skip: Iterable[str] = (),
+    build: Callable[..., Any] | None = None,
+    notes: dict[str, str] | None = None,
+) -> Callable[[F], F]:
     """Derive a command's options from the dataclass ``recipe``: the decorated command declares a parameter
     ``config`` and receives a ``recipe`` instance there.
 
     Each field (of ``only``, less ``skip`` and those the command declares itself) of a plain type (bool, int,
     float, str, a path, a ``typing.Literal`` of choices, or one of these or None) becomes ``--field-name`` with
-    the field's default and its ``metadata["help"]``. ``--config FILE`` (JSON or TOML: an object of field names)
-    sets any field, those without an option included; options given on the command line win over the file, the
-    file over the library's defaults.
+    the field's default and its ``metadata["help"]`` (and ``notes[name]`` after it). ``--config FILE`` (JSON or
+    TOML: an object of field names) sets any field, those without an option included; options given on the
+    command line win over the file, the file over the library's defaults. The instance is ``build(**given)``
+    (default: the recipe itself) of only what was given: a recipe whose defaults depend on a setting (SimCSE's
+    mode) applies them there.
     """
     chosen, skipped, hints = None if only is None else set(only), set(skip), typing.get_type_hints(recipe)
+    make, extra = build or recipe, notes or {}
 
     def decorate(func: F) -> F:
         signature = inspect.signature(func, eval_str=True)
@@ -222,7 +227,7 @@ def recipe_options(recipe: type, *, only: Iterable[str] | None = None, skip: Ite
         for f in dataclasses.fields(recipe):
             if f.name in declared or f.name in skipped or (chosen is not None and f.name not in chosen):
                 continue
-            option = _field_option(f, hints[f.name])
+            option = _field_option(f, hints[f.name], extra.get(f.name))
             if option is not None:
                 derived.append(option)
         config_file = inspect.Parameter(
@@ -246,9 +251,9 @@ def recipe_options(recipe: type, *, only: Iterable[str] | None = None, skip: Ite
             values = {name: kwargs.pop(name) for name in names}
             settings = read_config(kwargs.pop("config_file"), recipe)
             for name, value in values.items():  # given on the command line: wins over the file
-                if name not in settings or ctx.get_parameter_source(name).name != "DEFAULT":
+                if ctx.get_parameter_source(name).name != "DEFAULT":
                     settings[name] = value
-            return func(*args, config=recipe(**settings), **kwargs)
+            return func(*args, config=make(**settings), **kwargs)
 
         parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own + derived] + [config_file, context]
         wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
@@ -258,7 +263,7 @@ def recipe_options(recipe: type, *, only: Iterable[str] | None = None, skip: Ite
     return decorate
 
 
-def _field_option(f: dataclasses.Field, hint: Any) -> inspect.Parameter | None:
+def _field_option(f: dataclasses.Field, hint: Any, note: str | None = None) -> inspect.Parameter | None:
     """The typer parameter of one recipe field, or None where its type has no plain command-line form."""
     args = typing.get_args(hint)
     optional = type(None) in args
@@ -267,7 +272,7 @@ def _field_option(f: dataclasses.Field, hint: Any) -> inspect.Parameter | None:
         return None
     flag = "--" + f.name.replace("_", "-")
     declaration = (f"{flag}/--no-{f.name.replace('_', '-')}",) if base is bool and not optional else (flag,)
-    info = typer.Option(*declaration, help=f.metadata.get("help"))
+    info = typer.Option(*declaration, help=" ".join(filter(None, (f.metadata.get("help"), note))) or None)
     if f.default is not dataclasses.MISSING:
         default = f.default
     elif f.default_factory is not dataclasses.MISSING:

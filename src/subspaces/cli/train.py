@@ -6,6 +6,7 @@ before the model loads or a step runs; the model is built after seeding, so ``--
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
@@ -15,20 +16,16 @@ from subspaces.cli.common import (
     DEVICE,
     DeviceOpt,
     LimitOpt,
-    MaxLengthOpt,
-    MaxStepsOpt,
     ModelOpt,
     NoEvalOpt,
-    ResumeOpt,
-    SaveStepsOpt,
-    SeedOpt,
     ThreadsOpt,
     echo,
+    recipe_options,
     user_errors,
 )
 from subspaces.cli.groups import simcse_app
 from subspaces.models import POOLERS
-from subspaces.train.recipes import Augmentation, Mode
+from subspaces.train.recipes import SIMCSE_MODE_DEFAULTS, Augmentation, SimCSEConfig
 
 if TYPE_CHECKING:
     from subspaces.train.engine import FitResult
@@ -46,14 +43,6 @@ CacheDirOpt = Annotated[
     typer.Option(
         help="With --trainable-layers N: keep the cached activations in this folder (reused by later "
         "runs with the same model and max length). Default: in memory."
-    ),
-]
-OverwriteOpt = Annotated[
-    bool,
-    typer.Option(
-        "--overwrite",
-        help="Write into a non-empty --output folder that is not a subspaces run (only the "
-        "names the run writes are replaced).",
     ),
 ]
 
@@ -139,6 +128,12 @@ def report(result: FitResult, output: Path, best_label: str) -> None:
 
 @simcse_app.command("train")
 @user_errors
+@recipe_options(
+    SimCSEConfig,
+    skip=("output_dir", "description", "show_progress", "stsb_dev"),
+    build=SimCSEConfig.for_mode,
+    notes={name: f"--mode sup: {value}." for name, value in SIMCSE_MODE_DEFAULTS["sup"].items()},
+)
 def train_simcse_cmd(
     data: Annotated[
         Path, typer.Option(help="unsup: text file, one sentence a line; sup: CSV with sent0,sent1[,hard_neg].")
@@ -146,17 +141,7 @@ def train_simcse_cmd(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="Folder for the trained model, checkpoint.pt and trainer_state.json.")
     ],
-    mode: Annotated[Mode, typer.Option(help="unsup: dropout views; sup: NLI triplets with hard negatives.")] = "unsup",
     model: ModelOpt = "minilm-l6",
-    batch_size: Annotated[Optional[int], typer.Option(help="Per process. Default: 64 unsup, 512 sup.")] = None,
-    lr: Annotated[Optional[float], typer.Option(help="Default: 3e-5 unsup, 5e-5 sup.")] = None,
-    epochs: Annotated[Optional[int], typer.Option(help="Default: 1 unsup, 3 sup.")] = None,
-    max_steps: MaxStepsOpt = None,
-    max_length: MaxLengthOpt = 32,
-    temperature: Annotated[float, typer.Option(help="InfoNCE temperature.")] = 0.05,
-    hard_negative_weight: Annotated[
-        float, typer.Option(help="Log-weight added to each anchor's own hard-negative logit.")
-    ] = 0.0,
     pooler: Annotated[
         Optional[Literal[POOLERS]],  # type: ignore[valid-type]
         typer.Option(
@@ -167,30 +152,23 @@ def train_simcse_cmd(
     augmentation: Annotated[
         Augmentation, typer.Option(help="unsup views: dropout, none (dropout off), delete_one_word.")
     ] = "dropout",
-    eval_steps: Annotated[int, typer.Option(help="Evaluate on STS-B dev every N steps (0: only at the end).")] = 125,
-    save_steps: SaveStepsOpt = 125,
     no_eval: NoEvalOpt = False,
     limit: LimitOpt = None,
-    seed: SeedOpt = 42,
-    resume: ResumeOpt = True,
     trainable_layers: TrainableLayersOpt = "all",
-    cache_dir: CacheDirOpt = None,
-    state_dropout: Annotated[
-        float,
-        typer.Option(
-            help="With --trainable-layers N: dropout on the cached activations in training, the noise the frozen "
-            "layers' dropout would add (SimCSE's views need it). 0: none."
-        ),
-    ] = 0.0,
     device: DeviceOpt = DEVICE,
-    overwrite: OverwriteOpt = False,
     threads: ThreadsOpt = None,
+    *,
+    config: SimCSEConfig,
 ) -> None:
-    """SimCSE: unsupervised (dropout) or supervised (NLI triplets) InfoNCE training."""
+    """SimCSE: unsupervised (dropout) or supervised (NLI triplets) InfoNCE training.
+
+    Every setting of the recipe (SimCSEConfig) is an option here or a key of a --config file; --mode sup defaults
+    to the paper's batch size, learning rate and epochs for it."""
     from subspaces.data.nli import is_csv, training_rows
     from subspaces.data.text import read_corpus
     from subspaces.errors import SubspacesError
 
+    mode = config.mode
     # The data is read before the model loads: a bad file fails in a second, not after the load.
     if mode == "unsup" and is_csv(data):
         raise SubspacesError(
@@ -198,45 +176,31 @@ def train_simcse_cmd(
         )
     texts = read_corpus(data, limit=limit) if mode == "unsup" else None
     rows_sup = training_rows(data, limit) if mode == "sup" else None
-    device_name, layers = prepare_run(output, overwrite, not no_eval, device, trainable_layers)
+    device_name, layers = prepare_run(output, config.overwrite, not no_eval, device, trainable_layers)
 
     from subspaces.models.encoder import load_encoder, resolve_model_path
     from subspaces.train.engine import seed_everything
-    from subspaces.train.simcse import DEFAULTS, SimCSEConfig, set_dropout, train_simcse, unsup_examples
+    from subspaces.train.simcse import DEFAULTS, set_dropout, train_simcse, unsup_examples
 
     d = DEFAULTS[mode]
-    rows = unsup_examples(texts, augmentation, seed) if texts is not None else rows_sup
+    rows = unsup_examples(texts, augmentation, config.seed) if texts is not None else rows_sup
     assert rows is not None
     # A sentence-transformers model keeps its pooling; a plain transformers folder has none: SimCSE's cls.
     chosen = pooler
     if chosen is None and not (resolve_model_path(model) / "modules.json").is_file():
         chosen = str(d["pooler"])
-    seed_everything(seed)  # before the model is built: a new pooler's MLP is drawn from it
+    seed_everything(config.seed)  # before the model is built: a new pooler's MLP is drawn from it
     enc = load_encoder(model, pooler=chosen, mlp_only_train=bool(d["mlp_only_train"]), device=device_name)
     if mode == "unsup" and augmentation == "none":
         set_dropout(enc, 0.0)
     how = "chosen with --pooler" if pooler else ("SimCSE's; the base has none" if chosen else "the base model's")
     pooling_note = f"pooling: {describe_pooling(enc)} ({how})"
     echo(pooling_note)
-    config = SimCSEConfig(
+    config = replace(
+        config,
         output_dir=str(output),
-        mode=mode,
-        batch_size=batch_size if batch_size is not None else int(d["batch_size"]),
-        lr=lr if lr is not None else float(d["lr"]),
-        epochs=epochs if epochs is not None else int(d["epochs"]),
-        max_steps=max_steps,
-        max_length=max_length,
-        temperature=temperature,
-        hard_negative_weight=hard_negative_weight,
-        eval_steps=eval_steps,
-        save_steps=save_steps,
         stsb_dev=not no_eval,
-        seed=seed,
-        resume=resume,
-        overwrite=overwrite,
         trainable_layers=layers,
-        cache_dir=str(cache_dir) if cache_dir is not None else None,
-        state_dropout=state_dropout,
         description=f"train simcse on {data.name}",
     )
     result = train_simcse(enc, rows, config, card_notes=[pooling_note])

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from subspaces.losses.settings import InfoNCESettings, MICSettings
 
@@ -58,8 +58,18 @@ class EncoderTrainConfig(FitConfig):
     )
 
 
+# What each SimCSE mode sets unless a run does: the paper's (Gao et al., 2021, Appendix A). The unsup values are
+# the fields' own defaults.
+SIMCSE_MODE_DEFAULTS: dict[str, dict[str, int | float]] = {
+    "unsup": {"batch_size": 64, "lr": 3e-5, "epochs": 1},
+    "sup": {"batch_size": 512, "lr": 5e-5, "epochs": 3},
+}
+
+
 @dataclass
 class SimCSEConfig(EncoderTrainConfig, InfoNCESettings):
+    """The ``simcse train`` recipe; :meth:`for_mode` gives a mode its own defaults."""
+
     mode: Mode = field(
         default="unsup", metadata={"help": "unsup: dropout views; sup: NLI triplets with hard negatives."}
     )
@@ -67,6 +77,11 @@ class SimCSEConfig(EncoderTrainConfig, InfoNCESettings):
     stsb_variant: Literal["original", "senteval"] = field(
         default="original", metadata={"help": "Which STS-B dev split scores the run."}
     )
+
+    @classmethod
+    def for_mode(cls, mode: Mode = "unsup", **settings: Any) -> SimCSEConfig:
+        """The recipe for ``mode``: what ``settings`` leaves out takes the mode's defaults (SIMCSE_MODE_DEFAULTS)."""
+        return cls(mode=mode, **{**SIMCSE_MODE_DEFAULTS[mode], **settings})
 
 
 @dataclass

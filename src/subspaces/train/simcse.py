@@ -20,12 +20,13 @@ from collections.abc import Sequence
 from subspaces.eval.sts import STSBDevEvaluator
 from subspaces.losses.simcse import SimCSELoss
 from subspaces.train.engine import FitResult
-from subspaces.train.recipes import Augmentation, SimCSEConfig
+from subspaces.train.recipes import SIMCSE_MODE_DEFAULTS, Augmentation, SimCSEConfig
 from subspaces.train.sentence import train_sentence_loss
 
+# Each mode's settings with the pooling a plain transformers base gets (the recipe's SIMCSE_MODE_DEFAULTS and more).
 DEFAULTS: dict[str, dict[str, float | int | str]] = {
-    "unsup": {"batch_size": 64, "lr": 3e-5, "epochs": 1, "max_length": 32, "pooler": "cls", "mlp_only_train": True},
-    "sup": {"batch_size": 512, "lr": 5e-5, "epochs": 3, "max_length": 32, "pooler": "cls", "mlp_only_train": False},
+    mode: {**values, "pooler": "cls", "mlp_only_train": mode == "unsup"}
+    for mode, values in SIMCSE_MODE_DEFAULTS.items()
 }
 
 
