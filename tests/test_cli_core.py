@@ -61,6 +61,23 @@ def test_eval_sts_json(tiny_model_dir, tiny_data, tmp_path):
     assert "alignment" in data and "uniformity" in data
 
 
+def test_eval_sts_runs_in_the_dtype_asked_and_records_it(tiny_model_dir, tiny_data, tmp_path):
+    """--dtype bfloat16 evaluates bfloat16 weights (figures close to float32's, not equal), says so and records it
+    in the JSON; on an exported graph it is refused before anything loads."""
+    args = ["model", "eval", "--model", str(tiny_model_dir), "--tasks", "STSBenchmark"]
+    runs = {}
+    for dtype in ("float32", "bfloat16"):
+        result = runner.invoke(app, [*args, "--dtype", dtype, "--json", str(tmp_path / f"{dtype}.json")])
+        assert result.exit_code == 0, result.output
+        runs[dtype] = json.loads((tmp_path / f"{dtype}.json").read_text())
+    assert "evaluating in bfloat16 (--dtype bfloat16)" in result.output
+    assert (runs["float32"]["dtype"], runs["bfloat16"]["dtype"]) == ("float32", "bfloat16")
+    assert runs["bfloat16"]["alignment"] != runs["float32"]["alignment"]
+    assert runs["bfloat16"]["uniformity"] == pytest.approx(runs["float32"]["uniformity"], abs=0.05)
+    refused = runner.invoke(app, [*args, "--dtype", "bfloat16", "--backend", "onnx"])
+    assert refused.exit_code == 2 and "runs on --backend torch" in refused.output
+
+
 def test_train_then_eval(tiny_model_dir, tiny_data, tmp_path):
     corpus = tiny_data / "wordnet_sentences" / "wordnet30_definitions.txt.gz"
     out = tmp_path / "run"

@@ -208,6 +208,7 @@ def eval_sts_cmd(
     threads: ThreadsOpt = None,
     backend: BackendOpt = "torch",
     precision: PrecisionOpt = "fp32",
+    dtype: DtypeOpt = "float32",
 ) -> None:
     """The SimCSE STS table: cosine similarity, Spearman x 100, plus alignment and uniformity."""
     from subspaces.eval.sts import STSEvaluator
@@ -216,24 +217,23 @@ def eval_sts_cmd(
     check_model(model)
 
     check_backend(backend, precision)
+    check_dtype(dtype, backend)
     chosen = [t.strip() for t in tasks.split(",")] if tasks else list(TASKS)
     evaluator = STSEvaluator(tasks=chosen, variant=variant, batch_size=batch_size, truncate_dim=truncate_dim)
     evaluator.check()  # the data is read before the model loads: a missing folder fails in a second
     load_stsb("test", variant)  # alignment and uniformity read STS-B test, whatever the tasks
     from subspaces.models.encoder import load_encoder
 
-    enc = load_encoder(
-        model,
-        pooler=pooler,
-        device=device,
-        backend=backend,
-        precision=precision,
-    )
+    enc = load_encoder(model, pooler=pooler, device=device, backend=backend, precision=precision, dtype=dtype)
+    runs_in = resolve_dtype(dtype, backend)
+    if dtype != "float32":
+        echo(f"evaluating in {runs_in} (--dtype {dtype})", label="note:")
     scores = evaluator(enc)
     result = {
         "model": model,
         "backend": backend,
         "precision": precision,
+        "dtype": runs_in,
         "pooler": pooler,
         "variant": variant,
         "truncate_dim": truncate_dim,
