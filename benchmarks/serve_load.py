@@ -1,31 +1,26 @@
-"""Loopback load test of ``subspaces serve`` against a naive server (issue 21), both measured in the same run.
+"""Loopback load test of ``subspaces serve`` beside infinity-emb, the server users would pick instead (issue 56).
 
-The naive server is what one writes first: FastAPI calling ``SentenceTransformer.encode`` once per request (a
-plain ``def`` route, so FastAPI runs it in its thread pool). Ours coalesces concurrent requests into batches on
-one worker thread. Each server runs alone in its own subprocess (same model, same ``--threads``), started on a
-free port of 127.0.0.1 (never any other address) and stopped before the next starts; the load generator is an
-asyncio httpx client in this process, each request one WordNet sentence. Per concurrency level (1, 8, 32 by
-default, ``--duration`` seconds each, after a short warm-up): throughput, p50/p99 latency, status counts.
-Then, on ours only: a check that the served embeddings (full size and a Matryoshka prefix) equal what the
-``subspaces encode`` command writes for the same texts, to 1e-5; a soak at concurrency 8 (``--soak-seconds``,
-10 minutes by default) sampling the server's RSS; and an overload burst against a small queue
-(``--overload-queue``), counting 503s and any other 5xx, followed by a recovery check. The JSON ends with the
-issue's targets, each computed from the run: >= 3x the naive throughput at concurrency 32, p99 no worse, no 5xx
-below saturation, 503s (never another 5xx) past it and recovery, flat memory in the soak, equal embeddings.
-
-    python benchmarks/serve_load.py              # minilm-l6, 60 s per level, 10 min soak: results/serve_load.json
-    python benchmarks/serve_load.py --smoke      # a few seconds per phase, to check the script: a temporary file
-
-``--against infinity`` instead runs the peer users would pick, infinity-emb, from its own venv (``--infinity``,
-default /work/peers/infinity; never a dependency of this project), on the same model folder and threads, beside
-ours: short texts (WordNet sentences) and long ones (nine of them joined, cut at the model's 256 tokens), 8 texts
-a request, at concurrency 1 and 32, one server at a time; texts/s, p50/p99 and our/their ratios, with the CPU
-(model name, native bfloat16) recorded. Ours runs each of ``--ours`` (default: torch with ``--dtype auto``, and the
-onnx int8 graph), infinity its ``--infinity-dtype`` (default: bfloat16 where the CPU multiplies it natively, its
-fastest CPU setting in issue 56's run, else float32):
+Both run on the same model folder and threads, one server at a time, each in its own subprocess on a free port of
+127.0.0.1 (never any other address), stopped before the next starts; infinity-emb from its own venv (``--infinity``,
+default /work/peers/infinity; never a dependency of this project). The load generator is an asyncio httpx client
+in this process posting OpenAI-style bodies: short texts (WordNet sentences) and long ones (nine of them joined, cut
+at the model's 256 tokens), 8 texts a request, at concurrency 1 and 32 (``--duration`` seconds each, after a short
+warm-up); texts/s, p50/p99 latency, status counts and our/their ratios, with the CPU (model name, native bfloat16)
+recorded. Ours runs each of ``--ours`` (default: torch with ``--dtype auto``, and the onnx int8 graph), infinity its
+``--infinity-dtype`` (default: bfloat16 where the CPU multiplies it natively, its fastest CPU setting in issue 56's
+run, else float32):
 
     /work/peers/infinity/bin/pip install 'infinity-emb[server,torch]' 'torch==2.13.0+cpu'   # once
-    python benchmarks/serve_load.py --against infinity --duration 15   # about 5 minutes: results/serve_vs_infinity.json
+    python benchmarks/serve_load.py --duration 15   # about 5 minutes: results/serve_vs_infinity.json
+    python benchmarks/serve_load.py --smoke         # under a minute: both servers start and answer (a temporary file)
+
+``--checks`` instead runs ours alone (``--backend/--precision/--dtype``): the served embeddings (full size) against
+what ``subspaces model encode`` writes for the same texts, to 1e-5; a soak at concurrency 8 (``--soak-seconds``, 10
+minutes by default) sampling the server's RSS; and an overload burst against a small queue (``--overload-queue``),
+counting 503s and any other 5xx, then a recovery check. The JSON ends with each target checked on the run's figures:
+equal embeddings, no 5xx in the soak, flat memory, 503s (never another 5xx) past saturation and recovery.
+
+    python benchmarks/serve_load.py --checks        # about 11 minutes: results/serve_checks.json
 """
 
 from __future__ import annotations
@@ -49,51 +44,25 @@ RESULTS = Path(__file__).parent / "results"
 HOST = "127.0.0.1"  # loopback only, by design
 
 
-# --- the servers (run as `serve_load.py --serve ours|naive`, in a subprocess) -------------------------------------
-def naive_app(model_name: str) -> Any:
-    from fastapi import FastAPI
-
-    from subspaces.models.encoder import load_encoder
-
-    model = load_encoder(model_name)
-    app = FastAPI()
-
-    @app.get("/health")
-    def health() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.post("/v1/embeddings")
-    def embeddings(body: dict[str, Any]) -> dict[str, Any]:  # a plain def: FastAPI runs it in its thread pool
-        texts = [body["input"]] if isinstance(body["input"], str) else body["input"]
-        rows = model.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
-        return {"object": "list", "data": [{"index": i, "embedding": r.tolist()} for i, r in enumerate(rows)]}
-
-    return app
-
-
+# --- our server (run as `serve_load.py --serve`, in a subprocess) ---------------------------------------------------
 def run_server(args: argparse.Namespace) -> None:
     import uvicorn
 
     from subspaces.config import set_threads
+    from subspaces.serve.app import create_app
+    from subspaces.serve.settings import ServeSettings
 
     set_threads(args.threads)
-    if args.serve == "naive":
-        app = naive_app(args.model)
-    else:
-        from subspaces.serve.app import create_app
-        from subspaces.serve.settings import ServeSettings
-
-        settings = ServeSettings(
-            model=args.model,
-            max_batch_tokens=args.max_batch_tokens,
-            max_wait_ms=args.max_wait_ms,
-            max_queue=args.max_queue,
-            backend=args.backend,
-            precision=args.precision,
-            dtype=args.dtype,
-        )
-        app = create_app(settings)
-    uvicorn.run(app, host=HOST, port=args.port, log_level="warning", access_log=False)
+    settings = ServeSettings(
+        model=args.model,
+        max_batch_tokens=args.max_batch_tokens,
+        max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue,
+        backend=args.backend,
+        precision=args.precision,
+        dtype=args.dtype,
+    )
+    uvicorn.run(create_app(settings), host=HOST, port=args.port, log_level="warning", access_log=False)
 
 
 # --- the load generator ------------------------------------------------------------------------------------------
@@ -124,7 +93,7 @@ class Server:
             self.env["OMP_NUM_THREADS"] = str(args.threads)  # torch's intra-op threads, as ours are set
             self.path = "/embeddings"
         else:
-            command = [sys.executable, __file__, "--serve", kind, "--port", str(self.port), "--model", args.model]
+            command = [sys.executable, __file__, "--serve", "--port", str(self.port), "--model", args.model]
             command += ["--threads", str(args.threads), "--max-queue", str(max_queue)]
             command += ["--max-batch-tokens", str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms)]
             command += ["--backend", args.backend, "--precision", args.precision, "--dtype", args.dtype]
@@ -220,21 +189,6 @@ def _quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure(server: Server, texts: list[str], args: argparse.Namespace) -> list[dict[str, Any]]:
-    asyncio.run(load(server.url, texts, max(args.levels), args.warmup))  # warm-up: not recorded
-    rows = []
-    for level in args.levels:
-        row = asyncio.run(load(server.url, texts, level, args.duration))
-        row["rss_mb"] = round(server.rss_mb(), 1)
-        print(
-            f"{server.kind:5s} c={level:3d}: {row['requests_per_s']:8.1f} req/s  p50 {row['p50_ms']} ms  "
-            f"p99 {row['p99_ms']} ms  {row['status']}",
-            flush=True,
-        )
-        rows.append(row)
-    return rows
-
-
 def overload(server: Server, texts: list[str], args: argparse.Namespace) -> dict[str, Any]:
     """A burst far past the queue, then sequential requests: are the refusals 503s, and does it recover?"""
     import httpx
@@ -280,25 +234,18 @@ def soak(server: Server, texts: list[str], args: argparse.Namespace) -> dict[str
 
 
 def targets(result: dict[str, Any]) -> dict[str, Any]:
-    """The issue's targets, each checked on this run's figures (None where the run did not measure it)."""
-    ours, naive = result["ours"][-1], result["naive"][-1]  # the highest concurrency level
-    soak_ = result.get("soak")
-    overload_ = result["overload"]
+    """The checks' targets, each on this run's figures (None where the run did not measure it)."""
+    soak_, overload_ = result.get("soak"), result["overload"]
     return {
-        "at_concurrency": ours["concurrency"],
-        "throughput_3x_naive": ours["requests_per_s"] >= 3 * naive["requests_per_s"],
-        "p99_no_worse_than_naive": ours["p99_ms"] is not None
-        and naive["p99_ms"] is not None
-        and ours["p99_ms"] <= naive["p99_ms"],
-        "no_5xx_below_saturation": all(row["5xx"] == 0 for row in result["ours"]),
-        "overload_503s_only_then_recovers": overload_["burst"]["status"].get("503", 0) > 0
-        and overload_["non_503_5xx"] == 0
-        and overload_["recovered"],
+        "embeddings_equal_encode_1e-5": max(result["max_abs_diff_vs_encode"].values()) <= 1e-5,
+        "no_5xx_below_saturation": None if soak_ is None else soak_["5xx"] == 0,
         # flat: the RSS grew by under 5% (and at least 20 MB of slack, for allocator noise) over the soak
         "soak_memory_flat": None
         if soak_ is None
         else soak_["rss_growth_mb"] <= max(20.0, 0.05 * statistics.median(soak_["rss_mb"])),
-        "embeddings_equal_encode_1e-5": max(result["max_abs_diff_vs_encode"].values()) <= 1e-5,
+        "overload_503s_only_then_recovers": overload_["burst"]["status"].get("503", 0) > 0
+        and overload_["non_503_5xx"] == 0
+        and overload_["recovered"],
     }
 
 
@@ -352,6 +299,7 @@ def against_infinity(args: argparse.Namespace) -> dict[str, Any]:
     from subspaces.models.backends import resolve_dtype
     from subspaces.numerics import cpu_model, native_bfloat16
 
+    args.infinity_dtype = args.infinity_dtype or ("bfloat16" if native_bfloat16() else "float32")
     short = sentences(args.texts)
     kinds = {"short": short, "long": paragraphs(short, max(64, args.texts // 9))}
     result: dict[str, Any] = {
@@ -406,43 +354,35 @@ def main() -> None:
     parser.add_argument("--model", default="minilm-l6")
     parser.add_argument("--threads", type=int, default=2, help="Torch threads of each server.")
     parser.add_argument("--duration", type=float, default=60.0, help="Seconds per concurrency level.")
-    parser.add_argument("--levels", default="1,8,32", help="Concurrency levels.")
+    parser.add_argument("--levels", default="1,32", help="Concurrency levels.")
     parser.add_argument("--warmup", type=float, default=3.0)
-    parser.add_argument("--max-batch-tokens", type=int, default=16384)
-    parser.add_argument("--max-wait-ms", type=float, default=0.0)
-    parser.add_argument("--max-queue", type=int, default=256, help="Ours, during the throughput levels.")
-    parser.add_argument("--overload-queue", type=int, default=8, help="Ours, during the overload burst.")
-    parser.add_argument("--overload-concurrency", type=int, default=128)
-    parser.add_argument("--overload-seconds", type=float, default=10.0)
-    # --soak: the option's first name, still accepted
-    parser.add_argument(
-        "--soak-seconds", "--soak", dest="soak", type=float, default=600.0, help="Soak at concurrency 8 (0: none)."
-    )
-    parser.add_argument("--soak-every", type=float, default=10.0, help="Seconds between RSS samples in the soak.")
     parser.add_argument("--texts", type=int, default=2000, help="Distinct WordNet sentences cycled through.")
-    parser.add_argument("--output", type=Path, help="Default: results/serve_load.json (a temporary file with --smoke).")
-    parser.add_argument(
-        "--smoke", action="store_true", help="A few seconds per phase (2 s levels, 6 s soak): checks the script only."
-    )
-    parser.add_argument("--backend", default="torch", help="Ours only: torch, onnx or openvino.")
-    parser.add_argument("--precision", default="fp32", help="Ours only: fp32 or int8.")
-    parser.add_argument(
-        "--dtype",
-        default=None,
-        help="Ours only: float32, bfloat16 or auto (default: float32; against infinity: --ours).",
-    )
-    parser.add_argument(
-        "--against", choices=["naive", "infinity"], default="naive", help="The server ours is measured beside."
-    )
-    parser.add_argument("--infinity", type=Path, default=Path("/work/peers/infinity"), help="infinity-emb's venv.")
-    parser.add_argument("--infinity-dtype", default=None, help="Default: bfloat16 where the CPU has it natively.")
-    parser.add_argument("--per-request", type=int, default=8, help="Texts a request, against infinity.")
+    parser.add_argument("--per-request", type=int, default=8, help="Texts a request.")
     parser.add_argument(
         "--ours",
         default="torch:fp32:auto,onnx:int8:float32",
-        help="Against infinity: our configurations, backend:precision:dtype, comma-separated.",
+        help="Our configurations, backend:precision:dtype, comma-separated.",
     )
-    parser.add_argument("--serve", choices=["ours", "naive"], help=argparse.SUPPRESS)  # the subprocess's mode
+    parser.add_argument("--infinity", type=Path, default=Path("/work/peers/infinity"), help="infinity-emb's venv.")
+    parser.add_argument("--infinity-dtype", default=None, help="Default: bfloat16 where the CPU has it natively.")
+    parser.add_argument("--against", choices=["infinity"], default="infinity", help="The peer (the only one).")
+    parser.add_argument("--max-batch-tokens", type=int, default=16384)
+    parser.add_argument("--max-wait-ms", type=float, default=0.0)
+    parser.add_argument("--max-queue", type=int, default=256, help="Ours, except in the overload burst.")
+    parser.add_argument("--output", type=Path, help="Default: results/serve_vs_infinity.json, or serve_checks.json.")
+    parser.add_argument("--smoke", action="store_true", help="A few seconds per phase: checks the script only.")
+    parser.add_argument("--checks", action="store_true", help="Ours alone: equal embeddings, soak, overload.")
+    parser.add_argument("--backend", default="torch", help="--checks: torch, onnx or openvino.")
+    parser.add_argument("--precision", default="fp32", help="--checks: fp32 or int8.")
+    parser.add_argument("--dtype", default="float32", help="--checks: float32, bfloat16 or auto.")
+    parser.add_argument("--overload-queue", type=int, default=8, help="--checks: the queue in the overload burst.")
+    parser.add_argument("--overload-concurrency", type=int, default=128)
+    parser.add_argument("--overload-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--soak-seconds", "--soak", dest="soak", type=float, default=600.0, help="--checks: concurrency 8 (0: none)."
+    )
+    parser.add_argument("--soak-every", type=float, default=10.0, help="Seconds between RSS samples in the soak.")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the server subprocess
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -451,53 +391,44 @@ def main() -> None:
     if args.smoke:
         args.duration, args.warmup, args.overload_seconds = 2.0, 1.0, 2.0
         args.soak, args.soak_every, args.texts = 6.0, 2.0, 200
-    infinity = args.against == "infinity"
     if args.output is None:
         smoke = Path(tempfile.gettempdir()) / "serve_load_smoke.json"
-        args.output = smoke if args.smoke else RESULTS / ("serve_vs_infinity.json" if infinity else "serve_load.json")
+        args.output = (
+            smoke if args.smoke else RESULTS / ("serve_checks.json" if args.checks else "serve_vs_infinity.json")
+        )
     args.levels = [int(x) for x in args.levels.split(",")]
-    if infinity:
-        from subspaces.numerics import native_bfloat16
+    result = checks(args) if args.checks else against_infinity(args)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["targets" if args.checks else "ratio_over_infinity"], indent=1), f"-> {args.output}")
 
-        args.infinity_dtype = args.infinity_dtype or ("bfloat16" if native_bfloat16() else "float32")
-        args.levels = [1, 32] if args.levels == [1, 8, 32] else args.levels
-        result = against_infinity(args)
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(result, indent=2) + "\n")
-        print(json.dumps(result["ratio_over_infinity"], indent=1), f"-> {args.output}")
-        return
-    args.dtype = args.dtype or "float32"
+
+def checks(args: argparse.Namespace) -> dict[str, Any]:
+    """Ours alone: served rows against ``model encode``'s, the soak, the overload burst; the targets on them."""
+    from subspaces.numerics import cpu_model
+
     texts = sentences(args.texts)
     result: dict[str, Any] = {
         "date": str(date.today()),
         "model": args.model,
+        "cpu": cpu_model(),
         "threads": args.threads,
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
         "smoke": args.smoke,
-        "duration_s": args.duration,
         "texts": len(texts),
         "batching": {"max_batch_tokens": args.max_batch_tokens, "max_wait_ms": args.max_wait_ms},
-        "ours_backend": f"{args.backend}:{args.precision}",
-        "note": "client and servers share this machine's cores; one WordNet sentence per request",
+        "ours": f"{args.backend}:{args.precision}:{args.dtype}",
+        "note": "client and server share this machine's cores; one WordNet sentence per request",
     }
-    with Server("naive", args, args.max_queue) as server:
-        result["naive"] = measure(server, texts, args)
     with Server("ours", args, args.max_queue) as server:
-        result["ours"] = measure(server, texts, args)
         result["max_abs_diff_vs_encode"] = check_equal(server, texts, args)
         if args.soak:
             result["soak"] = soak(server, texts, args)
     with Server("ours", args, args.overload_queue) as server:
         result["overload"] = overload(server, texts, args)
-    result["speedup"] = {
-        str(o["concurrency"]): round(o["requests_per_s"] / n["requests_per_s"], 2) if n["requests_per_s"] else None
-        for o, n in zip(result["ours"], result["naive"], strict=True)
-    }
     result["targets"] = targets(result)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: result[k] for k in ("speedup", "max_abs_diff_vs_encode", "targets")}), f"-> {args.output}")
+    return result
 
 
 if __name__ == "__main__":
