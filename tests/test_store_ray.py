@@ -283,3 +283,46 @@ def test_the_reaper_kills_what_a_killed_driver_leaves(tmp_path):
         driver.kill()
         if child is not None and child.is_running():
             child.kill()
+
+
+def test_a_ray_import_writes_the_rows_of_a_single_process_import_and_resumes(runtime, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from subspaces.store.core import import_vectors
+
+    n, dim = 300, 8
+    x = np.random.default_rng(0).normal(size=(n, dim)).astype(np.float32)
+    path = tmp_path / "rows.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "id": [f"r{i}" for i in range(n)],
+                "vector": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), dim),
+                "lang": ["en" if i % 3 else "de" for i in range(n)],
+            }
+        ),
+        path,
+    )
+    here, _ = import_vectors(tmp_path / "here", path, foreign="other", batch_rows=64)
+    first = pa.table(
+        {
+            "id": [f"r{i}" for i in range(100)],
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(x[:100].ravel()), dim),
+            "lang": ["en" if i % 3 else "de" for i in range(100)],
+        }
+    )
+    part = tmp_path / "part.parquet"
+    pq.write_table(first, part)
+    there, report = import_vectors(tmp_path / "ray", part, foreign="other", batch_rows=64, ray=True, actors=2)
+    assert report["added"] == 100
+    # the whole file again (a rerun after a kill, say): exactly the missing rows, made by Ray tasks
+    again = there.import_vectors(str(path), batch_rows=64, ray=True, actors=2)
+    assert (again["added"], again["skipped"]) == (n - 100, 100)
+    want, got = rows_by_id(here), rows_by_id(there)
+    assert want.keys() == got.keys()
+    assert all(np.array_equal(want[i][1], got[i][1]) for i in want)
+    assert (
+        there.search_vectors(x[:3], 5, where="lang = 'de'")[0].ids
+        == here.search_vectors(x[:3], 5, where="lang = 'de'")[0].ids
+    )

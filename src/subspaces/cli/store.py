@@ -755,9 +755,9 @@ def _show_demo_steps(demo: Any) -> None:
             hits(demo.shrink, f"funnel on {size} dims of the {figures['used']} basis, re-ranked at full size")
 
 
-@store_app.command("import")
+@store_app.command("import", cls=RayCommand)
 @user_errors(interrupted="every batch already written is committed whole; rerun the same command to import the rest")
-@runtime_options(backends=False)
+@runtime_options(backends=False, ray=True)
 def import_cmd(
     store: DirArg,
     vectors: Annotated[
@@ -822,6 +822,8 @@ def import_cmd(
         upsert=upsert,
         batch_rows=batch_rows,
         show_progress=True,
+        ray=run.ray(),
+        actors=run.actors,
     )
     replaced = f"replaced {report['replaced']:,}, " if "replaced" in report else ""
     checked = (

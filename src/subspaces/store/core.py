@@ -562,6 +562,8 @@ class Store:
         check_rows: int = 64,
         min_cosine: float = 0.95,
         show_progress: bool = False,
+        ray: bool | str = False,
+        actors: int | None = None,
     ) -> dict[str, Any]:
         """Add vectors another tool wrote (a file, or ``table`` of a LanceDB database at ``vectors``) to the active
         space, without encoding them; see :mod:`.transfer` for the formats and the two passes (validate all,
@@ -569,7 +571,8 @@ class Store:
         texts re-encodes ``check_rows`` of them and refuses a mean cosine below ``min_cosine``. Returns
         ``{"added", "skipped", "rows", "dimension"}``, with ``"replaced"`` for ``upsert`` and ``"mean_cosine"``
         when checked. A rerun adds only what is missing; an id stored with other content is refused unless
-        ``upsert``."""
+        ``upsert``. ``ray``: the writing pass's batches are made into store rows by Ray tasks (as in :meth:`add`:
+        ``True`` or ``"local"`` for a local runtime, else a cluster's address; :func:`.scaleout.prepare_chunks`)."""
         active = self.manifest.active
         record = self._space(active).model
         encoder = None
@@ -613,7 +616,7 @@ class Store:
             )
             cosine = None if encoder is None else transfer.check_model(encoder, plan, source.label(), min_cosine)
             return self._import_planned(
-                source, plan, overlap, cosine, upsert=upsert, show_progress=show_progress, stored=stored
+                source, plan, overlap, cosine, upsert=upsert, show_progress=show_progress, ray=ray, actors=actors
             )
 
     def _import_planned(
@@ -625,7 +628,8 @@ class Store:
         *,
         upsert: bool,
         show_progress: bool,
-        stored: set[str] | None = None,
+        ray: bool | str = False,
+        actors: int | None = None,
     ) -> dict[str, Any]:
         """The writing pass of a validated import (under the write lock): refuse changed rows unless ``upsert``,
         give the table its typed columns, write, keep pending spaces in step."""
@@ -643,7 +647,7 @@ class Store:
             self._table(active).declare_columns(plan.columns)
         if changed:
             self._forget(changed, active)
-        written = transfer.write_rows(self, active, source, plan, skip, changed, show_progress)
+        written = transfer.write_rows(self, active, source, plan, skip, changed, show_progress, ray=ray, actors=actors)
         for pending in self.manifest.pending():
             self._sync(pending, show_progress=show_progress)
         report = {
@@ -905,7 +909,14 @@ def import_vectors(
     # Under the write lock: once the manifest exists, another writer could take the store and append beside this one.
     with store._writing("store import"):
         report = store._import_planned(
-            source, plan, set(), cosine, upsert=False, show_progress=options.get("show_progress", False)
+            source,
+            plan,
+            set(),
+            cosine,
+            upsert=False,
+            show_progress=options.get("show_progress", False),
+            ray=options.get("ray", False),
+            actors=options.get("actors"),
         )
     return store, report
 

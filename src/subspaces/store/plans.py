@@ -75,9 +75,8 @@ class Funnel:
             prefix_queries = ops.unit_prefix(adapter.transform(vectors), dims)
         else:
             prefix_queries = ops.prefix_rows(vectors, dims, axes)
-        # the prefix ranking alone is scored exactly; a funnel's shortlist index is chosen by its size (and is
-        # always 8-bit codes for rows read from the vector file: a quarter of the memory)
-        codes = self.rerank and (topk.scans_codes(len(rows), len(vectors)) or rows.file is not None)
+        # the prefix ranking alone is scored exactly; a funnel's shortlist index is chosen by its size
+        codes = self.rerank and topk.scans_codes(len(rows), len(vectors))
         prefixes = rows.prefixes
         key = (basis, dims, codes)
         if key not in prefixes:

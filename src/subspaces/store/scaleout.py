@@ -1,9 +1,11 @@
-"""The store's encoding and mapping on Ray Data: ``map_batches`` over an actor pool, each actor loading its
+"""The store's encoding, mapping and importing on Ray: ``map_batches`` over an actor pool, each actor loading its
 model (or aligner) once; the driver commits the results through the store's own atomic, idempotent appends.
 
 Why the driver writes: the store is a folder on the driver's disk, which the workers of a cluster do not see,
 and each commit of one whole block keeps the store's guarantees (a reader sees a block whole or not at all; a
-rerun after a kill adds exactly the missing ids). What a cluster scales is the encoding, the costly part.
+rerun after a kill adds exactly the missing ids). What a cluster scales is the encoding, the costly part; an
+import's writing pass hands its batches (read on the driver, where the file is) to Ray tasks that check them and
+make them store rows (:func:`prepare_chunks`).
 
 Workers need ``subspaces`` installed and the model under the same name or path (a bundled name always is); a
 model given as an object is shipped to them through Ray's object store instead.
@@ -13,7 +15,8 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -304,6 +307,26 @@ def map_rows(table: Any, aligner: Any, dim: int, *, block_rows: int, actors: int
         **_actor_options(),
     )
     yield from dataset.iter_batches(batch_size=None, batch_format="pyarrow")
+
+
+def prepare_chunks(
+    chunks: Iterable[Any], prepare: Callable[..., Any], *shared: Any, actors: int | None = None
+) -> Iterator[Any]:
+    """``prepare(chunk, *shared)`` of each chunk (an import's writing pass: checks, unit length, ids, the Arrow
+    block), run as Ray tasks, the results in input order. At most two tasks per CPU are in flight, so the driver
+    holds a few chunks, never the input; ``shared`` is put in the object store once."""
+    import ray
+
+    size = _pool_size(actors)
+    task = ray.remote(num_cpus=1, max_retries=0 if _started_local else 3)(prepare)
+    refs = [ray.put(value) for value in shared]
+    pending: deque[Any] = deque()
+    for chunk in chunks:
+        pending.append(task.remote(chunk, *refs))
+        if len(pending) >= 2 * size:
+            yield ray.get(pending.popleft())
+    while pending:
+        yield ray.get(pending.popleft())
 
 
 def encode_texts(texts: Sequence[str], **options: Any) -> np.ndarray:

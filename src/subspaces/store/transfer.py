@@ -539,28 +539,37 @@ def check_model(encoder: Any, plan: Plan, label: str, min_cosine: float) -> floa
 
 
 def write_rows(
-    store: Store, name: str, source: Source, plan: Plan, skip: set[str], replace: set[str], show_progress: bool
+    store: Store,
+    name: str,
+    source: Source,
+    plan: Plan,
+    skip: set[str],
+    replace: set[str],
+    show_progress: bool,
+    *,
+    ray: bool | str = False,
+    actors: int | None = None,
 ) -> int:
     """The writing pass: every row of ``source`` whose id is not in ``skip`` (or is in ``replace``), one commit a
-    batch; returns how many rows went in."""
+    batch; returns how many rows went in. ``ray``: each batch made into store rows by a Ray task
+    (:func:`.scaleout.prepare_chunks`), the driver reading and committing them in input order."""
     written = 0
     dim = store._space(name).model.dimension
+    shared = (source.label(), dim, skip, replace)
+    if ray:
+        from subspaces.store import scaleout
+
+        scaleout.start(ray)
+        prepared = scaleout.prepare_chunks(source.chunks(), store_block, *shared, actors=actors)
+    else:
+        prepared = (store_block(chunk, *shared) for chunk in source.chunks())
 
     def blocks() -> Iterator[Any]:
         nonlocal written
-        for chunk in source.chunks():
-            rows = _rows(chunk, source.label(), dim)
-            keep = [i for i, row_id in enumerate(rows.ids) if row_id not in skip or row_id in replace]
-            if not keep:
-                continue
-            written += len(keep)
-            yield block_of(
-                dim,
-                [rows.ids[i] for i in keep],
-                [rows.texts[i] for i in keep],
-                rows.vectors[keep],
-                [rows.metadata[i] for i in keep],
-            )
+        for block in prepared:
+            if block is not None:
+                written += block.num_rows
+                yield block
 
     todo = plan.rows - len(skip - replace)
     with Progress(
@@ -571,6 +580,22 @@ def write_rows(
     ) as bar:
         store._append(name, blocks(), bar, replace=replace)
     return written
+
+
+def store_block(chunk: Chunk, label: str, dim: int, skip: set[str], replace: set[str]) -> Any:
+    """The store rows (an Arrow block) of ``chunk`` whose id is not in ``skip`` (or is in ``replace``); None if
+    none is."""
+    rows = _rows(chunk, label, dim)
+    keep = [i for i, row_id in enumerate(rows.ids) if row_id not in skip or row_id in replace]
+    if not keep:
+        return None
+    return block_of(
+        dim,
+        [rows.ids[i] for i in keep],
+        [rows.texts[i] for i in keep],
+        rows.vectors[keep],
+        [rows.metadata[i] for i in keep],
+    )
 
 
 def source_of(vectors: Any, options: dict[str, Any]) -> Source:
