@@ -1,0 +1,383 @@
+"""The store at scale (issue 52 item 3): a parquet of ``n`` x 384 vectors with ids and typed metadata (``lang``,
+``year``) imported as another tool's dump, then searched in every mode, each stage in a process of its own so its
+peak resident memory is its own.
+
+**The vectors.** What a user has is minilm-l6 vectors; encoding a million texts is too slow here, so the corpus is
+real minilm-l6 vectors of ``real`` WordNet 3.0 definitions and examples (``../shared/data/wordnet_sentences``,
+encoded once with the library in ``dtype``, cached under ``~/.cache/subspaces/store_scale/``) and, to reach ``n``,
+synthetic rows drawn from a mixture fitted to them: faiss k-means (``clusters`` centroids), each synthetic row a
+centroid plus Gaussian noise of its cluster's measured within-cluster spread, renormalised. The queries are
+``queries`` further WordNet texts' real vectors, held out of the corpus and of the fit. The record says so.
+
+**Stages**, each a subprocess (``python store_scale.py STAGE ARGS``) that reports its own time and peak RSS
+(``getrusage(RUSAGE_SELF).ru_maxrss``): import (``store import --foreign``, two streamed passes), the int8 copy,
+the IVF-PQ index, then per search mode (exact, funnel on 128 principal axes with a 10 x k shortlist, int8 +
+rescore, ANN with the default ``refine_factor`` and with None) ``queries`` queries one at a time (p50/p99 ms,
+Recall@10 against exact) and one filtered search (``where``; k rows must come back and each must match), then a
+delete and an upsert of ``mutations`` rows and an export back to parquet. Every stage's result is kept in the
+work folder (``work``, default ``~/.cache/subspaces/store_scale/n<n>/``), so a killed run, rerun (the runner's
+``--resume``), starts at the stage it was in.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+LANGS = (("en", 0.6), ("de", 0.15), ("fr", 0.15), ("ja", 0.1))
+YEARS = (1990, 2025)
+DEFAULTS: dict[str, Any] = {
+    "n": 20_000,
+    "real": None,  # real WordNet vectors in the corpus (None: every one not held out as a query)
+    "queries": 200,
+    "k": 10,
+    "model": "minilm-l6",
+    "dtype": "bfloat16",
+    "clusters": 1024,
+    "dims": 128,
+    "shortlist": 10,
+    "rescore": 4,
+    "nprobes": 20,
+    "filter_lang": "de",  # the filtered search: lang = this AND year >= filter_year
+    "filter_year": 2015,
+    "mutations": 1000,
+    "threads": 2,
+    "batch_rows": 4096,
+    "work": None,
+    "keep": False,  # keep the store and parquet after the run (default: removed once every stage is recorded)
+}
+
+
+def cache_root() -> Path:
+    from subspaces.config import cache_dir
+
+    return cache_dir() / "store_scale"  # ~/.cache/subspaces/store_scale ($SUBSPACES_CACHE where set)
+
+
+# -- the corpus -------------------------------------------------------------------------------------------------
+PART = 10_000  # texts encoded and cached at a time
+
+
+def real_vectors(model: str, dtype: str, need: int) -> tuple[np.ndarray, int]:
+    """minilm-l6 vectors of the first ``need`` distinct WordNet sentences (definitions and examples) in a seeded
+    shuffle, and how many sentences there are; encoded once, ``PART`` at a time, and cached (a larger run encodes
+    only the parts it lacks)."""
+    from subspaces.store.demo import wordnet_sentences
+
+    texts = wordnet_sentences(10**7)
+    order = np.random.default_rng(0).permutation(len(texts))
+    folder = cache_root() / f"wordnet-{model}-{dtype}-{len(texts)}"
+    parts, encoder = [], None
+    for first in range(0, min(need, len(texts)), PART):
+        path = folder / f"part-{first // PART:03d}.npy"
+        if not path.is_file():
+            from subspaces.io import save_npy
+            from subspaces.models.encoder import encode, load_encoder
+
+            encoder = encoder or load_encoder(model, dtype=dtype)
+            batch = [texts[i] for i in order[first : first + PART]]
+            start = time.perf_counter()
+            vectors = encode(encoder, batch, batch_size=128, normalize=True)
+            print(f"encoded {len(batch):,} WordNet texts in {time.perf_counter() - start:.0f} s", flush=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_npy(path, np.asarray(vectors, dtype=np.float32))
+        parts.append(np.load(path))
+    return np.concatenate(parts)[:need], len(texts)
+
+
+def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
+    """The corpus parquet (``n`` rows: ids, vectors, lang, year) and the held-out queries' vectors."""
+    import faiss
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    q = p["queries"]
+    vectors, total = real_vectors(p["model"], p["dtype"], q + min(p["real"] or p["n"], p["n"]))
+    rng = np.random.default_rng(0)
+    np.save(work / "queries.npy", vectors[:q])  # the first texts of the shuffle are the queries, held out
+    fitted = vectors[q:]
+    real = len(fitted)
+    clusters = min(p["clusters"], max(1, len(fitted) // 40))
+    kmeans = faiss.Kmeans(fitted.shape[1], clusters, niter=20, seed=0, spherical=True)
+    kmeans.train(fitted)
+    _, label = kmeans.index.search(fitted, 1)
+    label = label.ravel()
+    residual = fitted - kmeans.centroids[label]
+    counts = np.bincount(label, minlength=clusters)
+    spread = np.sqrt(
+        np.bincount(label, (residual**2).sum(1), minlength=clusters) / np.maximum(counts, 1) / fitted.shape[1]
+    )
+    weights = counts / counts.sum()
+    schema = pa.schema(
+        [
+            pa.field("id", pa.string()),
+            pa.field("vector", pa.list_(pa.float32(), fitted.shape[1])),
+            pa.field("lang", pa.string()),
+            pa.field("year", pa.int64()),
+        ]
+    )
+    path = work / "corpus.parquet"
+    tmp = path.with_suffix(".tmp")
+    langs, shares = zip(*LANGS, strict=True)
+    with pq.ParquetWriter(tmp, schema) as writer:
+        for start in range(0, p["n"], 50_000):
+            rows = min(50_000, p["n"] - start)
+            block = np.empty((rows, fitted.shape[1]), dtype=np.float32)
+            from_real = max(0, min(rows, real - start))
+            block[:from_real] = fitted[start : start + from_real]
+            synthetic = rows - from_real
+            if synthetic:
+                picked = rng.choice(clusters, synthetic, p=weights)
+                noise = rng.standard_normal((synthetic, fitted.shape[1])).astype(np.float32)
+                x = kmeans.centroids[picked] + noise * spread[picked, None].astype(np.float32)
+                block[from_real:] = x / np.linalg.norm(x, axis=1, keepdims=True)
+            flat = pa.array(block.ravel(), pa.float32())
+            writer.write_table(
+                pa.table(
+                    {
+                        "id": [f"row-{i}" for i in range(start, start + rows)],
+                        "vector": pa.FixedSizeListArray.from_arrays(flat, fitted.shape[1]),
+                        "lang": rng.choice(langs, rows, p=shares),
+                        "year": rng.integers(*YEARS, rows),
+                    },
+                    schema=schema,
+                )
+            )
+    os.replace(tmp, path)
+    return {
+        "wordnet_texts": int(total),
+        "real_rows": int(real),
+        "synthetic_rows": int(p["n"] - real),
+        "clusters": int(clusters),
+        "queries": int(q),
+        "parquet_bytes": path.stat().st_size,
+    }
+
+
+# -- the stages, each in a process of its own ---------------------------------------------------------------------
+def child(stage: str, args: dict[str, Any]) -> dict[str, Any]:
+    """One stage, in this process; returns its measurements (with this process's peak RSS)."""
+    from subspaces.config import set_threads
+
+    set_threads(args["threads"])
+    store_dir = Path(args["store"])
+    out: dict[str, Any] = {}
+    start = time.perf_counter()
+    if stage == "import":
+        from subspaces.store.core import import_vectors
+
+        _, report = import_vectors(store_dir, args["parquet"], foreign=args["model"], batch_rows=args["batch_rows"])
+        out["report"] = report
+    elif stage in ("quantize", "index", "mutate", "export"):
+        from subspaces.store import Store
+
+        store = Store.open(store_dir)
+        if stage == "quantize":
+            out["report"] = store.quantize("int8")
+        elif stage == "index":
+            out["report"] = store.index()
+        elif stage == "mutate":
+            out |= mutate(store, args)
+        else:
+            target = Path(args["work"]) / "export.parquet"
+            out["report"] = store.export(target)
+            out["bytes"] = target.stat().st_size
+            target.unlink()
+    else:
+        out |= search(stage, args)
+    out["seconds"] = round(time.perf_counter() - start, 2)
+    out["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return out
+
+
+def search(mode: str, args: dict[str, Any]) -> dict[str, Any]:
+    from subspaces.store import Store
+
+    options = args["modes"][mode]
+    store = Store.open(args["store"])
+    queries = np.load(Path(args["work"]) / "queries.npy")
+    k = args["k"]
+    start = time.perf_counter()
+    store.search_vectors(queries[:1], k, **options)  # what a first search builds (vector file, prefix index, codes)
+    first_s = time.perf_counter() - start
+    times, ids = [], []
+    for vector in queries:
+        start = time.perf_counter()
+        hit = store.search_vectors(vector[None], k, **options)[0]
+        times.append(time.perf_counter() - start)
+        ids.append(hit.ids)
+    ms = np.asarray(times) * 1e3
+    start = time.perf_counter()
+    filtered = store.search_vectors(queries[:1], k, where=args["where"], **options)[0]
+    filtered_ms = (time.perf_counter() - start) * 1e3
+    lang, year = args["where_check"]
+    matching = all(m is not None and m["lang"] == lang and m["year"] >= year for m in filtered.metadata)
+    return {
+        "first_search_seconds": round(first_s, 2),
+        "p50_ms": round(float(np.percentile(ms, 50)), 3),
+        "p99_ms": round(float(np.percentile(ms, 99)), 3),
+        "qps": round(float(1e3 / ms.mean()), 1),
+        "filtered": {"ms": round(filtered_ms, 2), "results": len(filtered.ids), "k": k, "all_match": matching},
+        "ids": ids,
+    }
+
+
+def mutate(store: Any, args: dict[str, Any]) -> dict[str, Any]:
+    """Delete ``mutations`` rows, then upsert as many (stored ids, new vectors): seconds each."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    m, n = args["mutations"], args["n"]
+    rng = np.random.default_rng(1)
+    picked = rng.choice(n, 2 * m, replace=False)
+    start = time.perf_counter()
+    deleted = store.delete([f"row-{i}" for i in picked[:m]])
+    delete_s = time.perf_counter() - start
+    x = rng.standard_normal((m, store._space(store.manifest.active).model.dimension)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    path = Path(args["work"]) / "upsert.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "id": [f"row-{i}" for i in picked[m:]],
+                "vector": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), x.shape[1]),
+                "lang": ["en"] * m,
+                "year": [2000] * m,
+            }
+        ),
+        path,
+    )
+    start = time.perf_counter()
+    upserted = store.import_vectors(str(path), upsert=True)
+    upsert_s = time.perf_counter() - start
+    return {
+        "delete": {"seconds": round(delete_s, 2)} | deleted,
+        "upsert": {"seconds": round(upsert_s, 2), "replaced": upserted.get("replaced")},
+    }
+
+
+def run_stage(stage: str, args: dict[str, Any], work: Path) -> dict[str, Any]:
+    """``stage`` in a subprocess, or its recorded result if a run before finished it."""
+    done = work / "stages" / f"{stage}.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    print(f"[store_scale] {stage}", flush=True)
+    env = os.environ | {"OMP_NUM_THREADS": str(args["threads"]), "PYTHONPATH": str(Path(__file__).parents[2])}
+    proc = subprocess.run(
+        [sys.executable, __file__, stage, json.dumps(args)], env=env, capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"stage {stage} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    done.parent.mkdir(parents=True, exist_ok=True)
+    tmp = done.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result))
+    os.replace(tmp, done)
+    return result
+
+
+def recall(found: list[list[str]], truth: list[list[str]]) -> float:
+    return float(np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(found, truth, strict=True)]))
+
+
+def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The whole benchmark for one ``n``; ``seed`` is unused (the sampling is seeded)."""
+    p = DEFAULTS | params
+    work = Path(p["work"]) if p["work"] else cache_root() / f"n{p['n']}"
+    work.mkdir(parents=True, exist_ok=True)
+    corpus_record = work / "stages" / "corpus.json"
+    if not corpus_record.is_file():
+        print(f"[store_scale] corpus of {p['n']:,} rows", flush=True)
+        corpus = write_corpus(p, work)
+        corpus_record.parent.mkdir(parents=True, exist_ok=True)
+        corpus_record.write_text(json.dumps(corpus))
+    corpus = json.loads(corpus_record.read_text())
+    k = p["k"]
+    modes = {
+        "exact": {},
+        f"funnel_pca_{p['dims']}_x{p['shortlist']}": {"dims": p["dims"], "basis": "pca", "shortlist": p["shortlist"]},
+        f"int8_rescore{p['rescore']}": {"quantized": True, "rescore": p["rescore"]},
+        "ann_refine_default": {"ann": True, "nprobes": p["nprobes"]},
+        "ann_refine_none": {"ann": True, "nprobes": p["nprobes"], "refine_factor": None},
+    }
+    args = {
+        "store": str(work / "store"),
+        "parquet": str(work / "corpus.parquet"),
+        "work": str(work),
+        "model": p["model"],
+        "threads": p["threads"],
+        "batch_rows": p["batch_rows"],
+        "k": k,
+        "n": p["n"],
+        "where": f"lang = '{p['filter_lang']}' AND year >= {int(p['filter_year'])}",
+        "where_check": [p["filter_lang"], int(p["filter_year"])],
+        "mutations": p["mutations"],
+        "modes": modes,
+    }
+    stages = {name: run_stage(name, args, work) for name in ("import", "quantize", "index")}
+    searches = {name: run_stage(name, args, work) for name in modes}
+    truth = searches["exact"]["ids"]
+    for result in searches.values():
+        result["recall@10"] = round(recall(result.pop("ids"), truth), 4)
+    after = {name: run_stage(name, args, work) for name in ("mutate", "export")}
+    if not p["keep"]:
+        shutil.rmtree(work / "store", ignore_errors=True)
+        (work / "corpus.parquet").unlink(missing_ok=True)
+    return {
+        "what": (
+            f"{p['n']:,} x 384 rows: {corpus['real_rows']:,} real {p['model']} vectors ({p['dtype']}) of WordNet 3.0 "
+            f"definitions and examples, {corpus['synthetic_rows']:,} synthetic rows drawn from a {corpus['clusters']}-"
+            "centroid k-means mixture fitted to them (centroid + within-cluster Gaussian noise, renormalised); "
+            f"{corpus['queries']} queries: held-out real WordNet vectors, one at a time"
+        ),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv),
+        "cpu": _lscpu_model(),
+        "threads": p["threads"],
+        "corpus": corpus,
+        "stages": stages,
+        "search": searches,
+        "after": after,
+    }
+
+
+def _lscpu_model() -> str:
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
+
+
+def table(summary: dict[str, Any]) -> str:
+    lines = []
+    for cell in summary["cells"]:
+        r = cell["result"]
+        lines.append(f"#### store_scale: {cell['cell']} ({r['corpus']['real_rows']:,} real rows)\n")
+        lines.append("| stage | seconds | peak RSS MiB |\n|---|---:|---:|")
+        for name, s in {**r["stages"], **r["after"]}.items():
+            lines.append(f"| {name} | {s['seconds']} | {s['peak_rss_mib']} |")
+        lines.append(
+            "\n| search | p50 ms | p99 ms | Recall@10 | peak RSS MiB | filtered k |\n|---|---:|---:|---:|---:|---:|"
+        )
+        for name, s in r["search"].items():
+            f = s["filtered"]
+            lines.append(
+                f"| {name} | {s['p50_ms']} | {s['p99_ms']} | {s['recall@10']:.3f} | {s['peak_rss_mib']} | "
+                f"{f['results']}/{f['k']}{'' if f['all_match'] else ' (a row off the filter!)'} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(json.dumps(child(sys.argv[1], json.loads(sys.argv[2]))))
