@@ -10,9 +10,11 @@ import typer
 
 from subspaces.cli.common import DeviceOpt, ThreadsOpt, echo, out, parse_rank, recipe_options, table, user_errors
 from subspaces.cli.groups import cond_app
-from subspaces.cli.train import TrainableLayersOpt
+from subspaces.cli.train import TrainableLayersOpt, parse_trainable_layers
 from subspaces.cond.recipe import CondTrainConfig
 from subspaces.cond.tasks import SPLITS, TASKS
+from subspaces.errors import DataError
+from subspaces.io import check_writable, load_embeddings, read_lines, save_json
 
 if TYPE_CHECKING:
     from subspaces.cond.pipeline import ConditionalEvalResult
@@ -79,9 +81,7 @@ def train_cmd(
 
     Every setting of the recipe (CondTrainConfig) is an option here or a key of a --config file.
     """
-    from subspaces.cli.train import parse_trainable_layers
     from subspaces.cond.pipeline import train_conditional
-    from subspaces.io import check_writable
     from subspaces.models.encoder import resolve_device
 
     resolve_device(device)
@@ -166,8 +166,6 @@ def search_cmd(
 ) -> None:
     """Rank a corpus by cos(W_c q, W_c d) under a condition, without re-encoding it: the corpus is projected once
     per condition (into the hypernet's K-dim factor space), then each query costs one product."""
-    from subspaces.errors import DataError
-    from subspaces.io import load_embeddings, read_lines, save_json
     from subspaces.models.encoder import resolve_device
     from subspaces.models.triencoder import TriEncoder
 
@@ -231,7 +229,6 @@ def csts_cache_cmd(
     """Inference time and cache hit rate of the bi- and tri-encoder on the same rows: cold caches, warm caches,
     and the same sentence pairs under new conditions (what C-STS asks: each pair under two conditions)."""
     from subspaces.cond.pipeline import cache_benchmark
-    from subspaces.io import save_json
     from subspaces.models.encoder import resolve_device
 
     resolve_device(device)

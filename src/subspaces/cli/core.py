@@ -37,7 +37,7 @@ from subspaces.io import (
 )
 from subspaces.models.backends import check_backend, check_dtype, resolve_dtype
 from subspaces.models.registry import check_model, known_models
-from subspaces.quantize import Kind, calibrate_int8, calibration_sample, save_codes, sidecar
+from subspaces.quantize import Kind, calibrate_int8, calibration_sample, quantize, save_codes, sidecar
 
 
 @model_app.command("list")
@@ -170,8 +170,6 @@ def encode_cmd(
 
 
 def _save_quantized(output: Path, emb, kind: str) -> None:
-    from subspaces.quantize import quantize
-
     cal = None
     if kind == "int8":
         cal = calibrate_int8(calibration_sample(emb))  # a seeded sample: same file, same ranges

@@ -10,8 +10,9 @@ import typer
 
 from subspaces.cli.common import DeviceOpt, ThreadsOpt, echo, out, parse_rank, recipe_options, table, user_errors
 from subspaces.cli.groups import kgc_app
-from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt
-from subspaces.kgc.recipes import RECIPES, KGCTrainConfig, Ties
+from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt, parse_trainable_layers
+from subspaces.io import check_writable
+from subspaces.kgc.recipes import RECIPES, KGCTrainConfig, Ties, recipe_settings
 
 if TYPE_CHECKING:
     from subspaces.kgc.pipeline import KGCEvalResult
@@ -106,8 +107,6 @@ def train(
 
     Every setting of the recipe (KGCTrainConfig) is an option here or a key of a --config file.
     """
-    from subspaces.cli.train import parse_trainable_layers
-    from subspaces.io import check_writable
     from subspaces.kgc.pipeline import train_pipeline
     from subspaces.models.encoder import resolve_device
 
@@ -146,8 +145,6 @@ def train(
 def _recipe_defaults(name: str, arch: str) -> dict:
     """The recipe's settings for the options this command line left at their defaults."""
     from typer.main import get_current_context  # typer's own copy of click: its context, not click's
-
-    from subspaces.kgc.recipes import recipe_settings
 
     ctx = get_current_context()
     # By name: typer may carry its own copy of click, whose ParameterSource is another class.

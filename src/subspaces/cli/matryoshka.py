@@ -25,16 +25,18 @@ from subspaces.cli.common import (
     user_errors,
 )
 from subspaces.cli.groups import matryoshka_app
-from subspaces.cli.train import TrainableLayersOpt
+from subspaces.cli.train import TrainableLayersOpt, check_device, describe_pooling, prepare_run, report
+from subspaces.data.nli import is_csv, training_rows
+from subspaces.data.text import read_corpus, wordnet_sentences
+from subspaces.errors import SubspacesError
+from subspaces.io import check_writable, save_json
+from subspaces.models.backends import check_backend
 from subspaces.train.recipes import MatryoshkaConfig
 from subspaces.vectors import parse_dims
 
 
 def _training_rows(data: Path | None, limit: int | None) -> list[tuple[str, ...]]:
     """A text file trains unsupervised (one column); a CSV with sent0,sent1[,hard_neg] trains on pairs/triplets."""
-    from subspaces.data.nli import is_csv, training_rows
-    from subspaces.data.text import read_corpus, wordnet_sentences
-
     if data is None:
         return [(s,) for s in wordnet_sentences(limit=limit)]
     if is_csv(data):
@@ -81,8 +83,6 @@ def train_matryoshka_cmd(
     """Matryoshka Representation Learning over SimCSE's InfoNCE, with MIC's SCR + SIR regularisers if --mic.
 
     Every setting of the recipe (MatryoshkaConfig) is an option here or a key of a --config file."""
-    from subspaces.cli.train import describe_pooling, prepare_run, report
-
     rows = _training_rows(data, limit)  # before the model loads: a bad file fails fast
     given: dict[str, Any] = {
         "dims": parse_dims(dims) if dims is not None else None,
@@ -145,11 +145,8 @@ def eval_dims_cmd(
     precision: PrecisionOpt = "fp32",
 ) -> None:
     """Probes (logistic regression on frozen embeddings) and STS at each truncated dimension."""
-    from subspaces.models.backends import check_backend
-
     check_backend(backend, precision)
     from subspaces.eval.dims import DEFAULT_TASKS, DimsEvaluator, known_tasks, plot_dims
-    from subspaces.io import check_writable, save_json
 
     if json_path is not None:
         check_writable(json_path.with_suffix(".png"), "--json's plot")
@@ -159,10 +156,7 @@ def eval_dims_cmd(
         out.print("\n".join(known_tasks()))
         return
     if not model:
-        from subspaces.errors import SubspacesError
-
         raise SubspacesError("give at least one --model")
-    from subspaces.cli.train import check_device
 
     device_name = check_device(device)
     chosen = [x.strip() for x in tasks.split(",") if x.strip()] if tasks else list(DEFAULT_TASKS)

@@ -24,7 +24,12 @@ from subspaces.cli.common import (
     user_errors,
 )
 from subspaces.cli.groups import simcse_app
+from subspaces.data.nli import is_csv, training_rows
+from subspaces.data.text import read_corpus
+from subspaces.errors import SubspacesError
+from subspaces.io import check_writable
 from subspaces.models import POOLERS
+from subspaces.train.output import check_output_dir
 from subspaces.train.recipes import SIMCSE_MODE_DEFAULTS, Augmentation, SimCSEConfig
 
 if TYPE_CHECKING:
@@ -49,8 +54,6 @@ CacheDirOpt = Annotated[
 
 def parse_trainable_layers(text: str) -> int | None:
     """``all`` -> None, ``"2"`` -> 2; the model's depth is checked once it is loaded (before any step)."""
-    from subspaces.errors import SubspacesError
-
     if text.strip().lower() == "all":
         return None
     try:
@@ -64,8 +67,6 @@ def parse_trainable_layers(text: str) -> int | None:
 
 def check_device(name: str) -> str:
     import torch
-
-    from subspaces.errors import SubspacesError
 
     try:
         parsed = torch.device(name)
@@ -96,9 +97,6 @@ def describe_pooling(model: Any) -> str:
 
 def prepare_run(output: Path, overwrite: bool, evaluate: bool, device: str, trainable_layers: str):
     """The checks every encoder-training command runs before it loads anything big; the parsed values."""
-    from subspaces.io import check_writable
-    from subspaces.train.output import check_output_dir
-
     check_output_dir(output, overwrite)
     check_writable(output, "--output", folder=True)
     if evaluate:
@@ -164,10 +162,6 @@ def train_simcse_cmd(
 
     Every setting of the recipe (SimCSEConfig) is an option here or a key of a --config file; --mode sup defaults
     to the paper's batch size, learning rate and epochs for it."""
-    from subspaces.data.nli import is_csv, training_rows
-    from subspaces.data.text import read_corpus
-    from subspaces.errors import SubspacesError
-
     mode = config.mode
     # The data is read before the model loads: a bad file fails in a second, not after the load.
     if mode == "unsup" and is_csv(data):

@@ -18,8 +18,9 @@ from subspaces.cond.recipe import CondTrainConfig
 from subspaces.cond.tasks import get_task
 from subspaces.cond.train import evaluate, fit, predict
 from subspaces.data.csts import write_predictions
-from subspaces.errors import SubspacesError
+from subspaces.errors import ModelNotFoundError, SubspacesError
 from subspaces.models.conditional import BiEncoder, ConditionalModel, TriEncoder, build_model, load_model
+from subspaces.models.folder import is_model_folder
 from subspaces.results import JSONResult
 
 
@@ -91,9 +92,7 @@ def _describe(model: ConditionalModel) -> dict[str, Any]:
 
 def _load_or_zero_shot(path: str | Path, device: str = "cpu") -> ConditionalModel:
     """A ``cond train`` folder, or a plain encoder (name or folder) as the zero-shot bi-encoder."""
-    from subspaces.errors import ModelNotFoundError
     from subspaces.models.encoder import resolve_model_path
-    from subspaces.models.folder import is_model_folder
 
     if is_model_folder(path):
         return load_model(path, task="cond", device=device)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from subspaces.config import dataset_dir
 from subspaces.errors import DataError
 from subspaces.io import open_text
 
@@ -212,8 +213,6 @@ def load_fb15k237(folder: str | Path) -> KnowledgeGraph:
 
 def load_kg(name_or_folder: str | Path) -> KnowledgeGraph:
     """``"wn18rr"`` / ``"fb15k237"`` (from the data folder) or a folder in either layout."""
-    from subspaces.config import dataset_dir
-
     text = str(name_or_folder)
     if text in DATASETS:
         folder = dataset_dir(text)

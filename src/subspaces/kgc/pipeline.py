@@ -32,8 +32,10 @@ from subspaces.kgc.texts import KGCTexts
 from subspaces.kgc.train import embed_batch, train_kgc
 from subspaces.losses.simkgc import SimKGCLoss
 from subspaces.models.conditional import CacheSettings, ConditionalModel, TriEncoder, build_model, load_model
+from subspaces.models.folder import is_model_folder, read_config
 from subspaces.models.partial import partially_trained
 from subspaces.results import JSONResult
+from subspaces.train.engine import seed_everything
 
 DEFAULT_MAX_LENGTH = 50  # SimKGC's --max-num-tokens
 
@@ -116,7 +118,6 @@ def train_pipeline(
     if config.head_lr is not None and arch != "tri":
         raise SubspacesError("--head-lr is the tri-encoder's head; the bi-encoder has none (use --encoder-lr)")
     from subspaces.models.encoder import resolve_device
-    from subspaces.train.engine import seed_everything
 
     resolve_device(device)  # a device this machine lacks fails before the graph and the model load
     seed_everything(config.seed)
@@ -280,7 +281,6 @@ def evaluate_model(
     was trained) scores raw query vectors when False; it changes only the re-ranked figures.
     """
     from subspaces.models.encoder import resolve_device
-    from subspaces.models.folder import is_model_folder, read_config
 
     resolve_device(device)
 

@@ -25,6 +25,15 @@ from torch import nn
 from subspaces.cache import LRUCache
 from subspaces.errors import SubspacesError
 from subspaces.models.embedding_cache import CacheSettings, EmbeddingCache
+from subspaces.models.folder import (
+    encoder_reference,
+    is_saved_here,
+    load_referenced_encoder,
+    read_config,
+    save_encoder,
+    write_config,
+)
+from subspaces.models.forward import embed_with_grad
 from subspaces.models.triencoder import TriEncoder, build_tri_encoder, cache_stats, pair_similarity
 
 ARCHS = ("tri", "bi")
@@ -136,7 +145,6 @@ class BiEncoder(nn.Module):
     def _embed(self, kind: str, texts: Sequence[Any], description: str | None) -> torch.Tensor:
         if self.freeze_encoder or not self.training:
             return self.store.embed(kind, texts, description)
-        from subspaces.models.forward import embed_with_grad
 
         return embed_with_grad(self.store.encoders[kind], list(texts))
 
@@ -161,8 +169,6 @@ class BiEncoder(nn.Module):
         return pair_similarity(self, sentences1, sentences2, conditions, batch_size=batch_size)
 
     def save(self, path: str | Path) -> None:
-        from subspaces.models.folder import save_encoder, write_config
-
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         if self.freeze_encoder and self.encoder_name is not None:
@@ -216,7 +222,6 @@ def build_model(
     seeds the head's initialisation; ``device``: where the encoder(s) and head live.
     """
     from subspaces.models.encoder import load_encoder
-    from subspaces.models.folder import encoder_reference
 
     if arch not in ARCHS:
         hint = " (the encoder comes first: build_model(model, arch))" if model in ARCHS else ""
@@ -254,8 +259,6 @@ def load_model(
 ) -> TriEncoder | BiEncoder:
     """Load a folder written by ``cond train`` or ``kgc train`` (or their earlier layouts) onto ``device``;
     ``task`` checks which it holds. ``max_length`` overrides the saved token limit."""
-    from subspaces.models.folder import is_saved_here, load_referenced_encoder, read_config
-
     folder = Path(path)
     config = read_config(folder, task=task)
     if config["arch"] == "tri":

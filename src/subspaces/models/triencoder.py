@@ -33,8 +33,26 @@ from torch import nn
 
 from subspaces.cache import LRUCache, content_key
 from subspaces.errors import DimensionError, SubspacesError
+from subspaces.io import atomic_path
 from subspaces.models.embedding_cache import CacheSettings
-from subspaces.models.heads import ConditionHead, CorpusView, conditional_search, corpus_view, project_grouped
+from subspaces.models.folder import (
+    encoder_reference,
+    is_saved_here,
+    load_referenced_encoder,
+    read_config,
+    save_encoder,
+    write_config,
+)
+from subspaces.models.forward import embed_with_grad
+from subspaces.models.heads import (
+    ConditionHead,
+    CorpusView,
+    conditional_search,
+    corpus_view,
+    head_from_config,
+    make_head,
+    project_grouped,
+)
 
 
 @dataclass(frozen=True)
@@ -197,7 +215,6 @@ class TriEncoder(nn.Module):
     def _embed(self, kind: str, texts: Sequence[Any], description: str | None) -> torch.Tensor:
         if self._uses_store():
             return self.store.embed(kind, texts, description).to(self.head_device)
-        from subspaces.models.forward import embed_with_grad
 
         encoder = self.store.encoders[kind]
         distinct = list(dict.fromkeys(texts))  # one forward pass per distinct text of the batch
@@ -326,9 +343,6 @@ class TriEncoder(nn.Module):
     # --- persistence -------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
         """Write the folder: ``head.pt``, and the encoders unless frozen and loaded by name (then a reference)."""
-        from subspaces.io import atomic_path
-        from subspaces.models.folder import save_encoder, write_config
-
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
 
@@ -366,9 +380,6 @@ class TriEncoder(nn.Module):
         **options: Any,
     ) -> TriEncoder:
         """Rebuild a saved tri-encoder (any layout :func:`subspaces.models.folder.read_config` reads)."""
-        from subspaces.models.folder import is_saved_here, load_referenced_encoder, read_config
-        from subspaces.models.heads import head_from_config
-
         folder = Path(path)
         config = config or read_config(folder)
         if config["arch"] != "tri":
@@ -422,8 +433,6 @@ def build_tri_encoder(
     d = 768 and 85 for d = 1024).
     """
     from subspaces.models.encoder import load_encoder
-    from subspaces.models.folder import encoder_reference
-    from subspaces.models.heads import make_head
 
     encoder = load_encoder(model, max_seq_length=max_length, device=device)
     cond = load_encoder(condition_encoder, max_seq_length=max_length, device=device) if condition_encoder else None

@@ -42,6 +42,7 @@ from torch import nn
 from subspaces.errors import SubspacesError
 from subspaces.eval.base import Evaluator, as_evaluator
 from subspaces.io import atomic_path, save_json
+from subspaces.progress import Progress
 from subspaces.results import JSONResult
 from subspaces.train import distributed as ddp
 from subspaces.train import output as run_output
@@ -259,8 +260,6 @@ class ProgressBar(Callback):
     bar: Any = None
 
     def on_train_begin(self, loop: TrainingLoop) -> None:
-        from subspaces.progress import Progress
-
         show = loop.config.show_progress and ddp.is_main()
         self.bar = (
             Progress(loop.state.total, loop.config.description, unit="step", initial=loop.state.step) if show else None
@@ -592,4 +591,3 @@ class TrainingLoop:
             already_complete=already_complete,
             extended_from=None if already_complete else state.extended_from,
         )
-
