@@ -10,13 +10,14 @@ centroid plus Gaussian noise of its cluster's measured within-cluster spread, re
 ``queries`` further WordNet texts' real vectors, held out of the corpus and of the fit. The record says so.
 
 **Stages**, each a subprocess (``python store_scale.py STAGE ARGS``) that reports its own time and peak RSS
-(``getrusage(RUSAGE_SELF).ru_maxrss``): import (``store import --foreign``, two streamed passes), the int8 copy,
-the IVF-PQ index, then per search mode (exact, funnel on 128 principal axes with a 10 x k shortlist, int8 +
-rescore, ANN with the default ``refine_factor`` and with None) ``queries`` queries one at a time (p50/p99 ms,
-Recall@10 against exact) and one filtered search (``where``; k rows must come back and each must match), then a
-delete and an upsert of ``mutations`` rows and an export back to parquet. Every stage's result is kept in the
-work folder (``work``, default ``~/.cache/subspaces/store_scale/n<n>/``), so a killed run, rerun (the runner's
-``--resume``), starts at the stage it was in.
+(``VmHWM`` of ``/proc/self/status``; ``ru_maxrss`` would count the parent's memory, carried across exec): import
+(``store import --foreign``, two streamed passes), the int8 copy, the IVF-PQ index, then per search mode (exact,
+funnel on 128 principal axes with a 10 x k shortlist, int8 + rescore, ANN with the default ``refine_factor`` and
+with None) ``queries`` queries one at a time (p50/p99 ms, Recall@10 against exact) and one filtered search
+(``where``; k rows must come back and each must match), then a delete and an upsert of ``mutations`` rows and an
+export back to parquet. Every stage's result is kept in the work folder (``work``, default
+``~/.cache/subspaces/store_scale/n<n>/``), so a killed run, rerun (the runner's ``--resume``), starts at the stage
+it was in.
 """
 
 from __future__ import annotations
@@ -196,8 +197,20 @@ def child(stage: str, args: dict[str, Any]) -> dict[str, Any]:
     else:
         out |= search(stage, args)
     out["seconds"] = round(time.perf_counter() - start, 2)
-    out["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    out["peak_rss_mib"] = peak_rss_mib()
     return out
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory: ``VmHWM`` (the high-water mark of its own address space), not
+    ``ru_maxrss``, which Linux carries across exec from the parent that forked it (the runner, a model loaded)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def search(mode: str, args: dict[str, Any]) -> dict[str, Any]:
