@@ -20,7 +20,6 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
-from torch import nn
 
 from subspaces.cache import LRUCache
 from subspaces.errors import SubspacesError
@@ -34,7 +33,7 @@ from subspaces.models.folder import (
     write_config,
 )
 from subspaces.models.forward import embed_with_grad
-from subspaces.models.triencoder import TriEncoder, build_tri_encoder, cache_stats, pair_similarity
+from subspaces.models.triencoder import PairModel, TriEncoder, build_tri_encoder
 
 ARCHS = ("tri", "bi")
 __all__ = [
@@ -88,7 +87,7 @@ class ConditionalEncoder(Protocol):
     def save(self, path: str | Path) -> None: ...
 
 
-class BiEncoder(nn.Module):
+class BiEncoder(PairModel):
     """``E(text, condition)`` as one text pair; plain texts by ``tail_encoder`` (default: ``encoder``)."""
 
     arch = "bi"
@@ -127,9 +126,6 @@ class BiEncoder(nn.Module):
     def caches(self) -> dict[str, LRUCache]:
         return {"sentence_condition_pairs": self.store.memory["pair"]}
 
-    def cache_stats(self) -> dict[str, Any]:
-        return cache_stats(self.caches())
-
     def clear_caches(self, reset_stats: bool = True) -> None:
         self.store.clear(reset_stats)
 
@@ -145,7 +141,6 @@ class BiEncoder(nn.Module):
     def _embed(self, kind: str, texts: Sequence[Any], description: str | None) -> torch.Tensor:
         if self.freeze_encoder or not self.training:
             return self.store.embed(kind, texts, description)
-
         return embed_with_grad(self.store.encoders[kind], list(texts))
 
     def embed_sentences(self, texts: Sequence[Any], description: str | None = None) -> torch.Tensor:
@@ -159,14 +154,6 @@ class BiEncoder(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         z = self.project([*s1, *s2], [*c, *c])
         return z[: len(s1)], z[len(s1) :]
-
-    def forward(self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.project_pairs(s1, s2, c)
-
-    def similarity(
-        self, sentences1: Sequence[str], sentences2: Sequence[str], conditions: Sequence[str], *, batch_size: int = 256
-    ) -> np.ndarray:
-        return pair_similarity(self, sentences1, sentences2, conditions, batch_size=batch_size)
 
     def save(self, path: str | Path) -> None:
         folder = Path(path)

@@ -104,7 +104,56 @@ class ConditionalCorpus:
         return conditional_search(self.head, queries, params, self.vectors, k, view=self.view(key, params))
 
 
-class TriEncoder(nn.Module):
+class PairModel(nn.Module):
+    """What the two conditional architectures share over their own ``project_pairs`` and ``caches``."""
+
+    def project_pairs(
+        self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def caches(self) -> dict[str, LRUCache]:
+        raise NotImplementedError
+
+    def forward(self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.project_pairs(s1, s2, c)
+
+    def similarity(
+        self, sentences1: Sequence[str], sentences2: Sequence[str], conditions: Sequence[str], *, batch_size: int = 256
+    ) -> np.ndarray:
+        """``cos`` of the two sentences under each condition, in input order: in batches, in eval mode, without
+        gradients."""
+        if not len(sentences1) == len(sentences2) == len(conditions):
+            raise SubspacesError(
+                f"sentences1, sentences2 and conditions differ in length "
+                f"({len(sentences1)}, {len(sentences2)}, {len(conditions)})"
+            )
+        was_training = self.training
+        self.eval()
+        out = []
+        with torch.no_grad():
+            for start in range(0, len(conditions), batch_size):
+                sl = slice(start, start + batch_size)
+                z1, z2 = self.project_pairs(sentences1[sl], sentences2[sl], conditions[sl])
+                out.append(F.cosine_similarity(z1, z2, dim=-1).cpu())
+        self.train(was_training)
+        return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)
+
+    def cache_stats(self) -> dict[str, Any]:
+        """Per-cache statistics and the overall hit rate (hits over lookups of every cache together)."""
+        per = {name: c.stats().to_dict() for name, c in self.caches().items()}
+        hits = sum(s["hits"] for s in per.values())
+        lookups = sum(s["lookups"] for s in per.values())
+        return {
+            "hit_rate": hits / lookups if lookups else None,
+            "hits": hits,
+            "lookups": lookups,
+            "bytes": sum(s["bytes"] for s in per.values()),
+            "caches": per,
+        }
+
+
+class TriEncoder(PairModel):
     """Encoder + condition head + one embedding store.
 
     Args:
@@ -180,9 +229,6 @@ class TriEncoder(nn.Module):
             "conditioned_corpus": self.corpus_cache,
         }
 
-    def cache_stats(self) -> dict[str, Any]:
-        return cache_stats(self.caches())
-
     def clear_caches(self, reset_stats: bool = True) -> None:
         self.store.clear(reset_stats)
         for cache in (self.params_cache, self.corpus_cache):
@@ -215,7 +261,6 @@ class TriEncoder(nn.Module):
     def _embed(self, kind: str, texts: Sequence[Any], description: str | None) -> torch.Tensor:
         if self._uses_store():
             return self.store.embed(kind, texts, description).to(self.head_device)
-
         encoder = self.store.encoders[kind]
         distinct = list(dict.fromkeys(texts))  # one forward pass per distinct text of the batch
         vectors = embed_with_grad(encoder, distinct)
@@ -271,15 +316,6 @@ class TriEncoder(nn.Module):
         emb = self.embed_sentences(list(s1) + list(s2))  # one encoder call for both sides
         z = self.condition(emb, c, repeat=2)
         return z[:n], z[n:]
-
-    def forward(self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.project_pairs(s1, s2, c)
-
-    def similarity(
-        self, sentences1: Sequence[str], sentences2: Sequence[str], conditions: Sequence[str], *, batch_size: int = 256
-    ) -> np.ndarray:
-        """``cos`` of the two sentences under each condition, in input order (no gradients)."""
-        return pair_similarity(self, sentences1, sentences2, conditions, batch_size=batch_size)
 
     # --- conditional search ------------------------------------------------------------------------------
     def index_corpus(self, corpus: np.ndarray | torch.Tensor | Sequence[str]) -> None:
@@ -448,43 +484,3 @@ def build_tri_encoder(
         task=task,
         **options,
     )
-
-
-def cache_stats(caches: dict[str, LRUCache]) -> dict[str, Any]:
-    """Per-cache statistics and the overall hit rate (hits over lookups of every cache together)."""
-    per = {name: c.stats().to_dict() for name, c in caches.items()}
-    hits = sum(s["hits"] for s in per.values())
-    lookups = sum(s["lookups"] for s in per.values())
-    return {
-        "hit_rate": hits / lookups if lookups else None,
-        "hits": hits,
-        "lookups": lookups,
-        "bytes": sum(s["bytes"] for s in per.values()),
-        "caches": per,
-    }
-
-
-def pair_similarity(
-    model: Any,
-    sentences1: Sequence[str],
-    sentences2: Sequence[str],
-    conditions: Sequence[str],
-    *,
-    batch_size: int = 256,
-) -> np.ndarray:
-    """``cos(model.project_pairs(...))`` in batches, in eval mode, without gradients (tri- and bi-encoders)."""
-    if not len(sentences1) == len(sentences2) == len(conditions):
-        raise SubspacesError(
-            f"sentences1, sentences2 and conditions differ in length "
-            f"({len(sentences1)}, {len(sentences2)}, {len(conditions)})"
-        )
-    was_training = model.training
-    model.eval()
-    out = []
-    with torch.no_grad():
-        for start in range(0, len(conditions), batch_size):
-            sl = slice(start, start + batch_size)
-            z1, z2 = model.project_pairs(sentences1[sl], sentences2[sl], conditions[sl])
-            out.append(F.cosine_similarity(z1, z2, dim=-1).cpu())
-    model.train(was_training)
-    return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)
