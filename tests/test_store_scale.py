@@ -148,3 +148,26 @@ def test_exact_search_over_the_vector_file_holds_less_than_the_array(tmp_path, s
         tracemalloc.stop()
     assert peak < n * dim * 4 / 2, f"exact search allocated {peak:,} bytes, the array is {n * dim * 4:,}"
     assert [r.ids for r in found] == [r.ids for r in store.search_vectors(query, 10)]
+
+
+def test_the_int8_index_ranks_as_the_block_scan_ties_included(tmp_path):
+    from subspaces.store.quantized import Codes, search_codes
+
+    rng = np.random.default_rng(5)
+    x = unit_rows(3000, 16, seed=5)
+    cal = codes_module.calibrate_int8(x[:500])
+    # 40 distinct rows, each many times: whole groups tie on the first ranking, where faiss's own order is not ours
+    codes = codes_module.quantize(x[rng.integers(0, 40, 3000)], "int8", cal)
+    codes_module.save_codes(tmp_path / "c.npy", codes, "int8", 16, cal)
+    held = Codes.open(tmp_path / "c.npy")
+    queries = unit_rows(6, 16, seed=6)
+    subset = np.sort(rng.choice(3000, 900, replace=False))
+    for rescore in (None, 4):
+        want = codes_module.search(queries, codes, kind="int8", k=10, calibration=cal, rescore=rescore, dim=16)
+        options = {"kind": "int8", "k": 10, "calibration": cal, "rescore": rescore}
+        for index in (None, held.index):
+            got = search_codes(queries, held.codes, index=index, **options)
+            assert np.array_equal(got[1], want[1]) and np.array_equal(got[0], want[0])
+            part = codes_module.search(queries, codes[subset], kind="int8", k=10, calibration=cal, rescore=rescore)
+            got = search_codes(queries, held.codes, index=index, subset=subset, **options)
+            assert np.array_equal(got[1], subset[part[1]]) and np.array_equal(got[0], part[0])

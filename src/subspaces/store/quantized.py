@@ -41,9 +41,9 @@ from subspaces.quantize import (
     calibrate_int8,
     calibration_sample,
     dequantize,
-    load_codes,
     quantize,
     save_codes,
+    sidecar,
 )
 from subspaces.store.results import SearchResult, hits
 from subspaces.store.table import Table, lance_errors, vectors_of
@@ -138,7 +138,7 @@ def _rows_now(store: Store, space: str, copy: Copy) -> int:
     return copy.rows if table.version == copy.version else table.count()
 
 
-def _current(store: Store, space: str) -> tuple[np.ndarray, Kind, int, Int8Calibration | None]:
+def _current(store: Store, space: str) -> Codes:
     copy = read(store, space)
     if copy is None:
         raise SubspacesError(
@@ -158,12 +158,61 @@ def _current(store: Store, space: str) -> tuple[np.ndarray, Kind, int, Int8Calib
             "again"
         )
     held = store._codes.get(space)
-    if held is None or held[0] != copy.codes:  # read once per copy, kept as the codes (int8 stays int8)
-        loaded = load_codes(_folder(store, space) / copy.codes)
-        if len(loaded[0]) != copy.rows:
-            raise DataError(f"holds {len(loaded[0])} rows, its record {copy.rows}", _folder(store, space) / copy.codes)
-        held = store._codes[space] = (copy.codes, loaded)
+    if held is None or held[0] != copy.codes:  # opened once per copy
+        codes = Codes.open(_folder(store, space) / copy.codes)
+        if len(codes.codes) != copy.rows:
+            raise DataError(f"holds {len(codes.codes)} rows, its record {copy.rows}", codes.path)
+        held = store._codes[space] = (copy.codes, codes)
     return held[1]
+
+
+@dataclass
+class Codes:
+    """A quantized copy as search holds it: the codes file memory-mapped (a rescore reads its shortlisted rows)
+    and, for int8, a faiss index over the same codes, one byte each (``QT_8bit_direct_signed``: code ``c`` is the
+    float ``c`` exactly, so its inner products with an int8-coded query are the exact integer dot products, and
+    faiss's scan is some 30 times numpy's int32 product)."""
+
+    path: Path
+    codes: np.ndarray
+    kind: Kind
+    dim: int
+    calibration: Int8Calibration | None
+    index: Any = None
+
+    @classmethod
+    def open(cls, path: Path) -> Codes:
+        try:
+            meta = json.loads(sidecar(path).read_text())
+            kind, dim = meta["kind"], int(meta["dim"])
+            cal = None
+            if kind == "int8":
+                cal = Int8Calibration(np.asarray(meta["low"], np.float32), np.asarray(meta["high"], np.float32))
+            codes = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise DataError(f"cannot read the quantized copy ({exc})", path) from None
+        if kind not in KINDS:
+            raise DataError(f"unknown quantization {kind!r}", sidecar(path))
+        held = cls(path, codes, kind, dim, cal)
+        if kind == "int8":
+            held.index = _int8_index(path, codes)
+        return held
+
+
+def _int8_index(path: Path, codes: np.ndarray) -> Any:
+    """A faiss index holding ``codes`` (int8, from the .npy at ``path``), read a block at a time by positional
+    reads (the file passes through the page cache, not this process)."""
+    import faiss
+
+    n, width = codes.shape
+    index = faiss.IndexScalarQuantizer(width, faiss.ScalarQuantizer.QT_8bit_direct_signed, faiss.METRIC_INNER_PRODUCT)
+    offset = int(codes.offset)  # type: ignore[attr-defined]
+    size = max(1, CODE_BLOCK_BYTES // (4 * width))
+    for start in range(0, n, size):
+        rows = min(size, n - start)
+        block = np.fromfile(path, dtype=np.int8, count=rows * width, offset=offset + start * width)
+        index.add(block.reshape(rows, width).astype(np.float32))
+    return index
 
 
 class _TableVectors:
@@ -183,7 +232,8 @@ def search_copy(
     """The top ``k`` rows of each query vector by the space's quantized copy, rescored over ``rescore * k``
     candidates (None: ranked by the quantized scores alone), as :meth:`Store.search_vectors` returns them.
     ``where``: only the rows that filter admits are ranked (their codes are taken before the top k)."""
-    codes, kind, dim, cal = _current(store, space)
+    held = _current(store, space)
+    codes, kind, dim = held.codes, held.kind, held.dim
     table = store._table(space)
     # the rescore reads its corpus only as corpus.shape and corpus[rows]: the table serves just the shortlist
     floats: Any = _TableVectors(table, len(codes), dim) if kind == "binary" and rescore is not None else None
@@ -192,7 +242,15 @@ def search_copy(
         return [hits(*(np.empty(0, dtype=object),) * 3, np.empty(0), np.empty(0, np.int64)) for _ in vectors]
     with lance_errors(table.label):
         scores, rows = search_codes(
-            vectors, codes, kind=kind, k=k, calibration=cal, rescore=rescore, corpus=floats, subset=admitted
+            vectors,
+            codes,
+            kind=kind,
+            k=k,
+            calibration=held.calibration,
+            rescore=rescore,
+            corpus=floats,
+            subset=admitted,
+            index=held.index,
         )
     found = table.take(rows.ravel(), ["id", "text", "metadata"])
     ids = np.asarray(found.column("id").to_pylist(), dtype=object).reshape(rows.shape)
@@ -215,27 +273,21 @@ def search_codes(
     rescore: int | None,
     corpus: Any = None,
     subset: np.ndarray | None = None,
+    index: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`subspaces.quantize.search`'s scores and rows, the same ones, from the codes a block at a time (the
     first ranking never widens or scores every code at once, nor sorts every row); ``subset``: only these rows
-    (ascending) are ranked, and the rows returned are row numbers of ``codes``."""
+    (ascending) are ranked, and the rows returned are row numbers of ``codes``; ``index``: int8 codes' faiss index
+    (:class:`Codes`), which ranks first in their stead."""
     queries = np.asarray(queries, dtype=np.float32)
     n = len(codes) if subset is None else len(subset)
     k = min(k, n)
     wide = quantize(queries, "int8", calibration).astype(np.int32) if kind == "int8" else quantize(queries, kind)
-    best = topk.Best(len(queries), k if rescore is None else min(n, rescore * k))
-    size = max(1024, CODE_BLOCK_BYTES // (4 * codes.shape[1] * max(1, min(len(queries), 64))))
-    for start in range(0, len(codes), size):
-        if subset is None:
-            rows = np.arange(start, min(start + size, len(codes)))
-            block = codes[start : start + size]
-        else:
-            rows = subset[np.searchsorted(subset, start) : np.searchsorted(subset, start + size)]
-            if not len(rows):
-                continue
-            block = codes[rows]
-        best.add(_scores(wide, block, kind), rows)
-    first, shortlist = best.result()
+    shortlist_size = k if rescore is None else min(n, rescore * k)
+    if index is not None:
+        first, shortlist = _int8_first(index, wide.astype(np.float32), shortlist_size, subset)
+    else:
+        first, shortlist = _first_blocks(codes, wide, kind, shortlist_size, subset)
     if rescore is None:
         return first, shortlist
     d = len(calibration.low) if calibration is not None else queries.shape[1]
@@ -251,6 +303,50 @@ def search_codes(
         scores[i, inv] = floats @ queries[i]
     top, positions = topk.largest(scores, np.broadcast_to(np.arange(shortlist.shape[1]), shortlist.shape), k)
     return top, np.take_along_axis(shortlist, positions, axis=1)
+
+
+def _first_blocks(
+    codes: np.ndarray, queries: np.ndarray, kind: Kind, m: int, subset: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The first ranking's best ``m`` per query, scoring the codes a block at a time."""
+    best = topk.Best(len(queries), m)
+    size = max(1024, CODE_BLOCK_BYTES // (4 * codes.shape[1] * max(1, min(len(queries), 64))))
+    for start in range(0, len(codes), size):
+        if subset is None:
+            rows = np.arange(start, min(start + size, len(codes)))
+            block = codes[start : start + size]
+        else:
+            rows = subset[np.searchsorted(subset, start) : np.searchsorted(subset, start + size)]
+            if not len(rows):
+                continue
+            block = codes[rows]
+        best.add(_scores(queries, block, kind), rows)
+    return best.result()
+
+
+TIE_MARGIN = 64  # extra rows asked of faiss, to see every row tied with the m-th best without a second scan
+
+
+def _int8_first(index: Any, queries: np.ndarray, m: int, subset: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The first ranking's best ``m`` per query from int8 codes' faiss index, ties by lower row as the block scan
+    gives them: faiss orders tied rows its own way, so every row scoring at least the ``m``-th best is gathered
+    (integer scores: those above it minus one half) and ordered here."""
+    params = topk.selector(subset)
+    available = index.ntotal if subset is None else len(subset)
+    wanted = min(available, m + TIE_MARGIN)
+    scores, rows = index.search(queries, wanted, params=params) if params else index.search(queries, wanted)
+    out_scores, out_rows = np.empty((len(queries), m), np.float32), np.empty((len(queries), m), np.int64)
+    for i in range(len(queries)):
+        kth = scores[i, m - 1]
+        if wanted == available or scores[i, wanted - 1] < kth:  # every row tied with the m-th was returned
+            tied_scores, tied_rows = scores[i : i + 1], rows[i : i + 1]
+        else:
+            extra = {"params": params} if params else {}
+            _, tied_scores, tied_rows = index.range_search(queries[i : i + 1], float(kth) - 0.5, **extra)
+            tied_scores, tied_rows = tied_scores[None], tied_rows[None].astype(np.int64)
+        best_scores, best_rows = topk.largest(tied_scores, tied_rows, m)
+        out_scores[i], out_rows[i] = best_scores[0], best_rows[0]
+    return out_scores, out_rows
 
 
 def _scores(queries: np.ndarray, block: np.ndarray, kind: Kind) -> np.ndarray:
