@@ -56,6 +56,7 @@ DEFAULTS: dict[str, Any] = {
     "batch_rows": 4096,
     "work": None,
     "keep": False,  # keep the store and parquet after the run (default: removed once every stage is recorded)
+    "in_memory_mib": None,  # the store's in-memory limit for a space's floats (None: the library's, 256 MiB)
 }
 
 
@@ -111,9 +112,10 @@ def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
     clusters = min(p["clusters"], max(1, len(fitted) // 40))
     kmeans = faiss.Kmeans(fitted.shape[1], clusters, niter=20, seed=0, spherical=True)
     kmeans.train(fitted)
+    centroids = np.asarray(kmeans.centroids, dtype=np.float32)
     _, label = kmeans.index.search(fitted, 1)
     label = label.ravel()
-    residual = fitted - kmeans.centroids[label]
+    residual = fitted - centroids[label]
     counts = np.bincount(label, minlength=clusters)
     spread = np.sqrt(
         np.bincount(label, (residual**2).sum(1), minlength=clusters) / np.maximum(counts, 1) / fitted.shape[1]
@@ -129,7 +131,7 @@ def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
     )
     path = work / "corpus.parquet"
     tmp = path.with_suffix(".tmp")
-    langs, shares = zip(*LANGS, strict=True)
+    langs, shares = [lang for lang, _ in LANGS], [share for _, share in LANGS]
     with pq.ParquetWriter(tmp, schema) as writer:
         for start in range(0, p["n"], 50_000):
             rows = min(50_000, p["n"] - start)
@@ -140,7 +142,7 @@ def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
             if synthetic:
                 picked = rng.choice(clusters, synthetic, p=weights)
                 noise = rng.standard_normal((synthetic, fitted.shape[1])).astype(np.float32)
-                x = kmeans.centroids[picked] + noise * spread[picked, None].astype(np.float32)
+                x = centroids[picked] + noise * spread[picked, None].astype(np.float32)
                 block[from_real:] = x / np.linalg.norm(x, axis=1, keepdims=True)
             flat = pa.array(block.ravel(), pa.float32())
             writer.write_table(
@@ -171,6 +173,10 @@ def child(stage: str, args: dict[str, Any]) -> dict[str, Any]:
     from subspaces.config import set_threads
 
     set_threads(args["threads"])
+    if args.get("in_memory_mib") is not None:
+        from subspaces.store import vectorfile
+
+        vectorfile.IN_MEMORY_BYTES = int(args["in_memory_mib"] * 2**20)
     store_dir = Path(args["store"])
     out: dict[str, Any] = {}
     start = time.perf_counter()
@@ -336,6 +342,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         "where_check": [p["filter_lang"], int(p["filter_year"])],
         "mutations": p["mutations"],
         "modes": modes,
+        "in_memory_mib": p["in_memory_mib"],
     }
     stages = {name: run_stage(name, args, work) for name in ("import", "quantize", "index")}
     searches = {name: run_stage(name, args, work) for name in modes}

@@ -280,7 +280,7 @@ def _found(rows: Rows, scores: Any, found: Any) -> list[SearchResult]:
     found = np.asarray(found, dtype=np.int64)
     ids, texts, metadata = rows.take(found)
     positions = np.where(found >= 0, np.arange(found.shape[1]), -1)
-    return [hits(*row, s, p) for *row, s, p in zip(ids, texts, metadata, scores, positions, strict=True)]
+    return [hits(i, t, m, s, p) for i, t, m, s, p in zip(ids, texts, metadata, scores, positions, strict=True)]
 
 
 def _objects(data: Any, column: str) -> np.ndarray:

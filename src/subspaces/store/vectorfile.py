@@ -46,8 +46,8 @@ class VectorFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.array: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
-        self.shape: tuple[int, int] = self.array.shape  # type: ignore[assignment]
-        self.offset = int(self.array.offset)  # type: ignore[attr-defined]
+        self.shape: tuple[int, int] = (int(self.array.shape[0]), int(self.array.shape[1]))
+        self.offset = int(self.array.offset)
 
     def blocks(self, size: int) -> Iterator[tuple[int, np.ndarray]]:
         """``(first row, rows)``, ``size`` rows at a time, read into one buffer reused for every block (a block
@@ -59,7 +59,7 @@ class VectorFile:
                 rows = min(size, n - start)
                 view = buffer[:rows]
                 fh.seek(self.offset + start * dim * 4)
-                if fh.readinto(memoryview(view).cast("B")) != view.nbytes:
+                if fh.readinto(view.data.cast("B")) != view.nbytes:
                     raise OSError(f"{self.path} ended before row {start + rows:,}")
                 yield start, view
 
