@@ -260,7 +260,7 @@ def evaluate_model(
     *,
     split: str = "test",
     texts: KGCTexts | None = None,
-    disk_cache=None,
+    disk_cache: str | Path | bool | None = None,
     predictions: str | Path | None = None,
     ties: Ties = "realistic",
     n_hop: int = 0,
