@@ -25,6 +25,26 @@ from subspaces.io import save_json, save_npy
 SOURCE_MODEL = "minilm-l6"
 
 
+APT_LISTS = Path("/var/lib/apt/lists")
+
+
+def debian_descriptions() -> list[str]:
+    """Debian bookworm packages' one-line descriptions (a dev pool, issue 57): short technical texts ("Perl interface
+    to Bzip2 compression library"), the kind on which the default once fell below the paper recipe. Read from this
+    machine's apt lists (``lz4 -dc``; ``apt-cache dumpavail`` where lz4 or the list is missing): the ``Description:``
+    line of each package, those of three words or more, distinct."""
+    import shutil
+    import subprocess
+
+    lists = sorted(APT_LISTS.glob("*bookworm_main_binary-amd64_Packages.lz4"))
+    if lists and shutil.which("lz4"):
+        text = subprocess.run(["lz4", "-dc", str(lists[0])], capture_output=True, check=True, text=True).stdout
+    else:
+        text = subprocess.run(["apt-cache", "dumpavail"], capture_output=True, check=True, text=True).stdout
+    lines = (line[len("Description:") :].strip() for line in text.splitlines() if line.startswith("Description:"))
+    return list(dict.fromkeys(t for t in lines if len(t.split()) >= 3))
+
+
 def pool_texts(pool: str, size: int, seed: int) -> list[str]:
     if pool == "wordnet":
         texts = wordnet_sentences()

@@ -6,7 +6,8 @@ Domains and their role (recorded in every result):
   ``wordnet-short`` (WordNet's lines cut to three words, thirteenth session: are short texts harder?);
   ``wordnet-names`` (WN18RR's synset names, one or two words: a dev pool of names like ``entities``, fifteenth session);
   ``nq-answers`` (NQ-open's answers, mostly proper names; sixteenth session); ``npm-summaries`` (npm packages'
-  one-line summaries, short technical texts; issue 57).
+  one-line summaries, short technical texts; issue 57); ``debian-descriptions`` (Debian packages' one-line
+  descriptions from this machine's apt lists, short technical texts; issue 57, twenty-first session).
 * test (never used to choose anything): ``utterances`` (Banking77 + Emotion), ``questions`` (NQ-open: 7,179
   questions, the train file is missing from the data folder), ``sts`` (SICK + STS-B + STS12-16 sentences),
   ``mrpc`` (MRPC sentences). WN18RR's entity descriptions are WordNet glosses, the dev domain, so they are not a
@@ -79,7 +80,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 
 from align_paper_recipe import score_paper_recipe
-from align_pools import SOURCE_MODEL, embed_pool, load_centered
+from align_pools import SOURCE_MODEL, debian_descriptions, embed_pool, load_centered
 from subspaces.align import MiniVec2Vec, evaluate_alignment, retrieval_metrics
 from subspaces.config import dataset_dir
 from subspaces.eval.stats import paired_bootstrap
@@ -213,6 +214,7 @@ DOMAINS: dict[str, tuple[str, Callable[[], list[str]]]] = {
     "nq-answers": ("dev", nq_answers),
     "tweets": ("dev", tweets),
     "npm-summaries": ("dev", npm_summaries),
+    "debian-descriptions": ("dev", debian_descriptions),
     "utterances": ("test", utterances),
     "questions": ("test", questions),
     "sts": ("test", sts_sentences),

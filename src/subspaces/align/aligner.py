@@ -44,6 +44,7 @@ from subspaces.align.params import (
 from subspaces.align.passes import Pass, PassRecord, StageScores
 from subspaces.align.preprocess import center_normalize, check_embeddings, normalize_rows
 from subspaces.align.procrustes import orthogonality_gap, procrustes
+from subspaces.align.recipe import RECIPE_ANCHORS, RECIPE_BUDGET, RECIPE_MIN_ROWS, RECIPE_REFINE
 from subspaces.align.refine import (
     NeighbourStep,
     refine_by_centroids,
@@ -54,7 +55,7 @@ from subspaces.align.relative import initial_map
 from subspaces.align.verify import (
     IDENTITY_REFERENCE_MARGIN,
     TRUST_ROWS,
-    identity_beats,
+    candidate_beats,
     map_agreement,
     paired_check,
     trust_lift,
@@ -71,6 +72,9 @@ logger = logging.getLogger(__name__)
 
 INITS = ("auto", "anchors", "identity")
 IDENTITY_PASS = -2  # the pass number of a pass started from the identity (init="identity", or the candidate)
+RECIPE_PASS = -3  # the pass number of the paper-recipe candidate
+# What ``diagnostics_["kept"]`` names: the anchored passes' choice, or a candidate that replaced it.
+KEPT_CANDIDATES = {"identity": "identity reference", "recipe": "paper recipe"}
 FORMAT_VERSION = 2
 CONFIG_FILE = "aligner.json"
 
@@ -103,7 +107,11 @@ class MiniVec2Vec(BaseEstimator):
             chance; ``"anchors"``: the anchored passes only (the candidate only flags); ``"identity"``: one pass
             from the identity (equal dims; a successor model sharing the source's coordinates).
         max_seconds: stop at the next safe point after this many seconds, keeping the best map so far
-            (``stopped_early_``); ``None`` or ``inf``: no limit. Defaults to :data:`FIT_SECONDS`.
+            (``stopped_early_``); ``None`` or ``inf``: no limit (nor ``recipe_budget``'s). Defaults to
+            :data:`FIT_SECONDS`.
+        recipe_budget: where the paper-recipe candidate ran (it runs second, after the identity candidate), the
+            whole fit stops at the next safe point after this many times that pass's own seconds, so that it costs
+            about what the paper's recipe costs; ``None``: only ``max_seconds`` bounds it.
         random_state: seed for every sample, k-means and QAP start.
         verbose: show progress bars.
 
@@ -127,6 +135,7 @@ class MiniVec2Vec(BaseEstimator):
         search_anchor_clusters: int | None = 40,
         init: str = "auto",
         max_seconds: float | None = FIT_SECONDS,
+        recipe_budget: float | None = RECIPE_BUDGET,
         random_state: int | None = 0,
         verbose: bool = False,
     ) -> None:
@@ -143,6 +152,7 @@ class MiniVec2Vec(BaseEstimator):
         self.search_anchor_clusters = search_anchor_clusters
         self.init = init
         self.max_seconds = max_seconds
+        self.recipe_budget = recipe_budget
         self.random_state = random_state
         self.verbose = verbose
 
@@ -195,6 +205,9 @@ class MiniVec2Vec(BaseEstimator):
             raise SubspacesError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
         if self.max_seconds is not None and (isinstance(self.max_seconds, bool) or not self.max_seconds >= 0):
             raise SubspacesError(f"max_seconds must be a number of at least 0 or None, got {self.max_seconds!r}")
+        budget = self.recipe_budget
+        if budget is not None and (isinstance(budget, bool) or not 1 <= budget < float("inf")):
+            raise SubspacesError(f"recipe_budget must be a number of at least 1 or None, got {budget!r}")
 
     def _check_rows(self, n_source: int, n_target: int) -> None:
         need = max(4 * self.anchors.n_clusters, self.anchors.relative_k, self.refine.k)
@@ -235,6 +248,12 @@ class MiniVec2Vec(BaseEstimator):
         run = self._prepare(source, target, pairs, seeds.setup, budget)
         # The identity candidate runs first, so that a fit cut short by its budget still has it.
         reference, candidate = self._identity_candidate(run, seeds.reference)
+        recipe, recipe_pass = self._recipe_candidate(run, seeds.recipe)
+        if recipe["seconds"] is not None and self.recipe_budget is not None:
+            run.budget.tighten(
+                self.recipe_budget * recipe["seconds"],
+                f"recipe_budget={self.recipe_budget:g} x the paper-recipe candidate's {recipe['seconds']:.0f} s",
+            )
         passes = self._restarts(run, seeds.passes)
         # Refined maps are compared, not initial ones: only a right start reaches a high score after refinement.
         chosen = self._best(passes, [i for i, started in enumerate(passes) if started.record.refined])
@@ -242,7 +261,8 @@ class MiniVec2Vec(BaseEstimator):
         self.pass_maps_ = [
             {"structured": p.structured, "final": p.matrix if p.record.refined else None} for p in passes
         ]  # for diagnosis (benchmarks/align_pass_diagnostics.py); not saved
-        kept, kept_pass, polish, trust = self._keep(run, passes[chosen], candidate, reference, seeds.polish)
+        candidates = {"identity": (candidate, reference), "recipe": (recipe_pass, recipe)}
+        kept, kept_pass, polish, trust = self._keep(run, passes[chosen], candidates, seeds.polish)
         paired = paired_check(run.known, self.matrix_, run.eye) if run.known is not None else None
         self.fit_seconds_ = budget.elapsed()
         anchored = passes[chosen].record
@@ -256,6 +276,7 @@ class MiniVec2Vec(BaseEstimator):
             paired=paired,
             trust=trust,
             reference=reference,
+            candidate=recipe if kept == KEPT_CANDIDATES["recipe"] else reference,
         )
         self.diagnostics_ = {
             "chosen_restart": chosen,  # the anchored passes' choice (``kept`` says whether it is the map)
@@ -269,8 +290,10 @@ class MiniVec2Vec(BaseEstimator):
             "agreement": agreement,
             "polish": polish,
             "identity_reference": reference,
+            "recipe_candidate": recipe,
             "init": self.init,
             "kept": kept,
+            "kept_why": _kept_why(kept, trust, reference, recipe),
             "stopped_early": budget.stopped_at is not None,
             "stop_reason": budget.reason,
             **cpu_record(self.precision_),
@@ -410,28 +433,63 @@ class MiniVec2Vec(BaseEstimator):
             "cut_short": run.budget.stopped_at is not None,
         }, candidate
 
+    def _recipe_candidate(self, run: _Run, seed) -> tuple[dict[str, Any], Pass | None]:
+        """The paper-recipe candidate (:mod:`.recipe`): a pass of the notebook's own stages, and its record; ``fit``
+        adds its trust score's lift over the anchored map's. Not with known pairs (they start every pass), nor for
+        ``init="identity"``, nor on pools of fewer than :data:`RECIPE_MIN_ROWS` rows a side, nor once the budget is
+        spent."""
+        out: dict[str, Any] = {"trust": None, "nn_similarity": None, "lift": None, "seconds": None, "skipped": None}
+        out |= {"margin": IDENTITY_REFERENCE_MARGIN, "cut_short": False}
+        if self.init == "identity":
+            return out | {"skipped": "init='identity'"}, None
+        if run.known is not None:
+            return out | {"skipped": "known pairs start every pass"}, None
+        if min(len(run.a), len(run.b)) < RECIPE_MIN_ROWS:
+            return out | {"skipped": f"fewer than {RECIPE_MIN_ROWS} rows a side"}, None
+        if run.budget.spent("before the paper-recipe candidate"):
+            return out | {"skipped": "out of time"}, None
+        clock = time.perf_counter()
+        recipe = self._start_pass(
+            run, RECIPE_PASS, seed, anchors=RECIPE_ANCHORS, structure_stage=False, refine=RECIPE_REFINE
+        )
+        self._finish_pass(run, recipe)
+        return out | {
+            "nn_similarity": recipe.record.nn_similarity.final,
+            "seconds": time.perf_counter() - clock,
+            "cut_short": run.budget.stopped_at is not None,
+            "stage_seconds": recipe.record.stage_seconds,
+        }, recipe
+
     def _keep(
-        self, run: _Run, anchored: Pass, candidate: Pass | None, reference: dict[str, Any], seed
+        self, run: _Run, anchored: Pass, candidates: dict[str, tuple[Pass | None, dict[str, Any]]], seed
     ) -> tuple[str, Pass, dict[str, Any], dict[str, Any]]:
-        """The map kept (``matrix_``), polished: the anchored passes' choice, or the identity candidate where its
-        trust score clearly beats it (``init="auto"``; ``"anchors"`` only flags). Returns which was kept, its pass,
-        the polish and the trust check; ``reference`` gains the candidate's trust score and its lift in units of
-        chance level."""
+        """The map kept (``matrix_``), polished: the anchored passes' choice, or the candidate (the identity's, with
+        ``init="auto"`` only; the paper recipe's) whose trust score beats it most, by more than its margin.
+        Returns which was kept, its pass, the polish and the trust check; each candidate's record gains its trust
+        score and its lift over the anchored map's in units of chance level."""
         self.matrix_, polish = self._polish(run, anchored, seed)
         scored = polish["trust_after"] if polish["accepted"] else polish["trust_before"]  # the polish scored it
         final = run.trust(self.matrix_) if scored is None else scored
         trust = trust_report(run.trust_a, run.trust_b, final, run.eye, run.rotations, self.trust_margin)
-        if candidate is None:
+        eligible = []
+        for name, (candidate, record) in candidates.items():
+            if candidate is None:
+                continue
+            candidate_trust = run.trust(candidate.matrix.astype(np.float32))
+            lift = (candidate_trust - final) / max(abs(trust["random_rotation"]), 1e-12)
+            record |= {"trust": candidate_trust, "lift": lift}
+            # init="anchors" keeps its map independent of the target's coordinates: the identity only flags there
+            if candidate_beats(record) and (name != "identity" or self.init == "auto"):
+                eligible.append(name)
+        if not eligible:
             return ("anchors" if self.init != "identity" else "identity"), anchored, polish, trust
-        candidate_trust = run.trust(candidate.matrix.astype(np.float32))
-        lift = (candidate_trust - final) / max(abs(trust["random_rotation"]), 1e-12)
-        reference |= {"trust": candidate_trust, "lift": lift}
-        if not identity_beats(reference) or self.init != "auto":
-            return "anchors", anchored, polish, trust
+        best = max(eligible, key=lambda name: candidates[name][1]["trust"])
+        candidate, record = candidates[best]
+        assert candidate is not None
         self.matrix_, polish = self._polish(run, candidate, seed)
-        final = polish["trust_after"] if polish["accepted"] else candidate_trust
+        final = polish["trust_after"] if polish["accepted"] else record["trust"]
         trust |= {"final": final, "lift": trust_lift(final, trust["identity"], trust["random_rotation"])}
-        return "identity reference", candidate, polish, trust
+        return KEPT_CANDIDATES[best], candidate, polish, trust
 
     def _polish(self, run: _Run, kept: Pass, seed) -> tuple[np.ndarray, dict[str, Any]]:
         """The kept map, polished by up to ``refine.polish_iter`` more refine-1 steps where its refine-1 ran to
@@ -556,6 +614,8 @@ class MiniVec2Vec(BaseEstimator):
         """A pass's name: ``restart i/n``, ``agreement check`` (-1), ``identity start`` (-2), or ``search pass j``."""
         if restart == IDENTITY_PASS:
             return "identity start"
+        if restart == RECIPE_PASS:
+            return "paper recipe"
         if restart < 0:
             return "agreement check"
         if restart < self.n_restarts:
@@ -592,6 +652,7 @@ class MiniVec2Vec(BaseEstimator):
         anchors: AnchorParams | None = None,
         start: np.ndarray | None = None,
         structure_stage: bool = True,
+        refine: RefineParams | None = None,
     ) -> Pass:
         """A pass up to its convergence judgement: anchors (with ``anchors`` for the aligner's settings, or from
         the known pairs, or the ``start`` map) -> initial map -> structure (unless ``structure_stage`` is False)."""
@@ -612,7 +673,7 @@ class MiniVec2Vec(BaseEstimator):
             stage_seconds={"anchors_and_initial_map": time.perf_counter() - clock},
         )
         clock = time.perf_counter()
-        rp = self.refine
+        rp = refine or self.refine
         step = NeighbourStep(
             run.a,
             run.b,
@@ -635,7 +696,7 @@ class MiniVec2Vec(BaseEstimator):
             record.structure_swapped = structure.swapped
         record.stage_seconds["structure"] = time.perf_counter() - clock
         refine_step = dataclasses.replace(step, rng=refine_rng)
-        return Pass(restart, record, matrix, matrix, matched, refine_step, centroid_rng)
+        return Pass(restart, record, matrix, matrix, matched, refine_step, centroid_rng, rp)
 
     def _initial_map(self, run: _Run, ap: AnchorParams, rng, start: np.ndarray | None, label: str):
         """The pass's initial map and its matched anchors (None without them)."""
@@ -691,15 +752,16 @@ class MiniVec2Vec(BaseEstimator):
 
     def _finish_pass(self, run: _Run, started: Pass, *, centroid_stage: bool = True) -> None:
         """The rest of a pass: refine-1 -> refine-2 (unless ``centroid_stage`` is False), into its record."""
-        record, seconds = started.record, started.record.stage_seconds
+        record, seconds, rp = started.record, started.record.stage_seconds, started.refine
         where = f"({record.label})"
         clock = time.perf_counter()
-        with self._progress(f"refine {where}", self.refine.n_iter, "iteration") as tick:
+        with self._progress(f"refine {where}", rp.n_iter, "iteration") as tick:
             matrix, history = self._refine1(
                 run,
                 started.matrix,
                 started.step,
-                n_iter=self.refine.n_iter,
+                rp=rp,
+                n_iter=rp.n_iter,
                 start_score=record.nn_similarity.structure,
                 where=f"in refine-1 {where}",
                 progress=tick,
@@ -707,11 +769,11 @@ class MiniVec2Vec(BaseEstimator):
         seconds["refine1"] = time.perf_counter() - clock
         clock = time.perf_counter()
         centroid_score, accepted = None, False
-        if centroid_stage and self.refine.centroid_clusters > 0 and not run.budget.spent(f"before refine-2 {where}"):
+        if centroid_stage and rp.centroid_clusters > 0 and not run.budget.spent(f"before refine-2 {where}"):
             candidate = self._refine2(started, matrix)
             centroid_score = run.score(candidate)
             # Accepted unless it makes the label-free score worse: refinement may not undo a good map.
-            if centroid_score >= history.best_score - self.refine.tol:
+            if centroid_score >= history.best_score - rp.tol:
                 matrix, accepted = candidate, True
         final_score = max(history.best_score, centroid_score) if accepted else history.best_score
         seconds["refine2"] = time.perf_counter() - clock
@@ -731,9 +793,10 @@ class MiniVec2Vec(BaseEstimator):
         record.refine1_averaged = history.averaged
         record.refine2_accepted = accepted
 
-    def _refine1(self, run: _Run, matrix, step, *, n_iter: int, start_score, where: str, progress=None):
-        """Refine-1 with this aligner's settings, for ``n_iter`` steps (a pass's refine-1, or the polish)."""
-        rp = self.refine
+    def _refine1(self, run: _Run, matrix, step, *, n_iter: int, start_score, where: str, progress=None, rp=None):
+        """Refine-1 with ``rp`` (this aligner's settings by default), for ``n_iter`` steps (a pass's refine-1, or
+        the polish)."""
+        rp = rp or self.refine
         return refine_by_neighbours(
             matrix,
             step,
@@ -749,7 +812,7 @@ class MiniVec2Vec(BaseEstimator):
         )
 
     def _refine2(self, started: Pass, matrix: np.ndarray) -> np.ndarray:
-        rp = self.refine
+        rp = started.refine
         return refine_by_centroids(
             started.step.source,
             started.step.target,
@@ -884,12 +947,13 @@ class _Seeds:
     search: list[np.random.SeedSequence]
     polish: np.random.SeedSequence
     reference: np.random.SeedSequence
+    recipe: np.random.SeedSequence
 
     @classmethod
     def spawn(cls, random_state: int | None, n_restarts: int, n_search: int) -> _Seeds:
-        setup, *rest = np.random.SeedSequence(random_state).spawn(4 + n_restarts + n_search)
+        setup, *rest = np.random.SeedSequence(random_state).spawn(5 + n_restarts + n_search)
         passes, (check, *rest) = rest[:n_restarts], rest[n_restarts:]
-        return cls(setup, passes, check, rest[:n_search], rest[n_search], rest[n_search + 1])
+        return cls(setup, passes, check, rest[:n_search], rest[n_search], rest[n_search + 1], rest[n_search + 2])
 
 
 @dataclasses.dataclass
@@ -916,6 +980,18 @@ class _Run:
 
     def trust(self, matrix: np.ndarray) -> float:
         return trust_score(self.trust_a, self.trust_b, matrix)
+
+
+def _kept_why(kept: str, trust: dict[str, Any], reference: dict[str, Any], recipe: dict[str, Any]) -> str:
+    """One sentence for ``diagnostics_["kept_why"]``: which map was kept, and the trust scores that chose it."""
+    scores = [
+        f"{name} {record['trust']:.4f} ({record['lift']:+.2f} x chance against the anchored map)"
+        for name, record in (("identity candidate", reference), ("paper recipe", recipe))
+        if record.get("trust") is not None
+    ]
+    margin = f"a candidate replaces the anchored map above +{IDENTITY_REFERENCE_MARGIN:g} x chance"
+    listed = f"; candidates' CSLS trust: {', '.join(scores)}; {margin}" if scores else "; no candidate ran"
+    return f"kept: {kept}, CSLS trust {trust['final']:.4f} (chance {trust['random_rotation']:.4f}){listed}"
 
 
 def _plain(value: Any) -> Any:

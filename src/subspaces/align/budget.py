@@ -13,6 +13,13 @@ class Budget:
     max_seconds: float | None  # None: no limit
     start: float = field(default_factory=time.perf_counter)
     stopped_at: str | None = None  # the first safe point that found the budget spent
+    bound: str | None = None  # what set ``max_seconds`` where :meth:`tighten` lowered it (None: the caller's limit)
+
+    def tighten(self, seconds: float, why: str) -> None:
+        """Lower the limit to ``seconds`` from the start where that is lower (a limit is never raised, nor set where
+        there is none); ``why`` names the new bound in :attr:`reason`."""
+        if self.max_seconds is not None and seconds < self.max_seconds:
+            self.max_seconds, self.bound = seconds, why
 
     def spent(self, where: str) -> bool:
         if self.max_seconds is None or time.perf_counter() - self.start < self.max_seconds:
@@ -32,4 +39,7 @@ class Budget:
     def reason(self) -> str | None:
         if self.stopped_at is None:
             return None
-        return f"max_seconds={self.max_seconds:g} reached {self.stopped_at}; the best map so far was kept"
+        limit = f"max_seconds={self.max_seconds:g}"
+        if self.bound is not None:
+            limit = f"{self.bound} ({self.max_seconds:.0f} s)"
+        return f"{limit} reached {self.stopped_at}; the best map so far was kept"

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from subspaces.align.anchors import AnchorSet
+from subspaces.align.params import RefineParams
 from subspaces.align.refine import NeighbourStep
 
 
@@ -28,7 +29,7 @@ class StageScores:
 class PassRecord:
     """One pass's label-free diagnostics (the field order is the saved order)."""
 
-    label: str  # "restart i/n", "agreement check", "identity start" or "search pass j"
+    label: str  # "restart i/n", "agreement check", "identity start", "paper recipe" or "search pass j"
     refined: bool = False  # refine-1 and refine-2 ran (a pass a converged one replaced is left unrefined)
     nn_similarity: StageScores
     anchor_clusters: int | None = None  # None: started from known pairs or the identity
@@ -64,13 +65,15 @@ class PassRecord:
 class Pass:
     """A pass in progress: its record, its map (structured, then refined) and what refinement needs."""
 
-    restart: int  # its place: 0.. the restarts, -1 the agreement check, -2 from the identity, beyond: search passes
+    restart: int  # its place: 0.. the restarts, -1 the agreement check, -2 from the identity, -3 the paper recipe,
+    # beyond the restarts: search passes
     record: PassRecord
     matrix: np.ndarray
     structured: np.ndarray  # the map after the structural stage, kept for diagnosis (``pass_maps_``)
     anchors: AnchorSet | None
     step: NeighbourStep  # refine-1's step, on the pass's own refine stream
     centroid_rng: np.random.Generator
+    refine: RefineParams  # the settings its refine-1 and refine-2 run with (the aligner's, or the recipe's)
 
     @property
     def final_score(self) -> float:

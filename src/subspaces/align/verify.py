@@ -1,7 +1,7 @@
 """Verification: whether a finished map is to be trusted. Each check compares the map with something it was not
-fitted to climb: the trivial maps (trust), an independent pass (agreement), a map refined from the identity
-(identity reference) and the user's known pairs. :func:`verdict` turns their results into the fit's problems and
-confidence. Orchestration (which passes run) is :mod:`.aligner`'s; the scores used while fitting are
+fitted to climb: the trivial maps (trust), an independent pass (agreement), the candidates (a map refined from the
+identity, the paper recipe's pass) and the user's known pairs. :func:`verdict` turns their results into the fit's
+problems and confidence. Orchestration (which passes run) is :mod:`.aligner`'s; the scores used while fitting are
 :mod:`.diagnostics`'.
 """
 
@@ -129,9 +129,10 @@ def trust_report(
     }
 
 
-def identity_beats(reference: dict[str, Any]) -> bool:
-    """Whether the identity candidate's trust score beats the anchored map's by more than its margin."""
-    return reference["lift"] is not None and reference["lift"] > IDENTITY_REFERENCE_MARGIN
+def candidate_beats(record: dict[str, Any]) -> bool:
+    """Whether a candidate's (the identity's, the paper recipe's) trust score beats the anchored map's by more than
+    the margin."""
+    return record["lift"] is not None and record["lift"] > IDENTITY_REFERENCE_MARGIN
 
 
 def verdict(
@@ -145,6 +146,7 @@ def verdict(
     paired: dict[str, Any] | None,
     trust: dict[str, Any],
     reference: dict[str, Any],
+    candidate: dict[str, Any] | None = None,
 ) -> tuple[list[str], float | None]:
     """The problems found with the kept map (``earlier`` ones first; each a sentence for a warning) and its
     confidence in [0, 1] (0 when a problem was found): the agreement with an independent pass where it was
@@ -154,9 +156,11 @@ def verdict(
     Two independent maps that agree are stronger evidence than one pass's structural swap share (which on small
     pools ends low on wrong passes too), so the swap share judges only where agreement was not checked; with
     enough known pairs, they judge instead (the swap share stays high on pools whose clusters overlap, right map
-    or not). The anchored passes' own verdicts do not judge an identity candidate kept instead."""
+    or not). The anchored passes' own verdicts do not judge a candidate kept instead (``candidate``: its record,
+    the identity ``reference`` by default); its lead over the anchored map is its confidence."""
     judged = paired if paired is not None and paired["judged"] else None
-    anchored = kept != "identity reference"
+    anchored = kept not in ("identity reference", "paper recipe")
+    candidate = reference if candidate is None else candidate
     problems = list(earlier)
     if anchored and converged is False and agreement["agreement"] is None and judged is None:
         problems.append(
@@ -170,7 +174,7 @@ def verdict(
     problem = trust_problem(trust["final"], trust["identity"], trust["random_rotation"], margin=trust["margin"])
     if problem is not None:
         problems.append(problem)
-    if identity_beats(reference) and kept == "anchors":
+    if candidate_beats(reference) and kept == "anchors":
         problems.append(
             f"a map refined from the identity (the vectors left as they are, then refine-1) "
             f"scores clearly higher than the fitted map on the label-free score (CSLS "
@@ -187,8 +191,8 @@ def verdict(
             f"agreement_search passes, or fit with a few hundred known pairs (--pairs-source/--pairs-target)."
         )
     confidence = 1.0 - swapped[-1] if swapped else None
-    if not anchored:  # the identity candidate's lead over the anchored map, in units of chance level, capped
-        confidence = min(float(reference["lift"]), 1.0)
+    if not anchored:  # the kept candidate's lead over the anchored map, in units of chance level, capped
+        confidence = min(float(candidate["lift"]), 1.0)
     elif agreement["agreement"] is not None:
         confidence = min(max(agreement["agreement"], 0.0), 1.0)
     elif judged is not None:
