@@ -107,7 +107,10 @@ def test_the_vector_file_is_rebuilt_for_every_table_version(tmp_path, streamed):
     store.import_vectors(str(more))
     assert store.search_vectors(-query, 1)[0].ids == ["r5000"]
     assert [p.name for p in folder.iterdir()] == [f"v{store._table('0').version}.npy"]  # old versions removed
-    assert store._load_rows("0").file.shape == (1500, 16)  # one deleted, one replaced, one added
+    file = store._load_rows("0").file
+    assert file.shape == (1500, 16)  # one deleted, one replaced, one added
+    rows = np.array([[5, 6, 7], [1499, -1, 5], [0, 0, 900]])  # runs, repeats, -1 (the last row), any shape
+    assert np.array_equal(file[rows], file.array[rows])
 
 
 def test_a_killed_build_of_the_vector_file_leaves_nothing_to_read(tmp_path, streamed, monkeypatch):

@@ -91,7 +91,7 @@ class Funnel:
             return _found(rows, *topk.exact(prefixes[key], prefix_queries, k, subset=subset))
         admitted = len(rows) if subset is None else len(subset)
         size = topk.check_k(k, max(admitted, 1)) * (self.shortlist if self.shortlist is not None else 10)
-        found = topk.funnel(prefixes[key], rows.vectors, vectors, k, size, prefix_queries=prefix_queries, subset=subset)
+        found = topk.funnel(prefixes[key], rows.floats, vectors, k, size, prefix_queries=prefix_queries, subset=subset)
         return _found(rows, *found)
 
 
@@ -271,7 +271,7 @@ def prefix_basis(rows: Rows, basis: str) -> np.ndarray | None:
     if basis == "model":
         return None
     if rows.axes is None:
-        rows.axes = principal_axes(rows.vectors)
+        rows.axes = principal_axes(rows.floats)
     return rows.axes
 
 

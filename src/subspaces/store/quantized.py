@@ -85,7 +85,7 @@ def write(store: Store, space: str, kind: str, *, calibration_rows: int = CALIBR
         raise SubspacesError(f"{store.path}: the store is empty; add texts first (subspaces store add)")
     cal, sampled = None, None
     if kind == "int8":
-        sample = calibration_sample(loaded.vectors, calibration_rows)
+        sample = calibration_sample(loaded.floats, calibration_rows)
         cal, sampled = calibrate_int8(sample), len(sample)
     width = loaded.dim if kind == "int8" else -(-loaded.dim // 8)
     codes = np.empty((len(loaded), width), dtype=np.int8 if kind == "int8" else np.uint8)

@@ -124,6 +124,13 @@ class Rows:
     def dim(self) -> int:
         return int(self.vectors.shape[1])
 
+    @property
+    def floats(self) -> Any:
+        """The float vectors as searches read them at a few rows (``floats[rows]``, ``len``, ``shape``): the array
+        in memory, or the vector file by positional reads (its memory map would keep the pages around each row
+        read resident)."""
+        return self.file if self.file is not None else self.vectors
+
     def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
         """``(first row, rows)`` of the float vectors, a block at a time (:func:`.vectorfile.block_rows`): views
         of the rows in memory, or reads of the file into one reused buffer."""

@@ -8,8 +8,9 @@ The file is written once, from LanceDB's record batches, into a temporary name t
 whole (a killed build leaves no file under the final name; :func:`current` removes leftovers), and rebuilt for a
 new table version (every write is one): a stale file is never read. Searches read it in blocks of
 :data:`BLOCK_BYTES` by positional reads into one buffer (:meth:`VectorFile.blocks`: exact search, prefix indexes),
-or at a few rows through its memory map (a funnel's shortlist, a rescore), so a search process holds no more of
-it than it reads. A space whose vectors fit :data:`IN_MEMORY_BYTES` is searched from memory instead, without a file.
+or at a few rows by positional reads (``file[rows]``: a funnel's shortlist, a sample), so a search process holds
+no more of it than it reads. A space whose vectors fit :data:`IN_MEMORY_BYTES` is searched from memory instead,
+without a file.
 """
 
 from __future__ import annotations
@@ -48,6 +49,41 @@ class VectorFile:
         self.array: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
         self.shape: tuple[int, int] = (int(self.array.shape[0]), int(self.array.shape[1]))
         self.offset = int(self.array.offset)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: Any) -> np.ndarray:
+        """The rows at ``rows`` (integers of any shape; -1 is the last row, as numpy reads it), by positional
+        reads: a memory map's faults read ahead around each row and leave those pages mapped, so a few thousand
+        scattered rows (a sample, a shortlist) held most of the file resident (a 10,000-row sample of 100k rows:
+        150 MB more RSS)."""
+        index = np.asarray(rows, dtype=np.int64)
+        n, dim = self.shape
+        flat = np.where(index.ravel() < 0, index.ravel() + n, index.ravel())
+        if flat.size and (flat.min() < 0 or flat.max() >= n):
+            raise IndexError(f"row {int(flat.max() if flat.max() >= n else flat.min())} of {n:,}")
+        unique, back = np.unique(flat, return_inverse=True)
+        out = np.empty((len(unique), dim), dtype=np.float32)
+        width = dim * 4
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            starts = np.flatnonzero(np.diff(unique, prepend=-2) != 1)  # runs of consecutive rows, one read each
+            ends = np.append(starts[1:], len(unique))
+            for first, last in zip(starts.tolist(), ends.tolist(), strict=True):
+                size = (last - first) * width
+                data = os.pread(fd, size, self.offset + int(unique[first]) * width)
+                if len(data) != size:
+                    raise OSError(f"{self.path} ended before row {int(unique[last - 1]):,}")
+                out[first:last] = np.frombuffer(data, dtype=np.float32).reshape(last - first, dim)
+        finally:
+            os.close(fd)
+        return out[back.ravel()].reshape(*index.shape, dim)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        """Every row (what a small space's callers read whole)."""
+        whole = self[np.arange(self.shape[0])]
+        return whole if dtype is None else whole.astype(dtype)
 
     def blocks(self, size: int) -> Iterator[tuple[int, np.ndarray]]:
         """``(first row, rows)``, ``size`` rows at a time, read into one buffer reused for every block (a block
