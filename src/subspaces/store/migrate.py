@@ -8,7 +8,9 @@ among them by top-10 agreement with the true vectors' rankings). Then either
   new model), switched to by :func:`commit` (undone by :func:`rollback`); or
 - **query-side** (``query_side=True``): keep the stored vectors and any index as they are, and map each query of
   the new model into the old space (new -> old) before it is searched. This is also how a store of a foreign
-  model (vectors imported from a model that cannot run here) becomes searchable by text.
+  model (vectors imported from a model that cannot run here) becomes searchable by text; where it holds no
+  texts, the query map is fitted without pairs (``unpaired=True``: :mod:`.unpaired`, mini-vec2vec from domain
+  texts the user gives), and refused unless the aligner trusts it.
 
 The report is measured on held-out rows outside the fit sample (re-embedded for it): each text's new-model vector
 as a query, the top-10 overlap of its neighbours among the held-out rows under the migration with those under a
