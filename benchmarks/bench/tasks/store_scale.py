@@ -6,7 +6,9 @@ peak resident memory is its own.
 real minilm-l6 vectors of ``real`` WordNet 3.0 definitions and examples (``../shared/data/wordnet_sentences``,
 encoded once with the library in ``dtype``, cached under ``~/.cache/subspaces/store_scale/``) and, to reach ``n``,
 synthetic rows drawn from a mixture fitted to them: faiss k-means (``clusters`` centroids), each synthetic row a
-centroid plus Gaussian noise of its cluster's measured within-cluster spread, renormalised. The queries are
+centroid plus Gaussian noise shaped by the pooled within-cluster covariance (so its spectrum is the real rows',
+not isotropic in 384 dimensions, which no prefix or PQ code could follow) and scaled to its cluster's measured
+spread, renormalised. The queries are
 ``queries`` further WordNet texts' real vectors, held out of the corpus and of the fit. The record says so.
 
 **Stages**, each a subprocess (``python store_scale.py STAGE ARGS``) that reports its own time and peak RSS
@@ -117,9 +119,11 @@ def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
     label = label.ravel()
     residual = fitted - centroids[label]
     counts = np.bincount(label, minlength=clusters)
-    spread = np.sqrt(
-        np.bincount(label, (residual**2).sum(1), minlength=clusters) / np.maximum(counts, 1) / fitted.shape[1]
-    )
+    # noise ~ N(0, a_c * C): C the pooled within-cluster covariance, a_c the cluster's share of its variance
+    covariance = (residual.T.astype(np.float64) @ residual) / len(residual)
+    shape = np.linalg.cholesky(covariance + 1e-9 * np.eye(len(covariance))).astype(np.float32)
+    per_row = np.bincount(label, (residual**2).sum(1), minlength=clusters) / np.maximum(counts, 1)
+    spread = np.sqrt(per_row / np.trace(covariance))
     weights = counts / counts.sum()
     schema = pa.schema(
         [
@@ -142,7 +146,7 @@ def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
             if synthetic:
                 picked = rng.choice(clusters, synthetic, p=weights)
                 noise = rng.standard_normal((synthetic, fitted.shape[1])).astype(np.float32)
-                x = centroids[picked] + noise * spread[picked, None].astype(np.float32)
+                x = centroids[picked] + (noise @ shape.T) * spread[picked, None].astype(np.float32)
                 block[from_real:] = x / np.linalg.norm(x, axis=1, keepdims=True)
             flat = pa.array(block.ravel(), pa.float32())
             writer.write_table(
@@ -357,7 +361,8 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         "what": (
             f"{p['n']:,} x 384 rows: {corpus['real_rows']:,} real {p['model']} vectors ({p['dtype']}) of WordNet 3.0 "
             f"definitions and examples, {corpus['synthetic_rows']:,} synthetic rows drawn from a {corpus['clusters']}-"
-            "centroid k-means mixture fitted to them (centroid + within-cluster Gaussian noise, renormalised); "
+            "centroid k-means mixture fitted to them (centroid + Gaussian noise of the pooled within-cluster "
+            "covariance, scaled per cluster, renormalised); "
             f"{corpus['queries']} queries: held-out real WordNet vectors, one at a time"
         ),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
