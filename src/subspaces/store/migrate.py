@@ -287,7 +287,7 @@ def _query_side_unpaired(
     kept) unless the aligner trusts it; else recorded as a query map like a paired one, replacing ``stale``.
 
     The report: the trust checks, seconds, cost per query; ``overlap@10`` with a true re-embed on ``heldout``
-    stored rows with texts (none of which the fit sees), or why it is missing; with ``evaluation``,
+    stored rows with texts (their re-embedded vectors are never fitted on), or why it is missing; with ``evaluation``,
     :func:`qrels_report` (without the re-embedded baseline where the store holds no texts)."""
     name = store.manifest.active
     space = store.manifest.spaces[name]
