@@ -1,0 +1,394 @@
+"""Migration quality on dev retrieval sets that do not saturate (issue 53 items 2 and 6, and its first target):
+Recall@10 and nDCG@10 of a store migrated to a new model (query-side and rewrite, through ``Store.migrate``) next
+to the old model and a full re-embed, over a corpus of 20,000 documents with one relevant document a query.
+
+Pools (``data``), both DEV (no test split is read):
+
+- ``snli``: the unique premises of SNLI *dev* (``s1.dev``) plus WordNet definitions to ``n_docs`` documents;
+  queries: the entailment hypotheses of SNLI dev, each relevant to its premise.
+- ``sick``: the unique first sentences of SICK *train*'s entailment pairs plus SNLI dev's neutral and
+  contradiction hypotheses and WordNet usage examples to ``n_docs`` (another distractor mix); queries: the second
+  sentences of those pairs. (SICK test is another benchmark's test set and is never read.)
+
+The queries are split in halves by a fixed seed: ``choose`` (what settings may be tuned on) and ``check``
+(reported beside it, never tuned on). Each model embeds every text once (cached under ``cache``, in ``dtype``).
+
+Arms (``arm``): ``reembed`` (new model, queries and every document), ``old`` (old model), ``query-side`` and
+``rewrite`` with ``pairs`` re-embedded pairs: ``Store.migrate(new, pairs=..., seed=seed, query_side=...)`` on a
+store of the old vectors, the chosen map read back from the store; besides, each map kind fitted on the same
+pairs (the sample ``migrate`` draws, so the chosen kind's figures are the chosen map's). In a migration the new
+model's vectors of the sampled texts come from the same cache (``encode`` is looked up, not rerun): a cell costs
+the fit, and the report's encode seconds are not real. Per-query values go under ``rows`` for the paired
+bootstrap; :func:`ratios` gives each migration's Recall@10 and nDCG@10 over the re-embed's with a paired bootstrap
+interval over queries (seeds averaged per query).
+
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/migrate_dev.toml --resume
+    cd benchmarks && OMP_NUM_THREADS=2 ../.venv/bin/python -m bench.tasks.migrate experiments/migrate_dev.toml
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+import time
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.environment import ROOT
+
+DATA = Path(os.environ.get("SUBSPACES_DATA", ROOT.parent / "shared" / "data"))
+K = 10
+DEFAULTS: dict[str, Any] = {
+    "data": "snli",
+    "old": "minilm-l6",
+    "new": "paraphrase-l3",
+    "arm": "reembed",
+    "pairs": 2000,
+    "heldout": 1000,
+    "n_docs": 20_000,
+    "dtype": "bfloat16",
+    "maps": None,  # Store.migrate's default: every kind
+    "map_params": None,
+    "kinds": ["orthogonal", "affine", "lowrank", "mlp"],  # each also fitted alone on the same pairs
+    "cache": "outputs/migrate-dev-cache",
+    "threads": 2,
+}
+
+
+# -- data -------------------------------------------------------------------------------------------------------
+def _lines(path: Path) -> list[str]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as handle:
+        return [line.strip() for line in handle]
+
+
+@cache
+def dataset(data: str, n_docs: int) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]:
+    """``(documents, queries, each query's relevant document)`` of a pool; documents unique, no query among them."""
+    nli = DATA / "nli" / "senteval_snli"
+    premises, hypotheses, labels = (_lines(nli / f"{name}.dev") for name in ("s1", "s2", "labels"))
+    if data == "snli":
+        pairs = [(h, p) for p, h, label in zip(premises, hypotheses, labels, strict=True) if label == "entailment"]
+        relevant_docs = list(dict.fromkeys(premises))
+        fillers = [_lines(DATA / "wordnet_sentences" / "wordnet30_definitions.txt.gz")]
+    elif data == "sick":
+        rows = [line.split("\t") for line in _lines(DATA / "sick" / "SICK_train.txt")[1:] if line]
+        pairs = [(r[2].strip(), r[1].strip()) for r in rows if r[4] == "ENTAILMENT"]
+        relevant_docs = list(dict.fromkeys(p for _, p in pairs))
+        other = [h for h, label in zip(hypotheses, labels, strict=True) if label != "entailment"]
+        fillers = [other, _lines(DATA / "wordnet_sentences" / "wordnet30_examples.txt.gz")]
+    else:
+        raise ValueError(f"unknown data {data!r}: snli or sick")
+    queries_set = {q for q, _ in pairs}
+    docs = [d for d in relevant_docs if d and d not in queries_set]
+    seen = set(docs) | queries_set
+    for filler in fillers:
+        for text in filler:
+            if len(docs) >= n_docs:
+                break
+            if text and text not in seen:
+                seen.add(text)
+                docs.append(text)
+    position = {d: i for i, d in enumerate(docs)}
+    kept = [(q, position[p]) for q, p in pairs if p in position]
+    return tuple(docs), tuple(q for q, _ in kept), tuple(r for _, r in kept)
+
+
+def halves(n: int) -> np.ndarray:
+    """``True`` for the ``check`` half of ``n`` queries (fixed seed), ``False`` for ``choose``."""
+    mask = np.zeros(n, dtype=bool)
+    mask[np.random.default_rng(53).permutation(n)[: n // 2]] = True
+    return mask
+
+
+# -- encoders and the vector cache -------------------------------------------------------------------------------
+_ENCODERS: dict[tuple[str, str], Any] = {}
+_VECTORS: dict[str, dict[str, np.ndarray]] = {}  # model -> text -> unit vector
+_NAMES: dict[int, str] = {}  # id(encoder) -> model
+
+
+def encoder(model: str, dtype: str) -> Any:
+    if (model, dtype) not in _ENCODERS:
+        from subspaces.models.encoder import load_encoder
+
+        loaded = load_encoder(model, dtype=dtype)
+        _ENCODERS[model, dtype] = loaded
+        _NAMES[id(loaded)] = model
+    return _ENCODERS[model, dtype]
+
+
+def vectors(model: str, texts: list[str] | tuple[str, ...], params: dict[str, Any]) -> np.ndarray:
+    """Unit vectors of ``texts`` by ``model``, each text encoded once ever (cache on disk, by model and dtype)."""
+    _patch_encode()
+    folder = ROOT / params["cache"]
+    stem = folder / f"{model}-{params['dtype']}"
+    known = _VECTORS.get(model)
+    if known is None:
+        known = {}
+        if stem.with_suffix(".npy").is_file():
+            saved = np.load(stem.with_suffix(".npy"))
+            names = json.loads(stem.with_suffix(".json").read_text())
+            known = dict(zip(names, saved, strict=True))
+        _VECTORS[model] = known
+    missing = list(dict.fromkeys(t for t in texts if t not in known))
+    if missing:
+        encoded = _REAL_ENCODE(encoder(model, params["dtype"]), missing, batch_size=64, normalize=True)
+        known.update(zip(missing, encoded, strict=True))
+        folder.mkdir(parents=True, exist_ok=True)
+        np.save(stem.with_suffix(".npy"), np.stack(list(known.values())).astype(np.float32))
+        stem.with_suffix(".json").write_text(json.dumps(list(known)))
+    return np.stack([known[t] for t in texts]).astype(np.float32)
+
+
+def _cached_encode(model: Any, texts: Any, **options: Any) -> Any:
+    """``encode`` for a migration's sample: the cached vectors of a benchmark encoder, else the real thing."""
+    name = _NAMES.get(id(model))
+    known = _VECTORS.get(name or "", {})
+    if name is not None and options.get("normalize") and all(t in known for t in texts):
+        return np.stack([known[t] for t in texts]).astype(np.float32)
+    return _REAL_ENCODE(model, texts, **options)
+
+
+def _patch_encode() -> None:
+    import subspaces.models.encoder as module
+
+    global _REAL_ENCODE
+    if module.encode is not _cached_encode:
+        _REAL_ENCODE = module.encode
+        module.encode = _cached_encode
+
+
+_REAL_ENCODE: Any = None
+
+
+# -- stores of the old vectors ---------------------------------------------------------------------------------
+_STORES: dict[tuple[str, str, int, str], Any] = {}
+
+
+def store_of(params: dict[str, Any], docs: tuple[str, ...], old_docs: np.ndarray) -> Any:
+    """A store (temporary folder, one per process) of the documents' old-model vectors and texts, ids ``d<i>``."""
+    from subspaces.store import Store
+
+    key = (params["data"], params["old"], len(docs), params["dtype"])
+    if key not in _STORES:
+        folder = Path(tempfile.mkdtemp(prefix="migrate-dev-"))
+        np.save(folder / "docs.npy", old_docs)
+        (folder / "ids.txt").write_text("".join(f"d{i}\n" for i in range(len(docs))))
+        (folder / "texts.jsonl").write_text("".join(json.dumps(t) + "\n" for t in docs))
+        store = Store.create(folder / "store", encoder(params["old"], params["dtype"]), name=params["old"])
+        store.import_vectors(folder / "docs.npy", ids=folder / "ids.txt", texts=folder / "texts.jsonl")
+        _STORES[key] = store
+    return _STORES[key]
+
+
+# -- metrics ---------------------------------------------------------------------------------------------------
+def ranks(queries: np.ndarray, docs: np.ndarray, relevant: np.ndarray, chunk: int = 1024) -> np.ndarray:
+    """Each query's relevant document's rank (0 = first) by inner product, exact."""
+    out = np.empty(len(queries), dtype=np.int64)
+    for start in range(0, len(queries), chunk):
+        scores = queries[start : start + chunk] @ docs.T
+        mine = scores[np.arange(len(scores)), relevant[start : start + chunk]]
+        out[start : start + chunk] = (scores > mine[:, None]).sum(axis=1)
+    return out
+
+
+def figures(rank: np.ndarray, check: np.ndarray) -> tuple[dict[str, Any], dict[str, list[float]]]:
+    recall = (rank < K).astype(float)
+    ndcg = np.where(rank < K, 1.0 / np.log2(rank + 2.0), 0.0)
+    out = {}
+    for name, values in ((f"recall@{K}", recall), (f"ndcg@{K}", ndcg)):
+        out[name] = {
+            "all": round(float(values.mean()), 4),
+            "choose": round(float(values[~check].mean()), 4),
+            "check": round(float(values[check].mean()), 4),
+        }
+    return out, {f"recall@{K}": recall.tolist(), f"ndcg@{K}": ndcg.round(5).tolist()}
+
+
+def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One cell: an arm's Recall@10 and nDCG@10 on a pool (``seed``: the migration's pair sample)."""
+    from subspaces.config import set_threads
+
+    p = DEFAULTS | params
+    set_threads(p["threads"])
+    _patch_encode()
+    docs, queries, relevant_t = dataset(p["data"], int(p["n_docs"]))
+    relevant = np.asarray(relevant_t)
+    check = halves(len(queries))
+    start = time.perf_counter()
+    old_docs, new_docs = vectors(p["old"], docs, p), vectors(p["new"], docs, p)
+    old_q, new_q = vectors(p["old"], queries, p), vectors(p["new"], queries, p)
+    result: dict[str, Any] = {"docs": len(docs), "queries": len(queries), "check_queries": int(check.sum())}
+    result["vectors_seconds"] = round(time.perf_counter() - start, 2)
+    arm = p["arm"]
+    if arm in ("reembed", "old"):
+        q, d = (new_q, new_docs) if arm == "reembed" else (old_q, old_docs)
+        result["metrics"], result["rows"] = figures(ranks(q, d, relevant), check)
+        return result
+    if arm not in ("query-side", "rewrite"):
+        raise ValueError(f"unknown arm {arm!r}: reembed, old, query-side or rewrite")
+    return result | migrated(p, seed, docs, relevant, check, old_docs, new_docs, new_q)
+
+
+def migrated(
+    p: dict[str, Any],
+    seed: int,
+    docs: tuple[str, ...],
+    relevant: np.ndarray,
+    check: np.ndarray,
+    old_docs: np.ndarray,
+    new_docs: np.ndarray,
+    new_q: np.ndarray,
+) -> dict[str, Any]:
+    from subspaces.store import maps
+
+    query_side = p["arm"] == "query-side"
+    direction = "queries" if query_side else "rows"
+    store = store_of(p, docs, old_docs)
+    start = time.perf_counter()
+    report = store.migrate(
+        encoder(p["new"], p["dtype"]),
+        name=p["new"],
+        pairs=int(p["pairs"]),
+        heldout=int(p["heldout"]),
+        seed=seed,
+        query_side=query_side,
+        maps=p["maps"],
+        map_params=p["map_params"],
+    )
+    migrate_s = time.perf_counter() - start
+    space = store.manifest.spaces[store.manifest.active]
+    if query_side:
+        entry = next(e for e in space.query_maps.values() if e["model"]["name"] == p["new"])
+        chosen = maps.load_map(store.path / entry["map"])
+    else:
+        pending = store.manifest.spaces[store.manifest.pending()[0]]
+        chosen = maps.load_map(store.path / pending.aligner)
+
+    def evaluate(fitted: Any) -> np.ndarray:
+        if query_side:
+            return ranks(fitted.transform(new_q), old_docs, relevant)
+        return ranks(new_q, fitted.transform(old_docs), relevant)
+
+    result: dict[str, Any] = {"migrate_seconds": round(migrate_s, 2), "chosen": report["map"]}
+    result["report"] = {
+        f"overlap@{K}": report.get(f"overlap@{K}"),
+        "candidates": report.get("candidates", {}),
+        "map_us_per_query": report.get("map_us_per_query"),
+    }
+    result["metrics"], result["rows"] = figures(evaluate(chosen), check)
+    # The same pair sample as the migration's (its rows' order and seeded permutation), each kind fitted on it.
+    rows = store._load_rows(store.manifest.active)
+    position = np.asarray([int(str(i)[1:]) for i in rows.ids])
+    order = position[np.random.default_rng(seed).permutation(len(position))]
+    held = min(int(p["heldout"]), len(position) // 5)
+    fit = order[held : held + int(p["pairs"])]
+    source, target = (new_docs[fit], old_docs[fit]) if query_side else (old_docs[fit], new_docs[fit])
+    result["kinds"] = {}
+    for kind in p["kinds"]:
+        params = maps.DIRECTION_DEFAULTS[direction].get(kind, {}) | dict((p["map_params"] or {}).get(kind) or {})
+        fitted = maps.make(kind, params, seed).fit(source, target)
+        metrics, per_query = figures(evaluate(fitted), check)
+        result["kinds"][kind] = metrics | {"fit_seconds": round(fitted.fit_seconds_, 2)}
+        if kind == report["map"]:  # the migration's own map, refitted here on its pairs: the same figures
+            result["chosen_matches_refit"] = per_query[f"recall@{K}"] == result["rows"][f"recall@{K}"]
+        result["rows"] |= {f"{name}/{kind}": values for name, values in per_query.items()}
+    return result
+
+
+# -- ratios to the re-embed ---------------------------------------------------------------------------------------
+def ratios(path: str | Path, n: int = 2000) -> dict[str, Any]:
+    """Per pool, each migration arm's (and each map kind's) Recall@10 and nDCG@10 over the re-embed's, with a
+    paired bootstrap 95 % interval over queries (each query's value the mean over seeds), on all queries and on
+    each half."""
+    from bench.experiment import load
+    from bench.runner import cell_path
+
+    experiment = load(path)
+    records: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for cell in experiment.cells:
+        target = cell_path(experiment, cell)
+        if target.is_file():
+            records.setdefault((cell.pool, cell.arm), []).append(json.loads(target.read_text())["result"])
+    out: dict[str, Any] = {}
+    rng = np.random.default_rng(0)
+    for pool in dict.fromkeys(pool for pool, _ in records):
+        base = records.get((pool, "reembed"))
+        if not base:
+            continue
+        check = halves(len(base[0]["rows"][f"recall@{K}"]))
+        draws = {name: rng.integers(0, int(m), size=(n, int(m))) for name, m in _sizes(check).items()}
+        out[pool] = {}
+        for (other_pool, arm), runs in records.items():
+            if other_pool != pool or arm == "reembed":
+                continue
+            names = [key for key in runs[0]["rows"] if all(key in r["rows"] for r in runs)]
+            row: dict[str, Any] = {"seeds": len(runs)}
+            for name in names:
+                metric = name.split("/")[0]
+                a = np.mean([r["rows"][name] for r in runs], axis=0)
+                b = np.mean([r["rows"][metric] for r in base], axis=0)
+                for half, mask in (("all", np.ones_like(check)), ("choose", ~check), ("check", check)):
+                    x, y = a[mask], b[mask]
+                    boot = x[draws[half]].mean(1) / np.maximum(y[draws[half]].mean(1), 1e-12)
+                    row[f"{name}/{half}"] = {
+                        "ratio": round(float(x.mean() / y.mean()), 4),
+                        "low": round(float(np.percentile(boot, 2.5)), 4),
+                        "high": round(float(np.percentile(boot, 97.5)), 4),
+                    }
+            chosen = [r.get("chosen") for r in runs]
+            row["chosen"] = chosen
+            out[pool][arm] = row
+    return out
+
+
+def _sizes(check: np.ndarray) -> dict[str, int]:
+    return {"all": len(check), "choose": int((~check).sum()), "check": int(check.sum())}
+
+
+def table(summary: dict[str, Any]) -> str:
+    """Per pool: each arm's Recall@10 (mean over seeds), ratio to the re-embed [95 % interval] on the check half,
+    and the chosen kinds."""
+    path = ROOT / summary["experiment"]["file"]
+    found = ratios(path)
+    lines = []
+    for pool, arms in summary["aggregate"].items():
+        lines += [f"### {pool}", "", "| arm | chosen | R@10 | nDCG@10 | R@10 / re-embed (check half) | same, all |"]
+        lines.append("|---|---|---:|---:|---|---|")
+        for arm, values in arms.items():
+            r = values.get(f"metrics/recall@{K}/all", {}).get("mean", float("nan"))
+            g = values.get(f"metrics/ndcg@{K}/all", {}).get("mean", float("nan"))
+            row = found.get(pool, {}).get(arm, {})
+            cells = []
+            for half in ("check", "all"):
+                got = row.get(f"recall@{K}/{half}")
+                cells.append(f"{got['ratio']:.3f} [{got['low']:.3f}, {got['high']:.3f}]" if got else "-")
+            chosen = ",".join(sorted({str(c) for c in row.get("chosen", []) if c})) or "-"
+            lines.append(f"| {arm} | {chosen} | {r:.3f} | {g:.3f} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    import argparse
+
+    from subspaces.io import save_json
+
+    parser = argparse.ArgumentParser(description="ratios of a migrate experiment's arms to its re-embed")
+    parser.add_argument("experiment", type=Path)
+    args = parser.parse_args()
+    from bench.experiment import load
+
+    experiment = load(args.experiment)
+    found = ratios(args.experiment)
+    save_json(experiment.out / "ratios.json", {"command": f"python -m bench.tasks.migrate {args.experiment}"} | found)
+    print(json.dumps(found, indent=1)[:4000])
+
+
+if __name__ == "__main__":
+    main()
