@@ -174,3 +174,25 @@ def test_the_int8_index_ranks_as_the_block_scan_ties_included(tmp_path):
             part = codes_module.search(queries, codes[subset], kind="int8", k=10, calibration=cal, rescore=rescore)
             got = search_codes(queries, held.codes, index=index, subset=subset, **options)
             assert np.array_equal(got[1], subset[part[1]]) and np.array_equal(got[0], part[0])
+
+
+def test_conditional_search_over_the_vector_file_gives_the_in_memory_results(tmp_path, monkeypatch):
+    import torch
+
+    from subspaces.models.heads import make_head
+    from subspaces.models.triencoder import TriEncoder
+    from test_store import LookupEncoder
+
+    texts = [f"text {i}" for i in range(620)] + ["the colour"]
+    encoder = LookupEncoder(texts, unit_rows(621, 32, seed=7))
+    store = Store.create(tmp_path / "s", encoder)
+    store.add(texts[:600], ids=range(600), metadata=[{"lang": LANGS[i % 3]} for i in range(600)])
+    torch.manual_seed(0)
+    tri = TriEncoder(encoder, make_head("hypernet", 32, 4)).eval()
+    queries = encoder.encode(texts[600:620]).numpy()
+    want = {w: results(store, queries, condition="the colour", head=tri, where=w) for w in (None, "lang = 'fr'")}
+    monkeypatch.setattr(vectorfile, "IN_MEMORY_BYTES", 0)
+    reopened = Store.open(store.path)
+    assert reopened._load_rows("0").file is not None
+    for where, expected in want.items():
+        assert results(reopened, queries, condition="the colour", head=tri, where=where) == expected
