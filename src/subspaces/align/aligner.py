@@ -5,10 +5,11 @@
 
 A fit runs passes (:mod:`.passes`), each: matched anchors (:mod:`.anchors`, :mod:`.matching`) -> initial map
 (:mod:`.relative`, :mod:`.procrustes`) -> structural refinement -> refine-1 -> refine-2 (:mod:`.refine`), scored
-label-free (:mod:`.diagnostics`). The fit's stages: start (the identity candidate and the restarts), structure
-(restarts stop at the first structurally converged pass), refine, agreement (an independent pass, and a search where
-it disagrees), polish; then :mod:`.verify` judges the kept map. Why each piece is there, with its dev-pool
-evidence: ``benchmarks/notes/align.md``, "Reading the aligner".
+label-free (:mod:`.diagnostics`). The fit's stages: the candidates (a pass from the identity, a pass of the paper
+recipe's stages, :mod:`.recipe`), then the restarts (stopping at the first structurally converged pass), refine,
+agreement (an independent pass, and a search where it disagrees), the choice of the kept map, polish; then
+:mod:`.verify` judges it. Why each piece is there, with its dev-pool evidence: ``benchmarks/notes/align.md``,
+"Reading the aligner".
 """
 
 from __future__ import annotations
@@ -102,10 +103,13 @@ class MiniVec2Vec(BaseEstimator):
             (0: the check only judges).
         search_anchor_clusters: the search's new passes alternate between this many anchor clusters and
             ``anchors.n_clusters`` (``None``: always the latter).
-        init: ``"auto"``: the anchored passes, and where the dims agree a candidate refined from the identity,
-            kept if its trust score beats the anchored map's by more than :data:`IDENTITY_REFERENCE_MARGIN` x
-            chance; ``"anchors"``: the anchored passes only (the candidate only flags); ``"identity"``: one pass
-            from the identity (equal dims; a successor model sharing the source's coordinates).
+        init: ``"auto"``: the anchored passes and two candidates, a pass refined from the identity (where the dims
+            agree) and a pass of the paper recipe's stages (:mod:`.recipe`; pools of :data:`RECIPE_MIN_ROWS` rows a
+            side or more); the candidate whose trust score beats the anchored map's most, by more than
+            :data:`IDENTITY_REFERENCE_MARGIN` x chance, is kept (``diagnostics_["kept"]``, ``["kept_why"]``);
+            ``"anchors"``: rotation-invariant, the anchored passes and the recipe candidate (the identity candidate
+            only flags); ``"identity"``: one pass from the identity (equal dims; a successor model sharing the
+            source's coordinates).
         max_seconds: stop at the next safe point after this many seconds, keeping the best map so far
             (``stopped_early_``); ``None`` or ``inf``: no limit (nor ``recipe_budget``'s). Defaults to
             :data:`FIT_SECONDS`.

@@ -221,7 +221,7 @@ def fit_cmd(
         "refine-1 iterations": lambda r: r["refine1_iterations"],
         "anchor consistency": lambda r: r["anchor_consistency_final"],
     }
-    anchored_kept = d.get("kept") != "identity reference"  # else the identity candidate is the map, no restart
+    anchored_kept = d.get("kept") not in ("identity reference", "paper recipe")  # else a candidate is the map
     columns = ["statistic"] + [
         f"{r.get('label', f'restart {i}')}{' (kept)' if anchored_kept and i == d['chosen_restart'] else ''}"
         for i, r in enumerate(d["restarts"])
@@ -249,6 +249,8 @@ def fit_cmd(
             f"{reference['trust']:.4f}, {reference['lift']:+.2f} x chance level against the anchored map's "
             f"(kept or flagged above {reference['margin']:g})"
         )
+    if d.get("kept_why"):
+        out.print(d["kept_why"])
     paired = d.get("paired_check")
     if paired is not None:
         verdict = f"confidence {aligner.confidence_:.2f}" if paired["judged"] else "too few to judge the map by"
