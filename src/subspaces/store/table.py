@@ -260,6 +260,11 @@ class Table:
         with self._errors():
             yield from self.handle.search().select(names).limit(None).to_batches(size)
 
+    def vector_blocks(self, dim: int, size: int) -> Iterator[np.ndarray]:
+        """The vector column as float32 arrays of ``size`` rows, in table order."""
+        for batch in self.batches(["vector"], size):
+            yield vectors_of(batch.column("vector"), dim)
+
     def ids(self) -> set[str]:
         return set(self.columns(["id"]).column("id").to_pylist())
 

@@ -122,8 +122,6 @@ def current(folder: Path, table: Any, dim: int) -> VectorFile:
 
 def write(path: Path, table: Any, rows: int, dim: int) -> None:
     """Stream ``table``'s vectors into ``path``: written under a temporary name, flushed, then renamed."""
-    from subspaces.store.table import vectors_of
-
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
@@ -131,8 +129,7 @@ def write(path: Path, table: Any, rows: int, dim: int) -> None:
             header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float32)), "fortran_order": False}
             np.lib.format.write_array_header_1_0(fh, header | {"shape": (rows, dim)})
             done = 0
-            for batch in table.batches(["vector"], BATCH_ROWS):
-                part = vectors_of(batch.column("vector"), dim)
+            for part in table.vector_blocks(dim, BATCH_ROWS):
                 if done + len(part) > rows:
                     raise OSError(f"{table.label}: the table holds more rows than it counted ({rows:,})")
                 fh.write(np.ascontiguousarray(part, dtype=np.float32).tobytes())
