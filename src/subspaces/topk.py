@@ -199,13 +199,19 @@ class Best:
 
 def largest(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per query, the ``k`` largest ``scores`` and their ``rows``, best first, ties by lower row number."""
-    width = min(k, scores.shape[1])
-    out_scores = np.empty((len(scores), width), dtype=np.float32)
-    out_rows = np.empty((len(scores), width), dtype=np.int64)
-    for i, (s, r) in enumerate(zip(scores, rows, strict=True)):
-        if len(s) > k:  # what reaches the k-th largest score (every tie of it), then only those ordered
-            kept = np.flatnonzero(s >= np.partition(s, len(s) - k)[len(s) - k])
-            s, r = s[kept], r[kept]
-        order = np.lexsort((r, -s))[:k]
-        out_scores[i], out_rows[i] = s[order], r[order]
+    top_scores, top_rows = scores, np.broadcast_to(rows, scores.shape)
+    tied = np.zeros(len(scores), dtype=bool)
+    if scores.shape[1] > k:  # the k largest by argpartition; a query with a tie across the k-th place is redone
+        kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1 : k]
+        tied = (scores >= kth).sum(axis=1) > k
+        picked = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        top_scores, top_rows = np.take_along_axis(scores, picked, axis=1), np.take_along_axis(top_rows, picked, axis=1)
+    order = np.lexsort((top_rows, -top_scores), axis=-1)
+    out_scores = np.take_along_axis(top_scores, order, axis=1).astype(np.float32)
+    out_rows = np.take_along_axis(top_rows, order, axis=1).astype(np.int64)
+    for i in np.flatnonzero(tied):  # every row reaching the k-th score, then ordered: lower rows win the ties
+        s, r = scores[i], np.broadcast_to(rows, scores.shape)[i]
+        kept = np.flatnonzero(s >= kth[i, 0])
+        best = np.lexsort((r[kept], -s[kept]))[:k]
+        out_scores[i], out_rows[i] = s[kept][best], r[kept][best]
     return out_scores, out_rows
