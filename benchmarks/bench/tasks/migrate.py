@@ -375,19 +375,40 @@ def table(summary: dict[str, Any]) -> str:
 
 
 def main() -> None:
+    """Write ``<out>/ratios.json``: the environment, the command and date, and per pool and arm the chosen maps,
+    the means over seeds and the ratios to the re-embed (the cells' per-query values stay in ``cells/``)."""
     import argparse
 
+    from bench.experiment import load
     from subspaces.io import save_json
 
     parser = argparse.ArgumentParser(description="ratios of a migrate experiment's arms to its re-embed")
     parser.add_argument("experiment", type=Path)
     args = parser.parse_args()
-    from bench.experiment import load
-
     experiment = load(args.experiment)
+    summary = json.loads((experiment.out / "summary.json").read_text())
     found = ratios(args.experiment)
-    save_json(experiment.out / "ratios.json", {"command": f"python -m bench.tasks.migrate {args.experiment}"} | found)
-    print(json.dumps(found, indent=1)[:4000])
+    wanted = ("metrics/", "kinds/", "report/overlap@10", "migrate_seconds")
+    for pool, arms in found.items():
+        for arm, row in arms.items():
+            means = summary["aggregate"][pool][arm]
+            row["means"] = {
+                name: {"mean": round(v["mean"], 4), "std": round(v["std"], 4)}
+                for name, v in means.items()
+                if name.startswith(wanted)
+            }
+    record = {
+        "command": (
+            "OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/migrate_dev.toml --resume; "
+            f"cd benchmarks && OMP_NUM_THREADS=2 ../.venv/bin/python -m bench.tasks.migrate {args.experiment}"
+        ),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "role": "dev (SNLI dev premises/hypotheses, WordNet definitions; no test split read)",
+        "environment": summary["environment"],
+        "pools": found,
+    }
+    save_json(experiment.out / "ratios.json", record)
+    print(table(summary))
 
 
 if __name__ == "__main__":
