@@ -16,6 +16,7 @@ from subspaces.cli.common import (
     DEVICE,
     BackendOpt,
     DeviceOpt,
+    DtypeOpt,
     ModelOpt,
     PrecisionOpt,
     ThreadsOpt,
@@ -66,22 +67,28 @@ UpsertOpt = Annotated[
     bool, typer.Option("--upsert", help="Replace the stored rows whose id is given with other content (else refused).")
 ]
 JsonOutOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON here.")]
+QueryPromptOpt = Annotated[
+    Optional[str],
+    typer.Option(help='Put before every query ("": none). Default: the model folder\'s query prompt.'),
+]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass(frozen=True)
 class StoreRun:
-    """How a store command runs: its encoders' device, backend and precision, and with --ray where it encodes."""
+    """How a store command runs: its encoders' device, backend, precision and dtype, and with --ray where it
+    encodes."""
 
     device: str = DEVICE
     backend: str = "torch"
     precision: str = "fp32"
+    dtype: str = "float32"
     ray_option: Optional[str] = None
     ray_address: Optional[str] = None
     actors: Optional[int] = None
 
     def open(self, store: Path) -> Store:
-        return Store.open(store, device=self.device, backend=self.backend, precision=self.precision)
+        return Store.open(store, device=self.device, backend=self.backend, precision=self.precision, dtype=self.dtype)
 
     def ray(self) -> bool | str:
         """What --ray [ADDRESS] asks for, its cluster checked now (also when there turns out to be nothing to do)."""
@@ -89,10 +96,12 @@ class StoreRun:
 
 
 def runtime_options(*, backends: bool = True, ray: bool = False) -> Callable[[F], F]:
-    """The store commands' runtime options, declared once: --device and --threads, with ``backends`` --backend and
-    --precision, with ``ray`` --ray [ADDRESS], --ray-address and --actors. The decorated command declares a
-    parameter ``run`` and receives them there as one :class:`StoreRun` (--threads is applied by ``user_errors``)."""
-    options: dict[str, tuple[Any, Any]] = {"device": (DeviceOpt, DEVICE)}
+    """The store commands' runtime options, declared once: --device, --dtype and --threads, with ``backends``
+    --backend and --precision, with ``ray`` --ray [ADDRESS], --ray-address and --actors. The decorated command
+    declares a parameter ``run`` and receives them there as one :class:`StoreRun` (--threads is applied by
+    ``user_errors``)."""
+    # --dtype float32 by default, unlike `serve`: a store's vectors are the same on every CPU unless asked otherwise
+    options: dict[str, tuple[Any, Any]] = {"device": (DeviceOpt, DEVICE), "dtype": (DtypeOpt, "float32")}
     if backends:
         options |= {"backend": (BackendOpt, "torch"), "precision": (PrecisionOpt, "fp32")}
     if ray:
@@ -155,11 +164,45 @@ SearchBasisOpt = Annotated[
 @store_app.command("create")
 @user_errors
 @runtime_options(backends=False)
-def create_cmd(store: DirArg, model: ModelOpt, run: StoreRun = StoreRun()) -> None:
-    """Make an empty store for MODEL in a new folder (the model's fingerprint is recorded)."""
-    created = Store.create(store, model, device=run.device)
-    fp = created.manifest.spaces[created.manifest.active].model
-    echo(f"created store {store} for {fp.label()} ({fp.dimension}-d, {fp.pooler})")
+def create_cmd(
+    store: DirArg,
+    model: ModelOpt,
+    query_prompt: QueryPromptOpt = None,
+    document_prompt: Annotated[
+        Optional[str],
+        typer.Option(help='Put before every stored text ("": none). Default: the model folder\'s document prompt.'),
+    ] = None,
+    query_prompt_name: Annotated[
+        Optional[str], typer.Option(help="Or: the query prompt, by its name among the model folder's prompts.")
+    ] = None,
+    document_prompt_name: Annotated[
+        Optional[str], typer.Option(help="Or: the document prompt, by its name among the model folder's prompts.")
+    ] = None,
+    run: StoreRun = StoreRun(),
+) -> None:
+    """Make an empty store for MODEL in a new folder (the model's fingerprint and prompts are recorded).
+
+    Prompts: by default the model folder's prompts named query and document (or passage), as sentence-transformers
+    names them; every later add encodes its texts after the document prompt, every search its queries after the
+    query prompt."""
+    created = Store.create(
+        store,
+        model,
+        device=run.device,
+        dtype=run.dtype,
+        query_prompt=query_prompt,
+        document_prompt=document_prompt,
+        query_prompt_name=query_prompt_name,
+        document_prompt_name=document_prompt_name,
+    )
+    space = created.manifest.spaces[created.manifest.active]
+    fp = space.model
+    echo(f"created store {store} for {fp.label()} ({fp.dimension}-d, {fp.pooler}){_prompts_note(space.prompts)}")
+
+
+def _prompts_note(prompts: dict[str, str]) -> str:
+    shown = [f"{role} prompt {prompts[role]!r}" for role in ("query", "document") if role in prompts]
+    return f"; {', '.join(shown)}" if shown else ""
 
 
 @store_app.command("add", cls=RayCommand)
@@ -246,6 +289,8 @@ def info_cmd(
             picks = ", ".join(f"{d} dims: {basis}" for d, basis in shrunk["choice"].items())
             note = " (stale: rows changed since; rerun store shrink to measure again)" if shrunk["stale"] else ""
             echo(f"space {name} shrunk: {picks}{note}")
+        if space.get("prompts"):
+            echo(f"space {name}{_prompts_note(space['prompts'])[1:]}")
     _warn_duplicates(store, {name: space["duplicates"] for name, space in info["spaces"].items()})
 
 
@@ -371,6 +416,10 @@ def search_cmd(
         Optional[Path], typer.Option(help="A Hyper-CL tri-encoder folder (`cond train`) on the store's model.")
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Queries per encoder batch.")] = 64,
+    query_prompt: Annotated[
+        Optional[str],
+        typer.Option(help='Put this before the queries instead of the space\'s recorded query prompt ("": none).'),
+    ] = None,
     run: StoreRun = StoreRun(),
 ) -> None:
     """The nearest rows of QUERY, or of each line of --queries (results in query order)."""
@@ -399,8 +448,10 @@ def search_cmd(
         "rescore": (RESCORE if rescore is None else rescore) or None,
     }
     if query_vectors is not None:
-        if model is not None:
-            raise SubspacesError("--model encodes text queries; --query-vectors are searched in the active space")
+        if model is not None or query_prompt is not None:
+            raise SubspacesError(
+                "--model and --query-prompt encode text queries; --query-vectors are searched in the active space"
+            )
         vectors = load_embeddings(query_vectors)
         if not np.linalg.norm(vectors, axis=1).all():
             raise SubspacesError(f"{query_vectors}: a zero query vector has no direction to search by")
@@ -409,7 +460,7 @@ def search_cmd(
             result.query = f"vector {i}"
     else:
         texts = [query] if query is not None else read_queries(queries)  # type: ignore[arg-type]
-        results = opened.search(texts, k, model=model, batch_size=batch_size, **options)
+        results = opened.search(texts, k, model=model, batch_size=batch_size, query_prompt=query_prompt, **options)
     if json_path is not None:
         save_json(json_path, {"results": [result.to_dict() for result in results]})
         echo(f"wrote {len(results):,} results to {json_path}")
@@ -811,7 +862,7 @@ def import_cmd(
         model=model,
         foreign=foreign,
         dimension=dim,
-        runtime=Runtime(run.device),
+        runtime=Runtime(run.device, dtype=run.dtype),
         table=table_name,
         ids=ids,
         texts=texts,

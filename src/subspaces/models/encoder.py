@@ -211,6 +211,7 @@ def encode(
     show_progress: bool | None = ...,
     description: str = ...,
     threads: int | None = ...,
+    prompt: str | None = ...,
 ) -> np.ndarray: ...
 
 
@@ -226,6 +227,7 @@ def encode(
     show_progress: bool | None = ...,
     description: str = ...,
     threads: int | None = ...,
+    prompt: str | None = ...,
 ) -> torch.Tensor: ...
 
 
@@ -240,6 +242,7 @@ def encode(
     show_progress: bool | None = None,
     description: str = "encoding",
     threads: int | None = None,
+    prompt: str | None = None,
 ) -> np.ndarray | torch.Tensor:
     """Embed ``texts`` in input order.
 
@@ -253,6 +256,9 @@ def encode(
     load-aware default and it gave cores up to other work, encoding uses them all
     (:func:`subspaces.config.encoding_threads` says why). An ONNX Runtime or OpenVINO session keeps the count it
     was built with (:func:`subspaces.models.backends.with_backend`).
+
+    ``prompt``: the text put before each one (sentence-transformers' ``encode(prompt=...)``; ``""``: none, not even
+    the model's default prompt); None: the model's default prompt, if it has one.
     """
     if isinstance(texts, str):
         raise TypeError("texts must be a sequence of strings, not one string")
@@ -273,6 +279,7 @@ def encode(
                 output=output,
                 show_progress=show_progress,
                 description=description,
+                prompt=prompt,
             )
     dim = model.get_embedding_dimension()
     if truncate_dim is not None and not 0 < truncate_dim <= (dim or truncate_dim):
@@ -296,6 +303,7 @@ def encode(
                     show_progress_bar=False,
                     convert_to_tensor=True,
                     normalize_embeddings=False,
+                    prompt=prompt,
                 )
                 .float()
                 .cpu()

@@ -110,7 +110,13 @@ def reembed(
                     if seconds is not None and written and time.perf_counter() - start > seconds:
                         break
                     part = np.asarray(todo[first : first + batch])
-                    vectors = encode(encoder, rows.texts[part].tolist(), batch_size=batch_size, normalize=True)
+                    vectors = encode(
+                        encoder,
+                        rows.texts[part].tolist(),
+                        batch_size=batch_size,
+                        normalize=True,
+                        prompt=record.prompts.get("document"),
+                    )
                     block = block_of(
                         record.model.dimension, rows.ids[part], rows.texts[part], vectors, list(rows.metadata[part])
                     )

@@ -31,9 +31,9 @@ import numpy as np
 
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.progress import Progress
-from subspaces.store import backfill, columns, plans, quantized, scaleout, transfer
+from subspaces.store import backfill, columns, encoders, plans, quantized, scaleout, transfer
 from subspaces.store import search as ops
-from subspaces.store.encoders import Runtime, load
+from subspaces.store.encoders import Runtime, check_prompt, choose_prompts, load
 from subspaces.store.fingerprint import ModelFingerprint
 from subspaces.store.inputs import is_text_id, text_id, unicode_problem, visible
 from subspaces.store.lock import WriteLock
@@ -51,7 +51,13 @@ class Store:
     >>> store.add(["A man plays a guitar.", "A dog runs."], ids=["a", "b"])
     >>> store.search("someone playing music", k=1)  # {"query": ..., "ids": ["a"], "scores": [...], "texts": [...]}
 
-    ``device``, ``backend`` and ``precision`` say how the store runs every encoder it loads (:class:`Runtime`).
+    ``device``, ``backend``, ``precision`` and ``dtype`` say how the store runs every encoder it loads
+    (:class:`Runtime`).
+
+    **Prompts.** A space records the prompts its model puts before the rows it stores (``"document"``) and the
+    queries it searches with (``"query"``), chosen when it is made (:meth:`create`; by convention the model folder's
+    prompts of those names, ``"passage"`` for documents too): every ``add`` and ``search`` then encodes the same
+    way, and ``search(query_prompt=...)`` overrides the query's for one call (:mod:`.encoders`).
 
     **Ids.** A row is its id, text and metadata. Ids given (``ids=``, a JSON id field, a CSV id column) are the
     caller's; without them an id is derived from the text (:func:`~subspaces.store.inputs.text_id`, 16 hex digits
@@ -114,15 +120,31 @@ class Store:
         device: str | None = "cpu",
         backend: str = "torch",
         precision: str = "fp32",
+        dtype: str = "float32",
+        query_prompt: str | None = None,
+        document_prompt: str | None = None,
+        query_prompt_name: str | None = None,
+        document_prompt_name: str | None = None,
     ) -> Store:
         """A new, empty store for ``model`` (a bundled name, a folder, or a loaded SentenceTransformer, then
-        give ``name`` to reload it by). Refuses a folder that exists and is not empty."""
+        give ``name`` to reload it by). Refuses a folder that exists and is not empty.
+
+        ``query_prompt``/``document_prompt`` (``""``: none) or ``query_prompt_name``/``document_prompt_name`` (one
+        of the model's ``prompts``) are recorded in the space (:func:`.encoders.choose_prompts`; default: the
+        folder's prompts named ``query`` and ``document`` or ``passage``)."""
         folder = Path(path)
         if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
             raise SubspacesError(f"{folder} already exists and is not an empty folder; a store is made in a new one")
-        runtime = Runtime(device, backend, precision)
+        runtime = Runtime(device, backend, precision, dtype)
         encoder, fingerprint = load(model, name, runtime)
-        store = cls._make(folder, fingerprint, runtime)
+        prompts = choose_prompts(
+            encoder,
+            query=query_prompt,
+            document=document_prompt,
+            query_name=query_prompt_name,
+            document_name=document_prompt_name,
+        )
+        store = cls._make(folder, fingerprint, runtime, prompts)
         store._models["0"] = encoder
         return store
 
@@ -135,14 +157,17 @@ class Store:
         return cls._make(Path(path), ModelFingerprint.of_foreign(label, dimension), Runtime())
 
     @classmethod
-    def _make(cls, folder: Path, fingerprint: ModelFingerprint, runtime: Runtime) -> Store:
+    def _make(
+        cls, folder: Path, fingerprint: ModelFingerprint, runtime: Runtime, prompts: dict[str, str] | None = None
+    ) -> Store:
         """The store folder, its table and manifest (written last: until it is there the folder is no store)."""
         if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
             raise SubspacesError(f"{folder} already exists and is not an empty folder; a store is made in a new one")
         folder.mkdir(parents=True, exist_ok=True)
         try:
             Database(folder).create("space_0", fingerprint.dimension)
-            manifest = Manifest(spaces={"0": Space(table="space_0", model=fingerprint)}, active="0")
+            space = Space(table="space_0", model=fingerprint, prompts=dict(prompts or {}))
+            manifest = Manifest(spaces={"0": space}, active="0")
             manifest.save(folder)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
@@ -157,9 +182,10 @@ class Store:
         device: str | None = "cpu",
         backend: str = "torch",
         precision: str = "fp32",
+        dtype: str = "float32",
     ) -> Store:
         folder = Path(path)
-        runtime = Runtime(device, backend, precision)  # checked before the folder: a bad option changes nothing
+        runtime = Runtime(device, backend, precision, dtype)  # checked before the folder: a bad option changes nothing
         return cls(folder, Manifest.load(folder), runtime)
 
     # -- models ---------------------------------------------------------------------------------------------
@@ -185,6 +211,16 @@ class Store:
             recorded.check(fingerprint, what=f"the model now at {recorded.name}")
             self._models[key] = encoder
         return self._models[key]
+
+    def prompt(self, role: str, space: str | None = None) -> str | None:
+        """The prompt space ``space`` (default: the active one) records for ``role`` (``"query"`` or
+        ``"document"``); None where it records none (the model's default applies)."""
+        return self._space(space or self.manifest.active).prompts.get(role)
+
+    def encode(self, texts: list[str], role: str, space: str | None = None, **options: Any) -> np.ndarray:
+        """Unit vectors of ``texts`` by space ``space``'s model, as that space encodes ``role`` texts (its prompt)."""
+        name = space or self.manifest.active
+        return encoders.encode(self.model(name), texts, self.prompt(role, name), **options)
 
     def load_model(self, model: Any, name: str | None = None) -> tuple[Any, ModelFingerprint]:
         """``model`` loaded on the store's device and backend, and its fingerprint (the one place that loads)."""
@@ -233,6 +269,13 @@ class Store:
         for key, entry in reversed(list(self._space(name).query_maps.items())):
             if ModelFingerprint.from_dict(entry["model"]).matches(fingerprint):
                 return key
+        return None
+
+    def _query_map_prompt(self, name: str, query_map: Any) -> str | None:
+        """The query prompt recorded with a loaded query-side map of space ``name`` (its model's)."""
+        for (space, key), loaded in self._query_maps.items():
+            if space == name and loaded is query_map:
+                return (self._space(name).query_maps[key].get("prompts") or {}).get("query")
         return None
 
     def _query_map(self, name: str, key: str) -> Any:
@@ -320,7 +363,7 @@ class Store:
         ``ray``: encode on Ray Data, ``True`` (or ``"local"``) on a local runtime, else the cluster at that
         address, with ``actors`` actors (default: one per CPU of the cluster); see :mod:`.scaleout`.
         """
-        from subspaces.models.encoder import check_batch_size, encode
+        from subspaces.models.encoder import check_batch_size
 
         if isinstance(texts, str):
             raise TypeError("texts must be a sequence of strings, not one string")
@@ -353,11 +396,12 @@ class Store:
                 self._forget(replace, active)
                 todo = sorted({*todo, *changed})
             record = self._space(active).model
+            prompt = self.prompt("document", active)
 
             def encoded_here() -> Iterator[Any]:
                 for start in range(0, len(todo), write_batch):
                     rows = todo[start : start + write_batch]
-                    vectors = encode(encoder, [texts[i] for i in rows], batch_size=batch_size, normalize=True)
+                    vectors = encoders.encode(encoder, [texts[i] for i in rows], prompt, batch_size=batch_size)
                     yield block_of(
                         record.dimension,
                         [row_ids[i] for i in rows],
@@ -379,6 +423,7 @@ class Store:
                     batch_size=batch_size,
                     block_rows=write_batch,
                     actors=actors,
+                    prompt=prompt,
                 )
             description = f"store add: encoding {len(todo):,} texts into {self.path.name}"
             with Progress(len(todo), description, unit="text", enabled=show_progress and bool(todo)) as bar:
@@ -614,7 +659,10 @@ class Store:
                 known=columns.table_columns(self._table(active).schema),
                 check_rows=check_rows,
             )
-            cosine = None if encoder is None else transfer.check_model(encoder, plan, source.label(), min_cosine)
+            prompt = self.prompt("document", active)
+            cosine = (
+                None if encoder is None else transfer.check_model(encoder, plan, source.label(), min_cosine, prompt)
+            )
             return self._import_planned(
                 source, plan, overlap, cosine, upsert=upsert, show_progress=show_progress, ray=ray, actors=actors
             )
@@ -740,6 +788,7 @@ class Store:
         space: str | None = None,
         batch_size: int = 64,
         plan: plans.Plan | None = None,
+        query_prompt: str | None = None,
         **options: Any,
     ) -> SearchResult | list[SearchResult]:
         """The ``k`` nearest rows of each query, a :class:`SearchResult` each (ids, scores, texts, metadata,
@@ -759,10 +808,9 @@ class Store:
         ``k`` rows pass it. ``condition`` with ``head`` (a Hyper-CL tri-encoder's folder, or the loaded model)
         ranks by similarity under that condition: queries and rows projected by the condition's matrix
         (:meth:`search_vectors`). ``quantized=True`` searches the space's quantized copy (:meth:`quantize`) and
-        rescores ``rescore * k`` candidates (None: no rescoring).
+        rescores ``rescore * k`` candidates (None: no rescoring). ``query_prompt`` replaces, for this call, the
+        prompt the queries are encoded after (default: the space's, or the query-side map's model's).
         """
-        from subspaces.models.encoder import encode
-
         single = isinstance(queries, str)
         texts = [queries] if isinstance(queries, str) else list(queries)
         if not texts:
@@ -777,13 +825,17 @@ class Store:
         if isinstance(plan, plans.Conditional):
             condition, head = plan.condition, plan.head
         plans.check_condition(condition, head, options.get("ann", False), options.get("dims"))
+        if query_prompt is not None:
+            check_prompt(query_prompt, "query")
         if condition is not None and model is None:
             # the head's encoder is the store's model (checked): it encodes the queries, loaded once
             name, encoder = space or self.manifest.active, self.condition_head(head, space).encoder
             query_map = None
         else:
             name, encoder, query_map = self._query_space(model, space)
-        vectors = encode(encoder, texts, batch_size=batch_size, normalize=True)
+        if query_prompt is None:
+            query_prompt = self.prompt("query", name) if query_map is None else self._query_map_prompt(name, query_map)
+        vectors = encoders.encode(encoder, texts, query_prompt, batch_size=batch_size)
         if query_map is not None:  # a query-side migration: the new model's queries in the stored rows' space
             vectors = query_map.transform(vectors)
         results = self.search_vectors(vectors, k, space=name, plan=plan, **options)
@@ -886,7 +938,9 @@ def import_vectors(
     folder = Path(path)
     runtime = runtime or Runtime()
     if (folder / MANIFEST).is_file():
-        store = Store.open(folder, device=runtime.device, backend=runtime.backend, precision=runtime.precision)
+        store = Store.open(
+            folder, device=runtime.device, backend=runtime.backend, precision=runtime.precision, dtype=runtime.dtype
+        )
         return store, store.import_vectors(vectors, model=model, foreign=foreign, dimension=dimension, **options)
     if (model is None) == (foreign is None):
         raise SubspacesError("a new store needs the vectors' model: give model (it runs here) or foreign LABEL")
@@ -899,11 +953,13 @@ def import_vectors(
         source, dimension=expected, stored=set(), known={}, check_rows=options.get("check_rows", transfer.CHECK_ROWS)
     )
     cosine = None
+    prompts = encoders.folder_prompts(encoder) if encoder is not None else {}
     if encoder is not None:
-        cosine = transfer.check_model(encoder, plan, source.label(), options.get("min_cosine", transfer.MIN_COSINE))
+        minimum = options.get("min_cosine", transfer.MIN_COSINE)
+        cosine = transfer.check_model(encoder, plan, source.label(), minimum, prompt=prompts.get("document"))
     assert plan.dimension is not None
     record = fingerprint if fingerprint is not None else ModelFingerprint.of_foreign(str(foreign), plan.dimension)
-    store = Store._make(folder, record, runtime)
+    store = Store._make(folder, record, runtime, prompts)
     if encoder is not None:
         store._models[store.manifest.active] = encoder
     # Under the write lock: once the manifest exists, another writer could take the store and append beside this one.

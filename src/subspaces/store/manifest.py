@@ -39,6 +39,9 @@ class Space:
     # ``store shrink``: {"choice": {dims: basis}, "adapter": folder or None, "version", "rows", "options", "report"}
     # (see :mod:`.shrink`); a prefix search of a listed size reads the chosen basis by default
     shrink: dict[str, Any] = field(default_factory=dict)
+    # role ("query", "document") -> the prompt its model puts before such texts (:mod:`.encoders`); a role absent
+    # (every space of a store made before prompts) encodes as the model does by default
+    prompts: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -52,6 +55,7 @@ class Space:
             "options": self.options,
             "query_maps": self.query_maps,
             "shrink": self.shrink,
+            "prompts": self.prompts,
         }
 
     @classmethod
@@ -67,6 +71,7 @@ class Space:
             options=dict(data.get("options") or {}),
             query_maps={str(k): dict(v) for k, v in (data.get("query_maps") or {}).items()},
             shrink=dict(data.get("shrink") or {}),
+            prompts={str(k): str(v) for k, v in (data.get("prompts") or {}).items()},
         )
 
 

@@ -36,6 +36,7 @@ from subspaces.store import backfill, quantized, scaleout
 from subspaces.store import maps as pair_maps
 from subspaces.store import search as ops
 from subspaces.store import unpaired as unpaired_maps
+from subspaces.store.encoders import folder_prompts
 from subspaces.store.fingerprint import ModelFingerprint
 from subspaces.store.manifest import Space
 from subspaces.store.table import lance_errors
@@ -111,6 +112,7 @@ def migrate(
     domain = unpaired_maps.read_domain_texts(texts, seed=seed) if unpaired else None
     with store._writing("store migrate"):  # first: a second writer is refused before a model loads
         encoder, fingerprint = store.load_model(model, name)
+        prompts = folder_prompts(encoder)  # the new model's, by convention (its rows: documents; its queries)
         manifest = store.manifest
         asked = {"anchors": anchors, "heldout": heldout, "seed": seed, "params": _plain(params)}
         if domain is not None:
@@ -187,7 +189,9 @@ def migrate(
 
         start = time.perf_counter()
         texts = rows.texts[np.concatenate([fit_rows, test])].tolist()
-        new_all = _encode(store, model, encoder, fingerprint, texts, batch_size, show_progress, ray, actors)
+        new_all = _encode(
+            store, model, encoder, fingerprint, texts, batch_size, show_progress, ray, actors, prompts.get("document")
+        )
         encode_s = time.perf_counter() - start
         target, new_test = new_all[: len(fit_rows)], new_all[len(fit_rows) :]
         source = rows.vectors[fit_rows]
@@ -229,11 +233,11 @@ def migrate(
         options = asked | {"pairs": pairs}
         if query_side:
             report["migrate_seconds"] = round(time.perf_counter() - start, 3)
-            _add_query_map(store, source_name, fingerprint, aligner, report, options)
+            _add_query_map(store, source_name, fingerprint, aligner, report, options, prompts)
             store._models[f"query:{fingerprint.weights}"] = encoder
             return report | ({"replaced": replaced} if replaced else {})
 
-        new_name = _add_pending_space(store, source_name, fingerprint, aligner, report, options)
+        new_name = _add_pending_space(store, source_name, fingerprint, aligner, report, options, prompts)
         store._models[new_name] = encoder
         store._sync(new_name, show_progress=show_progress, ray=ray, actors=actors)
         report["migrate_seconds"] = round(time.perf_counter() - start, 3)
@@ -302,8 +306,18 @@ def _query_side_unpaired(
         held = held[:0]
 
     start = time.perf_counter()
+    prompt = folder_prompts(encoder).get("document")
     encoded = _encode(
-        store, model, encoder, fingerprint, domain + rows.texts[held].tolist(), batch_size, show_progress, ray, actors
+        store,
+        model,
+        encoder,
+        fingerprint,
+        domain + rows.texts[held].tolist(),
+        batch_size,
+        show_progress,
+        ray,
+        actors,
+        prompt,
     )
     encode_s = time.perf_counter() - start
     new, new_held = encoded[: len(domain)], encoded[len(domain) :]
@@ -351,13 +365,19 @@ def _query_side_unpaired(
     report["migrate_seconds"] = round(time.perf_counter() - start, 3)
     if stale is not None:
         _drop_query_map(store, name, stale)
-    _add_query_map(store, name, fingerprint, fitted, report, options)
+    _add_query_map(store, name, fingerprint, fitted, report, options, folder_prompts(encoder))
     store._models[f"query:{fingerprint.weights}"] = encoder
     return report | ({"replaced": replaced} if replaced else {})
 
 
 def _add_pending_space(
-    store: Store, source: str, fingerprint: ModelFingerprint, aligner: Any, report: dict, options: dict
+    store: Store,
+    source: str,
+    fingerprint: ModelFingerprint,
+    aligner: Any,
+    report: dict,
+    options: dict,
+    prompts: dict[str, str] | None = None,
 ) -> str:
     """A new pending space of ``fingerprint``'s model, its rows to be mapped from space ``source`` by ``aligner``
     (:meth:`Store._sync`); returns its name."""
@@ -379,6 +399,7 @@ def _add_pending_space(
         state="pending",
         report=report,
         options=options,
+        prompts=dict(prompts or {}),
     )
     manifest.save(store.path)
     return name
@@ -394,8 +415,9 @@ def _encode(
     show_progress: bool,
     ray: bool | str,
     actors: int | None,
+    prompt: str | None = None,
 ) -> np.ndarray:
-    """Unit new-model vectors of ``texts`` (on Ray Data with ``ray``)."""
+    """Unit new-model vectors of ``texts`` after the document ``prompt`` (on Ray Data with ``ray``)."""
     if ray:
         scaleout.start(ray)
         return scaleout.encode_texts(
@@ -406,10 +428,11 @@ def _encode(
             batch_size=batch_size,
             block_rows=1024,
             actors=actors,
+            prompt=prompt,
         )
     from subspaces.models.encoder import encode
 
-    return encode(encoder, texts, batch_size=batch_size, normalize=True, show_progress=show_progress)
+    return encode(encoder, texts, batch_size=batch_size, normalize=True, show_progress=show_progress, prompt=prompt)
 
 
 def _report(
@@ -448,7 +471,13 @@ QUERY_MAPS = "query_maps"
 
 
 def _add_query_map(
-    store: Store, space: str, fingerprint: Any, fitted: Any, report: dict[str, Any], options: dict[str, Any]
+    store: Store,
+    space: str,
+    fingerprint: Any,
+    fitted: Any,
+    report: dict[str, Any],
+    options: dict[str, Any],
+    prompts: dict[str, str] | None = None,
 ) -> str:
     """Save ``fitted`` under ``query_maps/SPACE/KEY`` and record it in the space's ``query_maps`` (the folder
     first: a run killed before the manifest is written leaves a folder the next one replaces)."""
@@ -462,6 +491,7 @@ def _add_query_map(
         "map": folder,
         "report": report,
         "options": options,
+        "prompts": dict(prompts or {}),  # the query model's: what its queries are encoded after
     }
     store.manifest.save(store.path)
     return key
@@ -619,14 +649,26 @@ def qrels_report(
         )
     sample = np.concatenate([test, np.asarray(relevant, dtype=np.int64)]).astype(np.int64)
     extra = (
-        encode(encoder, rows.texts[relevant].tolist(), batch_size=batch_size, normalize=True)
+        encode(
+            encoder,
+            rows.texts[relevant].tolist(),
+            batch_size=batch_size,
+            normalize=True,
+            prompt=folder_prompts(encoder).get("document"),
+        )
         if relevant
         else np.zeros((0, new_test.shape[1]), dtype=np.float32)
     )
     new_rows = np.concatenate([new_test, extra]) if len(test) else extra
     qids = list(texts)
     grades = [judged[q] for q in qids]
-    new_queries = encode(encoder, [texts[q] for q in qids], batch_size=batch_size, normalize=True)
+    new_queries = encode(
+        encoder,
+        [texts[q] for q in qids],
+        batch_size=batch_size,
+        normalize=True,
+        prompt=folder_prompts(encoder).get("query"),
+    )
     old_rows = rows.vectors[sample]
 
     def migrated(old_vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -649,7 +691,7 @@ def qrels_report(
     whole = {"migrated": _evaluate(*migrated(rows.vectors), rows.ids, grades, k)}
     record = store.manifest.spaces[space].model
     if not record.foreign:
-        old_queries = encode(store.model(space), [texts[q] for q in qids], batch_size=batch_size, normalize=True)
+        old_queries = store.encode([texts[q] for q in qids], "query", space, batch_size=batch_size)
         result["old"] = _evaluate(old_queries, old_rows, ids, grades, k)
         whole["old"] = _evaluate(old_queries, rows.vectors, rows.ids, grades, k)
     base = result["reembedded"][f"recall@{k}"]
@@ -678,11 +720,17 @@ def _qrels_store_only(
     texts, judged = evaluation
     qids = list(texts)
     grades = [judged[q] for q in qids]
-    new_queries = encode(encoder, [texts[q] for q in qids], batch_size=batch_size, normalize=True)
+    new_queries = encode(
+        encoder,
+        [texts[q] for q in qids],
+        batch_size=batch_size,
+        normalize=True,
+        prompt=folder_prompts(encoder).get("query"),
+    )
     mapped = fitted.transform(new_queries) if direction == "queries" else new_queries
     whole = {"migrated": _evaluate(mapped, rows.vectors, rows.ids, grades, k)}
     if not store.manifest.spaces[space].model.foreign:
-        old_queries = encode(store.model(space), [texts[q] for q in qids], batch_size=batch_size, normalize=True)
+        old_queries = store.encode([texts[q] for q in qids], "query", space, batch_size=batch_size)
         whole["old"] = _evaluate(old_queries, rows.vectors, rows.ids, grades, k)
     return {
         "queries": len(qids),

@@ -215,8 +215,9 @@ class _Encode:
     """An actor: loads the model once (and checks it is the store's), then encodes blocks of (id, text, metadata)
     into the store's rows."""
 
-    def __init__(self, model: Any, runtime: Any, expected: Any, batch_size: int) -> None:
+    def __init__(self, model: Any, runtime: Any, expected: Any, batch_size: int, prompt: str | None = None) -> None:
         self.encoder, fingerprint = load(model, expected.name, runtime)
+        self.prompt = prompt  # the space's document prompt (None: the model's default)
         expected.check(fingerprint, what="the model on this Ray worker")
         self.dim = expected.dimension
         self.batch_size = batch_size
@@ -225,7 +226,7 @@ class _Encode:
         from subspaces.models.encoder import encode
 
         texts = block.column("text").to_pylist()
-        vectors = encode(self.encoder, texts, batch_size=self.batch_size, normalize=True)
+        vectors = encode(self.encoder, texts, batch_size=self.batch_size, normalize=True, prompt=self.prompt)
         metadata = block.column("metadata").to_pylist()
         return block_of(self.dim, block.column("id").to_pylist(), texts, vectors, metadata)
 
@@ -263,6 +264,7 @@ def encode_rows(
     batch_size: int,
     block_rows: int,
     actors: int | None = None,
+    prompt: str | None = None,
 ) -> Iterator[Any]:
     """The store rows (Arrow tables of at most ``block_rows``) of these texts, encoded by an actor pool, in the
     order blocks finish. ``model``: a name or folder each actor loads (checked against ``expected``, the store's
@@ -280,7 +282,13 @@ def encode_rows(
     size = _pool_size(actors)
     dataset = ray.data.from_arrow(_blocks(table, block_rows, size)).map_batches(
         _Encode,
-        fn_constructor_kwargs={"model": model, "runtime": runtime, "expected": expected, "batch_size": batch_size},
+        fn_constructor_kwargs={
+            "model": model,
+            "runtime": runtime,
+            "expected": expected,
+            "batch_size": batch_size,
+            "prompt": prompt,
+        },
         batch_size=None,  # one block per call: the block is the unit of commit
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=size),

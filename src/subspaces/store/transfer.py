@@ -525,15 +525,15 @@ def changed(store: Store, name: str, overlap: dict[str, bytes]) -> set[str]:
     return out
 
 
-def check_model(encoder: Any, plan: Plan, label: str, min_cosine: float) -> float | None:
-    """The mean cosine of a sample of rows with their texts re-encoded by ``encoder`` (None: no texts to check
-    by); refuses one below ``min_cosine``."""
+def check_model(encoder: Any, plan: Plan, label: str, min_cosine: float, prompt: str | None = None) -> float | None:
+    """The mean cosine of a sample of rows with their texts re-encoded by ``encoder`` after the store's document
+    ``prompt`` (None: no texts to check by); refuses one below ``min_cosine``."""
     from subspaces.models.encoder import encode
 
     texts, vectors = plan.sample
     if not texts:
         return None
-    fresh = encode(encoder, texts, normalize=True)
+    fresh = encode(encoder, texts, normalize=True, prompt=prompt)
     if fresh.shape[1] != len(vectors[0]):
         raise DimensionError(f"the declared model gives {fresh.shape[1]}-d vectors; these are {len(vectors[0])}-d")
     cosine = float(np.mean(np.sum(fresh * np.stack(vectors), axis=1)))

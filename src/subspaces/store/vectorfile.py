@@ -11,10 +11,15 @@ new table version (every write is one): a stale file is never read. Searches rea
 or at a few rows by positional reads (``file[rows]``: a funnel's shortlist, a sample), so a search process holds
 no more of it than it reads. A space whose vectors fit :data:`IN_MEMORY_BYTES` is searched from memory instead,
 without a file.
+
+A read-only store folder is searched from the file a search wrote while it was writable; without one the search
+is refused in one line (:func:`current`) rather than copy the space into memory or a temporary folder unasked:
+this path is for spaces too large for memory, and a temporary copy would be rewritten, whole, by every process.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import shutil
@@ -23,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from subspaces.errors import SubspacesError
 
 FOLDER = "vectors"
 IN_MEMORY_BYTES = 256 * 2**20  # a space's float vectors up to this size are read into memory, larger ones streamed
@@ -113,7 +120,16 @@ def current(folder: Path, table: Any, dim: int) -> VectorFile:
         found = VectorFile(path)
         if found.shape == (rows, dim):
             return found
-    write(path, table, rows, dim)
+    try:
+        write(path, table, rows, dim)
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):  # a full disk and co. are another story
+            raise
+        raise SubspacesError(
+            f"{folder}: searching its {rows:,} x {dim} vectors of {table.name} reads them from a file the first "
+            f"search writes under {folder / FOLDER}, and this folder is read-only ({exc.strerror}): make it "
+            "writable for one search (the file is kept and reused), or search a writable copy"
+        ) from exc
     for old in path.parent.iterdir():  # a reader still mapping an old file keeps it until it closes (POSIX)
         if old != path:
             old.unlink(missing_ok=True)
