@@ -16,9 +16,11 @@ The queries are split in halves by a fixed seed: ``choose`` (what settings may b
 Arms (``arm``): ``reembed`` (new model, queries and every document), ``old`` (old model), ``query-side`` and
 ``rewrite`` with ``pairs`` re-embedded pairs: ``Store.migrate(new, pairs=..., seed=seed, query_side=...)`` on a
 store of the old vectors, the chosen map read back from the store; besides, each map kind fitted on the same
-pairs (the sample ``migrate`` draws, so the chosen kind's figures are the chosen map's). In a migration the new
-model's vectors of the sampled texts come from the same cache (``encode`` is looked up, not rerun): a cell costs
-the fit, and the report's encode seconds are not real. Per-query values go under ``rows`` for the paired
+pairs (the sample ``migrate`` draws, so the chosen kind's figures are the chosen map's); with
+``choice_queries = "choose"`` the choose half's query texts (no labels) are passed as ``queries`` and choose the
+map (then only the ``check`` half is a fair figure). In a migration the new model's vectors of the sampled texts
+come from the same cache (``encode`` is looked up, not rerun): a cell costs the fit, and the report's encode
+seconds are not real. Per-query values go under ``rows`` for the paired
 bootstrap; :func:`ratios` gives each migration's Recall@10 and nDCG@10 over the re-embed's with a paired bootstrap
 interval over queries (seeds averaged per query).
 
@@ -55,6 +57,7 @@ DEFAULTS: dict[str, Any] = {
     "maps": None,  # Store.migrate's default: every kind
     "map_params": None,
     "kinds": ["orthogonal", "affine", "lowrank", "mlp"],  # each also fitted alone on the same pairs
+    "choice_queries": None,  # "choose": the choose half's query texts (no labels) passed to migrate as --queries
     "cache": "outputs/migrate-dev-cache",
     "threads": 2,
 }
@@ -232,7 +235,8 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         return result
     if arm not in ("query-side", "rewrite"):
         raise ValueError(f"unknown arm {arm!r}: reembed, old, query-side or rewrite")
-    return result | migrated(p, seed, docs, relevant, check, old_docs, new_docs, new_q)
+    sample = [q for q, in_check in zip(queries, check, strict=True) if not in_check]
+    return result | migrated(p, seed, docs, relevant, check, old_docs, new_docs, new_q, sample)
 
 
 def migrated(
@@ -244,6 +248,7 @@ def migrated(
     old_docs: np.ndarray,
     new_docs: np.ndarray,
     new_q: np.ndarray,
+    choose_texts: list[str],
 ) -> dict[str, Any]:
     from subspaces.store import maps
 
@@ -260,6 +265,7 @@ def migrated(
         query_side=query_side,
         maps=p["maps"],
         map_params=p["map_params"],
+        queries={str(i): t for i, t in enumerate(choose_texts)} if p["choice_queries"] == "choose" else None,
     )
     migrate_s = time.perf_counter() - start
     space = store.manifest.spaces[store.manifest.active]
@@ -279,6 +285,7 @@ def migrated(
     result["report"] = {
         f"overlap@{K}": report.get(f"overlap@{K}"),
         "candidates": report.get("candidates", {}),
+        "chosen_by": report.get("chosen_by"),
         "map_us_per_query": report.get("map_us_per_query"),
     }
     result["metrics"], result["rows"] = figures(evaluate(chosen), check)
@@ -399,11 +406,11 @@ def main() -> None:
             }
     record = {
         "command": (
-            "OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/migrate_dev.toml --resume; "
+            f"OMP_NUM_THREADS=2 nice -n 10 .venv/bin/python benchmarks/run.py benchmarks/{args.experiment} --resume; "
             f"cd benchmarks && OMP_NUM_THREADS=2 ../.venv/bin/python -m bench.tasks.migrate {args.experiment}"
         ),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "role": "dev (SNLI dev premises/hypotheses, WordNet definitions; no test split read)",
+        "role": "dev (SNLI dev, SICK train, WordNet; no test split read)",
         "environment": summary["environment"],
         "pools": found,
     }

@@ -108,7 +108,8 @@ def migrate(
     kinds = list(maps) if maps is not None else list(pair_maps.KINDS)
     for kind in kinds:
         pair_maps.make(kind, (map_params or {}).get(kind))  # an unknown map or parameter: refused before any work
-    evaluation = load_qrels(qrels, queries) if (qrels is not None or queries is not None) else None
+    evaluation = load_qrels(qrels, queries) if qrels is not None else None
+    choice_texts = _choice_queries(queries, evaluation, query_side, unpaired or texts is not None, seed)
     domain = unpaired_maps.read_domain_texts(texts, seed=seed) if unpaired else None
     with store._writing("store migrate"):  # first: a second writer is refused before a model loads
         encoder, fingerprint = store.load_model(model, name)
@@ -119,6 +120,8 @@ def migrate(
             asked |= {"anchors": "unpaired", "texts": unpaired_maps.texts_digest(domain)}
         elif anchors == "paired":
             asked |= {"maps": kinds, "map_params": _plain(map_params), "holdout": holdout}
+            if query_side:
+                asked["queries"] = unpaired_maps.texts_digest(choice_texts) if choice_texts else None
         source_name = manifest.active
         source_space = manifest.spaces[source_name]
         if source_space.model.matches(fingerprint):
@@ -192,6 +195,11 @@ def migrate(
         new_all = _encode(
             store, model, encoder, fingerprint, texts, batch_size, show_progress, ray, actors, prompts.get("document")
         )
+        choice_vectors = None
+        if choice_texts:  # real queries choose the query-side map (see maps.fit_and_choose)
+            choice_vectors = _encode(
+                store, model, encoder, fingerprint, choice_texts, batch_size, False, ray, actors, prompts.get("query")
+            )
         encode_s = time.perf_counter() - start
         target, new_test = new_all[: len(fit_rows)], new_all[len(fit_rows) :]
         source = rows.vectors[fit_rows]
@@ -208,7 +216,15 @@ def migrate(
             summary: dict[str, Any] = {"chosen": "mini-vec2vec (unpaired)", "direction": "old -> new (rows)"}
         else:
             aligner, candidates, summary = pair_maps.fit_and_choose(
-                source, target, direction, kinds=kinds, params=map_params, holdout=holdout, random_state=seed
+                source,
+                target,
+                direction,
+                kinds=kinds,
+                params=map_params,
+                holdout=holdout,
+                random_state=seed,
+                queries=choice_vectors,
+                among=(rows.vectors[test], new_test),
             )
         fit_s = time.perf_counter() - fit_start
         report = _report(aligner, candidates, summary, rows.vectors[test], new_test, direction)
@@ -243,6 +259,31 @@ def migrate(
         report["migrate_seconds"] = round(time.perf_counter() - start, 3)
         manifest.save(store.path)
         return report | ({"replaced": replaced} if replaced else {})
+
+
+def _choice_queries(
+    queries: Any, evaluation: Any, query_side: bool, unpaired: bool, seed: int, most: int = 1_000
+) -> list[str]:
+    """The query texts that choose a query-side paired map (at most ``most``, sampled by ``seed``): those of the
+    qrels' queries, or ``queries`` alone (a file or ``{query id: text}``, no labels needed); else none."""
+    if queries is None:
+        return []
+    if evaluation is None and (not query_side or unpaired):
+        raise SubspacesError(
+            "--queries without --qrels choose a query-side map fitted on pairs (--query-side, not --unpaired); "
+            "else give --qrels with them"
+        )
+    if not query_side or unpaired:
+        return []
+    found = list(evaluation[0].values()) if evaluation is not None else None
+    if found is None:
+        found = [str(t) for t in (queries.values() if isinstance(queries, dict) else _read_queries(queries).values())]
+    found = list(dict.fromkeys(t for t in found if t.strip()))
+    if not found:
+        raise DataError("no query text to choose the map by", path=None if isinstance(queries, dict) else queries)
+    if len(found) > most:
+        found = [found[i] for i in sorted(np.random.default_rng(seed).choice(len(found), most, replace=False))]
+    return found
 
 
 def _check_unpaired(
@@ -459,6 +500,9 @@ def _report(
     if table:
         report["candidates"] = table
         report["selection_pairs"] = summary["selection_pairs"]
+        report["chosen_by"] = summary["chosen_by"]
+        if "selection_queries" in summary:
+            report["selection_queries"] = summary["selection_queries"]
     return report
 
 
