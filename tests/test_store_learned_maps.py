@@ -88,7 +88,7 @@ def test_query_texts_choose_the_query_side_map_where_the_held_out_texts_would_ch
     assert table["orthogonal"]["selection@10"] > table["affine"]["selection@10"]
     assert table["affine"]["queries@10"] > table["orthogonal"]["queries@10"] + 0.02
     assert by_texts["chosen"] == "orthogonal" and by_queries["chosen"] == "affine"
-    assert by_queries["chosen_by"] == "query texts' agreement" and by_queries["selection_queries"] == 200
+    assert by_queries["chosen_by"] == "best query texts' agreement" and by_queries["selection_queries"] == 200
     # more rows to rank among (outside the fit) are used, and change the scores
     _, _, wider = maps.fit_and_choose(
         old[:500], new[:500], "queries", kinds=kinds, random_state=0, queries=queries, among=(old[500:], new[500:])
@@ -98,13 +98,16 @@ def test_query_texts_choose_the_query_side_map_where_the_held_out_texts_would_ch
         maps.fit_and_choose(old, new, "rows", kinds=kinds, queries=queries)
 
 
-def test_query_side_keeps_the_mlp_unless_clearly_worse_on_the_held_out_texts():
-    old, new, _ = bent_pairs()
+def test_query_side_keeps_the_mlp_unless_clearly_worse():
+    old, new, queries = bent_pairs()
     params = {"mlp": {"epochs": 3}}
-    _, _, summary = maps.fit_and_choose(old, new, "queries", kinds=["affine", "mlp"], params=params, random_state=0)
-    scores = {kind: row["selection@10"] for kind, row in summary["candidates"].items()}
-    near = 1 - scores["mlp"] <= maps.PREFERENCE_MARGIN * (1 - max(scores.values()))
-    assert summary["chosen"] == ("mlp" if near else "affine")
+    for given, column in ((None, "selection@10"), (queries, "queries@10")):
+        _, _, summary = maps.fit_and_choose(
+            old, new, "queries", kinds=["affine", "mlp"], params=params, random_state=0, queries=given
+        )
+        scores = {kind: row[column] for kind, row in summary["candidates"].items()}
+        near = 1 - scores["mlp"] <= maps.PREFERENCE_MARGIN * (1 - max(scores.values()))
+        assert summary["chosen"] == ("mlp" if near else "affine")
     _, _, rows = maps.fit_and_choose(old, new, "rows", kinds=["affine", "mlp"], params=params, random_state=0)
     best = max(rows["candidates"], key=lambda kind: rows["candidates"][kind]["selection@10"])
     assert rows["chosen"] == best  # a rewrite keeps the best held-out agreement

@@ -21,10 +21,10 @@ Candidates, scikit-learn style (parameters in ``__init__``, learned state with a
 
 :func:`fit_and_choose` holds out a part of the pairs (default 20 %), fits each candidate on the rest and keeps the
 one whose top-10 agrees best with the true vectors' on the held-out part (:func:`agreement`; no labels, no test
-data), then refits it on every pair. Query-side, the held-out texts stand in for queries they may not resemble, so
-two things move the choice there: a sample of real query texts, when given, is what the agreement is measured on
-(:func:`query_agreement`); without one, the MLP (:data:`QUERY_SIDE_PREFERRED`) is kept unless it is clearly worse
-on the held-out texts (disagreement over :data:`PREFERENCE_MARGIN` times the best's). Every map's output rows are
+data), then refits it on every pair. Query-side, neither that agreement nor the same agreement measured with real
+query texts (:func:`query_agreement`) ranks the kinds as the queries' Recall@10 does on the dev sets, so there the
+MLP (:data:`QUERY_SIDE_PREFERRED`) is kept unless clearly worse (disagreement over :data:`PREFERENCE_MARGIN` times
+the best kind's), judged on the query texts when given, else on the held-out texts. Every map's output rows are
 unit length (the store is cosine).
 """
 
@@ -54,10 +54,10 @@ DIRECTION_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "queries": {"affine": {"adjoint": True}, "lowrank": {"adjoint": True}, "mlp": {"objective": "query-similarity"}},
     "rows": {},
 }
-# Query-side without query texts: the kind kept unless clearly worse on the held-out texts, i.e. its held-out
-# disagreement (1 - agreement) over PREFERENCE_MARGIN times the best kind's. On the dev sets (SNLI, SICK) it ranked
-# real queries best in every cell at 2,000 pairs while its disagreement was up to 1.16 times the best's; a linear
-# relation that a linear map fits exactly (disagreement near 0) still refuses it. See benchmarks/notes/store.md.
+# Query-side: the kind kept unless clearly worse, i.e. its disagreement (1 - agreement) over PREFERENCE_MARGIN
+# times the best kind's. On the dev sets (SNLI, SICK) it gave the best Recall@10 at 2,000 pairs while its
+# disagreement was up to 1.16 times the best's; a relation that a linear map fits exactly (disagreement near 0)
+# still refuses it. See benchmarks/notes/store.md.
 QUERY_SIDE_PREFERRED = "mlp"
 PREFERENCE_MARGIN = 1.25
 
@@ -474,8 +474,8 @@ def fit_and_choose(
 
     Query-side only: with ``queries`` (new-model vectors of real query texts, no labels) each candidate is scored
     by :func:`query_agreement` among the held-out pairs plus ``among`` (``(old, new)`` vectors of other texts
-    outside the fit); without them, :data:`QUERY_SIDE_PREFERRED` is kept unless its held-out disagreement
-    (``1 - agreement``) is over :data:`PREFERENCE_MARGIN` times the best kind's."""
+    outside the fit), else by :func:`agreement`; :data:`QUERY_SIDE_PREFERRED` is kept unless its disagreement
+    (``1 - score``) is over :data:`PREFERENCE_MARGIN` times the best kind's, else the best score is kept."""
     if direction not in DIRECTIONS:
         raise SubspacesError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
     if queries is not None and direction != "queries":
@@ -519,12 +519,12 @@ def fit_and_choose(
             report[kind][f"queries@{k}"] = round(query_agreement(fitted, queries, rows_old, rows_new, k), 4)
     by = f"queries@{k}" if queries is not None else f"selection@{k}"
     chosen = max(kinds, key=lambda kind: (report[kind][by], -kinds.index(kind)))
-    rule = "query texts' agreement" if queries is not None else "held-out agreement"
+    measured = "query texts' agreement" if queries is not None else "held-out agreement"
+    rule = f"best {measured}"
     preferred = QUERY_SIDE_PREFERRED
-    default_side = direction == "queries" and queries is None and preferred in kinds
-    if default_side and 1 - report[preferred][by] <= PREFERENCE_MARGIN * (1 - report[chosen][by]):
-        rule = "held-out agreement" if chosen == preferred else f"{preferred} unless clearly worse held out"
-        chosen = preferred
+    prefer = direction == "queries" and preferred in kinds and chosen != preferred
+    if prefer and 1 - report[preferred][by] <= PREFERENCE_MARGIN * (1 - report[chosen][by]):
+        chosen, rule = preferred, f"{preferred} unless clearly worse by {measured}"
     final = make(chosen, params.get(chosen), random_state).fit(source, target)
     summary = {
         "chosen": chosen,
