@@ -131,7 +131,8 @@ def table(args: argparse.Namespace) -> None:
             cell["default_at_least_recipe_or_refused"] = ok
             cell["time_ratio_to_recipe"] = d["fit_seconds"] / recipe["fit_seconds"]
         cells.append(cell)
-    out = {"cpu": rows[0]["cpu"] if rows else None, "commands": sorted({r["command"] for r in rows}), "cells": cells}
+    out = {"cpu": rows[0]["cpu"] if rows else None, "commands": sorted({r["command"] for r in rows})}
+    out |= {"dates": sorted({r["date"] for r in rows}), "cells": cells}
     save_json(Path(args.results) / "cells.json", out)
     for c in cells:
         parts = [f"{c['domain']:<20} {c['direction']:<28} s{c['seed']}"]
