@@ -75,7 +75,8 @@ def migrate(
     ``anchors``: ``"paired"`` (default): ``pairs`` sampled rows with texts (default 2,000, or 4 per dimension of
     the wider space if more), re-embedded by the new model, are known pairs; every map of ``maps`` (default
     :data:`.maps.KINDS`; ``map_params`` per kind) is fitted on ``1 - holdout`` of them and the one whose
-    top-10 agrees best with the true vectors' on the rest is kept, refitted on all (:func:`.maps.fit_and_choose`).
+    top-10 agrees best with the true vectors' on the rest is kept, refitted on all (:func:`.maps.fit_and_choose`;
+    query-side, the MLP unless clearly worse, judged on ``queries``' texts when given, no ``qrels`` needed).
     ``"unpaired"`` (rewrite only): mini-vec2vec without using that the rows match (default 20,000 rows;
     ``params`` are its parameters), the method's own setting.
 
