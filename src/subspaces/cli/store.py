@@ -529,7 +529,11 @@ def migrate_cmd(
         typer.Option(help="Relevance judgements (qid<TAB>docid[<TAB>grade], TREC, .jsonl or .json): adds Recall@10."),
     ] = None,
     queries: Annotated[
-        Optional[Path], typer.Option(help="With --qrels: the queries' texts (id<TAB>text a line, or .jsonl).")
+        Optional[Path],
+        typer.Option(
+            help="Sample queries' texts (id<TAB>text a line, or .jsonl; no labels needed): with --query-side they "
+            "help choose the map; with --qrels they are the judged queries."
+        ),
     ] = None,
     commit: Annotated[bool, typer.Option("--commit", help="Make the pending migration's model the active one.")] = (
         False
