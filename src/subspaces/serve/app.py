@@ -280,8 +280,9 @@ def create_app(
                     raise ApiError(422, "this server has no condition head (start it with --head DIR)")
             if body.dimensions is not None and not 0 < body.dimensions <= engine.dim:
                 _checked(engine.check_dimensions, body.dimensions)  # the store's funnel has a basis for any model
-            _checked(engine.prompt, body.prompt_name)
-            rows, tokens = await _encode(engine, batcher, [body.query], settings.request_timeout_s, body.prompt_name)
+            # The store's recorded query prompt unless the request names one: the served hits are `store search`'s.
+            prompt = _checked(engine.query_prompt, body.prompt_name)
+            rows, tokens = await _encode(engine, batcher, [body.query], settings.request_timeout_s, prompt=prompt)
             query, condition, basis = engine.prefix(rows, None)[0], body.condition, body.basis
             hits = await _wait(
                 batcher, lambda: engine.search(query, body.k, body.dimensions, condition, basis), settings
@@ -297,12 +298,19 @@ def create_app(
 
 
 async def _encode(
-    engine: Engine, batcher: Batcher, texts: list[str], timeout: float, prompt_name: str | None = None
+    engine: Engine,
+    batcher: Batcher,
+    texts: list[str],
+    timeout: float,
+    prompt_name: str | None = None,
+    *,
+    prompt: str | None = None,
 ) -> tuple[np.ndarray, int]:
-    """Full-size rows of ``texts`` (under the prompt ``prompt_name``, default the model's) through the batcher,
-    and the tokens they cost: tokenised once, here, and the same tokens both counted and encoded."""
+    """Full-size rows of ``texts`` (under the prompt ``prompt_name``, default the model's, or the prompt text
+    ``prompt``) through the batcher, and the tokens they cost: tokenised once, here, and the same tokens both
+    counted and encoded."""
     # Tokenising a large request is not the loop's job.
-    tokenized = await run_in_threadpool(engine.tokenize, texts, prompt_name)
+    tokenized = await run_in_threadpool(engine.tokenize, texts, prompt_name, prompt=prompt)
     tokens = tokenized.counts
     try:
         future = batcher.encode(tokenized.inputs, tokens)

@@ -95,16 +95,18 @@ class Engine:
         self._padding = self._padding_of_features()
 
     # --- tokenise once (request threads), encode (the worker) ---------------------------------------------------
-    def tokenize(self, texts: Sequence[str], prompt_name: str | None = None) -> Tokenized:
+    def tokenize(self, texts: Sequence[str], prompt_name: str | None = None, *, prompt: str | None = None) -> Tokenized:
         """``texts`` tokenised as ``encode`` would (the model's own preprocessing, truncated at its length), and
         their token counts read off the attention mask: one tokenisation serves counting and encoding.
 
         ``prompt_name`` (default: the model's ``default_prompt_name``, as ``encode``) names the prompt put before
         each text, as sentence-transformers' ``encode(prompt_name=...)`` does (with the prompt's length, for a
         pooling that leaves the prompt out). A model whose inputs are not padded token tensors (a static
-        embedding) keeps its texts, prompt in front, which the worker encodes whole; its counts are words."""
+        embedding) keeps its texts, prompt in front, which the worker encodes whole; its counts are words.
+        ``prompt`` (a text, ``""``: none) replaces the named one: a search's query prompt (:meth:`query_prompt`)."""
         texts = list(texts)
-        prompt = self.prompt(prompt_name)
+        if prompt is None:
+            prompt = self.prompt(prompt_name)
         if self._padding is None:
             texts = [prompt + t for t in texts] if prompt else texts
             return Tokenized(texts, [max(1, len(t.split())) for t in texts])
@@ -122,6 +124,16 @@ class Engine:
             known = ", ".join(repr(n) for n in self.prompts) or "none (--query-prompt and --document-prompt add them)"
             raise SubspacesError(f"prompt_name {name!r} is not one of this model's prompts: {known}")
         return self.prompts[name]
+
+    def query_prompt(self, prompt_name: str | None) -> str:
+        """The prompt a ``/v1/search`` query is encoded after: the request's ``prompt_name``'s, else the query prompt
+        the store's active space records (as ``store search`` encodes its queries; ``""``: none), else the model's
+        default, as for any text."""
+        if prompt_name is None and self.store is not None:
+            recorded = self.store.prompt("query")
+            if recorded is not None:
+                return str(recorded)
+        return self.prompt(prompt_name)
 
     def decode_ids(self, rows: list[list[int]]) -> list[str]:
         """Token-id inputs as texts, which are then tokenised by the model as any text (``--token-ids``):
