@@ -21,7 +21,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -85,6 +85,31 @@ def quantize(embeddings: np.ndarray, kind: Kind, calibration: Int8Calibration | 
     return np.clip(codes, -128, 127).astype(np.int8)
 
 
+def rescore_shortlist(
+    queries: np.ndarray,
+    shortlist: np.ndarray,
+    codes: np.ndarray,
+    kind: Kind,
+    d: int,
+    calibration: Int8Calibration | None,
+    corpus: Any = None,
+) -> np.ndarray:
+    """Each query's scores against its ``shortlist`` rows: by the ``corpus`` rows' float vectors, or (None) by the
+    dequantized ``codes``. Per query only its shortlisted rows are read, in file order (what a memory map serves
+    best); the scores come back in shortlist order."""
+    scores = np.empty(shortlist.shape, dtype=np.float32)
+    for i, rows in enumerate(shortlist):
+        inv = np.argsort(rows)
+        order = rows[inv]
+        vectors = (
+            np.asarray(corpus[order], dtype=np.float32)
+            if corpus is not None
+            else dequantize(codes[order], kind, d, calibration)
+        )
+        scores[i, inv] = vectors @ queries[i]
+    return scores
+
+
 def dequantize(codes: np.ndarray, kind: Kind, dim: int, calibration: Int8Calibration | None = None) -> np.ndarray:
     """Back to float32: int8 to the centre of each code's interval; binary to -1/+1 per bit."""
     if kind == "binary":
@@ -126,17 +151,7 @@ def search(
     if rescore is None:
         return _top(first, k)
     _, shortlist = _top(first, min(n, rescore * k))
-    scores = np.empty(shortlist.shape, dtype=np.float32)
-    for i, rows in enumerate(shortlist):  # per query: only its shortlisted corpus rows are read
-        inv = np.argsort(rows)  # read in file order (what an mmap serves best), scores back in shortlist order
-        order = rows[inv]
-        vectors = (
-            np.asarray(corpus[order], dtype=np.float32)
-            if corpus is not None
-            else dequantize(codes[order], kind, d, calibration)
-        )
-        scores[i, inv] = vectors @ queries[i]
-    top_scores, pos = _top(scores, k)
+    top_scores, pos = _top(rescore_shortlist(queries, shortlist, codes, kind, d, calibration, corpus), k)
     return top_scores, np.take_along_axis(shortlist, pos, axis=1)
 
 

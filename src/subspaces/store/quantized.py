@@ -40,8 +40,8 @@ from subspaces.quantize import (
     Kind,
     calibrate_int8,
     calibration_sample,
-    dequantize,
     quantize,
+    rescore_shortlist,
     save_codes,
     sidecar,
 )
@@ -296,16 +296,7 @@ def search_codes(
     if rescore is None:
         return first, shortlist
     d = len(calibration.low) if calibration is not None else queries.shape[1]
-    scores = np.empty(shortlist.shape, dtype=np.float32)
-    for i, rows in enumerate(shortlist):  # per query: only its shortlisted rows are read, in file order
-        inv = np.argsort(rows)
-        order = rows[inv]
-        floats = (
-            np.asarray(corpus[order], dtype=np.float32)
-            if corpus is not None
-            else dequantize(codes[order], kind, d, calibration)
-        )
-        scores[i, inv] = floats @ queries[i]
+    scores = rescore_shortlist(queries, shortlist, codes, kind, d, calibration, corpus)
     top, positions = topk.largest(scores, np.broadcast_to(np.arange(shortlist.shape[1]), shortlist.shape), k)
     return top, np.take_along_axis(shortlist, positions, axis=1)
 
