@@ -248,8 +248,9 @@ class LowRankAffineMap(_Adjointable):
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh form (as torch's ``approximate="tanh"``, which training uses)."""
-    return 0.5 * x * (1.0 + np.tanh(np.float32(0.7978845608) * (x + np.float32(0.044715) * x**3)))
+    """GELU, tanh form (as torch's ``approximate="tanh"``, which training uses). ``x * x * x``, not ``x**3``: numpy's
+    float32 power is some 50x slower, and was most of an MLP query map's cost."""
+    return 0.5 * x * (1.0 + np.tanh(np.float32(0.7978845608) * (x + np.float32(0.044715) * (x * x * x))))
 
 
 OBJECTIVES = ("cosine", "query-similarity", "row-similarity")
