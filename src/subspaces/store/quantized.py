@@ -47,6 +47,7 @@ from subspaces.quantize import (
 )
 from subspaces.store.results import SearchResult, hits
 from subspaces.store.table import Table, lance_errors, vectors_of
+from subspaces.store.vectorfile import VectorFile
 
 if TYPE_CHECKING:
     from subspaces.store.core import Store
@@ -168,13 +169,15 @@ def _current(store: Store, space: str) -> Codes:
 
 @dataclass
 class Codes:
-    """A quantized copy as search holds it: the codes file memory-mapped (a rescore reads its shortlisted rows)
-    and, for int8, a faiss index over the same codes, one byte each (``QT_8bit_direct_signed``: code ``c`` is the
-    float ``c`` exactly, so its inner products with an int8-coded query are the exact integer dot products, and
-    faiss's scan is some 30 times numpy's int32 product)."""
+    """A quantized copy as search holds it: the codes file memory-mapped (binary codes, scanned in blocks) and, for
+    int8, a faiss index over the same codes, one byte each (``QT_8bit_direct_signed``: code ``c`` is the float
+    ``c`` exactly, so its inner products with an int8-coded query are the exact integer dot products, and faiss's
+    scan is some 30 times numpy's int32 product), the rescore reading its shortlisted rows by positional reads
+    (:class:`~.vectorfile.VectorFile`: through the memory map, each row's page faults read ahead and stayed
+    resident, +320 MB of RSS over 50 queries of 1M rows)."""
 
     path: Path
-    codes: np.ndarray
+    codes: np.ndarray | VectorFile
     kind: Kind
     dim: int
     calibration: Int8Calibration | None
@@ -196,6 +199,7 @@ class Codes:
         held = cls(path, codes, kind, dim, cal)
         if kind == "int8":
             held.index = _int8_index(path, codes)
+            held.codes = VectorFile(path)
         return held
 
 

@@ -56,23 +56,26 @@ class VectorFile:
         self.array: np.ndarray = np.load(path, mmap_mode="r", allow_pickle=False)
         self.shape: tuple[int, int] = (int(self.array.shape[0]), int(self.array.shape[1]))
         self.offset = int(self.array.offset)
+        self.dtype = self.array.dtype  # float32 for vectors; int8 for a quantized copy's codes read the same way
 
     def __len__(self) -> int:
         return self.shape[0]
 
     def __getitem__(self, rows: Any) -> np.ndarray:
-        """The rows at ``rows`` (integers of any shape; -1 is the last row, as numpy reads it), by positional
-        reads: a memory map's faults read ahead around each row and leave those pages mapped, so a few thousand
-        scattered rows (a sample, a shortlist) held most of the file resident (a 10,000-row sample of 100k rows:
-        150 MB more RSS)."""
+        """The rows at ``rows`` (integers of any shape, or a slice; -1 is the last row, as numpy reads it), by
+        positional reads: a memory map's faults read ahead around each row and leave those pages mapped, so a few
+        thousand scattered rows (a sample, a shortlist) held most of the file resident (a 10,000-row sample of
+        100k rows: 150 MB more RSS)."""
+        if isinstance(rows, slice):
+            rows = np.arange(*rows.indices(self.shape[0]))
         index = np.asarray(rows, dtype=np.int64)
         n, dim = self.shape
         flat = np.where(index.ravel() < 0, index.ravel() + n, index.ravel())
         if flat.size and (flat.min() < 0 or flat.max() >= n):
             raise IndexError(f"row {int(flat.max() if flat.max() >= n else flat.min())} of {n:,}")
         unique, back = np.unique(flat, return_inverse=True)
-        out = np.empty((len(unique), dim), dtype=np.float32)
-        width = dim * 4
+        out = np.empty((len(unique), dim), dtype=self.dtype)
+        width = dim * self.dtype.itemsize
         fd = os.open(self.path, os.O_RDONLY)
         try:
             starts = np.flatnonzero(np.diff(unique, prepend=-2) != 1)  # runs of consecutive rows, one read each
@@ -82,7 +85,7 @@ class VectorFile:
                 data = os.pread(fd, size, self.offset + int(unique[first]) * width)
                 if len(data) != size:
                     raise OSError(f"{self.path} ended before row {int(unique[last - 1]):,}")
-                out[first:last] = np.frombuffer(data, dtype=np.float32).reshape(last - first, dim)
+                out[first:last] = np.frombuffer(data, dtype=self.dtype).reshape(last - first, dim)
         finally:
             os.close(fd)
         return out[back.ravel()].reshape(*index.shape, dim)
@@ -96,12 +99,12 @@ class VectorFile:
         """``(first row, rows)``, ``size`` rows at a time, read into one buffer reused for every block (a block
         is valid until the next is read): the file passes through the page cache, not this process's memory."""
         n, dim = self.shape
-        buffer = np.empty((min(size, max(n, 1)), dim), dtype=np.float32)
+        buffer = np.empty((min(size, max(n, 1)), dim), dtype=self.dtype)
         with open(self.path, "rb", buffering=0) as fh:
             for start in range(0, n, size):
                 rows = min(size, n - start)
                 view = buffer[:rows]
-                fh.seek(self.offset + start * dim * 4)
+                fh.seek(self.offset + start * dim * self.dtype.itemsize)
                 if fh.readinto(view.data.cast("B")) != view.nbytes:
                     raise OSError(f"{self.path} ended before row {start + rows:,}")
                 yield start, view
