@@ -88,7 +88,7 @@ def quantize(embeddings: np.ndarray, kind: Kind, calibration: Int8Calibration | 
 def rescore_shortlist(
     queries: np.ndarray,
     shortlist: np.ndarray,
-    codes: np.ndarray,
+    codes: Any,  # an array, or rows read on demand (`codes[rows]`)
     kind: Kind,
     d: int,
     calibration: Int8Calibration | None,

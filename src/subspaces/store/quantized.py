@@ -274,7 +274,7 @@ CODE_BLOCK_BYTES = 16 * 2**20  # codes scored at a time: a block's scores and wi
 
 def search_codes(
     queries: np.ndarray,
-    codes: np.ndarray,
+    codes: np.ndarray | VectorFile,
     *,
     kind: Kind,
     k: int,
@@ -306,7 +306,7 @@ def search_codes(
 
 
 def _first_blocks(
-    codes: np.ndarray, queries: np.ndarray, kind: Kind, m: int, subset: np.ndarray | None
+    codes: np.ndarray | VectorFile, queries: np.ndarray, kind: Kind, m: int, subset: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The first ranking's best ``m`` per query, scoring the codes a block at a time."""
     best = topk.Best(len(queries), m)
