@@ -705,15 +705,8 @@ def qrels_report(
         else np.zeros((0, new_test.shape[1]), dtype=np.float32)
     )
     new_rows = np.concatenate([new_test, extra]) if len(test) else extra
-    qids = list(texts)
-    grades = [judged[q] for q in qids]
-    new_queries = encode(
-        encoder,
-        [texts[q] for q in qids],
-        batch_size=batch_size,
-        normalize=True,
-        prompt=folder_prompts(encoder).get("query"),
-    )
+    qids = list(texts)  # the order _judged_queries encodes them in
+    grades, new_queries = _judged_queries(evaluation, encoder, batch_size)
     old_rows = rows.vectors[sample]
 
     def migrated(old_vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -760,18 +753,10 @@ def _qrels_store_only(
 ) -> dict[str, Any]:
     """:func:`qrels_report` of a store without texts: the migrated (and, where its model runs, the old) search
     over the whole store; no re-embedded baseline, so no fraction of it."""
-    from subspaces.models.encoder import encode
 
-    texts, judged = evaluation
-    qids = list(texts)
-    grades = [judged[q] for q in qids]
-    new_queries = encode(
-        encoder,
-        [texts[q] for q in qids],
-        batch_size=batch_size,
-        normalize=True,
-        prompt=folder_prompts(encoder).get("query"),
-    )
+    texts = evaluation[0]
+    qids = list(texts)  # the order _judged_queries encodes them in
+    grades, new_queries = _judged_queries(evaluation, encoder, batch_size)
     mapped = fitted.transform(new_queries) if direction == "queries" else new_queries
     whole = {"migrated": _evaluate(mapped, rows.vectors, rows.ids, grades, k)}
     if not store.manifest.spaces[space].model.foreign:
@@ -880,3 +865,21 @@ def rollback(store: Store) -> str:
         manifest.active = previous
         manifest.save(store.path)
         return previous
+
+
+def _judged_queries(
+    evaluation: tuple[dict[str, str], dict[str, dict[str, float]]], encoder: Any, batch_size: int
+) -> tuple[list[dict[str, float]], np.ndarray]:
+    """The judged queries' grades and their unit vectors by ``encoder``, after its folder's query prompt."""
+    from subspaces.models.encoder import encode
+
+    texts, judged = evaluation
+    qids = list(texts)
+    vectors = encode(
+        encoder,
+        [texts[q] for q in qids],
+        batch_size=batch_size,
+        normalize=True,
+        prompt=folder_prompts(encoder).get("query"),
+    )
+    return [judged[q] for q in qids], vectors
