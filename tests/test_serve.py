@@ -549,6 +549,41 @@ def test_serve_command_checks_its_options_before_starting(tmp_path, tiny_model_d
         assert message in " ".join(result.output.split())
 
 
+def test_serve_command_reads_a_config_file_under_its_options(tmp_path, tiny_model_dir, monkeypatch):
+    """--config sets any ServeSettings field; an option given on the command line wins over the file, one left
+    out does not; no file gives the library's defaults."""
+    import json
+
+    import uvicorn
+    from typer.testing import CliRunner
+
+    import subspaces.serve.app
+    from subspaces.cli.app import app
+    from subspaces.serve.settings import ServeSettings
+
+    built: list[ServeSettings] = []
+    monkeypatch.setattr(subspaces.serve.app, "create_app", lambda settings, **_: built.append(settings))
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self: None)
+    file = tmp_path / "serve.json"
+    file.write_text(
+        json.dumps(
+            {"max_queue": 7, "max_body_bytes": 1000, "cors_origins": ["http://a"], "prompts": {"query": "q: "}}
+            | {"dtype": "bfloat16", "request_timeout_s": 5.0, "token_ids": "model"}
+        )
+    )
+    model = ["serve", "--model", str(tiny_model_dir)]
+    given = ["--max-queue", "9", "--document-prompt", "d: ", "--served-model-name", "x", "--served-model-name", "y"]
+    for args in (model, [*model, "--config", str(file), *given], [*model, "--config", str(file), "--dtype", "float32"]):
+        result = CliRunner().invoke(app, [*args, "--max-body-mb", "1"] if "float32" in args else args)
+        assert result.exit_code == 0, result.output
+    default, from_file, overridden = built
+    assert default == ServeSettings(model=str(tiny_model_dir))
+    assert (from_file.max_queue, from_file.max_body_bytes, from_file.request_timeout_s) == (9, 1000, 5.0)
+    assert (from_file.cors_origins, from_file.aliases, from_file.token_ids) == (("http://a",), ("x", "y"), "model")
+    assert from_file.prompts == {"query": "q: ", "document": "d: "} and from_file.dtype == "bfloat16"
+    assert (overridden.dtype, overridden.max_body_bytes, overridden.max_queue) == ("float32", 2**20, 7)
+
+
 def test_token_counting_beside_encoding_never_corrupts_a_batch(engine):
     """Counting runs in request threads while the worker encodes: they must not share a tokenizer's settings."""
     texts = [" ".join(["word"] * (1 + i % 23)) for i in range(64)]

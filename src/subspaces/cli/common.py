@@ -209,8 +209,9 @@ def recipe_options(
     ``config`` and receives a ``recipe`` instance there.
 
     Each field (of ``only``, less ``skip`` and those the command declares itself) of a plain type (bool, int,
-    float, str, a path, a ``typing.Literal`` of choices, or one of these or None) becomes ``--field-name`` with
-    the field's default and its ``metadata["help"]`` (and ``notes[name]`` after it). ``--config FILE`` (JSON or
+    float, str, a path, a ``typing.Literal`` of choices, or one of these or None; a tuple of str is a repeatable
+    option) becomes ``--field-name`` (or the field's ``metadata["flags"]``) with the field's default and its
+    ``metadata["help"]`` (and ``notes[name]`` after it). ``--config FILE`` (JSON or
     TOML: an object of field names) sets any field, those without an option included; options given on the
     command line win over the file, the file over the library's defaults. The instance is ``build(**given)``
     (default: the recipe itself) of only what was given: a recipe whose defaults depend on a setting (SimCSE's
@@ -224,12 +225,14 @@ def recipe_options(
         own = [p for p in signature.parameters.values() if p.name != "config"]
         declared = {p.name for p in own}
         derived: list[inspect.Parameter] = []
+        names: dict[str, str] = {}  # an option's parameter -> its field
         for f in dataclasses.fields(recipe):
             if f.name in declared or f.name in skipped or (chosen is not None and f.name not in chosen):
                 continue
             option = _field_option(f, hints[f.name], extra.get(f.name))
             if option is not None:
                 derived.append(option)
+                names[option.name] = f.name
         config_file = inspect.Parameter(
             "config_file",
             inspect.Parameter.KEYWORD_ONLY,
@@ -242,20 +245,22 @@ def recipe_options(
                 ),
             ],
         )
-        context = inspect.Parameter("recipe_context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
-        names = [p.name for p in derived]
+        # typer passes one context: the command's own where it declares one
+        ours = inspect.Parameter("recipe_context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+        context = next((p for p in own if p.annotation is typer.Context), ours)
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            ctx = kwargs.pop("recipe_context")
+            ctx = kwargs.pop(ours.name) if context is ours else kwargs[context.name]
             values = {name: kwargs.pop(name) for name in names}
             settings = read_config(kwargs.pop("config_file"), recipe)
             for name, value in values.items():  # given on the command line: wins over the file
-                if ctx.get_parameter_source(name).name != "DEFAULT":
-                    settings[name] = value
+                if given(ctx, name):
+                    settings[names[name]] = tuple(value) if isinstance(value, list) else value
             return func(*args, config=make(**settings), **kwargs)
 
-        parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own + derived] + [config_file, context]
+        parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own + derived] + [config_file]
+        parameters += [ours] if context is ours else []
         wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
         wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
         return wrapper  # type: ignore[return-value]
@@ -268,19 +273,31 @@ def _field_option(f: dataclasses.Field, hint: Any, note: str | None = None) -> i
     args = typing.get_args(hint)
     optional = type(None) in args
     base = next((a for a in args if a is not type(None)), hint) if optional and len(args) == 2 else hint
-    if typing.get_origin(base) is not Literal and base not in _OPTION_TYPES:
+    repeated = typing.get_origin(base) is tuple and typing.get_args(base) == (str, ...)
+    if typing.get_origin(base) is not Literal and base not in _OPTION_TYPES and not repeated:
         return None
     flag = "--" + f.name.replace("_", "-")
     declaration = (f"{flag}/--no-{f.name.replace('_', '-')}",) if base is bool and not optional else (flag,)
+    declaration = f.metadata.get("flags") or declaration
     info = typer.Option(*declaration, help=" ".join(filter(None, (f.metadata.get("help"), note))) or None)
-    if f.default is not dataclasses.MISSING:
+    name = declaration[0].split("/")[0].lstrip("-").replace("-", "_")
+    if repeated:  # None (not given) leaves the field's default
+        default: Any = None
+    elif f.default is not dataclasses.MISSING:
         default = f.default
     elif f.default_factory is not dataclasses.MISSING:
         default = f.default_factory()
     else:
         default = inspect.Parameter.empty
-    annotation = Annotated[Optional[base] if optional else base, info]  # type: ignore[valid-type]
-    return inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+    kind = Optional[list[str]] if repeated else Optional[base] if optional else base
+    annotation = Annotated[kind, info]  # type: ignore[valid-type]
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def given(ctx: typer.Context, name: str) -> bool:
+    """Whether the command's option ``name`` was given (command line or environment), not defaulted."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name != "DEFAULT"
 
 
 def read_config(path: Path | None, recipe: type) -> dict[str, Any]:

@@ -5,71 +5,92 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal, get_args
 
 from subspaces.errors import SubspacesError
 from subspaces.models.backends import check_backend, check_dtype
 
-TOKEN_IDS = ("tiktoken", "model")
+TokenIds = Literal["tiktoken", "model"]
+TOKEN_IDS: tuple[str, ...] = get_args(TokenIds)
+
+
+def _help(text: str, *flags: str) -> dict[str, Any]:
+    """A field's metadata: its ``--help`` text, and its option's flags where they are not ``--field-name``."""
+    return {"help": text, "flags": flags} if flags else {"help": text}
 
 
 @dataclass(frozen=True)
 class ServeSettings:
-    """Everything :func:`subspaces.serve.app.create_app` needs; the CLI builds one from its options.
+    """Everything :func:`subspaces.serve.app.create_app` needs; ``subspaces serve`` derives its options from the
+    fields (their help is each field's ``metadata["help"]``) and reads any field from ``--config FILE``.
 
-    Args:
-        model: a bundled model name or a local folder (what ``subspaces model encode --model`` takes).
-        head: a saved Hyper-CL tri-encoder folder (``subspaces cond train``'s output), for conditioned similarity.
-        store: a :class:`subspaces.store.Store` folder, for ``/v1/search``.
-        device: the torch device the model runs on.
-        backend, precision: how the transformer runs (:func:`subspaces.models.encoder.load_encoder`): torch, or an
-            exported ONNX Runtime / OpenVINO graph, fp32 or int8 (those two on the CPU only).
-        dtype: what the torch backend runs in: ``float32``, ``bfloat16``, or ``auto`` (bfloat16 where the CPU
-            multiplies it natively; :func:`subspaces.models.backends.resolve_dtype`). Rows are served as float32.
-        model_id: the id ``/v1/models`` lists and requests may name (default: the model's name or folder name).
-        api_key: when set, every route but ``/health`` needs ``Authorization: Bearer <api_key>``.
-        max_batch_tokens: the padded size of one batch (texts x longest text, in tokens).
-        max_wait_ms: how long the first request of a batch waits for others to join it. 0 (greedy): a batch is
-            whatever queued while the previous one ran, which already coalesces under load and adds nothing to a
-            lone request's latency (a 5 ms wait cost a lone request more than half its speed on the tiny model).
-        max_queue: requests waiting for the worker; one more is refused with 503.
-        max_inputs: texts (or pairs) in one request; more is refused with 413.
-        max_body_bytes: the size of one request body; more is refused with 413.
-        request_timeout_s: how long a request may wait for its result (queue and encoding) before a 504.
-        cors_origins: origins allowed to call the API from a browser; none (CORS off) by default.
-        aliases: more names requests may give as ``model`` (``--served-model-name``), e.g. an SDK's default name.
-        accept_any_model: serve every request whatever ``model`` it names (``--accept-any-model-name``).
-        prompts: prompts by name (``--query-prompt`` is ``query``, ``--document-prompt`` is ``document``), over the
-            model folder's own (``config_sentence_transformers.json``'s ``prompts``); requests pick one by
-            ``prompt_name``.
-        adapter: a fitted :class:`~subspaces.adapt.MatryoshkaAdapter` folder: ``dimensions`` then reads the adapted
-            rows' prefix (``adapter.transform``, then the first ``d``, then L2-normalised).
-        token_ids: how token-id inputs are read: ``"tiktoken"`` (OpenAI's ids, cl100k_base, decoded to text; what
-            OpenAI's SDKs and LangChain send) or ``"model"`` (the served model's own tokenizer's ids).
+    ``device``, ``backend``, ``precision`` and ``dtype`` are :func:`subspaces.models.encoder.load_encoder`'s (rows
+    are served as float32). ``max_wait_ms`` 0 (greedy) takes whatever queued while the previous batch ran, which
+    already coalesces under load and adds nothing to a lone request's latency (a 5 ms wait cost a lone request more
+    than half its speed on the tiny model). ``api_key``, when set, is needed by every route but ``/health`` as
+    ``Authorization: Bearer <api_key>`` (``--api-key-file``). ``prompts`` (``--query-prompt`` is ``query``,
+    ``--document-prompt`` is ``document``) go over the model folder's own
+    (``config_sentence_transformers.json``'s ``prompts``); requests pick one by ``prompt_name``.
     """
 
-    model: str
-    head: Path | None = None
-    store: Path | None = None
+    model: str = field(
+        metadata=_help("Bundled model name (see `subspaces model list`) or a local folder.", "--model", "-m")
+    )
+    head: Path | None = field(
+        default=None, metadata=_help("A saved Hyper-CL tri-encoder folder, for /v1/similarity's condition.")
+    )
+    store: Path | None = field(default=None, metadata=_help("A store folder, for /v1/search."))
     device: str = "cpu"
     backend: str = "torch"
     precision: str = "fp32"
     dtype: str = "float32"
-    model_id: str | None = None
+    model_id: str | None = field(
+        default=None, metadata=_help("The model name clients use (default: the model's name or folder name).")
+    )
     api_key: str | None = field(default=None, repr=False)
-    max_batch_tokens: int = 16384
-    max_wait_ms: float = 0.0
-    max_queue: int = 256
-    max_inputs: int = 2048
-    max_body_bytes: int = 2 * 2**20
-    request_timeout_s: float = 30.0
-    cors_origins: tuple[str, ...] = ()
-    aliases: tuple[str, ...] = ()
-    accept_any_model: bool = False
+    max_batch_tokens: int = field(default=16384, metadata=_help("Padded tokens (texts x longest) in one batch."))
+    max_wait_ms: float = field(
+        default=0.0, metadata=_help("How long a batch waits for more requests to join it (0: take what has queued).")
+    )
+    max_queue: int = field(default=256, metadata=_help("Requests that may wait; more are answered 503."))
+    max_inputs: int = field(default=2048, metadata=_help("Texts (or pairs) in one request; more are answered 413."))
+    max_body_bytes: int = field(
+        default=2 * 2**20, metadata=_help("Size of one request body in bytes (--max-body-mb); more is answered 413.")
+    )
+    request_timeout_s: float = field(
+        default=30.0, metadata=_help("Seconds a request may take before it is answered 504.", "--timeout")
+    )
+    cors_origins: tuple[str, ...] = field(
+        default=(),
+        metadata=_help("An origin browsers may call the API from (repeatable); none by default.", "--cors-origin"),
+    )
+    aliases: tuple[str, ...] = field(
+        default=(),
+        metadata=_help(
+            "Another name requests may give as model (repeatable), e.g. an SDK's default text-embedding-3-small.",
+            "--served-model-name",
+        ),
+    )
+    accept_any_model: bool = field(
+        default=False,
+        metadata=_help("Serve every request whatever model it names.", "--accept-any-model-name"),
+    )
     prompts: dict[str, str] = field(default_factory=dict)
-    adapter: Path | None = None
-    token_ids: str = "tiktoken"
+    adapter: Path | None = field(
+        default=None,
+        metadata=_help("A fitted Matryoshka adapter folder (subspaces adapt fit): dimensions reads its prefix."),
+    )
+    token_ids: TokenIds = field(
+        default="tiktoken",
+        metadata=_help(
+            "How token-id inputs are read: tiktoken (OpenAI's cl100k_base ids, what OpenAI's SDKs and "
+            "LangChain send; decoded to text) or model (the served model's own tokenizer's ids)."
+        ),
+    )
 
     def __post_init__(self) -> None:
+        for name in ("cors_origins", "aliases"):  # a --config file's lists, too
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         for name in ("max_batch_tokens", "max_queue", "max_inputs", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise SubspacesError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
