@@ -48,7 +48,6 @@ if TYPE_CHECKING:
 BACKENDS = ("torch", "onnx", "openvino")
 PRECISIONS = ("fp32", "int8")
 DTYPES = ("float32", "bfloat16", "auto")
-GRAPH_FILES = {"onnx": ("model.onnx",), "openvino": ("model.xml", "model.bin")}
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 FORMAT = 1  # bump when the export changes, so graphs built by older code are rebuilt
 OPSET = 17

@@ -36,7 +36,7 @@ config only when set, so heads saved before them rebuild unchanged.
 from __future__ import annotations
 
 import os
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -55,7 +55,6 @@ class CorpusView(NamedTuple):
     inv_norms: torch.Tensor
 
 
-HeadKind = Literal["hadamard", "concat", "hypernet"]
 HEAD_KINDS: tuple[str, ...] = ("hadamard", "concat", "hypernet")
 HEAD_INITS: tuple[str, ...] = ("scaled", "torch")
 # Training with Adam keeps weights, gradients and two moment buffers: 4 float32 copies of every parameter.
