@@ -175,6 +175,21 @@ class AnchorSet:
         return [np.flatnonzero(self.run == r) for r in np.flatnonzero(self.kept)]
 
 
+def sample_draws(
+    rng: np.random.Generator, n_source: int, n_target: int, sample_size: int, n_runs: int
+) -> list[tuple[np.ndarray, np.ndarray, int, int]]:
+    """Each k-means run's sampled source rows, target rows and two seeds, drawn from ``rng`` in this order."""
+    return [
+        (
+            rng.choice(n_source, min(sample_size, n_source), replace=False),
+            rng.choice(n_target, min(sample_size, n_target), replace=False),
+            int(rng.integers(2**31)),
+            int(rng.integers(2**31)),
+        )
+        for _ in range(n_runs)
+    ]
+
+
 def matched_anchors(
     source: np.ndarray,
     target: np.ndarray,
@@ -204,15 +219,7 @@ def matched_anchors(
         raise ValueError(f"unknown anchor kernel {kernel!r}; use 'cosine' or 'gram'")
     src, tgt, runs, agreements, objectives = [], [], [], [], []
     # Every run's samples and k-means first, in one batched k-means per space; then the matchings, one run at a time.
-    draws = [
-        (
-            rng.choice(len(source), min(sample_size, len(source)), replace=False),
-            rng.choice(len(target), min(sample_size, len(target)), replace=False),
-            int(rng.integers(2**31)),
-            int(rng.integers(2**31)),
-        )
-        for _ in range(n_runs)
-    ]
+    draws = sample_draws(rng, len(source), len(target), sample_size, n_runs)
     settings: dict[str, Any] = {"n_iter": kmeans_iter, "n_redo": kmeans_redo, "precision": precision}
     source_centroids = kmeans_runs(source, [d[0] for d in draws], n_clusters, seeds=[d[2] for d in draws], **settings)
     target_centroids = kmeans_runs(target, [d[1] for d in draws], n_clusters, seeds=[d[3] for d in draws], **settings)

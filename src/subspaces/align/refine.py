@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from subspaces.align.anchors import kmeans, kmeans_runs
+from subspaces.align.anchors import kmeans, kmeans_runs, sample_draws
 from subspaces.align.matching import swap_local_search
 from subspaces.align.neighbours import NeighbourIndex, neighbour_means
 from subspaces.align.preprocess import normalize_rows
@@ -170,7 +170,7 @@ def refine_by_neighbours(
     With ``average`` the last half of the iterates is averaged (and projected back to orthogonal when the step
     does so); the average replaces the best single iterate if it scores higher. Each iterate is the previous one
     moved by a Procrustes fit on a fresh random sample, so late iterates scatter around the fixed point and their
-    mean sits closer to it than any one of them (measured in BENCHMARKS.md section 2).
+    mean sits closer to it than any one of them (measured: ``benchmarks/notes/align.md``).
     """
     history = RefineHistory()
     tail: deque[np.ndarray] = deque()  # the last ceil(t / 2) of the t iterates so far: older ones are never averaged
@@ -219,15 +219,7 @@ def structure_step(
     precision: str = "float32",
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """Seeded, structure-corrected centroid pairs: returns (source centroids, target centroids, share swapped)."""
-    draws = [
-        (
-            rng.choice(len(source), min(sample_size, len(source)), replace=False),
-            rng.choice(len(target), min(sample_size, len(target)), replace=False),
-            int(rng.integers(2**31)),
-            int(rng.integers(2**31)),
-        )
-        for _ in range(n_runs)
-    ]
+    draws = sample_draws(rng, len(source), len(target), sample_size, n_runs)
     settings: dict[str, Any] = {"n_iter": kmeans_iter, "precision": precision}
     sources = kmeans_runs(source, [d[0] for d in draws], n_clusters, seeds=[d[2] for d in draws], **settings)
     seeded = [normalize_rows(ca @ matrix) for ca in sources]
