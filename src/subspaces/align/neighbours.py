@@ -21,29 +21,23 @@ class NeighbourIndex:
     """A faiss index over unit rows: exact (the default), inverted-file (``n_lists`` > 0) or shortlisted
     (``shortlist_dims`` > 0), for the searches refinement repeats against one set a hundred times.
 
-    IVF: with ``n_probe`` of ``n_lists`` cells a query visits about ``n_probe / n_lists`` of the set, but with 8 of
-    128 cells about half of the 50 true neighbours are missed, and neighbour means built from such lists cost the
-    aligner up to 3 points of top-1 (BENCHMARKS.md section 2).
+    IVF: with ``n_probe`` of ``n_lists`` cells a query visits about ``n_probe / n_lists`` of the set, and misses
+    true neighbours (with 8 of 128 cells about half of 50), which costs the aligner top-1.
 
     Shortlist: the rows are projected, uncentred, onto their top ``shortlist_dims`` principal axes, which keeps
-    the larger part of every inner product (the rows' variance is concentrated there); a query's
-    ``shortlist_factor * k`` best rows by projected inner product (at least :data:`MIN_SHORTLIST`) are re-ranked by
-    the exact full inner product. Every row is still scanned, so unlike IVF a true neighbour is lost only where its
-    projected score ranks it outside the shortlist (the lists stay nearly exact), for fewer multiply-adds per
-    scanned row. Its costs: faiss's top-k selection does not shrink with the dimension and the re-rank gathers
-    every candidate's full vector, so on 16k x 384 rows (one thread) 128 axes with 2 x k candidates search 1.6x as
-    fast as exact for k=50 (recall 0.89 on a synthetic spectrum), with 4 x k only 1.0x (recall 0.98), and 1.8-1.9x
-    for k=1, the score's searches (``benchmarks/align_speed_dev.py search-speed``); and the lists are near-exact
-    only as far as the axes hold the rows' variance (a flat spectrum needs more of them). ``shortlist_dims`` >= the
-    rows' dimension searches exactly.
+    the larger part of every inner product; a query's ``shortlist_factor * k`` best rows by projected inner product
+    (at least :data:`MIN_SHORTLIST`) are re-ranked by the exact full inner product. Every row is still scanned, so
+    a true neighbour is lost only where its projected score ranks it outside the shortlist; the lists are
+    near-exact only as far as the axes hold the rows' variance. It saves multiply-adds per scanned row, not
+    faiss's top-k selection or the re-rank's gather, so it is at best ~1.6x as fast as exact (k=50).
+    ``shortlist_dims`` >= the rows' dimension searches exactly.
 
     ``precision``: the exact search's product in bfloat16 (``"auto"``: where the CPU multiplies it natively,
     :mod:`subspaces.align.precision`) ranks by bfloat16 similarities and returns float32 similarities recomputed for
     the rows found. In float32 the product is numpy's, in fixed blocks on every thread
-    (:func:`subspaces.align.precision.rank_product`), and the selection torch's, as in bfloat16: faiss's flat
-    index multiplies on the one BLAS thread ``fit`` allows and keeps a heap per query, 142-149 ms a 1,024-query k=50
-    search of 9,653 rows on a 2-core AMD AVX2 CPU against 108-120 ms this way (``benchmarks/align_products.py``).
-    The approximate searches are faiss's, in float32.
+    (:func:`subspaces.align.precision.rank_product`), and the selection torch's, as in bfloat16 (faster than
+    faiss's flat index on the one BLAS thread ``fit`` allows). The approximate searches are faiss's, in float32.
+    Figures: ``benchmarks/notes/align.md``, "Search speed, and earlier runs" and "A CPU without native bfloat16".
     """
 
     def __init__(

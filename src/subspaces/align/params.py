@@ -183,7 +183,7 @@ class RefineParams(StageParams):
 @dataclass(frozen=True, repr=False)
 class SearchParams(StageParams):
     """Neighbour search and the label-free score: ``ann_lists`` IVF cells (0 = exact; IVF is cheaper per search
-    but up to 3 points of top-1 worse, BENCHMARKS.md section 2), ``ann_probe`` cells visited per query;
+    but up to 3 points of top-1 worse, benchmarks/notes/align.md), ``ann_probe`` cells visited per query;
     ``shortlist_dims`` principal axes a shortlist is scanned on (0 = exact), ``shortlist_factor`` x k candidates
     re-ranked exactly (:class:`subspaces.align.neighbours.NeighbourIndex`; one approximate search at a time);
     ``probe_size`` rows of each space scored; ``precision`` the float type of the exact search's and k-means'

@@ -10,10 +10,10 @@ pool, the top-50 lists hold 99.2 % of the exact float32 lists and the means of t
 Where the search's product runs (:func:`rank_product`): in bfloat16 in torch (oneDNN's kernels); in float32 in
 numpy's BLAS (OpenBLAS), in blocks of :data:`BLOCK_ROWS` query rows spread over torch's thread count, each block on
 one BLAS thread. Why: torch's float32 products are MKL's, which on an AMD CPU ran 1.7x slower than OpenBLAS at one
-thread (``benchmarks/align_products.py``); and OpenBLAS's own threading gives other bits at 2 threads than at 1,
-where fixed blocks on one thread each give the same bits at any thread count. ``fit`` holds every BLAS library to
-one thread (:meth:`MiniVec2Vec.fit`), so these blocks are its only parallel BLAS work. The k-means products stay
-torch's in both types: blocks there were no faster (``benchmarks/align_fixed_work.py``).
+thread; and OpenBLAS's own threading gives other bits at 2 threads than at 1, where fixed blocks on one thread each
+give the same bits at any thread count. ``fit`` holds every BLAS library to one thread (:meth:`MiniVec2Vec.fit`),
+so these blocks are its only parallel BLAS work. The k-means products stay torch's in both types: blocks there
+were no faster. Figures: ``benchmarks/notes/align.md``, "A CPU without native bfloat16".
 """
 
 from __future__ import annotations
