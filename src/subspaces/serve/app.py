@@ -312,23 +312,21 @@ async def _encode(
     # Tokenising a large request is not the loop's job.
     tokenized = await run_in_threadpool(engine.tokenize, texts, prompt_name, prompt=prompt)
     tokens = tokenized.counts
-    try:
-        future = batcher.encode(tokenized.inputs, tokens)
-    except QueueFull as exc:
-        raise ApiError(
-            503, f"the server is busy ({exc}); retry shortly", "server_error", **{"Retry-After": "1"}
-        ) from None
-    return await _result(future, timeout), sum(tokens)
+    return await _result(_queued(lambda: batcher.encode(tokenized.inputs, tokens)), timeout), sum(tokens)
 
 
 async def _wait(batcher: Batcher, fn: Callable[[], Any], settings: ServeSettings) -> Any:
+    return await _result(_queued(lambda: batcher.call(fn)), settings.request_timeout_s)
+
+
+def _queued(submit: Callable[[], Future]) -> Future:
+    """The future ``submit()`` queued; a full queue is a 503 the client may retry."""
     try:
-        future = batcher.call(fn)
+        return submit()
     except QueueFull as exc:
         raise ApiError(
             503, f"the server is busy ({exc}); retry shortly", "server_error", **{"Retry-After": "1"}
         ) from None
-    return await _result(future, settings.request_timeout_s)
 
 
 async def _result(future: Future, timeout: float) -> Any:
