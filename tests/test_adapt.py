@@ -288,3 +288,20 @@ def test_fit_cli_pca_basis_writes_a_rotating_adapter(tmp_path):
     assert result.exit_code == 0, result.output
     adapter = MatryoshkaAdapter.load(tmp_path / "a")
     assert adapter.basis == "pca" and adapter.weights_["rotation"].shape == (64, 64)
+
+
+def test_mined_batches_pair_rows_with_their_true_neighbours_and_train_seeded():
+    x = spread(n=600)
+    adapter = MatryoshkaAdapter(**{**FAST, "mined": 5})
+    near = adapter._near(x, torch.Generator().manual_seed(0))
+    assert near.shape == (600, 6)  # the row itself, then its 5 nearest
+    truth = neighbours(x, 5)
+    assert np.array_equal(near[:, 0], np.arange(600))
+    assert np.mean([set(a) == set(b) for a, b in zip(near[:, 1:], truth, strict=True)]) > 0.99
+    a = MatryoshkaAdapter(**{**FAST, "epochs": 3, "mined": 5}).fit(x).transform(x)
+    b = MatryoshkaAdapter(**{**FAST, "epochs": 3, "mined": 5}).fit(x).transform(x)
+    plain = MatryoshkaAdapter(**{**FAST, "epochs": 3}).fit(x).transform(x)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, plain)  # the batches differ, so the fit does
+    with pytest.raises(SubspacesError, match="mined"):
+        MatryoshkaAdapter(**{**FAST, "mined": -1}).fit(x)

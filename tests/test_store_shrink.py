@@ -137,3 +137,34 @@ def test_cli_shrink_prints_the_table_and_writes_json(tmp_path):
         app, ["store", "search", str(store.path), "--query-vectors", str(tmp_path / "s.npy"), "--dims", "8", "-k", "2"]
     )
     assert searched.exit_code == 0, searched.output
+
+
+def test_given_queries_judge_the_choice_and_qrels_report_what_search_returns(tmp_path, tiny_model_dir):
+    from subspaces.store.migrate import _scores
+
+    rng = np.random.default_rng(0)
+    words = ["red", "green", "blue", "cat", "dog", "bird", "tree", "river", "stone", "cloud", "rain", "sun", "moon"]
+    texts = [" ".join(rng.choice(words, size=6)) + f" {i}" for i in range(150)]
+    store = Store.create(tmp_path / "m", str(tiny_model_dir))
+    store.add(texts, ids=[f"d{i}" for i in range(150)], write_batch=64)
+    queries = {f"q{i}": texts[i * 5][:-4] for i in range(20)}  # a document less its number
+    qrels = {f"q{i}": {f"d{i * 5}": 1.0} for i in range(20)}
+    report = store.shrink([8], heldout=30, queries=queries, qrels=qrels, adapter_params=FAST)
+    assert report["metric"].endswith("20 given queries")
+    vectors = store.encode(list(queries.values()), "query")
+    figures = report["qrels"]
+
+    def recall(hits, q):
+        return _scores(np.arange(10), np.asarray(hits.ids), qrels[q], 10)[0]
+
+    for basis in ("model", "pca", "adapter"):
+        hits = store.search_vectors(vectors, 10, dims=8, basis=basis, rerank="none")
+        expected = np.mean([recall(h, q) for h, q in zip(hits, qrels, strict=True)])
+        assert figures["8"][basis]["recall@10"] == pytest.approx(expected, abs=1e-4), basis
+    exact = store.search_vectors(vectors, 10)
+    full = np.mean([recall(h, q) for h, q in zip(exact, qrels, strict=True)])
+    assert figures["full"]["recall@10"] == pytest.approx(full, abs=1e-4)
+    with pytest.raises(SubspacesError, match="--queries"):
+        store.shrink([8], qrels=qrels)
+    with pytest.raises(SubspacesError, match="foreign"):
+        foreign(tmp_path, tail_heavy(300, seed=6), name="f").shrink([8], queries=queries)

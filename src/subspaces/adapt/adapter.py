@@ -26,13 +26,14 @@ from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.numerics import cpu_record
 from subspaces.progress import Progress
 from subspaces.state_folder import read_state_folder, write_state_folder
-from subspaces.vectors import check_rows, principal_axes
+from subspaces.vectors import check_rows, normalize_rows, principal_axes
 
 # 2: the basis parameter (a "pca" adapter's rotation is one of the state's arrays); 3: adapter.json's fields are
 # hashed too (config_sha256): an edited scale or parameter is refused instead of changing the output.
 FORMAT_VERSION = 3
 CONFIG_FILE = "adapter.json"
 TERMS = ("pair", "topk", "rank", "var", "corr", "sup", "rec")
+MINED_POOL = 50_000  # rows whose neighbours ``mined`` batches draw on: exact search over them is n² · D
 
 
 def check_vectors(x: np.ndarray, what: str, dim: int | None = None, row_offset: int = 0) -> np.ndarray:
@@ -70,6 +71,9 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         var_weight, var_floor, corr_weight, tau_corr: MIC-style per-dimension variance floor and prefix
             decorrelation on the output (ours; off by default).
         sup_weight, sup_temperature: in-batch InfoNCE on the ``pairs`` given to :meth:`fit` (if any).
+        mined: 0 (default): batches are random rows. ``k > 0``: half of each batch is random rows, the other half
+            one of each of those rows' ``k`` nearest rows by the full vectors (found once, among at most
+            ``MINED_POOL`` rows), so the in-batch losses see the close neighbours that top-10 search separates.
         basis: ``"model"`` (default): g acts on the input coordinates; ``"pca"``: on the input rotated into its
             principal axes (:func:`subspaces.vectors.principal_axes`; orthogonal, so every full-size cosine is kept), so
             training starts from PCA truncation instead of raw truncation (ours).
@@ -103,6 +107,7 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         tau_corr: float = 0.1,
         sup_weight: float = 1.0,
         sup_temperature: float = 0.05,
+        mined: int = 0,
         basis: str = "model",
         random_state: int | None = 0,
         verbose: bool = False,
@@ -125,6 +130,7 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         self.tau_corr = tau_corr
         self.sup_weight = sup_weight
         self.sup_temperature = sup_temperature
+        self.mined = mined
         self.basis = basis
         self.random_state = random_state
         self.verbose = verbose
@@ -132,6 +138,8 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
     # -- checks -------------------------------------------------------------------------------------------------
 
     def _check_params(self) -> None:
+        if int(self.mined) < 0:
+            raise SubspacesError(f"mined must be 0 (random batches) or positive, got {self.mined}")
         for name in ("epochs", "batch_size", "topk"):
             if int(getattr(self, name)) < 1:
                 raise SubspacesError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -264,13 +272,20 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
 
             start_terms = snapshot()
             self.history_: list[float] = []
+            near = torch.from_numpy(self._near(x_np, order)) if int(self.mined) and batch >= 4 else None
             steps = n // batch  # a short last batch would compare too few rows; its rows come next epoch
             with Progress(int(self.epochs) * steps, "adapt fit", unit="step", enabled=self.verbose) as bar:
                 for _ in range(int(self.epochs)):
-                    perm = torch.randperm(n, generator=order)
+                    perm = torch.randperm(n if near is None else len(near), generator=order)
                     total = 0.0
                     for s in range(steps):
-                        loss = self._total(self._terms(g, xs[perm[s * batch : (s + 1) * batch]], sup_batch()))
+                        if near is None:
+                            rows = perm[s * batch : (s + 1) * batch]
+                        else:  # half random anchors (wrapping round the pool), half a near row of each
+                            anchors = perm[(torch.arange(batch // 2) + s * (batch // 2)) % len(perm)]
+                            pick = 1 + torch.randint(near.shape[1] - 1, (len(anchors),), generator=order)
+                            rows = torch.cat([near[anchors, 0], near[anchors, pick]])
+                        loss = self._total(self._terms(g, xs[rows], sup_batch()))
                         optimiser.zero_grad(set_to_none=True)
                         loss.backward()
                         optimiser.step()
@@ -287,6 +302,19 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         self.fit_seconds_ = time.perf_counter() - start_time
         self.fitted_on_ = cpu_record("float32")  # torch's float32 training, on every CPU
         return self
+
+    def _near(self, x: np.ndarray, order: Any) -> np.ndarray:
+        """Rows of a seeded pool of at most ``MINED_POOL`` rows, each with its ``mined`` nearest pool rows by cosine:
+        column 0 is the row itself, columns 1.. its neighbours (row numbers of ``x``)."""
+        import torch
+
+        from subspaces import topk
+
+        pool = torch.randperm(len(x), generator=order)[:MINED_POOL].sort().values.numpy()
+        unit = normalize_rows(x[pool])
+        k = min(int(self.mined), len(pool) - 1) + 1
+        _, found = topk.exact(topk.flat_index(unit), unit, k)
+        return pool[found]
 
     # -- applying -------------------------------------------------------------------------------------------------
 

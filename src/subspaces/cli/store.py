@@ -38,6 +38,7 @@ from subspaces.store.inputs import read_rows
 from subspaces.store.plans import ANN_REFINE, RERANK, RESCORE
 from subspaces.store.scaleout import choose
 from subspaces.store.search import BASES, unit_prefix
+from subspaces.store.shrink import CANDIDATES
 
 store_app = typer.Typer(
     help="A vector store (LanceDB folder): add texts, search them exactly, by ANN or by Matryoshka funnel, migrate.",
@@ -636,14 +637,30 @@ def shrink_cmd(
         Basis, typer.Option(help="What the adapter starts from: the model's coordinates or the principal axes.")
     ] = "pca",
     epochs: Annotated[int, typer.Option(help="The adapter's training epochs.")] = 20,
+    queries: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Sample queries' texts (id<TAB>text a line, or .jsonl; no labels needed): they, not held-out rows, "
+            "judge which basis keeps the full-size top 10; with --qrels they are the judged queries."
+        ),
+    ] = None,
+    qrels: Annotated[
+        Optional[Path],
+        typer.Option(help="Relevance judgements (qid<TAB>docid[<TAB>grade], TREC, .jsonl or .json): adds Recall@10."),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Random seed (held-out sample, the adapter).")] = 0,
     json_path: JsonOutOpt = None,
     threads: ThreadsOpt = None,
 ) -> None:
     """Fit a Matryoshka adapter and the principal axes on the stored vectors; per DIMS, --dims searches read
-    whichever keeps the full-size top 10 best on held-out rows (or the raw prefix, if that does)."""
+    whichever keeps the full-size top 10 best on held-out rows or --queries (or the raw prefix, if that does)."""
     report = Store.open(store).shrink(
-        dims, heldout=heldout, seed=seed, adapter_params={"basis": adapter_basis, "epochs": epochs}
+        dims,
+        heldout=heldout,
+        seed=seed,
+        queries=queries,
+        qrels=qrels,
+        adapter_params={"basis": adapter_basis, "epochs": epochs},
     )
     if json_path is not None:
         save_json(json_path, report)
@@ -658,9 +675,19 @@ def show_shrink(store: Path, report: dict[str, Any]) -> None:
     ]
     title = (
         f"shrink of {store} (space {report['space']}, {report['model']}, {report['rows']:,} rows): top-10 of "
-        f"truncated vs full-size search, {report['heldout']} held-out rows as queries"
+        f"truncated vs full-size search, {report['metric'].split(', ', 1)[1]}"
     )
     show(table(title, ["dims", "raw truncation", "principal axes", "adapter", "used"], rows))
+    figures = report.get("qrels")
+    if figures:
+        full = figures["full"]
+        judged = [
+            [d] + [f"{figures[d][c]['recall@10']:.3f} / {figures[d][c]['ndcg@10']:.3f}" for c in CANDIDATES]
+            for d in report["dims"]
+        ]
+        judged.append(["full", f"{full['recall@10']:.3f} / {full['ndcg@10']:.3f}", "", ""])
+        heading = f"Recall@10 / nDCG@10 of {figures['queries']} judged queries over the whole store"
+        show(table(heading, ["dims", "raw truncation", "principal axes", "adapter"], judged))
     echo(
         f"adapter ({report['adapter_basis']} start) fitted in {report['adapter_fit_seconds']} s; "
         f"shrink took {report['seconds']} s; search with --dims D reads the basis used for D"

@@ -10,10 +10,13 @@ Three candidates, each a transform applied alike to the rows and to a query befo
 
 The held-out check: a seeded sample of stored rows (``heldout``) is kept out of every fit; each is a query, and
 its top 10 among the other (fitted) rows by the truncated vectors is compared with its top 10 by the full vectors
-(``overlap@10``, no labels). Per ``d`` the candidate with the best overlap is used (ties: the simpler, in the
-order model, pca, adapter); the choice and every figure are recorded in the space's ``shrink`` entry of
-``store.json``, and ``search(dims=d)`` without ``basis`` reads the chosen one. The funnel's re-rank is by the
-stored full vectors whatever the basis, so a whole-store shortlist still gives the exact search's answer.
+(``overlap@10``, no labels). Given sample ``queries`` (texts, no labels; the store's model must run), they are the
+check's queries instead: what users ask is often unlike what is stored. Per ``d`` the candidate with the best
+overlap is used (ties: the simpler, in the order model, pca, adapter); the choice and every figure are recorded in
+the space's ``shrink`` entry of ``store.json``, and ``search(dims=d)`` without ``basis`` reads the chosen one. Given
+``qrels`` too, the report adds each candidate's Recall@10 and nDCG@10 over the whole store at every size (reported,
+never used to choose). The funnel's re-rank is by the stored full vectors whatever the basis, so a whole-store
+shortlist still gives the exact search's answer.
 
 Derived state: the adapter is a fixed map, so rows added, deleted or replaced later go through it like the
 others (the in-memory prefix index is rebuilt per table version, as the principal axes are refitted); what can
@@ -40,7 +43,10 @@ if TYPE_CHECKING:
 
 CANDIDATES = ("model", "pca", "adapter")  # in the order ties go: the simpler first
 FOLDER = "shrink"
-ADAPTER_DEFAULTS: dict[str, Any] = {"basis": "pca", "epochs": 20, "hidden": 512, "batch_size": 512}
+# chosen on dev retrieval pools only (benchmarks/notes/store.md, "Shrinking"): the listwise term is what moved
+# Recall@10 at 32 dims beyond the principal axes
+ADAPTER_DEFAULTS: dict[str, Any] = {"basis": "pca", "epochs": 20, "hidden": 512, "batch_size": 512, "rank_weight": 1.0}
+FIT_SAMPLE = 50_000  # rows the candidates are fitted and checked on: enough for 384 dims, bounded at any size
 
 
 def parse_dims(text: str | list[int] | tuple[int, ...], full: int) -> list[int]:
@@ -65,12 +71,16 @@ def shrink(
     heldout: int = 500,
     seed: int = 0,
     k: int = 10,
+    sample: int = FIT_SAMPLE,
+    queries: Any = None,
+    qrels: Any = None,
     adapter_params: dict[str, Any] | None = None,
     show_progress: bool = False,
 ) -> dict[str, Any]:
-    """Fit the candidates on ``space``'s rows (default: the active space) less ``heldout`` of them, measure each at
-    every size of ``dims`` on those held out, record the choice; returns the report (see the module). A rerun with
-    the same options on an unchanged table returns the recorded report."""
+    """Fit the candidates on ``space``'s rows (default: the active space; a seeded ``sample`` of them) less
+    ``heldout``, measure each at every size of ``dims`` on those held out (or on ``queries``: a file or
+    ``{id: text}``), record the choice; with ``qrels`` add Recall@10 and nDCG@10 (see the module). A rerun with
+    the same options on an unchanged table and no queries returns the recorded report."""
     from subspaces.adapt import MatryoshkaAdapter
 
     name = space or store.manifest.active
@@ -82,10 +92,18 @@ def shrink(
         params = ADAPTER_DEFAULTS | dict(adapter_params or {})
         params.pop("dims", None)
         asked = {"dims": sizes, "heldout": heldout, "seed": seed, "k": k, "adapter": _plain(params)}
+        if sample != FIT_SAMPLE:
+            asked["sample"] = sample
         loaded = store._load_rows(name)
         n = len(loaded.ids)
         previous = record.shrink
-        if previous and previous.get("options") == asked and previous.get("version") == loaded.version:
+        judged = _judged(store, name, queries, qrels)
+        if (
+            judged is None
+            and previous
+            and previous.get("options") == asked
+            and previous.get("version") == loaded.version
+        ):
             return dict(previous["report"])
         held = min(heldout, n // 5)
         if held < 2 or n - held < k + 1:
@@ -95,8 +113,9 @@ def shrink(
             )
         start = time.perf_counter()
         order = np.random.default_rng(seed).permutation(n)
-        test, fit = np.sort(order[:held]), np.sort(order[held:])
-        x_fit, x_test = loaded.vectors[fit], loaded.vectors[test]
+        test, fit = np.sort(order[:held]), np.sort(order[held : held + max(int(sample), k + 1)])
+        x_fit = loaded.vectors[fit]
+        x_test = loaded.vectors[test] if judged is None else judged["vectors"]
         truth = _top(x_fit, x_test, None, k)
         axes = principal_axes(x_fit, seed=seed)
         adapter = MatryoshkaAdapter(dims=sizes, random_state=seed, verbose=show_progress, **params)
@@ -113,6 +132,8 @@ def shrink(
             best = max(CANDIDATES, key=lambda c: (figures[c], -CANDIDATES.index(c)))
             choice[str(d)] = best
             table[str(d)] = {f"{c}_overlap@{k}": round(figures[c], 4) for c in CANDIDATES} | {"used": best}
+        if judged is not None and judged["grades"] is not None:
+            report_qrels = _qrels_figures(loaded.vectors, loaded.ids, judged, sizes, axes, adapter, k)
         folder = f"{FOLDER}/{name}/adapter"
         shutil.rmtree(store.path / folder, ignore_errors=True)
         adapter.save(store.path / folder)  # also when not chosen: --basis adapter reads it
@@ -120,14 +141,18 @@ def shrink(
             "space": name,
             "model": record.model.label(),
             "rows": n,
+            "fitted_rows": len(fit),
             "heldout": int(held),
-            "metric": f"overlap@{k}: top-{k} of truncated search vs full-size search, held-out rows as queries",
+            "metric": f"overlap@{k}: top-{k} of truncated search vs full-size search, "
+            + ("held-out rows as queries" if judged is None else f"{len(x_test)} given queries"),
             "dims": table,
             "adapter_basis": params["basis"],
             "adapter_fit_seconds": round(float(adapter.fit_seconds_), 3),
             "seconds": round(time.perf_counter() - start, 3),
             "fitted_on": cpu_record("float32"),  # principal axes and adapter both fit in float32, on this CPU
         }
+        if judged is not None and judged["grades"] is not None:
+            report["qrels"] = report_qrels
         record.shrink = {
             "choice": choice,
             "adapter": folder,
@@ -172,6 +197,55 @@ def load_adapter(store: Store, name: str) -> Any:
 
         store._shrink_adapters[name] = MatryoshkaAdapter.load(store.path / record["adapter"])
     return store._shrink_adapters[name]
+
+
+def _judged(store: Store, name: str, queries: Any, qrels: Any) -> dict[str, Any] | None:
+    """The given queries' unit vectors by the space's model (its query prompt) and, with ``qrels``, their grades."""
+    if queries is None:
+        if qrels is not None:
+            raise SubspacesError("--qrels needs --queries: the judged queries' texts")
+        return None
+    from subspaces.store.migrate import _read_queries, load_qrels
+
+    if store._space(name).model.foreign:
+        raise SubspacesError(
+            f"space {name} holds a foreign model's vectors: --queries need the model to encode them here"
+        )
+    if qrels is not None:
+        texts, grades = load_qrels(qrels, queries)
+    else:
+        texts, grades = (dict(queries) if isinstance(queries, dict) else _read_queries(queries)), None
+    if not texts:
+        raise SubspacesError("--queries holds no query")
+    qids = list(texts)
+    vectors = store.encode([texts[q] for q in qids], "query", name)
+    return {"vectors": vectors, "grades": None if grades is None else [grades[q] for q in qids]}
+
+
+def _qrels_figures(
+    rows: Any, ids: Any, judged: dict[str, Any], sizes: list[int], axes: np.ndarray, adapter: Any, k: int
+) -> dict[str, Any]:
+    """Recall@k and nDCG@k of the judged queries over every stored row: full size, and per size each candidate."""
+    from subspaces.store.migrate import _evaluate
+
+    queries, grades = judged["vectors"], judged["grades"]
+    widest = max(sizes)
+    bases = {
+        "model": lambda x: x[:, :widest],
+        "pca": lambda x: x @ axes[:, :widest],
+        "adapter": lambda x: adapter.transform(x)[:, :widest],
+    }
+
+    def chunks(project: Any) -> np.ndarray:
+        return np.concatenate([project(np.asarray(rows[i : i + 65_536])) for i in range(0, len(rows), 65_536)])
+
+    out: dict[str, Any] = {"queries": len(queries), "full": _evaluate(queries, chunks(lambda x: x), ids, grades, k)}
+    for candidate, project in bases.items():
+        prefix = chunks(project)
+        q = project(queries)
+        for d in sizes:
+            out.setdefault(str(d), {})[candidate] = _evaluate(q[:, :d], prefix[:, :d], ids, grades, k)
+    return out
 
 
 def _top(rows: np.ndarray, queries: np.ndarray, dims: int | None, k: int) -> np.ndarray:

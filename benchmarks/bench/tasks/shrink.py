@@ -1,0 +1,104 @@
+"""Shrinking stored vectors (issue 53 item 5): Recall@10 of searches at 32/64/128 dimensions after ``store shrink``,
+on retrieval pools of 20,000 documents with one relevant document a query (the store's own search, no re-rank).
+
+Pools (``data``), all DEV (settings are chosen on them; no test split is read):
+
+- ``snli``, ``sick``: as in :mod:`bench.tasks.migrate` (premise <- entailed hypothesis, with distractors);
+- ``wn-names``: WN18RR's WordNet glosses (the definition part) as documents; queries: a lemma whose name occurs
+  once ("labial artery"), relevant to its own definition; short queries, longer documents;
+- ``wn-examples``: the same documents; queries: a usage example of the sense ("she was eating a banana").
+
+Arms (``arm``): ``raw`` (the model's first d coordinates), ``pca`` (the principal axes), ``adapter`` (the
+``MatryoshkaAdapter`` that ``Store.shrink`` fits with ``adapter`` parameters over its defaults, ``seed`` its seed)
+and ``chosen`` (after the same shrink, the basis it chose per size: what ``search --dims d`` reads). The queries
+are encoded once per model (cached, as in the migrate task). Per-query values go under ``rows``.
+
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/shrink_dev.toml --resume
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from bench.tasks import migrate
+
+DEFAULTS: dict[str, Any] = migrate.DEFAULTS | {"model": "minilm-l6", "dims": [32, 64, 128], "adapter": {}}
+
+
+@cache
+def wordnet(kind: str, n_docs: int, n_queries: int = 3000) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]:
+    """``(documents, queries, each query's relevant document)`` of a WordNet pool (``names`` or ``examples``)."""
+    path = migrate.DATA / "wn18rr" / "wordnet-mlj12-definitions.txt"
+    senses = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        _, name, gloss = line.split("\t")
+        definition, _, rest = gloss.partition('; "')
+        examples = [e for e in re.findall(r'"([^"]+)"', '"' + rest) if len(e.split()) >= 4] if rest else []
+        lemma = re.sub(r"^__|_[A-Z]{2}_\d+$", "", name).replace("_", " ").strip()
+        senses.append((lemma, definition.strip(), examples))
+    random.Random(53).shuffle(senses)
+    count: dict[str, int] = {}
+    for lemma, _, _ in senses:
+        count[lemma] = count.get(lemma, 0) + 1
+    docs: list[str] = []
+    seen: set[str] = set()
+    pairs: list[tuple[str, int]] = []
+    for lemma, definition, examples in senses:
+        if len(docs) >= n_docs or not definition or definition in seen:
+            continue
+        seen.add(definition)
+        docs.append(definition)
+        query = examples[0] if kind == "examples" and examples else None
+        if kind == "names":
+            query = lemma if count[lemma] == 1 else None
+        if query is not None and len(pairs) < n_queries:
+            pairs.append((query, len(docs) - 1))
+    kept = [(q, r) for q, r in pairs if q not in seen]
+    return tuple(docs), tuple(q for q, _ in kept), tuple(r for _, r in kept)
+
+
+def dataset(data: str, n_docs: int) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]:
+    if data.startswith("wn-"):
+        return wordnet(data[3:], n_docs)
+    return migrate.dataset(data, n_docs)
+
+
+def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One cell: an arm's Recall@10 at each size of ``dims`` on a pool."""
+    from subspaces.config import set_threads
+
+    p = DEFAULTS | params
+    set_threads(p["threads"])
+    docs, queries, relevant = dataset(p["data"], int(p["n_docs"]))
+    cache_params = p | {"cache": p.get("vector_cache", migrate.DEFAULTS["cache"])}
+    doc_vectors = migrate.vectors(p["model"], docs, cache_params)
+    query_vectors = migrate.vectors(p["model"], queries, cache_params)
+    store = migrate.store_of(cache_params | {"old": p["model"]}, docs, doc_vectors)
+    result: dict[str, Any] = {"docs": len(docs), "queries": len(queries)}
+    if p["arm"] in ("adapter", "chosen"):
+        report = store.shrink(p["dims"], seed=seed, adapter_params=p["adapter"])
+        result["shrink"] = {"used": {d: v["used"] for d, v in report["dims"].items()}, "seconds": report["seconds"]}
+    elif p["arm"] not in ("raw", "pca"):
+        raise ValueError(f"unknown arm {p['arm']!r}: raw, pca, adapter or chosen")
+    basis = {"raw": "model", "pca": "pca", "adapter": "adapter", "chosen": None}[p["arm"]]
+    target = np.asarray([f"d{r}" for r in relevant])
+    metrics, rows = {}, {}
+    for d in p["dims"]:
+        hits = store.search_vectors(query_vectors, migrate.K, dims=d, basis=basis, rerank="none")
+        found = np.asarray([t in h.ids for t, h in zip(target, hits, strict=True)], dtype=float)
+        metrics[f"recall@10/{d}"] = round(float(found.mean()), 4)
+        rows[f"recall@10/{d}"] = found.tolist()
+    return result | {"metrics": metrics, "rows": rows}
+
+
+if __name__ == "__main__":
+    import sys
+
+    from bench.runner import main
+
+    main(sys.argv[1:])
