@@ -183,6 +183,7 @@ def test_full_queue_is_503_with_retry_after_then_recovers(serve):
         assert "busy" in refused.json()["error"]["message"]
         assert client.post("/v1/embeddings", json={"input": "third"}).status_code == 200
         assert metric(client.get("/metrics").text, "subspaces_requests_total", route="/v1/embeddings", code="503") == 1
+        assert metric(client.get("/metrics").text, "subspaces_rejected_total") == 1
 
 
 def test_a_request_past_its_timeout_is_504_and_is_never_run(serve):

@@ -108,6 +108,7 @@ class _State:
             max_wait=s.max_wait_ms / 1000,
             max_queue=s.max_queue,
             on_batch=self.metrics.observe_batch,
+            on_reject=self.metrics.rejected.inc,
             join=engine.join,
         )  # set last: its presence means ready
 

@@ -63,6 +63,7 @@ class Batcher:
         max_wait: seconds the first job of a batch waits for others to join.
         max_queue: jobs that may wait; :meth:`encode` and :meth:`call` raise :class:`QueueFull` beyond it.
         on_batch: called after every forward pass (from the worker thread).
+        on_reject: called for every job refused because the queue was full.
         join: the inputs of a batch's jobs -> ``encode_fn``'s input; by default the jobs' lists of texts, chained.
             The server's jobs carry tokens (each request is tokenised once, in its own thread), joined by padding.
     """
@@ -75,6 +76,7 @@ class Batcher:
         max_wait: float,
         max_queue: int,
         on_batch: Callable[[BatchInfo], None] | None = None,
+        on_reject: Callable[[], None] | None = None,
         join: Callable[[list[Any]], Any] | None = None,
     ) -> None:
         self.encode_fn = encode_fn
@@ -83,6 +85,7 @@ class Batcher:
         self.max_wait = max_wait
         self.max_queue = max_queue
         self.on_batch = on_batch
+        self.on_reject = on_reject
         self._queue: deque[_Encode | _Call] = deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -115,6 +118,8 @@ class Batcher:
             if self._closed:
                 raise RuntimeError("the batcher is closed")
             if len(self._queue) >= self.max_queue:
+                if self.on_reject is not None:
+                    self.on_reject()
                 raise QueueFull(f"{len(self._queue)} requests are waiting")
             self._queue.append(job)
             self._cond.notify()
