@@ -305,3 +305,5 @@ def test_mined_batches_pair_rows_with_their_true_neighbours_and_train_seeded():
     assert not np.array_equal(a, plain)  # the batches differ, so the fit does
     with pytest.raises(SubspacesError, match="mined"):
         MatryoshkaAdapter(**{**FAST, "mined": -1}).fit(x)
+    tiny = MatryoshkaAdapter(dims=(4,), hidden=8, epochs=2, batch_size=4, mined=10).fit(x[:5, :16])
+    assert np.isfinite(tiny.transform(x[:5, :16])).all()  # a pool of 5 rows: 4 neighbours each

@@ -164,7 +164,16 @@ def test_given_queries_judge_the_choice_and_qrels_report_what_search_returns(tmp
     exact = store.search_vectors(vectors, 10)
     full = np.mean([recall(h, q) for h, q in zip(exact, qrels, strict=True)])
     assert figures["full"]["recall@10"] == pytest.approx(full, abs=1e-4)
+    assert store.shrink([8], heldout=30, queries=queries, qrels=qrels, adapter_params=FAST) == report  # recorded
+    by_rows = store.shrink([8], heldout=30, adapter_params=FAST)  # not the queries' record: measured on rows
+    assert by_rows["metric"].endswith("held-out rows as queries") and "qrels" not in by_rows
+    assert by_rows["dims"]["8"] != report["dims"]["8"]  # the queries, not held-out rows, made the figures
+    more = queries | {"extra": "a query with no judgement"}  # checks the choice, is not among the judged
+    with_more = store.shrink([8], heldout=30, queries=more, qrels=qrels, adapter_params=FAST)
+    assert with_more["metric"].endswith("21 given queries") and with_more["qrels"]["queries"] == 20
     with pytest.raises(SubspacesError, match="--queries"):
         store.shrink([8], qrels=qrels)
+    with pytest.raises(SubspacesError, match="at least 2"):
+        store.shrink([8], heldout=0)
     with pytest.raises(SubspacesError, match="foreign"):
         foreign(tmp_path, tail_heavy(300, seed=6), name="f").shrink([8], queries=queries)

@@ -96,6 +96,30 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     return result | {"metrics": metrics, "rows": rows}
 
 
+def table(summary: dict[str, Any], dims: tuple[int, ...] = (32, 64)) -> str:
+    """Per size: each arm's Recall@10 (mean over seeds) per pool, and the adapter's and the chosen basis's gain
+    over raw truncation and over the principal axes, in % of theirs [paired bootstrap 95 % interval]."""
+    lines = []
+    for d in dims:
+        name = f"recall@10/{d}"
+        lines += [f"### Recall@10 at {d} dims", ""]
+        lines += [
+            "| pool | raw | pca | paper's terms | adapter | chosen | adapter vs raw | adapter vs pca | chosen vs pca |"
+        ]
+        lines.append("|---|---:|---:|---:|---:|---:|---|---|---|")
+        for pool, arms in summary["aggregate"].items():
+            mean = {arm: values.get(f"metrics/{name}", {}).get("mean", float("nan")) for arm, values in arms.items()}
+            cells = [f"{mean.get(a, float('nan')):.3f}" for a in ("raw", "pca", "adapter-paper", "adapter", "chosen")]
+            for a, b in (("adapter", "raw"), ("adapter", "pca"), ("chosen", "pca")):
+                got = summary.get("paired", {}).get(pool, {}).get(f"{a} - {b}", {}).get(name)
+                base = mean.get(b, float("nan"))
+                low, high = (100 * got[k] / base for k in ("low", "high")) if got else (0, 0)
+                cells.append(f"{100 * got['diff'] / base:+.1f} % [{low:+.1f}, {high:+.1f}]" if got else "-")
+            lines.append(f"| {pool} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     import sys
 

@@ -13,9 +13,10 @@ spread, renormalised. The queries are
 
 **Stages**, each a subprocess (``python store_scale.py STAGE ARGS``) that reports its own time and peak RSS
 (``VmHWM`` of ``/proc/self/status``; ``ru_maxrss`` would count the parent's memory, carried across exec): import
-(``store import --foreign``, two streamed passes), the int8 copy, the IVF-PQ index, then per search mode (exact,
-funnel on 128 principal axes with a 10 x k shortlist, int8 + rescore, ANN with the default ``refine_factor`` and
-with None) ``queries`` queries one at a time (p50/p99 ms, Recall@10 against exact) and one filtered search
+(``store import --foreign``, two streamed passes), the int8 copy, the IVF-PQ index, ``store shrink`` to
+``shrink_dims``, then per search mode (exact, funnel on 128 principal axes with a 10 x k shortlist, int8 + rescore,
+ANN with the default ``refine_factor`` and with None, and at each shrunk size its chosen basis alone and as a
+funnel) ``queries`` queries one at a time (p50/p99 ms, Recall@10 against exact) and one filtered search
 (``where``; k rows must come back and each must match), then a delete and an upsert of ``mutations`` rows and an
 export back to parquet. Every stage's result is kept in the work folder (``work``, default
 ``~/.cache/subspaces/store_scale/n<n>/``), so a killed run, rerun (the runner's ``--resume``), starts at the stage
@@ -49,6 +50,7 @@ DEFAULTS: dict[str, Any] = {
     "clusters": 1024,
     "dims": 128,
     "shortlist": 10,
+    "shrink_dims": [32, 64],  # `store shrink --dims 32,64`, then searched at each (alone and as a funnel)
     "rescore": 4,
     "nprobes": 20,
     "filter_lang": "de",  # the filtered search: lang = this AND year >= filter_year
@@ -189,12 +191,14 @@ def child(stage: str, args: dict[str, Any]) -> dict[str, Any]:
 
         _, report = import_vectors(store_dir, args["parquet"], foreign=args["model"], batch_rows=args["batch_rows"])
         out["report"] = report
-    elif stage in ("quantize", "index", "mutate", "export"):
+    elif stage in ("quantize", "index", "shrink", "mutate", "export"):
         from subspaces.store import Store
 
         store = Store.open(store_dir)
         if stage == "quantize":
             out["report"] = store.quantize("int8")
+        elif stage == "shrink":
+            out["report"] = store.shrink(args["shrink_dims"])
         elif stage == "index":
             out["report"] = store.index()
         elif stage == "mutate":
@@ -294,6 +298,9 @@ def run_stage(stage: str, args: dict[str, Any], work: Path) -> dict[str, Any]:
     done = work / "stages" / f"{stage}.json"
     if done.is_file():
         return json.loads(done.read_text())
+    mutated = stage != "export" and (work / "stages" / "mutate.json").is_file()  # searched after its changes
+    if stage != "import" and (mutated or not Path(args["store"]).is_dir()):
+        raise SystemExit(f"{work} holds a finished (or removed) run: move it away to measure stage {stage} afresh")
     print(f"[store_scale] {stage}", flush=True)
     env = os.environ | {"OMP_NUM_THREADS": str(args["threads"]), "PYTHONPATH": str(Path(__file__).parents[2])}
     proc = subprocess.run(
@@ -333,6 +340,9 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         "ann_refine_default": {"ann": True, "nprobes": p["nprobes"]},
         "ann_refine_none": {"ann": True, "nprobes": p["nprobes"], "refine_factor": None},
     }
+    for d in p["shrink_dims"]:  # after `store shrink`: the basis it chose, alone and as a funnel's first stage
+        modes[f"shrunk_{d}_alone"] = {"dims": d, "rerank": "none"}
+        modes[f"shrunk_{d}_funnel_x{p['shortlist']}"] = {"dims": d, "shortlist": p["shortlist"]}
     args = {
         "store": str(work / "store"),
         "parquet": str(work / "corpus.parquet"),
@@ -347,8 +357,9 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         "mutations": p["mutations"],
         "modes": modes,
         "in_memory_mib": p["in_memory_mib"],
+        "shrink_dims": list(p["shrink_dims"]),
     }
-    stages = {name: run_stage(name, args, work) for name in ("import", "quantize", "index")}
+    stages = {name: run_stage(name, args, work) for name in ("import", "quantize", "index", "shrink")}
     searches = {name: run_stage(name, args, work) for name in modes}
     truth = searches["exact"]["ids"]
     for result in searches.values():

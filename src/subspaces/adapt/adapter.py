@@ -71,9 +71,10 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         var_weight, var_floor, corr_weight, tau_corr: MIC-style per-dimension variance floor and prefix
             decorrelation on the output (ours; off by default).
         sup_weight, sup_temperature: in-batch InfoNCE on the ``pairs`` given to :meth:`fit` (if any).
-        mined: 0 (default): batches are random rows. ``k > 0``: half of each batch is random rows, the other half
-            one of each of those rows' ``k`` nearest rows by the full vectors (found once, among at most
-            ``MINED_POOL`` rows), so the in-batch losses see the close neighbours that top-10 search separates.
+        mined: 0 (default): batches are random rows. ``k > 0``: half of each batch is random rows of a seeded pool
+            of at most ``MINED_POOL`` rows (all of them, for fewer), the other half one of each of those rows' ``k``
+            nearest pool rows by the full vectors (found once), so the in-batch losses see the close neighbours
+            that top-10 search separates.
         basis: ``"model"`` (default): g acts on the input coordinates; ``"pca"``: on the input rotated into its
             principal axes (:func:`subspaces.vectors.principal_axes`; orthogonal, so every full-size cosine is kept), so
             training starts from PCA truncation instead of raw truncation (ours).

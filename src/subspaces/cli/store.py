@@ -646,7 +646,10 @@ def shrink_cmd(
     ] = None,
     qrels: Annotated[
         Optional[Path],
-        typer.Option(help="Relevance judgements (qid<TAB>docid[<TAB>grade], TREC, .jsonl or .json): adds Recall@10."),
+        typer.Option(
+            help="Relevance judgements (qid<TAB>docid[<TAB>grade], TREC, .jsonl or .json): adds Recall@10 and "
+            "nDCG@10 per basis."
+        ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Random seed (held-out sample, the adapter).")] = 0,
     json_path: JsonOutOpt = None,
@@ -685,8 +688,10 @@ def show_shrink(store: Path, report: dict[str, Any]) -> None:
             [d] + [f"{figures[d][c]['recall@10']:.3f} / {figures[d][c]['ndcg@10']:.3f}" for c in CANDIDATES]
             for d in report["dims"]
         ]
-        judged.append(["full", f"{full['recall@10']:.3f} / {full['ndcg@10']:.3f}", "", ""])
-        heading = f"Recall@10 / nDCG@10 of {figures['queries']} judged queries over the whole store"
+        heading = (
+            f"Recall@10 / nDCG@10 of {figures['queries']} judged queries over the whole store "
+            f"(full size: {full['recall@10']:.3f} / {full['ndcg@10']:.3f})"
+        )
         show(table(heading, ["dims", "raw truncation", "principal axes", "adapter"], judged))
     echo(
         f"adapter ({report['adapter_basis']} start) fitted in {report['adapter_fit_seconds']} s; "

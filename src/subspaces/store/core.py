@@ -878,9 +878,7 @@ class Store:
 
     def principal_axes(self, space: str | None = None) -> np.ndarray:
         """The principal axes of a space's rows (``dim x dim``, by variance): the basis a ``"pca"`` prefix reads."""
-        axes = plans.prefix_basis(self._load_rows(space or self.manifest.active), "pca")
-        assert axes is not None
-        return axes
+        return self._load_rows(space or self.manifest.active).principal_axes()
 
     # -- conditional search ---------------------------------------------------------------------------------
     def condition_head(self, head: Any, space: str | None = None) -> Any:

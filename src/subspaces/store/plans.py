@@ -28,7 +28,6 @@ from subspaces.store.quantized import search_copy
 from subspaces.store.results import SearchResult, hits
 from subspaces.store.shrink import chosen, load_adapter
 from subspaces.store.table import Rows, vectors_of
-from subspaces.vectors import principal_axes
 
 if TYPE_CHECKING:
     from subspaces.store.core import Store
@@ -270,9 +269,7 @@ def prefix_basis(rows: Rows, basis: str) -> np.ndarray | None:
     """The prefix basis's axes (``dim x dim``); None for the model's own coordinates."""
     if basis == "model":
         return None
-    if rows.axes is None:
-        rows.axes = principal_axes(rows.floats)
-    return rows.axes
+    return rows.principal_axes()
 
 
 def _found(rows: Rows, scores: Any, found: Any) -> list[SearchResult]:

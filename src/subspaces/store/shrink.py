@@ -26,6 +26,8 @@ and :func:`describe` says ``stale`` once the table has changed (rerun ``store sh
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import time
 from typing import TYPE_CHECKING, Any
@@ -36,7 +38,6 @@ from subspaces import topk
 from subspaces.errors import DimensionError, SubspacesError
 from subspaces.numerics import cpu_record
 from subspaces.store import search as ops
-from subspaces.vectors import principal_axes
 
 if TYPE_CHECKING:
     from subspaces.store.core import Store
@@ -102,16 +103,15 @@ def shrink(
         if sample != FIT_SAMPLE:
             asked["sample"] = sample
         loaded = store._load_rows(name)
-        n = len(loaded.ids)
+        n = len(loaded)
         previous = record.shrink
         judged = _judged(store, name, queries, qrels)
-        if (
-            judged is None
-            and previous
-            and previous.get("options") == asked
-            and previous.get("version") == loaded.version
-        ):
+        if judged is not None:
+            asked["judged_by"] = judged["digest"]  # the same queries and judgements again: the same report
+        if previous and previous.get("options") == asked and previous.get("version") == loaded.version:
             return dict(previous["report"])
+        if heldout < 2:
+            raise SubspacesError(f"--heldout must be at least 2 (rows held out as the check's queries), got {heldout}")
         held = min(heldout, n // 5)
         if held < 2 or n - held < k + 1:
             raise SubspacesError(
@@ -121,10 +121,10 @@ def shrink(
         start = time.perf_counter()
         order = np.random.default_rng(seed).permutation(n)
         test, fit = np.sort(order[:held]), np.sort(order[held : held + max(int(sample), k + 1)])
-        x_fit = loaded.vectors[fit]
-        x_test = loaded.vectors[test] if judged is None else judged["vectors"]
+        x_fit = loaded.floats[fit]  # positional reads where the rows are a vector file
+        x_test = loaded.floats[test] if judged is None else judged["vectors"]
         truth = _top(x_fit, x_test, None, k)
-        axes = principal_axes(x_fit, seed=seed)
+        axes = loaded.principal_axes()  # the axes a pca search reads, so the figures are search's
         adapter = MatryoshkaAdapter(dims=sizes, random_state=seed, verbose=show_progress, **params)
         adapter.fit(x_fit)
         fit_rows, fit_queries = adapter.transform(x_fit), adapter.transform(x_test)
@@ -140,7 +140,7 @@ def shrink(
             choice[str(d)] = best
             table[str(d)] = {f"{c}_overlap@{k}": round(figures[c], 4) for c in CANDIDATES} | {"used": best}
         if judged is not None and judged["grades"] is not None:
-            report_qrels = _qrels_figures(loaded.vectors, loaded.ids, judged, sizes, axes, adapter, k)
+            report_qrels = _qrels_figures(loaded, judged, sizes, axes, adapter, k)
         folder = f"{FOLDER}/{name}/adapter"
         shutil.rmtree(store.path / folder, ignore_errors=True)
         adapter.save(store.path / folder)  # also when not chosen: --basis adapter reads it
@@ -207,7 +207,8 @@ def load_adapter(store: Store, name: str) -> Any:
 
 
 def _judged(store: Store, name: str, queries: Any, qrels: Any) -> dict[str, Any] | None:
-    """The given queries' unit vectors by the space's model (its query prompt) and, with ``qrels``, their grades."""
+    """The given queries' unit vectors by the space's model (its query prompt), every one of them (the check's
+    queries), and with ``qrels`` the judged ones' row numbers and grades; ``digest`` names them all."""
     if queries is None:
         if qrels is not None:
             raise SubspacesError("--qrels needs --queries: the judged queries' texts")
@@ -218,40 +219,38 @@ def _judged(store: Store, name: str, queries: Any, qrels: Any) -> dict[str, Any]
         raise SubspacesError(
             f"space {name} holds a foreign model's vectors: --queries need the model to encode them here"
         )
-    if qrels is not None:
-        texts, grades = load_qrels(qrels, queries)
-    else:
-        texts, grades = (dict(queries) if isinstance(queries, dict) else _read_queries(queries)), None
+    texts = dict(queries) if isinstance(queries, dict) else _read_queries(queries)
     if not texts:
         raise SubspacesError("--queries holds no query")
     qids = list(texts)
-    vectors = store.encode([texts[q] for q in qids], "query", name)
-    return {"vectors": vectors, "grades": None if grades is None else [grades[q] for q in qids]}
+    grades = load_qrels(qrels, texts)[1] if qrels is not None else None
+    digest = hashlib.sha256(json.dumps([texts, grades], sort_keys=True).encode()).hexdigest()
+    out = {"vectors": store.encode([str(texts[q]) for q in qids], "query", name), "digest": digest, "grades": None}
+    if grades is not None:
+        out["judged"] = np.asarray([i for i, q in enumerate(qids) if q in grades])
+        out["grades"] = [grades[qids[i]] for i in out["judged"]]
+    return out
 
 
 def _qrels_figures(
-    rows: Any, ids: Any, judged: dict[str, Any], sizes: list[int], axes: np.ndarray, adapter: Any, k: int
+    rows: Any, judged: dict[str, Any], sizes: list[int], axes: np.ndarray, adapter: Any, k: int
 ) -> dict[str, Any]:
-    """Recall@k and nDCG@k of the judged queries over every stored row: full size, and per size each candidate."""
-    from subspaces.store.migrate import _evaluate
+    """Recall@k and nDCG@k of the judged queries over every stored row, read a block at a time: at full size,
+    and per size each candidate."""
+    from subspaces.store.migrate import _scores
 
-    queries, grades = judged["vectors"], judged["grades"]
-    widest = max(sizes)
-    bases = {
-        "model": lambda x: x[:, :widest],
-        "pca": lambda x: x @ axes[:, :widest],
-        "adapter": lambda x: adapter.transform(x)[:, :widest],
-    }
+    queries, grades, ids = judged["vectors"][judged["judged"]], judged["grades"], rows.ids
+    bases = {"model": lambda x: x, "pca": lambda x: x @ axes, "adapter": adapter.transform}
 
-    def chunks(project: Any) -> np.ndarray:
-        return np.concatenate([project(np.asarray(rows[i : i + 65_536])) for i in range(0, len(rows), 65_536)])
+    def figures(project: Any, d: int | None) -> dict[str, float]:
+        blocks = ((first, ops.unit_prefix(project(block), d)) for first, block in rows.blocks())
+        _, top = topk.exact_blocks(blocks, ops.unit_prefix(project(queries), d), k, len(rows))
+        pairs = [_scores(t, ids, rel, k) for t, rel in zip(top, grades, strict=True)]
+        return {f"{m}@{k}": round(float(np.mean([p[i] for p in pairs])), 4) for i, m in enumerate(("recall", "ndcg"))}
 
-    out: dict[str, Any] = {"queries": len(queries), "full": _evaluate(queries, chunks(lambda x: x), ids, grades, k)}
-    for candidate, project in bases.items():
-        prefix = chunks(project)
-        q = project(queries)
-        for d in sizes:
-            out.setdefault(str(d), {})[candidate] = _evaluate(q[:, :d], prefix[:, :d], ids, grades, k)
+    out: dict[str, Any] = {"queries": len(queries), "full": figures(bases["model"], None)}
+    for d in sizes:
+        out[str(d)] = {candidate: figures(project, d) for candidate, project in bases.items()}
     return out
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from subspaces.errors import DataError, SubspacesError
 from subspaces.store import columns, vectorfile
 from subspaces.store.vectorfile import VectorFile
+from subspaces.vectors import principal_axes
 
 DB = "lance"
 
@@ -111,7 +112,7 @@ class Rows:
         self.table, self.version, self.vectors, self.file = table, version, vectors, file
         self.index: Any = None  # exact search's faiss index (vectors in memory)
         self.prefixes: dict[tuple[str, int, bool], Any] = {}  # (basis, dims, int8 codes) -> faiss index
-        self.axes: np.ndarray | None = None  # the rows' principal axes, fitted when a "pca" prefix is first searched
+        self._axes: np.ndarray | None = None  # the rows' principal axes, fitted when first asked for
         self.adapted: np.ndarray | None = None  # unused: adapter prefixes are built from blocks (shrink resets it)
         self.conditioned: Any = None  # ConditionalCorpus views of the rows: (head, condition) -> view, an LRUCache
         self.corpora: dict[str, Any] = {}  # a head's fingerprint -> its ConditionalCorpus
@@ -123,6 +124,13 @@ class Rows:
     @property
     def dim(self) -> int:
         return int(self.vectors.shape[1])
+
+    def principal_axes(self) -> np.ndarray:
+        """The rows' principal axes (:func:`subspaces.vectors.principal_axes`), fitted once per table version:
+        what a "pca" prefix search reads and what ``store shrink`` measures."""
+        if self._axes is None:
+            self._axes = principal_axes(self.floats)
+        return self._axes
 
     @property
     def floats(self) -> Any:
