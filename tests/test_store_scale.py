@@ -196,3 +196,18 @@ def test_conditional_search_over_the_vector_file_gives_the_in_memory_results(tmp
     assert reopened._load_rows("0").file is not None
     for where, expected in want.items():
         assert results(reopened, queries, condition="the colour", head=tri, where=where) == expected
+
+
+def test_shrink_of_a_streamed_space_equals_the_in_memory_one(tmp_path, monkeypatch):
+    store = made(tmp_path, 600, 32)
+    fast = {"epochs": 2, "hidden": 32}
+    in_memory = store.shrink([8], heldout=60, adapter_params=fast)
+    queries = unit_rows(5, 32, seed=1)
+    want = [r.ids for r in store.search_vectors(queries, 10, dims=8, basis="adapter", rerank="none")]
+    monkeypatch.setattr(vectorfile, "IN_MEMORY_BYTES", 0)
+    streamed = Store.open(store.path)
+    streamed.shrink([8], heldout=60, seed=1, adapter_params=fast)  # other options: the record is replaced
+    assert streamed._load_rows("0").file is not None
+    again = streamed.shrink([8], heldout=60, adapter_params=fast)  # the first options, fitted from the file
+    assert again["dims"] == in_memory["dims"] and again["rows"] == 600
+    assert [r.ids for r in streamed.search_vectors(queries, 10, dims=8, basis="adapter", rerank="none")] == want
