@@ -260,12 +260,16 @@ def recipe_options(
             return func(*args, config=make(**settings), **kwargs)
 
         parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own + derived] + [config_file]
-        parameters += [ours] if context is ours else []
-        wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-        wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
-        return wrapper  # type: ignore[return-value]
+        return with_parameters(wrapper, signature, parameters + ([ours] if context is ours else []))
 
     return decorate
+
+
+def with_parameters(wrapper: Any, signature: inspect.Signature, parameters: list[inspect.Parameter]) -> Any:
+    """``wrapper`` as typer will read it: ``parameters`` (keyword-only) as its signature and annotations."""
+    wrapper.__signature__ = signature.replace(parameters=parameters)
+    wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
+    return wrapper
 
 
 def _field_option(f: dataclasses.Field, hint: Any, note: str | None = None) -> inspect.Parameter | None:

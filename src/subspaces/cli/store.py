@@ -24,6 +24,7 @@ from subspaces.cli.common import (
     show,
     table,
     user_errors,
+    with_parameters,
 )
 from subspaces.cli.groups import Command, app
 from subspaces.cli.search import Basis
@@ -124,9 +125,7 @@ def runtime_options(*, backends: bool = True, ray: bool = False) -> Callable[[F]
             return func(**kwargs, run=StoreRun(**values))
 
         parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own + added]
-        wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
-        wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
-        return wrapper  # type: ignore[return-value]
+        return with_parameters(wrapper, signature, parameters)
 
     return decorate
 
