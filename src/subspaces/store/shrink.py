@@ -225,10 +225,10 @@ def _judged(store: Store, name: str, queries: Any, qrels: Any) -> dict[str, Any]
     qids = list(texts)
     grades = load_qrels(qrels, texts)[1] if qrels is not None else None
     digest = hashlib.sha256(json.dumps([texts, grades], sort_keys=True).encode()).hexdigest()
-    out = {"vectors": store.encode([str(texts[q]) for q in qids], "query", name), "digest": digest, "grades": None}
-    if grades is not None:
-        out["judged"] = np.asarray([i for i, q in enumerate(qids) if q in grades])
-        out["grades"] = [grades[qids[i]] for i in out["judged"]]
+    out: dict[str, Any] = {"vectors": store.encode([str(texts[q]) for q in qids], "query", name), "digest": digest}
+    judged = [i for i, q in enumerate(qids) if grades is not None and q in grades]
+    out["judged"] = np.asarray(judged, dtype=np.int64)
+    out["grades"] = None if grades is None else [grades[qids[i]] for i in judged]
     return out
 
 
