@@ -38,6 +38,7 @@ from subspaces import topk
 from subspaces.errors import DimensionError, SubspacesError
 from subspaces.numerics import cpu_record
 from subspaces.store import search as ops
+from subspaces.store.migrate import _read_queries, _scores, load_qrels
 
 if TYPE_CHECKING:
     from subspaces.store.core import Store
@@ -213,8 +214,6 @@ def _judged(store: Store, name: str, queries: Any, qrels: Any) -> dict[str, Any]
         if qrels is not None:
             raise SubspacesError("--qrels needs --queries: the judged queries' texts")
         return None
-    from subspaces.store.migrate import _read_queries, load_qrels
-
     if store._space(name).model.foreign:
         raise SubspacesError(
             f"space {name} holds a foreign model's vectors: --queries need the model to encode them here"
@@ -237,8 +236,6 @@ def _qrels_figures(
 ) -> dict[str, Any]:
     """Recall@k and nDCG@k of the judged queries over every stored row, read a block at a time: at full size,
     and per size each candidate."""
-    from subspaces.store.migrate import _scores
-
     queries, grades, ids = judged["vectors"][judged["judged"]], judged["grades"], rows.ids
     bases = {"model": lambda x: x, "pca": lambda x: x @ axes, "adapter": adapter.transform}
 
