@@ -49,9 +49,14 @@ CONFIG_FILE = "map.json"
 KINDS = ("orthogonal", "affine", "lowrank", "mlp")
 DIRECTIONS = ("queries", "rows")  # queries: new -> old (query-side); rows: old -> new (a rewrite)
 # Each direction's default parameters (a caller's params override them): queries are ranked against the old rows,
-# so a query's linear maps are the adjoints of the row maps, and the MLP is trained on the pairs' similarities.
+# so a query's linear maps are the adjoints of the row maps, and the MLP is trained on the pairs' similarities and
+# on how the old space ranks the stored rows (when the caller gives them; dev pools: +0.002 to +0.013 Recall@10).
 DIRECTION_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
-    "queries": {"affine": {"adjoint": True}, "lowrank": {"adjoint": True}, "mlp": {"objective": "query-similarity"}},
+    "queries": {
+        "affine": {"adjoint": True},
+        "lowrank": {"adjoint": True},
+        "mlp": {"objective": "query-similarity", "rows_weight": 3.0},
+    },
     "rows": {},
 }
 # Query-side: the kind kept unless clearly worse, i.e. its disagreement (1 - agreement) over PREFERENCE_MARGIN
@@ -108,15 +113,19 @@ class _PairMap(TransformerMixin, BaseEstimator):
 
     kind = ""
 
-    def fit(self, x: np.ndarray, y: np.ndarray) -> _PairMap:
+    def fit(self, x: np.ndarray, y: np.ndarray, rows: np.ndarray | None = None) -> _PairMap:
+        """Fit on pairs ``x[i] -> y[i]``. ``rows``: unpaired vectors of ``y``'s space (the stored rows), which a
+        map may use to learn how ``y``'s space ranks them (:class:`ResidualMLPMap`'s ``rows_weight``)."""
         start = time.perf_counter()
         xs, ys = _pairs(x, y)
+        if rows is not None:
+            rows = _check(rows, "unpaired rows", ys.shape[1])
         self.n_features_in_, self.n_features_out_ = xs.shape[1], ys.shape[1]
-        self._fit(xs, ys)
+        self._fit(xs, ys, rows)
         self.fit_seconds_ = time.perf_counter() - start
         return self
 
-    def _fit(self, x: np.ndarray, y: np.ndarray) -> None:
+    def _fit(self, x: np.ndarray, y: np.ndarray, rows: np.ndarray | None = None) -> None:
         raise NotImplementedError
 
     def _check_fitted(self) -> None:
@@ -177,7 +186,7 @@ class OrthogonalMap(_PairMap):
     def __init__(self, random_state: int | None = 0) -> None:
         self.random_state = random_state
 
-    def _fit(self, x: np.ndarray, y: np.ndarray) -> None:
+    def _fit(self, x: np.ndarray, y: np.ndarray, rows: np.ndarray | None = None) -> None:
         mx, my = x.mean(0), y.mean(0)
         weight = _procrustes(x - mx, y - my)
         self._linear(weight, my - mx @ weight)
@@ -193,7 +202,7 @@ class _Adjointable(_PairMap):
 
     adjoint: bool
 
-    def _fit(self, x: np.ndarray, y: np.ndarray) -> None:
+    def _fit(self, x: np.ndarray, y: np.ndarray, rows: np.ndarray | None = None) -> None:
         if not self.adjoint:
             self._fit_linear(x, y)
             return
@@ -268,7 +277,12 @@ class ResidualMLPMap(_PairMap):
     scores the targets ``y_j`` (the old rows) by ``unit(f(x_i)) . y_j``; trained to match ``x_i . x_j`` (the
     same rows' true new-model scores): the listwise KL of their softmaxes at ``temperature`` plus their mean
     squared difference (affine part from the adjoint ridge map, :class:`_Adjointable`). ``"row-similarity"``
-    (for rows, old -> new): ``y_i . unit(f(x_j))`` to match ``y_i . y_j``."""
+    (for rows, old -> new): ``y_i . unit(f(x_j))`` to match ``y_i . y_j``.
+
+    ``rows_weight`` (query-similarity only; needs ``rows``, the stored old rows, in :meth:`fit`): adds, at that
+    weight, the same KL + squared difference between ``unit(f(x_i))`` and ``y_i`` scoring the stored rows: each
+    pair's ``rows_near`` nearest rows (old space) plus ``rows_random`` random ones a batch, so the mapped query
+    learns how the old space ranks the rows it will be searched among, hard neighbours included."""
 
     kind = "mlp"
 
@@ -282,6 +296,9 @@ class ResidualMLPMap(_PairMap):
         alpha: float = 0.1,
         objective: str = "cosine",
         temperature: float = 0.05,
+        rows_weight: float = 0.0,
+        rows_near: int = 64,
+        rows_random: int = 1024,
         threads: int | None = 1,
         random_state: int | None = 0,
     ) -> None:
@@ -293,20 +310,48 @@ class ResidualMLPMap(_PairMap):
         self.alpha = alpha
         self.objective = objective
         self.temperature = temperature
+        self.rows_weight = rows_weight
+        self.rows_near = rows_near
+        self.rows_random = rows_random
         self.threads = threads
         self.random_state = random_state
 
-    def _fit(self, x: np.ndarray, y: np.ndarray) -> None:
+    def _fit(self, x: np.ndarray, y: np.ndarray, rows: np.ndarray | None = None) -> None:
         if self.hidden < 1 or self.epochs < 0 or self.batch_size < 1 or self.temperature <= 0:
             raise SubspacesError(
                 f"hidden and batch_size must be at least 1, epochs at least 0, temperature above 0: {self.get_params()}"
             )
         if self.objective not in OBJECTIVES:
             raise SubspacesError(f"objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.rows_weight < 0 or self.rows_near < 0 or self.rows_random < 0:
+            raise SubspacesError(f"rows_weight, rows_near and rows_random must be at least 0: {self.get_params()}")
+        if self.rows_weight and self.objective != "query-similarity":
+            raise SubspacesError("rows_weight applies to the query-similarity objective (a query-side map) only")
         with scoped_threads(self.threads):
-            self._train(x, y)
+            self._train(x, y, rows if self.rows_weight else None)
 
-    def _train(self, x: np.ndarray, y: np.ndarray) -> None:
+    def _nearest_rows(self, targets: Any, rows: Any) -> Any:
+        """Each target's ``rows_near`` nearest stored rows (by inner product), in blocks: bounded memory."""
+        import torch
+
+        k = min(self.rows_near, len(rows))
+        if k == 0:
+            return torch.empty(len(targets), 0, dtype=torch.long)
+        return torch.cat([(block @ rows.T).topk(k, dim=1).indices for block in targets.split(256)])
+
+    def _listwise(self, got: Any, true: Any) -> Any:
+        """KL of the softmaxes at ``temperature`` plus the mean squared difference: ``got`` scores to ``true``."""
+        import torch.nn.functional as F
+
+        kl = F.kl_div(
+            F.log_softmax(got / self.temperature, dim=1),
+            F.log_softmax(true / self.temperature, dim=1),
+            log_target=True,
+            reduction="batchmean",
+        )
+        return kl + F.mse_loss(got, true)
+
+    def _train(self, x: np.ndarray, y: np.ndarray, rows: np.ndarray | None) -> None:
         import torch
         import torch.nn.functional as F
 
@@ -330,28 +375,29 @@ class ResidualMLPMap(_PairMap):
         tx, ty = torch.from_numpy(x.astype(np.float32)), torch.from_numpy(_unit(y))
         ux = torch.from_numpy(_unit(x))
         optimiser = torch.optim.AdamW(modules.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        if rows is not None:
+            stored = torch.from_numpy(_unit(rows))
+            near = self._nearest_rows(ty, stored)
         for _ in range(self.epochs):
             order = torch.randperm(len(tx), generator=generator)
             for start in range(0, len(tx), self.batch_size):
-                rows = order[start : start + self.batch_size]
-                if len(rows) < 2:
+                batch = order[start : start + self.batch_size]
+                if len(batch) < 2:
                     continue
-                xb = tx[rows]
+                xb = tx[batch]
                 mapped = affine(xb) + out(act(hidden(xb)))
                 if self.objective == "cosine":
-                    loss = (1 - F.cosine_similarity(mapped, ty[rows], dim=1)).mean()
+                    loss = (1 - F.cosine_similarity(mapped, ty[batch], dim=1)).mean()
+                elif self.objective == "query-similarity":
+                    unit_mapped = F.normalize(mapped, dim=1)
+                    loss = self._listwise(unit_mapped @ ty[batch].T, ux[batch] @ ux[batch].T)
+                    if rows is not None:
+                        drawn = torch.randint(len(stored), (self.rows_random,), generator=generator)
+                        scored = stored[torch.cat([near[batch].reshape(-1), drawn]).unique()]
+                        loss = loss + self.rows_weight * self._listwise(unit_mapped @ scored.T, ty[batch] @ scored.T)
                 else:
-                    if self.objective == "query-similarity":
-                        true, got = ux[rows] @ ux[rows].T, F.normalize(mapped, dim=1) @ ty[rows].T
-                    else:
-                        true, got = ty[rows] @ ty[rows].T, ty[rows] @ F.normalize(mapped, dim=1).T
-                    kl = F.kl_div(
-                        F.log_softmax(got / self.temperature, dim=1),
-                        F.log_softmax(true / self.temperature, dim=1),
-                        log_target=True,
-                        reduction="batchmean",
-                    )
-                    loss = kl + F.mse_loss(got, true)
+                    unit_mapped = F.normalize(mapped, dim=1)
+                    loss = self._listwise(ty[batch] @ unit_mapped.T, ty[batch] @ ty[batch].T)
                 optimiser.zero_grad()
                 loss.backward()
                 optimiser.step()
@@ -467,10 +513,12 @@ def fit_and_choose(
     random_state: int | None = 0,
     queries: np.ndarray | None = None,
     among: tuple[np.ndarray, np.ndarray] | None = None,
+    rows: np.ndarray | None = None,
 ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """Fit each map of ``kinds`` (``params``: per kind) on ``1 - holdout`` of the pairs, in ``direction``
     (``queries``: new -> old; ``rows``: old -> new), keep the one with the best held-out :func:`agreement`
-    (ties: the earlier kind, the simpler), refit it on every pair. Returns ``(chosen map, the candidates fitted
+    (ties: the earlier kind, the simpler), refit it on every pair; ``rows`` (query-side only): a sample of the
+    stored old rows, given to every fit (see :meth:`_PairMap.fit`). Returns ``(chosen map, the candidates fitted
     without the held-out pairs by kind, report)``; the report has each candidate's agreement and fit seconds.
 
     Query-side only: with ``queries`` (new-model vectors of real query texts, no labels) each candidate is scored
@@ -481,6 +529,8 @@ def fit_and_choose(
         raise SubspacesError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
     if queries is not None and direction != "queries":
         raise SubspacesError("query texts choose a query-side map only (direction 'queries')")
+    if rows is not None and direction != "queries":
+        raise SubspacesError("stored rows train a query-side map only (direction 'queries')")
     kinds = list(dict.fromkeys(kinds))
     if not kinds:
         raise SubspacesError(f"no map to fit: give at least one of {', '.join(KINDS)}")
@@ -512,7 +562,7 @@ def fit_and_choose(
     candidates: dict[str, Any] = {}
     report: dict[str, Any] = {}
     for kind in kinds:
-        fitted = make(kind, params.get(kind), random_state).fit(source[fit], target[fit])
+        fitted = make(kind, params.get(kind), random_state).fit(source[fit], target[fit], rows)
         candidates[kind] = fitted
         score = agreement(fitted, old[held], new[held], direction, k)
         report[kind] = {f"selection@{k}": round(score, 4), "fit_seconds": round(fitted.fit_seconds_, 3)}
@@ -526,7 +576,7 @@ def fit_and_choose(
     prefer = direction == "queries" and preferred in kinds and chosen != preferred
     if prefer and 1 - report[preferred][by] <= PREFERENCE_MARGIN * (1 - report[chosen][by]):
         chosen, rule = preferred, f"{preferred} unless clearly worse by {measured}"
-    final = make(chosen, params.get(chosen), random_state).fit(source, target)
+    final = make(chosen, params.get(chosen), random_state).fit(source, target, rows)
     summary = {
         "chosen": chosen,
         "chosen_by": rule,

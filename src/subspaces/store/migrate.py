@@ -226,6 +226,7 @@ def migrate(
                 random_state=seed,
                 queries=choice_vectors,
                 among=(rows.vectors[test], new_test),
+                rows=_unpaired_sample(rows.vectors, test, seed) if query_side else None,
             )
         fit_s = time.perf_counter() - fit_start
         report = _report(aligner, candidates, summary, rows.vectors[test], new_test, direction)
@@ -303,6 +304,17 @@ def _check_unpaired(
         raise SubspacesError("--pairs counts re-embedded store texts; an unpaired fit uses none: drop --pairs")
     if maps is not None or map_params:
         raise SubspacesError("--maps are fitted on pairs; an unpaired fit is mini-vec2vec's: drop --maps")
+
+
+UNPAIRED_SAMPLE = 20_000  # stored rows a query-side map learns the old space's ranking from (bounded at any size)
+
+
+def _unpaired_sample(vectors: np.ndarray, held: np.ndarray, seed: int) -> np.ndarray:
+    """A seeded sample of the stored rows, the held-out ones left out (they measure the map)."""
+    keep = np.setdiff1d(np.arange(len(vectors)), held)
+    if len(keep) > UNPAIRED_SAMPLE:
+        keep = np.sort(np.random.default_rng(seed).choice(keep, UNPAIRED_SAMPLE, replace=False))
+    return vectors[keep]
 
 
 MIN_HELDOUT = 20  # fewer re-embedded rows than this make top-10 overlap among them meaningless
