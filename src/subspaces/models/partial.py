@@ -1,40 +1,19 @@
 """Partial fine-tuning over cached activations: train only the top N transformer layers of a sentence encoder.
 
-The embeddings and the bottom L-N layers are frozen, so their output for a given input never changes. It is
-computed once per distinct input (no gradient, eval mode: dropout acts only where weights train), stored as
-float16, and each training step runs only the top N layers, the pooling and the later modules on it.
+The embeddings and the bottom L-N layers are frozen, so their output for an input is computed once (eval mode, no
+gradient), stored as float16, and each step runs only the top N layers and the later modules on it:
 
-    with partially_trained([(model, train_texts)], 2, cache_dir=True) as attached:  # all but the top 2 frozen;
+    with partially_trained([(model, train_texts)], 2, cache_dir=True) as attached:  # all but the top 2 frozen
         ...train as usual: every loss calling model(features), model.encode...      # the cache is filled first
-    # leaving the block restores the model's own forward; it keeps all its (trained) weights
 
-:func:`partially_trained` is how training uses it (one encoder, or a tri-encoder's two); :func:`partial_fine_tuning`
-attaches it to one model and returns the :class:`PartialFineTuning` handle.
+The seam is sentence-transformers' ``Transformer`` module: while attached, its ``preprocess`` adds the cached
+bottom states to the features (``STATES``) and its ``forward`` runs only the top layers on them; an input not in
+the cache is computed and cached there. ``detach`` restores both methods.
 
-The seam is sentence-transformers' ``Transformer`` module (the model's first). While attached, its
-``preprocess`` adds the cached bottom states to the features (``STATES``), so ``model.preprocess``/``tokenize``,
-sentence-transformers' data collator and ``embed_with_grad`` carry them; its ``forward`` runs only the top layers
-on them, under the attention mask the model's own forward would build, so ``model(features)``, every loss and
-``model.encode`` do too. Features built elsewhere (without the states) are looked up in ``forward``; an input
-not in the cache is computed through the frozen bottom and cached. ``detach`` deletes the two instance
-attributes, so the class's own methods apply again.
-
-Cache entries are keyed by SHA-256 over the frozen part's identity (its weights, architecture settings, the
-number of frozen layers, the max length) and the input's token ids. The key is the tokens, not the raw text,
-because the tokens are exactly what the bottom sees: a prompt, a (text, text) pair or a per-call max length
-make distinct entries, and texts that tokenise alike share one.
-
-Precision: float16 keeps 11 significant bits, a relative rounding error of at most 2^-11 (about 4.9e-4) per
-coordinate of the bottom states; the top layers' LayerNorms keep it from growing. With dropout off, cached and
-full-forward embeddings agree to cosine > 0.9999 (a test checks it on tiny random BERTs; on minilm-l6 at max
-length 32 the lowest cosine over 256 WordNet examples is 0.9999998 for N = 1, 2 and 5). States beyond float16's
-range (|x| > 65504) are refused, not stored as inf. Every entry stays in memory (disk shards memory-mapped): about
-tokens x hidden x 2 bytes a text, 24 KiB for a 32-token text through minilm-l6.
-
-On disk (``cache_dir``) a folder holds ``manifest.json`` (the format version and the identity above) and
-``shard-<sha256>.pt`` files ({keys, lengths, states}), each written to a temporary file and renamed, named by
-the hash of its bytes so it is checked when read. An interrupted ``prepare`` keeps the shards it finished; a
-second one computes only what is missing; entries computed during training are written at ``detach``.
+Entries are keyed by SHA-256 over the frozen part's identity (weights, settings, frozen layers, max length) and the
+input's token ids. float16 states agree with the full forward to cosine > 0.9999 (a test checks it); states beyond
+float16's range are refused. On disk (``cache_dir``) a folder holds ``manifest.json`` (the identity) and
+``shard-<sha256>.pt`` files, written atomically and checked against their name's hash when read.
 """
 
 from __future__ import annotations
@@ -53,6 +32,7 @@ from torch import nn
 
 from subspaces.errors import DataError, SubspacesError
 from subspaces.io import atomic_open
+from subspaces.progress import Progress
 
 FORMAT_VERSION = 1
 STATES = "subspaces_bottom_states"  # the features key that carries the cached bottom-layer outputs
@@ -81,10 +61,8 @@ def partial_fine_tuning(
             ``subspaces.config.cache_dir() / "activations" / <key>``. A path: that folder (refused, naming what
             differs, if it was built for another model or setting).
         show_progress: show a progress bar in :meth:`PartialFineTuning.prepare`.
-        state_dropout: dropout on the cached bottom states while the top layers are in training mode. The frozen
-            bottom runs in eval mode once, so the dropout noise it would add to every forward is gone; this puts
-            noise back at the seam (SimCSE's dropout views need it: with two trained layers alone the views are
-            at cosine ~0.997). 0 (the default) leaves training exactly the full model's with a frozen bottom.
+        state_dropout: dropout on the cached bottom states while the top layers train: puts back the noise the
+            frozen bottom no longer adds (SimCSE's dropout views need it; ``benchmarks/notes/simcse.md``).
         keyed: a path ``cache_dir`` holds one subfolder per frozen bottom, named by its key (as ``True``'s root
             does), so that several encoders (a tri-encoder's sentence and condition encoders) share one folder.
     """
@@ -108,12 +86,9 @@ def partially_trained(
 ) -> Iterator[list[PartialFineTuning]]:
     """Train only the top ``trainable_layers`` of each distinct encoder over cached bottom activations.
 
-    ``encoders`` pairs each encoder with the texts it will see in training (their bottom states are computed once,
-    with progress, before the first step). Leaving the block restores the encoders' own forward; they keep every
-    weight they learnt. ``None``/``"all"``: nothing is attached (the encoders train whole; the list is empty).
-
-    A ``cache_dir`` path read by two distinct encoders holds one subfolder each, named by its frozen bottom's key
-    (``keyed`` of :func:`partial_fine_tuning`); one encoder keeps the folder itself.
+    ``encoders`` pairs each encoder with the texts it will see (cached before the first step). Leaving the block
+    restores the encoders' own forward, keeping their trained weights. ``None``/``"all"``: nothing is attached. Two
+    distinct encoders share a ``cache_dir`` path, one subfolder each (``keyed``).
     """
     by_encoder: dict[int, tuple[Any, list[Any]]] = {}
     for encoder, texts in encoders:  # a shared encoder is attached once, for all the texts it reads
@@ -141,10 +116,8 @@ def partially_trained(
 
 
 def reinit_top_layers(model: Any, n: int, seed: int = 0) -> None:
-    """Re-initialise the top ``n`` transformer layers of ``model`` with the model's own ``_init_weights``.
-
-    The draws come from ``seed``; the global random state is left as it was. Other weights are untouched.
-    """
+    """Re-initialise the top ``n`` transformer layers with the model's ``_init_weights``, drawing from ``seed``
+    (the global random state is left as it was)."""
     _, hf, layers = _transformer_layers(model)
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(layers):
         raise SubspacesError(
@@ -169,10 +142,8 @@ def reinit_top_layers(model: Any, n: int, seed: int = 0) -> None:
 
 
 class PartialFineTuning:
-    """The top ``trainable_layers`` of ``model`` train over cached outputs of its frozen bottom (module docstring).
-
-    ``computed`` counts the inputs whose bottom states this instance computed (the rest came from the cache).
-    """
+    """The top ``trainable_layers`` of ``model`` train over cached outputs of its frozen bottom (module docstring);
+    ``computed`` counts the inputs whose bottom states this instance computed."""
 
     batch_size = 64  # inputs per bottom forward in prepare
 
@@ -254,8 +225,6 @@ class PartialFineTuning:
 
     def prepare(self, texts: Iterable[str], description: str = "caching activations") -> None:
         """Compute and cache the bottom states of the distinct ``texts`` that are not cached yet."""
-        from subspaces.progress import Progress
-
         distinct = list(dict.fromkeys(texts))
         distinct.sort(key=len)  # similar lengths share a batch: less padding (sentence-transformers does the same)
         before = self.computed
