@@ -57,8 +57,7 @@ def cache_dir() -> Path:
 def available_cpus() -> int:
     """The cores this process may use: its CPU affinity, capped by a cgroup CPU quota (containers, CI runners).
 
-    ``os.cpu_count()`` counts the machine's cores, which is what the native pools assume by default; a process
-    pinned to fewer cores, or a container allowed 1.5 CPUs of 16, then runs more busy threads than it has cores.
+    (``os.cpu_count()`` counts the machine's, which a pinned process or a container with a quota cannot all use.)
     """
     try:
         cpus = len(os.sched_getaffinity(0))
@@ -90,11 +89,8 @@ def _cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
 def default_threads(*, under_load: bool = True) -> int:
     """Threads when none are asked for: ``$SUBSPACES_THREADS``, else ``$OMP_NUM_THREADS``, else the cores this
     process may use (:func:`available_cpus`) shared among the processes ``torchrun`` started on this machine, less
-    the share of them that other work keeps busy (:func:`idle_share`; not with ``under_load=False``).
-
-    Why the last part: on a busy machine a pool of as many threads as cores waits at every barrier for threads
-    the scheduler has given to someone else (measured: ``benchmarks/notes/runtime.md``). Encoding is the exception
-    (:func:`encoding_threads`).
+    the share that other work keeps busy (:func:`idle_share`; not with ``under_load=False``): a pool of as many
+    threads as cores waits at every barrier for the busy ones (``benchmarks/notes/runtime.md``).
     """
     explicit = _explicit_threads()
     if explicit is not None:
@@ -129,10 +125,8 @@ def encoding_threads() -> int | None:
     ``$OMP_NUM_THREADS``), when the default gave up no core, or when :func:`set_threads` was never called: then
     encoding keeps the process's count. :func:`subspaces.models.encoder.encode` applies it for its own duration.
 
-    Why an exception: the load-aware count is for work that meets at a barrier after every small step, which a
-    busy core stalls (``align fit``, above). A forward pass is a few large products per layer, its idle threads
-    sleep (``OMP_WAIT_POLICY=PASSIVE``), and a second thread still pays on a busy machine
-    (``benchmarks/notes/runtime.md``).
+    A forward pass is a few large products per layer, not many small steps meeting at barriers, so extra threads
+    still pay on a busy machine (``benchmarks/notes/runtime.md``).
     """
     return _encoding_cores
 
@@ -153,16 +147,10 @@ def idle_share() -> float:
 def set_threads(threads: int | None = None) -> int:
     """Use ``threads`` CPU threads (default: :func:`default_threads`) in every native pool; return the number.
 
-    One count for all of them, because they do not run at the same time in our code and nested pools of full
-    size fight over the cores: torch's intra-op pool, OpenMP and BLAS (through threadpoolctl, for the libraries
-    already loaded), faiss, and the environment variables that the libraries not yet loaded read when they load.
-    Idle OpenMP threads sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``, unless set): on a shared machine
-    a spinning pool takes cores from the threads doing the work. That takes effect only for an OpenMP runtime not
-    yet loaded, which is the case when a command calls this first. Where torch's and numpy's products do alternate
-    in one loop (``MiniVec2Vec.fit``), that code runs BLAS on one thread for its duration.
-
-    This is a process-wide setting, kept until changed (what a command wants, once, before it loads anything). A
-    library call that wants a count for itself uses :func:`scoped_threads`, which puts the caller's back.
+    One count for torch's intra-op pool, OpenMP and BLAS (threadpoolctl, for libraries already loaded), faiss, and
+    the environment variables that libraries not yet loaded read: nested pools of full size fight over the cores.
+    Idle OpenMP threads sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``, unless set; only for a runtime not yet
+    loaded). A process-wide setting; a library call that wants its own count uses :func:`scoped_threads`.
     """
     n, _ = _apply_threads(threads)
     return n
@@ -172,11 +160,9 @@ def set_threads(threads: int | None = None) -> int:
 def scoped_threads(threads: int | None = None) -> Iterator[int]:
     """Run a block on ``threads`` CPU threads (as :func:`set_threads`), then restore what was set before.
 
-    Why: a library call such as ``encode(..., threads=1)`` must not leave the caller's torch, BLAS and faiss pools
-    (or the ``OMP_NUM_THREADS``-like variables, which :func:`default_threads` reads) at its own count. Restored on
-    exit: torch's and faiss's counts where they were loaded before the block, the limits of every BLAS/OpenMP
-    library threadpoolctl saw loaded before it, and the environment variables. A library first loaded inside the
-    block keeps the block's count (it had no earlier setting to go back to).
+    Restored on exit: torch's and faiss's counts where loaded before the block, the limits of every BLAS/OpenMP
+    library threadpoolctl saw loaded before it, and the environment variables; a library first loaded inside the
+    block keeps the block's count.
     """
     global _encoding_cores
     saved_env = {name: os.environ.get(name) for name in (*_POOL_ENVS, "OMP_WAIT_POLICY")}

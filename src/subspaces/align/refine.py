@@ -1,25 +1,16 @@
 """Step 4 of mini-vec2vec: refine the map, first by neighbour means, then by matched k-means centroids.
 
-Refine-1 is an iterative closest-point scheme: map a sample of source vectors, replace each by the mean of its
-k nearest target vectors, solve Procrustes, and blend the new map into the old one (``W <- (1-a) W + a W_new``).
-A blend of two orthogonal maps is not orthogonal; with ``orthogonalize`` it is projected back (the paper's
-notebook lets it drift, which lets a map shrink onto dense regions and fool the neighbour-similarity score).
-Each iteration is scored with a label-free diagnostic on a fixed probe set; the best-scoring map is kept and
-refinement stops after ``patience`` iterations without improvement. Each step fits a fresh random sample, so
-the iterates wander around the objective's fixed point; with ``average`` the orthogonal projection of the mean of
-the last half of the iterates (Polyak-Ruppert tail averaging) is scored too and kept when it scores higher.
+Refine-1 (iterative closest point): map a sample of source vectors, replace each by the mean of its k nearest target
+vectors, solve Procrustes, blend the new map in (``W <- (1-a) W + a W_new``; with ``orthogonalize`` projected back
+to orthogonal), keep the best map by a label-free score, stop after ``patience`` iterations without a gain; with
+``average`` the tail average of the iterates is scored too.
 
-Structural refinement (ours, run before refine-1) repairs a weak initial map that refine-1 cannot: it clusters
-samples of both spaces with the target k-means *seeded at the mapped source centroids*, so the two partitions
-correspond wherever the map is right, then corrects the pairing by a pairwise-swap search on the two centroid
-similarity structures started from that seeded pairing, and fits Procrustes on the corrected pairs. Independently
-drawn partitions of two different models hardly correspond (on minilm-l6 -> wordllama the matched structures
-correlate at 0.5-0.6, below what wrong matchings reach), whereas the structures of truly corresponding clusters
-agree at ~0.9; seeding supplies the correspondence and the structure fixes the map's mistakes.
+Structural refinement (ours, before refine-1) repairs a weak initial map: the target k-means is *seeded at the
+mapped source centroids*, the seeded pairing is corrected by a pairwise-swap search on the two centroid similarity
+structures, and Procrustes is fitted on the corrected pairs.
 
-Refine-2 clusters the source, seeds k-means on the target with the mapped source centroids (so cluster i of the
-target starts where cluster i of the source lands), and fits Procrustes on the centroid pairs: a map fitted on
-many well-populated cluster means rather than on individual noisy neighbours.
+Refine-2 fits Procrustes on source centroids and the target centroids of a k-means seeded at their images. Why each
+step is there, with its measurements: docs/align.md.
 """
 
 from __future__ import annotations
@@ -113,12 +104,8 @@ def blend(matrix: np.ndarray, new: np.ndarray, alpha: float, orthogonalize: bool
 class NeighbourStep:
     """One refine-1 step, with its settings: sample, map, mean of ``k`` nearest target rows, Procrustes, blend.
 
-    With ``bidirectional`` a target sample is also mapped back (``W^T``) and paired with the mean of its ``k``
-    nearest source rows, and Procrustes is fitted on both sets of pairs at once: the pull of each space's dense
-    regions on its own neighbour means then acts from both sides instead of one. Known ``pairs`` (preprocessed
-    source rows, their target rows) join every fit as fixed anchors, each weighing ``pair_weight`` neighbour-mean
-    pairs, so the map cannot drift away from what is known. Refine-1 repeats it; the structural refinement runs a
-    few after each of its corrections.
+    With ``bidirectional`` a target sample is also mapped back (``W^T``) and paired with its source neighbour means,
+    both sets fitted at once. Known ``pairs`` join every fit as fixed anchors, each weighing ``pair_weight``.
     """
 
     source: np.ndarray
@@ -164,13 +151,9 @@ def refine_by_neighbours(
     progress: Callable[[int, int], None] | None = None,
     out_of_time: Callable[[], bool] | None = None,
 ) -> tuple[np.ndarray, RefineHistory]:
-    """Refine-1: ``step`` up to ``n_iter`` times. Returns the best map by ``score`` (higher is better) and the
-    score history.
-
-    With ``average`` the last half of the iterates is averaged (and projected back to orthogonal when the step
-    does so); the average replaces the best single iterate if it scores higher. Each iterate is the previous one
-    moved by a Procrustes fit on a fresh random sample, so late iterates scatter around the fixed point and their
-    mean sits closer to it than any one of them (measured: ``benchmarks/notes/align.md``).
+    """Refine-1: ``step`` up to ``n_iter`` times; the best map by ``score`` and the score history. With
+    ``average`` the mean of the last half of the iterates (orthogonalised when the step is) replaces the best single
+    iterate if it scores higher: late iterates scatter around the fixed point (``benchmarks/notes/align.md``).
     """
     history = RefineHistory()
     tail: deque[np.ndarray] = deque()  # the last ceil(t / 2) of the t iterates so far: older ones are never averaged
@@ -255,13 +238,9 @@ def refine_by_structure(
     progress: Callable[[int, int], None] | None = None,
     out_of_time: Callable[[], bool] | None = None,
 ) -> tuple[np.ndarray, StructureHistory]:
-    """Up to ``n_iter`` rounds of (structural correction, ``inner_steps`` refine-1 ``step``s) on ``step``'s two
-    spaces; the best map by ``score``.
-
-    Stops after ``patience`` rounds without a better label-free score, or after the first round whose search
-    swapped at most ``stop_swap_share`` of the seeded pairs. ``history.swapped`` falls towards 0 as the map comes
-    to agree with both spaces' cluster structure (a label-free sign of convergence); once it has, further rounds
-    correct next to no pairs, and refine-1 goes on without their k-means (2 x ``n_runs`` per round).
+    """Up to ``n_iter`` rounds of (structural correction, ``inner_steps`` refine-1 ``step``s); the best map by
+    ``score``. Stops after ``patience`` rounds without a better score, or after the first round that swapped at most
+    ``stop_swap_share`` of the seeded pairs (the map agrees with both spaces' cluster structure).
     """
     source, target = step.source, step.target
     n_clusters = min(n_clusters, len(source) // 4, len(target) // 4)

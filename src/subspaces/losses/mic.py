@@ -1,46 +1,20 @@
 """MIC: Matryoshka training with self-distillation and two geometric regularisers on the nested prefixes.
 
-``L_MIC = L_MRL + γ · L_align + β · L_distill``. ``L_align`` averages, over the (layer l, prefix d) pairs chosen by
-``layer_prefix_mapping`` and the forward passes of the step (e.g. both dropout views)::
+``L_MIC = L_MRL + γ · L_align + β · L_distill``, where ``L_align`` averages ``L_SCR(l, d) + λ_sir · L_SIR(l, d)`` over
+the (layer l, prefix d) pairs of ``layer_prefix_mapping`` (``"all"``: every chosen layer with every nested dim;
+``"paired"``: the i-th shallowest layer with the i-th smallest dim) and the step's forward passes:
 
-    L_SCR(l, d) + λ_sir · L_SIR(l, d)
+- **Soft Collapse Regularisation** (token states of layer l): a hinge on the cross-correlation of the prefix and
+  residual blocks, plus a per-dimension std floor (as VICReg's), so decorrelation cannot shrink dimensions to
+  constants.
+- **Spectral Isotropy Regularisation** (mean-pooled prefix): the coefficient of variation of the per-dimension
+  variances plus a uniformity term.
+- **Self-distillation**: each prefix learns, by a row-wise KL, the in-batch similarities of the full (detached)
+  embedding.
 
-``"all"`` pairs every chosen layer with every nested dim below the hidden size; ``"paired"`` ties the i-th
-shallowest layer to the i-th smallest dim (the paper's shallower layer ↔ smaller prefix).
-
-**Soft Collapse Regularisation** (on the token states X (B, T, H) of layer l, padding excluded). Every dimension is
-standardised per sequence over that sequence's tokens; C (d × (H − d)) is the cross-correlation of the prefix block
-(first d dims) and the residual block (the other H − d), averaged over all real tokens of all sequences. s_u is the
-std of dimension u over a sequence's tokens, averaged over the sequences, and divided by its mean over the H dims
-(detached) when the floor is relative::
-
-    L_corr = 1/(d (H − d)) Σ_uv max(0, |C_uv| − τ_corr)²
-    L_var  = ½ (mean_{u < d} max(0, f − s_u) + mean_{u ≥ d} max(0, f − s_u))
-    L_SCR  = λ_corr · L_corr + λ_var · L_var
-
-The floor acts on every dimension (as VICReg's does), so one collapsed dimension costs f / (2d) or f / (2(H − d))
-however large the others are; the decorrelation cannot be met by shrinking dimensions to constants.
-
-**Spectral Isotropy Regularisation** (on the mask-aware mean-pooled prefix Z (B × d) of layer l)::
-
-    L_cv   = std(v) / (mean(v) + ε)           v = per-dimension variance of Z over the batch
-    L_unif = log( mean_{i≠j} exp(−2t (1 − cos(z_i, z_j))) + ε )
-    L_SIR  = ½ (L_cv + L_unif)
-
-**Self-distillation** (on the sentence embeddings E (B × D) of each forward pass): every nested prefix learns the
-in-batch similarity structure of the full embedding, which is a detached teacher. With S the cosine similarities
-between the batch's sentences, each row without its diagonal::
-
-    L_distill = mean over passes and dims d < D of  KL( softmax(S_full / τ_kd) ‖ softmax(S_d / τ_kd) )   (row mean)
-
-It is 0 exactly when a prefix ranks and spaces the batch as the full vector does, and only the prefix (the student)
-receives its gradient.
-
-What is the paper's and what is ours, and how the defaults (:class:`MICSettings`) were chosen: docs/matryoshka.md.
-
-Variances and standard deviations are population ones (divide by n). The regularisers read hidden states that the
-forward pass computes anyway: :class:`MICLoss` switches ``output_hidden_states`` on only while it runs, so the
-saved model has MRL's architecture, config and encode speed.
+The formulas, what is the paper's and what is ours, and how the defaults (:class:`MICSettings`) were chosen:
+docs/matryoshka.md. Variances are population ones. :class:`MICLoss` switches ``output_hidden_states`` on only while
+it runs, so the saved model has MRL's architecture, config and encode speed.
 """
 
 from __future__ import annotations

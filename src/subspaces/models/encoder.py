@@ -98,13 +98,8 @@ def local_only(model: SentenceTransformer) -> SentenceTransformer:
 
 
 def _check_folder_code(path: Path) -> bool:
-    """Refuse a folder that would run code other than sentence-transformers' and ours; True when it lists one of
-    our (installed) modules, which sentence-transformers loads only with ``trust_remote_code``.
-
-    That flag also lets transformers run the Python a folder ships (``auto_map``), and a module type from another
-    package asks for it too. Without the flag sentence-transformers would fail with a hint the CLI cannot follow,
-    or quietly load a plain BERT where the folder's ``auto_map`` names another model; so both are refused here.
-    """
+    """Refuse a folder that would run code other than sentence-transformers' and ours (``auto_map``, or a module
+    type from another package); True when it lists one of our modules, which needs ``trust_remote_code``."""
     import json
 
     types: list[str] = []
@@ -156,12 +151,9 @@ def _declares_code(config: Path) -> bool:
 
 
 def portable(model: SentenceTransformer) -> SentenceTransformer:
-    """Swap :class:`SimCSEPooling` for sentence-transformers' own modules where they compute the same thing.
-
-    ``cls`` -> ``Pooling('cls')`` + ``Dense(Tanh)`` (the MLP; dropped when it is used only in training),
-    ``cls_before_pooler`` -> ``Pooling('cls')``. The saved folder then loads in plain sentence-transformers
-    without ``trust_remote_code``. The layer-averaging poolers have no equivalent there and stay as they are.
-    """
+    """Swap :class:`SimCSEPooling` for sentence-transformers' own modules where they compute the same thing
+    (``cls``: ``Pooling('cls')`` + the ``Dense(Tanh)`` MLP unless train-only; ``cls_before_pooler``), so the saved
+    folder loads without ``trust_remote_code``; the layer-averaging poolers stay."""
     from sentence_transformers.sentence_transformer.modules import Dense
 
     modules = list(model)
@@ -244,21 +236,13 @@ def encode(
     threads: int | None = None,
     prompt: str | None = None,
 ) -> np.ndarray | torch.Tensor:
-    """Embed ``texts`` in input order.
+    """Embed ``texts`` in input order: sentence-transformers' ``encode`` plus truncation *before* normalisation
+    (prefixes are unit vectors), a progress display named by ``description``, and a check that no row is NaN or a
+    text a tokenizer cannot read (a lone surrogate).
 
-    sentence-transformers' ``encode`` already sorts by length into batches and restores the order; this adds
-    truncation *before* normalisation (so prefixes are unit vectors), a progress display for long inputs that names
-    the task (``description``; plain lines every few seconds when stderr is not a terminal), and a check that no row
-    is NaN, or is a text a tokenizer cannot read (a lone surrogate).
-
-    ``threads``: CPU threads for this call only (torch, BLAS, faiss; :func:`subspaces.config.scoped_threads`): the
-    caller's setting is back afterwards. None: the process's current setting, except that where that is the
-    load-aware default and it gave cores up to other work, encoding uses them all
-    (:func:`subspaces.config.encoding_threads` says why). An ONNX Runtime or OpenVINO session keeps the count it
-    was built with (:func:`subspaces.models.backends.with_backend`).
-
-    ``prompt``: the text put before each one (sentence-transformers' ``encode(prompt=...)``; ``""``: none, not even
-    the model's default prompt); None: the model's default prompt, if it has one.
+    ``threads``: CPU threads for this call only (:func:`subspaces.config.scoped_threads`); None: the process's
+    setting, or :func:`subspaces.config.encoding_threads`. ``prompt``: the text put before each one (``""``: none,
+    not even the model's default prompt); None: the model's default prompt, if it has one.
     """
     if isinstance(texts, str):
         raise TypeError("texts must be a sequence of strings, not one string")
@@ -339,10 +323,7 @@ def check_batch_size(batch_size: int, what: str = "batch size") -> int:
 
 
 def count_truncated(model: SentenceTransformer, texts: Sequence[str], chunk: int = 4096) -> int | None:
-    """How many ``texts`` are longer than ``model.max_seq_length`` tokens (so the encoder reads only their start).
-
-    None when the model has no length limit (a static embedding reads every token).
-    """
+    """How many ``texts`` are longer than ``model.max_seq_length`` tokens; None when the model has no limit."""
     limit = model.max_seq_length
     tokenizer = getattr(model, "tokenizer", None)
     if not isinstance(limit, int) or not callable(tokenizer):  # StaticEmbedding: no limit (inf), a raw Tokenizer

@@ -1,22 +1,11 @@
 """Hyper-CL's tri-encoder: one for conditional similarity (:mod:`subspaces.cond`) and KGC (:mod:`subspaces.kgc`).
 
-Texts and conditions are encoded *independently* (a shared backbone, or a separate condition encoder); a condition
-head (:mod:`subspaces.models.heads`) projects each text under its condition::
-
-    z = head(E(text), E_c(condition))          # hypernet: W_c E(text), W_c = W1(c) W2(c)ᵀ
-    cond: cos(z(s1, c), z(s2, c))               kgc: query (h, r, ?) = z(h, r), scored against every E(t)
-
-Every encoder input goes through one :class:`~subspaces.models.embedding_cache.EmbeddingCache` (memory LRU over
-optional disk shards) whenever the encoder is frozen or the model evaluates; the head's per-condition parameters
-(``W1, W2``) are cached outside training too, so a text or condition seen before costs a lookup. Training with
-``freeze_encoder=False`` runs the encoders with gradients instead (once per distinct text of a batch).
-
-Conditional search (:meth:`TriEncoder.search`, :class:`ConditionalCorpus`) ranks a matrix of stored sentence
-vectors by ``cos(W_c q, W_c d)`` under any condition without re-encoding a document: each condition's view of the
-corpus (``W2ᵀd`` for the low-rank hypernet, see :func:`subspaces.models.heads.corpus_view`) is computed once and
-kept in an LRU.
-
-Saved as a folder of :mod:`subspaces.models.folder`'s format (``head.pt`` + encoders, or references to them).
+Texts and conditions are encoded independently; a condition head (:mod:`subspaces.models.heads`) projects each
+text under its condition, ``z = head(E(text), E_c(condition))`` (cond: ``cos(z(s1, c), z(s2, c))``; kgc: the query
+``z(h, r)`` scored against every ``E(t)``). Encoder outputs and the head's per-condition parameters are cached
+whenever they do not train; :meth:`TriEncoder.search` ranks stored sentence vectors under any condition without
+re-encoding them (:class:`ConditionalCorpus`). Saved as a folder of :mod:`subspaces.models.folder`'s format
+(``head.pt`` + encoders, or references to them).
 """
 
 from __future__ import annotations
@@ -67,13 +56,8 @@ class ConditionalHits:
 
 
 class ConditionalCorpus:
-    """Sentence vectors ``(N, d)`` searched by ``cos(h(q, c), h(d, c))`` under any condition ``c``.
-
-    Each condition's view of the corpus (:func:`~subspaces.models.heads.corpus_view`: N×K for the low-rank
-    hypernet, N×d at full rank and for concat, N norms for hadamard) is computed once and kept in ``cache``
-    (an LRU counting hits and misses, keyed by the caller's condition key); a query then costs one product with
-    it plus the norm correction, instead of re-projecting every document.
-    """
+    """Sentence vectors ``(N, d)`` searched by ``cos(h(q, c), h(d, c))`` under any condition ``c``; each
+    condition's :func:`~subspaces.models.heads.corpus_view` is computed once and kept in ``cache``."""
 
     def __init__(self, head: ConditionHead, vectors: np.ndarray | torch.Tensor, cache: LRUCache | None = None) -> None:
         corpus = torch.as_tensor(np.asarray(vectors, dtype=np.float32) if isinstance(vectors, np.ndarray) else vectors)
@@ -276,11 +260,8 @@ class TriEncoder(PairModel):
         return self._embed("condition", texts, description)
 
     def condition_params(self, conditions: Sequence[str]) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
-        """The head's parameters of each *distinct* condition and, per row, the index of its condition.
-
-        Outside training they come from the condition-matrix cache, one lookup per row (so its hit rate counts
-        rows) and one computation per distinct condition.
-        """
+        """The head's parameters of each *distinct* condition and, per row, the index of its condition (cached
+        outside training)."""
         distinct = list(dict.fromkeys(conditions))
         position = {c: i for i, c in enumerate(distinct)}
         index = torch.tensor([position[c] for c in conditions], dtype=torch.long)
@@ -297,10 +278,7 @@ class TriEncoder(PairModel):
         return tuple(torch.stack(parts) for parts in zip(*(by_condition[c] for c in distinct), strict=True)), index
 
     def condition(self, vectors: torch.Tensor, conditions: Sequence[str], repeat: int = 1) -> torch.Tensor:
-        """``head(vectors[i], E_c(conditions[i % n]))``, each distinct condition's parameters computed once.
-
-        ``repeat``: ``vectors`` holds ``repeat`` blocks of ``n = len(conditions)`` rows under the same conditions.
-        """
+        """``head(vectors[i], E_c(conditions[i % n]))`` over ``repeat`` blocks of ``n = len(conditions)`` rows."""
         params, index = self.condition_params(conditions)
         device = vectors.device
         return project_grouped(self.head, vectors, tuple(p.to(device) for p in params), index.repeat(repeat).to(device))
@@ -333,12 +311,8 @@ class TriEncoder(PairModel):
     def search(
         self, query: str | Sequence[str] | np.ndarray | torch.Tensor, condition: str, k: int = 10
     ) -> ConditionalHits:
-        """The ``k`` corpus rows (:meth:`index_corpus`) most similar to each query under ``condition``, by
-        ``cos(W_c q, W_c d)``; no document is re-encoded, and a repeated condition is a cache hit.
-
-        ``query``: a text, texts, or sentence vectors (B, d). A condition not seen in training is still projected
-        (the head maps any condition embedding: the hypernet's zero-shot W_c); the result says so in ``note``.
-        """
+        """The ``k`` corpus rows (:meth:`index_corpus`) most similar to each query (a text, texts, or vectors (B, d))
+        under ``condition``; a condition not seen in training is still projected, and ``note`` says so."""
         if self.corpus is None:
             raise SubspacesError("no corpus to search: call index_corpus(vectors or texts) first")
         if isinstance(query, (np.ndarray, torch.Tensor)):
@@ -460,14 +434,8 @@ def build_tri_encoder(
     head_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> TriEncoder:
-    """A fresh tri-encoder on ``model`` (a bundled name or a folder); ``seed`` seeds the head's initialisation.
-
-    ``head_options``: further keywords of :func:`~subspaces.models.heads.make_head` (``dropout``, ``init``,
-    ``activation``).
-
-    ``rank``: the hypernet's K; ``None`` is full rank; ``"auto"`` is ``round(d / 12)`` (Hyper-CL's K = 64 for
-    d = 768 and 85 for d = 1024).
-    """
+    """A fresh tri-encoder on ``model`` (a bundled name or a folder); ``seed`` seeds the head's initialisation;
+    ``rank`` and ``head_options`` go to :func:`~subspaces.models.heads.make_head`."""
     from subspaces.models.encoder import load_encoder
 
     encoder = load_encoder(model, max_seq_length=max_length, device=device)

@@ -1,12 +1,9 @@
 """The loaded model (and optional Hyper-CL head and store) and the computations the routes ask of it.
 
-Everything here runs on the batcher's worker thread or in a route's thread pool, never on the event loop.
-A request's texts are tokenised once, in its own thread (:meth:`Engine.tokenize`): the token counts that size
-batches and usage are read off the same tensors the worker then joins with other requests' and runs
-(:meth:`Engine.forward`), which sorts the batch's texts by length and runs them in passes of similar lengths,
-each padded only to its own longest text, as sentence-transformers' ``encode`` does. Rows come out as
-:func:`subspaces.models.encoder.encode` gives them, at full dimension and unnormalised, so each request truncates
-(Matryoshka) and normalises its own rows: the served rows are ``encode(..., normalize=True, truncate_dim=d)``'s.
+Everything here runs on the batcher's worker thread or in a route's thread pool, never on the event loop. A
+request's texts are tokenised once, in its own thread (:meth:`Engine.tokenize`, which also counts the tokens); the
+worker joins requests and runs them (:meth:`Engine.forward`) at full dimension, unnormalised, so each request
+truncates and normalises its own rows: the served rows are ``encode(..., normalize=True, truncate_dim=d)``'s.
 """
 
 from __future__ import annotations
@@ -96,14 +93,11 @@ class Engine:
 
     # --- tokenise once (request threads), encode (the worker) ---------------------------------------------------
     def tokenize(self, texts: Sequence[str], prompt_name: str | None = None, *, prompt: str | None = None) -> Tokenized:
-        """``texts`` tokenised as ``encode`` would (the model's own preprocessing, truncated at its length), and
-        their token counts read off the attention mask: one tokenisation serves counting and encoding.
+        """``texts`` tokenised as ``encode`` would, and their token counts read off the attention mask.
 
-        ``prompt_name`` (default: the model's ``default_prompt_name``, as ``encode``) names the prompt put before
-        each text, as sentence-transformers' ``encode(prompt_name=...)`` does (with the prompt's length, for a
-        pooling that leaves the prompt out). A model whose inputs are not padded token tensors (a static
-        embedding) keeps its texts, prompt in front, which the worker encodes whole; its counts are words.
-        ``prompt`` (a text, ``""``: none) replaces the named one: a search's query prompt (:meth:`query_prompt`)."""
+        ``prompt_name`` (default: the model's ``default_prompt_name``) or ``prompt`` (a text, ``""``: none) is put
+        before each text, as ``encode`` does. A model whose inputs are not padded token tensors (a static embedding)
+        keeps its texts, prompt in front; its counts are words."""
         texts = list(texts)
         if prompt is None:
             prompt = self.prompt(prompt_name)
@@ -213,12 +207,8 @@ class Engine:
         return joined
 
     def forward(self, inputs: Any) -> np.ndarray:
-        """Full-dimension, unnormalised float32 rows of a joined batch, in its order (the batcher's ``encode_fn``):
-        what :func:`subspaces.models.encoder.encode` gives for the same texts.
-
-        The texts are sorted by token count and run in passes of similar lengths (:func:`passes`), each cut to its
-        own longest text: a batch of short texts joined with one long one no longer pays the long one's width for
-        every row."""
+        """Full-dimension, unnormalised float32 rows of a joined batch, in its order (the batcher's ``encode_fn``),
+        as :func:`subspaces.models.encoder.encode` gives them; run in passes of similar lengths (:func:`passes`)."""
         import torch
 
         from subspaces.models.encoder import check_finite, encode

@@ -6,19 +6,12 @@ A task says what a batch is (a seeded :class:`BatchSource`) and what a loss is (
 :class:`TrainState`: progress, the JSON history, evaluation with keep-best, checkpoints. A task adds its own (a
 callback reads the state after each step; setting ``state.stop`` ends the run early).
 
-Why resuming is exact (``torch.equal`` on every weight, tested): the checkpoint holds the module, optimiser,
-schedule, step, and the torch/numpy/python RNG states *as they were at the step boundary* -- an interrupt in the
-middle of a step's forward pass (whose dropout draws random numbers) checkpoints the state captured before that
-step, not the half-consumed one. Evaluation runs with the RNG states saved and put back, so whether or not a run
-evaluated at some step cannot change the random numbers its training draws. Batches are a pure function of
-(seed, epoch, index). What is *not* exact: a resume on another device type or thread count (float order), or one
-that changes the run's length (then the schedule is re-planned for the new total; see ``FitResult.extended_from``).
-
-Why resuming is safe: ``checkpoint.pt`` holds only tensors and plain values (the numpy RNG state as a tensor), so
-it is read with ``torch.load(weights_only=True)``, which runs no code from the file; and ``checkpoint.json`` beside
-it records the run's fingerprint, compared *before* ``checkpoint.pt`` is opened, so a checkpoint of another run (or
-a planted file) is refused unread. Everything that changes from step to step stays in the one ``.pt`` file, so an
-interrupt between the two writes cannot pair one step's weights with another step's RNG states.
+Resuming is exact (``torch.equal`` on every weight, tested): the checkpoint holds the module, optimiser, schedule,
+step and the RNG states captured at the last step boundary; evaluation puts the RNG states back; batches are a pure
+function of (seed, epoch, index). Not exact: another device type or thread count, or a changed run length (the
+schedule is re-planned, ``FitResult.extended_from``). Resuming is safe: ``checkpoint.pt`` holds only tensors and
+plain values (read with ``weights_only=True``), and the run's fingerprint in ``checkpoint.json`` is compared before
+it is opened.
 
 Layout of ``output_dir`` (see :mod:`subspaces.train.output`): the best model (or the last, without an evaluator),
 ``checkpoint.pt``, ``checkpoint.json``, ``trainer_state.json`` and ``.subspaces-run.json``.
@@ -356,10 +349,8 @@ class TrainingLoop:
         evaluator: an :class:`~subspaces.eval.base.Evaluator` (or a plain ``module -> float | dict`` callable,
             whose primary metric is ``score``); run every ``eval_steps``, at epoch ends if asked, and at the end.
         param_groups: AdamW groups with their own lr / weight decay (:func:`param_groups` builds them).
-        save_model: ``save_model(folder)`` writes the model into ``folder`` (a staging folder, moved into
-            ``output_dir`` entry by entry). Called when the primary metric improves, or once at the end without an
-            evaluator. Without it (or without ``output_dir``) the best trainable state is kept in memory and
-            loaded back at the end.
+        save_model: ``save_model(folder)`` writes the model into a staging folder, when the primary metric improves
+            (or once at the end without an evaluator); without it the best state is kept in memory and loaded back.
         settings: values recorded in the checkpoint's fingerprint (loss and model settings, batch size), so a
             resume into another run's folder is refused.
         loss_terms: ``() -> {term: size}`` of the last loss (e.g. ``MICLoss.last_terms``), for the history.
