@@ -1,13 +1,9 @@
 """Content-keyed, memory-bounded LRU caches with hit statistics.
 
-A tri-encoder encodes each sentence and each condition on its own, so repeated texts (and the per-condition
-matrices W_c computed from them) can be reused; a bi-encoder sees every (sentence, condition) pair as new.
-This module holds the cache both use, so their hit rates are counted the same way.
-
-    cache = LRUCache(max_bytes=256 * 2**20)
-    key = content_key("minilm-l6", "sentence", text)     # the content, not the position, is the key
-    vectors = cache.get_many(keys, compute)               # computes only the misses, in one batch
-    cache.stats()  # -> CacheStats(hits, misses, evictions, items, bytes, max_bytes, hit_rate)
+cache = LRUCache(max_bytes=256 * 2**20)
+key = content_key("minilm-l6", "sentence", text)     # the content, not the position, is the key
+vectors = cache.get_many(keys, compute)               # computes only the misses, in one batch
+cache.stats()  # -> CacheStats(hits, misses, evictions, items, bytes, max_bytes, hit_rate)
 """
 
 from __future__ import annotations
@@ -126,11 +122,8 @@ class LRUCache:
                 self.evictions += 1
 
     def get_many(self, keys: Sequence[Hashable], compute: Callable[[list[int]], Sequence[Any]]) -> list[Any]:
-        """Values for ``keys`` in order; ``compute(indices)`` is called once with the positions of the misses.
-
-        Lookups are counted as if made one by one: a key repeated within ``keys`` misses the first time and
-        hits after that. ``compute`` gets the position of each distinct missing key's first occurrence.
-        """
+        """Values for ``keys`` in order; ``compute(indices)`` is called once with the positions of the distinct
+        misses' first occurrences. Lookups count as if made one by one (a repeated key hits after its miss)."""
         out: list[Any] = [None] * len(keys)
         first_miss: dict[Hashable, int] = {}
         with self._lock:

@@ -1,14 +1,9 @@
 """Quantized embeddings for storage: calibrated int8 (4x smaller) and packed binary (32x), searched with rescoring.
 
-int8 maps each dimension's range, read from a calibration sample, onto 256 levels. sentence-transformers'
-``quantize_embeddings(..., "int8")`` without ``calibration_embeddings`` takes the ranges from the batch it is given,
-so one query alone gets a zero-width range and all-zero codes; here the ranges are a saved object, computed once
-from a sample and applied to the corpus and every later query alike.
-
-Search ranks by dot product (cosine for L2-normalised embeddings: encode with ``--normalize``). A first pass in the
-quantized space (int8 x int8, or Hamming distance between bit codes) picks a shortlist; rescoring re-ranks it with
-the float query against the float corpus rows when those are given (e.g. an ``np.load(..., mmap_mode="r")`` of the
-float file, read only at the shortlisted rows), else against the dequantized codes.
+int8 maps each dimension's range, read once from a calibration sample and saved, onto 256 levels, so every later
+query is coded alike (sentence-transformers' ranges come from the batch: one query alone gets all-zero codes).
+Search ranks by dot product: a shortlist in the quantized space (int8 x int8, or Hamming), re-ranked by the float
+query against the float corpus rows when given, else against the dequantized codes.
 
     cal = calibrate_int8(corpus[:10_000])
     codes = quantize(corpus, "int8", cal)

@@ -66,11 +66,9 @@ def int8_index_of(blocks: Callable[[], Iterable[np.ndarray]], dim: int) -> Any:
 
 
 def scans_codes(rows: int, queries: int) -> bool:
-    """Whether a funnel takes its shortlist from 8-bit codes of the prefix (:func:`int8_index`) or from floats:
-    codes for a large corpus and few queries (a quarter of the bytes to scan: 100k x 128 took 1.7 ms a query as
-    floats, 0.9 ms as codes, the same Recall@10 after the full re-rank), floats otherwise (a small corpus scans as
-    fast whole; a batch takes faiss's matrix-product path: 2.2x exact search's queries/s against the codes' 0.7x
-    on 1,000 queries at once, ``funnel_bench.py``)."""
+    """Whether a funnel takes its shortlist from 8-bit codes of the prefix (:func:`int8_index`: a large corpus and
+    few queries, a quarter of the bytes to scan) or from floats (a small corpus, or a batch, which takes faiss's
+    matrix-product path); figures: docs/adapt.md."""
     return rows >= INT8_SCAN_ROWS and queries < INT8_SCAN_QUERIES
 
 

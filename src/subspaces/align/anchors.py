@@ -51,12 +51,9 @@ def kmeans_runs(
     """Spherical k-means of several row samples of ``x`` at once: the centroids (unit rows) of each
     ``x[samples[r]]``, started at ``inits[r]`` or at ``n_clusters`` of its rows drawn with ``seeds[r]``.
 
-    Each iteration assigns the rows of every run in one product with all runs' centroids (rows x runs·K) and sums
-    the members in another (runs·K x rows by rows x d), instead of a small product per run: an anchor stage's
-    30 runs of 20 clusters take a third of the time of 30 faiss k-means. The products run in ``precision``
-    (:mod:`subspaces.align.precision`); the centroids returned are the float32 means of the last assignment.
-    ``n_redo`` starts per run (without ``inits``): the one whose members lie closest to their centroids is kept.
-    An empty cluster takes half of the largest one (:func:`_split_into_empty`).
+    Each iteration assigns the rows of every run in one product with all runs' centroids, instead of a small
+    product per run; the products run in ``precision``, the centroids are float32 means. ``n_redo`` starts per run
+    (without ``inits``), the tightest kept; an empty cluster takes half of the largest (:func:`_split_into_empty`).
     """
     import torch
 
@@ -212,8 +209,7 @@ def matched_anchors(
     fewer runs once ``out_of_time()`` says so (checked after each run's matching, so at least one is matched; the
     k-means of all runs come first, batched). ``precision``: the k-means products' (:func:`kmeans_runs`).
 
-    ``kernel`` is what the quadratic assignment compares: ``"cosine"``, the cosines of the unit centroids, or
-    ``"gram"``, the double-centred Gram matrix of the raw cluster means (the paper's notebook).
+    ``kernel``: what the quadratic assignment compares (:class:`~subspaces.align.params.AnchorParams`).
     """
     if kernel not in ("cosine", "gram"):
         raise ValueError(f"unknown anchor kernel {kernel!r}; use 'cosine' or 'gram'")

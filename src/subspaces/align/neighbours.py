@@ -21,23 +21,12 @@ class NeighbourIndex:
     """A faiss index over unit rows: exact (the default), inverted-file (``n_lists`` > 0) or shortlisted
     (``shortlist_dims`` > 0), for the searches refinement repeats against one set a hundred times.
 
-    IVF: with ``n_probe`` of ``n_lists`` cells a query visits about ``n_probe / n_lists`` of the set, and misses
-    true neighbours (with 8 of 128 cells about half of 50), which costs the aligner top-1.
-
-    Shortlist: the rows are projected, uncentred, onto their top ``shortlist_dims`` principal axes, which keeps
-    the larger part of every inner product; a query's ``shortlist_factor * k`` best rows by projected inner product
-    (at least :data:`MIN_SHORTLIST`) are re-ranked by the exact full inner product. Every row is still scanned, so
-    a true neighbour is lost only where its projected score ranks it outside the shortlist; the lists are
-    near-exact only as far as the axes hold the rows' variance. It saves multiply-adds per scanned row, not
-    faiss's top-k selection or the re-rank's gather, so it is at best ~1.6x as fast as exact (k=50).
-    ``shortlist_dims`` >= the rows' dimension searches exactly.
-
-    ``precision``: the exact search's product in bfloat16 (``"auto"``: where the CPU multiplies it natively,
-    :mod:`subspaces.align.precision`) ranks by bfloat16 similarities and returns float32 similarities recomputed for
-    the rows found. In float32 the product is numpy's, in fixed blocks on every thread
-    (:func:`subspaces.align.precision.rank_product`), and the selection torch's, as in bfloat16 (faster than
-    faiss's flat index on the one BLAS thread ``fit`` allows). The approximate searches are faiss's, in float32.
-    Figures: ``benchmarks/notes/align.md``, "Search speed, and earlier runs" and "A CPU without native bfloat16".
+    IVF: a query visits about ``n_probe / n_lists`` of the set and misses some true neighbours. Shortlist: every row
+    is scanned on its top ``shortlist_dims`` uncentred principal axes, and a query's ``shortlist_factor * k`` best
+    (at least :data:`MIN_SHORTLIST`) are re-ranked exactly; ``shortlist_dims`` >= the rows' dimension is exact.
+    ``precision``: the exact search ranks by a bfloat16 or float32 product (:mod:`subspaces.align.precision`) and
+    returns float32 similarities; the approximate searches are faiss's, in float32. Figures:
+    ``benchmarks/notes/align.md``, "Search speed, and earlier runs" and "A CPU without native bfloat16".
     """
 
     def __init__(
@@ -139,11 +128,8 @@ def neighbour_means(
     *,
     precision: str = "float32",
 ) -> np.ndarray:
-    """For each query, the mean of ``values`` over its ``k`` nearest rows of ``search_base`` (same row order).
-
-    Averaging many neighbours instead of taking the single nearest one is mini-vec2vec's pseudo-pair: the mean
-    of a small neighbourhood is a much less noisy estimate of the true counterpart than any one neighbour.
-    """
+    """For each query, the mean of ``values`` over its ``k`` nearest rows of ``search_base`` (same row order):
+    mini-vec2vec's pseudo-pair, a less noisy estimate of the counterpart than one neighbour."""
     index = search_base if isinstance(search_base, NeighbourIndex) else NeighbourIndex(search_base, precision=precision)
     return mean_of_rows(values, index.neighbours(queries, k))
 

@@ -156,10 +156,8 @@ class RefineParams(StageParams):
     (paper: 500; 0 skips it), blend ``centroid_alpha``. ``orthogonalize`` projects every blend back onto the
     orthogonal maps (the paper lets it drift). The structural stage's inner steps use these settings too. With
     known pairs (``fit(..., pairs=...)``) each pair weighs ``pair_weight`` neighbour-mean pairs in every step.
-    ``polish_iter``: where the kept pass's refine-1 ran to its cap without its patience stopping it (still climbing),
-    up to so many more steps on the kept map (their patience judged among their own iterates, not against the
-    tail-averaged start), kept only if the CSLS trust score on unseen rows rises (0: never; not with known pairs).
-    The defaults' evidence: ``benchmarks/notes/align.md``, "Reading the aligner".
+    ``polish_iter``: more refine-1 steps on the kept map where its refine-1 was still climbing at its cap, kept only
+    if the trust score rises (0: never; docs/align.md). Evidence: ``benchmarks/notes/align.md``, "Reading the aligner".
     """
 
     stage: ClassVar[str] = "refine"

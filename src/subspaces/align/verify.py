@@ -80,12 +80,8 @@ def paired_check(
     """How a map fitted with known ``pairs`` (preprocessed rows) places them: top-1 among the pairs (on at most
     :data:`MAX_JUDGING_PAIRS` of them), the identity's where the dims agree, and the problem if it fails.
 
-    The map has seen these pairs (each weighs one neighbour-mean pair of thousands in every step), so this is an
-    in-sample check: it cannot certify a map (a right one usually places every pair, top-1 1.0), but one that does
-    not put at least half of the user's own re-embedded texts next to their new vectors, or does worse than
-    leaving them unmapped, is broken. Top-1 among more pairs is harder, so the share is reported with their
-    number. Judged from :data:`MIN_JUDGING_PAIRS` pairs; with it, ``fit`` no longer asks the structural swap share,
-    which stays high on pools whose clusters overlap, right map or not.
+    An in-sample check (the map has seen the pairs): it cannot certify a map, but one that places fewer than half
+    of them, or does worse than the identity, is broken. Judged from :data:`MIN_JUDGING_PAIRS` pairs.
     """
     n = len(pairs[0])
     rows = np.linspace(0, n - 1, min(n, MAX_JUDGING_PAIRS)).round().astype(int)
@@ -153,11 +149,8 @@ def verdict(
     checked, else the known pairs' top-1 where they judge, else the share of seeded cluster pairs the last
     structural round kept.
 
-    Two independent maps that agree are stronger evidence than one pass's structural swap share (which on small
-    pools ends low on wrong passes too), so the swap share judges only where agreement was not checked; with
-    enough known pairs, they judge instead (the swap share stays high on pools whose clusters overlap, right map
-    or not). The anchored passes' own verdicts do not judge a candidate kept instead (``candidate``: its record,
-    the identity ``reference`` by default); its lead over the anchored map is its confidence."""
+    A candidate kept instead of the anchored map (``candidate``: its record) is not judged by the anchored passes'
+    verdicts; its lead over the anchored map is its confidence."""
     judged = paired if paired is not None and paired["judged"] else None
     anchored = kept not in ("identity reference", "paper recipe")
     candidate = reference if candidate is None else candidate

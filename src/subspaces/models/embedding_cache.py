@@ -1,15 +1,9 @@
 """One embedding cache for the conditional and KGC models: an in-memory LRU per kind over optional disk shards.
 
-A model's encoders turn texts of a few *kinds* into vectors -- ``sentence`` and ``condition`` for a tri-encoder
-(the same backbone, or a separate condition encoder), a ``pair`` for a bi-encoder that reads ``(text, condition)``.
-The store answers ``store.embed(kind, texts)`` so that every distinct text reaches its encoder once:
-
-* memory: one :class:`~subspaces.cache.LRUCache` per kind, content-keyed, with hit statistics;
-* disk (optional): :class:`EmbeddingShardCache`, shards of distinct texts keyed by the encoder's *weights* and the
-  shard's texts, so a rerun, an interrupted run, or another command on the same encoder and texts encodes nothing,
-  and a fine-tuned encoder never reads a stale vector.
-
-Vectors are float32, as the encoder returns them (not normalised). Texts are strings or ``(text, text_pair)``.
+``store.embed(kind, texts)`` (kinds: ``sentence``, ``condition``, a bi-encoder's ``pair``) sends every distinct text
+to its encoder once: one content-keyed :class:`~subspaces.cache.LRUCache` per kind, over optional disk shards
+(:class:`EmbeddingShardCache`) keyed by the encoder's *weights* and the texts, so a rerun encodes nothing and a
+fine-tuned encoder never reads a stale vector. Vectors are float32, not normalised.
 """
 
 from __future__ import annotations

@@ -11,9 +11,10 @@ bottom states to the features (``STATES``) and its ``forward`` runs only the top
 the cache is computed and cached there. ``detach`` restores both methods.
 
 Entries are keyed by SHA-256 over the frozen part's identity (weights, settings, frozen layers, max length) and the
-input's token ids. float16 states agree with the full forward to cosine > 0.9999 (a test checks it); states beyond
-float16's range are refused. On disk (``cache_dir``) a folder holds ``manifest.json`` (the identity) and
-``shard-<sha256>.pt`` files, written atomically and checked against their name's hash when read.
+input's token ids. float16 states agree with the full forward to cosine > 0.9999 (tested; figures:
+benchmarks/notes/simcse.md); states beyond float16's range are refused. On disk (``cache_dir``) a folder holds
+``manifest.json`` (the identity) and ``shard-<sha256>.pt`` files, written atomically and checked against their
+name's hash when read.
 """
 
 from __future__ import annotations

@@ -123,12 +123,9 @@ class _State:
 def create_app(
     settings: ServeSettings, *, engine: Engine | None = None, on_load_failure: Callable[[str], None] | None = None
 ) -> FastAPI:
-    """The server's app. The model loads in a thread when the app starts (``/health`` says when it is ready);
-    pass ``engine`` to serve one already loaded (then it is ready as soon as it starts).
-
-    A model (or head, or store) that fails to load leaves the app answering 503 with the reason, and calls
-    ``on_load_failure(reason)`` (from the loading thread): ``subspaces serve`` stops the server there, so that a
-    supervisor sees the exit instead of a server that can never serve."""
+    """The server's app. The model loads in a thread when the app starts (``/health`` says when it is ready), unless
+    ``engine`` is one already loaded. A load that fails leaves the app answering 503 with the reason and calls
+    ``on_load_failure(reason)`` (``subspaces serve`` stops there, so a supervisor sees the exit)."""
     state = _State(settings, engine, on_load_failure)
 
     @asynccontextmanager
