@@ -49,7 +49,7 @@ BackendOpt = Annotated[
 ]
 PrecisionOpt = Annotated[
     Literal[PRECISIONS],  # type: ignore[valid-type]
-    typer.Option(help="int8: dynamically quantised weights (onnx) or static int8, calibrated once on bundled sentences (openvino)."),
+    typer.Option(help="int8: dynamic int8 (onnx) or static int8 calibrated on bundled sentences (openvino)."),
 ]
 DtypeOpt = Annotated[
     Literal[DTYPES],  # type: ignore[valid-type]
