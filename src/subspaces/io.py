@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import functools
 import gzip
 import io
@@ -306,8 +307,6 @@ def _json_type(value: Any) -> str:
 
 
 def _read_csv_texts(path: str | os.PathLike[str], column: str) -> list[str]:
-    import csv
-
     texts: list[str] = []
     with open_text(path, newline="") as handle:
         reader = csv.DictReader(handle)

@@ -13,6 +13,9 @@ so a folder whose fields no longer match is refused as well.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
+import json
 import os
 import shutil
 import tempfile
@@ -54,10 +57,6 @@ def write_state_folder(
 ) -> Path:
     """Write ``arrays`` to ``path/state.npz``, then ``{"format_version", **config, "state_sha256"}`` (and, with
     ``hash_config``, ``"config_sha256"``) to ``path/config_file``; returns the folder."""
-    import hashlib
-    import io
-    import json
-
     import numpy as np
 
     folder = Path(path)
@@ -94,9 +93,6 @@ def read_state_folder(
 
     ``written_by`` is the command that writes such folders (``"align fit"``), named when a file is missing.
     """
-    import hashlib
-    import json
-
     folder = Path(path)
     config_path, state_path = folder / config_file, folder / STATE_FILE
     for p in (config_path, state_path):
@@ -129,9 +125,6 @@ def read_state_folder(
 def config_sha256(config: Mapping[str, Any]) -> str:
     """SHA-256 of every field of ``config`` but ``config_sha256`` itself, in a canonical JSON form (sorted keys,
     no spaces), so the hash is of the values, not of the file's layout."""
-    import hashlib
-    import json
-
     fields = {k: v for k, v in config.items() if k != "config_sha256"}
     canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -14,6 +14,7 @@ agreement (an independent pass, and a search where it disagrees), the choice of 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import io
@@ -835,7 +836,6 @@ class MiniVec2Vec(BaseEstimator):
     def _progress(self, description: str, total: int, unit: str):
         """A context manager yielding ``tick(done, total)`` (None unless ``verbose``) over a
         :class:`~subspaces.progress.Progress` named ``align fit: <description>``."""
-        import contextlib
 
         @contextlib.contextmanager
         def bar():

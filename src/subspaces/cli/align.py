@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -56,8 +57,6 @@ def _load_pairs(source: Optional[Path], target: Optional[Path]):
 
 
 def _read_params(path: Path) -> dict:
-    import json
-
     check_file(path)
     try:
         return json.loads(path.read_text(encoding="utf-8"))

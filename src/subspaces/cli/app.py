@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 
 from subspaces.cli.groups import app, keep_old_spelling, plain_help
 
@@ -41,8 +42,6 @@ plain_help(app)  # every command's help screen: STORE, not {store}; --help, not 
 
 
 def main() -> None:
-    import os
-
     # The process is ours here (not a library user's): keep huggingface_hub and transformers off the network,
     # before either is imported by a command.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -3,6 +3,7 @@ or over the corpus's int8 / binary codes with rescoring."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Literal, Optional
 
@@ -71,8 +72,6 @@ def search_cmd(
 ) -> None:
     """Nearest corpus rows of every query vector by cosine: exact, funnel (prefix shortlist, full re-rank), or
     quantized (codes shortlist, rescored)."""
-    import time
-
     import numpy as np
 
     if output.suffix not in (".json", ".npy"):

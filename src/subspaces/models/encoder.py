@@ -7,6 +7,7 @@ module adds is offline resolution of bundled names, SimCSE's poolers, and checke
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -100,8 +101,6 @@ def local_only(model: SentenceTransformer) -> SentenceTransformer:
 def _check_folder_code(path: Path) -> bool:
     """Refuse a folder that would run code other than sentence-transformers' and ours (``auto_map``, or a module
     type from another package); True when it lists one of our modules, which needs ``trust_remote_code``."""
-    import json
-
     types: list[str] = []
     if (path / "modules.json").is_file():
         try:
@@ -142,8 +141,6 @@ def resolve_device(device: str | None) -> str | None:
 
 def _declares_code(config: Path) -> bool:
     """Whether a transformers ``config.json`` points at Python code of its own (``auto_map``)."""
-    import json
-
     try:
         return "auto_map" in json.loads(config.read_text())
     except (OSError, ValueError, TypeError):

