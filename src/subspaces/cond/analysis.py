@@ -1,14 +1,9 @@
 """Hyper-CL's two analyses of what a condition head does to the embedding space.
 
-- :func:`expressiveness`: how much the per-condition projection changes from one condition to the next,
-  measured by the spread of ``||W_c||_F`` across conditions (Hyper-CL compares the hypernetwork's ``W_c`` with
-  the diagonal ``diag(f(c))`` a Hadamard head amounts to, and reports 24.8x the variance).
-  Variance grows with the square of the matrices' overall scale, which cosine ignores, so the scale-free
-  coefficient of variation (std / mean) is reported too.
-- :func:`cluster_impurity`: embed sentences that belong to a few conditions, cluster them with k-means
-  (k = number of conditions), and measure the size-weighted entropy of the conditions inside each cluster,
-  divided by ``log k`` (0 = every cluster holds one condition, 1 = conditions mixed uniformly); before the
-  projection (raw sentence embeddings) and after it (each sentence projected under its own condition).
+- :func:`expressiveness`: the spread of ``||W_c||_F`` across conditions (variance, and the scale-free coefficient
+  of variation, since cosine ignores scale).
+- :func:`cluster_impurity`: the size-weighted entropy of conditions inside k-means clusters (k = conditions) over
+  ``log k``, before and after each sentence is projected under its own condition. Both: docs/cond.md.
 """
 
 from __future__ import annotations

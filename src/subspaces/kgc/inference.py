@@ -1,10 +1,7 @@
 """Query and entity vectors for ranking, through the model's embedding store; its hit rates are the efficiency story.
 
-* bi-encoder: every entity text, then one ``(head text, relation)`` pair per query -- a pair recurs only when
-  the same ``(h, r)`` is asked twice, so almost every query is a miss and costs an encoder pass;
-* tri-encoder: every entity text, then per query the head's entity text (already there: a hit) and the
-  relation's name (a miss once per relation); the relation's head parameters (``W_r`` for ``hypernet``) are kept
-  in the tri-encoder's condition-matrix cache. Nothing per query reaches the encoder.
+A bi-encoder encodes one ``(head text, relation)`` pair per query (almost every query a miss); a tri-encoder
+finds the head's entity text already cached and encodes each relation once, so nothing per query reaches the encoder.
 
 ``stats()`` reports lookups, hits, hit rate and the number of texts actually encoded.
 """
@@ -29,10 +26,6 @@ class KGCInference:
     def entity_vectors(self) -> torch.Tensor:
         n = len(self.texts.entities)
         return self.model.store.embed("sentence", self.texts.entities, f"{self.label}: encoding {n:,} entities").cpu()
-
-    def seed_entities(self, vectors: np.ndarray | torch.Tensor) -> None:
-        """Put precomputed entity vectors in the store without counting lookups (timing the query side)."""
-        self.model.store.put("sentence", self.texts.entities, vectors)
 
     @torch.no_grad()
     def query_vectors(self, queries: np.ndarray) -> torch.Tensor:

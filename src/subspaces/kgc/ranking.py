@@ -1,21 +1,12 @@
 """Filtered rank evaluation of link prediction against every entity (SimKGC's protocol).
 
-For a query ``(h, r, ?)`` with answer ``t`` every entity is scored; the other known answers ``t'`` with
-``(h, r, t')`` in train, valid or test are *filtered* (removed from the candidates) so that they do not count as
-mistakes. The head itself stays a candidate, as in SimKGC: a model that scores ``h`` above ``t`` is penalised
-(that is what SimKGC's self-negatives train against).
+For a query ``(h, r, ?)`` with answer ``t`` every entity is scored; the other known answers (in any split) are
+*filtered* out; the head itself stays a candidate, as in SimKGC. Ties rank ``1 + #(better) + #(tied others) / 2``
+by default ("realistic", as PyKEEN), ``optimistic`` without the tied term, ``pessimistic`` with it in full.
 
-Ties: the rank of the answer is ``1 + #(better) + #(tied others) / 2`` by default ("realistic", the expected
-rank under a random order of tied candidates, as PyKEEN reports); ``optimistic`` drops the tied term and
-``pessimistic`` counts it in full. SimKGC sorts with ``torch.sort``, which orders ties arbitrarily; with
-real-valued scores ties are rare and the three agree (a test checks all three on a hand-made graph).
-
-Scores are cosines, or with ``normalize_queries=False`` the raw query vector against unit entity vectors, as
-Hyper-CL's released evaluation scores its unnormalised projection (``evaluate.py``: ``hr_tensor.mm(entities.t())``).
-A query's norm does not change its plain ranking; it does scale its scores against the re-ranking bonus.
-
-Head prediction is tail prediction with the inverse relation: the *backward* direction. ``average`` is the mean
-of the forward and backward metrics, which is what SimKGC reports.
+Scores are cosines, or with ``normalize_queries=False`` the raw query against unit entity vectors (Hyper-CL's
+released evaluation): a query's norm changes only its scores against the re-ranking bonus. Head prediction is tail
+prediction with the inverse relation (*backward*); ``average`` is the mean of both directions, as SimKGC reports.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Entity texts as SimKGC builds them: ``"name: description"``, plus neighbour names when the description is short.
 
-SimKGC's ``--use-link-graph`` (``doc.py``, ``Example.vectorize``) appends the names of the first 10 training
-neighbours (sorted by dataset id, ``triplet.py`` ``LinkGraph.get_neighbor_ids``) to descriptions under 20 words.
-That gives FB15k-237 entities, which have no descriptions here, something beyond their name; on WN18RR it extends
-the 83 % of WordNet glosses that are short. In training SimKGC leaves the other end of the example out of each
-side's neighbours (the head's text must not name its answer, nor the tail's text its question); a text per
-*entity*, which is what can be cached, cannot do that. :class:`KGCTexts` holds both views: ``entities`` (the
-test-time one, all training neighbours) and, with ``per_example``, :meth:`KGCTexts.training_texts`.
+SimKGC's ``--use-link-graph`` appends the names of the first 10 training neighbours (by dataset id) to descriptions
+under 20 words; in training it leaves the example's other end out of each side's neighbours, which a cacheable text
+per entity cannot. :class:`KGCTexts` holds both views: ``entities`` (all training neighbours) and, with
+``per_example``, :meth:`KGCTexts.training_texts`.
 """
 
 from __future__ import annotations
@@ -48,9 +45,8 @@ def neighbour_graph(
 ) -> LinkGraph | None:
     """The training link graph whose neighbour names extend short descriptions, or None without them.
 
-    ``neighbour_names`` defaults to on where the dataset has no descriptions (FB15k-237). ``order`` picks which
-    10 neighbours a well-connected entity shows: ``"id"`` sorts them by dataset id (SimKGC), ``"index"`` by entity
-    index (this library's first order; models trained with it record no order and keep it).
+    ``neighbour_names`` defaults to on where the dataset has no descriptions (FB15k-237). ``order``: which 10
+    neighbours a well-connected entity shows, by dataset id (``"id"``, SimKGC's) or entity index (``"index"``).
     """
     if order not in NEIGHBOUR_ORDERS:
         raise SubspacesError(f"unknown neighbour order {order!r}; choose one of {', '.join(NEIGHBOUR_ORDERS)}")
@@ -70,10 +66,8 @@ def entity_texts(kg: KnowledgeGraph, neighbour_names: bool | None = None) -> lis
 class KGCTexts:
     """The texts a model reads for one graph: one per entity and one per relation (inverses included).
 
-    ``link_graph`` set means SimKGC's neighbour names are used. ``per_example`` then makes
-    :meth:`training_texts` leave each example's other end out of both sides' neighbours, as SimKGC does against
-    label leakage; without it training reads the per-entity texts (cheap to cache, but a head's text may name
-    its answer).
+    ``link_graph`` set means SimKGC's neighbour names are used; ``per_example`` then makes :meth:`training_texts`
+    leave each example's other end out of both sides' neighbours (against label leakage, as SimKGC).
     """
 
     kg: KnowledgeGraph

@@ -206,11 +206,6 @@ class EmbeddingCache:
             return torch.zeros(0, int(self.encoders[kind].get_embedding_dimension()))
         return torch.from_numpy(np.stack(rows))
 
-    def put(self, kind: str, texts: Sequence[Text], vectors: np.ndarray | torch.Tensor) -> None:
-        """Store precomputed vectors without counting lookups (e.g. timing only the query side)."""
-        for text, vector in zip(texts, np.asarray(vectors, dtype=np.float32), strict=True):
-            self.memory[kind].put(content_key(kind, *(text if isinstance(text, tuple) else (text,))), vector)
-
     def _encode(self, kind: str, texts: list[Text], description: str) -> np.ndarray:
         encoder = self.encoders[kind]
         started = time.perf_counter()
