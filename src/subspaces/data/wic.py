@@ -1,12 +1,8 @@
 """WiC (Word-in-Context) as conditional similarity data.
 
-Each WiC instance asks whether a target word has the same sense in two sentences. Read as C-STS-style data,
-the two sentences are compared *with respect to* the target word: the condition is the word with its part of
-speech, e.g. ``"carry (verb)"``; the label is 1 for ``T`` (same sense) and 0 for ``F``.
-
-The sentences are kept as they are (WiC's tokenised text): the encoder sees neither the target word's position
-nor a marker, so the sentence embedding stays condition-free and cacheable, and only the condition tells the
-model which word to look at. The token positions are kept on the records for anyone who wants them.
+The two sentences are compared *with respect to* the target word: the condition is the word with its part of speech,
+e.g. ``"carry (verb)"``; the label is 1 for ``T`` (same sense), 0 for ``F``. The sentences are kept as they are (no
+marker), so their embeddings stay condition-free and cacheable; the token positions are kept on the records.
 """
 
 from __future__ import annotations

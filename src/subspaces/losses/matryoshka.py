@@ -5,17 +5,11 @@ MRL trains every nested prefix of the embedding at once::
     L_MRL = Σ_d  w_d · L(normalize(h[:, :d]))        for d in the chosen dims (e.g. 16, 32, 64, 128, 384)
 
 sentence-transformers' :class:`~sentence_transformers.sentence_transformer.losses.MatryoshkaLoss` computes exactly
-this sum: it runs the model once per forward call of the inner loss, caches the outputs in call order, and
-re-evaluates the inner loss on each prefix truncated and L2-normalised again (``shrink``), weighted by
-``matryoshka_weights`` (default 1). So this module does not re-implement MRL; it builds that loss around
-:class:`~subspaces.losses.simcse.SimCSELoss` and checks the dimensions with a user-facing error.
+this sum, so this module builds that loss around :class:`~subspaces.losses.simcse.SimCSELoss` and checks the dims.
 
-One catch, fixed here: unsupervised SimCSE encodes *the same* features dict twice, and sentence-transformers
-modules write their outputs into the dict they are given. The cache then holds one dict twice, so at every dim
-below the largest both "views" would be the second dropout view, and the smaller prefixes would be trained
-without any noise between their views. :class:`MatryoshkaSimCSELoss` hands the inner loss two shallow copies
-(a two-column batch of identical texts, which SimCSE treats exactly like one column), so each view keeps its own
-cached output; a test checks the loss against two explicit dropout views.
+One catch, fixed here: unsupervised SimCSE encodes *the same* features dict twice, and MatryoshkaLoss's output cache
+would then hold one dict twice, so the smaller prefixes would see no dropout noise between their views.
+:class:`MatryoshkaSimCSELoss` hands the inner loss two shallow copies (a test checks it against two explicit views).
 """
 
 from __future__ import annotations

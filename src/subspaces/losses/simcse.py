@@ -7,12 +7,9 @@ For anchors h_i, positives h_i^+ and optional hard negatives h_i^-::
 with sim the cosine and w_ij = e^{weight} when j = i (the anchor's own hard negative), 1 otherwise. SimCSE adds
 ``weight`` to those logits (its ``hard_negative_weight``, default 0 = weight 1).
 
-Relation to sentence-transformers: with ``hard_negative_weight=0`` and no gathering this equals
-``MultipleNegativesRankingLoss(model, scale=1/τ)`` (scale 20 = τ 0.05), which a test checks. What this class
-adds is the hard-negative log-weight and the cross-process gather under DDP, where each process keeps the
-gradient of its own slice (SimCSE's ``dist.all_gather`` + local replacement).
-
-Unsupervised SimCSE is the same loss with positives = a second forward pass of the anchors (dropout noise).
+With ``hard_negative_weight=0`` and no gathering this equals ``MultipleNegativesRankingLoss(model, scale=1/τ)``
+(tested); this class adds the hard-negative log-weight and the DDP gather, each process keeping its own slice's
+gradient. Unsupervised SimCSE: positives are a second forward pass of the anchors (dropout noise).
 """
 
 from __future__ import annotations
@@ -70,10 +67,8 @@ def info_nce(
 class SimCSELoss(nn.Module):
     """InfoNCE with in-batch (and hard) negatives, as a sentence-transformers loss.
 
-    ``forward`` takes the tokenised columns of a batch like every sentence-transformers loss: one column
-    (unsupervised: the column is encoded twice, dropout giving two views), two columns (anchor, positive) or
-    three (anchor, positive, hard negative). It works in :class:`sentence_transformers.SentenceTransformerTrainer`
-    as well as in :func:`subspaces.train.simcse.train_simcse`.
+    ``forward`` takes a batch's tokenised columns: one (unsupervised: encoded twice), two (anchor, positive) or three
+    (plus a hard negative); it works in sentence-transformers' trainer and :func:`subspaces.train.simcse.train_simcse`.
     """
 
     def __init__(

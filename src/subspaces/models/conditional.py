@@ -199,14 +199,10 @@ def build_model(
     seed: int | None = None,
     device: str = "cpu",
 ) -> TriEncoder | BiEncoder:
-    """A fresh conditional model on ``model`` (a bundled name or a folder): the encoder first, then the
-    architecture.
-
-    ``rank``: the hypernet's K; ``None`` is full rank; ``"auto"`` is ``round(d / 12)``. ``head_options``: the
-    head's ``dropout``, ``init`` and ``activation``. ``condition_encoder`` (tri): a separate encoder for conditions;
-    ``shared_encoder=False`` (bi): a separate tail encoder, as SimKGC. ``max_length``: tokens per text (None: the
-    encoder's own limit). ``cache``: the in-memory bound, disk shards and progress of the model's caches. ``seed``
-    seeds the head's initialisation; ``device``: where the encoder(s) and head live.
+    """A fresh conditional model on ``model`` (a bundled name or a folder). ``rank`` and ``head_options`` go to
+    :func:`~subspaces.models.heads.make_head`; ``condition_encoder`` (tri): a separate encoder for conditions;
+    ``shared_encoder=False`` (bi): a separate tail encoder, as SimKGC; ``max_length`` (None: the encoder's limit);
+    ``cache``: the model's caches' settings; ``seed`` seeds the head's initialisation.
     """
     from subspaces.models.encoder import load_encoder
 

@@ -24,13 +24,9 @@ class ServeSettings:
     """Everything :func:`subspaces.serve.app.create_app` needs; ``subspaces serve`` derives its options from the
     fields (their help is each field's ``metadata["help"]``) and reads any field from ``--config FILE``.
 
-    ``device``, ``backend``, ``precision`` and ``dtype`` are :func:`subspaces.models.encoder.load_encoder`'s (rows
-    are served as float32). ``max_wait_ms`` 0 (greedy) takes whatever queued while the previous batch ran, which
-    already coalesces under load and adds nothing to a lone request's latency (a 5 ms wait cost a lone request more
-    than half its speed on the tiny model). ``api_key``, when set, is needed by every route but ``/health`` as
-    ``Authorization: Bearer <api_key>`` (``--api-key-file``). ``prompts`` (``--query-prompt`` is ``query``,
-    ``--document-prompt`` is ``document``) go over the model folder's own
-    (``config_sentence_transformers.json``'s ``prompts``); requests pick one by ``prompt_name``.
+    ``max_wait_ms`` 0 (greedy) takes whatever queued while the previous batch ran: it coalesces under load and adds
+    nothing to a lone request's latency (docs/serve.md). ``prompts`` go over the model folder's own; requests pick
+    one by ``prompt_name``.
     """
 
     model: str = field(
