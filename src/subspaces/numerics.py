@@ -6,16 +6,9 @@ float32 on every CPU, and records so.
 
 The setting, in order: an explicit ``precision=`` argument; else :func:`set_precision` or ``$SUBSPACES_PRECISION``
 (``float32``, ``bfloat16``, ``auto``); else :data:`DEFAULT_PRECISION`. ``auto`` is bfloat16 where the CPU
-multiplies it natively (AMX or AVX512-BF16) and float32 elsewhere. ``bfloat16`` on a CPU without native support is
-emulated (the inputs rounded alike, the products about 20x slower): CI runs the numeric tests once in each type
-(``.ci/run``), so what holds in only one of them cannot hide behind the CPU CI happened to get.
-
-Why float32 is the default: with ``auto`` the same fit on the same data gave other maps on the two CPU kinds of this
-project's machines, because bfloat16's 8-bit mantissa reorders near-ties in the rankings and the fit's path parts
-there (the rotation control moved 0.02 with bfloat16 against under 1e-3 in float32, issue 51; a hidden pool's map
-changed from 0.055 to 0.002 top-1, issue 57, both failures). bfloat16 made the products about 4x faster on a
-native CPU and a whole fit about 2x (benchmarks/notes/align.md); a result that changes with the machine it ran on is
-a worse default than a fit that takes twice as long on some machines. ``auto`` stays one setting away.
+multiplies it natively (AMX or AVX512-BF16) and float32 elsewhere; ``bfloat16`` elsewhere is emulated (about 20x
+slower). CI runs the numeric tests in each type (``.ci/run``). float32 is the default because bfloat16 reorders
+near-ties, so the same fit gave other maps on different CPUs; why, with figures: docs/align.md (float32 by default).
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Folders written whole: :func:`built_folder` (built beside, renamed into place), and a fitted estimator's folder:
 ``state.npz`` (its arrays) beside a JSON config that records the state's SHA-256.
 
-Each file is replaced atomically, the state first, and the config is serialised before either is written, so a
-failure touches no file and a save interrupted between the two leaves a folder whose hash does not match, which
-:func:`read_state_folder` refuses instead of mixing old and new. ``MatryoshkaAdapter`` and ``MiniVec2Vec`` use it.
-
-With ``hash_config``, the config also records ``config_sha256``, the SHA-256 of its own fields (as parsed, so a
-re-indented file still passes): a value edited by hand (an adapter's ``scale``) would change the output silently,
-so a folder whose fields no longer match is refused as well.
+Each file is replaced atomically, the state first, so a save interrupted between the two leaves a folder whose hash
+does not match, which :func:`read_state_folder` refuses. With ``hash_config`` the config also records the SHA-256 of
+its own fields (as parsed), so a value edited by hand is refused too.
 """
 
 from __future__ import annotations

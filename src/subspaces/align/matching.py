@@ -47,8 +47,7 @@ def gram_factor(vectors: np.ndarray) -> np.ndarray:
 def swap_local_search(sim_a: np.ndarray, sim_b: np.ndarray, perm: np.ndarray, max_steps: int = 10_000) -> np.ndarray:
     """Best-improvement pairwise-swap (2-opt) ascent of ``sum_ij sim_a[i, j] * sim_b[p(i), p(j)]`` from ``perm``.
 
-    The gain of every swap is computed at once from one matrix product (O(n^3) per step, vectorised), which makes
-    polishing many starting points cheap next to scipy's 2-opt, a Python loop over pairs.
+    The gain of every swap comes from one matrix product per step (vectorised, unlike scipy's 2-opt).
     """
     perm = perm.copy()
     n = len(perm)
@@ -81,11 +80,9 @@ def match_centroids(
 ) -> CentroidMatch:
     """The best quadratic-assignment solution between two equal-sized centroid sets.
 
-    ``n_restarts`` runs of scipy's solver (FAQ from its barycentre, then from random doubly stochastic starts;
-    or scipy's 2-opt from random permutations), each polished by :func:`swap_local_search`. On these
-    maximisation problems the relaxed objective is convex (similarity matrices are near positive semi-definite),
-    so FAQ jumps to a vertex within two or three Frank-Wolfe steps and stops wherever it lands; the swap search
-    removes the easy mistakes, and the restarts cover different basins.
+    ``n_restarts`` runs of scipy's solver (FAQ from its barycentre, then from random doubly stochastic starts; or
+    2-opt from random permutations), each polished by :func:`swap_local_search`: FAQ stops at the first vertex it
+    reaches on these convex relaxations, the swaps remove the easy mistakes, the restarts cover other basins.
     """
     if len(centroids_a) != len(centroids_b):
         raise ValueError(f"centroid sets differ in size: {len(centroids_a)} vs {len(centroids_b)}")

@@ -2,18 +2,11 @@
 every row against every centroid (k-means). Which type a fit uses is :mod:`subspaces.numerics`' setting (float32
 unless asked otherwise, and why).
 
-Both only *rank* (which rows are nearest, which centroid is closest); the values that are kept (neighbour means,
-centroids, returned similarities) are recomputed in float32 from the float32 rows. In bfloat16, on a 16k-row dev
-pool, the top-50 lists hold 99.2 % of the exact float32 lists and the means of the two lists have a cosine of
-0.9996 (``benchmarks/notes/align.md``); a native bfloat16 product runs at about 4x the float32 rate.
-
-Where the search's product runs (:func:`rank_product`): in bfloat16 in torch (oneDNN's kernels); in float32 in
-numpy's BLAS (OpenBLAS), in blocks of :data:`BLOCK_ROWS` query rows spread over torch's thread count, each block on
-one BLAS thread. Why: torch's float32 products are MKL's, which on an AMD CPU ran 1.7x slower than OpenBLAS at one
-thread; and OpenBLAS's own threading gives other bits at 2 threads than at 1, where fixed blocks on one thread each
-give the same bits at any thread count. ``fit`` holds every BLAS library to one thread (:meth:`MiniVec2Vec.fit`),
-so these blocks are its only parallel BLAS work. The k-means products stay torch's in both types: blocks there
-were no faster. Figures: ``benchmarks/notes/align.md``, "A CPU without native bfloat16".
+Both only *rank*; the values kept (neighbour means, centroids, returned similarities) are recomputed in float32.
+The search's product (:func:`rank_product`) runs in bfloat16 in torch, or in float32 in numpy's BLAS in fixed
+blocks of :data:`BLOCK_ROWS` query rows, each on one BLAS thread, so the bits are the same at any thread count
+(``fit`` holds BLAS to one thread). The k-means products stay torch's in both types. Figures:
+``benchmarks/notes/align.md``, "A CPU without native bfloat16".
 """
 
 from __future__ import annotations

@@ -28,14 +28,9 @@ def nearest_orthogonal(w: np.ndarray) -> np.ndarray:
 def polar_factor(m: np.ndarray) -> np.ndarray:
     """``U V^T`` of ``m = U S V^T`` (float32), from LAPACK's divide-and-conquer SVD in float32.
 
-    Why float32: ``m`` comes from float32 rows (a cross-covariance, weighted in float64 where known pairs are, or a
-    blend of float32 maps), so its near-null directions are fixed by that rounding, not by the SVD's; a float64 SVD
-    only costs more (23 against 14 ms at 384 x 384 on one thread; the symmetric-eigendecomposition route, 12 ms,
-    had to fall back to the SVD on the rank-deficient cross-covariances refine-1 builds, most of its calls:
-    ``benchmarks/notes/align.md``, "Polar factors in float32"). Where divide-and-conquer does not converge (it can,
-    on finite matrices with nearly equal singular values: a blend in a dev fit did), or returns non-finite factors
-    without saying so (float32 ``gesdd`` on the rank-deficient, many-times-repeated singular values of integer-valued
-    rows: issue 58), the slower QR-iteration SVD (``gesvd``) in float64. NaN or inf in ``m``: scipy's
+    ``m`` comes from float32 rows, so a float64 SVD would only cost more (``benchmarks/notes/align.md``, "Float32
+    polar factors"). Where divide-and-conquer does not converge or returns non-finite factors (nearly equal or
+    repeated singular values), the QR-iteration SVD (``gesvd``) in float64. NaN or inf in ``m``: scipy's
     ``ValueError``."""
     from scipy.linalg import LinAlgError, svd
 

@@ -1,17 +1,10 @@
 """How much of an embedding's quality its prefixes keep: probes and STS at truncated dimensions.
 
-For every task the texts are encoded **once** at full size; each dimension d then uses the first d coordinates,
-L2-normalised again (what ``encode(..., truncate_dim=d)`` returns). On top of those frozen features:
-
-- single-text classification (Banking77, Emotion, TweetEval): a logistic-regression probe (standardised
-  features, scikit-learn's ``LogisticRegression``), trained on the train split, scored on test;
-- pair classification (MRPC, WiC): the same probe on SentEval's pair features ``[u, v, |u - v|, u * v]``;
-- STS (the foundation's tasks): Spearman x 100 of the prefix cosines, the number
-  ``STSEvaluator(truncate_dim=d)`` reports, without re-encoding per dimension.
-
-Each task reports its own convention: accuracy for Banking77, Emotion, MRPC and WiC; TweetEval's official
-metrics (macro-F1; F1 of the ironic class for irony; macro-recall for sentiment). Accuracy and macro-F1 are kept
-for every classification task under ``details``.
+Texts are encoded **once** at full size; dimension d uses the first d coordinates, re-normalised. Classification
+(Banking77, Emotion, TweetEval; MRPC and WiC on SentEval's pair features ``[u, v, |u - v|, u * v]``) is a
+standardised logistic-regression probe trained on train, scored on test; STS is Spearman x 100 of the prefix
+cosines. Each task reports its own convention (accuracy; TweetEval's official metrics), with accuracy and macro-F1
+under ``details``.
 """
 
 from __future__ import annotations

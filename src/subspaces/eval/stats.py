@@ -1,15 +1,10 @@
 """The paired bootstrap: a difference between two systems scored on the same rows, with its 95 % interval.
 
-Rows are resampled once per replicate and the *same* rows score both systems, so the row-to-row difficulty that
-both share cancels out (the interval is far narrower than two separate intervals would suggest, and honest about
-it). Several seeds of one system go in as extra columns of its array: the metric averages them on each resample,
-so the interval covers row sampling with the seeds' mean, not one lucky seed.
-
-The percentile interval suits statistics that are (close to) averages over rows: accuracy, recall, nDCG, F1,
-rank correlations. A statistic that is not, such as a clustering score or any plug-in entropy over a large
-contingency table, moves under resampling with duplicates by about its own small-sample bias; ``shift`` (the
-resampled differences' mean minus ``diff``) shows it, and an interval that does not contain ``diff`` says the
-bootstrap does not describe that statistic.
+The *same* resampled rows score both systems, so the difficulty they share cancels out. Several seeds of one system
+go in as extra columns, averaged by the metric on each resample. The percentile interval suits statistics that are
+(close to) averages over rows; for others (a clustering score, a plug-in entropy) ``shift`` (the resampled
+differences' mean minus ``diff``) shows the small-sample bias, and an interval without ``diff`` says the bootstrap
+does not describe that statistic.
 """
 
 from __future__ import annotations
