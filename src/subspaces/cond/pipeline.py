@@ -175,11 +175,8 @@ def evaluate_conditional(
     predictions: str | Path | None = None,
     device: str = "cpu",
 ) -> ConditionalEvalResult:
-    """Metrics of a saved model (or of a plain encoder, zero-shot, as the bi-encoder, loaded onto ``device``) on
-    ``split``; optionally the C-STS prediction file.
-
-    Binary tasks choose the accuracy threshold on the validation split. ``cache`` reports the tri-encoder's /
-    bi-encoder's cache over this evaluation (cold at the start), ``seconds`` its wall time.
+    """Metrics of a saved model (or a plain encoder, zero-shot, as the bi-encoder) on ``split``, the threshold of
+    binary tasks chosen on validation; the cache's statistics over this evaluation; optionally C-STS predictions.
     """
     from subspaces.models.encoder import resolve_device
 
@@ -232,11 +229,8 @@ def cache_benchmark(
 ) -> dict[str, Any]:
     """Inference time and cache hit rate of a bi- and a tri-encoder on the same rows, in three passes.
 
-    *cold*: caches emptied, one pass over the rows (hits come only from repeats within the data).
-    *warm*: the same pass again with the caches as the cold pass left them.
-    *new_conditions*: the same sentence pairs under other conditions (the conditions permuted across rows),
-    caches still warm -- C-STS's situation, where every sentence pair comes back under a second condition.
-    Untrained heads are used unless saved models are given: the timing does not depend on the weights.
+    *cold* (caches emptied), *warm* (the same pass again) and *new_conditions* (the same sentence pairs under permuted
+    conditions, caches warm: C-STS's situation). Untrained heads unless saved models are given.
     """
     spec = get_task(task)
     rows = spec.load(split, data_dir)[:limit]

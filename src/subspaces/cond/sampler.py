@@ -1,10 +1,8 @@
 r"""Batches for conditional training: plain shuffled rows, or (high, low) condition pairs kept together.
 
-C-STS gives every sentence pair twice, under a condition that makes it similar and one that makes it
-dissimilar; the quadruplet and InfoNCE objectives compare the two, so both rows must land in the same batch.
-
-Both samplers are :class:`~subspaces.train.engine.BatchSource`\ s: ``batch(epoch, index)`` is a pure function
-of (seed, epoch, index) -- one fixed shuffle per seed and epoch -- so a resumed run replays the same batches.
+C-STS gives every sentence pair under a similar and a dissimilar condition; the pair objectives compare the two, so
+both rows must share a batch. ``batch(epoch, index)`` is a pure function of (seed, epoch, index), so a resumed run
+replays the same batches.
 """
 
 from __future__ import annotations
@@ -45,9 +43,8 @@ def pair_key(row: ConditionalPair) -> tuple[str, str]:
 class PairSampler:
     """Matches rows of the same sentence pair into ``(higher-labelled, lower-labelled)`` couples.
 
-    A pair seen under one condition only, or under conditions with equal labels, cannot be ranked and is dropped;
-    a pair seen under more than two conditions keeps its highest- and lowest-labelled rows. ``dropped`` counts the
-    rows left out per reason. Each batch holds ``batch_size // 2`` couples as ``[hi0, lo0, hi1, lo1, ...]``.
+    Pairs that cannot be ranked (one condition, or equal labels) are dropped (``dropped`` counts them per reason);
+    more than two conditions keep the highest and lowest. A batch holds ``batch_size // 2`` couples ``[hi, lo, ...]``.
     """
 
     rows: Sequence[ConditionalPair]

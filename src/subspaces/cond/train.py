@@ -1,10 +1,8 @@
 """Conditional similarity as a task on the shared :class:`~subspaces.train.engine.TrainingLoop`, and its evaluation.
 
-The task supplies the batches (:mod:`subspaces.cond.sampler`: shuffled rows, or (high, low) condition pairs), a
-step (the model's projections of a batch -> :class:`~subspaces.losses.conditional.ConditionalLoss`) and a dev
-evaluator (:class:`DevEvaluator`, primary metric = the task's selection metric). With ``freeze_encoder`` nothing is
-tokenised during training: every sentence and condition is encoded once into the model's store and only the head
-learns. The state best on the dev split is the one kept.
+The task supplies the batches (:mod:`subspaces.cond.sampler`), a step (projections ->
+:class:`~subspaces.losses.conditional.ConditionalLoss`) and a dev evaluator (:class:`DevEvaluator`); the state best
+on dev is kept. With ``freeze_encoder`` every text is encoded once and only the head learns.
 """
 
 from __future__ import annotations

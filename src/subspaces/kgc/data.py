@@ -1,14 +1,8 @@
 """Knowledge-graph datasets as integer triples plus entity and relation names.
 
-Two layouts are read:
-
-* **WN18RR in SimKGC's layout**: ``{train,valid,test}.txt`` (``head \\t relation \\t tail`` synset ids) and
-  ``wordnet-mlj12-definitions.txt`` (``id \\t __lemma_POS_sense \\t definition``).
-* **FB15k-237**: ``{train,valid,test}.txt[.gz]`` (Freebase mids) and ``FB15k_mid2name.txt`` (``mid \\t Name``);
-  there are no descriptions here.
-
-Relations are indexed ``0..R-1``; the inverse of relation ``r`` is ``r + R`` ("inverse hypernym"), which is how
-head prediction is asked as tail prediction (SimKGC's backward direction).
+Layouts: WN18RR in SimKGC's (``{train,valid,test}.txt`` of synset ids, ``wordnet-mlj12-definitions.txt``) and
+FB15k-237 (Freebase mids, ``FB15k_mid2name.txt``; no descriptions). Relations are ``0..R-1``; the inverse of ``r``
+is ``r + R``, which asks head prediction as tail prediction (SimKGC's backward direction).
 """
 
 from __future__ import annotations

@@ -99,12 +99,8 @@ def train_pipeline(
 ) -> KGCResult:
     """Train a KGC model on ``dataset`` with SimKGC's objective, save it to ``output``, and (optionally) evaluate it.
 
-    ``config`` is the run's recipe (:class:`~subspaces.kgc.recipes.KGCTrainConfig`: every setting, with its help);
-    ``settings`` (any of its fields, e.g. ``arch="bi"``) replace its values. ``freeze_encoder`` (tri-encoder only)
-    trains the head on cached entity and relation embeddings; otherwise the encoder is fine-tuned on text
-    (SimKGC's recipe; what a GPU is for). ``select_on`` (a split) keeps the state with the best MRR there;
-    ``track_on`` records each epoch's MRR but keeps the last state. ``output_dir``: the training checkpoints there
-    every ``save_steps`` and on Ctrl-C, and the same call again resumes exactly where it stopped.
+    ``config`` is the run's recipe (:class:`~subspaces.kgc.recipes.KGCTrainConfig`, every setting with its help);
+    ``settings`` (any of its fields, e.g. ``arch="bi"``) replace its values.
     """
     config = replace(config or KGCTrainConfig(), **settings)
     arch, freeze_encoder = config.arch, config.freeze_encoder
@@ -275,10 +271,9 @@ def evaluate_model(
 ) -> KGCEvalResult:
     """Filtered ranking of ``split`` against every entity, forward (tails), backward (heads) and their average.
 
-    ``model`` is a trained KGC folder, a model object, or a plain encoder name/folder (then the zero-shot
-    bi-encoder), loaded onto ``device`` (a model object stays where it is). ``n_hop > 0`` adds SimKGC's graph
-    re-ranking, reported under ``rerank`` beside the plain figures. ``normalize_queries`` (default: as the model
-    was trained) scores raw query vectors when False; it changes only the re-ranked figures.
+    ``model`` is a trained KGC folder, a model object, or a plain encoder name/folder (the zero-shot bi-encoder).
+    ``n_hop > 0`` adds SimKGC's graph re-ranking (under ``rerank``); ``normalize_queries`` (default: as the model was
+    trained) False scores raw query vectors, which changes only the re-ranked figures.
     """
     from subspaces.models.encoder import resolve_device
 

@@ -2,15 +2,9 @@
 derives its options and defaults from it, and no torch is imported here), and named configurations of released
 code: each setting with the file and flag it comes from.
 
-``hypercl-wn18rr`` is Hyper-CL's released WN18RR run (HYU-NLP/Hyper-CL, ``sim-kgc/scripts/train_wn.sh`` and the
-files it runs), for the tri-encoder; with ``arch="bi"`` the settings a bi-encoder shares with it, plus SimKGC's own
-self-negatives (intfloat/SimKGC ``scripts/train_wn.sh``), so the two train at equal batches.
-
-    settings = recipe_settings("hypercl-wn18rr", "tri")       # {"rank": None, "batch_size": 512, ...}
-    train_pipeline(output=..., **settings, recipe="hypercl-wn18rr")
-
-Settings are fields of :class:`KGCTrainConfig`; a caller's explicit value wins over a
-recipe's (the CLI applies a recipe to the options left at their defaults).
+``hypercl-wn18rr`` is Hyper-CL's released WN18RR run (``sim-kgc/scripts/train_wn.sh``) for the tri-encoder; with
+``arch="bi"``, the settings a bi-encoder shares with it plus SimKGC's self-negatives. A caller's explicit value wins
+over a recipe's: ``train_pipeline(output=..., **recipe_settings("hypercl-wn18rr", "tri"), recipe="hypercl-wn18rr")``.
 """
 
 from __future__ import annotations

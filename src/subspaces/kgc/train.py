@@ -1,9 +1,8 @@
 """KGC as a task on the shared :class:`~subspaces.train.engine.TrainingLoop`: triple batches and SimKGC's loss (the
 evaluator, MRR on a split, is :class:`subspaces.kgc.pipeline.RankingEvaluator`, beside ``evaluate_model``).
 
-The engine optimises the :class:`~subspaces.losses.simkgc.SimKGCLoss` (it holds the model and the learnable
-temperature); a step is the loss of one batch of triples. Batches are full (the last ragged one is dropped, as
-SimKGC does: in-batch negatives change with size) and each epoch is a seeded permutation of the triples.
+The engine optimises the :class:`~subspaces.losses.simkgc.SimKGCLoss` (which holds the model and the temperature)
+over full batches of a seeded permutation of the triples (the ragged last one dropped, as SimKGC).
 """
 
 from __future__ import annotations

@@ -51,12 +51,8 @@ def broadcast_parameters(module: torch.nn.Module) -> None:
 
 
 def sum_gradients(module: torch.nn.Module) -> None:
-    """Sum gradients over processes.
-
-    Each process computes the loss over the *gathered* global batch, with gradient flowing only through its own
-    slice; summing those slice gradients gives exactly the single-process gradient of the global batch (averaging,
-    as DDP does, would scale it by 1/world).
-    """
+    """Sum gradients over processes: each computed the loss over the gathered global batch with gradient through its
+    own slice, so the sum is the single-process gradient (DDP's average would scale it by 1/world)."""
     if world_size() == 1:
         return
     for p in module.parameters():

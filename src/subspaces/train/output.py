@@ -1,10 +1,8 @@
 """The output folder of a training run: whose it is, what the run wrote into it, and how a model is swapped in.
 
-A run writes ``checkpoint.pt`` (tensors and plain values only) with ``checkpoint.json`` beside it (whose run it is),
-``trainer_state.json``, the model's files, and ``.subspaces-run.json`` (the list of the names it wrote). A folder is
-"a run of ours" when it holds one of those. Into anything else (a folder of the user's files) a run writes only with
-``overwrite``, and a model save never replaces a file or folder the run did not write, unless ``overwrite`` allows
-it. Files are never deleted, only replaced by the run's new version.
+A folder is "a run of ours" when it holds one of :data:`RUN_FILES` (``.subspaces-run.json`` lists the names the run
+wrote). Into anything else a run writes only with ``overwrite``, and a model save never replaces a file the run did
+not write unless ``overwrite``; files are never deleted, only replaced.
 """
 
 from __future__ import annotations

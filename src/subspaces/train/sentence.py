@@ -104,12 +104,9 @@ def train_sentence_loss(
     card_notes: Sequence[str] = (),
     callback: Callable[[int, float], None] | None = None,
 ) -> FitResult:
-    """Train ``model`` (a ``SentenceTransformer``, the one ``loss`` holds) by minimising ``loss`` over ``examples``.
-
-    The best model by ``evaluator`` (or the last one, without it) is saved in ``config.output_dir`` as a
-    sentence-transformers folder (made portable: see :func:`subspaces.models.encoder.portable`), with the base
-    model's ``max_seq_length`` and ``card_notes`` added to its model card. A loss that reports its terms
-    (``MICLoss.last_terms``) gets them into the history (and so the checkpoint and ``trainer_state.json``).
+    """Train ``model`` (the ``SentenceTransformer`` ``loss`` holds) by minimising ``loss`` over ``examples``; the best
+    model by ``evaluator`` (or the last) is saved in ``config.output_dir`` as a portable sentence-transformers folder
+    with the base model's ``max_seq_length`` and ``card_notes`` in its card; ``MICLoss.last_terms`` go to the history.
     """
     from subspaces.models.encoder import portable
 
