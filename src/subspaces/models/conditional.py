@@ -1,15 +1,10 @@
 """The conditional encoders both tasks share: one protocol, the tri-encoder (:mod:`subspaces.models.triencoder`)
 and one bi-encoder, built and loaded by one pair of functions.
 
-- :class:`~subspaces.models.triencoder.TriEncoder` (Hyper-CL): texts and conditions encoded *independently*, then a
-  condition head projects each text under its condition. Cached per text and per condition.
-- :class:`BiEncoder` (C-STS's baseline, SimKGC): each text encoded *together with* its condition as a text pair
-  ``(text, condition)``; plain texts (KGC's tail entities) by a tail encoder, the same one unless given apart.
-  Only identical (text, condition) pairs can be reused.
-
-A task (:mod:`subspaces.cond`: ``cos(z(s1, c), z(s2, c))``; :mod:`subspaces.kgc`: the query ``z(h, r)`` against
-every entity) reads a model only through :class:`ConditionalEncoder`. Both save as folders of
-:mod:`subspaces.models.folder`'s format.
+:class:`~subspaces.models.triencoder.TriEncoder` (Hyper-CL) encodes texts and conditions independently, then a head
+projects; :class:`BiEncoder` (C-STS's baseline, SimKGC) encodes each ``(text, condition)`` pair together, and plain
+texts (KGC's tails) with a tail encoder. Tasks read a model only through :class:`ConditionalEncoder`; both save as
+folders of :mod:`subspaces.models.folder`'s format.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Fingerprints: what caches and stores key vectors by, so a changed model never reads a stale vector.
 
-* :func:`model_fingerprint`: a whole sentence-transformers model (weights, module settings, max length,
-  truncation, prompts); recorded in store manifests, and the folder of the conditional models' disk shards;
-* :func:`weights_hash`: a transformers model's config and tensors; the key of the backends' exported graphs;
-* :func:`texts_key`: one shard of texts under a model fingerprint.
-
-Each is recorded on disk: computing one differently orphans what was recorded (memory keys are
-:func:`subspaces.cache.content_key`).
+:func:`model_fingerprint` (a whole sentence-transformers model: store manifests, the conditional models' disk
+shards), :func:`weights_hash` (a transformers model: the backends' exported graphs), :func:`texts_key` (one shard of
+texts). Each is recorded on disk: computing one differently orphans what was recorded.
 """
 
 from __future__ import annotations
@@ -31,8 +27,7 @@ def model_fingerprint(model: torch.nn.Module, extra: str = "") -> str:
     """A hex digest of the model's parameters and buffers (names, shapes, values), its modules' settings, max
     length, truncation and prompts, and ``extra``.
 
-    Hashing the weights themselves (about 0.2 s for MiniLM) makes the key right for fine-tuned models held
-    only in memory, where a name or path would not be.
+    Hashing the weights (about 0.2 s for MiniLM) keys right a fine-tuned model held only in memory.
     """
     digest = hashlib.sha256(extra.encode())
     digest.update(str(getattr(model, "max_seq_length", "")).encode())

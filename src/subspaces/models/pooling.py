@@ -1,21 +1,9 @@
 """SimCSE's poolers as one sentence-transformers module.
 
-Names follow SimCSE (Gao et al., 2021, ``simcse/models.py``):
-
-``cls``
-    The [CLS] token of the last layer, followed by an MLP (Linear + Tanh, hidden -> hidden). SimCSE's unsupervised
-    recipe uses the MLP only while training (``mlp_only_train=True``); its supervised recipe keeps it at test time.
-``cls_before_pooler``
-    The [CLS] token of the last layer, as is.
-``mean``
-    Mean of the last layer's token states over non-padding tokens (SimCSE calls it ``avg``).
-``avg_first_last``
-    Mean over tokens of the average of the *first transformer layer's* output (``hidden_states[1]``, not the
-    embedding layer) and the last layer's output.
-``avg_top2``
-    Mean over tokens of the average of the last two layers' outputs.
-
-For ``mean`` the loader uses sentence-transformers' own ``Pooling`` module, so such a model loads anywhere.
+Names follow SimCSE (``simcse/models.py``): ``cls`` (the last layer's [CLS] and a Linear + Tanh MLP, which
+unsupervised SimCSE uses only in training, ``mlp_only_train``), ``cls_before_pooler`` (the [CLS] as is), ``mean``
+(SimCSE's ``avg``; loaded as sentence-transformers' own ``Pooling``), ``avg_first_last`` (the mean over tokens of the
+first transformer layer's and the last layer's outputs) and ``avg_top2`` (of the last two layers').
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """Dynamic batching: one worker thread that coalesces queued requests into batches by a token budget.
 
-Requests wait in one bounded queue. The worker takes the oldest; if it is an encoding job, it keeps adding the
-next encoding jobs while the batch's padded size (texts x longest text, in tokens) stays within the budget,
-waiting up to ``max_wait`` after the first job arrived for more to come. One forward pass then serves them all,
-and each job gets its own rows back through a :class:`concurrent.futures.Future`. Other work that needs the model
-(a conditioned similarity) is queued as a *call*, run alone between batches: one thread touches the model, so
-batches never compete for the cores, and the event loop only ever waits on futures.
+The worker takes the oldest job of one bounded queue and adds the next encoding jobs while the batch's padded size
+stays within the budget (waiting up to ``max_wait`` for more); one forward pass serves them, each job's rows coming
+back through a :class:`concurrent.futures.Future`. Other model work is queued as a *call*, run alone between batches:
+one thread touches the model, and the event loop only waits on futures.
 """
 
 from __future__ import annotations

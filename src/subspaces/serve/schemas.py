@@ -1,10 +1,7 @@
 """Request and response bodies (the OpenAPI schema at ``/openapi.json`` is built from them).
 
-Request types are strict (a number is not a text, a string is not a number): a wrong type is a 422.
-
-Unknown fields are ignored, as OpenAI's API does (its client sends ``user`` and others). Every string must be valid
-Unicode: JSON allows a lone surrogate escape (``"\\ud800"``), which no tokenizer (nor the JSON encoder of the
-reply) takes; it is a 422 naming the field and the character, not a 500.
+Request types are strict (a wrong type is a 422); unknown fields are ignored, as OpenAI's API does. A lone surrogate
+escape (``"\\ud800"``), which no tokenizer takes, is a 422 naming the field, not a 500.
 """
 
 from __future__ import annotations
