@@ -86,8 +86,7 @@ def kmeans_runs(
         sums = torch.zeros(n_runs * k, values.shape[1], dtype=torch.float32)
         counts = torch.zeros(n_runs * k + 1, dtype=torch.int64)
         closeness = torch.zeros(n_runs, dtype=torch.float64)
-        # Contiguous columns, as the search's (neighbours.py): the product alone ran ~2.5x as fast, a whole
-        # structural round's k-means no faster (benchmarks/align_fixed_work.py); kept as the test pools ran it.
+        # Contiguous columns, as the search's (neighbours.py).
         columns = centroids.to(dtype).T.contiguous()
         for begin in range(0, len(rows), ROW_CHUNK):
             end = min(begin + ROW_CHUNK, len(rows))

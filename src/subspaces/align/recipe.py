@@ -32,7 +32,6 @@ RECIPE_REFINE = RefineParams(
 # The notebook's 500 refine-2 centroids and 10,000-row anchor samples are sized for pools of thousands; below
 # this many rows a side the candidate is not run (it would cluster a handful of rows per centroid).
 RECIPE_MIN_ROWS = 4000
-# The whole fit's bound, in units of the recipe candidate's own time. On the 12k debian-descriptions dev pool (4,500
-# rows a side, a busy 2-core machine) that pass took 0.13 and 0.36 x the notebook's time in two runs, so 2.5 x it
-# stays within the notebook's (benchmarks/notes/align.md, "Twenty-first session").
+# The whole fit's bound, in units of the recipe candidate's own time: within the notebook's own time
+# (benchmarks/notes/align.md, "Twenty-first session").
 RECIPE_BUDGET = 2.5
