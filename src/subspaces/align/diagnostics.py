@@ -69,7 +69,7 @@ def csls_score(sims: np.ndarray, k: int = TRUST_K) -> float:
     import torch
 
     k_t, k_s = min(k, sims.shape[1]), min(k, sims.shape[0])
-    # torch's top-k: twice numpy's partition's speed (4,096 x 4,096), the same values, summed in order.
+    # torch's top-k: twice numpy's partition's speed, the same values, summed in order at any thread count.
     rows = torch.from_numpy(np.ascontiguousarray(sims, dtype=np.float32))
     r_t = rows.topk(k_t, dim=1, sorted=False).values.mean(dim=1)
     r_s = rows.T.contiguous().topk(k_s, dim=1, sorted=False).values.mean(dim=1)
