@@ -21,6 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.io import atomic_open, save_npy
 
 Kind = Literal["int8", "binary"]
 KINDS: tuple[Kind, ...] = ("int8", "binary")
@@ -195,8 +196,6 @@ def save_codes(
     path: str | os.PathLike[str], codes: np.ndarray, kind: Kind, dim: int, calibration: Int8Calibration | None
 ) -> None:
     """Write ``codes`` (.npy) and, beside them, their kind, dimension and int8 ranges (each file atomically)."""
-    from subspaces.io import atomic_open, save_npy
-
     meta: dict = {"kind": kind, "dim": dim}
     if calibration is not None:
         meta |= {"low": calibration.low.tolist(), "high": calibration.high.tolist()}

@@ -15,6 +15,7 @@ import numpy as np
 import scipy.sparse
 
 from subspaces.align.matching import gram_factor, match_centroids
+from subspaces.align.precision import torch_dtype
 from subspaces.align.preprocess import normalize_rows
 
 ROW_CHUNK = 32_768  # rows per k-means product: bounds the similarity block (rows x all runs' centroids)
@@ -56,8 +57,6 @@ def kmeans_runs(
     (without ``inits``), the tightest kept; an empty cluster takes half of the largest (:func:`_split_into_empty`).
     """
     import torch
-
-    from subspaces.align.precision import torch_dtype
 
     dtype = torch_dtype(precision)
     if inits is not None:

@@ -11,6 +11,7 @@ import numpy as np
 
 from subspaces.align.preprocess import check_embeddings
 from subspaces.errors import DimensionError
+from subspaces.vectors_file import map_vectors_file
 
 
 def apply_to_file(
@@ -30,7 +31,6 @@ def apply_to_file(
     wrong width raise a :class:`DimensionError` naming the row in the file; an unreadable or ragged file a
     :class:`DataError`.
     """
-    from subspaces.vectors_file import map_vectors_file
 
     def mapped(rows: np.ndarray, where: str, start: int) -> np.ndarray:
         try:

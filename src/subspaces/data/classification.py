@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from subspaces.config import dataset_dir
+from subspaces.data.wic import WIC_SPLITS, read_wic
 from subspaces.errors import DataError
 
 TWEETEVAL_TASKS = ("emoji", "emotion", "hate", "irony", "offensive", "sentiment")
@@ -207,8 +208,6 @@ def load_mrpc(split: str = "train", folder: str | Path | None = None) -> Labelle
 def load_wic_pairs(split: str = "train", folder: str | Path | None = None) -> LabelledPairs:
     """WiC ``train``/``dev``/``test`` as plain sentence pairs labelled 1 (same sense) or 0; the target word is
     dropped."""
-    from subspaces.data.wic import WIC_SPLITS, read_wic
-
     if split not in WIC_SPLITS:
         raise DataError(f"WiC has splits train, dev and test, not {split!r}")
     root = Path(folder) if folder is not None else dataset_dir("wic")

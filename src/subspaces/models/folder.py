@@ -20,6 +20,7 @@ from typing import Any
 
 from subspaces.errors import ModelNotFoundError
 from subspaces.io import save_json
+from subspaces.models import registry
 
 CONFIG_NAME = "subspaces_model.json"
 FORMAT_VERSION = 1
@@ -67,8 +68,6 @@ def write_config(folder: Path, config: dict[str, Any]) -> None:
 
 def encoder_reference(name_or_path: str) -> str:
     """What a config stores for unchanged weights: a bundled name as is, a local folder as an absolute path."""
-    from subspaces.models import registry
-
     text = str(name_or_path)
     if text in registry.known_models():
         return text

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from subspaces.config import cache_dir as cache_root
 from subspaces.errors import DataError, SubspacesError
 from subspaces.io import atomic_open
 from subspaces.progress import Progress
@@ -505,8 +506,6 @@ def _cache_folder(
         return None
     key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     if cache_dir is True:
-        from subspaces.config import cache_dir as cache_root
-
         return cache_root() / "activations" / key
     folder = Path(cache_dir).expanduser()
     return folder / key if keyed else folder
