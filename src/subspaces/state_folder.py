@@ -80,14 +80,11 @@ def read_state_folder(
     *,
     versions: Collection[int],
     written_by: str,
-    require_hash: bool = True,
     config_hashed_from: int | None = None,
 ) -> tuple[dict[str, Any], bytes]:
     """The config (a dict whose ``format_version`` is one of ``versions``) and the state's bytes, checked against
-    the config's ``state_sha256`` (a config without one passes unless ``require_hash``) and its fields against
-    its ``config_sha256`` (required from format ``config_hashed_from`` on; checked wherever present).
-
-    ``written_by`` is the command that writes such folders (``"align fit"``), named when a file is missing.
+    its ``state_sha256`` and its fields against its ``config_sha256`` (required from format ``config_hashed_from``
+    on; checked wherever present). ``written_by`` (``"align fit"``) is named when a file is missing.
     """
     folder = Path(path)
     config_path, state_path = folder / config_file, folder / STATE_FILE
@@ -113,7 +110,7 @@ def read_state_folder(
         )
     state = state_path.read_bytes()
     expected = config.get("state_sha256")
-    if (require_hash or expected is not None) and hashlib.sha256(state).hexdigest() != expected:
+    if hashlib.sha256(state).hexdigest() != expected:
         raise DataError(f"does not belong to {config_file} beside it (an interrupted save?); refit", path=state_path)
     return config, state
 

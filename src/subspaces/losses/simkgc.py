@@ -89,7 +89,6 @@ class SimKGCLoss(nn.Module):
         *,
         margin: float = 0.02,
         temperature: float = 0.05,
-        learn_temperature: bool = True,
         pre_batch: int = 0,
         pre_batch_weight: float = 0.5,
         self_negatives: bool = True,
@@ -106,7 +105,7 @@ class SimKGCLoss(nn.Module):
         self.embed_batch = embed_batch
         self.known = known
         self.margin = margin
-        self.log_inv_t = nn.Parameter(torch.tensor(math.log(1.0 / temperature)), requires_grad=learn_temperature)
+        self.log_inv_t = nn.Parameter(torch.tensor(math.log(1.0 / temperature)))
         self.pre_batch = pre_batch
         self.pre_batch_weight = pre_batch_weight
         self.self_negatives = self_negatives
