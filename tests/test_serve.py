@@ -38,7 +38,7 @@ def matryoshka_dir(tiny_model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(matryoshka_dir) -> Engine:
-    return Engine(ServeSettings(model=str(matryoshka_dir)))
+    return Engine(ServeSettings(backend="torch", model=str(matryoshka_dir)))
 
 
 @pytest.fixture
@@ -46,7 +46,9 @@ def serve(engine, matryoshka_dir):
     """``serve(**settings)``: a test client of an app over the shared engine, ready as soon as it starts."""
 
     def make(**options) -> TestClient:
-        return TestClient(create_app(ServeSettings(model=str(matryoshka_dir), **options), engine=engine))
+        return TestClient(
+            create_app(ServeSettings(backend="torch", model=str(matryoshka_dir), **options), engine=engine)
+        )
 
     return make
 
@@ -200,7 +202,7 @@ def test_a_request_past_its_timeout_is_504_and_is_never_run(serve):
 
 
 def test_health_is_ready_only_once_the_model_loaded(tmp_path):
-    with TestClient(create_app(ServeSettings(model=str(tmp_path / "missing")))) as client:
+    with TestClient(create_app(ServeSettings(backend="torch", model=str(tmp_path / "missing")))) as client:
         deadline = time.monotonic() + 30  # the first import of torch alone can take 10 s on busy cores
         while client.get("/health").json()["status"] == "loading" and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -211,7 +213,7 @@ def test_health_is_ready_only_once_the_model_loaded(tmp_path):
 
 
 def test_health_loads_in_the_background(tiny_model_dir):
-    with TestClient(create_app(ServeSettings(model=str(tiny_model_dir)))) as client:
+    with TestClient(create_app(ServeSettings(backend="torch", model=str(tiny_model_dir)))) as client:
         first = client.get("/health").status_code
         deadline = time.monotonic() + 30
         while client.get("/health").status_code != 200 and time.monotonic() < deadline:
@@ -327,7 +329,9 @@ def test_conditioned_similarity_uses_the_head_and_caches_its_matrices(tiny_model
     build_tri_encoder(str(tiny_model_dir), head="hypernet", rank=4, seed=0).save(tmp_path / "head")
     expected = TriEncoder.load(tmp_path / "head").similarity([TEXTS[0], TEXTS[1]], [TEXTS[2], TEXTS[3]], ["colour"] * 2)
     pairs = [[TEXTS[0], TEXTS[2]], [TEXTS[1], TEXTS[3]]]
-    with TestClient(create_app(ServeSettings(model=str(tiny_model_dir), head=tmp_path / "head"))) as client:
+    with TestClient(
+        create_app(ServeSettings(backend="torch", model=str(tiny_model_dir), head=tmp_path / "head"))
+    ) as client:
         deadline = time.monotonic() + 30
         while client.get("/health").status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -345,7 +349,9 @@ def test_search_over_a_store(tiny_model_dir, tmp_path):
     store_module = pytest.importorskip("subspaces.store")
     store = store_module.Store.create(tmp_path / "store", str(tiny_model_dir))
     store.add(TEXTS, ids=["a", "b", "c", "d"])
-    with TestClient(create_app(ServeSettings(model=str(tiny_model_dir), store=tmp_path / "store"))) as client:
+    with TestClient(
+        create_app(ServeSettings(backend="torch", model=str(tiny_model_dir), store=tmp_path / "store"))
+    ) as client:
         deadline = time.monotonic() + 30
         while client.get("/health").status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -373,7 +379,9 @@ def test_conditioned_search_ranks_by_the_heads_similarity(tiny_model_dir, tmp_pa
     # What the head says of the query and each row under the condition: the order the search must give.
     want = TriEncoder.load(tmp_path / "head").similarity([query] * 4, TEXTS, ["colour"] * 4)
     order = np.argsort(-want, kind="stable")
-    settings = ServeSettings(model=str(tiny_model_dir), store=tmp_path / "store", head=tmp_path / "head")
+    settings = ServeSettings(
+        backend="torch", model=str(tiny_model_dir), store=tmp_path / "store", head=tmp_path / "head"
+    )
     with TestClient(create_app(settings)) as client:
         _ready(client)
         first = client.post("/v1/search", json={"query": query, "k": 4, "condition": "colour"}).json()
@@ -393,7 +401,9 @@ def test_conditioned_search_ranks_by_the_heads_similarity(tiny_model_dir, tmp_pa
 def test_conditioned_search_without_a_head_is_422(tiny_model_dir, tmp_path):
     store_module = pytest.importorskip("subspaces.store")
     store_module.Store.create(tmp_path / "store", str(tiny_model_dir)).add(TEXTS)
-    with TestClient(create_app(ServeSettings(model=str(tiny_model_dir), store=tmp_path / "store"))) as client:
+    with TestClient(
+        create_app(ServeSettings(backend="torch", model=str(tiny_model_dir), store=tmp_path / "store"))
+    ) as client:
         _ready(client)
         refused = client.post("/v1/search", json={"query": TEXTS[0], "condition": "colour"})
         listed = client.get("/v1/models").json()["data"][0]
@@ -418,7 +428,7 @@ def test_onnx_backend_serves_what_torch_encodes(tiny_model_dir, engine):
 def test_bfloat16_serves_float32_rows_near_float32s_and_says_so(tiny_model_dir, engine, serve):
     from subspaces.models.encoder import encode
 
-    with TestClient(create_app(ServeSettings(model=str(tiny_model_dir), dtype="bfloat16"))) as client:
+    with TestClient(create_app(ServeSettings(backend="torch", model=str(tiny_model_dir), dtype="bfloat16"))) as client:
         _ready(client)
         served = np.array([d["embedding"] for d in client.post("/v1/embeddings", json={"input": TEXTS}).json()["data"]])
         listed = client.get("/v1/models").json()["data"][0]
@@ -445,13 +455,35 @@ def test_a_length_sorted_batch_gives_each_text_its_own_row_in_input_order(engine
     assert all(2 * lengths[p[-1]] >= lengths[p[0]] for p in cut)  # no pass pads a text to over twice its length
 
 
+def test_auto_runs_what_served_fastest_on_this_kind_of_cpu(monkeypatch):
+    """auto: OpenVINO's static int8 graph only where the CPU has int8 dot products and OpenVINO is installed;
+    else torch, bfloat16 where native; a dtype asked is torch's, an int8 precision a graph's."""
+    from subspaces.models import backends
+
+    for vnni, installed, want in (
+        (True, True, ("openvino", "int8", "float32")),
+        (False, True, ("torch", "fp32", "auto")),
+        (True, False, ("torch", "fp32", "auto")),
+    ):
+        monkeypatch.setattr(backends, "native_int8", lambda vnni=vnni: vnni)
+        monkeypatch.setattr(
+            "importlib.util.find_spec", lambda name, installed=installed: object() if installed else None
+        )
+        assert backends.fastest_runtime("cpu") == want
+        assert backends.fastest_runtime("cpu", dtype="bfloat16") == ("torch", "fp32", "bfloat16")
+        assert backends.fastest_runtime("cpu", precision="int8")[:2] == ("openvino" if installed else "onnx", "int8")
+        assert backends.fastest_runtime("cuda") == ("torch", "fp32", "float32")
+        assert ServeSettings(model="minilm-l6").runtime == want
+
+
 def test_bad_backend_settings_are_refused_before_loading(tiny_model_dir):
     from subspaces.errors import SubspacesError
 
     for options, message in (
         ({"backend": "tensorrt"}, "unknown backend"),
-        ({"precision": "int8"}, "needs --backend onnx"),
+        ({"backend": "torch", "precision": "int8"}, "needs --backend onnx"),
         ({"backend": "onnx", "device": "cuda"}, "runs on the CPU"),
+        ({"precision": "int8", "dtype": "bfloat16"}, "needs --backend onnx"),  # auto: a dtype is torch's
         ({"dtype": "float16"}, "unknown dtype"),
         ({"backend": "onnx", "dtype": "bfloat16"}, "runs on --backend torch"),
     ):
@@ -511,7 +543,9 @@ def test_openai_client_against_uvicorn(tiny_model_dir, engine):
 
     from subspaces.models.encoder import encode
 
-    app = create_app(ServeSettings(model=str(tiny_model_dir), model_id="tiny", api_key="k-123"), engine=engine)
+    app = create_app(
+        ServeSettings(backend="torch", model=str(tiny_model_dir), model_id="tiny", api_key="k-123"), engine=engine
+    )
     with live_server(app) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="k-123", max_retries=0, timeout=10)
         packed = client.embeddings.create(model="tiny", input=TEXTS, dimensions=8)  # the client asks for base64
@@ -542,7 +576,7 @@ def test_serve_command_checks_its_options_before_starting(tmp_path, tiny_model_d
         (["--model", str(tiny_model_dir), "--api-key-file", str(empty)], "is empty"),
         (["--model", str(tiny_model_dir), "--head", str(tmp_path / "nohead")], "not a folder"),
         (["--model", str(tiny_model_dir), "--max-queue", "0"], "at least 1"),
-        (["--model", str(tiny_model_dir), "--precision", "int8"], "needs --backend onnx or openvino"),
+        (["--model", str(tiny_model_dir), "--backend", "torch", "--precision", "int8"], "needs --backend onnx or"),
         (["--model", str(tiny_model_dir), "--backend", "onnx", "--dtype", "bfloat16"], "runs on --backend torch"),
     ]:
         result = runner.invoke(app, ["serve", *args])

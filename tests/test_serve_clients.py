@@ -36,13 +36,13 @@ def prompted_dir(tiny_model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(prompted_dir) -> Engine:
-    return Engine(ServeSettings(model=str(prompted_dir)))
+    return Engine(ServeSettings(backend="torch", model=str(prompted_dir)))
 
 
 @pytest.fixture
 def serve(engine, prompted_dir):
     def make(**options) -> TestClient:
-        return TestClient(create_app(ServeSettings(model=str(prompted_dir), **options), engine=engine))
+        return TestClient(create_app(ServeSettings(backend="torch", model=str(prompted_dir), **options), engine=engine))
 
     return make
 
@@ -108,9 +108,9 @@ def test_token_ids_without_tiktokens_encoding_are_a_422_that_says_what_to_do(ser
 
 
 def test_the_models_own_token_ids_with_token_ids_model(prompted_dir):
-    engine = Engine(ServeSettings(model=str(prompted_dir), token_ids="model"))
+    engine = Engine(ServeSettings(backend="torch", model=str(prompted_dir), token_ids="model"))
     ids = [engine.model.tokenizer.encode(t) for t in TEXTS]  # with [CLS] and [SEP], as a client would send
-    with TestClient(create_app(ServeSettings(model=str(prompted_dir), token_ids="model"), engine=engine)) as client:
+    with TestClient(create_app(ServeSettings(backend="torch", model=str(prompted_dir), token_ids="model"), engine=engine)) as client:
         np.testing.assert_allclose(served(client, input=ids), served(client, input=TEXTS), atol=1e-6)
         assert "vocabulary" in error(client.post("/v1/embeddings", json={"input": [10**6]}))
 
@@ -153,7 +153,7 @@ def test_prompts_from_the_model_folder(serve, engine):
 def test_query_prompt_on_the_command_line_overrides_the_folders(prompted_dir):
     import torch.nn.functional as F
 
-    settings = ServeSettings(model=str(prompted_dir), prompts={"query": "search for: ", "document": "doc: "})
+    settings = ServeSettings(backend="torch", model=str(prompted_dir), prompts={"query": "search for: ", "document": "doc: "})
     engine = Engine(settings)
     with TestClient(create_app(settings, engine=engine)) as client:
         got = served(client, input=TEXTS, prompt_name="query")
@@ -185,7 +185,7 @@ def test_dimensions_with_an_adapter_reads_the_adapted_prefix(prompted_dir, engin
 
     rows = np.random.default_rng(0).normal(size=(64, 32)).astype(np.float32)
     MatryoshkaAdapter(dims=(8, 16), hidden=0, epochs=1, batch_size=32).fit(rows).save(tmp_path / "adapter")
-    settings = ServeSettings(model=str(prompted_dir), adapter=tmp_path / "adapter")
+    settings = ServeSettings(backend="torch", model=str(prompted_dir), adapter=tmp_path / "adapter")
     adapted_engine = Engine(settings)
     adapter = MatryoshkaAdapter.load(tmp_path / "adapter")
     with TestClient(create_app(settings, engine=adapted_engine)) as client:
@@ -212,7 +212,7 @@ def test_an_adapter_of_another_size_is_refused(prompted_dir, tmp_path):
     rows = np.random.default_rng(0).normal(size=(64, 16)).astype(np.float32)
     MatryoshkaAdapter(dims=(8,), hidden=0, epochs=1, batch_size=32).fit(rows).save(tmp_path / "adapter")
     with pytest.raises(SubspacesError, match="16-d rows; the model gives 32"):
-        Engine(ServeSettings(model=str(prompted_dir), adapter=tmp_path / "adapter"))
+        Engine(ServeSettings(backend="torch", model=str(prompted_dir), adapter=tmp_path / "adapter"))
 
 
 def test_dimensions_with_a_store_reads_its_principal_axes(prompted_dir, tmp_path):
@@ -224,7 +224,7 @@ def test_dimensions_with_a_store_reads_its_principal_axes(prompted_dir, tmp_path
 
     store = store_module.Store.create(tmp_path / "store", str(prompted_dir))
     store.add([f"{t} {i}" for i in range(10) for t in TEXTS])
-    settings = ServeSettings(model=str(prompted_dir), store=tmp_path / "store")
+    settings = ServeSettings(backend="torch", model=str(prompted_dir), store=tmp_path / "store")
     with TestClient(create_app(settings)) as client:
         import time
 
@@ -273,7 +273,7 @@ def test_langchain_openai_embeddings_with_its_defaults(engine, prompted_dir, byt
     real = engine.decode_ids
     monkeypatch.setattr(engine, "decode_ids", lambda rows: decoded.append(len(rows)) or real(rows))
     # LangChain names its own default model (text-embedding-ada-002): the server accepts any name.
-    app = create_app(ServeSettings(model=str(prompted_dir), accept_any_model=True), engine=engine)
+    app = create_app(ServeSettings(backend="torch", model=str(prompted_dir), accept_any_model=True), engine=engine)
     with live_server(app) as url:
         client = langchain_openai.OpenAIEmbeddings(base_url=f"{url}/v1", api_key="anything", max_retries=0)
         assert client.check_embedding_ctx_length and client.tiktoken_enabled  # the defaults: token ids
@@ -289,7 +289,7 @@ def test_langchain_openai_embeddings_with_its_defaults(engine, prompted_dir, byt
 
 def test_llama_index_openai_embedding(engine, prompted_dir):
     llama_openai = pytest.importorskip("llama_index.embeddings.openai")
-    app = create_app(ServeSettings(model=str(prompted_dir), aliases=("text-embedding-ada-002",)), engine=engine)
+    app = create_app(ServeSettings(backend="torch", model=str(prompted_dir), aliases=("text-embedding-ada-002",)), engine=engine)
     with live_server(app) as url:
         client = llama_openai.OpenAIEmbedding(api_base=f"{url}/v1", api_key="anything", max_retries=0)
         documents = np.array(client.get_text_embedding_batch(TEXTS))

@@ -51,7 +51,7 @@ def settings(tiny_model_dir, tmp_path_factory) -> ServeSettings:
     root = tmp_path_factory.mktemp("page")
     build_tri_encoder(str(tiny_model_dir), head="hypernet", rank=4, seed=0).save(root / "head")
     Store.create(root / "store", str(tiny_model_dir)).add(TEXTS, ids=["guitar", "dog", "house", "html"])
-    return ServeSettings(model=str(tiny_model_dir), store=root / "store", head=root / "head")
+    return ServeSettings(backend="torch", model=str(tiny_model_dir), store=root / "store", head=root / "head")
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ QUERIES = ["who plays music?", "an animal outside", "a small home"]
 
 
 def _served(model_dir, store_dir, queries, k, **request) -> list[dict]:
-    with TestClient(create_app(ServeSettings(model=str(model_dir), store=store_dir))) as client:
+    with TestClient(create_app(ServeSettings(backend="torch", model=str(model_dir), store=store_dir))) as client:
         deadline = time.monotonic() + 30
         while client.get("/health").status_code != 200 and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -68,6 +68,16 @@ def native_bfloat16() -> bool:
 
 
 @cache
+def native_int8() -> bool:
+    """Whether this CPU has int8 dot-product instructions (AVX512-VNNI or AMX), what static int8 graphs run on."""
+    import torch
+
+    cpu: Any = torch.cpu
+    checks = ("_is_vnni_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
+
+
+@cache
 def cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
     try:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional
 
 import typer
 
 from subspaces.cli.common import (
     DEVICE,
-    BackendOpt,
     DeviceOpt,
     DtypeOpt,
     PrecisionOpt,
@@ -22,10 +21,18 @@ from subspaces.cli.common import (
 )
 from subspaces.cli.groups import app
 from subspaces.errors import SubspacesError
+from subspaces.models.backends import AUTO, BACKENDS
 from subspaces.models.registry import check_model
 from subspaces.serve.settings import ServeSettings, read_api_key
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+ServeBackendOpt = Annotated[
+    Literal[(*BACKENDS, AUTO)],  # type: ignore[valid-type]
+    typer.Option(
+        help="auto: what served fastest on this kind of CPU (OpenVINO static int8 where the CPU has VNNI/AMX and the "
+        "openvino extra is installed, else torch, bfloat16 where native); or torch, onnx, openvino."
+    ),
+]
 
 
 @app.command("serve")
@@ -47,7 +54,7 @@ def serve_cmd(
         Optional[str], typer.Option(help="The prompt named 'document' (over the model folder's own prompts).")
     ] = None,
     device: DeviceOpt = DEVICE,
-    backend: BackendOpt = "torch",
+    backend: ServeBackendOpt = AUTO,
     precision: PrecisionOpt = "fp32",
     dtype: DtypeOpt = "float32",
     threads: ThreadsOpt = None,
@@ -109,7 +116,7 @@ def serve_cmd(
             f"[yellow]warning:[/] listening on {host} without --api-key-file: anyone who reaches it may use it"
         )
     console.print(
-        f"serving {settings.served_id!r} ({settings.backend} {settings.precision}, --dtype {settings.dtype}) "
+        f"serving {settings.served_id!r} ({' '.join(settings.runtime)}{' (auto)' if settings.backend == AUTO else ''}) "
         f"on http://{host}:{port} (the model loads now; GET /health says when)"
     )
     failures: list[str] = []

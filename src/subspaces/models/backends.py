@@ -40,7 +40,7 @@ import numpy as np
 from subspaces.config import cache_dir, encoding_threads
 from subspaces.errors import SubspacesError
 from subspaces.models.fingerprint import weights_hash
-from subspaces.numerics import native_bfloat16
+from subspaces.numerics import native_bfloat16, native_int8
 from subspaces.state_folder import built_folder
 
 if TYPE_CHECKING:
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 BACKENDS = ("torch", "onnx", "openvino")
+AUTO = "auto"  # serve's default: the runtime measured fastest on this kind of CPU (:func:`fastest_runtime`)
 PRECISIONS = ("fp32", "int8")
 DTYPES = ("float32", "bfloat16", "auto")
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -55,6 +56,24 @@ FORMAT = 2  # bump when the export changes, so graphs built by older code are re
 OPSET = 17
 
 log = logging.getLogger(__name__)
+
+
+def fastest_runtime(device: str = "cpu", precision: str = "fp32", dtype: str = "float32") -> tuple[str, str, str]:
+    """``(backend, precision, dtype)`` for backend ``auto``: what served fastest on this kind of CPU (BENCHMARKS §8)
+    within what was asked. A ``dtype`` other than float32 is the torch backend's; ``precision`` int8 is OpenVINO's
+    static graph where the openvino extra is installed, else ONNX Runtime's. Otherwise: OpenVINO's static int8 where
+    the CPU has int8 dot products (VNNI/AMX) and the extra is installed, else torch in bfloat16 where the CPU
+    multiplies it natively (``dtype`` auto). On another device than the CPU: torch."""
+    import importlib.util
+
+    openvino = all(importlib.util.find_spec(name) is not None for name in ("openvino", "nncf"))
+    if device != "cpu" or dtype != "float32":
+        return "torch", precision, dtype
+    if precision == "int8":
+        return ("openvino" if openvino else "onnx"), precision, dtype
+    if openvino and native_int8():
+        return "openvino", "int8", "float32"
+    return "torch", "fp32", "auto"
 
 
 def check_backend(backend: str, precision: str = "fp32") -> None:

@@ -44,8 +44,8 @@ class Engine:
         # for the process, set before an ONNX/OpenVINO session takes its count from torch's.
         if (wider := encoding_threads()) is not None:
             set_threads(wider)
-        self.backend, self.precision = settings.backend, settings.precision
-        self.dtype = resolve_dtype(settings.dtype, settings.backend)  # float32 or bfloat16, as /health reports
+        self.backend, self.precision, dtype = settings.runtime
+        self.dtype = resolve_dtype(dtype, self.backend)  # float32 or bfloat16, as /v1/models reports
         self.model = load_encoder(settings.model, device=settings.device)
         self.model.eval()
         self.dim = int(self.model.get_embedding_dimension() or 0)
@@ -85,7 +85,7 @@ class Engine:
         self._tiktoken: Any = None
         self._tiktoken_failure: str | None = None
         self._tiktoken_lock = threading.Lock()
-        with_backend(self.model, settings.backend, settings.precision, dtype=self.dtype)
+        with_backend(self.model, self.backend, self.precision, dtype=self.dtype)
         # A fast tokenizer keeps its truncation and padding settings in shared state that each call resets, so
         # request threads tokenise one at a time; the worker only pads and runs the network, never tokenises.
         self._tokenizer_lock = threading.Lock()

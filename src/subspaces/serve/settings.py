@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from subspaces.errors import SubspacesError
-from subspaces.models.backends import check_backend, check_dtype
+from subspaces.models.backends import AUTO, check_backend, check_dtype, fastest_runtime
 
 TokenIds = Literal["tiktoken", "model"]
 TOKEN_IDS: tuple[str, ...] = get_args(TokenIds)
@@ -26,7 +26,8 @@ class ServeSettings:
 
     ``max_wait_ms`` 0 (greedy) takes whatever queued while the previous batch ran: it coalesces under load and adds
     nothing to a lone request's latency (docs/serve.md). ``prompts`` go over the model folder's own; requests pick
-    one by ``prompt_name``.
+    one by ``prompt_name``. ``backend`` ``auto`` (the default) runs what served fastest on this kind of CPU, within
+    the ``precision`` and ``dtype`` asked (:func:`subspaces.models.backends.fastest_runtime`; :attr:`runtime`).
     """
 
     model: str = field(
@@ -37,7 +38,7 @@ class ServeSettings:
     )
     store: Path | None = field(default=None, metadata=_help("A store folder, for /v1/search."))
     device: str = "cpu"
-    backend: str = "torch"
+    backend: str = AUTO
     precision: str = "fp32"
     dtype: str = "float32"
     model_id: str | None = field(
@@ -95,16 +96,24 @@ class ServeSettings:
         if self.request_timeout_s <= 0:
             raise SubspacesError(f"request timeout must be positive, got {self.request_timeout_s}")
 
-        check_backend(self.backend, self.precision)
-        check_dtype(self.dtype, self.backend)
-        if self.backend != "torch" and self.device != "cpu":
-            raise SubspacesError(f"backend {self.backend!r} runs on the CPU; use --device cpu (or --backend torch)")
+        backend, precision, dtype = self.runtime
+        check_backend(backend, precision)
+        check_dtype(dtype, backend)
+        if backend != "torch" and self.device != "cpu":
+            raise SubspacesError(f"backend {backend!r} runs on the CPU; use --device cpu (or --backend torch)")
         if self.api_key is not None and not self.api_key:
             raise SubspacesError("the API key is empty")
         if self.token_ids not in TOKEN_IDS:
             raise SubspacesError(f"token ids must be read as one of {', '.join(TOKEN_IDS)}, got {self.token_ids!r}")
         if any(not name.strip() for name in self.aliases):
             raise SubspacesError("a served model name is empty")
+
+    @property
+    def runtime(self) -> tuple[str, str, str]:
+        """``(backend, precision, dtype)`` the server runs: as given, or :func:`fastest_runtime`'s for ``auto``."""
+        if self.backend == AUTO:
+            return fastest_runtime(self.device, self.precision, self.dtype)
+        return self.backend, self.precision, self.dtype
 
     @property
     def served_id(self) -> str:
