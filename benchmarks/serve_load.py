@@ -6,7 +6,8 @@ default /work/peers/infinity; never a dependency of this project). The load gene
 in this process posting OpenAI-style bodies: short texts (WordNet sentences) and long ones (nine of them joined, cut
 at the model's 256 tokens), 8 texts a request, at concurrency 1 and 32 (``--duration`` seconds each, after a short
 warm-up); texts/s, p50/p99 latency, status counts and our/their ratios, with the CPU (model name, native bfloat16)
-recorded. Ours runs each of ``--ours`` (default: torch with ``--dtype auto``, and the onnx int8 graph), infinity its
+recorded. Ours runs each of ``--ours`` (default: the server's default, ``--backend auto``; torch with ``--dtype auto``;
+the onnx int8 graph), infinity its
 ``--infinity-dtype`` (default: bfloat16 where the CPU multiplies it natively, its fastest CPU setting in issue 56's
 run, else float32):
 
@@ -298,6 +299,7 @@ def against_infinity(args: argparse.Namespace) -> dict[str, Any]:
     """Ours and infinity-emb, one server at a time, on short and long texts at each level: texts/s, p50/p99."""
     from subspaces.models.backends import resolve_dtype
     from subspaces.numerics import cpu_model, native_bfloat16
+    from subspaces.serve.settings import ServeSettings
 
     args.infinity_dtype = args.infinity_dtype or ("bfloat16" if native_bfloat16() else "float32")
     short = sentences(args.texts)
@@ -318,7 +320,9 @@ def against_infinity(args: argparse.Namespace) -> dict[str, Any]:
     for config in args.ours.split(","):  # backend:precision:dtype
         backend, precision, dtype = config.split(":")
         ours = argparse.Namespace(**{**vars(args), "backend": backend, "precision": precision, "dtype": dtype})
-        servers.append((f"ours {config} ({resolve_dtype(dtype, backend)})", "ours", ours))
+        runtime = ServeSettings(model=args.model, backend=backend, precision=precision, dtype=dtype).runtime
+        ran = f"{runtime[0]}:{runtime[1]}:{resolve_dtype(runtime[2], runtime[0])}"
+        servers.append((f"ours {config} = {ran}", "ours", ours))
     servers.append((f"infinity {args.infinity_dtype}", "infinity", args))
     rows: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for label, kind, options in servers:
@@ -360,7 +364,7 @@ def main() -> None:
     parser.add_argument("--per-request", type=int, default=8, help="Texts a request.")
     parser.add_argument(
         "--ours",
-        default="torch:fp32:auto,onnx:int8:float32",
+        default="auto:fp32:float32,torch:fp32:auto,onnx:int8:float32",
         help="Our configurations, backend:precision:dtype, comma-separated.",
     )
     parser.add_argument("--infinity", type=Path, default=Path("/work/peers/infinity"), help="infinity-emb's venv.")
