@@ -1,15 +1,8 @@
 """SimCSE recipes: unsupervised (dropout views of one sentence) and supervised (NLI triplets).
 
-Defaults are the paper's (Gao et al., 2021, Appendix A / ``run_unsup_example.sh`` / ``run_sup_example.sh``):
-
-============  =====  =====  ======  =======  ======================  ===========
-mode          batch  lr     epochs  max len  pooler                  temperature
-============  =====  =====  ======  =======  ======================  ===========
-unsup         64     3e-5   1       32       cls, MLP in training    0.05
-sup           512    5e-5   3       32       cls, MLP kept           0.05
-============  =====  =====  ======  =======  ======================  ===========
-
-Both evaluate on STS-B dev (Spearman) every 125 steps and keep the best checkpoint.
+Defaults are the paper's (Gao et al., 2021, Appendix A), declared once in :mod:`subspaces.train.recipes`
+(``SimCSEConfig``, ``SIMCSE_MODE_DEFAULTS``); both modes pool with ``cls`` (unsup: the MLP in training only) and
+keep the checkpoint best on STS-B dev.
 """
 
 from __future__ import annotations
