@@ -7,18 +7,10 @@ For a batch of B training triples with query vectors ``hr_i`` and tail vectors `
     self_i    = cos(hr_i, h_i) · exp(log_inv_t)                           the head itself as a negative tail
     loss = CE([logits | pre | self], i) + CE(logits[:, :B]ᵀ, i)           plus the tail -> (h, r) direction
 
-* the margin γ (0.02) is subtracted from the positive only, in training (``loss.train()``): never at evaluation;
-* ``log_inv_t`` is learnable, started at ``log(1/0.05)``;
-* false negatives are masked to -1e4: a column whose tail equals row i's tail, or is a known *training*
-  neighbour of row i's ``(h, r)`` (inverses included); the self-negative is masked where ``h`` is a known tail of
-  ``(h, r)``; pre-batch entries are masked the same way (and empty queue slots too);
-* pre-batch logits are multiplied by ``w`` (0.5), as SimKGC's ``pre_batch_weight`` does;
-* ``normalize_queries=False`` leaves ``hr`` as the model gives it (tails and heads are still normalised), as
-  Hyper-CL's released tri-encoder does (``compute_logits``: ``hr_vector.mm(tail_vector.t())`` on the raw
-  projection): ``|hr|`` then scales each row's logits, a temperature the head learns per relation.
-
-SimKGC starts the queue with random unit vectors and unmasked; here empty slots are masked, so the first
-batches see only real negatives.
+The margin γ applies in training only; ``log_inv_t`` is learnable; false negatives (a column whose tail is row i's
+tail or a known *training* tail of its ``(h, r)``, a self-negative where ``h`` is one, empty pre-batch slots) are
+masked to -1e4; ``normalize_queries=False`` leaves ``hr`` raw, as Hyper-CL's released tri-encoder. Details and
+where each comes from: docs/kgc.md.
 """
 
 from __future__ import annotations
