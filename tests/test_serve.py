@@ -456,24 +456,20 @@ def test_a_length_sorted_batch_gives_each_text_its_own_row_in_input_order(engine
 
 
 def test_auto_runs_what_served_fastest_on_this_kind_of_cpu(monkeypatch):
-    """auto: OpenVINO's static int8 graph only where the CPU has int8 dot products and OpenVINO is installed;
-    else torch, bfloat16 where native; a dtype asked is torch's, an int8 precision a graph's."""
+    """auto: OpenVINO's static int8 graph only where the CPU has int8 dot products and OpenVINO is installed,
+    else ONNX Runtime's int8 graph; a dtype asked, or another device, means torch."""
     from subspaces.models import backends
 
-    for vnni, installed, want in (
-        (True, True, ("openvino", "int8", "float32")),
-        (False, True, ("torch", "fp32", "auto")),
-        (True, False, ("torch", "fp32", "auto")),
-    ):
+    for vnni, installed, want in ((True, True, "openvino"), (False, True, "onnx"), (True, False, "onnx")):
         monkeypatch.setattr(backends, "native_int8", lambda vnni=vnni: vnni)
         monkeypatch.setattr(
             "importlib.util.find_spec", lambda name, installed=installed: object() if installed else None
         )
-        assert backends.fastest_runtime("cpu") == want
+        assert backends.fastest_runtime("cpu") == (want, "int8", "float32")
+        assert ServeSettings(model="minilm-l6").runtime == (want, "int8", "float32")
+        assert backends.fastest_runtime("cpu", precision="int8") == (want, "int8", "float32")
         assert backends.fastest_runtime("cpu", dtype="bfloat16") == ("torch", "fp32", "bfloat16")
-        assert backends.fastest_runtime("cpu", precision="int8")[:2] == ("openvino" if installed else "onnx", "int8")
         assert backends.fastest_runtime("cuda") == ("torch", "fp32", "float32")
-        assert ServeSettings(model="minilm-l6").runtime == want
 
 
 def test_bad_backend_settings_are_refused_before_loading(tiny_model_dir):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import platform
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from subspaces.errors import SubspacesError
@@ -69,12 +70,17 @@ def native_bfloat16() -> bool:
 
 @cache
 def native_int8() -> bool:
-    """Whether this CPU has int8 dot-product instructions (AVX512-VNNI or AMX), what static int8 graphs run on."""
-    import torch
+    """Whether this CPU has int8 dot-product instructions (AVX512-VNNI, AVX-VNNI or AMX), what static int8 graphs
+    run on: ``/proc/cpuinfo``'s flags (no torch import), else torch's own checks."""
+    try:
+        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
+        return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags.split(":", 1)[1].split()))
+    except (OSError, StopIteration):
+        import torch
 
-    cpu: Any = torch.cpu
-    checks = ("_is_vnni_supported", "_is_amx_tile_supported")
-    return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
+        cpu: Any = torch.cpu
+        checks = ("_is_vnni_supported", "_is_amx_tile_supported")
+        return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
 
 
 @cache

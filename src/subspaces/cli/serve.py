@@ -29,8 +29,8 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 ServeBackendOpt = Annotated[
     Literal[(*BACKENDS, AUTO)],  # type: ignore[valid-type]
     typer.Option(
-        help="auto: what served fastest on this kind of CPU (OpenVINO static int8 where the CPU has VNNI/AMX and the "
-        "openvino extra is installed, else torch, bfloat16 where native); or torch, onnx, openvino."
+        help="auto: the fastest measured on this kind of CPU, an int8 graph (OpenVINO's static one where the CPU has "
+        "VNNI/AMX and the openvino extra is installed, else ONNX Runtime's); or torch, onnx, openvino."
     ),
 ]
 

@@ -59,21 +59,17 @@ log = logging.getLogger(__name__)
 
 
 def fastest_runtime(device: str = "cpu", precision: str = "fp32", dtype: str = "float32") -> tuple[str, str, str]:
-    """``(backend, precision, dtype)`` for backend ``auto``: what served fastest on this kind of CPU (BENCHMARKS §8)
-    within what was asked. A ``dtype`` other than float32 is the torch backend's; ``precision`` int8 is OpenVINO's
-    static graph where the openvino extra is installed, else ONNX Runtime's. Otherwise: OpenVINO's static int8 where
-    the CPU has int8 dot products (VNNI/AMX) and the extra is installed, else torch in bfloat16 where the CPU
-    multiplies it natively (``dtype`` auto). On another device than the CPU: torch."""
+    """``(backend, precision, dtype)`` for backend ``auto``: the fastest measured on this kind of CPU. An int8 graph:
+    OpenVINO's static one where the CPU has int8 dot products (VNNI/AMX) and the openvino extra is installed (on
+    the AMD EPYC Zen 4 here it served fastest, BENCHMARKS §8; limited to AVX2 it was no faster than its fp32 graph),
+    else ONNX Runtime's dynamic one (3.4-3.9 x torch's encode on an AVX2 box, BENCHMARKS §7). A ``dtype`` other
+    than float32, or a device other than the CPU, means torch."""
     import importlib.util
 
-    openvino = all(importlib.util.find_spec(name) is not None for name in ("openvino", "nncf"))
     if device != "cpu" or dtype != "float32":
         return "torch", precision, dtype
-    if precision == "int8":
-        return ("openvino" if openvino else "onnx"), precision, dtype
-    if openvino and native_int8():
-        return "openvino", "int8", "float32"
-    return "torch", "fp32", "auto"
+    openvino = all(importlib.util.find_spec(name) is not None for name in ("openvino", "nncf"))
+    return ("openvino" if openvino and native_int8() else "onnx"), "int8", "float32"
 
 
 def check_backend(backend: str, precision: str = "fp32") -> None:
