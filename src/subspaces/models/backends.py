@@ -62,7 +62,8 @@ def fastest_runtime(device: str = "cpu", precision: str = "fp32", dtype: str = "
     """``(backend, precision, dtype)`` for backend ``auto``: the fastest measured on this kind of CPU. An int8 graph:
     OpenVINO's static one where the CPU has int8 dot products (VNNI/AMX) and the openvino extra is installed (on
     the AMD EPYC Zen 4 here it served fastest, BENCHMARKS §8; limited to AVX2 it was no faster than its fp32 graph),
-    else ONNX Runtime's dynamic one (3.4-3.9 x torch's encode on an AVX2 box, BENCHMARKS §7). A ``dtype`` other
+    else ONNX Runtime's dynamic one (3.4-3.9 x torch's encode in BENCHMARKS §7, on a box its notes attribute
+    to an AMD EPYC Zen 3, AVX2 only; not measured serving there). A ``dtype`` other
     than float32, or a device other than the CPU, means torch."""
     import importlib.util
 
