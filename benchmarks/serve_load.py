@@ -97,7 +97,8 @@ class Server:
             command = [sys.executable, __file__, "--serve", "--port", str(self.port), "--model", args.model]
             command += ["--threads", str(args.threads), "--max-queue", str(max_queue)]
             command += ["--max-batch-tokens", str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms)]
-            command += ["--backend", args.backend, "--precision", args.precision, "--dtype", args.dtype]
+            command += ["--backend", args.backend]
+            command += [f"--{name}={getattr(args, name)}" for name in ("precision", "dtype") if getattr(args, name)]
         self.command = command
         self.url = f"http://{HOST}:{self.port}"
 
@@ -318,7 +319,8 @@ def against_infinity(args: argparse.Namespace) -> dict[str, Any]:
     }
     servers: list[tuple[str, str, argparse.Namespace]] = []
     for config in args.ours.split(","):  # backend:precision:dtype
-        backend, precision, dtype = config.split(":")
+        backend, precision, dtype = (config.split(":") + ["", ""])[:3]  # "auto": the server picks
+        precision, dtype = precision or None, dtype or None
         ours = argparse.Namespace(**{**vars(args), "backend": backend, "precision": precision, "dtype": dtype})
         runtime = ServeSettings(model=args.model, backend=backend, precision=precision, dtype=dtype).runtime
         ran = f"{runtime[0]}:{runtime[1]}:{resolve_dtype(runtime[2], runtime[0])}"
@@ -364,7 +366,7 @@ def main() -> None:
     parser.add_argument("--per-request", type=int, default=8, help="Texts a request.")
     parser.add_argument(
         "--ours",
-        default="auto:fp32:float32,torch:fp32:auto,onnx:int8:float32",
+        default="auto,torch:fp32:auto,onnx:int8:float32",
         help="Our configurations, backend:precision:dtype, comma-separated.",
     )
     parser.add_argument("--infinity", type=Path, default=Path("/work/peers/infinity"), help="infinity-emb's venv.")
@@ -377,8 +379,8 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="A few seconds per phase: checks the script only.")
     parser.add_argument("--checks", action="store_true", help="Ours alone: equal embeddings, soak, overload.")
     parser.add_argument("--backend", default="torch", help="--checks: torch, onnx or openvino.")
-    parser.add_argument("--precision", default="fp32", help="--checks: fp32 or int8.")
-    parser.add_argument("--dtype", default="float32", help="--checks: float32, bfloat16 or auto.")
+    parser.add_argument("--precision", default=None, help="--checks: fp32 or int8 (default: the backend's).")
+    parser.add_argument("--dtype", default=None, help="--checks: float32, bfloat16 or auto (default: float32).")
     parser.add_argument("--overload-queue", type=int, default=8, help="--checks: the queue in the overload burst.")
     parser.add_argument("--overload-concurrency", type=int, default=128)
     parser.add_argument("--overload-seconds", type=float, default=10.0)

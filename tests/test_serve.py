@@ -455,21 +455,60 @@ def test_a_length_sorted_batch_gives_each_text_its_own_row_in_input_order(engine
     assert all(2 * lengths[p[-1]] >= lengths[p[0]] for p in cut)  # no pass pads a text to over twice its length
 
 
-def test_auto_runs_what_served_fastest_on_this_kind_of_cpu(monkeypatch):
-    """auto: OpenVINO's static int8 graph only where the CPU has int8 dot products and OpenVINO is installed,
-    else ONNX Runtime's int8 graph; a dtype asked, or another device, means torch."""
+def test_auto_runs_what_served_fastest_on_this_kind_of_cpu(monkeypatch, tmp_path):
+    """auto: OpenVINO's static int8 graph where the CPU has int8 dot products and OpenVINO is installed, else torch
+    in bfloat16 where native, else ONNX Runtime's int8 graph; torch where a dtype, fp32, another device or a store
+    is named; int8 asked where torch would run is refused."""
+    from subspaces.errors import SubspacesError
     from subspaces.models import backends
 
-    for vnni, installed, want in ((True, True, "openvino"), (False, True, "onnx"), (True, False, "onnx")):
+    for vnni, bf16, installed, want in (
+        (True, True, True, ("openvino", "int8", "float32")),
+        (False, True, True, ("torch", "fp32", "bfloat16")),
+        (True, True, False, ("torch", "fp32", "bfloat16")),
+        (False, False, True, ("onnx", "int8", "float32")),
+        (True, False, False, ("onnx", "int8", "float32")),
+    ):
         monkeypatch.setattr(backends, "native_int8", lambda vnni=vnni: vnni)
+        monkeypatch.setattr(backends, "native_bfloat16", lambda bf16=bf16: bf16)
         monkeypatch.setattr(
             "importlib.util.find_spec", lambda name, installed=installed: object() if installed else None
         )
-        assert backends.fastest_runtime("cpu") == (want, "int8", "float32")
-        assert ServeSettings(model="minilm-l6").runtime == (want, "int8", "float32")
-        assert backends.fastest_runtime("cpu", precision="int8") == (want, "int8", "float32")
-        assert backends.fastest_runtime("cpu", dtype="bfloat16") == ("torch", "fp32", "bfloat16")
+        assert backends.fastest_runtime("cpu") == want
+        assert ServeSettings(model="minilm-l6").runtime == want
+        graph = "openvino" if vnni and installed else "onnx"
+        assert backends.fastest_runtime("cpu", precision="int8") == (graph, "int8", "float32")
+        assert backends.fastest_runtime("cpu", dtype="float32") == ("torch", "fp32", "float32")
+        assert backends.fastest_runtime("cpu", precision="fp32") == ("torch", "fp32", "float32")
         assert backends.fastest_runtime("cuda") == ("torch", "fp32", "float32")
+        assert ServeSettings(model="minilm-l6", store=tmp_path).runtime == ("torch", "fp32", "auto")
+    for options in ({"device": "cuda"}, {"dtype": "bfloat16"}):
+        with pytest.raises(SubspacesError, match="drop --dtype or --device"):
+            ServeSettings(model="minilm-l6", precision="int8", **options)
+
+
+def test_auto_serves_on_torch_a_model_with_no_graph_and_says_what_runs(monkeypatch, tmp_path, tiny_model_dir):
+    """/health and /v1/models name what runs: the graph auto picked, or torch where the model has none."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import StaticEmbedding
+    from tokenizers import Tokenizer, models
+
+    from subspaces.serve import settings
+
+    monkeypatch.setattr(settings, "fastest_runtime", lambda *args: ("onnx", "int8", "float32"))
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "cat": 1, "dog": 2}, unk_token="[UNK]"))
+    weights = np.random.default_rng(0).normal(size=(3, 8))
+    SentenceTransformer(modules=[StaticEmbedding(tokenizer, embedding_weights=weights)], device="cpu").save(
+        str(tmp_path / "static")
+    )
+    for folder, want in ((tmp_path / "static", ("torch", "fp32")), (tiny_model_dir, ("onnx", "int8"))):
+        with TestClient(create_app(ServeSettings(model=str(folder)))) as client:
+            _ready(client)
+            served = client.post("/v1/embeddings", json={"input": ["cat", "dog"]})
+            listed = client.get("/v1/models").json()["data"][0]
+            health = client.get("/health").json()
+        assert served.status_code == 200, served.text
+        assert (listed["backend"], listed["precision"], health["backend"]) == (*want, want[0])
 
 
 def test_bad_backend_settings_are_refused_before_loading(tiny_model_dir):
@@ -479,7 +518,7 @@ def test_bad_backend_settings_are_refused_before_loading(tiny_model_dir):
         ({"backend": "tensorrt"}, "unknown backend"),
         ({"backend": "torch", "precision": "int8"}, "needs --backend onnx"),
         ({"backend": "onnx", "device": "cuda"}, "runs on the CPU"),
-        ({"precision": "int8", "dtype": "bfloat16"}, "needs --backend onnx"),  # auto: a dtype is torch's
+        ({"precision": "int8", "dtype": "bfloat16"}, "drop --dtype or --device"),  # auto: a dtype is torch's
         ({"dtype": "float16"}, "unknown dtype"),
         ({"backend": "onnx", "dtype": "bfloat16"}, "runs on --backend torch"),
     ):

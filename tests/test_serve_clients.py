@@ -110,7 +110,9 @@ def test_token_ids_without_tiktokens_encoding_are_a_422_that_says_what_to_do(ser
 def test_the_models_own_token_ids_with_token_ids_model(prompted_dir):
     engine = Engine(ServeSettings(backend="torch", model=str(prompted_dir), token_ids="model"))
     ids = [engine.model.tokenizer.encode(t) for t in TEXTS]  # with [CLS] and [SEP], as a client would send
-    with TestClient(create_app(ServeSettings(backend="torch", model=str(prompted_dir), token_ids="model"), engine=engine)) as client:
+    with TestClient(
+        create_app(ServeSettings(backend="torch", model=str(prompted_dir), token_ids="model"), engine=engine)
+    ) as client:
         np.testing.assert_allclose(served(client, input=ids), served(client, input=TEXTS), atol=1e-6)
         assert "vocabulary" in error(client.post("/v1/embeddings", json={"input": [10**6]}))
 
@@ -153,7 +155,9 @@ def test_prompts_from_the_model_folder(serve, engine):
 def test_query_prompt_on_the_command_line_overrides_the_folders(prompted_dir):
     import torch.nn.functional as F
 
-    settings = ServeSettings(backend="torch", model=str(prompted_dir), prompts={"query": "search for: ", "document": "doc: "})
+    settings = ServeSettings(
+        backend="torch", model=str(prompted_dir), prompts={"query": "search for: ", "document": "doc: "}
+    )
     engine = Engine(settings)
     with TestClient(create_app(settings, engine=engine)) as client:
         got = served(client, input=TEXTS, prompt_name="query")
@@ -289,7 +293,9 @@ def test_langchain_openai_embeddings_with_its_defaults(engine, prompted_dir, byt
 
 def test_llama_index_openai_embedding(engine, prompted_dir):
     llama_openai = pytest.importorskip("llama_index.embeddings.openai")
-    app = create_app(ServeSettings(backend="torch", model=str(prompted_dir), aliases=("text-embedding-ada-002",)), engine=engine)
+    app = create_app(
+        ServeSettings(backend="torch", model=str(prompted_dir), aliases=("text-embedding-ada-002",)), engine=engine
+    )
     with live_server(app) as url:
         client = llama_openai.OpenAIEmbedding(api_base=f"{url}/v1", api_key="anything", max_retries=0)
         documents = np.array(client.get_text_embedding_batch(TEXTS))

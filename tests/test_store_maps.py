@@ -367,3 +367,26 @@ def test_stored_rows_are_refused_where_they_cannot_apply():
         maps.ResidualMLPMap(objective="query-similarity", rows_weight=1.0).fit(new, old, old[:, :8])
     with pytest.raises(SubspacesError, match="query-similarity objective"):
         maps.ResidualMLPMap(rows_weight=1.0).fit(new, old, old)
+
+
+def test_the_pairs_that_choose_are_not_among_the_candidates_rows(monkeypatch):
+    """Query-side candidates get the stored rows less the held-out pairs' old vectors (they rank among those);
+    empty rows leave the map as it is without them."""
+    old = structured(300)
+    new = affine_relation(old)
+    seen: list[np.ndarray] = []
+    real_fit = maps.ResidualMLPMap.fit
+
+    def spy(self, x, y, rows=None):
+        seen.append(rows)
+        return real_fit(self, x, y, rows)
+
+    monkeypatch.setattr(maps.ResidualMLPMap, "fit", spy)
+    maps.fit_and_choose(old, new, "queries", kinds=["mlp"], params={"mlp": {"epochs": 1}}, rows=old, random_state=0)
+    held = np.random.default_rng(0).permutation(len(old))[:60]
+    candidate_rows = {row.tobytes() for row in seen[0]}
+    assert len(seen[0]) == 240 and not {row.tobytes() for row in old[held]} & candidate_rows
+    assert len(seen[1]) == 300  # the final map, refitted on every pair, reads every row
+    kw = {"objective": "query-similarity", "rows_weight": 3.0, "epochs": 2}
+    empty = maps.ResidualMLPMap(**kw).fit(new, old, old[:0])
+    np.testing.assert_array_equal(empty.w1_, maps.ResidualMLPMap(**kw).fit(new, old).w1_)

@@ -40,7 +40,7 @@ LimitOpt = Annotated[Optional[int], typer.Option(help="Use only the first N trai
 
 # The runtime options, declared once: every command that loads a model takes them under these names, with the
 # library's defaults (``load_encoder``, ``Store.open``): ``device: DeviceOpt = DEVICE``, ``backend: BackendOpt =
-# "torch"``, ``precision: PrecisionOpt = "fp32"``.
+# "torch"``, ``precision: PrecisionOpt = "fp32"`` (serve alone defaults to ``--backend auto``: cli/serve.py).
 DEVICE = "cpu"
 DeviceOpt = Annotated[str, typer.Option(help="Torch device: cpu, cuda, cuda:N or mps (checked before anything loads).")]
 BackendOpt = Annotated[

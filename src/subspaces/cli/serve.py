@@ -11,8 +11,6 @@ import typer
 from subspaces.cli.common import (
     DEVICE,
     DeviceOpt,
-    DtypeOpt,
-    PrecisionOpt,
     ThreadsOpt,
     console,
     given,
@@ -21,7 +19,7 @@ from subspaces.cli.common import (
 )
 from subspaces.cli.groups import app
 from subspaces.errors import SubspacesError
-from subspaces.models.backends import AUTO, BACKENDS
+from subspaces.models.backends import AUTO, BACKENDS, DTYPES, PRECISIONS
 from subspaces.models.registry import check_model
 from subspaces.serve.settings import ServeSettings, read_api_key
 
@@ -29,9 +27,18 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 ServeBackendOpt = Annotated[
     Literal[(*BACKENDS, AUTO)],  # type: ignore[valid-type]
     typer.Option(
-        help="auto: the fastest measured on this kind of CPU, an int8 graph (OpenVINO's static one where the CPU has "
-        "VNNI/AMX and the openvino extra is installed, else ONNX Runtime's); or torch, onnx, openvino."
+        help="auto: the fastest measured on this kind of CPU (OpenVINO's static int8 graph where the CPU has VNNI/AMX "
+        "and the openvino extra is installed, else torch in bfloat16 where native, else ONNX Runtime's int8 graph; "
+        "torch with --store, --dtype or --precision fp32); or torch, onnx, openvino."
     ),
+]
+ServePrecisionOpt = Annotated[
+    Optional[Literal[PRECISIONS]],  # type: ignore[valid-type]
+    typer.Option(help="fp32 or int8 (int8: an exported graph); default: the backend's (fp32), or auto's pick."),
+]
+ServeDtypeOpt = Annotated[
+    Optional[Literal[DTYPES]],  # type: ignore[valid-type]
+    typer.Option(help="What torch runs in (auto: bfloat16 where native); default float32, or auto's pick."),
 ]
 
 
@@ -55,8 +62,8 @@ def serve_cmd(
     ] = None,
     device: DeviceOpt = DEVICE,
     backend: ServeBackendOpt = AUTO,
-    precision: PrecisionOpt = "fp32",
-    dtype: DtypeOpt = "float32",
+    precision: ServePrecisionOpt = None,
+    dtype: ServeDtypeOpt = None,
     threads: ThreadsOpt = None,
     stay_up_on_error: Annotated[
         bool,

@@ -25,13 +25,14 @@ interrupted midway leaves nothing that loads.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -52,25 +53,41 @@ AUTO = "auto"  # serve's default: the runtime measured fastest on this kind of C
 PRECISIONS = ("fp32", "int8")
 DTYPES = ("float32", "bfloat16", "auto")
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-FORMAT = 2  # bump when the export changes, so graphs built by older code are rebuilt (2: OpenVINO int8 is static)
+FORMAT = 3  # bump when the export changes, so graphs built by older code are rebuilt (3: OpenVINO int8 is static)
 OPSET = 17
 
 log = logging.getLogger(__name__)
 
 
-def fastest_runtime(device: str = "cpu", precision: str = "fp32", dtype: str = "float32") -> tuple[str, str, str]:
-    """``(backend, precision, dtype)`` for backend ``auto``: the fastest measured on this kind of CPU. An int8 graph:
-    OpenVINO's static one where the CPU has int8 dot products (VNNI/AMX) and the openvino extra is installed (on
-    the AMD EPYC Zen 4 here it served fastest, BENCHMARKS §8; limited to AVX2 it was no faster than its fp32 graph),
-    else ONNX Runtime's dynamic one (3.4-3.9 x torch's encode in BENCHMARKS §7, on a box its notes attribute
-    to an AMD EPYC Zen 3, AVX2 only; not measured serving there). A ``dtype`` other
-    than float32, or a device other than the CPU, means torch."""
+def fastest_runtime(
+    device: str = "cpu", precision: str | None = None, dtype: str | None = None
+) -> tuple[str, str, str]:
+    """``(backend, precision, dtype)`` for backend ``auto``, by rule from what was measured (BENCHMARKS §7, §8).
+    ``precision``/``dtype``: what the user asked (``None``: nothing). A dtype asked, fp32 asked, or another device
+    than the CPU: torch. Otherwise an int8 graph where one was measured to win: OpenVINO's static graph where the
+    CPU has int8 dot products (VNNI/AMX) and the openvino extra is installed (the fastest served on the AMD EPYC
+    Zen 4 here; limited to AVX2 it was no faster than its fp32 graph); else, where the CPU multiplies bfloat16
+    natively, torch in bfloat16 (ONNX Runtime's int8 was 1.32 x torch on long texts on issue 51's Intel Xeon);
+    else ONNX Runtime's int8 graph (3.4-3.9 x torch's encode in BENCHMARKS §7, on a box its notes attribute to an
+    AMD EPYC Zen 3, AVX2 only; not measured serving there)."""
     import importlib.util
 
-    if device != "cpu" or dtype != "float32":
-        return "torch", precision, dtype
     openvino = all(importlib.util.find_spec(name) is not None for name in ("openvino", "nncf"))
-    return ("openvino" if openvino and native_int8() else "onnx"), "int8", "float32"
+    int8_graph = "openvino" if openvino and native_int8() else "onnx"
+    if precision == "int8":
+        if device != "cpu" or dtype not in (None, "float32"):
+            raise SubspacesError(
+                "--precision int8 runs an exported graph on the CPU, in float32 maths: drop --dtype or --device, "
+                "or name --backend onnx or openvino"
+            )
+        return int8_graph, "int8", "float32"
+    if device != "cpu" or precision == "fp32" or dtype is not None:
+        return "torch", "fp32", dtype or "float32"
+    if int8_graph == "openvino":
+        return "openvino", "int8", "float32"
+    if native_bfloat16():
+        return "torch", "fp32", "bfloat16"
+    return "onnx", "int8", "float32"
 
 
 def check_backend(backend: str, precision: str = "fp32") -> None:
@@ -208,8 +225,32 @@ def export(transformer: Any, backend: str, precision: str) -> Path:
     target = graph_folder(weights, backend, precision)
     if is_valid(target, weights):
         return target
+    with _build_lock(target):  # another process may be building it: wait, then use its graph
+        if is_valid(target, weights):
+            return target
+        return _export_unlocked(transformer, backend, precision, weights, target)
+
+
+@contextlib.contextmanager
+def _build_lock(target: Path) -> Iterator[None]:
+    """An exclusive lock on ``<target>.lock`` (POSIX ``flock``; released when the process dies); none elsewhere."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: builds are still atomic, a concurrent one may fail instead of waiting
+        yield
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(target.name + ".lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _export_unlocked(transformer: Any, backend: str, precision: str, weights: str, target: Path) -> Path:
     if target.exists():
-        log.warning("rebuilding %s: its graph does not match its manifest (stale or truncated)", target)
+        log.warning("rebuilding %s: its graph is stale, truncated or built by another version", target)
     if backend == "onnx" and precision == "fp32":
         build = lambda tmp: _export_onnx(transformer.model, tmp / "model.onnx")  # noqa: E731
     elif backend == "onnx":
@@ -306,21 +347,29 @@ def _quantize_onnx(source: Path, path: Path) -> None:
     quantize_dynamic(str(source), str(path), weight_type=QuantType.QInt8, per_channel=True)
 
 
-CALIBRATION_PARAGRAPH = 6  # calibration sentences joined into one long input, so long texts' ranges are seen too
+CALIBRATION_PARAGRAPH = 6  # calibration sentences joined into one input of middle length
+CALIBRATION_LONG = 40  # ... and into inputs as long as the model reads, so every position's ranges are seen
 
 
 def _calibration_feeds(transformer: Any) -> list[dict[str, np.ndarray]]:
-    """The model's inputs for the bundled calibration sentences: batches of 8 sentences, then batches of 4
-    paragraphs (each :data:`CALIBRATION_PARAGRAPH` sentences joined), cut at the model's length."""
+    """The model's inputs for the bundled calibration sentences: batches of 8 sentences, of 4 paragraphs (each
+    :data:`CALIBRATION_PARAGRAPH` sentences joined) and of 4 texts of :data:`CALIBRATION_LONG` sentences (from
+    different starts), all cut at the length the model reads."""
     from importlib.resources import files
 
     lines = [t for t in files("subspaces.models").joinpath("calibration.txt").read_text("utf-8").splitlines() if t]
     step = CALIBRATION_PARAGRAPH
     paragraphs = [" ".join(lines[i : i + step]) for i in range(0, len(lines), step)]
+    longest = [" ".join((lines * 2)[i : i + CALIBRATION_LONG]) for i in range(0, len(lines), len(lines) // 8)]
     names = _input_names(transformer.model)
-    limit = transformer.max_seq_length or 512
+    limits = [
+        transformer.max_seq_length,
+        getattr(transformer.tokenizer, "model_max_length", None),
+        getattr(transformer.model.config, "max_position_embeddings", None),
+    ]
+    limit = min([n for n in limits if isinstance(n, int) and 0 < n < 100_000] or [512])
     feeds = []
-    for texts, size in ((lines, 8), (paragraphs, 4)):
+    for texts, size in ((lines, 8), (paragraphs, 4), (longest, 4)):
         for start in range(0, len(texts), size):
             encoded = transformer.tokenizer(
                 texts[start : start + size], padding=True, truncation=True, max_length=limit, return_tensors="np"

@@ -181,7 +181,7 @@ def create_app(
     )
     async def health() -> Any:
         if state.batcher is not None:
-            return Health(status="ok", model=settings.served_id, backend=settings.runtime[0])
+            return Health(status="ok", model=settings.served_id, backend=state.engine.backend)  # type: ignore[union-attr,arg-type]
         status = "failed" if state.failure else "loading"
         return JSONResponse({"status": status, "error": state.failure}, status_code=503)
 

@@ -8,6 +8,7 @@ truncates and normalises its own rows: the served rows are ``encode(..., normali
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,9 +18,11 @@ import numpy as np
 
 from subspaces.config import encoding_threads, set_threads
 from subspaces.errors import DimensionError, SubspacesError
-from subspaces.models.backends import resolve_dtype, with_backend
+from subspaces.models.backends import AUTO, resolve_dtype, with_backend
 from subspaces.serve.settings import ServeSettings
 from subspaces.vectors import unit_prefix
+
+log = logging.getLogger(__name__)
 
 PASS_TOKENS = 4096  # padded tokens (texts x longest) in one forward pass of a length-sorted batch
 
@@ -85,7 +88,14 @@ class Engine:
         self._tiktoken: Any = None
         self._tiktoken_failure: str | None = None
         self._tiktoken_lock = threading.Lock()
-        with_backend(self.model, self.backend, self.precision, dtype=self.dtype)
+        try:
+            with_backend(self.model, self.backend, self.precision, dtype=self.dtype)
+        except Exception as exc:  # auto is a preference: a model with no graph (a static embedding) serves on torch
+            if settings.backend != AUTO or self.backend == "torch":
+                raise
+            log.warning("--backend auto: %s; serving on torch", str(exc).splitlines()[0] if str(exc) else exc)
+            self.backend, self.precision, self.dtype = "torch", "fp32", resolve_dtype("auto", "torch")
+            with_backend(self.model, self.backend, self.precision, dtype=self.dtype)
         # A fast tokenizer keeps its truncation and padding settings in shared state that each call resets, so
         # request threads tokenise one at a time; the worker only pads and runs the network, never tokenises.
         self._tokenizer_lock = threading.Lock()

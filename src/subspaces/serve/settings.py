@@ -27,7 +27,8 @@ class ServeSettings:
     ``max_wait_ms`` 0 (greedy) takes whatever queued while the previous batch ran: it coalesces under load and adds
     nothing to a lone request's latency (docs/serve.md). ``prompts`` go over the model folder's own; requests pick
     one by ``prompt_name``. ``backend`` ``auto`` (the default) runs what served fastest on this kind of CPU, within
-    the ``precision`` and ``dtype`` asked (:func:`subspaces.models.backends.fastest_runtime`; :attr:`runtime`).
+    the ``precision`` and ``dtype`` asked (:func:`subspaces.models.backends.fastest_runtime`; :attr:`runtime`), on
+    torch with ``store`` (int8 queries against float rows are not measured) or where the model has no graph.
     """
 
     model: str = field(
@@ -39,8 +40,8 @@ class ServeSettings:
     store: Path | None = field(default=None, metadata=_help("A store folder, for /v1/search."))
     device: str = "cpu"
     backend: str = AUTO
-    precision: str = "fp32"
-    dtype: str = "float32"
+    precision: str | None = None  # None: the backend's own (fp32; auto: its pick)
+    dtype: str | None = None  # None: float32 (auto: its pick)
     model_id: str | None = field(
         default=None, metadata=_help("The model name clients use (default: the model's name or folder name).")
     )
@@ -111,9 +112,12 @@ class ServeSettings:
     @property
     def runtime(self) -> tuple[str, str, str]:
         """``(backend, precision, dtype)`` the server runs: as given, or :func:`fastest_runtime`'s for ``auto``."""
-        if self.backend == AUTO:
-            return fastest_runtime(self.device, self.precision, self.dtype)
-        return self.backend, self.precision, self.dtype
+        if self.backend != AUTO:
+            return self.backend, self.precision or "fp32", self.dtype or "float32"
+        if self.store is not None and self.precision is None and self.dtype is None:
+            # int8 queries against the store's float rows: their recall is not measured, so search keeps torch
+            return "torch", "fp32", "auto"
+        return fastest_runtime(self.device, self.precision, self.dtype)
 
     @property
     def served_id(self) -> str:

@@ -118,7 +118,7 @@ class _PairMap(TransformerMixin, BaseEstimator):
         map may use to learn how ``y``'s space ranks them (:class:`ResidualMLPMap`'s ``rows_weight``)."""
         start = time.perf_counter()
         xs, ys = _pairs(x, y)
-        if rows is not None:
+        if rows is not None and getattr(self, "rows_weight", 0):  # checked only where a map reads them
             rows = _check(rows, "unpaired rows", ys.shape[1])
         self.n_features_in_, self.n_features_out_ = xs.shape[1], ys.shape[1]
         self._fit(xs, ys, rows)
@@ -327,8 +327,12 @@ class ResidualMLPMap(_PairMap):
             raise SubspacesError(f"rows_weight, rows_near and rows_random must be at least 0: {self.get_params()}")
         if self.rows_weight and self.objective != "query-similarity":
             raise SubspacesError("rows_weight applies to the query-similarity objective (a query-side map) only")
+        if self.rows_weight and (self.rows_near + self.rows_random) == 0:
+            raise SubspacesError(
+                f"rows_weight needs rows to score: rows_near or rows_random above 0: {self.get_params()}"
+            )
         with scoped_threads(self.threads):
-            self._train(x, y, rows if self.rows_weight else None)
+            self._train(x, y, rows if self.rows_weight and rows is not None and len(rows) else None)
 
     def _nearest_rows(self, targets: Any, rows: Any) -> Any:
         """Each target's ``rows_near`` nearest stored rows (by inner product), in blocks: bounded memory."""
@@ -501,6 +505,13 @@ def query_agreement(fitted: Any, queries: np.ndarray, old: np.ndarray, new: np.n
     return overlap(fitted.transform(queries), old, queries, new, k)
 
 
+def _without(rows: np.ndarray, drop: np.ndarray) -> np.ndarray:
+    """``rows`` less any row equal to one of ``drop`` (compared as bytes, float32)."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    dropped = {row.tobytes() for row in np.ascontiguousarray(drop, dtype=np.float32)}
+    return rows[[row.tobytes() not in dropped for row in rows]]
+
+
 def fit_and_choose(
     old: np.ndarray,
     new: np.ndarray,
@@ -561,8 +572,10 @@ def fit_and_choose(
             rows_new = np.concatenate([rows_new, _check(among[1], "new vectors", new.shape[1])])
     candidates: dict[str, Any] = {}
     report: dict[str, Any] = {}
+    # The candidates never see the old vectors of the pairs that choose among them, not even as unpaired rows.
+    rows_fit = _without(rows, old[held]) if rows is not None else None
     for kind in kinds:
-        fitted = make(kind, params.get(kind), random_state).fit(source[fit], target[fit], rows)
+        fitted = make(kind, params.get(kind), random_state).fit(source[fit], target[fit], rows_fit)
         candidates[kind] = fitted
         score = agreement(fitted, old[held], new[held], direction, k)
         report[kind] = {f"selection@{k}": round(score, 4), "fit_seconds": round(fitted.fit_seconds_, 3)}
