@@ -47,9 +47,8 @@ def dataset_dir(name: str) -> Path:
 def cache_dir() -> Path:
     """A writable cache folder for derived artefacts (converted models, entity embeddings)."""
     env = os.environ.get(CACHE_ENV)
-    path = (
-        Path(env).expanduser() if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "subspaces"
-    )
+    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"  # set but empty is unset (the XDG spec)
+    path = Path(env).expanduser() if env else Path(xdg) / "subspaces"
     path.mkdir(parents=True, exist_ok=True)
     return path
 
