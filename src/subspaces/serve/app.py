@@ -181,7 +181,7 @@ def create_app(
     )
     async def health() -> Any:
         if state.batcher is not None:
-            return Health(status="ok", model=settings.served_id, backend=state.engine.backend)  # type: ignore[union-attr,arg-type]
+            return Health(status="ok", model=settings.served_id, backend=state.engine.backend)  # type: ignore[union-attr]
         status = "failed" if state.failure else "loading"
         return JSONResponse({"status": status, "error": state.failure}, status_code=503)
 
@@ -198,8 +198,8 @@ def create_app(
             ModelCard(
                 id=name,
                 dimensions=engine.dim,
-                backend=engine.backend,  # type: ignore[arg-type]
-                precision=engine.precision,  # type: ignore[arg-type]
+                backend=engine.backend,
+                precision=engine.precision,
                 dtype=engine.dtype,  # type: ignore[arg-type]
                 search=engine.store is not None,  # what the page offers
                 conditions=engine.tri is not None,

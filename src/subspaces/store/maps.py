@@ -118,7 +118,7 @@ class _PairMap(TransformerMixin, BaseEstimator):
         map may use to learn how ``y``'s space ranks them (:class:`ResidualMLPMap`'s ``rows_weight``)."""
         start = time.perf_counter()
         xs, ys = _pairs(x, y)
-        if rows is not None and getattr(self, "rows_weight", 0):  # checked only where a map reads them
+        if rows is not None and getattr(self, "rows_weight", None):  # checked only where a map reads them
             rows = _check(rows, "unpaired rows", ys.shape[1])
         self.n_features_in_, self.n_features_out_ = xs.shape[1], ys.shape[1]
         self._fit(xs, ys, rows)
