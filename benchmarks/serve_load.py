@@ -299,7 +299,7 @@ def paragraphs(texts: list[str], n: int, joined: int = 9) -> list[str]:
 def against_infinity(args: argparse.Namespace) -> dict[str, Any]:
     """Ours and infinity-emb, one server at a time, on short and long texts at each level: texts/s, p50/p99."""
     from subspaces.models.backends import resolve_dtype
-    from subspaces.numerics import cpu_model, native_bfloat16
+    from subspaces.numerics import cpu_model, native_bfloat16, native_int8
     from subspaces.serve.settings import ServeSettings
 
     args.infinity_dtype = args.infinity_dtype or ("bfloat16" if native_bfloat16() else "float32")
@@ -310,6 +310,7 @@ def against_infinity(args: argparse.Namespace) -> dict[str, Any]:
         "model": args.model,
         "cpu": cpu_model(),
         "native_bfloat16": native_bfloat16(),
+        "native_int8": native_int8(),
         "threads": args.threads,
         "cpus": os.cpu_count(),
         "duration_s": args.duration,
