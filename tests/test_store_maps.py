@@ -382,7 +382,8 @@ def test_the_pairs_that_choose_are_not_among_the_candidates_rows(monkeypatch):
         return real_fit(self, x, y, rows)
 
     monkeypatch.setattr(maps.ResidualMLPMap, "fit", spy)
-    maps.fit_and_choose(old, new, "queries", kinds=["mlp"], params={"mlp": {"epochs": 1}}, rows=old, random_state=0)
+    params = {"mlp": {"epochs": 1, "rows_weight": 1.0}}
+    maps.fit_and_choose(old, new, "queries", kinds=["mlp"], params=params, rows=old, random_state=0)
     held = np.random.default_rng(0).permutation(len(old))[:60]
     candidate_rows = {row.tobytes() for row in seen[0]}
     assert len(seen[0]) == 240 and not {row.tobytes() for row in old[held]} & candidate_rows
