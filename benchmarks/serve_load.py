@@ -356,7 +356,7 @@ def against_infinity(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def main() -> None:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="minilm-l6")
     parser.add_argument("--threads", type=int, default=2, help="Torch threads of each server.")
@@ -391,7 +391,11 @@ def main() -> None:
     parser.add_argument("--soak-every", type=float, default=10.0, help="Seconds between RSS samples in the soak.")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the server subprocess
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     if args.serve:
         run_server(args)
         return

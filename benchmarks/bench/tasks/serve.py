@@ -1,0 +1,50 @@
+"""Serving beside infinity-emb (BENCHMARKS §8, README's serving row): ``benchmarks/serve_load.py``'s side-by-side
+load test, one server at a time on loopback, as a runner cell. Each cell runs every configuration of ``ours`` and
+infinity-emb (its own venv, ``infinity``) on short and long texts at each concurrency of ``levels``; seeds are
+repeats (the load has no randomness of its own). Timings: run it on an otherwise idle machine.
+
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/serve.toml --resume
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULTS: dict[str, Any] = {
+    "model": "minilm-l6",
+    "ours": "auto,torch:fp32:auto,onnx:int8:float32",
+    "levels": "1,32",
+    "duration": 15.0,
+    "threads": 2,
+    "infinity": "/work/peers/infinity",
+}
+
+
+def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
+    import serve_load
+
+    p = DEFAULTS | params
+    argv = ["--model", p["model"], "--ours", p["ours"], "--levels", p["levels"], "--duration", str(p["duration"])]
+    argv += ["--threads", str(p["threads"]), "--infinity", str(p["infinity"])]
+    args = serve_load.build_parser().parse_args(argv)
+    args.levels = [int(level) for level in args.levels.split(",")]
+    return serve_load.against_infinity(args)
+
+
+def table(summary: dict[str, Any]) -> str:
+    """Texts/s (p99 ms) per server at each level, and ours over infinity, one block per cell."""
+    out = []
+    for cell in summary["cells"]:
+        result = cell["result"]
+        out.append(f"### {cell['pool']} / {cell['arm']} / seed {cell['seed']} ({result['cpu']}, {result['date']})")
+        out.append("| server | texts | c | texts/s | p99 ms | x infinity |")
+        out.append("|---|---|---:|---:|---:|---:|")
+        ratios = result["ratio_over_infinity"]
+        for label, kinds in result["servers"].items():
+            for kind, rows in kinds.items():
+                for row in rows:
+                    c = row["concurrency"]
+                    ratio = ratios.get(label, {}).get(f"{kind} c={c}", {}).get("texts_per_s")
+                    shown = "-" if ratio is None else f"{ratio:.2f}"
+                    out.append(f"| {label} | {kind} | {c} | {row['texts_per_s']:.0f} | {row['p99_ms']:.0f} | {shown} |")
+    return "\n".join(out) + "\n"
