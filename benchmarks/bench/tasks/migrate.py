@@ -60,6 +60,8 @@ DEFAULTS: dict[str, Any] = {
     "choice_queries": None,  # "choose": the choose half's query texts (no labels) passed to migrate as --queries
     "cache": "outputs/migrate-dev-cache",
     "threads": 2,
+    "backend": "torch",  # arm "queries" only
+    "precision": "fp32",
 }
 
 
@@ -229,6 +231,13 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     result: dict[str, Any] = {"docs": len(docs), "queries": len(queries), "check_queries": int(check.sum())}
     result["vectors_seconds"] = round(time.perf_counter() - start, 2)
     arm = p["arm"]
+    if arm == "queries":  # the old model's queries encoded on a backend (serve's --backend), against its stored rows
+        from subspaces.models.encoder import load_encoder
+
+        model = load_encoder(p["old"], backend=p["backend"], precision=p["precision"])
+        q = _REAL_ENCODE(model, list(queries), batch_size=64, normalize=True)
+        result["metrics"], result["rows"] = figures(ranks(q, old_docs, relevant), check)
+        return result
     if arm in ("reembed", "old"):
         q, d = (new_q, new_docs) if arm == "reembed" else (old_q, old_docs)
         result["metrics"], result["rows"] = figures(ranks(q, d, relevant), check)

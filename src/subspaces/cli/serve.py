@@ -29,7 +29,7 @@ ServeBackendOpt = Annotated[
     typer.Option(
         help="auto: the fastest measured on this kind of CPU (OpenVINO's static int8 graph where the CPU has VNNI/AMX "
         "and the openvino extra is installed, else torch in bfloat16 where native, else ONNX Runtime's int8 graph; "
-        "torch with --store, --dtype or --precision fp32); or torch, onnx, openvino."
+        "torch with --dtype or --precision fp32); or torch, onnx, openvino."
     ),
 ]
 ServePrecisionOpt = Annotated[

@@ -28,7 +28,7 @@ class ServeSettings:
     nothing to a lone request's latency (docs/serve.md). ``prompts`` go over the model folder's own; requests pick
     one by ``prompt_name``. ``backend`` ``auto`` (the default) runs what served fastest on this kind of CPU, within
     the ``precision`` and ``dtype`` asked (:func:`subspaces.models.backends.fastest_runtime`; :attr:`runtime`), on
-    torch with ``store`` (int8 queries against float rows are not measured) or where the model has no graph.
+    torch where the model has no graph.
     """
 
     model: str = field(
@@ -114,9 +114,6 @@ class ServeSettings:
         """``(backend, precision, dtype)`` the server runs: as given, or :func:`fastest_runtime`'s for ``auto``."""
         if self.backend != AUTO:
             return self.backend, self.precision or "fp32", self.dtype or "float32"
-        if self.store is not None and self.precision is None and self.dtype is None:
-            # int8 queries against the store's float rows: their recall is not measured, so search keeps torch
-            return "torch", "fp32", "auto"
         return fastest_runtime(self.device, self.precision, self.dtype)
 
     @property
