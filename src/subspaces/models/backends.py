@@ -28,6 +28,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.resources
+import importlib.util
 import inspect
 import json
 import logging
@@ -70,8 +72,6 @@ def fastest_runtime(
     natively, torch in bfloat16 (ONNX Runtime's int8 was 1.32 x torch on long texts on issue 51's Intel Xeon);
     else ONNX Runtime's int8 graph (3.4-3.9 x torch's encode in BENCHMARKS §7, on a box its notes attribute to an
     AMD EPYC Zen 3, AVX2 only; not measured serving there)."""
-    import importlib.util
-
     openvino = all(importlib.util.find_spec(name) is not None for name in ("openvino", "nncf"))
     int8_graph = "openvino" if openvino and native_int8() else "onnx"
     if precision == "int8":
@@ -355,9 +355,8 @@ def _calibration_feeds(transformer: Any) -> list[dict[str, np.ndarray]]:
     """The model's inputs for the bundled calibration sentences: batches of 8 sentences, of 4 paragraphs (each
     :data:`CALIBRATION_PARAGRAPH` sentences joined) and of 4 texts of :data:`CALIBRATION_LONG` sentences (from
     different starts), all cut at the length the model reads."""
-    from importlib.resources import files
-
-    lines = [t for t in files("subspaces.models").joinpath("calibration.txt").read_text("utf-8").splitlines() if t]
+    text = importlib.resources.files("subspaces.models").joinpath("calibration.txt").read_text("utf-8")
+    lines = [line for line in text.splitlines() if line]
     step = CALIBRATION_PARAGRAPH
     paragraphs = [" ".join(lines[i : i + step]) for i in range(0, len(lines), step)]
     longest = [" ".join((lines * 2)[i : i + CALIBRATION_LONG]) for i in range(0, len(lines), len(lines) // 8)]
