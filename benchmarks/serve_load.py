@@ -252,43 +252,28 @@ def targets(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_equal(server: Server, texts: list[str], args: argparse.Namespace) -> dict[str, float]:
-    """The largest difference between served rows and what ``subspaces encode --normalize`` writes, at full size
-    and at a quarter of it (``dimensions`` against ``--truncate-dim``), over a few texts."""
+    """The largest difference between served rows and what ``subspaces model encode --normalize`` writes, over a few
+    texts, keyed by the rows' size (full size only: ``dimensions`` below it is refused for a model not trained for
+    truncation, issue 56)."""
     import httpx
     import numpy as np
 
     sample = [t for t in texts if t.strip() and "\n" not in t][:16]  # encode reads one text per line
-    full = len(
-        httpx.post(server.url + "/v1/embeddings", json={"input": sample[0]}, timeout=60).json()["data"][0]["embedding"]
-    )
-    out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "in.txt").write_text("\n".join(sample) + "\n", encoding="utf-8")
-        # Full size only: `dimensions` below it is refused for a model not trained for truncation (issue 56).
-        for dims in (None,):
-            command = [sys.executable, "-m", "subspaces.cli.app", "model", "encode", "-m", args.model, "--normalize"]
-            command += [
-                "-i",
-                str(Path(tmp) / "in.txt"),
-                "-o",
-                str(Path(tmp) / "out.npy"),
-                "--threads",
-                str(args.threads),
-            ]
-            command += ["--truncate-dim", str(dims)] if dims else []
-            subprocess.run(command, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL)
-            want = np.load(Path(tmp) / "out.npy")
-            body = {"input": sample, **({"dimensions": dims} if dims else {})}
-            served = httpx.post(server.url + "/v1/embeddings", json=body, timeout=60).json()["data"]
-            out[str(dims or full)] = float(np.abs(np.array([d["embedding"] for d in served]) - want).max())
-    return out
+        source, target = Path(tmp) / "in.txt", Path(tmp) / "out.npy"
+        source.write_text("\n".join(sample) + "\n", encoding="utf-8")
+        command = [sys.executable, "-m", "subspaces.cli.app", "model", "encode", "-m", args.model, "--normalize"]
+        command += ["-i", str(source), "-o", str(target), "--threads", str(args.threads)]
+        subprocess.run(command, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL)
+        want = np.load(target)
+    served = httpx.post(server.url + "/v1/embeddings", json={"input": sample}, timeout=60).json()["data"]
+    return {str(want.shape[1]): float(np.abs(np.array([d["embedding"] for d in served]) - want).max())}
 
 
 def sentences(n: int) -> list[str]:
     from subspaces.data.text import wordnet_sentences
 
-    texts = wordnet_sentences()
-    return texts[:n] if len(texts) >= n else texts
+    return wordnet_sentences()[:n]
 
 
 def paragraphs(texts: list[str], n: int, joined: int = 9) -> list[str]:
@@ -361,7 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default="minilm-l6")
     parser.add_argument("--threads", type=int, default=2, help="Torch threads of each server.")
     parser.add_argument("--duration", type=float, default=60.0, help="Seconds per concurrency level.")
-    parser.add_argument("--levels", default="1,32", help="Concurrency levels.")
+    parser.add_argument(
+        "--levels", type=lambda s: [int(x) for x in s.split(",")], default="1,32", help="Concurrency levels."
+    )
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--texts", type=int, default=2000, help="Distinct WordNet sentences cycled through.")
     parser.add_argument("--per-request", type=int, default=8, help="Texts a request.")
@@ -372,7 +359,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--infinity", type=Path, default=Path("/work/peers/infinity"), help="infinity-emb's venv.")
     parser.add_argument("--infinity-dtype", default=None, help="Default: bfloat16 where the CPU has it natively.")
-    parser.add_argument("--against", choices=["infinity"], default="infinity", help="The peer (the only one).")
     parser.add_argument("--max-batch-tokens", type=int, default=16384)
     parser.add_argument("--max-wait-ms", type=float, default=0.0)
     parser.add_argument("--max-queue", type=int, default=256, help="Ours, except in the overload burst.")
@@ -407,7 +393,6 @@ def main() -> None:
         args.output = (
             smoke if args.smoke else RESULTS / ("serve_checks.json" if args.checks else "serve_vs_infinity.json")
         )
-    args.levels = [int(x) for x in args.levels.split(",")]
     result = checks(args) if args.checks else against_infinity(args)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")

@@ -10,25 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-DEFAULTS: dict[str, Any] = {
-    "model": "minilm-l6",
-    "ours": "auto,torch:fp32:auto,onnx:int8:float32",
-    "levels": "1,32",
-    "duration": 15.0,
-    "threads": 2,
-    "infinity": "/work/peers/infinity",
-}
+DEFAULTS: dict[str, Any] = {"duration": 15.0}  # seconds a level; the rest are serve_load.py's defaults
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
+    """``params``: any of serve_load.py's options, by name (``per_request`` for ``--per-request``)."""
     import serve_load
 
-    p = DEFAULTS | params
-    argv = ["--model", p["model"], "--ours", p["ours"], "--levels", p["levels"], "--duration", str(p["duration"])]
-    argv += ["--threads", str(p["threads"]), "--infinity", str(p["infinity"])]
-    args = serve_load.build_parser().parse_args(argv)
-    args.levels = [int(level) for level in args.levels.split(",")]
-    return serve_load.against_infinity(args)
+    argv = [f"--{name.replace('_', '-')}={value}" for name, value in (DEFAULTS | params).items()]
+    return serve_load.against_infinity(serve_load.build_parser().parse_args(argv))
 
 
 def table(summary: dict[str, Any]) -> str:
