@@ -3,9 +3,9 @@ runtime), then search latency (p50/p99) and Recall@10 against exact full-dim sea
 IVF-PQ) and funnel search (a prefix shortlist of ``shortlists`` x k, full re-rank) at several prefixes of the
 model's coordinates and of the store's principal axes (``bases``), and a migration.
 
-A store of the first ``n`` distinct WordNet sentences (definitions, then examples) is built in a temporary folder
-(or ``store``); the queries are ``queries`` other WordNet sentences, encoded once, so the latencies are search alone
-(one query at a time, as a user's request); the encoding rate is reported apart. ``ray_n`` texts are added again
+A store of the first ``n`` distinct WordNet sentences (definitions, then examples) is built in a temporary folder;
+the queries are ``queries`` other WordNet sentences, encoded once, so the latencies are search alone (one query at
+a time, as a user's request); the encoding rate is reported apart. ``ray_n`` texts are added again
 into a second store through Ray Data (``actors`` actors on a local runtime of that many CPUs). A migration to
 ``migrate_to`` is timed and measured on the store (recall vs a re-embedded held-out sample, and its time against
 re-embedding every row at the new model's measured rate). The result has the schema of
@@ -25,6 +25,7 @@ import numpy as np
 
 
 def latencies(store, vectors: np.ndarray, k: int, **options) -> tuple[dict[str, float], list[list[str]]]:
+    """p50/p99 ms and queries/s of searching ``vectors`` one at a time (as a user's requests), and each one's ids."""
     store.search_vectors(vectors[:1], k, **options)  # builds the in-memory index of this setting once
     times, ids = [], []
     for vector in vectors:
@@ -82,9 +83,6 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         "k": 10,
         "nprobes": 20,
         "migrate_to": None,
-        "pairs": None,
-        "anchors": "paired",
-        "store": None,
         "threads": None,
         "ray_n": 20_000,
         "actors": 2,
@@ -95,7 +93,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     corpus, queries = texts[:n], texts[n : n + int(p["queries"])]
     if len(queries) < int(p["queries"]):
         raise SystemExit(f"only {len(texts)} WordNet sentences: lower n or queries")
-    folder = Path(p["store"]) if p["store"] else Path(tempfile.mkdtemp(prefix="store-bench-")) / "store"
+    folder = Path(tempfile.mkdtemp(prefix="store-bench-")) / "store"
     store = Store.create(folder, p["model"])
     start = time.perf_counter()
     store.add(corpus, ids=range(len(corpus)), show_progress=True)
@@ -135,17 +133,13 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     if p["ray_n"]:
         results["add_ray_local"] = ray_add(corpus[: p["ray_n"]], p["model"], folder.parent / "ray-store", p["actors"])
     if p["migrate_to"]:
-        pairs = min(int(p["pairs"]), len(corpus) // 2) if p["pairs"] else None
-        results["migration"] = store.migrate(p["migrate_to"], pairs=pairs, anchors=p["anchors"], show_progress=True)
+        results["migration"] = store.migrate(p["migrate_to"], show_progress=True)
     return results
 
 
 def table(summary: dict[str, Any]) -> str:
     """BENCHMARKS.md's store rows, from every cell of a runner summary."""
-    lines = []
-    for cell in summary["cells"]:
-        lines.append(render(cell["result"], title=cell["cell"]))
-    return "\n".join(lines)
+    return "\n".join(render(cell["result"], title=cell["cell"]) for cell in summary["cells"])
 
 
 def render(results: dict[str, Any], title: str = "") -> str:

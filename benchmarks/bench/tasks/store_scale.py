@@ -38,6 +38,10 @@ from typing import Any
 
 import numpy as np
 
+from bench.environment import cpu
+from bench.tasks.store import latencies, recall
+from subspaces.io import atomic_path, save_json
+
 LANGS = (("en", 0.6), ("de", 0.15), ("fr", 0.15), ("ja", 0.1))
 YEARS = (1990, 2025)
 DEFAULTS: dict[str, Any] = {
@@ -60,7 +64,6 @@ DEFAULTS: dict[str, Any] = {
     "batch_rows": 4096,
     "work": None,
     "keep": False,  # keep the store and parquet after the run (default: removed once every stage is recorded)
-    "in_memory_mib": None,  # the store's in-memory limit for a space's floats (None: the library's, 256 MiB)
 }
 
 
@@ -136,9 +139,8 @@ def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
         ]
     )
     path = work / "corpus.parquet"
-    tmp = path.with_suffix(".tmp")
     langs, shares = [lang for lang, _ in LANGS], [share for _, share in LANGS]
-    with pq.ParquetWriter(tmp, schema) as writer:
+    with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema) as writer:
         for start in range(0, p["n"], 50_000):
             rows = min(50_000, p["n"] - start)
             block = np.empty((rows, fitted.shape[1]), dtype=np.float32)
@@ -162,7 +164,6 @@ def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
                     schema=schema,
                 )
             )
-    os.replace(tmp, path)
     return {
         "wordnet_texts": int(total),
         "real_rows": int(real),
@@ -179,10 +180,6 @@ def child(stage: str, args: dict[str, Any]) -> dict[str, Any]:
     from subspaces.config import set_threads
 
     set_threads(args["threads"])
-    if args.get("in_memory_mib") is not None:
-        from subspaces.store import vectorfile
-
-        vectorfile.IN_MEMORY_BYTES = int(args["in_memory_mib"] * 2**20)
     store_dir = Path(args["store"])
     out: dict[str, Any] = {}
     start = time.perf_counter()
@@ -237,13 +234,7 @@ def search(mode: str, args: dict[str, Any]) -> dict[str, Any]:
     start = time.perf_counter()
     store.search_vectors(queries[:1], k, **options)  # what a first search builds (vector file, prefix index, codes)
     first_s = time.perf_counter() - start
-    times, ids = [], []
-    for vector in queries:
-        start = time.perf_counter()
-        hit = store.search_vectors(vector[None], k, **options)[0]
-        times.append(time.perf_counter() - start)
-        ids.append(hit.ids)
-    ms = np.asarray(times) * 1e3
+    timing, ids = latencies(store, queries, k, **options)
     start = time.perf_counter()
     filtered = store.search_vectors(queries[:1], k, where=args["where"], **options)[0]
     filtered_ms = (time.perf_counter() - start) * 1e3
@@ -251,9 +242,9 @@ def search(mode: str, args: dict[str, Any]) -> dict[str, Any]:
     matching = all(m is not None and m["lang"] == lang and m["year"] >= year for m in filtered.metadata)
     return {
         "first_search_seconds": round(first_s, 2),
-        "p50_ms": round(float(np.percentile(ms, 50)), 3),
-        "p99_ms": round(float(np.percentile(ms, 99)), 3),
-        "qps": round(float(1e3 / ms.mean()), 1),
+        "p50_ms": round(timing["p50_ms"], 3),
+        "p99_ms": round(timing["p99_ms"], 3),
+        "qps": round(timing["qps"], 1),
         "filtered": {"ms": round(filtered_ms, 2), "results": len(filtered.ids), "k": k, "all_match": matching},
         "ids": ids,
     }
@@ -308,16 +299,9 @@ def run_stage(stage: str, args: dict[str, Any], work: Path) -> dict[str, Any]:
     )
     if proc.returncode != 0:
         raise RuntimeError(f"stage {stage} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
-    done.parent.mkdir(parents=True, exist_ok=True)
-    tmp = done.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result))
-    os.replace(tmp, done)
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    save_json(done, result)
     return result
-
-
-def recall(found: list[list[str]], truth: list[list[str]]) -> float:
-    return float(np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(found, truth, strict=True)]))
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -328,9 +312,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     corpus_record = work / "stages" / "corpus.json"
     if not corpus_record.is_file():
         print(f"[store_scale] corpus of {p['n']:,} rows", flush=True)
-        corpus = write_corpus(p, work)
-        corpus_record.parent.mkdir(parents=True, exist_ok=True)
-        corpus_record.write_text(json.dumps(corpus))
+        save_json(corpus_record, write_corpus(p, work))
     corpus = json.loads(corpus_record.read_text())
     k = p["k"]
     modes = {
@@ -356,7 +338,6 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         "where_check": [p["filter_lang"], int(p["filter_year"])],
         "mutations": p["mutations"],
         "modes": modes,
-        "in_memory_mib": p["in_memory_mib"],
         "shrink_dims": list(p["shrink_dims"]),
     }
     stages = {name: run_stage(name, args, work) for name in ("import", "quantize", "index", "shrink")}
@@ -378,21 +359,13 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         ),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
-        "cpu": _lscpu_model(),
+        "cpu": cpu()["model"],
         "threads": p["threads"],
         "corpus": corpus,
         "stages": stages,
         "search": searches,
         "after": after,
     }
-
-
-def _lscpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return next((line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")), "?")
 
 
 def table(summary: dict[str, Any]) -> str:
