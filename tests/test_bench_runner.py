@@ -133,3 +133,27 @@ def test_the_store_table_renders_the_committed_store_json() -> None:
     rows = render(json.loads(committed.read_text()))
     assert "| exact |" in rows
     assert "time / re-embedding" in rows
+
+
+def test_every_committed_summary_renders_as_its_tables() -> None:
+    """Each experiment whose summary is committed prints its tables from it (the figures BENCHMARKS quotes)."""
+    from bench.tables import markdown
+
+    files = sorted((Path(__file__).resolve().parents[1] / "benchmarks" / "experiments").glob("*.toml"))
+    rendered = 0
+    for path in files:
+        summary_path = load(path).out / "summary.json"
+        if summary_path.is_file():
+            text = markdown(json.loads(summary_path.read_text()))
+            assert "|" in text, path.name
+            rendered += 1
+    assert rendered >= 5
+
+
+def test_conditional_search_over_the_cached_view_ranks_as_the_explicit_product() -> None:
+    from bench.tasks.cond_search import run
+
+    for rank in (8, 0):  # low rank and full rank
+        result = run({"n": 3000, "dim": 32, "rank": rank, "queries": 8, "explicit_queries": 4, "threads": 1}, 0)
+        assert result["topk_agreement"] == 1.0
+        assert result["query_ms"] > 0 and result["view_ms"] > 0

@@ -1,6 +1,7 @@
 """The STS table (README's first headline, BENCHMARKS §1): ``model eval``'s Spearman x 100 on STS12-16, STS-B and
 SICK-R of a bundled model, with alignment and uniformity (STS-B test), as the library's ``STSEvaluator`` gives
-them. Pools name the model (``model``), arms the precision (``dtype``); a deterministic evaluation: one seed.
+them. Pools name the model (``model``), arms the runtime (``dtype``, ``backend``, ``precision``);
+a deterministic evaluation: one seed.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/sts.toml --resume
 """
@@ -9,7 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-DEFAULTS: dict[str, Any] = {"model": "minilm-l6", "dtype": "float32", "variant": "original", "threads": 2}
+DEFAULTS: dict[str, Any] = {
+    "model": "minilm-l6",
+    "dtype": "float32",
+    "backend": "torch",
+    "precision": "fp32",
+    "variant": "original",
+    "threads": 2,
+}
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -20,7 +28,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     p = DEFAULTS | params
     set_threads(p["threads"])
     evaluator = STSEvaluator(variant=p["variant"])
-    scores = evaluator(load_encoder(p["model"], dtype=p["dtype"]))
+    scores = evaluator(load_encoder(p["model"], dtype=p["dtype"], backend=p["backend"], precision=p["precision"]))
     return {
         "scores": {
             name: round(float(value), 2 if name in (*evaluator.tasks, "avg") else 4) for name, value in scores.items()
@@ -31,7 +39,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
 def table(summary: dict[str, Any]) -> str:
     cells = summary["cells"]
     names = list(cells[0]["result"]["scores"]) if cells else []
-    lines = ["| model | dtype | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
+    lines = ["| model | arm | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
     for cell in cells:
         scores = cell["result"]["scores"]
         lines.append(f"| {cell['pool']} | {cell['arm']} | " + " | ".join(f"{scores[n]:g}" for n in names) + " |")

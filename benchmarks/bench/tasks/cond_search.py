@@ -1,0 +1,98 @@
+"""Conditional search speed (BENCHMARKS §4): ms per query of ``cos(W_c q, W_c d)`` over ``n`` stored vectors.
+
+Random unit vectors (``dim`` = 384) stand in for a corpus and random (untrained) Hyper-CL heads for a trained one:
+a search's cost does not depend on the weights. A cell (a corpus size, a head: hypernet with ``rank`` K, or full
+rank with ``rank`` 0) measures the per-condition view's build (the second build: what a new condition costs),
+one query against the cached view (median over ``queries``), a query in batches of 32, and the explicit baseline
+(form W_c, project every row, normalise, rank), with the top-k agreement between the two.
+
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/cond_search.toml --resume
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+DEFAULTS: dict[str, Any] = {"dim": 384, "rank": 32, "threads": 2, "queries": 64, "explicit_queries": 5, "k": 10}
+
+
+def _unit_rows(n: int, d: int, seed: int, block: int = 131_072) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, d), dtype=np.float32)
+    for start in range(0, n, block):  # a block at a time: no float64 copy of a 1M x d matrix
+        rows = rng.standard_normal((min(block, n - start), d), dtype=np.float32)
+        out[start : start + len(rows)] = rows / np.linalg.norm(rows, axis=1, keepdims=True)
+    return out
+
+
+def _ms(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
+    import torch
+
+    from subspaces.config import set_threads
+    from subspaces.models.heads import conditional_search, corpus_view, make_head
+
+    p = DEFAULTS | params
+    set_threads(p["threads"])
+    torch.manual_seed(seed)
+    head = make_head("hypernet", p["dim"], p["rank"] or None).eval()
+    corpus = torch.from_numpy(_unit_rows(p["n"], p["dim"], seed))
+    queries = torch.from_numpy(_unit_rows(p["queries"], p["dim"], seed + 1))
+    condition = torch.from_numpy(_unit_rows(1, p["dim"], seed + 2))
+    k = p["k"]
+    with torch.no_grad():
+        cparams = head.condition_params(condition)
+        corpus_view(head, corpus, cparams)  # the first build also pays for allocation
+        view_ms = _ms(lambda: corpus_view(head, corpus, cparams))
+        view = corpus_view(head, corpus, cparams)
+
+        def search(q: torch.Tensor) -> Any:
+            return conditional_search(head, q, cparams, corpus, k, view=view)
+
+        search(queries[:2])  # warm-up
+        single = [_ms(lambda q=q: search(q[None])) for q in queries]
+        batched = sum(_ms(lambda i=i: search(queries[i : i + 32])) for i in range(0, len(queries), 32))
+        explicit, agreement = [], []
+        for q in queries[: p["explicit_queries"]]:
+            start = time.perf_counter()
+            w = head.projection_matrix(condition)[0]
+            projected = torch.nn.functional.normalize(q[None] @ w.T, dim=1)[0]
+            chunks = [
+                torch.nn.functional.normalize(corpus[i : i + 65_536] @ w.T, dim=1) @ projected
+                for i in range(0, len(corpus), 65_536)
+            ]
+            want = torch.topk(torch.cat(chunks), k).indices
+            explicit.append((time.perf_counter() - start) * 1e3)
+            agreement.append(len(set(search(q[None])[1][0].tolist()) & set(want.tolist())) / k)
+    return {
+        "view_ms": round(view_ms, 2),
+        "query_ms": round(statistics.median(single), 3),
+        "batch32_ms_per_query": round(batched / len(queries), 3),
+        "explicit_ms": round(statistics.median(explicit), 1),
+        "topk_agreement": round(min(agreement), 4),
+    }
+
+
+def table(summary: dict[str, Any]) -> str:
+    lines = [
+        "| corpus | head | ms / query (view cached) | in batches of 32 | view, once | explicit | top-k agreement |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for pool, arms in summary["aggregate"].items():
+        for arm, v in arms.items():
+            lines.append(
+                f"| {pool} | {arm} | {v['query_ms']['mean']:.2f} | {v['batch32_ms_per_query']['mean']:.2f} "
+                f"| {v['view_ms']['mean']:.0f} ms | {v['explicit_ms']['mean']:.1f} ms "
+                f"| {v['topk_agreement']['mean']:.3f} |"
+            )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,80 @@
+"""Step time of full against partial fine-tuning (BENCHMARKS §6): ``minilm-l6``, SimCSE's unsupervised loss, batch
+64 at max length 32, WordNet sentences. A cell trains a fresh copy of the model under one ``--trainable-layers``
+setting (``layers``: 0 = all); the activation cache of the frozen layers is built first (in memory, timed apart),
+then ``warmup`` untimed steps and ``steps`` timed ones, each on distinct sentences; its figure is the median step.
+Seeds are repeats: the runner rotates the arms' order each repeat, so load on the machine falls on all alike.
+
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/partial_ft.toml --resume
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+DEFAULTS: dict[str, Any] = {
+    "model": "minilm-l6",
+    "layers": 0,
+    "batch_size": 64,
+    "max_length": 32,
+    "warmup": 2,
+    "steps": 10,
+    "threads": 2,
+}
+
+
+def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
+    import torch
+
+    from subspaces.config import set_threads
+    from subspaces.data.text import wordnet_sentences
+    from subspaces.losses.simcse import SimCSELoss
+    from subspaces.models.encoder import load_encoder
+    from subspaces.models.partial import partial_fine_tuning
+    from subspaces.train.sentence import loss_step
+
+    p = DEFAULTS | params
+    set_threads(p["threads"])
+    torch.manual_seed(seed)
+    n = p["batch_size"]
+    texts = wordnet_sentences()[: (p["warmup"] + p["steps"]) * n]
+    model = load_encoder(p["model"])
+    model.max_seq_length = p["max_length"]
+    model.train()
+    start = time.perf_counter()
+    partial = partial_fine_tuning(model, p["layers"] or None, cache_dir=False, show_progress=False)
+    if partial is not None:
+        partial.prepare(texts)
+    cache_seconds = time.perf_counter() - start
+    trainable = [q for q in model.parameters() if q.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=3e-5)
+    step = loss_step(model, SimCSELoss(model, temperature=0.05))
+    seconds = []
+    for i in range(p["warmup"] + p["steps"]):
+        start = time.perf_counter()
+        loss = step([(t,) for t in texts[i * n : (i + 1) * n]])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        seconds.append(time.perf_counter() - start)
+    return {
+        "trainable_parameters": sum(q.numel() for q in trainable),
+        "median_step_seconds": round(statistics.median(seconds[p["warmup"] :]), 4),
+        "cache_build_seconds": round(cache_seconds, 2) if partial is not None else 0.0,
+    }
+
+
+def table(summary: dict[str, Any]) -> str:
+    lines = ["| arm | trainable parameters | median s / step | speed-up | cache build s |", "|---|---:|---:|---:|---:|"]
+    for arms in summary["aggregate"].values():
+        full = arms.get("all", {}).get("median_step_seconds", {}).get("mean")
+        for arm, v in arms.items():
+            step = v["median_step_seconds"]
+            speedup = f"{full / step['mean']:.2f}×" if full else "-"
+            lines.append(
+                f"| {arm} | {v['trainable_parameters']['mean'] / 1e6:.1f} M "
+                f"| {step['mean']:.3f} ± {step['half_width']:.3f} | {speedup} "
+                f"| {v['cache_build_seconds']['mean']:.1f} |"
+            )
+    return "\n".join(lines) + "\n"
