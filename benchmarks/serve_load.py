@@ -83,13 +83,9 @@ class Server:
         if kind == "infinity":
             from subspaces.models.encoder import resolve_model_path
 
-            command = [
-                str(args.infinity / "bin" / "infinity_emb"),
-                "v2",
-                "--model-id",
-                str(resolve_model_path(args.model)),
-            ]
-            command += ["--host", HOST, "--port", str(self.port), "--engine", "torch", "--device", "cpu"]
+            model = str(resolve_model_path(args.model))
+            command = [str(args.infinity / "bin" / "infinity_emb"), "v2", "--model-id", model, "--host", HOST]
+            command += ["--port", str(self.port), "--engine", "torch", "--device", "cpu"]
             command += ["--dtype", args.infinity_dtype]
             self.env["OMP_NUM_THREADS"] = str(args.threads)  # torch's intra-op threads, as ours are set
             self.path = "/embeddings"
@@ -389,10 +385,8 @@ def main() -> None:
         args.duration, args.warmup, args.overload_seconds = 2.0, 1.0, 2.0
         args.soak, args.soak_every, args.texts = 6.0, 2.0, 200
     if args.output is None:
-        smoke = Path(tempfile.gettempdir()) / "serve_load_smoke.json"
-        args.output = (
-            smoke if args.smoke else RESULTS / ("serve_checks.json" if args.checks else "serve_vs_infinity.json")
-        )
+        name = "serve_checks.json" if args.checks else "serve_vs_infinity.json"
+        args.output = Path(tempfile.gettempdir()) / "serve_load_smoke.json" if args.smoke else RESULTS / name
     result = checks(args) if args.checks else against_infinity(args)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
