@@ -115,9 +115,9 @@ def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     np.save(work / "queries.npy", vectors[:q])  # the first texts of the shuffle are the queries, held out
     fitted = vectors[q:]
-    real = len(fitted)
+    real, dim = fitted.shape
     clusters = min(p["clusters"], max(1, len(fitted) // 40))
-    kmeans = faiss.Kmeans(fitted.shape[1], clusters, niter=20, seed=0, spherical=True)
+    kmeans = faiss.Kmeans(dim, clusters, niter=20, seed=0, spherical=True)
     kmeans.train(fitted)
     centroids = np.asarray(kmeans.centroids, dtype=np.float32)
     _, label = kmeans.index.search(fitted, 1)
@@ -130,26 +130,20 @@ def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
     per_row = np.bincount(label, (residual**2).sum(1), minlength=clusters) / np.maximum(counts, 1)
     spread = np.sqrt(per_row / np.trace(covariance))
     weights = counts / counts.sum()
-    schema = pa.schema(
-        [
-            pa.field("id", pa.string()),
-            pa.field("vector", pa.list_(pa.float32(), fitted.shape[1])),
-            pa.field("lang", pa.string()),
-            pa.field("year", pa.int64()),
-        ]
-    )
+    text = pa.string()
+    schema = pa.schema({"id": text, "vector": pa.list_(pa.float32(), dim), "lang": text, "year": pa.int64()})
     path = work / "corpus.parquet"
     langs, shares = [lang for lang, _ in LANGS], [share for _, share in LANGS]
     with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema) as writer:
         for start in range(0, p["n"], 50_000):
             rows = min(50_000, p["n"] - start)
-            block = np.empty((rows, fitted.shape[1]), dtype=np.float32)
+            block = np.empty((rows, dim), dtype=np.float32)
             from_real = max(0, min(rows, real - start))
             block[:from_real] = fitted[start : start + from_real]
             synthetic = rows - from_real
             if synthetic:
                 picked = rng.choice(clusters, synthetic, p=weights)
-                noise = rng.standard_normal((synthetic, fitted.shape[1])).astype(np.float32)
+                noise = rng.standard_normal((synthetic, dim)).astype(np.float32)
                 x = centroids[picked] + (noise @ shape.T) * spread[picked, None].astype(np.float32)
                 block[from_real:] = x / np.linalg.norm(x, axis=1, keepdims=True)
             flat = pa.array(block.ravel(), pa.float32())
@@ -157,7 +151,7 @@ def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
                 pa.table(
                     {
                         "id": [f"row-{i}" for i in range(start, start + rows)],
-                        "vector": pa.FixedSizeListArray.from_arrays(flat, fitted.shape[1]),
+                        "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
                         "lang": rng.choice(langs, rows, p=shares),
                         "year": rng.integers(*YEARS, rows),
                     },
