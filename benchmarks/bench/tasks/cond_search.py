@@ -30,9 +30,9 @@ def _unit_rows(n: int, d: int, seed: int, block: int = 131_072) -> np.ndarray:
     return out
 
 
-def _ms(fn: Callable[[], Any]) -> float:
+def _ms(fn: Callable[..., Any], *args: Any) -> float:
     start = time.perf_counter()
-    fn()
+    fn(*args)
     return (time.perf_counter() - start) * 1e3
 
 
@@ -53,15 +53,15 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     with torch.no_grad():
         cparams = head.condition_params(condition)
         corpus_view(head, corpus, cparams)  # the first build also pays for allocation
-        view_ms = _ms(lambda: corpus_view(head, corpus, cparams))
+        view_ms = _ms(corpus_view, head, corpus, cparams)
         view = corpus_view(head, corpus, cparams)
 
         def search(q: torch.Tensor) -> Any:
             return conditional_search(head, q, cparams, corpus, k, view=view)
 
         search(queries[:2])  # warm-up
-        single = [_ms(lambda q=q: search(q[None])) for q in queries]
-        batched = sum(_ms(lambda i=i: search(queries[i : i + 32])) for i in range(0, len(queries), 32))
+        single = [_ms(search, q[None]) for q in queries]
+        batched = sum(_ms(search, queries[i : i + 32]) for i in range(0, len(queries), 32))
         explicit, agreement = [], []
         for q in queries[: p["explicit_queries"]]:
             start = time.perf_counter()

@@ -80,7 +80,7 @@ def quantized(params: dict[str, Any], seed: int) -> dict[str, Any]:
         out[kind] = {"bytes_per_vector": int(codes.shape[1])}
         arms: dict[str, dict[str, Any]] = {"none": {"rescore": None}, "codes": {}, "float": {"corpus": corpus}}
         for name, extra in arms.items():
-            ids = search(queries, codes, kind=kind, k=10, calibration=calibration, **extra)[1]  # type: ignore[arg-type]
+            ids = search(queries, codes, kind=kind, k=10, calibration=calibration, **extra)[1]
             overlap = [len(set(a) & set(b)) / 10 for a, b in zip(ids, truth, strict=True)]
             out[kind][f"recall@10/rescore-{name}"] = round(float(np.mean(overlap)), 4)
     return out
