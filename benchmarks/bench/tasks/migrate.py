@@ -363,71 +363,6 @@ def ratios(path: str | Path, n: int = 2000) -> dict[str, Any]:
     return out
 
 
-def rules(
-    cells: str | Path, n: int = 2000, margin: float = 1.25, kinds_from: str | Path | None = None
-) -> dict[str, Any]:
-    """Per pool and query-side arm with each kind fitted alone: the query-side choice rules replayed on the cells'
-    recorded scores, each seed's chosen kind's per-query values (its map refitted on the migration's own pairs),
-    and Recall@10 / nDCG@10 over the re-embed's with a paired bootstrap 95 % interval (seeds averaged per query):
-    ``best held-out`` (argmax of the held-out agreement: the rule before), ``mlp unless clearly worse held out``
-    (the MLP unless its disagreement is over ``margin`` times the best's) and, where the cells scored the kinds
-    on query texts, ``best query texts`` and ``mlp unless clearly worse by query texts``. ``cells``: a runner's
-    ``cells/`` folder (one subfolder a pool); ``kinds_from``: another run's ``cells/`` whose same arm (less a
-    ``-queries`` suffix) and seed holds each kind's values, for cells that did not fit the kinds (the same pairs:
-    the sample is drawn by seed from the same store)."""
-
-    def prefer(scores: dict[str, float]) -> str:
-        best = max(scores, key=lambda kind: scores[kind])
-        return "mlp" if 1 - scores["mlp"] <= margin * (1 - scores[best]) else best
-
-    out: dict[str, Any] = {}
-    rng = np.random.default_rng(0)
-    for folder in sorted(Path(cells).iterdir()):
-        base = [json.loads(f.read_text())["result"] for f in sorted(folder.glob("reembed-seed*.json"))]
-        if not base:
-            continue
-        check = halves(len(base[0]["rows"][f"recall@{K}"]))
-        draws = {name: rng.integers(0, int(m), size=(n, int(m))) for name, m in _sizes(check).items()}
-        arms: dict[str, list[dict[str, Any]]] = {}
-        for f in sorted(folder.glob("query-side-*-seed*.json")):
-            arm, result = f.name.rsplit("-seed", 1)[0], json.loads(f.read_text())["result"]
-            other = Path(kinds_from or "") / folder.name / f.name.replace("-queries-seed", "-seed")
-            if not result.get("kinds") and kinds_from is not None and other.is_file():
-                known = json.loads(other.read_text())["result"]
-                result["kinds"] = known["kinds"]
-                result["rows"] |= {key: v for key, v in known["rows"].items() if "/" in key}
-            arms.setdefault(arm, []).append(result)
-        out[folder.name] = {}
-        for arm, runs in arms.items():
-            if not all(r.get("kinds") for r in runs):
-                continue
-            found: dict[str, Any] = {}
-            for column, name in ((f"selection@{K}", "held-out"), (f"queries@{K}", "query texts")):
-                scores = [{k: v.get(column) for k, v in r["report"]["candidates"].items()} for r in runs]
-                if any(None in s.values() for s in scores):
-                    continue
-                for rule, pick in (
-                    (f"best {name}", lambda s: max(s, key=s.get)),
-                    (f"mlp unless clearly worse by {name}", prefer),
-                ):
-                    chosen = [pick(s) for s in scores]
-                    row: dict[str, Any] = {"chosen": chosen}
-                    for metric in (f"recall@{K}", f"ndcg@{K}"):
-                        a = np.mean([r["rows"][f"{metric}/{c}"] for r, c in zip(runs, chosen, strict=True)], axis=0)
-                        b = np.mean([r["rows"][metric] for r in base], axis=0)
-                        for half, mask in (("all", np.ones_like(check)), ("check", check)):
-                            x, y = a[mask], b[mask]
-                            boot = x[draws[half]].mean(1) / np.maximum(y[draws[half]].mean(1), 1e-12)
-                            row[f"{metric}/{half}"] = {
-                                "ratio": round(float(x.mean() / y.mean()), 4),
-                                "low": round(float(np.percentile(boot, 2.5)), 4),
-                                "high": round(float(np.percentile(boot, 97.5)), 4),
-                            }
-                    found[rule] = row
-            out[folder.name][arm] = found
-    return out
-
-
 def _sizes(check: np.ndarray) -> dict[str, int]:
     return {"all": len(check), "choose": int((~check).sum()), "check": int(check.sum())}
 
@@ -465,29 +400,8 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(description="ratios of a migrate experiment's arms to its re-embed")
     parser.add_argument("experiment", type=Path)
-    parser.add_argument("--rules", action="store_true", help="write <out>/rules.json (see rules()) instead")
-    parser.add_argument("--cells", type=Path, help="with --rules: the cells folder (default <out>/cells)")
-    parser.add_argument("--kinds-from", type=Path, help="with --rules: see rules()")
     args = parser.parse_args()
     experiment = load(args.experiment)
-    if args.rules:
-        import subprocess
-        import sys
-
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        model = next((line.split(":", 1)[1].strip() for line in lscpu.splitlines() if "Model name" in line), None)
-        cells = args.cells or experiment.out / "cells"
-        save_json(
-            experiment.out / "rules.json",
-            {
-                "command": "cd benchmarks && ../.venv/bin/python -m bench.tasks.migrate " + " ".join(sys.argv[1:]),
-                "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                "cpu": model,
-                "role": "dev (SNLI dev, SICK train, WordNet; no test split read)",
-                "pools": rules(cells, kinds_from=args.kinds_from),
-            },
-        )
-        return
     summary = json.loads((experiment.out / "summary.json").read_text())
     found = ratios(args.experiment)
     wanted = ("metrics/", "kinds/", "report/overlap@10", "migrate_seconds")
