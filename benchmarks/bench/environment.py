@@ -42,7 +42,8 @@ def versions() -> dict[str, str | None]:
 
 
 def commit() -> dict[str, Any]:
-    """The checkout's commit and whether tracked files differ from it (a dirty run is not that commit's)."""
+    """The checkout's commit and whether its files differ from it, new files not ignored included (a dirty run
+    is not that commit's)."""
 
     def git(*args: str) -> str | None:
         try:
@@ -51,7 +52,7 @@ def commit() -> dict[str, Any]:
             return None
         return done.stdout.strip()
 
-    status = git("status", "--porcelain", "--untracked-files=no")
+    status = git("status", "--porcelain")
     return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
 
 
