@@ -4,11 +4,8 @@
 definitions) with one arm (``backend``, ``precision``, ``dtype``; torch float32 is sentence-transformers' own
 ``encode``) at batch 1 (the first 128 texts) and at batch 64 (all); a graph is exported, and every arm warmed, before
 timing. Seeds are repeats: the runner rotates the arms' order each repeat, so load on the machine falls on all alike.
-STS per arm is the ``sts`` task with the same arm parameters (``inference_sts.toml``).
-
-``quantized``: the float32 embeddings of ``n_corpus`` definitions are the corpus and of example sentences the
-queries; the overlap of int8 and binary search's top 10 with float exact search's, without rescoring and with a 4x
-shortlist rescored from the codes or from the float rows; bytes per vector.
+STS per arm is the ``sts`` task with the same arm parameters (``inference_sts.toml``); int8 and binary embeddings
+are :mod:`bench.tasks.quantized`.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/inference.toml --resume
 """
@@ -17,8 +14,6 @@ from __future__ import annotations
 
 import time
 from typing import Any
-
-import numpy as np
 
 DEFAULTS: dict[str, Any] = {
     "model": "minilm-l6",
@@ -60,30 +55,6 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     model = load_encoder(p["model"], backend=p["backend"], precision=p["precision"], dtype=p["dtype"])
     _rate(model, batch[:64], 64)  # export (once per weights) and warm-up, untimed
     return {"batch1": _rate(model, batch[: p["n_batch1"]], 1), "batch64": _rate(model, batch, 64)}
-
-
-def quantized(params: dict[str, Any], seed: int) -> dict[str, Any]:
-    from subspaces.config import set_threads
-    from subspaces.models.encoder import encode, load_encoder
-    from subspaces.quantize import calibrate_int8, calibration_sample, quantize, search
-
-    p = DEFAULTS | {"n_corpus": 20_000, "n_queries": 2048} | params
-    set_threads(p["threads"])
-    model = load_encoder(p["model"])
-    corpus = encode(model, texts("long", p["n_corpus"]), normalize=True, show_progress=False)
-    queries = encode(model, texts("short", p["n_queries"]), normalize=True, show_progress=False)
-    truth = np.argsort(-(queries @ corpus.T), axis=1, kind="stable")[:, :10]
-    calibration = calibrate_int8(calibration_sample(corpus, seed=seed))
-    out: dict[str, Any] = {"corpus": len(corpus), "queries": len(queries), "float32_bytes": 4 * corpus.shape[1]}
-    for kind in ("int8", "binary"):
-        codes = quantize(corpus, kind, calibration)
-        out[kind] = {"bytes_per_vector": int(codes.shape[1])}
-        arms: dict[str, dict[str, Any]] = {"none": {"rescore": None}, "codes": {}, "float": {"corpus": corpus}}
-        for name, extra in arms.items():
-            ids = search(queries, codes, kind=kind, k=10, calibration=calibration, **extra)[1]
-            overlap = [len(set(a) & set(b)) / 10 for a, b in zip(ids, truth, strict=True)]
-            out[kind][f"recall@10/rescore-{name}"] = round(float(np.mean(overlap)), 4)
-    return out
 
 
 def table(summary: dict[str, Any]) -> str:

@@ -1,0 +1,57 @@
+"""Quantized embeddings (BENCHMARKS §7): the float32 embeddings of ``n_corpus`` WN18RR definitions are the corpus
+and of ``n_queries`` WordNet example sentences the queries; the overlap of int8 and binary search's top 10 with
+float exact search's, without rescoring and with a 4x shortlist rescored from the codes or from the float rows;
+bytes per vector. The int8 ranges are calibrated on 10,000 corpus rows drawn by the seed.
+
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/quantized.toml --resume
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bench.tasks.inference import DEFAULTS, texts
+
+
+def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
+    from subspaces.config import set_threads
+    from subspaces.models.encoder import encode, load_encoder
+    from subspaces.quantize import calibrate_int8, calibration_sample, quantize, search
+
+    p = DEFAULTS | {"n_corpus": 20_000, "n_queries": 1000} | params
+    set_threads(p["threads"])
+    model = load_encoder(p["model"])
+    corpus = encode(model, texts("long", p["n_corpus"]), normalize=True, show_progress=False)
+    queries = encode(model, texts("short", p["n_queries"]), normalize=True, show_progress=False)
+    truth = np.argsort(-(queries @ corpus.T), axis=1, kind="stable")[:, :10]
+    calibration = calibrate_int8(calibration_sample(corpus, seed=seed))
+    out: dict[str, Any] = {"corpus": len(corpus), "queries": len(queries), "float32_bytes": 4 * corpus.shape[1]}
+    for kind in ("int8", "binary"):
+        codes = quantize(corpus, kind, calibration)
+        out[kind] = {"bytes_per_vector": int(codes.shape[1])}
+        arms: dict[str, dict[str, Any]] = {"none": {"rescore": None}, "codes": {}, "float": {"corpus": corpus}}
+        for name, extra in arms.items():
+            ids = search(queries, codes, kind=kind, k=10, calibration=calibration, **extra)[1]
+            overlap = [len(set(a) & set(b)) / 10 for a, b in zip(ids, truth, strict=True)]
+            out[kind][f"recall@10/rescore-{name}"] = round(float(np.mean(overlap)), 4)
+    return out
+
+
+def table(summary: dict[str, Any]) -> str:
+    """Per model and code: bytes per vector and the top-10 overlap with float search, by rescoring."""
+    lines = [
+        "| model | code | bytes / vector | no rescoring | 4x rescored from the codes | 4x rescored from float rows |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for cell in summary["cells"]:
+        result = cell["result"]
+        for kind in ("int8", "binary"):
+            r = result[kind]
+            lines.append(
+                f"| {cell['pool']} | {kind} | {r['bytes_per_vector']} (float32: {result['float32_bytes']}) "
+                f"| {r['recall@10/rescore-none']:.3f} | {r['recall@10/rescore-codes']:.3f} "
+                f"| {r['recall@10/rescore-float']:.3f} |"
+            )
+    return "\n".join(lines) + "\n"
