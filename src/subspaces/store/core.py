@@ -792,7 +792,8 @@ class Store:
         **options: Any,
     ) -> SearchResult | list[SearchResult]:
         """The ``k`` nearest rows of each query, a :class:`SearchResult` each (ids, scores, texts, metadata,
-        query), in query order.
+        query), in query order. A query with no visible character (empty, blanks or control characters only) is
+        refused, as :meth:`add` refuses such a text.
 
         ``model`` is the query encoder (default: the store's); one whose fingerprint matches no searchable space
         is refused. ``options`` choose how the rows are ranked (:func:`.plans.plan`), or give the ``plan``
@@ -804,7 +805,7 @@ class Store:
         truncation, a far better shortlist, with the same full-dimension scores; the default (None) is ``"pca"``
         unless the space's model was trained for truncation (:func:`.matryoshka.trained`), then ``"model"``.
         ``where`` is a SQL filter on the rows (``"lang = 'en'"``, over the typed metadata columns, ``id`` and
-        ``text``; as LanceDB reads it), applied before the top ``k`` in every mode: ``k`` rows come back when
+        ``text``; as LanceDB reads it; one expression: a ``;`` outside a quoted string is refused), applied before the top ``k`` in every mode: ``k`` rows come back when
         ``k`` rows pass it. ``condition`` with ``head`` (a Hyper-CL tri-encoder's folder, or the loaded model)
         ranks by similarity under that condition: queries and rows projected by the condition's matrix
         (:meth:`search_vectors`). ``quantized=True`` searches the space's quantized copy (:meth:`quantize`) and
@@ -821,6 +822,10 @@ class Store:
             problem = unicode_problem(text)
             if problem is not None:
                 raise DataError(f"query {i} holds {problem}")
+            if not visible(text):  # it would be encoded as something and rank rows for nothing that was asked
+                raise DataError(
+                    f"query {i} has no visible character (empty, blanks or control characters only): give a text"
+                )
         condition, head = options.get("condition"), options.get("head")
         if isinstance(plan, plans.Conditional):
             condition, head = plan.condition, plan.head
