@@ -27,7 +27,7 @@ from subspaces.store.matryoshka import trained
 from subspaces.store.quantized import search_copy
 from subspaces.store.results import SearchResult, hits
 from subspaces.store.shrink import chosen, load_adapter
-from subspaces.store.table import Rows, vectors_of
+from subspaces.store.table import Rows, check_filter, vectors_of
 
 if TYPE_CHECKING:
     from subspaces.store.core import Store
@@ -213,6 +213,8 @@ def plan(
     if refine_factor is not None and refine_factor < 1:
         raise SubspacesError(f"refine_factor must be at least 1 (None: no re-ranking), got {refine_factor}")
     check_condition(condition, head, ann, dims)
+    if where is not None:
+        check_filter(where)
     if quantized:
         if ann or dims is not None or condition is not None:
             raise SubspacesError("quantized search reads the quantized copy alone: drop ann, dims and condition")

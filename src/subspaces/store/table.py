@@ -39,11 +39,32 @@ def lance_errors(what: str) -> Iterator[None]:
         raise SubspacesError(f"{what}: the table is missing or corrupted ({_first_line(exc)})") from exc
 
 
+def check_filter(where: str) -> None:
+    """Refuse a ``where=`` filter that is no single expression: a ``;`` outside a quoted string or name (LanceDB's
+    parser reads the first statement and drops the rest, so ``"year > 3000; garbage"`` ran as ``year > 3000``)."""
+    if not isinstance(where, str):
+        raise SubspacesError(f"the filter must be a string (a SQL expression), not {type(where).__name__}")
+    quote = None
+    for ch in where:
+        if quote is not None:
+            if ch == quote:  # a doubled quote ('it''s') closes and reopens: the same state after both
+                quote = None
+        elif ch in "'\"`":
+            quote = ch
+        elif ch == ";":
+            raise SubspacesError(
+                f"the filter {where!r} holds a ';' outside a quoted string: a filter is one SQL expression "
+                "(join conditions with AND / OR)"
+            )
+
+
 @contextmanager
 def filter_errors(where: str) -> Iterator[None]:
-    """LanceDB's refusal of a ``where=`` filter, as one line naming it."""
+    """LanceDB's refusal of a ``where=`` filter, as one line naming it (a filter of more than one statement is
+    refused first, :func:`check_filter`)."""
     import pyarrow as pa
 
+    check_filter(where)
     try:
         yield
     except (OSError, RuntimeError, ValueError, pa.ArrowException) as exc:
