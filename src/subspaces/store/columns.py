@@ -16,6 +16,7 @@ identifier (letters, digits and ``_``, not starting with ``_`` or a digit) or ar
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -37,6 +38,32 @@ def parsed(value: Any) -> dict[str, Any] | None:
         except ValueError:
             return None  # a metadata string that is no JSON (Store.add takes strings as given): JSON only
     return value if isinstance(value, dict) else None
+
+
+def non_finite(meta: dict[str, Any] | None) -> tuple[str, float] | None:
+    """The first top-level field of ``meta`` whose value holds NaN or an infinity (at any depth), with that
+    number; None if none does. JSON has no such numbers (an export would write ``NaN``), and a filter compares a NaN
+    as no number should (``score > 5`` admitted it)."""
+    if not meta:
+        return None
+    for name, value in meta.items():
+        bad = _non_finite(value)
+        if bad is not None:
+            return name, bad
+    return None
+
+
+def _non_finite(value: Any) -> float | None:
+    if isinstance(value, float):
+        return None if math.isfinite(value) else value
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            bad = _non_finite(item)
+            if bad is not None:
+                return bad
+    return None
 
 
 def typed_name(name: str) -> bool:
