@@ -805,12 +805,13 @@ class Store:
         truncation, a far better shortlist, with the same full-dimension scores; the default (None) is ``"pca"``
         unless the space's model was trained for truncation (:func:`.matryoshka.trained`), then ``"model"``.
         ``where`` is a SQL filter on the rows (``"lang = 'en'"``, over the typed metadata columns, ``id`` and
-        ``text``; as LanceDB reads it; one expression: a ``;`` outside a quoted string is refused), applied before the top ``k`` in every mode: ``k`` rows come back when
-        ``k`` rows pass it. ``condition`` with ``head`` (a Hyper-CL tri-encoder's folder, or the loaded model)
-        ranks by similarity under that condition: queries and rows projected by the condition's matrix
-        (:meth:`search_vectors`). ``quantized=True`` searches the space's quantized copy (:meth:`quantize`) and
-        rescores ``rescore * k`` candidates (None: no rescoring). ``query_prompt`` replaces, for this call, the
-        prompt the queries are encoded after (default: the space's, or the query-side map's model's).
+        ``text``; as LanceDB reads it; one expression: a ``;`` outside a quoted string is refused), applied before
+        the top ``k`` in every mode: ``k`` rows come back when ``k`` rows pass it. ``condition`` with ``head`` (a
+        Hyper-CL tri-encoder's folder, or the loaded model) ranks by similarity under that condition: queries and
+        rows projected by the condition's matrix (:meth:`search_vectors`). ``quantized=True`` searches the space's
+        quantized copy (:meth:`quantize`) and rescores ``rescore * k`` candidates (None: no rescoring).
+        ``query_prompt`` replaces, for this call, the prompt the queries are encoded after (default: the space's,
+        or the query-side map's model's).
         """
         single = isinstance(queries, str)
         texts = [queries] if isinstance(queries, str) else list(queries)
