@@ -877,8 +877,14 @@ def import_cmd(
     vector_field: Annotated[
         Optional[str], typer.Option(help="The vector column or field (default: vector, or a table's one list column).")
     ] = None,
-    id_field: Annotated[str, typer.Option(help="The id column or field.")] = "id",
-    text_field: Annotated[str, typer.Option(help="The text column or field.")] = "text",
+    id_field: Annotated[
+        Optional[str],
+        typer.Option(help="The id column or field; one named must be there (default: id, where the input has it)."),
+    ] = None,
+    text_field: Annotated[
+        Optional[str],
+        typer.Option(help="The text column or field; one named must be there (default: text, where the input has it)."),
+    ] = None,
     upsert: UpsertOpt = False,
     batch_rows: Annotated[int, typer.Option(min=1, help="Rows read, checked and committed at a time.")] = 4096,
     run: StoreRun = StoreRun(),

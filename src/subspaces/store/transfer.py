@@ -83,14 +83,17 @@ class Source:
         texts: str | os.PathLike[str] | None = None,
         metadata: str | os.PathLike[str] | None = None,
         vector_field: str | None = None,
-        id_field: str = "id",
-        text_field: str = "text",
+        id_field: str | None = None,
+        text_field: str | None = None,
         batch_rows: int = BATCH_ROWS,
     ) -> None:
         if batch_rows < 1:
             raise SubspacesError(f"batch_rows must be at least 1, got {batch_rows}")
         self.path = Path(vectors)
-        self.table, self.vector_field, self.id_field, self.text_field = table, vector_field, id_field, text_field
+        self.table, self.vector_field = table, vector_field
+        # A field named by the caller must be in the input; the defaults (id, text) are read where it has them.
+        self.named = {"id": id_field is not None, "text": text_field is not None}
+        self.id_field, self.text_field = id_field or "id", text_field or "text"
         self.side = {"ids": ids, "texts": texts, "metadata": metadata}
         self.batch_rows = batch_rows
         for _what, side in self.side.items():
@@ -110,6 +113,15 @@ class Source:
             raise DataError(
                 "is not a vectors file: give .npy, .parquet, .arrow/.feather, .jsonl or a LanceDB table", self.path
             )
+        if self.table is None and base_suffix(self.path) == ".npy":
+            fields = (("vector", vector_field), ("id", id_field), ("text", text_field))
+            named = [f"{what}_field {name!r}" for what, name in fields if name is not None]
+            if named:
+                raise DataError(
+                    f"is an array of vectors, with no fields: {', '.join(named)} names a field of a table or JSON "
+                    "lines (give ids and texts as side files: --ids, --texts)",
+                    self.path,
+                )
 
     def label(self) -> str:
         return f"{self.path}, table {self.table}" if self.table is not None else str(self.path)
@@ -217,6 +229,12 @@ class Source:
         column = batch.column(vector)
         if not _is_list(column.type):
             raise DataError(f"column {vector!r} holds {column.type}, not lists of numbers", self.label())
+        for what, name in (("id", self.id_field), ("text", self.text_field)):
+            if self.named[what] and name not in names:
+                raise DataError(
+                    f"has no field {name!r} (named as the {what} field; it has {', '.join(sorted(names))})",
+                    self.label(),
+                )
         chunk = Chunk(first, _list_vectors(column, self.label(), first))
         if self.id_field in names:
             chunk.ids = _ids(batch.column(self.id_field).to_pylist(), self.label(), first)
@@ -231,20 +249,57 @@ class Source:
     def _jsonl(self) -> Iterator[Chunk]:
         rows: list[dict[str, Any]] = []
         first = 0
+        given: dict[str, bool] = {}  # whether the file gives ids and texts: its first row says, for every batch
+        texts_seen = False
         for _, record in read_jsonl(self.path, label=self.label()):
+            if not given:
+                given = self._fields_given(record)
+            texts_seen = texts_seen or self.text_field in record
             rows.append(record)
             if len(rows) == self.batch_rows:
-                yield self._records(rows, first)
+                yield self._records(rows, first, given)
                 first, rows = first + len(rows), []
         if rows:
-            yield self._records(rows, first)
+            yield self._records(rows, first, given)
+        if self.named["text"] and given and not texts_seen:  # ids given: a text may start in any row, but in one
+            raise DataError(f"has no field {self.text_field!r} in any row (named as the text field)", self.label())
 
-    def _records(self, rows: list[dict[str, Any]], first: int) -> Chunk:
+    def _fields_given(self, row: dict[str, Any]) -> dict[str, bool]:
+        """Whether JSON lines give ids and texts, from their first row; refuses a named field it lacks (a named
+        text field, where the rows give ids, may start in a later row)."""
+        given = {"id": self.id_field in row, "text": self.text_field in row}
+        for what, name in (("id", self.id_field), ("text", self.text_field)):
+            if self.named[what] and not given[what] and (what == "id" or not given["id"]):
+                raise DataError(
+                    f"row 0 has no field {name!r} (named as the {what} field; its fields are {', '.join(sorted(row))})",
+                    self.label(),
+                )
+        return given
+
+    def _records(self, rows: list[dict[str, Any]], first: int, given: dict[str, bool]) -> Chunk:
+        """A batch of JSON lines as a chunk. Every row agrees with the first on giving an id; where ids are derived
+        (from the texts, else the vectors), a later row may not give a text the first row lacks: which rows' ids
+        came from what would depend on the batch size."""
         vector = self.vector_field or "vector"
         label = self.label()
         values = []
         for i, row in enumerate(rows, first):
-            value = row.get(vector)
+            if (self.id_field in row) != given["id"]:
+                raise DataError(
+                    f"row {i} has no field {self.id_field!r} (row 0 has one): give every row an id, or none"
+                    if given["id"]
+                    else f"row {i} has a field {self.id_field!r} that row 0 lacks: give every row an id, or none",
+                    label,
+                )
+            if not given["id"] and not given["text"] and self.text_field in row:
+                raise DataError(
+                    f"row {i} has a field {self.text_field!r} that row 0 lacks: without ids the rows' ids are derived "
+                    "from their texts (or, in a file without texts, their vectors); give every row a text, or ids",
+                    label,
+                )
+            if vector not in row:
+                raise DataError(f"row {i} has no field {vector!r} (its fields are {', '.join(sorted(row))})", label)
+            value = row[vector]
             if not isinstance(value, list) or not all(
                 isinstance(x, (int, float)) and not isinstance(x, bool) for x in value
             ):
@@ -258,9 +313,9 @@ class Source:
                 f"{label}: row {first + bad} holds {len(values[bad])} numbers, row {first} {first_dim}"
             )
         chunk = Chunk(first, np.asarray(values, dtype=np.float64).astype(np.float32).reshape(len(values), -1))
-        if any(self.id_field in row for row in rows):
-            chunk.ids = _ids([row.get(self.id_field) for row in rows], label, first)
-        if any(self.text_field in row for row in rows):
+        if given["id"]:
+            chunk.ids = _ids([row[self.id_field] for row in rows], label, first)
+        if given["text"] or any(self.text_field in row for row in rows):  # rows given ids: a text where it is
             chunk.texts = [row.get(self.text_field) for row in rows]
         others = [
             k
