@@ -358,8 +358,11 @@ def test_search_over_a_store(tiny_model_dir, tmp_path):
         full = client.post("/v1/search", json={"query": TEXTS[2], "k": 2}).json()
         funnel = client.post("/v1/search", json={"query": TEXTS[2], "k": 2, "dimensions": 8}).json()
         bad = client.post("/v1/search", json={"query": TEXTS[2], "k": 0})
+        blanks = [client.post("/v1/search", json={"query": q, "k": 2}) for q in ("", " \t", "\x01\x02")]
     assert [d["id"] for d in full["data"]][0] == "c" and full["data"][0]["score"] == pytest.approx(1.0, abs=1e-5)
     assert len(full["data"]) == 2 and funnel["data"][0]["id"] == "c" and bad.status_code == 422
+    assert [r.status_code for r in blanks] == [422] * 3  # a query with nothing to embed is refused, not searched
+    assert "no visible character" in blanks[0].text
 
 
 def _ready(client: TestClient) -> None:

@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
+from subspaces.store.inputs import visible
+
 
 def _valid_unicode(text: str, what: str = "the text") -> str:
     if not text.isascii():
@@ -22,6 +24,12 @@ def _valid_unicode(text: str, what: str = "the text") -> str:
 
 
 Text = Annotated[StrictStr, AfterValidator(_valid_unicode)]
+
+
+def _visible_query(text: str) -> str:
+    if not visible(text):
+        raise ValueError("the query has no visible character (empty, blanks or control characters only)")
+    return text
 
 
 class _Request(BaseModel):
@@ -76,7 +84,7 @@ class SimilarityRequest(_Request):
 class SearchRequest(_Request):
     """The ``k`` nearest store rows to ``query``, ranked at ``dimensions`` (the store's funnel)."""
 
-    query: Text
+    query: Annotated[Text, AfterValidator(_visible_query)]
     k: StrictInt = Field(default=10, ge=1, le=1000)
     dimensions: Optional[StrictInt] = None
     condition: Optional[Text] = None
