@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -89,6 +89,38 @@ def check_writable(path: str | os.PathLike[str], what: str = "output", *, folder
     elif not os.access(parent, os.W_OK | os.X_OK):
         raise SubspacesError(f"cannot write {what} {target}: {parent} is not writable")
     return target
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same path once symlinks and ``..`` are resolved, or (both
+    existing) the same inode, as a hard link is."""
+    pa, pb = Path(a), Path(b)
+    if pa.resolve() == pb.resolve():
+        return True
+    try:
+        return pa.exists() and pb.exists() and os.path.samefile(pa, pb)
+    except OSError:
+        return False
+
+
+StrPath = str | os.PathLike[str]
+#: A command's inputs by option name: a path, several, or None (not given).
+InputPaths = Mapping[str, StrPath | Sequence[StrPath] | None]
+
+
+def check_not_input(output: str | os.PathLike[str] | None, what: str, inputs: InputPaths) -> None:
+    """Refuse an output path that names one of the command's ``inputs`` (option -> its path, or paths; None: not
+    given), before any work: writing it would replace that input. ``what`` names the output's option
+    (``"--output"``); ``"-"`` (standard input or output) is no file."""
+    if output is None or str(output) == "-":
+        return
+    for name, given in inputs.items():
+        paths = [given] if given is None or isinstance(given, (str, os.PathLike)) else list(given)
+        for path in paths:
+            if path is not None and str(path) != "-" and same_file(output, path):
+                raise SubspacesError(
+                    f"{what} {output} is the {name} file: output must differ from input (an input is never overwritten)"
+                )
 
 
 @contextlib.contextmanager

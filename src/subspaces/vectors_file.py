@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from subspaces.errors import DataError, SubspacesError
-from subspaces.io import atomic_path, iter_parquet_embeddings, read_embedding_file
+from subspaces.io import atomic_path, iter_parquet_embeddings, read_embedding_file, same_file
 from subspaces.progress import Progress
 
 #: ``transform(rows, where, start)``: ``rows`` (the file's rows ``start``.., named ``where`` in errors) mapped.
@@ -64,10 +64,6 @@ def _writer(
         parquet.close()
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
-
-
 def map_vectors_file(
     input_path: str | os.PathLike[str],
     output_path: str | os.PathLike[str],
@@ -90,7 +86,7 @@ def map_vectors_file(
         raise SubspacesError(f"chunk_size must be at least 1, got {chunk_size}")
     if out_path.suffix not in (".npy", ".parquet"):
         raise DataError("output must end in .npy or .parquet", path=out_path)
-    if _same_file(in_path, out_path):
+    if same_file(in_path, out_path):
         raise SubspacesError(f"output must differ from input ({in_path}): the original collection is never modified")
     n, column, chunks = _chunks(in_path, chunk_size)
     if n == 0:

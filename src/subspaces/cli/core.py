@@ -29,6 +29,7 @@ from subspaces.errors import SubspacesError
 from subspaces.io import (
     TEXT_SUFFIXES,
     base_suffix,
+    check_not_input,
     check_writable,
     embedding_format,
     read_texts,
@@ -119,8 +120,10 @@ def encode_cmd(
     if text_field is not None and not structured:
         raise SubspacesError(f"--text-field names a field of .jsonl or a column of .csv input, not of {input}")
     _check_positive(batch_size=batch_size, truncate_dim=truncate_dim, max_seq_length=max_seq_length)
+    check_not_input(output, "--output", {"--input": input})
     check_writable(output, "--output")
     if quantize is not None:
+        check_not_input(sidecar(output), "--output's description", {"--input": input})
         check_writable(sidecar(output), "--output's description")
     check_model(model)
 

@@ -12,7 +12,15 @@ import typer
 from subspaces.cli.common import ThreadsOpt, echo, user_errors
 from subspaces.cli.groups import vectors_app
 from subspaces.errors import DataError, SubspacesError
-from subspaces.io import check_file, check_writable, load_embeddings, read_embedding_file, save_json, save_npy
+from subspaces.io import (
+    check_file,
+    check_not_input,
+    check_writable,
+    load_embeddings,
+    read_embedding_file,
+    save_json,
+    save_npy,
+)
 from subspaces.quantize import Kind, dequantize, load_codes, sidecar
 from subspaces.store.search import search_quantized, search_vectors
 
@@ -82,6 +90,11 @@ def search_cmd(
     shortlist_factor = SHORTLIST_FACTOR if shortlist_factor is None else shortlist_factor
     rescore = RESCORE if rescore is None else rescore
     calibration_rows = CALIBRATION_ROWS if calibration_rows is None else calibration_rows
+    inputs = {"--corpus": corpus, "--queries": queries}
+    for option, path in list(inputs.items()):
+        if sidecar(path).is_file():  # a file of codes: its description is read too
+            inputs[f"{option}'s codes description"] = sidecar(path)
+    check_not_input(output, "--output", inputs)
     check_writable(output, "--output")
     c, q = _load_vectors(corpus, "--corpus"), _load_vectors(queries, "--queries")
     start = time.perf_counter()
