@@ -13,7 +13,7 @@ from subspaces.align.params import FIT_SECONDS
 from subspaces.cli.common import ThreadsOpt, echo, out, table, user_errors
 from subspaces.cli.groups import align_app
 from subspaces.errors import ConvergenceWarning, SubspacesError
-from subspaces.io import check_file, load_embeddings, read_lines, save_json
+from subspaces.io import check_file, check_not_input, load_embeddings, read_lines, save_json
 
 
 def _embed(model: str, texts_path: Path, device: str):
@@ -303,6 +303,10 @@ def eval_cmd(
     """Top-1, mean rank and cosine on paired held-out vectors, beside identity and oracle-Procrustes baselines."""
     from subspaces.align import MiniVec2Vec, evaluate_alignment
 
+    saved = sorted(p for p in aligner_dir.iterdir() if p.is_file()) if aligner_dir.is_dir() else []
+    check_not_input(
+        json_path, "--json", {"--source-emb": source_emb, "--target-emb": target_emb, "aligner folder's": saved}
+    )
     aligner = MiniVec2Vec.load(aligner_dir)
     report: dict[str, Any] = {"source": source_name or source_emb.stem, "target": target_name or target_emb.stem}
     report |= evaluate_alignment(aligner, load_embeddings(source_emb), load_embeddings(target_emb), pool_size=pool_size)

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from subspaces.config import set_threads
 from subspaces.errors import DataError, SubspacesError
-from subspaces.io import check_file, check_writable
+from subspaces.io import InputPaths, check_file, check_not_input, check_writable
 from subspaces.models import POOLERS
 from subspaces.models.backends import BACKENDS, DTYPES, PRECISIONS
 
@@ -110,6 +110,7 @@ def user_errors(func: F | None = None, *, interrupted: str | None = None) -> Any
                 check_threads(kwargs["threads"])
                 set_threads(kwargs["threads"])
             if kwargs.get("json_path") is not None:  # --json: tried before the work, not after it
+                check_not_input(kwargs["json_path"], "--json", _path_options(func, kwargs))
                 check_writable(kwargs["json_path"], "--json")
             return func(*args, **kwargs)
         except SubspacesError as exc:
@@ -124,6 +125,38 @@ def user_errors(func: F | None = None, *, interrupted: str | None = None) -> Any
             sys.exit(130)
 
     return wrapper
+
+
+def _path_options(func: Callable[..., Any], kwargs: dict[str, Any]) -> InputPaths:
+    """The command's other path arguments, by the name the user typed them under (``--source-emb``, ``INPUT``):
+    the files ``--json`` must not replace."""
+    paths: dict[str, Any] = {}
+    for name, value in kwargs.items():
+        values = value if isinstance(value, (list, tuple)) else [value]
+        given = [v for v in values if isinstance(v, Path)]
+        if name != "json_path" and given:
+            paths[_shown_name(func, name)] = given
+    return paths
+
+
+def _shown_name(func: Callable[..., Any], name: str) -> str:
+    """How parameter ``name`` of command ``func`` is typed: its option's first long flag, or its argument's
+    metavar (upper case by default)."""
+    from typer.models import ArgumentInfo, OptionInfo
+
+    try:
+        hint = typing.get_type_hints(func, include_extras=True).get(name)
+    except Exception:  # noqa: BLE001 - an annotation that does not resolve: the default spelling
+        hint = None
+    parameter = inspect.signature(func).parameters.get(name)
+    infos = [*getattr(hint, "__metadata__", ()), parameter.default if parameter is not None else None]
+    for info in infos:
+        if isinstance(info, ArgumentInfo):
+            return info.metavar or name.upper()
+        if isinstance(info, OptionInfo):
+            flags = [d for d in info.param_decls or () if d.startswith("--")]
+            return flags[0] if flags else "--" + name.replace("_", "-")
+    return "--" + name.replace("_", "-")
 
 
 def check_threads(threads: int | None) -> None:
