@@ -25,6 +25,7 @@ from subspaces.vectors import unit_prefix
 log = logging.getLogger(__name__)
 
 PASS_TOKENS = 4096  # padded tokens (texts x longest) in one forward pass of a length-sorted batch
+MIN_AXES_ROWS = 2  # a store's principal axes need rows that differ: fewer, and ``dimensions`` has no basis
 
 
 @dataclass(frozen=True)
@@ -79,9 +80,17 @@ class Engine:
                     f"the model gives {self.dim}"
                 )
         self.axes: np.ndarray | None = None
+        self._no_axes: str | None = None  # why --store gives no basis, for the 422 of ``dimensions``
         if self.adapter is None and not self.matryoshka and self.store is not None:
-            # The store's principal axes, the basis its own funnel reads for this model (one fit, shared with it).
-            self.axes = self.store.principal_axes()
+            rows = self.store.count()
+            if rows >= MIN_AXES_ROWS:
+                # The store's principal axes, the basis its own funnel reads for this model (one fit, shared with it).
+                self.axes = self.store.principal_axes()
+            else:  # no spread to read axes from: they would be an arbitrary basis (an empty store's: the identity)
+                self._no_axes = (
+                    f"--store {settings.store} holds {rows} row(s), too few for principal axes (restart the server "
+                    f"once it holds {MIN_AXES_ROWS} or more)"
+                )
         self.prompts: dict[str, str] = {**(getattr(self.model, "prompts", None) or {}), **settings.prompts}
         self.default_prompt_name: str | None = getattr(self.model, "default_prompt_name", None)
         self.token_ids = settings.token_ids
@@ -293,10 +302,11 @@ class Engine:
         if dimensions is not None and not 0 < dimensions <= self.dim:
             raise DimensionError(f"dimensions must be between 1 and {self.dim}, got {dimensions}")
         if dimensions is not None and dimensions < self.dim and self.dimensions_basis is None:
+            store = f"; {self._no_axes}" if self._no_axes else ""
             raise DimensionError(
                 f"dimensions {dimensions} refused: this model was not trained for truncation (Matryoshka), so its "
                 f"first {dimensions} coordinates are not an embedding; start the server with --adapter DIR (a "
-                f"fitted Matryoshka adapter) or --store DIR (its principal axes), or ask for all {self.dim}"
+                f"fitted Matryoshka adapter) or --store DIR (its principal axes), or ask for all {self.dim}{store}"
             )
 
     def prefix(self, rows: np.ndarray, dimensions: int | None) -> np.ndarray:
