@@ -92,9 +92,9 @@ class ServeSettings:
         for name in ("max_batch_tokens", "max_queue", "max_inputs", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise SubspacesError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.max_wait_ms < 0:
+        if not self.max_wait_ms >= 0:  # NaN too
             raise SubspacesError(f"max-wait-ms must be 0 or more, got {self.max_wait_ms}")
-        if self.request_timeout_s <= 0:
+        if not self.request_timeout_s > 0:
             raise SubspacesError(f"request timeout must be positive, got {self.request_timeout_s}")
 
         backend, precision, dtype = self.runtime
