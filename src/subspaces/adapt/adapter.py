@@ -13,6 +13,7 @@ The fitted map is plain arrays; :meth:`transform` is numpy only (no torch), so a
 from __future__ import annotations
 
 import io
+import math
 import os
 import time
 from collections.abc import Sequence
@@ -56,6 +57,13 @@ def check_dims(dims: Sequence[int], full: int) -> list[int]:
     if values[-1] > full:
         raise DimensionError(f"dims {values} go above the vectors' {full} dimensions")
     return values
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return math.isfinite(value)
+    except TypeError:  # not a number
+        return False
 
 
 class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
@@ -138,6 +146,10 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
 
     # -- checks -------------------------------------------------------------------------------------------------
 
+    def check_params(self) -> None:
+        """Refuse a parameter out of range (a NaN or infinite float included) before any data is read."""
+        self._check_params()
+
     def _check_params(self) -> None:
         if int(self.mined) < 0:
             raise SubspacesError(f"mined must be 0 (random batches) or positive, got {self.mined}")
@@ -150,14 +162,13 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
             raise SubspacesError(f"basis must be 'model' or 'pca', got {self.basis!r}")
         if int(self.hidden) < 0:
             raise SubspacesError(f"hidden must be 0 (linear) or positive, got {self.hidden}")
-        if not self.lr > 0:
-            raise SubspacesError(f"lr must be positive, got {self.lr}")
-        for name in ("rank_temperature", "sup_temperature"):
-            if not getattr(self, name) > 0:
-                raise SubspacesError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("pair_weight", "topk_weight", "rec_weight", "rank_weight", "var_weight", "corr_weight"):
-            if getattr(self, name) < 0:
-                raise SubspacesError(f"{name} must not be negative, got {getattr(self, name)}")
+        # Every float parameter is a finite number (a NaN passes every comparison, and would train to a NaN loss).
+        for name in ("lr", "rank_temperature", "sup_temperature"):
+            if not _finite(getattr(self, name)) or not getattr(self, name) > 0:
+                raise SubspacesError(f"{name} must be a positive number, got {getattr(self, name)}")
+        for name in (*(f"{term}_weight" for term in TERMS), "weight_decay", "var_floor", "tau_corr"):
+            if not _finite(getattr(self, name)) or getattr(self, name) < 0:
+                raise SubspacesError(f"{name} must be a number, 0 or more, got {getattr(self, name)}")
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "weights_"):

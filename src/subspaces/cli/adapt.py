@@ -57,16 +57,6 @@ def fit_cmd(
 
     check_writable(output, "--output", folder=True)
     wanted = _int_dims(dims)
-    x = load_embeddings(embeddings)
-    check_dims(wanted, x.shape[1])  # before training, with the file named in what follows
-    x = check_vectors(x, str(embeddings))
-    pair_rows = None
-    if pairs is not None:
-        check_file(pairs)
-        try:
-            pair_rows = np.load(pairs, allow_pickle=False)
-        except (ValueError, EOFError, OSError) as exc:
-            raise DataError(f"not a readable .npy array: {exc or 'empty file'}", path=pairs) from exc
     adapter = MatryoshkaAdapter(
         dims=wanted,
         hidden=hidden,
@@ -85,6 +75,17 @@ def fit_cmd(
         random_state=seed,
         verbose=True,
     )
+    adapter.check_params()  # a bad weight fails now, not after the vectors are read or trained on
+    x = load_embeddings(embeddings)
+    check_dims(wanted, x.shape[1])  # before training, with the file named in what follows
+    x = check_vectors(x, str(embeddings))
+    pair_rows = None
+    if pairs is not None:
+        check_file(pairs)
+        try:
+            pair_rows = np.load(pairs, allow_pickle=False)
+        except (ValueError, EOFError, OSError) as exc:
+            raise DataError(f"not a readable .npy array: {exc or 'empty file'}", path=pairs) from exc
     echo(f"fitting a Matryoshka adapter on {x.shape[0]} x {x.shape[1]} vectors, prefixes {wanted}")
     adapter.fit(x, pairs=pair_rows)
     adapter.verbose = False
