@@ -285,3 +285,23 @@ def test_adapt_fit_refuses_nan_weights_in_one_line_and_writes_nothing(tmp_path, 
     result = runner.invoke(app, [*args, "--epochs", "1", "--batch-size", "8", "--hidden", "0", option, "nan"])
     one_line_error(result, option.removeprefix("--").replace("-", "_") + " must be")
     assert not (tmp_path / "ad").exists()
+
+
+def test_serve_refuses_a_non_positive_body_limit_before_starting(tiny_model_dir):
+    for value in ("-1", "0"):
+        result = runner.invoke(app, ["serve", "--model", str(tiny_model_dir), "--max-body-mb", value])
+        one_line_error(result, "--max-body-mb must be positive")
+
+
+def test_a_store_report_written_inside_the_store_is_refused_before_any_work(tiny_model_dir, tmp_path):
+    from subspaces.store import Store
+
+    folder = tmp_path / "store"
+    Store.create(folder, str(tiny_model_dir)).add(["a dog runs", "a red guitar", "rain on the hill"])
+    before = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+    manifest = next(p for p in folder.iterdir() if p.is_file())
+    for command in (["store", "search", str(folder), "a dog"], ["store", "shrink", str(folder), "--dims", "4"]):
+        result = runner.invoke(app, [*command, "--json", str(manifest)])
+        one_line_error(result, "inside the store")
+    assert sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) == before
+    assert len(Store.open(folder).search("a dog", k=1).ids) == 1  # still whole

@@ -107,6 +107,8 @@ def serve_cmd(
             import subspaces.store  # noqa: F401
         except ImportError:
             raise SubspacesError("--store needs subspaces.store, which this installation lacks") from None
+    if given(ctx, "max_body_mb") and not max_body_mb > 0:
+        raise SubspacesError(f"--max-body-mb must be positive, got {max_body_mb}")
     # The options declared here win over --config where given on the command line.
     runtime = {"device": device, "backend": backend, "precision": precision, "dtype": dtype}
     prompts = {"query": query_prompt, "document": document_prompt}

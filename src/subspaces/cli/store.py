@@ -69,6 +69,14 @@ UpsertOpt = Annotated[
     bool, typer.Option("--upsert", help="Replace the stored rows whose id is given with other content (else refused).")
 ]
 JsonOutOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON here.")]
+
+
+def _json_outside(json_path: Path | None, store: Path) -> None:
+    """Refuse a ``--json`` file inside the store's folder, before any work: it could replace a store file."""
+    if json_path is not None and json_path.resolve().is_relative_to(Path(store).resolve()):
+        raise SubspacesError(f"--json {json_path} is inside the store {store}: write the report elsewhere")
+
+
 QueryPromptOpt = Annotated[
     Optional[str],
     typer.Option(help='Put before every query ("": none). Default: the model folder\'s query prompt.'),
@@ -433,6 +441,7 @@ def search_cmd(
         raise SubspacesError("--shortlist sizes the funnel's shortlist: give --dims (with --rerank full), or drop it")
     if rescore is not None and not quantized:
         raise SubspacesError("--rescore re-ranks the shortlist of --quantized: give --quantized too, or drop it")
+    _json_outside(json_path, store)
     opened = run.open(store)
     options = {
         "dims": dims,
@@ -547,6 +556,7 @@ def migrate_cmd(
 ) -> None:
     """Map the store into a new model's space beside the old one (both searchable), map a new model's queries
     into the store (--query-side; --unpaired --texts FILE: without pairs), --commit the switch or --rollback it."""
+    _json_outside(json_path, store)
     if sum([to is not None, commit, rollback]) != 1:
         raise SubspacesError("give --to MODEL to migrate, --commit to switch to a pending migration, or --rollback")
     opened = run.open(store)
@@ -656,6 +666,7 @@ def shrink_cmd(
 ) -> None:
     """Fit a Matryoshka adapter and the principal axes on the stored vectors; per DIMS, --dims searches read
     whichever keeps the full-size top 10 best on held-out rows or --queries (or the raw prefix, if that does)."""
+    _json_outside(json_path, store)
     report = Store.open(store).shrink(
         dims,
         heldout=heldout,
