@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from subspaces.io import save_json
+from subspaces.io import atomic_open, save_json
 
 from .environment import ROOT, environment
 from .experiment import Cell, Experiment, load
@@ -71,7 +71,10 @@ def run(path: str | Path, resume: bool = False, task: Task | None = None) -> dic
         }
         save_json(target, record)
     summary = summarise(experiment, env)
-    save_json(experiment.out / "summary.json", summary)
+    with atomic_open(experiment.out / "summary.json", "w", encoding="utf-8") as handle:
+        # compact: committed summaries count against issue 55's 5 MB; ``--table`` is how a person reads one
+        json.dump(summary, handle, ensure_ascii=False, separators=(",", ":"))
+        handle.write("\n")
     return summary
 
 
