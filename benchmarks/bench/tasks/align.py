@@ -135,6 +135,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         "of_cross_fitted": round(top1 / crossed, 4),
         "identity_top1": round(report["identity"]["top1"], 4) if report["identity"] else None,
         "converged": bool(aligner.converged_),
+        "stopped_early": bool(aligner.stopped_early_),
         "fit_seconds": round(seconds, 1),
     }
 
