@@ -152,11 +152,12 @@ def table(summary: dict[str, Any]) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, arms in summary["aggregate"].items():
-        for values in arms.values():
+        for arm, values in arms.items():
             top1 = values["top1"]
-            converged = [c["result"]["converged"] for c in summary["cells"] if c["pool"] == name]
+            converged = [c["result"]["converged"] for c in summary["cells"] if (c["pool"], c["arm"]) == (name, arm)]
+            label = name if len(arms) == 1 else f"{name}, {arm}"
             lines.append(
-                f"| {name} | {roles[name]} | {top1['seeds']} | {top1['mean']:.3f}{_half(top1)} "
+                f"| {label} | {roles[name]} | {top1['seeds']} | {top1['mean']:.3f}{_half(top1)} "
                 f"| {values['of_oracle']['mean']:.3f} | {values['of_cross_fitted']['mean']:.3f} "
                 f"| {sum(converged)}/{len(converged)} | {values['fit_seconds']['mean']:.0f} |"
             )
