@@ -2,13 +2,21 @@
 Recall@10 and nDCG@10 of a store migrated to a new model (query-side and rewrite, through ``Store.migrate``) next
 to the old model and a full re-embed, over a corpus of 20,000 documents with one relevant document a query.
 
-Pools (``data``), both DEV (no test split is read):
+Pools (``data``). DEV, where every default was chosen:
 
 - ``snli``: the unique premises of SNLI *dev* (``s1.dev``) plus WordNet definitions to ``n_docs`` documents;
   queries: the entailment hypotheses of SNLI dev, each relevant to its premise.
 - ``sick``: the unique first sentences of SICK *train*'s entailment pairs plus SNLI dev's neutral and
   contradiction hypotheses and WordNet usage examples to ``n_docs`` (another distractor mix); queries: the second
   sentences of those pairs. (SICK test is another benchmark's test set and is never read.)
+
+TEST, read only to report (no setting was chosen on them):
+
+- ``snli-test``: SNLI *test*'s premises <- its entailment hypotheses, with tweets (TweetEval emoji, test) as the
+  distractors: another distractor domain than dev's WordNet definitions.
+- ``sts``: STS12-16 (news, headlines, forums, captions, glosses, MT output, tweets): each pair scored >= 4 of 5
+  gives a query (its first sentence) and its relevant document (the second); the benchmark's other sentences and
+  then tweets fill the corpus. Its domains and its query-document relation appear in no dev pool.
 
 The queries are split in halves by a fixed seed: ``choose`` (what settings may be tuned on) and ``check``
 (reported beside it, never tuned on). Each model embeds every text once (cached under ``cache``, in ``dtype``).
@@ -76,11 +84,18 @@ def _lines(path: Path) -> list[str]:
 def dataset(data: str, n_docs: int) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]:
     """``(documents, queries, each query's relevant document)`` of a pool; documents unique, no query among them."""
     nli = DATA / "nli" / "senteval_snli"
-    premises, hypotheses, labels = (_lines(nli / f"{name}.dev") for name in ("s1", "s2", "labels"))
-    if data == "snli":
+    split = "test" if data == "snli-test" else "dev"
+    premises, hypotheses, labels = (_lines(nli / f"{name}.{split}") for name in ("s1", "s2", "labels"))
+    tweets = DATA / "tweeteval" / "emoji" / "test_text.txt"
+    if data in ("snli", "snli-test"):
         pairs = [(h, p) for p, h, label in zip(premises, hypotheses, labels, strict=True) if label == "entailment"]
         relevant_docs = list(dict.fromkeys(premises))
-        fillers = [_lines(DATA / "wordnet_sentences" / "wordnet30_definitions.txt.gz")]
+        fillers = [_lines(tweets if split == "test" else DATA / "wordnet_sentences" / "wordnet30_definitions.txt.gz")]
+    elif data == "sts":
+        scored = _sts_pairs()
+        pairs = [(a, b) for a, b, score in scored if score >= 4.0 and a != b]
+        relevant_docs = list(dict.fromkeys(b for _, b in pairs))
+        fillers = [[t for a, b, _ in scored for t in (a, b)], _lines(tweets)]
     elif data == "sick":
         rows = [line.split("\t") for line in _lines(DATA / "sick" / "SICK_train.txt")[1:] if line]
         pairs = [(r[2].strip(), r[1].strip()) for r in rows if r[4] == "ENTAILMENT"]
@@ -88,7 +103,7 @@ def dataset(data: str, n_docs: int) -> tuple[tuple[str, ...], tuple[str, ...], t
         other = [h for h, label in zip(hypotheses, labels, strict=True) if label != "entailment"]
         fillers = [other, _lines(DATA / "wordnet_sentences" / "wordnet30_examples.txt.gz")]
     else:
-        raise ValueError(f"unknown data {data!r}: snli or sick")
+        raise ValueError(f"unknown data {data!r}: snli, sick, snli-test or sts")
     queries_set = {q for q, _ in pairs}
     docs = [d for d in relevant_docs if d and d not in queries_set]
     seen = set(docs) | queries_set
@@ -102,6 +117,20 @@ def dataset(data: str, n_docs: int) -> tuple[tuple[str, ...], tuple[str, ...], t
     position = {d: i for i, d in enumerate(docs)}
     kept = [(q, position[p]) for q, p in pairs if p in position]
     return tuple(docs), tuple(q for q, _ in kept), tuple(r for _, r in kept)
+
+
+def _sts_pairs() -> list[tuple[str, str, float]]:
+    """Every scored pair of STS12-16 (the organisers' cased files), in file order."""
+    out = []
+    for gold in sorted((DATA / "sts12-16" / "original").glob("STS1*/STS.gs.*.txt")):
+        texts = gold.with_name(gold.name.replace("STS.gs.", "STS.input."))
+        scores = gold.read_text(encoding="utf-8", errors="replace").split("\n")
+        lines = texts.read_text(encoding="utf-8", errors="replace").split("\n")
+        for score, line in zip(scores, lines, strict=False):
+            if score.strip() and "\t" in line:
+                a, b = (part.strip() for part in line.split("\t")[:2])
+                out.append((a, b, float(score)))
+    return out
 
 
 def halves(n: int) -> np.ndarray:
@@ -419,7 +448,7 @@ def main() -> None:
             f"cd benchmarks && OMP_NUM_THREADS=2 ../.venv/bin/python -m bench.tasks.migrate {args.experiment}"
         ),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "role": "dev (SNLI dev, SICK train, WordNet; no test split read)",
+        "roles": {cell.pool: cell.role for cell in experiment.cells},
         "environment": summary["environment"],
         "pools": found,
     }
