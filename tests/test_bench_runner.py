@@ -101,6 +101,29 @@ def test_a_finished_cell_with_other_parameters_stops_the_run(experiment: Path) -
         runner.run(experiment, resume=True)
 
 
+def test_cells_another_task_code_ran_are_named_and_rerun_only_when_asked(experiment: Path, tmp_path: Path) -> None:
+    import importlib.util
+
+    runner.run(experiment)  # by the toy task's module
+    source = tmp_path / "changed_task.py"  # the same measurement in another module: other code, another hash
+    source.write_text(
+        "from bench.tasks import resolve\n\nCALLS = []\n\n\ndef measure(params, seed):\n"
+        "    CALLS.append(seed)\n    return resolve('toy')(params, seed)\n"
+    )
+    spec = importlib.util.spec_from_file_location("changed_task", source)
+    assert spec is not None and spec.loader is not None
+    changed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(changed)
+    assert runner.task_code(changed.measure) != runner.task_code(resolve("toy"))
+
+    kept = runner.run(experiment, resume=True, task=changed.measure)
+    assert changed.CALLS == [] and kept["stale_cells"] == [c.key for c in load(experiment).cells]
+    rerun = runner.run(experiment, resume=True, task=changed.measure, rerun_stale=True)
+    assert len(changed.CALLS) == 8 and rerun["stale_cells"] == []
+    assert runner.run(experiment, resume=True, task=changed.measure)["stale_cells"] == []
+    assert len(changed.CALLS) == 8
+
+
 def test_the_table_reads_the_summary(experiment: Path, capsys: pytest.CaptureFixture[str]) -> None:
     runner.main([str(experiment)])
     runner.main([str(experiment), "--table"])

@@ -4,12 +4,16 @@ Each finished cell is one JSON under ``<out>/cells/`` (written whole, then renam
 most the cell it was in: ``--resume`` skips the finished ones (a finished cell recorded with other parameters
 stops the run rather than mixing settings). ``<out>/summary.json`` holds the environment, every cell's result less
 its per-row values, the mean and 95 % t-interval over seeds of every numeric result per pool and arm, and the paired
-bootstrap of the experiment's ``compare`` pairs on the per-row values.
+bootstrap of the experiment's ``compare`` pairs on the per-row values. Each cell records a hash of its task's module
+(code and defaults): a resumed run names the finished cells another version ran (``stale_cells`` in the summary)
+and reruns them only when asked (``--rerun-stale``).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import inspect
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -38,22 +42,35 @@ def _plain(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
-def run(path: str | Path, resume: bool = False, task: Task | None = None) -> dict[str, Any]:
+def task_code(task: Task) -> str:
+    """A short hash of the module that defines ``task``: its code and its defaults."""
+    source = inspect.getsourcefile(task)
+    text = Path(source).read_bytes() if source else repr(task).encode()
+    return hashlib.sha256(text).hexdigest()[:12]
+
+
+def run(path: str | Path, resume: bool = False, task: Task | None = None, rerun_stale: bool = False) -> dict[str, Any]:
     """Run (or resume) the experiment at ``path``; returns the summary written to ``<out>/summary.json``.
-    ``task`` replaces the file's task (tests)."""
+    ``task`` replaces the file's task (tests); ``rerun_stale`` reruns finished cells another task code ran."""
     experiment = load(path)
     measure = task or resolve(experiment.task)
+    code = task_code(measure)
     done = [c for c in experiment.cells if cell_path(experiment, c).is_file()]
     if done and not resume:
         raise SystemExit(f"{experiment.out} holds {len(done)} finished cells: pass --resume to continue")
     env = environment()
+    stale = []
     for cell in experiment.cells:
         target = cell_path(experiment, cell)
         if target.is_file():
             recorded = json.loads(target.read_text())
             if recorded["params"] != _plain(cell.params):
                 raise SystemExit(f"{target} was run with other parameters; move it away or restore them")
-            continue
+            if recorded.get("task_code") == code:
+                continue
+            if not rerun_stale:
+                stale.append(cell.key)
+                continue
         print(f"[{experiment.name}] {cell.key} ({cell.role})", flush=True)
         start = time.perf_counter()
         result = measure(dict(cell.params), cell.seed)
@@ -67,10 +84,17 @@ def run(path: str | Path, resume: bool = False, task: Task | None = None) -> dic
             "seconds": round(time.perf_counter() - start, 3),
             "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "git": env["git"],
+            "task_code": code,
             "result": result,
         }
         save_json(target, record)
-    summary = summarise(experiment, env)
+    if stale:
+        print(
+            f"[{experiment.name}] {len(stale)} finished cells were run by other task code (kept; --rerun-stale "
+            f"reruns them): {', '.join(stale[:5])}{' ...' if len(stale) > 5 else ''}",
+            flush=True,
+        )
+    summary = summarise(experiment, env) | {"stale_cells": stale}
     with atomic_open(experiment.out / "summary.json", "w", encoding="utf-8") as handle:
         # compact: committed summaries count against issue 55's 5 MB; ``--table`` is how a person reads one
         json.dump(summary, handle, ensure_ascii=False, separators=(",", ":"))
@@ -142,10 +166,11 @@ def main(argv: list[str] | None = None, printer: Callable[[str], None] = print) 
     parser = argparse.ArgumentParser(description="Run an experiment file (arms x seeds x pools), resumably.")
     parser.add_argument("experiment", type=Path, help="benchmarks/experiments/<name>.toml")
     parser.add_argument("--resume", action="store_true", help="continue: finished cells are kept, not rerun")
+    parser.add_argument("--rerun-stale", action="store_true", help="with --resume: rerun cells other task code ran")
     parser.add_argument("--table", action="store_true", help="only print the tables of the existing summary")
     args = parser.parse_args(argv)
     if args.table:
         summary = json.loads((load(args.experiment).out / "summary.json").read_text())
     else:
-        summary = run(args.experiment, resume=args.resume)
+        summary = run(args.experiment, resume=args.resume, rerun_stale=args.rerun_stale)
     printer(markdown(summary))
