@@ -17,7 +17,6 @@ import typing
 from collections.abc import Callable, Iterator
 from typing import Annotated, Any
 
-import pytest
 import typer
 
 # The library's runtime defaults every model-loading command shares (device, backend, precision).
@@ -194,23 +193,6 @@ def test_the_check_catches_a_planted_mismatch():
     renamed = mismatches(app, feeds, {("demo run", "chunk"): "batch_size"}, {})
     assert [line.split(":")[0] for line in renamed] == ["demo run --batch-size"]  # --chunk 64 agrees with 64
     assert mismatches(app, feeds, {}, {("demo run", "batch_size"): "meant"}) == []
-
-
-SEARCH_FILES = ["--corpus", "c.npy", "--queries", "q.npy", "--output", "o.json"]
-
-
-@pytest.mark.parametrize(
-    ("old", "new"), [(["eval", "sts"], ["model", "eval"]), (["search", *SEARCH_FILES], ["vectors", "search"])]
-)
-def test_an_old_spelling_says_where_it_moved_and_runs(old, new):
-    from typer.testing import CliRunner
-
-    from subspaces.cli.app import app
-
-    result = CliRunner().invoke(app, [*old, "--threads", "100000"])
-    assert result.exit_code == 2
-    assert result.output.splitlines()[0] == f"moved: use `subspaces {' '.join(new)}`"
-    assert "--threads 100000" in result.output  # then the command itself ran (and refused the value)
 
 
 def enum_options(app: typer.Typer) -> set[str]:

@@ -110,8 +110,8 @@ def test_cache_bench_and_user_errors(setup):
     res = runner.invoke(
         app,
         [
+            "cond",
             "bench",
-            "csts-cache",
             "--task",
             "csts",
             "--data",

@@ -507,7 +507,6 @@ def test_cli_train_defaults_are_the_recipe_defaults():
     library = KGCTrainConfig()
     for name in ("freeze_encoder", "batch_size", "encoder_lr", "head_lr", "epochs", "max_length", "margin", "arch"):
         assert params[name].default == getattr(library, name), name
-    assert params["lr"].hidden  # the earlier spelling still parses
     assert library.freeze_encoder is False and library.rates(frozen=True) == (1e-3, None)
     assert library.rates(frozen=False) == (5e-5, None)
 
@@ -667,11 +666,10 @@ def test_link_graph_texts_name_at_most_ten_neighbours_of_short_descriptions_only
 
     kg = _link_graph_kg()
     assert KGCTexts.build(kg).entities[0] == "e0: short gloss"  # descriptions present: off by default
-    by_id = KGCTexts.build(kg, True, order="id", per_example=True)
+    by_id = KGCTexts.build(kg, True, per_example=True)
     words = by_id.entities[0].split()
     assert words[:3] == ["e0:", "short", "gloss"] and len(words) == 3 + 10  # 13 neighbours, the first 10 kept
     assert words[3:] == ["e13", "e12", "e11", "e10", "e9", "e8", "e7", "e6", "e5", "e4"]  # SimKGC: sorted by id
-    assert KGCTexts.build(kg, True, order="index").entities[0].split()[3:6] == ["e1", "e2", "e3"]
     assert by_id.entities[1] == "e1: " + " ".join(["word"] * 25)  # 25 words: no neighbour names
     # In training, each side leaves the other end out (SimKGC's leakage guard): one name fewer, never an 11th.
     heads, tails = by_id.training_texts(np.array([[0, 0, 13], [13, 0, 0]]))
@@ -773,7 +771,7 @@ def test_recipe_sets_every_option_and_the_model_folder_records_them(tmp_path, ti
     assert config["head"] == {"kind": "hypernet", "dim": 32, "rank": None, "dropout": 0.1, "init": "torch"}
     meta = config["metadata"]
     assert meta["recipe"] == "hypercl-wn18rr" and meta["max_length"] == 32  # an explicit option wins
-    assert meta["neighbour_names"] and meta["neighbour_order"] == "id" and meta["per_example_texts"]
+    assert meta["neighbour_names"] and meta["per_example_texts"]
     train = meta["train"]
     assert train["batch_size"] == 512 and train["head_lr"] is None and train["lr"] == 1e-3  # frozen: own default
     assert not train["self_negatives"] and not train["normalize_queries"] and train["pre_batch"] == 0
@@ -815,17 +813,16 @@ def test_models_saved_before_the_recipe_options_keep_their_texts_and_head(tmp_pa
         max_steps=2,
         max_length=32,
         neighbour_names=True,
-        neighbour_order="index",
         show_progress=False,
     )
     config = read_config(run, task="kgc")
-    for key in ("neighbour_order", "per_example_texts", "recipe"):
+    for key in ("per_example_texts", "recipe"):
         del config["metadata"][key]  # what a folder written before these options holds
     del config["metadata"]["train"]["normalize_queries"]
     assert set(config["head"]) == {"kind", "dim", "rank"}
     write_config(run, config)
     again = evaluate_model(run, show_progress=False)
-    assert again.average == pytest.approx(report.eval.average)  # index order, as it was trained
+    assert again.average == pytest.approx(report.eval.average)
 
 
 def test_training_with_a_checkpoint_dir_resumes_where_it_stopped(tmp_path, tiny_encoder_dir, monkeypatch):

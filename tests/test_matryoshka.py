@@ -95,8 +95,8 @@ def test_train_matryoshka_cli(tiny_model_dir, tiny_data, tmp_path, mic):
     corpus.write_text("\n".join(f"{s} number {i}" for i, s in enumerate(SENTENCES * 8)) + "\n", encoding="utf-8")
     out = tmp_path / ("mic" if mic else "mrl")
     args = [
-        "train",
         "matryoshka",
+        "train",
         "--model",
         str(tiny_model_dir),
         "--data",
@@ -140,8 +140,8 @@ def test_train_matryoshka_cli_bad_dims(tiny_model_dir, tiny_data, tmp_path):
     result = CliRunner().invoke(
         app,
         [
-            "train",
             "matryoshka",
+            "train",
             "--model",
             str(tiny_model_dir),
             "--data",

@@ -136,7 +136,7 @@ def _cli(*args):
 
     from subspaces.cli.app import app
 
-    return CliRunner().invoke(app, ["train", *args])
+    return CliRunner().invoke(app, [args[0], "train", *args[1:]])
 
 
 def _corpus(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 
-from subspaces.cli.groups import app, keep_old_spelling, plain_help
+from subspaces.cli.groups import app, plain_help
 
 # Modules that attach commands to the capabilities in ``subspaces.cli.groups`` (``subspaces <capability> <verb>``);
 # importing them is cheap (each command imports torch and the library lazily, inside its body).
@@ -22,22 +22,8 @@ COMMAND_MODULES = (
     "subspaces.cli.serve",  # serve (the HTTP server)
 )
 
-# Spellings of the previous release -> the command's place now; the old ones work, hidden, for one release.
-MOVED = {
-    "models": "model list",
-    "encode": "model encode",
-    "eval sts": "model eval",
-    "eval dims": "matryoshka eval",
-    "train simcse": "simcse train",
-    "train matryoshka": "matryoshka train",
-    "search": "vectors search",
-    "bench csts-cache": "cond bench",
-}
-
 for _module in COMMAND_MODULES:
     importlib.import_module(_module)
-for _old, _new in MOVED.items():
-    keep_old_spelling(_old, _new)
 plain_help(app)  # every command's help screen: STORE, not {store}; --help, not --help <bool>
 
 

@@ -68,7 +68,6 @@ def train_cmd(
         Optional[int],
         typer.Option("--max-length", "--max-seq-length", help="Tokens per text (default: the encoder's own limit)."),
     ] = _default("max_length"),
-    lr: Annotated[Optional[float], typer.Option("--lr", hidden=True, help="The earlier spelling of --head-lr.")] = None,
     trainable_layers: TrainableLayersOpt = "all",
     device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
@@ -93,7 +92,6 @@ def train_cmd(
         freeze_encoder=freeze_encoder and layers is None,
         max_length=max_length,
         trainable_layers=layers,
-        head_lr=config.head_lr if lr is None else lr,
     )
     summary = train_conditional(task, model, output=output, config=config, data_dir=data, device=device)
     echo(

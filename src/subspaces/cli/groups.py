@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import copy
-import functools
 from typing import Any
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
-from typer.models import CommandInfo
 
 
 def _usage_pieces(command: Any, ctx: Any) -> list[str]:
@@ -97,37 +94,3 @@ align_app = capability("align", "Unsupervised alignment of embedding spaces (min
 adapt_app = capability("adapt", "Matryoshka adapter: make the prefixes of embeddings you already have usable.")
 cond_app = capability("cond", "Conditional similarity (Hyper-CL tri-encoders) on WiC and C-STS.")
 kgc_app = capability("kgc", "Knowledge-graph completion (SimKGC bi-encoder, Hyper-CL tri-encoder).")
-
-
-def keep_old_spelling(old: str, new: str) -> None:
-    """Make the command ``subspaces NEW`` answer to ``subspaces OLD`` too, hidden, saying where it moved (one line
-    on stderr) before it runs: old spellings keep working for one release."""
-    info = _command(app, new.split())
-    *groups, name = old.split()
-    owner = app
-    for group in groups:
-        found = [g.typer_instance for g in owner.registered_groups if g.name == group and g.typer_instance]
-        if not found:
-            found = [typer.Typer(no_args_is_help=True)]
-            owner.add_typer(found[0], name=group, hidden=True)
-        owner = found[0]
-    callback = info.callback
-    assert callback is not None
-
-    @functools.wraps(callback)
-    def moved(*args: Any, **kwargs: Any) -> Any:
-        typer.echo(f"moved: use `subspaces {new}`", err=True)
-        return callback(*args, **kwargs)
-
-    old_info = copy.copy(info)
-    old_info.name, old_info.hidden, old_info.callback = name, True, moved
-    owner.registered_commands.append(old_info)
-
-
-def _command(owner: typer.Typer, path: list[str]) -> CommandInfo:
-    head, *rest = path
-    if not rest:
-        return next(c for c in owner.registered_commands if c.name == head)
-    group = next(g for g in owner.registered_groups if g.name == head)
-    assert group.typer_instance is not None
-    return _command(group.typer_instance, rest)

@@ -60,7 +60,7 @@ def _default(name: str) -> Any:
     KGCTrainConfig,
     only=(
         "arch", "head", "batch_size", "encoder_lr", "head_lr", "epochs", "max_steps", "seed", "max_length",
-        "pre_batch", "pre_batch_weight", "self_negatives", "margin", "temperature", "neighbour_order",
+        "pre_batch", "pre_batch_weight", "self_negatives", "margin", "temperature",
         "head_dropout", "head_init", "normalize_queries", "rerank_n_hop", "neighbour_weight",
     ),
 )  # fmt: skip
@@ -96,9 +96,6 @@ def train(
     checkpoint_dir: Optional[Path] = typer.Option(
         None, help="Checkpoint the training here every 50 steps and on Ctrl-C; the same command resumes from it."
     ),
-    lr: Optional[float] = typer.Option(
-        None, "--lr", hidden=True, help="The earlier spelling: --head-lr with --freeze-encoder, else --encoder-lr."
-    ),
     threads: ThreadsOpt = None,
     *,
     config: KGCTrainConfig,
@@ -112,10 +109,6 @@ def train(
 
     resolve_device(device)
     check_writable(output, "--output", folder=True)  # before the work, not after it
-    if lr is not None and freeze_encoder:  # the earlier --lr: the rate of all but a separately-rated head
-        config = replace(config, head_lr=lr)
-    elif lr is not None:
-        config = replace(config, encoder_lr=lr)
     config = replace(
         config,
         rank=parse_rank(rank),
@@ -150,8 +143,6 @@ def _recipe_defaults(name: str, arch: str) -> dict:
     # By name: typer may carry its own copy of click, whose ParameterSource is another class.
     sources = {key: ctx.get_parameter_source(key) for key in ctx.params}
     given = {key for key, source in sources.items() if source is not None and source.name != "DEFAULT"}
-    if "lr" in given:  # the earlier spelling sets one of these
-        given |= {"head_lr", "encoder_lr"}
     return {key: value for key, value in recipe_settings(name, arch).items() if key not in given}
 
 

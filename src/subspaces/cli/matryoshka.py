@@ -1,4 +1,4 @@
-"""Matryoshka commands: ``train matryoshka`` (MRL, optionally + MIC) and ``eval dims`` (scores at truncated dims)."""
+"""Matryoshka commands: ``matryoshka train`` (MRL, optionally + MIC) and ``matryoshka eval`` (truncated dims)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``train simcse``, and what every encoder-training command shares (``train matryoshka`` uses it too).
+"""``simcse train``, and what every encoder-training command shares (``matryoshka train`` uses it too).
 
 Every input a run needs (output folder, training data, STS-B dev, the device, --trainable-layers) is checked
 before the model loads or a step runs; the model is built after seeding, so ``--seed`` reproduces a run.

@@ -6,7 +6,6 @@
 - :mod:`subspaces.cond.recipe`: :class:`~subspaces.cond.recipe.CondTrainConfig`, every setting of a run.
 - :mod:`subspaces.cond.train`: training (head-only on cached embeddings, or fine-tuning) and evaluation.
 - :mod:`subspaces.cond.metrics`: accuracy at a dev threshold, AUC, Spearman/Pearson/MSE, seen vs unseen.
-- :mod:`subspaces.cond.analysis`: Hyper-CL's expressiveness and cluster-impurity analyses.
 - :mod:`subspaces.cond.tasks`, :mod:`subspaces.cond.pipeline`: WiC / C-STS specs and one-call pipelines.
 - Conditional search over stored sentence vectors: ``TriEncoder.index_corpus`` / ``TriEncoder.search`` and
   ``subspaces cond search`` (each condition's view of the corpus cached; see ``docs/cond.md``).

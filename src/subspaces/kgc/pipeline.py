@@ -124,7 +124,7 @@ def train_pipeline(
     select_on = _split_name(kg, config.select_on) if config.select_on else None
     track_on = _split_name(kg, config.track_on) if config.track_on else None
     per_example_texts = arch == "bi" if config.per_example_texts is None else config.per_example_texts
-    texts = KGCTexts.build(kg, config.neighbour_names, order=config.neighbour_order, per_example=per_example_texts)
+    texts = KGCTexts.build(kg, config.neighbour_names, per_example=per_example_texts)
     head_options = {"dropout": config.head_dropout, "init": config.head_init, "activation": config.head_activation}
     kgc_model = build_model(
         model,
@@ -183,7 +183,6 @@ def train_pipeline(
         "base_model": model,
         "max_length": config.max_length,
         "neighbour_names": texts.link_graph is not None,
-        "neighbour_order": config.neighbour_order,
         "per_example_texts": per_example_texts,
         "recipe": config.recipe,
         "freeze_encoder": freeze_encoder,
@@ -314,9 +313,7 @@ def evaluate_model(
         kgc_model.params_cache.reset_stats()
     metadata = metadata or dict(getattr(kgc_model, "metadata", {}))
     if texts is None:
-        # A model trained before neighbour orders were recorded read them in index order.
-        order = metadata.get("neighbour_order", "index" if "neighbour_names" in metadata else "id")
-        texts = KGCTexts.build(kg, metadata.get("neighbour_names", neighbour_names), order=order)
+        texts = KGCTexts.build(kg, metadata.get("neighbour_names", neighbour_names))
     if normalize_queries is None:
         normalize_queries = bool(metadata.get("train", {}).get("normalize_queries", True))
     known = KnownTails(np.concatenate([kg.with_inverses(s) for s in kg.splits]))  # the filter: every split's triples

@@ -69,9 +69,6 @@ class KGCTrainConfig(FitConfig):
     neighbour_names: bool | None = field(
         default=None, metadata={"help": "Append neighbour names to short descriptions (default: on for FB15k-237)."}
     )
-    neighbour_order: Literal["id", "index"] = field(
-        default="id", metadata={"help": "Which 10 neighbours a text names: the first by dataset id or by index."}
-    )
     per_example_texts: bool | None = field(
         default=None,
         metadata={"help": "Training texts leave each triple's other end out of the neighbour names (default: bi)."},
@@ -164,11 +161,6 @@ HYPERCL_WN18RR: tuple[Setting, ...] = (
         "neighbour_names",
         True,
         HYPERCL + "scripts/train_wn.sh --use-link-graph (doc.py Example.vectorize: descriptions < 20 words)",
-    ),
-    Setting(
-        "neighbour_order",
-        "id",
-        HYPERCL + "triplet.py LinkGraph.get_neighbor_ids: sorted(ids)[:10]",
     ),
     Setting(
         "per_example_texts",

@@ -9,18 +9,14 @@ per entity cannot. :class:`KGCTexts` holds both views: ``entities`` (all trainin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
-from subspaces.errors import SubspacesError
 from subspaces.kgc.data import KnowledgeGraph
 from subspaces.kgc.graph import LinkGraph
 
 SHORT_DESCRIPTION_WORDS = 20
 MAX_NEIGHBOURS = 10
-NeighbourOrder = Literal["id", "index"]
-NEIGHBOUR_ORDERS = ("id", "index")
 
 
 def join_name_description(name: str, description: str) -> str:
@@ -40,21 +36,17 @@ def entity_text(
     return join_name_description(kg.entity_names[entity], description)
 
 
-def neighbour_graph(
-    kg: KnowledgeGraph, neighbour_names: bool | None = None, order: NeighbourOrder = "index"
-) -> LinkGraph | None:
+def neighbour_graph(kg: KnowledgeGraph, neighbour_names: bool | None = None) -> LinkGraph | None:
     """The training link graph whose neighbour names extend short descriptions, or None without them.
 
-    ``neighbour_names`` defaults to on where the dataset has no descriptions (FB15k-237). ``order``: which 10
-    neighbours a well-connected entity shows, by dataset id (``"id"``, SimKGC's) or entity index (``"index"``).
+    ``neighbour_names`` defaults to on where the dataset has no descriptions (FB15k-237). A well-connected entity
+    shows its first 10 neighbours by dataset id, as SimKGC's.
     """
-    if order not in NEIGHBOUR_ORDERS:
-        raise SubspacesError(f"unknown neighbour order {order!r}; choose one of {', '.join(NEIGHBOUR_ORDERS)}")
     if neighbour_names is None:
         neighbour_names = not any(kg.entity_descriptions)
     if not neighbour_names:
         return None
-    return LinkGraph(kg.splits["train"], kg.num_entities, kg.entity_ids if order == "id" else None)
+    return LinkGraph(kg.splits["train"], kg.num_entities, kg.entity_ids)
 
 
 def entity_texts(kg: KnowledgeGraph, neighbour_names: bool | None = None) -> list[str]:
@@ -82,11 +74,10 @@ class KGCTexts:
         kg: KnowledgeGraph,
         neighbour_names: bool | None = None,
         *,
-        order: NeighbourOrder = "index",
         per_example: bool = False,
     ) -> KGCTexts:
         """Entity texts (the test-time view), relation names, and the link graph if neighbour names are used."""
-        graph = neighbour_graph(kg, neighbour_names, order)
+        graph = neighbour_graph(kg, neighbour_names)
         entities = [entity_text(kg, e, graph) for e in range(kg.num_entities)]
         return cls(kg, entities, kg.relation_texts(), graph, per_example)
 

@@ -24,7 +24,7 @@ class InfoNCESettings:
 
 @dataclass
 class MICSettings:
-    """MIC's weights and choices, declared once: :class:`MICLoss` and ``train matryoshka`` take their defaults
+    """MIC's weights and choices, declared once: :class:`MICLoss` and ``matryoshka train`` take their defaults
     from here (what each multiplies: the module docstring; the defaults are our reading, reasoned there)."""
 
     gamma: float = field(default=0.1, metadata={"help": "MIC: weight of L_align (SCR + SIR)."})

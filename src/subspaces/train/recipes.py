@@ -86,7 +86,7 @@ class SimCSEConfig(EncoderTrainConfig, InfoNCESettings):
 
 @dataclass
 class MatryoshkaConfig(EncoderTrainConfig, InfoNCESettings, MICSettings):
-    """The ``train matryoshka`` recipe: the loop's settings, InfoNCE's, MIC's (used with ``mic``) and these."""
+    """The ``matryoshka train`` recipe: the loop's settings, InfoNCE's, MIC's (used with ``mic``) and these."""
 
     dims: Sequence[int | None] = field(
         default=(16, 32, 64, 128, None), metadata={"help": "Nested prefix sizes (None: the model's full size)."}
