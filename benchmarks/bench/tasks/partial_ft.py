@@ -1,9 +1,6 @@
-"""Step time of full against partial fine-tuning (BENCHMARKS §6): ``minilm-l6``, SimCSE's unsupervised loss, batch
-64 at max length 32, WordNet sentences. A cell trains a fresh copy of the model under one ``--trainable-layers``
-setting (``layers``: 0 = all); the activation cache of the frozen layers is built first over the ``cached``
-sentences the archived script's three repeats trained on (in memory, timed apart), then ``warmup`` untimed steps and
-``steps`` timed ones, each on distinct sentences; its figure is the median step. Seeds are repeats (the table: the
-mean over repeats of each one's median): the runner rotates the arms' order each repeat, so load falls on all.
+"""Step time of full against partial fine-tuning (BENCHMARKS §6): a fresh ``minilm-l6`` under ``--trainable-layers
+layers`` (0: all), SimCSE's unsupervised loss on WordNet sentences; the frozen layers' cache built first (timed
+apart), then the median of ``steps`` timed steps after ``warmup``. Seeds are repeats.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/partial_ft.toml --resume
 """

@@ -1,7 +1,6 @@
-"""Quantized embeddings (BENCHMARKS §7): the float32 embeddings of ``n_corpus`` WN18RR definitions are the corpus
-and of ``n_queries`` WordNet example sentences the queries; the overlap of int8 and binary search's top 10 with
-float exact search's, without rescoring and with a 4x shortlist rescored from the codes or from the float rows;
-bytes per vector. The int8 ranges are calibrated on 10,000 corpus rows drawn by the seed.
+"""Quantized embeddings (BENCHMARKS §7): the top-10 overlap of int8 and binary search with float exact search
+(WN18RR definitions as the corpus, WordNet examples as queries), unrescored and 4x rescored from the codes or from
+the float rows; bytes per vector. The int8 ranges are calibrated on corpus rows drawn by the seed.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/quantized.toml --resume
 """

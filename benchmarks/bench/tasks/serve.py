@@ -1,7 +1,5 @@
-"""Serving beside infinity-emb (BENCHMARKS §8, README's serving row): ``benchmarks/serve_load.py``'s side-by-side
-load test, one server at a time on loopback, as a runner cell. Each cell runs every configuration of ``ours`` and
-infinity-emb (its own venv, ``infinity``) on short and long texts at each concurrency of ``levels``; seeds are
-repeats (the load has no randomness of its own). Timings: run it on an otherwise idle machine.
+"""Serving beside infinity-emb (BENCHMARKS §8): ``benchmarks/serve_load.py``'s side-by-side load test as a cell;
+seeds are repeats. Run it on an otherwise idle machine.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/serve.toml --resume
 """

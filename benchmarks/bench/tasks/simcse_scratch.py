@@ -1,8 +1,8 @@
-"""Unsupervised SimCSE from a random small BERT with one augmentation (an arm): dropout (0.1), none,
-delete_one_word; notes/simcse.md §1.2. Every arm starts from the same random weights (same seed) and sees the same
-sentences in the same order. STS-B dev (SimCSE's ablation metric) is always reported; ``full_sts`` adds the whole
-STS table and ``before`` the untrained model's. The result has the schema of
-``benchmarks/results/simcse_scratch_<aug>.json``. Experiment: ``benchmarks/experiments/simcse_scratch.toml``.
+"""Unsupervised SimCSE from a random small BERT with one augmentation (an arm; notes/simcse.md §1.2), every arm
+from the same weights and sentences; STS-B dev always, ``full_sts`` the STS table, ``before`` the untrained model's.
+A result has ``benchmarks/results/simcse_scratch_<aug>.json``'s schema.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/run.py benchmarks/experiments/simcse_scratch.toml --resume
 """
 
 from __future__ import annotations

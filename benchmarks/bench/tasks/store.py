@@ -1,15 +1,8 @@
-"""The vector-store benchmark (BENCHMARKS.md's store rows): add throughput (one process, and Ray Data on a local
-runtime), then search latency (p50/p99) and Recall@10 against exact full-dim search, for exact, ANN (LanceDB
-IVF-PQ) and funnel search (a prefix shortlist of ``shortlists`` x k, full re-rank) at several prefixes of the
-model's coordinates and of the store's principal axes (``bases``), and a migration.
+"""The vector-store benchmark (BENCHMARKS §9's 100k rows; the result has ``benchmarks/results/store_bench.json``'s
+schema): add ``n`` WordNet sentences (one process, then ``ray_n`` through Ray Data), search ``queries`` other ones
+one at a time (p50/p99, Recall@10 against exact) in every mode, then migrate to ``migrate_to``.
 
-A store of the first ``n`` distinct WordNet sentences (definitions, then examples) is built in a temporary folder;
-the queries are ``queries`` other WordNet sentences, encoded once, so the latencies are search alone (one query at
-a time, as a user's request); the encoding rate is reported apart. ``ray_n`` texts are added again
-into a second store through Ray Data (``actors`` actors on a local runtime of that many CPUs). A migration to
-``migrate_to`` is timed and measured on the store (recall vs a re-embedded held-out sample, and its time against
-re-embedding every row at the new model's measured rate). The result has the schema of
-``benchmarks/results/store_bench.json``. Experiment: ``benchmarks/experiments/store.toml``.
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/store.toml --resume
 """
 
 from __future__ import annotations
@@ -23,22 +16,19 @@ from typing import Any
 
 import numpy as np
 
+from bench.stats import timed
+
 
 def latencies(store, vectors: np.ndarray, k: int, **options) -> tuple[dict[str, float], list[list[str]]]:
     """p50/p99 ms and queries/s of searching ``vectors`` one at a time (as a user's requests), and each one's ids."""
     store.search_vectors(vectors[:1], k, **options)  # builds the in-memory index of this setting once
-    times, ids = [], []
-    for vector in vectors:
-        start = time.perf_counter()
-        hit = store.search_vectors(vector[None], k, **options)[0]
-        times.append(time.perf_counter() - start)
-        ids.append(hit["ids"])
-    ms = np.asarray(times) * 1e3
+    searches = [timed(store.search_vectors, vector[None], k, **options) for vector in vectors]
+    ms = np.asarray([seconds for _, seconds in searches]) * 1e3
     return {
         "p50_ms": float(np.percentile(ms, 50)),
         "p99_ms": float(np.percentile(ms, 99)),
         "qps": float(1e3 / ms.mean()),
-    }, ids
+    }, [hits[0]["ids"] for hits, _ in searches]
 
 
 def recall(found: list[list[str]], truth: list[list[str]]) -> float:
@@ -49,13 +39,8 @@ def ray_add(texts: list[str], model: str, folder: Path, actors: int) -> dict:
     """Texts/s of an add through Ray Data on a local runtime, start-up (runtime and actors) included and apart."""
     from subspaces.store import Store, scaleout
 
-    start = time.perf_counter()
-    scaleout.start("local", num_cpus=actors)
-    startup_s = time.perf_counter() - start
-    store = Store.create(folder, model)
-    start = time.perf_counter()
-    store.add(texts, ids=range(len(texts)), ray=True, actors=actors)
-    add_s = time.perf_counter() - start
+    _, startup_s = timed(scaleout.start, "local", num_cpus=actors)
+    _, add_s = timed(Store.create(folder, model).add, texts, ids=range(len(texts)), ray=True, actors=actors)
     return {
         "n": len(texts),
         "actors": actors,
@@ -95,12 +80,8 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         raise SystemExit(f"only {len(texts)} WordNet sentences: lower n or queries")
     folder = Path(tempfile.mkdtemp(prefix="store-bench-")) / "store"
     store = Store.create(folder, p["model"])
-    start = time.perf_counter()
-    store.add(corpus, ids=range(len(corpus)), show_progress=True)
-    add_s = time.perf_counter() - start
-    start = time.perf_counter()
-    query_vectors = encode(store.model(), queries, normalize=True)
-    encode_q_s = time.perf_counter() - start
+    _, add_s = timed(store.add, corpus, ids=range(len(corpus)), show_progress=True)
+    query_vectors, encode_q_s = timed(encode, store.model(), queries, normalize=True)
     results: dict[str, Any] = {
         "n": len(corpus),
         "queries": len(queries),
@@ -124,9 +105,8 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         start = time.perf_counter()
         built = store.index()
         timing, found = latencies(store, query_vectors, k, ann=True, nprobes=p["nprobes"])
-        results["search"]["ann_ivfpq"] = (
-            timing | {"recall@10": recall(found, truth), "index_seconds": round(time.perf_counter() - start, 2)} | built
-        )
+        index_s = round(time.perf_counter() - start, 2)  # the index and its searches, as recorded
+        results["search"]["ann_ivfpq"] = timing | {"recall@10": recall(found, truth), "index_seconds": index_s} | built
     exact_qps = results["search"]["exact"]["qps"]
     for row in results["search"].values():
         row["speedup_vs_exact"] = round(row["qps"] / exact_qps, 2)

@@ -1,26 +1,10 @@
-"""The store at scale (issue 52 item 3): a parquet of ``n`` x 384 vectors with ids and typed metadata (``lang``,
-``year``) imported as another tool's dump, then searched in every mode, each stage in a process of its own so its
-peak resident memory is its own.
+"""The store at scale (issue 52 item 3; docs/store.md and BENCHMARKS §9 describe the corpus): ``n`` x 384 rows, real
+minilm-l6 vectors of WordNet sentences plus synthetic rows from a mixture fitted to them, imported as another tool's
+parquet dump, then searched in every mode. Each stage runs in a process of its own (``python store_scale.py STAGE
+ARGS``: its own time and peak RSS) and its result is kept in ``work`` (default ``~/.cache/subspaces/store_scale/
+n<n>/``), so a killed run, rerun with ``--resume``, starts at the stage it was in.
 
-**The vectors.** What a user has is minilm-l6 vectors; encoding a million texts is too slow here, so the corpus is
-real minilm-l6 vectors of ``real`` WordNet 3.0 definitions and examples (``../shared/data/wordnet_sentences``,
-encoded once with the library in ``dtype``, cached under ``~/.cache/subspaces/store_scale/``) and, to reach ``n``,
-synthetic rows drawn from a mixture fitted to them: faiss k-means (``clusters`` centroids), each synthetic row a
-centroid plus Gaussian noise shaped by the pooled within-cluster covariance (so its spectrum is the real rows',
-not isotropic in 384 dimensions, which no prefix or PQ code could follow) and scaled to its cluster's measured
-spread, renormalised. The queries are
-``queries`` further WordNet texts' real vectors, held out of the corpus and of the fit. The record says so.
-
-**Stages**, each a subprocess (``python store_scale.py STAGE ARGS``) that reports its own time and peak RSS
-(``VmHWM`` of ``/proc/self/status``; ``ru_maxrss`` would count the parent's memory, carried across exec): import
-(``store import --foreign``, two streamed passes), the int8 copy, the IVF-PQ index, ``store shrink`` to
-``shrink_dims``, then per search mode (exact, funnel on 128 principal axes with a 10 x k shortlist, int8 + rescore,
-ANN with the default ``refine_factor`` and with None, and at each shrunk size its chosen basis alone and as a
-funnel) ``queries`` queries one at a time (p50/p99 ms, Recall@10 against exact) and one filtered search
-(``where``; k rows must come back and each must match), then a delete and an upsert of ``mutations`` rows and an
-export back to parquet. Every stage's result is kept in the work folder (``work``, default
-``~/.cache/subspaces/store_scale/n<n>/``), so a killed run, rerun (the runner's ``--resume``), starts at the stage
-it was in.
+    nice -n 10 env OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/store_1m.toml --resume
 """
 
 from __future__ import annotations
@@ -39,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from bench.environment import cpu
+from bench.stats import timed
 from bench.tasks.store import latencies, recall
 from subspaces.io import atomic_path, save_json
 
@@ -95,13 +80,22 @@ def real_vectors(model: str, dtype: str, need: int) -> tuple[np.ndarray, int]:
 
             encoder = encoder or load_encoder(model, dtype=dtype)
             batch = [texts[i] for i in order[first : first + PART]]
-            start = time.perf_counter()
-            vectors = encode(encoder, batch, batch_size=128, normalize=True)
-            print(f"encoded {len(batch):,} WordNet texts in {time.perf_counter() - start:.0f} s", flush=True)
+            vectors, seconds = timed(encode, encoder, batch, batch_size=128, normalize=True)
+            print(f"encoded {len(batch):,} WordNet texts in {seconds:.0f} s", flush=True)
             path.parent.mkdir(parents=True, exist_ok=True)
             save_npy(path, np.asarray(vectors, dtype=np.float32))
         parts.append(np.load(path))
     return np.concatenate(parts)[:need], len(texts)
+
+
+def rows_table(ids: list[str], vectors: np.ndarray, lang: Any, year: Any) -> Any:
+    """The columns of a corpus parquet as a pyarrow table: id, vector (float32, fixed size), lang, year."""
+    import pyarrow as pa
+
+    vector = pa.FixedSizeListArray.from_arrays(pa.array(vectors.ravel(), pa.float32()), vectors.shape[1])
+    return pa.table(
+        {"id": pa.array(ids, pa.string()), "vector": vector, "lang": lang, "year": pa.array(year, pa.int64())}
+    )
 
 
 def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
@@ -146,18 +140,8 @@ def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
                 noise = rng.standard_normal((synthetic, dim)).astype(np.float32)
                 x = centroids[picked] + (noise @ shape.T) * spread[picked, None].astype(np.float32)
                 block[from_real:] = x / np.linalg.norm(x, axis=1, keepdims=True)
-            flat = pa.array(block.ravel(), pa.float32())
-            writer.write_table(
-                pa.table(
-                    {
-                        "id": [f"row-{i}" for i in range(start, start + rows)],
-                        "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
-                        "lang": rng.choice(langs, rows, p=shares),
-                        "year": rng.integers(*YEARS, rows),
-                    },
-                    schema=schema,
-                )
-            )
+            ids = [f"row-{i}" for i in range(start, start + rows)]
+            writer.write_table(rows_table(ids, block, rng.choice(langs, rows, p=shares), rng.integers(*YEARS, rows)))
     return {
         "wordnet_texts": int(total),
         "real_rows": int(real),
@@ -225,13 +209,9 @@ def search(mode: str, args: dict[str, Any]) -> dict[str, Any]:
     store = Store.open(args["store"])
     queries = np.load(Path(args["work"]) / "queries.npy")
     k = args["k"]
-    start = time.perf_counter()
-    store.search_vectors(queries[:1], k, **options)  # what a first search builds (vector file, prefix index, codes)
-    first_s = time.perf_counter() - start
+    _, first_s = timed(store.search_vectors, queries[:1], k, **options)  # builds the vector file, index, codes
     timing, ids = latencies(store, queries, k, **options)
-    start = time.perf_counter()
-    filtered = store.search_vectors(queries[:1], k, where=args["where"], **options)[0]
-    filtered_ms = (time.perf_counter() - start) * 1e3
+    (filtered,), filtered_s = timed(store.search_vectors, queries[:1], k, where=args["where"], **options)
     lang, year = args["where_check"]
     matching = all(m is not None and m["lang"] == lang and m["year"] >= year for m in filtered.metadata)
     return {
@@ -239,39 +219,24 @@ def search(mode: str, args: dict[str, Any]) -> dict[str, Any]:
         "p50_ms": round(timing["p50_ms"], 3),
         "p99_ms": round(timing["p99_ms"], 3),
         "qps": round(timing["qps"], 1),
-        "filtered": {"ms": round(filtered_ms, 2), "results": len(filtered.ids), "k": k, "all_match": matching},
+        "filtered": {"ms": round(filtered_s * 1e3, 2), "results": len(filtered.ids), "k": k, "all_match": matching},
         "ids": ids,
     }
 
 
 def mutate(store: Any, args: dict[str, Any]) -> dict[str, Any]:
     """Delete ``mutations`` rows, then upsert as many (stored ids, new vectors): seconds each."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     m, n = args["mutations"], args["n"]
     rng = np.random.default_rng(1)
     picked = rng.choice(n, 2 * m, replace=False)
-    start = time.perf_counter()
-    deleted = store.delete([f"row-{i}" for i in picked[:m]])
-    delete_s = time.perf_counter() - start
+    deleted, delete_s = timed(store.delete, [f"row-{i}" for i in picked[:m]])
     x = rng.standard_normal((m, store._space(store.manifest.active).model.dimension)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     path = Path(args["work"]) / "upsert.parquet"
-    pq.write_table(
-        pa.table(
-            {
-                "id": [f"row-{i}" for i in picked[m:]],
-                "vector": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), x.shape[1]),
-                "lang": ["en"] * m,
-                "year": [2000] * m,
-            }
-        ),
-        path,
-    )
-    start = time.perf_counter()
-    upserted = store.import_vectors(str(path), upsert=True)
-    upsert_s = time.perf_counter() - start
+    pq.write_table(rows_table([f"row-{i}" for i in picked[m:]], x, ["en"] * m, [2000] * m), path)
+    upserted, upsert_s = timed(store.import_vectors, str(path), upsert=True)
     return {
         "delete": {"seconds": round(delete_s, 2)} | deleted,
         "upsert": {"seconds": round(upsert_s, 2), "replaced": upserted.get("replaced")},
@@ -308,7 +273,6 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         print(f"[store_scale] corpus of {p['n']:,} rows", flush=True)
         save_json(corpus_record, write_corpus(p, work))
     corpus = json.loads(corpus_record.read_text())
-    k = p["k"]
     modes = {
         "exact": {},
         f"funnel_pca_{p['dims']}_x{p['shortlist']}": {"dims": p["dims"], "basis": "pca", "shortlist": p["shortlist"]},
@@ -319,20 +283,13 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     for d in p["shrink_dims"]:  # after `store shrink`: the basis it chose, alone and as a funnel's first stage
         modes[f"shrunk_{d}_alone"] = {"dims": d, "rerank": "none"}
         modes[f"shrunk_{d}_funnel_x{p['shortlist']}"] = {"dims": d, "shortlist": p["shortlist"]}
-    args = {
+    args = p | {  # what each stage's process reads
         "store": str(work / "store"),
         "parquet": str(work / "corpus.parquet"),
         "work": str(work),
-        "model": p["model"],
-        "threads": p["threads"],
-        "batch_rows": p["batch_rows"],
-        "k": k,
-        "n": p["n"],
         "where": f"lang = '{p['filter_lang']}' AND year >= {int(p['filter_year'])}",
         "where_check": [p["filter_lang"], int(p["filter_year"])],
-        "mutations": p["mutations"],
         "modes": modes,
-        "shrink_dims": list(p["shrink_dims"]),
     }
     stages = {name: run_stage(name, args, work) for name in ("import", "quantize", "index", "shrink")}
     searches = {name: run_stage(name, args, work) for name in modes}

@@ -1,7 +1,5 @@
-"""The STS table (README's first headline, BENCHMARKS §1): ``model eval``'s Spearman x 100 on STS12-16, STS-B and
-SICK-R of a bundled model, with alignment and uniformity (STS-B test), as the library's ``STSEvaluator`` gives
-them. Pools name the model (``model``), arms the runtime (``dtype``, ``backend``, ``precision``);
-a deterministic evaluation: one seed.
+"""The STS table (BENCHMARKS §1): ``STSEvaluator``'s Spearman x 100 and alignment/uniformity of a bundled model
+(a pool) in one runtime (an arm: ``dtype``, ``backend``, ``precision``); deterministic: one seed.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/sts.toml --resume
 """
