@@ -252,7 +252,7 @@ def test_rerun_of_a_finished_run_says_so_and_more_steps_extend_it(tiny_model_dir
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
-        (["--device", "nonsense"], "not a torch device"),
+        (["--device", "nonsense"], "unknown device"),
         (["--trainable-layers", "0"], "at least 1"),
         (["--trainable-layers", "x"], "whole number"),
         (["--trainable-layers", "3"], "depth, 2"),

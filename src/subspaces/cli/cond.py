@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
@@ -42,17 +42,13 @@ def _metrics_table(title: str, report: ConditionalEvalResult) -> None:
     out.print(table(title, ["conditions", "n", *keys], rows))
 
 
-def _default(name: str) -> Any:
-    return next(f.default for f in fields(CondTrainConfig) if f.name == name)
-
-
 @cond_app.command("train")
 @user_errors
 @recipe_options(
     CondTrainConfig,
     only=(
-        "arch", "head", "condition_encoder", "objective", "batch_size", "head_lr", "encoder_lr", "epochs",
-        "max_steps", "temperature", "margin", "in_batch_negatives", "seed", "cache_dir",
+        "arch", "head", "freeze_encoder", "condition_encoder", "max_length", "objective", "batch_size", "head_lr",
+        "encoder_lr", "epochs", "max_steps", "temperature", "margin", "in_batch_negatives", "seed", "cache_dir",
     ),
 )  # fmt: skip
 def train_cmd(
@@ -61,13 +57,6 @@ def train_cmd(
     data: DataOpt = None,
     model: Annotated[str, typer.Option("--model", "-m", help="Bundled model name or local folder.")] = "minilm-l6",
     rank: Annotated[str, typer.Option(help="Hypernet rank K, 'auto' (d/12, as Hyper-CL) or 'full'.")] = "auto",
-    freeze_encoder: Annotated[
-        bool, typer.Option("--freeze-encoder/--fine-tune", help="Train only the head on cached embeddings.")
-    ] = _default("freeze_encoder"),
-    max_length: Annotated[
-        Optional[int],
-        typer.Option("--max-length", "--max-seq-length", help="Tokens per text (default: the encoder's own limit)."),
-    ] = _default("max_length"),
     trainable_layers: TrainableLayersOpt = "all",
     device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
@@ -89,8 +78,7 @@ def train_cmd(
     config = replace(
         config,
         rank=parse_rank(rank),
-        freeze_encoder=freeze_encoder and layers is None,
-        max_length=max_length,
+        freeze_encoder=config.freeze_encoder and layers is None,
         trainable_layers=layers,
     )
     summary = train_conditional(task, model, output=output, config=config, data_dir=data, device=device)

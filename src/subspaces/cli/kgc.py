@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 import typer
 
@@ -50,18 +50,15 @@ def _show(result: KGCEvalResult) -> None:
     )
 
 
-def _default(name: str) -> Any:
-    return next(f.default for f in fields(KGCTrainConfig) if f.name == name)
-
-
 @kgc_app.command("train")
 @user_errors
 @recipe_options(
     KGCTrainConfig,
     only=(
-        "arch", "head", "batch_size", "encoder_lr", "head_lr", "epochs", "max_steps", "seed", "max_length",
-        "pre_batch", "pre_batch_weight", "self_negatives", "margin", "temperature",
-        "head_dropout", "head_init", "normalize_queries", "rerank_n_hop", "neighbour_weight",
+        "arch", "head", "freeze_encoder", "shared_encoder", "batch_size", "encoder_lr", "head_lr", "epochs",
+        "max_steps", "seed", "max_length", "pre_batch", "pre_batch_weight", "self_negatives", "margin",
+        "temperature", "neighbour_names", "per_example_texts", "head_dropout", "head_init", "normalize_queries",
+        "rerank_n_hop", "neighbour_weight",
     ),
 )  # fmt: skip
 def train(
@@ -69,22 +66,6 @@ def train(
     dataset: str = typer.Option("wn18rr", help="wn18rr, fb15k237, or a folder in either layout."),
     model: str = typer.Option("minilm-l6", "--model", "-m", help="Bundled encoder name or a local model folder."),
     rank: str = typer.Option("auto", help="Hypernet rank K, 'auto' (d/12, as Hyper-CL: 32 for d = 384) or 'full'."),
-    freeze_encoder: bool = typer.Option(
-        _default("freeze_encoder"), "--freeze-encoder/--fine-tune", help="Train only the head on cached embeddings."
-    ),
-    separate_encoders: bool = typer.Option(
-        False, "--separate-encoders", help="Bi-encoder: separate hr and tail encoders, as SimKGC."
-    ),
-    neighbour_names: Optional[bool] = typer.Option(
-        None,
-        "--neighbour-names/--no-neighbour-names",
-        help="Append neighbour names to short descriptions (default: on for FB15k-237).",
-    ),
-    per_example_texts: Optional[bool] = typer.Option(
-        None,
-        "--per-example-texts/--per-entity-texts",
-        help="Training texts leave each triple's other end out of the neighbour names (SimKGC; default: bi only).",
-    ),
     recipe: Optional[Recipe] = typer.Option(  # type: ignore[valid-type]
         None, help="Set every option of a released configuration (docs/kgc.md); options given explicitly win."
     ),
@@ -112,10 +93,6 @@ def train(
     config = replace(
         config,
         rank=parse_rank(rank),
-        freeze_encoder=freeze_encoder,
-        shared_encoder=not separate_encoders,
-        neighbour_names=neighbour_names,
-        per_example_texts=per_example_texts,
         evaluate_split=None if eval_split == "none" else eval_split,
         trainable_layers=parse_trainable_layers(trainable_layers),
         cache_dir=cache_dir,

@@ -25,7 +25,7 @@ from subspaces.cli.common import (
     user_errors,
 )
 from subspaces.cli.groups import matryoshka_app
-from subspaces.cli.train import TrainableLayersOpt, check_device, describe_pooling, prepare_run, report
+from subspaces.cli.train import TrainableLayersOpt, describe_pooling, prepare_run, report
 from subspaces.data.nli import is_csv, training_rows
 from subspaces.data.text import read_corpus, wordnet_sentences
 from subspaces.errors import SubspacesError
@@ -150,7 +150,7 @@ def eval_dims_cmd(
 
     if json_path is not None:
         check_writable(json_path.with_suffix(".png"), "--json's plot")
-    from subspaces.models.encoder import load_encoder
+    from subspaces.models.encoder import load_encoder, resolve_device
 
     if list_tasks:
         out.print("\n".join(known_tasks()))
@@ -158,7 +158,7 @@ def eval_dims_cmd(
     if not model:
         raise SubspacesError("give at least one --model")
 
-    device_name = check_device(device)
+    device_name = resolve_device(device)
     chosen = [x.strip() for x in tasks.split(",") if x.strip()] if tasks else list(DEFAULT_TASKS)
     evaluator = DimsEvaluator(
         tasks=chosen,

@@ -65,20 +65,6 @@ def parse_trainable_layers(text: str) -> int | None:
     return value
 
 
-def check_device(name: str) -> str:
-    import torch
-
-    try:
-        parsed = torch.device(name)
-    except RuntimeError as exc:
-        raise SubspacesError(f"--device {name!r} is not a torch device ({exc})") from None
-    if parsed.type == "cuda" and (not torch.cuda.is_available() or (parsed.index or 0) >= torch.cuda.device_count()):
-        raise SubspacesError(f"--device {name}: no such CUDA device here ({torch.cuda.device_count()} visible)")
-    if parsed.type == "mps" and not torch.backends.mps.is_available():
-        raise SubspacesError("--device mps: MPS is not available here")
-    return name
-
-
 def describe_pooling(model: Any) -> str:
     """The pooling the saved model will use, in words."""
     from subspaces.models.pooling import SimCSEPooling
@@ -103,7 +89,9 @@ def prepare_run(output: Path, overwrite: bool, evaluate: bool, device: str, trai
         from subspaces.eval.sts import STSBDevEvaluator
 
         STSBDevEvaluator().check()  # a bad data setting fails now, not after training
-    return check_device(device), parse_trainable_layers(trainable_layers)
+    from subspaces.models.encoder import resolve_device
+
+    return resolve_device(device), parse_trainable_layers(trainable_layers)
 
 
 def report(result: FitResult, output: Path, best_label: str) -> None:

@@ -21,10 +21,17 @@ class CondTrainConfig(FitConfig):
     rank: int | str | None = field(
         default="auto", metadata={"help": "Hypernet rank K, 'auto' (d/12, as Hyper-CL) or None/'full'."}
     )
-    freeze_encoder: bool = field(default=True, metadata={"help": "Train only the head on cached embeddings."})
+    freeze_encoder: bool = field(
+        default=True,
+        metadata={"help": "Train only the head on cached embeddings.", "flags": ("--freeze-encoder/--fine-tune",)},
+    )
     condition_encoder: str | None = field(default=None, metadata={"help": "A separate encoder for conditions (tri)."})
     max_length: int | None = field(
-        default=None, metadata={"help": "Tokens per text (default: the encoder's own limit)."}
+        default=None,
+        metadata={
+            "help": "Tokens per text (default: the encoder's own limit).",
+            "flags": ("--max-length", "--max-seq-length"),
+        },
     )
     objective: Literal["mse", "quadruplet", "infonce_mse"] = field(
         default="mse", metadata={"help": "mse; quadruplet and infonce_mse need pairs under two conditions."}

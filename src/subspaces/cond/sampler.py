@@ -11,26 +11,11 @@ import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-
-import numpy as np
+from typing import Any
 
 from subspaces.data.csts import ConditionalPair
 from subspaces.errors import SubspacesError
-
-
-@lru_cache(maxsize=2)
-def _order(seed: int, epoch: int, n: int) -> np.ndarray:
-    return np.random.default_rng([seed, epoch]).permutation(n)
-
-
-def _fingerprint(rows: Sequence[ConditionalPair], units: Sequence[object], batch_size: int, seed: int) -> str:
-    digest = hashlib.sha256(f"{batch_size}|{seed}".encode())
-    for unit in units:
-        digest.update(repr(unit).encode())
-    for row in rows:
-        digest.update(f"\x1e{row.sentence1}\x1f{row.sentence2}\x1f{row.condition}\x1f{row.label}".encode())
-    return digest.hexdigest()[:16]
+from subspaces.train.engine import epoch_order
 
 
 def pair_key(row: ConditionalPair) -> tuple[str, str]:
@@ -40,31 +25,68 @@ def pair_key(row: ConditionalPair) -> tuple[str, str]:
 
 
 @dataclass
-class PairSampler:
-    """Matches rows of the same sentence pair into ``(higher-labelled, lower-labelled)`` couples.
-
-    Pairs that cannot be ranked (one condition, or equal labels) are dropped (``dropped`` counts them per reason);
-    more than two conditions keep the highest and lowest. A batch holds ``batch_size // 2`` couples ``[hi, lo, ...]``.
-    """
+class _Sampler:
+    """Batches of ``units`` (a row index, or a couple of them) in a fixed shuffle per (seed, epoch); the ragged last
+    batch is kept. ``dropped`` counts the rows left out, per reason."""
 
     rows: Sequence[ConditionalPair]
     batch_size: int
     seed: int = 0
-    drop_last: bool = False
-    couples: list[tuple[int, int]] = field(init=False)
-    dropped: Counter = field(init=False)
+    dropped: Counter = field(init=False, default_factory=Counter)
+
+    @property
+    def units(self) -> Sequence[Any]:
+        raise NotImplementedError
+
+    @property
+    def per_batch(self) -> int:
+        return self.batch_size
+
+    def __len__(self) -> int:
+        return -(-len(self.units) // self.per_batch)
+
+    def _chosen(self, epoch: int, index: int) -> list[Any]:
+        k = self.per_batch
+        return [self.units[i] for i in epoch_order(self.seed, epoch, len(self.units))[index * k : (index + 1) * k]]
+
+    def batch(self, epoch: int, index: int) -> list[int]:
+        return self._chosen(epoch, index)
+
+    def epoch(self, epoch: int) -> Iterator[list[int]]:
+        """Row indices of each batch of ``epoch``."""
+        return (self.batch(epoch, i) for i in range(len(self)))
+
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256(f"{self.batch_size}|{self.seed}".encode())
+        for unit in self.units:
+            digest.update(repr(unit).encode())
+        for row in self.rows:
+            digest.update(f"\x1e{row.sentence1}\x1f{row.sentence2}\x1f{row.condition}\x1f{row.label}".encode())
+        return digest.hexdigest()[:16]
+
+    def _summary(self, kept: str) -> str:
+        return "; ".join([kept, *[f"dropped {n} row(s): {why}" for why, n in sorted(self.dropped.items())]])
+
+
+@dataclass
+class PairSampler(_Sampler):
+    """Matches rows of the same sentence pair into ``(higher-labelled, lower-labelled)`` couples.
+
+    Pairs that cannot be ranked (one condition, or equal labels) are dropped; more than two conditions keep the
+    highest and lowest. A batch holds ``batch_size // 2`` couples ``[hi, lo, ...]``.
+    """
+
+    couples: list[tuple[int, int]] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         if self.batch_size < 2 or self.batch_size % 2:
             raise SubspacesError(f"pair batches need an even batch size of at least 2, got {self.batch_size}")
         groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-        self.dropped = Counter()
         for i, row in enumerate(self.rows):
             if row.label is None:
                 self.dropped["no label"] += 1
                 continue
             groups[pair_key(row)].append(i)
-        self.couples = []
         for members in groups.values():
             if len(members) == 1:
                 self.dropped["pair under one condition only"] += 1
@@ -85,69 +107,39 @@ class PairSampler:
             )
 
     @property
-    def pairs_per_batch(self) -> int:
-        return self.batch_size // 2
+    def units(self) -> list[tuple[int, int]]:
+        return self.couples
 
-    def __len__(self) -> int:
-        n, k = len(self.couples), self.pairs_per_batch
-        return n // k if self.drop_last else -(-n // k)
+    @property
+    def per_batch(self) -> int:
+        return self.batch_size // 2
 
     def batch(self, epoch: int, index: int) -> list[int]:
         """Row indices of batch ``index`` of ``epoch``: ``[hi0, lo0, hi1, lo1, ...]``."""
-        k = self.pairs_per_batch
-        chunk = _order(self.seed, epoch, len(self.couples))[index * k : (index + 1) * k]
-        return [i for c in chunk for i in self.couples[c]]
-
-    def epoch(self, epoch: int) -> Iterator[list[int]]:
-        """Row indices of each batch of ``epoch`` (a fixed shuffle per seed and epoch)."""
-        return (self.batch(epoch, i) for i in range(len(self)))
-
-    def fingerprint(self) -> str:
-        return _fingerprint(self.rows, self.couples, self.batch_size, self.seed)
+        return [i for couple in self._chosen(epoch, index) for i in couple]
 
     def summary(self) -> str:
-        kept = 2 * len(self.couples)
-        parts = [f"{kept} rows in {len(self.couples)} (high, low) pairs"]
-        parts += [f"dropped {n} row(s): {why}" for why, n in sorted(self.dropped.items())]
-        return "; ".join(parts)
+        return self._summary(f"{2 * len(self.couples)} rows in {len(self.couples)} (high, low) pairs")
 
 
 @dataclass
-class RowSampler:
+class RowSampler(_Sampler):
     """Shuffled batches of single rows (the ``mse`` objective); rows without a label are left out."""
 
-    rows: Sequence[ConditionalPair]
-    batch_size: int
-    seed: int = 0
-    drop_last: bool = False
-    dropped: Counter = field(init=False)
-    indices: list[int] = field(init=False)
+    indices: list[int] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise SubspacesError(f"batch size must be positive, got {self.batch_size}")
         self.indices = [i for i, r in enumerate(self.rows) if r.label is not None]
-        self.dropped = Counter(
-            {"no label": len(self.rows) - len(self.indices)} if len(self.indices) < len(self.rows) else {}
-        )
+        if len(self.indices) < len(self.rows):
+            self.dropped["no label"] = len(self.rows) - len(self.indices)
         if not self.indices:
             raise SubspacesError("no labelled rows to train on")
 
-    def __len__(self) -> int:
-        n, k = len(self.indices), self.batch_size
-        return n // k if self.drop_last else -(-n // k)
-
-    def batch(self, epoch: int, index: int) -> list[int]:
-        k = self.batch_size
-        return [self.indices[i] for i in _order(self.seed, epoch, len(self.indices))[index * k : (index + 1) * k]]
-
-    def epoch(self, epoch: int) -> Iterator[list[int]]:
-        return (self.batch(epoch, i) for i in range(len(self)))
-
-    def fingerprint(self) -> str:
-        return _fingerprint(self.rows, self.indices, self.batch_size, self.seed)
+    @property
+    def units(self) -> list[int]:
+        return self.indices
 
     def summary(self) -> str:
-        parts = [f"{len(self.indices)} rows"]
-        parts += [f"dropped {n} row(s): {why}" for why, n in sorted(self.dropped.items())]
-        return "; ".join(parts)
+        return self._summary(f"{len(self.indices)} rows")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -26,7 +26,6 @@ from subspaces.losses.conditional import ConditionalLoss
 from subspaces.models.conditional import BiEncoder, ConditionalModel, TriEncoder
 from subspaces.models.partial import partially_trained
 from subspaces.train import engine
-from subspaces.train.recipes import FitConfig
 
 ENCODER_PREFIXES = ("encoder.", "condition_encoder.")
 
@@ -173,13 +172,9 @@ def fit(
         "margin": config.margin,
         "arch": model.arch,
     }
-    overrides = {
-        "max_steps": steps,
-        "eval_steps": None,
-        "eval_every_epoch": True,
-        "description": f"train cond {model.arch} on {task.name}",
-    }  # the loop's own settings, FitConfig's fields of the recipe, with this run's
-    fit_config = FitConfig(**{**{f.name: getattr(config, f.name) for f in fields(FitConfig)}, **overrides})
+    fit_config = config.loop_config(
+        max_steps=steps, eval_steps=None, eval_every_epoch=True, description=f"train cond {model.arch} on {task.name}"
+    )
     with partially_trained(
         _training_texts(model, train_rows),
         config.trainable_layers,

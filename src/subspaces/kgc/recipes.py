@@ -31,9 +31,19 @@ class KGCTrainConfig(FitConfig):
         default="auto", metadata={"help": "Hypernet rank K, 'auto' (d/12, as Hyper-CL: 32 for d = 384) or 'full'."}
     )
     freeze_encoder: bool = field(
-        default=False, metadata={"help": "Train only the tri-encoder's head on cached embeddings."}
+        default=False,
+        metadata={
+            "help": "Train only the tri-encoder's head on cached embeddings.",
+            "flags": ("--freeze-encoder/--fine-tune",),
+        },
     )
-    shared_encoder: bool = field(default=True, metadata={"help": "Bi-encoder: one encoder for queries and tails."})
+    shared_encoder: bool = field(
+        default=True,
+        metadata={
+            "help": "Bi-encoder: one encoder for queries and tails, or two (as SimKGC).",
+            "flags": ("--shared-encoder/--separate-encoders",),
+        },
+    )
     max_length: int = field(default=50, metadata={"help": "Tokens per text (SimKGC: 50)."})
     head_dropout: float = field(default=0.0, metadata={"help": "Tri-encoder: dropout before the head's layers."})
     head_init: Literal["scaled", "torch"] = field(
@@ -67,11 +77,18 @@ class KGCTrainConfig(FitConfig):
         default=True, metadata={"help": "Score cos(hr, t); off: the raw projection against unit tails (Hyper-CL)."}
     )
     neighbour_names: bool | None = field(
-        default=None, metadata={"help": "Append neighbour names to short descriptions (default: on for FB15k-237)."}
+        default=None,
+        metadata={
+            "help": "Append neighbour names to short descriptions (default: on for FB15k-237).",
+            "flags": ("--neighbour-names/--no-neighbour-names",),
+        },
     )
     per_example_texts: bool | None = field(
         default=None,
-        metadata={"help": "Training texts leave each triple's other end out of the neighbour names (default: bi)."},
+        metadata={
+            "help": "Training texts leave each triple's other end out of the neighbour names (SimKGC; default: bi).",
+            "flags": ("--per-example-texts/--per-entity-texts",),
+        },
     )
     disk_cache: str | Path | bool | None = field(
         default=None, metadata={"help": "The embedding store's disk shards (None: the default folder; False: none)."}

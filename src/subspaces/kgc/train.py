@@ -8,8 +8,7 @@ over full batches of a seeded permutation of the triples (the ragged last one dr
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field, fields
-from functools import lru_cache
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,6 @@ from subspaces.kgc.texts import KGCTexts
 from subspaces.losses.simkgc import SimKGCLoss
 from subspaces.models.conditional import ConditionalModel, TriEncoder
 from subspaces.train import engine
-from subspaces.train.recipes import FitConfig
 
 
 @dataclass
@@ -51,11 +49,6 @@ def embed_batch(model: ConditionalModel, triples: np.ndarray, texts: KGCTexts) -
     return model.project(head_texts, relations), model.embed_sentences(tail_texts), model.embed_sentences(head_texts)
 
 
-@lru_cache(maxsize=2)
-def _order(seed: int, epoch: int, n: int) -> np.ndarray:
-    return np.random.default_rng([seed, epoch]).permutation(n)
-
-
 class TripleBatches:
     """A :class:`~subspaces.train.engine.BatchSource` of ``(batch_size, 3)`` triples: a seeded permutation per epoch."""
 
@@ -70,7 +63,7 @@ class TripleBatches:
         return len(self.examples) // self.batch_size
 
     def batch(self, epoch: int, index: int) -> np.ndarray:
-        order = _order(self.seed, epoch, len(self.examples))
+        order = engine.epoch_order(self.seed, epoch, len(self.examples))
         return self.examples[order[index * self.batch_size : (index + 1) * self.batch_size]]
 
     def fingerprint(self) -> str:
@@ -109,16 +102,15 @@ def train_kgc(
         raise SubspacesError("nothing to train: max_steps (or, without it, epochs) must be at least 1")
     temperatures: dict[int, float] = {}
     frozen = bool(getattr(loss.model, "freeze_encoder", False))
-    overrides = {
-        "lr": config.rates(frozen)[0],
-        "max_steps": total,
-        "warmup_steps": min(config.warmup_steps or 0, total // 10),
-        "eval_steps": None,
-        "eval_every_epoch": evaluator is not None,
-        "output_dir": None if config.output_dir is None else str(config.output_dir),
-        "save_steps": config.save_steps if config.output_dir is not None else None,
-    }
-    fit_config = FitConfig(**{**{f.name: getattr(config, f.name) for f in fields(FitConfig)}, **overrides})
+    fit_config = config.loop_config(
+        lr=config.rates(frozen)[0],
+        max_steps=total,
+        warmup_steps=min(config.warmup_steps or 0, total // 10),
+        eval_steps=None,
+        eval_every_epoch=evaluator is not None,
+        output_dir=None if config.output_dir is None else str(config.output_dir),
+        save_steps=config.save_steps if config.output_dir is not None else None,
+    )
     settings = {"batch_size": batches.batch_size, "head_lr": config.rates(frozen)[1]}
     settings.update(loss.get_config_dict())
     result = engine.TrainingLoop(

@@ -26,6 +26,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -74,6 +75,12 @@ class FitResult(JSONResult):
     output_dir: str | None = None
     already_complete: bool = False  # the checkpoint had already reached the requested steps: nothing was trained
     extended_from: int | None = None  # the total steps of the run this one extended (its schedule was re-planned)
+
+
+@lru_cache(maxsize=2)
+def epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
+    """The shuffle of ``n`` items in ``epoch``: a pure function of (seed, epoch), so a resumed run replays it."""
+    return np.random.default_rng([seed, epoch]).permutation(n)
 
 
 def seed_everything(seed: int) -> None:

@@ -5,7 +5,7 @@ text; the CLI derives its options and defaults from these classes (no torch is i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from subspaces.losses.settings import InfoNCESettings, MICSettings
@@ -34,6 +34,10 @@ class FitConfig:
     show_progress: bool = field(default=True, metadata={"help": "Show a progress display on stderr."})
     description: str = field(default="train", metadata={"help": "Progress label."})
     overwrite: bool = field(default=False, metadata={"help": "Write into a non-empty folder not of a subspaces run."})
+
+    def loop_config(self, **changes: Any) -> FitConfig:
+        """What the loop takes of this recipe (its :class:`FitConfig` fields), with ``changes``."""
+        return FitConfig(**{f.name: getattr(self, f.name) for f in fields(FitConfig)} | changes)
 
 
 @dataclass

@@ -15,14 +15,13 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from subspaces.errors import SubspacesError
 from subspaces.models.partial import partially_trained
 from subspaces.train import distributed as ddp
-from subspaces.train.engine import EachStep, FitResult, TrainingLoop, digest
+from subspaces.train.engine import EachStep, FitResult, TrainingLoop, digest, epoch_order
 from subspaces.train.recipes import EncoderTrainConfig
 
 Row = tuple[str, ...]
@@ -64,7 +63,7 @@ class RowBatches:
         return n // self.global_batch if self.drop_last else math.ceil(n / self.global_batch)
 
     def batch(self, epoch: int, index: int) -> list[Row]:
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.rows))
+        order = epoch_order(self.seed, epoch, len(self.rows))
         lo = index * self.global_batch + self.rank * self.batch_size
         return [self.rows[i] for i in order[lo : lo + self.batch_size]]
 
