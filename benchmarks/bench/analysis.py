@@ -8,11 +8,8 @@ from subspaces.io import atomic_path
 
 
 def plot_alignment_uniformity(trajectories, path):
-    """Draw each run's (uniformity, alignment) checkpoints as a trajectory, as in SimCSE's Figure 2; returns the path.
-
-    ``trajectories`` maps a label to a list of ``{"step", "alignment", "uniformity"}`` records (a run's JSON
-    history); each line runs from its first record (a hollow marker) to its last (a filled one).
-    """
+    """Each run's (uniformity, alignment) records (``trajectories``: label -> ``[{"step", "alignment",
+    "uniformity"}]``, a run's JSON history) as a line from a hollow marker to a filled one; returns the path."""
     import matplotlib
 
     matplotlib.use("Agg")

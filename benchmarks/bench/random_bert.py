@@ -14,16 +14,13 @@ def build_random_bert(
     num_layers: int = 4,
     hidden_size: int = 256,
     num_heads: int = 4,
-    intermediate_size: int | None = None,
     max_position: int = 512,
     dropout: float = 0.1,
     pooler: str = "cls",
-    mlp_only_train: bool = True,
     seed: int = 0,
-    vocab_from: str = "minilm-l6",
 ) -> Any:
-    """The model (a ``SentenceTransformer``), its BERT and tokenizer saved in ``output_dir``; ``seed`` fixes the
-    initial weights."""
+    """The model (a ``SentenceTransformer``; the pooler's MLP in training only), its BERT and ``minilm-l6``'s
+    tokenizer saved in ``output_dir``; ``seed`` fixes the initial weights."""
     import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Transformer
@@ -32,13 +29,13 @@ def build_random_bert(
     from subspaces.models.encoder import resolve_model_path, with_pooler
 
     torch.manual_seed(seed)
-    tokenizer = BertTokenizerFast.from_pretrained(str(resolve_model_path(vocab_from)))
+    tokenizer = BertTokenizerFast.from_pretrained(str(resolve_model_path("minilm-l6")))
     config = BertConfig(
         vocab_size=tokenizer.vocab_size,
         hidden_size=hidden_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
-        intermediate_size=intermediate_size or 4 * hidden_size,
+        intermediate_size=4 * hidden_size,
         max_position_embeddings=max_position,
         hidden_dropout_prob=dropout,
         attention_probs_dropout_prob=dropout,
@@ -48,4 +45,4 @@ def build_random_bert(
     BertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     transformer = Transformer(str(folder), max_seq_length=max_position)
-    return with_pooler(SentenceTransformer(modules=[transformer], device="cpu"), pooler, mlp_only_train=mlp_only_train)
+    return with_pooler(SentenceTransformer(modules=[transformer], device="cpu"), pooler, mlp_only_train=True)

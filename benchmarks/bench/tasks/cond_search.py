@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from bench.stats import timed
+from bench.tables import grid
 
 DEFAULTS: dict[str, Any] = {"dim": 384, "rank": 32, "threads": 2, "queries": 64, "explicit_queries": 5, "k": 10}
 
@@ -72,15 +73,11 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
 
 
 def table(summary: dict[str, Any]) -> str:
-    lines = [
-        "| corpus | head | ms / query (view cached) | in batches of 32 | view, once | explicit | top-k agreement |",
-        "|---|---|---:|---:|---:|---:|---:|",
+    rows = [
+        f"{pool} | {arm} | {v['query_ms']['mean']:.2f} | {v['batch32_ms_per_query']['mean']:.2f} "
+        f"| {v['view_ms']['mean']:.0f} ms | {v['explicit_ms']['mean']:.1f} ms | {v['topk_agreement']['mean']:.3f}"
+        for pool, arms in summary["aggregate"].items()
+        for arm, v in arms.items()
     ]
-    for pool, arms in summary["aggregate"].items():
-        for arm, v in arms.items():
-            lines.append(
-                f"| {pool} | {arm} | {v['query_ms']['mean']:.2f} | {v['batch32_ms_per_query']['mean']:.2f} "
-                f"| {v['view_ms']['mean']:.0f} ms | {v['explicit_ms']['mean']:.1f} ms "
-                f"| {v['topk_agreement']['mean']:.3f} |"
-            )
-    return "\n".join(lines) + "\n"
+    head = "corpus | head | ms / query (view cached) | in batches of 32 | view, once | explicit | top-k agreement"
+    return grid(head, rows, left=2)

@@ -11,6 +11,8 @@ import statistics
 import time
 from typing import Any
 
+from bench.tables import grid
+
 DEFAULTS: dict[str, Any] = {
     "model": "minilm-l6",
     "layers": 0,
@@ -66,18 +68,15 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
 
 
 def table(summary: dict[str, Any]) -> str:
-    lines = [
-        "| arm | trainable parameters | s / step (median) | speed-up | cache build s (texts) |",
-        "|---|---:|---:|---:|---:|",
-    ]
+    rows = []
     for arms in summary["aggregate"].values():
         full = arms.get("all", {}).get("median_step_seconds", {}).get("mean")
         for arm, v in arms.items():
             step = v["median_step_seconds"]
             speedup = f"{full / step['mean']:.2f}×" if full else "-"
-            lines.append(
-                f"| {arm} | {v['trainable_parameters']['mean'] / 1e6:.1f} M "
+            rows.append(
+                f"{arm} | {v['trainable_parameters']['mean'] / 1e6:.1f} M "
                 f"| {step['mean']:.3f} ± {step['half_width']:.3f} | {speedup} "
-                f"| {v['cache_build_seconds']['mean']:.1f} ({v['cached_texts']['mean']:,.0f}) |"
+                f"| {v['cache_build_seconds']['mean']:.1f} ({v['cached_texts']['mean']:,.0f})"
             )
-    return "\n".join(lines) + "\n"
+    return grid("arm | trainable parameters | s / step (median) | speed-up | cache build s (texts)", rows)

@@ -11,14 +11,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.stats import timed
+from bench.tables import grid
+
 
 def _sts(model: Any) -> dict[str, Any]:
     from subspaces.eval.sts import STSEvaluator
 
-    t = time.perf_counter()
-    scores: dict[str, Any] = STSEvaluator()(model)
-    scores["seconds"] = time.perf_counter() - t
-    return scores
+    scores, seconds = timed(STSEvaluator(), model)
+    return scores | {"seconds": seconds}
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -51,9 +52,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
             num_layers=p["layers"],
             hidden_size=p["hidden"],
             num_heads=max(1, p["hidden"] // 64),
-            pooler="cls",
-            mlp_only_train=True,
-            seed=seed,
+            seed=seed,  # the pooler: CLS, its MLP in training only (build_random_bert's defaults)
         )
 
     results: dict[str, Any] = {
@@ -105,11 +104,9 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
 
 def table(summary: dict[str, Any]) -> str:
     """notes/simcse.md §1.2's STS-B dev column: each arm's best STS-B dev, training time and rate."""
-    lines = ["| augmentation | seed | best STS-B dev | train s | samples/s |", "|---|---:|---:|---:|---:|"]
-    for cell in summary["cells"]:
-        r = cell["result"]
-        lines.append(
-            f"| {r['augmentation']} | {cell['seed']} | {r['after']['best_stsb_dev']:.2f} | "
-            f"{r['after']['train_seconds']:.0f} | {r['after']['samples_per_second']:.2f} |"
-        )
-    return "\n".join(lines) + "\n"
+    rows = [
+        f"{c['result']['augmentation']} | {c['seed']} | {c['result']['after']['best_stsb_dev']:.2f} | "
+        f"{c['result']['after']['train_seconds']:.0f} | {c['result']['after']['samples_per_second']:.2f}"
+        for c in summary["cells"]
+    ]
+    return grid("augmentation | seed | best STS-B dev | train s | samples/s", rows)

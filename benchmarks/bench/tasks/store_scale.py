@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import numpy as np
 
 from bench.environment import cpu
 from bench.stats import timed
+from bench.tables import grid
 from bench.tasks.store import latencies, recall
 from subspaces.io import atomic_path, save_json
 
@@ -156,50 +156,38 @@ def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
 def child(stage: str, args: dict[str, Any]) -> dict[str, Any]:
     """One stage, in this process; returns its measurements (with this process's peak RSS)."""
     from subspaces.config import set_threads
+    from subspaces.store import Store
+    from subspaces.store.core import import_vectors
 
     set_threads(args["threads"])
-    store_dir = Path(args["store"])
-    out: dict[str, Any] = {}
     start = time.perf_counter()
     if stage == "import":
-        from subspaces.store.core import import_vectors
-
-        _, report = import_vectors(store_dir, args["parquet"], foreign=args["model"], batch_rows=args["batch_rows"])
-        out["report"] = report
-    elif stage in ("quantize", "index", "shrink", "mutate", "export"):
-        from subspaces.store import Store
-
-        store = Store.open(store_dir)
-        if stage == "quantize":
-            out["report"] = store.quantize("int8")
-        elif stage == "shrink":
-            out["report"] = store.shrink(args["shrink_dims"])
-        elif stage == "index":
-            out["report"] = store.index()
-        elif stage == "mutate":
-            out |= mutate(store, args)
-        else:
-            target = Path(args["work"]) / "export.parquet"
-            out["report"] = store.export(target)
-            out["bytes"] = target.stat().st_size
-            target.unlink()
+        _, report = import_vectors(args["store"], args["parquet"], foreign=args["model"], batch_rows=args["batch_rows"])
+        out: dict[str, Any] = {"report": report}
+    elif stage == "quantize":
+        out = {"report": Store.open(args["store"]).quantize("int8")}
+    elif stage == "index":
+        out = {"report": Store.open(args["store"]).index()}
+    elif stage == "shrink":
+        out = {"report": Store.open(args["store"]).shrink(args["shrink_dims"])}
+    elif stage == "mutate":
+        out = mutate(Store.open(args["store"]), args)
+    elif stage == "export":
+        target = Path(args["work"]) / "export.parquet"
+        out = {"report": Store.open(args["store"]).export(target), "bytes": target.stat().st_size}
+        target.unlink()
     else:
-        out |= search(stage, args)
+        out = search(stage, args)
     out["seconds"] = round(time.perf_counter() - start, 2)
     out["peak_rss_mib"] = peak_rss_mib()
     return out
 
 
 def peak_rss_mib() -> float:
-    """This process's peak resident memory: ``VmHWM`` (the high-water mark of its own address space), not
-    ``ru_maxrss``, which Linux carries across exec from the parent that forked it (the runner, a model loaded)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    except OSError:
-        pass
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    """This process's peak resident memory, ``VmHWM`` (Linux): ``ru_maxrss`` would count the parent's, carried
+    across exec (the runner, a model loaded)."""
+    status = Path("/proc/self/status").read_text()
+    return round(int(status.split("VmHWM:")[1].split()[0]) / 1024, 1)
 
 
 def search(mode: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -320,23 +308,21 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
 
 
 def table(summary: dict[str, Any]) -> str:
-    lines = []
+    out = []
     for cell in summary["cells"]:
         r = cell["result"]
-        lines.append(f"#### store_scale: {cell['cell']} ({r['corpus']['real_rows']:,} real rows)\n")
-        lines.append("| stage | seconds | peak RSS MiB |\n|---|---:|---:|")
-        for name, s in {**r["stages"], **r["after"]}.items():
-            lines.append(f"| {name} | {s['seconds']} | {s['peak_rss_mib']} |")
-        lines.append(
-            "\n| search | p50 ms | p99 ms | Recall@10 | peak RSS MiB | filtered k |\n|---|---:|---:|---:|---:|---:|"
-        )
+        stages = [f"{name} | {s['seconds']} | {s['peak_rss_mib']}" for name, s in {**r["stages"], **r["after"]}.items()]
+        searches = []
         for name, s in r["search"].items():
             f = s["filtered"]
-            lines.append(
-                f"| {name} | {s['p50_ms']} | {s['p99_ms']} | {s['recall@10']:.3f} | {s['peak_rss_mib']} | "
-                f"{f['results']}/{f['k']}{'' if f['all_match'] else ' (a row off the filter!)'} |"
+            searches.append(
+                f"{name} | {s['p50_ms']} | {s['p99_ms']} | {s['recall@10']:.3f} | {s['peak_rss_mib']} | "
+                f"{f['results']}/{f['k']}{'' if f['all_match'] else ' (a row off the filter!)'}"
             )
-    return "\n".join(lines) + "\n"
+        out += [f"#### store_scale: {cell['cell']} ({r['corpus']['real_rows']:,} real rows)\n\n"]
+        out += [grid("stage | seconds | peak RSS MiB", stages), "\n"]
+        out.append(grid("search | p50 ms | p99 ms | Recall@10 | peak RSS MiB | filtered k", searches))
+    return "".join(out)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.tables import grid
+
 DEFAULTS: dict[str, Any] = {
     "model": "minilm-l6",
     "dtype": "float32",
@@ -37,8 +39,5 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
 def table(summary: dict[str, Any]) -> str:
     cells = summary["cells"]
     names = list(cells[0]["result"]["scores"]) if cells else []
-    lines = ["| model | arm | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
-    for cell in cells:
-        scores = cell["result"]["scores"]
-        lines.append(f"| {cell['pool']} | {cell['arm']} | " + " | ".join(f"{scores[n]:g}" for n in names) + " |")
-    return "\n".join(lines) + "\n"
+    rows = [f"{c['pool']} | {c['arm']} | " + " | ".join(f"{c['result']['scores'][n]:g}" for n in names) for c in cells]
+    return grid(" | ".join(["model", "arm", *names]), rows, left=2)
