@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from subspaces.errors import DimensionError
-from subspaces.losses.matryoshka import check_dims, matryoshka_simcse_loss
+from subspaces.losses.matryoshka import matryoshka_simcse_loss
 from subspaces.losses.simcse import SimCSELoss, info_nce
 
 SENTENCES = ["a cat plays in the park", "the dog eats food", "a red house", "big man runs", "the woman sleeps"]
@@ -75,9 +75,6 @@ def test_truncate_and_renormalise_matches_encode(tiny_model):
 
 
 def test_dim_checks(tiny_model):
-    assert check_dims([16, None, 8, 16], 32) == [32, 16, 8]
-    with pytest.raises(DimensionError):
-        check_dims([64], 32)
     with pytest.raises(DimensionError):
         matryoshka_simcse_loss(tiny_model, [8, 64])
     with pytest.raises(DimensionError):

@@ -98,7 +98,7 @@ def test_delete_one_word():
 
 
 def test_train_config_defaults_follow_paper():
-    from subspaces.train.simcse import DEFAULTS
+    from subspaces.train.recipes import SIMCSE_MODE_DEFAULTS as DEFAULTS
 
     assert DEFAULTS["unsup"]["batch_size"] == 64 and DEFAULTS["unsup"]["lr"] == 3e-5
     assert DEFAULTS["sup"]["batch_size"] == 512 and DEFAULTS["sup"]["lr"] == 5e-5 and DEFAULTS["sup"]["epochs"] == 3

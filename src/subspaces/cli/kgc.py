@@ -22,28 +22,14 @@ Recipe = Literal[tuple(RECIPES)]  # type: ignore[valid-type]
 
 
 def _show(result: KGCEvalResult) -> None:
-    rows = []
-    for direction, m in (("forward", result.forward), ("backward", result.backward), ("average", result.average)):
-        rows.append([direction, m["mrr"], m["hits@1"], m["hits@3"], m["hits@10"], m["mr"]])
+    parts = [("forward", result.forward), ("backward", result.backward), ("average", result.average)]
     if result.rerank is not None:
-        m = result.rerank["average"]
-        rows.append(
-            [
-                f"average, {result.rerank['n_hop']}-hop re-rank",
-                m["mrr"],
-                m["hits@1"],
-                m["hits@3"],
-                m["hits@10"],
-                m["mr"],
-            ]
-        )
+        parts.append((f"average, {result.rerank['n_hop']}-hop re-rank", result.rerank["average"]))
+    rows = [
+        [name, *[f"{m[k]:.4f}" for k in ("mrr", "hits@1", "hits@3", "hits@10")], f"{m['mr']:.1f}"] for name, m in parts
+    ]
     title = f"{result.dataset} {result.split} ({result.arch}-encoder, filtered, {result.queries} queries)"
-    t = table(
-        title,
-        ["direction", "MRR", "H@1", "H@3", "H@10", "MR"],
-        [[r[0], *[f"{v:.4f}" for v in r[1:5]], f"{r[5]:.1f}"] for r in rows],
-    )
-    out.print(t)
+    out.print(table(title, ["direction", "MRR", "H@1", "H@3", "H@10", "MR"], rows))
     out.print(
         f"inference {result.inference_seconds:.1f} s, text-cache hit rate {result.cache_hit_rate:.2%}, "
         f"{result.encoded_texts} texts encoded"

@@ -162,17 +162,16 @@ def train_simcse_cmd(
 
     from subspaces.models.encoder import load_encoder, resolve_model_path
     from subspaces.train.engine import seed_everything
-    from subspaces.train.simcse import DEFAULTS, set_dropout, train_simcse, unsup_examples
+    from subspaces.train.simcse import POOLER, set_dropout, train_simcse, unsup_examples
 
-    d = DEFAULTS[mode]
     rows = unsup_examples(texts, augmentation, config.seed) if texts is not None else rows_sup
     assert rows is not None
     # A sentence-transformers model keeps its pooling; a plain transformers folder has none: SimCSE's cls.
     chosen = pooler
     if chosen is None and not (resolve_model_path(model) / "modules.json").is_file():
-        chosen = str(d["pooler"])
+        chosen = POOLER
     seed_everything(config.seed)  # before the model is built: a new pooler's MLP is drawn from it
-    enc = load_encoder(model, pooler=chosen, mlp_only_train=bool(d["mlp_only_train"]), device=device_name)
+    enc = load_encoder(model, pooler=chosen, mlp_only_train=mode == "unsup", device=device_name)
     if mode == "unsup" and augmentation == "none":
         set_dropout(enc, 0.0)
     how = "chosen with --pooler" if pooler else ("SimCSE's; the base has none" if chosen else "the base model's")

@@ -24,7 +24,7 @@ from subspaces.losses.settings import InfoNCESettings
 from subspaces.losses.simcse import SimCSELoss
 from subspaces.vectors import resolve_dims
 
-__all__ = ["MatryoshkaLoss", "MatryoshkaSimCSELoss", "check_dims", "matryoshka_simcse_loss"]
+__all__ = ["MatryoshkaLoss", "MatryoshkaSimCSELoss", "matryoshka_simcse_loss"]
 
 
 class MatryoshkaSimCSELoss(MatryoshkaLoss):
@@ -36,11 +36,6 @@ class MatryoshkaSimCSELoss(MatryoshkaLoss):
             # two dropout views in two dicts, so the forward cache keeps both outputs
             features = [features[0], dict(features[0])]
         return super().forward(features, labels)
-
-
-def check_dims(dims: Sequence[int | None], full: int) -> list[int]:
-    """Resolve ``None`` (= full size) and check every dim is in 1..full; sorted largest first, duplicates dropped."""
-    return resolve_dims(dims, full, order="descending", what="Matryoshka dims")
 
 
 def matryoshka_simcse_loss(
@@ -70,7 +65,7 @@ def matryoshka_simcse_loss(
     if weights is not None and any(w < 0 for w in weights):
         raise DimensionError(f"Matryoshka weights must be non-negative, got {list(weights)}")
     resolved = [full if d is None else int(d) for d in dims]
-    check_dims(resolved, full)
+    resolve_dims(resolved, full, order="descending", what="Matryoshka dims")  # each in 1..full
     if len(set(resolved)) != len(resolved):
         raise DimensionError(f"Matryoshka dims repeat: {resolved}")
     loss = inner or SimCSELoss(model, temperature=temperature, hard_negative_weight=hard_negative_weight)

@@ -210,16 +210,7 @@ class MICLoss(nn.Module):
         negative = [name for name in weights if getattr(mic, name) < 0]
         if negative or mic.t <= 0 or mic.distill_temperature <= 0:
             raise ValueError(f"MIC weights must be >= 0 (got {negative}) and t, distill_temperature > 0")
-        self.gamma, self.tau_corr, self.lambda_var, self.t, self.eps = (
-            mic.gamma,
-            mic.tau_corr,
-            mic.lambda_var,
-            mic.t,
-            eps,
-        )
-        self.lambda_corr, self.var_floor, self.relative_floor = mic.lambda_corr, mic.var_floor, mic.relative_floor
-        self.lambda_sir, self.lambda_distill = mic.lambda_sir, mic.lambda_distill
-        self.distill_temperature, self.layer_prefix_mapping = mic.distill_temperature, mapping
+        self.mic, self.eps = mic, eps
         self.last_terms: dict[str, float] = {}
 
     def _transformer(self) -> Any:
@@ -245,23 +236,23 @@ class MICLoss(nn.Module):
                 if hidden is None:  # partial fine-tuning runs only the top layers (subspaces.models.partial)
                     raise DimensionError(f"layer {layer} is frozen under partial fine-tuning: MIC needs trained layers")
                 correlation, std = token_statistics(hidden, mask, self.eps)
-                spread = dimension_spread(std, self.relative_floor)
+                spread = dimension_spread(std, self.mic.relative_floor)
                 pooled = masked_mean(hidden, mask)
                 for d in layer_dims:
-                    l_corr, l_var = scr_terms(correlation, spread, d, self.tau_corr, self.var_floor)
-                    l_cv, l_unif = sir_terms(pooled[:, :d], t=self.t, eps=self.eps)
+                    l_corr, l_var = scr_terms(correlation, spread, d, self.mic.tau_corr, self.mic.var_floor)
+                    l_cv, l_unif = sir_terms(pooled[:, :d], t=self.mic.t, eps=self.eps)
                     for name, value in zip(terms, (l_corr, l_var, l_cv, l_unif), strict=True):
                         terms[name].append(value)
         return {name: torch.stack(values).mean() for name, values in terms.items()}
 
     def _combine(self, terms: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        scr = self.lambda_corr * terms["scr_corr"] + self.lambda_var * terms["scr_var"]
+        scr = self.mic.lambda_corr * terms["scr_corr"] + self.mic.lambda_var * terms["scr_var"]
         return scr, 0.5 * (terms["sir_cv"] + terms["sir_unif"])
 
     def distillation(self, embeddings: Sequence[Tensor]) -> Tensor:
         """Mean self-distillation over passes x student dims (0 without student dims or with a batch of one)."""
         values = [
-            self_distillation(e, d, temperature=self.distill_temperature)
+            self_distillation(e, d, temperature=self.mic.distill_temperature)
             for e in embeddings
             if len(e) > 1
             for d in self.distill_dims
@@ -286,7 +277,7 @@ class MICLoss(nn.Module):
         previous = config.output_hidden_states
         config.output_hidden_states = True  # only while this loss runs: the saved config is left as it was
         handles = [transformer.register_forward_hook(capture_states)]
-        if self.lambda_distill > 0:
+        if self.mic.lambda_distill > 0:
             last = list(self.model.children())[-1]  # the module that writes the final sentence embedding
             handles.append(last.register_forward_hook(capture_embedding))
         try:
@@ -300,7 +291,8 @@ class MICLoss(nn.Module):
         terms = self.alignment_terms(passes)
         scr, sir = self._combine(terms)
         distill = self.distillation(embeddings) if embeddings else main.new_zeros(())
-        total = main + self.gamma * (scr + self.lambda_sir * sir) + self.lambda_distill * distill
+        mic = self.mic
+        total = main + mic.gamma * (scr + mic.lambda_sir * sir) + mic.lambda_distill * distill
         values = {"mrl": main, **terms, "scr": scr, "sir": sir, "distill": distill, "total": total}
         self.last_terms = {name: float(value.detach()) for name, value in values.items()}
         return total
@@ -313,20 +305,12 @@ class MICLoss(nn.Module):
         )
 
     def get_config_dict(self) -> dict[str, Any]:
+        own = {f.name: getattr(self.mic, f.name) for f in fields(MICSettings) if not f.name.startswith("layer")}
         return {
             "loss": type(self.loss).__name__,
             "dims": self.dims,
             "layers": self.layers,
-            "layer_prefix_mapping": self.layer_prefix_mapping,
-            "gamma": self.gamma,
-            "tau_corr": self.tau_corr,
-            "lambda_corr": self.lambda_corr,
-            "lambda_var": self.lambda_var,
-            "var_floor": self.var_floor,
-            "relative_floor": self.relative_floor,
-            "lambda_sir": self.lambda_sir,
-            "t": self.t,
-            "lambda_distill": self.lambda_distill,
-            "distill_temperature": self.distill_temperature,
+            "layer_prefix_mapping": self.mic.layer_prefix_mapping,
+            **own,
             "distill_dims": self.distill_dims,
         }

@@ -251,12 +251,7 @@ def create_app(
             rows = engine.prefix(rows, body.dimensions)
             scores = np.einsum("ij,ij->i", rows[0::2], rows[1::2])
         else:
-            if body.dimensions is not None:
-                raise ApiError(422, "dimensions cannot be combined with a condition: the head works at full size")
-            if body.prompt_name is not None:
-                raise ApiError(422, "prompt_name cannot be combined with a condition: the head encodes its own way")
-            if engine.tri is None:
-                raise ApiError(422, "this server has no condition head (start it with --head DIR)")
+            _check_condition(engine, body.dimensions, body.prompt_name)
             pairs, condition = [(a, b) for a, b in body.pairs], body.condition
             texts = [t for pair in body.pairs for t in pair] + [condition]
             tokens = sum(await run_in_threadpool(engine.token_counts, texts))
@@ -272,10 +267,7 @@ def create_app(
             engine, batcher = state.ready()
             _check_model(body.model, settings)
             if body.condition is not None:
-                if body.dimensions is not None:
-                    raise ApiError(422, "dimensions cannot be combined with a condition: the head works at full size")
-                if engine.tri is None:
-                    raise ApiError(422, "this server has no condition head (start it with --head DIR)")
+                _check_condition(engine, body.dimensions)
             if body.dimensions is not None and not 0 < body.dimensions <= engine.dim:
                 _checked(engine.check_dimensions, body.dimensions)  # the store's funnel has a basis for any model
             # The store's recorded query prompt unless the request names one: the served hits are `store search`'s.
@@ -353,6 +345,15 @@ def _check_model(name: str | None, settings: ServeSettings) -> None:
         f"model {name!r} is not served here; this server serves {served} (--served-model-name adds a name, "
         "--accept-any-model-name serves any)",
     )
+
+
+def _check_condition(engine: Engine, dimensions: int | None, prompt_name: str | None = None) -> None:
+    if dimensions is not None:
+        raise ApiError(422, "dimensions cannot be combined with a condition: the head works at full size")
+    if prompt_name is not None:
+        raise ApiError(422, "prompt_name cannot be combined with a condition: the head encodes its own way")
+    if engine.tri is None:
+        raise ApiError(422, "this server has no condition head (start it with --head DIR)")
 
 
 def _check_inputs(count: int, settings: ServeSettings, what: str) -> None:

@@ -13,14 +13,10 @@ from collections.abc import Sequence
 from subspaces.eval.sts import STSBDevEvaluator
 from subspaces.losses.simcse import SimCSELoss
 from subspaces.train.engine import FitResult
-from subspaces.train.recipes import SIMCSE_MODE_DEFAULTS, Augmentation, SimCSEConfig
+from subspaces.train.recipes import Augmentation, SimCSEConfig
 from subspaces.train.sentence import train_sentence_loss
 
-# Each mode's settings with the pooling a plain transformers base gets (the recipe's SIMCSE_MODE_DEFAULTS and more).
-DEFAULTS: dict[str, dict[str, float | int | str]] = {
-    mode: {**values, "pooler": "cls", "mlp_only_train": mode == "unsup"}
-    for mode, values in SIMCSE_MODE_DEFAULTS.items()
-}
+POOLER = "cls"  # what a plain transformers base pools with (unsup: with the MLP in training only)
 
 
 def delete_one_word(sentence: str, rng: random.Random) -> str:
