@@ -111,7 +111,6 @@ def test_corpus_txt_gz_and_errors(tmp_path):
     with gzip.open(tmp_path / "c.txt.gz", "wt", encoding="utf-8") as fh:
         fh.write("one\n\n two \none\n")
     assert read_corpus(tmp_path / "c.txt.gz") == ["one", "two", "one"]
-    assert read_corpus(tmp_path / "c.txt.gz", dedupe=True) == ["one", "two"]
     (tmp_path / "empty.txt").write_text("\n\n", encoding="utf-8")
     with pytest.raises(DataError, match="holds no text"):
         read_corpus(tmp_path / "empty.txt")

@@ -107,7 +107,7 @@ def param_groups(model: ConditionalModel, config: CondTrainConfig) -> list[dict[
     )
 
 
-def check_trainable(model: ConditionalModel) -> None:
+def _check_trainable(model: ConditionalModel) -> None:
     """Refuse a model with nothing to train, saying why (a frozen bi-encoder has no parameters of its own)."""
     if not any(p.requires_grad for p in model.parameters()):
         raise SubspacesError(
@@ -127,7 +127,7 @@ def fit(
     """Train ``model`` on ``train_rows`` with the engine; keeps the state best on ``dev_rows`` (if given)."""
     if config.trainable_layers not in (None, "all") and model.freeze_encoder:
         raise SubspacesError("--trainable-layers trains encoder layers: it needs --fine-tune, not a frozen encoder")
-    check_trainable(model)
+    _check_trainable(model)
     loss_fn = ConditionalLoss(
         config.objective,
         temperature=config.temperature,

@@ -10,12 +10,9 @@ from subspaces.io import read_lines
 WORDNET_FILES = ("wordnet30_definitions.txt.gz", "wordnet30_examples.txt.gz")
 
 
-def read_corpus(path: str | Path, *, limit: int | None = None, dedupe: bool = False) -> list[str]:
-    """Sentences of a corpus file; blank lines dropped. ``dedupe`` keeps the first of repeated lines."""
-    lines = [line.strip() for line in read_lines(path, limit=limit)]
-    if dedupe:
-        lines = list(dict.fromkeys(lines))
-    return lines
+def read_corpus(path: str | Path, *, limit: int | None = None) -> list[str]:
+    """Sentences of a corpus file; blank lines dropped."""
+    return [line.strip() for line in read_lines(path, limit=limit)]
 
 
 def wordnet_sentences(*, limit: int | None = None) -> list[str]:

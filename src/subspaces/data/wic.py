@@ -31,12 +31,8 @@ class WiCInstance:
 
     @property
     def condition(self) -> str:
-        return wic_condition(self.word, self.pos)
-
-
-def wic_condition(word: str, pos: str) -> str:
-    """``("carry", "V") -> "carry (verb)"``."""
-    return f"{word} ({POS_NAMES[pos]})"
+        """``"carry (verb)"``."""
+        return f"{self.word} ({POS_NAMES[self.pos]})"
 
 
 def read_wic(data_path: str | Path, gold_path: str | Path | None = None) -> list[WiCInstance]:

@@ -327,7 +327,6 @@ def evaluate_model(
         ranks, top = rank_queries(query_vectors, entity_vectors, queries, known, ties=ties)
     seconds = time.perf_counter() - started
     n = len(forward)
-    forward_m, backward_m = rank_metrics(ranks[:n]), rank_metrics(ranks[n:])
     result = KGCEvalResult(
         dataset=kg.name,
         model=model_name or str(model if not isinstance(model, torch.nn.Module) else type(model).__name__),
@@ -336,11 +335,9 @@ def evaluate_model(
         split=split,
         queries=int(len(queries)),
         ties=ties,
-        forward=forward_m,
-        backward=backward_m,
         inference_seconds=seconds,
         **inference.stats(),
-        average=average_metrics(forward_m, backward_m),
+        **_by_direction(ranks, n),
     )
     if n_hop > 0:
         graph = LinkGraph(kg.splits["train"], kg.num_entities)
@@ -355,18 +352,21 @@ def evaluate_model(
             neighbour_weight=neighbour_weight,
             normalize_queries=normalize_queries,
         )
-        forward_rr, backward_rr = rank_metrics(reranked[:n]), rank_metrics(reranked[n:])
         result.rerank = {
             "n_hop": n_hop,
             "neighbour_weight": neighbour_weight,
             "normalize_queries": normalize_queries,
-            "forward": forward_rr,
-            "backward": backward_rr,
-            "average": average_metrics(forward_rr, backward_rr),
+            **_by_direction(reranked, n),
         }
     if predictions is not None:
         write_predictions(predictions, kg, queries, ranks, top, n)
     return result
+
+
+def _by_direction(ranks: np.ndarray, n_forward: int) -> dict[str, dict[str, float]]:
+    """Rank metrics of the forward queries (the first ``n_forward``), the backward ones, and their average."""
+    forward, backward = rank_metrics(ranks[:n_forward]), rank_metrics(ranks[n_forward:])
+    return {"forward": forward, "backward": backward, "average": average_metrics(forward, backward)}
 
 
 def write_predictions(

@@ -245,10 +245,6 @@ class MICLoss(nn.Module):
                         terms[name].append(value)
         return {name: torch.stack(values).mean() for name, values in terms.items()}
 
-    def _combine(self, terms: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
-        scr = self.mic.lambda_corr * terms["scr_corr"] + self.mic.lambda_var * terms["scr_var"]
-        return scr, 0.5 * (terms["sir_cv"] + terms["sir_unif"])
-
     def distillation(self, embeddings: Sequence[Tensor]) -> Tensor:
         """Mean self-distillation over passes x student dims (0 without student dims or with a batch of one)."""
         values = [
@@ -289,9 +285,10 @@ class MICLoss(nn.Module):
         if not passes:
             raise RuntimeError("MICLoss saw no transformer forward pass inside the wrapped loss")
         terms = self.alignment_terms(passes)
-        scr, sir = self._combine(terms)
-        distill = self.distillation(embeddings) if embeddings else main.new_zeros(())
         mic = self.mic
+        scr = mic.lambda_corr * terms["scr_corr"] + mic.lambda_var * terms["scr_var"]
+        sir = 0.5 * (terms["sir_cv"] + terms["sir_unif"])
+        distill = self.distillation(embeddings) if embeddings else main.new_zeros(())
         total = main + mic.gamma * (scr + mic.lambda_sir * sir) + mic.lambda_distill * distill
         values = {"mrl": main, **terms, "scr": scr, "sir": sir, "distill": distill, "total": total}
         self.last_terms = {name: float(value.detach()) for name, value in values.items()}

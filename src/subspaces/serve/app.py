@@ -425,14 +425,12 @@ class _Guard:
         try:
             limited = await self._read_body(scope, receive)
             if limited is None:
-                await _send_json(observed_send, 413, _error_body(413, self._too_large(), "invalid_request_error"))
+                too_large = f"the request body is over {self.state.settings.max_body_bytes} bytes"
+                await _send_json(observed_send, 413, _error_body(413, too_large, "invalid_request_error"))
             else:
                 await self.app(scope, limited, observed_send)
         finally:
             self.state.metrics.observe_request(route, status, time.perf_counter() - start)
-
-    def _too_large(self) -> str:
-        return f"the request body is over {self.state.settings.max_body_bytes} bytes"
 
     async def _read_body(self, scope: Scope, receive: Receive) -> Receive | None:
         """A ``receive`` that replays the whole body, or None when the body is over the limit."""

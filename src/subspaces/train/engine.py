@@ -139,10 +139,6 @@ def digest(parts: Any) -> str:
     return h.hexdigest()[:16]
 
 
-def total_steps(config: FitConfig, per_epoch: int) -> int:
-    return config.max_steps if config.max_steps is not None else per_epoch * config.epochs
-
-
 def _fingerprint(
     module: nn.Module, batches: BatchSource, config: FitConfig, settings: dict[str, Any], world: int
 ) -> dict[str, str]:
@@ -388,7 +384,8 @@ class TrainingLoop:
             raise SubspacesError("no training batches: the data is smaller than one batch")
         if not config.lr > 0:
             raise SubspacesError(f"lr must be above 0, got {config.lr}")
-        self.state = TrainState(total=total_steps(config, self.per_epoch))
+        total = config.max_steps if config.max_steps is not None else self.per_epoch * config.epochs
+        self.state = TrainState(total=total)
         if self.state.total < 1:
             raise SubspacesError("nothing to train: max_steps (or, without it, epochs) must be at least 1")
         self.out = Path(config.output_dir) if config.output_dir is not None else None
