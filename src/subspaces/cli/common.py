@@ -92,6 +92,10 @@ def one_line(message: str) -> str:
     return "; ".join(line for line in lines if line)
 
 
+# What a command reports as one line (exit code 2) rather than a traceback: the user's input or files are wrong.
+_CAUGHT = (SubspacesError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
 def user_errors(func: F | None = None, *, interrupted: str | None = None) -> Any:
     """The decorator of every command: applies ``--threads`` and checks that ``--json`` (a ``json_path``) can be
     written before the command runs, and turns user errors (bad paths, names, files) into one red line and exit
@@ -113,11 +117,8 @@ def user_errors(func: F | None = None, *, interrupted: str | None = None) -> Any
                 check_not_input(kwargs["json_path"], "--json", _path_options(func, kwargs))
                 check_writable(kwargs["json_path"], "--json")
             return func(*args, **kwargs)
-        except SubspacesError as exc:
+        except _CAUGHT as exc:
             echo(one_line(str(exc)), label="error:", style="bold red")  # one line, even into a file (no wrap)
-            sys.exit(2)
-        except (FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
-            echo(one_line(str(exc)), label="error:", style="bold red")
             sys.exit(2)
         except KeyboardInterrupt:
             message = interrupted or (RESUMABLE if kwargs.get("resume") else INTERRUPTED)

@@ -30,24 +30,23 @@ def _flags_take_no_value(params: list[Any]) -> list[Any]:
     return params
 
 
-class Command(TyperCommand):
+class _Flags:
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_take_no_value(super().get_params(ctx))  # type: ignore[misc]
+
+
+class Command(_Flags, TyperCommand):
     """A command whose help screen shows its arguments and flags as typed (see :func:`_usage_pieces`)."""
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return _usage_pieces(self, ctx)
 
-    def get_params(self, ctx: Any) -> list[Any]:
-        return _flags_take_no_value(super().get_params(ctx))
 
-
-class Group(TyperGroup):
+class Group(_Flags, TyperGroup):
     """A group whose help screen shows its flags as typed (``--help``, not ``--help <bool>``)."""
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return [*_usage_pieces(self, ctx), self.subcommand_metavar]
-
-    def get_params(self, ctx: Any) -> list[Any]:
-        return _flags_take_no_value(super().get_params(ctx))
 
 
 def plain_help(typer_app: typer.Typer) -> None:

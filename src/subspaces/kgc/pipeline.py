@@ -327,6 +327,7 @@ def evaluate_model(
         ranks, top = rank_queries(query_vectors, entity_vectors, queries, known, ties=ties)
     seconds = time.perf_counter() - started
     n = len(forward)
+    forward_m, backward_m, average_m = _by_direction(ranks, n)
     result = KGCEvalResult(
         dataset=kg.name,
         model=model_name or str(model if not isinstance(model, torch.nn.Module) else type(model).__name__),
@@ -335,9 +336,11 @@ def evaluate_model(
         split=split,
         queries=int(len(queries)),
         ties=ties,
+        forward=forward_m,
+        backward=backward_m,
         inference_seconds=seconds,
         **inference.stats(),
-        **_by_direction(ranks, n),
+        average=average_m,
     )
     if n_hop > 0:
         graph = LinkGraph(kg.splits["train"], kg.num_entities)
@@ -356,17 +359,17 @@ def evaluate_model(
             "n_hop": n_hop,
             "neighbour_weight": neighbour_weight,
             "normalize_queries": normalize_queries,
-            **_by_direction(reranked, n),
+            **dict(zip(("forward", "backward", "average"), _by_direction(reranked, n), strict=True)),
         }
     if predictions is not None:
         write_predictions(predictions, kg, queries, ranks, top, n)
     return result
 
 
-def _by_direction(ranks: np.ndarray, n_forward: int) -> dict[str, dict[str, float]]:
-    """Rank metrics of the forward queries (the first ``n_forward``), the backward ones, and their average."""
+def _by_direction(ranks: np.ndarray, n_forward: int) -> tuple[dict[str, float], ...]:
+    """Rank metrics of the forward queries (the first ``n_forward``), of the backward ones, and their average."""
     forward, backward = rank_metrics(ranks[:n_forward]), rank_metrics(ranks[n_forward:])
-    return {"forward": forward, "backward": backward, "average": average_metrics(forward, backward)}
+    return forward, backward, average_metrics(forward, backward)
 
 
 def write_predictions(

@@ -8,7 +8,7 @@ over full batches of a seeded permutation of the triples (the ragged last one dr
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -20,20 +20,18 @@ from subspaces.kgc.recipes import KGCTrainConfig
 from subspaces.kgc.texts import KGCTexts
 from subspaces.losses.simkgc import SimKGCLoss
 from subspaces.models.conditional import ConditionalModel, TriEncoder
+from subspaces.results import JSONResult
 from subspaces.train import engine
 
 
 @dataclass
-class KGCTrainResult:
+class KGCTrainResult(JSONResult):
     steps: int
     seconds: float
     examples_per_second: float
     final_temperature: float
     best_dev_mrr: float | None = None
     history: list[dict] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def embed_batch(model: ConditionalModel, triples: np.ndarray, texts: KGCTexts) -> tuple[torch.Tensor, ...]:
