@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import random
-import time
 from typing import Any
 
 import numpy as np
 
+from bench.stats import timed
 from bench.tables import grid
 
 SOURCE = "minilm-l6"
@@ -50,9 +50,8 @@ def texts(domain: str) -> list[str]:
         paths = sorted(dataset_dir("nq_open").glob("NQ-open*.jsonl"))
         found = [json.loads(line)["question"] for p in paths for line in read_lines(p) if line.strip()]
     elif domain == "sts":
-        sets = [sts.load_sick(s) for s in ("train", "trial", "test")] + [
-            sts.load_stsb(s) for s in ("train", "dev", "test")
-        ]
+        sets = [sts.load_sick(s) for s in ("train", "trial", "test")]
+        sets += [sts.load_stsb(s) for s in ("train", "dev", "test")]
         sets += [sts.load_sts_year(f"STS{year}") for year in range(12, 17)]
         found = [t for pairs in sets for t in (*pairs.sentences1, *pairs.sentences2)]
     elif domain == "mrpc":
@@ -113,9 +112,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     set_threads(p["threads"])
     data = pool(p["domain"], int(p["sample"]), int(p["size"]), p["target"])
     aligner = MiniVec2Vec.from_params(p["params"], random_state=seed, verbose=False)
-    start = time.perf_counter()
-    aligner.fit(data["a"], data["b"])
-    seconds = time.perf_counter() - start
+    _, seconds = timed(aligner.fit, data["a"], data["b"])
     scored = len(data["x"]) - int(p["reserved"])
     report = evaluate_alignment(aligner, data["x"][:scored], data["y"][:scored], pool_size=scored)
     top1, oracle, crossed = report["top1"], report["oracle"]["top1"], report["oracle_cross_fitted"]["top1"]
