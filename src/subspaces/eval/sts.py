@@ -41,7 +41,7 @@ class STSEvaluator(Evaluator):
         tasks: which tasks of the table to run (default: all seven).
         variant: ``original`` (raw files) or ``senteval`` (SentEval's tokenised, lower-cased copies).
         geometry: also report alignment (STS-B pairs scored above 4) and uniformity (all STS-B sentences), on the
-            test split; SimCSE's Figure 2 uses the dev split, pass ``geometry_split="dev"`` for that.
+            test split (SimCSE's Figure 2 uses the dev split: :func:`geometry`).
         truncate_dim: evaluate the first ``truncate_dim`` coordinates only (re-normalised).
     """
 
@@ -49,7 +49,6 @@ class STSEvaluator(Evaluator):
     variant: Variant = "original"
     batch_size: int = 128
     geometry: bool = True
-    geometry_split: str = "test"
     truncate_dim: int | None = None
     pairs: dict[str, STSPairs] = field(default_factory=dict, repr=False)
 
@@ -87,7 +86,7 @@ class STSEvaluator(Evaluator):
         scores = {task: spearman_x100(predicted[task], self.gold(task)) for task in self.tasks}
         scores["avg"] = float(np.mean([scores[t] for t in self.tasks]))
         if self.geometry:
-            scores.update(geometry(model, self.variant, self.geometry_split, self.batch_size, self.truncate_dim))
+            scores.update(geometry(model, self.variant, "test", self.batch_size, self.truncate_dim))
         return scores
 
 

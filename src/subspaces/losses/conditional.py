@@ -40,7 +40,6 @@ def infonce_mse_loss(
     labels_low: torch.Tensor,
     temperature: float = 1.7,
     extra_negatives: torch.Tensor | None = None,
-    mse_weight: float = 1.0,
 ) -> torch.Tensor:
     """Hyper-CL's objective. ``extra_negatives`` is ``(P, N)``: more cosines each anchor should rank below."""
     logits = torch.stack([cos_high, cos_low], dim=1)
@@ -49,7 +48,7 @@ def infonce_mse_loss(
     target = torch.zeros(len(logits), dtype=torch.long, device=logits.device)
     contrast = F.cross_entropy(logits / temperature, target)
     mse = 0.5 * (F.mse_loss(cos_high, labels_high) + F.mse_loss(cos_low, labels_low))
-    return contrast + mse_weight * mse
+    return contrast + mse
 
 
 class ConditionalLoss(nn.Module):
@@ -71,7 +70,6 @@ class ConditionalLoss(nn.Module):
         temperature: float = 1.7,
         margin: float = 1.0,
         in_batch_negatives: bool = False,
-        mse_weight: float = 1.0,
     ) -> None:
         super().__init__()
         if objective not in OBJECTIVES:
@@ -82,7 +80,6 @@ class ConditionalLoss(nn.Module):
         self.temperature = temperature
         self.margin = margin
         self.in_batch_negatives = in_batch_negatives
-        self.mse_weight = mse_weight
 
     @property
     def needs_pairs(self) -> bool:
@@ -104,4 +101,4 @@ class ConditionalLoss(nn.Module):
             sims = a @ b.T  # anchor i's first sentence against every pair's second sentence (under its own condition)
             off_diagonal = ~torch.eye(len(sims), dtype=torch.bool, device=sims.device)
             extra = sims[off_diagonal].view(len(sims), len(sims) - 1)
-        return infonce_mse_loss(cos_high, cos_low, labels[0::2], labels[1::2], self.temperature, extra, self.mse_weight)
+        return infonce_mse_loss(cos_high, cos_low, labels[0::2], labels[1::2], self.temperature, extra)

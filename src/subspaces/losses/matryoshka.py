@@ -45,8 +45,6 @@ def matryoshka_simcse_loss(
     *,
     temperature: float = InfoNCESettings.temperature,
     hard_negative_weight: float = InfoNCESettings.hard_negative_weight,
-    inner: nn.Module | None = None,
-    n_dims_per_step: int = -1,
 ) -> MatryoshkaSimCSELoss:
     """MRL with SimCSE's InfoNCE at every prefix in ``dims`` (``None`` = full size).
 
@@ -56,8 +54,6 @@ def matryoshka_simcse_loss(
         weights: one weight per entry of ``dims`` (same order); default 1 each.
         temperature, hard_negative_weight: of the inner :class:`SimCSELoss` (1 column: unsupervised dropout views;
             2-3 columns: supervised pairs / triplets with hard negatives).
-        inner: another sentence-transformers loss to use at each prefix instead of SimCSE.
-        n_dims_per_step: train a random subset of this many dims per step (-1 = all, the MRL paper's recipe).
     """
     full = model.get_embedding_dimension()
     if weights is not None and len(weights) != len(dims):
@@ -68,7 +64,5 @@ def matryoshka_simcse_loss(
     resolve_dims(resolved, full, order="descending", what="Matryoshka dims")  # each in 1..full
     if len(set(resolved)) != len(resolved):
         raise DimensionError(f"Matryoshka dims repeat: {resolved}")
-    loss = inner or SimCSELoss(model, temperature=temperature, hard_negative_weight=hard_negative_weight)
-    return MatryoshkaSimCSELoss(
-        model, loss, resolved, list(weights) if weights is not None else None, n_dims_per_step=n_dims_per_step
-    )
+    loss = SimCSELoss(model, temperature=temperature, hard_negative_weight=hard_negative_weight)
+    return MatryoshkaSimCSELoss(model, loss, resolved, list(weights) if weights is not None else None)

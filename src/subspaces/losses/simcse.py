@@ -42,7 +42,6 @@ def info_nce(
     *,
     temperature: float = 0.05,
     hard_negative_weight: float = 0.0,
-    gather: bool = True,
 ) -> Tensor:
     """SimCSE's InfoNCE (see the module docstring); returns the mean loss over anchors (of all processes)."""
     if anchors.shape != positives.shape or (negatives is not None and negatives.shape != anchors.shape):
@@ -50,9 +49,8 @@ def info_nce(
             f"anchors {tuple(anchors.shape)}, positives {tuple(positives.shape)} and negatives "
             f"{None if negatives is None else tuple(negatives.shape)} must have the same shape"
         )
-    if gather:
-        anchors, positives = gather_with_grad(anchors), gather_with_grad(positives)
-        negatives = gather_with_grad(negatives) if negatives is not None else None
+    anchors, positives = gather_with_grad(anchors), gather_with_grad(positives)
+    negatives = gather_with_grad(negatives) if negatives is not None else None
     a = F.normalize(anchors, dim=-1)
     logits = a @ F.normalize(positives, dim=-1).T / temperature
     if negatives is not None:
@@ -76,7 +74,6 @@ class SimCSELoss(nn.Module):
         model: nn.Module,
         temperature: float = InfoNCESettings.temperature,
         hard_negative_weight: float = InfoNCESettings.hard_negative_weight,
-        gather_across_devices: bool = True,
     ) -> None:
         super().__init__()
         if temperature <= 0:
@@ -84,7 +81,6 @@ class SimCSELoss(nn.Module):
         self.model = model
         self.temperature = temperature
         self.hard_negative_weight = hard_negative_weight
-        self.gather_across_devices = gather_across_devices
 
     def embed(self, features: dict[str, Any]) -> Tensor:
         return self.model(features)["sentence_embedding"]
@@ -104,7 +100,6 @@ class SimCSELoss(nn.Module):
             embeddings[2] if len(embeddings) == 3 else None,
             temperature=self.temperature,
             hard_negative_weight=self.hard_negative_weight,
-            gather=self.gather_across_devices,
         )
 
     def get_config_dict(self) -> dict[str, Any]:
