@@ -339,15 +339,16 @@ SENTS = [f"sentence {i} about a {w}" for i, w in enumerate(["cat", "dog", "man",
 
 
 def test_matryoshka_keeps_the_model_best_on_the_mean_over_dims(tiny_model_dir, tiny_data, tmp_path):
+    from subspaces.eval.sts import STSBDevEvaluator
     from subspaces.models.encoder import load_encoder
-    from subspaces.train.matryoshka import MatryoshkaConfig, STSBDevAtDims, train_matryoshka
+    from subspaces.train.matryoshka import MatryoshkaConfig, train_matryoshka
 
-    real = STSBDevAtDims([8, None])
+    real = STSBDevEvaluator(dims=[8, None])
     metrics = real(load_encoder(str(tiny_model_dir)))
     assert real.primary_metric == "mean"
     assert metrics["mean"] == pytest.approx((metrics["stsb_dev@8"] + metrics["stsb_dev@32"]) / 2)
 
-    class Scripted(STSBDevAtDims):
+    class Scripted(STSBDevEvaluator):
         # step 2: dim 8 at its best, mean low; step 4 (the end): dim 8 lower, mean best
         script = iter([{"stsb_dev@8": 90.0, "stsb_dev@32": 10.0}, {"stsb_dev@8": 60.0, "stsb_dev@32": 60.0}])
 
@@ -365,7 +366,9 @@ def test_matryoshka_keeps_the_model_best_on_the_mean_over_dims(tiny_model_dir, t
         show_progress=False,
         lr=1e-3,
     )
-    result = train_matryoshka(load_encoder(str(tiny_model_dir)), [(s,) for s in SENTS], config, Scripted([8, None]))
+    result = train_matryoshka(
+        load_encoder(str(tiny_model_dir)), [(s,) for s in SENTS], config, Scripted(dims=[8, None])
+    )
     assert result.best_step == 4 and result.best_score == 60.0
 
 

@@ -32,13 +32,6 @@ def build_loss(model, config: MatryoshkaConfig) -> nn.Module:
     return MICLoss(model, loss, settings=config) if config.mic else loss
 
 
-class STSBDevAtDims(STSBDevEvaluator):
-    """STS-B dev Spearman x 100 at each prefix (``stsb_dev@16``, ...) and their ``mean``, the primary metric."""
-
-    def __init__(self, dims: Sequence[int | None], limit: int | None = None) -> None:
-        super().__init__(limit=limit, dims=dims)
-
-
 def train_matryoshka(
     model,
     examples: Sequence[tuple[str, ...]],
@@ -54,5 +47,5 @@ def train_matryoshka(
     """
     loss = build_loss(model, config)
     if evaluator is None and config.stsb_dev:
-        evaluator = STSBDevAtDims(config.dims, config.stsb_dev_limit)
+        evaluator = STSBDevEvaluator(limit=config.stsb_dev_limit, dims=config.dims)  # the primary metric: their mean
     return train_sentence_loss(model, loss, examples, config, evaluator, card_notes=card_notes, callback=callback)
