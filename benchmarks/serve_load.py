@@ -1,10 +1,10 @@
 """Loopback load test of ``subspaces serve`` beside infinity-emb (issue 56; docs/serve.md "Load test" says what it
 measures and how to install infinity-emb in its own venv): each server in its own subprocess on 127.0.0.1 only,
-one at a time; ``--checks`` runs ours alone (equal embeddings, a soak, an overload burst).
+one at a time. Its ``--checks`` mode (ours alone: equal embeddings, a 10-minute soak, an overload burst; results in
+``results/serve_load*.json``) is archived: ``git show 5526da2:benchmarks/serve_load.py``.
 
     python benchmarks/serve_load.py --duration 15   # about 5 minutes: results/serve_vs_infinity.json
     python benchmarks/serve_load.py --smoke         # under a minute: both servers start and answer (a temporary file)
-    python benchmarks/serve_load.py --checks        # ours alone, about 11 minutes: results/serve_checks.json
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -98,12 +97,6 @@ class Server:
             self.process.kill()
             self.process.wait()
 
-    def rss_mb(self) -> float:
-        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        return float("nan")
-
 
 async def load(
     url: str, texts: list[str], concurrency: int, seconds: float, path: str = "/v1/embeddings", per_request: int = 1
@@ -158,85 +151,6 @@ async def load(
 def _quantile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def overload(server: Server, texts: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    """A burst far past the queue, then sequential requests: are the refusals 503s, and does it recover?"""
-    import httpx
-
-    before = server.rss_mb()
-    burst = asyncio.run(load(server.url, texts, args.overload_concurrency, args.overload_seconds))
-    after = server.rss_mb()
-    recovery = [
-        httpx.post(server.url + "/v1/embeddings", json={"input": t}, timeout=30).status_code for t in texts[:20]
-    ]
-    return {
-        "queue": args.overload_queue,
-        "concurrency": args.overload_concurrency,
-        "burst": burst,
-        "non_503_5xx": burst["5xx"] - burst["status"].get("503", 0),
-        "recovered": all(code == 200 for code in recovery),
-        "rss_mb_before": round(before, 1),
-        "rss_mb_after": round(after, 1),
-        "retry_after_on_503": burst["retry_after"],
-    }
-
-
-def soak(server: Server, texts: list[str], args: argparse.Namespace) -> dict[str, Any]:
-    """Concurrency 8 for ``--soak`` seconds, the server's RSS sampled every ``--soak-every`` seconds."""
-    samples = []
-    rounds = max(1, int(args.soak // args.soak_every))
-    total: dict[str, int] = {}
-    for _ in range(rounds):
-        row = asyncio.run(load(server.url, texts, 8, args.soak_every))
-        for code, n in row["status"].items():
-            total[code] = total.get(code, 0) + n
-        samples.append(round(server.rss_mb(), 1))
-    third = max(1, len(samples) // 3)
-    growth = statistics.median(samples[-third:]) - statistics.median(samples[:third])
-    five_xx = sum(n for code, n in total.items() if code.startswith("5"))
-    return {
-        "seconds": rounds * args.soak_every,
-        "rss_mb": samples,
-        "rss_growth_mb": round(growth, 1),  # median of the last third of the samples minus that of the first
-        "status": total,
-        "5xx": five_xx,
-    }
-
-
-def targets(result: dict[str, Any]) -> dict[str, Any]:
-    """The checks' targets, each on this run's figures (None where the run did not measure it)."""
-    soak_, overload_ = result.get("soak"), result["overload"]
-    return {
-        "embeddings_equal_encode_1e-5": max(result["max_abs_diff_vs_encode"].values()) <= 1e-5,
-        "no_5xx_below_saturation": None if soak_ is None else soak_["5xx"] == 0,
-        # flat: the RSS grew by under 5% (and at least 20 MB of slack, for allocator noise) over the soak
-        "soak_memory_flat": None
-        if soak_ is None
-        else soak_["rss_growth_mb"] <= max(20.0, 0.05 * statistics.median(soak_["rss_mb"])),
-        "overload_503s_only_then_recovers": overload_["burst"]["status"].get("503", 0) > 0
-        and overload_["non_503_5xx"] == 0
-        and overload_["recovered"],
-    }
-
-
-def check_equal(server: Server, texts: list[str], args: argparse.Namespace) -> dict[str, float]:
-    """The largest difference between served rows and what ``subspaces model encode --normalize`` writes, over a few
-    texts, keyed by the rows' size (full size only: ``dimensions`` below it is refused for a model not trained for
-    truncation, issue 56)."""
-    import httpx
-    import numpy as np
-
-    sample = [t for t in texts if t.strip() and "\n" not in t][:16]  # encode reads one text per line
-    with tempfile.TemporaryDirectory() as tmp:
-        source, target = Path(tmp) / "in.txt", Path(tmp) / "out.npy"
-        source.write_text("\n".join(sample) + "\n", encoding="utf-8")
-        command = [sys.executable, "-m", "subspaces.cli.app", "model", "encode", "-m", args.model, "--normalize"]
-        command += ["-i", str(source), "-o", str(target), "--threads", str(args.threads)]
-        subprocess.run(command, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.DEVNULL)
-        want = np.load(target)
-    served = httpx.post(server.url + "/v1/embeddings", json={"input": sample}, timeout=60).json()["data"]
-    return {str(want.shape[1]): float(np.abs(np.array([d["embedding"] for d in served]) - want).max())}
 
 
 def sentences(n: int) -> list[str]:
@@ -324,19 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--infinity-dtype", default=None, help="Default: bfloat16 where the CPU has it natively.")
     parser.add_argument("--max-batch-tokens", type=int, default=16384)
     parser.add_argument("--max-wait-ms", type=float, default=0.0)
-    parser.add_argument("--max-queue", type=int, default=256, help="Ours, except in the overload burst.")
-    parser.add_argument("--output", type=Path, help="Default: results/serve_vs_infinity.json, or serve_checks.json.")
+    parser.add_argument("--max-queue", type=int, default=256)
+    parser.add_argument("--output", type=Path, help="Default: results/serve_vs_infinity.json.")
     parser.add_argument("--smoke", action="store_true", help="A few seconds per phase: checks the script only.")
-    parser.add_argument("--checks", action="store_true", help="Ours alone: equal embeddings, soak, overload.")
-    parser.add_argument("--backend", default="torch", help="--checks: torch, onnx or openvino.")
-    parser.add_argument("--precision", default=None, help="--checks: fp32 or int8 (default: the backend's).")
-    parser.add_argument("--dtype", default=None, help="--checks: float32, bfloat16 or auto (default: float32).")
-    parser.add_argument("--overload-queue", type=int, default=8, help="--checks: the queue in the overload burst.")
-    parser.add_argument("--overload-concurrency", type=int, default=128)
-    parser.add_argument("--overload-seconds", type=float, default=10.0)
-    parser.add_argument("--soak-seconds", "--soak", dest="soak", type=float, default=600.0, help="--checks (0: none).")
-    parser.add_argument("--soak-every", type=float, default=10.0, help="Seconds between RSS samples in the soak.")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the server subprocess
+    parser.add_argument("--backend", default="torch", help=argparse.SUPPRESS)  # its runtime, set per --ours entry
+    parser.add_argument("--precision", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--dtype", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     return parser
 
@@ -347,43 +255,14 @@ def main() -> None:
         run_server(args)
         return
     if args.smoke:
-        args.duration, args.warmup, args.overload_seconds = 2.0, 1.0, 2.0
-        args.soak, args.soak_every, args.texts = 6.0, 2.0, 200
+        args.duration, args.warmup, args.texts = 2.0, 1.0, 200
     if args.output is None:
-        name = "serve_checks.json" if args.checks else "serve_vs_infinity.json"
-        args.output = Path(tempfile.gettempdir()) / "serve_load_smoke.json" if args.smoke else RESULTS / name
-    result = checks(args) if args.checks else against_infinity(args)
+        smoke = Path(tempfile.gettempdir()) / "serve_load_smoke.json"
+        args.output = smoke if args.smoke else RESULTS / "serve_vs_infinity.json"
+    result = against_infinity(args)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result["targets" if args.checks else "ratio_over_infinity"], indent=1), f"-> {args.output}")
-
-
-def checks(args: argparse.Namespace) -> dict[str, Any]:
-    """Ours alone: served rows against ``model encode``'s, the soak, the overload burst; the targets on them."""
-    from subspaces.numerics import cpu_model
-
-    texts = sentences(args.texts)
-    result: dict[str, Any] = {
-        "date": str(date.today()),
-        "model": args.model,
-        "cpu": cpu_model(),
-        "threads": args.threads,
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "smoke": args.smoke,
-        "texts": len(texts),
-        "batching": {"max_batch_tokens": args.max_batch_tokens, "max_wait_ms": args.max_wait_ms},
-        "ours": f"{args.backend}:{args.precision}:{args.dtype}",
-        "note": "client and server share this machine's cores; one WordNet sentence per request",
-    }
-    with Server("ours", args, args.max_queue) as server:
-        result["max_abs_diff_vs_encode"] = check_equal(server, texts, args)
-        if args.soak:
-            result["soak"] = soak(server, texts, args)
-    with Server("ours", args, args.overload_queue) as server:
-        result["overload"] = overload(server, texts, args)
-    result["targets"] = targets(result)
-    return result
+    print(json.dumps(result["ratio_over_infinity"], indent=1), f"-> {args.output}")
 
 
 if __name__ == "__main__":
