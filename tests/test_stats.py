@@ -57,22 +57,6 @@ def test_rows_must_align():
         paired_bootstrap(np.zeros(3), np.zeros(4), mean)
 
 
-def test_sts_avg_difference_is_the_difference_of_the_tables():
-    from bench.stats import paired_avg_difference
-    from subspaces.eval.sts import spearman_x100
-
-    rng = np.random.default_rng(6)
-    gold = {"A": rng.uniform(0, 5, 80), "B": rng.uniform(0, 5, 120)}
-    good = {t: g[:, None] + rng.normal(scale=1.0, size=(len(g), 2)) for t, g in gold.items()}  # two seeds
-    bad = {t: g + rng.normal(scale=3.0, size=len(g)) for t, g in gold.items()}
-    result = paired_avg_difference(good, bad, gold, n=200)
-    table = lambda side: np.mean(  # noqa: E731
-        [np.mean([spearman_x100(c, gold[t]) for c in np.asarray(side[t]).reshape(len(gold[t]), -1).T]) for t in gold]
-    )
-    assert result.diff == pytest.approx(table(good) - table(bad), abs=1e-9)
-    assert result.excludes_zero and result.diff > 10
-
-
 def test_shift_is_near_zero_for_a_row_average_and_large_for_a_clustering_score():
     from sklearn.metrics import v_measure_score
 
