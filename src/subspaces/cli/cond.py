@@ -76,10 +76,7 @@ def train_cmd(
     check_writable(output, "--output", folder=True)  # before the work, not after it
     layers = parse_trainable_layers(trainable_layers)
     config = replace(
-        config,
-        rank=parse_rank(rank),
-        freeze_encoder=config.freeze_encoder and layers is None,
-        trainable_layers=layers,
+        config, rank=parse_rank(rank), freeze_encoder=config.freeze_encoder and layers is None, trainable_layers=layers
     )
     summary = train_conditional(task, model, output=output, config=config, data_dir=data, device=device)
     echo(
@@ -219,33 +216,22 @@ def csts_cache_cmd(
 
     resolve_device(device)
     report = cache_benchmark(
-        task,
-        model,
-        split=split,
-        data_dir=data,
-        rank=parse_rank(rank),
-        tri=tri,
-        bi=bi,
-        limit=limit,
-        device=device,
+        task, model, split=split, data_dir=data, rank=parse_rank(rank), tri=tri, bi=bi, limit=limit, device=device
     )
+    phases = ("cold", "warm", "new_conditions")
     rows = []
     for name, run in report["runs"].items():
-        for phase in ("cold", "warm", "new_conditions"):
+        for phase in phases:
             r = run[phase]
             rows.append(
                 [f"{name}-encoder", phase, f"{r['seconds']:.2f}", f"{r['rows_per_second']:.1f}", _pct(r["hit_rate"])]
             )
     out.print(
-        table(
-            f"{task} {split} ({report['rows']} rows)",
-            ["model", "cache", "seconds", "rows/s", "hit rate"],
-            rows,
-        )
+        table(f"{task} {split} ({report['rows']} rows)", ["model", "cache", "seconds", "rows/s", "hit rate"], rows)
     )
     echo(
         "tri-encoder speed relative to the bi-encoder: "
-        + ", ".join(f"{phase} {report[f'tri_speedup_{phase}']:.2f}x" for phase in ("cold", "warm", "new_conditions"))
+        + ", ".join(f"{phase} {report[f'tri_speedup_{phase}']:.2f}x" for phase in phases)
     )
     if json_path is not None:
         save_json(json_path, report)

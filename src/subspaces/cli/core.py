@@ -196,8 +196,7 @@ def eval_sts_cmd(
     model: ModelOpt = "minilm-l6",
     pooler: PoolerOpt = None,
     variant: Annotated[
-        Variant,
-        typer.Option(help="original: raw files; senteval: SentEval's tokenised, lower-cased ones."),
+        Variant, typer.Option(help="original: raw files; senteval: SentEval's tokenised, lower-cased ones.")
     ] = "original",
     tasks: Annotated[
         Optional[str], typer.Option(help="Comma-separated subset of STS12..STS16,STSBenchmark,SICKRelatedness.")

@@ -8,15 +8,7 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from subspaces.cli.common import (
-    DEVICE,
-    DeviceOpt,
-    ThreadsOpt,
-    console,
-    given,
-    recipe_options,
-    user_errors,
-)
+from subspaces.cli.common import DEVICE, DeviceOpt, ThreadsOpt, console, given, recipe_options, user_errors
 from subspaces.cli.groups import app
 from subspaces.errors import SubspacesError
 from subspaces.models.backends import AUTO, BACKENDS, DTYPES, PRECISIONS

@@ -134,11 +134,7 @@ def fit(
         margin=config.margin,
         in_batch_negatives=config.in_batch_negatives,
     )
-    sampler: PairSampler | RowSampler
-    if loss_fn.needs_pairs:
-        sampler = PairSampler(train_rows, config.batch_size, seed=config.seed)
-    else:
-        sampler = RowSampler(train_rows, config.batch_size, seed=config.seed)
+    sampler = (PairSampler if loss_fn.needs_pairs else RowSampler)(train_rows, config.batch_size, seed=config.seed)
     model.metadata.update(
         {
             "task": task.name,

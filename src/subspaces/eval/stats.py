@@ -31,12 +31,7 @@ class PairedDifference(NamedTuple):
 
 
 def paired_bootstrap(
-    a: np.ndarray,
-    b: np.ndarray,
-    metric: Metric,
-    n: int = 1000,
-    seed: int = 0,
-    strata: np.ndarray | None = None,
+    a: np.ndarray, b: np.ndarray, metric: Metric, n: int = 1000, seed: int = 0, strata: np.ndarray | None = None
 ) -> PairedDifference:
     """``metric(a) - metric(b)`` and its 95 % percentile interval over ``n`` row resamples.
 

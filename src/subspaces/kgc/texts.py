@@ -69,13 +69,7 @@ class KGCTexts:
     per_example: bool = False
 
     @classmethod
-    def build(
-        cls,
-        kg: KnowledgeGraph,
-        neighbour_names: bool | None = None,
-        *,
-        per_example: bool = False,
-    ) -> KGCTexts:
+    def build(cls, kg: KnowledgeGraph, neighbour_names: bool | None = None, *, per_example: bool = False) -> KGCTexts:
         """Entity texts (the test-time view), relation names, and the link graph if neighbour names are used."""
         graph = neighbour_graph(kg, neighbour_names)
         entities = [entity_text(kg, e, graph) for e in range(kg.num_entities)]

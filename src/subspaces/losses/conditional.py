@@ -64,12 +64,7 @@ class ConditionalLoss(nn.Module):
     """
 
     def __init__(
-        self,
-        objective: str = "mse",
-        *,
-        temperature: float = 1.7,
-        margin: float = 1.0,
-        in_batch_negatives: bool = False,
+        self, objective: str = "mse", *, temperature: float = 1.7, margin: float = 1.0, in_batch_negatives: bool = False
     ) -> None:
         super().__init__()
         if objective not in OBJECTIVES:

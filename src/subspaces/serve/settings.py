@@ -70,8 +70,7 @@ class ServeSettings:
         ),
     )
     accept_any_model: bool = field(
-        default=False,
-        metadata=_help("Serve every request whatever model it names.", "--accept-any-model-name"),
+        default=False, metadata=_help("Serve every request whatever model it names.", "--accept-any-model-name")
     )
     prompts: dict[str, str] = field(default_factory=dict)
     adapter: Path | None = field(
