@@ -34,12 +34,8 @@ def _bytes(folder: Path) -> int:
 
 def tree_bytes(root: Path = ROOT) -> int:
     """What the device tool sends besides ``carry``: tracked and untracked-not-ignored files, and ``shared/``."""
-    names = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=root,
-        capture_output=True,
-        check=True,
-    ).stdout.split(b"\0")
+    command = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+    names = subprocess.run(command, cwd=root, capture_output=True, check=True).stdout.split(b"\0")
     files = [root / n.decode() for n in names if n]
     shared = root / "shared"
     return sum(f.stat().st_size for f in files if f.is_file()) + (_bytes(shared) if shared.is_dir() else 0)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.tables import grid
 from bench.tasks.inference import DEFAULTS, texts
 
 
@@ -40,17 +41,13 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
 
 def table(summary: dict[str, Any]) -> str:
     """Per model and code: bytes per vector and the top-10 overlap with float search, by rescoring."""
-    lines = [
-        "| model | code | bytes / vector | no rescoring | 4x rescored from the codes | 4x rescored from float rows |",
-        "|---|---|---:|---:|---:|---:|",
-    ]
+    rows = []
     for cell in summary["cells"]:
         result = cell["result"]
         for kind in ("int8", "binary"):
             r = result[kind]
-            lines.append(
-                f"| {cell['pool']} | {kind} | {r['bytes_per_vector']} (float32: {result['float32_bytes']}) "
-                f"| {r['recall@10/rescore-none']:.3f} | {r['recall@10/rescore-codes']:.3f} "
-                f"| {r['recall@10/rescore-float']:.3f} |"
-            )
-    return "\n".join(lines) + "\n"
+            recalls = " | ".join(f"{r[f'recall@10/rescore-{how}']:.3f}" for how in ("none", "codes", "float"))
+            size = f"{r['bytes_per_vector']} (float32: {result['float32_bytes']})"
+            rows.append(f"{cell['pool']} | {kind} | {size} | {recalls}")
+    head = "model | code | bytes / vector | no rescoring | 4x rescored from the codes | 4x rescored from float rows"
+    return grid(head, rows, left=2)

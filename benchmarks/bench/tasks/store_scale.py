@@ -241,9 +241,8 @@ def run_stage(stage: str, args: dict[str, Any], work: Path) -> dict[str, Any]:
         raise SystemExit(f"{work} holds a finished (or removed) run: move it away to measure stage {stage} afresh")
     print(f"[store_scale] {stage}", flush=True)
     env = os.environ | {"OMP_NUM_THREADS": str(args["threads"]), "PYTHONPATH": str(Path(__file__).parents[2])}
-    proc = subprocess.run(
-        [sys.executable, __file__, stage, json.dumps(args)], env=env, capture_output=True, text=True, check=False
-    )
+    command = [sys.executable, __file__, stage, json.dumps(args)]
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"stage {stage} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -29,11 +29,8 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     set_threads(p["threads"])
     evaluator = STSEvaluator(variant=p["variant"])
     scores = evaluator(load_encoder(p["model"], dtype=p["dtype"], backend=p["backend"], precision=p["precision"]))
-    return {
-        "scores": {
-            name: round(float(value), 2 if name in (*evaluator.tasks, "avg") else 4) for name, value in scores.items()
-        }
-    }
+    digits = {name: 2 if name in (*evaluator.tasks, "avg") else 4 for name in scores}  # Spearman x 100; geometry
+    return {"scores": {name: round(float(value), digits[name]) for name, value in scores.items()}}
 
 
 def table(summary: dict[str, Any]) -> str:
