@@ -41,9 +41,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         "work": "outputs/bench-scratch",
     } | params
     aug, steps = p["augmentation"], int(p["steps"])
-    sentences = wordnet_sentences()
-    if p["max_sentences"]:
-        sentences = sentences[: int(p["max_sentences"])]
+    sentences = wordnet_sentences()[: p["max_sentences"] or None]
     work = Path(p["work"])
 
     def fresh() -> Any:

@@ -24,11 +24,9 @@ def latencies(store, vectors: np.ndarray, k: int, **options) -> tuple[dict[str, 
     store.search_vectors(vectors[:1], k, **options)  # builds the in-memory index of this setting once
     searches = [timed(store.search_vectors, vector[None], k, **options) for vector in vectors]
     ms = np.asarray([seconds for _, seconds in searches]) * 1e3
-    return {
-        "p50_ms": float(np.percentile(ms, 50)),
-        "p99_ms": float(np.percentile(ms, 99)),
-        "qps": float(1e3 / ms.mean()),
-    }, [hits[0]["ids"] for hits, _ in searches]
+    p50, p99 = np.percentile(ms, [50, 99])
+    timing = {"p50_ms": float(p50), "p99_ms": float(p99), "qps": float(1e3 / ms.mean())}
+    return timing, [hits[0]["ids"] for hits, _ in searches]
 
 
 def recall(found: list[list[str]], truth: list[list[str]]) -> float:
