@@ -114,7 +114,7 @@ def user_errors(func: F | None = None, *, interrupted: str | None = None) -> Any
                 check_threads(kwargs["threads"])
                 set_threads(kwargs["threads"])
             if kwargs.get("json_path") is not None:  # --json: tried before the work, not after it
-                check_not_input(kwargs["json_path"], "--json", _path_options(func, kwargs))
+                check_not_input(kwargs["json_path"], "--json", _path_options(kwargs))
                 check_writable(kwargs["json_path"], "--json")
             return func(*args, **kwargs)
         except _CAUGHT as exc:
@@ -128,36 +128,27 @@ def user_errors(func: F | None = None, *, interrupted: str | None = None) -> Any
     return wrapper
 
 
-def _path_options(func: Callable[..., Any], kwargs: dict[str, Any]) -> InputPaths:
+def _path_options(kwargs: dict[str, Any]) -> InputPaths:
     """The command's other path arguments, by the name the user typed them under (``--source-emb``, ``INPUT``):
     the files ``--json`` must not replace."""
+    from typer.main import get_current_context  # typer's own copy of click: its context, not click's
+
+    ctx = get_current_context(silent=True)
+    shown = {p.name: _shown_name(p) for p in ctx.command.params} if ctx is not None else {}
     paths: dict[str, Any] = {}
     for name, value in kwargs.items():
-        values = value if isinstance(value, (list, tuple)) else [value]
-        given = [v for v in values if isinstance(v, Path)]
+        given = [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, Path)]
         if name != "json_path" and given:
-            paths[_shown_name(func, name)] = given
+            paths[shown.get(name) or "--" + name.replace("_", "-")] = given
     return paths
 
 
-def _shown_name(func: Callable[..., Any], name: str) -> str:
-    """How parameter ``name`` of command ``func`` is typed: its option's first long flag, or its argument's
-    metavar (upper case by default)."""
-    from typer.models import ArgumentInfo, OptionInfo
-
-    try:
-        hint = typing.get_type_hints(func, include_extras=True).get(name)
-    except Exception:  # noqa: BLE001 - an annotation that does not resolve: the default spelling
-        hint = None
-    parameter = inspect.signature(func).parameters.get(name)
-    infos = [*getattr(hint, "__metadata__", ()), parameter.default if parameter is not None else None]
-    for info in infos:
-        if isinstance(info, ArgumentInfo):
-            return info.metavar or name.upper()
-        if isinstance(info, OptionInfo):
-            flags = [d for d in info.param_decls or () if d.startswith("--")]
-            return flags[0] if flags else "--" + name.replace("_", "-")
-    return "--" + name.replace("_", "-")
+def _shown_name(param: Any) -> str:
+    """How a parameter is typed: an argument's metavar (its name in upper case by default), an option's first
+    long flag."""
+    if param.param_type_name == "argument":
+        return param.metavar or param.name.upper()
+    return next((o for o in param.opts if o.startswith("--")), param.opts[0])
 
 
 def check_threads(threads: int | None) -> None:

@@ -17,8 +17,8 @@ from typing import Any, Literal
 import numpy as np
 
 from subspaces.data import classification as cls_data
+from subspaces.data.sts import STS_YEARS, load_task
 from subspaces.data.sts import TASKS as STS_TASKS
-from subspaces.data.sts import load_task
 from subspaces.errors import DimensionError, SubspacesError
 from subspaces.eval.base import Evaluator
 from subspaces.eval.sts import spearman_x100
@@ -75,19 +75,8 @@ def _registry() -> dict[str, DimsTask]:
     return {t.name: t for t in tasks}
 
 
-DEFAULT_TASKS = (
-    "Banking77",
-    "Emotion",
-    "TweetEval-emotion",
-    "TweetEval-hate",
-    "TweetEval-irony",
-    "TweetEval-offensive",
-    "TweetEval-sentiment",
-    "MRPC",
-    "WiC",
-    "STSBenchmark",
-    "SICKRelatedness",
-)
+# Every task but TweetEval-emoji and STS12-16.
+DEFAULT_TASKS = tuple(name for name in _registry() if name != "TweetEval-emoji" and name not in STS_YEARS)
 
 
 def known_tasks() -> list[str]:
