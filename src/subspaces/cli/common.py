@@ -270,13 +270,12 @@ def recipe_options(
                 ),
             ],
         )
-        # typer passes one context: the command's own where it declares one
-        ours = inspect.Parameter("recipe_context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
-        context = next((p for p in own if p.annotation is typer.Context), ours)
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            ctx = kwargs.pop(ours.name) if context is ours else kwargs[context.name]
+            from typer.main import get_current_context  # typer's own copy of click: its context, not click's
+
+            ctx = get_current_context()
             values = {name: kwargs.pop(name) for name in names}
             settings = read_config(kwargs.pop("config_file"), recipe)
             for name, value in values.items():  # given on the command line: wins over the file
@@ -285,7 +284,7 @@ def recipe_options(
             return func(*args, config=make(**settings), **kwargs)
 
         parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own + derived] + [config_file]
-        return with_parameters(wrapper, signature, parameters + ([ours] if context is ours else []))
+        return with_parameters(wrapper, signature, parameters)
 
     return decorate
 
@@ -323,7 +322,7 @@ def _field_option(f: dataclasses.Field, hint: Any, note: str | None = None) -> i
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
 
-def given(ctx: typer.Context, name: str) -> bool:
+def given(ctx: Any, name: str) -> bool:
     """Whether the command's option ``name`` was given (command line or environment), not defaulted."""
     source = ctx.get_parameter_source(name)
     return source is not None and source.name != "DEFAULT"

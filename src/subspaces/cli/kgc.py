@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 import typer
 
-from subspaces.cli.common import DeviceOpt, ThreadsOpt, echo, out, parse_rank, recipe_options, table, user_errors
+from subspaces.cli.common import DeviceOpt, ThreadsOpt, echo, given, out, parse_rank, recipe_options, table, user_errors
 from subspaces.cli.groups import kgc_app
 from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt, parse_trainable_layers
 from subspaces.io import check_writable
@@ -103,10 +103,7 @@ def _recipe_defaults(name: str, arch: str) -> dict:
     from typer.main import get_current_context  # typer's own copy of click: its context, not click's
 
     ctx = get_current_context()
-    # By name: typer may carry its own copy of click, whose ParameterSource is another class.
-    sources = {key: ctx.get_parameter_source(key) for key in ctx.params}
-    given = {key for key, source in sources.items() if source is not None and source.name != "DEFAULT"}
-    return {key: value for key, value in recipe_settings(name, arch).items() if key not in given}
+    return {key: value for key, value in recipe_settings(name, arch).items() if not given(ctx, key)}
 
 
 @kgc_app.command("eval")
