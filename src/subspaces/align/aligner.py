@@ -3,13 +3,11 @@
     aligner = MiniVec2Vec(random_state=0).fit(source_vectors, target_vectors)   # different texts, no pairs
     moved = aligner.transform(old_store)        # old model's vectors, now in the new model's space
 
-A fit runs passes (:mod:`.passes`), each: matched anchors (:mod:`.anchors`, :mod:`.matching`) -> initial map
-(:mod:`.relative`, :mod:`.procrustes`) -> structural refinement -> refine-1 -> refine-2 (:mod:`.refine`), scored
-label-free (:mod:`.diagnostics`). The fit's stages: the candidates (a pass from the identity, a pass of the paper
-recipe's stages, :mod:`.recipe`), then the restarts (stopping at the first structurally converged pass), refine,
-agreement (an independent pass, and a search where it disagrees), the choice of the kept map, polish; then
-:mod:`.verify` judges it. Why each piece is there, with its dev-pool evidence: ``benchmarks/notes/align.md``,
-"Reading the aligner".
+A pass (:mod:`.passes`) is: matched anchors (:mod:`.anchors`, :mod:`.matching`) -> initial map (:mod:`.relative`,
+:mod:`.procrustes`) -> structural refinement -> refine-1 -> refine-2 (:mod:`.refine`), scored label-free
+(:mod:`.diagnostics`). A fit runs, in order: the candidates (a pass from the identity, a pass of the paper recipe's
+stages, :mod:`.recipe`), the restarts, the agreement check and search, the choice of the kept map and its polish;
+:mod:`.verify` then judges the kept map. Evidence for each piece: ``benchmarks/notes/align.md``.
 """
 
 from __future__ import annotations
@@ -43,23 +41,19 @@ from subspaces.align.params import (
     StructureParams,
     check_together,
 )
-from subspaces.align.passes import Pass, PassRecord, StageScores
+from subspaces.align.passes import CandidateRecord, Pass, PassRecord, StageScores
 from subspaces.align.preprocess import center_normalize, check_embeddings, normalize_rows
 from subspaces.align.procrustes import orthogonality_gap, procrustes
 from subspaces.align.recipe import RECIPE_ANCHORS, RECIPE_BUDGET, RECIPE_MIN_ROWS, RECIPE_REFINE
-from subspaces.align.refine import (
-    NeighbourStep,
-    refine_by_centroids,
-    refine_by_neighbours,
-    refine_by_structure,
-)
+from subspaces.align.refine import NeighbourStep, refine_by_centroids, refine_by_neighbours, refine_by_structure
 from subspaces.align.relative import initial_map
 from subspaces.align.verify import (
-    IDENTITY_REFERENCE_MARGIN,
     TRUST_ROWS,
     candidate_beats,
+    kept_why,
     map_agreement,
     paired_check,
+    row_count_problems,
     trust_lift,
     trust_report,
     trust_score,
@@ -74,9 +68,8 @@ from subspaces.state_folder import STATE_FILE, read_state_folder, write_state_fo
 logger = logging.getLogger(__name__)
 
 INITS = ("auto", "anchors", "identity")
-IDENTITY_PASS = -2  # the pass number of a pass started from the identity (init="identity", or the candidate)
-RECIPE_PASS = -3  # the pass number of the paper-recipe candidate
-# What ``diagnostics_["kept"]`` names: the anchored passes' choice, or a candidate that replaced it.
+CHECK_PASS, IDENTITY_PASS, RECIPE_PASS = -1, -2, -3  # the pass numbers of passes that are not restarts
+# What ``diagnostics_["kept"]`` names where a candidate replaced the anchored passes' choice.
 KEPT_CANDIDATES = {"identity": "identity reference", "recipe": "paper recipe"}
 FORMAT_VERSION = 2
 CONFIG_FILE = "aligner.json"
@@ -90,10 +83,8 @@ class MiniVec2Vec(BaseEstimator):
         MiniVec2Vec(anchors=AnchorParams(n_runs=12), refine=RefineParams(n_iter=50), random_state=0)
 
     Args:
-        anchors: matched anchors and the initial map (:class:`AnchorParams`).
-        structure: structural refinement (:class:`StructureParams`; ``n_iter=0`` skips it).
-        refine: refine-1, refine-2 and the polish (:class:`RefineParams`).
-        search: neighbour search, the label-free score and the float type (:class:`SearchParams`).
+        anchors, structure, refine, search: the stages' settings (:class:`AnchorParams`, :class:`StructureParams`
+            (``n_iter=0`` skips it), :class:`RefineParams`, :class:`SearchParams`).
         n_restarts: at most this many independent passes; the best by label-free score after refinement is kept.
         converged_swap_share: a pass has converged once its last structural round swapped at most this share of
             the seeded cluster pairs; restarts stop there. ``None``: always run ``n_restarts``, judge nothing.
@@ -101,29 +92,24 @@ class MiniVec2Vec(BaseEstimator):
             best trivial map's (identity, random rotations) by more than this multiple of chance level.
         agreement_threshold: one more independent pass is run, and the map is trusted only if the two agree
             (mean cosine of the rows mapped by each) at least this much; ``None`` skips the check.
-        agreement_search: where the check disagrees, at most this many more passes are refined until two agree
-            (0: the check only judges).
+        agreement_search: where the check disagrees, at most this many more passes are refined until two agree.
         search_anchor_clusters: the search's new passes alternate between this many anchor clusters and
             ``anchors.n_clusters`` (``None``: always the latter).
-        init: ``"auto"``: the anchored passes and two candidates, a pass refined from the identity (where the dims
-            agree) and a pass of the paper recipe's stages (:mod:`.recipe`; pools of :data:`RECIPE_MIN_ROWS` rows a
-            side or more); the candidate whose trust score beats the anchored map's most, by more than
-            :data:`IDENTITY_REFERENCE_MARGIN` x chance, is kept (``diagnostics_["kept"]``, ``["kept_why"]``);
-            ``"anchors"``: rotation-invariant, the anchored passes and the recipe candidate (the identity candidate
-            only flags); ``"identity"``: one pass from the identity (equal dims; a successor model sharing the
-            source's coordinates).
+        init: ``"auto"``: the anchored passes and two candidates (a pass from the identity where the dims agree,
+            a pass of the paper recipe on pools of :data:`RECIPE_MIN_ROWS` rows a side); the candidate whose trust
+            score beats the anchored map's most, by more than its margin, is kept (``diagnostics_["kept"]``);
+            ``"anchors"``: as auto, but the identity candidate only flags; ``"identity"``: one pass from the
+            identity (equal dims).
         max_seconds: stop at the next safe point after this many seconds, keeping the best map so far
-            (``stopped_early_``); ``None`` or ``inf``: no limit (nor ``recipe_budget``'s). Defaults to
-            :data:`FIT_SECONDS`.
-        recipe_budget: where the paper-recipe candidate ran (it runs second, after the identity candidate), the
-            whole fit stops at the next safe point after this many times that pass's own seconds, so that it costs
-            about what the paper's recipe costs; ``None``: only ``max_seconds`` bounds it.
+            (``stopped_early_``); ``None`` or ``inf``: no limit (nor ``recipe_budget``'s).
+        recipe_budget: where the paper-recipe candidate ran, the whole fit stops at the next safe point after this
+            many times that pass's own seconds; ``None``: only ``max_seconds`` bounds it.
         random_state: seed for every sample, k-means and QAP start.
         verbose: show progress bars.
 
     Fitted: ``matrix_`` (the map, on centred unit rows), ``diagnostics_`` (every score and check, saved with the
-    map), over which ``converged_`` (trusted), ``confidence_`` (0 when not trusted) and ``stopped_early_`` read;
-    ``pass_maps_`` (each pass's structured and refined map, in ``diagnostics_["restarts"]`` order; not saved).
+    map), over which ``converged_``, ``confidence_`` and ``stopped_early_`` read; ``pass_maps_`` (each pass's
+    structured and refined map, in ``diagnostics_["restarts"]`` order; not saved).
     """
 
     def __init__(
@@ -145,7 +131,6 @@ class MiniVec2Vec(BaseEstimator):
         random_state: int | None = 0,
         verbose: bool = False,
     ) -> None:
-        # scikit-learn's contract: store the arguments as given; fit (or check_params) validates them.
         self.anchors = anchors
         self.structure = structure
         self.refine = refine
@@ -199,13 +184,10 @@ class MiniVec2Vec(BaseEstimator):
         threshold = self.agreement_threshold
         if threshold is not None and (isinstance(threshold, bool) or not -1 <= threshold <= 1):
             raise SubspacesError(f"agreement_threshold must be a number in [-1, 1] or None, got {threshold!r}")
-        search = self.agreement_search
-        if isinstance(search, bool) or not isinstance(search, (int, np.integer)) or search < 0:
-            raise SubspacesError(f"agreement_search must be an integer of at least 0, got {search!r}")
+        if not _is_int(self.agreement_search, 0):
+            raise SubspacesError(f"agreement_search must be an integer of at least 0, got {self.agreement_search!r}")
         clusters = self.search_anchor_clusters
-        if clusters is not None and (
-            isinstance(clusters, bool) or not isinstance(clusters, (int, np.integer)) or clusters < 3
-        ):
+        if clusters is not None and not _is_int(clusters, 3):
             raise SubspacesError(f"search_anchor_clusters must be an integer of at least 3 or None, got {clusters!r}")
         if self.init not in INITS:
             raise SubspacesError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
@@ -214,15 +196,6 @@ class MiniVec2Vec(BaseEstimator):
         budget = self.recipe_budget
         if budget is not None and (isinstance(budget, bool) or not 1 <= budget < float("inf")):
             raise SubspacesError(f"recipe_budget must be a number of at least 1 or None, got {budget!r}")
-
-    def _check_rows(self, n_source: int, n_target: int) -> None:
-        need = max(4 * self.anchors.n_clusters, self.anchors.relative_k, self.refine.k)
-        for what, n in (("source", n_source), ("target", n_target)):
-            if n < need:
-                raise DataError(
-                    f"{what} has {n} rows; the aligner needs at least {need} "
-                    f"(4 x anchors.n_clusters={self.anchors.n_clusters}, and anchors.relative_k/refine.k neighbours)"
-                )
 
     def fit(
         self, source: np.ndarray, target: np.ndarray, *, pairs: tuple[np.ndarray, np.ndarray] | None = None
@@ -237,8 +210,7 @@ class MiniVec2Vec(BaseEstimator):
         from threadpoolctl import threadpool_limits
 
         self.check_params()
-        # The large products run in torch's thread pool; numpy's small ones alternate with them many times a
-        # second, so two pools would spin on the same cores (benchmarks/notes/align.md, "One BLAS thread").
+        # The large products run in torch's thread pool; a second BLAS pool would spin on the same cores.
         with threadpool_limits(limits=1, user_api="blas"):
             problems = self._fit(source, target, pairs)
         for problem in problems:
@@ -248,34 +220,42 @@ class MiniVec2Vec(BaseEstimator):
     def _fit(self, source: np.ndarray, target: np.ndarray, pairs: tuple[np.ndarray, np.ndarray] | None) -> list[str]:
         """:meth:`fit`'s stages; returns the warnings it is to give."""
         budget = Budget(None if self.max_seconds == float("inf") else self.max_seconds)
-        # One float type for the whole fit, resolved once (the process's setting could change during it).
-        self.precision_ = resolve_precision(self.search.precision)
+        self.precision_ = resolve_precision(self.search.precision)  # once: the process's setting could change
         seeds = _Seeds.spawn(self.random_state, self.n_restarts, self.agreement_search)
         run = self._prepare(source, target, pairs, seeds.setup, budget)
-        # The identity candidate runs first, so that a fit cut short by its budget still has it.
-        reference, candidate = self._identity_candidate(run, seeds.reference)
-        recipe, recipe_pass = self._recipe_candidate(run, seeds.recipe)
-        if recipe["seconds"] is not None and self.recipe_budget is not None:
-            run.budget.tighten(
-                self.recipe_budget * recipe["seconds"],
-                f"recipe_budget={self.recipe_budget:g} x the paper-recipe candidate's {recipe['seconds']:.0f} s",
-            )
+        # The identity candidate first, so that a fit cut short by its budget still has it.
+        candidates = {name: self._candidate(run, name, getattr(seeds, name)) for name in KEPT_CANDIDATES}
+        recipe_seconds = candidates["recipe"][0].seconds
+        if recipe_seconds is not None and self.recipe_budget is not None:
+            why = f"recipe_budget={self.recipe_budget:g} x the paper-recipe candidate's {recipe_seconds:.0f} s"
+            budget.tighten(self.recipe_budget * recipe_seconds, why)
         passes = self._restarts(run, seeds.passes)
-        # Refined maps are compared, not initial ones: only a right start reaches a high score after refinement.
         chosen = self._best(passes, [i for i, started in enumerate(passes) if started.record.refined])
         chosen, agreement = self._agreement(run, passes, chosen, seeds)
         self.pass_maps_ = [
             {"structured": p.structured, "final": p.matrix if p.record.refined else None} for p in passes
-        ]  # for diagnosis (benchmarks/align_pass_diagnostics.py); not saved
-        candidates = {"identity": (candidate, reference), "recipe": (recipe_pass, recipe)}
+        ]
         kept, kept_pass, polish, trust = self._keep(run, passes[chosen], candidates, seeds.polish)
         paired = paired_check(run.known, self.matrix_, run.eye) if run.known is not None else None
         self.fit_seconds_ = budget.elapsed()
+        self.diagnostics_ = self._diagnostics(
+            run, passes, chosen, kept, kept_pass, agreement, polish, trust, candidates, paired
+        )
+        return self.diagnostics_["problems"] + (
+            [f"alignment stopped early: {budget.reason}"] if self.stopped_early_ else []
+        )
+
+    def _diagnostics(
+        self, run, passes, chosen, kept, kept_pass, agreement, polish, trust, candidates, paired
+    ) -> dict[str, Any]:
+        """``diagnostics_``: the verdict on the kept map and every score and check behind it."""
         anchored = passes[chosen].record
+        reference, recipe = candidates["identity"][0], candidates["recipe"][0]
+        converged = anchored.converged(self.converged_swap_share)
         problems, confidence = verdict(
-            earlier=self._row_count_problems(len(run.a), len(run.b)),
+            earlier=row_count_problems(self.anchors, self.structure, len(run.a), len(run.b)),
             kept=kept,
-            converged=anchored.converged(self.converged_swap_share),
+            converged=converged,
             swapped=anchored.structure_swapped,
             converged_swap_share=self.converged_swap_share,
             agreement=agreement,
@@ -284,9 +264,9 @@ class MiniVec2Vec(BaseEstimator):
             reference=reference,
             candidate=recipe if kept == KEPT_CANDIDATES["recipe"] else reference,
         )
-        self.diagnostics_ = {
+        return {
             "chosen_restart": chosen,  # the anchored passes' choice (``kept`` says whether it is the map)
-            "converged": anchored.converged(self.converged_swap_share),
+            "converged": converged,
             "trusted": not problems,
             "confidence": confidence,
             "problems": problems,
@@ -295,23 +275,22 @@ class MiniVec2Vec(BaseEstimator):
             "trust": trust,
             "agreement": agreement,
             "polish": polish,
-            "identity_reference": reference,
-            "recipe_candidate": recipe,
+            "identity_reference": reference.to_dict(),
+            "recipe_candidate": recipe.to_dict(),
             "init": self.init,
             "kept": kept,
-            "kept_why": _kept_why(kept, trust, reference, recipe),
-            "stopped_early": budget.stopped_at is not None,
-            "stop_reason": budget.reason,
+            "kept_why": kept_why(kept, trust, reference, recipe),
+            "stopped_early": run.budget.stopped_at is not None,
+            "stop_reason": run.budget.reason,
             **cpu_record(self.precision_),
-            "n_pairs": 0 if pairs is None else len(pairs[0]),
+            "n_pairs": 0 if run.known is None else len(run.known[0]),
             "paired_check": paired,
-            # the kept map's own: with the identity candidate kept, no anchored restart is the map
+            # the kept map's own: with a candidate kept, no anchored restart is the map
             "nn_similarity": dataclasses.asdict(kept_pass.record.nn_similarity),
             "anchor_consistency": kept_pass.record.anchor_consistency_final,
             "orthogonality_gap": orthogonality_gap(self.matrix_),
             "restarts": [started.record.to_dict() for started in passes],
         }
-        return problems + ([f"alignment stopped early: {budget.reason}"] if self.stopped_early_ else [])
 
     @property
     def converged_(self) -> bool:
@@ -338,11 +317,18 @@ class MiniVec2Vec(BaseEstimator):
             prefix = f"{where}: " if where is not None else ""
             raise SubspacesError(f"{prefix}this map is not trusted ({problems[0]}); refit, or pass --force")
 
+    # -- the fit's stages ----------------------------------------------------------------------------------------
     def _prepare(self, source, target, pairs, seed: np.random.SeedSequence, budget: Budget) -> _Run:
         """The checked, centred unit rows and everything the passes share, from the setup stream."""
         source = check_embeddings(source, "source embeddings")
         target = check_embeddings(target, "target embeddings")
-        self._check_rows(len(source), len(target))
+        need = max(4 * self.anchors.n_clusters, self.anchors.relative_k, self.refine.k)
+        for what, n in (("source", len(source)), ("target", len(target))):
+            if n < need:
+                raise DataError(
+                    f"{what} has {n} rows; the aligner needs at least {need} "
+                    f"(4 x anchors.n_clusters={self.anchors.n_clusters}, and anchors.relative_k/refine.k neighbours)"
+                )
         if pairs is not None:
             pairs = _check_pairs(pairs, source.shape[1], target.shape[1])
         if self.init == "identity" and source.shape[1] != target.shape[1]:
@@ -351,10 +337,8 @@ class MiniVec2Vec(BaseEstimator):
                 f"use init='anchors'"
             )
         rng = np.random.default_rng(seed)
-        self.source_mean_ = source.mean(axis=0)
-        self.target_mean_ = target.mean(axis=0)
-        a = center_normalize(source, self.source_mean_)
-        b = center_normalize(target, self.target_mean_)
+        self.source_mean_, self.target_mean_ = source.mean(axis=0), target.mean(axis=0)
+        a, b = center_normalize(source, self.source_mean_), center_normalize(target, self.target_mean_)
         # Typical length of a centred target vector: lets transform() return vectors in the target's own space.
         self.target_scale_ = float(np.linalg.norm(target - self.target_mean_, axis=1).mean())
         self.n_features_in_, self.n_features_out_ = a.shape[1], b.shape[1]
@@ -364,11 +348,10 @@ class MiniVec2Vec(BaseEstimator):
         known = None
         if pairs is not None:
             known = (center_normalize(pairs[0], self.source_mean_), center_normalize(pairs[1], self.target_mean_))
-        # The trivial maps: where the dims agree, "leave the vectors as they are" is a map too (a fit that does not
-        # beat it has learnt nothing); a random rotation is chance level, for any dims.
+        # The trivial maps: the identity where the dims agree, random rotations (chance level) for any dims.
         eye = np.eye(a.shape[1], dtype=np.float32) if a.shape[1] == b.shape[1] else None
         rotations = [_random_orthogonal(a.shape[1], b.shape[1], rng) for _ in range(3)]
-        # The trust score is computed on rows the stopping rules did not climb on (the probes), where there are some.
+        # The trust score reads rows the stopping rules did not climb on (not the probes), where there are some.
         trust_a = a[_unseen_first(len(a), probes_a, TRUST_ROWS, rng)]
         trust_b = b[_unseen_first(len(b), probes_b, TRUST_ROWS, rng)]
         return _Run(a, b, a[probes_a], b[probes_b], index_a, index_b, known, eye, rotations, trust_a, trust_b, budget)
@@ -384,6 +367,42 @@ class MiniVec2Vec(BaseEstimator):
             seed=int(rng.integers(2**31)),
             precision=self.precision_,
         )
+
+    def _candidate(self, run: _Run, name: str, seed) -> tuple[CandidateRecord, Pass | None]:
+        """A candidate map and its record: ``"identity"``, refine-1 from the identity (no anchors, structure or
+        refine-2); ``"recipe"``, a pass of the paper recipe's stages. :meth:`_keep` adds their trust scores."""
+        record = CandidateRecord(skipped=self._candidate_skipped(run, name))
+        if record.skipped is not None:
+            return record, None
+        clock = time.perf_counter()
+        if name == "identity":
+            started = self._start_pass(run, IDENTITY_PASS, seed, start=run.eye, structure_stage=False)
+        else:
+            started = self._start_pass(
+                run, RECIPE_PASS, seed, anchors=RECIPE_ANCHORS, structure_stage=False, refine=RECIPE_REFINE
+            )
+        self._finish_pass(run, started, centroid_stage=name != "identity")
+        # Cut short by the budget it is still a refined map: the trust scores choose between it and the anchored.
+        record.nn_similarity = started.record.nn_similarity.final
+        record.seconds = time.perf_counter() - clock
+        record.cut_short = run.budget.stopped_at is not None
+        if name == "recipe":
+            record.stage_seconds = started.record.stage_seconds
+        return record, started
+
+    def _candidate_skipped(self, run: _Run, name: str) -> str | None:
+        """Why a candidate does not run: known pairs judge against the identity and start every pass; the
+        recipe's cluster counts need :data:`RECIPE_MIN_ROWS` rows a side."""
+        if self.init == "identity":
+            return "init='identity'"
+        if name == "identity" and run.eye is None:
+            return "the dims differ"
+        if run.known is not None:
+            return f"known pairs {'judge the map against the identity' if name == 'identity' else 'start every pass'}"
+        if name == "recipe" and min(len(run.a), len(run.b)) < RECIPE_MIN_ROWS:
+            return f"fewer than {RECIPE_MIN_ROWS} rows a side"
+        where = "the identity candidate" if name == "identity" else "the paper-recipe candidate"
+        return "out of time" if run.budget.spent(f"before {where}") else None
 
     def _restarts(self, run: _Run, seeds: list[np.random.SeedSequence]) -> list[Pass]:
         """The restarts (or, for ``init="identity"``, the one pass from the identity), refined where they may be
@@ -416,109 +435,6 @@ class MiniVec2Vec(BaseEstimator):
             key=lambda i: (passes[i].record.converged(self.converged_swap_share) is True, passes[i].final_score),
         )
 
-    def _identity_candidate(self, run: _Run, seed) -> tuple[dict[str, Any], Pass | None]:
-        """The identity candidate of ``init="auto"`` and ``"anchors"`` where the dims agree: refine-1 from the
-        identity (no anchors, structure or refine-2: they added little and cost a quarter of the fit), and its
-        record; ``fit`` adds its trust score's lift over the anchored map's. Not with known pairs (they judge
-        against the identity themselves), nor once the budget is spent."""
-        out: dict[str, Any] = {"trust": None, "nn_similarity": None, "lift": None, "seconds": None, "skipped": None}
-        out |= {"margin": IDENTITY_REFERENCE_MARGIN, "cut_short": False}
-        if self.init == "identity" or run.eye is None:
-            return out | {"skipped": "init='identity'" if run.eye is not None else "the dims differ"}, None
-        if run.known is not None:
-            return out | {"skipped": "known pairs judge the map against the identity"}, None
-        if run.budget.spent("before the identity candidate"):
-            return out | {"skipped": "out of time"}, None
-        clock = time.perf_counter()
-        candidate = self._start_pass(run, IDENTITY_PASS, seed, start=run.eye, structure_stage=False)
-        self._finish_pass(run, candidate, centroid_stage=False)
-        # Cut short by the budget it is still a refined map: the trust scores choose between it and the anchored.
-        return out | {
-            "nn_similarity": candidate.record.nn_similarity.final,
-            "seconds": time.perf_counter() - clock,
-            "cut_short": run.budget.stopped_at is not None,
-        }, candidate
-
-    def _recipe_candidate(self, run: _Run, seed) -> tuple[dict[str, Any], Pass | None]:
-        """The paper-recipe candidate (:mod:`.recipe`): a pass of the notebook's own stages, and its record; ``fit``
-        adds its trust score's lift over the anchored map's. Not with known pairs (they start every pass), nor for
-        ``init="identity"``, nor on pools of fewer than :data:`RECIPE_MIN_ROWS` rows a side, nor once the budget is
-        spent."""
-        out: dict[str, Any] = {"trust": None, "nn_similarity": None, "lift": None, "seconds": None, "skipped": None}
-        out |= {"margin": IDENTITY_REFERENCE_MARGIN, "cut_short": False}
-        if self.init == "identity":
-            return out | {"skipped": "init='identity'"}, None
-        if run.known is not None:
-            return out | {"skipped": "known pairs start every pass"}, None
-        if min(len(run.a), len(run.b)) < RECIPE_MIN_ROWS:
-            return out | {"skipped": f"fewer than {RECIPE_MIN_ROWS} rows a side"}, None
-        if run.budget.spent("before the paper-recipe candidate"):
-            return out | {"skipped": "out of time"}, None
-        clock = time.perf_counter()
-        recipe = self._start_pass(
-            run, RECIPE_PASS, seed, anchors=RECIPE_ANCHORS, structure_stage=False, refine=RECIPE_REFINE
-        )
-        self._finish_pass(run, recipe)
-        return out | {
-            "nn_similarity": recipe.record.nn_similarity.final,
-            "seconds": time.perf_counter() - clock,
-            "cut_short": run.budget.stopped_at is not None,
-            "stage_seconds": recipe.record.stage_seconds,
-        }, recipe
-
-    def _keep(
-        self, run: _Run, anchored: Pass, candidates: dict[str, tuple[Pass | None, dict[str, Any]]], seed
-    ) -> tuple[str, Pass, dict[str, Any], dict[str, Any]]:
-        """The map kept (``matrix_``), polished: the anchored passes' choice, or the candidate (the identity's, with
-        ``init="auto"`` only; the paper recipe's) whose trust score beats it most, by more than its margin.
-        Returns which was kept, its pass, the polish and the trust check; each candidate's record gains its trust
-        score and its lift over the anchored map's in units of chance level."""
-        self.matrix_, polish = self._polish(run, anchored, seed)
-        scored = polish["trust_after"] if polish["accepted"] else polish["trust_before"]  # the polish scored it
-        final = run.trust(self.matrix_) if scored is None else scored
-        trust = trust_report(run.trust_a, run.trust_b, final, run.eye, run.rotations, self.trust_margin)
-        eligible = []
-        for name, (candidate, record) in candidates.items():
-            if candidate is None:
-                continue
-            candidate_trust = run.trust(candidate.matrix.astype(np.float32))
-            lift = (candidate_trust - final) / max(abs(trust["random_rotation"]), 1e-12)
-            record |= {"trust": candidate_trust, "lift": lift}
-            # init="anchors" keeps its map independent of the target's coordinates: the identity only flags there
-            if candidate_beats(record) and (name != "identity" or self.init == "auto"):
-                eligible.append(name)
-        if not eligible:
-            return ("anchors" if self.init != "identity" else "identity"), anchored, polish, trust
-        best = max(eligible, key=lambda name: candidates[name][1]["trust"])
-        candidate, record = candidates[best]
-        assert candidate is not None
-        self.matrix_, polish = self._polish(run, candidate, seed)
-        final = polish["trust_after"] if polish["accepted"] else record["trust"]
-        trust |= {"final": final, "lift": trust_lift(final, trust["identity"], trust["random_rotation"])}
-        return KEPT_CANDIDATES[best], candidate, polish, trust
-
-    def _polish(self, run: _Run, kept: Pass, seed) -> tuple[np.ndarray, dict[str, Any]]:
-        """The kept map, polished by up to ``refine.polish_iter`` more refine-1 steps where its refine-1 ran to
-        its cap still climbing (not with known pairs, which anchor every step already); the best of the polish's
-        own iterates is kept only if the trust score on unseen rows rises (more steps can also drift a right map)."""
-        rp, record = self.refine, kept.record
-        matrix = kept.matrix.astype(np.float32)
-        out: dict[str, Any] = {"ran": False, "iterations": 0, "trust_before": None, "trust_after": None}
-        climbing = record.refined and record.refine1_iterations == rp.n_iter and not record.refine1_stopped_early
-        unpaired = kept.step.pairs is None
-        if rp.polish_iter == 0 or not climbing or not unpaired or run.budget.spent("before polishing the kept map"):
-            return matrix, out | {"accepted": False}
-        step = dataclasses.replace(kept.step, rng=np.random.default_rng(seed))
-        # Patience counts against the polish's own iterates, not its start (a tail average they seldom beat soon).
-        polished, history = self._refine1(
-            run, matrix, step, n_iter=rp.polish_iter, start_score=float("-inf"), where="in polishing"
-        )
-        polished = polished.astype(np.float32)  # as kept, so its trust score is the fit's (not computed again)
-        before, after = run.trust(matrix), run.trust(polished)
-        accepted = after > before
-        out |= {"ran": True, "iterations": history.iterations, "trust_before": before, "trust_after": after}
-        return (polished if accepted else matrix), out | {"accepted": accepted}
-
     def _agreement(self, run: _Run, passes: list[Pass], chosen: int, seeds: _Seeds) -> tuple[int, dict[str, Any]]:
         """The agreement check (``agreement_threshold``) and, where it disagrees, the search (``agreement_search``):
         the kept pass and the report. ``passes`` grows by the passes refined here."""
@@ -534,7 +450,7 @@ class MiniVec2Vec(BaseEstimator):
             out["skipped"] = "out of time"
         if out["skipped"] is not None or threshold is None:
             return chosen, out
-        check = self._start_pass(run, -1, seeds.check)
+        check = self._start_pass(run, CHECK_PASS, seeds.check)
         agreement = map_agreement(run.trust_a, passes[chosen].matrix, check.matrix)
         out |= {
             "check_structure_swapped": check.record.structure_swapped,
@@ -562,7 +478,11 @@ class MiniVec2Vec(BaseEstimator):
         assert threshold is not None  # the check ran
         waiting = [check, *(started for started in passes if not started.record.refined)]
         fresh = iter(enumerate(seeds))
-        scales = self._search_scales(min(len(run.a), len(run.b), self.anchors.sample))
+        # New passes alternate two partition scales, search_anchor_clusters first, where the rows hold 4 x as many.
+        scales, other = [self.anchors], self.search_anchor_clusters
+        rows = min(len(run.a), len(run.b), self.anchors.sample)
+        if other is not None and other != self.anchors.n_clusters and rows >= 4 * other:
+            scales.insert(0, dataclasses.replace(self.anchors, n_clusters=int(other)))
         cost = 0  # passes refined by the search that the restarts had not started: the check and new ones
         pairs: dict[tuple[int, int], float] = {}
         while cost < self.agreement_search and not run.budget.spent("in the agreement search"):
@@ -592,21 +512,13 @@ class MiniVec2Vec(BaseEstimator):
         if best < threshold:  # the restarts' choice stands, now among every refined pass; it is flagged
             return self._best(passes, refined), out | {"agreement": max(best, agreement), "compared": compared}
         agreeing = {i for pair, value in pairs.items() if value >= threshold for i in pair}
-        chosen = max(agreeing, key=lambda i: passes[i].final_score)  # ranked every dev pool right
+        chosen = max(agreeing, key=lambda i: passes[i].final_score)
         partner = max(value for pair, value in pairs.items() if chosen in pair)
         return chosen, out | {"agreement": partner, "compared": compared}
 
-    def _search_scales(self, rows: int) -> list[AnchorParams]:
-        """The anchor settings the search's new passes take in turn: ``search_anchor_clusters`` first (a second
-        partition scale is a second chance), where the rows hold 4 x that many clusters."""
-        other = self.search_anchor_clusters
-        if other is not None and other != self.anchors.n_clusters and rows >= 4 * other:
-            return [dataclasses.replace(self.anchors, n_clusters=int(other)), self.anchors]
-        return [self.anchors]
-
     def _agreeing_pairs(self, run: _Run, passes: list[Pass], new: int) -> dict[tuple[int, int], float]:
         """The agreement of pass ``new`` with every other refined pass, among structurally converged ones only
-        (two wrong maps of many may agree by chance; every right pass of the dev pools had converged)."""
+        (two wrong maps of many may agree by chance)."""
         share = self.converged_swap_share
         if passes[new].record.converged(share) is False:
             return {}
@@ -616,39 +528,56 @@ class MiniVec2Vec(BaseEstimator):
             if other != new and candidate.record.refined and candidate.record.converged(share) is not False
         }
 
-    def _label(self, restart: int) -> str:
-        """A pass's name: ``restart i/n``, ``agreement check`` (-1), ``identity start`` (-2), or ``search pass j``."""
-        if restart == IDENTITY_PASS:
-            return "identity start"
-        if restart == RECIPE_PASS:
-            return "paper recipe"
-        if restart < 0:
-            return "agreement check"
-        if restart < self.n_restarts:
-            return f"restart {restart + 1}/{self.n_restarts}"
-        return f"search pass {restart - self.n_restarts}"
+    def _keep(
+        self, run: _Run, anchored: Pass, candidates: dict[str, tuple[CandidateRecord, Pass | None]], seed
+    ) -> tuple[str, Pass, dict[str, Any], dict[str, Any]]:
+        """The map kept (``matrix_``), polished: the anchored passes' choice, or the candidate (the identity's only
+        with ``init="auto"``) whose trust score beats it most, by more than its margin. Returns which was kept, its
+        pass, the polish and the trust check; each candidate's record gains its trust score and lift."""
+        self.matrix_, polish = self._polish(run, anchored, seed)
+        scored = polish["trust_after"] if polish["accepted"] else polish["trust_before"]  # the polish scored it
+        final = run.trust(self.matrix_) if scored is None else scored
+        trust = trust_report(run.trust_a, run.trust_b, final, run.eye, run.rotations, self.trust_margin)
+        eligible: dict[str, float] = {}  # the candidates that may replace it, by trust score
+        for name, (record, candidate) in candidates.items():
+            if candidate is None:
+                continue
+            record.trust = run.trust(candidate.matrix.astype(np.float32))
+            record.lift = (record.trust - final) / max(abs(trust["random_rotation"]), 1e-12)
+            # init="anchors" keeps its map independent of the target's coordinates: the identity only flags there
+            if candidate_beats(record) and (name != "identity" or self.init == "auto"):
+                eligible[name] = record.trust
+        if not eligible:
+            return ("anchors" if self.init != "identity" else "identity"), anchored, polish, trust
+        best = max(eligible, key=eligible.__getitem__)
+        candidate = candidates[best][1]
+        assert candidate is not None
+        self.matrix_, polish = self._polish(run, candidate, seed)
+        final = polish["trust_after"] if polish["accepted"] else eligible[best]
+        trust |= {"final": final, "lift": trust_lift(final, trust["identity"], trust["random_rotation"])}
+        return KEPT_CANDIDATES[best], candidate, polish, trust
 
-    def _row_count_problems(self, n_source: int, n_target: int) -> list[str]:
-        """Warnings for k-means with too few rows per cluster to be trusted (``_check_rows`` refuses fewer)."""
-        per_cluster = 20  # below this, centroids are noise the structure and refine-2 stages then fit
-        fewest = min(n_source, n_target)
-        problems = []
-        for what, rows, clusters in (
-            ("anchors", min(fewest, self.anchors.sample), self.anchors.n_clusters),
-            (
-                "structure",
-                min(fewest, self.structure.sample),
-                self.structure.n_clusters if self.structure.n_iter else 0,
-            ),
-        ):  # not refine-2's centroids: that stage is kept only where it does not lower the score
-            if clusters and rows < per_cluster * clusters:
-                problems.append(
-                    f"{rows} rows for {clusters} {what} clusters (fewer than {per_cluster} a cluster): "
-                    f"too few for the cluster counts to be trustworthy; use more rows or fewer clusters"
-                )
-        return problems
+    def _polish(self, run: _Run, kept: Pass, seed) -> tuple[np.ndarray, dict[str, Any]]:
+        """The kept map, polished by up to ``refine.polish_iter`` more refine-1 steps where its refine-1 ran to
+        its cap still climbing (not with known pairs, which anchor every step already); the best of the polish's
+        own iterates is kept only if the trust score on unseen rows rises."""
+        rp, record = self.refine, kept.record
+        matrix = kept.matrix.astype(np.float32)
+        out: dict[str, Any] = {"ran": False, "iterations": 0, "trust_before": None, "trust_after": None}
+        climbing = record.refined and record.refine1_iterations == rp.n_iter and not record.refine1_stopped_early
+        unpaired = kept.step.pairs is None
+        if rp.polish_iter == 0 or not climbing or not unpaired or run.budget.spent("before polishing the kept map"):
+            return matrix, out | {"accepted": False}
+        step = dataclasses.replace(kept.step, rng=np.random.default_rng(seed))
+        # Patience counts against the polish's own iterates, not its start (a tail average they seldom beat soon).
+        polished, history = self._refine1(run, matrix, step, rp, rp.polish_iter, float("-inf"), "in polishing")
+        polished = polished.astype(np.float32)  # as kept, so its trust score is the fit's (not computed again)
+        before, after = run.trust(matrix), run.trust(polished)
+        accepted = after > before
+        out |= {"ran": True, "iterations": history.iterations, "trust_before": before, "trust_after": after}
+        return (polished if accepted else matrix), out | {"accepted": accepted}
 
-    # -- one pass ----------------------------------------------------------------------------------------------
+    # -- one pass ------------------------------------------------------------------------------------------------
     def _start_pass(
         self,
         run: _Run,
@@ -665,21 +594,17 @@ class MiniVec2Vec(BaseEstimator):
         rng, structure_rng, refine_rng, centroid_rng = (np.random.default_rng(s) for s in seed.spawn(4))
         label = self._label(restart)
         clock = time.perf_counter()
-        ap = anchors or self.anchors
+        ap, rp = anchors or self.anchors, refine or self.refine
         matrix, matched = self._initial_map(run, ap, rng, start, label)
         initial_score = run.score(matrix)
         record = PassRecord(
             label=label,
             nn_similarity=StageScores(initial=initial_score, structure=initial_score),
-            anchor_clusters=ap.n_clusters if matched is not None else None,
-            qap_agreement=float(matched.agreement[matched.kept].mean()) if matched is not None else None,
-            mean_qap_objective=float(matched.objective.mean()) if matched is not None else None,
-            runs_kept=int(matched.kept.sum()) if matched is not None else 0,
-            anchor_consistency_initial=anchor_consistency(matched, matrix) if matched is not None else None,
             stage_seconds={"anchors_and_initial_map": time.perf_counter() - clock},
         )
+        if matched is not None:
+            record.take_anchors(matched, ap.n_clusters, anchor_consistency(matched, matrix))
         clock = time.perf_counter()
-        rp = refine or self.refine
         step = NeighbourStep(
             run.a,
             run.b,
@@ -695,14 +620,40 @@ class MiniVec2Vec(BaseEstimator):
             pair_weight=rp.pair_weight,
         )
         if self.structure.n_iter > 0 and structure_stage:
-            matrix, structure = self._structure(run, matrix, step, initial_score, label)
-            record.nn_similarity.structure = structure.best_score
-            record.structure_iterations = structure.iterations
-            record.structure_scores = structure.scores
-            record.structure_swapped = structure.swapped
+            sp = self.structure
+            with self._progress(f"structure ({label})", sp.n_iter, "iteration") as tick:
+                matrix, structure = refine_by_structure(
+                    matrix,
+                    step,
+                    score=run.score,
+                    n_iter=sp.n_iter,
+                    n_clusters=sp.n_clusters,
+                    n_runs=sp.n_runs,
+                    sample_size=sp.sample,
+                    kmeans_iter=sp.kmeans_iter,
+                    inner_steps=sp.steps,
+                    patience=sp.patience,
+                    tol=self.refine.tol,
+                    stop_swap_share=sp.stop_swap_share,
+                    start_score=initial_score,
+                    precision=self.precision_,
+                    progress=tick,
+                    out_of_time=run.budget.check(f"in the structural refinement ({label})"),
+                )
+            record.take_structure(structure)
         record.stage_seconds["structure"] = time.perf_counter() - clock
         refine_step = dataclasses.replace(step, rng=refine_rng)
         return Pass(restart, record, matrix, matrix, matched, refine_step, centroid_rng, rp)
+
+    def _label(self, restart: int) -> str:
+        """A pass's name, saved in its record."""
+        if restart < 0:
+            return {CHECK_PASS: "agreement check", IDENTITY_PASS: "identity start", RECIPE_PASS: "paper recipe"}[
+                restart
+            ]
+        if restart < self.n_restarts:
+            return f"restart {restart + 1}/{self.n_restarts}"
+        return f"search pass {restart - self.n_restarts}"
 
     def _initial_map(self, run: _Run, ap: AnchorParams, rng, start: np.ndarray | None, label: str):
         """The pass's initial map and its matched anchors (None without them)."""
@@ -711,22 +662,9 @@ class MiniVec2Vec(BaseEstimator):
         if run.known is not None:  # known pairs are better anchors than any matching of cluster shapes
             return procrustes(*run.known), None
         with self._progress(f"anchors ({label})", ap.n_runs, "run") as tick:
+            out_of_time = run.budget.check(f"in the anchor runs ({label})")
             matched = matched_anchors(
-                run.a,
-                run.b,
-                n_runs=ap.n_runs,
-                n_clusters=ap.n_clusters,
-                sample_size=ap.sample,
-                kmeans_iter=ap.kmeans_iter,
-                kmeans_redo=ap.kmeans_redo,
-                qap_method=ap.qap_method,
-                qap_restarts=ap.qap_restarts,
-                keep_fraction=ap.keep,
-                kernel=ap.kernel,
-                precision=self.precision_,
-                rng=rng,
-                progress=tick,
-                out_of_time=run.budget.check(f"in the anchor runs ({label})"),
+                run.a, run.b, ap, rng=rng, precision=self.precision_, progress=tick, out_of_time=out_of_time
             )
         rows = rng.choice(len(run.a), min(ap.n_pseudo_pairs, len(run.a)), replace=False)
         matrix = initial_map(
@@ -734,49 +672,24 @@ class MiniVec2Vec(BaseEstimator):
         )
         return matrix, matched
 
-    def _structure(self, run: _Run, matrix, step: NeighbourStep, initial_score: float, label: str):
-        sp = self.structure
-        with self._progress(f"structure ({label})", sp.n_iter, "iteration") as tick:
-            return refine_by_structure(
-                matrix,
-                step,
-                score=run.score,
-                n_iter=sp.n_iter,
-                n_clusters=sp.n_clusters,
-                n_runs=sp.n_runs,
-                sample_size=sp.sample,
-                kmeans_iter=sp.kmeans_iter,
-                inner_steps=sp.steps,
-                patience=sp.patience,
-                tol=self.refine.tol,
-                stop_swap_share=sp.stop_swap_share,
-                start_score=initial_score,
-                precision=self.precision_,
-                progress=tick,
-                out_of_time=run.budget.check(f"in the structural refinement ({label})"),
-            )
-
     def _finish_pass(self, run: _Run, started: Pass, *, centroid_stage: bool = True) -> None:
         """The rest of a pass: refine-1 -> refine-2 (unless ``centroid_stage`` is False), into its record."""
         record, seconds, rp = started.record, started.record.stage_seconds, started.refine
         where = f"({record.label})"
         clock = time.perf_counter()
         with self._progress(f"refine {where}", rp.n_iter, "iteration") as tick:
+            start_score = record.nn_similarity.structure
             matrix, history = self._refine1(
-                run,
-                started.matrix,
-                started.step,
-                rp=rp,
-                n_iter=rp.n_iter,
-                start_score=record.nn_similarity.structure,
-                where=f"in refine-1 {where}",
-                progress=tick,
+                run, started.matrix, started.step, rp, rp.n_iter, start_score, f"in refine-1 {where}", tick
             )
         seconds["refine1"] = time.perf_counter() - clock
         clock = time.perf_counter()
         centroid_score, accepted = None, False
         if centroid_stage and rp.centroid_clusters > 0 and not run.budget.spent(f"before refine-2 {where}"):
-            candidate = self._refine2(started, matrix)
+            step, seed = started.step, int(started.centroid_rng.integers(2**31))
+            candidate = refine_by_centroids(
+                step.source, step.target, matrix, rp, seed=seed, precision=self.precision_, pairs=step.pairs
+            )
             centroid_score = run.score(candidate)
             # Accepted unless it makes the label-free score worse: refinement may not undo a good map.
             if centroid_score >= history.best_score - rp.tol:
@@ -785,24 +698,12 @@ class MiniVec2Vec(BaseEstimator):
         seconds["refine2"] = time.perf_counter() - clock
         logger.info("%s: nn-similarity %.4f -> %.4f", record.label, record.nn_similarity.initial, final_score)
         started.matrix = matrix
-        record.nn_similarity.refine1 = history.best_score
-        record.nn_similarity.refine2 = centroid_score
-        record.nn_similarity.final = final_score
-        record.refined = True
+        record.take_refinement(history, centroid_score, final_score, accepted)
         if started.anchors is not None:
             record.anchor_consistency_final = anchor_consistency(started.anchors, matrix)
-        record.refine1_iterations = history.iterations
-        record.refine1_best_iteration = history.best_iteration
-        record.refine1_stopped_early = history.stopped_early
-        record.refine1_scores = history.scores
-        record.refine1_average_score = history.average_score
-        record.refine1_averaged = history.averaged
-        record.refine2_accepted = accepted
 
-    def _refine1(self, run: _Run, matrix, step, *, n_iter: int, start_score, where: str, progress=None, rp=None):
-        """Refine-1 with ``rp`` (this aligner's settings by default), for ``n_iter`` steps (a pass's refine-1, or
-        the polish)."""
-        rp = rp or self.refine
+    def _refine1(self, run: _Run, matrix, step, rp: RefineParams, n_iter: int, start_score, where: str, tick=None):
+        """Refine-1 with ``rp`` for ``n_iter`` steps: a pass's refine-1, or the polish."""
         return refine_by_neighbours(
             matrix,
             step,
@@ -813,40 +714,20 @@ class MiniVec2Vec(BaseEstimator):
             start_score=start_score,
             average=rp.average,
             score_every=rp.score_every,
-            progress=progress,
+            progress=tick,
             out_of_time=run.budget.check(where),
         )
 
-    def _refine2(self, started: Pass, matrix: np.ndarray) -> np.ndarray:
-        rp = started.refine
-        return refine_by_centroids(
-            started.step.source,
-            started.step.target,
-            matrix,
-            n_clusters=rp.centroid_clusters,
-            kmeans_iter=rp.centroid_kmeans_iter,
-            alpha=rp.centroid_alpha,
-            orthogonalize=rp.orthogonalize,
-            seed=int(started.centroid_rng.integers(2**31)),
-            precision=self.precision_,
-            pairs=started.step.pairs,
-            pair_weight=rp.pair_weight,
-        )
-
+    @contextlib.contextmanager
     def _progress(self, description: str, total: int, unit: str):
-        """A context manager yielding ``tick(done, total)`` (None unless ``verbose``) over a
-        :class:`~subspaces.progress.Progress` named ``align fit: <description>``."""
+        """Yields ``tick(done, total)`` over a :class:`~subspaces.progress.Progress` (None unless ``verbose``)."""
+        if not self.verbose:
+            yield None
+            return
+        with Progress(total, f"align fit: {description}", unit=unit) as shown:
+            yield lambda done, _total: shown.update(done - shown.n)
 
-        @contextlib.contextmanager
-        def bar():
-            if not self.verbose:
-                yield None
-                return
-            with Progress(total, f"align fit: {description}", unit=unit) as shown:
-                yield lambda done, _total: shown.update(done - shown.n)
-
-        return bar()
-
+    # -- use ----------------------------------------------------------------------------------------------------
     def _check_fitted(self) -> None:
         if not hasattr(self, "matrix_"):
             raise SubspacesError("this MiniVec2Vec is not fitted yet; call fit() or MiniVec2Vec.load()")
@@ -876,7 +757,6 @@ class MiniVec2Vec(BaseEstimator):
     def fit_transform(self, source: np.ndarray, target: np.ndarray) -> np.ndarray:
         return self.fit(source, target).transform(source)
 
-    # -- persistence -------------------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write ``state.npz`` (map, means) and ``aligner.json`` (parameters, diagnostics) into folder ``path``.
 
@@ -906,8 +786,8 @@ class MiniVec2Vec(BaseEstimator):
         config, state_bytes = read_state_folder(path, CONFIG_FILE, versions=(FORMAT_VERSION,), written_by="align fit")
         try:
             aligner = cls.from_params(config["params"])
-            aligner.n_features_in_ = int(config["n_features_in"])
-            aligner.n_features_out_ = int(config["n_features_out"])
+            aligner.n_features_in_ = d_in = int(config["n_features_in"])
+            aligner.n_features_out_ = d_out = int(config["n_features_out"])
             aligner.fit_seconds_ = float(config["fit_seconds"])
         except (KeyError, TypeError, ValueError, SubspacesError) as exc:
             raise DataError(f"not an aligner config ({type(exc).__name__}: {exc})", path=config_path) from exc
@@ -924,15 +804,8 @@ class MiniVec2Vec(BaseEstimator):
             "source_mean": aligner.source_mean_.shape,
             "target_mean": aligner.target_mean_.shape,
         }
-        if shapes != {
-            "matrix": (aligner.n_features_in_, aligner.n_features_out_),
-            "source_mean": (aligner.n_features_in_,),
-            "target_mean": (aligner.n_features_out_,),
-        }:
-            raise DimensionError(
-                f"{state_path}: shapes {shapes} do not fit the config's "
-                f"{aligner.n_features_in_} -> {aligner.n_features_out_} dimensions"
-            )
+        if shapes != {"matrix": (d_in, d_out), "source_mean": (d_in,), "target_mean": (d_out,)}:
+            raise DimensionError(f"{state_path}: shapes {shapes} do not fit the config's {d_in} -> {d_out} dimensions")
         aligner.diagnostics_ = config.get("diagnostics", {})
         aligner.precision_ = aligner.diagnostics_.get("precision", "float32")
         return aligner
@@ -941,15 +814,15 @@ class MiniVec2Vec(BaseEstimator):
 @dataclasses.dataclass
 class _Seeds:
     """One independent stream per pass and per stage: how far one stage ran (its stopping rule reads scores, which
-    carry the BLAS kernel's rounding) must not shift any later draw. The check's, search's, polish's and identity
-    candidate's streams come last, so the passes' are those of a fit without them."""
+    carry the BLAS kernel's rounding) must not shift any later draw. The check's, search's, polish's and
+    candidates' streams come last, so the passes' are those of a fit without them."""
 
     setup: np.random.SeedSequence
     passes: list[np.random.SeedSequence]
     check: np.random.SeedSequence
     search: list[np.random.SeedSequence]
     polish: np.random.SeedSequence
-    reference: np.random.SeedSequence
+    identity: np.random.SeedSequence
     recipe: np.random.SeedSequence
 
     @classmethod
@@ -985,16 +858,8 @@ class _Run:
         return trust_score(self.trust_a, self.trust_b, matrix)
 
 
-def _kept_why(kept: str, trust: dict[str, Any], reference: dict[str, Any], recipe: dict[str, Any]) -> str:
-    """One sentence for ``diagnostics_["kept_why"]``: which map was kept, and the trust scores that chose it."""
-    scores = [
-        f"{name} {record['trust']:.4f} ({record['lift']:+.2f} x chance against the anchored map)"
-        for name, record in (("identity candidate", reference), ("paper recipe", recipe))
-        if record.get("trust") is not None
-    ]
-    margin = f"a candidate replaces the anchored map above +{IDENTITY_REFERENCE_MARGIN:g} x chance"
-    listed = f"; candidates' CSLS trust: {', '.join(scores)}; {margin}" if scores else "; no candidate ran"
-    return f"kept: {kept}, CSLS trust {trust['final']:.4f} (chance {trust['random_rotation']:.4f}){listed}"
+def _is_int(value: Any, low: int) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and bool(value >= low)
 
 
 def _plain(value: Any) -> Any:

@@ -15,6 +15,7 @@ import numpy as np
 import scipy.sparse
 
 from subspaces.align.matching import gram_factor, match_centroids
+from subspaces.align.params import AnchorParams
 from subspaces.align.precision import torch_dtype
 from subspaces.align.preprocess import normalize_rows
 
@@ -161,14 +162,6 @@ class AnchorSet:
     objective: np.ndarray  # (n_runs,) QAP objective of each run
     kept: np.ndarray  # (n_runs,) bool, runs pooled into the anchors
 
-    @property
-    def n_runs(self) -> int:
-        return len(self.agreement)
-
-    def runs(self) -> list[np.ndarray]:
-        """Row indices of each kept run's anchors."""
-        return [np.flatnonzero(self.run == r) for r in np.flatnonzero(self.kept)]
-
 
 def sample_draws(
     rng: np.random.Generator, n_source: int, n_target: int, sample_size: int, n_runs: int
@@ -188,46 +181,27 @@ def sample_draws(
 def matched_anchors(
     source: np.ndarray,
     target: np.ndarray,
+    params: AnchorParams,
     *,
-    n_runs: int = 30,
-    n_clusters: int = 20,
-    sample_size: int = 10_000,
-    kmeans_iter: int = 25,
-    kmeans_redo: int = 1,
-    qap_method: str = "faq",
-    qap_restarts: int = 30,
-    keep_fraction: float = 1.0,
-    kernel: str = "cosine",
-    precision: str = "float32",
     rng: np.random.Generator,
-    progress=None,
+    precision: str = "float32",
+    progress: Callable[[int, int], None] | None = None,
     out_of_time: Callable[[], bool] | None = None,
 ) -> AnchorSet:
-    """Pool the matched centroids of ``n_runs`` k-means runs, keeping the best ``keep_fraction`` by agreement;
-    fewer runs once ``out_of_time()`` says so (checked after each run's matching, so at least one is matched; the
-    k-means of all runs come first, batched). ``precision``: the k-means products' (:func:`kmeans_runs`).
-
-    ``kernel``: what the quadratic assignment compares (:class:`~subspaces.align.params.AnchorParams`).
-    """
-    if kernel not in ("cosine", "gram"):
-        raise ValueError(f"unknown anchor kernel {kernel!r}; use 'cosine' or 'gram'")
+    """Pool the matched centroids of ``params.n_runs`` k-means runs, keeping the best ``params.keep`` fraction by
+    agreement; fewer runs once ``out_of_time()`` says so (checked after each run's matching, so at least one is
+    matched; the k-means of all runs come first, batched). ``precision``: the k-means products'."""
+    n_runs, n_clusters = params.n_runs, params.n_clusters
     src, tgt, runs, agreements, objectives = [], [], [], [], []
-    # Every run's samples and k-means first, in one batched k-means per space; then the matchings, one run at a time.
-    draws = sample_draws(rng, len(source), len(target), sample_size, n_runs)
-    settings: dict[str, Any] = {"n_iter": kmeans_iter, "n_redo": kmeans_redo, "precision": precision}
+    draws = sample_draws(rng, len(source), len(target), params.sample, n_runs)
+    settings: dict[str, Any] = {"n_iter": params.kmeans_iter, "n_redo": params.kmeans_redo, "precision": precision}
     source_centroids = kmeans_runs(source, [d[0] for d in draws], n_clusters, seeds=[d[2] for d in draws], **settings)
     target_centroids = kmeans_runs(target, [d[1] for d in draws], n_clusters, seeds=[d[3] for d in draws], **settings)
     for run, ((rows_a, rows_b, _, _), ca, cb) in enumerate(zip(draws, source_centroids, target_centroids, strict=True)):
-        if kernel == "gram":
-            match = match_centroids(
-                gram_factor(cluster_means(source[rows_a], ca)),
-                gram_factor(cluster_means(target[rows_b], cb)),
-                method=qap_method,
-                n_restarts=qap_restarts,
-                rng=rng,
-            )
-        else:
-            match = match_centroids(ca, cb, method=qap_method, n_restarts=qap_restarts, rng=rng)
+        shapes = (ca, cb)
+        if params.kernel == "gram":
+            shapes = (gram_factor(cluster_means(source[rows_a], ca)), gram_factor(cluster_means(target[rows_b], cb)))
+        match = match_centroids(*shapes, method=params.qap_method, n_restarts=params.qap_restarts, rng=rng)
         src.append(ca)
         tgt.append(cb[match.permutation])
         runs.append(np.full(n_clusters, run))
@@ -239,7 +213,7 @@ def matched_anchors(
             break
     n_runs = len(agreements)
     agreement = np.asarray(agreements)
-    n_keep = max(1, int(round(keep_fraction * n_runs)))
+    n_keep = max(1, int(round(params.keep * n_runs)))
     kept = np.zeros(n_runs, dtype=bool)
     kept[np.argsort(-agreement, kind="stable")[:n_keep]] = True
     run_of = np.concatenate(runs)

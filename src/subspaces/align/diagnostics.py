@@ -56,7 +56,7 @@ def cross_similarities(source_probe: np.ndarray, target_probe: np.ndarray, matri
     return normalize_rows(source_probe @ matrix) @ target_probe.T
 
 
-TRUST_K = 5  # CSLS neighbours of the trust score: 5 separated good from bad maps best on the dev pool (of 5-50)
+TRUST_K = 5  # CSLS neighbours of the trust score
 
 
 def csls_score(sims: np.ndarray, k: int = TRUST_K) -> float:

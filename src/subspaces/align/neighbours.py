@@ -25,8 +25,7 @@ class NeighbourIndex:
     is scanned on its top ``shortlist_dims`` uncentred principal axes, and a query's ``shortlist_factor * k`` best
     (at least :data:`MIN_SHORTLIST`) are re-ranked exactly; ``shortlist_dims`` >= the rows' dimension is exact.
     ``precision``: the exact search ranks by a bfloat16 or float32 product (:mod:`subspaces.align.precision`) and
-    returns float32 similarities; the approximate searches are faiss's, in float32. Figures:
-    ``benchmarks/notes/align.md``, "Search speed, and earlier runs" and "A CPU without native bfloat16".
+    returns float32 similarities; the approximate searches are faiss's, in float32.
     """
 
     def __init__(

@@ -157,7 +157,7 @@ class RefineParams(StageParams):
     orthogonal maps (the paper lets it drift). The structural stage's inner steps use these settings too. With
     known pairs (``fit(..., pairs=...)``) each pair weighs ``pair_weight`` neighbour-mean pairs in every step.
     ``polish_iter``: more refine-1 steps on the kept map where its refine-1 was still climbing at its cap, kept only
-    if the trust score rises (0: never; docs/align.md). Evidence: ``benchmarks/notes/align.md``, "Reading the aligner".
+    if the trust score rises (0: never).
     """
 
     stage: ClassVar[str] = "refine"
@@ -181,7 +181,7 @@ class RefineParams(StageParams):
 @dataclass(frozen=True, repr=False)
 class SearchParams(StageParams):
     """Neighbour search and the label-free score: ``ann_lists`` IVF cells (0 = exact; IVF is cheaper per search
-    but up to 3 points of top-1 worse, benchmarks/notes/align.md), ``ann_probe`` cells visited per query;
+    but less accurate), ``ann_probe`` cells visited per query;
     ``shortlist_dims`` principal axes a shortlist is scanned on (0 = exact), ``shortlist_factor`` x k candidates
     re-ranked exactly (:class:`subspaces.align.neighbours.NeighbourIndex`; one approximate search at a time);
     ``probe_size`` rows of each space scored; ``precision`` the float type of the exact search's and k-means'

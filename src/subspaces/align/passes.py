@@ -1,5 +1,6 @@
 """A pass of the fit (anchors -> initial map -> structure -> refine-1 -> refine-2) as typed records: what is
-saved of it (:class:`PassRecord`, under ``diagnostics_["restarts"]``) and what its later stages need (:class:`Pass`)."""
+saved of it (:class:`PassRecord`, under ``diagnostics_["restarts"]``), what its later stages need (:class:`Pass`),
+and a candidate map's record (:class:`CandidateRecord`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import numpy as np
 
 from subspaces.align.anchors import AnchorSet
 from subspaces.align.params import RefineParams
-from subspaces.align.refine import NeighbourStep
+from subspaces.align.refine import NeighbourStep, RefineHistory, StructureHistory
+from subspaces.align.verify import IDENTITY_REFERENCE_MARGIN
 
 
 @dataclass
@@ -57,8 +59,44 @@ class PassRecord:
             return None
         return self.structure_swapped[-1] <= swap_share
 
+    def take_anchors(self, matched: AnchorSet, n_clusters: int, consistency: float) -> None:
+        self.anchor_clusters, self.runs_kept = n_clusters, int(matched.kept.sum())
+        self.qap_agreement = float(matched.agreement[matched.kept].mean())
+        self.mean_qap_objective = float(matched.objective.mean())
+        self.anchor_consistency_initial = consistency
+
+    def take_structure(self, history: StructureHistory) -> None:
+        self.nn_similarity.structure = history.best_score
+        self.structure_iterations, self.structure_scores = history.iterations, history.scores
+        self.structure_swapped = history.swapped
+
+    def take_refinement(self, history: RefineHistory, refine2: float | None, final: float, accepted: bool) -> None:
+        self.refined, self.refine2_accepted = True, accepted
+        scores = self.nn_similarity
+        scores.refine1, scores.refine2, scores.final = history.best_score, refine2, final
+        for name in ("iterations", "best_iteration", "stopped_early", "scores", "average_score", "averaged"):
+            setattr(self, f"refine1_{name}", getattr(history, name))
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass
+class CandidateRecord:
+    """A candidate map's record (``diagnostics_["identity_reference"]``, ``["recipe_candidate"]``)."""
+
+    trust: float | None = None
+    nn_similarity: float | None = None
+    lift: float | None = None  # its trust score's lead over the anchored map's, in units of chance level
+    seconds: float | None = None
+    skipped: str | None = None  # why it did not run
+    margin: float = IDENTITY_REFERENCE_MARGIN
+    cut_short: bool = False  # the budget ran out during it
+    stage_seconds: dict[str, float] | None = None  # the paper recipe's, once run
+
+    def to_dict(self) -> dict[str, Any]:
+        record = dataclasses.asdict(self)
+        return record if self.stage_seconds is not None else {k: v for k, v in record.items() if k != "stage_seconds"}
 
 
 @dataclass

@@ -5,8 +5,7 @@ unless asked otherwise, and why).
 Both only *rank*; the values kept (neighbour means, centroids, returned similarities) are recomputed in float32.
 The search's product (:func:`rank_product`) runs in bfloat16 in torch, or in float32 in numpy's BLAS in fixed
 blocks of :data:`BLOCK_ROWS` query rows, each on one BLAS thread, so the bits are the same at any thread count
-(``fit`` holds BLAS to one thread). The k-means products stay torch's in both types. Figures:
-``benchmarks/notes/align.md``, "A CPU without native bfloat16".
+(``fit`` holds BLAS to one thread). The k-means products stay torch's in both types.
 """
 
 from __future__ import annotations
@@ -18,9 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from subspaces.numerics import native_bfloat16, resolve
-
-__all__ = ["BLOCK_ROWS", "blocked_product", "native_bfloat16", "rank_columns", "rank_product", "resolve", "torch_dtype"]
+from subspaces.numerics import resolve
 
 
 def torch_dtype(precision: str | None):

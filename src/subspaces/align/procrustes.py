@@ -28,10 +28,9 @@ def nearest_orthogonal(w: np.ndarray) -> np.ndarray:
 def polar_factor(m: np.ndarray) -> np.ndarray:
     """``U V^T`` of ``m = U S V^T`` (float32), from LAPACK's divide-and-conquer SVD in float32.
 
-    ``m`` comes from float32 rows, so a float64 SVD would only cost more (``benchmarks/notes/align.md``, "Float32
-    polar factors"). Where divide-and-conquer does not converge or returns non-finite factors (nearly equal or
-    repeated singular values), the QR-iteration SVD (``gesvd``) in float64. NaN or inf in ``m``: scipy's
-    ``ValueError``."""
+    ``m`` comes from float32 rows, so a float64 SVD would only cost more. Where divide-and-conquer does not
+    converge or returns non-finite factors (nearly equal or repeated singular values), the QR-iteration SVD
+    (``gesvd``) in float64. NaN or inf in ``m``: scipy's ``ValueError``."""
     from scipy.linalg import LinAlgError, svd
 
     m = np.asarray(m)

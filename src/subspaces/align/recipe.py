@@ -1,5 +1,5 @@
 """The paper's own stages as one candidate pass of the fit: the author's notebook's settings, on the library's
-kernels (``benchmarks/align_paper_recipe.py`` is the notebook itself, the reference the fit is timed against).
+kernels.
 
 Anchors: 30 runs of ``k``-means with 20 clusters on 10,000-row samples, matched by 2-opt QAP (30 starts) on the
 double-centred Gram matrices of the raw cluster means; the initial map from relative representations (50
@@ -32,6 +32,4 @@ RECIPE_REFINE = RefineParams(
 # The notebook's 500 refine-2 centroids and 10,000-row anchor samples are sized for pools of thousands; below
 # this many rows a side the candidate is not run (it would cluster a handful of rows per centroid).
 RECIPE_MIN_ROWS = 4000
-# The whole fit's bound, in units of the recipe candidate's own time: within the notebook's own time
-# (benchmarks/notes/align.md, "Twenty-first session").
-RECIPE_BUDGET = 2.5
+RECIPE_BUDGET = 2.5  # the whole fit's bound, in units of the recipe candidate's own time

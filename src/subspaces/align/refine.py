@@ -25,6 +25,7 @@ import numpy as np
 from subspaces.align.anchors import kmeans, kmeans_runs, sample_draws
 from subspaces.align.matching import swap_local_search
 from subspaces.align.neighbours import NeighbourIndex, neighbour_means
+from subspaces.align.params import RefineParams
 from subspaces.align.preprocess import normalize_rows
 from subspaces.align.procrustes import nearest_orthogonal, procrustes
 
@@ -153,7 +154,7 @@ def refine_by_neighbours(
 ) -> tuple[np.ndarray, RefineHistory]:
     """Refine-1: ``step`` up to ``n_iter`` times; the best map by ``score`` and the score history. With
     ``average`` the mean of the last half of the iterates (orthogonalised when the step is) replaces the best single
-    iterate if it scores higher: late iterates scatter around the fixed point (``benchmarks/notes/align.md``).
+    iterate if it scores higher: late iterates scatter around the fixed point.
     """
     history = RefineHistory()
     tail: deque[np.ndarray] = deque()  # the last ceil(t / 2) of the t iterates so far: older ones are never averaged
@@ -287,26 +288,24 @@ def refine_by_centroids(
     source: np.ndarray,
     target: np.ndarray,
     matrix: np.ndarray,
+    params: RefineParams,
     *,
-    n_clusters: int = 500,
-    kmeans_iter: int = 25,
-    alpha: float = 0.5,
-    orthogonalize: bool = True,
     seed: int = 0,
     precision: str = "float32",
     pairs: tuple[np.ndarray, np.ndarray] | None = None,
-    pair_weight: float = 1.0,
 ) -> np.ndarray:
-    """Refine-2: Procrustes on source centroids and the target centroids seeded at their images; one blend.
-    Known ``pairs`` join the fit as in refine-1, each weighing ``pair_weight`` centroid pairs (without them a
-    nearly shapeless space's centroid pairs could pull a map the pairs had fixed away from it)."""
-    n_clusters = min(n_clusters, len(source) // 2, len(target) // 2)
+    """Refine-2: Procrustes on ``params.centroid_clusters`` source centroids and the target centroids seeded at
+    their images; one blend. Known ``pairs`` join the fit as in refine-1, each weighing ``params.pair_weight``
+    centroid pairs (without them a nearly shapeless space's centroid pairs could pull a map the pairs had fixed)."""
+    n_clusters = min(params.centroid_clusters, len(source) // 2, len(target) // 2)
+    kmeans_iter = params.centroid_kmeans_iter
     source_centroids = kmeans(source, n_clusters, n_iter=kmeans_iter, seed=seed, precision=precision)
     seeded = normalize_rows(source_centroids @ matrix)
     target_centroids = kmeans(target, n_clusters, n_iter=kmeans_iter, seed=seed, init=seeded, precision=precision)
     weights = None
     if pairs is not None:
-        weights = np.concatenate([np.ones(n_clusters), np.full(len(pairs[0]), pair_weight)])
+        weights = np.concatenate([np.ones(n_clusters), np.full(len(pairs[0]), params.pair_weight)])
         source_centroids = np.concatenate([source_centroids, pairs[0]])
         target_centroids = np.concatenate([target_centroids, pairs[1]])
-    return blend(matrix, procrustes(source_centroids, target_centroids, weights), alpha, orthogonalize)
+    new = procrustes(source_centroids, target_centroids, weights)
+    return blend(matrix, new, params.centroid_alpha, params.orthogonalize)

@@ -24,22 +24,6 @@ def relative_representation(x: np.ndarray, anchors: np.ndarray) -> np.ndarray:
     return normalize_rows(rel - rel.mean(axis=0, keepdims=True))
 
 
-def relative_pseudo_pairs(
-    source: np.ndarray,
-    target: np.ndarray,
-    source_anchors: np.ndarray,
-    target_anchors: np.ndarray,
-    *,
-    k: int = 50,
-    precision: str = "float32",
-) -> np.ndarray:
-    """For each source row, the mean of its ``k`` nearest target rows in the shared relative space (searched in
-    ``precision``)."""
-    rel_source = relative_representation(source, source_anchors)
-    rel_target = relative_representation(target, target_anchors)
-    return neighbour_means(rel_source, rel_target, target, k, precision=precision)
-
-
 def initial_map(
     source: np.ndarray,
     target: np.ndarray,
@@ -49,6 +33,9 @@ def initial_map(
     k: int = 50,
     precision: str = "float32",
 ) -> np.ndarray:
-    """Orthogonal Procrustes from the source rows to their relative-space pseudo-pairs."""
-    pseudo = relative_pseudo_pairs(source, target, source_anchors, target_anchors, k=k, precision=precision)
+    """Orthogonal Procrustes from the source rows to their pseudo-pairs: the mean of each one's ``k`` nearest target
+    rows in the shared relative space (searched in ``precision``)."""
+    rel_source = relative_representation(source, source_anchors)
+    rel_target = relative_representation(target, target_anchors)
+    pseudo = neighbour_means(rel_source, rel_target, target, k, precision=precision)
     return procrustes(source, normalize_rows(pseudo))

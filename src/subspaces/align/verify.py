@@ -7,16 +7,19 @@ problems and confidence. Orchestration (which passes run) is :mod:`.aligner`'s; 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from subspaces.align.diagnostics import TRUST_K, cross_similarities, csls_score
 from subspaces.align.preprocess import normalize_rows
 
+if TYPE_CHECKING:
+    from subspaces.align.params import AnchorParams, StructureParams
+    from subspaces.align.passes import CandidateRecord
+
 TRUST_ROWS = 4096  # rows of each side the trust score compares (the cost of CSLS grows with their square)
-# How far (x chance level) the identity candidate's trust score must beat the fitted map's to replace (init="auto")
-# or flag (init="anchors") it; chosen on the dev pools (benchmarks/notes/align.md, "Reading the aligner").
+# How far (x chance level) a candidate's trust score must beat the anchored map's to replace or flag it.
 IDENTITY_REFERENCE_MARGIN = 0.25
 
 
@@ -28,9 +31,7 @@ def map_agreement(rows: np.ndarray, first: np.ndarray, second: np.ndarray) -> fl
 
 def trust_score(source_probe: np.ndarray, target_probe: np.ndarray, matrix: np.ndarray) -> float:
     """The label-free score the trust check uses: :func:`csls_score` of the mapped source rows among the target
-    rows. Chosen on the dev pool (``benchmarks/align_protocol.py trust-check``) over the plain neighbour
-    similarity, the mutual-neighbour rate and the k-NN mixing, which all scored wrong fitted maps at or above the
-    supervised ceiling; score it on rows the fit's stopping rules did not see, as those rules climb their own."""
+    rows; score it on rows the fit's stopping rules did not see, as those rules climb their own."""
     return csls_score(cross_similarities(source_probe, target_probe, matrix))
 
 
@@ -69,7 +70,7 @@ PAIRED_TOP1_FLOOR = 0.5  # the protocol's line between a broken map and a usable
 def paired_top1(source: np.ndarray, target: np.ndarray, matrix: np.ndarray) -> float:
     """Share of known pairs whose mapped source row has its own target row as nearest among the pairs' targets
     (a tie counts as found, so a pair file that repeats a text loses nothing). Ties within 1e-5: the BLAS may give
-    one dot product two roundings at two places of a product (OpenBLAS on an AMD AVX2 CPU did)."""
+    one dot product two roundings at two places of a product."""
     sims = cross_similarities(source, target, matrix)
     return float((np.diagonal(sims) >= sims.max(axis=1) - 1e-5).mean())
 
@@ -125,10 +126,39 @@ def trust_report(
     }
 
 
-def candidate_beats(record: dict[str, Any]) -> bool:
+def candidate_beats(record: CandidateRecord) -> bool:
     """Whether a candidate's (the identity's, the paper recipe's) trust score beats the anchored map's by more than
     the margin."""
-    return record["lift"] is not None and record["lift"] > IDENTITY_REFERENCE_MARGIN
+    return record.lift is not None and record.lift > IDENTITY_REFERENCE_MARGIN
+
+
+def row_count_problems(anchors: AnchorParams, structure: StructureParams, n_source: int, n_target: int) -> list[str]:
+    """Warnings for k-means with too few rows per cluster to be trusted (fewer than 4 a cluster are refused)."""
+    per_cluster = 20  # below this, centroids are noise the structure and refine-2 stages then fit
+    fewest = min(n_source, n_target)
+    problems = []
+    for what, rows, clusters in (  # not refine-2's centroids: that stage is kept only where it does not lower the score
+        ("anchors", min(fewest, anchors.sample), anchors.n_clusters),
+        ("structure", min(fewest, structure.sample), structure.n_clusters if structure.n_iter else 0),
+    ):
+        if clusters and rows < per_cluster * clusters:
+            problems.append(
+                f"{rows} rows for {clusters} {what} clusters (fewer than {per_cluster} a cluster): "
+                f"too few for the cluster counts to be trustworthy; use more rows or fewer clusters"
+            )
+    return problems
+
+
+def kept_why(kept: str, trust: dict[str, Any], reference: CandidateRecord, recipe: CandidateRecord) -> str:
+    """One sentence for ``diagnostics_["kept_why"]``: which map was kept, and the trust scores that chose it."""
+    scores = [
+        f"{name} {record.trust:.4f} ({record.lift:+.2f} x chance against the anchored map)"
+        for name, record in (("identity candidate", reference), ("paper recipe", recipe))
+        if record.trust is not None and record.lift is not None
+    ]
+    margin = f"a candidate replaces the anchored map above +{IDENTITY_REFERENCE_MARGIN:g} x chance"
+    listed = f"; candidates' CSLS trust: {', '.join(scores)}; {margin}" if scores else "; no candidate ran"
+    return f"kept: {kept}, CSLS trust {trust['final']:.4f} (chance {trust['random_rotation']:.4f}){listed}"
 
 
 def verdict(
@@ -141,8 +171,8 @@ def verdict(
     agreement: dict[str, Any],
     paired: dict[str, Any] | None,
     trust: dict[str, Any],
-    reference: dict[str, Any],
-    candidate: dict[str, Any] | None = None,
+    reference: CandidateRecord,
+    candidate: CandidateRecord | None = None,
 ) -> tuple[list[str], float | None]:
     """The problems found with the kept map (``earlier`` ones first; each a sentence for a warning) and its
     confidence in [0, 1] (0 when a problem was found): the agreement with an independent pass where it was
@@ -171,7 +201,7 @@ def verdict(
         problems.append(
             f"a map refined from the identity (the vectors left as they are, then refine-1) "
             f"scores clearly higher than the fitted map on the label-free score (CSLS "
-            f"{reference['trust']:.4f} against {trust['final']:.4f}; chance level {trust['random_rotation']:.4f}): "
+            f"{reference.trust:.4f} against {trust['final']:.4f}; chance level {trust['random_rotation']:.4f}): "
             f"the two models probably share coordinates and the fitted map is in a worse basin. Refit with "
             f"init='identity' (--init identity), or check the pair on a few paired texts."
         )
@@ -185,7 +215,8 @@ def verdict(
         )
     confidence = 1.0 - swapped[-1] if swapped else None
     if not anchored:  # the kept candidate's lead over the anchored map, in units of chance level, capped
-        confidence = min(float(candidate["lift"]), 1.0)
+        assert candidate.lift is not None
+        confidence = min(float(candidate.lift), 1.0)
     elif agreement["agreement"] is not None:
         confidence = min(max(agreement["agreement"], 0.0), 1.0)
     elif judged is not None:
