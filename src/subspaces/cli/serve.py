@@ -4,34 +4,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import DEVICE, DeviceOpt, ThreadsOpt, console, given, recipe_options, user_errors
+from subspaces.cli.common import ThreadsOpt, console, given, recipe_options, user_errors
 from subspaces.cli.groups import app
 from subspaces.errors import SubspacesError
-from subspaces.models.backends import AUTO, BACKENDS, DTYPES, PRECISIONS
+from subspaces.models.backends import AUTO
 from subspaces.models.registry import check_model
 from subspaces.serve.settings import ServeSettings, read_api_key
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
-ServeBackendOpt = Annotated[
-    Literal[(*BACKENDS, AUTO)],  # type: ignore[valid-type]
-    typer.Option(
-        help="auto: the fastest measured on this kind of CPU (OpenVINO's static int8 graph where the CPU has VNNI/AMX "
-        "and the openvino extra is installed, else torch in bfloat16 where native, else ONNX Runtime's int8 graph; "
-        "torch with --dtype or --precision fp32); or torch, onnx, openvino."
-    ),
-]
-ServePrecisionOpt = Annotated[
-    Optional[Literal[PRECISIONS]],  # type: ignore[valid-type]
-    typer.Option(help="fp32 or int8 (int8: an exported graph); default: the backend's (fp32), or auto's pick."),
-]
-ServeDtypeOpt = Annotated[
-    Optional[Literal[DTYPES]],  # type: ignore[valid-type]
-    typer.Option(help="What torch runs in (auto: bfloat16 where native); default float32, or auto's pick."),
-]
 
 
 @app.command("serve")
@@ -52,10 +36,6 @@ def serve_cmd(
     document_prompt: Annotated[
         Optional[str], typer.Option(help="The prompt named 'document' (over the model folder's own prompts).")
     ] = None,
-    device: DeviceOpt = DEVICE,
-    backend: ServeBackendOpt = AUTO,
-    precision: ServePrecisionOpt = None,
-    dtype: ServeDtypeOpt = None,
     threads: ThreadsOpt = None,
     stay_up_on_error: Annotated[
         bool,
@@ -102,11 +82,9 @@ def serve_cmd(
     if given(ctx, "max_body_mb") and not max_body_mb > 0:
         raise SubspacesError(f"--max-body-mb must be positive, got {max_body_mb}")
     # The options declared here win over --config where given on the command line.
-    runtime = {"device": device, "backend": backend, "precision": precision, "dtype": dtype}
     prompts = {"query": query_prompt, "document": document_prompt}
     settings = replace(
         config,
-        **{name: value for name, value in runtime.items() if given(ctx, name)},
         api_key=read_api_key(api_key_file) if api_key_file is not None else config.api_key,
         max_body_bytes=max(1, int(max_body_mb * 2**20)) if given(ctx, "max_body_mb") else config.max_body_bytes,
         prompts={**config.prompts, **{name: text for name, text in prompts.items() if text is not None}},

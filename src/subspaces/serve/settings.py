@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from subspaces.errors import SubspacesError
-from subspaces.models.backends import AUTO, check_backend, check_dtype, fastest_runtime
+from subspaces.models.backends import AUTO, BACKENDS, DTYPES, PRECISIONS, check_backend, check_dtype, fastest_runtime
 
 TokenIds = Literal["tiktoken", "model"]
 TOKEN_IDS: tuple[str, ...] = get_args(TokenIds)
@@ -38,10 +38,25 @@ class ServeSettings:
         default=None, metadata=_help("A saved Hyper-CL tri-encoder folder, for /v1/similarity's condition.")
     )
     store: Path | None = field(default=None, metadata=_help("A store folder, for /v1/search."))
-    device: str = "cpu"
-    backend: str = AUTO
-    precision: str | None = None  # None: the backend's own (fp32; auto: its pick)
-    dtype: str | None = None  # None: float32 (auto: its pick)
+    device: str = field(
+        default="cpu", metadata=_help("Torch device: cpu, cuda, cuda:N or mps (checked before anything loads).")
+    )
+    backend: Literal[(*BACKENDS, AUTO)] = field(  # type: ignore[valid-type]
+        default=AUTO,
+        metadata=_help(
+            "auto: the fastest measured on this kind of CPU (OpenVINO's static int8 graph where the CPU has VNNI/AMX "
+            "and the openvino extra is installed, else torch in bfloat16 where native, else ONNX Runtime's int8 "
+            "graph; torch with --dtype or --precision fp32); or torch, onnx, openvino."
+        ),
+    )
+    precision: Literal[PRECISIONS] | None = field(  # type: ignore[valid-type]
+        default=None,
+        metadata=_help("fp32 or int8 (int8: an exported graph); default: the backend's (fp32), or auto's pick."),
+    )
+    dtype: Literal[DTYPES] | None = field(  # type: ignore[valid-type]
+        default=None,
+        metadata=_help("What torch runs in (auto: bfloat16 where native); default float32, or auto's pick."),
+    )
     model_id: str | None = field(
         default=None, metadata=_help("The model name clients use (default: the model's name or folder name).")
     )
