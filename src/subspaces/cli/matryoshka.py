@@ -25,7 +25,7 @@ from subspaces.cli.common import (
     user_errors,
 )
 from subspaces.cli.groups import matryoshka_app
-from subspaces.cli.train import TrainableLayersOpt, describe_pooling, prepare_run, report
+from subspaces.cli.train import TrainableLayersOpt, load_for_training, prepare_run, report
 from subspaces.data.nli import is_csv, training_rows
 from subspaces.data.text import read_corpus, wordnet_sentences
 from subspaces.errors import SubspacesError
@@ -66,9 +66,6 @@ def train_matryoshka_cmd(
     dims: Annotated[Optional[str], typer.Option(help="Nested prefix sizes, e.g. 16,32,64,128,full.")] = None,
     weights: Annotated[Optional[str], typer.Option(help=_help("weights"))] = None,
     layers: Annotated[Optional[str], typer.Option(help=_help("layers"))] = None,
-    relative_floor: Annotated[
-        Optional[bool], typer.Option("--relative-floor/--absolute-floor", help=_help("relative_floor"))
-    ] = None,
     pooler: Annotated[
         Optional[str], typer.Option(help="Replace the model's pooling (cls, cls_before_pooler, mean, ...).")
     ] = None,
@@ -88,27 +85,15 @@ def train_matryoshka_cmd(
         "dims": parse_dims(dims) if dims is not None else None,
         "weights": parse_numbers(weights, "weights"),
         "layers": parse_numbers(layers, "layers", kind=int),
-        "relative_floor": relative_floor,
     }
-    device_name, parsed_layers = prepare_run(output, config.overwrite, not no_eval, device, trainable_layers)
-    config = replace(
-        config,
-        **{name: value for name, value in given.items() if value is not None},
-        output_dir=str(output),
-        trainable_layers=parsed_layers,
-        stsb_dev=not no_eval,
-        description=f"train matryoshka on {data.name if data else 'wordnet_sentences'}",
-    )
+    description = f"train matryoshka on {data.name if data else 'wordnet_sentences'}"
+    config = prepare_run(config, output, no_eval, device, trainable_layers, description)
+    config = replace(config, **{name: value for name, value in given.items() if value is not None})
 
-    from subspaces.models.encoder import load_encoder
-    from subspaces.train.engine import seed_everything
     from subspaces.train.matryoshka import train_matryoshka
 
-    seed_everything(config.seed)  # before the model is built: a new pooler's MLP is drawn from it
-    enc = load_encoder(model, pooler=pooler, device=device_name)
     how = "chosen with --pooler" if pooler else "the base model's"
-    pooling_note = f"pooling: {describe_pooling(enc)} ({how})"
-    echo(pooling_note)
+    enc, pooling_note = load_for_training(model, config.seed, how, pooler=pooler, device=device)
     result = train_matryoshka(enc, rows, config, card_notes=[pooling_note])
     report(result, output, "mean STS-B dev over dims")
     recorded = [entry for entry in result.history if "terms" in entry]

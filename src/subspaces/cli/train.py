@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional, TypeVar
 
 import typer
 
@@ -30,11 +30,13 @@ from subspaces.errors import SubspacesError
 from subspaces.io import check_writable
 from subspaces.models import POOLERS
 from subspaces.train.output import check_output_dir
-from subspaces.train.recipes import SIMCSE_MODE_DEFAULTS, Augmentation, SimCSEConfig
+from subspaces.train.recipes import SIMCSE_MODE_DEFAULTS, Augmentation, MatryoshkaConfig, SimCSEConfig
 
 if TYPE_CHECKING:
     from subspaces.train.engine import FitResult
 
+
+C = TypeVar("C", SimCSEConfig, MatryoshkaConfig)
 
 TrainableLayersOpt = Annotated[
     str,
@@ -81,17 +83,34 @@ def describe_pooling(model: Any) -> str:
     return str(mode) if mode is not None else type(pooling).__name__
 
 
-def prepare_run(output: Path, overwrite: bool, evaluate: bool, device: str, trainable_layers: str):
-    """The checks every encoder-training command runs before it loads anything big; the parsed values."""
-    check_output_dir(output, overwrite)
+def prepare_run(config: C, output: Path, no_eval: bool, device: str, trainable_layers: str, description: str) -> C:
+    """The checks every encoder-training command runs before it loads anything big; the run's recipe."""
+    check_output_dir(output, config.overwrite)
     check_writable(output, "--output", folder=True)
-    if evaluate:
+    if not no_eval:
         from subspaces.eval.sts import STSBDevEvaluator
 
         STSBDevEvaluator().check()  # a bad data setting fails now, not after training
     from subspaces.models.encoder import resolve_device
 
-    return resolve_device(device), parse_trainable_layers(trainable_layers)
+    resolve_device(device)
+    layers = parse_trainable_layers(trainable_layers)
+    return replace(
+        config, output_dir=str(output), stsb_dev=not no_eval, trainable_layers=layers, description=description
+    )
+
+
+def load_for_training(model: str, seed: int, how: str, **options: Any) -> tuple[Any, str]:
+    """The encoder to train, built after seeding (a new pooler's MLP is drawn from the seed), and a note on its
+    pooling (``how``: who chose it), printed and kept for the model card."""
+    from subspaces.models.encoder import load_encoder
+    from subspaces.train.engine import seed_everything
+
+    seed_everything(seed)
+    enc = load_encoder(model, **options)
+    note = f"pooling: {describe_pooling(enc)} ({how})"
+    echo(note)
+    return enc, note
 
 
 def report(result: FitResult, output: Path, best_label: str) -> None:
@@ -158,10 +177,9 @@ def train_simcse_cmd(
         )
     texts = read_corpus(data, limit=limit) if mode == "unsup" else None
     rows_sup = training_rows(data, limit) if mode == "sup" else None
-    device_name, layers = prepare_run(output, config.overwrite, not no_eval, device, trainable_layers)
+    config = prepare_run(config, output, no_eval, device, trainable_layers, f"train simcse on {data.name}")
 
-    from subspaces.models.encoder import load_encoder, resolve_model_path
-    from subspaces.train.engine import seed_everything
+    from subspaces.models.encoder import resolve_model_path
     from subspaces.train.simcse import POOLER, set_dropout, train_simcse, unsup_examples
 
     rows = unsup_examples(texts, augmentation, config.seed) if texts is not None else rows_sup
@@ -170,19 +188,11 @@ def train_simcse_cmd(
     chosen = pooler
     if chosen is None and not (resolve_model_path(model) / "modules.json").is_file():
         chosen = POOLER
-    seed_everything(config.seed)  # before the model is built: a new pooler's MLP is drawn from it
-    enc = load_encoder(model, pooler=chosen, mlp_only_train=mode == "unsup", device=device_name)
+    how = "chosen with --pooler" if pooler else ("SimCSE's; the base has none" if chosen else "the base model's")
+    enc, pooling_note = load_for_training(
+        model, config.seed, how, pooler=chosen, mlp_only_train=mode == "unsup", device=device
+    )
     if mode == "unsup" and augmentation == "none":
         set_dropout(enc, 0.0)
-    how = "chosen with --pooler" if pooler else ("SimCSE's; the base has none" if chosen else "the base model's")
-    pooling_note = f"pooling: {describe_pooling(enc)} ({how})"
-    echo(pooling_note)
-    config = replace(
-        config,
-        output_dir=str(output),
-        stsb_dev=not no_eval,
-        trainable_layers=layers,
-        description=f"train simcse on {data.name}",
-    )
     result = train_simcse(enc, rows, config, card_notes=[pooling_note])
     report(result, output, "STS-B dev")

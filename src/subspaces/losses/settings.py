@@ -36,7 +36,10 @@ class MICSettings:
     var_floor: float = field(default=0.5, metadata={"help": "MIC/SCR: the floor under each dimension's token std."})
     relative_floor: bool = field(
         default=True,
-        metadata={"help": "MIC/SCR: the floor is a fraction of the layer's mean std, or an absolute std (VICReg)."},
+        metadata={
+            "help": "MIC/SCR: the floor is a fraction of the layer's mean std, or an absolute std (VICReg).",
+            "flags": ("--relative-floor/--absolute-floor",),
+        },
     )
     lambda_sir: float = field(default=1.0, metadata={"help": "MIC: weight of SIR inside L_align."})
     t: float = field(default=2.0, metadata={"help": "MIC/SIR: uniformity temperature."})
