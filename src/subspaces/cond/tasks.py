@@ -46,7 +46,7 @@ class Task:
 
 
 TASKS = {
-    # The WiC floor splits test by whether the target *word* occurs in train (41% of test).
+    # A WiC test condition is seen when its target *word* occurs in train (41% of test).
     "wic": Task("wic", WIC_LABEL_RANGE, True, condition_word, "auc"),
     "csts": Task("csts", CSTS_LABEL_RANGE, False, condition_text, "spearman"),
 }

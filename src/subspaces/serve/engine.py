@@ -263,10 +263,6 @@ class Engine:
         """Tokens the model reads of each text (after truncation at its ``max_seq_length``)."""
         return self.tokenize(texts).counts
 
-    def encode(self, texts: list[str]) -> np.ndarray:
-        """Full-dimension, unnormalised rows of ``texts`` in one forward pass."""
-        return self.forward(self.tokenize(texts).inputs)
-
     def _padding_of_features(self) -> tuple[int, bool] | None:
         """(pad id, pads on the left) when the model's preprocessing gives padded token rows that requests can be
         joined from; None for anything else (then the worker encodes texts)."""
