@@ -107,15 +107,6 @@ def param_groups(model: ConditionalModel, config: CondTrainConfig) -> list[dict[
     )
 
 
-def _check_trainable(model: ConditionalModel) -> None:
-    """Refuse a model with nothing to train, saying why (a frozen bi-encoder has no parameters of its own)."""
-    if not any(p.requires_grad for p in model.parameters()):
-        raise SubspacesError(
-            "nothing to train: the bi-encoder has no head (--head does not apply to it), and its encoder is frozen; "
-            "fine-tune it with --fine-tune, or use --arch tri to train a head on the frozen encoder"
-        )
-
-
 def fit(
     model: ConditionalModel,
     task: Task,
@@ -127,7 +118,11 @@ def fit(
     """Train ``model`` on ``train_rows`` with the engine; keeps the state best on ``dev_rows`` (if given)."""
     if config.trainable_layers not in (None, "all") and model.freeze_encoder:
         raise SubspacesError("--trainable-layers trains encoder layers: it needs --fine-tune, not a frozen encoder")
-    _check_trainable(model)
+    if not any(p.requires_grad for p in model.parameters()):  # a frozen bi-encoder has no parameters of its own
+        raise SubspacesError(
+            "nothing to train: the bi-encoder has no head (--head does not apply to it), and its encoder is frozen; "
+            "fine-tune it with --fine-tune, or use --arch tri to train a head on the frozen encoder"
+        )
     loss_fn = ConditionalLoss(
         config.objective,
         temperature=config.temperature,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from subspaces.config import dataset_dir
+from subspaces.data.text import file_lines
 from subspaces.data.wic import WIC_SPLITS, read_wic
 from subspaces.errors import DataError
 
@@ -131,17 +132,10 @@ def load_tweeteval(task: str, split: str = "train", folder: str | Path | None = 
     root = (Path(folder) if folder is not None else dataset_dir("tweeteval")) / task
     text_path, label_path = root / f"{split}_text.txt", root / f"{split}_labels.txt"
     if not text_path.is_file():
-        raise DataError(
-            "file not found"
-            + (
-                " (the sentiment training texts are missing from this copy; use split 'val')"
-                if task == "sentiment" and split == "train"
-                else ""
-            ),
-            path=text_path,
-        )
-    texts = _lines(text_path)
-    raw_labels = [x.strip() for x in _lines(_require(label_path))]
+        why = " (the sentiment training texts are missing from this copy; use split 'val')" if split == "train" else ""
+        raise DataError("file not found" + (why if task == "sentiment" else ""), path=text_path)
+    texts = file_lines(text_path)
+    raw_labels = [x.strip() for x in file_lines(_require(label_path))]
     if len(texts) != len(raw_labels):
         raise DataError(f"{len(texts)} texts but {len(raw_labels)} labels in {label_path.name}", path=text_path)
     names = _tweeteval_mapping(root / "mapping.txt")
@@ -155,12 +149,6 @@ def load_tweeteval(task: str, split: str = "train", folder: str | Path | None = 
             raise DataError(f"label {label} is outside 0..{len(names) - 1}", path=label_path, line=line_no)
         labels.append(label)
     return _non_empty(LabelledTexts(texts, labels, names), text_path)
-
-
-def _lines(path: Path) -> list[str]:
-    """The lines of a file, without the empty string a final newline leaves."""
-    lines = path.read_text(encoding="utf-8").split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def _tweeteval_mapping(path: Path) -> list[str]:

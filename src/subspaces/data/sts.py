@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from subspaces.config import dataset_dir
+from subspaces.data.text import file_lines
 from subspaces.errors import DataError
 
 Variant = Literal["original", "senteval"]
@@ -90,13 +91,7 @@ def read_sts_subset(input_path: Path, gold_path: Path) -> tuple[list[str], list[
     for p in (input_path, gold_path):
         if not p.is_file():
             raise DataError("file not found", path=p)
-    inputs = input_path.read_text(encoding="utf-8").split("\n")
-    golds = gold_path.read_text(encoding="utf-8").split("\n")
-    # Files end with a newline: drop the one trailing empty element of each.
-    if inputs and inputs[-1] == "":
-        inputs.pop()
-    if golds and golds[-1] == "":
-        golds.pop()
+    inputs, golds = file_lines(input_path), file_lines(gold_path)
     if len(inputs) != len(golds):
         raise DataError(f"{len(inputs)} input lines but {len(golds)} gold lines in {gold_path.name}", path=input_path)
     s1, s2, scores, skipped = [], [], [], 0
