@@ -21,7 +21,7 @@ from subspaces.data.sts import STS_YEARS, load_task
 from subspaces.data.sts import TASKS as STS_TASKS
 from subspaces.errors import DimensionError, SubspacesError
 from subspaces.eval.base import Evaluator
-from subspaces.eval.sts import spearman_x100
+from subspaces.eval.sts import encode_once, spearman_x100
 from subspaces.io import atomic_path
 from subspaces.progress import progress
 from subspaces.results import JSONResult
@@ -180,16 +180,10 @@ class DimsEvaluator(Evaluator):
         return self._cache[task.name]
 
     def _encode(self, model, texts: Sequence[str]) -> np.ndarray:
-        from subspaces.models.encoder import encode
-
-        unique = list(dict.fromkeys(texts))
-        emb = np.asarray(encode(model, unique, batch_size=self.batch_size, normalize=False))
-        index = {t: i for i, t in enumerate(unique)}
-        return emb[[index[t] for t in texts]]
+        return encode_once(model, texts, self.batch_size, normalize=False)
 
     def _encode_pairs(self, model, first: Sequence[str], second: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        # One pass over the distinct texts of both sides, as the STS evaluator's embed_pairs does.
-        both = self._encode(model, [*first, *second])
+        both = self._encode(model, [*first, *second])  # one pass over the distinct texts of both sides
         return both[: len(first)], both[len(first) :]
 
     def _probe(self, x_train: np.ndarray, y_train: Sequence[int], x_test: np.ndarray, y_test: Sequence[int]):

@@ -15,16 +15,20 @@ from subspaces.eval.geometry import alignment, uniformity
 from subspaces.vectors import cosine_rows, resolve_dims, unit_prefix
 
 
-def embed_pairs(model, pairs: STSPairs, batch_size: int = 128, truncate_dim: int | None = None):
-    """Embed the distinct sentences of ``pairs`` once; return (emb1, emb2) row-aligned with the pairs."""
+def encode_once(model, texts: Sequence[str], batch_size: int = 128, **options) -> np.ndarray:
+    """Rows of ``texts`` in order, each distinct text encoded once (``options``: of ``encode``)."""
     from subspaces.models.encoder import encode
 
-    unique = list(dict.fromkeys([*pairs.sentences1, *pairs.sentences2]))
+    unique = list(dict.fromkeys(texts))
     index = {s: i for i, s in enumerate(unique)}
-    emb = encode(model, unique, batch_size=batch_size, truncate_dim=truncate_dim, normalize=True)
-    e1 = emb[[index[s] for s in pairs.sentences1]]
-    e2 = emb[[index[s] for s in pairs.sentences2]]
-    return e1, e2
+    return np.asarray(encode(model, unique, batch_size=batch_size, **options))[[index[s] for s in texts]]
+
+
+def embed_pairs(model, pairs: STSPairs, batch_size: int = 128, truncate_dim: int | None = None):
+    """Unit embeddings of both sides of ``pairs``, each distinct sentence encoded once; (emb1, emb2)."""
+    texts = [*pairs.sentences1, *pairs.sentences2]
+    both = encode_once(model, texts, batch_size, truncate_dim=truncate_dim, normalize=True)
+    return both[: len(pairs)], both[len(pairs) :]
 
 
 def spearman_x100(pred: np.ndarray, gold: Sequence[float] | np.ndarray) -> float:
