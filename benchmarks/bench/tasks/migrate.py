@@ -26,11 +26,13 @@ Arms (``arm``): ``reembed`` (new model, queries and every document), ``old`` (ol
 store of the old vectors, the chosen map read back from the store; besides, each map kind fitted on the same
 pairs (the sample ``migrate`` draws, so the chosen kind's figures are the chosen map's); with
 ``choice_queries = "choose"`` the choose half's query texts (no labels) are passed as ``queries`` and choose the
-map (then only the ``check`` half is a fair figure). In a migration the new model's vectors of the sampled texts
-come from the same cache (``encode`` is looked up, not rerun): a cell costs the fit, and the report's encode
-seconds are not real. Per-query values go under ``rows`` for the paired
-bootstrap; :func:`ratios` gives each migration's Recall@10 and nDCG@10 over the re-embed's with a paired bootstrap
-interval over queries (seeds averaged per query).
+map (then only the ``check`` half is a fair figure). ``unpaired``: no pairs; ``Store.migrate(new, query_side=True,
+unpaired=True, texts=...)`` with ``domain_texts`` of the pool (same sources as the corpus, none of its texts),
+refused (recorded, no figures) where the aligner does not trust its map. In a migration the new model's vectors
+of the sampled texts come from the same cache (``encode`` is looked up, not rerun): a cell costs the fit, and the
+report's encode seconds are not real. Per-query values go under ``rows`` for the paired bootstrap; :func:`ratios`
+gives each migration's Recall@10 and nDCG@10 over the re-embed's with a paired bootstrap interval over queries
+(seeds averaged per query).
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/migrate_dev.toml --resume
     cd benchmarks && OMP_NUM_THREADS=2 ../.venv/bin/python -m bench.tasks.migrate experiments/migrate_dev.toml
@@ -65,6 +67,7 @@ DEFAULTS: dict[str, Any] = {
     "maps": None,  # Store.migrate's default: every kind
     "map_params": None,
     "kinds": ["orthogonal", "affine", "lowrank", "mlp"],  # each also fitted alone on the same pairs
+    "domain_texts": 5000,  # arm "unpaired": the texts sample's size
     "choice_queries": None,  # "choose": the choose half's query texts (no labels) passed to migrate as --queries
     "cache": "outputs/migrate-dev-cache",
     "threads": 2,
@@ -131,6 +134,36 @@ def _sts_pairs() -> list[tuple[str, str, float]]:
                 a, b = (part.strip() for part in line.split("\t")[:2])
                 out.append((a, b, float(score)))
     return out
+
+
+def domain_texts(data: str, n_docs: int, n: int) -> tuple[str, ...]:
+    """``n`` unlabelled texts of a test pool's domain for an unpaired migration, none in its corpus or queries, mixed
+    as the corpus is: its own source's other texts (STS-B train/dev for ``sts``, SNLI dev for ``snli-test``) and, in
+    the corpus's share of tweets, tweets of TweetEval emoji *train* (the corpus's are from its test split)."""
+    if data not in ("sts", "snli-test"):
+        raise ValueError(f"domain texts are drawn for the test pools only (sts, snli-test), not {data!r}")
+    docs, queries, _ = dataset(data, n_docs)
+    taken = set(docs) | set(queries)
+    emoji = DATA / "tweeteval" / "emoji"
+    if data == "sts":
+        rows = [
+            line.split("\t")
+            for split in ("train", "dev")
+            for line in _lines(DATA / "stsb" / "original" / f"sts-{split}.csv")
+        ]
+        own = [text.strip() for row in rows if len(row) > 6 for text in row[5:7]]
+    else:
+        own = [t for name in ("s1", "s2") for t in _lines(DATA / "nli" / "senteval_snli" / f"{name}.dev")]
+    tweet_share = len(set(docs) & set(_lines(emoji / "test_text.txt"))) / len(docs)
+    rng = np.random.default_rng(53)
+    picked = []
+    for source, count in (
+        (own, n - round(n * tweet_share)),
+        (_lines(emoji / "train_text.txt"), round(n * tweet_share)),
+    ):
+        fresh = [t for t in dict.fromkeys(source) if t and t not in taken]
+        picked += [fresh[i] for i in rng.permutation(len(fresh))[:count]]
+    return tuple(picked)
 
 
 def halves(n: int) -> np.ndarray:
@@ -271,8 +304,8 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         q, d = (new_q, new_docs) if arm == "reembed" else (old_q, old_docs)
         result["metrics"], result["rows"] = figures(ranks(q, d, relevant), check)
         return result
-    if arm not in ("query-side", "rewrite"):
-        raise ValueError(f"unknown arm {arm!r}: reembed, old, query-side or rewrite")
+    if arm not in ("query-side", "rewrite", "unpaired"):
+        raise ValueError(f"unknown arm {arm!r}: reembed, old, query-side, rewrite or unpaired")
     sample = [q for q, in_check in zip(queries, check, strict=True) if not in_check]
     return result | migrated(p, seed, docs, relevant, check, old_docs, new_docs, new_q, sample)
 
@@ -288,23 +321,30 @@ def migrated(
     new_q: np.ndarray,
     choose_texts: list[str],
 ) -> dict[str, Any]:
+    from subspaces.errors import SubspacesError
     from subspaces.store import maps
 
-    query_side = p["arm"] == "query-side"
+    query_side = p["arm"] in ("query-side", "unpaired")
     direction = "queries" if query_side else "rows"
     store = store_of(p, docs, old_docs)
+    options: dict[str, Any] = {"pairs": int(p["pairs"]), "maps": p["maps"], "map_params": p["map_params"]}
+    if p["arm"] == "unpaired":
+        texts = Path(tempfile.mkdtemp(prefix="migrate-domain-")) / "texts.txt"
+        texts.write_text("".join(t + "\n" for t in domain_texts(p["data"], len(docs), int(p["domain_texts"]))))
+        options = {"unpaired": True, "texts": texts}
     start = time.perf_counter()
-    report = store.migrate(
-        encoder(p["new"], p["dtype"]),
-        name=p["new"],
-        pairs=int(p["pairs"]),
-        heldout=int(p["heldout"]),
-        seed=seed,
-        query_side=query_side,
-        maps=p["maps"],
-        map_params=p["map_params"],
-        queries={str(i): t for i, t in enumerate(choose_texts)} if p["choice_queries"] == "choose" else None,
-    )
+    try:
+        report = store.migrate(
+            encoder(p["new"], p["dtype"]),
+            name=p["new"],
+            heldout=int(p["heldout"]),
+            seed=seed,
+            query_side=query_side,
+            queries={str(i): t for i, t in enumerate(choose_texts)} if p["choice_queries"] == "choose" else None,
+            **options,
+        )
+    except SubspacesError as refused:  # an unpaired map its checks do not trust: the refusal is the result
+        return {"refused": str(refused), "migrate_seconds": round(time.perf_counter() - start, 2)}
     migrate_s = time.perf_counter() - start
     space = store.manifest.spaces[store.manifest.active]
     if query_side:
@@ -325,6 +365,7 @@ def migrated(
         "candidates": report.get("candidates", {}),
         "chosen_by": report.get("chosen_by"),
         "map_us_per_query": report.get("map_us_per_query"),
+        "trust": report.get("trust"),
     }
     result["metrics"], result["rows"] = figures(evaluate(chosen), check)
     # The same pair sample as the migration's (its rows' order and seeded permutation), each kind fitted on it.
