@@ -130,7 +130,7 @@ def migrate(
         replaced = stale = None
         if query_side:
             for key, entry in source_space.query_maps.items():
-                if fingerprint.matches(_fingerprint(entry["model"])):
+                if fingerprint.matches(ModelFingerprint.from_dict(entry["model"])):
                     differs = _differs(entry.get("options") or {}, asked, pairs)
                     if not differs:
                         return dict(entry["report"])
@@ -519,11 +519,6 @@ def _report(
     return report
 
 
-def _fingerprint(data: dict[str, Any]) -> Any:
-
-    return ModelFingerprint.from_dict(data)
-
-
 QUERY_MAPS = "query_maps"
 
 
@@ -697,90 +692,52 @@ def qrels_report(
     relevant = sorted({position[d] for rel in judged.values() for d in rel if d in position} - set(test.tolist()))
     missing = [d for rel in judged.values() for d in rel if d not in position]
     no_text = [i for i in relevant if rows.texts[i] is None]
-    if not reembed:
-        return _qrels_store_only(store, space, rows, fitted, direction, evaluation, encoder, batch_size, missing, k)
-    if no_text:
+    if reembed and no_text:
         raise SubspacesError(
             f"{len(no_text)} judged rows have no text to re-embed (first: id {rows.ids[no_text[0]]!r}); "
             "the qrels' re-embedded baseline needs their texts"
         )
+    qids = list(texts)  # the order _judged_queries encodes them in
+    grades, new_queries = _judged_queries(evaluation, encoder, batch_size)
+    old_queries = None
+    if not store.manifest.spaces[space].model.foreign:
+        old_queries = store.encode([texts[q] for q in qids], "query", space, batch_size=batch_size)
+
+    def figures(old_rows: np.ndarray, ids: np.ndarray, new_rows: np.ndarray | None = None) -> dict[str, Any]:
+        """The migrated search, the re-embedded one (``new_rows``) and the old one, over the same rows."""
+        if direction == "queries":
+            mapped = _evaluate(fitted.transform(new_queries), old_rows, ids, grades, k)
+        else:
+            chunks = np.array_split(old_rows, max(1, len(old_rows) // 16384))
+            mapped = _evaluate(new_queries, np.concatenate([fitted.transform(c) for c in chunks]), ids, grades, k)
+        out = {"migrated": mapped}
+        if new_rows is not None:
+            out["reembedded"] = _evaluate(new_queries, new_rows, ids, grades, k)
+        if old_queries is not None:
+            out["old"] = _evaluate(old_queries, old_rows, ids, grades, k)
+        return out
+
+    out: dict[str, Any] = {"queries": len(qids), "sample_rows": 0, "judged_ids_not_in_store": len(missing)}
+    if not reembed:
+        return out | {
+            "store": figures(rows.vectors, rows.ids),
+            f"recall@{k}_of_reembed": None,
+            "note": "the store holds no texts: no re-embedded baseline to compare with",
+        }
     sample = np.concatenate([test, np.asarray(relevant, dtype=np.int64)]).astype(np.int64)
+    prompt = folder_prompts(encoder).get("document")
     extra = (
-        encode(
-            encoder,
-            rows.texts[relevant].tolist(),
-            batch_size=batch_size,
-            normalize=True,
-            prompt=folder_prompts(encoder).get("document"),
-        )
+        encode(encoder, rows.texts[relevant].tolist(), batch_size=batch_size, normalize=True, prompt=prompt)
         if relevant
         else np.zeros((0, new_test.shape[1]), dtype=np.float32)
     )
-    new_rows = np.concatenate([new_test, extra]) if len(test) else extra
-    qids = list(texts)  # the order _judged_queries encodes them in
-    grades, new_queries = _judged_queries(evaluation, encoder, batch_size)
-    old_rows = rows.vectors[sample]
-
-    def migrated(old_vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if direction == "queries":
-            return fitted.transform(new_queries), old_vectors
-        return new_queries, np.concatenate(
-            [fitted.transform(c) for c in np.array_split(old_vectors, max(1, len(old_vectors) // 16384))]
-        )
-
-    ids = rows.ids[sample]
-    out: dict[str, Any] = {
-        "queries": len(qids),
-        "sample_rows": int(len(sample)),
-        "judged_ids_not_in_store": len(missing),
-    }
-    result = {
-        "migrated": _evaluate(*migrated(old_rows), ids, grades, k),
-        "reembedded": _evaluate(new_queries, new_rows, ids, grades, k),
-    }
-    whole = {"migrated": _evaluate(*migrated(rows.vectors), rows.ids, grades, k)}
-    record = store.manifest.spaces[space].model
-    if not record.foreign:
-        old_queries = store.encode([texts[q] for q in qids], "query", space, batch_size=batch_size)
-        result["old"] = _evaluate(old_queries, old_rows, ids, grades, k)
-        whole["old"] = _evaluate(old_queries, rows.vectors, rows.ids, grades, k)
+    result = figures(rows.vectors[sample], rows.ids[sample], np.concatenate([new_test, extra]) if len(test) else extra)
     base = result["reembedded"][f"recall@{k}"]
-    out["sample"] = result
-    out["store"] = whole
-    out[f"recall@{k}_of_reembed"] = round(result["migrated"][f"recall@{k}"] / base, 4) if base else None
-    return out
-
-
-def _qrels_store_only(
-    store: Store,
-    space: str,
-    rows: Any,
-    fitted: Any,
-    direction: str,
-    evaluation: tuple[dict[str, str], dict[str, dict[str, float]]],
-    encoder: Any,
-    batch_size: int,
-    missing: list[str],
-    k: int,
-) -> dict[str, Any]:
-    """:func:`qrels_report` of a store without texts: the migrated (and, where its model runs, the old) search
-    over the whole store; no re-embedded baseline, so no fraction of it."""
-
-    texts = evaluation[0]
-    qids = list(texts)  # the order _judged_queries encodes them in
-    grades, new_queries = _judged_queries(evaluation, encoder, batch_size)
-    mapped = fitted.transform(new_queries) if direction == "queries" else new_queries
-    whole = {"migrated": _evaluate(mapped, rows.vectors, rows.ids, grades, k)}
-    if not store.manifest.spaces[space].model.foreign:
-        old_queries = store.encode([texts[q] for q in qids], "query", space, batch_size=batch_size)
-        whole["old"] = _evaluate(old_queries, rows.vectors, rows.ids, grades, k)
-    return {
-        "queries": len(qids),
-        "sample_rows": 0,
-        "judged_ids_not_in_store": len(missing),
-        "store": whole,
-        f"recall@{k}_of_reembed": None,
-        "note": "the store holds no texts: no re-embedded baseline to compare with",
+    return out | {
+        "sample_rows": int(len(sample)),
+        "sample": result,
+        "store": figures(rows.vectors, rows.ids),
+        f"recall@{k}_of_reembed": round(result["migrated"][f"recall@{k}"] / base, 4) if base else None,
     }
 
 
