@@ -12,9 +12,7 @@ Layout of a store folder::
 
 Every write is one LanceDB commit of one batch (:meth:`.table.Table.append`), and rows already in the table are
 skipped, so an interrupted ``add`` rerun adds exactly what is missing. Vectors are unit length (cosine = inner
-product). One writer at a time, enforced: every write holds the store's write lock, and a second writer is refused
-(two ``add`` runs that each read the ids and then appended stored every row twice; :meth:`Store.repair` removes such
-doubles).
+product). One writer at a time (:mod:`.lock`); :meth:`Store.repair` removes the doubles two unlocked writers made.
 """
 
 from __future__ import annotations
@@ -61,8 +59,7 @@ class Store:
 
     **Ids.** A row is its id, text and metadata. Ids given (``ids=``, a JSON id field, a CSV id column) are the
     caller's; without them an id is derived from the text (:func:`~subspaces.store.inputs.text_id`, 16 hex digits
-    of its SHA-256), never from a position: line numbers repeat across files, so a second file's rows collided
-    with the first's and were skipped as "already stored" (issue 58). Adding a row whose id is stored with the
+    of its SHA-256), never from a position (line numbers repeat across files). Adding a row whose id is stored with the
     same text (and, for given ids, the same metadata) adds nothing: that is what makes an interrupted ``add``,
     rerun, add exactly what is missing. An id stored with *another* text is never skipped silently: ``add``
     refuses the whole call before writing anything, naming how many ids differ and the first, unless
@@ -71,10 +68,8 @@ class Store:
     edit, and a replacement cannot be undone. With derived ids a text already stored under any id is skipped, so
     a store filled when ``.txt`` ids were line numbers is not doubled by re-adding its file.
 
-    **Writers.** Every write (``add``, ``import_vectors``, ``delete``, ``migrate``, ``commit``, ``index``,
-    ``quantize``, ``repair``) holds the
-    store's write lock (:mod:`.lock`, an ``flock`` the kernel drops when the writer dies); a second writer is
-    refused in one line. Reading needs no lock and loads no model until a query must be encoded.
+    **Writers.** Every write holds the store's write lock (:mod:`.lock`); a second writer is refused in one line.
+    Reading needs no lock and loads no model until a query must be encoded.
     """
 
     def __init__(self, path: Path, manifest: Manifest, runtime: Runtime | None = None) -> None:

@@ -28,7 +28,7 @@ FOLDER_NAMES = {"query": ("query",), "document": ("document", "passage")}
 
 @dataclass(frozen=True)
 class Runtime:
-    """Where and how the store runs its encoders: a torch ``device``, ``backend``/``precision`` (issue 22) and the
+    """Where and how the store runs its encoders: a torch ``device``, ``backend``/``precision`` and the
     torch ``dtype`` (``float32``, the default: the same vectors on every CPU; ``bfloat16``; ``auto``).
 
     int8 and bfloat16 run the same weights at lower precision: their vectors approximate the float32 ones (the

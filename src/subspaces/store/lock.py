@@ -1,6 +1,6 @@
 """One writer at a time: an advisory ``flock`` on ``write.lock`` in the store folder, held for every write.
 
-Two writers that both read the table's ids and then both append would add the same rows twice (issue 58), so every
+Two writers that both read the table's ids and then both append would add the same rows twice, so every
 write (``add``, ``migrate``, ``commit``, ``index``, ``quantize``, ``repair``) runs under this lock. A second writer
 is refused at once with one line naming the holder, rather than waiting: a writer can run for hours, and a caller
 that wants to queue can retry. The lock is the kernel's (``fcntl.flock``), tied to the open file: it is released

@@ -1,31 +1,13 @@
 """Maps between two models' spaces, learned on paired vectors (the same texts embedded by both), and the held-out
 check that chooses among them.
 
-A migration has, for a sample of the store's texts, each text's stored (old-model) vector and its new-model
-vector. From those pairs it fits every candidate map of :data:`KINDS`, in the direction it needs:
-
-- *query-side* (``store migrate --query-side``): new -> old, applied to each new-model query, so the stored vectors
-  and any index stay as they are;
-- *rewrite* (``store migrate``): old -> new, applied to every stored row.
-
-Candidates, scikit-learn style (parameters in ``__init__``, learned state with a trailing underscore, ``fit`` /
-``transform``, ``random_state``), each saved as a hash-checked state folder (:mod:`subspaces.state_folder`):
-
-- :class:`OrthogonalMap`: centred orthogonal Procrustes with one scale (the map the store used before).
-- :class:`AffineMap`: a full affine map, ridge-regularised (``alpha`` relative to the inputs' mean variance).
-- :class:`LowRankAffineMap`: the orthogonal map plus a rank-``rank`` affine correction (reduced-rank ridge
-  regression of the orthogonal map's residual).
-- :class:`ResidualMLPMap`: the ridge affine map plus a small MLP whose last layer starts at zero (so training
-  starts from the affine map), trained a few seeded epochs with torch on the CPU on cosine loss; applied with
-  numpy only.
-
-:func:`fit_and_choose` holds out a part of the pairs (default 20 %), fits each candidate on the rest and keeps the
-one whose top-10 agrees best with the true vectors' on the held-out part (:func:`agreement`; no labels, no test
-data), then refits it on every pair. Query-side, neither that agreement nor the same agreement measured with real
-query texts (:func:`query_agreement`) ranks the kinds as the queries' Recall@10 does on the dev sets, so there the
-MLP (:data:`QUERY_SIDE_PREFERRED`) is kept unless clearly worse (disagreement over :data:`PREFERENCE_MARGIN` times
-the best kind's), judged on the query texts when given, else on the held-out texts. Every map's output rows are
-unit length (the store is cosine).
+A migration fits every candidate of :data:`KINDS` (:class:`OrthogonalMap`, :class:`AffineMap`,
+:class:`LowRankAffineMap`, :class:`ResidualMLPMap`; scikit-learn style, each saved as a hash-checked state folder)
+in the direction it needs: *query-side* (``queries``: new -> old, applied to each query, the stored rows untouched)
+or *rewrite* (``rows``: old -> new, applied to every stored row). :func:`fit_and_choose` holds out a part of the
+pairs, keeps the candidate whose top-10 agrees best with the true vectors' on it (no labels, no test data) and
+refits it on every pair; query-side it keeps :data:`QUERY_SIDE_PREFERRED` unless clearly worse. Every map's output
+rows are unit length (the store is cosine).
 """
 
 from __future__ import annotations
@@ -49,10 +31,8 @@ CONFIG_FILE = "map.json"
 KINDS = ("orthogonal", "affine", "lowrank", "mlp")
 DIRECTIONS = ("queries", "rows")  # queries: new -> old (query-side); rows: old -> new (a rewrite)
 # Each direction's default parameters (a caller's params override them): queries are ranked against the old rows,
-# so a query's linear maps are the adjoints of the row maps, and the MLP is trained on the pairs' similarities. Its
-# rows_weight term (the old space's ranking of the stored rows) stays off: on the dev pools it moved Recall@10 by
-# +0.000 to +0.008 at 2,000 pairs, cost 3.5-5.5x the fit time, and lowered the held-out agreement that chooses the
-# kind (benchmarks/notes/store.md).
+# so a query's linear maps are the adjoints of the row maps, and the MLP is trained on the pairs' similarities
+# (its rows_weight term stays off: chosen on dev sets, benchmarks/notes/store.md).
 DIRECTION_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "queries": {
         "affine": {"adjoint": True},
@@ -62,9 +42,7 @@ DIRECTION_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
     "rows": {},
 }
 # Query-side: the kind kept unless clearly worse, i.e. its disagreement (1 - agreement) over PREFERENCE_MARGIN
-# times the best kind's. On the dev sets (SNLI, SICK) it gave the best Recall@10 at 2,000 pairs while its
-# disagreement was up to 1.16 times the best's; a relation that a linear map fits exactly (disagreement near 0)
-# still refuses it. See benchmarks/notes/store.md.
+# times the best kind's: held-out agreement does not rank the kinds as Recall@10 does (benchmarks/notes/store.md).
 QUERY_SIDE_PREFERRED = "mlp"
 PREFERENCE_MARGIN = 1.25
 
@@ -259,8 +237,8 @@ class LowRankAffineMap(_Adjointable):
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh form (as torch's ``approximate="tanh"``, which training uses). ``x * x * x``, not ``x**3``: numpy's
-    float32 power is some 50x slower, and was most of an MLP query map's cost."""
+    """GELU, tanh form (as torch's ``approximate="tanh"``, which training uses); ``x * x * x``: numpy's float32
+    power is far slower."""
     return 0.5 * x * (1.0 + np.tanh(np.float32(0.7978845608) * (x + np.float32(0.044715) * (x * x * x))))
 
 
@@ -271,8 +249,7 @@ class ResidualMLPMap(_PairMap):
     """``unit(x W + b + g(x))``: an affine map (initialised in closed form, then trained too) plus
     ``g(x) = gelu(x W1 + b1) W2 + b2`` of width ``hidden``, whose last layer starts at zero. Trained ``epochs``
     epochs of AdamW (``lr``, ``weight_decay``) over shuffled batches, seeded by ``random_state``, with torch on
-    the CPU on ``threads`` threads (one is the fastest for these sizes; two under load took 10 x longer);
-    :meth:`transform` is numpy only.
+    the CPU on ``threads`` threads (one is the fastest for these sizes); :meth:`transform` is numpy only.
 
     ``objective``: ``"cosine"``: ``1 - cos(f(x), y)`` (affine part from the ridge map ``x -> y``).
     ``"query-similarity"`` (for queries, new -> old): within a batch, each input ``x_i`` (a new-model query)
@@ -450,7 +427,7 @@ def make(kind: str, params: dict[str, Any] | None = None, random_state: int | No
 
 def load_map(path: str | os.PathLike[str]) -> Any:
     """A fitted map from its folder: one of :data:`CLASSES` (``map.json``), or a mini-vec2vec aligner
-    (``aligner.json``, what migrations wrote before the learned maps, and still write with unpaired anchors)."""
+    (``aligner.json``: a migration with unpaired anchors)."""
     import io
 
     folder = Path(path)

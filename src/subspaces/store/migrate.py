@@ -1,22 +1,18 @@
 """Move a store to a new model without re-embedding it, or search it with a new model's queries.
 
 Both fit a map on pairs: a sample of the store's texts embedded by the new model beside their stored vectors
-(:mod:`.maps`: orthogonal, affine, low-rank affine and a residual MLP; a held-out fifth of the pairs chooses
-among them by top-10 agreement with the true vectors' rankings). Then either
+(:mod:`.maps`, which chooses among its candidates on held-out pairs). Then either
 
 - **rewrite** (:func:`migrate`): map every row into a new *pending* space beside the old one (searchable with the
   new model), switched to by :func:`commit` (undone by :func:`rollback`); or
-- **query-side** (``query_side=True``): keep the stored vectors and any index as they are, and map each query of
-  the new model into the old space (new -> old) before it is searched. This is also how a store of a foreign
-  model (vectors imported from a model that cannot run here) becomes searchable by text; where it holds no
-  texts, the query map is fitted without pairs (``unpaired=True``: :mod:`.unpaired`, mini-vec2vec from domain
-  texts the user gives), and refused unless the aligner trusts it.
+- **query-side** (``query_side=True``): keep the stored vectors and any index, and map each query of the new model
+  into the old space. Where the store holds no texts (a foreign store), the map is fitted without pairs
+  (``unpaired=True``: :mod:`.unpaired`), and refused unless the aligner trusts it.
 
-The report is measured on held-out rows outside the fit sample (re-embedded for it): each text's new-model vector
-as a query, the top-10 overlap of its neighbours among the held-out rows under the migration with those under a
-true re-embed, per candidate map and for the chosen one; the seconds spent; and the estimated cost of re-embedding
-every row (rows x the new model's measured seconds per row). With ``qrels`` and ``queries``, Recall@10 and
-nDCG@10 of the old, migrated and re-embedded search on a sample corpus (:func:`qrels_report`).
+The report is measured on held-out rows outside the fit sample (re-embedded for it): the top-10 overlap of each
+text's neighbours under the migration with those under a true re-embed, per candidate and for the chosen map; the
+seconds spent; and the estimated cost of re-embedding every row. With ``qrels`` and ``queries``, Recall@10 and
+nDCG@10 of the old, migrated and re-embedded search (:func:`qrels_report`).
 """
 
 from __future__ import annotations
@@ -86,7 +82,7 @@ def migrate(
 
     A pending rewrite to the same model fitted with the same options is finished; one fitted with other options
     (``pairs`` given and different, or another ``anchors``, ``heldout``, ``seed``, ``params``, ``maps``,
-    ``map_params`` or ``holdout``) is replaced by a new fit: its space and map are dropped first (issue 58).
+    ``map_params`` or ``holdout``) is replaced by a new fit: its space and map are dropped first.
     ``pairs=None`` means whatever the pending fit used. A query-side map to the same model is replaced likewise,
     and returned as it is when nothing differs.
 

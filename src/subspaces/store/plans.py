@@ -27,7 +27,7 @@ from subspaces.store.matryoshka import trained
 from subspaces.store.quantized import search_copy
 from subspaces.store.results import SearchResult, hits
 from subspaces.store.shrink import chosen, load_adapter
-from subspaces.store.table import Rows, check_filter, vectors_of
+from subspaces.store.table import Rows, check_filter, column_objects, vectors_of
 
 if TYPE_CHECKING:
     from subspaces.store.core import Store
@@ -69,7 +69,7 @@ class Funnel:
         dims = self.dims
         basis = self.basis or default_basis(store, name, dims)
         adapter = load_adapter(store, name) if basis == "adapter" else None  # rows and queries through its map
-        axes = None if adapter is not None else prefix_basis(rows, basis)
+        axes = None if adapter is not None or basis == "model" else rows.principal_axes()
         if adapter is not None:
             prefix_queries = ops.unit_prefix(adapter.transform(vectors), dims)
         else:
@@ -111,14 +111,11 @@ class Ann:
         out = []
         for vector in vectors:
             found = table.nearest(vector, k, self.nprobes, self.refine_factor, self.where)
-            # The score is the row's cosine, computed here from its stored vector, as exact search scores it.
-            # LanceDB's `_distance` is no cosine distance to convert: from the IVF-PQ index it is a PQ
-            # approximation of the squared L2 distance of the unit vectors (2 - 2 cos, so 1 - d was 2 cos - 1),
-            # while rows added since the index are scanned flat and give 1 - cos: one row scored differently
-            # by the index's state (issue 58). The refine step re-ranks the candidates by full vectors.
+            # The score is the row's cosine from its stored vector, as exact search scores it: LanceDB's
+            # `_distance` is a PQ approximation from the index but exact for rows added since, so not comparable.
             scores = vectors_of(found.column("vector"), vectors.shape[1]) @ vector
             order = np.argsort(-scores, kind="stable")
-            ids, texts, metadata = (_objects(found, c) for c in ("id", "text", "metadata"))
+            ids, texts, metadata = (column_objects(found, c) for c in ("id", "text", "metadata"))
             out.append(hits(ids, texts, metadata, scores[order], order))
         return out
 
@@ -240,8 +237,7 @@ def check_condition(condition: str | None, head: Any, ann: bool, dims: int | Non
 def default_basis(store: Store, name: str, dims: int | None = None) -> str:
     """Whose first ``dims`` axes a prefix search reads when not told: the basis ``store shrink`` chose for that
     size (:mod:`.shrink`), else ``"model"`` for a model trained for truncation (Matryoshka), else ``"pca"``, the
-    store's principal axes (issue 52: on hidden data the model's own prefix kept 0.971 of exact Recall@10 at 64
-    dims, the principal axes more)."""
+    store's principal axes."""
     picked = chosen(store, name, dims) if dims is not None else None
     if picked is not None:
         return picked
@@ -267,20 +263,9 @@ def _admitted(store: Store, name: str, rows: Rows, where: str | None) -> np.ndar
     return matches[where]
 
 
-def prefix_basis(rows: Rows, basis: str) -> np.ndarray | None:
-    """The prefix basis's axes (``dim x dim``); None for the model's own coordinates."""
-    if basis == "model":
-        return None
-    return rows.principal_axes()
-
-
 def _found(rows: Rows, scores: Any, found: Any) -> list[SearchResult]:
     """Each query's hits, their ids, texts and metadata read in one go (:meth:`.table.Rows.take`)."""
     found = np.asarray(found, dtype=np.int64)
     ids, texts, metadata = rows.take(found)
     positions = np.where(found >= 0, np.arange(found.shape[1]), -1)
     return [hits(i, t, m, s, p) for i, t, m, s, p in zip(ids, texts, metadata, scores, positions, strict=True)]
-
-
-def _objects(data: Any, column: str) -> np.ndarray:
-    return np.asarray(data.column(column).to_pylist(), dtype=object)

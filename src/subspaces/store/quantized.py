@@ -171,10 +171,8 @@ def _current(store: Store, space: str) -> Codes:
 class Codes:
     """A quantized copy as search holds it: the codes file memory-mapped (binary codes, scanned in blocks) and, for
     int8, a faiss index over the same codes, one byte each (``QT_8bit_direct_signed``: code ``c`` is the float
-    ``c`` exactly, so its inner products with an int8-coded query are the exact integer dot products, and faiss's
-    scan is some 30 times numpy's int32 product), the rescore reading its shortlisted rows by positional reads
-    (:class:`~.vectorfile.VectorFile`: through the memory map, each row's page faults read ahead and stayed
-    resident, +320 MB of RSS over 50 queries of 1M rows)."""
+    ``c`` exactly, so its inner products with an int8-coded query are the exact integer dot products), the rescore
+    reading its shortlisted rows by positional reads (:class:`~.vectorfile.VectorFile`, not the memory map)."""
 
     path: Path
     codes: np.ndarray | VectorFile
@@ -207,7 +205,7 @@ def _int8_index(path: Path, codes: np.ndarray) -> Any:
     """A faiss index holding ``codes`` (int8, from the .npy at ``path``), read a block at a time by positional
     reads (the file passes through the page cache, not this process). The index's code buffer is sized once and
     filled in place (``QT_8bit_direct_signed`` stores code ``c`` as the byte ``c + 128``): growing it by ``add``
-    reallocates, and held old and new buffers at once (1M x 384 codes: a search process over 1 GiB)."""
+    would hold old and new buffers at once."""
     import faiss
 
     n, width = codes.shape

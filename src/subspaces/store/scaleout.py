@@ -135,9 +135,7 @@ def start(address: str | bool | None, *, num_cpus: int | None = None) -> None:
 
 # Run as `python -c _REAPER DRIVER ROOT...`: while DRIVER and a ROOT live, remember every process of the ROOT trees;
 # then (the driver killed or exited, or the runtime shut down) SIGKILL what is left of them. Ray's own fate-sharing
-# kills its GCS and raylet with the driver, and its agents are meant to follow the raylet, but after a `kill -9` two
-# (the dashboard and runtime-env agents, ~85 MB each) stayed: their main threads wait at exit for threads reading
-# pipes that never close, and their SIGTERM handler belongs to an event loop that no longer runs.
+# kills its GCS and raylet with the driver, but after a `kill -9` two of its agents stayed, ignoring SIGTERM.
 _REAPER = """
 import signal, sys, time
 import psutil

@@ -1,19 +1,11 @@
 """Search over unit vectors held in memory: the prefixes a funnel reads, and two arrays searched (``vectors search``).
 The top-k itself is :mod:`subspaces.topk`'s.
 
-Funnel search takes a shortlist by inner product on the first ``dims`` coordinates (re-normalised, as a
-Matryoshka model's prefix is meant to be read; on a large corpus scanned as 8-bit codes, :func:`int8_index`,
-since the shortlist only has to contain the answer) and re-ranks it by the full float vectors: a full-length
-shortlist gives exactly the exact search's result.
-
-A model not trained for truncation (most are) spreads its variance over every coordinate, so its first ``d``
-coordinates shortlist poorly. :func:`subspaces.vectors.principal_axes` gives such a store an orthogonal basis
-ordered by variance: rows and queries rotated into it have the same inner products at full dimension (the
-re-rank, and so exact search, are unchanged), while its first ``d`` axes carry the most of the rows' variance any
-``d`` axes can (:func:`prefix_rows`).
-
-:func:`search_vectors` and :func:`search_quantized` search two arrays (``vectors search``): exact, funnel, or
-the corpus's int8 / binary codes rescored.
+Funnel search shortlists by inner product on the first ``dims`` coordinates (re-normalised, as a Matryoshka prefix
+is read) and re-ranks the shortlist by the full vectors: a full-length shortlist gives the exact search's result. For
+a model not trained for truncation, the prefix is read in the rows' principal axes instead
+(:func:`subspaces.vectors.principal_axes`: orthogonal, so full-dimension scores are unchanged, while the first ``d``
+axes carry the most variance any ``d`` can; :func:`prefix_rows`).
 """
 
 from __future__ import annotations

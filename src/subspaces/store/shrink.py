@@ -1,27 +1,17 @@
 """Shrinking a store's vectors for search (``store shrink DIR --dims 32,64,128``): choose, per prefix size, whose
-first ``d`` coordinates a prefix search reads.
+first ``d`` coordinates a prefix search reads. Three candidates, each applied alike to rows and queries before
+truncation: ``model`` (raw truncation), ``pca`` (the rows' principal axes) and ``adapter`` (a
+:class:`~subspaces.adapt.MatryoshkaAdapter` fitted on the stored vectors, saved under ``shrink/SPACE/adapter/``).
 
-Three candidates, each a transform applied alike to the rows and to a query before truncation:
+The held-out check: a seeded sample of stored rows (or the given sample ``queries``' texts) is kept out of every
+fit; each is a query, and its top 10 among the fitted rows by the truncated vectors is compared with its top 10 by
+the full vectors (``overlap@10``, no labels). Per ``d`` the best candidate is used (ties: the simpler, in the order
+model, pca, adapter), recorded in the space's ``shrink`` entry of ``store.json``; ``search(dims=d)`` without
+``basis`` reads it. ``qrels`` add each candidate's Recall@10 and nDCG@10 (reported, never used to choose). The
+funnel re-ranks by the stored full vectors whatever the basis.
 
-- ``model``: the vectors' own first ``d`` coordinates (raw truncation);
-- ``pca``: the first ``d`` of the rows' principal axes (:func:`subspaces.vectors.principal_axes`);
-- ``adapter``: the first ``d`` coordinates of a :class:`~subspaces.adapt.MatryoshkaAdapter` fitted on the stored
-  vectors (no texts, no labels), saved under ``shrink/SPACE/adapter/``.
-
-The held-out check: a seeded sample of stored rows (``heldout``) is kept out of every fit; each is a query, and
-its top 10 among the other (fitted) rows by the truncated vectors is compared with its top 10 by the full vectors
-(``overlap@10``, no labels). Given sample ``queries`` (texts, no labels; the store's model must run), they are the
-check's queries instead: what users ask is often unlike what is stored. Per ``d`` the candidate with the best
-overlap is used (ties: the simpler, in the order model, pca, adapter); the choice and every figure are recorded in
-the space's ``shrink`` entry of ``store.json``, and ``search(dims=d)`` without ``basis`` reads the chosen one. Given
-``qrels`` too, the report adds each candidate's Recall@10 and nDCG@10 over the whole store at every size (reported,
-never used to choose). The funnel's re-rank is by the stored full vectors whatever the basis, so a whole-store
-shortlist still gives the exact search's answer.
-
-Derived state: the adapter is a fixed map, so rows added, deleted or replaced later go through it like the
-others (the in-memory prefix index is rebuilt per table version, as the principal axes are refitted); what can
-age is the *choice*, measured on the rows of one table version: the entry records that version and row count,
-and :func:`describe` says ``stale`` once the table has changed (rerun ``store shrink`` to measure again).
+The adapter is a fixed map, so rows written later go through it like the others; what can age is the *choice*,
+measured on one table version: :func:`describe` says ``stale`` once the table has changed.
 """
 
 from __future__ import annotations
@@ -45,8 +35,7 @@ if TYPE_CHECKING:
 
 CANDIDATES = ("model", "pca", "adapter")  # in the order ties go: the simpler first
 FOLDER = "shrink"
-# chosen on dev retrieval pools only (benchmarks/notes/store.md, "Shrinking"): the listwise term is what moved
-# Recall@10 at 32 dims beyond the principal axes; weight 3 and neighbour-mined batches added a little more
+# chosen on dev retrieval pools only (benchmarks/notes/store.md, "Shrinking")
 ADAPTER_DEFAULTS: dict[str, Any] = {
     "basis": "pca",
     "epochs": 20,

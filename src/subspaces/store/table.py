@@ -36,7 +36,7 @@ def lance_errors(what: str) -> Iterator[None]:
     except (OSError, RuntimeError, ValueError, pa.ArrowException) as exc:
         if isinstance(exc, SubspacesError):
             raise
-        raise SubspacesError(f"{what}: the table is missing or corrupted ({_first_line(exc)})") from exc
+        raise SubspacesError(f"{what}: the table is missing or corrupted ({first_line(exc)})") from exc
 
 
 def check_filter(where: str) -> None:
@@ -68,10 +68,10 @@ def filter_errors(where: str) -> Iterator[None]:
     try:
         yield
     except (OSError, RuntimeError, ValueError, pa.ArrowException) as exc:
-        raise SubspacesError(f"the filter {where!r} cannot be applied: {_first_line(exc)}") from exc
+        raise SubspacesError(f"the filter {where!r} cannot be applied: {first_line(exc)}") from exc
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
@@ -168,16 +168,16 @@ class Rows:
 
     @cached_property
     def ids(self) -> np.ndarray:
-        return _objects(self.table.columns(["id"]), "id")
+        return column_objects(self.table.columns(["id"]), "id")
 
     @cached_property
     def texts(self) -> np.ndarray:
-        return _objects(self.table.columns(["text"]), "text")
+        return column_objects(self.table.columns(["text"]), "text")
 
     @cached_property
     def metadata(self) -> np.ndarray:
         """Each row's metadata JSON string (or None)."""
-        return _objects(self.table.columns(["metadata"]), "metadata")
+        return column_objects(self.table.columns(["metadata"]), "metadata")
 
     @cached_property
     def rowids(self) -> np.ndarray:
@@ -195,14 +195,14 @@ class Rows:
         elif found.any():
             data = self.table.take(rows[found], list(BASE_TEXT))
             for column, name in zip(out, BASE_TEXT, strict=True):
-                column[found] = _objects(data, name)
+                column[found] = column_objects(data, name)
         return out[0], out[1], out[2]
 
 
 BASE_TEXT = ("id", "text", "metadata")
 
 
-def _objects(data: Any, column: str) -> np.ndarray:
+def column_objects(data: Any, column: str) -> np.ndarray:
     return np.asarray(data.column(column).to_pylist(), dtype=object)
 
 
@@ -307,7 +307,7 @@ class Table:
         data = self.columns(list(columns.BASE), row_ids=True)
         rows = Rows(self, version, vectors_of(data.column("vector"), dim))
         for name, column in (("ids", "id"), ("texts", "text"), ("metadata", "metadata")):
-            rows.__dict__[name] = _objects(data, column)  # what the cached properties would read again
+            rows.__dict__[name] = column_objects(data, column)  # what the cached properties would read again
         rows.__dict__["rowids"] = data.column("_rowid").to_numpy()
         return rows
 

@@ -49,7 +49,7 @@ from subspaces.io import atomic_path, base_suffix, check_writable, open_text, re
 from subspaces.progress import Progress
 from subspaces.store import columns
 from subspaces.store.inputs import text_id, unicode_problem, visible
-from subspaces.store.table import block_of, vectors_of
+from subspaces.store.table import block_of, first_line, vectors_of
 from subspaces.store.table import schema as table_schema
 
 if TYPE_CHECKING:
@@ -180,9 +180,8 @@ class Source:
         fmt = "parquet" if base_suffix(self.path) == ".parquet" else "ipc"
         try:
             if fmt == "parquet":
-                # Page by page through a 1 MiB buffer: a dataset scan reads whole row groups ahead (a 150 MB file
-                # of 50k-row groups: 786 MiB peak RSS to read, against 151 MiB so), which for a file of one row
-                # group (pq.write_table's default, up to 1M rows) is the whole file.
+                # Page by page through a 1 MiB buffer: a dataset scan reads whole row groups ahead, which for a
+                # file of one row group (pq.write_table's default) is the whole file.
                 import pyarrow.parquet as pq
 
                 reader = pq.ParquetFile(self.path, pre_buffer=False, buffer_size=1 << 20)
@@ -195,7 +194,7 @@ class Source:
                     yield self._record(batch, first)
                     first += batch.num_rows
         except (pa.ArrowException, OSError) as exc:
-            raise DataError(f"not a readable {fmt} file: {_first_line(exc)}", self.path) from None
+            raise DataError(f"not a readable {fmt} file: {first_line(exc)}", self.path) from None
 
     def _lance(self) -> Iterator[Chunk]:
         import lancedb
@@ -213,7 +212,7 @@ class Source:
             if isinstance(exc, SubspacesError):
                 raise
             raise DataError(
-                f"cannot read table {self.table!r} of this LanceDB database: {_first_line(exc)}", self.path
+                f"cannot read table {self.table!r} of this LanceDB database: {first_line(exc)}", self.path
             ) from None
 
     def _record(self, batch: Any, first: int) -> Chunk:
@@ -329,11 +328,6 @@ class Source:
             merged = {n: [row.get(n) for row in rows] for n in others}
             chunk.metadata = [_merged(merged, i, label, first) for i in range(len(rows))]
         return chunk
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _is_list(kind: Any) -> bool:

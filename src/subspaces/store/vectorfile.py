@@ -63,9 +63,7 @@ class VectorFile:
 
     def __getitem__(self, rows: Any) -> np.ndarray:
         """The rows at ``rows`` (integers of any shape, or a slice; -1 is the last row, as numpy reads it), by
-        positional reads: a memory map's faults read ahead around each row and leave those pages mapped, so a few
-        thousand scattered rows (a sample, a shortlist) held most of the file resident (a 10,000-row sample of
-        100k rows: 150 MB more RSS)."""
+        positional reads: a memory map's faults read ahead around each row and leave those pages mapped."""
         if isinstance(rows, slice):
             rows = np.arange(*rows.indices(self.shape[0]))
         index = np.asarray(rows, dtype=np.int64)
