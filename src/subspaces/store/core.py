@@ -590,25 +590,19 @@ class Store:
         model: Any | None = None,
         foreign: str | None = None,
         dimension: int | None = None,
-        table: str | None = None,
-        ids: str | os.PathLike[str] | None = None,
-        texts: str | os.PathLike[str] | None = None,
-        metadata: str | os.PathLike[str] | None = None,
-        vector_field: str | None = None,
-        id_field: str | None = None,
-        text_field: str | None = None,
         upsert: bool = False,
-        batch_rows: int = 4096,
-        check_rows: int = 64,
-        min_cosine: float = 0.95,
+        check_rows: int = transfer.CHECK_ROWS,
+        min_cosine: float = transfer.MIN_COSINE,
         show_progress: bool = False,
         ray: bool | str = False,
         actors: int | None = None,
+        **source: Any,
     ) -> dict[str, Any]:
         """Add vectors another tool wrote (a file, or ``table`` of a LanceDB database at ``vectors``) to the active
         space, without encoding them; see :mod:`.transfer` for the formats and the two passes (validate all,
-        then write). ``model`` or ``foreign`` (a label), if given, must be what the space holds; ``model`` with
-        texts re-encodes ``check_rows`` of them and refuses a mean cosine below ``min_cosine``. Returns
+        then write); ``source``: the input's side files and fields (:class:`.transfer.Source`). ``model`` or
+        ``foreign`` (a label), if given, must be what the space holds; ``model`` with texts re-encodes
+        ``check_rows`` of them and refuses a mean cosine below ``min_cosine``. Returns
         ``{"added", "skipped", "rows", "dimension"}``, with ``"replaced"`` for ``upsert`` and ``"mean_cosine"``
         when checked. A rerun adds only what is missing; an id stored with other content is refused unless
         ``upsert``. ``ray``: the writing pass's batches are made into store rows by Ray tasks (as in :meth:`add`:
@@ -627,17 +621,7 @@ class Store:
                 raise SubspacesError(f"the store holds vectors of the foreign model {record.name!r}: declare --foreign")
             encoder, fingerprint = self.load_model(model)
             record.check(fingerprint, what="the declared model")
-        options = {
-            "table": table,
-            "ids": ids,
-            "texts": texts,
-            "metadata": metadata,
-            "vector_field": vector_field,
-            "id_field": id_field,
-            "text_field": text_field,
-            "batch_rows": batch_rows,
-        }
-        source = transfer.source_of(vectors, options)
+        rows = transfer.Source(vectors, **source)
         with self._writing("store import"):
             # The checks above read the manifest as opened; the lock re-read it. Another writer may have switched
             # the active space since (a committed migration): these vectors were checked against the old one.
@@ -648,18 +632,16 @@ class Store:
                 )
             stored = self._ids(active)
             plan, overlap = transfer.validate(
-                source,
+                rows,
                 dimension=record.dimension,
                 stored=stored,
                 known=columns.table_columns(self._table(active).schema),
                 check_rows=check_rows,
             )
             prompt = self.prompt("document", active)
-            cosine = (
-                None if encoder is None else transfer.check_model(encoder, plan, source.label(), min_cosine, prompt)
-            )
+            cosine = None if encoder is None else transfer.check_model(encoder, plan, rows.label(), min_cosine, prompt)
             return self._import_planned(
-                source, plan, overlap, cosine, upsert=upsert, show_progress=show_progress, ray=ray, actors=actors
+                rows, plan, overlap, cosine, upsert=upsert, show_progress=show_progress, ray=ray, actors=actors
             )
 
     def _import_planned(
@@ -928,7 +910,7 @@ def import_vectors(
     model: Any | None = None,
     foreign: str | None = None,
     dimension: int | None = None,
-    runtime: Any | None = None,
+    runtime: Runtime | None = None,
     **options: Any,
 ) -> tuple[Store, dict[str, Any]]:
     """Import into the store at ``path``, making it first if there is none (for ``model``, or ``foreign`` vectors
@@ -937,24 +919,24 @@ def import_vectors(
     folder = Path(path)
     runtime = runtime or Runtime()
     if (folder / MANIFEST).is_file():
-        store = Store.open(
-            folder, device=runtime.device, backend=runtime.backend, precision=runtime.precision, dtype=runtime.dtype
-        )
+        store = Store(folder, Manifest.load(folder), runtime)
         return store, store.import_vectors(vectors, model=model, foreign=foreign, dimension=dimension, **options)
     if (model is None) == (foreign is None):
         raise SubspacesError("a new store needs the vectors' model: give model (it runs here) or foreign LABEL")
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise SubspacesError(f"{folder} already exists and is not a store or an empty folder")
-    source = transfer.source_of(vectors, options)
+    writing = {"show_progress": options.pop("show_progress", False), "ray": options.pop("ray", False)}
+    writing["actors"] = options.pop("actors", None)
+    check_rows = options.pop("check_rows", transfer.CHECK_ROWS)
+    minimum = options.pop("min_cosine", transfer.MIN_COSINE)
+    options.pop("upsert", None)  # nothing is stored yet: nothing to replace
+    source = transfer.Source(vectors, **options)
     encoder, fingerprint = (None, None) if model is None else load(model, None, runtime)
     expected = fingerprint.dimension if fingerprint is not None else dimension
-    plan, _ = transfer.validate(
-        source, dimension=expected, stored=set(), known={}, check_rows=options.get("check_rows", transfer.CHECK_ROWS)
-    )
+    plan, _ = transfer.validate(source, dimension=expected, stored=set(), known={}, check_rows=check_rows)
     cosine = None
     prompts = encoders.folder_prompts(encoder) if encoder is not None else {}
     if encoder is not None:
-        minimum = options.get("min_cosine", transfer.MIN_COSINE)
         cosine = transfer.check_model(encoder, plan, source.label(), minimum, prompt=prompts.get("document"))
     assert plan.dimension is not None
     record = fingerprint if fingerprint is not None else ModelFingerprint.of_foreign(str(foreign), plan.dimension)
@@ -963,16 +945,7 @@ def import_vectors(
         store._models[store.manifest.active] = encoder
     # Under the write lock: once the manifest exists, another writer could take the store and append beside this one.
     with store._writing("store import"):
-        report = store._import_planned(
-            source,
-            plan,
-            set(),
-            cosine,
-            upsert=False,
-            show_progress=options.get("show_progress", False),
-            ray=options.get("ray", False),
-            actors=options.get("actors"),
-        )
+        report = store._import_planned(source, plan, set(), cosine, upsert=False, **writing)
     return store, report
 
 

@@ -666,11 +666,6 @@ def store_block(chunk: Chunk, label: str, dim: int, skip: set[str], replace: set
     )
 
 
-def source_of(vectors: Any, options: dict[str, Any]) -> Source:
-    keys = ("table", "ids", "texts", "metadata", "vector_field", "id_field", "text_field", "batch_rows")
-    return Source(vectors, **{k: options[k] for k in keys if options.get(k) is not None})
-
-
 def export(
     store: Store, output: str | os.PathLike[str], *, space: str | None = None, batch_rows: int = 65_536
 ) -> dict[str, Any]:
