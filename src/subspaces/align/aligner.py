@@ -21,6 +21,7 @@ import os
 import time
 import warnings
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -83,23 +84,21 @@ class MiniVec2Vec(BaseEstimator):
         MiniVec2Vec(anchors=AnchorParams(n_runs=12), refine=RefineParams(n_iter=50), random_state=0)
 
     Args:
-        anchors, structure, refine, search: the stages' settings (:class:`AnchorParams`, :class:`StructureParams`
-            (``n_iter=0`` skips it), :class:`RefineParams`, :class:`SearchParams`).
+        anchors, structure, refine, search: the stages' settings (``structure.n_iter=0`` skips that stage).
         n_restarts: at most this many independent passes; the best by label-free score after refinement is kept.
         converged_swap_share: a pass has converged once its last structural round swapped at most this share of
             the seeded cluster pairs; restarts stop there. ``None``: always run ``n_restarts``, judge nothing.
         trust_margin: the map is trusted only if its CSLS trust score, on rows the fit did not score, beats the
             best trivial map's (identity, random rotations) by more than this multiple of chance level.
-        agreement_threshold: one more independent pass is run, and the map is trusted only if the two agree
-            (mean cosine of the rows mapped by each) at least this much; ``None`` skips the check.
+        agreement_threshold: the map is trusted only if an independent pass agrees with it (mean cosine of the
+            rows mapped by each) at least this much; ``None`` skips the check.
         agreement_search: where the check disagrees, at most this many more passes are refined until two agree.
         search_anchor_clusters: the search's new passes alternate between this many anchor clusters and
             ``anchors.n_clusters`` (``None``: always the latter).
         init: ``"auto"``: the anchored passes and two candidates (a pass from the identity where the dims agree,
-            a pass of the paper recipe on pools of :data:`RECIPE_MIN_ROWS` rows a side); the candidate whose trust
-            score beats the anchored map's most, by more than its margin, is kept (``diagnostics_["kept"]``);
-            ``"anchors"``: as auto, but the identity candidate only flags; ``"identity"``: one pass from the
-            identity (equal dims).
+            a pass of the paper recipe on pools of :data:`RECIPE_MIN_ROWS` rows a side or more), of which the one
+            whose trust score beats the anchored map's most, by more than its margin, is kept; ``"anchors"``: the
+            same, but the identity candidate only flags; ``"identity"``: one pass from the identity (equal dims).
         max_seconds: stop at the next safe point after this many seconds, keeping the best map so far
             (``stopped_early_``); ``None`` or ``inf``: no limit (nor ``recipe_budget``'s).
         recipe_budget: where the paper-recipe candidate ran, the whole fit stops at the next safe point after this
@@ -176,26 +175,28 @@ class MiniVec2Vec(BaseEstimator):
         for name, kind in STAGES.items():
             if not isinstance(getattr(self, name), kind):
                 raise SubspacesError(f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}")
-        if isinstance(self.n_restarts, bool) or int(self.n_restarts) != self.n_restarts or self.n_restarts < 1:
-            raise SubspacesError(f"n_restarts must be an integer of at least 1, got {self.n_restarts!r}")
+        self._check_numbers(("n_restarts", lambda v: int(v) == v and v >= 1, "an integer of at least 1"))
         check_together(self.anchors, self.structure, self.converged_swap_share)
-        if isinstance(self.trust_margin, bool) or not 0 <= self.trust_margin < float("inf"):
-            raise SubspacesError(f"trust_margin must be a number of at least 0, got {self.trust_margin!r}")
-        threshold = self.agreement_threshold
-        if threshold is not None and (isinstance(threshold, bool) or not -1 <= threshold <= 1):
-            raise SubspacesError(f"agreement_threshold must be a number in [-1, 1] or None, got {threshold!r}")
-        if not _is_int(self.agreement_search, 0):
-            raise SubspacesError(f"agreement_search must be an integer of at least 0, got {self.agreement_search!r}")
-        clusters = self.search_anchor_clusters
-        if clusters is not None and not _is_int(clusters, 3):
-            raise SubspacesError(f"search_anchor_clusters must be an integer of at least 3 or None, got {clusters!r}")
-        if self.init not in INITS:
-            raise SubspacesError(f"init must be one of {', '.join(INITS)}, got {self.init!r}")
-        if self.max_seconds is not None and (isinstance(self.max_seconds, bool) or not self.max_seconds >= 0):
-            raise SubspacesError(f"max_seconds must be a number of at least 0 or None, got {self.max_seconds!r}")
-        budget = self.recipe_budget
-        if budget is not None and (isinstance(budget, bool) or not 1 <= budget < float("inf")):
-            raise SubspacesError(f"recipe_budget must be a number of at least 1 or None, got {budget!r}")
+        integer = (int, np.integer)
+        self._check_numbers(
+            ("trust_margin", lambda v: 0 <= v < float("inf"), "a number of at least 0"),
+            ("agreement_threshold", lambda v: v is None or -1 <= v <= 1, "a number in [-1, 1] or None"),
+            ("agreement_search", lambda v: isinstance(v, integer) and v >= 0, "an integer of at least 0"),
+            (
+                "search_anchor_clusters",
+                lambda v: v is None or isinstance(v, integer) and v >= 3,
+                "an integer of at least 3 or None",
+            ),
+            ("init", lambda v: v in INITS, f"one of {', '.join(INITS)}"),
+            ("max_seconds", lambda v: v is None or v >= 0, "a number of at least 0 or None"),
+            ("recipe_budget", lambda v: v is None or 1 <= v < float("inf"), "a number of at least 1 or None"),
+        )
+
+    def _check_numbers(self, *rules: tuple[str, Callable[[Any], Any], str]) -> None:
+        for name, ok, what in rules:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not ok(value):
+                raise SubspacesError(f"{name} must be {what}, got {value!r}")
 
     def fit(
         self, source: np.ndarray, target: np.ndarray, *, pairs: tuple[np.ndarray, np.ndarray] | None = None
@@ -620,30 +621,33 @@ class MiniVec2Vec(BaseEstimator):
             pair_weight=rp.pair_weight,
         )
         if self.structure.n_iter > 0 and structure_stage:
-            sp = self.structure
-            with self._progress(f"structure ({label})", sp.n_iter, "iteration") as tick:
-                matrix, structure = refine_by_structure(
-                    matrix,
-                    step,
-                    score=run.score,
-                    n_iter=sp.n_iter,
-                    n_clusters=sp.n_clusters,
-                    n_runs=sp.n_runs,
-                    sample_size=sp.sample,
-                    kmeans_iter=sp.kmeans_iter,
-                    inner_steps=sp.steps,
-                    patience=sp.patience,
-                    tol=self.refine.tol,
-                    stop_swap_share=sp.stop_swap_share,
-                    start_score=initial_score,
-                    precision=self.precision_,
-                    progress=tick,
-                    out_of_time=run.budget.check(f"in the structural refinement ({label})"),
-                )
+            matrix, structure = self._structure(run, matrix, step, initial_score, label)
             record.take_structure(structure)
         record.stage_seconds["structure"] = time.perf_counter() - clock
         refine_step = dataclasses.replace(step, rng=refine_rng)
         return Pass(restart, record, matrix, matrix, matched, refine_step, centroid_rng, rp)
+
+    def _structure(self, run: _Run, matrix, step: NeighbourStep, initial_score: float, label: str):
+        sp = self.structure
+        with self._progress(f"structure ({label})", sp.n_iter, "iteration") as tick:
+            return refine_by_structure(
+                matrix,
+                step,
+                score=run.score,
+                n_iter=sp.n_iter,
+                n_clusters=sp.n_clusters,
+                n_runs=sp.n_runs,
+                sample_size=sp.sample,
+                kmeans_iter=sp.kmeans_iter,
+                inner_steps=sp.steps,
+                patience=sp.patience,
+                tol=self.refine.tol,
+                stop_swap_share=sp.stop_swap_share,
+                start_score=initial_score,
+                precision=self.precision_,
+                progress=tick,
+                out_of_time=run.budget.check(f"in the structural refinement ({label})"),
+            )
 
     def _label(self, restart: int) -> str:
         """A pass's name, saved in its record."""
@@ -791,20 +795,16 @@ class MiniVec2Vec(BaseEstimator):
             aligner.fit_seconds_ = float(config["fit_seconds"])
         except (KeyError, TypeError, ValueError, SubspacesError) as exc:
             raise DataError(f"not an aligner config ({type(exc).__name__}: {exc})", path=config_path) from exc
+        expected = {"matrix": (d_in, d_out), "source_mean": (d_in,), "target_mean": (d_out,)}
         try:
             with np.load(io.BytesIO(state_bytes), allow_pickle=False) as state:
-                aligner.matrix_ = state["matrix"]
-                aligner.source_mean_ = state["source_mean"]
-                aligner.target_mean_ = state["target_mean"]
+                for name in expected:
+                    setattr(aligner, f"{name}_", state[name])
                 aligner.target_scale_ = float(state["target_scale"])
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
             raise DataError(f"unreadable aligner state: {exc}", path=state_path) from exc
-        shapes = {
-            "matrix": aligner.matrix_.shape,
-            "source_mean": aligner.source_mean_.shape,
-            "target_mean": aligner.target_mean_.shape,
-        }
-        if shapes != {"matrix": (d_in, d_out), "source_mean": (d_in,), "target_mean": (d_out,)}:
+        shapes = {name: getattr(aligner, f"{name}_").shape for name in expected}
+        if shapes != expected:
             raise DimensionError(f"{state_path}: shapes {shapes} do not fit the config's {d_in} -> {d_out} dimensions")
         aligner.diagnostics_ = config.get("diagnostics", {})
         aligner.precision_ = aligner.diagnostics_.get("precision", "float32")
@@ -856,10 +856,6 @@ class _Run:
 
     def trust(self, matrix: np.ndarray) -> float:
         return trust_score(self.trust_a, self.trust_b, matrix)
-
-
-def _is_int(value: Any, low: int) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, np.integer)) and bool(value >= low)
 
 
 def _plain(value: Any) -> Any:

@@ -146,7 +146,7 @@ def _split_into_empty(sums, counts):
 def cluster_means(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     """Mean of the rows of ``x`` nearest to each centroid, not re-normalised (an empty cluster gives zeros)."""
     labels = (x @ centroids.T).argmax(axis=1)
-    # A one-hot product: np.add.at (unbuffered) made up most of the Gram anchor stage's time.
+    # A one-hot product: np.add.at is unbuffered, and slow.
     members = np.zeros((len(centroids), len(x)), dtype=np.float32)
     members[labels, np.arange(len(x))] = 1.0
     counts = members.sum(axis=1, keepdims=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from subspaces.align.anchors import AnchorSet
-from subspaces.align.neighbours import NeighbourIndex, knn
+from subspaces.align.neighbours import NeighbourIndex
 from subspaces.align.preprocess import normalize_rows
 
 
@@ -16,7 +16,8 @@ def mean_nn_similarity(source_probe: np.ndarray, target: np.ndarray | NeighbourI
     A right map puts each source vector next to a real target vector (its counterpart or a near paraphrase);
     a wrong one leaves it in empty space.
     """
-    forward, _ = knn(normalize_rows(source_probe @ matrix), target, 1)
+    index = target if isinstance(target, NeighbourIndex) else NeighbourIndex(target)
+    forward, _ = index.search(normalize_rows(source_probe @ matrix), 1)
     return float(forward.mean())
 
 

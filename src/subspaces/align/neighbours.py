@@ -108,15 +108,6 @@ class NeighbourIndex:
         return torch.cat(found).numpy()
 
 
-def knn(
-    queries: np.ndarray, base: np.ndarray | NeighbourIndex, k: int, *, precision: str = "float32"
-) -> tuple[np.ndarray, np.ndarray]:
-    """Similarities and indices of the ``k`` rows of ``base`` with the largest inner product with each query
-    (``precision``: the product's, where ``base`` is an array)."""
-    index = base if isinstance(base, NeighbourIndex) else NeighbourIndex(base, precision=precision)
-    return index.search(queries, k)
-
-
 def neighbour_means(
     queries: np.ndarray,
     search_base: np.ndarray | NeighbourIndex,
@@ -133,8 +124,7 @@ def neighbour_means(
 
 def mean_of_rows(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
     """Row i is the mean of ``values[ids[i]]``: torch's ``embedding_bag``, which sums the gathered rows without
-    materialising the n x k x d block ``values[ids].mean(1)`` would (1.7x faster than a loop over ranks on the
-    benchmark's neighbour lists)."""
+    materialising the n x k x d block ``values[ids].mean(1)`` would."""
     import torch
 
     table = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))

@@ -1,11 +1,6 @@
-"""The paper's own stages as one candidate pass of the fit: the author's notebook's settings, on the library's
-kernels.
-
-Anchors: 30 runs of ``k``-means with 20 clusters on 10,000-row samples, matched by 2-opt QAP (30 starts) on the
-double-centred Gram matrices of the raw cluster means; the initial map from relative representations (50
-neighbours); refine-1: 100 plain steps (1,000 rows, 50 neighbours, blend 1/2, one direction, no averaging, no
-re-orthogonalisation, no early stop); refine-2: 500 centroids, blend 1/2. No structural stage. Its anchors
-compare cluster shapes only, so the candidate does not depend on the target's coordinates.
+"""The paper's own stages as one candidate pass of the fit: the author's notebook's settings (below; no structural
+stage) on the library's kernels. Its anchors compare cluster shapes only, so the candidate does not depend on the
+target's coordinates.
 """
 
 from __future__ import annotations

@@ -190,36 +190,6 @@ def refine_by_neighbours(
     return best, history
 
 
-def structure_step(
-    source: np.ndarray,
-    target: np.ndarray,
-    matrix: np.ndarray,
-    *,
-    n_clusters: int,
-    n_runs: int,
-    sample_size: int,
-    kmeans_iter: int,
-    rng: np.random.Generator,
-    precision: str = "float32",
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """Seeded, structure-corrected centroid pairs: returns (source centroids, target centroids, share swapped)."""
-    draws = sample_draws(rng, len(source), len(target), sample_size, n_runs)
-    settings: dict[str, Any] = {"n_iter": kmeans_iter, "precision": precision}
-    sources = kmeans_runs(source, [d[0] for d in draws], n_clusters, seeds=[d[2] for d in draws], **settings)
-    seeded = [normalize_rows(ca @ matrix) for ca in sources]
-    targets = kmeans_runs(
-        target, [d[1] for d in draws], n_clusters, seeds=[d[3] for d in draws], inits=seeded, **settings
-    )
-    src, tgt, swapped = [], [], []
-    identity = np.arange(n_clusters)
-    for ca, cb in zip(sources, targets, strict=True):
-        perm = swap_local_search((ca @ ca.T).astype(np.float64), (cb @ cb.T).astype(np.float64), identity)
-        src.append(ca)
-        tgt.append(cb[perm])
-        swapped.append(float((perm != identity).mean()))
-    return np.concatenate(src), np.concatenate(tgt), float(np.mean(swapped))
-
-
 def refine_by_structure(
     matrix: np.ndarray,
     step: NeighbourStep,
@@ -248,19 +218,23 @@ def refine_by_structure(
     history = StructureHistory()
 
     def round_(matrix: np.ndarray) -> np.ndarray:
-        ca, cb, swapped = structure_step(
-            source,
-            target,
-            matrix,
-            n_clusters=n_clusters,
-            n_runs=n_runs,
-            sample_size=sample_size,
-            kmeans_iter=kmeans_iter,
-            rng=step.rng,
-            precision=precision,
+        """Seeded k-means pairs, their pairing corrected by a swap search on the two similarity structures,
+        Procrustes on them blended in, then the inner refine-1 steps."""
+        draws = sample_draws(step.rng, len(source), len(target), sample_size, n_runs)
+        settings: dict[str, Any] = {"n_iter": kmeans_iter, "precision": precision}
+        sources = kmeans_runs(source, [d[0] for d in draws], n_clusters, seeds=[d[2] for d in draws], **settings)
+        seeded = [normalize_rows(ca @ matrix) for ca in sources]
+        targets = kmeans_runs(
+            target, [d[1] for d in draws], n_clusters, seeds=[d[3] for d in draws], inits=seeded, **settings
         )
-        history.swapped.append(swapped)
-        matrix = blend(matrix, procrustes(ca, cb), step.alpha, step.orthogonalize)
+        identity = np.arange(n_clusters)
+        perms = [
+            swap_local_search((ca @ ca.T).astype(np.float64), (cb @ cb.T).astype(np.float64), identity)
+            for ca, cb in zip(sources, targets, strict=True)
+        ]
+        history.swapped.append(float(np.mean([float((perm != identity).mean()) for perm in perms])))
+        matched = np.concatenate([cb[perm] for cb, perm in zip(targets, perms, strict=True)])
+        matrix = blend(matrix, procrustes(np.concatenate(sources), matched), step.alpha, step.orthogonalize)
         for _ in range(inner_steps):
             matrix = step(matrix)
         return matrix
