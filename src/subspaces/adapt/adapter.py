@@ -148,9 +148,6 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
 
     def check_params(self) -> None:
         """Refuse a parameter out of range (a NaN or infinite float included) before any data is read."""
-        self._check_params()
-
-    def _check_params(self) -> None:
         if int(self.mined) < 0:
             raise SubspacesError(f"mined must be 0 (random batches) or positive, got {self.mined}")
         for name in ("epochs", "batch_size", "topk"):
@@ -231,22 +228,13 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         return terms
 
     def _total(self, terms: dict[str, Any]):
-        weights = {
-            "pair": self.pair_weight,
-            "topk": self.topk_weight,
-            "rank": self.rank_weight,
-            "var": self.var_weight,
-            "corr": self.corr_weight,
-            "sup": self.sup_weight,
-            "rec": self.rec_weight,
-        }
-        return sum(weights[k] * v for k, v in terms.items())
+        return sum(getattr(self, f"{k}_weight") * v for k, v in terms.items())
 
     def fit(self, X: np.ndarray, y: Any = None, pairs: np.ndarray | None = None) -> MatryoshkaAdapter:
         """Fit on stored vectors ``X`` (rows × D). ``pairs``: optional (query row, positive row) indices into X."""
         import torch
 
-        self._check_params()
+        self.check_params()
         x_np = check_vectors(X, "embeddings")
         n, full = x_np.shape
         if n < 2:
