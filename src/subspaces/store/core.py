@@ -30,12 +30,14 @@ import numpy as np
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.progress import Progress
 from subspaces.store import backfill, columns, encoders, plans, quantized, scaleout, transfer
+from subspaces.store import migrate as migration
 from subspaces.store import search as ops
 from subspaces.store.encoders import Runtime, check_prompt, choose_prompts, load
 from subspaces.store.fingerprint import ModelFingerprint
 from subspaces.store.inputs import is_text_id, text_id, unicode_problem, visible
 from subspaces.store.lock import WriteLock
 from subspaces.store.manifest import MANIFEST, Manifest, Space
+from subspaces.store.maps import load_map
 from subspaces.store.results import SearchResult
 from subspaces.store.shrink import describe as describe_shrink
 from subspaces.store.shrink import shrink as shrink_space
@@ -58,15 +60,12 @@ class Store:
     way, and ``search(query_prompt=...)`` overrides the query's for one call (:mod:`.encoders`).
 
     **Ids.** A row is its id, text and metadata. Ids given (``ids=``, a JSON id field, a CSV id column) are the
-    caller's; without them an id is derived from the text (:func:`~subspaces.store.inputs.text_id`, 16 hex digits
-    of its SHA-256), never from a position (line numbers repeat across files). Adding a row whose id is stored with the
-    same text (and, for given ids, the same metadata) adds nothing: that is what makes an interrupted ``add``,
-    rerun, add exactly what is missing. An id stored with *another* text is never skipped silently: ``add``
-    refuses the whole call before writing anything, naming how many ids differ and the first, unless
-    ``upsert=True``, which replaces those rows (LanceDB ``merge_insert`` on ``id``, one commit per batch). Refusal
-    is the default because a colliding id is far more often a mistake (reused numbering, another file) than an
-    edit, and a replacement cannot be undone. With derived ids a text already stored under any id is skipped, so
-    a store filled when ``.txt`` ids were line numbers is not doubled by re-adding its file.
+    caller's; without them an id is derived from the text (:func:`~subspaces.store.inputs.text_id`). Adding a row
+    whose id is stored with the same text (and, for given ids, the same metadata) adds nothing: so an interrupted
+    ``add``, rerun, adds exactly what is missing. An id stored with *another* text is refused, for the whole call
+    and before anything is written, unless ``upsert=True`` replaces those rows (``merge_insert`` on ``id``): a
+    colliding id is far more often a mistake than an edit, and a replacement cannot be undone. With derived ids a
+    text already stored under any id is skipped.
 
     **Writers.** Every write holds the store's write lock (:mod:`.lock`); a second writer is refused in one line.
     Reading needs no lock and loads no model until a query must be encoded.
@@ -276,8 +275,6 @@ class Store:
     def _query_map(self, name: str, key: str) -> Any:
         """The query-side map ``key`` of space ``name``, loaded once (its folder hash-checked)."""
         if (name, key) not in self._query_maps:
-            from subspaces.store.maps import load_map
-
             self._query_maps[(name, key)] = load_map(self.path / self._space(name).query_maps[key]["map"])
         return self._query_maps[(name, key)]
 
@@ -346,14 +343,8 @@ class Store:
         actors: int | None = None,
     ) -> dict[str, int]:
         """Encode and append the rows the store lacks; returns ``{"added": n, "skipped": m}`` (and ``"replaced"``
-        with ``upsert``).
-
-        ``ids`` default to a hash of each text (:func:`~subspaces.store.inputs.text_id`: adding the same texts
-        twice adds them once, and a text already stored under another id is skipped). A given id already stored
-        with the same text (and metadata) is skipped; one stored with another text or metadata is refused, for
-        the whole call and before anything is written, unless ``upsert=True`` replaces those rows (see the class
-        docstring). Rows are written ``write_batch`` at a time, each batch one atomic commit: an interrupted
-        call, rerun, adds the rest. Pending (migration) spaces get the new rows mapped by their aligner.
+        with ``upsert``). Ids and ``upsert``: see the class docstring. Rows are written ``write_batch`` at a time,
+        each batch one atomic commit. Pending (migration) spaces get the new rows mapped by their aligner.
 
         ``ray``: encode on Ray Data, ``True`` (or ``"local"``) on a local runtime, else the cluster at that
         address, with ``actors`` actors (default: one per CPU of the cluster); see :mod:`.scaleout`.
@@ -479,8 +470,6 @@ class Store:
         """Map into mapped space ``name`` every row of its source space it lacks; returns how many. ``ray``: map
         on Ray Data (as in :meth:`add`)."""
         with self._writing("store migrate"):
-            from subspaces.store.maps import load_map
-
             space = self._space(name)
             if space.mapped_from is None or space.aligner is None:
                 raise SubspacesError(f"space {name!r} is not a mapped space")
@@ -551,9 +540,8 @@ class Store:
         """Remove, in every space, each row whose id an earlier row already has, keeping the first written;
         returns per space ``{"removed": rows, "ids": ids that had doubles, "differing": those whose doubles held
         another text, "columns": typed metadata columns made or completed}``. One delete commit (per 10,000 rows): a
-        rerun after an interruption removes the rest. A store written before typed metadata columns gets them here,
-        from each row's metadata JSON (what ``where=`` filters read), and a column a killed write added but did not
-        fill is filled."""
+        rerun after an interruption removes the rest. Typed metadata columns missing or left unfilled (a killed
+        write) are made and filled from each row's metadata JSON."""
         report = {}
         with self._writing("store repair"):
             for name in self.manifest.spaces:
@@ -724,15 +712,11 @@ class Store:
     # -- migrating ------------------------------------------------------------------------------------------
     def migrate(self, model: Any, **options: Any) -> dict[str, Any]:
         """Map the store into ``model``'s space as a pending space (see :func:`subspaces.store.migrate.migrate`)."""
-        from subspaces.store.migrate import migrate
-
-        return migrate(self, model, **options)
+        return migration.migrate(self, model, **options)
 
     def commit(self) -> str:
         """Make the pending migration's space the active one (see :func:`subspaces.store.migrate.commit`)."""
-        from subspaces.store.migrate import commit
-
-        return commit(self)
+        return migration.commit(self)
 
     def reembed(self, *, budget: int | None = None, seconds: float | None = None, **options: Any) -> dict[str, Any]:
         """Replace mapped rows by true vectors of their model, oldest first (:func:`.backfill.reembed`)."""
@@ -745,9 +729,7 @@ class Store:
 
     def rollback(self) -> str:
         """Undo the last :meth:`commit`: the previous space active again (:func:`subspaces.store.migrate.rollback`)."""
-        from subspaces.store.migrate import rollback
-
-        return rollback(self)
+        return migration.rollback(self)
 
     # -- searching ------------------------------------------------------------------------------------------
     @overload

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from subspaces import topk
+from subspaces.adapt import MatryoshkaAdapter
 from subspaces.errors import DimensionError, SubspacesError
 from subspaces.numerics import cpu_record
 from subspaces.store import search as ops
@@ -79,8 +80,6 @@ def shrink(
     ``heldout``, measure each at every size of ``dims`` on those held out (or on ``queries``: a file or
     ``{id: text}``), record the choice; with ``qrels`` add Recall@10 and nDCG@10 (see the module). A rerun with
     the same options on an unchanged table and no queries returns the recorded report."""
-    from subspaces.adapt import MatryoshkaAdapter
-
     name = space or store.manifest.active
     with store._writing("store shrink"):
         record = store._space(name)
@@ -190,8 +189,6 @@ def load_adapter(store: Store, name: str) -> Any:
                 f"space {name} has no fitted adapter: run `subspaces store shrink DIR --dims ...` first "
                 "(or search with --basis pca)"
             )
-        from subspaces.adapt import MatryoshkaAdapter
-
         store._shrink_adapters[name] = MatryoshkaAdapter.load(store.path / record["adapter"])
     return store._shrink_adapters[name]
 
