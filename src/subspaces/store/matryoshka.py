@@ -2,7 +2,7 @@
 
 A Matryoshka-trained model's first ``d`` coordinates are what it was trained to be read by; any other model
 spreads its variance over every coordinate, and the store's principal axes (``basis="pca"``) shortlist far
-better (BENCHMARKS §9: 0.974 -> 0.998 Recall@10 at 128 of minilm-l6's 384 dims). A model counts as trained for
+better. A model counts as trained for
 truncation when its folder says so: ``trainer_state.json`` of ``subspaces matryoshka train`` (its ``settings``
 name the ``dims``), or a sentence-transformers model card (``README.md``) that names ``MatryoshkaLoss``. Bundled
 models, foreign vectors and models built in memory are not.

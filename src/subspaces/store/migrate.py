@@ -651,15 +651,17 @@ def _scores(top: np.ndarray, ids: np.ndarray, relevant: dict[str, float], k: int
     return recall, (dcg / ideal if ideal else 0.0)
 
 
+def judged_figures(top: np.ndarray, ids: np.ndarray, judged: list[dict[str, float]], k: int) -> dict[str, float]:
+    """Mean Recall@k and nDCG@k of rankings ``top`` (row positions into ``ids``), one per judged query."""
+    pairs = [_scores(t, ids, rel, k) for t, rel in zip(top, judged, strict=True)]
+    return {f"{m}@{k}": round(float(np.mean([p[i] for p in pairs])), 4) for i, m in enumerate(("recall", "ndcg"))}
+
+
 def _evaluate(
     queries: np.ndarray, rows: np.ndarray, ids: np.ndarray, judged: list[dict[str, float]], k: int
 ) -> dict[str, float]:
     _, top = topk.exact(topk.flat_index(ops.unit_prefix(rows)), ops.unit_prefix(queries), min(k, len(rows)))
-    pairs = [_scores(t, ids, rel, k) for t, rel in zip(top, judged, strict=True)]
-    return {
-        f"recall@{k}": round(float(np.mean([p[0] for p in pairs])), 4),
-        f"ndcg@{k}": round(float(np.mean([p[1] for p in pairs])), 4),
-    }
+    return judged_figures(top, ids, judged, k)
 
 
 def qrels_report(

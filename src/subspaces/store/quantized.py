@@ -46,7 +46,7 @@ from subspaces.quantize import (
     sidecar,
 )
 from subspaces.store.results import SearchResult, hits
-from subspaces.store.table import Table, lance_errors, vectors_of
+from subspaces.store.table import Table, column_objects, lance_errors, vectors_of
 from subspaces.store.vectorfile import VectorFile
 
 if TYPE_CHECKING:
@@ -260,9 +260,7 @@ def search_copy(
             index=held.index,
         )
     found = table.take(rows.ravel(), ["id", "text", "metadata"])
-    ids = np.asarray(found.column("id").to_pylist(), dtype=object).reshape(rows.shape)
-    texts = np.asarray(found.column("text").to_pylist(), dtype=object).reshape(rows.shape)
-    metadata = np.asarray(found.column("metadata").to_pylist(), dtype=object).reshape(rows.shape)
+    ids, texts, metadata = (column_objects(found, c).reshape(rows.shape) for c in ("id", "text", "metadata"))
     positions = np.arange(rows.shape[1])
     return [hits(i, t, m, s, positions) for i, t, m, s in zip(ids, texts, metadata, scores, strict=True)]
 

@@ -29,7 +29,7 @@ from subspaces.adapt import MatryoshkaAdapter
 from subspaces.errors import DimensionError, SubspacesError
 from subspaces.numerics import cpu_record
 from subspaces.store import search as ops
-from subspaces.store.migrate import _read_queries, _scores, load_qrels
+from subspaces.store.migrate import _read_queries, judged_figures, load_qrels
 
 if TYPE_CHECKING:
     from subspaces.store.core import Store
@@ -228,8 +228,7 @@ def _qrels_figures(
     def figures(project: Any, d: int | None) -> dict[str, float]:
         blocks = ((first, ops.unit_prefix(project(block), d)) for first, block in rows.blocks())
         _, top = topk.exact_blocks(blocks, ops.unit_prefix(project(queries), d), k, len(rows))
-        pairs = [_scores(t, ids, rel, k) for t, rel in zip(top, grades, strict=True)]
-        return {f"{m}@{k}": round(float(np.mean([p[i] for p in pairs])), 4) for i, m in enumerate(("recall", "ndcg"))}
+        return judged_figures(top, ids, grades, k)
 
     out: dict[str, Any] = {"queries": len(queries), "full": figures(bases["model"], None)}
     for d in sizes:
