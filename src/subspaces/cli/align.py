@@ -64,11 +64,11 @@ def _read_params(path: Path) -> dict:
         raise SubspacesError(f"--params {path}: not valid JSON ({exc})") from exc
 
 
-def _aligner(params: Optional[Path], defaults: Optional[dict] = None, **options):
-    """The aligner of ``--params`` (stage-grouped JSON) over ``defaults``, with the command-line options over it."""
+def _aligner(params: Optional[Path], **options):
+    """The aligner of ``--params`` (stage-grouped JSON), with the command-line options over it."""
     from subspaces.align import MiniVec2Vec
 
-    grouped = (defaults or {}) | (_read_params(params) if params is not None else {})
+    grouped = _read_params(params) if params is not None else {}
     aligner = MiniVec2Vec.from_params(grouped, **{k: v for k, v in options.items() if v is not None})
     aligner.check_params()
     return aligner
@@ -111,6 +111,59 @@ def _refuse_flat_options(extra: list[str]) -> None:
 def _start(record: dict) -> str:
     """What a pass without matched anchors started from, for the diagnostics table."""
     return "identity start" if record.get("label") == "identity start" else "known pairs"
+
+
+def _print_diagnostics(aligner) -> None:
+    """The fit's label-free diagnostics: one column per pass, then the checks that judged the kept map."""
+    d = aligner.diagnostics_
+    stats = {  # one row per statistic, one column per restart: stays readable however many restarts ran
+        "QAP agreement": lambda r: r["qap_agreement"] if r["qap_agreement"] is not None else _start(r),
+        "nn-sim initial": lambda r: r["nn_similarity"]["initial"],
+        "nn-sim structure": lambda r: r["nn_similarity"]["structure"],
+        # a pass that a later converged one replaced is not refined (its refinement would be thrown away)
+        "nn-sim refine-1": lambda r: r["nn_similarity"]["refine1"] if r.get("refined", True) else "not refined",
+        "nn-sim final": lambda r: r["nn_similarity"]["final"] if r.get("refined", True) else "not refined",
+        "last share swapped": lambda r: r["structure_swapped"][-1] if r["structure_swapped"] else float("nan"),
+        "refine-1 iterations": lambda r: r["refine1_iterations"],
+        "anchor consistency": lambda r: r["anchor_consistency_final"],
+    }
+    anchored_kept = d.get("kept") not in ("identity reference", "paper recipe")  # else a candidate is the map
+    columns = ["statistic"] + [
+        f"{r.get('label', f'restart {i}')}{' (kept)' if anchored_kept and i == d['chosen_restart'] else ''}"
+        for i, r in enumerate(d["restarts"])
+    ]
+    rows = [
+        [name] + [f"{v:.4f}" if isinstance(v := get(r), float) else str(v) for r in d["restarts"]]
+        for name, get in stats.items()
+    ]
+    out.print(table("label-free diagnostics", columns, rows))
+    out.print(f"orthogonality gap {d['orthogonality_gap']:.2e}")
+    check = d["agreement"]
+    if check["agreement"] is not None:
+        searched = f", best of {check['compared']} passes" if check.get("search") else ""
+        out.print(
+            f"agreement with an independent pass: {check['agreement']:.3f}{searched} (trusted: >= "
+            f"{check['threshold']:g}); confidence {aligner.confidence_:.2f}"
+        )
+    else:
+        out.print(f"agreement with an independent pass: not checked ({check['skipped']})")
+    reference = d.get("identity_reference") or {}
+    if reference.get("trust") is not None:
+        kept = d.get("kept") == "identity reference"
+        out.print(
+            f"identity candidate (a pass from the identity{', KEPT' if kept else ''}): trust score "
+            f"{reference['trust']:.4f}, {reference['lift']:+.2f} x chance level against the anchored map's "
+            f"(kept or flagged above {reference['margin']:g})"
+        )
+    if d.get("kept_why"):
+        out.print(d["kept_why"])
+    paired = d.get("paired_check")
+    if paired is not None:
+        verdict = f"confidence {aligner.confidence_:.2f}" if paired["judged"] else "too few to judge the map by"
+        out.print(
+            f"known pairs placed nearest their own target among the {paired['scored']} pairs (in-sample): "
+            f"{paired['top1']:.3f}; {verdict}"
+        )
 
 
 @align_app.command("fit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -176,13 +229,7 @@ def fit_cmd(
 
         resolve_device(device)
     aligner = _aligner(
-        params,
-        None,
-        n_restarts=n_restarts,
-        init=init,
-        max_seconds=max_seconds,
-        random_state=seed,
-        verbose=True,
+        params, n_restarts=n_restarts, init=init, max_seconds=max_seconds, random_state=seed, verbose=True
     )
     pairs = _load_pairs(pairs_source, pairs_target)
     a = _load_side(source_emb, source, source_texts, device)
@@ -194,55 +241,7 @@ def fit_cmd(
         aligner.fit(a, b, pairs=pairs)
     aligner.verbose = False  # progress bars were for this run; a loaded aligner stays quiet unless asked
     aligner.save(output)
-    d = aligner.diagnostics_
-    stats = {  # one row per statistic, one column per restart: stays readable however many restarts ran
-        "QAP agreement": lambda r: r["qap_agreement"] if r["qap_agreement"] is not None else _start(r),
-        "nn-sim initial": lambda r: r["nn_similarity"]["initial"],
-        "nn-sim structure": lambda r: r["nn_similarity"]["structure"],
-        # a pass that a later converged one replaced is not refined (its refinement would be thrown away)
-        "nn-sim refine-1": lambda r: r["nn_similarity"]["refine1"] if r.get("refined", True) else "not refined",
-        "nn-sim final": lambda r: r["nn_similarity"]["final"] if r.get("refined", True) else "not refined",
-        "last share swapped": lambda r: r["structure_swapped"][-1] if r["structure_swapped"] else float("nan"),
-        "refine-1 iterations": lambda r: r["refine1_iterations"],
-        "anchor consistency": lambda r: r["anchor_consistency_final"],
-    }
-    anchored_kept = d.get("kept") not in ("identity reference", "paper recipe")  # else a candidate is the map
-    columns = ["statistic"] + [
-        f"{r.get('label', f'restart {i}')}{' (kept)' if anchored_kept and i == d['chosen_restart'] else ''}"
-        for i, r in enumerate(d["restarts"])
-    ]
-    rows = [
-        [name] + [f"{v:.4f}" if isinstance(v := get(r), float) else str(v) for r in d["restarts"]]
-        for name, get in stats.items()
-    ]
-    out.print(table("label-free diagnostics", columns, rows))
-    out.print(f"orthogonality gap {d['orthogonality_gap']:.2e}")
-    check = d["agreement"]
-    if check["agreement"] is not None:
-        searched = f", best of {check['compared']} passes" if check.get("search") else ""
-        out.print(
-            f"agreement with an independent pass: {check['agreement']:.3f}{searched} (trusted: >= "
-            f"{check['threshold']:g}); confidence {aligner.confidence_:.2f}"
-        )
-    else:
-        out.print(f"agreement with an independent pass: not checked ({check['skipped']})")
-    reference = d.get("identity_reference") or {}
-    if reference.get("trust") is not None:
-        kept = d.get("kept") == "identity reference"
-        out.print(
-            f"identity candidate (a pass from the identity{', KEPT' if kept else ''}): trust score "
-            f"{reference['trust']:.4f}, {reference['lift']:+.2f} x chance level against the anchored map's "
-            f"(kept or flagged above {reference['margin']:g})"
-        )
-    if d.get("kept_why"):
-        out.print(d["kept_why"])
-    paired = d.get("paired_check")
-    if paired is not None:
-        verdict = f"confidence {aligner.confidence_:.2f}" if paired["judged"] else "too few to judge the map by"
-        out.print(
-            f"known pairs placed nearest their own target among the {paired['scored']} pairs (in-sample): "
-            f"{paired['top1']:.3f}; {verdict}"
-        )
+    _print_diagnostics(aligner)
     for warning in caught:
         if issubclass(warning.category, ConvergenceWarning):
             echo(str(warning.message), label="warning:", style="bold yellow")
@@ -250,6 +249,7 @@ def fit_cmd(
             warnings.showwarning(warning.message, warning.category, warning.filename, warning.lineno)
     if not aligner.converged_:
         echo("this map is not trusted; `align apply` refuses it unless --force", label="warning:", style="bold yellow")
+    d = aligner.diagnostics_
     echo(
         f"fitted in {aligner.fit_seconds_:.1f}s ({d['precision']} products on {d['cpu']}, "
         f"{'native' if d['native_bfloat16'] else 'no native'} bfloat16); wrote {output}"
