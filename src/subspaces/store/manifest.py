@@ -10,7 +10,7 @@ written last on create, so a folder without it is not a store.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -44,19 +44,7 @@ class Space:
     prompts: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "table": self.table,
-            "model": self.model.to_dict(),
-            "source": self.source,
-            "mapped_from": self.mapped_from,
-            "aligner": self.aligner,
-            "state": self.state,
-            "report": self.report,
-            "options": self.options,
-            "query_maps": self.query_maps,
-            "shrink": self.shrink,
-            "prompts": self.prompts,
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {"model": self.model.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Space:

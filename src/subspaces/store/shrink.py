@@ -160,7 +160,6 @@ def shrink(
         store.manifest.save(store.path)
         store._shrink_adapters.pop(name, None)
         loaded.prefixes.clear()
-        loaded.adapted = None
         return report
 
 

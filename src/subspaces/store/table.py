@@ -134,7 +134,6 @@ class Rows:
         self.index: Any = None  # exact search's faiss index (vectors in memory)
         self.prefixes: dict[tuple[str, int, bool], Any] = {}  # (basis, dims, int8 codes) -> faiss index
         self._axes: np.ndarray | None = None  # the rows' principal axes, fitted when first asked for
-        self.adapted: np.ndarray | None = None  # unused: adapter prefixes are built from blocks (shrink resets it)
         self.conditioned: Any = None  # ConditionalCorpus views of the rows: (head, condition) -> view, an LRUCache
         self.corpora: dict[str, Any] = {}  # a head's fingerprint -> its ConditionalCorpus
         self.matches: dict[str, np.ndarray] = {}  # a where= filter -> the rows it admits
