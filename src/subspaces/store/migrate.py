@@ -17,6 +17,7 @@ nDCG@10 of the old, migrated and re-embedded search (:func:`qrels_report`).
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import time
@@ -111,6 +112,9 @@ def migrate(
     with store._writing("store migrate"):  # first: a second writer is refused before a model loads
         encoder, fingerprint = store.load_model(model, name)
         prompts = folder_prompts(encoder)  # the new model's, by convention (its rows: documents; its queries)
+        encode = functools.partial(
+            _encode, store, model, encoder, fingerprint, batch_size=batch_size, ray=ray, actors=actors
+        )
         manifest = store.manifest
         asked = {"anchors": anchors, "heldout": heldout, "seed": seed, "params": _plain(params)}
         if domain is not None:
@@ -137,7 +141,7 @@ def migrate(
             if domain is not None:  # the old map stays until the new one is trusted
                 return _query_side_unpaired(
                     store,
-                    model,
+                    encode,
                     encoder,
                     fingerprint,
                     domain,
@@ -147,8 +151,6 @@ def migrate(
                     seed=seed,
                     batch_size=batch_size,
                     show_progress=show_progress,
-                    ray=ray,
-                    actors=actors,
                     evaluation=evaluation,
                     options=asked,
                     stale=stale,
@@ -189,14 +191,10 @@ def migrate(
 
         start = time.perf_counter()
         texts = rows.texts[np.concatenate([fit_rows, test])].tolist()
-        new_all = _encode(
-            store, model, encoder, fingerprint, texts, batch_size, show_progress, ray, actors, prompts.get("document")
-        )
+        new_all = encode(texts, prompts.get("document"), show_progress=show_progress)
         choice_vectors = None
         if choice_texts:  # real queries choose the query-side map (see maps.fit_and_choose)
-            choice_vectors = _encode(
-                store, model, encoder, fingerprint, choice_texts, batch_size, False, ray, actors, prompts.get("query")
-            )
+            choice_vectors = encode(choice_texts, prompts.get("query"))
         encode_s = time.perf_counter() - start
         target, new_test = new_all[: len(fit_rows)], new_all[len(fit_rows) :]
         source = rows.vectors[fit_rows]
@@ -318,7 +316,7 @@ MIN_HELDOUT = 20  # fewer re-embedded rows than this make top-10 overlap among t
 
 def _query_side_unpaired(
     store: Store,
-    model: Any,
+    encode: Any,
     encoder: Any,
     fingerprint: ModelFingerprint,
     domain: list[str],
@@ -329,8 +327,6 @@ def _query_side_unpaired(
     seed: int,
     batch_size: int,
     show_progress: bool,
-    ray: bool | str,
-    actors: int | None,
     evaluation: Any,
     options: dict[str, Any],
     stale: str | None,
@@ -357,18 +353,7 @@ def _query_side_unpaired(
 
     start = time.perf_counter()
     prompt = folder_prompts(encoder).get("document")
-    encoded = _encode(
-        store,
-        model,
-        encoder,
-        fingerprint,
-        domain + rows.texts[held].tolist(),
-        batch_size,
-        show_progress,
-        ray,
-        actors,
-        prompt,
-    )
+    encoded = encode(domain + rows.texts[held].tolist(), prompt, show_progress=show_progress)
     encode_s = time.perf_counter() - start
     new, new_held = encoded[: len(domain)], encoded[len(domain) :]
     fit_start = time.perf_counter()
@@ -461,11 +446,12 @@ def _encode(
     encoder: Any,
     fingerprint: Any,
     texts: list[str],
+    prompt: str | None,
+    *,
     batch_size: int,
-    show_progress: bool,
+    show_progress: bool = False,
     ray: bool | str,
     actors: int | None,
-    prompt: str | None = None,
 ) -> np.ndarray:
     """Unit new-model vectors of ``texts`` after the document ``prompt`` (on Ray Data with ``ray``)."""
     if ray:
