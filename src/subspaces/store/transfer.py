@@ -34,6 +34,7 @@ it), streaming.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -704,34 +705,30 @@ def export(
     sides = {what: Path(f"{stem}.{what}.jsonl") for what in ("ids", "texts", "metadata")}
     for side in sides.values():
         check_writable(side, "--output's side file")
-    with (
-        atomic_path(out) as tmp,
-        atomic_path(sides["ids"]) as ids_tmp,
-        atomic_path(sides["texts"]) as texts_tmp,
-        atomic_path(sides["metadata"]) as meta_tmp,
-    ):
-        array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, dim))
+    with contextlib.ExitStack() as stack:
+        array = np.lib.format.open_memmap(
+            stack.enter_context(atomic_path(out)), mode="w+", dtype=np.float32, shape=(n, dim)
+        )
+        ids_f, texts_f, meta_f = (
+            stack.enter_context(open(stack.enter_context(atomic_path(side)), "w", encoding="utf-8"))
+            for side in sides.values()
+        )
         done = 0
-        with (
-            open(ids_tmp, "w", encoding="utf-8") as ids_f,
-            open(texts_tmp, "w", encoding="utf-8") as texts_f,
-            open(meta_tmp, "w", encoding="utf-8") as meta_f,
-        ):
-            for batch in batches():
-                rows = batch.num_rows
-                if done + rows > n:
-                    raise SubspacesError(f"{store.path}: rows were added during the export; run it again")
-                array[done : done + rows] = vectors_of(batch.column("vector"), dim)
-                for row_id, text, meta in zip(
-                    batch.column("id").to_pylist(),
-                    batch.column("text").to_pylist(),
-                    batch.column("metadata").to_pylist(),
-                    strict=True,
-                ):
-                    ids_f.write(json.dumps(row_id, ensure_ascii=False) + "\n")
-                    texts_f.write(json.dumps(text, ensure_ascii=False) + "\n")
-                    meta_f.write((meta if meta is not None else "null") + "\n")
-                done += rows
+        for batch in batches():
+            rows = batch.num_rows
+            if done + rows > n:
+                raise SubspacesError(f"{store.path}: rows were added during the export; run it again")
+            array[done : done + rows] = vectors_of(batch.column("vector"), dim)
+            for row_id, text, meta in zip(
+                batch.column("id").to_pylist(),
+                batch.column("text").to_pylist(),
+                batch.column("metadata").to_pylist(),
+                strict=True,
+            ):
+                ids_f.write(json.dumps(row_id, ensure_ascii=False) + "\n")
+                texts_f.write(json.dumps(text, ensure_ascii=False) + "\n")
+                meta_f.write((meta if meta is not None else "null") + "\n")
+            done += rows
         array.flush()
         del array
         if done != n:
