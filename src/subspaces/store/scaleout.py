@@ -268,7 +268,6 @@ def encode_rows(
     order blocks finish. ``model``: a name or folder each actor loads (checked against ``expected``, the store's
     fingerprint), or a loaded model to ship; ``metadata``: JSON strings or None."""
     import pyarrow as pa
-    import ray
 
     table = pa.table(
         {
@@ -277,39 +276,32 @@ def encode_rows(
             "metadata": pa.array(metadata, pa.string()),
         }
     )
-    size = _pool_size(actors)
-    dataset = ray.data.from_arrow(_blocks(table, block_rows, size)).map_batches(
-        _Encode,
-        fn_constructor_kwargs={
-            "model": model,
-            "runtime": runtime,
-            "expected": expected,
-            "batch_size": batch_size,
-            "prompt": prompt,
-        },
-        batch_size=None,  # one block per call: the block is the unit of commit
-        batch_format="pyarrow",
-        compute=ray.data.ActorPoolStrategy(size=size),
-        num_cpus=None if _gpus(runtime.device) else 1.0,
-        num_gpus=_gpus(runtime.device),
-        **_actor_options(),
-    )
-    yield from dataset.iter_batches(batch_size=None, batch_format="pyarrow")
+    options = {"model": model, "runtime": runtime, "expected": expected, "batch_size": batch_size, "prompt": prompt}
+    gpus = _gpus(runtime.device)
+    yield from _pool(table, _Encode, options, block_rows, actors, num_cpus=None if gpus else 1.0, num_gpus=gpus)
 
 
 def map_rows(table: Any, aligner: Any, dim: int, *, block_rows: int, actors: int | None = None) -> Iterator[Any]:
     """``table``'s rows (id, text, vector, metadata) mapped by ``aligner`` into ``dim``-d unit vectors, block by
     block, by an actor pool."""
+    yield from _pool(table, _Map, {"aligner": aligner, "dim": dim}, block_rows, actors, num_cpus=1.0)
+
+
+def _pool(
+    table: Any, actor: type, options: dict[str, Any], block_rows: int, actors: int | None, **resources: Any
+) -> Iterator[Any]:
+    """``actor(**options)`` called on each block of ``table`` by a pool of ``actors`` actors (each block whole: the
+    unit of commit), the results in the order blocks finish."""
     import ray
 
     size = _pool_size(actors)
     dataset = ray.data.from_arrow(_blocks(table, block_rows, size)).map_batches(
-        _Map,
-        fn_constructor_kwargs={"aligner": aligner, "dim": dim},
+        actor,
+        fn_constructor_kwargs=options,
         batch_size=None,
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=size),
-        num_cpus=1.0,
+        **resources,
         **_actor_options(),
     )
     yield from dataset.iter_batches(batch_size=None, batch_format="pyarrow")
