@@ -40,17 +40,17 @@ def parsed(value: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def non_finite(meta: dict[str, Any] | None) -> tuple[str, float] | None:
-    """The first top-level field of ``meta`` whose value holds NaN or an infinity (at any depth), with that
-    number; None if none does. JSON has no such numbers (an export would write ``NaN``), and a filter compares a NaN
-    as no number should (``score > 5`` admitted it)."""
-    if not meta:
-        return None
-    for name, value in meta.items():
+def check_finite(meta: dict[str, Any] | None, row: str, path: Any = None) -> None:
+    """Refuse ``meta`` (of ``row``, named so) where a field holds NaN or an infinity at any depth: JSON has no such
+    numbers (an export would write ``NaN``), and a filter compares a NaN as no number should."""
+    for name, value in (meta or {}).items():
         bad = _non_finite(value)
         if bad is not None:
-            return name, bad
-    return None
+            raise DataError(
+                f"{row}: metadata field {name!r} holds a non-finite number ({bad}): JSON has none; give a number or "
+                "null",
+                path,
+            )
 
 
 def _non_finite(value: Any) -> float | None:

@@ -955,12 +955,7 @@ def _check_rows(texts: list[str], ids: list[str], metadata: list[Any]) -> None:
         problem = unicode_problem(row_id) or (unicode_problem(metadata[i]) if metadata[i] is not None else None)
         if problem is not None:
             raise DataError(f"row {i} (id {row_id!r}) holds {problem} in its id or metadata")
-        bad = columns.non_finite(columns.parsed(metadata[i]))
-        if bad is not None:
-            raise DataError(
-                f"row {i} (id {row_id!r}): metadata field {bad[0]!r} holds a non-finite number ({bad[1]}): JSON has "
-                "none; give a number or null"
-            )
+        columns.check_finite(columns.parsed(metadata[i]), f"row {i} (id {row_id!r})")
 
 
 def _divisor_near(n: int, target: int) -> int:

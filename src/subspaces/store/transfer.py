@@ -489,13 +489,7 @@ def _rows(chunk: Chunk, label: str, dimension: int | None) -> _Rows:
         problem = unicode_problem(meta) if meta is not None else None
         if problem is not None:
             raise DataError(f"row {chunk.first + i}: the metadata holds {problem}", label)
-        bad = columns.non_finite(meta)
-        if bad is not None:
-            raise DataError(
-                f"row {chunk.first + i}: metadata field {bad[0]!r} holds a non-finite number ({bad[1]}): JSON has "
-                "none; give a number or null",
-                label,
-            )
+        columns.check_finite(meta, f"row {chunk.first + i}", label)
         strings.append(None if meta is None else json.dumps(meta, ensure_ascii=False))
     if chunk.ids is not None:
         ids = list(chunk.ids)
