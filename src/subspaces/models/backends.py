@@ -1,33 +1,24 @@
 """Run an encoder's transformer on ONNX Runtime or OpenVINO, in fp32 or int8, exported once and cached.
 
-sentence-transformers' own ``backend="onnx"|"openvino"`` loads through optimum, and every optimum release that
-has those backends pins a transformers older than the 5.x this package runs on (optimum-onnx 0.1: < 4.58;
-optimum-intel 2.2: < 5.6). So the graph is exported with torch's own ONNX exporter and quantised with the runtimes'
-own tools: ``onnxruntime.quantization.quantize_dynamic`` (int8 weights, activations quantised per batch at run time,
-what optimum's dynamic quantisation calls) and, for OpenVINO, ``nncf.quantize`` (static int8: weights and
-activations, SmoothQuant, activation ranges calibrated once on ``calibration.txt``, sentences written for this
-package; on the AMD EPYC Zen 4 here about 2 x ONNX Runtime's dynamic int8, docs/inference.md).
+sentence-transformers' own ``backend="onnx"|"openvino"`` loads through optimum, whose releases pin a transformers
+older than the 5.x this package runs on. So the graph is exported with torch's own ONNX exporter and quantised with
+the runtimes' own tools: ``onnxruntime.quantization.quantize_dynamic`` (int8 weights, activations quantised per
+batch) and, for OpenVINO, ``nncf.quantize`` (static int8, activation ranges calibrated once on
+``calibration.txt``). The torch backend runs in float32, or in bfloat16 (``dtype``; rows given back as float32).
+Speeds and agreement: docs/inference.md.
 
-The torch backend runs in float32, or in bfloat16 (``dtype``): the model's weights cast, its rows given back as
-float32 (on this project's AMD EPYC with AVX512-BF16, about 2x faster than float32 on long texts, mean cosine to
-the float32 rows 0.99995 over 1,000 texts; docs/inference.md). ``auto`` is bfloat16 only where the CPU multiplies it
-natively (:func:`subspaces.numerics.native_bfloat16`): emulated bfloat16 is slower than float32.
-
-Only the transformer moves: tokenisation, length-sorted batching, pooling, Dense and Normalize stay
-sentence-transformers' own modules, so the result is still a ``SentenceTransformer`` that ``encode`` and every
-evaluator take as before.
+Only the transformer moves: tokenisation, batching, pooling, Dense and Normalize stay sentence-transformers' own
+modules, so the result is still a ``SentenceTransformer``.
 
 Cache: ``cache_dir()/backends/<weights sha256[:16]>-<backend>-<precision>/`` holds the graph and ``manifest.json``
 (the full weights hash, each file's size and sha256). A folder whose manifest or files do not match is rebuilt,
-never used. A build is written into a temporary sibling and renamed into place after its manifest, so an export
-interrupted midway leaves nothing that loads.
+never used; a build is renamed into place after its manifest, so an interrupted export leaves nothing that loads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import importlib.resources
 import importlib.util
 import inspect
@@ -42,7 +33,7 @@ import numpy as np
 
 from subspaces.config import cache_dir, encoding_threads
 from subspaces.errors import SubspacesError
-from subspaces.models.fingerprint import weights_hash
+from subspaces.models.fingerprint import file_sha256, weights_hash
 from subspaces.numerics import native_bfloat16, native_int8
 from subspaces.state_folder import built_folder
 
@@ -64,14 +55,11 @@ log = logging.getLogger(__name__)
 def fastest_runtime(
     device: str = "cpu", precision: str | None = None, dtype: str | None = None
 ) -> tuple[str, str, str]:
-    """``(backend, precision, dtype)`` for backend ``auto``, by rule from what was measured (BENCHMARKS §7, §8).
+    """``(backend, precision, dtype)`` for backend ``auto``, by rule from what was measured (docs/inference.md).
     ``precision``/``dtype``: what the user asked (``None``: nothing). A dtype asked, fp32 asked, or another device
-    than the CPU: torch. Otherwise an int8 graph where one was measured to win: OpenVINO's static graph where the
-    CPU has int8 dot products (VNNI/AMX) and the openvino extra is installed (the fastest served on the AMD EPYC
-    Zen 4 here; limited to AVX2 it was no faster than its fp32 graph); else, where the CPU multiplies bfloat16
-    natively, torch in bfloat16 (ONNX Runtime's int8 was 1.32 x torch on long texts on issue 51's Intel Xeon);
-    else ONNX Runtime's int8 graph (3.4-3.9 x torch's encode in BENCHMARKS §7, on a box its notes attribute to an
-    AMD EPYC Zen 3, AVX2 only; not measured serving there)."""
+    than the CPU: torch. Otherwise OpenVINO's static int8 graph where the CPU has int8 dot products (VNNI/AMX) and
+    the openvino extra is installed; else torch in bfloat16 where the CPU multiplies it natively; else ONNX
+    Runtime's int8 graph."""
     openvino = all(importlib.util.find_spec(name) is not None for name in ("openvino", "nncf"))
     int8_graph = "openvino" if openvino and native_int8() else "onnx"
     if precision == "int8":
@@ -273,7 +261,7 @@ def is_valid(folder: Path, weights: str) -> bool:
             return False
         files = manifest["files"]
         return bool(files) and all(
-            (folder / name).stat().st_size == meta["size"] and _file_sha256(folder / name) == meta["sha256"]
+            (folder / name).stat().st_size == meta["size"] and file_sha256(folder / name) == meta["sha256"]
             for name, meta in files.items()
         )
     except (OSError, ValueError, KeyError, TypeError):
@@ -284,16 +272,8 @@ def _build_atomically(target: Path, build: Callable[[Path], None], meta: dict[st
     with built_folder(target) as tmp:
         tmp.mkdir()
         build(tmp)
-        files = {p.name: {"size": p.stat().st_size, "sha256": _file_sha256(p)} for p in sorted(tmp.iterdir())}
+        files = {p.name: {"size": p.stat().st_size, "sha256": file_sha256(p)} for p in sorted(tmp.iterdir())}
         (tmp / "manifest.json").write_text(json.dumps({**meta, "format": FORMAT, "files": files}, indent=1))
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _input_names(hf_model: Any) -> tuple[str, ...]:

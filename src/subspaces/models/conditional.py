@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Self, runtime_checkable
 
 import numpy as np
 import torch
@@ -19,14 +19,7 @@ import torch
 from subspaces.cache import LRUCache
 from subspaces.errors import SubspacesError
 from subspaces.models.embedding_cache import CacheSettings, EmbeddingCache
-from subspaces.models.folder import (
-    encoder_reference,
-    is_saved_here,
-    load_referenced_encoder,
-    read_config,
-    save_encoder,
-    write_config,
-)
+from subspaces.models.folder import encoder_reference, read_config
 from subspaces.models.forward import embed_with_grad
 from subspaces.models.triencoder import PairModel, TriEncoder, build_tri_encoder
 
@@ -153,26 +146,15 @@ class BiEncoder(PairModel):
     def save(self, path: str | Path) -> None:
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
-        if self.freeze_encoder and self.encoder_name is not None:
-            ref = self.encoder_name  # unchanged weights: a reference, not a copy
-        else:
-            ref = "hr_encoder" if self.task == "kgc" else "encoder"  # KGC's reads (head, relation) pairs
-            save_encoder(self.encoder, folder / ref)
-        if self.tail_encoder is not None:
-            save_encoder(self.tail_encoder, folder / "tail_encoder")
-        write_config(
-            folder,
-            {
-                "task": self.task,
-                "arch": self.arch,
-                "encoder": ref,
-                "tail_encoder": None if self.tail_encoder is None else "tail_encoder",
-                "freeze_encoder": self.freeze_encoder,
-                "max_seq_length": getattr(self.encoder, "max_seq_length", None),
-                "encode_batch_size": self.encode_batch_size,
-                "metadata": self.metadata,
-            },
-        )
+        sub = "hr_encoder" if self.task == "kgc" else "encoder"  # KGC's reads (head, relation) pairs
+        ref = self._saved(folder, self.encoder, self.encoder_name, sub)
+        tail = None if self.tail_encoder is None else self._saved(folder, self.tail_encoder, None, "tail_encoder")
+        self._write_config(folder, {"encoder": ref, "tail_encoder": tail})
+
+    @classmethod
+    def _rebuild(cls, folder: Path, config: dict[str, Any], encoder_at: Any, *, device: str, **options: Any) -> Self:
+        encoder, name = encoder_at("encoder")
+        return cls(encoder, encoder_at("tail_encoder")[0], encoder_name=name, **options)
 
 
 ConditionalModel = TriEncoder | BiEncoder  # the two implementations of ConditionalEncoder, as tasks annotate them
@@ -235,23 +217,8 @@ def load_model(
     cache: CacheSettings = CacheSettings(),
     device: str = "cpu",
 ) -> TriEncoder | BiEncoder:
-    """Load a folder written by ``cond train`` or ``kgc train`` (or their earlier layouts) onto ``device``;
+    """Load a folder written by ``cond train`` or ``kgc train`` onto ``device``;
     ``task`` checks which it holds. ``max_length`` overrides the saved token limit."""
-    folder = Path(path)
-    config = read_config(folder, task=task)
-    if config["arch"] == "tri":
-        return TriEncoder.load(folder, config, max_length=max_length, device=device, cache=cache)
-    length = max_length or config.get("max_seq_length")
-    encoder = load_referenced_encoder(folder, config["encoder"], length, device)
-    tail = config.get("tail_encoder")
-    model = BiEncoder(
-        encoder,
-        load_referenced_encoder(folder, tail, length, device) if tail else None,
-        task=config.get("task", "cond"),
-        freeze_encoder=bool(config.get("freeze_encoder", True)),
-        encoder_name=None if is_saved_here(folder, config["encoder"]) else config["encoder"],
-        encode_batch_size=int(config.get("encode_batch_size", 64)),
-        cache=cache,
-    )
-    model.metadata = dict(config.get("metadata", {}))
-    return model.eval()
+    config = read_config(path, task=task)
+    kind = TriEncoder if config["arch"] == "tri" else BiEncoder
+    return kind.load(path, config, max_length=max_length, device=device, cache=cache)

@@ -2,13 +2,15 @@
 
 :func:`model_fingerprint` (a whole sentence-transformers model: store manifests, the conditional models' disk
 shards), :func:`weights_hash` (a transformers model: the backends' exported graphs), :func:`texts_key` (one shard of
-texts). Each is recorded on disk: computing one differently orphans what was recorded.
+texts), :func:`file_sha256` (a written file, checked when read back). Each is recorded on disk: computing one
+differently orphans what was recorded.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -17,7 +19,8 @@ if TYPE_CHECKING:
 Text = str | tuple[str, str]
 
 
-def _tensor_bytes(tensor: torch.Tensor) -> bytes:
+def tensor_bytes(tensor: torch.Tensor) -> bytes:
+    """A tensor's raw bytes, read on the CPU in row-major order."""
     import torch
 
     return tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
@@ -40,7 +43,7 @@ def model_fingerprint(model: torch.nn.Module, extra: str = "") -> str:
     for name, tensor in model.state_dict().items():
         digest.update(name.encode())
         digest.update(str(tuple(tensor.shape)).encode())
-        digest.update(_tensor_bytes(tensor))
+        digest.update(tensor_bytes(tensor))
     return digest.hexdigest()[:24]
 
 
@@ -49,7 +52,7 @@ def weights_hash(module: Any) -> str:
     digest = hashlib.sha256(module.config.to_json_string(use_diff=False).encode())
     for name, tensor in sorted(module.state_dict().items()):
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-        digest.update(_tensor_bytes(tensor))
+        digest.update(tensor_bytes(tensor))
     return digest.hexdigest()
 
 
@@ -60,3 +63,12 @@ def texts_key(fingerprint: str, texts: Sequence[Text]) -> str:
         digest.update(b"\x1e")
         digest.update("\x1f".join(text).encode() if isinstance(text, tuple) else text.encode())
     return digest.hexdigest()[:32]
+
+
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of a file's bytes, read a block at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

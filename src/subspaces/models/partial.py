@@ -34,6 +34,7 @@ from torch import nn
 from subspaces.config import cache_dir as cache_root
 from subspaces.errors import DataError, SubspacesError
 from subspaces.io import atomic_open
+from subspaces.models.fingerprint import file_sha256, tensor_bytes
 from subspaces.progress import Progress
 
 FORMAT_VERSION = 1
@@ -181,7 +182,8 @@ class PartialFineTuning:
         self._preprocess_depth = 0
         self.identity = self._identity()
         self._key_seed = hashlib.sha256(json.dumps(self.identity, sort_keys=True).encode())
-        self.cache = ActivationStore(_cache_folder(cache_dir, self.identity, keyed=keyed), self.identity)
+        folder = _cache_folder(cache_dir, self._key_seed.hexdigest()[:16], keyed=keyed)
+        self.cache = ActivationStore(folder, self.identity)
         self.attached = False
         self._attach()
 
@@ -244,9 +246,8 @@ class PartialFineTuning:
         digest = hashlib.sha256()
         for index, module in enumerate(self._bottom):
             for name, tensor in module.state_dict().items():
-                t = tensor.detach().cpu().contiguous()
-                digest.update(f"{index}.{name}:{t.dtype}:{tuple(t.shape)}".encode())
-                digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+                digest.update(f"{index}.{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+                digest.update(tensor_bytes(tensor))
         config = self._hf.config
         return {
             "format": FORMAT_VERSION,
@@ -429,7 +430,8 @@ class ActivationStore:
         buffer = io.BytesIO()
         torch.save(payload, buffer)
         data = buffer.getvalue()
-        _write_bytes(self.folder / f"shard-{hashlib.sha256(data).hexdigest()[:32]}.pt", data)
+        with atomic_open(self.folder / f"shard-{hashlib.sha256(data).hexdigest()[:32]}.pt", "wb") as handle:
+            handle.write(data)  # never half-written: a killed writer leaves no shard
         self._pending.clear()
         self._pending_bytes = 0
 
@@ -455,7 +457,8 @@ class ActivationStore:
             raise DataError(f"activation-cache shards without a {MANIFEST}; delete the folder to rebuild", path=folder)
         else:
             folder.mkdir(parents=True, exist_ok=True)
-            _write_bytes(manifest, json.dumps(identity, indent=1, sort_keys=True).encode())
+            with atomic_open(manifest, "wb") as handle:
+                handle.write(json.dumps(identity, indent=1, sort_keys=True).encode())
         for shard in sorted(folder.glob("shard-*.pt")):
             for key, states in _read_shard(shard, self.hidden_size):
                 self._entries.setdefault(key, states)
@@ -464,14 +467,11 @@ class ActivationStore:
 def _read_shard(path: Path, hidden_size: int) -> Iterator[tuple[str, torch.Tensor]]:
     """The (key, states) entries of one shard, after checking its bytes against the hash in its name."""
     expected = path.stem.removeprefix("shard-")
-    digest = hashlib.sha256()
     try:
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
+        digest = file_sha256(path)
     except OSError as exc:
         raise DataError(f"unreadable activation-cache shard ({exc})", path=path) from exc
-    if len(expected) != 32 or not digest.hexdigest().startswith(expected):
+    if len(expected) != 32 or not digest.startswith(expected):
         raise DataError(
             "activation-cache shard is corrupted or truncated (its bytes do not match its name's hash); "
             "delete it to recompute",
@@ -492,19 +492,11 @@ def _read_shard(path: Path, hidden_size: int) -> Iterator[tuple[str, torch.Tenso
     return zip(keys, torch.split(states, lengths.tolist()), strict=True)
 
 
-def _write_bytes(path: Path, data: bytes) -> None:
-    with atomic_open(path, "wb") as handle:  # never half-written: a killed writer leaves no shard
-        handle.write(data)
-
-
-def _cache_folder(
-    cache_dir: str | os.PathLike[str] | bool | None, identity: dict[str, Any], *, keyed: bool = False
-) -> Path | None:
-    """The folder of one frozen bottom's cache: ``cache_dir`` itself, or its subfolder named by the identity's key
-    (``True``: under the cache root; ``keyed``: under the path)."""
+def _cache_folder(cache_dir: str | os.PathLike[str] | bool | None, key: str, *, keyed: bool = False) -> Path | None:
+    """The folder of one frozen bottom's cache: ``cache_dir`` itself, or its subfolder named ``key`` (the identity's
+    hash; ``True``: under the cache root; ``keyed``: under the path)."""
     if cache_dir is None or cache_dir is False:
         return None
-    key = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
     if cache_dir is True:
         return cache_root() / "activations" / key
     folder = Path(cache_dir).expanduser()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import torch
@@ -89,7 +89,15 @@ class ConditionalCorpus:
 
 
 class PairModel(nn.Module):
-    """What the two conditional architectures share over their own ``project_pairs`` and ``caches``."""
+    """What the two conditional architectures share over their own ``project_pairs``, ``caches`` and
+    ``_rebuild``: similarity, cache statistics, and their folder's common fields."""
+
+    arch = ""
+    task: str
+    freeze_encoder: bool
+    encode_batch_size: int
+    metadata: dict[str, Any]
+    encoder: Any
 
     def project_pairs(
         self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]
@@ -112,16 +120,26 @@ class PairModel(nn.Module):
                 f"sentences1, sentences2 and conditions differ in length "
                 f"({len(sentences1)}, {len(sentences2)}, {len(conditions)})"
             )
-        was_training = self.training
-        self.eval()
-        out = []
-        with torch.no_grad():
+
+        @torch.no_grad()
+        def cosines() -> np.ndarray:
+            out = []
             for start in range(0, len(conditions), batch_size):
                 sl = slice(start, start + batch_size)
                 z1, z2 = self.project_pairs(sentences1[sl], sentences2[sl], conditions[sl])
                 out.append(F.cosine_similarity(z1, z2, dim=-1).cpu())
-        self.train(was_training)
-        return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)
+            return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)
+
+        return self._eval(cosines)
+
+    def _eval(self, fn: Any) -> Any:
+        # outside training: no dropout, and the caches in use
+        was_training = self.training
+        self.eval()
+        try:
+            return fn()
+        finally:
+            self.train(was_training)
 
     def cache_stats(self) -> dict[str, Any]:
         """Per-cache statistics and the overall hit rate (hits over lookups of every cache together)."""
@@ -135,6 +153,70 @@ class PairModel(nn.Module):
             "bytes": sum(s["bytes"] for s in per.values()),
             "caches": per,
         }
+
+    # --- the folder (subspaces.models.folder) ------------------------------------------------------------
+    def _saved(self, folder: Path, encoder: Any, name: str | None, sub: str) -> str:
+        """``name`` for a frozen encoder loaded by name (a reference, not a copy); else ``sub``, written there."""
+        if self.freeze_encoder and name is not None:
+            return name
+        save_encoder(encoder, folder / sub)
+        return sub
+
+    def _write_config(self, folder: Path, parts: dict[str, Any]) -> None:
+        """The folder's config: the fields both architectures have around ``parts`` (encoders, head)."""
+        write_config(
+            folder,
+            {
+                "task": self.task,
+                "arch": self.arch,
+                **parts,
+                "freeze_encoder": self.freeze_encoder,
+                "max_seq_length": getattr(self.encoder, "max_seq_length", None),
+                "encode_batch_size": self.encode_batch_size,
+                "metadata": self.metadata,
+            },
+        )
+
+    @classmethod
+    def load(
+        cls,
+        path: str | Path,
+        config: dict[str, Any] | None = None,
+        *,
+        max_length: int | None = None,
+        device: str = "cpu",
+        **options: Any,
+    ) -> Self:
+        """Rebuild a saved model of this architecture (``config``: the folder's, read when not given)."""
+        folder = Path(path)
+        config = config or read_config(folder)
+        if config["arch"] != cls.arch:
+            raise SubspacesError(f"{folder} holds a {config['arch']}-encoder, not a {cls.arch}-encoder")
+        length = max_length or config.get("max_seq_length")
+
+        def encoder_at(key: str) -> tuple[Any, str | None]:
+            """The encoder the config names under ``key`` (None if none) and its reference (None: saved here)."""
+            ref = config.get(key)
+            if not ref:
+                return None, None
+            return load_referenced_encoder(folder, ref, length, device), None if is_saved_here(folder, ref) else ref
+
+        model = cls._rebuild(
+            folder,
+            config,
+            encoder_at,
+            device=device,
+            freeze_encoder=bool(config.get("freeze_encoder", True)),
+            task=config.get("task", "cond"),
+            encode_batch_size=int(config.get("encode_batch_size", 64)),
+            **options,
+        )
+        model.metadata = dict(config.get("metadata", {}))
+        return model.eval()
+
+    @classmethod
+    def _rebuild(cls, folder: Path, config: dict[str, Any], encoder_at: Any, *, device: str, **options: Any) -> Self:
+        raise NotImplementedError
 
 
 class TriEncoder(PairModel):
@@ -338,15 +420,6 @@ class TriEncoder(PairModel):
         seen = self.metadata.get("seen_conditions")
         return None if seen is None else condition in set(seen)
 
-    def _eval(self, fn: Any) -> Any:
-        # outside training: no dropout, and the caches in use (as similarity())
-        was_training = self.training
-        self.eval()
-        try:
-            return fn()
-        finally:
-            self.train(was_training)
-
     def _eval_embed(self, texts: list[str]) -> torch.Tensor:
         return self._eval(lambda: self.embed_sentences(texts))
 
@@ -355,69 +428,31 @@ class TriEncoder(PairModel):
         """Write the folder: ``head.pt``, and the encoders unless frozen and loaded by name (then a reference)."""
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
-
-        def ref(encoder: Any, name: str | None, sub: str) -> str:
-            if self.freeze_encoder and name is not None:
-                return name
-            save_encoder(encoder, folder / sub)
-            return sub
-
-        config: dict[str, Any] = {
-            "task": self.task,
-            "arch": self.arch,
-            "encoder": ref(self.encoder, self.encoder_name, "encoder"),
+        parts: dict[str, Any] = {
+            "encoder": self._saved(folder, self.encoder, self.encoder_name, "encoder"),
             "condition_encoder": None
             if self.condition_encoder is None
-            else ref(self.condition_encoder, self.condition_encoder_name, "condition_encoder"),
+            else self._saved(folder, self.condition_encoder, self.condition_encoder_name, "condition_encoder"),
             "head": self.head.config(),
-            "freeze_encoder": self.freeze_encoder,
-            "max_seq_length": getattr(self.encoder, "max_seq_length", None),
-            "encode_batch_size": self.encode_batch_size,
-            "metadata": self.metadata,
         }
         with atomic_path(folder / "head.pt") as tmp:
             torch.save(self.head.state_dict(), tmp)
-        write_config(folder, config)
+        self._write_config(folder, parts)
 
     @classmethod
-    def load(
-        cls,
-        path: str | Path,
-        config: dict[str, Any] | None = None,
-        *,
-        max_length: int | None = None,
-        device: str = "cpu",
-        **options: Any,
-    ) -> TriEncoder:
-        """Rebuild a saved tri-encoder (any layout :func:`subspaces.models.folder.read_config` reads)."""
-        folder = Path(path)
-        config = config or read_config(folder)
-        if config["arch"] != "tri":
-            raise SubspacesError(f"{folder} holds a {config['arch']}-encoder, not a tri-encoder")
-        length = max_length or config.get("max_seq_length")
-
-        def encoder_at(ref: str) -> tuple[Any, str | None]:
-            return load_referenced_encoder(folder, ref, length, device), None if is_saved_here(folder, ref) else ref
-
-        encoder, name = encoder_at(config["encoder"])
-        condition_encoder, condition_name = (
-            encoder_at(config["condition_encoder"]) if config.get("condition_encoder") else (None, None)
-        )
+    def _rebuild(cls, folder: Path, config: dict[str, Any], encoder_at: Any, *, device: str, **options: Any) -> Self:
+        encoder, name = encoder_at("encoder")
+        condition_encoder, condition_name = encoder_at("condition_encoder")
         head = head_from_config(config["head"])
         head.load_state_dict(torch.load(folder / "head.pt", map_location="cpu", weights_only=True))
-        model = cls(
+        return cls(
             encoder,
             head.to(device),
             condition_encoder=condition_encoder,
-            freeze_encoder=bool(config.get("freeze_encoder", True)),
             encoder_name=name,
             condition_encoder_name=condition_name,
-            task=config.get("task", "cond"),
-            encode_batch_size=int(config.get("encode_batch_size", 64)),
             **options,
         )
-        model.metadata = dict(config.get("metadata", {}))
-        return model.eval()
 
 
 def build_tri_encoder(
