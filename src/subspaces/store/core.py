@@ -10,9 +10,8 @@ Layout of a store folder::
     quantized/N/    space N's quantized copy (:mod:`.quantized`)
     write.lock      the write lock (:mod:`.lock`): one writer at a time
 
-Every write is one LanceDB commit of one batch (:meth:`.table.Table.append`), and rows already in the table are
-skipped, so an interrupted ``add`` rerun adds exactly what is missing. Vectors are unit length (cosine = inner
-product). One writer at a time (:mod:`.lock`); :meth:`Store.repair` removes the doubles two unlocked writers made.
+Every write is one LanceDB commit of one batch (:meth:`.table.Table.append`). Vectors are unit length (cosine =
+inner product).
 """
 
 from __future__ import annotations

@@ -71,26 +71,20 @@ def migrate(
 
     ``anchors``: ``"paired"`` (default): ``pairs`` sampled rows with texts (default 2,000, or 4 per dimension of
     the wider space if more), re-embedded by the new model, are known pairs; every map of ``maps`` (default
-    :data:`.maps.KINDS`; ``map_params`` per kind) is fitted on ``1 - holdout`` of them and the one whose
-    top-10 agrees best with the true vectors' on the rest is kept, refitted on all (:func:`.maps.fit_and_choose`;
-    query-side, the MLP unless clearly worse, judged on ``queries``' texts when given, no ``qrels`` needed).
-    ``"unpaired"`` (rewrite only): mini-vec2vec without using that the rows match (default 20,000 rows;
-    ``params`` are its parameters), the method's own setting.
+    :data:`.maps.KINDS`; ``map_params`` per kind) is fitted and one kept by :func:`.maps.fit_and_choose` on a
+    ``holdout`` fraction of them (query-side, judged on ``queries``' texts when given). ``"unpaired"`` (rewrite
+    only): mini-vec2vec without using that the rows match (default 20,000 rows; ``params`` are its parameters).
 
     ``heldout`` rows outside the pairs (at most a fifth of the rows with texts) are re-embedded too and measure
-    the result (see the module docstring); ``qrels`` (a file or ``{query id: [ids] | {id: grade}}``) with
-    ``queries`` (a file or ``{query id: text}``) adds Recall@10 and nDCG@10 (:func:`qrels_report`).
+    the result; ``qrels`` (a file or ``{query id: [ids] | {id: grade}}``) with ``queries`` (a file or
+    ``{query id: text}``) add Recall@10 and nDCG@10 (:func:`qrels_report`).
 
-    A pending rewrite to the same model fitted with the same options is finished; one fitted with other options
-    (``pairs`` given and different, or another ``anchors``, ``heldout``, ``seed``, ``params``, ``maps``,
-    ``map_params`` or ``holdout``) is replaced by a new fit: its space and map are dropped first.
-    ``pairs=None`` means whatever the pending fit used. A query-side map to the same model is replaced likewise,
-    and returned as it is when nothing differs.
+    A pending rewrite (or a query-side map) to the same model fitted with the same options is finished (returned);
+    one fitted with other options is replaced by a new fit (``pairs=None``: whatever the earlier fit used).
 
-    ``unpaired`` (with ``query_side`` and ``texts``, a file of domain texts: one a line, ``.jsonl`` or ``.csv``):
-    no stored text is re-embedded; mini-vec2vec maps the texts' new-model vectors onto a sample of the stored
-    rows (:mod:`.unpaired`; ``params`` are its own), and the map is recorded only when the aligner's label-free
-    checks trust it, else refused with their reason (see :func:`_query_side_unpaired`)."""
+    ``unpaired`` (with ``query_side`` and ``texts``, a file of domain texts): no stored text is re-embedded;
+    mini-vec2vec maps the texts' new-model vectors onto a sample of the stored rows (:mod:`.unpaired`), and the map
+    is recorded only when the aligner's label-free checks trust it, else refused with their reason."""
     if anchors not in ("paired", "unpaired"):
         raise SubspacesError(f"anchors must be 'paired' or 'unpaired', got {anchors!r}")
     if unpaired or texts is not None:
