@@ -569,8 +569,7 @@ def test_rank_parsing_and_the_validation_alias(tmp_path, tiny_encoder_dir):
 
 def test_ranking_filters_the_answers_of_every_split(tmp_path, tiny_encoder_dir):
     """Other true answers from train, valid *and* test are filtered; training triples alone are not the filter."""
-    from subspaces.kgc.inference import KGCInference
-    from subspaces.kgc.pipeline import evaluate_model
+    from subspaces.kgc.pipeline import entity_vectors, evaluate_model, query_vectors
     from subspaces.kgc.ranking import rank_queries
     from subspaces.kgc.texts import KGCTexts
     from subspaces.models.conditional import build_model
@@ -586,12 +585,12 @@ def test_ranking_filters_the_answers_of_every_split(tmp_path, tiny_encoder_dir):
     result = evaluate_model(model, kg, predictions=tmp_path / "p.jsonl", show_progress=False)
     ranks = [json.loads(line)["rank"] for line in (tmp_path / "p.jsonl").read_text().splitlines()]
     queries = kg.with_inverses("test")
-    inference = KGCInference(model, KGCTexts.build(kg))
-    query_vectors, entity_vectors = inference.query_vectors(queries), inference.entity_vectors()
+    texts = KGCTexts.build(kg)
+    query_rows, entities = query_vectors(model, texts, queries), entity_vectors(model, texts)
 
     def ranks_with(splits):
         known = KnownTails(np.concatenate([kg.with_inverses(s) for s in splits]))
-        return rank_queries(query_vectors, entity_vectors, queries, known)[0].tolist()
+        return rank_queries(query_rows, entities, queries, known)[0].tolist()
 
     assert ranks == pytest.approx(ranks_with(("train", "valid", "test")))
     assert ranks != pytest.approx(ranks_with(("train",)))  # the fixture makes the difference visible

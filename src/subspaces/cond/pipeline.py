@@ -18,9 +18,15 @@ from subspaces.cond.recipe import CondTrainConfig
 from subspaces.cond.tasks import get_task
 from subspaces.cond.train import evaluate, fit, predict
 from subspaces.data.csts import write_predictions
-from subspaces.errors import ModelNotFoundError, SubspacesError
-from subspaces.models.conditional import BiEncoder, ConditionalModel, TriEncoder, build_model, load_model
-from subspaces.models.folder import is_model_folder
+from subspaces.errors import SubspacesError
+from subspaces.models.conditional import (
+    BiEncoder,
+    ConditionalModel,
+    TriEncoder,
+    build_model,
+    load_model,
+    load_or_zero_shot,
+)
 from subspaces.results import JSONResult
 
 
@@ -88,21 +94,6 @@ def _describe(model: ConditionalModel) -> dict[str, Any]:
         if head["kind"] == "hypernet":
             info["rank"] = "full" if head.get("rank") is None else head["rank"]
     return info
-
-
-def _load_or_zero_shot(path: str | Path, device: str = "cpu") -> ConditionalModel:
-    """A ``cond train`` folder, or a plain encoder (name or folder) as the zero-shot bi-encoder."""
-    from subspaces.models.encoder import resolve_model_path
-
-    if is_model_folder(path):
-        return load_model(path, task="cond", device=device)
-    try:
-        resolve_model_path(path)
-    except ModelNotFoundError as exc:
-        raise ModelNotFoundError(
-            f"{path} is not a conditional model folder (from `cond train`) nor an encoder: {exc}"
-        ) from exc
-    return build_model(str(path), "bi", device=device)
 
 
 def train_conditional(
@@ -182,7 +173,7 @@ def evaluate_conditional(
 
     resolve_device(device)
     spec = get_task(task)
-    model = path if isinstance(path, (TriEncoder, BiEncoder)) else _load_or_zero_shot(path, device)
+    model = path if isinstance(path, (TriEncoder, BiEncoder)) else load_or_zero_shot(path, task="cond", device=device)
     model.clear_caches(reset_stats=True)
     rows = spec.load(split, data_dir)
     seen_keys = model.metadata.get("seen_keys")

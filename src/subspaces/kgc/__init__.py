@@ -10,7 +10,7 @@ Modules, in the order data flows through them:
 * :mod:`subspaces.losses.simkgc` -- SimKGC's loss (margin, learnable temperature, masks, pre-batch, self-negatives);
 * :mod:`~subspaces.kgc.recipes` -- ``KGCTrainConfig`` (every setting of a run) and released configurations;
 * :mod:`~subspaces.kgc.train` -- the task on the shared engine: triple batches, the loss step;
-* :mod:`~subspaces.kgc.inference` -- entity and query vectors through the model's embedding store;
 * :mod:`~subspaces.kgc.ranking` -- filtered MR / MRR / Hits@k, forward, backward and average;
-* :mod:`~subspaces.kgc.pipeline` -- ``train_pipeline`` and ``evaluate_model``, one call each; MRR on dev.
+* :mod:`~subspaces.kgc.pipeline` -- ``train_pipeline`` and ``evaluate_model``, one call each (entity and query
+  vectors through the model's embedding store); MRR on dev.
 """

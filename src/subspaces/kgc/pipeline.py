@@ -25,14 +25,20 @@ from subspaces.eval.base import Evaluator
 from subspaces.io import atomic_open
 from subspaces.kgc.data import DATASETS, KnowledgeGraph, load_kg
 from subspaces.kgc.graph import KnownTails, LinkGraph
-from subspaces.kgc.inference import KGCInference
 from subspaces.kgc.ranking import Ties, average_metrics, rank_metrics, rank_queries
 from subspaces.kgc.recipes import KGCTrainConfig
 from subspaces.kgc.texts import KGCTexts
 from subspaces.kgc.train import embed_batch, train_kgc
 from subspaces.losses.simkgc import SimKGCLoss
-from subspaces.models.conditional import CacheSettings, ConditionalModel, TriEncoder, build_model, load_model
-from subspaces.models.folder import is_model_folder, read_config
+from subspaces.models.conditional import (
+    CacheSettings,
+    ConditionalModel,
+    TriEncoder,
+    build_model,
+    is_trained_folder,
+    load_or_zero_shot,
+)
+from subspaces.models.folder import read_config
 from subspaces.models.partial import partially_trained
 from subspaces.results import JSONResult
 from subspaces.train.engine import seed_everything
@@ -57,7 +63,7 @@ class KGCEvalResult(JSONResult):
     forward: dict[str, float]
     backward: dict[str, float]
     inference_seconds: float
-    # the text and condition caches over this evaluation (KGCInference.stats)
+    # the text and condition caches over this evaluation (_cache_stats)
     cache_hit_rate: float
     text_lookups: int
     text_hits: int
@@ -278,11 +284,8 @@ def evaluate_model(
 
     resolve_device(device)
 
-    is_folder = not isinstance(model, torch.nn.Module) and is_model_folder(model)
-    if not is_folder and not isinstance(model, torch.nn.Module):
-        from subspaces.models.encoder import resolve_model_path
-
-        resolve_model_path(model)  # neither a KGC folder nor an encoder: say so, not "name the dataset"
+    # neither a KGC folder nor an encoder: say so, not "name the dataset"
+    is_folder = not isinstance(model, torch.nn.Module) and is_trained_folder(model, "kgc")
     metadata: dict = read_config(model, task="kgc")["metadata"] if is_folder else {}  # type: ignore[arg-type]
     if dataset is None:
         dataset = metadata.get("dataset_source", metadata.get("dataset"))
@@ -292,20 +295,15 @@ def evaluate_model(
     split = _split_name(kg, split)
     if isinstance(model, torch.nn.Module):  # it keeps its own store (memory, and disk shards if built with them)
         kgc_model: ConditionalModel = model
-    elif is_folder:
-        kgc_model = load_model(
-            model, task="kgc", max_length=max_length, cache=CacheSettings(disk=disk_cache), device=device
-        )
     else:
-        kgc_model = build_model(
-            str(model),
-            "bi",
+        kgc_model = load_or_zero_shot(
+            model,
             task="kgc",
-            max_length=max_length or DEFAULT_MAX_LENGTH,
+            max_length=max_length,
+            zero_shot_max_length=DEFAULT_MAX_LENGTH,
             cache=CacheSettings(disk=disk_cache),
             device=device,
         )
-        metadata = {"zero_shot": True}
     kgc_model.store.show_progress = show_progress
     kgc_model.store.batch_size = batch_size
     kgc_model.store.reset_stats()  # the statistics are this evaluation's (vectors already held stay valid)
@@ -319,12 +317,13 @@ def evaluate_model(
     known = KnownTails(np.concatenate([kg.with_inverses(s) for s in kg.splits]))  # the filter: every split's triples
     forward = kg.splits[split]
     queries = kg.with_inverses(split)  # forward queries, then their inverses (the backward direction)
-    inference = KGCInference(kgc_model, texts, label=f"kgc {kg.name}")
+    kgc_model.eval()
+    label = f"kgc {kg.name}"
     started = time.perf_counter()
     with torch.no_grad():
-        entity_vectors = inference.entity_vectors()
-        query_vectors = inference.query_vectors(queries)
-        ranks, top = rank_queries(query_vectors, entity_vectors, queries, known, ties=ties)
+        entities = entity_vectors(kgc_model, texts, label)
+        query_rows = query_vectors(kgc_model, texts, queries, label)
+        ranks, top = rank_queries(query_rows, entities, queries, known, ties=ties)
     seconds = time.perf_counter() - started
     n = len(forward)
     forward_m, backward_m, average_m = _by_direction(ranks, n)
@@ -339,14 +338,14 @@ def evaluate_model(
         forward=forward_m,
         backward=backward_m,
         inference_seconds=seconds,
-        **inference.stats(),
+        **_cache_stats(kgc_model),
         average=average_m,
     )
     if n_hop > 0:
         graph = LinkGraph(kg.splits["train"], kg.num_entities)
         reranked, _ = rank_queries(
-            query_vectors,
-            entity_vectors,
+            query_rows,
+            entities,
             queries,
             known,
             ties=ties,
@@ -364,6 +363,40 @@ def evaluate_model(
     if predictions is not None:
         write_predictions(predictions, kg, queries, ranks, top, n)
     return result
+
+
+def entity_vectors(model: ConditionalModel, texts: KGCTexts, label: str = "kgc") -> torch.Tensor:
+    """Every entity's vector, through the model's store (memory, and disk shards if it was built with them);
+    ``label`` names the task and dataset in progress lines ("kgc wn18rr")."""
+    n = len(texts.entities)
+    return model.store.embed("sentence", texts.entities, f"{label}: encoding {n:,} entities").cpu()
+
+
+@torch.no_grad()
+def query_vectors(model: ConditionalModel, texts: KGCTexts, queries: np.ndarray, label: str = "kgc") -> torch.Tensor:
+    """The vector of each query row's (head text, relation): a bi-encoder encodes each pair (almost every query a
+    miss); a tri-encoder finds the head's text cached and encodes each relation once."""
+    queries = np.asarray(queries)
+    heads = [texts.entities[h] for h in queries[:, 0].tolist()]
+    relations = [texts.relations[r] for r in queries[:, 1].tolist()]
+    description = f"{label}: encoding {len(queries):,} queries"  # the bi-encoder's (head, relation) pairs
+    return model.project(heads, relations, description if model.arch == "bi" else None).cpu()
+
+
+def _cache_stats(model: ConditionalModel) -> dict[str, Any]:
+    """The text and condition caches' lookups and hit rates, and the texts actually encoded."""
+    text = [c.stats() for c in model.store.memory.values()]
+    lookups, hits = sum(s.lookups for s in text), sum(s.hits for s in text)
+    condition = model.params_cache.stats() if isinstance(model, TriEncoder) else None
+    return {
+        "cache_hit_rate": hits / lookups if lookups else 0.0,
+        "text_lookups": lookups,
+        "text_hits": hits,
+        "encoded_texts": model.store.encoded_texts,
+        "encode_seconds": model.store.encode_seconds,
+        "condition_lookups": condition.lookups if condition else 0,
+        "condition_hit_rate": condition.hit_rate if condition else 0.0,
+    }
 
 
 def _by_direction(ranks: np.ndarray, n_forward: int) -> tuple[dict[str, float], ...]:

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from subspaces.cache import LRUCache
-from subspaces.errors import SubspacesError
+from subspaces.errors import ModelNotFoundError, SubspacesError
 from subspaces.models.embedding_cache import CacheSettings, EmbeddingCache
-from subspaces.models.folder import encoder_reference, read_config
+from subspaces.models.folder import encoder_reference, is_model_folder, read_config
 from subspaces.models.forward import embed_with_grad
 from subspaces.models.triencoder import PairModel, TriEncoder, build_tri_encoder
 
@@ -33,6 +33,7 @@ __all__ = [
     "TriEncoder",
     "build_model",
     "load_model",
+    "load_or_zero_shot",
 ]
 
 
@@ -222,3 +223,42 @@ def load_model(
     config = read_config(path, task=task)
     kind = TriEncoder if config["arch"] == "tri" else BiEncoder
     return kind.load(path, config, max_length=max_length, device=device, cache=cache)
+
+
+TASK_FOLDERS = {"cond": "conditional model folder", "kgc": "KGC model folder"}
+
+
+def is_trained_folder(path: str | Path, task: str) -> bool:
+    """Whether ``path`` is a folder ``task``'s training wrote (False: a plain encoder, a bundled name or a folder);
+    a :class:`ModelNotFoundError` if it is neither."""
+    from subspaces.models.encoder import resolve_model_path
+
+    if is_model_folder(path):
+        return True
+    try:
+        resolve_model_path(path)
+    except ModelNotFoundError as exc:
+        raise ModelNotFoundError(
+            f"{path} is not a {TASK_FOLDERS[task]} (from `{task} train`) nor an encoder: {exc}"
+        ) from exc
+    return False
+
+
+def load_or_zero_shot(
+    path: str | Path,
+    *,
+    task: str,
+    max_length: int | None = None,
+    zero_shot_max_length: int | None = None,
+    cache: CacheSettings = CacheSettings(),
+    device: str = "cpu",
+) -> TriEncoder | BiEncoder:
+    """A folder ``task``'s training wrote, or a plain encoder as the zero-shot bi-encoder (its metadata
+    ``{"zero_shot": True}``). ``max_length`` overrides the token limit; a plain encoder's default is
+    ``zero_shot_max_length`` (None: its own)."""
+    if is_trained_folder(path, task):
+        return load_model(path, task=task, max_length=max_length, cache=cache, device=device)
+    length = max_length or zero_shot_max_length
+    model = build_model(str(path), "bi", task=task, max_length=length, cache=cache, device=device)
+    model.metadata = {"zero_shot": True}
+    return model
