@@ -1,12 +1,10 @@
 """One writer at a time: an advisory ``flock`` on ``write.lock`` in the store folder, held for every write.
 
-Two writers that both read the table's ids and then both append would add the same rows twice, so every
-write (``add``, ``migrate``, ``commit``, ``index``, ``quantize``, ``repair``) runs under this lock. A second writer
-is refused at once with one line naming the holder, rather than waiting: a writer can run for hours, and a caller
-that wants to queue can retry. The lock is the kernel's (``fcntl.flock``), tied to the open file: it is released
-when the holder closes it or its process dies, however it dies (``kill -9`` included), so a killed writer never
-leaves the store locked. The file itself stays; its contents (the holder's pid, what it does, since when) are only
-read to word the refusal. Readers take no lock: they see the last committed table version.
+Two writers that both read the table's ids and then both append would add the same rows twice, so every write
+runs under this lock. A second writer is refused at once with one line naming the holder (a writer can run for
+hours; a caller that wants to queue can retry). The kernel releases the lock when the holder's process dies,
+however it dies, so a killed writer never leaves the store locked. Readers take no lock: they see the last
+committed table version.
 
 The lock is per open file, so two :class:`~subspaces.store.Store` objects in one process exclude each other too;
 one store object re-enters its own lock (``add`` maps rows into a pending space under the lock it holds). Where

@@ -4,17 +4,11 @@ Layout, inside the store folder::
 
     vectors/<table>/v<version>.npy     the table's vectors at that version, in table order (float32, rows x dim)
 
-The file is written once, from LanceDB's record batches, into a temporary name that is renamed into place when
-whole (a killed build leaves no file under the final name; :func:`current` removes leftovers), and rebuilt for a
-new table version (every write is one): a stale file is never read. Searches read it in blocks of
-:data:`BLOCK_BYTES` by positional reads into one buffer (:meth:`VectorFile.blocks`: exact search, prefix indexes),
-or at a few rows by positional reads (``file[rows]``: a funnel's shortlist, a sample), so a search process holds
-no more of it than it reads. A space whose vectors fit :data:`IN_MEMORY_BYTES` is searched from memory instead,
-without a file.
-
-A read-only store folder is searched from the file a search wrote while it was writable; without one the search
-is refused in one line (:func:`current`) rather than copy the space into memory or a temporary folder unasked:
-this path is for spaces too large for memory, and a temporary copy would be rewritten, whole, by every process.
+The file is written once per table version, under a temporary name renamed into place when whole, so a stale
+or partial file is never read. Searches read it by positional reads, in blocks (:meth:`VectorFile.blocks`) or at a
+few rows (``file[rows]``), so a search process holds no more of it than it reads. A space whose vectors fit
+:data:`IN_MEMORY_BYTES` is searched from memory instead. A read-only store folder without the file is refused in
+one line (:func:`current`) rather than copied into memory or a temporary folder unasked.
 """
 
 from __future__ import annotations
@@ -108,14 +102,10 @@ class VectorFile:
                 yield start, view
 
 
-def path_for(folder: Path, table: str, version: int) -> Path:
-    return folder / FOLDER / table / f"v{version}.npy"
-
-
 def current(folder: Path, table: Any, dim: int) -> VectorFile:
     """The vector file of ``table`` (a :class:`~.table.Table`, pinned to its version), written first if missing;
     the files of its other versions, and leftovers of killed writes, are removed."""
-    path = path_for(folder, table.name, table.version)
+    path = folder / FOLDER / table.name / f"v{table.version}.npy"
     rows = table.count()
     if path.is_file():
         found = VectorFile(path)
