@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from subspaces.errors import DataError, SubspacesError
-from subspaces.models.partial import STATES, partial_fine_tuning, reinit_top_layers
+from subspaces.models.partial import STATES, partial_fine_tuning
 
 # Different lengths, so batches are padded; one repeat, so the cache holds one entry per distinct input.
 TEXTS = [
@@ -297,26 +297,3 @@ def test_detach_restores_the_model_exactly(tiny_model_dir, tmp_path):
     assert STATES not in model.preprocess(TEXTS)
     model.save(str(tmp_path / "saved"))
     assert torch.equal(_embed(SentenceTransformer(str(tmp_path / "saved"), device="cpu")), fresh)
-
-
-def test_reinit_top_layers_changes_exactly_those(tiny_model_dir, deep_model_dir):
-    original = _load(deep_model_dir).state_dict()
-    model = _load(deep_model_dir)
-    rng = torch.random.get_rng_state()
-    reinit_top_layers(model, 2, seed=3)
-    assert torch.equal(torch.random.get_rng_state(), rng)  # the global random state is untouched
-    state = model.state_dict()
-    for name, value in original.items():
-        index = _layer_index(name)
-        if index is not None and index >= 2 and name.endswith("weight") and "LayerNorm" not in name:
-            assert not torch.equal(value, state[name]), name  # redrawn (loaded weights are marked initialised)
-        elif index is None or index < 2:
-            assert torch.equal(value, state[name]), name
-    std = model[0].auto_model.config.initializer_range  # the model's own initialiser: N(0, initializer_range)
-    (query,) = [v for k, v in state.items() if _layer_index(k) == 3 and k.endswith("query.weight")]
-    assert abs(query.std().item() - std) < 0.2 * std
-    again = _load(deep_model_dir)
-    reinit_top_layers(again, 2, seed=3)
-    assert all(torch.equal(v, again.state_dict()[k]) for k, v in state.items())  # the seed fixes the draw
-    with pytest.raises(SubspacesError, match="depth, 2"):
-        reinit_top_layers(_load(tiny_model_dir), 3, seed=0)

@@ -15,11 +15,7 @@ from subspaces.errors import DimensionError, SubspacesError
 
 def flat_index(vectors: np.ndarray) -> Any:
     """A faiss inner-product index over ``vectors`` (float32, rows as given)."""
-    import faiss
-
-    index = faiss.IndexFlatIP(vectors.shape[1])
-    index.add(np.ascontiguousarray(vectors, dtype=np.float32))
-    return index
+    return flat_index_of([vectors], vectors.shape[1])
 
 
 INT8_SCAN_ROWS = 50_000  # from here a funnel's shortlist scan is faster on 8-bit codes than on floats...
@@ -78,6 +74,11 @@ def check_k(k: int, n: int) -> int:
     return min(k, n)
 
 
+def _no_rows(queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The scores and row numbers of a search with no candidate rows: ``len(queries) x 0``."""
+    return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
+
+
 def selector(subset: np.ndarray | None) -> Any:
     """faiss search parameters that admit only the rows ``subset`` (a ``where=`` filter's matches), or None."""
     if subset is None:
@@ -99,7 +100,7 @@ def exact(
     n = index.ntotal if subset is None else len(subset)
     if n == 0:
         check_k(k, 1)
-        return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
+        return _no_rows(queries)
     params = selector(subset)
     if params is None:
         return index.search(queries, check_k(k, n))
@@ -125,7 +126,7 @@ def funnel(
     if shortlist < k:
         raise SubspacesError(f"shortlist ({shortlist}) must be at least k ({k})")
     if n == 0:
-        return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
+        return _no_rows(queries)
     k, shortlist = min(k, n), min(shortlist, n)
     if prefix_queries is None:
         prefix_queries = maths.unit_prefix(np.asarray(queries, dtype=np.float32), prefix_index.d)
@@ -155,7 +156,7 @@ def exact_blocks(
     candidates = n if subset is None else len(subset)
     if candidates == 0:
         check_k(k, 1)
-        return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
+        return _no_rows(queries)
     k = check_k(k, candidates)
     best = Best(len(queries), k)
     for start, block in blocks:

@@ -43,7 +43,6 @@ MANIFEST = "manifest.json"
 SHARD_BYTES = 64 * 2**20  # pending entries are written as one shard once they reach this size
 _ATTACHED = "_subspaces_partial"  # marks a Transformer module that is under partial fine-tuning
 _HALF_MAX = torch.finfo(torch.float16).max
-_INITIALISED = "_is_hf_initialized"  # transformers' flag on weights its init functions must leave alone
 
 
 def partial_fine_tuning(
@@ -116,32 +115,6 @@ def partially_trained(
     finally:
         for pft in attached:
             pft.detach()
-
-
-def reinit_top_layers(model: Any, n: int, seed: int = 0) -> None:
-    """Re-initialise the top ``n`` transformer layers with the model's ``_init_weights``, drawing from ``seed``
-    (the global random state is left as it was)."""
-    _, hf, layers = _transformer_layers(model)
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(layers):
-        raise SubspacesError(
-            f"layers to re-initialise must be between 1 and the model's depth, {len(layers)}; got {n!r}"
-        )
-    device = next(hf.parameters()).device
-    with torch.random.fork_rng(devices=[device] if device.type != "cpu" else [], device_type=device.type):
-        torch.manual_seed(seed)
-        for layer in layers[len(layers) - n :]:
-            params: list[Any] = list(layer.parameters())
-            # transformers marks loaded weights as initialised, and its init functions then skip them.
-            flags = [getattr(p, _INITIALISED, None) for p in params]
-            for p in params:
-                setattr(p, _INITIALISED, False)
-            for module in layer.modules():
-                hf._init_weights(module)
-            for p, flag in zip(params, flags, strict=True):
-                if flag is None:
-                    delattr(p, _INITIALISED)
-                else:
-                    setattr(p, _INITIALISED, flag)
 
 
 class PartialFineTuning:
@@ -506,11 +479,8 @@ def _cache_folder(cache_dir: str | os.PathLike[str] | bool | None, key: str, *, 
 def _parse_layers(value: int | str | None) -> int | None:
     if value is None or value == "all":
         return None
-    if isinstance(value, str):
-        text = value.strip()
-        if not text.lstrip("-").isdigit():
-            raise SubspacesError(f"trainable layers must be a whole number or 'all', got {value!r}")
-        return int(text)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise SubspacesError(f"trainable layers must be a whole number or 'all', got {value!r}")
     return value

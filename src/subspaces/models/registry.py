@@ -63,7 +63,7 @@ def package_path(distribution: str, relative: str) -> Path:
 
 
 def known_models() -> dict[str, BundledModel]:
-    _ensure_registered()
+    importlib.import_module("subspaces.models.bundled")  # registers the rest (lazily: it imports registry)
     return dict(_REGISTRY)
 
 
@@ -106,13 +106,3 @@ register(
         resolve=_minilm_l6,
     )
 )
-
-
-def _ensure_registered() -> None:
-    """Import modules that register further bundled models (kept lazy: their loaders are heavy)."""
-    for module in ("subspaces.models.bundled",):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:  # the module is optional while it is being written
-            if exc.name != module:
-                raise

@@ -60,7 +60,7 @@ class ConditionalCorpus:
     condition's :func:`~subspaces.models.heads.corpus_view` is computed once and kept in ``cache``."""
 
     def __init__(self, head: ConditionHead, vectors: np.ndarray | torch.Tensor, cache: LRUCache | None = None) -> None:
-        corpus = torch.as_tensor(np.asarray(vectors, dtype=np.float32) if isinstance(vectors, np.ndarray) else vectors)
+        corpus = _tensor(vectors)
         if corpus.ndim != 2 or len(corpus) == 0:
             raise DimensionError(f"the corpus must be a non-empty (N, d) matrix, got shape {tuple(corpus.shape)}")
         if corpus.shape[1] != head.dim:
@@ -84,8 +84,12 @@ class ConditionalCorpus:
         self, queries: np.ndarray | torch.Tensor, key: Any, params: tuple[torch.Tensor, ...], k: int = 10
     ) -> tuple[np.ndarray, np.ndarray]:
         """Scores and row numbers ``(B, k)`` of the best rows for each query vector (B, d) under ``key``."""
-        queries = torch.as_tensor(np.asarray(queries, dtype=np.float32)) if isinstance(queries, np.ndarray) else queries
-        return conditional_search(self.head, queries, params, self.vectors, k, view=self.view(key, params))
+        return conditional_search(self.head, _tensor(queries), params, self.vectors, k, view=self.view(key, params))
+
+
+def _tensor(vectors: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """A tensor as it is; an array as a float32 tensor."""
+    return torch.as_tensor(np.asarray(vectors, dtype=np.float32)) if isinstance(vectors, np.ndarray) else vectors
 
 
 class PairModel(nn.Module):
@@ -381,9 +385,7 @@ class TriEncoder(PairModel):
     def index_corpus(self, corpus: np.ndarray | torch.Tensor | Sequence[str]) -> None:
         """Set what :meth:`search` ranks: sentence vectors (N, d) of this model's encoder, or texts to embed."""
         if isinstance(corpus, (np.ndarray, torch.Tensor)):
-            vectors = torch.as_tensor(
-                np.asarray(corpus, dtype=np.float32) if isinstance(corpus, np.ndarray) else corpus
-            )
+            vectors = _tensor(corpus)
         else:
             with torch.no_grad():
                 vectors = self._eval_embed(list(corpus))
