@@ -77,10 +77,6 @@ def _json_outside(json_path: Path | None, store: Path) -> None:
         raise SubspacesError(f"--json {json_path} is inside the store {store}: write the report elsewhere")
 
 
-QueryPromptOpt = Annotated[
-    Optional[str],
-    typer.Option(help='Put before every query ("": none). Default: the model folder\'s query prompt.'),
-]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -149,33 +145,16 @@ class RayCommand(Command):
         return super().parse_args(ctx, completed)
 
 
-BasisOpt = Annotated[
-    Basis,
-    typer.Option(
-        help="With --dims: whose first DIMS axes to read: the model's (a Matryoshka model) or the store's principal "
-        "axes (pca: any model; the same full-dimension scores)."
-    ),
-]
-
-
-SearchBasisOpt = Annotated[
-    Optional[Literal[BASES]],  # type: ignore[valid-type]
-    typer.Option(
-        help="With --dims: whose first DIMS axes to read: the model's (a Matryoshka model), the store's principal "
-        "axes (pca: any model; the same full-dimension scores) or the adapter `store shrink` fitted. Default: what "
-        "`store shrink` chose for DIMS, else model for a model trained for truncation (Matryoshka), else pca.",
-        show_default=False,
-    ),
-]
-
-
 @store_app.command("create")
 @user_errors
 @runtime_options(backends=False)
 def create_cmd(
     store: DirArg,
     model: ModelOpt,
-    query_prompt: QueryPromptOpt = None,
+    query_prompt: Annotated[
+        Optional[str],
+        typer.Option(help='Put before every query ("": none). Default: the model folder\'s query prompt.'),
+    ] = None,
     document_prompt: Annotated[
         Optional[str],
         typer.Option(help='Put before every stored text ("": none). Default: the model folder\'s document prompt.'),
@@ -391,7 +370,15 @@ def search_cmd(
     shortlist: Annotated[
         Optional[int], typer.Option(help="Funnel candidates per query, as a multiple of k (default 10: 10 x k).")
     ] = None,
-    basis: SearchBasisOpt = None,
+    basis: Annotated[
+        Optional[Literal[BASES]],  # type: ignore[valid-type]
+        typer.Option(
+            help="With --dims: whose first DIMS axes to read: the model's (a Matryoshka model), the store's principal "
+            "axes (pca: any model; the same full-dimension scores) or the adapter `store shrink` fitted. Default: what "
+            "`store shrink` chose for DIMS, else model for a model trained for truncation (Matryoshka), else pca.",
+            show_default=False,
+        ),
+    ] = None,
     ann: Annotated[bool, typer.Option("--ann", help="Use the store's ANN index (`store index`).")] = False,
     refine_factor: Annotated[
         Optional[int],
@@ -745,7 +732,13 @@ def demo_cmd(
     k: KOpt = 5,
     dims: Annotated[int, typer.Option(help="Funnel prefix.")] = 128,
     shortlist: Annotated[int, typer.Option(help="Funnel shortlist, a multiple of k.")] = 10,
-    basis: BasisOpt = "pca",
+    basis: Annotated[
+        Basis,
+        typer.Option(
+            help="With --dims: whose first DIMS axes to read: the model's (a Matryoshka model) or the store's "
+            "principal axes (pca: any model; the same full-dimension scores)."
+        ),
+    ] = "pca",
     to: Annotated[
         str, typer.Option("--to", help="Migrate query-side and by rewrite to this model ('' skips both).")
     ] = "paraphrase-l3",
