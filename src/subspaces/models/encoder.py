@@ -7,6 +7,7 @@ module adds is offline resolution of bundled names, SimCSE's poolers, and checke
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Sequence
@@ -249,36 +250,23 @@ def encode(
     if threads is None:
         wider = encoding_threads()
         threads = wider if wider is not None and wider != torch.get_num_threads() else None
-    if threads is not None:
-        with scoped_threads(threads):
-            return encode(
-                model,
-                texts,
-                batch_size=batch_size,
-                normalize=normalize,
-                truncate_dim=truncate_dim,
-                output=output,
-                show_progress=show_progress,
-                description=description,
-                prompt=prompt,
-            )
-    dim = model.get_embedding_dimension()
-    if truncate_dim is not None and not 0 < truncate_dim <= (dim or truncate_dim):
-        raise DimensionError(f"truncate dim {truncate_dim} is outside 1..{dim}")
-    if not texts:
-        out = torch.empty(0, truncate_dim or dim or 0)
-        return out.numpy() if output == "numpy" else out
-    if show_progress is None:
-        show_progress = len(texts) >= 2048
+    with scoped_threads(threads) if threads is not None else contextlib.nullcontext():
+        dim = model.get_embedding_dimension()
+        if truncate_dim is not None and not 0 < truncate_dim <= (dim or truncate_dim):
+            raise DimensionError(f"truncate dim {truncate_dim} is outside 1..{dim}")
+        if not texts:
+            out = torch.empty(0, truncate_dim or dim or 0)
+            return out.numpy() if output == "numpy" else out
+        if show_progress is None:
+            show_progress = len(texts) >= 2048
 
-    # Chunks of many batches: sentence-transformers still length-sorts within each, and our display can update.
-    chunk = max(batch_size * 16, 1024)
-    parts = []
-    with Progress(len(texts), description, unit="text", enabled=show_progress) as bar:
-        for lo in range(0, len(texts), chunk):
-            part = texts[lo : lo + chunk]
-            parts.append(
-                model.encode(
+        # Chunks of many batches: sentence-transformers still length-sorts within each, and our display can update.
+        chunk = max(batch_size * 16, 1024)
+        parts = []
+        with Progress(len(texts), description, unit="text", enabled=show_progress) as bar:
+            for lo in range(0, len(texts), chunk):
+                part = texts[lo : lo + chunk]
+                embedded = model.encode(
                     part,
                     batch_size=batch_size,
                     show_progress_bar=False,
@@ -286,14 +274,12 @@ def encode(
                     normalize_embeddings=False,
                     prompt=prompt,
                 )
-                .float()
-                .cpu()
-            )
-            bar.update(len(part))
-    emb = torch.cat(parts)
-    emb = unit_prefix(emb, truncate_dim) if normalize else truncate(emb, truncate_dim)
-    check_finite(emb, "encoded embeddings")
-    return emb.numpy() if output == "numpy" else emb
+                parts.append(embedded.float().cpu())
+                bar.update(len(part))
+        emb = torch.cat(parts)
+        emb = unit_prefix(emb, truncate_dim) if normalize else truncate(emb, truncate_dim)
+        check_finite(emb, "encoded embeddings")
+        return emb.numpy() if output == "numpy" else emb
 
 
 def unicode_problem(text: str) -> str | None:
