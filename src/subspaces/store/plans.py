@@ -43,8 +43,7 @@ class Exact:
     where: str | None = None
 
     def run(self, store: Store, name: str, vectors: np.ndarray, k: int) -> list[SearchResult]:
-        rows = _rows(store, name)
-        subset = _admitted(store, name, rows, self.where)
+        rows, subset = _rows(store, name, self.where)
         if rows.file is not None:  # a space too large for memory: its vector file, a block at a time
             return _found(rows, *topk.exact_blocks(rows.blocks(), vectors, k, len(rows), subset=subset))
         if rows.index is None:
@@ -64,8 +63,7 @@ class Funnel:
     where: str | None = None
 
     def run(self, store: Store, name: str, vectors: np.ndarray, k: int) -> list[SearchResult]:
-        rows = _rows(store, name)
-        subset = _admitted(store, name, rows, self.where)
+        rows, subset = _rows(store, name, self.where)
         dims = self.dims
         basis = self.basis or default_basis(store, name, dims)
         adapter = load_adapter(store, name) if basis == "adapter" else None  # rows and queries through its map
@@ -147,8 +145,7 @@ class Conditional:
         from subspaces.models.heads import conditional_cosines
         from subspaces.models.triencoder import ConditionalCorpus
 
-        rows = _rows(store, name)
-        subset = _admitted(store, name, rows, self.where)
+        rows, subset = _rows(store, name, self.where)
         tri = store.condition_head(self.head, name)
         fingerprint = store._checked_heads[tri][1]
         was_training = tri.training
@@ -244,23 +241,20 @@ def default_basis(store: Store, name: str, dims: int | None = None) -> str:
     return "model" if trained(store._space(name).model) else "pca"
 
 
-def _rows(store: Store, name: str) -> Rows:
+def _rows(store: Store, name: str, where: str | None) -> tuple[Rows, np.ndarray | None]:
+    """The space's rows (refused when there are none) and the rows filter ``where`` admits (None: no filter), kept
+    per table version."""
     rows = store._load_rows(name)
     if not len(rows):
         raise SubspacesError(f"{store.path}: the store is empty; add texts first (subspaces store add)")
-    return rows
-
-
-def _admitted(store: Store, name: str, rows: Rows, where: str | None) -> np.ndarray | None:
-    """The rows that filter ``where`` admits (None: no filter), kept per table version."""
     if where is None:
-        return None
+        return rows, None
     matches = rows.matches
     if where not in matches:
         if len(matches) >= MATCHES_KEPT:
             matches.pop(next(iter(matches)))
         matches[where] = store._table(name).matching(where, rows.rowids)
-    return matches[where]
+    return rows, matches[where]
 
 
 def _found(rows: Rows, scores: Any, found: Any) -> list[SearchResult]:

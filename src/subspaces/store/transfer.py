@@ -38,7 +38,7 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -189,11 +189,7 @@ class Source:
                 batches = reader.iter_batches(batch_size=self.batch_rows)
             else:
                 batches = ds.dataset(self.path, format=fmt).to_batches(batch_size=self.batch_rows)
-            first = 0
-            for batch in batches:
-                if batch.num_rows:
-                    yield self._record(batch, first)
-                    first += batch.num_rows
+            yield from self._records_of(batches)
         except (pa.ArrowException, OSError) as exc:
             raise DataError(f"not a readable {fmt} file: {first_line(exc)}", self.path) from None
 
@@ -203,18 +199,20 @@ class Source:
 
         try:
             table = lancedb.connect(str(self.path)).open_table(str(self.table))
-            reader = table.search().limit(None).to_batches(self.batch_rows)
-            first = 0
-            for batch in reader:
-                if batch.num_rows:
-                    yield self._record(batch, first)
-                    first += batch.num_rows
+            yield from self._records_of(table.search().limit(None).to_batches(self.batch_rows))
         except (pa.ArrowException, OSError, ValueError, RuntimeError) as exc:
             if isinstance(exc, SubspacesError):
                 raise
             raise DataError(
                 f"cannot read table {self.table!r} of this LanceDB database: {first_line(exc)}", self.path
             ) from None
+
+    def _records_of(self, batches: Iterable[Any]) -> Iterator[Chunk]:
+        first = 0
+        for batch in batches:
+            if batch.num_rows:
+                yield self._record(batch, first)
+                first += batch.num_rows
 
     def _record(self, batch: Any, first: int) -> Chunk:
         """A record batch as a chunk: its vector column, id, text and metadata (the other columns merged in)."""
