@@ -361,10 +361,7 @@ def _calibration_feeds(transformer: Any) -> list[dict[str, np.ndarray]]:
 
 def _to_openvino(source: Path, path: Path, *, calibration: list[dict[str, np.ndarray]] | None) -> None:
     """The ONNX graph in OpenVINO's format; with ``calibration`` (model inputs), statically quantised to int8."""
-    try:
-        import openvino as ov
-    except ImportError:
-        raise SubspacesError("--backend openvino needs OpenVINO: pip install 'subspaces[openvino]'") from None
+    ov = _openvino()
     model = ov.convert_model(str(source))
     if calibration is not None:
         try:
@@ -393,11 +390,16 @@ def _onnx_session(folder: Path, threads: int) -> Callable[[dict], np.ndarray]:
     return lambda feed: session.run(["last_hidden_state"], feed)[0]
 
 
-def _openvino_session(folder: Path, threads: int) -> Callable[[dict], np.ndarray]:
+def _openvino() -> Any:
     try:
-        import openvino as ov
+        import openvino
     except ImportError:
         raise SubspacesError("--backend openvino needs OpenVINO: pip install 'subspaces[openvino]'") from None
+    return openvino
+
+
+def _openvino_session(folder: Path, threads: int) -> Callable[[dict], np.ndarray]:
+    ov = _openvino()
     # f32 maths: on CPUs with bf16 units OpenVINO would otherwise pick bf16, which is not what fp32 promises.
     compiled = ov.Core().compile_model(
         str(folder / "model.xml"), "CPU", {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"}

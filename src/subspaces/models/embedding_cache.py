@@ -154,14 +154,9 @@ class CacheSettings:
 
 
 class EmbeddingCache:
-    """``embed(kind, texts)`` through a memory LRU per kind and, if ``disk`` is a folder (or None: the default
-    cache folder), disk shards; ``disk=False`` keeps it in memory only.
-
-    Args:
-        encoders: the encoder of each kind, e.g. ``{"sentence": enc, "condition": enc}``.
-        memory_bytes: the bound of each kind's LRU (None: unbounded).
-        show_progress: show a named progress display for encodings of more than ``progress_min`` texts.
-    """
+    """``embed(kind, texts)`` for the ``encoders`` of each kind (``{"sentence": enc, "condition": enc}``), as the
+    module says; ``disk``, ``memory_bytes``, ``show_progress`` as :class:`CacheSettings`' fields (a progress display
+    only for ``progress_min`` texts or more)."""
 
     def __init__(
         self,
