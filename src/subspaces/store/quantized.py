@@ -5,18 +5,11 @@ Layout, inside the store folder::
     quantized/<space>/copy.json                     which codes, and the table version and row count they encode
     quantized/<space>/<kind>-v<version>-<tag>.npy   the codes, and beside them their .quant.json (kind, int8 ranges)
 
-The codes are written first (:func:`subspaces.quantize.save_codes`) and ``copy.json`` last, atomically: it is the
-commit, so an interrupted write leaves the old copy in use (or none). Rows are only ever appended to a store table,
-so a copy is current while the table holds as many rows as it encoded; an ``add`` since makes it stale, and a stale
-copy is refused rather than searched (a row missing from the codes could never be found). A new table version with
-the same rows (an ANN index build) keeps it current. The writes that move or remove rows (``add --upsert``, ``store
-delete``, ``store repair``, an import's upsert, typed metadata columns filled in) mark the copy stale first
-(:func:`invalidate`), since they can leave the row count as it was.
-
-Search keeps the codes in memory as they are (int8 stays int8), read once per copy, and scores them a block at a
-time (:func:`search_codes`); it reads from the table only what it must: the ids and texts of the hits and, for
-binary codes rescored, the float vectors of the shortlisted rows. int8 is rescored against its dequantized codes
-(their error is half a calibration step); binary against the floats, since ±1 per dimension is too coarse to re-rank by.
+``copy.json`` is written last, atomically: it is the commit, so an interrupted write leaves the old copy in use.
+Rows are only appended to a table, so a copy is current while the table holds as many rows as it encoded; the
+writes that move or remove rows mark it stale first (:func:`invalidate`). A stale copy is refused, never searched.
+Search keeps the codes as they are (int8 stays int8), scores them a block at a time (:func:`search_codes`) and reads
+from the table only the hits and, for binary codes rescored, the shortlist's floats (see docs/store.md).
 """
 
 from __future__ import annotations

@@ -1,35 +1,17 @@
 """Bring vectors into a store that it did not encode, and take every row out again: nothing is locked in.
 
-**Import** (:func:`.core.import_vectors`, ``subspaces store import``) reads vectors another tool wrote: ``.npy`` (2-D,
-memory-mapped), ``.parquet`` / Arrow IPC (``.arrow``, ``.feather``; a vector column of fixed- or variable-size
-lists), JSON lines (``.jsonl``/``.ndjson``, each may be ``.gz``; one object a line) or a table of another LanceDB
-database (its folder and ``table``). In a table or JSON object, the vector is the field ``vector`` (or
-``vector_field``, or a table's only list column), the id ``id``, the text ``text``, and ``metadata`` (a JSON
-object or string) with every other field merged into the row's metadata. A field named by the caller
-(``vector_field``, ``id_field``, ``text_field``) must be there; the defaults are read where present. In JSON lines
-the first row says whether the file gives ids (then every row does; else none may) and, without ids, texts (a
-later row may not give one that row 0 lacks): the same for any ``batch_rows``. Ids, texts and metadata may come from
-side files instead: ids and texts one a line (``.txt``, or ``.jsonl`` of JSON strings, for texts that hold
-newlines; an empty text line, or null, is a row without a text), metadata as JSON lines of objects.
+**Import** (:func:`.core.import_vectors`, ``subspaces store import``) reads vectors another tool wrote (``.npy``,
+``.parquet``/Arrow IPC, JSON lines, or a LanceDB table; :class:`Source`), with ids, texts and metadata from their
+fields or from side files. The vectors' model is declared: ``model`` (checked on a sample of re-encoded texts,
+:func:`check_model`) or ``foreign`` (searchable by vector only). Vectors are scaled to unit length; a row already
+unit within float32 rounding is kept bit for bit, so an export re-imported is the same store.
 
-The vectors' model is declared: ``model`` (a model that runs here: where texts are given, a sample of them is
-re-encoded and a mean cosine below ``min_cosine`` refuses the import, naming the cosine) or ``foreign`` (a label
-for a model this machine cannot run: the space is searchable by vector only). Vectors are scaled to unit length
-(the store searches by cosine); a row already of unit length within float32 rounding is kept bit for bit, so an
-export re-imported is the same store.
+**Validation first, then writing.** The input is read twice, in batches (bounded memory): :func:`validate`
+checks everything and writes nothing; :func:`write_rows` then writes the rows the store lacks, one commit per
+batch, as :meth:`Store.add` does, so a killed import, rerun, adds only what is missing.
 
-**Validation first, then writing.** The input is read twice, in batches of ``batch_rows`` (bounded memory: the ids seen,
-for duplicates, are all an import keeps of the rows). The first pass checks everything and writes nothing: a wrong or
-mixed dimension, NaN/inf (in a vector or a metadata value), a zero vector, a repeated id, ids/texts/metadata of another
-length than the vectors, a metadata field of two types, an unreadable file, and an id already stored with other content
-(refused unless ``upsert``) are each refused in one line. The second pass writes, one commit per batch, the rows the
-store lacks, exactly as :meth:`Store.add` does: a killed import, rerun, adds only what is missing, and a re-import of
-the same rows adds nothing. Without ids, a row's id is derived from its text (:func:`~subspaces.store.inputs.text_id`)
-or, without texts, from its unit vector's bytes.
-
-**Export** (:func:`export`, ``subspaces store export``) writes a space's rows as ``.parquet`` (columns id, text,
-vector, metadata) or ``.npy`` (the vectors, with ``.ids.jsonl``, ``.texts.jsonl`` and ``.metadata.jsonl`` beside
-it), streaming.
+**Export** (:func:`export`) writes a space's rows as ``.parquet`` or ``.npy`` with JSON-lines side files, streaming.
+The formats and every refusal are documented in docs/store.md ("Import and export").
 """
 
 from __future__ import annotations
