@@ -1,16 +1,10 @@
 """Typed metadata columns: a metadata object's top-level scalar fields, as columns a ``where=`` filter reads.
 
-Every row keeps its whole metadata object as a JSON string (the ``metadata`` column, as stores have always had
-it). Beside it, each top-level field whose values are scalars (a string, an integer, a float or a boolean)
-becomes a column of its own, named as the field, typed on its first write: ``str`` -> string, ``int`` -> int64,
-``float`` (or a mix of int and float) -> float64, ``bool`` -> bool. Rows without the field hold null there. A
-later write whose value does not fit the column's type (a string in an int64 column) is refused before anything
-is written, as is one input that mixes types in one field: a column has one type, and a silently dropped value
-would make a filter miss the row. An int written into a float64 column is stored as a float.
-
-Fields that stay in the JSON only: nested objects and lists, null-only fields, and names that are no plain SQL
-identifier (letters, digits and ``_``, not starting with ``_`` or a digit) or are a column of the store's own
-(``id``, ``text``, ``vector``, ``metadata``).
+Every row keeps its whole metadata object as a JSON string; beside it, each top-level scalar field becomes a column
+typed on its first write (string, int64, float64 or bool). A value that does not fit its column, or one input that
+mixes types in a field, is refused before anything is written: a value dropped to null would make a filter miss
+its row. Nested values, null-only fields and names that are no plain SQL identifier (or a base column's) stay JSON
+only. See docs/store.md ("Delete, typed metadata and filters").
 """
 
 from __future__ import annotations

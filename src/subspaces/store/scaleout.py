@@ -1,14 +1,10 @@
 """The store's encoding, mapping and importing on Ray: ``map_batches`` over an actor pool, each actor loading its
 model (or aligner) once; the driver commits the results through the store's own atomic, idempotent appends.
 
-Why the driver writes: the store is a folder on the driver's disk, which the workers of a cluster do not see,
-and each commit of one whole block keeps the store's guarantees (a reader sees a block whole or not at all; a
-rerun after a kill adds exactly the missing ids). What a cluster scales is the encoding, the costly part; an
-import's writing pass hands its batches (read on the driver, where the file is) to Ray tasks that check them and
-make them store rows (:func:`prepare_chunks`).
-
-Workers need ``subspaces`` installed and the model under the same name or path (a bundled name always is); a
-model given as an object is shipped to them through Ray's object store instead.
+The driver writes because the store is a folder on its disk, which a cluster's workers do not see, and one commit
+per whole block keeps the store's guarantees. An import's writing pass hands its batches to Ray tasks
+(:func:`prepare_chunks`). Workers need ``subspaces`` and the model under the same name or path; a model given as an
+object is shipped through Ray's object store. See docs/store.md ("Scale-out on Ray Data").
 """
 
 from __future__ import annotations
