@@ -21,7 +21,7 @@ from subspaces.errors import ModelNotFoundError, SubspacesError
 from subspaces.models.embedding_cache import CacheSettings, EmbeddingCache
 from subspaces.models.folder import encoder_reference, is_model_folder, read_config
 from subspaces.models.forward import embed_with_grad
-from subspaces.models.triencoder import PairModel, TriEncoder, build_tri_encoder
+from subspaces.models.triencoder import EncoderAt, PairModel, TriEncoder, build_tri_encoder
 
 ARCHS = ("tri", "bi")
 __all__ = [
@@ -153,7 +153,9 @@ class BiEncoder(PairModel):
         self._write_config(folder, {"encoder": ref, "tail_encoder": tail})
 
     @classmethod
-    def _rebuild(cls, folder: Path, config: dict[str, Any], encoder_at: Any, *, device: str, **options: Any) -> Self:
+    def _rebuild(
+        cls, folder: Path, config: dict[str, Any], encoder_at: EncoderAt, *, device: str, **options: Any
+    ) -> Self:
         encoder, name = encoder_at("encoder")
         return cls(encoder, encoder_at("tail_encoder")[0], encoder_name=name, **options)
 

@@ -10,7 +10,7 @@ re-encoding them (:class:`ConditionalCorpus`). Saved as a folder of :mod:`subspa
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -85,6 +85,11 @@ class ConditionalCorpus:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Scores and row numbers ``(B, k)`` of the best rows for each query vector (B, d) under ``key``."""
         return conditional_search(self.head, _tensor(queries), params, self.vectors, k, view=self.view(key, params))
+
+
+#: ``encoder_at(key)``: the encoder a saved config names under ``key`` (None if none) and its reference (None: its
+#: weights are saved in the folder).
+EncoderAt = Callable[[str], tuple[Any, str | None]]
 
 
 def _tensor(vectors: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -199,7 +204,6 @@ class PairModel(nn.Module):
         length = max_length or config.get("max_seq_length")
 
         def encoder_at(key: str) -> tuple[Any, str | None]:
-            """The encoder the config names under ``key`` (None if none) and its reference (None: saved here)."""
             ref = config.get(key)
             if not ref:
                 return None, None
@@ -219,7 +223,10 @@ class PairModel(nn.Module):
         return model.eval()
 
     @classmethod
-    def _rebuild(cls, folder: Path, config: dict[str, Any], encoder_at: Any, *, device: str, **options: Any) -> Self:
+    def _rebuild(
+        cls, folder: Path, config: dict[str, Any], encoder_at: EncoderAt, *, device: str, **options: Any
+    ) -> Self:
+        """The model of a saved ``config``: its encoders from ``encoder_at``, its own parts, and ``options``."""
         raise NotImplementedError
 
 
@@ -442,7 +449,9 @@ class TriEncoder(PairModel):
         self._write_config(folder, parts)
 
     @classmethod
-    def _rebuild(cls, folder: Path, config: dict[str, Any], encoder_at: Any, *, device: str, **options: Any) -> Self:
+    def _rebuild(
+        cls, folder: Path, config: dict[str, Any], encoder_at: EncoderAt, *, device: str, **options: Any
+    ) -> Self:
         encoder, name = encoder_at("encoder")
         condition_encoder, condition_name = encoder_at("condition_encoder")
         head = head_from_config(config["head"])
