@@ -118,14 +118,9 @@ class BiEncoder(PairModel):
     def clear_caches(self, reset_stats: bool = True) -> None:
         self.store.clear(reset_stats)
 
-    def train(self, mode: bool = True) -> BiEncoder:
-        super().train(mode)
-        if self.freeze_encoder:
-            for enc in self.encoders():
-                enc.eval()
-        elif mode:
-            self.store.clear(reset_stats=False)  # the encoders are about to change
-        return self
+    def _forget_weights(self) -> None:
+        if not self.freeze_encoder:
+            self.store.clear(reset_stats=False)  # a trainable encoder's vectors
 
     def _embed(self, kind: str, texts: Sequence[Any], description: str | None) -> torch.Tensor:
         if self.freeze_encoder or not self.training:

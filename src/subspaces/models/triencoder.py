@@ -23,7 +23,7 @@ from torch import nn
 from subspaces.cache import LRUCache, content_key
 from subspaces.errors import DimensionError, SubspacesError
 from subspaces.io import atomic_path
-from subspaces.models.embedding_cache import CacheSettings
+from subspaces.models.embedding_cache import CacheSettings, EmbeddingCache
 from subspaces.models.folder import (
     encoder_reference,
     is_saved_here,
@@ -108,10 +108,28 @@ class PairModel(nn.Module):
     metadata: dict[str, Any]
     encoder: Any
 
+    store: EmbeddingCache
+
     def project_pairs(
         self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
+
+    def encoders(self) -> list[Any]:
+        raise NotImplementedError
+
+    def _forget_weights(self) -> None:
+        """Drop what was computed from weights that are about to change (training) or were replaced (loading)."""
+        raise NotImplementedError
+
+    def train(self, mode: bool = True) -> Self:
+        super().train(mode)
+        if self.freeze_encoder:
+            for enc in self.encoders():
+                enc.eval()  # a frozen encoder keeps dropout off: its cached embeddings stay valid
+        if mode:
+            self._forget_weights()
+        return self
 
     def caches(self) -> dict[str, LRUCache]:
         raise NotImplementedError
@@ -314,22 +332,10 @@ class TriEncoder(PairModel):
                 cache.reset_stats()
 
     def _forget_weights(self) -> None:
-        self.params_cache.clear()
+        self.params_cache.clear()  # the head's W_c and corpus views
         self.corpus_cache.clear()
         if not self.freeze_encoder:
-            self.store.clear(reset_stats=False)
-
-    def train(self, mode: bool = True) -> TriEncoder:
-        super().train(mode)
-        if self.freeze_encoder:
-            for enc in self.encoders():
-                enc.eval()  # a frozen encoder keeps dropout off: its cached embeddings stay valid
-        if mode:
-            self.params_cache.clear()  # the head is about to change
-            self.corpus_cache.clear()
-            if not self.freeze_encoder:
-                self.store.clear(reset_stats=False)  # so are the encoders
-        return self
+            self.store.clear(reset_stats=False)  # and a trainable encoder's vectors
 
     def _uses_store(self) -> bool:
         return self.freeze_encoder or not self.training
