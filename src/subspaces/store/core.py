@@ -749,27 +749,19 @@ class Store:
         query_prompt: str | None = None,
         **options: Any,
     ) -> SearchResult | list[SearchResult]:
-        """The ``k`` nearest rows of each query, a :class:`SearchResult` each (ids, scores, texts, metadata,
-        query), in query order. A query with no visible character (empty, blanks or control characters only) is
-        refused, as :meth:`add` refuses such a text.
+        """The ``k`` nearest rows of each query, a :class:`SearchResult` each (ids, scores, texts, metadata, query),
+        in query order; a query with no visible character is refused, as :meth:`add` refuses such a text.
 
-        ``model`` is the query encoder (default: the store's); one whose fingerprint matches no searchable space
-        is refused. ``options`` choose how the rows are ranked (:func:`.plans.plan`), or give the ``plan``
-        itself. Exact search by default; ``ann=True`` reads the LanceDB index (:meth:`index`), re-ranking
-        ``refine_factor * k`` of its candidates by their full vectors (None: its own order); ``dims=d``
-        searches the first ``d`` coordinates, and with ``rerank="full"`` (funnel) re-ranks a shortlist of
-        ``shortlist * k`` candidates (default ``10 * k``) by the full vectors. ``basis="pca"`` reads the first ``d``
-        of the store's principal axes instead of the model's own coordinates: for a model not trained for
-        truncation, a far better shortlist, with the same full-dimension scores; the default (None) is ``"pca"``
-        unless the space's model was trained for truncation (:func:`.matryoshka.trained`), then ``"model"``.
-        ``where`` is a SQL filter on the rows (``"lang = 'en'"``, over the typed metadata columns, ``id`` and
-        ``text``; as LanceDB reads it; one expression: a ``;`` outside a quoted string is refused), applied before
-        the top ``k`` in every mode: ``k`` rows come back when ``k`` rows pass it. ``condition`` with ``head`` (a
-        Hyper-CL tri-encoder's folder, or the loaded model) ranks by similarity under that condition: queries and
-        rows projected by the condition's matrix (:meth:`search_vectors`). ``quantized=True`` searches the space's
-        quantized copy (:meth:`quantize`) and rescores ``rescore * k`` candidates (None: no rescoring).
-        ``query_prompt`` replaces, for this call, the prompt the queries are encoded after (default: the space's,
-        or the query-side map's model's).
+        ``model``: the query encoder (default: the store's); one that matches no searchable space, and has no
+        query-side map into one, is refused. ``options`` choose how the rows are ranked, or give the ``plan``
+        itself (:func:`.plans.plan`): exact by default; ``ann=True``: the LanceDB index (:meth:`index`),
+        ``refine_factor * k`` candidates re-ranked by full vectors; ``dims=d``: the first ``d`` coordinates of
+        ``basis`` (``"model"``, ``"pca"``, ``"adapter"``; default :func:`.plans.default_basis`), a funnel
+        re-ranking ``shortlist * k`` candidates at full size unless ``rerank="none"``; ``quantized=True``: the
+        quantized copy (:meth:`quantize`), ``rescore * k`` rescored; ``condition`` with ``head``: a Hyper-CL
+        tri-encoder's similarity under that condition. ``where``: a SQL filter on the rows (one expression),
+        applied before the top ``k`` in every mode. ``query_prompt`` replaces the queries' prompt for this call.
+        See docs/store.md ("Search").
         """
         single = isinstance(queries, str)
         texts = [queries] if isinstance(queries, str) else list(queries)

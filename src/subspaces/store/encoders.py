@@ -1,12 +1,10 @@
-"""How the store loads a model and encodes with it, in one place: the active space's, a query model, a
-migration's target, a Ray worker's. A model is fingerprinted on its float32 torch weights *before* a backend (ONNX
-Runtime, OpenVINO) replaces its transformer or bfloat16 casts it, so the same weights match the store whichever
-backend, precision or dtype runs them.
+"""How the store loads a model and encodes with it, in one place. A model is fingerprinted on its float32 torch
+weights *before* a backend (ONNX Runtime, OpenVINO) or a bfloat16 cast replaces them, so the same weights match
+the store whichever backend, precision or dtype runs them.
 
-A space records the prompts its model puts before texts (sentence-transformers' ``prompts``): ``"document"`` for
-the rows it stores, ``"query"`` for the texts it searches with. Chosen once, when the space is made, so every
-later ``add`` and ``search`` encodes the same way; a space recorded without them encodes as the model does by
-default (its ``default_prompt_name``, if any).
+A space records the prompts its model puts before texts (``"document"`` for stored rows, ``"query"`` for
+queries), chosen once when the space is made, so every later ``add`` and ``search`` encodes the same way; a space
+recorded without them encodes as the model does by default.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """Rows to add to a store, read from a text file (one text a line), a CSV/TSV file with a header, or JSON lines.
 
 Ids: a row's own id where the input has one (a JSON field, a CSV column), else derived from its text
-(:func:`text_id`, the first 16 hex digits of the text's SHA-256), never a line number (two files share those). A
-text's id is the same in every file and on every run, so adding a file twice, or two files that share a line,
-stores each text once.
-
-A row whose text has nothing visible (empty, blanks, control or format characters only, such as a line of NULs)
-is not a text: it would be embedded as something and rank for unrelated queries. Text and CSV rows of that kind
-are skipped and counted (:attr:`Rows.invisible`); in JSON lines, whose rows are records, they are refused.
+(:func:`text_id`), never a line number (two files share those), so a text is stored once however often it is
+added. A row whose text has nothing visible would be embedded as something and rank for unrelated queries: text
+and CSV rows of that kind are skipped and counted (:attr:`Rows.invisible`); in JSON lines they are refused.
 """
 
 from __future__ import annotations

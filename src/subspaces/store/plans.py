@@ -1,13 +1,9 @@
 """Search plans: how query vectors are ranked against one space's rows, each mode a value of its own.
 
-:func:`plan` turns :meth:`Store.search`'s options into one of :class:`Exact`, :class:`Funnel` (a prefix shortlist,
-re-ranked by the full vectors, or the prefix ranking alone), :class:`Ann` (LanceDB's IVF-PQ index, candidates
-re-ranked by their full vectors), :class:`Quantized` (the space's quantized copy, rescored) or
-:class:`Conditional` (a tri-encoder head's view of the rows under a condition), refusing options that do not go
-together. Every plan takes a ``where`` filter, applied before the top ``k``: ``k`` rows come back when ``k`` rows
-pass it. Exact, funnel and conditional plans read the rows (:class:`~.table.Rows`: in memory, or a large space's vector
-file a block at a time) and keep what they derive from them (indexes, principal axes, a filter's matches) on
-those rows, valid for one table version.
+:func:`plan` turns :meth:`Store.search`'s options into :class:`Exact`, :class:`Funnel`, :class:`Ann`,
+:class:`Quantized` or :class:`Conditional`, refusing options that do not go together. Every plan applies its
+``where`` filter before the top ``k``. What a plan derives from the rows (indexes, principal axes, a filter's
+matches) is kept on them (:class:`~.table.Rows`), valid for one table version.
 """
 
 from __future__ import annotations
