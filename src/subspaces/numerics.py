@@ -6,8 +6,8 @@ float32 on every CPU, and records so.
 
 The setting, in order: an explicit ``precision=`` argument; else :func:`set_precision` or ``$SUBSPACES_PRECISION``
 (``float32``, ``bfloat16``, ``auto``); else :data:`DEFAULT_PRECISION`. ``auto`` is bfloat16 where the CPU
-multiplies it natively (AMX or AVX512-BF16) and float32 elsewhere; ``bfloat16`` elsewhere is emulated (about 20x
-slower). CI runs the numeric tests in each type (``.ci/run``). float32 is the default because bfloat16 reorders
+multiplies it natively (AMX or AVX512-BF16) and float32 elsewhere; ``bfloat16`` elsewhere is emulated (slow).
+CI runs the numeric tests in each type (``.ci/run``). float32 is the default because bfloat16 reorders
 near-ties, so the same fit gave other maps on different CPUs; why, with figures: docs/align.md (float32 by default).
 """
 
