@@ -607,17 +607,15 @@ def _show_migration(store: Path, to: Any, report: dict[str, Any]) -> None:
         rows = [[k, v] for k, v in trust.items() if k != "problems"]
         show(table("the unpaired map's trust checks (label-free: no pairs, no labels)", ["", ""], rows))
     figures = report.get("qrels")
-    if figures and "sample" not in figures:
-        rows = [[f"{system} (store)", *values.values()] for system, values in figures["store"].items()]
-        show(table(f"{figures['queries']} judged queries; {figures['note']}", ["search", "Recall@10", "nDCG@10"], rows))
-    elif figures:
+    if figures:  # a store without texts has no re-embedded sample to compare with (its note says so)
+        wheres = [where for where in ("sample", "store") if where in figures]
         rows = [
-            [f"{system} ({where})", *values.values()]
-            for where in ("sample", "store")
-            for system, values in figures[where].items()
+            [f"{system} ({where})", *values.values()] for where in wheres for system, values in figures[where].items()
         ]
         title = (
-            f"{figures['queries']} judged queries; sample = {figures['sample_rows']:,} rows (held-out + judged), "
+            f"{figures['queries']} judged queries; {figures['note']}"
+            if "sample" not in figures
+            else f"{figures['queries']} judged queries; sample = {figures['sample_rows']:,} rows (held-out + judged), "
             f"store = every row; migrated Recall@10 = {figures['recall@10_of_reembed']} x a re-embed's"
         )
         show(table(title, ["search", "Recall@10", "nDCG@10"], rows))
@@ -922,11 +920,8 @@ def import_cmd(
         actors=run.actors,
     )
     replaced = f"replaced {report['replaced']:,}, " if "replaced" in report else ""
-    checked = (
-        f"; the declared model re-encodes their texts at mean cosine {report['mean_cosine']}"
-        if ("mean_cosine" in report)
-        else ""
-    )
+    cosine = report.get("mean_cosine")  # present where the declared model was checked
+    checked = f"; the declared model re-encodes their texts at mean cosine {cosine}" if cosine is not None else ""
     echo(
         f"imported {report['added']:,} of {report['rows']:,} {report['dimension']}-d vectors, {replaced}skipped "
         f"{report['skipped']:,} already in the store{checked}; {opened.count():,} rows in {store}"

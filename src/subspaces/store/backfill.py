@@ -1,13 +1,9 @@
 """``store reembed``: replace a migration's mapped rows by true vectors of its model, a budget at a time.
 
-A rewrite maps every row (:mod:`.migrate`); re-embedding them all is what the migration avoided, but it can be
-paid for later, in slices. Each call re-encodes up to ``budget`` rows (or for about ``seconds``) of the mapped
-space still holding mapped vectors, oldest-mapped first (table order: a replaced row moves to the table's end),
-writes each batch as one commit (``merge_insert`` on ``id``) and then appends the batch's ids to
-``native/SPACE.ids``, the record of which rows are true vectors. A run killed between the two re-encodes that
-batch on the next run, to the same vectors (idempotent); a rerun continues where the last one stopped. Rows that
-change afterwards (replaced by an upsert, deleted, or the space dropped and its number reused) leave the record
-(:func:`forget_native`): a row mapped again is no true vector.
+Each call re-encodes up to ``budget`` mapped rows (or for about ``seconds``), oldest-mapped first (table order: a
+replaced row moves to the end), writes each batch as one commit (``merge_insert`` on ``id``) and then appends its
+ids to ``native/SPACE.ids``, the record of which rows are true vectors: a run killed in between re-encodes that
+batch next time, to the same vectors. Rows that change afterwards leave the record (:func:`forget_native`).
 """
 
 from __future__ import annotations

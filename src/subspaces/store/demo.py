@@ -1,10 +1,7 @@
 """The store in one command (``subspaces store demo``, what ``make run`` shows): a store of WordNet sentences on
-a bundled model, a few queries answered by exact and by funnel search; then (``to``) the store migrated
-query-side to another model with a few hundred pairs and rewritten to it (each with its report's overlap@10 and
-the same query's hits), and (``shrink_dims``) shrunk by ``store shrink`` (its report and the query's hits).
-
-Rerun, it reuses the store (adding only the sentences it lacks, as any ``store add``; a migration or shrink fitted
-with the same options is returned as recorded); a store of another model in that folder is rebuilt.
+a bundled model, a few queries by exact and funnel search; then (``to``) migrated query-side and by rewrite to
+another model, and (``shrink_dims``) shrunk, each with its report and the first query's hits. Rerun, it reuses the
+store (a store of another model in that folder is rebuilt).
 """
 
 from __future__ import annotations

@@ -1,18 +1,13 @@
 """Move a store to a new model without re-embedding it, or search it with a new model's queries.
 
 Both fit a map on pairs: a sample of the store's texts embedded by the new model beside their stored vectors
-(:mod:`.maps`, which chooses among its candidates on held-out pairs). Then either
-
-- **rewrite** (:func:`migrate`): map every row into a new *pending* space beside the old one (searchable with the
-  new model), switched to by :func:`commit` (undone by :func:`rollback`); or
-- **query-side** (``query_side=True``): keep the stored vectors and any index, and map each query of the new model
-  into the old space. Where the store holds no texts (a foreign store), the map is fitted without pairs
-  (``unpaired=True``: :mod:`.unpaired`), and refused unless the aligner trusts it.
-
-The report is measured on held-out rows outside the fit sample (re-embedded for it): the top-10 overlap of each
-text's neighbours under the migration with those under a true re-embed, per candidate and for the chosen map; the
-seconds spent; and the estimated cost of re-embedding every row. With ``qrels`` and ``queries``, Recall@10 and
-nDCG@10 of the old, migrated and re-embedded search (:func:`qrels_report`).
+(:mod:`.maps`, which chooses among its candidates on held-out pairs). A **rewrite** (:func:`migrate`) maps every
+row into a new *pending* space beside the old one, switched to by :func:`commit` (undone by :func:`rollback`); a
+**query-side** migration keeps the stored vectors and any index, and maps each new-model query into the old space.
+Where the store holds no texts (a foreign store), the query map is fitted without pairs (:mod:`.unpaired`) and
+refused unless the aligner trusts it. The report is measured on held-out rows re-embedded for it (top-10 overlap
+with a true re-embed, seconds, the estimated cost of a full re-embed) and, with ``qrels``, Recall@10 and nDCG@10
+(:func:`qrels_report`). See docs/store.md ("Migration").
 """
 
 from __future__ import annotations
