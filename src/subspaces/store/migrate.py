@@ -743,16 +743,10 @@ def _discard(store: Store, name: str) -> None:
     backfill.forget_native(store, name)
 
 
-PAIRED_DEFAULTS = {"structure": {"n_iter": 0}, "refine": {"n_iter": 0, "centroid_clusters": 0}}
-
-
 def _with_defaults(params: dict[str, Any] | None, anchors: str) -> dict[str, Any]:
-    """``params`` over the paired fit's defaults (the unpaired stages off), stage by stage."""
-    merged = dict(params or {})
-    if anchors == "paired":
-        for stage, settings in PAIRED_DEFAULTS.items():
-            merged[stage] = settings | dict(merged.get(stage) or {})
-    return merged
+    """mini-vec2vec's ``params`` for ``anchors``: as given (only unpaired anchors fit it; paired ones fit the
+    learned maps of :mod:`.maps`)."""
+    return dict(params or {})
 
 
 def commit(store: Store) -> str:
