@@ -1,17 +1,11 @@
 """Shrinking a store's vectors for search (``store shrink DIR --dims 32,64,128``): choose, per prefix size, whose
-first ``d`` coordinates a prefix search reads. Three candidates, each applied alike to rows and queries before
-truncation: ``model`` (raw truncation), ``pca`` (the rows' principal axes) and ``adapter`` (a
-:class:`~subspaces.adapt.MatryoshkaAdapter` fitted on the stored vectors, saved under ``shrink/SPACE/adapter/``).
+first ``d`` coordinates a prefix search reads: ``model`` (raw truncation), ``pca`` (the rows' principal axes) or
+``adapter`` (a :class:`~subspaces.adapt.MatryoshkaAdapter` fitted on the stored vectors, in ``shrink/SPACE/``).
 
-The held-out check: a seeded sample of stored rows (or the given sample ``queries``' texts) is kept out of every
-fit; each is a query, and its top 10 among the fitted rows by the truncated vectors is compared with its top 10 by
-the full vectors (``overlap@10``, no labels). Per ``d`` the best candidate is used (ties: the simpler, in the order
-model, pca, adapter), recorded in the space's ``shrink`` entry of ``store.json``; ``search(dims=d)`` without
-``basis`` reads it. ``qrels`` add each candidate's Recall@10 and nDCG@10 (reported, never used to choose). The
-funnel re-ranks by the stored full vectors whatever the basis.
-
-The adapter is a fixed map, so rows written later go through it like the others; what can age is the *choice*,
-measured on one table version: :func:`describe` says ``stale`` once the table has changed.
+Held-out rows (or the given ``queries``' texts) judge them: each one's top 10 by the truncated vectors against its
+top 10 by the full ones (``overlap@10``, no labels); the best per ``d`` (ties: the simpler) is recorded in the
+space's ``shrink`` entry and read by ``search(dims=d)``. ``qrels`` add Recall@10 and nDCG@10 (reported, never used
+to choose). What can age is the choice, measured on one table version (:func:`describe` says ``stale``).
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """A query-side map fitted without pairs: a new model's queries into a store's vectors, learned by mini-vec2vec
-(:mod:`subspaces.align`) from a sample of domain texts the user gives (embedded by the new model) and a sample of
-the stored vectors, no text shared or matched between the two.
+(:mod:`subspaces.align`) from a sample of domain texts the user gives and a sample of the stored vectors. This is
+how a store nobody can re-embed (a ``--foreign`` store) becomes searchable by text, when the aligner's own
+label-free verdict trusts the map: a map it does not trust is refused with its first reason, since a wrong map
+would return confident, wrong results.
 
-This is how a store of vectors nobody can re-embed (a ``--foreign`` store, possibly without texts) becomes
-searchable by text. Whether it may is the aligner's own label-free verdict (:mod:`subspaces.align.verify`: the
-trust score's lift over the trivial maps, two independent passes agreeing, the row counts): a map it does not
-trust is refused with its first reason, since a wrong map would return confident, wrong results.
-
-The kept map is saved as the store's other query maps are (:class:`subspaces.store.maps.OrthogonalMap`, read back
-by :func:`~subspaces.store.maps.load_map`): mini-vec2vec's map is orthogonal on centred unit rows,
-``unit(mu_t + s * unit((x - mu_s) M))``; a query map must return unit rows, and with ``(x - mu_s) M`` taken at its
-mean length ``c`` over the texts it is ``unit((x - mu_s) M s / c + mu_t)``, a centred orthogonal map with one scale.
+The kept map is an :class:`~subspaces.store.maps.OrthogonalMap`: mini-vec2vec's ``unit(mu_t + s * unit((x - mu_s)
+M))``, with ``(x - mu_s) M`` taken at its mean length ``c`` over the texts, is ``unit((x - mu_s) M s / c + mu_t)``.
 """
 
 from __future__ import annotations
