@@ -234,8 +234,7 @@ def migrate(
         options = asked | {"pairs": pairs}
         if query_side:
             report["migrate_seconds"] = round(time.perf_counter() - start, 3)
-            _add_query_map(store, source_name, fingerprint, aligner, report, options, prompts)
-            store._models[f"query:{fingerprint.weights}"] = encoder
+            _add_query_map(store, source_name, encoder, fingerprint, aligner, report, options)
             return report | ({"replaced": replaced} if replaced else {})
 
         new_name = _add_pending_space(store, source_name, fingerprint, aligner, report, options, prompts)
@@ -389,8 +388,7 @@ def _query_side_unpaired(
     report["migrate_seconds"] = round(time.perf_counter() - start, 3)
     if stale is not None:
         _drop_query_map(store, name, stale)
-    _add_query_map(store, name, fingerprint, fitted, report, options, folder_prompts(encoder))
-    store._models[f"query:{fingerprint.weights}"] = encoder
+    _add_query_map(store, name, encoder, fingerprint, fitted, report, options)
     return report | ({"replaced": replaced} if replaced else {})
 
 
@@ -494,16 +492,11 @@ QUERY_MAPS = "query_maps"
 
 
 def _add_query_map(
-    store: Store,
-    space: str,
-    fingerprint: Any,
-    fitted: Any,
-    report: dict[str, Any],
-    options: dict[str, Any],
-    prompts: dict[str, str] | None = None,
+    store: Store, space: str, encoder: Any, fingerprint: Any, fitted: Any, report: dict[str, Any], options: dict
 ) -> str:
     """Save ``fitted`` under ``query_maps/SPACE/KEY`` and record it in the space's ``query_maps`` (the folder
-    first: a run killed before the manifest is written leaves a folder the next one replaces)."""
+    first: a run killed before the manifest is written leaves a folder the next one replaces), with the prompts of
+    ``encoder``'s folder (what its queries are encoded after); ``encoder`` is kept loaded for searches."""
     record = store.manifest.spaces[space]
     key = str(1 + max([int(k) for k in record.query_maps] or [0]))
     folder = f"{QUERY_MAPS}/{space}/{key}"
@@ -514,9 +507,10 @@ def _add_query_map(
         "map": folder,
         "report": report,
         "options": options,
-        "prompts": dict(prompts or {}),  # the query model's: what its queries are encoded after
+        "prompts": folder_prompts(encoder),
     }
     store.manifest.save(store.path)
+    store._models[f"query:{fingerprint.weights}"] = encoder
     return key
 
 

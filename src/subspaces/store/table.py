@@ -251,14 +251,9 @@ class Table:
         with lance_errors(self.label):
             self.handle = self._db.open_table(self.name)
 
-    @contextmanager
-    def _errors(self) -> Iterator[None]:
-        with lance_errors(self.label):
-            yield
-
     @property
     def version(self) -> int:
-        with self._errors():
+        with lance_errors(self.label):
             return int(self.handle.version)
 
     @property
@@ -266,11 +261,11 @@ class Table:
         return self.handle.schema
 
     def count(self) -> int:
-        with self._errors():
+        with lance_errors(self.label):
             return int(self.handle.count_rows())
 
     def indices(self) -> list[str]:
-        with self._errors():
+        with lance_errors(self.label):
             return [str(i.index_type) for i in self.handle.list_indices()]
 
     # -- reading ----------------------------------------------------------------------------------------------
@@ -278,14 +273,14 @@ class Table:
         """Some columns, in table order (``where``: only the rows that filter admits)."""
         query = self.handle.search().select(names).with_row_id(row_ids).limit(None)
         if where is None:
-            with self._errors():
+            with lance_errors(self.label):
                 return query.to_arrow()
         with filter_errors(where):
             return query.where(where).to_arrow()
 
     def batches(self, names: list[str], size: int) -> Iterator[Any]:
         """Some columns, streamed in Arrow record batches of ``size`` rows, in table order."""
-        with self._errors():
+        with lance_errors(self.label):
             yield from self.handle.search().select(names).limit(None).to_batches(size)
 
     def vector_blocks(self, dim: int, size: int) -> Iterator[np.ndarray]:
@@ -337,7 +332,7 @@ class Table:
     def take(self, rows: np.ndarray, names: list[str]) -> Any:
         """Rows at offsets ``rows``, in that order (LanceDB returns them in offset order)."""
         unique, back = np.unique(np.asarray(rows, dtype=np.int64), return_inverse=True)
-        with self._errors():
+        with lance_errors(self.label):
             data = self.handle.take_offsets(unique.tolist()).select(names).to_arrow()
         return data.take(back.ravel())
 
@@ -349,14 +344,14 @@ class Table:
         if where is not None:
             query = query.where(where, prefilter=True)  # before the top k: k rows when k rows pass
         query = query.limit(k).select(["id", "text", "vector", "metadata", "_distance"])
-        with filter_errors(where) if where is not None else self._errors():
+        with filter_errors(where) if where is not None else lance_errors(self.label):
             return query.to_arrow()
 
     # -- writing ----------------------------------------------------------------------------------------------
     def create_index(self, num_partitions: int, num_sub_vectors: int) -> None:
         from lancedb.index import IvfPq
 
-        with self._errors():
+        with lance_errors(self.label):
             self.handle.create_index(
                 "vector",
                 config=IvfPq(distance_type="cosine", num_partitions=num_partitions, num_sub_vectors=num_sub_vectors),
@@ -367,7 +362,7 @@ class Table:
         """Delete rows by address (integers, so no user text is spliced into the predicate)."""
         for start in range(0, len(addresses), chunk):
             part = ", ".join(str(int(a)) for a in addresses[start : start + chunk])
-            with self._errors():
+            with lance_errors(self.label):
                 self.handle.delete(f"_rowid IN ({part})")
 
     def append(self, blocks: Iterable[Any], bar: Any, replace: set[str] | None = None) -> None:
@@ -381,7 +376,7 @@ class Table:
             block = self._typed(block if len(fresh) == len(ids) else block.take(fresh))
             written.update(ids)
             if block.num_rows:
-                with self._errors():
+                with lance_errors(self.label):
                     if replace and not replace.isdisjoint(block.column("id").to_pylist()):
                         merge = self.handle.merge_insert("id").when_matched_update_all()
                         merge.when_not_matched_insert_all().execute(block)
@@ -430,7 +425,7 @@ class Table:
         stored = [columns.parsed(m) for m in data.column("metadata").to_pylist()]
         rows = [i for i, m in enumerate(stored) if m and any(m.get(n) is not None for n in new)]
         columns.infer([stored[i] for i in rows], known, new, where="stored row")
-        with self._errors():
+        with lance_errors(self.label):
             self.handle.add_columns([pa.field(n, columns.arrow_type(kind)) for n, kind in new.items()])
         self._open()  # a handle whose schema has the new columns
         if rows:
@@ -470,5 +465,5 @@ class Table:
         if self.on_rewrite is not None:
             self.on_rewrite("typed metadata columns were filled in")
         update = pa.table({"id": ids} | {n: columns.column_values(meta, n, kind) for n, kind in kinds.items()})
-        with self._errors():
+        with lance_errors(self.label):
             self.handle.merge_insert("id").when_matched_update_all().execute(update)
