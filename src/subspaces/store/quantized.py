@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,8 +111,6 @@ def invalidate(store: Store, space: str, reason: str) -> None:
     """Mark the space's copy stale before a write that moves or replaces rows (an upsert, a repair): the copy
     addresses rows by their offset in the table, which such a write changes while the row count may not. Done
     before that write, so a run killed in between leaves a copy refused, never one read at shifted offsets."""
-    from dataclasses import replace
-
     copy = read(store, space)
     if copy is not None and copy.invalid is None:
         save_json(_folder(store, space) / POINTER, replace(copy, invalid=reason).to_dict())

@@ -163,7 +163,9 @@ class Rows:
         """``(first row, rows)`` of the float vectors, a block at a time (:func:`.vectorfile.block_rows`): views
         of the rows in memory, or reads of the file into one reused buffer."""
         size = vectorfile.block_rows(self.dim)
-        return self.file.blocks(size) if self.file is not None else vectorfile.blocks(self.vectors, size)
+        if self.file is not None:
+            return self.file.blocks(size)
+        return ((start, self.vectors[start : start + size]) for start in range(0, len(self.vectors), size))
 
     @cached_property
     def ids(self) -> np.ndarray:

@@ -36,12 +36,6 @@ def block_rows(dim: int) -> int:
     return max(1024, BLOCK_BYTES // (4 * dim))
 
 
-def blocks(vectors: np.ndarray, size: int) -> Iterator[tuple[int, np.ndarray]]:
-    """``(first row, rows)`` of in-memory ``vectors``, ``size`` rows at a time (views, no copy)."""
-    for start in range(0, len(vectors), size):
-        yield start, vectors[start : start + size]
-
-
 class VectorFile:
     """The vector file at ``path``: its memory map (``array``, read a few rows at a time) and block reads."""
 
