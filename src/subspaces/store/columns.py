@@ -60,11 +60,6 @@ def _non_finite(value: Any) -> float | None:
     return None
 
 
-def typed_name(name: str) -> bool:
-    """Whether a metadata field of this name gets a column of its own."""
-    return bool(NAME.match(name)) and name.lower() not in BASE
-
-
 def _kind(value: Any) -> str | None:
     """The column type a scalar value asks for (None for null, nested values and values no column holds)."""
     if isinstance(value, bool):
@@ -95,7 +90,7 @@ def infer(
         if not meta:
             continue
         for name, value in meta.items():
-            if not typed_name(name) or value is None:
+            if not NAME.match(name) or name.lower() in BASE or value is None:  # no column of its own
                 continue
             kind = _kind(value)
             if kind is None:

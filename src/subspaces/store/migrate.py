@@ -746,25 +746,21 @@ def _with_defaults(params: dict[str, Any] | None, anchors: str) -> dict[str, Any
 def commit(store: Store) -> str:
     """Make the pending space active (its rows complete) and retire the old one; returns the new active space."""
     with store._writing("store migrate --commit"):
-        return _commit(store)
-
-
-def _commit(store: Store) -> str:
-    manifest = store.manifest
-    pending = manifest.pending()
-    if not pending:
-        raise SubspacesError("no migration is pending; run `subspaces store migrate DIR --to MODEL` first")
-    name = pending[0]
-    space = manifest.spaces[name]
-    assert space.mapped_from is not None
-    store._sync(name)  # rows added by a run that stopped between its two writes
-    if store.count(name) != store.count(space.mapped_from):
-        raise SubspacesError(f"space {name} lacks rows of space {space.mapped_from}; rerun the migration")
-    manifest.spaces[manifest.active].state = "retired"
-    space.state = "active"
-    manifest.active = name
-    manifest.save(store.path)
-    return name
+        manifest = store.manifest
+        pending = manifest.pending()
+        if not pending:
+            raise SubspacesError("no migration is pending; run `subspaces store migrate DIR --to MODEL` first")
+        name = pending[0]
+        space = manifest.spaces[name]
+        assert space.mapped_from is not None
+        store._sync(name)  # rows added by a run that stopped between its two writes
+        if store.count(name) != store.count(space.mapped_from):
+            raise SubspacesError(f"space {name} lacks rows of space {space.mapped_from}; rerun the migration")
+        manifest.spaces[manifest.active].state = "retired"
+        space.state = "active"
+        manifest.active = name
+        manifest.save(store.path)
+        return name
 
 
 def rollback(store: Store) -> str:
