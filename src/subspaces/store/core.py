@@ -440,10 +440,9 @@ class Store:
 
     def _forget(self, ids: set[str], active: str) -> None:
         """Before rows of ``ids`` are replaced in the active space: mark the quantized copies stale (their row
-        offsets will move) and delete those rows from pending spaces, which :meth:`_sync` then maps anew from
-        the replaced rows, and from retired ones (a rollback then refuses rather than restore the old rows). In
-        this order a run killed at any point leaves nothing stale in use. The replaced rows are no longer true
-        vectors of a pending space's model (:mod:`.backfill`): they are mapped again."""
+        offsets will move), then delete those rows from pending spaces (:meth:`_sync` maps them anew, no longer
+        native: :mod:`.backfill`) and retired ones. In this order a run killed at any point leaves nothing stale in
+        use."""
         for name in [active, *self.manifest.pending()]:
             quantized.invalidate(self, name, "rows were replaced (add --upsert)")
         # Retired spaces too: a rollback would otherwise bring the replaced rows back; without them it refuses.
@@ -681,11 +680,9 @@ class Store:
         return transfer.export(self, output, space=space)
 
     def delete(self, ids: Iterable[str | int]) -> dict[str, int]:
-        """Delete the rows of ``ids`` from every space (the active one, a pending migration's, retired ones: a
-        deleted row is gone from the store); returns ``{"deleted": rows of the active space, "missing": ids it
-        did not hold}``. Each space's quantized copy is marked stale first; an ANN index drops the rows itself,
-        and the principal axes and in-memory indexes are rebuilt for the new table version. Deleting by row
-        address (integers) puts no user text into LanceDB's predicate. Ids not stored are counted, not refused."""
+        """Delete the rows of ``ids`` from every space (a deleted row is gone from the store), by row address (no
+        user text in LanceDB's predicate), each space's quantized copy marked stale first; returns ``{"deleted":
+        rows of the active space, "missing": ids it did not hold}`` (counted, not refused)."""
         wanted = {str(i) for i in ids}
         if not wanted:
             raise DataError("nothing to delete: no ids")
@@ -808,13 +805,8 @@ class Store:
         plan: plans.Plan | None = None,
         **options: Any,
     ) -> list[SearchResult]:
-        """:meth:`search` for query vectors already in the space's model's coordinates (unit rows); the only
-        search of a space whose model this machine cannot run (an import with ``foreign=``).
-
-        ``shortlist`` is a multiple of ``k`` (at least 1; a shortlist longer than the store is the whole store).
-        With ``condition``, rows and queries are both projected by the head under it and ranked by cosine,
-        exactly; the head's condition matrices come from its own cache, and the projected rows of the last few
-        conditions are kept (per table version) so a repeated condition costs one search.
+        """:meth:`search` for query vectors already in the space's model's coordinates (unit rows), with the same
+        ``options``; the only search of a space whose model this machine cannot run (an import with ``foreign=``).
         """
         name = space or self.manifest.active
         self._searchable(name)
