@@ -61,12 +61,9 @@ class ModelFingerprint:
             raise SubspacesError(f"the store's model record is malformed ({exc!r})") from exc
 
     def matches(self, other: ModelFingerprint) -> bool:
-        return (self.weights, self.dimension, self.pooler, self.normalize, self.foreign) == (
-            other.weights,
-            other.dimension,
-            other.pooler,
-            other.normalize,
-            other.foreign,
+        """Whether ``other`` writes the same vectors: every field but the name (never what decides a match)."""
+        return all(
+            getattr(self, f) == getattr(other, f) for f in ("weights", "dimension", "pooler", "normalize", "foreign")
         )
 
     def check(self, other: ModelFingerprint, what: str = "the query model") -> None:

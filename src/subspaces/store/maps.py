@@ -461,9 +461,7 @@ def overlap(queries_a: np.ndarray, rows_a: np.ndarray, queries_b: np.ndarray, ro
 
 
 def _top(queries: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
-    scores = _unit(queries) @ _unit(rows).T
-    top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    return top
+    return np.argpartition(-(_unit(queries) @ _unit(rows).T), k - 1, axis=1)[:, :k]
 
 
 def agreement(fitted: Any, old: np.ndarray, new: np.ndarray, direction: str, k: int = 10) -> float:

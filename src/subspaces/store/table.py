@@ -123,11 +123,8 @@ def vectors_of(column: Any, dim: int) -> np.ndarray:
 
 class Rows:
     """A table version's rows as searches read them, with what searches derive from them (dropped with the rows
-    when the version changes). The float ``vectors`` are in memory for a space that fits
-    :data:`~.vectorfile.IN_MEMORY_BYTES` (with its ids, texts and metadata), else memory-mapped from the version's
-    vector file (``file``; :mod:`.vectorfile`), read in blocks or at a few rows; the ids, texts, metadata and row
-    addresses of such a space are read from the table only when asked for, and a search reads just its hits'
-    (:meth:`take`)."""
+    when the version changes): in memory for a space that fits :data:`~.vectorfile.IN_MEMORY_BYTES`, else the
+    version's vector ``file`` (:mod:`.vectorfile`), its ids, texts and metadata read only when asked for."""
 
     def __init__(self, table: Table, version: int, vectors: np.ndarray, file: VectorFile | None = None) -> None:
         self.table, self.version, self.vectors, self.file = table, version, vectors, file
