@@ -1,5 +1,5 @@
 """Funnel search over .npy vectors: equal to exact search when the shortlist is the whole corpus; quantized search
-with rescoring; `subspaces search`."""
+with rescoring; `subspaces vectors search`."""
 
 from __future__ import annotations
 

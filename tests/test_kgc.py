@@ -269,6 +269,14 @@ def test_frozen_tri_encoder_trains_saves_loads_and_evaluates(tmp_path, tiny_enco
     again = evaluate_model(tmp_path / "run", data, disk_cache=tmp_path / "cache", show_progress=False)
     assert again.average == pytest.approx(result.average)
     assert again.encoded_texts == 0  # entity and relation embeddings all came back from the disk cache
+    assert json.loads((tmp_path / "run" / "subspaces_model.json").read_text())["metadata"]["neighbour_order"] == "id"
+    from subspaces.models.triencoder import TriEncoder
+
+    model = TriEncoder.load(tmp_path / "run")
+    for old in ({"neighbour_order": "index"}, {"neighbour_order": None}):  # pre-release: "index", or not recorded
+        model.metadata = dict(model.metadata, neighbour_names=True) | old
+        with pytest.raises(SubspacesError, match="'index' order"):
+            evaluate_model(model, data, show_progress=False)
 
 
 def test_pipelines_return_results_that_save_as_json(tmp_path, tiny_encoder_dir):

@@ -189,6 +189,7 @@ def train_pipeline(
         "base_model": model,
         "max_length": config.max_length,
         "neighbour_names": texts.link_graph is not None,
+        "neighbour_order": "id",  # the only order since the pre-release "index" went; evaluation checks it
         "per_example_texts": per_example_texts,
         "recipe": config.recipe,
         "freeze_encoder": freeze_encoder,
@@ -310,6 +311,11 @@ def evaluate_model(
     if isinstance(kgc_model, TriEncoder):
         kgc_model.params_cache.reset_stats()
     metadata = metadata or dict(getattr(kgc_model, "metadata", {}))
+    if metadata.get("neighbour_names") and metadata.get("neighbour_order") != "id":
+        raise SubspacesError(
+            "this KGC folder names neighbours in the pre-release 'index' order, which this version no longer builds: "
+            "retrain it (kgc train), or evaluate it with the release that wrote it"
+        )
     if texts is None:
         texts = KGCTexts.build(kg, metadata.get("neighbour_names", neighbour_names))
     if normalize_queries is None:

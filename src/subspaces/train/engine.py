@@ -80,7 +80,9 @@ class FitResult(JSONResult):
 @lru_cache(maxsize=2)
 def epoch_order(seed: int, epoch: int, n: int) -> np.ndarray:
     """The shuffle of ``n`` items in ``epoch``: a pure function of (seed, epoch), so a resumed run replays it."""
-    return np.random.default_rng([seed, epoch]).permutation(n)
+    order = np.random.default_rng([seed, epoch]).permutation(n)
+    order.setflags(write=False)  # cached and shared between callers: nobody may shuffle it in place
+    return order
 
 
 def seed_everything(seed: int) -> None:
