@@ -65,3 +65,22 @@ def test_a_config_file_with_an_unknown_setting_is_one_error_line(tmp_path):
     result = CliRunner().invoke(app, ["run", "--config", str(tmp_path / "bad.json")])
     assert result.exit_code == 2
     assert result.output.startswith("error: ") and "--config sets bogus, not settings of Recipe" in result.output
+
+
+def test_cond_train_reads_recipe_settings_from_a_config_file_and_the_command_line_wins(tmp_path, monkeypatch):
+    """The options derived from CondTrainConfig take a --config file's value where the command line gives none."""
+    import subspaces.cond.pipeline as pipeline
+    from subspaces.cli.app import app as subspaces_app
+
+    seen = []
+
+    def captured(task, model, *, config, **_):
+        seen.append(config)
+        raise RuntimeError("stop before training")
+
+    monkeypatch.setattr(pipeline, "train_conditional", captured)
+    (tmp_path / "cfg.json").write_text(json.dumps({"freeze_encoder": False, "max_length": 77, "epochs": 3}))
+    args = ["cond", "train", "-o", str(tmp_path / "out"), "--config", str(tmp_path / "cfg.json")]
+    CliRunner().invoke(subspaces_app, args)
+    CliRunner().invoke(subspaces_app, [*args, "--max-length", "20", "--freeze-encoder"])
+    assert [(c.freeze_encoder, c.max_length, c.epochs) for c in seen] == [(False, 77, 3), (True, 20, 3)]
