@@ -56,6 +56,24 @@ def max_token_difference(onnx_path, model_dir, texts) -> float:
 
 
 @pytest.mark.slow
+def test_paraphrase_l3_converts_to_the_same_model_on_every_machine(tmp_path):
+    """Two conversions are one model to the store's fingerprint (BERT's unused pooler is zeroed, not random)."""
+    from subspaces.models.encoder import load_encoder
+    from subspaces.models.fingerprint import model_fingerprint
+    from subspaces.models.onnx_bert import convert_onnx_bert
+    from subspaces.models.registry import resolve
+
+    onnx_path = package_path(bundled.PARAPHRASE_PACKAGE, bundled.PARAPHRASE_ONNX)
+    prints = []
+    for name in ("a", "b"):
+        folder = convert_onnx_bert(onnx_path, tmp_path / name, tokenizer_dir=resolve("minilm-l6"), max_seq_length=128)
+        model = load_encoder(str(folder))
+        assert all(not p.any() for n, p in model[0].auto_model.named_parameters() if n.startswith("pooler."))
+        prints.append(model_fingerprint(model))
+    assert prints[0] == prints[1]
+
+
+@pytest.mark.slow
 def test_paraphrase_l3_matches_onnxruntime(monkeypatch, tmp_path):
     import onnxruntime as ort
 

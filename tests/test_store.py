@@ -336,8 +336,10 @@ def test_paired_migration_recovers_a_rotation_of_structureless_vectors(tmp_path)
     texts = [f"text {i}" for i in range(1500)]
     made = Store.create(tmp_path / "s", LookupEncoder(texts, old))
     made.add(texts, ids=range(1500), write_batch=1000)
-    report = made.migrate(LookupEncoder(texts, old @ q), pairs=200, heldout=300)
+    report = made.migrate(LookupEncoder(texts, old @ q), pairs=200, heldout=300, name="new")
     assert report["anchors"] == "paired" and report["overlap@10"] > 0.95, report
+    with pytest.raises(SubspacesError, match=r"pending, fitted for other weights than this new \["):
+        made.migrate(LookupEncoder(texts, old @ q + 1e-3), pairs=200, heldout=300, name="new")  # retrained "new"
     with pytest.raises(SubspacesError, match="map_params"):  # mini-vec2vec's params are for unpaired anchors
         made.migrate(LookupEncoder(texts, old @ q), pairs=200, params={"n_restarts": 1})
 

@@ -33,7 +33,11 @@ def _paraphrase_l3() -> Path:
     from subspaces.models.onnx_bert import convert_onnx_bert
 
     onnx_path = package_path(PARAPHRASE_PACKAGE, PARAPHRASE_ONNX)
-    target = _converted_dir("paraphrase-l3", PARAPHRASE_PACKAGE)
+    # "-c2": the conversion that zeroes the unused pooler; the first left it random, so each machine's conversion
+    # had its own fingerprint (stores migrated to it were refused elsewhere): reconvert rather than reuse it.
+    target = _converted_dir("paraphrase-l3", PARAPHRASE_PACKAGE).with_name(
+        f"paraphrase-l3-{md.version(PARAPHRASE_PACKAGE)}-c2"
+    )
     if not (target / "modules.json").is_file():
         # The original model: mean pooling over 128 tokens, no normalisation.
         convert_onnx_bert(onnx_path, target, tokenizer_dir=resolve("minilm-l6"), max_seq_length=128)

@@ -130,6 +130,11 @@ def convert_onnx_bert(
         bert.save_pretrained(hf_dir)
         BertTokenizerFast.from_pretrained(str(tokenizer_dir)).save_pretrained(hf_dir)
         transformer = Transformer(str(hf_dir), max_seq_length=max_seq_length)
+        # BERT's pooler, which the graph lacks and mean pooling never reads, is created with random weights: zero it,
+        # or every conversion would be another model to the weights fingerprint (a store's model check).
+        for name, param in transformer.auto_model.named_parameters():
+            if name.startswith("pooler."):
+                param.data.zero_()
         modules = [transformer, Pooling(hidden, pooling_mode=pooling_mode)]
         if normalize:
             modules.append(Normalize())

@@ -151,8 +151,11 @@ def migrate(
             for space_name in manifest.pending():
                 space = manifest.spaces[space_name]
                 if not space.model.matches(fingerprint):
+                    other = space.model.name == fingerprint.name  # same name, other weights (a retrained model)
                     raise SubspacesError(
-                        f"a migration to {space.model.label()} is pending; commit it (store migrate --commit) first"
+                        f"a migration to {space.model.label()} is pending"
+                        + (f", fitted for other weights than this {fingerprint.label()}" if other else "")
+                        + "; commit it (store migrate --commit) first"
                     )
                 differs = _differs(space.options, asked, pairs)
                 if not differs:  # an interrupted migration to this model, or a rerun: finish its mapping
