@@ -244,7 +244,8 @@ def test_train_frozen_head_on_fixture_and_round_trip(tiny_encoder, tmp_path, obj
     if objective == "mse":
         assert after["metrics"]["mse"] < before  # it learns the training rows
     if objective != "mse":
-        assert "(high, low) pairs" in result.sampler and "one condition only" in result.sampler
+        sampler = model.metadata["training"]["sampler"]
+        assert "(high, low) pairs" in sampler and "one condition only" in sampler
     model.save(tmp_path / "m")
     loaded = load_model(tmp_path / "m")
     assert isinstance(loaded, TriEncoder) and loaded.metadata["task"] == "csts"

@@ -1,9 +1,5 @@
-"""One-call pipelines behind ``subspaces cond train``, ``cond eval`` and ``cond bench``.
-
-from subspaces.cond.pipeline import train_conditional, evaluate_conditional
-train_conditional("wic", "minilm-l6", output="runs/wic-hyper", arch="tri", head="hypernet", rank=32)
-report = evaluate_conditional("runs/wic-hyper", "wic", split="test")   # report.metrics, report.save("test.json")
-"""
+"""``cond train``, ``cond eval`` and ``cond bench`` as one call each: ``train_conditional``, ``evaluate_conditional``
+(a saved model, or a plain encoder zero-shot as the bi-encoder) and ``cache_benchmark``."""
 
 from __future__ import annotations
 
@@ -16,7 +12,7 @@ import numpy as np
 
 from subspaces.cond.recipe import CondTrainConfig
 from subspaces.cond.tasks import get_task
-from subspaces.cond.train import evaluate, fit, predict
+from subspaces.cond.train import check_trainable, evaluate, fit, predict
 from subspaces.data.csts import write_predictions
 from subspaces.errors import SubspacesError
 from subspaces.models.conditional import (
@@ -106,19 +102,13 @@ def train_conditional(
     device: str = "cpu",
     **settings: Any,
 ) -> ConditionalTrainResult:
-    """Build on ``device``, train (best state on validation), save to ``output`` with ``train_result.json``.
-
-    ``config`` is the run's recipe; ``settings`` (any of its fields, e.g. ``arch="bi"``) replace its values.
-    """
+    """Build on ``device``, train (best state on validation), save to ``output`` with ``train_result.json``;
+    ``settings`` (fields of :class:`CondTrainConfig`) replace the ``config``'s values."""
     from subspaces.models.encoder import resolve_device
 
-    resolve_device(device)  # a device this machine lacks fails before the data and the model load
+    resolve_device(device)  # fails before the data and the model load
     config = replace(config or CondTrainConfig(), **settings)
-    if config.arch == "bi" and config.freeze_encoder:
-        raise SubspacesError(
-            "--arch bi with a frozen encoder has nothing to train (the bi-encoder has no head; --head applies to "
-            "--arch tri): pass --fine-tune to train the encoder, or score it zero-shot with `subspaces cond eval MODEL`"
-        )
+    check_trainable(config.arch, config.freeze_encoder, config.trainable_layers)
     spec = get_task(task)
     train_rows = spec.load("train", data_dir)
     dev_rows = spec.load("validation", data_dir)
@@ -137,19 +127,20 @@ def train_conditional(
     result = fit(cond_model, spec, train_rows, config, dev_rows=dev_rows)
     seconds = time.perf_counter() - start
     cond_model.save(output)
+    training = cond_model.metadata["training"]
     summary = ConditionalTrainResult(
         task=task,
         model=model,
         **_describe(cond_model),
         objective=config.objective,
         train_rows=len(train_rows),
-        sampler=result.sampler,
+        sampler=training["sampler"],
         steps=result.steps,
         train_seconds=result.seconds,
         total_seconds=seconds,
-        best_epoch=result.best_epoch,
+        best_epoch=training["best_epoch"],
         selection_metric=spec.selection_metric,
-        best_dev=result.best_dev,
+        best_dev=result.best_score,
         history=result.history,
         config=asdict(config),
     )
@@ -166,9 +157,8 @@ def evaluate_conditional(
     predictions: str | Path | None = None,
     device: str = "cpu",
 ) -> ConditionalEvalResult:
-    """Metrics of a saved model (or a plain encoder, zero-shot, as the bi-encoder) on ``split``, the threshold of
-    binary tasks chosen on validation; the cache's statistics over this evaluation; optionally C-STS predictions.
-    """
+    """Metrics of a saved model (or a plain encoder, zero-shot) on ``split`` (binary tasks at the validation
+    threshold), the caches' statistics over this evaluation, and optionally C-STS's prediction file."""
     from subspaces.models.encoder import resolve_device
 
     resolve_device(device)
@@ -218,11 +208,8 @@ def cache_benchmark(
     limit: int | None = None,
     device: str = "cpu",
 ) -> dict[str, Any]:
-    """Inference time and cache hit rate of a bi- and a tri-encoder on the same rows, in three passes.
-
-    *cold* (caches emptied), *warm* (the same pass again) and *new_conditions* (the same sentence pairs under permuted
-    conditions, caches warm: C-STS's situation). Untrained heads unless saved models are given.
-    """
+    """Inference time and cache hit rate of a bi- and a tri-encoder (untrained unless saved ones are given) on the
+    same rows: *cold*, *warm* (the same pass again) and *new_conditions* (permuted conditions, caches warm)."""
     spec = get_task(task)
     rows = spec.load(split, data_dir)[:limit]
     models: dict[str, ConditionalModel] = {

@@ -1,15 +1,12 @@
-"""Conditional similarity as a task on the shared :class:`~subspaces.train.engine.TrainingLoop`, and its evaluation.
-
-The task supplies the batches (:mod:`subspaces.cond.sampler`), a step (projections ->
-:class:`~subspaces.losses.conditional.ConditionalLoss`) and a dev evaluator (:class:`DevEvaluator`); the state best
-on dev is kept. With ``freeze_encoder`` every text is encoded once and only the head learns.
-"""
+"""Conditional similarity as a task on the shared :class:`~subspaces.train.engine.TrainingLoop` (batches from
+:mod:`subspaces.cond.sampler`, :class:`~subspaces.losses.conditional.ConditionalLoss`, the dev metrics; the state
+best on dev is kept), its evaluation, and the checks both conditional tasks (cond, kgc) share."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -26,18 +23,26 @@ from subspaces.losses.conditional import ConditionalLoss
 from subspaces.models.conditional import BiEncoder, ConditionalModel, TriEncoder
 from subspaces.models.partial import partially_trained
 from subspaces.train import engine
+from subspaces.train.recipes import FitConfig
 
 ENCODER_PREFIXES = ("encoder.", "condition_encoder.")
 
 
-@dataclass
-class CondTrainResult:
-    steps: int
-    seconds: float
-    best_epoch: int | None
-    best_dev: float | None
-    sampler: str
-    history: list[dict[str, Any]] = field(default_factory=list)
+def check_trainable(arch: str, freeze_encoder: bool, trainable_layers: int | str | None) -> None:
+    """Refuse, before anything loads, the settings that leave nothing to train."""
+    if arch == "bi" and freeze_encoder:
+        raise SubspacesError(
+            "a bi-encoder with a frozen encoder has nothing to train (it has no head; --head applies to --arch tri): "
+            "pass --fine-tune, or score it zero-shot with `eval MODEL`"
+        )
+    if trainable_layers not in (None, "all") and freeze_encoder:
+        raise SubspacesError("--trainable-layers trains encoder layers: it needs --fine-tune, not --freeze-encoder")
+
+
+def total_steps(per_epoch: int, config: FitConfig) -> int:
+    """The run's length: ``epochs`` passes, or ``max_steps`` when that is fewer."""
+    steps = per_epoch * config.epochs
+    return steps if config.max_steps is None else min(steps, config.max_steps)
 
 
 def predict(model: ConditionalModel, rows: Sequence[ConditionalPair], batch_size: int = 256) -> np.ndarray:
@@ -54,11 +59,8 @@ def evaluate(
     dev_rows: Sequence[ConditionalPair] | None = None,
     seen_keys: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Metrics on ``rows`` (overall, seen, unseen) plus the scores.
-
-    Binary tasks score accuracy at a threshold chosen on ``dev_rows`` (never on ``rows`` themselves, unless no
-    dev rows are given: then ``rows`` *are* the dev split, as during training).
-    """
+    """Metrics on ``rows`` (overall, seen, unseen) plus the scores; binary tasks at a threshold chosen on
+    ``dev_rows`` (without them ``rows`` are the dev split, as in training)."""
     labelled = [r for r in rows if r.label is not None]
     if not labelled:
         raise SubspacesError(
@@ -114,15 +116,10 @@ def fit(
     config: CondTrainConfig,
     *,
     dev_rows: Sequence[ConditionalPair] | None = None,
-) -> CondTrainResult:
-    """Train ``model`` on ``train_rows`` with the engine; keeps the state best on ``dev_rows`` (if given)."""
-    if config.trainable_layers not in (None, "all") and model.freeze_encoder:
-        raise SubspacesError("--trainable-layers trains encoder layers: it needs --fine-tune, not a frozen encoder")
-    if not any(p.requires_grad for p in model.parameters()):  # a frozen bi-encoder has no parameters of its own
-        raise SubspacesError(
-            "nothing to train: the bi-encoder has no head (--head does not apply to it), and its encoder is frozen; "
-            "fine-tune it with --fine-tune, or use --arch tri to train a head on the frozen encoder"
-        )
+) -> engine.FitResult:
+    """Train ``model`` on ``train_rows`` with the engine; keeps the state best on ``dev_rows`` (if given). The run's
+    summary (steps, best epoch, the sampler's) is recorded in ``model.metadata["training"]``."""
+    check_trainable(model.arch, model.freeze_encoder, config.trainable_layers)
     loss_fn = ConditionalLoss(
         config.objective,
         temperature=config.temperature,
@@ -153,7 +150,7 @@ def fit(
 
     per_epoch = len(sampler)
     losses: dict[int, list[float]] = defaultdict(list)
-    steps = per_epoch * config.epochs if config.max_steps is None else min(per_epoch * config.epochs, config.max_steps)
+    steps = total_steps(per_epoch, config)
     evaluator = DevEvaluator(task, dev_rows) if dev_rows is not None and config.eval_every_epoch else None
     settings = {
         "objective": config.objective,
@@ -190,11 +187,15 @@ def fit(
         _reset_stats(model)  # the cached embeddings stay valid; only training's lookups are forgotten
     else:
         model.clear_caches(reset_stats=True)  # embeddings from mid-training encoders are stale
-    history = _epoch_history(result.history, losses, per_epoch)
     best_epoch = None if result.best_step is None else (result.best_step - 1) // per_epoch
-    out = CondTrainResult(result.steps, result.seconds, best_epoch, result.best_score, sampler.summary(), history)
-    model.metadata["training"] = {k: v for k, v in asdict(out).items() if k != "history"}
-    return out
+    model.metadata["training"] = {
+        "steps": result.steps,
+        "seconds": result.seconds,
+        "best_epoch": best_epoch,
+        "best_dev": result.best_score,
+        "sampler": sampler.summary(),
+    }
+    return replace(result, history=_epoch_history(result.history, losses, per_epoch))
 
 
 def _training_texts(model: ConditionalModel, rows: Sequence[ConditionalPair]) -> list[tuple[Any, list[Any]]]:

@@ -1,12 +1,5 @@
-"""One call from dataset to trained model to filtered rank metrics, in the spirit of PyKEEN's ``pipeline``.
-
-from subspaces.kgc.pipeline import train_pipeline, evaluate_model
-result = train_pipeline(dataset="wn18rr", model="minilm-l6", arch="tri", head="hypernet", rank=32,
-                        freeze_encoder=True, output="runs/wn18rr-hypernet")
-result.eval.average                                    # {"mrr": ..., "hits@1": ..., ..., "mr": ...}
-evaluate_model("runs/wn18rr-hypernet", split="test")   # a KGCEvalResult: .forward, .backward, .average, .save(path)
-evaluate_model("minilm-l6", dataset="wn18rr")          # a plain encoder: the zero-shot bi-encoder
-"""
+"""``kgc train`` and ``kgc eval`` as one call each: ``train_pipeline`` (dataset to saved model to filtered rank
+metrics) and ``evaluate_model`` (a saved model, or a plain encoder zero-shot as the bi-encoder)."""
 
 from __future__ import annotations
 
@@ -20,6 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from subspaces.cond.train import check_trainable
 from subspaces.errors import SubspacesError
 from subspaces.eval.base import Evaluator
 from subspaces.io import atomic_open
@@ -103,25 +97,16 @@ def train_pipeline(
     device: str = "cpu",
     **settings: Any,
 ) -> KGCResult:
-    """Train a KGC model on ``dataset`` with SimKGC's objective, save it to ``output``, and (optionally) evaluate it.
-
-    ``config`` is the run's recipe (:class:`~subspaces.kgc.recipes.KGCTrainConfig`, every setting with its help);
-    ``settings`` (any of its fields, e.g. ``arch="bi"``) replace its values.
-    """
+    """Train a KGC model on ``dataset`` with SimKGC's objective, save it to ``output``, and (optionally) evaluate it;
+    ``settings`` (fields of :class:`~subspaces.kgc.recipes.KGCTrainConfig`) replace the ``config``'s values."""
     config = replace(config or KGCTrainConfig(), **settings)
     arch, freeze_encoder = config.arch, config.freeze_encoder
-    if freeze_encoder and arch == "bi":
-        raise SubspacesError(
-            "--freeze-encoder leaves the bi-encoder nothing to train; "
-            "evaluate it zero-shot with `kgc eval MODEL --dataset ...`"
-        )
-    if config.trainable_layers not in (None, "all") and freeze_encoder:
-        raise SubspacesError("--trainable-layers trains encoder layers: it cannot go with --freeze-encoder")
+    check_trainable(arch, freeze_encoder, config.trainable_layers)
     if config.head_lr is not None and arch != "tri":
         raise SubspacesError("--head-lr is the tri-encoder's head; the bi-encoder has none (use --encoder-lr)")
     from subspaces.models.encoder import resolve_device
 
-    resolve_device(device)  # a device this machine lacks fails before the graph and the model load
+    resolve_device(device)  # fails before the graph and the model load
     seed_everything(config.seed)
     kg = dataset if isinstance(dataset, KnowledgeGraph) else load_kg(dataset)
     evaluate_split = _split_name(kg, config.evaluate_split) if config.evaluate_split else None  # checked before
@@ -155,6 +140,7 @@ def train_pipeline(
         kgc_model.embed_sentences(entity_texts, f"kgc {kg.name}: encoding {len(entity_texts):,} entity texts")
         kgc_model.embed_conditions(texts.relations, f"kgc {kg.name}: encoding {len(texts.relations)} relations")
         prepare_seconds = time.perf_counter() - started
+    batch_size = min(config.batch_size, len(examples))  # TripleBatches' (a graph smaller than a batch: one batch)
     loss = SimKGCLoss(
         kgc_model,
         known,
@@ -163,7 +149,7 @@ def train_pipeline(
         pre_batch=config.pre_batch,
         pre_batch_weight=config.pre_batch_weight,
         self_negatives=config.self_negatives,
-        batch_size=min(config.batch_size, len(examples)),
+        batch_size=batch_size,
         embed_batch=functools.partial(embed_batch, kgc_model),
         normalize_queries=config.normalize_queries,
     )
@@ -189,14 +175,22 @@ def train_pipeline(
         "base_model": model,
         "max_length": config.max_length,
         "neighbour_names": texts.link_graph is not None,
-        "neighbour_order": "id",  # the only order since the pre-release "index" went; evaluation checks it
+        "neighbour_order": "id",  # evaluation refuses any other
         "per_example_texts": per_example_texts,
         "recipe": config.recipe,
         "freeze_encoder": freeze_encoder,
         # what TriEncoder.search marks as seen (any other relation text is projected zero-shot, with a note)
         "seen_conditions": sorted({texts.relations[r] for r in set(examples[:, 1].tolist())}),
         "train": {**train, "select_on": select_on, "track_on": track_on},
-        "train_result": {**result.to_dict(), "prepare_seconds": prepare_seconds},
+        "train_result": {
+            "steps": result.steps,
+            "seconds": result.seconds,
+            "examples_per_second": result.steps * batch_size / result.seconds if result.seconds else 0.0,
+            "final_temperature": loss.temperature,
+            "best_dev_mrr": result.best_score,
+            "history": result.history,
+            "prepare_seconds": prepare_seconds,
+        },
     }
     kgc_model.save(output)
     report = KGCResult(output=str(output), train_result=kgc_model.metadata["train_result"])

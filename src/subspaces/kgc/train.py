@@ -1,37 +1,24 @@
-"""KGC as a task on the shared :class:`~subspaces.train.engine.TrainingLoop`: triple batches and SimKGC's loss (the
-evaluator, MRR on a split, is :class:`subspaces.kgc.pipeline.RankingEvaluator`, beside ``evaluate_model``).
-
-The engine optimises the :class:`~subspaces.losses.simkgc.SimKGCLoss` (which holds the model and the temperature)
-over full batches of a seeded permutation of the triples (the ragged last one dropped, as SimKGC).
-"""
+"""KGC as a task on the shared :class:`~subspaces.train.engine.TrainingLoop`: the engine optimises the
+:class:`~subspaces.losses.simkgc.SimKGCLoss` (the model and the temperature) over full batches of a seeded permutation
+of the triples; the evaluator is :class:`subspaces.kgc.pipeline.RankingEvaluator`."""
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
 
+from subspaces.cond.train import total_steps
 from subspaces.errors import SubspacesError
 from subspaces.eval.base import Evaluator
 from subspaces.kgc.recipes import KGCTrainConfig
 from subspaces.kgc.texts import KGCTexts
 from subspaces.losses.simkgc import SimKGCLoss
 from subspaces.models.conditional import ConditionalModel, TriEncoder
-from subspaces.results import JSONResult
 from subspaces.train import engine
-
-
-@dataclass
-class KGCTrainResult(JSONResult):
-    steps: int
-    seconds: float
-    examples_per_second: float
-    final_temperature: float
-    best_dev_mrr: float | None = None
-    history: list[dict] = field(default_factory=list)
 
 
 def embed_batch(model: ConditionalModel, triples: np.ndarray, texts: KGCTexts) -> tuple[torch.Tensor, ...]:
@@ -52,8 +39,6 @@ class TripleBatches:
 
     def __init__(self, examples: np.ndarray, batch_size: int, seed: int = 42) -> None:
         self.examples = np.asarray(examples, dtype=np.int64)
-        if self.examples.ndim != 2 or self.examples.shape[1] != 3 or not len(self.examples):
-            raise SubspacesError(f"training triples must be a non-empty (n, 3) array, got shape {self.examples.shape}")
         self.batch_size = min(batch_size, len(self.examples))
         self.seed = seed
 
@@ -88,16 +73,12 @@ def train_kgc(
     config: KGCTrainConfig,
     texts: Any = None,
     evaluator: Evaluator | None = None,
-) -> KGCTrainResult:
-    """Train ``loss.model`` (and the loss's temperature) on ``examples``: ``(n, 3)`` triples, inverses included.
-
-    With an ``evaluator`` the state best on it (by MRR, at each epoch end) is the one kept.
-    """
+) -> engine.FitResult:
+    """Train ``loss.model`` (and the loss's temperature) on ``(n, 3)`` triples, inverses included; with an
+    ``evaluator`` the state best on it (at each epoch end) is kept."""
     batches = TripleBatches(examples, config.batch_size, config.seed)
     per_epoch = len(batches)
-    total = per_epoch * config.epochs if config.max_steps is None else min(per_epoch * config.epochs, config.max_steps)
-    if total < 1:
-        raise SubspacesError("nothing to train: max_steps (or, without it, epochs) must be at least 1")
+    total = total_steps(per_epoch, config)
     temperatures: dict[int, float] = {}
     frozen = bool(getattr(loss.model, "freeze_encoder", False))
     fit_config = config.loop_config(
@@ -128,7 +109,4 @@ def train_kgc(
         else entry
         for entry in result.history
     ]
-    examples_per_second = result.steps * batches.batch_size / result.seconds if result.seconds else 0.0
-    return KGCTrainResult(
-        result.steps, result.seconds, examples_per_second, loss.temperature, result.best_score, history
-    )
+    return replace(result, history=history)
