@@ -10,6 +10,7 @@ import re
 import sys
 import typing
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, TypeVar
 
@@ -22,7 +23,7 @@ from subspaces.config import set_threads
 from subspaces.errors import DataError, SubspacesError
 from subspaces.io import InputPaths, check_file, check_not_input, check_writable
 from subspaces.models import POOLERS
-from subspaces.models.backends import BACKENDS, DTYPES, PRECISIONS
+from subspaces.models.backends import BACKENDS, DTYPES, PRECISIONS, check_backend, check_dtype
 
 console = Console(stderr=True)
 out = Console()
@@ -38,9 +39,8 @@ ModelOpt = Annotated[
 NoEvalOpt = Annotated[bool, typer.Option("--no-eval", help="Skip STS-B dev evaluation; keep the last model.")]
 LimitOpt = Annotated[Optional[int], typer.Option(help="Use only the first N training rows.")]
 
-# The runtime options, declared once: every command that loads a model takes them under these names, with the
-# library's defaults (``load_encoder``, ``Store.open``): ``device: DeviceOpt = DEVICE``, ``backend: BackendOpt =
-# "torch"``, ``precision: PrecisionOpt = "fp32"`` (serve alone defaults to ``--backend auto``: cli/serve.py).
+# The runtime options, declared once: a command takes those it needs by :func:`runtime_options` (or, with the
+# device alone, as ``device: DeviceOpt = DEVICE``); serve derives its own from ServeSettings (``--backend auto``).
 DEVICE = "cpu"
 DeviceOpt = Annotated[str, typer.Option(help="Torch device: cpu, cuda, cuda:N or mps (checked before anything loads).")]
 BackendOpt = Annotated[
@@ -66,6 +66,82 @@ ThreadsOpt = Annotated[
         show_default=False,
     ),
 ]
+
+RayOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--ray",
+        metavar="[ADDRESS]",
+        help="Encode on Ray Data. --ray alone: a local runtime, stopped with this command (also when it is killed); "
+        "--ray auto, HOST:PORT or ray://HOST:PORT: that cluster, checked to answer within 5 s before anything runs.",
+        show_default=False,
+    ),
+]
+RayAddressOpt = Annotated[
+    Optional[str],
+    typer.Option(help="Deprecated, goes in the next release: write --ray ADDRESS.", show_default=False),
+]
+ActorsOpt = Annotated[Optional[int], typer.Option(help="With --ray: encoder actors (default: one per CPU).")]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How a command runs its encoders: the options of :func:`runtime_options`, less --threads (which
+    ``user_errors`` applies), with the library's defaults (``load_encoder``, ``Store.open``)."""
+
+    device: str = DEVICE
+    backend: str = "torch"
+    precision: str = "fp32"
+    dtype: str = "float32"
+    ray_option: Optional[str] = None
+    ray_address: Optional[str] = None
+    actors: Optional[int] = None
+
+    def check(self) -> None:
+        """Refuse a backend, precision and dtype that do not go together, before anything loads."""
+        check_backend(self.backend, self.precision)
+        check_dtype(self.dtype, self.backend)
+
+    def encoder(self) -> dict[str, str]:
+        """``load_encoder``'s runtime arguments."""
+        return {"device": self.device, "backend": self.backend, "precision": self.precision, "dtype": self.dtype}
+
+    def open(self, store: Path) -> Any:
+        from subspaces.store import Store
+
+        return Store.open(store, **self.encoder())
+
+    def ray(self) -> bool | str:
+        """What --ray [ADDRESS] asks for, its cluster checked now (also when there turns out to be nothing to do)."""
+        from subspaces.store.scaleout import choose
+
+        return choose(self.ray_option, self.ray_address, note=lambda text: echo(text, label="note:", style="yellow"))
+
+
+# Each runtime option, declared once: its annotation (the defaults are :class:`RunOptions`'s).
+_RUNTIME_OPTIONS: dict[str, Any] = {
+    "device": DeviceOpt,
+    "dtype": DtypeOpt,
+    "backend": BackendOpt,
+    "precision": PrecisionOpt,
+    "ray_option": RayOpt,
+    "ray_address": RayAddressOpt,
+    "actors": ActorsOpt,
+    "threads": ThreadsOpt,
+}
+
+
+def runtime_options(*names: str) -> Callable[[F], F]:
+    """The runtime options ``names`` (``device``, ``dtype``, ``backend``, ``precision``, ``ray_option``,
+    ``ray_address``, ``actors``, ``threads``), in that order, in the place of the decorated command's parameter
+    ``run``, which receives them as one :class:`RunOptions`."""
+    defaults = {f.name: f.default for f in dataclasses.fields(RunOptions)}
+    options = [
+        inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(n), annotation=_RUNTIME_OPTIONS[n])
+        for n in names
+    ]
+    return expand("run", options, lambda values: RunOptions(**{n: v for n, v in values.items() if n != "threads"}))
+
 
 # What is true after Ctrl-C in any command: every file is written to a temporary name and renamed when whole.
 INTERRUPTED = "no file was left half-written (each is replaced whole or not at all)"
@@ -244,11 +320,20 @@ def recipe_options(
     """
     chosen, skipped, hints = None if only is None else set(only), set(skip), typing.get_type_hints(recipe)
     make, extra = build or recipe, notes or {}
+    config_file = inspect.Parameter(
+        "config_file",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[
+            Optional[Path],
+            typer.Option(
+                "--config", help=f"JSON or TOML file of {recipe.__name__} settings (any field); options given here win."
+            ),
+        ],
+    )
 
     def decorate(func: F) -> F:
-        signature = inspect.signature(func, eval_str=True)
-        own = [p for p in signature.parameters.values() if p.name != "config"]
-        declared = {p.name for p in own}
+        declared = set(inspect.signature(func).parameters)
         derived: list[inspect.Parameter] = []
         names: dict[str, str] = {}  # an option's parameter -> its field
         for f in dataclasses.fields(recipe):
@@ -258,42 +343,42 @@ def recipe_options(
             if option is not None:
                 derived.append(option)
                 names[option.name] = f.name
-        config_file = inspect.Parameter(
-            "config_file",
-            inspect.Parameter.KEYWORD_ONLY,
-            default=None,
-            annotation=Annotated[
-                Optional[Path],
-                typer.Option(
-                    "--config",
-                    help=f"JSON or TOML file of {recipe.__name__} settings (any field); options given here win.",
-                ),
-            ],
-        )
 
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
+        def settings(values: dict[str, Any]) -> Any:
             from typer.main import get_current_context  # typer's own copy of click: its context, not click's
 
             ctx = get_current_context()
-            values = {name: kwargs.pop(name) for name in names}
-            settings = read_config(kwargs.pop("config_file"), recipe)
+            fields = read_config(values.pop("config_file"), recipe)
             for name, value in values.items():  # given on the command line: wins over the file
                 if given(ctx, name):
-                    settings[names[name]] = tuple(value) if isinstance(value, list) else value
-            return func(*args, config=make(**settings), **kwargs)
+                    fields[names[name]] = tuple(value) if isinstance(value, list) else value
+            return make(**fields)
 
-        parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own + derived] + [config_file]
-        return with_parameters(wrapper, signature, parameters)
+        return expand("config", [*derived, config_file], settings)(func)
 
     return decorate
 
 
-def with_parameters(wrapper: Any, signature: inspect.Signature, parameters: list[inspect.Parameter]) -> Any:
-    """``wrapper`` as typer will read it: ``parameters`` (keyword-only) as its signature and annotations."""
-    wrapper.__signature__ = signature.replace(parameters=parameters)
-    wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
-    return wrapper
+def expand(name: str, options: list[inspect.Parameter], make: Callable[[dict[str, Any]], Any]) -> Callable[[F], F]:
+    """Put ``options`` in the place of the decorated command's parameter ``name``; the command receives
+    ``make({option: value})`` there. Typer reads the command's options from the signature this writes."""
+
+    def decorate(func: F) -> F:
+        signature = inspect.signature(func, eval_str=True)
+        names = [option.name for option in options]
+
+        @functools.wraps(func)
+        def wrapper(**kwargs: Any) -> Any:
+            made = make({n: kwargs.pop(n) for n in names})
+            return func(**kwargs, **{name: made})
+
+        listed = [q for p in signature.parameters.values() for q in (options if p.name == name else [p])]
+        parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in listed]
+        wrapper.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
 
 
 def _field_option(f: dataclasses.Field, hint: Any, note: str | None = None) -> inspect.Parameter | None:

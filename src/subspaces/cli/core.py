@@ -8,17 +8,14 @@ from typing import Annotated, Optional
 import typer
 
 from subspaces.cli.common import (
-    DEVICE,
-    BackendOpt,
     BatchSizeOpt,
-    DeviceOpt,
-    DtypeOpt,
     ModelOpt,
     PoolerOpt,
-    PrecisionOpt,
+    RunOptions,
     ThreadsOpt,
     echo,
     out,
+    runtime_options,
     show,
     table,
     user_errors,
@@ -36,9 +33,12 @@ from subspaces.io import (
     save_embeddings,
     save_json,
 )
-from subspaces.models.backends import check_backend, check_dtype, resolve_dtype
+from subspaces.models.backends import resolve_dtype
 from subspaces.models.registry import check_model, known_models
 from subspaces.quantize import Kind, calibrate_int8, calibration_sample, quantize, save_codes, sidecar
+
+# The runtime options of `model encode` and `model eval`, in their help screens' order.
+RUNTIME = ("device", "threads", "backend", "precision", "dtype")
 
 
 @model_app.command("list")
@@ -60,6 +60,7 @@ def models_cmd(threads: ThreadsOpt = None) -> None:
 
 @model_app.command("encode")
 @user_errors(interrupted="no embeddings were written (OUTPUT is written only when every text is encoded)")
+@runtime_options(*RUNTIME)
 def encode_cmd(
     model: ModelOpt,
     input: Annotated[
@@ -94,11 +95,7 @@ def encode_cmd(
         Optional[int],
         typer.Option(help="Tokens read per text (default: the model's); longer texts are cut, and counted."),
     ] = None,
-    device: DeviceOpt = DEVICE,
-    threads: ThreadsOpt = None,
-    backend: BackendOpt = "torch",
-    precision: PrecisionOpt = "fp32",
-    dtype: DtypeOpt = "float32",
+    run: RunOptions = RunOptions(),
     quantize: Annotated[
         Optional[Kind],
         typer.Option(
@@ -126,9 +123,7 @@ def encode_cmd(
         check_not_input(sidecar(output), "--output's description", {"--input": input})
         check_writable(sidecar(output), "--output's description")
     check_model(model)
-
-    check_backend(backend, precision)
-    check_dtype(dtype, backend)
+    run.check()
     texts = read_texts(input, text_field=text_field or "text")
     blank = sum(not t.strip() for t in texts)
     if blank:
@@ -136,17 +131,9 @@ def encode_cmd(
         echo(f"{blank} blank text(s) are embedded as empty texts ({kept})", label="note:", style="yellow")
     from subspaces.models.encoder import count_truncated, encode, load_encoder
 
-    enc = load_encoder(
-        model,
-        pooler=pooler,
-        max_seq_length=max_seq_length,
-        device=device,
-        backend=backend,
-        precision=precision,
-        dtype=dtype,
-    )
-    if dtype != "float32":  # the choice is recorded where the command says what it did
-        echo(f"encoding in {resolve_dtype(dtype, backend)} (--dtype {dtype})", label="note:")
+    enc = load_encoder(model, pooler=pooler, max_seq_length=max_seq_length, **run.encoder())
+    if run.dtype != "float32":  # the choice is recorded where the command says what it did
+        echo(f"encoding in {resolve_dtype(run.dtype, run.backend)} (--dtype {run.dtype})", label="note:")
     long = count_truncated(enc, texts)
     if long:
         echo(
@@ -192,6 +179,7 @@ def _check_positive(**values: int | None) -> None:
 
 @model_app.command("eval")
 @user_errors
+@runtime_options(*RUNTIME)
 def eval_sts_cmd(
     model: ModelOpt = "minilm-l6",
     pooler: PoolerOpt = None,
@@ -204,35 +192,29 @@ def eval_sts_cmd(
     truncate_dim: Annotated[Optional[int], typer.Option(help="Evaluate the first N dimensions only.")] = None,
     batch_size: BatchSizeOpt = 128,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON here.")] = None,
-    device: DeviceOpt = DEVICE,
-    threads: ThreadsOpt = None,
-    backend: BackendOpt = "torch",
-    precision: PrecisionOpt = "fp32",
-    dtype: DtypeOpt = "float32",
+    run: RunOptions = RunOptions(),
 ) -> None:
     """The SimCSE STS table: cosine similarity, Spearman x 100, plus alignment and uniformity."""
     from subspaces.eval.sts import STSEvaluator
 
     _check_positive(batch_size=batch_size, truncate_dim=truncate_dim)
     check_model(model)
-
-    check_backend(backend, precision)
-    check_dtype(dtype, backend)
+    run.check()
     chosen = [t.strip() for t in tasks.split(",")] if tasks else list(TASKS)
     evaluator = STSEvaluator(tasks=chosen, variant=variant, batch_size=batch_size, truncate_dim=truncate_dim)
     evaluator.check()  # the data is read before the model loads: a missing folder fails in a second
     load_stsb("test", variant)  # alignment and uniformity read STS-B test, whatever the tasks
     from subspaces.models.encoder import load_encoder
 
-    enc = load_encoder(model, pooler=pooler, device=device, backend=backend, precision=precision, dtype=dtype)
-    runs_in = resolve_dtype(dtype, backend)
-    if dtype != "float32":
-        echo(f"evaluating in {runs_in} (--dtype {dtype})", label="note:")
+    enc = load_encoder(model, pooler=pooler, **run.encoder())
+    runs_in = resolve_dtype(run.dtype, run.backend)
+    if run.dtype != "float32":
+        echo(f"evaluating in {runs_in} (--dtype {run.dtype})", label="note:")
     scores = evaluator(enc)
     result = {
         "model": model,
-        "backend": backend,
-        "precision": precision,
+        "backend": run.backend,
+        "precision": run.precision,
         "dtype": runs_in,
         "pooler": pooler,
         "variant": variant,

@@ -10,17 +10,17 @@ import typer
 
 from subspaces.cli.common import (
     DEVICE,
-    BackendOpt,
     DeviceOpt,
     LimitOpt,
     ModelOpt,
     NoEvalOpt,
-    PrecisionOpt,
+    RunOptions,
     ThreadsOpt,
     echo,
     out,
     parse_numbers,
     recipe_options,
+    runtime_options,
     table,
     user_errors,
 )
@@ -30,7 +30,6 @@ from subspaces.data.nli import is_csv, training_rows
 from subspaces.data.text import read_corpus, wordnet_sentences
 from subspaces.errors import SubspacesError
 from subspaces.io import check_writable, save_json
-from subspaces.models.backends import check_backend
 from subspaces.train.recipes import MatryoshkaConfig
 from subspaces.vectors import parse_dims
 
@@ -104,6 +103,7 @@ def train_matryoshka_cmd(
 
 @matryoshka_app.command("eval")
 @user_errors
+@runtime_options("device", "threads", "backend", "precision")
 def eval_dims_cmd(
     model: Annotated[
         Optional[list[str]], typer.Option("--model", "-m", help="Model name or folder; repeat to compare several.")
@@ -124,13 +124,10 @@ def eval_dims_cmd(
         Optional[Path], typer.Option("--json", help="Write the report here; the plot goes next to it (.png).")
     ] = None,
     list_tasks: Annotated[bool, typer.Option("--list-tasks", help="Print the task names and exit.")] = False,
-    device: DeviceOpt = DEVICE,
-    threads: ThreadsOpt = None,
-    backend: BackendOpt = "torch",
-    precision: PrecisionOpt = "fp32",
+    run: RunOptions = RunOptions(),
 ) -> None:
     """Probes (logistic regression on frozen embeddings) and STS at each truncated dimension."""
-    check_backend(backend, precision)
+    run.check()
     from subspaces.eval.dims import DEFAULT_TASKS, DimsEvaluator, known_tasks, plot_dims
 
     if json_path is not None:
@@ -143,7 +140,7 @@ def eval_dims_cmd(
     if not model:
         raise SubspacesError("give at least one --model")
 
-    device_name = resolve_device(device)
+    device = resolve_device(run.device)
     chosen = [x.strip() for x in tasks.split(",") if x.strip()] if tasks else list(DEFAULT_TASKS)
     evaluator = DimsEvaluator(
         tasks=chosen,
@@ -157,14 +154,14 @@ def eval_dims_cmd(
     )
     reports = []
     for name in model:
-        enc = load_encoder(name, device=device_name, backend=backend, precision=precision)
+        enc = load_encoder(name, device=device, backend=run.backend, precision=run.precision)
         echo(
             f"{len(chosen)} task(s) at dims {evaluator.resolve_dims(enc.get_embedding_dimension())}",
             label=f"{name}:",
             style="bold",
         )
         report = evaluator.report(enc, name=name).to_dict()
-        report.update(backend=backend, precision=precision)
+        report.update(backend=run.backend, precision=run.precision)
         reports.append(report)
         header = ["task (metric)", *[str(d) for d in report["dims"]]]
         rows = [[f"{task} ({report['metrics'][task]})", *report["scores"][task].values()] for task in chosen]

@@ -3,29 +3,12 @@ store."""
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, TypeVar
+from typing import Annotated, Any, Literal, Optional
 
 import typer
 
-from subspaces.cli.common import (
-    DEVICE,
-    BackendOpt,
-    DeviceOpt,
-    DtypeOpt,
-    ModelOpt,
-    PrecisionOpt,
-    ThreadsOpt,
-    echo,
-    show,
-    table,
-    user_errors,
-    with_parameters,
-)
+from subspaces.cli.common import ModelOpt, RunOptions, ThreadsOpt, echo, runtime_options, show, table, user_errors
 from subspaces.cli.groups import Command, app
 from subspaces.cli.search import Basis
 from subspaces.errors import SubspacesError
@@ -37,7 +20,6 @@ from subspaces.store.demo import run as run_demo
 from subspaces.store.encoders import Runtime
 from subspaces.store.inputs import read_rows
 from subspaces.store.plans import ANN_REFINE, RERANK, RESCORE
-from subspaces.store.scaleout import choose
 from subspaces.store.search import BASES, unit_prefix
 from subspaces.store.shrink import CANDIDATES
 
@@ -49,21 +31,9 @@ app.add_typer(store_app, name="store")
 
 DirArg = Annotated[Path, typer.Argument(help="The store's folder.")]
 RESUME = "every batch already written is committed whole; rerun the same command to add the rest"
-RayOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--ray",
-        metavar="[ADDRESS]",
-        help="Encode on Ray Data. --ray alone: a local runtime, stopped with this command (also when it is killed); "
-        "--ray auto, HOST:PORT or ray://HOST:PORT: that cluster, checked to answer within 5 s before anything runs.",
-        show_default=False,
-    ),
-]
-RayAddressOpt = Annotated[
-    Optional[str],
-    typer.Option(help="Deprecated, goes in the next release: write --ray ADDRESS.", show_default=False),
-]
-ActorsOpt = Annotated[Optional[int], typer.Option(help="With --ray: encoder actors (default: one per CPU).")]
+# The runtime options of the commands that encode (--threads last); a store's vectors are float32 on every CPU
+# unless --dtype asks otherwise.
+ENCODERS, RAY = ("device", "dtype", "backend", "precision"), ("ray_option", "ray_address", "actors")
 KOpt = Annotated[int, typer.Option("-k", help="Results per query.")]
 UpsertOpt = Annotated[
     bool, typer.Option("--upsert", help="Replace the stored rows whose id is given with other content (else refused).")
@@ -75,63 +45,6 @@ def _json_outside(json_path: Path | None, store: Path) -> None:
     """Refuse a ``--json`` file inside the store's folder, before any work: it could replace a store file."""
     if json_path is not None and json_path.resolve().is_relative_to(Path(store).resolve()):
         raise SubspacesError(f"--json {json_path} is inside the store {store}: write the report elsewhere")
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass(frozen=True)
-class StoreRun:
-    """How a store command runs: its encoders' device, backend, precision and dtype, and with --ray where it
-    encodes."""
-
-    device: str = DEVICE
-    backend: str = "torch"
-    precision: str = "fp32"
-    dtype: str = "float32"
-    ray_option: Optional[str] = None
-    ray_address: Optional[str] = None
-    actors: Optional[int] = None
-
-    def open(self, store: Path) -> Store:
-        return Store.open(store, device=self.device, backend=self.backend, precision=self.precision, dtype=self.dtype)
-
-    def ray(self) -> bool | str:
-        """What --ray [ADDRESS] asks for, its cluster checked now (also when there turns out to be nothing to do)."""
-        return choose(self.ray_option, self.ray_address, note=lambda text: echo(text, label="note:", style="yellow"))
-
-
-def runtime_options(*, backends: bool = True, ray: bool = False) -> Callable[[F], F]:
-    """The store commands' runtime options, declared once: --device, --dtype and --threads, with ``backends``
-    --backend and --precision, with ``ray`` --ray [ADDRESS], --ray-address and --actors. The decorated command
-    declares a parameter ``run`` and receives them there as one :class:`StoreRun` (--threads is applied by
-    ``user_errors``)."""
-    # --dtype float32 by default, unlike `serve`: a store's vectors are the same on every CPU unless asked otherwise
-    options: dict[str, tuple[Any, Any]] = {"device": (DeviceOpt, DEVICE), "dtype": (DtypeOpt, "float32")}
-    if backends:
-        options |= {"backend": (BackendOpt, "torch"), "precision": (PrecisionOpt, "fp32")}
-    if ray:
-        options |= {"ray_option": (RayOpt, None), "ray_address": (RayAddressOpt, None), "actors": (ActorsOpt, None)}
-    options["threads"] = (ThreadsOpt, None)
-
-    def decorate(func: F) -> F:
-        signature = inspect.signature(func, eval_str=True)
-        own = [p for p in signature.parameters.values() if p.name != "run"]
-        added = [
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
-            for name, (annotation, default) in options.items()
-        ]
-
-        @functools.wraps(func)
-        def wrapper(**kwargs: Any) -> Any:
-            values = {name: kwargs.pop(name) for name in options}
-            values.pop("threads")
-            return func(**kwargs, run=StoreRun(**values))
-
-        parameters = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own + added]
-        return with_parameters(wrapper, signature, parameters)
-
-    return decorate
 
 
 class RayCommand(Command):
@@ -147,7 +60,7 @@ class RayCommand(Command):
 
 @store_app.command("create")
 @user_errors
-@runtime_options(backends=False)
+@runtime_options("device", "dtype", "threads")
 def create_cmd(
     store: DirArg,
     model: ModelOpt,
@@ -165,7 +78,7 @@ def create_cmd(
     document_prompt_name: Annotated[
         Optional[str], typer.Option(help="Or: the document prompt, by its name among the model folder's prompts.")
     ] = None,
-    run: StoreRun = StoreRun(),
+    run: RunOptions = RunOptions(),
 ) -> None:
     """Make an empty store for MODEL in a new folder (the model's fingerprint and prompts are recorded).
 
@@ -194,7 +107,7 @@ def _prompts_note(prompts: dict[str, str]) -> str:
 
 @store_app.command("add", cls=RayCommand)
 @user_errors(interrupted=RESUME)
-@runtime_options(ray=True)
+@runtime_options(*ENCODERS, *RAY, "threads")
 def add_cmd(
     store: DirArg,
     input: Annotated[
@@ -213,7 +126,7 @@ def add_cmd(
     upsert: UpsertOpt = False,
     batch_size: Annotated[int, typer.Option(help="Texts per encoder batch.")] = 64,
     write_batch: Annotated[int, typer.Option(help="Rows per committed write (and per Ray block).")] = 1024,
-    run: StoreRun = StoreRun(),
+    run: RunOptions = RunOptions(),
 ) -> None:
     """Encode and append the rows of INPUT the store lacks (rerun after an interruption to finish).
 
@@ -343,7 +256,7 @@ def index_cmd(
 
 @store_app.command("search")
 @user_errors
-@runtime_options()
+@runtime_options(*ENCODERS, "threads")
 def search_cmd(
     store: DirArg,
     query: Annotated[Optional[str], typer.Argument(help="One query (or give --queries).")] = None,
@@ -415,7 +328,7 @@ def search_cmd(
         Optional[str],
         typer.Option(help='Put this before the queries instead of the space\'s recorded query prompt ("": none).'),
     ] = None,
-    run: StoreRun = StoreRun(),
+    run: RunOptions = RunOptions(),
 ) -> None:
     """The nearest rows of QUERY, or of each line of --queries (results in query order)."""
     import numpy as np
@@ -470,7 +383,7 @@ def search_cmd(
 
 @store_app.command("migrate", cls=RayCommand)
 @user_errors(interrupted="the fitted map and every mapped batch are kept; rerun the same command to finish")
-@runtime_options(ray=True)
+@runtime_options(*ENCODERS, *RAY, "threads")
 def migrate_cmd(
     store: DirArg,
     to: Annotated[Optional[str], typer.Option("--to", help="The new model (bundled name or folder).")] = None,
@@ -539,7 +452,7 @@ def migrate_cmd(
     ] = False,
     seed: Annotated[int, typer.Option(help="Random seed (samples, the maps).")] = 0,
     json_path: JsonOutOpt = None,
-    run: StoreRun = StoreRun(),
+    run: RunOptions = RunOptions(),
 ) -> None:
     """Map the store into a new model's space beside the old one (both searchable), map a new model's queries
     into the store (--query-side; --unpaired --texts FILE: without pairs), --commit the switch or --rollback it."""
@@ -696,7 +609,7 @@ def show_shrink(store: Path, report: dict[str, Any]) -> None:
 
 @store_app.command("reembed")
 @user_errors(interrupted="every batch re-embedded is committed and recorded; rerun the same command to continue")
-@runtime_options()
+@runtime_options(*ENCODERS, "threads")
 def reembed_cmd(
     store: DirArg,
     budget: Annotated[Optional[int], typer.Option(help="Rows to re-embed in this run (oldest-mapped first).")] = None,
@@ -706,7 +619,7 @@ def reembed_cmd(
     space: Annotated[Optional[str], typer.Option(help="The mapped space (default: the pending one, else active).")] = (
         None
     ),
-    run: StoreRun = StoreRun(),
+    run: RunOptions = RunOptions(),
 ) -> None:
     """Replace a migration's mapped rows by true vectors of its model, a budget at a time (resumable)."""
     opened = run.open(store)
@@ -845,7 +758,7 @@ def _show_demo_steps(demo: Any) -> None:
 
 @store_app.command("import", cls=RayCommand)
 @user_errors(interrupted="every batch already written is committed whole; rerun the same command to import the rest")
-@runtime_options(backends=False, ray=True)
+@runtime_options("device", "dtype", *RAY, "threads")
 def import_cmd(
     store: DirArg,
     vectors: Annotated[
@@ -889,7 +802,7 @@ def import_cmd(
     ] = None,
     upsert: UpsertOpt = False,
     batch_rows: Annotated[int, typer.Option(min=1, help="Rows read, checked and committed at a time.")] = 4096,
-    run: StoreRun = StoreRun(),
+    run: RunOptions = RunOptions(),
 ) -> None:
     """Import vectors another tool wrote into the store (made if DIR is new), without encoding them.
 
