@@ -19,11 +19,8 @@ _POOL_ENVS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def data_dir() -> Path:
-    """The folder that holds the datasets (``stsb/``, ``sts12-16/``, ...).
-
-    Order: ``$SUBSPACES_DATA``; ``../shared/data`` relative to the working directory; ``./data``.
-    An explicit ``$SUBSPACES_DATA`` that does not exist is an error rather than a silent fallback.
-    """
+    """The datasets' folder: ``$SUBSPACES_DATA`` (an error if it is not a folder), else ``../shared/data``, else
+    ``./data``."""
     env = os.environ.get(DATA_ENV)
     if env:
         path = Path(env).expanduser()
@@ -54,10 +51,7 @@ def cache_dir() -> Path:
 
 
 def available_cpus() -> int:
-    """The cores this process may use: its CPU affinity, capped by a cgroup CPU quota (containers, CI runners).
-
-    (``os.cpu_count()`` counts the machine's, which a pinned process or a container with a quota cannot all use.)
-    """
+    """The cores this process may use: its CPU affinity, capped by a cgroup CPU quota (containers, CI runners)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -87,9 +81,8 @@ def _cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
 
 def default_threads(*, under_load: bool = True) -> int:
     """Threads when none are asked for: ``$SUBSPACES_THREADS``, else ``$OMP_NUM_THREADS``, else the cores this
-    process may use (:func:`available_cpus`) shared among the processes ``torchrun`` started on this machine, less
-    the share that other work keeps busy (:func:`idle_share`; not with ``under_load=False``): a pool of as many
-    threads as cores waits at every barrier for the busy ones (``benchmarks/notes/runtime.md``).
+    process may use shared among ``torchrun``'s local processes, less the share other work keeps busy
+    (:func:`idle_share`; not with ``under_load=False``): a pool as large as the cores waits on the busy ones.
     """
     explicit = _explicit_threads()
     if explicit is not None:
@@ -119,23 +112,15 @@ _encoding_cores: int | None = None
 
 
 def encoding_threads() -> int | None:
-    """Threads for encoding (a transformer's forward passes) when the process runs on the load-aware default:
-    every core it may use, load or not. None when a count was asked for (``--threads``, ``$SUBSPACES_THREADS``,
-    ``$OMP_NUM_THREADS``), when the default gave up no core, or when :func:`set_threads` was never called: then
-    encoding keeps the process's count. :func:`subspaces.models.encoder.encode` applies it for its own duration.
-
-    A forward pass is a few large products per layer, not many small steps meeting at barriers, so extra threads
-    still pay on a busy machine (``benchmarks/notes/runtime.md``).
-    """
+    """Threads for encoding under the load-aware default: every core, load or not (a forward pass is a few large
+    products, not many small steps meeting at barriers). None when a count was asked for, when the default gave up
+    no core, or before :func:`set_threads`: encoding then keeps the process's count."""
     return _encoding_cores
 
 
 def idle_share() -> float:
-    """The share of the machine's cores not kept busy by runnable work: 1 - load average / cores (0..1).
-
-    The one-minute load average counts every runnable process on the machine (a container sees its host's), so it
-    is scaled by the machine's core count, not by this process's quota; 1.0 where it cannot be read.
-    """
+    """1 - one-minute load average / the machine's cores (0..1; the load counts the whole host, so not the quota's
+    cores); 1.0 where it cannot be read."""
     try:
         load = os.getloadavg()[0]
     except (AttributeError, OSError):
@@ -146,10 +131,9 @@ def idle_share() -> float:
 def set_threads(threads: int | None = None) -> int:
     """Use ``threads`` CPU threads (default: :func:`default_threads`) in every native pool; return the number.
 
-    One count for torch's intra-op pool, OpenMP and BLAS (threadpoolctl, for libraries already loaded), faiss, and
-    the environment variables that libraries not yet loaded read: nested pools of full size fight over the cores.
-    Idle OpenMP threads sleep instead of spinning (``OMP_WAIT_POLICY=PASSIVE``, unless set; only for a runtime not yet
-    loaded). A process-wide setting; a library call that wants its own count uses :func:`scoped_threads`.
+    One count for torch, OpenMP and BLAS (threadpoolctl), faiss, and the environment variables that libraries not
+    yet loaded read (nested full-size pools fight over the cores); idle OpenMP threads sleep
+    (``OMP_WAIT_POLICY=PASSIVE`` unless set). Process-wide; :func:`scoped_threads` sets it for one block.
     """
     n, _ = _apply_threads(threads)
     return n
@@ -157,12 +141,8 @@ def set_threads(threads: int | None = None) -> int:
 
 @contextmanager
 def scoped_threads(threads: int | None = None) -> Iterator[int]:
-    """Run a block on ``threads`` CPU threads (as :func:`set_threads`), then restore what was set before.
-
-    Restored on exit: torch's and faiss's counts where loaded before the block, the limits of every BLAS/OpenMP
-    library threadpoolctl saw loaded before it, and the environment variables; a library first loaded inside the
-    block keeps the block's count.
-    """
+    """Run a block on ``threads`` CPU threads (as :func:`set_threads`), then restore torch's, faiss's, the BLAS and
+    OpenMP limits and the environment variables as they were (a library first loaded inside keeps the block's)."""
     global _encoding_cores
     saved_env = {name: os.environ.get(name) for name in (*_POOL_ENVS, "OMP_WAIT_POLICY")}
     saved_encoding = _encoding_cores

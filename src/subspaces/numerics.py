@@ -1,14 +1,9 @@
-"""The float type of the numeric paths whose results could depend on the CPU, and a record of the CPU they ran on.
+"""The float type of the aligner's ranking products (:mod:`subspaces.align.precision`), and a record of the CPU a
+fit ran on; every other numeric path runs in float32 and records so.
 
-One path has two float types: the aligner's ranking products (neighbour search, k-means assignment;
-:mod:`subspaces.align.precision`). Everything else (adapters, principal axes, quantization, store search) runs in
-float32 on every CPU, and records so.
-
-The setting, in order: an explicit ``precision=`` argument; else :func:`set_precision` or ``$SUBSPACES_PRECISION``
-(``float32``, ``bfloat16``, ``auto``); else :data:`DEFAULT_PRECISION`. ``auto`` is bfloat16 where the CPU
-multiplies it natively (AMX or AVX512-BF16) and float32 elsewhere; ``bfloat16`` elsewhere is emulated (slow).
-CI runs the numeric tests in each type (``.ci/run``). float32 is the default because bfloat16 reorders
-near-ties, so the same fit gave other maps on different CPUs; why, with figures: docs/align.md (float32 by default).
+The setting: an explicit ``precision=``; else :func:`set_precision` or ``$SUBSPACES_PRECISION`` (``float32``,
+``bfloat16``, ``auto``: bfloat16 where the CPU multiplies it natively); else float32, since bfloat16 reorders
+near-ties and so gives other maps on other CPUs (docs/align.md).
 """
 
 from __future__ import annotations
@@ -41,8 +36,7 @@ def set_precision(precision: str | None) -> None:
 
 
 def default_precision() -> str:
-    """The setting a path uses when it is given none: :func:`set_precision`'s, else ``$SUBSPACES_PRECISION``, else
-    :data:`DEFAULT_PRECISION`."""
+    """The setting of a path given none: :func:`set_precision`'s, else ``$SUBSPACES_PRECISION``, else float32."""
     if _chosen is not None:
         return _chosen
     env = os.environ.get(PRECISION_ENV, "").strip()

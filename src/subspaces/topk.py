@@ -25,13 +25,7 @@ INT8_SCAN_QUERIES = 20  # ...for fewer queries than this: faiss searches larger 
 def int8_index(vectors: np.ndarray) -> Any:
     """A faiss inner-product index over an 8-bit scalar-quantized copy of ``vectors`` (per-dimension ranges from
     the rows): a quarter of the bytes to scan, for a shortlist that the full vectors re-rank."""
-    import faiss
-
-    x = np.ascontiguousarray(vectors, dtype=np.float32)
-    index = faiss.IndexScalarQuantizer(x.shape[1], faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
-    index.train(x)
-    index.add(x)
-    return index
+    return int8_index_of(lambda: [vectors], vectors.shape[1])
 
 
 def flat_index_of(blocks: Iterable[np.ndarray], dim: int) -> Any:

@@ -1,13 +1,8 @@
 """``MatryoshkaAdapter``: make the prefixes of stored embeddings usable, from the vectors alone (no encoder, no texts).
 
 After Matryoshka-Adaptor (Yoon et al., EMNLP 2024): a residual map ``f(x) = x + g(x)``, ``g`` a small MLP (or a
-linear map) whose last layer starts at zero, so training starts from the identity. It is trained so that every
-prefix ``f(x)[:m]`` keeps the neighbourhood structure of the full input vectors (similarity and top-k losses of
-:mod:`subspaces.adapt.losses`, at every ``m`` in ``dims`` and at the full size), while a reconstruction term keeps
-the full adapted vector close to its input. Optional: listwise self-distillation, MIC-style regularisers on the
-output and supervised (query, positive) pairs.
-
-The fitted map is plain arrays; :meth:`transform` is numpy only (no torch), so applying it is cheap.
+linear map) whose last layer starts at zero, trained so that every prefix ``f(x)[:m]`` keeps the neighbourhoods of
+the full input vectors (:mod:`subspaces.adapt.losses`). The fitted map is plain arrays; :meth:`transform` is numpy.
 """
 
 from __future__ import annotations
@@ -29,9 +24,7 @@ from subspaces.progress import Progress
 from subspaces.state_folder import read_state_folder, write_state_folder
 from subspaces.vectors import check_rows, normalize_rows, principal_axes
 
-# 2: the basis parameter (a "pca" adapter's rotation is one of the state's arrays); 3: adapter.json's fields are
-# hashed too (config_sha256): an edited scale or parameter is refused instead of changing the output.
-FORMAT_VERSION = 3
+FORMAT_VERSION = 3  # from 3, adapter.json's own fields are hashed: an edited scale or parameter is refused
 CONFIG_FILE = "adapter.json"
 TERMS = ("pair", "topk", "rank", "var", "corr", "sup", "rec")
 MINED_POOL = 50_000  # rows whose neighbours ``mined`` batches draw on: exact search over them is n² · D
@@ -346,12 +339,8 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
     # -- folder -----------------------------------------------------------------------------------------------------
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write ``state.npz`` (g's arrays) then ``adapter.json`` (parameters, the state's SHA-256, and the SHA-256
-        of its own fields) into ``path``.
-
-        A save interrupted between the two leaves a folder whose hash does not match, which :meth:`load` refuses;
-        so is an ``adapter.json`` edited by hand (a changed ``scale`` would change every output).
-        """
+        """Write ``state.npz`` (g's arrays) and ``adapter.json`` into ``path`` (:mod:`subspaces.state_folder`: an
+        interrupted save, or an edited ``adapter.json``, is refused by :meth:`load`)."""
         self._check_fitted()
         params = self.get_params()
         params["dims"] = [int(d) for d in params["dims"]]

@@ -1,8 +1,5 @@
-"""Adapt a stored collection (.npy or .parquet) chunk by chunk into a temporary file renamed over the output.
-
-The streaming is ``align apply``'s (:func:`subspaces.vectors_file.map_vectors_file`), so both commands read and
-write the same formats and leave nothing behind when interrupted.
-"""
+"""Adapt a stored collection (.npy or .parquet) chunk by chunk, streamed as ``align apply`` does
+(:func:`subspaces.vectors_file.map_vectors_file`)."""
 
 from __future__ import annotations
 
@@ -22,11 +19,8 @@ def adapt_file(
     chunk_size: int = 65_536,
     show_progress: bool = False,
 ) -> int:
-    """Write ``adapter.transform`` of every row of ``input_path`` to ``output_path``; returns the row count.
-
-    The input is never modified (the output must be another file) and the output appears only when complete.
-    A bad row (NaN/inf, zero) or a wrong width raises a :class:`DimensionError` naming the row in the file.
-    """
+    """Write ``adapter.transform`` of every row of ``input_path`` to ``output_path`` (appearing only when complete);
+    returns the row count. A bad row (NaN/inf, zero) or width raises a :class:`DimensionError` naming the row."""
 
     def adapted(rows: np.ndarray, where: str, start: int) -> np.ndarray:
         return adapter.transform(check_vectors(rows, where, dim=adapter.n_features_in_, row_offset=start))

@@ -25,9 +25,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from subspaces.vectors import normalize_rows
+
 
 def cosine_matrix(x: Tensor) -> Tensor:
-    unit = F.normalize(x, dim=-1)
+    unit = normalize_rows(x)
     return unit @ unit.T
 
 
@@ -71,7 +73,7 @@ def reconstruction_loss(adapted: Tensor, inputs: Tensor) -> Tensor:
 
 def variance_floor(prefix: Tensor, floor: float = 0.5, eps: float = 1e-6) -> Tensor:
     """Hinge on each dimension's batch std of the unit prefix, relative to their mean: one collapsed dim counts."""
-    std = torch.sqrt(F.normalize(prefix, dim=-1).var(dim=0, unbiased=False) + eps)
+    std = torch.sqrt(normalize_rows(prefix).var(dim=0, unbiased=False) + eps)
     return F.relu(floor - std / std.mean()).mean()
 
 
@@ -87,5 +89,5 @@ def decorrelation(adapted: Tensor, dim: int, tau_corr: float = 0.1, eps: float =
 
 def supervised_loss(queries: Tensor, positives: Tensor, temperature: float = 0.05) -> Tensor:
     """In-batch InfoNCE: row i of ``queries`` should pick row i of ``positives`` among all of them."""
-    logits = F.normalize(queries, dim=-1) @ F.normalize(positives, dim=-1).T / temperature
+    logits = normalize_rows(queries) @ normalize_rows(positives).T / temperature
     return F.cross_entropy(logits, torch.arange(len(logits), device=logits.device))

@@ -16,6 +16,7 @@ from subspaces.config import dataset_dir
 from subspaces.data.text import file_lines
 from subspaces.data.wic import WIC_SPLITS, read_wic
 from subspaces.errors import DataError
+from subspaces.io import check_file
 
 TWEETEVAL_TASKS = ("emoji", "emotion", "hate", "irony", "offensive", "sentiment")
 
@@ -25,10 +26,6 @@ class LabelledTexts:
     texts: list[str]
     labels: list[int]
     label_names: list[str]
-
-    def __post_init__(self) -> None:
-        if len(self.texts) != len(self.labels):
-            raise ValueError(f"{len(self.texts)} texts for {len(self.labels)} labels")
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -41,18 +38,8 @@ class LabelledPairs:
     labels: list[int]
     label_names: list[str]
 
-    def __post_init__(self) -> None:
-        if not len(self.texts1) == len(self.texts2) == len(self.labels):
-            raise ValueError("texts1, texts2 and labels must have the same length")
-
     def __len__(self) -> int:
         return len(self.labels)
-
-
-def _require(path: Path) -> Path:
-    if not path.is_file():
-        raise DataError("file not found", path=path)
-    return path
 
 
 Records = TypeVar("Records", LabelledTexts, LabelledPairs)
@@ -69,10 +56,10 @@ def load_banking77(split: str = "train", folder: str | Path | None = None) -> La
     if split not in ("train", "test"):
         raise DataError(f"Banking77 has splits train and test (no dev), not {split!r}")
     root = Path(folder) if folder is not None else dataset_dir("banking77")
-    path = _require(root / f"{split}.csv")
+    path = check_file(root / f"{split}.csv")
     names_path = root / "categories.json"
     try:
-        names = sorted(json.loads(_require(names_path).read_text(encoding="utf-8")))
+        names = sorted(json.loads(check_file(names_path).read_text(encoding="utf-8")))
     except ValueError as exc:
         raise DataError(f"not a JSON list of intent names: {exc}", path=names_path) from exc
     index = {name: i for i, name in enumerate(names)}
@@ -101,7 +88,7 @@ def load_emotion(split: str = "train", folder: str | Path | None = None) -> Labe
     """dair-ai Emotion ``train``, ``validation`` or ``test`` (JSON lines ``{"text", "label"}``, 6 classes)."""
     if split not in ("train", "validation", "test"):
         raise DataError(f"Emotion has splits train, validation and test, not {split!r}")
-    path = _require((Path(folder) if folder is not None else dataset_dir("emotion")) / f"{split}.jsonl")
+    path = check_file((Path(folder) if folder is not None else dataset_dir("emotion")) / f"{split}.jsonl")
     texts, labels = [], []
     with open(path, encoding="utf-8") as handle:
         for line_no, line in enumerate(handle, 1):
@@ -135,7 +122,7 @@ def load_tweeteval(task: str, split: str = "train", folder: str | Path | None = 
         why = " (the sentiment training texts are missing from this copy; use split 'val')" if split == "train" else ""
         raise DataError("file not found" + (why if task == "sentiment" else ""), path=text_path)
     texts = file_lines(text_path)
-    raw_labels = [x.strip() for x in file_lines(_require(label_path))]
+    raw_labels = [x.strip() for x in file_lines(check_file(label_path))]
     if len(texts) != len(raw_labels):
         raise DataError(f"{len(texts)} texts but {len(raw_labels)} labels in {label_path.name}", path=text_path)
     names = _tweeteval_mapping(root / "mapping.txt")
@@ -153,7 +140,7 @@ def load_tweeteval(task: str, split: str = "train", folder: str | Path | None = 
 
 def _tweeteval_mapping(path: Path) -> list[str]:
     names: dict[int, str] = {}
-    with open(_require(path), encoding="utf-8") as lines:
+    with open(check_file(path), encoding="utf-8") as lines:
         for line_no, line in enumerate(lines, 1):
             if not line.strip():
                 continue
@@ -171,7 +158,7 @@ def load_mrpc(split: str = "train", folder: str | Path | None = None) -> Labelle
     """MRPC ``train`` or ``test`` (MSR TSV with a BOM; quotes are literal text, so ``QUOTE_NONE``)."""
     if split not in ("train", "test"):
         raise DataError(f"MRPC has splits train and test, not {split!r}")
-    path = _require((Path(folder) if folder is not None else dataset_dir("mrpc")) / f"msr_paraphrase_{split}.txt")
+    path = check_file((Path(folder) if folder is not None else dataset_dir("mrpc")) / f"msr_paraphrase_{split}.txt")
     texts1, texts2, labels = [], [], []
     with open(path, encoding="utf-8-sig", newline="") as handle:
         reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
@@ -200,7 +187,7 @@ def load_wic_pairs(split: str = "train", folder: str | Path | None = None) -> La
         raise DataError(f"WiC has splits train, dev and test, not {split!r}")
     root = Path(folder) if folder is not None else dataset_dir("wic")
     name = WIC_SPLITS[split]
-    instances = read_wic(root / f"{name}.data.txt", _require(root / f"{name}.gold.txt"))
+    instances = read_wic(root / f"{name}.data.txt", check_file(root / f"{name}.gold.txt"))
     return LabelledPairs(
         [i.sentence1 for i in instances],
         [i.sentence2 for i in instances],

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from subspaces.errors import DataError
-from subspaces.io import save_json
+from subspaces.io import check_file, save_json
 
 CSTS_LABEL_RANGE = (1.0, 5.0)
 CSTS_SPLITS = ("train", "validation", "test")
@@ -42,9 +42,7 @@ def read_csts(path: str | Path) -> list[ConditionalPair]:
 
     Labels must be numbers in 1..5, or -1/empty for withheld ones (read as ``None``).
     """
-    p = Path(path)
-    if not p.is_file():
-        raise DataError("file not found", path=p)
+    p = check_file(path)
     rows: list[ConditionalPair] = []
     with open(p, encoding="utf-8", newline="") as handle:
         reader = csv.reader(handle)

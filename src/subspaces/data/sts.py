@@ -13,6 +13,7 @@ from typing import Literal
 from subspaces.config import dataset_dir
 from subspaces.data.text import file_lines
 from subspaces.errors import DataError
+from subspaces.io import check_file
 
 Variant = Literal["original", "senteval"]
 
@@ -37,10 +38,6 @@ class STSPairs:
     subsets: dict[str, slice] = field(default_factory=dict)
     skipped: int = 0  # rows without a gold score, dropped as SentEval does
 
-    def __post_init__(self) -> None:
-        if not (len(self.sentences1) == len(self.sentences2) == len(self.scores)):
-            raise ValueError("sentences1, sentences2 and scores must have the same length")
-
     def __len__(self) -> int:
         return len(self.scores)
 
@@ -61,7 +58,7 @@ def _float(text: str, path: Path, line: int) -> float:
 def read_stsb_file(path: Path) -> STSPairs:
     """One STS-B csv: tab-separated ``genre, file, year, id, score, s1, s2[, src1, src2]``, read without quoting."""
     s1, s2, scores = [], [], []
-    with open(path, encoding="utf-8") as handle:
+    with open(check_file(path), encoding="utf-8") as handle:
         for lineno, line in enumerate(handle, 1):
             line = line.rstrip("\n")
             if not line.strip():
@@ -78,20 +75,14 @@ def read_stsb_file(path: Path) -> STSPairs:
 
 
 def load_stsb(split: Literal["train", "dev", "test"] = "test", variant: Variant = "original") -> STSPairs:
-    path = dataset_dir("stsb") / variant / f"sts-{split}.csv"
-    if not path.is_file():
-        raise DataError("STS-B file not found", path=path)
-    pairs = read_stsb_file(path)
+    pairs = read_stsb_file(dataset_dir("stsb") / variant / f"sts-{split}.csv")
     pairs.name = "STSBenchmark" if split == "test" else f"STSBenchmark-{split}"
     return pairs
 
 
 def read_sts_subset(input_path: Path, gold_path: Path) -> tuple[list[str], list[str], list[float], int]:
     """A SemEval STS subset: ``s1\\ts2[\\t...]`` lines aligned with gold-score lines; unscored lines are skipped."""
-    for p in (input_path, gold_path):
-        if not p.is_file():
-            raise DataError("file not found", path=p)
-    inputs, golds = file_lines(input_path), file_lines(gold_path)
+    inputs, golds = file_lines(check_file(input_path)), file_lines(check_file(gold_path))
     if len(inputs) != len(golds):
         raise DataError(f"{len(inputs)} input lines but {len(golds)} gold lines in {gold_path.name}", path=input_path)
     s1, s2, scores, skipped = [], [], [], 0
@@ -130,10 +121,8 @@ def load_sts_year(year: str, variant: Variant = "original") -> STSPairs:
 
 def read_sick_file(path: Path) -> STSPairs:
     """SentEval's SICK TSV with a header ``pair_ID sentence_A sentence_B relatedness_score entailment_judgment``."""
-    if not path.is_file():
-        raise DataError("file not found", path=path)
     s1, s2, scores = [], [], []
-    with open(path, encoding="utf-8") as handle:
+    with open(check_file(path), encoding="utf-8") as handle:
         header = handle.readline().rstrip("\n").split("\t")
         try:
             ia, ib, ir = header.index("sentence_A"), header.index("sentence_B"), header.index("relatedness_score")

@@ -13,6 +13,7 @@ from pathlib import Path
 from subspaces.config import dataset_dir
 from subspaces.data.csts import ConditionalPair
 from subspaces.errors import DataError
+from subspaces.io import check_file
 
 WIC_SPLITS = {"train": "train", "validation": "dev", "dev": "dev", "test": "test"}
 POS_NAMES = {"N": "noun", "V": "verb"}
@@ -37,9 +38,7 @@ class WiCInstance:
 
 def read_wic(data_path: str | Path, gold_path: str | Path | None = None) -> list[WiCInstance]:
     """Read ``*.data.txt`` (TSV: word, PoS, i1-i2, sentence1, sentence2) and, if given, its ``*.gold.txt``."""
-    data_path = Path(data_path)
-    if not data_path.is_file():
-        raise DataError("file not found", path=data_path)
+    data_path = check_file(data_path)
     labels: list[bool] | None = None
     if gold_path is not None:
         labels = []

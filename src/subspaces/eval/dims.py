@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,42 +36,27 @@ class DimsTask:
     name: str
     kind: Kind
     metric: str  # accuracy | macro_f1 | f1 | macro_recall | spearman
-    train: Callable[[], Any] | None = None
-    test: Callable[[], Any] | None = None
+    load: Callable[[str], Any] | None = None  # split -> records; None for STS (read by name)
+    train: str = "train"
     note: str = ""
 
 
-def _tweeteval(task: str, metric: str, train_split: str = "train", note: str = "") -> DimsTask:
-    return DimsTask(
-        f"TweetEval-{task}",
-        "text",
-        metric,
-        lambda: cls_data.load_tweeteval(task, train_split),
-        lambda: cls_data.load_tweeteval(task, "test"),
-        note,
-    )
-
-
-def _sts(name: str) -> DimsTask:
-    return DimsTask(name, "sts", "spearman")
-
-
 def _registry() -> dict[str, DimsTask]:
-    def splits(load: Callable[[str], Any], kind: Kind, name: str, metric: str, train: str, test: str) -> DimsTask:
-        return DimsTask(name, kind, metric, lambda: load(train), lambda: load(test))
+    def tweeteval(task: str, metric: str, train: str = "train", note: str = "") -> DimsTask:
+        return DimsTask(f"TweetEval-{task}", "text", metric, partial(cls_data.load_tweeteval, task), train, note)
 
     tasks = [
-        splits(cls_data.load_banking77, "text", "Banking77", "accuracy", "train", "test"),
-        splits(cls_data.load_emotion, "text", "Emotion", "accuracy", "train", "test"),
-        _tweeteval("emotion", "macro_f1"),
-        _tweeteval("hate", "macro_f1"),
-        _tweeteval("irony", "f1"),
-        _tweeteval("offensive", "macro_f1"),
-        _tweeteval("emoji", "macro_f1"),
-        _tweeteval("sentiment", "macro_recall", "val", "probe trained on val: the train texts are missing"),
-        splits(cls_data.load_mrpc, "pair", "MRPC", "accuracy", "train", "test"),
-        splits(cls_data.load_wic_pairs, "pair", "WiC", "accuracy", "train", "test"),
-        *[_sts(name) for name in STS_TASKS],
+        DimsTask("Banking77", "text", "accuracy", cls_data.load_banking77),
+        DimsTask("Emotion", "text", "accuracy", cls_data.load_emotion),
+        tweeteval("emotion", "macro_f1"),
+        tweeteval("hate", "macro_f1"),
+        tweeteval("irony", "f1"),
+        tweeteval("offensive", "macro_f1"),
+        tweeteval("emoji", "macro_f1"),
+        tweeteval("sentiment", "macro_recall", "val", "probe trained on val: the train texts are missing"),
+        DimsTask("MRPC", "pair", "accuracy", cls_data.load_mrpc),
+        DimsTask("WiC", "pair", "accuracy", cls_data.load_wic_pairs),
+        *[DimsTask(name, "sts", "spearman") for name in STS_TASKS],
     ]
     return {t.name: t for t in tasks}
 
@@ -172,11 +158,8 @@ class DimsEvaluator(Evaluator):
 
     def _data(self, task: DimsTask) -> tuple[Any, Any]:
         if task.name not in self._cache:
-            if task.kind == "sts":
-                self._cache[task.name] = (None, load_task(task.name))
-            else:
-                assert task.train is not None and task.test is not None
-                self._cache[task.name] = (task.train(), task.test())
+            load = task.load
+            self._cache[task.name] = (None, load_task(task.name)) if load is None else (load(task.train), load("test"))
         return self._cache[task.name]
 
     def _encode(self, model, texts: Sequence[str]) -> np.ndarray:
