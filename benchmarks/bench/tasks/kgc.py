@@ -1,0 +1,76 @@
+"""Knowledge-graph completion with a frozen encoder under Hyper-CL's released configuration (BENCHMARKS §5,
+notes/kgc.md): ``subspaces kgc train --recipe hypercl-wn18rr --freeze-encoder`` with one head (an arm), then the
+test split's filtered ranking, plain and with SimKGC's 5-hop re-rank. Each cell trains in a scratch folder,
+removed after it (a full-rank hypernet is 0.2 GB); entity embeddings come from the on-disk cache after the first.
+
+    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/kgc_frozen.toml --resume
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.stats import seed_interval
+from bench.tables import grid
+
+DEFAULTS: dict[str, Any] = {"dataset": "wn18rr", "model": "minilm-l6", "epochs": 4, "rank": "32", "work": None}
+OPTIONAL = ("max_steps", "batch_size", "threads")  # left to the recipe unless given
+# what the archived run recorded of each cell's configuration (benchmarks/results/kgc/official-frozen/*.json)
+SETTINGS = ("head", "rank", "head_dropout", "head_init", "head_activation", "normalize_queries", "self_negatives")
+SETTINGS += ("neighbour_names", "per_example_texts", "batch_size", "head_lr", "margin", "temperature", "pre_batch")
+SETTINGS += ("max_length", "warmup_steps", "rerank_n_hop", "neighbour_weight")
+PAIRS = (("hypernet-full", "hypernet-32"), ("hypernet-32", "concat"), ("concat", "hadamard"))
+
+
+def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
+    p = DEFAULTS | params
+    with tempfile.TemporaryDirectory(prefix="kgc-", dir=p["work"]) as tmp:
+        evaluation = Path(tmp) / "eval.json"
+        command = [str(Path(sys.executable).with_name("subspaces")), "kgc", "train", "--output", f"{tmp}/model"]
+        command += ["--dataset", p["dataset"], "--model", p["model"], "--recipe", "hypercl-wn18rr"]
+        command += ["--freeze-encoder", "--head", p["head"], "--rank", str(p["rank"]), "--epochs", str(p["epochs"])]
+        command += ["--seed", str(seed), "--json", str(evaluation)]
+        command += [a for k in OPTIONAL if p.get(k) is not None for a in (f"--{k.replace('_', '-')}", str(p[k]))]
+        subprocess.run(command, check=True)
+        model = json.loads((Path(tmp) / "model" / "subspaces_model.json").read_text())["metadata"]
+        result = json.loads(evaluation.read_text())
+    settings = {k: model["train"][k] for k in SETTINGS} | {"neighbour_order": model["neighbour_order"]}
+    return {
+        "settings": settings,
+        "train": {k: model["train_result"][k] for k in ("steps", "seconds", "examples_per_second")},
+        "queries": result["queries"],
+        "test": result["average"],
+        "rerank": result.get("rerank", {}).get("average", {}),
+        "forward": result["forward"],
+        "backward": result["backward"],
+        "inference_seconds": result["inference_seconds"],
+    }
+
+
+def table(summary: dict[str, Any]) -> str:
+    """BENCHMARKS §5: each head's MRR, H@1, H@10 and re-ranked MRR, mean ± 95 % t-interval over seeds; then the
+    MRR differences of the same seeds between heads, with their 95 % t-interval."""
+
+    def fmt(value: dict[str, Any] | None) -> str:
+        return "-" if value is None else f"{value['mean']:.3f} ± {value['half_width']:.3f}"
+
+    out, header = [], "head (frozen, official config) | seeds | MRR | H@1 | H@10 | MRR, 5-hop re-rank"
+    for pool, arms in summary["aggregate"].items():
+        rows = []
+        for arm, v in arms.items():
+            figures = ("test/mrr", "test/hits@1", "test/hits@10", "rerank/mrr")
+            rows.append(f"{arm} | {v['test/mrr']['seeds']} | " + " | ".join(fmt(v.get(f)) for f in figures))
+        out += [f"### {pool}", "", grid(header, rows)]
+        mrr = {(c["arm"], c["seed"]): c["result"]["test"]["mrr"] for c in summary["cells"] if c["pool"] == pool}
+        for a, b in PAIRS:
+            diffs = [mrr[a, s] - mrr[b, s] for arm, s in mrr if arm == a and (b, s) in mrr]
+            if diffs:
+                d = seed_interval(diffs)
+                out.append(f"- paired MRR {a} − {b}: {d['mean']:+.3f} ± {d['half_width']:.3f} over {d['seeds']} seeds")
+        out.append("")
+    return "\n".join(out)
