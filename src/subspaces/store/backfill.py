@@ -1,9 +1,6 @@
-"""``store reembed``: replace a migration's mapped rows by true vectors of its model, a budget at a time.
-
-Each call re-encodes up to ``budget`` mapped rows (or for about ``seconds``), oldest-mapped first (table order: a
-replaced row moves to the end), writes each batch as one commit (``merge_insert`` on ``id``) and then appends its
-ids to ``native/SPACE.ids``, the record of which rows are true vectors: a run killed in between re-encodes that
-batch next time, to the same vectors. Rows that change afterwards leave the record (:func:`forget_native`).
+"""``store reembed``: replace a migration's mapped rows by true vectors of its model, a budget at a time, oldest
+first, a commit a batch; then their ids are appended to ``native/SPACE.ids``, the record of true vectors (a run
+killed in between re-encodes that batch, to the same vectors). Rows that change leave it (:func:`forget_native`).
 """
 
 from __future__ import annotations
@@ -17,6 +14,7 @@ from subspaces.errors import SubspacesError
 from subspaces.io import atomic_open
 from subspaces.progress import Progress
 from subspaces.store import quantized
+from subspaces.store.encoders import encode
 from subspaces.store.table import block_of
 
 if TYPE_CHECKING:
@@ -76,16 +74,14 @@ def reembed(
     batch_size: int = 64,
     show_progress: bool = False,
 ) -> dict[str, Any]:
-    """Re-encode up to ``budget`` mapped rows (or until ``seconds`` have passed, checked between batches) of the
-    mapped space (a pending migration's, else the active space if a committed migration made it); returns
-    ``{"space", "reembedded", "native", "mapped", "without_text", "rows", "native_fraction", "seconds"}``."""
+    """Re-encode up to ``budget`` mapped rows (or for about ``seconds``) of the mapped space (a pending migration's,
+    else the active one); returns ``{"space", "reembedded", "native", "mapped", "without_text", "rows",
+    "native_fraction", "seconds"}``."""
     if budget is None and seconds is None:
         raise SubspacesError("give --budget N (rows) or --seconds S (a time budget)")
     if (budget is not None and budget < 1) or (seconds is not None and seconds <= 0) or batch < 1:
         raise SubspacesError("--budget and --seconds must be positive")
     with store._writing("store reembed"):
-        from subspaces.models.encoder import encode
-
         start = time.perf_counter()
         name = _mapped_space(store, space)
         record = store._space(name)
@@ -106,13 +102,9 @@ def reembed(
                     if seconds is not None and written and time.perf_counter() - start > seconds:
                         break
                     part = np.asarray(todo[first : first + batch])
-                    vectors = encode(
-                        encoder,
-                        rows.texts[part].tolist(),
-                        batch_size=batch_size,
-                        normalize=True,
-                        prompt=record.prompts.get("document"),
-                    )
+                    texts = rows.texts[part].tolist()
+                    prompt = record.prompts.get("document")
+                    vectors = encode(encoder, texts, prompt, batch_size=batch_size, show_progress=None)
                     block = block_of(
                         record.model.dimension, rows.ids[part], rows.texts[part], vectors, list(rows.metadata[part])
                     )

@@ -1,10 +1,7 @@
-"""Typed metadata columns: a metadata object's top-level scalar fields, as columns a ``where=`` filter reads.
-
-Every row keeps its whole metadata object as a JSON string; beside it, each top-level scalar field becomes a column
-typed on its first write (string, int64, float64 or bool). A value that does not fit its column, or one input that
-mixes types in a field, is refused before anything is written: a value dropped to null would make a filter miss
-its row. Nested values, null-only fields and names that are no plain SQL identifier (or a base column's) stay JSON
-only. See docs/store.md ("Delete, typed metadata and filters").
+"""Typed metadata columns: each top-level scalar field of a row's metadata (kept whole as JSON) becomes a column
+typed on its first write (string, int64, float64 or bool), which ``where=`` filters read. A value that does not
+fit its column is refused before anything is written; nested values, null-only fields and names that are no plain
+SQL identifier stay JSON only. See docs/store.md ("Delete, typed metadata and filters").
 """
 
 from __future__ import annotations
@@ -35,8 +32,7 @@ def parsed(value: Any) -> dict[str, Any] | None:
 
 
 def check_finite(meta: dict[str, Any] | None, row: str, path: Any = None) -> None:
-    """Refuse ``meta`` (of ``row``, named so) where a field holds NaN or an infinity at any depth: JSON has no such
-    numbers (an export would write ``NaN``), and a filter compares a NaN as no number should."""
+    """Refuse ``meta`` (of ``row``) where a field holds NaN or an infinity at any depth: JSON has none."""
     for name, value in (meta or {}).items():
         bad = _non_finite(value)
         if bad is not None:
@@ -81,10 +77,9 @@ def infer(
     where: str = "row",
     first: int = 0,
 ) -> dict[str, str]:
-    """The column types of the scalar fields of ``rows`` that the table's ``known`` columns (name -> Arrow type
-    name) lack, added to ``new`` (fields found by earlier calls, whose int type a float still widens); returns
-    ``new``. Refuses, naming the row (``first`` is the number of the first), a value that fits neither its
-    column nor the other values of its field."""
+    """``new`` (fields found by earlier calls) with the column types of the scalar fields of ``rows`` that the ``known``
+    columns (name -> Arrow type name) lack; refuses, naming the row (the first is ``first``), a value that fits neither
+    its column nor its field's other values."""
     new = {} if new is None else new
     for i, meta in enumerate(rows, first):
         if not meta:

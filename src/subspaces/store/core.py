@@ -1,17 +1,8 @@
-"""``Store``, the façade: texts and their vectors in an embedded LanceDB folder, searchable exactly, by ANN and
-by funnel. Its rows live in the table layer (:mod:`.table`), its searches are plans (:mod:`.plans`); migration,
-import and export, re-embedding and shrinking are modules of their own that it calls.
-
-Layout of a store folder::
-
-    store.json      the manifest (:mod:`.manifest`): model fingerprints, spaces, the active one
-    lance/          the LanceDB database: one table per space, rows (id, text, vector, metadata)
-    aligners/N/     the fitted aligner of a mapped space N (a migration)
-    quantized/N/    space N's quantized copy (:mod:`.quantized`)
-    write.lock      the write lock (:mod:`.lock`): one writer at a time
-
-Every write is one LanceDB commit of one batch (:meth:`.table.Table.append`). Vectors are unit length (cosine =
-inner product).
+"""``Store``, the façade: texts and their vectors in an embedded LanceDB folder, searchable exactly, by ANN and by
+funnel. Rows live in the table layer (:mod:`.table`), searches are plans (:mod:`.plans`); migration, import and
+export, re-embedding and shrinking are modules of their own. The folder holds ``store.json`` (:mod:`.manifest`),
+``lance/`` (a table per space), ``aligners/N/``, ``quantized/N/`` and ``write.lock`` (:mod:`.lock`): see
+docs/store.md ("Layout and guarantees").
 """
 
 from __future__ import annotations
@@ -33,7 +24,7 @@ from subspaces.store import migrate as migration
 from subspaces.store import search as ops
 from subspaces.store.encoders import Runtime, check_prompt, choose_prompts, load
 from subspaces.store.fingerprint import ModelFingerprint
-from subspaces.store.inputs import is_text_id, text_id, unicode_problem, visible
+from subspaces.store.inputs import check_unicode, is_text_id, text_id, unicode_problem, visible
 from subspaces.store.lock import WriteLock
 from subspaces.store.manifest import MANIFEST, Manifest, Space
 from subspaces.store.maps import load_map
@@ -51,23 +42,16 @@ class Store:
     >>> store.search("someone playing music", k=1)  # {"query": ..., "ids": ["a"], "scores": [...], "texts": [...]}
 
     ``device``, ``backend``, ``precision`` and ``dtype`` say how the store runs every encoder it loads
-    (:class:`Runtime`).
+    (:class:`Runtime`); every ``add`` and ``search`` encodes after the prompts the space recorded (:mod:`.encoders`).
 
-    **Prompts.** A space records the prompts its model puts before the rows it stores (``"document"``) and the
-    queries it searches with (``"query"``), chosen when it is made (:meth:`create`; by convention the model folder's
-    prompts of those names, ``"passage"`` for documents too): every ``add`` and ``search`` then encodes the same
-    way, and ``search(query_prompt=...)`` overrides the query's for one call (:mod:`.encoders`).
+    **Ids.** Ids given (``ids=``, a JSON id field, a CSV id column) are the caller's, else derived from the text
+    (:func:`~subspaces.store.inputs.text_id`). A row whose id is stored with the same content adds nothing, so an
+    interrupted ``add``, rerun, adds exactly what is missing; an id stored with *another* text is refused, for the
+    whole call and before anything is written, unless ``upsert=True`` replaces those rows (a colliding id is far
+    more often a mistake than an edit). With derived ids a text already stored under any id is skipped.
 
-    **Ids.** A row is its id, text and metadata. Ids given (``ids=``, a JSON id field, a CSV id column) are the
-    caller's; without them an id is derived from the text (:func:`~subspaces.store.inputs.text_id`). Adding a row
-    whose id is stored with the same text (and, for given ids, the same metadata) adds nothing: so an interrupted
-    ``add``, rerun, adds exactly what is missing. An id stored with *another* text is refused, for the whole call
-    and before anything is written, unless ``upsert=True`` replaces those rows (``merge_insert`` on ``id``): a
-    colliding id is far more often a mistake than an edit, and a replacement cannot be undone. With derived ids a
-    text already stored under any id is skipped.
-
-    **Writers.** Every write holds the store's write lock (:mod:`.lock`); a second writer is refused in one line.
-    Reading needs no lock and loads no model until a query must be encoded.
+    **Writers.** Every write holds the store's write lock (:mod:`.lock`); reading needs no lock and loads no model
+    until a query must be encoded.
     """
 
     def __init__(self, path: Path, manifest: Manifest, runtime: Runtime | None = None) -> None:
@@ -87,8 +71,7 @@ class Store:
 
     @contextmanager
     def _writing(self, what: str) -> Iterator[None]:
-        """Hold the store's write lock for ``what`` (re-entrant: ``add`` maps into pending spaces under its own).
-        The manifest is re-read once the lock is taken: another writer may have changed it since :meth:`open`."""
+        """Hold the write lock for ``what`` (re-entrant); the manifest is re-read once it is taken."""
         first = not self._lock.held
         self._lock.acquire(what)
         try:
@@ -119,12 +102,9 @@ class Store:
         query_prompt_name: str | None = None,
         document_prompt_name: str | None = None,
     ) -> Store:
-        """A new, empty store for ``model`` (a bundled name, a folder, or a loaded SentenceTransformer, then
-        give ``name`` to reload it by). Refuses a folder that exists and is not empty.
-
-        ``query_prompt``/``document_prompt`` (``""``: none) or ``query_prompt_name``/``document_prompt_name`` (one
-        of the model's ``prompts``) are recorded in the space (:func:`.encoders.choose_prompts`; default: the
-        folder's prompts named ``query`` and ``document`` or ``passage``)."""
+        """A new, empty store for ``model`` (a bundled name, a folder, or a loaded SentenceTransformer, then give
+        ``name`` to reload it by), in a new or empty folder. Its prompts: ``query_prompt``/``document_prompt`` (``""``:
+        none), or ``*_prompt_name`` (one of the model's), else the folder's own (:func:`.encoders.choose_prompts`)."""
         folder = Path(path)
         if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
             raise SubspacesError(f"{folder} already exists and is not an empty folder; a store is made in a new one")
@@ -143,8 +123,7 @@ class Store:
 
     @classmethod
     def create_foreign(cls, path: str | os.PathLike[str], label: str, dimension: int) -> Store:
-        """A new, empty store for vectors of a model this machine cannot run, named ``label`` (fill it with
-        :meth:`import_vectors`): searchable by vector (:meth:`search_vectors`), not by text."""
+        """A new, empty store for vectors of a model this machine cannot run, named ``label``."""
         if dimension < 1:
             raise DimensionError(f"a store's vectors need at least 1 dimension, got {dimension}")
         return cls._make(Path(path), ModelFingerprint.of_foreign(label, dimension), Runtime())
@@ -206,8 +185,7 @@ class Store:
         return self._models[key]
 
     def prompt(self, role: str, space: str | None = None) -> str | None:
-        """The prompt space ``space`` (default: the active one) records for ``role`` (``"query"`` or
-        ``"document"``); None where it records none (the model's default applies)."""
+        """The prompt space ``space`` records for ``role`` (None: the model's default applies)."""
         return self._space(space or self.manifest.active).prompts.get(role)
 
     def encode(self, texts: list[str], role: str, space: str | None = None, **options: Any) -> np.ndarray:
@@ -221,9 +199,8 @@ class Store:
 
     def _space_of_loaded(
         self, encoder: Any, fingerprint: ModelFingerprint, space: str | None, *, mapped: bool
-    ) -> tuple[str, Any, Any]:
-        """The space of a loaded query model, that model, and (``mapped``) the query-side map that takes its
-        vectors into the space when the space holds another model's (None when its own)."""
+    ) -> tuple[str, Any, str | None]:
+        """The space of a loaded query model, the model, and (``mapped``) its query-side map's key."""
         candidates = [space] if space else [self.manifest.active, *self.manifest.pending()]
         for name in candidates:
             if self._space(name).model.matches(fingerprint):
@@ -234,17 +211,17 @@ class Store:
                 key = self._query_map_key(name, fingerprint)
                 if key is not None:
                     self._searchable(name)
-                    return name, encoder, self._query_map(name, key)
+                    return name, encoder, key
         retired = [n for n, s in self.manifest.spaces.items() if s.state == "retired" and s.model.matches(fingerprint)]
         if retired:
             raise SubspacesError(f"{fingerprint.label()} is the store's retired model; search with the active one")
         self._space(candidates[0]).model.check(fingerprint)
         raise AssertionError("unreachable: check() raised")  # pragma: no cover
 
-    def _query_space(self, model: Any | None, space: str | None, *, mapped: bool = True) -> tuple[str, Any, Any]:
-        """Where a text goes: ``(space, encoder, query map or None)``, or a refusal. With ``mapped``, a model with
-        a query-side map into the space (``store migrate --query-side``) is searched through it, and a foreign
-        space searched without a model uses its latest query-side map's model."""
+    def _query_space(self, model: Any | None, space: str | None, *, mapped: bool = True) -> tuple[str, Any, str | None]:
+        """Where a text goes: ``(space, encoder, query map's key or None)``, or a refusal. With ``mapped``, a model with
+        a query-side map into the space is searched through it, and a foreign space searched without a model through its
+        latest one."""
         if model is None:
             name = space or self.manifest.active
             self._searchable(name)
@@ -253,7 +230,7 @@ class Store:
                 key = list(record.query_maps)[-1]
                 recorded = ModelFingerprint.from_dict(record.query_maps[key]["model"])
                 encoder = self._recorded_model(recorded, f"query:{recorded.weights}", "the query-side map's model")
-                return name, encoder, self._query_map(name, key)
+                return name, encoder, key
             return name, self.model(name), None
         encoder, fingerprint = self.load_model(model)
         return self._space_of_loaded(encoder, fingerprint, space, mapped=mapped)
@@ -262,13 +239,6 @@ class Store:
         for key, entry in reversed(list(self._space(name).query_maps.items())):
             if ModelFingerprint.from_dict(entry["model"]).matches(fingerprint):
                 return key
-        return None
-
-    def _query_map_prompt(self, name: str, query_map: Any) -> str | None:
-        """The query prompt recorded with a loaded query-side map of space ``name`` (its model's)."""
-        for (space, key), loaded in self._query_maps.items():
-            if space == name and loaded is query_map:
-                return (self._space(name).query_maps[key].get("prompts") or {}).get("query")
         return None
 
     def _query_map(self, name: str, key: str) -> Any:
@@ -295,12 +265,13 @@ class Store:
     def _ids(self, name: str) -> set[str]:
         return self._table(name).ids()
 
-    def _load_rows(self, name: str) -> Rows:
-        """Space ``name``'s rows (:class:`.table.Rows`: in memory, or a large space's vector file), read again only
-        when its table version changed."""
+    def _load_rows(self, name: str, *, refuse_empty: bool = False) -> Rows:
+        """Space ``name``'s rows (:class:`.table.Rows`), read again only when its table version changed."""
         table = self._table(name)
         if name not in self._loaded or self._loaded[name].version != table.version:
             self._loaded[name] = table.rows(self._space(name).model.dimension)
+        if refuse_empty and not len(self._loaded[name]):
+            raise SubspacesError(f"{self.path}: the store is empty; add texts first (subspaces store add)")
         return self._loaded[name]
 
     def __len__(self) -> int:
@@ -310,8 +281,7 @@ class Store:
         return self._table(space or self.manifest.active).count()
 
     def info(self) -> dict[str, Any]:
-        """The manifest and, per space, its row count, table version, ANN index, quantized copy and the rows
-        that repeat an id (``duplicates``: :meth:`repair` removes them)."""
+        """The manifest and, per space, its rows, table version, index, quantized copy, duplicates, shrink."""
         spaces = {}
         for name, space in self.manifest.spaces.items():
             table = self._table(name)
@@ -341,13 +311,10 @@ class Store:
         ray: bool | str = False,
         actors: int | None = None,
     ) -> dict[str, int]:
-        """Encode and append the rows the store lacks; returns ``{"added": n, "skipped": m}`` (and ``"replaced"``
-        with ``upsert``). Ids and ``upsert``: see the class docstring. Rows are written ``write_batch`` at a time,
-        each batch one atomic commit. Pending (migration) spaces get the new rows mapped by their aligner.
-
-        ``ray``: encode on Ray Data, ``True`` (or ``"local"``) on a local runtime, else the cluster at that
-        address, with ``actors`` actors (default: one per CPU of the cluster); see :mod:`.scaleout`.
-        """
+        """Encode and append the rows the store lacks, ``write_batch`` a commit, and map them into pending (migration)
+        spaces; returns ``{"added": n, "skipped": m}`` (and ``"replaced"`` with ``upsert``; ids: see the class).
+        ``ray``: encode on Ray Data, ``True`` (or ``"local"``) on a local runtime, else the cluster at that address,
+        with ``actors`` actors (default: one per CPU); see :mod:`.scaleout`."""
         from subspaces.models.encoder import check_batch_size
 
         if isinstance(texts, str):
@@ -366,12 +333,7 @@ class Store:
             todo = [i for i, row_id in enumerate(row_ids) if row_id not in stored]
             changed = self._changed(active, texts, row_ids, meta, derived, stored)
             if changed and not upsert:
-                first = row_ids[changed[0]]
-                raise DataError(
-                    f"{len(changed):,} of these ids are already stored with another text or metadata (first: id "
-                    f"{first!r}); nothing was written: give those rows new ids, or replace the stored rows with "
-                    "--upsert (upsert=True)"
-                )
+                raise _stored_otherwise(len(changed), row_ids[changed[0]], "text or metadata")
             if derived and todo and any(not is_text_id(row_id) for row_id in stored):
                 todo = self._unstored_texts(active, texts, todo)
             meta_todo = [columns.parsed(meta[i]) for i in todo]
@@ -386,13 +348,10 @@ class Store:
             def encoded_here() -> Iterator[Any]:
                 for start in range(0, len(todo), write_batch):
                     rows = todo[start : start + write_batch]
-                    vectors = encoders.encode(encoder, [texts[i] for i in rows], prompt, batch_size=batch_size)
+                    batch = [texts[i] for i in rows]
+                    vectors = encoders.encode(encoder, batch, prompt, batch_size=batch_size)
                     yield block_of(
-                        record.dimension,
-                        [row_ids[i] for i in rows],
-                        [texts[i] for i in rows],
-                        vectors,
-                        [meta[i] for i in rows],
+                        record.dimension, [row_ids[i] for i in rows], batch, vectors, [meta[i] for i in rows]
                     )
 
             blocks: Iterable[Any] = encoded_here()
@@ -439,10 +398,9 @@ class Store:
         return [i for i in todo if texts[i] not in have]
 
     def _forget(self, ids: set[str], active: str) -> None:
-        """Before rows of ``ids`` are replaced in the active space: mark the quantized copies stale (their row
-        offsets will move), then delete those rows from pending spaces (:meth:`_sync` maps them anew, no longer
-        native: :mod:`.backfill`) and retired ones. In this order a run killed at any point leaves nothing stale in
-        use."""
+        """Before rows of ``ids`` are replaced in the active space: mark the quantized copies stale, then delete those
+        rows from pending spaces (:meth:`_sync` maps them anew) and retired ones, so a run killed at any point leaves
+        nothing stale in use."""
         for name in [active, *self.manifest.pending()]:
             quantized.invalidate(self, name, "rows were replaced (add --upsert)")
         # Retired spaces too: a rollback would otherwise bring the replaced rows back; without them it refuses.
@@ -465,8 +423,7 @@ class Store:
         ray: bool | str = False,
         actors: int | None = None,
     ) -> int:
-        """Map into mapped space ``name`` every row of its source space it lacks; returns how many. ``ray``: map
-        on Ray Data (as in :meth:`add`)."""
+        """Map into mapped space ``name`` the rows of its source it lacks (on Ray with ``ray``); how many."""
         with self._writing("store migrate"):
             space = self._space(name)
             if space.mapped_from is None or space.aligner is None:
@@ -506,40 +463,35 @@ class Store:
     def index(
         self, space: str | None = None, *, num_partitions: int | None = None, num_sub_vectors: int | None = None
     ) -> dict[str, Any]:
-        """Build (or rebuild) LanceDB's IVF-PQ index on a space's vectors (cosine); rows added later are still
-        found, searched flat beside the index until the next ``index``. ANN scores are exact cosines either way
-        (:class:`.plans.Ann`)."""
+        """Build (or rebuild) LanceDB's IVF-PQ index on a space's vectors; later rows are searched flat beside it."""
         with self._writing("store index"):
             name = space or self.manifest.active
             n, dim = self.count(name), self._space(name).model.dimension
             if n < 256:
                 raise SubspacesError(f"an ANN index needs at least 256 rows (PQ's codebook); the store has {n}")
             partitions = num_partitions or max(1, min(int(np.sqrt(n)), n // 256))
-            sub_vectors = num_sub_vectors or _divisor_near(dim, dim // 8)
+            divisors = [d for d in range(1, dim + 1) if dim % d == 0]  # PQ's default: the one nearest dim / 8
+            sub_vectors = num_sub_vectors or min(divisors, key=lambda d: (abs(d - max(dim // 8, 1)), d))
             if dim % sub_vectors:
                 raise DimensionError(f"num_sub_vectors ({sub_vectors}) must divide the dimension ({dim})")
             self._table(name).create_index(partitions, sub_vectors)
             return {"space": name, "rows": n, "num_partitions": partitions, "num_sub_vectors": sub_vectors}
 
     def quantize(self, kind: str, space: str | None = None, *, calibration_rows: int = 10_000) -> dict[str, Any]:
-        """Write the space's quantized copy: ``int8`` codes (ranges calibrated on a seeded sample of
-        ``calibration_rows`` rows) or ``binary``; search it with ``search(..., quantized=True)``. An ``add``
-        afterwards makes it stale until the next ``quantize`` (see :mod:`.quantized`)."""
+        """Write the space's ``int8`` or ``binary`` quantized copy, stale after an ``add`` (:mod:`.quantized`)."""
         with self._writing("store index --quantize"):
             return quantized.write(self, space or self.manifest.active, kind, calibration_rows=calibration_rows)
 
     def duplicates(self, space: str | None = None) -> int:
-        """How many rows of a space repeat an id of an earlier row (0 in a store only ever written under the
-        write lock; two unlocked writers could store every row twice). :meth:`repair` removes them."""
+        """How many rows of a space repeat an earlier row's id (:meth:`repair` removes them)."""
         ids = self._table(space or self.manifest.active).columns(["id"]).column("id").to_pylist()
         return len(ids) - len(set(ids))
 
     def repair(self) -> dict[str, dict[str, int]]:
-        """Remove, in every space, each row whose id an earlier row already has, keeping the first written;
-        returns per space ``{"removed": rows, "ids": ids that had doubles, "differing": those whose doubles held
-        another text, "columns": typed metadata columns made or completed}``. One delete commit (per 10,000 rows): a
-        rerun after an interruption removes the rest. Typed metadata columns missing or left unfilled (a killed
-        write) are made and filled from each row's metadata JSON."""
+        """Remove, in every space, each row whose id an earlier row already has (one delete commit per 10,000 rows: a
+        rerun removes the rest), and make and fill typed metadata columns a killed write left missing or unfilled.
+        Returns per space ``{"removed", "ids" (that had doubles), "differing" (doubles of another text), "columns"}``.
+        """
         report = {}
         with self._writing("store repair"):
             for name in self.manifest.spaces:
@@ -548,17 +500,14 @@ class Store:
                 first: dict[str, str] = {}
                 extra: list[int] = []
                 doubled, differing = set(), set()
-                addresses = data.column("_rowid").to_pylist()
-                for row_id, text, address in zip(
-                    data.column("id").to_pylist(), data.column("text").to_pylist(), addresses, strict=True
-                ):
-                    if row_id not in first:
-                        first[row_id] = text
-                        continue
-                    extra.append(address)
-                    doubled.add(row_id)
-                    if text != first[row_id]:
-                        differing.add(row_id)
+                ids, texts, addresses = (data.column(c).to_pylist() for c in ("id", "text", "_rowid"))
+                for row_id, text, address in zip(ids, texts, addresses, strict=True):
+                    if row_id in first:
+                        extra.append(address)
+                        doubled.add(row_id)
+                        if text != first[row_id]:
+                            differing.add(row_id)
+                    first.setdefault(row_id, text)
                 if extra:
                     quantized.invalidate(self, name, "duplicate rows were removed (store repair)")
                     table.delete_rows(extra)
@@ -584,15 +533,12 @@ class Store:
         actors: int | None = None,
         **source: Any,
     ) -> dict[str, Any]:
-        """Add vectors another tool wrote (a file, or ``table`` of a LanceDB database at ``vectors``) to the active
-        space, without encoding them; see :mod:`.transfer` for the formats and the two passes (validate all,
-        then write); ``source``: the input's side files and fields (:class:`.transfer.Source`). ``model`` or
-        ``foreign`` (a label), if given, must be what the space holds; ``model`` with texts re-encodes
-        ``check_rows`` of them and refuses a mean cosine below ``min_cosine``. Returns
-        ``{"added", "skipped", "rows", "dimension"}``, with ``"replaced"`` for ``upsert`` and ``"mean_cosine"``
-        when checked. A rerun adds only what is missing; an id stored with other content is refused unless
-        ``upsert``. ``ray``: the writing pass's batches are made into store rows by Ray tasks (as in :meth:`add`:
-        ``True`` or ``"local"`` for a local runtime, else a cluster's address; :func:`.scaleout.prepare_chunks`)."""
+        """Add vectors another tool wrote (a file, or ``table`` of a LanceDB database at ``vectors``; ``source``: side
+        files and fields, :class:`.transfer.Source`) to the active space without encoding them: validated whole, then
+        written (:mod:`.transfer`). ``model`` or ``foreign`` (a label), if given, must be what the space holds;
+        ``model`` re-encodes ``check_rows`` texts and refuses a mean cosine below ``min_cosine``. Ids, ``upsert`` and
+        ``ray`` as in :meth:`add`. Returns ``{"added", "skipped", "rows", "dimension", "ids"}``, with ``"replaced"`` for
+        ``upsert`` and ``"mean_cosine"`` when checked."""
         active = self.manifest.active
         record = self._space(active).model
         encoder = None
@@ -609,8 +555,7 @@ class Store:
             record.check(fingerprint, what="the declared model")
         rows = transfer.Source(vectors, **source)
         with self._writing("store import"):
-            # The checks above read the manifest as opened; the lock re-read it. Another writer may have switched
-            # the active space since (a committed migration): these vectors were checked against the old one.
+            # the lock re-read the manifest: another writer may have switched the space these vectors were checked for
             if self.manifest.active != active:
                 raise SubspacesError(
                     f"{self.path}: the active space changed while this import was being checked (another process "
@@ -642,17 +587,11 @@ class Store:
         ray: bool | str = False,
         actors: int | None = None,
     ) -> dict[str, Any]:
-        """The writing pass of a validated import (under the write lock): refuse changed rows unless ``upsert``,
-        give the table its typed columns, write, keep pending spaces in step."""
+        """The writing pass of a validated import (under the write lock)."""
         active = self.manifest.active
         changed = transfer.changed(self, active, overlap) if overlap else set()
         if changed and not upsert:
-            first = sorted(changed)[0]
-            raise DataError(
-                f"{len(changed):,} of these ids are already stored with another text, metadata or vector (first: id "
-                f"{first!r}); nothing was written: give those rows new ids, or replace the stored rows with "
-                "--upsert (upsert=True)"
-            )
+            raise _stored_otherwise(len(changed), sorted(changed)[0], "text, metadata or vector")
         skip = set(overlap) if overlap else set()
         if plan.columns:
             self._table(active).declare_columns(plan.columns)
@@ -675,21 +614,16 @@ class Store:
         return report
 
     def export(self, output: str | os.PathLike[str], *, space: str | None = None) -> dict[str, Any]:
-        """Write every row of ``space`` (default: the active one) to ``output`` (``.parquet``, or ``.npy`` with
-        side files): ids, texts, metadata and vectors, re-importable as they are (:func:`.transfer.export`)."""
+        """Write every row of ``space`` to ``output``, re-importable as is (:func:`.transfer.export`)."""
         return transfer.export(self, output, space=space)
 
     def delete(self, ids: Iterable[str | int]) -> dict[str, int]:
-        """Delete the rows of ``ids`` from every space (a deleted row is gone from the store), by row address (no
-        user text in LanceDB's predicate), each space's quantized copy marked stale first; returns ``{"deleted":
-        rows of the active space, "missing": ids it did not hold}`` (counted, not refused)."""
+        """Delete the rows of ``ids`` from every space; ``{"deleted": active rows, "missing": ids not held}``."""
         wanted = {str(i) for i in ids}
         if not wanted:
             raise DataError("nothing to delete: no ids")
         for row_id in wanted:
-            problem = unicode_problem(row_id)
-            if problem is not None:
-                raise DataError(f"id {row_id!r} holds {problem}")
+            check_unicode(row_id, f"id {row_id!r}")
         with self._writing("store delete"):
             found = len(wanted & self._ids(self.manifest.active))
             deleted = 0
@@ -719,8 +653,7 @@ class Store:
         return backfill.reembed(self, budget=budget, seconds=seconds, **options)
 
     def shrink(self, dims: str | Sequence[int], **options: Any) -> dict[str, Any]:
-        """Choose, per prefix size, the basis a ``dims`` search reads (raw, principal axes or a fitted Matryoshka
-        adapter) by a held-out check, and record it (:func:`.shrink.shrink`); returns the report."""
+        """Choose and record, per prefix size, the basis ``dims`` searches read (:func:`.shrink.shrink`)."""
         return shrink_space(self, dims if isinstance(dims, str) else list(dims), **options)
 
     def rollback(self) -> str:
@@ -746,20 +679,12 @@ class Store:
         query_prompt: str | None = None,
         **options: Any,
     ) -> SearchResult | list[SearchResult]:
-        """The ``k`` nearest rows of each query, a :class:`SearchResult` each (ids, scores, texts, metadata, query),
-        in query order; a query with no visible character is refused, as :meth:`add` refuses such a text.
-
-        ``model``: the query encoder (default: the store's); one that matches no searchable space, and has no
-        query-side map into one, is refused. ``options`` choose how the rows are ranked, or give the ``plan``
-        itself (:func:`.plans.plan`): exact by default; ``ann=True``: the LanceDB index (:meth:`index`),
-        ``refine_factor * k`` candidates re-ranked by full vectors; ``dims=d``: the first ``d`` coordinates of
-        ``basis`` (``"model"``, ``"pca"``, ``"adapter"``; default :func:`.plans.default_basis`), a funnel
-        re-ranking ``shortlist * k`` candidates at full size unless ``rerank="none"``; ``quantized=True``: the
-        quantized copy (:meth:`quantize`), ``rescore * k`` rescored; ``condition`` with ``head``: a Hyper-CL
-        tri-encoder's similarity under that condition. ``where``: a SQL filter on the rows (one expression),
-        applied before the top ``k`` in every mode. ``query_prompt`` replaces the queries' prompt for this call.
-        See docs/store.md ("Search").
-        """
+        """The ``k`` nearest rows of each query, a :class:`SearchResult` each, in query order (a query with no visible
+        character is refused). ``model``: the query encoder (default: the store's), refused unless it matches a
+        searchable space or has a query-side map into one. ``options`` choose the plan (:func:`.plans.plan`), or give
+        ``plan``: exact by default; ``ann=True`` (``refine_factor``), ``dims=d`` (``basis``, ``shortlist``, ``rerank``),
+        ``quantized=True`` (``rescore``), ``condition`` with ``head``; ``where``: a SQL filter applied before the top
+        ``k``. ``query_prompt`` replaces the queries' prompt for this call. See docs/store.md ("Search")."""
         single = isinstance(queries, str)
         texts = [queries] if isinstance(queries, str) else list(queries)
         if not texts:
@@ -767,9 +692,7 @@ class Store:
         for i, text in enumerate(texts):  # a tokenizer's TypeError, else: a traceback
             if not isinstance(text, str):
                 raise DataError(f"query {i} is a {type(text).__name__}, not a string")
-            problem = unicode_problem(text)
-            if problem is not None:
-                raise DataError(f"query {i} holds {problem}")
+            check_unicode(text, f"query {i}")
             if not visible(text):  # it would be encoded as something and rank rows for nothing that was asked
                 raise DataError(
                     f"query {i} has no visible character (empty, blanks or control characters only): give a text"
@@ -782,12 +705,14 @@ class Store:
             check_prompt(query_prompt, "query")
         if condition is not None and model is None:
             # the head's encoder is the store's model (checked): it encodes the queries, loaded once
-            name, encoder = space or self.manifest.active, self.condition_head(head, space).encoder
-            query_map = None
+            name, encoder, key = space or self.manifest.active, self.condition_head(head, space).encoder, None
         else:
-            name, encoder, query_map = self._query_space(model, space)
-        if query_prompt is None:
-            query_prompt = self.prompt("query", name) if query_map is None else self._query_map_prompt(name, query_map)
+            name, encoder, key = self._query_space(model, space)
+        query_map = self._query_map(name, key) if key is not None else None
+        if query_prompt is None and key is not None:  # the query-side map's model's own prompt
+            query_prompt = (self._space(name).query_maps[key].get("prompts") or {}).get("query")
+        elif query_prompt is None:
+            query_prompt = self.prompt("query", name)
         vectors = encoders.encode(encoder, texts, query_prompt, batch_size=batch_size)
         if query_map is not None:  # a query-side migration: the new model's queries in the stored rows' space
             vectors = query_map.transform(vectors)
@@ -805,9 +730,7 @@ class Store:
         plan: plans.Plan | None = None,
         **options: Any,
     ) -> list[SearchResult]:
-        """:meth:`search` for query vectors already in the space's model's coordinates (unit rows), with the same
-        ``options``; the only search of a space whose model this machine cannot run (an import with ``foreign=``).
-        """
+        """:meth:`search` for query vectors in the space's model's coordinates (unit rows)."""
         name = space or self.manifest.active
         self._searchable(name)
         full = self._space(name).model.dimension
@@ -830,8 +753,7 @@ class Store:
 
     # -- conditional search ---------------------------------------------------------------------------------
     def condition_head(self, head: Any, space: str | None = None) -> Any:
-        """The Hyper-CL tri-encoder ``head`` (a folder, loaded once on the store's device, or a loaded model),
-        checked to sit on the space's model: its projections read the space's vectors."""
+        """The Hyper-CL tri-encoder ``head`` (a folder, loaded once), checked to sit on the space's model."""
         from subspaces.models.triencoder import TriEncoder
 
         name = space or self.manifest.active
@@ -914,17 +836,22 @@ def import_vectors(
     return store, report
 
 
+def _stored_otherwise(count: int, first: str, what: str) -> DataError:
+    """The refusal of rows whose ids are stored with other content (``what``), unless they are upserted."""
+    return DataError(
+        f"{count:,} of these ids are already stored with another {what} (first: id {first!r}); nothing was "
+        "written: give those rows new ids, or replace the stored rows with --upsert (upsert=True)"
+    )
+
+
 def _check_texts(texts: list[str]) -> None:
-    """Refuse what is not a storable text: a text with nothing visible (a line of NULs would be embedded as
-    something and rank first for unrelated queries) or one that is not Unicode (a lone surrogate)."""
+    """Refuse a text with nothing visible (it would rank for unrelated queries) or not Unicode."""
     if not texts:
         raise DataError("nothing to add: no texts")
     for i, text in enumerate(texts):
         if not isinstance(text, str) or not visible(text):
             raise DataError(f"text {i} is empty, blank or control characters only, or not a string")
-        problem = unicode_problem(text)
-        if problem is not None:
-            raise DataError(f"text {i} holds {problem}")
+        check_unicode(text, f"text {i}")
 
 
 def _check_rows(texts: list[str], ids: list[str], metadata: list[Any]) -> None:
@@ -939,9 +866,3 @@ def _check_rows(texts: list[str], ids: list[str], metadata: list[Any]) -> None:
         if problem is not None:
             raise DataError(f"row {i} (id {row_id!r}) holds {problem} in its id or metadata")
         columns.check_finite(columns.parsed(metadata[i]), f"row {i} (id {row_id!r})")
-
-
-def _divisor_near(n: int, target: int) -> int:
-    """The divisor of ``n`` closest to ``target`` (at least 1)."""
-    divisors = [d for d in range(1, n + 1) if n % d == 0]
-    return min(divisors, key=lambda d: (abs(d - max(target, 1)), d))

@@ -74,9 +74,7 @@ def run(
     heldout: int = 300,
     shrink_dims: int | None = None,
 ) -> Demo:
-    """Build (or reuse) the store at ``folder`` from ``n`` WordNet sentences and answer ``queries``; with ``to``,
-    migrate it query-side and by rewrite to that model (``pairs`` re-embedded pairs, ``heldout`` rows measuring
-    each), and with ``shrink_dims``, shrink it to that many dimensions; the first query is asked after each."""
+    """Build (or reuse) a store of ``n`` WordNet sentences, search it, then migrate (``to``) and shrink it."""
     from subspaces.models.encoder import encode
 
     if n < 1:
@@ -109,34 +107,26 @@ def run(
         report = store.migrate(to, pairs=pairs, heldout=heldout, query_side=True, show_progress=show_progress)
         # the active space named: a pending rewrite of the same model (a rerun) would answer instead
         hits = store.search(query, k, model=to, space=active)
-        demo.query_side = {
-            "to": to,
-            "query": query,
-            "report": report,
-            "hits": hits,
-            "seconds": time.perf_counter() - start,
-        }
+        demo.query_side = _step(start, to=to, query=query, report=report, hits=hits)
         start = time.perf_counter()
         report = store.migrate(to, pairs=pairs, heldout=heldout, show_progress=show_progress)
         hits = store.search(query, k, model=to)  # the pending space of rewritten rows
-        demo.rewrite = {
-            "to": to,
-            "query": query,
-            "report": report,
-            "hits": hits,
-            "seconds": time.perf_counter() - start,
-        }
+        demo.rewrite = _step(start, to=to, query=query, report=report, hits=hits)
     if shrink_dims is not None:
         start = time.perf_counter()
         report = store.shrink([shrink_dims], heldout=heldout, show_progress=show_progress)
         hits = store.search(query, k, dims=shrink_dims)  # reads the basis the shrink chose
-        demo.shrink = {"query": query, "report": report, "hits": hits, "seconds": time.perf_counter() - start}
+        demo.shrink = _step(start, query=query, report=report, hits=hits)
     return demo
 
 
+def _step(start: float, **fields: Any) -> dict[str, Any]:
+    """A step's record: ``fields`` and the seconds since ``start``."""
+    return fields | {"seconds": time.perf_counter() - start}
+
+
 def _open_or_create(path: Path, model: str) -> tuple[Any, bool]:
-    """The store at ``path`` if it is one of ``model`` (then True: nothing rebuilt), else a new one there. Only a
-    folder that is a store (it has a manifest) is ever removed."""
+    """The store at ``path`` if it is one of ``model``, else a new one (a store there is removed)."""
     if (path / MANIFEST).is_file():
         try:
             store = Store.open(path)

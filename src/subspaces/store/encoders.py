@@ -1,10 +1,7 @@
 """How the store loads a model and encodes with it, in one place. A model is fingerprinted on its float32 torch
-weights *before* a backend (ONNX Runtime, OpenVINO) or a bfloat16 cast replaces them, so the same weights match
-the store whichever backend, precision or dtype runs them.
-
-A space records the prompts its model puts before texts (``"document"`` for stored rows, ``"query"`` for
-queries), chosen once when the space is made, so every later ``add`` and ``search`` encodes the same way; a space
-recorded without them encodes as the model does by default.
+weights before a backend or a bfloat16 cast replaces them, so the same weights match whatever runs them. A space
+records the prompts its model puts before stored rows (``"document"``) and queries (``"query"``), chosen when it
+is made; a space recorded without them encodes as the model does by default.
 """
 
 from __future__ import annotations
@@ -26,13 +23,9 @@ FOLDER_NAMES = {"query": ("query",), "document": ("document", "passage")}
 
 @dataclass(frozen=True)
 class Runtime:
-    """Where and how the store runs its encoders: a torch ``device``, ``backend``/``precision`` and the
-    torch ``dtype`` (``float32``, the default: the same vectors on every CPU; ``bfloat16``; ``auto``).
-
-    int8 and bfloat16 run the same weights at lower precision: their vectors approximate the float32 ones (the
-    fingerprint, which names the weights, is the same), so a store written in float32 can be searched in int8 or
-    bfloat16 and the other way round.
-    """
+    """Where and how the store runs its encoders: a torch ``device``, ``backend``/``precision`` and torch ``dtype``
+    (``float32``, the default; ``bfloat16``; ``auto``). Lower precisions approximate the float32 vectors of the same
+    weights (the same fingerprint), so a store may be written in one and searched in another."""
 
     device: str | None = "cpu"
     backend: str = "torch"
@@ -53,8 +46,7 @@ class Runtime:
 
 
 def load(model: Any, name: str | None = None, runtime: Runtime | None = None) -> tuple[Any, ModelFingerprint]:
-    """``model`` (a bundled name or folder, or a loaded SentenceTransformer used as given) and its fingerprint,
-    recorded under ``name`` (default: the name or folder given; ``""`` for a model built in memory)."""
+    """``model`` (a name, a folder or a loaded model) and its fingerprint, recorded under ``name``."""
     from subspaces.models.encoder import load_encoder
 
     runtime = runtime or Runtime()
@@ -70,8 +62,7 @@ def load(model: Any, name: str | None = None, runtime: Runtime | None = None) ->
 
 
 def folder_prompts(encoder: Any) -> dict[str, str]:
-    """The model folder's prompts by role: ``"query"`` and ``"document"`` (or ``"passage"``), where it has them.
-    An empty one is none (sentence-transformers gives every model empty ``query`` and ``document`` prompts)."""
+    """The model folder's non-empty prompts by role (``"document"``: also ``"passage"``)."""
     prompts = getattr(encoder, "prompts", None) or {}
     found = {}
     for role, names in FOLDER_NAMES.items():
@@ -90,8 +81,7 @@ def choose_prompts(
     query_name: str | None = None,
     document_name: str | None = None,
 ) -> dict[str, str]:
-    """A space's prompts by role: the text given (``""``: none), else the named prompt of the model folder, else
-    the folder's own by convention (:func:`folder_prompts`). A role left without one is absent."""
+    """A space's prompts by role: the text given (``""``: none), else the named prompt, else the folder's."""
     chosen = folder_prompts(encoder)
     own = getattr(encoder, "prompts", None) or {}
     for role, text, name in (("query", query, query_name), ("document", document, document_name)):
@@ -117,9 +107,9 @@ def check_prompt(text: Any, role: str) -> None:
 
 
 def encode(
-    encoder: Any, texts: list[str], prompt: str | None, *, batch_size: int = 64, show_progress: bool = False
+    encoder: Any, texts: list[str], prompt: str | None, *, batch_size: int = 64, show_progress: bool | None = False
 ) -> np.ndarray:
-    """Unit vectors of ``texts``, each encoded after ``prompt`` (None: as the model does by default)."""
+    """Unit vectors of ``texts`` after ``prompt`` (None: the model's default prompt)."""
     from subspaces.models.encoder import encode as encode_texts
 
     return encode_texts(

@@ -23,8 +23,7 @@ class ModelFingerprint:
 
     @classmethod
     def of_foreign(cls, label: str, dimension: int) -> ModelFingerprint:
-        """The record of imported vectors of a model that is not here (a retired hosted model, another tool's):
-        named by the user's ``label``, never equal to a model that can be loaded."""
+        """Imported vectors of a model that is not here, named ``label``: never equal to a loadable one."""
         if not label.strip():
             raise SubspacesError("a foreign model needs a label (--foreign LABEL), e.g. the name of the model")
         return cls(

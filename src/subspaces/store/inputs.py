@@ -1,9 +1,6 @@
-"""Rows to add to a store, read from a text file (one text a line), a CSV/TSV file with a header, or JSON lines.
-
-Ids: a row's own id where the input has one (a JSON field, a CSV column), else derived from its text
-(:func:`text_id`), never a line number (two files share those), so a text is stored once however often it is
-added. A row whose text has nothing visible would be embedded as something and rank for unrelated queries: text
-and CSV rows of that kind are skipped and counted (:attr:`Rows.invisible`); in JSON lines they are refused.
+"""Rows to add to a store, read from a text file (one text a line), a CSV/TSV file with a header, or JSON lines. A
+row's id is its own where the input has one, else derived from its text (:func:`text_id`). Text and CSV rows with
+nothing visible are skipped and counted; in JSON lines they are refused.
 """
 
 from __future__ import annotations
@@ -49,8 +46,7 @@ def visible(text: str) -> bool:
 
 
 def unicode_problem(value: Any) -> str | None:
-    """Why ``value`` (a string, or JSON-like data) cannot be stored as UTF-8 text, or None if it can. A JSON
-    escape of a lone surrogate (``"\\ud800"``) is legal JSON but no Unicode character."""
+    """Why ``value`` (a string or JSON-like data) cannot be stored as UTF-8 text (a lone surrogate), or None."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     try:
         text.encode("utf-8")
@@ -59,15 +55,17 @@ def unicode_problem(value: Any) -> str | None:
     return None
 
 
-def read_rows(path: str | os.PathLike[str], *, id_field: str | None = None, text_field: str = "text") -> Rows:
-    """Read ``.txt`` (blank lines skipped), ``.csv``/``.tsv`` (a header row, then one row a line) or
-    ``.jsonl``/``.ndjson``; each may be gzipped (``.gz``). Any other name is read as text lines.
+def check_unicode(value: Any, what: str, path: Any = None) -> None:
+    """Refuse ``value`` (``what`` names it) where it cannot be stored as UTF-8 text (:func:`unicode_problem`)."""
+    problem = unicode_problem(value)
+    if problem is not None:
+        raise DataError(f"{what} holds {problem}", path)
 
-    In JSON lines the text is ``text_field``, the id ``id_field`` (default: ``"id"`` when present, else derived
-    from the text), and every other field is the row's metadata. In CSV the header names the columns: the text is
-    the column ``text_field`` (or the only column), the id the column ``id_field`` (default: ``id`` if there is
-    one, else derived from the text), and the other columns are metadata.
-    """
+
+def read_rows(path: str | os.PathLike[str], *, id_field: str | None = None, text_field: str = "text") -> Rows:
+    """Read ``.txt`` (blank lines skipped), ``.csv``/``.tsv`` (a header row) or ``.jsonl``/``.ndjson``, each maybe
+    gzipped; any other name is read as text lines. The text is ``text_field`` (in CSV, else the only column), the id
+    ``id_field`` (default: ``id`` where present, else derived from the text), every other field metadata."""
     p = Path(path)
     if p.is_dir():
         raise DataError("is a folder; give a .txt, .csv or .jsonl file", path=p)
@@ -107,19 +105,17 @@ def _read_lines(rows: Rows, path: Path) -> None:
             _add_text(rows, text, None, None, seen)
 
 
-def _add_text(rows: Rows, text: str, row_id: str | None, meta: dict[str, Any] | None, seen: set[str] | None) -> None:
-    """Append a row of a text or CSV file: skipped (counted) with no visible text, or, with a derived id, when an
-    earlier row gave the same text (its id would be given twice)."""
+def _add_text(rows: Rows, text: str, row_id: str | None, meta: dict[str, Any] | None, seen: set[str]) -> None:
+    """Append a text or CSV row, unless it has no visible text (counted) or repeats a text (derived ids)."""
     if not visible(text):
         rows.invisible += 1
         return
     if row_id is None:
         row_id = text_id(text)
-        if seen is not None:
-            if row_id in seen:
-                rows.repeated += 1
-                return
-            seen.add(row_id)
+        if row_id in seen:
+            rows.repeated += 1
+            return
+        seen.add(row_id)
     else:
         rows.derived = False
     rows.ids.append(row_id)

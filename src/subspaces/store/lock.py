@@ -1,14 +1,8 @@
-"""One writer at a time: an advisory ``flock`` on ``write.lock`` in the store folder, held for every write.
-
-Two writers that both read the table's ids and then both append would add the same rows twice, so every write
-runs under this lock. A second writer is refused at once with one line naming the holder (a writer can run for
-hours; a caller that wants to queue can retry). The kernel releases the lock when the holder's process dies,
-however it dies, so a killed writer never leaves the store locked. Readers take no lock: they see the last
-committed table version.
-
-The lock is per open file, so two :class:`~subspaces.store.Store` objects in one process exclude each other too;
-one store object re-enters its own lock (``add`` maps rows into a pending space under the lock it holds). Where
-``fcntl`` does not exist (Windows) writes are not locked.
+"""One writer at a time: an advisory ``flock`` on ``write.lock`` in the store folder, held for every write (two
+writers that both read the ids and then append would add rows twice). A second writer is refused at once, naming
+the holder; the kernel releases the lock when the holder dies, however it dies. Readers take no lock. The lock is
+per open file, re-entrant within one :class:`WriteLock`; where ``fcntl`` does not exist (Windows) writes are not
+locked.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""The store's manifest, ``store.json``: format version, the vector spaces (one table each) and the active one.
-
-A space is one model's vectors of every row: ``encoded`` by that model, or ``mapped`` into it from another space
-by a fitted aligner (a migration). The active space is the one ``add`` encodes into and ``search`` reads by
-default; a mapped space that is not active yet is *pending* (searchable, kept in step by ``add``) until
-``store migrate --commit`` makes it active and *retires* the old one. The file is replaced atomically, and
-written last on create, so a folder without it is not a store.
+"""The store's manifest, ``store.json``: format version, the vector spaces (one table each) and the active one. A
+space is ``encoded`` by its model or ``mapped`` into it by a migration; a mapped space not yet active is
+*pending* until ``store migrate --commit`` makes it active and *retires* the old one. Replaced atomically, and
+written last on create: a folder without it is not a store.
 """
 
 from __future__ import annotations
@@ -33,14 +30,11 @@ class Space:
     state: str = "active"  # active | pending | retired
     report: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # a migration's fit options (pairs, anchors, ...)
-    # query-side migrations: key -> {"model": fingerprint dict, "map": folder, "report": ..., "options": ...}; a
-    # query of that model is mapped by the folder's map into this space's coordinates before it is searched
+    # query-side migrations: key -> {"model", "map" (folder), "report", "options", "prompts"}: that model's queries
     query_maps: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # ``store shrink``: {"choice": {dims: basis}, "adapter": folder or None, "version", "rows", "options", "report"}
-    # (see :mod:`.shrink`); a prefix search of a listed size reads the chosen basis by default
+    # ``store shrink``: {"choice": {dims: basis}, "adapter", "version", "rows", "options", "report"} (:mod:`.shrink`)
     shrink: dict[str, Any] = field(default_factory=dict)
-    # role ("query", "document") -> the prompt its model puts before such texts (:mod:`.encoders`); a role absent
-    # (every space of a store made before prompts) encodes as the model does by default
+    # role ("query", "document") -> the prompt put before such texts (a role absent: the model's default)
     prompts: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,13 +1,7 @@
 """Maps between two models' spaces, learned on paired vectors (the same texts embedded by both), and the held-out
-check that chooses among them.
-
-A migration fits every candidate of :data:`KINDS` (:class:`OrthogonalMap`, :class:`AffineMap`,
-:class:`LowRankAffineMap`, :class:`ResidualMLPMap`; scikit-learn style, each saved as a hash-checked state folder)
-in the direction it needs: *query-side* (``queries``: new -> old, applied to each query, the stored rows untouched)
-or *rewrite* (``rows``: old -> new, applied to every stored row). :func:`fit_and_choose` holds out a part of the
-pairs, keeps the candidate whose top-10 agrees best with the true vectors' on it (no labels, no test data) and
-refits it on every pair; query-side it keeps :data:`QUERY_SIDE_PREFERRED` unless clearly worse. Every map's output
-rows are unit length (the store is cosine).
+check that chooses among them (:func:`fit_and_choose`). Each map of :data:`KINDS` is fitted in the direction a
+migration needs: ``queries`` (new -> old, query-side) or ``rows`` (old -> new, a rewrite); its output rows are unit
+length, and it is saved as a hash-checked state folder. See docs/store.md ("Migration").
 """
 
 from __future__ import annotations
@@ -24,31 +18,22 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from subspaces.config import scoped_threads
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.state_folder import read_state_folder, write_state_folder
-from subspaces.vectors import normalize_rows
+from subspaces.store.search import mean_overlap, unit_prefix
 
 FORMAT_VERSION = 1
 CONFIG_FILE = "map.json"
 KINDS = ("orthogonal", "affine", "lowrank", "mlp")
 DIRECTIONS = ("queries", "rows")  # queries: new -> old (query-side); rows: old -> new (a rewrite)
-# Each direction's default parameters (a caller's params override them): queries are ranked against the old rows,
-# so a query's linear maps are the adjoints of the row maps, and the MLP is trained on the pairs' similarities
-# (its rows_weight term stays off: chosen on dev sets, benchmarks/notes/store.md).
+# Each direction's default parameters (a caller's override them): a query's linear maps are the adjoints of the
+# row maps, its MLP trained on the pairs' similarities (chosen on dev sets: benchmarks/notes/store.md).
 DIRECTION_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
-    "queries": {
-        "affine": {"adjoint": True},
-        "lowrank": {"adjoint": True},
-        "mlp": {"objective": "query-similarity"},
-    },
+    "queries": {"affine": {"adjoint": True}, "lowrank": {"adjoint": True}, "mlp": {"objective": "query-similarity"}},
     "rows": {},
 }
-# Query-side: the kind kept unless clearly worse, i.e. its disagreement (1 - agreement) over PREFERENCE_MARGIN
-# times the best kind's: held-out agreement does not rank the kinds as Recall@10 does (benchmarks/notes/store.md).
+# Query-side: the kind kept unless its disagreement (1 - agreement) is over PREFERENCE_MARGIN times the best kind's
+# (held-out agreement does not rank the kinds as Recall@10 does: benchmarks/notes/store.md).
 QUERY_SIDE_PREFERRED = "mlp"
 PREFERENCE_MARGIN = 1.25
-
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    return normalize_rows(np.asarray(x, dtype=np.float32))
 
 
 def _check(x: Any, what: str, dim: int | None = None) -> np.ndarray:
@@ -88,14 +73,13 @@ def _procrustes(xc: np.ndarray, yc: np.ndarray) -> np.ndarray:
 
 
 class _PairMap(TransformerMixin, BaseEstimator):
-    """What every map shares: checks, the unit-length output, saving and loading. A linear map keeps
-    ``weight_`` (``in x out``) and ``bias_``; :meth:`transform` is ``unit(x @ weight_ + bias_)``."""
+    """What every map shares: checks, unit-length output, saving; a linear one is ``unit(x @ weight_ + bias_)``."""
 
     kind = ""
 
     def fit(self, x: np.ndarray, y: np.ndarray, rows: np.ndarray | None = None) -> _PairMap:
-        """Fit on pairs ``x[i] -> y[i]``. ``rows``: unpaired vectors of ``y``'s space (the stored rows), which a
-        map may use to learn how ``y``'s space ranks them (:class:`ResidualMLPMap`'s ``rows_weight``)."""
+        """Fit on pairs ``x[i] -> y[i]``; ``rows``: stored rows of ``y``'s space (:class:`ResidualMLPMap`'s
+        ``rows_weight``)."""
         start = time.perf_counter()
         xs, ys = _pairs(x, y)
         if rows is not None and getattr(self, "rows_weight", None):  # checked only where a map reads them
@@ -124,7 +108,7 @@ class _PairMap(TransformerMixin, BaseEstimator):
         if len(y) == 1:  # one query: a dot product costs less than a norm over an axis
             y *= np.float32(1.0 / max(float(np.sqrt(np.dot(y[0], y[0]))), 1e-12))
             return y
-        return _unit(y)
+        return unit_prefix(y)
 
     def _apply(self, x: np.ndarray) -> np.ndarray:
         y = x @ self.weight_
@@ -174,11 +158,9 @@ class OrthogonalMap(_PairMap):
 
 class _Adjointable(_PairMap):
     """A linear map that can be fitted the other way round and applied transposed (``adjoint=True``): fitted on
-    ``(x, y)`` it fits ``g: y -> x`` and maps ``x`` by ``x W_g^T``. For queries that is what ranking needs: a
-    query ``q`` scores row ``o`` as ``q . g(o) = (q W_g^T) . o + q . b_g``, the last term the same for every
-    row, so the mapped query ranks the old rows as ``q`` ranks the rows rewritten by ``g`` (up to each mapped
-    row's length); a map fitted ``q -> o`` by least squares is ``g``'s inverse, which equals this only for an
-    orthogonal ``g``. It is also the least-squares solution of ``q W o^T ~ q n^T`` over the pairs' similarities."""
+    ``(x, y)`` it fits ``g: y -> x`` and maps ``x`` by ``x W_g^T``, so a mapped query ``q`` ranks the old rows as
+    ``q`` ranks the rows rewritten by ``g`` (``q . g(o) = (q W_g^T) . o + q . b_g``, the last term the same for
+    every row)."""
 
     adjoint: bool
 
@@ -194,8 +176,7 @@ class _Adjointable(_PairMap):
 
 
 class AffineMap(_Adjointable):
-    """A full affine map by ridge regression: ``unit(x W + b)``; ``alpha`` is relative to the inputs' mean
-    per-dimension variance (so it means the same for any model's scale). ``adjoint``: see :class:`_Adjointable`."""
+    """A full affine map by ridge regression (``alpha`` relative to the inputs' mean variance): ``unit(x W + b)``."""
 
     kind = "affine"
 
@@ -211,9 +192,7 @@ class AffineMap(_Adjointable):
 
 
 class LowRankAffineMap(_Adjointable):
-    """The orthogonal map plus an affine correction of rank ``rank`` (reduced-rank ridge regression of the
-    orthogonal map's residual): few parameters beyond a rotation, so it needs fewer pairs than a full map.
-    ``adjoint``: see :class:`_Adjointable`."""
+    """The orthogonal map plus a ridge correction of rank ``rank`` to its residual (needs fewer pairs)."""
 
     kind = "lowrank"
 
@@ -237,8 +216,7 @@ class LowRankAffineMap(_Adjointable):
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
-    """GELU, tanh form (as torch's ``approximate="tanh"``, which training uses); ``x * x * x``: numpy's float32
-    power is far slower."""
+    """GELU, tanh form (as training's); ``x * x * x``: numpy's float32 power is far slower."""
     return 0.5 * x * (1.0 + np.tanh(np.float32(0.7978845608) * (x + np.float32(0.044715) * (x * x * x))))
 
 
@@ -247,21 +225,15 @@ OBJECTIVES = ("cosine", "query-similarity", "row-similarity")
 
 class ResidualMLPMap(_PairMap):
     """``unit(x W + b + g(x))``: an affine map (initialised in closed form, then trained too) plus
-    ``g(x) = gelu(x W1 + b1) W2 + b2`` of width ``hidden``, whose last layer starts at zero. Trained ``epochs``
-    epochs of AdamW (``lr``, ``weight_decay``) over shuffled batches, seeded by ``random_state``, with torch on
-    the CPU on ``threads`` threads (one is the fastest for these sizes); :meth:`transform` is numpy only.
+    ``g(x) = gelu(x W1 + b1) W2 + b2`` of width ``hidden`` (last layer zero at start), trained by AdamW on the CPU
+    (``threads``); :meth:`transform` is numpy only.
 
-    ``objective``: ``"cosine"``: ``1 - cos(f(x), y)`` (affine part from the ridge map ``x -> y``).
-    ``"query-similarity"`` (for queries, new -> old): within a batch, each input ``x_i`` (a new-model query)
-    scores the targets ``y_j`` (the old rows) by ``unit(f(x_i)) . y_j``; trained to match ``x_i . x_j`` (the
-    same rows' true new-model scores): the listwise KL of their softmaxes at ``temperature`` plus their mean
-    squared difference (affine part from the adjoint ridge map, :class:`_Adjointable`). ``"row-similarity"``
-    (for rows, old -> new): ``y_i . unit(f(x_j))`` to match ``y_i . y_j``.
-
-    ``rows_weight`` (query-similarity only; needs ``rows``, the stored old rows, in :meth:`fit`): adds, at that
-    weight, the same KL + squared difference between ``unit(f(x_i))`` and ``y_i`` scoring the stored rows: each
-    pair's ``rows_near`` nearest rows (old space) plus ``rows_random`` random ones a batch, so the mapped query
-    learns how the old space ranks the rows it will be searched among, hard neighbours included."""
+    ``objective``: ``"cosine"`` (``1 - cos(f(x), y)``); ``"query-similarity"`` (new -> old: each mapped query's
+    scores of a batch's old rows, ``unit(f(x_i)) . y_j``, trained to match the true ``x_i . x_j`` by listwise KL at
+    ``temperature`` plus squared difference; affine part from the adjoint map, :class:`_Adjointable`);
+    ``"row-similarity"`` (old -> new: ``y_i . unit(f(x_j))`` to match ``y_i . y_j``). ``rows_weight``
+    (query-similarity, with ``rows`` in :meth:`fit`): the same loss over stored rows, each pair's ``rows_near``
+    nearest plus ``rows_random`` random ones a batch."""
 
     kind = "mlp"
 
@@ -355,11 +327,11 @@ class ResidualMLPMap(_PairMap):
             out.bias.zero_()
         modules = torch.nn.ModuleList([affine, hidden, out])
         act = torch.nn.GELU(approximate="tanh")
-        tx, ty = torch.from_numpy(x.astype(np.float32)), torch.from_numpy(_unit(y))
-        ux = torch.from_numpy(_unit(x))
+        tx, ty = torch.from_numpy(x.astype(np.float32)), torch.from_numpy(unit_prefix(y))
+        ux = torch.from_numpy(unit_prefix(x))
         optimiser = torch.optim.AdamW(modules.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         if rows is not None:
-            stored = torch.from_numpy(_unit(rows))
+            stored = torch.from_numpy(unit_prefix(rows))
             near = self._nearest_rows(ty, stored)
         for _ in range(self.epochs):
             order = torch.randperm(len(tx), generator=generator)
@@ -426,8 +398,7 @@ def make(kind: str, params: dict[str, Any] | None = None, random_state: int | No
 
 
 def load_map(path: str | os.PathLike[str]) -> Any:
-    """A fitted map from its folder: one of :data:`CLASSES` (``map.json``), or a mini-vec2vec aligner
-    (``aligner.json``: a migration with unpaired anchors)."""
+    """A fitted map from its folder (``map.json``), or a mini-vec2vec aligner (``aligner.json``)."""
     import io
 
     folder = Path(path)
@@ -452,23 +423,19 @@ def load_map(path: str | os.PathLike[str]) -> Any:
 
 
 def overlap(queries_a: np.ndarray, rows_a: np.ndarray, queries_b: np.ndarray, rows_b: np.ndarray, k: int = 10) -> float:
-    """Mean fraction of shared ids between each query's top ``k`` rows in space a and in space b (rows i of a
-    and of b are the same text; scores are inner products of unit vectors)."""
+    """Mean fraction of ids shared by each query's top ``k`` rows in space a and in space b."""
     k = min(k, len(rows_a))
-    top_a = _top(queries_a, rows_a, k)
-    top_b = _top(queries_b, rows_b, k)
-    return float(np.mean([len(set(a) & set(b)) / k for a, b in zip(top_a, top_b, strict=True)]))
+    return mean_overlap(_top(queries_a, rows_a, k), _top(queries_b, rows_b, k))
 
 
 def _top(queries: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
-    return np.argpartition(-(_unit(queries) @ _unit(rows).T), k - 1, axis=1)[:, :k]
+    return np.argpartition(-(unit_prefix(queries) @ unit_prefix(rows).T), k - 1, axis=1)[:, :k]
 
 
 def agreement(fitted: Any, old: np.ndarray, new: np.ndarray, direction: str, k: int = 10) -> float:
-    """Top-``k`` agreement of a map with the truth on pairs ``old[i]``/``new[i]`` (held out of its fit): each
-    text's new-model vector is a query; its top ``k`` among the rows under the map (``queries``: the mapped
-    query against the old rows; ``rows``: the query against the mapped rows) vs its top ``k`` among the
-    rows' true new-model vectors."""
+    """Top-``k`` agreement of a map with the truth on held-out pairs ``old[i]``/``new[i]``: each new-model vector, as a
+    query, ranks the rows under the map (``queries``: mapped query, old rows; ``rows``: mapped rows) and the true
+    new-model rows."""
     if direction == "queries":
         return overlap(fitted.transform(new), old, new, new, k)
     if direction == "rows":
@@ -477,8 +444,7 @@ def agreement(fitted: Any, old: np.ndarray, new: np.ndarray, direction: str, k: 
 
 
 def query_agreement(fitted: Any, queries: np.ndarray, old: np.ndarray, new: np.ndarray, k: int = 10) -> float:
-    """Top-``k`` agreement of a query-side map on real queries (``queries``: their new-model vectors): each mapped
-    query's top ``k`` among the old vectors ``old`` vs the query's top ``k`` among the same texts' new vectors."""
+    """Top-``k`` agreement of a query-side map on real queries' new-model vectors."""
     return overlap(fitted.transform(queries), old, queries, new, k)
 
 
@@ -503,16 +469,13 @@ def fit_and_choose(
     among: tuple[np.ndarray, np.ndarray] | None = None,
     rows: np.ndarray | None = None,
 ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """Fit each map of ``kinds`` (``params``: per kind) on ``1 - holdout`` of the pairs, in ``direction``
-    (``queries``: new -> old; ``rows``: old -> new), keep the one with the best held-out :func:`agreement`
-    (ties: the earlier kind, the simpler), refit it on every pair; ``rows`` (query-side only): a sample of the
-    stored old rows, given to every fit (see :meth:`_PairMap.fit`). Returns ``(chosen map, the candidates fitted
-    without the held-out pairs by kind, report)``; the report has each candidate's agreement and fit seconds.
+    """Fit each map of ``kinds`` (``params`` per kind) on ``1 - holdout`` of the pairs in ``direction``, keep the one
+    with the best held-out :func:`agreement` (ties: the earlier, simpler kind) and refit it on every pair; ``rows``
+    (query-side): stored old rows given to every fit. Returns ``(chosen map, candidates by kind, report)``.
 
-    Query-side only: with ``queries`` (new-model vectors of real query texts, no labels) each candidate is scored
-    by :func:`query_agreement` among the held-out pairs plus ``among`` (``(old, new)`` vectors of other texts
-    outside the fit), else by :func:`agreement`; :data:`QUERY_SIDE_PREFERRED` is kept unless its disagreement
-    (``1 - score``) is over :data:`PREFERENCE_MARGIN` times the best kind's, else the best score is kept."""
+    Query-side: with ``queries`` (new-model vectors of real queries) candidates are scored by
+    :func:`query_agreement` among the held-out pairs plus ``among`` (other ``(old, new)`` pairs), and
+    :data:`QUERY_SIDE_PREFERRED` is kept unless its disagreement is over :data:`PREFERENCE_MARGIN` times the best's."""
     if direction not in DIRECTIONS:
         raise SubspacesError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
     if queries is not None and direction != "queries":
@@ -582,22 +545,19 @@ def fit_and_choose(
 
 
 def query_microseconds(fitted: Any, dim: int, repeats: int = 2_000, seed: int = 0) -> dict[str, float]:
-    """What mapping costs a query: median µs of one query vector mapped alone (``transform`` of one row, as
-    a single search does), and µs a query within a batch of 1,000."""
+    """Median µs to map one query vector alone, and per query within a batch of 1,000."""
     rng = np.random.default_rng(seed)
-    one = _unit(rng.normal(size=(1, dim)))
-    batch = _unit(rng.normal(size=(1_000, dim)))
+    one = unit_prefix(rng.normal(size=(1, dim)))
+    batch = unit_prefix(rng.normal(size=(1_000, dim)))
+
+    def ns_per_row(x: np.ndarray) -> float:
+        start = time.perf_counter_ns()
+        fitted.transform(x)
+        return (time.perf_counter_ns() - start) / len(x)
+
     fitted.transform(one)
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter_ns()
-        fitted.transform(one)
-        times.append(time.perf_counter_ns() - start)
-    batched = []
-    for _ in range(5):
-        start = time.perf_counter_ns()
-        fitted.transform(batch)
-        batched.append((time.perf_counter_ns() - start) / len(batch))
+    times = [ns_per_row(one) for _ in range(repeats)]
+    batched = [ns_per_row(batch) for _ in range(5)]
     return {
         "map_us_per_query": round(float(np.median(times)) / 1e3, 2),
         "map_us_per_query_batched": round(float(np.median(batched)) / 1e3, 3),

@@ -1,11 +1,6 @@
-"""Whether a store's model was trained for truncation (Matryoshka), which decides what ``--dims`` reads by default.
-
-A Matryoshka-trained model's first ``d`` coordinates are what it was trained to be read by; any other model
-spreads its variance over every coordinate, and the store's principal axes (``basis="pca"``) shortlist far
-better. A model counts as trained for
-truncation when its folder says so: ``trainer_state.json`` of ``subspaces matryoshka train`` (its ``settings``
-name the ``dims``), or a sentence-transformers model card (``README.md``) that names ``MatryoshkaLoss``. Bundled
-models, foreign vectors and models built in memory are not.
+"""Whether a store's model was trained for truncation (Matryoshka), which decides what ``--dims`` reads by default:
+its first coordinates if so, else the store's principal axes. It is when its folder says so: a
+``trainer_state.json`` whose ``settings`` name ``dims``, or a model card (``README.md``) naming ``MatryoshkaLoss``.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""Move a store to a new model without re-embedding it, or search it with a new model's queries.
-
-Both fit a map on pairs: a sample of the store's texts embedded by the new model beside their stored vectors
-(:mod:`.maps`, which chooses among its candidates on held-out pairs). A **rewrite** (:func:`migrate`) maps every
-row into a new *pending* space beside the old one, switched to by :func:`commit` (undone by :func:`rollback`); a
-**query-side** migration keeps the stored vectors and any index, and maps each new-model query into the old space.
-Where the store holds no texts (a foreign store), the query map is fitted without pairs (:mod:`.unpaired`) and
-refused unless the aligner trusts it. The report is measured on held-out rows re-embedded for it (top-10 overlap
-with a true re-embed, seconds, the estimated cost of a full re-embed) and, with ``qrels``, Recall@10 and nDCG@10
-(:func:`qrels_report`). See docs/store.md ("Migration").
+"""Move a store to a new model without re-embedding it, or search it with a new model's queries: a map fitted on a
+sample of the store's texts re-embedded by the new model (:mod:`.maps`). A **rewrite** (:func:`migrate`) maps
+every row into a pending space, switched to by :func:`commit` (undone by :func:`rollback`); a **query-side**
+migration maps each new-model query into the old space. A store without texts gets a query map fitted without
+pairs (:mod:`.unpaired`). See docs/store.md ("Migration").
 """
 
 from __future__ import annotations
@@ -21,10 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from subspaces import topk
 from subspaces.errors import DataError, SubspacesError
 from subspaces.io import check_file, open_text, read_jsonl
-from subspaces.store import backfill, quantized, scaleout
+from subspaces.store import backfill, encoders, quantized, scaleout
 from subspaces.store import maps as pair_maps
 from subspaces.store import search as ops
 from subspaces.store import unpaired as unpaired_maps
@@ -60,26 +54,16 @@ def migrate(
     unpaired: bool = False,
     texts: Any = None,
 ) -> dict[str, Any]:
-    """Fit a map to ``model`` and either add a pending space of every row mapped (default) or, with
-    ``query_side``, register the map of ``model``'s queries into the active space (the stored rows untouched);
-    returns the report. Rerun after an interruption, a rewrite finishes the mapping (the fitted map is kept).
+    """Fit a map to ``model`` and either add a pending space of every row mapped (default) or, with ``query_side``,
+    register the map of ``model``'s queries into the active space; returns the report. A rerun with the same options
+    finishes an interrupted migration (or returns its report); other options refit (``pairs=None``: the earlier ones).
 
-    ``anchors``: ``"paired"`` (default): ``pairs`` sampled rows with texts (default 2,000, or 4 per dimension of
-    the wider space if more), re-embedded by the new model, are known pairs; every map of ``maps`` (default
-    :data:`.maps.KINDS`; ``map_params`` per kind) is fitted and one kept by :func:`.maps.fit_and_choose` on a
-    ``holdout`` fraction of them (query-side, judged on ``queries``' texts when given). ``"unpaired"`` (rewrite
-    only): mini-vec2vec without using that the rows match (default 20,000 rows; ``params`` are its parameters).
-
-    ``heldout`` rows outside the pairs (at most a fifth of the rows with texts) are re-embedded too and measure
-    the result; ``qrels`` (a file or ``{query id: [ids] | {id: grade}}``) with ``queries`` (a file or
-    ``{query id: text}``) add Recall@10 and nDCG@10 (:func:`qrels_report`).
-
-    A pending rewrite (or a query-side map) to the same model fitted with the same options is finished (returned);
-    one fitted with other options is replaced by a new fit (``pairs=None``: whatever the earlier fit used).
-
-    ``unpaired`` (with ``query_side`` and ``texts``, a file of domain texts): no stored text is re-embedded;
-    mini-vec2vec maps the texts' new-model vectors onto a sample of the stored rows (:mod:`.unpaired`), and the map
-    is recorded only when the aligner's label-free checks trust it, else refused with their reason."""
+    ``anchors="paired"``: ``pairs`` rows with texts (default 2,000, or 4 per dimension of the wider space if more),
+    re-embedded by the new model, fit each map of ``maps`` (``map_params`` per kind), one kept by
+    :func:`.maps.fit_and_choose` on a ``holdout`` fraction of them (query-side: judged on ``queries`` when given);
+    ``"unpaired"`` (rewrite only): mini-vec2vec (``params``, default 20,000 rows). ``heldout`` rows outside the pairs
+    measure the result; ``qrels`` with ``queries`` add Recall@10 and nDCG@10 (:func:`qrels_report`). ``unpaired``
+    (with ``query_side`` and ``texts``): a map fitted without pairs (:mod:`.unpaired`), recorded only if trusted."""
     if anchors not in ("paired", "unpaired"):
         raise SubspacesError(f"anchors must be 'paired' or 'unpaired', got {anchors!r}")
     if unpaired or texts is not None:
@@ -123,28 +107,14 @@ def migrate(
                     differs = _differs(entry.get("options") or {}, asked, pairs)
                     if not differs:
                         return dict(entry["report"])
-                    was = entry.get("options") or {}
-                    replaced = "the query-side map with " + ", ".join(f"{k} {was.get(k, '?')}" for k in differs)
-                    stale = key
+                    replaced, stale = _replaced("the query-side map", entry.get("options") or {}, differs), key
                     break
             if domain is not None:  # the old map stays until the new one is trusted
-                return _query_side_unpaired(
-                    store,
-                    encode,
-                    encoder,
-                    fingerprint,
-                    domain,
-                    texts,
-                    heldout=heldout,
-                    params=params,
-                    seed=seed,
-                    batch_size=batch_size,
-                    show_progress=show_progress,
-                    evaluation=evaluation,
-                    options=asked,
-                    stale=stale,
-                    replaced=replaced,
-                )
+                report = _query_side_unpaired(
+                    store, encode, encoder, fingerprint, domain, texts, heldout, params, seed, batch_size,
+                    show_progress, evaluation, asked, stale,
+                )  # fmt: skip
+                return report | ({"replaced": replaced} if replaced else {})
             if stale is not None:
                 _drop_query_map(store, source_name, stale)
         else:
@@ -162,8 +132,7 @@ def migrate(
                     store._models[space_name] = encoder
                     store._sync(space_name, show_progress=show_progress, ray=ray, actors=actors)
                     return space.report
-                was = space.options or space.report
-                replaced = "the pending fit with " + ", ".join(f"{key} {was.get(key, '?')}" for key in differs)
+                replaced = _replaced("the pending fit", space.options or space.report, differs)
                 _discard(store, space_name)
         rows = store._load_rows(source_name)
         with_text = np.flatnonzero([t is not None for t in rows.texts])
@@ -184,9 +153,8 @@ def migrate(
         start = time.perf_counter()
         texts = rows.texts[np.concatenate([fit_rows, test])].tolist()
         new_all = encode(texts, prompts.get("document"), show_progress=show_progress)
-        choice_vectors = None
-        if choice_texts:  # real queries choose the query-side map (see maps.fit_and_choose)
-            choice_vectors = encode(choice_texts, prompts.get("query"))
+        # real queries choose the query-side map (see maps.fit_and_choose)
+        choice_vectors = encode(choice_texts, prompts.get("query")) if choice_texts else None
         encode_s = time.perf_counter() - start
         target, new_test = new_all[: len(fit_rows)], new_all[len(fit_rows) :]
         source = rows.vectors[fit_rows]
@@ -221,13 +189,7 @@ def migrate(
             "rows": n,
             "pairs": int(len(fit_rows)),
             "anchors": anchors,
-            "encode_seconds": round(encode_s, 3),
-            "fit_seconds": round(fit_s, 3),
-            "encode_seconds_per_row": round(encode_s / max(len(texts), 1), 6),
-            # the new model's own rate on the re-embedded sample, times every row
-            # three significant figures: a fast model on a small store must not round to 0
-            "reembed_seconds_estimate": float(f"{encode_s / max(len(texts), 1) * n:.3g}"),
-        }
+        } | _timings(encode_s, fit_s, len(texts), n)
         if query_side:
             report |= pair_maps.query_microseconds(aligner, fingerprint.dimension)
         if evaluation is not None:
@@ -248,11 +210,15 @@ def migrate(
         return report | ({"replaced": replaced} if replaced else {})
 
 
+def _replaced(what: str, was: dict[str, Any], differs: list[str]) -> str:
+    """What a refit replaced: ``what`` with the earlier values of the options that differ."""
+    return f"{what} with " + ", ".join(f"{key} {was.get(key, '?')}" for key in differs)
+
+
 def _choice_queries(
     queries: Any, evaluation: Any, query_side: bool, unpaired: bool, seed: int, most: int = 1_000
 ) -> list[str]:
-    """The query texts that choose a query-side paired map (at most ``most``, sampled by ``seed``): those of the
-    qrels' queries, or ``queries`` alone (a file or ``{query id: text}``, no labels needed); else none."""
+    """The query texts (at most ``most``, seeded) that choose a query-side paired map, or none."""
     if queries is None:
         return []
     if evaluation is None and (not query_side or unpaired):
@@ -312,7 +278,6 @@ def _query_side_unpaired(
     fingerprint: ModelFingerprint,
     domain: list[str],
     texts_path: Any,
-    *,
     heldout: int,
     params: dict[str, Any] | None,
     seed: int,
@@ -321,15 +286,10 @@ def _query_side_unpaired(
     evaluation: Any,
     options: dict[str, Any],
     stale: str | None,
-    replaced: str | None,
 ) -> dict[str, Any]:
-    """The unpaired query-side fit (:mod:`.unpaired`): ``domain`` texts embedded by the new model, mini-vec2vec
-    onto a sample of the active space's rows, refused in one line (nothing recorded, a previous map ``stale``
-    kept) unless the aligner trusts it; else recorded as a query map like a paired one, replacing ``stale``.
-
-    The report: the trust checks, seconds, cost per query; ``overlap@10`` with a true re-embed on ``heldout``
-    stored rows with texts (their re-embedded vectors are never fitted on), or why it is missing; with ``evaluation``,
-    :func:`qrels_report` (without the re-embedded baseline where the store holds no texts)."""
+    """The unpaired query-side fit (:mod:`.unpaired`): ``domain`` texts embedded by the new model, mini-vec2vec onto a
+    sample of the active space's rows, refused (nothing recorded, ``stale`` kept) unless the aligner trusts it, else
+    recorded in ``stale``'s stead. ``overlap@10`` is measured on ``heldout`` stored rows with texts, where there are."""
     name = store.manifest.active
     space = store.manifest.spaces[name]
     unpaired_maps.check_count(domain, texts_path, (fingerprint.dimension, space.model.dimension))
@@ -368,7 +328,6 @@ def _query_side_unpaired(
             f"no top-10 overlap with a true re-embed: it needs {MIN_HELDOUT}+ stored rows with texts to re-embed, "
             f"and space {name} holds {len(with_text)}"
         )
-    per_row = encode_s / max(len(domain) + len(held), 1)
     report |= {
         "mode": "query-side",
         "rows": n,
@@ -376,12 +335,7 @@ def _query_side_unpaired(
         "texts": len(domain),
         "stored_sample": int(len(stored)),
         "trust": unpaired_maps.verdict(aligner),
-        "encode_seconds": round(encode_s, 3),
-        "fit_seconds": round(fit_s, 3),
-        "encode_seconds_per_row": round(per_row, 6),
-    }
-    if len(with_text) == n:  # a re-embed needs every row's text
-        report["reembed_seconds_estimate"] = float(f"{per_row * n:.3g}")
+    } | _timings(encode_s, fit_s, len(domain) + len(held), n if len(with_text) == n else None)
     report |= pair_maps.query_microseconds(fitted, fingerprint.dimension)
     if evaluation is not None:
         report["qrels"] = qrels_report(
@@ -392,7 +346,21 @@ def _query_side_unpaired(
     if stale is not None:
         _drop_query_map(store, name, stale)
     _add_query_map(store, name, encoder, fingerprint, fitted, report, options)
-    return report | ({"replaced": replaced} if replaced else {})
+    return report
+
+
+def _timings(encode_s: float, fit_s: float, encoded: int, rows: int | None) -> dict[str, float]:
+    """A fit's seconds, and a full re-embed's estimate: the new model's rate on the ``encoded`` texts times every
+    row (None: no estimate, some row has no text), to three significant figures (a fast model must not show 0)."""
+    per_row = encode_s / max(encoded, 1)
+    out = {
+        "encode_seconds": round(encode_s, 3),
+        "fit_seconds": round(fit_s, 3),
+        "encode_seconds_per_row": round(per_row, 6),
+    }
+    if rows is not None:
+        out["reembed_seconds_estimate"] = float(f"{per_row * rows:.3g}")
+    return out
 
 
 def _add_pending_space(
@@ -404,8 +372,7 @@ def _add_pending_space(
     options: dict,
     prompts: dict[str, str] | None = None,
 ) -> str:
-    """A new pending space of ``fingerprint``'s model, its rows to be mapped from space ``source`` by ``aligner``
-    (:meth:`Store._sync`); returns its name."""
+    """A new pending space of ``fingerprint``'s model, to be mapped from ``source``; its name."""
     manifest = store.manifest
     name = str(1 + max(int(k) for k in manifest.spaces))
     table, aligner_dir = f"space_{name}", f"aligners/{name}"
@@ -443,22 +410,20 @@ def _encode(
     ray: bool | str,
     actors: int | None,
 ) -> np.ndarray:
-    """Unit new-model vectors of ``texts`` after the document ``prompt`` (on Ray Data with ``ray``)."""
-    if ray:
-        scaleout.start(ray)
-        return scaleout.encode_texts(
-            texts,
-            model=scaleout.shippable(model, fingerprint, encoder),
-            runtime=store.runtime,
-            expected=fingerprint,
-            batch_size=batch_size,
-            block_rows=1024,
-            actors=actors,
-            prompt=prompt,
-        )
-    from subspaces.models.encoder import encode
-
-    return encode(encoder, texts, batch_size=batch_size, normalize=True, show_progress=show_progress, prompt=prompt)
+    """Unit new-model vectors of ``texts`` after ``prompt`` (on Ray Data with ``ray``)."""
+    if not ray:
+        return encoders.encode(encoder, texts, prompt, batch_size=batch_size, show_progress=show_progress)
+    scaleout.start(ray)
+    return scaleout.encode_texts(
+        texts,
+        model=scaleout.shippable(model, fingerprint, encoder),
+        runtime=store.runtime,
+        expected=fingerprint,
+        batch_size=batch_size,
+        block_rows=1024,
+        actors=actors,
+        prompt=prompt,
+    )
 
 
 def _report(
@@ -470,9 +435,7 @@ def _report(
     direction: str,
     k: int = 10,
 ) -> dict[str, Any]:
-    """Top-``k`` overlap with a true re-embed on the held-out rows (``old``/``new``: their stored and re-embedded
-    vectors), of the chosen map (refitted on every pair) and of each candidate (fitted without the selection
-    pairs), beside the selection's own figures."""
+    """Top-``k`` overlap with a true re-embed on the held-out rows, of the chosen map and of each candidate."""
     report: dict[str, Any] = {"map": summary["chosen"], "direction": summary["direction"], "heldout": int(len(old))}
     if len(old) < 2:
         return report
@@ -497,9 +460,8 @@ QUERY_MAPS = "query_maps"
 def _add_query_map(
     store: Store, space: str, encoder: Any, fingerprint: Any, fitted: Any, report: dict[str, Any], options: dict
 ) -> str:
-    """Save ``fitted`` under ``query_maps/SPACE/KEY`` and record it in the space's ``query_maps`` (the folder
-    first: a run killed before the manifest is written leaves a folder the next one replaces), with the prompts of
-    ``encoder``'s folder (what its queries are encoded after); ``encoder`` is kept loaded for searches."""
+    """Save ``fitted`` under ``query_maps/SPACE/KEY`` (first: a run killed before the manifest is written leaves a
+    folder the next one replaces) and record it, with ``encoder``'s folder prompts; ``encoder`` stays loaded."""
     record = store.manifest.spaces[space]
     key = str(1 + max([int(k) for k in record.query_maps] or [0]))
     folder = f"{QUERY_MAPS}/{space}/{key}"
@@ -526,13 +488,10 @@ def _drop_query_map(store: Store, space: str, key: str) -> None:
 
 # -- evaluation with relevance judgements -------------------------------------------------------------------------
 def load_qrels(qrels: Any, queries: Any) -> tuple[dict[str, str], dict[str, dict[str, float]]]:
-    """``(queries, qrels)``: query id -> text, and query id -> {relevant id: grade}, from files or dicts.
-
-    Queries: ``.jsonl`` (``id``/``_id``/``query_id`` and ``text``/``query``), ``.tsv``/``.txt`` (``id<TAB>text``
-    a line), or a dict. Qrels: ``.jsonl`` (``query_id``/``qid``, ``doc_id``/``corpus_id``/``id``, optional
-    ``score``/``relevance``), ``.tsv``/``.txt`` (``qid<TAB>docid[<TAB>grade]``, or TREC's ``qid 0 docid grade``;
-    a header line is skipped), ``.json`` (``{qid: [ids] | {id: grade}}``), or such a dict. Only queries with at
-    least one relevant id of grade above 0 are kept."""
+    """``(queries, qrels)``: query id -> text, and query id -> {relevant id: grade}, from files or dicts. Queries:
+    ``.jsonl`` or ``id<TAB>text`` lines; qrels: ``.jsonl``, ``qid<TAB>docid[<TAB>grade]`` (or TREC's
+    ``qid 0 docid grade``; a header line is skipped), or ``.json`` ``{qid: [ids] | {id: grade}}``. Only queries with
+    a text and a relevant id of grade above 0 are kept (docs/store.md, "Migration")."""
     if qrels is None or queries is None:
         raise SubspacesError("--qrels and --queries go together: relevance judgements, and the queries' texts")
     texts = dict(queries) if isinstance(queries, dict) else _read_queries(queries)
@@ -547,10 +506,8 @@ def load_qrels(qrels: Any, queries: Any) -> tuple[dict[str, str], dict[str, dict
 def _plain_qrels(qrels: dict[Any, Any]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for q, rel in qrels.items():
-        if isinstance(rel, dict):
-            out[str(q)] = {str(d): float(g) for d, g in rel.items()}
-        else:
-            out[str(q)] = {str(d): 1.0 for d in ([rel] if isinstance(rel, (str, int)) else rel)}
+        rel = rel if isinstance(rel, dict) else dict.fromkeys([rel] if isinstance(rel, (str, int)) else rel, 1.0)
+        out[str(q)] = {str(d): float(g) for d, g in rel.items()}
     return out
 
 
@@ -589,7 +546,8 @@ def _read_qrels(path: Any) -> dict[str, dict[str, float]]:
             raise DataError("expected an object {query id: [ids] or {id: grade}}", path=path)
         return _plain_qrels(data)
     out: dict[str, dict[str, float]] = {}
-    for number, line in _lines(path):
+    lines = _lines(path)
+    for number, line in lines:
         if isinstance(line, dict):
             try:
                 q = str(next(line[f] for f in ("query_id", "qid", "query-id") if f in line))
@@ -606,7 +564,7 @@ def _read_qrels(path: Any) -> dict[str, dict[str, float]]:
             try:
                 grade = float(parts[2]) if len(parts) == 3 else 1.0
             except ValueError:
-                if number == _lines(path)[0][0]:
+                if number == lines[0][0]:
                     continue  # a header line
                 raise DataError(f"grade {parts[2]!r} is not a number", path=path, line=number) from None
             q, d = parts[0], parts[1]
@@ -632,8 +590,7 @@ def judged_figures(top: np.ndarray, ids: np.ndarray, judged: list[dict[str, floa
 def _evaluate(
     queries: np.ndarray, rows: np.ndarray, ids: np.ndarray, judged: list[dict[str, float]], k: int
 ) -> dict[str, float]:
-    _, top = topk.exact(topk.flat_index(ops.unit_prefix(rows)), ops.unit_prefix(queries), min(k, len(rows)))
-    return judged_figures(top, ids, judged, k)
+    return judged_figures(ops.top_rows(rows, queries, min(k, len(rows))), ids, judged, k)
 
 
 def qrels_report(
@@ -650,13 +607,9 @@ def qrels_report(
     k: int = 10,
     reembed: bool = True,
 ) -> dict[str, Any]:
-    """Recall@k and nDCG@k of the judged queries for the old store, the migrated one and a re-embed, on a sample
-    corpus: the held-out rows plus every judged row in the store (re-embedded for it), so that all three are
-    ranked over the same rows; and of the old and migrated search over the whole store. The old model's
-    queries need it to run here (not for a foreign store). Without ``reembed`` (a store without texts) only the
-    whole store is searched: there is no re-embedded baseline."""
-    from subspaces.models.encoder import encode
-
+    """Recall@k and nDCG@k of the judged queries for the old store, the migrated one and a re-embed over a sample (the
+    held-out rows plus every judged row, re-embedded), and of the old and migrated search over the whole store; the
+    old queries need the old model here. Without ``reembed`` (no texts) only the whole store is searched."""
     texts, judged = evaluation
     position = {str(row_id): i for i, row_id in enumerate(rows.ids)}
     relevant = sorted({position[d] for rel in judged.values() for d in rel if d in position} - set(test.tolist()))
@@ -697,7 +650,7 @@ def qrels_report(
     sample = np.concatenate([test, np.asarray(relevant, dtype=np.int64)]).astype(np.int64)
     prompt = folder_prompts(encoder).get("document")
     extra = (
-        encode(encoder, rows.texts[relevant].tolist(), batch_size=batch_size, normalize=True, prompt=prompt)
+        encoders.encode(encoder, rows.texts[relevant].tolist(), prompt, batch_size=batch_size, show_progress=None)
         if relevant
         else np.zeros((0, new_test.shape[1]), dtype=np.float32)
     )
@@ -717,8 +670,7 @@ def _plain(params: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _differs(recorded: dict[str, Any], asked: dict[str, Any], pairs: int | None) -> list[str]:
-    """The fit options in which this run differs from a pending migration's (recorded when it was fitted; a
-    migration begun before they were recorded has none, and is finished unless ``pairs`` is given)."""
+    """The fit options in which this run differs from a recorded one (none recorded: ``pairs``, if given)."""
     if not recorded:
         return ["pairs"] if pairs is not None else []
     wanted = asked | ({"pairs": pairs} if pairs is not None else {})
@@ -726,8 +678,7 @@ def _differs(recorded: dict[str, Any], asked: dict[str, Any], pairs: int | None)
 
 
 def _discard(store: Store, name: str) -> None:
-    """Drop pending space ``name``: out of the manifest first (then the folder is a store without it, whatever
-    stops this), then its table, aligner and quantized copy, leftovers a new migration would replace anyway."""
+    """Drop pending space ``name``: out of the manifest first, then its table, aligner and quantized copy."""
     space = store.manifest.spaces.pop(name)
     store.manifest.save(store.path)
     store._models.pop(name, None)
@@ -741,8 +692,7 @@ def _discard(store: Store, name: str) -> None:
 
 
 def _with_defaults(params: dict[str, Any] | None, anchors: str) -> dict[str, Any]:
-    """mini-vec2vec's ``params`` for ``anchors``: as given (only unpaired anchors fit it; paired ones fit the
-    learned maps of :mod:`.maps`)."""
+    """mini-vec2vec's ``params`` for ``anchors``: as given."""
     return dict(params or {})
 
 
@@ -767,10 +717,9 @@ def commit(store: Store) -> str:
 
 
 def rollback(store: Store) -> str:
-    """Undo :func:`commit`: the space the committed one was mapped from (retired, kept on disk) becomes active
-    again and the committed space pending again (still searchable with its model, kept in step by ``add``; a
-    later :func:`commit` redoes the switch). Refused when rows were added after the commit (they exist only in
-    the new model's space) or when another migration is pending. Returns the active space."""
+    """Undo :func:`commit`: the retired space the committed one was mapped from is active again, the committed one
+    pending again. Refused when rows were added after the commit or another migration is pending. Returns the active
+    space."""
     with store._writing("store migrate --rollback"):
         manifest = store.manifest
         name = manifest.active
@@ -800,15 +749,7 @@ def _judged_queries(
     evaluation: tuple[dict[str, str], dict[str, dict[str, float]]], encoder: Any, batch_size: int
 ) -> tuple[list[dict[str, float]], np.ndarray]:
     """The judged queries' grades and their unit vectors by ``encoder``, after its folder's query prompt."""
-    from subspaces.models.encoder import encode
-
     texts, judged = evaluation
-    qids = list(texts)
-    vectors = encode(
-        encoder,
-        [texts[q] for q in qids],
-        batch_size=batch_size,
-        normalize=True,
-        prompt=folder_prompts(encoder).get("query"),
-    )
-    return [judged[q] for q in qids], vectors
+    prompt = folder_prompts(encoder).get("query")
+    vectors = encoders.encode(encoder, list(texts.values()), prompt, batch_size=batch_size, show_progress=None)
+    return [judged[q] for q in texts], vectors

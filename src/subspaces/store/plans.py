@@ -1,9 +1,6 @@
-"""Search plans: how query vectors are ranked against one space's rows, each mode a value of its own.
-
-:func:`plan` turns :meth:`Store.search`'s options into :class:`Exact`, :class:`Funnel`, :class:`Ann`,
-:class:`Quantized` or :class:`Conditional`, refusing options that do not go together. Every plan applies its
-``where`` filter before the top ``k``. What a plan derives from the rows (indexes, principal axes, a filter's
-matches) is kept on them (:class:`~.table.Rows`), valid for one table version.
+"""Search plans: how query vectors are ranked against one space's rows. :func:`plan` turns :meth:`Store.search`'s
+options into :class:`Exact`, :class:`Funnel`, :class:`Ann`, :class:`Quantized` or :class:`Conditional`; each
+applies its ``where`` filter before the top ``k``, and keeps what it derives on the rows (:class:`~.table.Rows`).
 """
 
 from __future__ import annotations
@@ -49,8 +46,7 @@ class Exact:
 
 @dataclass(frozen=True)
 class Funnel:
-    """The first ``dims`` coordinates in ``basis`` (None: :func:`default_basis`) shortlist ``shortlist * k`` rows
-    (default ``10 * k``) that the full vectors re-rank; ``rerank=False``: the prefix ranking alone."""
+    """A prefix shortlist of ``shortlist * k`` rows (default ``10 * k``) re-ranked by full vectors (``rerank``)."""
 
     dims: int
     rerank: bool = True
@@ -64,10 +60,7 @@ class Funnel:
         basis = self.basis or default_basis(store, name, dims)
         adapter = load_adapter(store, name) if basis == "adapter" else None  # rows and queries through its map
         axes = None if adapter is not None or basis == "model" else rows.principal_axes()
-        if adapter is not None:
-            prefix_queries = ops.unit_prefix(adapter.transform(vectors), dims)
-        else:
-            prefix_queries = ops.prefix_rows(vectors, dims, axes)
+        prefix_queries = ops.prefix_rows(vectors if adapter is None else adapter.transform(vectors), dims, axes)
         # the prefix ranking alone is scored exactly; a funnel's shortlist index is chosen by its size
         codes = self.rerank and topk.scans_codes(len(rows), len(vectors))
         prefixes = rows.prefixes
@@ -90,8 +83,7 @@ class Funnel:
 
 @dataclass(frozen=True)
 class Ann:
-    """LanceDB's ANN index (:meth:`Store.index`), ``refine_factor * k`` candidates re-ranked by their full vectors
-    (None: the index's own order)."""
+    """LanceDB's ANN index, ``refine_factor * k`` candidates re-ranked by full vectors (None: none)."""
 
     nprobes: int = 20
     refine_factor: int | None = ANN_REFINE
@@ -105,8 +97,7 @@ class Ann:
         out = []
         for vector in vectors:
             found = table.nearest(vector, k, self.nprobes, self.refine_factor, self.where)
-            # The score is the row's cosine from its stored vector, as exact search scores it: LanceDB's
-            # `_distance` is a PQ approximation from the index but exact for rows added since, so not comparable.
+            # the score is the stored vector's cosine, as exact search's (LanceDB's `_distance` mixes PQ and exact)
             scores = vectors_of(found.column("vector"), vectors.shape[1]) @ vector
             order = np.argsort(-scores, kind="stable")
             ids, texts, metadata = (column_objects(found, c) for c in ("id", "text", "metadata"))
@@ -127,9 +118,7 @@ class Quantized:
 
 @dataclass(frozen=True)
 class Conditional:
-    """Rows and queries projected by tri-encoder ``head`` under ``condition`` and ranked by cosine, exactly: the
-    head's view of the rows (:class:`~subspaces.models.triencoder.ConditionalCorpus`) is kept for a few
-    conditions, so a repeated condition costs one search."""
+    """Rows and queries projected by tri-encoder ``head`` under ``condition``, ranked by cosine exactly."""
 
     condition: str
     head: Any
@@ -188,8 +177,7 @@ def plan(
     quantized: bool = False,
     rescore: int | None = RESCORE,
 ) -> Plan:
-    """The plan :meth:`Store.search`'s options ask for, on a space of ``full`` dimensions; a refusal, in one line,
-    of options that do not go together."""
+    """The plan :meth:`Store.search`'s options ask for, or a refusal of options that do not go together."""
     if rerank not in RERANK:
         raise SubspacesError(f"rerank must be one of {', '.join(RERANK)}, got {rerank!r}")
     if basis is not None and basis not in ops.BASES:
@@ -228,9 +216,7 @@ def check_condition(condition: str | None, head: Any, ann: bool, dims: int | Non
 
 
 def default_basis(store: Store, name: str, dims: int | None = None) -> str:
-    """Whose first ``dims`` axes a prefix search reads when not told: the basis ``store shrink`` chose for that
-    size (:mod:`.shrink`), else ``"model"`` for a model trained for truncation (Matryoshka), else ``"pca"``, the
-    store's principal axes."""
+    """Whose axes a prefix search reads by default: shrink's choice, else model (Matryoshka), else pca."""
     picked = chosen(store, name, dims) if dims is not None else None
     if picked is not None:
         return picked
@@ -238,11 +224,8 @@ def default_basis(store: Store, name: str, dims: int | None = None) -> str:
 
 
 def _rows(store: Store, name: str, where: str | None) -> tuple[Rows, np.ndarray | None]:
-    """The space's rows (refused when there are none) and the rows filter ``where`` admits (None: no filter), kept
-    per table version."""
-    rows = store._load_rows(name)
-    if not len(rows):
-        raise SubspacesError(f"{store.path}: the store is empty; add texts first (subspaces store add)")
+    """The space's rows (none: refused) and those filter ``where`` admits (None: no filter)."""
+    rows = store._load_rows(name, refuse_empty=True)
     if where is None:
         return rows, None
     matches = rows.matches

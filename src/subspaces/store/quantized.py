@@ -1,15 +1,9 @@
 """A store space's quantized copy: int8 or binary codes of its vectors, searched with rescoring.
 
-Layout, inside the store folder::
-
-    quantized/<space>/copy.json                     which codes, and the table version and row count they encode
-    quantized/<space>/<kind>-v<version>-<tag>.npy   the codes, and beside them their .quant.json (kind, int8 ranges)
-
-``copy.json`` is written last, atomically: it is the commit, so an interrupted write leaves the old copy in use.
-Rows are only appended to a table, so a copy is current while the table holds as many rows as it encoded; the
-writes that move or remove rows mark it stale first (:func:`invalidate`). A stale copy is refused, never searched.
-Search keeps the codes as they are (int8 stays int8), scores them a block at a time (:func:`search_codes`) and reads
-from the table only the hits and, for binary codes rescored, the shortlist's floats (see docs/store.md).
+``quantized/<space>/copy.json`` (which codes, the table version and rows they encode) is written last, atomically,
+beside the codes ``<kind>-v<version>-<tag>.npy`` and their ``.quant.json``. Rows are only appended, so a copy is
+current while the table holds as many rows as it encoded; writes that move or remove rows mark it stale first
+(:func:`invalidate`), and a stale copy is refused. See docs/store.md ("Quantized copy").
 """
 
 from __future__ import annotations
@@ -74,9 +68,7 @@ def write(store: Store, space: str, kind: str, *, calibration_rows: int = CALIBR
     """Quantize every row of ``space`` (int8: ranges calibrated on a seeded sample) and make it the space's copy."""
     if kind not in KINDS:
         raise SubspacesError(f"unknown quantization {kind!r}; choose one of {', '.join(KINDS)}")
-    loaded = store._load_rows(space)
-    if not len(loaded):
-        raise SubspacesError(f"{store.path}: the store is empty; add texts first (subspaces store add)")
+    loaded = store._load_rows(space, refuse_empty=True)
     cal, sampled = None, None
     if kind == "int8":
         sample = calibration_sample(loaded.floats, calibration_rows)
@@ -108,9 +100,8 @@ def read(store: Store, space: str) -> Copy | None:
 
 
 def invalidate(store: Store, space: str, reason: str) -> None:
-    """Mark the space's copy stale before a write that moves or replaces rows (an upsert, a repair): the copy
-    addresses rows by their offset in the table, which such a write changes while the row count may not. Done
-    before that write, so a run killed in between leaves a copy refused, never one read at shifted offsets."""
+    """Mark the space's copy stale before a write that moves or replaces rows (it addresses rows by their offset, which
+    such a write changes): a run killed in between leaves a copy refused, never one read at shifted offsets."""
     copy = read(store, space)
     if copy is not None and copy.invalid is None:
         save_json(_folder(store, space) / POINTER, replace(copy, invalid=reason).to_dict())
@@ -137,17 +128,13 @@ def _current(store: Store, space: str) -> Codes:
             f"{store.path}: space {space} has no quantized copy; build one with "
             "`subspaces store index DIR --quantize int8` (or binary)"
         )
-    if copy.invalid is not None:
+    stale = copy.invalid
+    if stale is None and (rows := _rows_now(store, space, copy)) != copy.rows:
+        stale = f"the table holds {rows:,} rows, the copy {copy.rows:,} from table version {copy.version}"
+    if stale is not None:
         raise SubspacesError(
-            f"{store.path}: the {copy.kind} copy of space {space} is stale ({copy.invalid}); run "
+            f"{store.path}: the {copy.kind} copy of space {space} is stale ({stale}); run "
             f"`subspaces store index DIR --quantize {copy.kind}` again"
-        )
-    rows = _rows_now(store, space, copy)
-    if rows != copy.rows:
-        raise SubspacesError(
-            f"{store.path}: the {copy.kind} copy of space {space} is stale (the table holds {rows:,} rows, the copy "
-            f"{copy.rows:,} from table version {copy.version}); run `subspaces store index DIR --quantize {copy.kind}` "
-            "again"
         )
     held = store._codes.get(space)
     if held is None or held[0] != copy.codes:  # opened once per copy
@@ -160,10 +147,8 @@ def _current(store: Store, space: str) -> Codes:
 
 @dataclass
 class Codes:
-    """A quantized copy as search holds it: the codes file memory-mapped (binary codes, scanned in blocks) and, for
-    int8, a faiss index over the same codes, one byte each (``QT_8bit_direct_signed``: code ``c`` is the float
-    ``c`` exactly, so its inner products with an int8-coded query are the exact integer dot products), the rescore
-    reading its shortlisted rows by positional reads (:class:`~.vectorfile.VectorFile`, not the memory map)."""
+    """A quantized copy as search holds it: the codes file (binary codes scanned in blocks) and, for int8, a faiss index
+    over the same codes (``QT_8bit_direct_signed``: exact integer dot products with an int8-coded query)."""
 
     path: Path
     codes: np.ndarray | VectorFile
@@ -193,10 +178,9 @@ class Codes:
 
 
 def _int8_index(path: Path, codes: np.ndarray) -> Any:
-    """A faiss index holding ``codes`` (int8, from the .npy at ``path``), read a block at a time by positional
-    reads (the file passes through the page cache, not this process). The index's code buffer is sized once and
-    filled in place (``QT_8bit_direct_signed`` stores code ``c`` as the byte ``c + 128``): growing it by ``add``
-    would hold old and new buffers at once."""
+    """A faiss index holding ``codes`` (int8, the .npy at ``path``), filled in place a block at a time by positional
+    reads (``QT_8bit_direct_signed`` stores code ``c`` as the byte ``c + 128``; growing it by ``add`` would hold two
+    buffers at once)."""
     import faiss
 
     n, width = codes.shape
@@ -214,8 +198,7 @@ def _int8_index(path: Path, codes: np.ndarray) -> Any:
 
 
 class _TableVectors:
-    """The float vectors of a table, read only at the rows asked for (what :func:`subspaces.quantize.search`
-    reads its ``corpus`` rescoring rows through)."""
+    """A table's float vectors, read only at the rows asked for (a rescore's ``corpus``)."""
 
     def __init__(self, table: Table, rows: int, dim: int) -> None:
         self.table, self.shape = table, (rows, dim)
@@ -227,9 +210,7 @@ class _TableVectors:
 def search_copy(
     store: Store, space: str, vectors: np.ndarray, k: int, rescore: int | None, *, where: str | None = None
 ) -> list[SearchResult]:
-    """The top ``k`` rows of each query vector by the space's quantized copy, rescored over ``rescore * k``
-    candidates (None: ranked by the quantized scores alone), as :meth:`Store.search_vectors` returns them.
-    ``where``: only the rows that filter admits are ranked (their codes are taken before the top k)."""
+    """The top ``k`` rows of each query vector by the space's quantized copy (``where``: admitted rows only)."""
     held = _current(store, space)
     codes, kind, dim = held.codes, held.kind, held.dim
     table = store._table(space)
@@ -271,10 +252,8 @@ def search_codes(
     subset: np.ndarray | None = None,
     index: Any = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`subspaces.quantize.search`'s scores and rows, the same ones, from the codes a block at a time (the
-    first ranking never widens or scores every code at once, nor sorts every row); ``subset``: only these rows
-    (ascending) are ranked, and the rows returned are row numbers of ``codes``; ``index``: int8 codes' faiss index
-    (:class:`Codes`), which ranks first in their stead."""
+    """:func:`subspaces.quantize.search`'s scores and rows, the same ones, from the codes a block at a time; ``subset``:
+    only these rows (ascending) are ranked; ``index``: int8 codes' faiss index, which ranks first."""
     queries = np.asarray(queries, dtype=np.float32)
     n = len(codes) if subset is None else len(subset)
     k = min(k, n)
@@ -337,8 +316,7 @@ def _int8_first(index: Any, queries: np.ndarray, m: int, subset: np.ndarray | No
 
 
 def _scores(queries: np.ndarray, block: np.ndarray, kind: Kind) -> np.ndarray:
-    """The first ranking's scores of coded ``queries`` against a block of codes: exact integer dot products
-    (int8), or matching bits (binary)."""
+    """Coded ``queries``' scores against a block of codes: integer dot products, or matching bits."""
     if kind == "int8":
         return (queries @ block.astype(np.int32).T).astype(np.float32)
     bits = block.shape[1] * 8

@@ -13,9 +13,7 @@ from subspaces.store.columns import parsed
 
 @dataclass(eq=False, kw_only=True)
 class SearchResult(JSONResult):
-    """The ``k`` nearest rows of one query, best first: their ids, scores (cosine, or the quantized score without
-    rescoring), texts (None for a row imported without one) and metadata (a dict, or None); read as a mapping of
-    its JSON form (``result["ids"]``, ``dict(result)``), as every result is."""
+    """One query's ``k`` nearest rows, best first: ids, scores, texts (or None) and metadata (or None)."""
 
     query: str | None = None
     ids: list[str]

@@ -1,10 +1,7 @@
 """The store's encoding, mapping and importing on Ray: ``map_batches`` over an actor pool, each actor loading its
-model (or aligner) once; the driver commits the results through the store's own atomic, idempotent appends.
-
-The driver writes because the store is a folder on its disk, which a cluster's workers do not see, and one commit
-per whole block keeps the store's guarantees. An import's writing pass hands its batches to Ray tasks
-(:func:`prepare_chunks`). Workers need ``subspaces`` and the model under the same name or path; a model given as an
-object is shipped through Ray's object store. See docs/store.md ("Scale-out on Ray Data").
+model (or aligner) once, the driver committing whole blocks through the store's own appends (the store is a
+folder on its disk). Workers need ``subspaces`` and the model under the same name or path; a model object is
+shipped through Ray's object store. See docs/store.md ("Scale-out on Ray Data").
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ import numpy as np
 from subspaces.config import default_threads
 from subspaces.errors import SubspacesError
 from subspaces.store import search as ops
-from subspaces.store.encoders import load
+from subspaces.store.encoders import encode, load
 from subspaces.store.fingerprint import ModelFingerprint
 from subspaces.store.table import block_of, vectors_of
 
@@ -31,10 +28,7 @@ _started_local = False  # whether this process started the runtime it uses (then
 
 
 def choose(ray: str | None, address: str | None = None, *, note: Callable[[str], None] | None = None) -> str | bool:
-    """What the command line's ``--ray [ADDRESS]`` (and the deprecated ``--ray-address``, which ``note`` is told
-    about) ask for: ``False`` (no Ray), :data:`LOCAL`, or a cluster address that was just checked to accept
-    connections (:func:`check_address`). Checked before any work, so a wrong address fails in seconds, also when
-    there turns out to be nothing to encode."""
+    """What ``--ray [ADDRESS]`` (or the deprecated ``--ray-address``) asks for, checked before any work."""
     if address is not None:
         if note is not None:
             note("--ray-address is deprecated and goes in the next release: write --ray ADDRESS")
@@ -49,8 +43,7 @@ def choose(ray: str | None, address: str | None = None, *, note: Callable[[str],
 
 
 def check_address(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
-    """Refuse, in one line and within ``timeout`` seconds, a cluster address that is malformed or that accepts no
-    connection. ``ray.init`` would retry such an address for minutes (over 200 s for ``127.0.0.1:1``)."""
+    """Refuse, within ``timeout`` seconds, a cluster address that is malformed or accepts no connection."""
     import socket
 
     target = _resolve_auto() if address == "auto" else address
@@ -75,8 +68,7 @@ def _host_port(target: str, given: str) -> tuple[str, int]:
 
 
 def _resolve_auto() -> str:
-    """The address ``auto`` stands for ($RAY_ADDRESS, or the cluster ``ray start`` last started on this machine),
-    as Ray resolves it."""
+    """The address ``auto`` stands for ($RAY_ADDRESS, or the last ``ray start`` here), as Ray resolves it."""
     try:
         from ray._private.services import canonicalize_bootstrap_address
     except ImportError:
@@ -94,11 +86,9 @@ def _resolve_auto() -> str:
 
 
 def start(address: str | bool | None, *, num_cpus: int | None = None) -> None:
-    """Connect to the Ray cluster at ``address`` (checked first: :func:`check_address`), or start a local runtime
-    of ``num_cpus`` CPUs (``True``, ``"local"`` or None). A runtime already started in this process is reused.
-
-    A local runtime is this process's: it stops with it, also when the process is killed (:func:`_reap_with`:
-    two of Ray's agents outlived a ``kill -9``, ignoring SIGTERM), and it is started without the dashboard."""
+    """Connect to the Ray cluster at ``address`` (checked first: :func:`check_address`), or start a local runtime of
+    ``num_cpus`` CPUs (``True``, ``"local"`` or None), this process's: without the dashboard, and stopped with the
+    process however it ends (:func:`_reap_with`). A runtime already started in this process is reused."""
     global _started_local
     try:
         import ray
@@ -118,9 +108,7 @@ def start(address: str | bool | None, *, num_cpus: int | None = None) -> None:
 
         before = {child.pid for child in psutil.Process().children()}
         with warnings.catch_warnings():
-            # lancedb's at-fork hook warns, in each child Ray forks, that the child might deadlock on lancedb's
-            # state. Those children exec Ray's own programs at once and never touch lancedb: benign, and printed
-            # once per process Ray starts. The filter is inherited by the children forked inside this block.
+            # lancedb's at-fork warning, in each child Ray forks: they exec Ray's programs and never touch lancedb
             warnings.filterwarnings("ignore", message="lancedb fork support is experimental", category=RuntimeWarning)
             # "local" also when $RAY_ADDRESS is set: --ray alone means a runtime of our own
             ray.init(address=LOCAL, num_cpus=num_cpus or default_threads(), **options)
@@ -130,8 +118,7 @@ def start(address: str | bool | None, *, num_cpus: int | None = None) -> None:
 
 
 # Run as `python -c _REAPER DRIVER ROOT...`: while DRIVER and a ROOT live, remember every process of the ROOT trees;
-# then (the driver killed or exited, or the runtime shut down) SIGKILL what is left of them. Ray's own fate-sharing
-# kills its GCS and raylet with the driver, but after a `kill -9` two of its agents stayed, ignoring SIGTERM.
+# then SIGKILL what is left of them (some of Ray's agents outlive a killed driver, ignoring SIGTERM).
 _REAPER = """
 import signal, sys, time
 import psutil
@@ -185,29 +172,14 @@ def _reap_with(driver: int, roots: list[int]) -> Any:
     )
 
 
-def _actor_options() -> dict[str, Any]:
-    """Actor options beyond Ray Data's defaults. On a runtime of our own, no actor restarts: Ray Data enables
-    them, and Ray then warns on every run that a restart fails if the actor's constructor arguments (held in the
-    object store by the running dataset) are lost. A local actor dies only with its machine's trouble (out of
-    memory), which a restart repeats; the store's blocks are committed whole, so a rerun adds exactly the rest. On
-    a cluster, where a node can go and come back, restarts stay on (and Ray's warning with them)."""
-    return {"max_restarts": 0} if _started_local else {}
-
-
 def _pool_size(actors: int | None) -> int:
     import ray
 
     return actors or max(1, int(ray.cluster_resources().get("CPU", 1)))
 
 
-def _gpus(device: str | None) -> float | None:
-    """One GPU per actor for a CUDA device; otherwise one CPU (and Ray sets the actor's threads to 1)."""
-    return 1.0 if device and device.startswith("cuda") else None
-
-
 class _Encode:
-    """An actor: loads the model once (and checks it is the store's), then encodes blocks of (id, text, metadata)
-    into the store's rows."""
+    """An actor: loads the model once (checked), then encodes blocks of (id, text, metadata) into rows."""
 
     def __init__(self, model: Any, runtime: Any, expected: Any, batch_size: int, prompt: str | None = None) -> None:
         self.encoder, fingerprint = load(model, expected.name, runtime)
@@ -217,10 +189,8 @@ class _Encode:
         self.batch_size = batch_size
 
     def __call__(self, block: Any) -> Any:
-        from subspaces.models.encoder import encode
-
         texts = block.column("text").to_pylist()
-        vectors = encode(self.encoder, texts, batch_size=self.batch_size, normalize=True, prompt=self.prompt)
+        vectors = encode(self.encoder, texts, self.prompt, batch_size=self.batch_size, show_progress=None)
         metadata = block.column("metadata").to_pylist()
         return block_of(self.dim, block.column("id").to_pylist(), texts, vectors, metadata)
 
@@ -241,8 +211,7 @@ class _Map:
 
 
 def _blocks(table: Any, rows: int, actors: int) -> list[Any]:
-    """``table`` cut into blocks of at most ``rows``, and at least one per actor: the unit Ray hands to an
-    actor, and the unit the store commits."""
+    """``table`` in blocks of at most ``rows``, at least one per actor (the unit of commit)."""
     rows = max(1, min(rows, -(-table.num_rows // actors)))
     return [table.slice(start, rows) for start in range(0, table.num_rows, rows)]
 
@@ -260,34 +229,25 @@ def encode_rows(
     actors: int | None = None,
     prompt: str | None = None,
 ) -> Iterator[Any]:
-    """The store rows (Arrow tables of at most ``block_rows``) of these texts, encoded by an actor pool, in the
-    order blocks finish. ``model``: a name or folder each actor loads (checked against ``expected``, the store's
-    fingerprint), or a loaded model to ship; ``metadata``: JSON strings or None."""
+    """The store rows of these texts, ``block_rows`` a block, encoded by an actor pool as blocks finish."""
     import pyarrow as pa
 
-    table = pa.table(
-        {
-            "id": pa.array(ids, pa.string()),
-            "text": pa.array(texts, pa.string()),
-            "metadata": pa.array(metadata, pa.string()),
-        }
-    )
+    columns = {"id": ids, "text": texts, "metadata": metadata}
+    table = pa.table({name: pa.array(values, pa.string()) for name, values in columns.items()})
     options = {"model": model, "runtime": runtime, "expected": expected, "batch_size": batch_size, "prompt": prompt}
-    gpus = _gpus(runtime.device)
+    gpus = 1.0 if runtime.device and runtime.device.startswith("cuda") else None  # else one CPU (and one thread)
     yield from _pool(table, _Encode, options, block_rows, actors, num_cpus=None if gpus else 1.0, num_gpus=gpus)
 
 
 def map_rows(table: Any, aligner: Any, dim: int, *, block_rows: int, actors: int | None = None) -> Iterator[Any]:
-    """``table``'s rows (id, text, vector, metadata) mapped by ``aligner`` into ``dim``-d unit vectors, block by
-    block, by an actor pool."""
+    """``table``'s rows mapped by ``aligner`` into ``dim``-d unit vectors by an actor pool."""
     yield from _pool(table, _Map, {"aligner": aligner, "dim": dim}, block_rows, actors, num_cpus=1.0)
 
 
 def _pool(
     table: Any, actor: type, options: dict[str, Any], block_rows: int, actors: int | None, **resources: Any
 ) -> Iterator[Any]:
-    """``actor(**options)`` called on each block of ``table`` by a pool of ``actors`` actors (each block whole: the
-    unit of commit), the results in the order blocks finish."""
+    """``actor(**options)`` on each whole block of ``table`` by an actor pool, in the order they finish."""
     import ray
 
     size = _pool_size(actors)
@@ -298,7 +258,9 @@ def _pool(
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=size),
         **resources,
-        **_actor_options(),
+        # no restarts on a runtime of our own: a local actor dies only of what a restart repeats, and blocks are
+        # committed whole (a rerun adds the rest); on a cluster, where a node can come back, they stay on
+        **({"max_restarts": 0} if _started_local else {}),
     )
     yield from dataset.iter_batches(batch_size=None, batch_format="pyarrow")
 
@@ -306,9 +268,7 @@ def _pool(
 def prepare_chunks(
     chunks: Iterable[Any], prepare: Callable[..., Any], *shared: Any, actors: int | None = None
 ) -> Iterator[Any]:
-    """``prepare(chunk, *shared)`` of each chunk (an import's writing pass: checks, unit length, ids, the Arrow
-    block), run as Ray tasks, the results in input order. At most two tasks per CPU are in flight, so the driver
-    holds a few chunks, never the input; ``shared`` is put in the object store once."""
+    """``prepare(chunk, *shared)`` of each chunk as Ray tasks (two per CPU in flight), in input order."""
     import ray
 
     size = _pool_size(actors)
@@ -334,8 +294,7 @@ def encode_texts(texts: Sequence[str], **options: Any) -> np.ndarray:
 
 
 def shippable(model: Any | None, record: ModelFingerprint, loaded: Any) -> Any:
-    """What a Ray worker loads its encoder from: the name given or recorded (each worker loads its own copy),
-    else the loaded model itself (shipped through Ray's object store)."""
+    """What a Ray worker loads its encoder from: the name given or recorded, else the model itself."""
     if isinstance(model, (str, os.PathLike)):
         return str(model)
     if model is None and record.name:

@@ -1,11 +1,6 @@
 """Search over unit vectors held in memory: the prefixes a funnel reads, and two arrays searched (``vectors search``).
-The top-k itself is :mod:`subspaces.topk`'s.
-
-Funnel search shortlists by inner product on the first ``dims`` coordinates (re-normalised, as a Matryoshka prefix
-is read) and re-ranks the shortlist by the full vectors: a full-length shortlist gives the exact search's result. For
-a model not trained for truncation, the prefix is read in the rows' principal axes instead
-(:func:`subspaces.vectors.principal_axes`: orthogonal, so full-dimension scores are unchanged, while the first ``d``
-axes carry the most variance any ``d`` can; :func:`prefix_rows`).
+A funnel shortlists on the first ``dims`` coordinates, re-normalised (in the rows' principal axes for a model not
+trained for truncation: orthogonal, so full-dimension scores are unchanged), and re-ranks by the full vectors.
 """
 
 from __future__ import annotations
@@ -21,21 +16,27 @@ from subspaces.errors import DimensionError, SubspacesError
 
 
 def unit_prefix(vectors: np.ndarray, dims: int | None = None) -> np.ndarray:
-    """The first ``dims`` columns (all if None) as float32, what faiss reads, each row scaled to unit length (zero
-    rows stay zero)."""
+    """The first ``dims`` columns (all if None) as float32 unit rows (zero rows stay zero)."""
     return maths.unit_prefix(np.asarray(vectors, dtype=np.float32), dims)
 
 
 def prefix_rows(vectors: np.ndarray, dims: int, axes: np.ndarray | None = None) -> np.ndarray:
-    """Rows as a prefix search reads them: their first ``dims`` coordinates, or (``axes``, a ``dim x dim``
-    orthonormal basis such as :func:`subspaces.vectors.principal_axes`) their first ``dims`` coordinates in
-    that basis; re-normalised."""
+    """Rows' first ``dims`` coordinates (in the orthonormal basis ``axes``, if given), re-normalised."""
     x = np.asarray(vectors, dtype=np.float32)
     return unit_prefix(x @ axes[:, :dims] if axes is not None else x, dims)
 
 
-# whose first ``dims`` coordinates a prefix reads: the model's, the principal axes' (vectors.principal_axes) or
-# those of the adapter ``store shrink`` fitted (store.shrink)
+def top_rows(rows: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """Each query's ``k`` nearest rows by cosine, exactly (row numbers, best first)."""
+    return topk.exact(topk.flat_index(unit_prefix(rows)), unit_prefix(queries), k)[1]
+
+
+def mean_overlap(a: np.ndarray, b: np.ndarray) -> float:
+    """The mean fraction of row numbers that each row of ``a`` shares with the same row of ``b`` (two top-k)."""
+    return float(np.mean([len(set(x) & set(y)) / len(x) for x, y in zip(a.tolist(), b.tolist(), strict=True)]))
+
+
+# whose first ``dims`` coordinates a prefix reads: the model's, the principal axes' or the ``store shrink`` adapter's
 BASES = ("model", "pca", "adapter")
 
 
@@ -50,9 +51,7 @@ def _unit_pair(corpus: Any, queries: Any) -> tuple[np.ndarray, np.ndarray]:
 def search_vectors(
     corpus: Any, queries: Any, k: int, dims: int | None = None, shortlist_factor: int = 10, basis: str = "model"
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Scores and corpus rows (each queries x k) by cosine; with ``dims``, a funnel that shortlists
-    ``shortlist_factor x k`` rows on the first ``dims`` coordinates (``basis="pca"``: of the corpus's principal
-    axes) and re-ranks them at full dimension, as the store's funnel does."""
+    """Scores and corpus rows (each queries x k) by cosine; with ``dims``, a funnel as the store's."""
     if basis not in BASES:
         raise SubspacesError(f"--basis must be one of {', '.join(BASES)}, got {basis!r}")
     if basis == "pca" and dims is None:
@@ -73,12 +72,9 @@ def search_vectors(
 def search_quantized(
     corpus: Any, queries: Any, k: int, kind: codes.Kind, rescore: int | None = 4, calibration_rows: int = 10_000
 ) -> tuple[np.ndarray, np.ndarray, str | None]:
-    """Scores, corpus rows and what the shortlist was rescored against, searching the corpus's codes by cosine.
-
-    The rows are unit-normalised, then quantized: int8 with ranges calibrated on a seeded sample of
-    ``calibration_rows`` rows, binary by sign. A shortlist of ``rescore x k`` rows (None: none) is rescored by the
-    float query, against the dequantized codes (int8: what a store of codes alone can do) or against the float
-    corpus (binary: one bit a dimension is too coarse to re-rank by)."""
+    """Scores, corpus rows and what the shortlist was rescored against, searching the unit corpus's codes (int8
+    calibrated on ``calibration_rows`` sampled rows, or binary) by cosine; ``rescore x k`` candidates (None: none)
+    are rescored against the dequantized codes (int8) or the float corpus (binary)."""
     corpus, queries = _unit_pair(corpus, queries)
     cal = codes.calibrate_int8(codes.calibration_sample(corpus, calibration_rows)) if kind == "int8" else None
     floats = corpus if kind == "binary" else None

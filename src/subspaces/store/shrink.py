@@ -1,11 +1,8 @@
-"""Shrinking a store's vectors for search (``store shrink DIR --dims 32,64,128``): choose, per prefix size, whose
-first ``d`` coordinates a prefix search reads: ``model`` (raw truncation), ``pca`` (the rows' principal axes) or
-``adapter`` (a :class:`~subspaces.adapt.MatryoshkaAdapter` fitted on the stored vectors, in ``shrink/SPACE/``).
-
-Held-out rows (or the given ``queries``' texts) judge them: each one's top 10 by the truncated vectors against its
-top 10 by the full ones (``overlap@10``, no labels); the best per ``d`` (ties: the simpler) is recorded in the
-space's ``shrink`` entry and read by ``search(dims=d)``. ``qrels`` add Recall@10 and nDCG@10 (reported, never used
-to choose). What can age is the choice, measured on one table version (:func:`describe` says ``stale``).
+"""``store shrink DIR --dims 32,64,128``: choose, per prefix size ``d``, whose first ``d`` coordinates a prefix search
+reads: ``model`` (raw truncation), ``pca`` (the rows' principal axes) or ``adapter`` (a
+:class:`~subspaces.adapt.MatryoshkaAdapter` fitted on the stored vectors, in ``shrink/SPACE/``), by each one's
+top-10 overlap with full-size search on held-out rows or given queries; recorded in the space's ``shrink`` entry,
+read by ``search(dims=d)``. See docs/store.md ("Shrinking").
 """
 
 from __future__ import annotations
@@ -70,10 +67,9 @@ def shrink(
     adapter_params: dict[str, Any] | None = None,
     show_progress: bool = False,
 ) -> dict[str, Any]:
-    """Fit the candidates on ``space``'s rows (default: the active space; a seeded ``sample`` of them) less
-    ``heldout``, measure each at every size of ``dims`` on those held out (or on ``queries``: a file or
-    ``{id: text}``), record the choice; with ``qrels`` add Recall@10 and nDCG@10 (see the module). A rerun with
-    the same options on an unchanged table and no queries returns the recorded report."""
+    """Fit the candidates on a seeded ``sample`` of ``space``'s rows less ``heldout``, measure each at every size of
+    ``dims`` on those held out (or on ``queries``: a file or ``{id: text}``; ``qrels`` add Recall@10 and nDCG@10) and
+    record the choice. The same options on an unchanged table return the recorded report."""
     name = space or store.manifest.active
     with store._writing("store shrink"):
         record = store._space(name)
@@ -106,7 +102,7 @@ def shrink(
         test, fit = np.sort(order[:held]), np.sort(order[held : held + max(int(sample), k + 1)])
         x_fit = loaded.floats[fit]  # positional reads where the rows are a vector file
         x_test = loaded.floats[test] if judged is None else judged["vectors"]
-        truth = _top(x_fit, x_test, None, k)
+        truth = ops.top_rows(x_fit, x_test, k)
         axes = loaded.principal_axes()  # the axes a pca search reads, so the figures are search's
         adapter = MatryoshkaAdapter(dims=sizes, random_state=seed, verbose=show_progress, **params)
         adapter.fit(x_fit)
@@ -115,9 +111,9 @@ def shrink(
         choice: dict[str, str] = {}
         for d in sizes:
             figures = {
-                "model": _overlap(truth, _top(x_fit[:, :d], x_test[:, :d], None, k)),
-                "pca": _overlap(truth, _top(x_fit @ axes[:, :d], x_test @ axes[:, :d], None, k)),
-                "adapter": _overlap(truth, _top(fit_rows[:, :d], fit_queries[:, :d], None, k)),
+                "model": ops.mean_overlap(truth, ops.top_rows(x_fit[:, :d], x_test[:, :d], k)),
+                "pca": ops.mean_overlap(truth, ops.top_rows(x_fit @ axes[:, :d], x_test @ axes[:, :d], k)),
+                "adapter": ops.mean_overlap(truth, ops.top_rows(fit_rows[:, :d], fit_queries[:, :d], k)),
             }
             best = max(CANDIDATES, key=lambda c: (figures[c], -CANDIDATES.index(c)))
             choice[str(d)] = best
@@ -187,8 +183,7 @@ def load_adapter(store: Store, name: str) -> Any:
 
 
 def _judged(store: Store, name: str, queries: Any, qrels: Any) -> dict[str, Any] | None:
-    """The given queries' unit vectors by the space's model (its query prompt), every one of them (the check's
-    queries), and with ``qrels`` the judged ones' row numbers and grades; ``digest`` names them all."""
+    """The given queries' vectors, and with ``qrels`` the judged ones' positions and grades; ``digest``."""
     if queries is None:
         if qrels is not None:
             raise SubspacesError("--qrels needs --queries: the judged queries' texts")
@@ -213,8 +208,7 @@ def _judged(store: Store, name: str, queries: Any, qrels: Any) -> dict[str, Any]
 def _qrels_figures(
     rows: Any, judged: dict[str, Any], sizes: list[int], axes: np.ndarray, adapter: Any, k: int
 ) -> dict[str, Any]:
-    """Recall@k and nDCG@k of the judged queries over every stored row, read a block at a time: at full size,
-    and per size each candidate."""
+    """Recall@k and nDCG@k of the judged queries over every stored row: full size, and each candidate."""
     queries, grades, ids = judged["vectors"][judged["judged"]], judged["grades"], rows.ids
     bases = {"model": lambda x: x, "pca": lambda x: x @ axes, "adapter": adapter.transform}
 
@@ -227,17 +221,6 @@ def _qrels_figures(
     for d in sizes:
         out[str(d)] = {candidate: figures(project, d) for candidate, project in bases.items()}
     return out
-
-
-def _top(rows: np.ndarray, queries: np.ndarray, dims: int | None, k: int) -> np.ndarray:
-    """Each query's top ``k`` rows by cosine of (re-normalised) prefixes."""
-    index = topk.flat_index(ops.unit_prefix(rows, dims))
-    _, found = topk.exact(index, ops.unit_prefix(queries, dims), k)
-    return found
-
-
-def _overlap(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.mean([len(set(x) & set(y)) / len(x) for x, y in zip(a.tolist(), b.tolist(), strict=True)]))
 
 
 def _plain(params: dict[str, Any]) -> dict[str, Any]:

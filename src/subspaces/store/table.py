@@ -1,10 +1,5 @@
-"""The table layer: the only code that talks to LanceDB.
-
-A store's folder holds one LanceDB database (``lance/``) with one table per space: rows ``(id, text, vector,
-metadata)`` plus a typed column per scalar metadata field (:mod:`.columns`), which ``where=`` filters read.
-:class:`Database` makes, opens and drops tables; :class:`Table` reads (columns, rows in memory, a filter's
-matches, rows at offsets, ANN candidates) and writes them (append, ``merge_insert`` on ``id``, delete by row
-address, typed columns). Every write is one LanceDB commit of one batch, atomic for readers.
+"""The table layer, the only code that talks to LanceDB: one table per space, rows ``(id, text, vector, metadata)``
+plus a typed column per scalar metadata field (:mod:`.columns`). Every write is one LanceDB commit of one batch.
 """
 
 from __future__ import annotations
@@ -60,8 +55,7 @@ def check_filter(where: str) -> None:
 
 @contextmanager
 def filter_errors(where: str) -> Iterator[None]:
-    """LanceDB's refusal of a ``where=`` filter, as one line naming it (a filter of more than one statement is
-    refused first, :func:`check_filter`)."""
+    """LanceDB's refusal of a ``where=`` filter as one line naming it (after :func:`check_filter`)."""
     import pyarrow as pa
 
     check_filter(where)
@@ -122,9 +116,7 @@ def vectors_of(column: Any, dim: int) -> np.ndarray:
 
 
 class Rows:
-    """A table version's rows as searches read them, with what searches derive from them (dropped with the rows
-    when the version changes): in memory for a space that fits :data:`~.vectorfile.IN_MEMORY_BYTES`, else the
-    version's vector ``file`` (:mod:`.vectorfile`), its ids, texts and metadata read only when asked for."""
+    """A table version's rows as searches read them (in memory, or a vector ``file``) and what they derive."""
 
     def __init__(self, table: Table, version: int, vectors: np.ndarray, file: VectorFile | None = None) -> None:
         self.table, self.version, self.vectors, self.file = table, version, vectors, file
@@ -143,22 +135,19 @@ class Rows:
         return int(self.vectors.shape[1])
 
     def principal_axes(self) -> np.ndarray:
-        """The rows' principal axes (:func:`subspaces.vectors.principal_axes`), fitted once per table version:
-        what a "pca" prefix search reads and what ``store shrink`` measures."""
+        """The rows' principal axes, fitted once per table version (what a "pca" prefix reads)."""
         if self._axes is None:
             self._axes = principal_axes(self.floats)
         return self._axes
 
     @property
     def floats(self) -> Any:
-        """The float vectors as searches read them at a few rows (``floats[rows]``, ``len``, ``shape``): the array
-        in memory, or the vector file by positional reads (its memory map would keep the pages around each row
-        read resident)."""
+        """The float vectors as searches read them at a few rows: the array in memory, or the vector file by positional
+        reads (its memory map would keep the pages around each row resident)."""
         return self.file if self.file is not None else self.vectors
 
     def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
-        """``(first row, rows)`` of the float vectors, a block at a time (:func:`.vectorfile.block_rows`): views
-        of the rows in memory, or reads of the file into one reused buffer."""
+        """``(first row, rows)`` of the float vectors, a block at a time."""
         size = vectorfile.block_rows(self.dim)
         if self.file is not None:
             return self.file.blocks(size)
@@ -228,9 +217,7 @@ class Database:
 
 
 class Table:
-    """Space ``space``'s LanceDB table ``name``. ``label`` names it in errors; ``on_rewrite(reason)`` is called
-    before a write that moves stored rows (``merge_insert``), so row-offset artefacts (a quantized copy) are marked
-    stale first."""
+    """Space ``space``'s table ``name``; ``on_rewrite(reason)`` runs before a write that moves stored rows."""
 
     def __init__(
         self,
@@ -291,8 +278,7 @@ class Table:
         return set(self.columns(["id"]).column("id").to_pylist())
 
     def rows(self, dim: int) -> Rows:
-        """The rows as searches read them (:class:`Rows`): in memory if their vectors fit
-        :data:`~.vectorfile.IN_MEMORY_BYTES`, else from this version's vector file."""
+        """The rows as searches read them (:class:`Rows`)."""
         version = self.version
         if self.count() * dim * 4 > vectorfile.IN_MEMORY_BYTES:
             file = vectorfile.current(self.folder, self, dim)
@@ -305,8 +291,7 @@ class Table:
         return rows
 
     def matching(self, where: str, rowids: np.ndarray | None = None) -> np.ndarray:
-        """The positions (table order, ascending) of the rows that SQL filter ``where`` admits; ``rowids``: the
-        table's row addresses in order, if already read."""
+        """Positions of the rows filter ``where`` admits (``rowids``: the row addresses, if read)."""
         if rowids is None:
             rowids = self.columns(["id"], row_ids=True).column("_rowid").to_numpy()
         admitted = self.columns(["id"], row_ids=True, where=where).column("_rowid").to_numpy()
@@ -365,9 +350,9 @@ class Table:
                 self.handle.delete(f"_rowid IN ({part})")
 
     def append(self, blocks: Iterable[Any], bar: Any, replace: set[str] | None = None) -> None:
-        """Commit each block as one LanceDB write (readers see it whole or not at all). An id this call already
-        wrote is dropped from a later block, so a block handed over twice (a retried Ray task) adds nothing.
-        A block holding an id of ``replace`` is written by ``merge_insert`` on ``id``: its stored row is replaced."""
+        """Commit each block as one LanceDB write; an id this call already wrote is dropped from a later block (a
+        retried Ray task adds nothing), and a block holding an id of ``replace`` is written by ``merge_insert`` on
+        ``id``."""
         written: set[str] = set()
         for block in blocks:
             ids = block.column("id").to_pylist()
@@ -384,8 +369,7 @@ class Table:
             bar.update(block.num_rows)
 
     def _typed(self, block: Any) -> Any:
-        """``block`` (id, text, vector, metadata) with the table's typed metadata columns filled from its metadata,
-        cast to the table's schema. A field without a column gets one (:meth:`prepare_columns`)."""
+        """``block`` cast to the table's schema, its typed metadata columns filled (made where missing)."""
         import pyarrow as pa
 
         meta = [columns.parsed(m) for m in block.column("metadata").to_pylist()]
@@ -403,17 +387,14 @@ class Table:
         return pa.table({f.name: arrays[f.name] for f in schema}).cast(schema)
 
     def prepare_columns(self, meta: Sequence[dict[str, Any] | None]) -> dict[str, str]:
-        """Give the table a typed column for each scalar metadata field of ``meta`` it lacks (:meth:`declare_columns`).
-        A value that fits no column is refused before the table changes. Returns the new columns."""
+        """Give the table a typed column for each scalar field of ``meta`` it lacks; the new ones."""
         new = columns.infer(meta, columns.table_columns(self.schema))
         if new:
             self.declare_columns(new)
         return new
 
     def declare_columns(self, kinds: dict[str, str]) -> None:
-        """Give the table the typed columns ``kinds`` (name -> type) it lacks, and fill them for the stored rows
-        whose metadata JSON holds those fields (refusing, before the table changes, a stored value of another
-        type; an int widens a new column to float)."""
+        """Add the typed columns ``kinds`` the table lacks, filled from the stored rows' metadata."""
         import pyarrow as pa
 
         known = columns.table_columns(self.schema)
@@ -431,8 +412,7 @@ class Table:
             self.backfill(data.column("id").take(pa.array(rows)), [stored[i] for i in rows], new)
 
     def complete_columns(self) -> int:
-        """Fill the typed columns left null where a row's metadata JSON holds a value (a run killed between adding
-        a column and filling it); returns how many columns were completed."""
+        """Fill the typed columns a killed write left null; returns how many were completed."""
         import pyarrow as pa
 
         known = columns.table_columns(self.schema)
@@ -456,9 +436,7 @@ class Table:
         return len(incomplete)
 
     def backfill(self, ids: Any, meta: list[dict[str, Any] | None], kinds: dict[str, str]) -> None:
-        """Fill typed columns ``kinds`` of the stored rows ``ids`` from their metadata ``meta`` (a store whose
-        metadata was JSON only, rows written before a field first came with a value, or a column added by a run
-        that died before filling it), by ``merge_insert`` on ``id``, which moves those rows."""
+        """Fill typed columns ``kinds`` of the stored rows ``ids`` from ``meta`` (``merge_insert``: they move)."""
         import pyarrow as pa
 
         if self.on_rewrite is not None:

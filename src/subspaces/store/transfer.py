@@ -1,17 +1,9 @@
-"""Bring vectors into a store that it did not encode, and take every row out again: nothing is locked in.
-
-**Import** (:func:`.core.import_vectors`, ``subspaces store import``) reads vectors another tool wrote (``.npy``,
-``.parquet``/Arrow IPC, JSON lines, or a LanceDB table; :class:`Source`), with ids, texts and metadata from their
-fields or from side files. The vectors' model is declared: ``model`` (checked on a sample of re-encoded texts,
-:func:`check_model`) or ``foreign`` (searchable by vector only). Vectors are scaled to unit length; a row already
-unit within float32 rounding is kept bit for bit, so an export re-imported is the same store.
-
-**Validation first, then writing.** The input is read twice, in batches (bounded memory): :func:`validate`
-checks everything and writes nothing; :func:`write_rows` then writes the rows the store lacks, one commit per
-batch, as :meth:`Store.add` does, so a killed import, rerun, adds only what is missing.
-
-**Export** (:func:`export`) writes a space's rows as ``.parquet`` or ``.npy`` with JSON-lines side files, streaming.
-The formats and every refusal are documented in docs/store.md ("Import and export").
+"""Bring vectors into a store that it did not encode, and take every row out again. An import (:class:`Source`:
+``.npy``, ``.parquet``/Arrow IPC, JSON lines or a LanceDB table, with side files) is read twice in batches:
+:func:`validate` checks everything and writes nothing, then :func:`write_rows` writes the rows the store lacks, a
+commit a batch. Vectors are scaled to unit length (a row already unit within float32 rounding is kept bit for bit,
+so an export re-imported is the same store). :func:`export` streams a space to ``.parquet`` or ``.npy`` with
+JSON-lines side files. Formats and refusals: docs/store.md ("Import and export").
 """
 
 from __future__ import annotations
@@ -31,7 +23,8 @@ from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.io import atomic_path, base_suffix, check_writable, open_text, read_jsonl
 from subspaces.progress import Progress
 from subspaces.store import columns
-from subspaces.store.inputs import text_id, unicode_problem, visible
+from subspaces.store.encoders import encode
+from subspaces.store.inputs import check_unicode, text_id, visible
 from subspaces.store.table import block_of, first_line, vectors_of
 from subspaces.store.table import schema as table_schema
 
@@ -82,7 +75,7 @@ class Source:
         self.id_field, self.text_field = id_field or "id", text_field or "text"
         self.side = {"ids": ids, "texts": texts, "metadata": metadata}
         self.batch_rows = batch_rows
-        for _what, side in self.side.items():
+        for side in self.side.values():
             if side is not None and not Path(side).is_file():
                 raise DataError("no such file" if not Path(side).exists() else "is a folder, not a file", side)
         if self.table is None and self.path.is_dir():
@@ -113,8 +106,7 @@ class Source:
         return f"{self.path}, table {self.table}" if self.table is not None else str(self.path)
 
     def chunks(self) -> Iterator[Chunk]:
-        """The input's rows, ``batch_rows`` at a time, with the side files' rows beside them; refuses a side file
-        of another length than the vectors."""
+        """The input's rows a batch at a time, the side files' beside them (refused if shorter or longer)."""
         sides = {what: _side_lines(Path(p), what) for what, p in self.side.items() if p is not None}
         done = 0
         for chunk in self._read():
@@ -163,8 +155,7 @@ class Source:
         fmt = "parquet" if base_suffix(self.path) == ".parquet" else "ipc"
         try:
             if fmt == "parquet":
-                # Page by page through a 1 MiB buffer: a dataset scan reads whole row groups ahead, which for a
-                # file of one row group (pq.write_table's default) is the whole file.
+                # page by page through a 1 MiB buffer: a dataset scan reads whole row groups (maybe the whole file)
                 import pyarrow.parquet as pq
 
                 reader = pq.ParquetFile(self.path, pre_buffer=False, buffer_size=1 << 20)
@@ -248,8 +239,7 @@ class Source:
             raise DataError(f"has no field {self.text_field!r} in any row (named as the text field)", self.label())
 
     def _fields_given(self, row: dict[str, Any]) -> dict[str, bool]:
-        """Whether JSON lines give ids and texts, from their first row; refuses a named field it lacks (a named
-        text field, where the rows give ids, may start in a later row)."""
+        """Whether JSON lines give ids and texts, by their first row; refuses a named field it lacks."""
         given = {"id": self.id_field in row, "text": self.text_field in row}
         for what, name in (("id", self.id_field), ("text", self.text_field)):
             if self.named[what] and not given[what] and (what == "id" or not given["id"]):
@@ -260,9 +250,8 @@ class Source:
         return given
 
     def _records(self, rows: list[dict[str, Any]], first: int, given: dict[str, bool]) -> Chunk:
-        """A batch of JSON lines as a chunk. Every row agrees with the first on giving an id; where ids are derived
-        (from the texts, else the vectors), a later row may not give a text the first row lacks: which rows' ids
-        came from what would depend on the batch size."""
+        """A batch of JSON lines as a chunk. Every row agrees with the first on giving an id; where ids are derived, a
+        later row may not give a text the first lacks (which ids came from what would depend on the batch size)."""
         vector = self.vector_field or "vector"
         label = self.label()
         values = []
@@ -368,8 +357,7 @@ def _merged(values: dict[str, list[Any]], i: int, label: str, first: int) -> dic
 
 
 def _side_lines(path: Path, what: str) -> Iterator[Any]:
-    """A side file's values, one a line: ids and texts as text lines (``.jsonl``: JSON strings; a text may be
-    null), metadata as JSON objects (or null)."""
+    """A side file's values, one a line: ids and texts (JSON strings in ``.jsonl``), metadata objects."""
     as_json = what == "metadata" or base_suffix(path) in JSON_SUFFIXES
     try:
         with open_text(path) as handle:
@@ -402,8 +390,7 @@ def _side_lines(path: Path, what: str) -> Iterator[Any]:
 
 
 def unit(vectors: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length (float32); a row already of unit length within float32 rounding is kept as given
-    (so a store's own vectors, exported and imported, are the same bits)."""
+    """Unit rows (float32); a row already unit within float32 rounding is kept bit for bit (export, import)."""
     x = np.asarray(vectors, dtype=np.float32)
     norms = np.linalg.norm(x.astype(np.float64), axis=1)
     scaled = (x.astype(np.float64) / np.maximum(norms, 1e-300)[:, None]).astype(np.float32)
@@ -458,25 +445,20 @@ def _rows(chunk: Chunk, label: str, dimension: int | None) -> _Rows:
             continue
         if not isinstance(text, str):
             raise DataError(f"row {chunk.first + i}: the text is a {type(text).__name__}, not a string", label)
-        problem = unicode_problem(text)
-        if problem is not None:
-            raise DataError(f"row {chunk.first + i}: the text holds {problem}", label)
+        check_unicode(text, f"row {chunk.first + i}: the text", label)
         if not visible(text):
             texts[i] = None  # nothing visible: a row without a text
     parsed: list[dict[str, Any] | None] = list(chunk.metadata) if chunk.metadata is not None else [None] * n
     strings: list[str | None] = []
     for i, meta in enumerate(parsed):
-        problem = unicode_problem(meta) if meta is not None else None
-        if problem is not None:
-            raise DataError(f"row {chunk.first + i}: the metadata holds {problem}", label)
+        if meta is not None:
+            check_unicode(meta, f"row {chunk.first + i}: the metadata", label)
         columns.check_finite(meta, f"row {chunk.first + i}", label)
         strings.append(None if meta is None else json.dumps(meta, ensure_ascii=False))
     if chunk.ids is not None:
         ids = list(chunk.ids)
         for i, row_id in enumerate(ids):
-            problem = unicode_problem(row_id)
-            if problem is not None:
-                raise DataError(f"row {chunk.first + i}: the id holds {problem}", label)
+            check_unicode(row_id, f"row {chunk.first + i}: the id", label)
     elif chunk.texts is not None:
         missing = [i for i, t in enumerate(texts) if t is None]
         if missing:
@@ -498,15 +480,9 @@ def _digest(text: str | None, meta: str | None, vector: np.ndarray) -> bytes:
 
 
 def validate(
-    source: Source,
-    *,
-    dimension: int | None,
-    stored: set[str],
-    known: dict[str, str],
-    check_rows: int = CHECK_ROWS,
+    source: Source, *, dimension: int | None, stored: set[str], known: dict[str, str], check_rows: int = CHECK_ROWS
 ) -> tuple[Plan, dict[str, bytes]]:
-    """The validating pass: every row checked, nothing written. Returns the plan and, for ids already stored, a
-    digest of the row's content (compared with the stored rows by :func:`changed`)."""
+    """The validating pass, nothing written: the plan, and a content digest of each id already stored."""
     plan = Plan(dimension=dimension)
     seen: set[str] = set()
     overlap: dict[str, bytes] = {}
@@ -560,14 +536,11 @@ def changed(store: Store, name: str, overlap: dict[str, bytes]) -> set[str]:
 
 
 def check_model(encoder: Any, plan: Plan, label: str, min_cosine: float, prompt: str | None = None) -> float | None:
-    """The mean cosine of a sample of rows with their texts re-encoded by ``encoder`` after the store's document
-    ``prompt`` (None: no texts to check by); refuses one below ``min_cosine``."""
-    from subspaces.models.encoder import encode
-
+    """The mean cosine of sample rows with their texts re-encoded (None: no texts); refused if too low."""
     texts, vectors = plan.sample
     if not texts:
         return None
-    fresh = encode(encoder, texts, normalize=True, prompt=prompt)
+    fresh = encode(encoder, texts, prompt, show_progress=None)
     if fresh.shape[1] != len(vectors[0]):
         raise DimensionError(f"the declared model gives {fresh.shape[1]}-d vectors; these are {len(vectors[0])}-d")
     cosine = float(np.mean(np.sum(fresh * np.stack(vectors), axis=1)))
@@ -593,9 +566,7 @@ def write_rows(
     ray: bool | str = False,
     actors: int | None = None,
 ) -> int:
-    """The writing pass: every row of ``source`` whose id is not in ``skip`` (or is in ``replace``), one commit a
-    batch; returns how many rows went in. ``ray``: each batch made into store rows by a Ray task
-    (:func:`.scaleout.prepare_chunks`), the driver reading and committing them in input order."""
+    """The writing pass, a commit a batch (``ray``: prepared by Ray tasks); returns how many rows went in."""
     written = 0
     dim = store._space(name).model.dimension
     shared = (source.label(), dim, skip, replace)
@@ -626,8 +597,7 @@ def write_rows(
 
 
 def store_block(chunk: Chunk, label: str, dim: int, skip: set[str], replace: set[str]) -> Any:
-    """The store rows (an Arrow block) of ``chunk`` whose id is not in ``skip`` (or is in ``replace``); None if
-    none is."""
+    """The store rows (an Arrow block) of ``chunk`` to write; None if none is."""
     rows = _rows(chunk, label, dim)
     keep = [i for i, row_id in enumerate(rows.ids) if row_id not in skip or row_id in replace]
     if not keep:
@@ -644,10 +614,9 @@ def store_block(chunk: Chunk, label: str, dim: int, skip: set[str], replace: set
 def export(
     store: Store, output: str | os.PathLike[str], *, space: str | None = None, batch_rows: int = 65_536
 ) -> dict[str, Any]:
-    """Write every row of ``space`` (default: the active one) to ``output``: ``.parquet`` (id, text, vector as a
-    fixed-size list of float32, metadata as JSON), or ``.npy`` (the vectors) with ``<stem>.ids.jsonl``,
-    ``<stem>.texts.jsonl`` and ``<stem>.metadata.jsonl`` beside it (one JSON value a line). Streamed in batches;
-    each file is written under a temporary name and renamed when whole."""
+    """Write every row of ``space`` (default: the active one) to ``output``: ``.parquet``, or ``.npy`` with
+    ``<stem>.ids.jsonl``, ``<stem>.texts.jsonl`` and ``<stem>.metadata.jsonl`` beside it; streamed, each file renamed
+    into place when whole."""
     out = Path(output)
     name = space or store.manifest.active
     record = store._space(name).model

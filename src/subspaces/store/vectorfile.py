@@ -1,14 +1,7 @@
-"""A table version's float vectors in one file on disk, for searches of a space too large to hold in memory.
-
-Layout, inside the store folder::
-
-    vectors/<table>/v<version>.npy     the table's vectors at that version, in table order (float32, rows x dim)
-
-The file is written once per table version, under a temporary name renamed into place when whole, so a stale
-or partial file is never read. Searches read it by positional reads, in blocks (:meth:`VectorFile.blocks`) or at a
-few rows (``file[rows]``), so a search process holds no more of it than it reads. A space whose vectors fit
-:data:`IN_MEMORY_BYTES` is searched from memory instead. A read-only store folder without the file is refused in
-one line (:func:`current`) rather than copied into memory or a temporary folder unasked.
+"""A table version's float vectors in one file, ``vectors/<table>/v<version>.npy``, for searches of a space too large
+to hold in memory (over :data:`IN_MEMORY_BYTES`). Written once per version under a temporary name, then renamed;
+read by positional reads, in blocks or at a few rows, so a search holds no more of it than it reads. A read-only
+store without the file is refused in one line (:func:`current`).
 """
 
 from __future__ import annotations
@@ -50,8 +43,7 @@ class VectorFile:
         return self.shape[0]
 
     def __getitem__(self, rows: Any) -> np.ndarray:
-        """The rows at ``rows`` (integers of any shape, or a slice; -1 is the last row, as numpy reads it), by
-        positional reads: a memory map's faults read ahead around each row and leave those pages mapped."""
+        """The rows at ``rows`` (any shape, or a slice) by positional reads (a memory map would keep pages)."""
         if isinstance(rows, slice):
             rows = np.arange(*rows.indices(self.shape[0]))
         index = np.asarray(rows, dtype=np.int64)
@@ -82,8 +74,7 @@ class VectorFile:
         return whole if dtype is None else whole.astype(dtype)
 
     def blocks(self, size: int) -> Iterator[tuple[int, np.ndarray]]:
-        """``(first row, rows)``, ``size`` rows at a time, read into one buffer reused for every block (a block
-        is valid until the next is read): the file passes through the page cache, not this process's memory."""
+        """``(first row, rows)``, ``size`` rows at a time, in one reused buffer (valid until the next read)."""
         n, dim = self.shape
         buffer = np.empty((min(size, max(n, 1)), dim), dtype=self.dtype)
         with open(self.path, "rb", buffering=0) as fh:
@@ -97,8 +88,7 @@ class VectorFile:
 
 
 def current(folder: Path, table: Any, dim: int) -> VectorFile:
-    """The vector file of ``table`` (a :class:`~.table.Table`, pinned to its version), written first if missing;
-    the files of its other versions, and leftovers of killed writes, are removed."""
+    """``table``'s vector file (written first if missing; other versions' files removed)."""
     path = folder / FOLDER / table.name / f"v{table.version}.npy"
     rows = table.count()
     if path.is_file():
@@ -145,6 +135,5 @@ def write(path: Path, table: Any, rows: int, dim: int) -> None:
 
 
 def drop(folder: Path, table: str) -> None:
-    """Remove every vector file of ``table`` (before the table itself is dropped: a table made again under that
-    name restarts its versions)."""
+    """Remove every vector file of ``table`` (before the table: a new one restarts its versions)."""
     shutil.rmtree(folder / FOLDER / table, ignore_errors=True)
