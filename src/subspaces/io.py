@@ -36,7 +36,9 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=_temp_suffix(target), dir=target.parent)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{target.name}.", suffix=".tmp" + "".join(target.suffixes), dir=target.parent
+        )
     except OSError as exc:  # named by the user's path, not by the temporary name
         raise _cannot_write(target, exc) from None
     os.close(fd)
@@ -54,20 +56,14 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             tmp_path.unlink()
 
 
-def _temp_suffix(target: Path) -> str:
-    return ".tmp" + "".join(target.suffixes)
-
-
 def _cannot_write(target: Path, exc: OSError) -> SubspacesError:
     reason = "it is a folder" if target.is_dir() else (exc.strerror or str(exc))
     return SubspacesError(f"cannot write {target}: {reason}")
 
 
 def check_writable(path: str | os.PathLike[str], what: str = "output", *, folder: bool = False) -> Path:
-    """Refuse an output path that will not take the file (``folder``: the folder), before any work is done: a
-    folder (a file), a path under a file, or a folder that refuses a new file (tried: a temporary file is made and
-    removed). ``what`` names the option (``"--json"``); the message names the user's path, never a temporary one.
-    Returns the path."""
+    """``path``, or a refusal before any work if it will not take the file (``folder``: the folder): a folder (a
+    file), a path under a file, or a folder that refuses a new file (tried). ``what`` names the option."""
     target = Path(path)
     if folder and target.exists() and not target.is_dir():
         raise SubspacesError(f"{what} {target} is a file; name a folder")
@@ -109,9 +105,8 @@ InputPaths = Mapping[str, StrPath | Sequence[StrPath] | None]
 
 
 def check_not_input(output: str | os.PathLike[str] | None, what: str, inputs: InputPaths) -> None:
-    """Refuse an output path that names one of the command's ``inputs`` (option -> its path, or paths; None: not
-    given), before any work: writing it would replace that input. ``what`` names the output's option
-    (``"--output"``); ``"-"`` (standard input or output) is no file."""
+    """Refuse, before any work, an output path that names one of the command's ``inputs`` (option -> its path or
+    paths; None: not given); ``"-"`` (standard input or output) is no file."""
     if output is None or str(output) == "-":
         return
     for name, given in inputs.items():
@@ -151,12 +146,9 @@ def embedding_format(path: str | os.PathLike[str]) -> str:
 
 
 def save_embeddings(path: str | os.PathLike[str], array: np.ndarray, texts: Sequence[str] | None = None) -> None:
-    """Write ``array`` atomically in the format of ``path``'s suffix (:func:`embedding_format`).
-
-    ``.parquet`` holds one column ``embedding`` of fixed-size float32 lists (what :func:`read_embedding_file`
-    and ``align apply`` read); ``.jsonl`` one ``{"text": ..., "embedding": [...]}`` object a line (``text`` when
-    ``texts`` is given), in row order.
-    """
+    """Write ``array`` atomically in the format of ``path``'s suffix: ``.npy``; ``.parquet``, one column
+    ``embedding`` of fixed-size float32 lists; ``.jsonl``, one ``{"text", "embedding"}`` object a row (``text``
+    when ``texts`` is given)."""
     kind = embedding_format(path)
     if texts is not None and len(texts) != len(array):
         raise ValueError(f"{len(texts)} texts for {len(array)} rows")
@@ -204,45 +196,42 @@ def open_text(path: str | os.PathLike[str], *, newline: str | None = None) -> IO
 STDIN = "-"
 
 
-def _open_lines(path: str | os.PathLike[str]) -> IO[str]:
-    """``open_text(path)``, or standard input read as UTF-8 for ``-`` (whatever the locale; newlines as a file's)."""
-    if str(path) == STDIN:
-        return io.StringIO(sys.stdin.buffer.read().decode("utf-8"), newline=None)
-    return open_text(path)
+@contextlib.contextmanager
+def _reading(source: object) -> Iterator[None]:
+    """Bytes that are not UTF-8, an unreadable file or a truncated gzip, as a :class:`DataError` naming ``source``."""
+    try:
+        yield
+    except UnicodeDecodeError as exc:
+        raise DataError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=source) from exc
+    except (OSError, EOFError) as exc:
+        raise DataError(f"cannot read: {exc}", path=source) from exc
 
 
 def read_lines(path: str | os.PathLike[str], *, skip_blank: bool = True, limit: int | None = None) -> list[str]:
-    """One text per line from ``.txt``, ``.txt.gz`` or standard input (``-``); blank lines are dropped when
-    ``skip_blank``.
-
-    Raises :class:`DataError` if the file is missing, not UTF-8, or holds no text.
-    """
+    """One text per line from ``.txt``, ``.txt.gz`` or standard input (``-``, read as UTF-8 whatever the locale);
+    blank lines are dropped when ``skip_blank``. A :class:`DataError` if missing, not UTF-8, or without text."""
     out: list[str] = []
-    source = "<stdin>" if str(path) == STDIN else path  # what the messages call it
-    try:
-        with _open_lines(path) as handle:
-            for line in handle:
-                text = line.rstrip("\n").rstrip("\r")
-                if skip_blank and not text.strip():
-                    continue
-                out.append(text)
-                if limit is not None and len(out) >= limit:
-                    break
-    except UnicodeDecodeError as exc:
-        raise DataError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=source) from exc
-    except (OSError, EOFError) as exc:  # truncated gzip, unreadable file
-        raise DataError(f"cannot read: {exc}", path=source) from exc
+    stdin = str(path) == STDIN
+    source = "<stdin>" if stdin else path  # what the messages call it
+    with (
+        _reading(source),
+        io.StringIO(sys.stdin.buffer.read().decode("utf-8"), newline=None) if stdin else open_text(path) as lines,
+    ):
+        for line in lines:
+            text = line.rstrip("\n").rstrip("\r")
+            if skip_blank and not text.strip():
+                continue
+            out.append(text)
+            if limit is not None and len(out) >= limit:
+                break
     if not out:
         raise DataError("holds no text", path=source)
     return out
 
 
 def read_queries(path: str | os.PathLike[str]) -> list[str]:
-    """One query per line, for results that answer the lines one for one (result i is line i + 1's).
-
-    A blank line between queries is refused with its number (dropping it would shift every later result onto the
-    wrong line; answering it would rank by an empty text); blank lines at the end are ignored (they shift nothing).
-    """
+    """One query per line, result i answering line i + 1: a blank line between queries is refused with its number
+    (dropping it would shift every later result), blank lines at the end are ignored."""
     lines = read_lines(path, skip_blank=False)
     while lines and not lines[-1].strip():
         lines.pop()
@@ -268,10 +257,9 @@ def base_suffix(path: str | os.PathLike[str]) -> str:
 
 
 def read_texts(path: str | os.PathLike[str], *, text_field: str = "text") -> list[str]:
-    """The texts of ``path``, in order: each line of a text file (or ``-``, standard input), blank lines kept as
-    empty texts; ``text_field`` of each object of JSON lines (``.jsonl``/``.ndjson``, blank lines skipped); the
-    ``text_field`` column of a ``.csv`` with a header row. Each may be gzipped. Other structured formats are
-    refused rather than read as lines of text."""
+    """The texts of ``path``, in order: each line of a text file or ``-`` (blank lines kept as empty texts); the
+    ``text_field`` of each JSON line (``.jsonl``/``.ndjson``); the ``text_field`` column of a ``.csv``. Each may be
+    gzipped; other structured formats are refused rather than read as lines of text."""
     kind = "" if str(path) == STDIN else base_suffix(path)
     if kind in NOT_TEXT_SUFFIXES:
         raise DataError(
@@ -281,12 +269,8 @@ def read_texts(path: str | os.PathLike[str], *, text_field: str = "text") -> lis
         )
     if kind not in TEXT_SUFFIXES:
         return read_lines(path, skip_blank=False)
-    try:
+    with _reading(path):
         texts = _read_jsonl_texts(path, text_field) if kind != ".csv" else _read_csv_texts(path, text_field)
-    except UnicodeDecodeError as exc:
-        raise DataError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=path) from exc
-    except (OSError, EOFError) as exc:
-        raise DataError(f"cannot read: {exc}", path=path) from exc
     if not texts:
         raise DataError("holds no rows", path=path)
     return texts
@@ -294,25 +278,19 @@ def read_texts(path: str | os.PathLike[str], *, text_field: str = "text") -> lis
 
 def read_jsonl(path: str | os.PathLike[str], *, label: object = None) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for each non-blank line of a JSON-lines file (``.gz`` read through, a byte-order
-    mark dropped). A line that is no JSON object, bytes that are not UTF-8 and an unreadable file are refused in
-    one line naming the file (``label``, default ``path``) and, where known, the line."""
+    mark dropped); anything else is refused naming the file (``label``, default ``path``) and the line."""
     where = path if label is None else label
-    try:
-        with open_text(path) as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line.removeprefix("\ufeff") if number == 1 else line)
-                except ValueError as exc:
-                    raise DataError(f"not JSON ({exc})", where, number) from None
-                if not isinstance(record, dict):
-                    raise DataError(f"expected a JSON object, got {_json_type(record)}", where, number)
-                yield number, record
-    except UnicodeDecodeError as exc:
-        raise DataError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", where) from None
-    except (OSError, EOFError) as exc:  # truncated gzip, unreadable file
-        raise DataError(f"cannot read: {exc}", where) from None
+    with _reading(where), open_text(path) as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line.removeprefix("\ufeff") if number == 1 else line)
+            except ValueError as exc:
+                raise DataError(f"not JSON ({exc})", where, number) from None
+            if not isinstance(record, dict):
+                raise DataError(f"expected a JSON object, got {_json_type(record)}", where, number)
+            yield number, record
 
 
 def _read_jsonl_texts(path: str | os.PathLike[str], field: str) -> list[str]:

@@ -1,9 +1,5 @@
-"""One progress display for every long loop (training, encoding, caching).
-
-On a terminal it is a tqdm bar; when stderr is not a terminal (a log file, CI, ``nohup``) it prints one plain line
-every ``interval`` seconds and one at the end, so a log shows the task moving instead of minutes of silence.
-The label names the task and its data ("train simcse on wordnet30_examples", "encode 40,943 FB15k-237 entities"),
-never a bare "Batches".
+"""One progress display for every long loop: a tqdm bar on a terminal, else one plain line every ``interval``
+seconds and one at the end (a log shows the task moving). The label names the task and its data, never "Batches".
 """
 
 from __future__ import annotations
@@ -30,14 +26,8 @@ def _duration(seconds: float) -> str:
 class Progress:
     """``with Progress(total, "train simcse on wiki1m", unit="step") as bar: bar.update(1, loss=0.12)``.
 
-    Args:
-        total: how many units the task has (None: unknown).
-        description: what is being done, on what data.
-        unit: the name of one unit ("step", "text", "batch").
-        initial: units already done (a resumed run).
-        enabled: False shows nothing (library calls, tests, non-main DDP ranks).
-        interval: seconds between plain lines when stderr is not a terminal.
-        stream: where to write (default: stderr).
+    ``total`` None: unknown; ``initial``: units already done (a resumed run); ``enabled`` False shows nothing
+    (library calls, tests, non-main DDP ranks); ``stream``: default stderr.
     """
 
     def __init__(

@@ -1,13 +1,8 @@
 """Quantized embeddings for storage: calibrated int8 (4x smaller) and packed binary (32x), searched with rescoring.
 
 int8 maps each dimension's range, read once from a calibration sample and saved, onto 256 levels, so every later
-query is coded alike (sentence-transformers' ranges come from the batch: one query alone gets all-zero codes).
-Search ranks by dot product: a shortlist in the quantized space (int8 x int8, or Hamming), re-ranked by the float
-query against the float corpus rows when given, else against the dequantized codes.
-
-    cal = calibrate_int8(corpus[:10_000])
-    codes = quantize(corpus, "int8", cal)
-    scores, ids = search(queries, codes, k=10, calibration=cal, rescore=4, corpus=corpus)
+query is coded alike. Search ranks by dot product: a shortlist in the quantized space (int8 x int8, or Hamming),
+re-ranked by the float query against the float corpus rows when given, else against the dequantized codes.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """Folders written whole: :func:`built_folder` (built beside, renamed into place), and a fitted estimator's folder:
-``state.npz`` (its arrays) beside a JSON config that records the state's SHA-256.
-
-Each file is replaced atomically, the state first, so a save interrupted between the two leaves a folder whose hash
-does not match, which :func:`read_state_folder` refuses. With ``hash_config`` the config also records the SHA-256 of
-its own fields (as parsed), so a value edited by hand is refused too.
+``state.npz`` beside a JSON config recording its SHA-256 (and, with ``hash_config``, that of its own fields). Each
+file is replaced atomically, the state first, so an interrupted save or a hand-edited config is refused on reading.
 """
 
 from __future__ import annotations
@@ -27,9 +24,8 @@ STATE_FILE = "state.npz"
 
 @contextlib.contextmanager
 def built_folder(target: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield a path beside ``target`` to build a folder at (its parent is a scratch folder for intermediates). When
-    the block ends without error, the folder replaces ``target`` in one rename (a folder already there is removed
-    first); the scratch is always deleted, so an interrupted build never leaves half a folder at ``target``."""
+    """Yield a path in a scratch folder beside ``target`` to build a folder at; without error it replaces ``target``
+    in one rename, and the scratch is always deleted (an interrupted build never leaves half a folder)."""
     final = Path(target)
     final.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))

@@ -1,9 +1,5 @@
-"""Map every row of a stored vector collection (.npy or .parquet) into another file, chunk by chunk, atomically.
-
-Input is read a chunk at a time (``.npy`` memory-mapped, ``.parquet`` batch by batch) and output written the same
-way (a memory-mapped ``.npy`` or a streaming parquet writer) into a temporary file that replaces the output only
-once every chunk is done, so collections larger than memory work and an interrupted run leaves nothing behind.
-``align apply`` and ``adapt apply`` both stream through :func:`map_vectors_file`.
+"""Map every row of a stored vector collection (.npy or .parquet) into another file, chunk by chunk, into a
+temporary file that replaces the output once complete: ``align apply`` and ``adapt apply`` both stream through it.
 """
 
 from __future__ import annotations
@@ -74,13 +70,8 @@ def map_vectors_file(
     chunk_size: int = 65_536,
     show_progress: bool = False,
 ) -> int:
-    """Write ``transform`` of every chunk of ``input_path`` to ``output_path`` (``width`` floats a row); returns the
-    row count.
-
-    The input is never modified (``output_path`` must be another file, ending in .npy or .parquet) and the output
-    appears only when complete. ``label`` starts the progress line (``"<label> <file name>: i/n rows"``).
-    """
-
+    """Write ``transform`` of every chunk of ``input_path`` to ``output_path`` (another file, .npy or .parquet;
+    ``width`` floats a row); returns the row count. ``label`` starts the progress line."""
     in_path, out_path = Path(input_path), Path(output_path)
     if int(chunk_size) < 1:
         raise SubspacesError(f"chunk_size must be at least 1, got {chunk_size}")

@@ -68,25 +68,20 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         epochs, batch_size, lr, weight_decay: AdamW over shuffled batches of rows; similarities are in-batch.
         topk: neighbours per row in the top-k term.
         pair_weight, topk_weight, rec_weight: the paper's three terms (see :mod:`subspaces.adapt.losses`).
-        rank_weight, rank_temperature: listwise KL self-distillation (ours; off by default).
-        var_weight, var_floor, corr_weight, tau_corr: MIC-style per-dimension variance floor and prefix
-            decorrelation on the output (ours; off by default).
+        rank_weight, rank_temperature, var_weight, var_floor, corr_weight, tau_corr: listwise self-distillation and
+            MIC-style variance floor and prefix decorrelation on the output (ours; off by default).
         sup_weight, sup_temperature: in-batch InfoNCE on the ``pairs`` given to :meth:`fit` (if any).
-        mined: 0 (default): batches are random rows. ``k > 0``: half of each batch is random rows of a seeded pool
-            of at most ``MINED_POOL`` rows (all of them, for fewer), the other half one of each of those rows' ``k``
-            nearest pool rows by the full vectors (found once), so the in-batch losses see the close neighbours
-            that top-10 search separates.
-        basis: ``"model"`` (default): g acts on the input coordinates; ``"pca"``: on the input rotated into its
-            principal axes (:func:`subspaces.vectors.principal_axes`; orthogonal, so every full-size cosine is kept), so
-            training starts from PCA truncation instead of raw truncation (ours).
+        mined: ``k > 0``: half of each batch is random rows of a seeded pool of at most ``MINED_POOL`` rows, the
+            other half one of each of those rows' ``k`` nearest pool rows (the close neighbours top-10 search
+            separates); 0: random rows.
+        basis: ``"pca"``: g acts on the input rotated into its principal axes (every full-size cosine kept), so
+            training starts from PCA truncation; ``"model"``: on the input coordinates.
         random_state: seeds the initialisation and the batch order.
-        verbose: show a progress display.
 
-    Fitted attributes: ``n_features_in_``, ``dims_`` (with the full size), ``scale_`` (mean input norm),
-    ``weights_`` (arrays of g, and ``rotation`` with ``basis="pca"``: the output is then close to the rotated
-    input, and training starts from that rotation instead of the identity), ``history_`` (mean loss per epoch),
-    ``loss_terms_`` (each unweighted term on a fixed batch, at the start and the end), ``fit_seconds_``,
-    ``fitted_on_`` (the precision, float32, and the CPU it was fitted on: :func:`subspaces.numerics.cpu_record`).
+    Fitted: ``n_features_in_``, ``dims_`` (with the full size), ``scale_`` (mean input norm), ``weights_`` (g's
+    arrays, and ``rotation`` with ``basis="pca"``), ``history_`` (mean loss per epoch), ``loss_terms_`` (each
+    unweighted term on a fixed batch at the start and the end), ``fit_seconds_``, ``fitted_on_``
+    (:func:`subspaces.numerics.cpu_record`).
     """
 
     def __init__(

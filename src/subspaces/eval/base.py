@@ -1,8 +1,5 @@
-"""The evaluator contract, in the spirit of sentence-transformers' ``SentenceEvaluator``.
-
-An evaluator is a callable ``evaluator(model) -> dict[str, float]`` naming one of its keys as the
-``primary_metric`` (the one that decides the best model) and whether larger is better. ``check()`` loads or
-validates what the evaluator will need, so a missing data set is reported before training, not after it.
+"""The evaluator contract: ``evaluator(model) -> dict[str, float]``, one key of which is the ``primary_metric`` that
+picks the best model (``greater_is_better``); ``check()`` reports a missing input before training, not after it.
 """
 
 from __future__ import annotations

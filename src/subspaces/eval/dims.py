@@ -1,10 +1,8 @@
 """How much of an embedding's quality its prefixes keep: probes and STS at truncated dimensions.
 
-Texts are encoded **once** at full size; dimension d uses the first d coordinates, re-normalised. Classification
-(Banking77, Emotion, TweetEval; MRPC and WiC on SentEval's pair features ``[u, v, |u - v|, u * v]``) is a
-standardised logistic-regression probe trained on train, scored on test; STS is Spearman x 100 of the prefix
-cosines. Each task reports its own convention (accuracy; TweetEval's official metrics), with accuracy and macro-F1
-under ``details``.
+Texts are encoded once at full size; dimension d uses the first d coordinates, re-normalised. Classification is a
+standardised logistic-regression probe (pairs on SentEval's ``[u, v, |u - v|, u * v]``), STS Spearman x 100 of the
+prefix cosines; each task reports its own metric, every metric under ``details``.
 """
 
 from __future__ import annotations
@@ -110,20 +108,12 @@ class DimsReport(JSONResult):
 
 @dataclass
 class DimsEvaluator(Evaluator):
-    """An :class:`~subspaces.eval.base.Evaluator` of every task at every prefix size.
+    """Every task at every prefix size: ``DimsEvaluator(dims=[16, None])(model)`` -> ``{"Banking77@16": .., ...,
+    "mean": ..}`` (the primary metric: over every task and dim); :meth:`report` gives the whole :class:`DimsReport`.
 
-    ``DimsEvaluator(dims=[16, 32, 64, None])(model)`` -> ``{"Banking77@16": .., ..., "mean": ..}``, ``mean`` (over
-    every task and dim) being the primary metric; :meth:`report` gives the whole :class:`DimsReport`.
-
-    Args:
-        tasks: names from :func:`known_tasks`.
-        dims: prefix sizes; ``None`` = the full size.
-        max_train, max_test: cap the rows of each split (a seeded random subset) to bound CPU time.
-        C: inverse L2 strength of the logistic-regression probe.
-        max_iter: iterations of its lbfgs solver.
-        random_state: seeds the subsets.
-        keep_predictions: also keep each test row's predicted label (``details[task][dim]["predictions"]``) and
-            the gold labels (``details[task]["gold"]``): what a paired bootstrap between two models resamples.
+    ``dims``: ``None`` is the full size; ``max_train``, ``max_test``: cap each split's rows (a seeded subset);
+    ``C``, ``max_iter``: the logistic-regression probe's; ``keep_predictions``: also keep the test rows' predicted
+    and gold labels in ``details``, what a paired bootstrap between two models resamples.
     """
 
     tasks: Sequence[str] = DEFAULT_TASKS

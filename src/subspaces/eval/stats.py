@@ -1,10 +1,6 @@
-"""The paired bootstrap: a difference between two systems scored on the same rows, with its 95 % interval.
-
-The *same* resampled rows score both systems, so the difficulty they share cancels out. Several seeds of one system
-go in as extra columns, averaged by the metric on each resample. The percentile interval suits statistics that are
-(close to) averages over rows; for others (a clustering score, a plug-in entropy) ``shift`` (the resampled
-differences' mean minus ``diff``) shows the small-sample bias, and an interval without ``diff`` says the bootstrap
-does not describe that statistic.
+"""The paired bootstrap: a difference between two systems scored on the same resampled rows (so the difficulty
+they share cancels out), with its 95 % percentile interval. That interval suits (near-)averages over rows; for other
+statistics ``shift`` shows the small-sample bias.
 """
 
 from __future__ import annotations
