@@ -96,7 +96,7 @@ def test_pair_sampler_on_hand_made_rows():
         row("u", "v", "c1", None),
     ]
     sampler = PairSampler(rows, batch_size=4, seed=0)
-    assert sorted(sampler.couples) == [(0, 1), (5, 7)]
+    assert sorted(sampler.units) == [(0, 1), (5, 7)]
     assert sampler.dropped == {
         "pair under one condition only": 1,
         "pair with equal labels under all its conditions": 2,

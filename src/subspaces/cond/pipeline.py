@@ -12,7 +12,7 @@ import numpy as np
 
 from subspaces.cond.recipe import CondTrainConfig
 from subspaces.cond.tasks import get_task
-from subspaces.cond.train import check_trainable, evaluate, fit, predict
+from subspaces.cond.train import check_trainable, evaluate, fit, predict, reset_cache_stats
 from subspaces.data.csts import write_predictions
 from subspaces.errors import SubspacesError
 from subspaces.models.conditional import (
@@ -229,8 +229,7 @@ def cache_benchmark(
         m.clear_caches(reset_stats=True)
         runs = {}
         for phase, conditions in passes.items():
-            for cache in m.caches().values():
-                cache.reset_stats()
+            reset_cache_stats(m)
             start = time.perf_counter()
             m.similarity(s1, s2, conditions)
             seconds = time.perf_counter() - start

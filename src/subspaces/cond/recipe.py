@@ -1,5 +1,5 @@
-"""The conditional-similarity recipe: every setting of ``cond train``, declared once with its help (the CLI derives
-its options and defaults from it; no torch is imported here)."""
+"""The conditional-similarity recipe: every setting of ``cond train`` with its help (the CLI derives its options
+from it; no torch here)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from subspaces.train.recipes import FitConfig
 
 @dataclass
 class CondTrainConfig(FitConfig):
-    """A conditional-similarity run: the model to build, the objective, and the loop's settings
-    (:class:`~subspaces.train.recipes.FitConfig`, with this task's defaults)."""
+    """A conditional-similarity run: the model to build, the objective, and the loop's settings."""
 
     arch: Literal["tri", "bi"] = field(
         default="tri", metadata={"help": "tri: sentence and condition encoded apart (cacheable); bi: (s, c) pairs."}

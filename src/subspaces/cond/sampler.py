@@ -1,9 +1,6 @@
-r"""Batches for conditional training: plain shuffled rows, or (high, low) condition pairs kept together.
-
-C-STS gives every sentence pair under a similar and a dissimilar condition; the pair objectives compare the two, so
-both rows must share a batch. ``batch(epoch, index)`` is a pure function of (seed, epoch, index), so a resumed run
-replays the same batches.
-"""
+"""Batches for conditional training: shuffled rows, or (high, low) condition pairs kept in one batch (the pair
+objectives compare the two). ``batch(epoch, index)`` is a pure function of (seed, epoch, index): a resumed run
+replays the same batches."""
 
 from __future__ import annotations
 
@@ -26,31 +23,24 @@ def pair_key(row: ConditionalPair) -> tuple[str, str]:
 
 @dataclass
 class _Sampler:
-    """Batches of ``units`` (a row index, or a couple of them) in a fixed shuffle per (seed, epoch); the ragged last
-    batch is kept. ``dropped`` counts the rows left out, per reason."""
+    """Batches of ``units`` (a row index, or a (high, low) couple of them) in a fixed shuffle per (seed, epoch); the
+    ragged last batch is kept. ``dropped`` counts the rows left out, per reason."""
 
     rows: Sequence[ConditionalPair]
     batch_size: int
     seed: int = 0
     dropped: Counter = field(init=False, default_factory=Counter)
-
-    @property
-    def units(self) -> Sequence[Any]:
-        raise NotImplementedError
-
-    @property
-    def per_batch(self) -> int:
-        return self.batch_size
+    units: list[Any] = field(init=False, default_factory=list)
+    rows_per_unit = 1
 
     def __len__(self) -> int:
-        return -(-len(self.units) // self.per_batch)
-
-    def _chosen(self, epoch: int, index: int) -> list[Any]:
-        k = self.per_batch
-        return [self.units[i] for i in epoch_order(self.seed, epoch, len(self.units))[index * k : (index + 1) * k]]
+        return -(-len(self.units) // (self.batch_size // self.rows_per_unit))
 
     def batch(self, epoch: int, index: int) -> list[int]:
-        return self._chosen(epoch, index)
+        """Row indices of batch ``index`` of ``epoch`` (couples as ``[hi0, lo0, hi1, lo1, ...]``)."""
+        k = self.batch_size // self.rows_per_unit
+        chosen = [self.units[i] for i in epoch_order(self.seed, epoch, len(self.units))[index * k : (index + 1) * k]]
+        return [i for unit in chosen for i in unit] if self.rows_per_unit > 1 else chosen
 
     def epoch(self, epoch: int) -> Iterator[list[int]]:
         """Row indices of each batch of ``epoch``."""
@@ -70,13 +60,10 @@ class _Sampler:
 
 @dataclass
 class PairSampler(_Sampler):
-    """Matches rows of the same sentence pair into ``(higher-labelled, lower-labelled)`` couples.
+    """Rows of one sentence pair matched into ``(higher-labelled, lower-labelled)`` couples; pairs that cannot be
+    ranked (one condition, equal labels) are dropped, and of more than two conditions the extremes kept."""
 
-    Pairs that cannot be ranked (one condition, or equal labels) are dropped; more than two conditions keep the
-    highest and lowest. A batch holds ``batch_size // 2`` couples ``[hi, lo, ...]``.
-    """
-
-    couples: list[tuple[int, int]] = field(init=False, default_factory=list)
+    rows_per_unit = 2
 
     def __post_init__(self) -> None:
         if self.batch_size < 2 or self.batch_size % 2:
@@ -96,50 +83,32 @@ class PairSampler(_Sampler):
             if self.rows[high].label == self.rows[low].label:
                 self.dropped["pair with equal labels under all its conditions"] += len(members)
                 continue
-            self.couples.append((high, low))
+            self.units.append((high, low))
             if len(members) > 2:
                 self.dropped["extra conditions beyond the highest and lowest"] += len(members) - 2
-        if not self.couples:
+        if not self.units:
             reasons = ", ".join(f"{n} {why}" for why, n in self.dropped.items()) or "no rows"
             raise SubspacesError(
                 f"no sentence pair is seen under two conditions with different labels ({reasons}); "
                 "pair objectives (quadruplet, infonce_mse) need C-STS-style data -- use --objective mse"
             )
 
-    @property
-    def units(self) -> list[tuple[int, int]]:
-        return self.couples
-
-    @property
-    def per_batch(self) -> int:
-        return self.batch_size // 2
-
-    def batch(self, epoch: int, index: int) -> list[int]:
-        """Row indices of batch ``index`` of ``epoch``: ``[hi0, lo0, hi1, lo1, ...]``."""
-        return [i for couple in self._chosen(epoch, index) for i in couple]
-
     def summary(self) -> str:
-        return self._summary(f"{2 * len(self.couples)} rows in {len(self.couples)} (high, low) pairs")
+        return self._summary(f"{2 * len(self.units)} rows in {len(self.units)} (high, low) pairs")
 
 
 @dataclass
 class RowSampler(_Sampler):
     """Shuffled batches of single rows (the ``mse`` objective); rows without a label are left out."""
 
-    indices: list[int] = field(init=False, default_factory=list)
-
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise SubspacesError(f"batch size must be positive, got {self.batch_size}")
-        self.indices = [i for i, r in enumerate(self.rows) if r.label is not None]
-        if len(self.indices) < len(self.rows):
-            self.dropped["no label"] = len(self.rows) - len(self.indices)
-        if not self.indices:
+        self.units = [i for i, r in enumerate(self.rows) if r.label is not None]
+        if len(self.units) < len(self.rows):
+            self.dropped["no label"] = len(self.rows) - len(self.units)
+        if not self.units:
             raise SubspacesError("no labelled rows to train on")
 
-    @property
-    def units(self) -> list[int]:
-        return self.indices
-
     def summary(self) -> str:
-        return self._summary(f"{len(self.indices)} rows")
+        return self._summary(f"{len(self.units)} rows")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from pathlib import Path
 
 from subspaces.data.csts import CSTS_LABEL_RANGE, ConditionalPair, load_csts, scale_label
@@ -14,10 +15,6 @@ from subspaces.errors import SubspacesError
 def condition_word(row: ConditionalPair) -> str:
     """WiC's target word without its part of speech: ``"carry (verb)" -> "carry"``."""
     return row.condition.rsplit(" (", 1)[0]
-
-
-def condition_text(row: ConditionalPair) -> str:
-    return row.condition
 
 
 @dataclass(frozen=True)
@@ -48,7 +45,7 @@ class Task:
 TASKS = {
     # A WiC test condition is seen when its target *word* occurs in train (41% of test).
     "wic": Task("wic", WIC_LABEL_RANGE, True, condition_word, "auc"),
-    "csts": Task("csts", CSTS_LABEL_RANGE, False, condition_text, "spearman"),
+    "csts": Task("csts", CSTS_LABEL_RANGE, False, attrgetter("condition"), "spearman"),
 }
 
 SPLITS = ("train", "validation", "test")  # both tasks' (WiC's dev is its validation)

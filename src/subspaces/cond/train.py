@@ -45,10 +45,8 @@ def total_steps(per_epoch: int, config: FitConfig) -> int:
     return steps if config.max_steps is None else min(steps, config.max_steps)
 
 
-def predict(model: ConditionalModel, rows: Sequence[ConditionalPair], batch_size: int = 256) -> np.ndarray:
-    return model.similarity(
-        [r.sentence1 for r in rows], [r.sentence2 for r in rows], [r.condition for r in rows], batch_size=batch_size
-    )
+def predict(model: ConditionalModel, rows: Sequence[ConditionalPair]) -> np.ndarray:
+    return model.similarity([r.sentence1 for r in rows], [r.sentence2 for r in rows], [r.condition for r in rows])
 
 
 def evaluate(
@@ -59,7 +57,7 @@ def evaluate(
     dev_rows: Sequence[ConditionalPair] | None = None,
     seen_keys: Sequence[str] | None = None,
 ) -> dict[str, Any]:
-    """Metrics on ``rows`` (overall, seen, unseen) plus the scores; binary tasks at a threshold chosen on
+    """Metrics on ``rows`` (overall, seen, unseen); binary tasks at a threshold chosen on
     ``dev_rows`` (without them ``rows`` are the dev split, as in training)."""
     labelled = [r for r in rows if r.label is not None]
     if not labelled:
@@ -81,7 +79,6 @@ def evaluate(
     )
     if threshold is not None:
         result["threshold"] = threshold
-    result["scores"] = scores
     return result
 
 
@@ -91,9 +88,7 @@ class DevEvaluator(Evaluator):
     greater_is_better = True
 
     def __init__(self, task: Task, rows: Sequence[ConditionalPair]) -> None:
-        self.task = task
-        self.rows = rows
-        self.primary_metric = task.selection_metric
+        self.task, self.rows, self.primary_metric = task, rows, task.selection_metric
 
     def __call__(self, model: ConditionalModel) -> dict[str, float]:
         return {k: float(v) for k, v in evaluate(model, self.task, self.rows)["metrics"].items()}
@@ -184,7 +179,7 @@ def fit(
         ).run()
     model.eval()
     if model.freeze_encoder:
-        _reset_stats(model)  # the cached embeddings stay valid; only training's lookups are forgotten
+        reset_cache_stats(model)  # the cached embeddings stay valid; only training's lookups are forgotten
     else:
         model.clear_caches(reset_stats=True)  # embeddings from mid-training encoders are stale
     best_epoch = None if result.best_step is None else (result.best_step - 1) // per_epoch
@@ -234,9 +229,9 @@ def _warm_caches(
         model.embed_sentences(sentences, f"cond {name}: encoding {len(sentences):,} sentences")
         conditions = sorted({r.condition for r in rows})
         model.embed_conditions(conditions, f"cond {name}: encoding {len(conditions):,} conditions")
-    _reset_stats(model)
+    reset_cache_stats(model)
 
 
-def _reset_stats(model: TriEncoder | BiEncoder) -> None:
+def reset_cache_stats(model: TriEncoder | BiEncoder) -> None:
     for cache in model.caches().values():
         cache.reset_stats()

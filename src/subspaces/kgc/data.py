@@ -1,8 +1,6 @@
-"""Knowledge-graph datasets as integer triples plus entity and relation names.
-
-Layouts: WN18RR in SimKGC's (``{train,valid,test}.txt`` of synset ids, ``wordnet-mlj12-definitions.txt``) and
-FB15k-237 (Freebase mids, ``FB15k_mid2name.txt``; no descriptions). Relations are ``0..R-1``; the inverse of ``r``
-is ``r + R``, which asks head prediction as tail prediction (SimKGC's backward direction).
+"""Knowledge-graph datasets as integer triples plus entity and relation names: WN18RR in SimKGC's layout and
+FB15k-237 (names only). Relations are ``0..R-1``; the inverse of ``r`` is ``r + R`` (head prediction asked as tail
+prediction: SimKGC's backward direction).
 """
 
 from __future__ import annotations
@@ -69,16 +67,9 @@ def wn18rr_name(token: str) -> str:
     return word.replace("_", " ").strip()
 
 
-def wn18rr_relation(relation: str) -> str:
-    """``_derivationally_related_form`` -> ``derivationally related form``."""
-    return relation.replace("_", " ").strip()
-
-
 def fb15k237_relation(relation: str) -> str:
-    """SimKGC's wording of a Freebase relation path: tokens deduplicated, leaf first.
-
-    ``/people/person/spouse_s./people/marriage/type_of_union`` -> ``type of union marriage spouse s person people``.
-    """
+    """SimKGC's wording of a Freebase relation path, tokens deduplicated, leaf first: ``/people/person/spouse_s./
+    people/marriage/type_of_union`` -> ``type of union marriage spouse s person people``."""
     tokens = relation.replace("./", "/").replace("_", " ").strip().split("/")
     kept: list[str] = []
     for token in tokens:
@@ -95,38 +86,23 @@ def _find(folder: Path, stem: str) -> Path:
     raise DataError(f"missing {stem} (or {stem}.gz)", path=folder)
 
 
-def read_triples(path: Path) -> list[tuple[str, str, str, int]]:
-    """``head \\t relation \\t tail`` lines -> ``(head, relation, tail, line_number)``; blank lines skipped."""
-    rows: list[tuple[str, str, str, int]] = []
+def read_table(path: Path, columns: int, *, exact: bool = False) -> list[tuple[list[str], int]]:
+    """Tab-separated lines of ``columns`` stripped fields (extra tabs belong to the last one unless ``exact``) and
+    their line numbers; blank lines skipped."""
+    rows: list[tuple[list[str], int]] = []
     try:
         with open_text(path) as handle:
             for lineno, line in enumerate(handle, start=1):
                 line = line.rstrip("\r\n")
                 if not line.strip():
                     continue
-                parts = line.split("\t")
-                if len(parts) != 3 or not all(p.strip() for p in parts):
-                    raise DataError(f"expected 'head<TAB>relation<TAB>tail', got {line[:80]!r}", path=path, line=lineno)
-                rows.append((parts[0].strip(), parts[1].strip(), parts[2].strip(), lineno))
+                parts = [p.strip() for p in (line.split("\t") if exact else line.split("\t", columns - 1))]
+                if len(parts) != columns or not all(parts if exact else parts[:1]):
+                    expected = f"expected {columns} tab-separated fields, got {line[:80]!r}"
+                    raise DataError(expected, path=path, line=lineno)
+                rows.append((parts, lineno))
     except UnicodeDecodeError as exc:
         raise DataError(f"not UTF-8 text ({exc.reason})", path=path) from exc
-    if not rows:
-        raise DataError("holds no triples", path=path)
-    return rows
-
-
-def _read_table(path: Path, columns: int) -> list[tuple[list[str], int]]:
-    """Tab-separated lines with at least ``columns`` fields (extra tabs belong to the last field)."""
-    rows: list[tuple[list[str], int]] = []
-    with open_text(path) as handle:
-        for lineno, line in enumerate(handle, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            parts = line.split("\t", columns - 1)
-            if len(parts) != columns or not parts[0].strip():
-                raise DataError(f"expected {columns} tab-separated fields, got {line[:80]!r}", path=path, line=lineno)
-            rows.append((parts, lineno))
     if not rows:
         raise DataError("holds no rows", path=path)
     return rows
@@ -144,7 +120,7 @@ def _index_splits(
     for split in SPLITS:
         path = _find(folder, f"{split}.txt")
         rows = []
-        for head, relation, tail, lineno in read_triples(path):
+        for (head, relation, tail), lineno in read_table(path, 3, exact=True):
             for entity in (head, tail):
                 if entity not in entity_index:
                     raise DataError(f"unknown entity id {entity!r} (it has no entity text)", path=path, line=lineno)
@@ -166,18 +142,17 @@ def load_wn18rr(folder: str | Path) -> KnowledgeGraph:
     names: list[str] = []
     descriptions: list[str] = []
     index: dict[str, int] = {}
-    for (synset, token, definition), lineno in _read_table(definitions, 3):
-        synset = synset.strip()
+    for (synset, token, definition), lineno in read_table(definitions, 3):
         if synset in index:
             raise DataError(f"entity id {synset!r} defined twice", path=definitions, line=lineno)
-        name = wn18rr_name(token.strip())
+        name = wn18rr_name(token)
         if not name:
             raise DataError(f"empty entity name in {token!r}", path=definitions, line=lineno)
         index[synset] = len(ids)
         ids.append(synset)
         names.append(name)
-        descriptions.append(definition.strip())
-    splits, relations = _index_splits(folder, index, wn18rr_relation)
+        descriptions.append(definition)
+    splits, relations = _index_splits(folder, index, lambda r: r.replace("_", " ").strip())
     return KnowledgeGraph("wn18rr", ids, names, descriptions, relations, splits)
 
 
@@ -186,13 +161,13 @@ def load_fb15k237(folder: str | Path) -> KnowledgeGraph:
     folder = Path(folder)
     names_path = _find(folder, "FB15k_mid2name.txt")
     mid_names: dict[str, str] = {}
-    for (mid, name), _lineno in _read_table(names_path, 2):
-        mid_names[mid.strip()] = name.replace("_", " ").strip()
+    for (mid, name), _lineno in read_table(names_path, 2):
+        mid_names[mid] = name.replace("_", " ").strip()
     ids: list[str] = []
     index: dict[str, int] = {}
     for split in SPLITS:
         path = _find(folder, f"{split}.txt")
-        for head, _relation, tail, lineno in read_triples(path):
+        for (head, _relation, tail), lineno in read_table(path, 3, exact=True):
             for entity in (head, tail):
                 if entity in index:
                     continue

@@ -1,10 +1,5 @@
-"""Graph lookups: known tails per (head, relation), and the undirected link graph of training neighbours.
-
-``KnownTails`` serves two purposes with different triple sets: built from *training* triples (with inverses) it
-gives SimKGC's false-negative masks; built from *all* splits it gives the filter of the filtered ranking protocol.
-``LinkGraph`` holds the training neighbours of each entity (both directions, relation ignored); SimKGC uses it
-to append neighbour names to short entity texts and for the optional n-hop re-ranking.
-"""
+"""Graph lookups: known tails per (head, relation) -- from training triples SimKGC's false-negative masks, from
+all splits the filter of the filtered ranking -- and the undirected link graph of training neighbours."""
 
 from __future__ import annotations
 
@@ -24,9 +19,6 @@ class KnownTails:
 
     def __call__(self, head: int, relation: int) -> set[int]:
         return self._tails.get((head, relation), set())
-
-    def __len__(self) -> int:
-        return len(self._tails)
 
 
 class LinkGraph:

@@ -223,18 +223,15 @@ def _training_inputs(model: ConditionalModel, texts: KGCTexts, examples: np.ndar
 
 
 class RankingEvaluator(Evaluator):
-    """Filtered ranking of one split (forward and backward averaged); the primary metric is MRR.
-
-    Called with the loss the engine trains (or a model); the loss is in eval mode then, so no margin applies.
-    ``select=False`` tracks the split (MRR after each epoch) without choosing a state on it.
-    """
+    """Filtered ranking of one split of the model (or of the loss the engine trains, in eval mode: no margin); MRR
+    picks the state kept, or with ``select=False`` is only tracked."""
 
     primary_metric = "mrr"
     greater_is_better = True
 
     def __init__(self, kg: KnowledgeGraph, split: str, texts: KGCTexts, *, select: bool = True) -> None:
         self.kg, self.split, self.texts = kg, split, texts
-        self.select = select  # False: only record each epoch's MRR; the last state is the one kept
+        self.select = select
 
     def is_better(self, score: float, best: float | None) -> bool:
         return super().is_better(score, best) if self.select else True
@@ -261,25 +258,16 @@ def evaluate_model(
     ties: Ties = "realistic",
     n_hop: int = 0,
     neighbour_weight: float = 0.05,
-    neighbour_names: bool | None = None,
-    normalize_queries: bool | None = None,
-    max_length: int | None = None,
-    batch_size: int = 64,
     model_name: str | None = None,
     show_progress: bool = True,
     device: str = "cpu",
 ) -> KGCEvalResult:
-    """Filtered ranking of ``split`` against every entity, forward (tails), backward (heads) and their average.
-
-    ``model`` is a trained KGC folder, a model object, or a plain encoder name/folder (the zero-shot bi-encoder).
-    ``n_hop > 0`` adds SimKGC's graph re-ranking (under ``rerank``); ``normalize_queries`` (default: as the model was
-    trained) False scores raw query vectors, which changes only the re-ranked figures.
-    """
+    """Filtered ranking of ``split`` against every entity, forward (tails), backward (heads) and their average, of a
+    trained KGC folder, a model object, or a plain encoder (the zero-shot bi-encoder). ``n_hop > 0`` adds SimKGC's
+    graph re-ranking (under ``rerank``), with raw query vectors where the model trained with them."""
     from subspaces.models.encoder import resolve_device
 
     resolve_device(device)
-
-    # neither a KGC folder nor an encoder: say so, not "name the dataset"
     is_folder = not isinstance(model, torch.nn.Module) and is_trained_folder(model, "kgc")
     metadata: dict = read_config(model, task="kgc")["metadata"] if is_folder else {}  # type: ignore[arg-type]
     if dataset is None:
@@ -294,13 +282,12 @@ def evaluate_model(
         kgc_model = load_or_zero_shot(
             model,
             task="kgc",
-            max_length=max_length,
             zero_shot_max_length=DEFAULT_MAX_LENGTH,
             cache=CacheSettings(disk=disk_cache),
             device=device,
         )
     kgc_model.store.show_progress = show_progress
-    kgc_model.store.batch_size = batch_size
+    kgc_model.store.batch_size = 64
     kgc_model.store.reset_stats()  # the statistics are this evaluation's (vectors already held stay valid)
     if isinstance(kgc_model, TriEncoder):
         kgc_model.params_cache.reset_stats()
@@ -311,9 +298,8 @@ def evaluate_model(
             "retrain it (kgc train), or evaluate it with the release that wrote it"
         )
     if texts is None:
-        texts = KGCTexts.build(kg, metadata.get("neighbour_names", neighbour_names))
-    if normalize_queries is None:
-        normalize_queries = bool(metadata.get("train", {}).get("normalize_queries", True))
+        texts = KGCTexts.build(kg, metadata.get("neighbour_names"))
+    normalize_queries = bool(metadata.get("train", {}).get("normalize_queries", True))
     known = KnownTails(np.concatenate([kg.with_inverses(s) for s in kg.splits]))  # the filter: every split's triples
     forward = kg.splits[split]
     queries = kg.with_inverses(split)  # forward queries, then their inverses (the backward direction)

@@ -1,12 +1,9 @@
 """Filtered rank evaluation of link prediction against every entity (SimKGC's protocol).
 
-For a query ``(h, r, ?)`` with answer ``t`` every entity is scored; the other known answers (in any split) are
-*filtered* out; the head itself stays a candidate, as in SimKGC. Ties rank ``1 + #(better) + #(tied others) / 2``
-by default ("realistic", as PyKEEN), ``optimistic`` without the tied term, ``pessimistic`` with it in full.
-
-Scores are cosines, or with ``normalize_queries=False`` the raw query against unit entity vectors (Hyper-CL's
-released evaluation): a query's norm changes only its scores against the re-ranking bonus. Head prediction is tail
-prediction with the inverse relation (*backward*); ``average`` is the mean of both directions, as SimKGC reports.
+For a query ``(h, r, ?)`` with answer ``t`` every entity is scored and the other known answers (in any split) are
+filtered out; the head stays a candidate. Ties rank ``1 + #better + #tied / 2`` ("realistic", as PyKEEN),
+``optimistic`` without the tied term, ``pessimistic`` with it in full. ``average`` is the mean of the forward and
+backward (inverse relation) directions, as SimKGC reports.
 """
 
 from __future__ import annotations
@@ -29,10 +26,8 @@ def filtered_ranks(
     filtered: Sequence[Iterable[int]],
     ties: Ties = "realistic",
 ) -> np.ndarray:
-    """Rank (1 = best) of ``targets[i]`` in row ``i`` of ``scores`` once ``filtered[i]`` are removed.
-
-    ``filtered[i]`` may contain the target; it is kept. Rows are not modified.
-    """
+    """Rank (1 = best) of ``targets[i]`` in row ``i`` of ``scores`` once ``filtered[i]`` (the target kept if
+    there) are removed; ``scores`` are not modified."""
     if ties not in ("realistic", "optimistic", "pessimistic"):
         raise ValueError(f"ties must be realistic, optimistic or pessimistic, got {ties!r}")
     scores = scores.detach().float().clone()
@@ -41,10 +36,7 @@ def filtered_ranks(
     target_scores = scores[rows, target_index]
     if not torch.isfinite(target_scores).all():
         raise ValueError("a target scored NaN or inf; the model's outputs are broken")
-    for i, others in enumerate(filtered):
-        drop = [e for e in others if e != int(target_index[i])]
-        if drop:
-            scores[i, drop] = -torch.inf
+    _filter(scores, target_index.tolist(), filtered)
     scores[rows, target_index] = -torch.inf  # count the others only
     better = (scores > target_scores[:, None]).sum(dim=1).double()
     tied = (scores == target_scores[:, None]).sum(dim=1).double()
@@ -55,6 +47,14 @@ def filtered_ranks(
     else:
         ranks = 1 + better + tied / 2
     return ranks.numpy()
+
+
+def _filter(scores: torch.Tensor, targets: Sequence[int], filtered: Sequence[Iterable[int]]) -> None:
+    """Score -inf, in place, every entity of ``filtered[i]`` but ``targets[i]``."""
+    for i, others in enumerate(filtered):
+        drop = [e for e in others if e != targets[i]]
+        if drop:
+            scores[i, drop] = -torch.inf
 
 
 def rank_metrics(ranks: np.ndarray) -> dict[str, float]:
@@ -90,7 +90,6 @@ def rank_queries(
     queries: np.ndarray,
     known: KnownTails,
     *,
-    batch_size: int = 256,
     ties: Ties = "realistic",
     top_k: int = 10,
     graph: LinkGraph | None = None,
@@ -98,25 +97,19 @@ def rank_queries(
     neighbour_weight: float = 0.05,
     normalize_queries: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Ranks of ``queries[:, 2]`` for the queries ``(h, r, t)`` scored by cosine, and each query's filtered top-k.
-
-    ``query_vectors[i]`` is the embedding of query ``i`` (already conditioned on its relation); with
-    ``normalize_queries=False`` it is used as it is (see the module's docstring).
-    """
+    """Ranks of ``queries[:, 2]`` for the queries ``(h, r, t)`` by cosine (``normalize_queries=False``: the raw
+    query vectors against unit entity vectors, as Hyper-CL's evaluation), and each query's filtered top-k."""
     q = normalize_rows(query_vectors.float()) if normalize_queries else query_vectors.float()
     e = normalize_rows(entity_vectors.float())
     ranks: list[np.ndarray] = []
     tops: list[np.ndarray] = []
-    for start in range(0, len(queries), batch_size):
-        batch = queries[start : start + batch_size]
-        scores = q[start : start + batch_size] @ e.T
+    for start in range(0, len(queries), 256):
+        batch = queries[start : start + 256]
+        scores = q[start : start + 256] @ e.T
         if graph is not None and n_hop > 0:
             scores = rerank_by_graph(scores, batch[:, 0], graph, n_hop, neighbour_weight)
         filtered = [known(int(h), int(r)) for h, r, _t in batch.tolist()]
         ranks.append(filtered_ranks(scores, batch[:, 2], filtered, ties))
-        for i, others in enumerate(filtered):
-            drop = [x for x in others if x != int(batch[i, 2])]
-            if drop:
-                scores[i, drop] = -torch.inf
+        _filter(scores, batch[:, 2].tolist(), filtered)
         tops.append(scores.topk(min(top_k, scores.shape[1]), dim=1).indices.numpy())
     return np.concatenate(ranks), np.concatenate(tops)

@@ -1,8 +1,6 @@
-"""The KGC recipe, :class:`KGCTrainConfig` (every setting of ``kgc train``, declared once with its help; the CLI
-derives its options and defaults from it, and no torch is imported here), and named configurations of released
-code (:data:`RECIPES`). A caller's explicit value wins over a recipe's:
-``train_pipeline(output=..., **recipe_settings("hypercl-wn18rr", "tri"), recipe="hypercl-wn18rr")``.
-"""
+"""The KGC recipe, :class:`KGCTrainConfig` (every setting of ``kgc train`` with its help; the CLI derives its
+options from it; no torch here), and named configurations of released code (:data:`RECIPES`), which a caller's
+explicit values override."""
 
 from __future__ import annotations
 
@@ -19,8 +17,7 @@ Ties = Literal["realistic", "optimistic", "pessimistic"]  # how tied scores rank
 @dataclass
 class KGCTrainConfig(FitConfig):
     """A KGC run: the model to build, SimKGC's objective, the entity texts, the evaluation, and the loop's settings
-    (:class:`~subspaces.train.recipes.FitConfig`; SimKGC's defaults where they apply to CPU: weight
-    decay 1e-4, clipping at 10, warm-up as a step count, capped at a tenth of the run)."""
+    (SimKGC's defaults where they apply to CPU; warm-up capped at a tenth of the run)."""
 
     arch: Literal["bi", "tri"] = field(default="tri", metadata={"help": "bi (SimKGC) or tri (Hyper-CL tri-encoder)."})
     head: Literal["hypernet", "concat", "hadamard"] = field(default="hypernet", metadata={"help": "Tri-encoder head."})

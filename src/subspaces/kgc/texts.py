@@ -1,9 +1,6 @@
-"""Entity texts as SimKGC builds them: ``"name: description"``, plus neighbour names when the description is short.
-
-SimKGC's ``--use-link-graph`` appends the names of the first 10 training neighbours (by dataset id) to descriptions
-under 20 words; in training it leaves the example's other end out of each side's neighbours, which a cacheable text
-per entity cannot. :class:`KGCTexts` holds both views: ``entities`` (all training neighbours) and, with
-``per_example``, :meth:`KGCTexts.training_texts`.
+"""Entity texts as SimKGC builds them: ``"name: description"``, plus the names of the first 10 training neighbours
+(by dataset id) when the description is under 20 words. In training SimKGC leaves each example's other end out of
+the neighbours, which one cacheable text per entity cannot: :class:`KGCTexts` holds both views.
 """
 
 from __future__ import annotations
@@ -36,31 +33,16 @@ def entity_text(
     return join_name_description(kg.entity_names[entity], description)
 
 
-def neighbour_graph(kg: KnowledgeGraph, neighbour_names: bool | None = None) -> LinkGraph | None:
-    """The training link graph whose neighbour names extend short descriptions, or None without them.
-
-    ``neighbour_names`` defaults to on where the dataset has no descriptions (FB15k-237). A well-connected entity
-    shows its first 10 neighbours by dataset id, as SimKGC's.
-    """
-    if neighbour_names is None:
-        neighbour_names = not any(kg.entity_descriptions)
-    if not neighbour_names:
-        return None
-    return LinkGraph(kg.splits["train"], kg.num_entities, kg.entity_ids)
-
-
 def entity_texts(kg: KnowledgeGraph, neighbour_names: bool | None = None) -> list[str]:
-    """One text per entity (the test-time view: all training neighbours); see :func:`neighbour_graph`."""
+    """One text per entity (the test-time view: all training neighbours)."""
     return KGCTexts.build(kg, neighbour_names).entities
 
 
 @dataclass
 class KGCTexts:
-    """The texts a model reads for one graph: one per entity and one per relation (inverses included).
-
-    ``link_graph`` set means SimKGC's neighbour names are used; ``per_example`` then makes :meth:`training_texts`
-    leave each example's other end out of both sides' neighbours (against label leakage, as SimKGC).
-    """
+    """The texts a model reads for one graph: one per entity and one per relation (inverses included); with a
+    ``link_graph`` and ``per_example``, :meth:`training_texts` leave each example's other end out of the neighbours
+    (against label leakage, as SimKGC)."""
 
     kg: KnowledgeGraph
     entities: list[str]
@@ -70,8 +52,11 @@ class KGCTexts:
 
     @classmethod
     def build(cls, kg: KnowledgeGraph, neighbour_names: bool | None = None, *, per_example: bool = False) -> KGCTexts:
-        """Entity texts (the test-time view), relation names, and the link graph if neighbour names are used."""
-        graph = neighbour_graph(kg, neighbour_names)
+        """Entity texts (the test-time view), relation names, and the training link graph when neighbour names
+        extend short descriptions (by default where the dataset has none: FB15k-237)."""
+        if neighbour_names is None:
+            neighbour_names = not any(kg.entity_descriptions)
+        graph = LinkGraph(kg.splits["train"], kg.num_entities, kg.entity_ids) if neighbour_names else None
         entities = [entity_text(kg, e, graph) for e in range(kg.num_entities)]
         return cls(kg, entities, kg.relation_texts(), graph, per_example)
 

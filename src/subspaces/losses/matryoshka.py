@@ -1,16 +1,5 @@
-"""Matryoshka Representation Learning (Kusupati et al., 2022) over SimCSE's InfoNCE.
-
-MRL trains every nested prefix of the embedding at once::
-
-    L_MRL = Σ_d  w_d · L(normalize(h[:, :d]))        for d in the chosen dims (e.g. 16, 32, 64, 128, 384)
-
-sentence-transformers' :class:`~sentence_transformers.sentence_transformer.losses.MatryoshkaLoss` computes exactly
-this sum, so this module builds that loss around :class:`~subspaces.losses.simcse.SimCSELoss` and checks the dims.
-
-One catch, fixed here: unsupervised SimCSE encodes *the same* features dict twice, and MatryoshkaLoss's output cache
-would then hold one dict twice, so the smaller prefixes would see no dropout noise between their views.
-:class:`MatryoshkaSimCSELoss` hands the inner loss two shallow copies (a test checks it against two explicit views).
-"""
+"""Matryoshka Representation Learning (Kusupati et al., 2022): SimCSE's InfoNCE at every nested prefix
+``normalize(h[:, :d])``, summed with weights, through sentence-transformers' ``MatryoshkaLoss``."""
 
 from __future__ import annotations
 
@@ -24,11 +13,10 @@ from subspaces.losses.settings import InfoNCESettings
 from subspaces.losses.simcse import SimCSELoss
 from subspaces.vectors import resolve_dims
 
-__all__ = ["MatryoshkaLoss", "MatryoshkaSimCSELoss", "matryoshka_simcse_loss"]
-
 
 class MatryoshkaSimCSELoss(MatryoshkaLoss):
-    """sentence-transformers' MatryoshkaLoss that gives each unsupervised view its own features dict."""
+    """MatryoshkaLoss that gives each unsupervised view its own features dict: its output cache would otherwise hold
+    one dict twice, and the smaller prefixes would see no dropout noise between their views."""
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         features = list(sentence_features)
@@ -46,15 +34,8 @@ def matryoshka_simcse_loss(
     temperature: float = InfoNCESettings.temperature,
     hard_negative_weight: float = InfoNCESettings.hard_negative_weight,
 ) -> MatryoshkaSimCSELoss:
-    """MRL with SimCSE's InfoNCE at every prefix in ``dims`` (``None`` = full size).
-
-    Args:
-        model: the ``SentenceTransformer`` being trained.
-        dims: nested prefix sizes; the full size should be among them or the full vector is not trained.
-        weights: one weight per entry of ``dims`` (same order); default 1 each.
-        temperature, hard_negative_weight: of the inner :class:`SimCSELoss` (1 column: unsupervised dropout views;
-            2-3 columns: supervised pairs / triplets with hard negatives).
-    """
+    """MRL with SimCSE's InfoNCE at every prefix in ``dims`` (``None``: the full size), one weight per dim
+    (default 1 each)."""
     full = model.get_embedding_dimension()
     if weights is not None and len(weights) != len(dims):
         raise DimensionError(f"{len(weights)} weight(s) for {len(dims)} dim(s): give one weight per dim")

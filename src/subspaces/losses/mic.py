@@ -1,20 +1,10 @@
-"""MIC: Matryoshka training with self-distillation and two geometric regularisers on the nested prefixes.
+"""MIC: Matryoshka training plus self-distillation and two geometric regularisers on the nested prefixes.
 
-``L_MIC = L_MRL + γ · L_align + β · L_distill``, where ``L_align`` averages ``L_SCR(l, d) + λ_sir · L_SIR(l, d)`` over
-the (layer l, prefix d) pairs of ``layer_prefix_mapping`` (``"all"``: every chosen layer with every nested dim;
-``"paired"``: the i-th shallowest layer with the i-th smallest dim) and the step's forward passes:
-
-- **Soft Collapse Regularisation** (token states of layer l): a hinge on the cross-correlation of the prefix and
-  residual blocks, plus a per-dimension std floor (as VICReg's), so decorrelation cannot shrink dimensions to
-  constants.
-- **Spectral Isotropy Regularisation** (mean-pooled prefix): the coefficient of variation of the per-dimension
-  variances plus a uniformity term.
-- **Self-distillation**: each prefix learns, by a row-wise KL, the in-batch similarities of the full (detached)
-  embedding.
-
-The formulas, what is the paper's and what is ours, and how the defaults (:class:`MICSettings`) were chosen:
-docs/matryoshka.md. Variances are population ones. :class:`MICLoss` switches ``output_hidden_states`` on only while
-it runs, so the saved model has MRL's architecture, config and encode speed.
+``L_MIC = L_MRL + γ · L_align + β · L_distill``; ``L_align`` averages ``L_SCR + λ_sir · L_SIR`` over the (layer,
+prefix) pairs of ``layer_prefix_mapping`` (``all``: every layer with every dim; ``paired``: i-th shallowest layer with
+i-th smallest dim). SCR decorrelates prefix and residual token states with a per-dimension std floor; SIR evens the
+pooled prefix's per-dimension variances and adds uniformity; distillation teaches each prefix the full embedding's
+in-batch similarities. Formulas and defaults (:class:`MICSettings`): docs/matryoshka.md.
 """
 
 from __future__ import annotations
@@ -34,12 +24,8 @@ from subspaces.models.pooling import masked_mean
 
 
 def token_statistics(hidden: Tensor, attention_mask: Tensor, eps: float = 1e-6) -> tuple[Tensor, Tensor]:
-    """Correlation of every dimension pair over the real tokens, and the per-sequence stds.
-
-    Each dimension of ``hidden`` (B, T, H) is standardised within its own sequence (mean and std over that
-    sequence's unmasked tokens). Returns R (H × H) = the standardised products averaged over all real tokens, and
-    std (B, H) = the per-sequence std of the raw states (sqrt(var + eps)).
-    """
+    """R (H × H): products of ``hidden`` (B, T, H) standardised within each sequence, averaged over the real tokens;
+    and std (B, H): each sequence's std of the raw states (sqrt(var + eps))."""
     mask = attention_mask.to(hidden.dtype).unsqueeze(-1)  # (B, T, 1)
     count = mask.sum(1).clamp(min=1.0)  # (B, 1)
     mean = (hidden * mask).sum(1) / count
@@ -116,10 +102,8 @@ def _similarity_rows(embeddings: Tensor, temperature: float) -> Tensor:
 
 
 def self_distillation(embeddings: Tensor, dim: int, *, temperature: float = 0.05) -> Tensor:
-    """KL(teacher ‖ student) per similarity row, averaged over rows: the full embedding (detached) teaches its prefix.
-
-    ``embeddings`` (B, D) are one pass's sentence embeddings; the student is their first ``dim`` coordinates.
-    """
+    """KL(teacher ‖ student) per similarity row, averaged: the full ``embeddings`` (B, D), detached, teach their
+    first ``dim`` coordinates."""
     if embeddings.ndim != 2 or embeddings.shape[0] < 2:
         raise DimensionError(f"self-distillation needs a (batch >= 2, D) matrix, got shape {tuple(embeddings.shape)}")
     if not 0 < dim <= embeddings.shape[1]:
@@ -135,20 +119,11 @@ def paired_layers(num_layers: int, count: int) -> list[int]:
 
 
 class MICLoss(nn.Module):
-    """MRL + γ · L_align + β · L_distill, as a sentence-transformers loss modifier.
+    """MRL + γ · L_align + β · L_distill around the MRL ``loss``, for a ``model`` whose first module is a transformer.
 
-    After each forward, ``last_terms`` holds every term's size (unweighted means over passes, layers and dims):
-    ``mrl``, ``scr_corr``, ``scr_var``, ``scr`` (= λ_corr·corr + λ_var·var), ``sir_cv``, ``sir_unif``, ``sir``,
-    ``distill`` and ``total`` (the returned loss).
-
-    Args:
-        model: the ``SentenceTransformer`` being trained; its first module must be a transformer.
-        loss: the MRL loss (e.g. :func:`subspaces.losses.matryoshka.matryoshka_simcse_loss`); any ST loss works.
-        dims: the prefix sizes to regularise; default: ``loss.matryoshka_dims`` below the hidden size.
-        distill_dims: student prefixes; default: ``loss.matryoshka_dims`` below the embedding size.
-        eps: numerical floor in stds and logs.
-        settings: a :class:`MICSettings` (or a recipe extending it); ``changes`` override single fields of it, e.g.
-            ``MICLoss(model, mrl, gamma=0.5, layers=[1, -1])``.
+    ``dims`` to regularise and the distilled prefixes default to ``loss.matryoshka_dims`` below the hidden and the
+    embedding size. ``settings`` (a :class:`MICSettings`, or a recipe extending it) with ``changes`` to single fields.
+    After each forward ``last_terms`` holds every term's size (unweighted means over passes, layers and dims).
     """
 
     def __init__(
@@ -157,8 +132,6 @@ class MICLoss(nn.Module):
         loss: nn.Module,
         dims: Sequence[int] | None = None,
         *,
-        distill_dims: Sequence[int] | None = None,
-        eps: float = 1e-6,
         settings: MICSettings | None = None,
         **changes: Any,
     ) -> None:
@@ -201,16 +174,12 @@ class MICLoss(nn.Module):
             self.pairs = [(layer, d) for layer in self.layers for d in self.dims]
         get_size = getattr(model, "get_embedding_dimension", None)
         embedding_size = int(get_size()) if callable(get_size) else None
-        if distill_dims is None:
-            distill_dims = [d for d in mrl_dims if embedding_size is None or d < embedding_size]
-        self.distill_dims = sorted({int(d) for d in distill_dims})
-        if embedding_size is not None and any(not 0 < d <= embedding_size for d in self.distill_dims):
-            raise DimensionError(f"distillation dims {self.distill_dims} must lie in 1..{embedding_size}")
+        self.distill_dims = sorted({d for d in mrl_dims if embedding_size is None or d < embedding_size})
         weights = ("gamma", "tau_corr", "lambda_var", "lambda_corr", "var_floor", "lambda_sir", "lambda_distill")
         negative = [name for name in weights if getattr(mic, name) < 0]
         if negative or mic.t <= 0 or mic.distill_temperature <= 0:
             raise ValueError(f"MIC weights must be >= 0 (got {negative}) and t, distill_temperature > 0")
-        self.mic, self.eps = mic, eps
+        self.mic, self.eps = mic, 1e-6  # the numerical floor in stds and logs
         self.last_terms: dict[str, float] = {}
 
     def _transformer(self) -> Any:

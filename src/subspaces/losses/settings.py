@@ -1,6 +1,5 @@
-"""The losses' settings, declared once: each loss takes its defaults here, the training recipes
-(:mod:`subspaces.train.recipes`) extend these classes, and the CLI derives options from them (help included). No
-torch here, so a command's options are built without loading it."""
+"""The losses' settings, declared once: the losses take their defaults here, the training recipes extend these
+classes, and the CLI derives its options from them (no torch here)."""
 
 from __future__ import annotations
 

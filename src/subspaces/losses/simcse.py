@@ -4,12 +4,9 @@ For anchors h_i, positives h_i^+ and optional hard negatives h_i^-::
 
     loss_i = -log  exp(sim(h_i, h_i^+)/τ) / ( Σ_j exp(sim(h_i, h_j^+)/τ) + Σ_j w_ij exp(sim(h_i, h_j^-)/τ) )
 
-with sim the cosine and w_ij = e^{weight} when j = i (the anchor's own hard negative), 1 otherwise. SimCSE adds
-``weight`` to those logits (its ``hard_negative_weight``, default 0 = weight 1).
-
-With ``hard_negative_weight=0`` and no gathering this equals ``MultipleNegativesRankingLoss(model, scale=1/τ)``
-(tested); this class adds the hard-negative log-weight and the DDP gather, each process keeping its own slice's
-gradient. Unsupervised SimCSE: positives are a second forward pass of the anchors (dropout noise).
+with sim the cosine and w_ij = e^{weight} for the anchor's own hard negative, 1 otherwise. With weight 0 and one
+process this is ``MultipleNegativesRankingLoss(model, scale=1/τ)`` (tested); under DDP the batch is gathered, each
+process keeping its own slice's gradient.
 """
 
 from __future__ import annotations
@@ -63,11 +60,8 @@ def info_nce(
 
 
 class SimCSELoss(nn.Module):
-    """InfoNCE with in-batch (and hard) negatives, as a sentence-transformers loss.
-
-    ``forward`` takes a batch's tokenised columns: one (unsupervised: encoded twice), two (anchor, positive) or three
-    (plus a hard negative); it works in sentence-transformers' trainer and :func:`subspaces.train.simcse.train_simcse`.
-    """
+    """InfoNCE as a sentence-transformers loss over a batch's tokenised columns: one (unsupervised: encoded twice),
+    two (anchor, positive) or three (plus a hard negative)."""
 
     def __init__(
         self,

@@ -1,16 +1,14 @@
 """SimKGC's contrastive objective (Wang et al., 2022), for any KGC model that embeds a batch of triples.
 
-For a batch of B training triples with query vectors ``hr_i`` and tail vectors ``t_j`` (L2-normalised)::
+For B training triples with query vectors ``hr_i`` and tail vectors ``t_j``::
 
     logits_ij = (cos(hr_i, t_j) - γ·[i = j]) · exp(log_inv_t)            in-batch negatives, additive margin γ
     pre_ik    = cos(hr_i, q_k) · exp(log_inv_t) · w                       pre-batch queue q of earlier tails
     self_i    = cos(hr_i, h_i) · exp(log_inv_t)                           the head itself as a negative tail
     loss = CE([logits | pre | self], i) + CE(logits[:, :B]ᵀ, i)           plus the tail -> (h, r) direction
 
-The margin γ applies in training only; ``log_inv_t`` is learnable; false negatives (a column whose tail is row i's
-tail or a known *training* tail of its ``(h, r)``, a self-negative where ``h`` is one, empty pre-batch slots) are
-masked to -1e4; ``normalize_queries=False`` leaves ``hr`` raw, as Hyper-CL's released tri-encoder. Details and
-where each comes from: docs/kgc.md.
+The margin applies in training only; ``log_inv_t`` is learnable; false negatives (known *training* tails of
+``(h, r)``, a head that is one, empty queue slots) are masked to -1e4. Details: docs/kgc.md.
 """
 
 from __future__ import annotations
@@ -34,10 +32,8 @@ MASKED = -1e4
 def false_negative_mask(
     row_triples: np.ndarray, col_tails: np.ndarray, known: KnownTails, diagonal: bool
 ) -> torch.Tensor:
-    """``True`` where column j is a usable negative for row i (SimKGC's ``construct_mask``).
-
-    With ``diagonal`` the columns are the rows' own tails and ``(i, i)`` is the positive (kept ``True``).
-    """
+    """``True`` where column j is a usable negative for row i (SimKGC's ``construct_mask``); with ``diagonal`` the
+    columns are the rows' own tails and ``(i, i)``, the positive, is kept ``True``."""
     row_triples = np.asarray(row_triples)
     cols = np.asarray(col_tails)
     mask = row_triples[:, 2][:, None] != cols[None, :]
@@ -69,10 +65,8 @@ def self_negative_mask(triples: np.ndarray, known: KnownTails) -> torch.Tensor:
 
 class SimKGCLoss(nn.Module):
     """SimKGC's loss for a KGC model: ``embed_batch(triples, texts) -> (hr, tail, head)`` (default: the model's own
-    ``embed_batch`` method). The loss holds the model, so training it trains both (and the temperature).
-
-    ``known`` holds the *training* triples with inverses (for the false-negative masks).
-    """
+    method). Training the loss trains the model and the temperature; ``known`` holds the training triples with
+    inverses (the false-negative masks)."""
 
     def __init__(
         self,
@@ -179,10 +173,3 @@ class SimKGCLoss(nn.Module):
             "self_negatives": self.self_negatives,
             "normalize_queries": self.normalize_queries,
         }
-
-    @property
-    def citation(self) -> str:
-        return (
-            "Wang, Zhao, Wei & Liu (2022). SimKGC: Simple Contrastive Knowledge Graph Completion with "
-            "Pre-trained Language Models. ACL."
-        )

@@ -35,8 +35,7 @@ def barrier() -> None:
 
 
 def all_finite(value: torch.Tensor) -> bool:
-    """Whether ``value`` is finite on every process: one flag, all-reduced, so that a NaN on one rank stops every
-    rank at the same step (a rank raising alone would leave the others waiting in the next collective)."""
+    """Whether ``value`` is finite on every process (all-reduced: a NaN on one rank stops every rank at once)."""
     flag = torch.isfinite(value.detach()).all().to(torch.int32).reshape(1)
     if world_size() > 1:
         dist.all_reduce(flag, op=dist.ReduceOp.MIN)
@@ -51,8 +50,8 @@ def broadcast_parameters(module: torch.nn.Module) -> None:
 
 
 def sum_gradients(module: torch.nn.Module) -> None:
-    """Sum gradients over processes: each computed the loss over the gathered global batch with gradient through its
-    own slice, so the sum is the single-process gradient (DDP's average would scale it by 1/world)."""
+    """Sum gradients over processes: each one's loss over the gathered batch has gradient through its own slice,
+    so the sum is the single-process gradient (DDP's average would scale it by 1/world)."""
     if world_size() == 1:
         return
     for p in module.parameters():

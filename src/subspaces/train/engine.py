@@ -1,20 +1,12 @@
 """The training loop every model uses: ``TrainingLoop(module, step, batches, config, evaluator).run()``.
 
-A task says what a batch is (a seeded :class:`BatchSource`) and what a loss is (``step``: batch -> scalar); the
-:class:`TrainingLoop` does the rest: AdamW with a linear schedule and warm-up, clipping, DDP gradient sums
-(:mod:`subspaces.train.distributed`). What happens around the steps is a list of :class:`Callback` objects over one
-:class:`TrainState`: progress, the JSON history, evaluation with keep-best, checkpoints. A task adds its own (a
-callback reads the state after each step; setting ``state.stop`` ends the run early).
-
-Resuming is exact (``torch.equal`` on every weight, tested): the checkpoint holds the module, optimiser, schedule,
-step and the RNG states captured at the last step boundary; evaluation puts the RNG states back; batches are a pure
-function of (seed, epoch, index). Not exact: another device type or thread count, or a changed run length (the
-schedule is re-planned, ``FitResult.extended_from``). Resuming is safe: ``checkpoint.pt`` holds only tensors and
-plain values (read with ``weights_only=True``), and the run's fingerprint in ``checkpoint.json`` is compared before
-it is opened.
-
-Layout of ``output_dir`` (see :mod:`subspaces.train.output`): the best model (or the last, without an evaluator),
-``checkpoint.pt``, ``checkpoint.json``, ``trainer_state.json`` and ``.subspaces-run.json``.
+A task supplies a seeded :class:`BatchSource` and ``step`` (batch -> scalar loss); the loop does AdamW with a linear
+schedule and warm-up, clipping and DDP gradient sums, and runs :class:`Callback` objects over one :class:`TrainState`
+(progress, history, evaluation with keep-best, checkpoints). Resuming is exact on the same device type and thread
+count: the checkpoint holds module, optimiser, schedule, step and the RNG states of the last step boundary, and
+batches are a pure function of (seed, epoch, index). ``checkpoint.pt`` holds only tensors and plain values
+(``weights_only=True``); the run's fingerprint in ``checkpoint.json`` is compared before it is opened. The output
+folder's layout: :mod:`subspaces.train.output`.
 """
 
 from __future__ import annotations
@@ -55,8 +47,8 @@ class BatchSource(Protocol):
     def fingerprint(self) -> str: ...  # short hash of the data (a resume into another run is refused)
 
 
-# Settings a resumed run may change: they do not alter the optimisation path up to the checkpoint. (Changing the
-# run's length re-plans the schedule from there on: that is extending a run, reported in FitResult.extended_from.)
+# Settings a resumed run may change: they do not alter the optimisation path up to the checkpoint (a new length
+# re-plans the schedule from there on: FitResult.extended_from).
 RESUMABLE_CHANGES = frozenset(
     {"output_dir", "resume", "show_progress", "eval_steps", "eval_every_epoch", "save_steps", "description"}
     | {"overwrite", "max_steps", "epochs"}
@@ -341,25 +333,15 @@ class Checkpointing(Callback):
 
 
 class TrainingLoop:
-    """Minimise ``step(batch)`` over ``batches`` (the module docstring says how).
+    """Minimise ``step(batch)`` over ``batches``, optimising ``module`` (its parameters that require a gradient,
+    unless ``param_groups``) and checkpointing its ``state_dict``.
 
-    Args:
-        module: what is optimised (its parameters with ``requires_grad``, unless ``param_groups``) and checkpointed
-            (its ``state_dict``); ``evaluator(module)`` is what is evaluated.
-        step: ``batch -> scalar loss``; the loop does zero_grad, backward, the DDP gradient sum, clipping, AdamW
-            and the schedule.
-        batches: a :class:`BatchSource` (the same on every DDP rank; each rank's ``batch`` is its own slice).
-        config: see :class:`FitConfig`.
-        evaluator: an :class:`~subspaces.eval.base.Evaluator` (or a plain ``module -> float | dict`` callable,
-            whose primary metric is ``score``); run every ``eval_steps``, at epoch ends if asked, and at the end.
-        param_groups: AdamW groups with their own lr / weight decay (:func:`param_groups` builds them).
-        save_model: ``save_model(folder)`` writes the model into a staging folder, when the primary metric improves
-            (or once at the end without an evaluator); without it the best state is kept in memory and loaded back.
-        settings: values recorded in the checkpoint's fingerprint (loss and model settings, batch size), so a
-            resume into another run's folder is refused.
-        loss_terms: ``() -> {term: size}`` of the last loss (e.g. ``MICLoss.last_terms``), for the history.
-        callbacks: they run after the progress display and the :class:`History`, before evaluation and
-            checkpointing (so a checkpoint holds what they wrote into the state); :class:`EachStep` wraps a function.
+    ``evaluator`` (an :class:`~subspaces.eval.base.Evaluator` or a ``module -> float | dict`` callable) runs every
+    ``eval_steps``, at epoch ends if asked, and at the end. ``save_model(folder)`` writes the model when the primary
+    metric improves (or once at the end without an evaluator); without it the best state is kept in memory.
+    ``settings`` go into the checkpoint's fingerprint (a resume into another run is refused); ``loss_terms`` gives
+    the last loss's terms for the history; ``callbacks`` run after progress and history, before evaluation and
+    checkpointing (so a checkpoint holds what they wrote).
     """
 
     def __init__(

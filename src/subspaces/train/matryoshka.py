@@ -1,10 +1,6 @@
-"""Matryoshka training: MRL over SimCSE's InfoNCE, optionally with MIC's regularisers, on the generic loop.
-
-One column per row trains unsupervised (dropout views); two or three columns train on pairs / triplets with hard
-negatives. The model keeping the best mean STS-B dev Spearman over the nested dims is the one saved. With MIC, the
-size of each of its terms (:attr:`subspaces.losses.mic.MICLoss.last_terms`) goes into the history
-(:class:`subspaces.train.engine.History`), so ``trainer_state.json`` and the checkpoint keep them.
-"""
+"""Matryoshka training: MRL over SimCSE's InfoNCE (one column: unsupervised; two or three: pairs / triplets),
+optionally with MIC's regularisers, whose terms go into the history; the best mean STS-B dev Spearman over the
+nested dims picks the model saved."""
 
 from __future__ import annotations
 
@@ -41,10 +37,7 @@ def train_matryoshka(
     card_notes=(),
     callback=None,
 ) -> FitResult:
-    """Train ``model`` with MRL (``config.mic``: MRL + MIC) on ``examples``; see :class:`MatryoshkaConfig`.
-
-    The model kept is the one with the best *mean* STS-B dev Spearman over ``config.dims``.
-    """
+    """Train ``model`` with MRL (``config.mic``: MRL + MIC) on ``examples``; see :class:`MatryoshkaConfig`."""
     loss = build_loss(model, config)
     if evaluator is None and config.stsb_dev:
         evaluator = STSBDevEvaluator(limit=config.stsb_dev_limit, dims=config.dims)  # the primary metric: their mean

@@ -1,8 +1,6 @@
-"""The output folder of a training run: whose it is, what the run wrote into it, and how a model is swapped in.
-
-A folder is "a run of ours" when it holds one of :data:`RUN_FILES` (``.subspaces-run.json`` lists the names the run
-wrote). Into anything else a run writes only with ``overwrite``, and a model save never replaces a file the run did
-not write unless ``overwrite``; files are never deleted, only replaced.
+"""The output folder of a training run. A folder is "a run of ours" when it holds one of :data:`RUN_FILES`
+(``.subspaces-run.json`` lists the names the run wrote); into anything else, and over a file the run did not write,
+a run writes only with ``overwrite``. Files are never deleted, only replaced.
 """
 
 from __future__ import annotations
@@ -62,11 +60,8 @@ def written_names(folder: Path) -> set[str]:
 
 
 def save_model_files(folder: Path, write: Callable[[Path], None], *, overwrite: bool = False) -> None:
-    """Run ``write(staging)`` and move what it wrote into ``folder``, one entry at a time.
-
-    An interrupt leaves each entry whole (the old one or the new one). An entry of that name that the run did not
-    write is a user's file: refused (nothing is moved) unless ``overwrite``.
-    """
+    """Run ``write(staging)`` and move what it wrote into ``folder`` one entry at a time (an interrupt leaves each
+    whole); an entry the run did not write is a user's file: refused (nothing moved) unless ``overwrite``."""
     staging = folder / STAGING
     if staging.exists():
         shutil.rmtree(staging)

@@ -1,6 +1,5 @@
-"""The training recipes' settings, declared once: :class:`FitConfig` (what the loop takes) and the recipes that
-extend it with the losses' settings (:mod:`subspaces.losses.settings`) and their own. Each field carries its help
-text; the CLI derives its options and defaults from these classes (no torch is imported here)."""
+"""The training recipes' settings with their help, declared once: :class:`FitConfig` (what the loop takes) and the
+recipes extending it with the losses' settings and their own; the CLI derives its options from them (no torch here)."""
 
 from __future__ import annotations
 
@@ -62,8 +61,7 @@ class EncoderTrainConfig(FitConfig):
     )
 
 
-# What each SimCSE mode sets unless a run does: the paper's (Gao et al., 2021, Appendix A). The unsup values are
-# the fields' own defaults.
+# What each SimCSE mode sets unless a run does: the paper's (Gao et al., 2021, Appendix A).
 SIMCSE_MODE_DEFAULTS: dict[str, dict[str, int | float]] = {
     "unsup": {"batch_size": 64, "lr": 3e-5, "epochs": 1},
     "sup": {"batch_size": 512, "lr": 5e-5, "epochs": 3},

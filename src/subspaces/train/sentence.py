@@ -1,11 +1,6 @@
-"""Train a sentence-transformers model with an ST-style loss on rows of strings, on the engine's ``TrainingLoop``.
-
-The adapter SimCSE, MRL and MIC share: :class:`RowBatches` (a seeded permutation per epoch, ``drop_last``, each DDP
-rank its own slice) and a step that tokenises each column and calls the loss. Training uses ``max_length``
-tokens; the saved model keeps the base model's ``max_seq_length`` (training length is not inference length).
-``trainable_layers`` trains only the top N transformer layers over cached activations
-(:func:`subspaces.models.partial.partially_trained`); the saved model is always the whole model.
-"""
+"""Train a sentence-transformers model with an ST-style loss on rows of strings (what SimCSE, MRL and MIC share):
+:class:`RowBatches` and a step that tokenises each column and calls the loss, on the engine's ``TrainingLoop``.
+Training reads ``max_length`` tokens; the saved model keeps the base model's ``max_seq_length``."""
 
 from __future__ import annotations
 
@@ -30,16 +25,7 @@ Row = tuple[str, ...]
 class RowBatches:
     """Batches of rows: a fixed permutation per (seed, epoch); rank r of W takes the r-th slice of each global batch."""
 
-    def __init__(
-        self,
-        rows: Sequence[Row],
-        batch_size: int,
-        seed: int,
-        *,
-        drop_last: bool = True,
-        rank: int | None = None,
-        world: int | None = None,
-    ) -> None:
+    def __init__(self, rows: Sequence[Row], batch_size: int, seed: int, *, drop_last: bool = True) -> None:
         if not rows:
             raise SubspacesError("no training examples")
         if batch_size < 1:
@@ -48,9 +34,7 @@ class RowBatches:
         if any(len(row) != self.width for row in rows):
             raise SubspacesError("training rows have different numbers of columns")
         self.rows, self.batch_size, self.seed, self.drop_last = rows, batch_size, seed, drop_last
-        if rank is None or world is None:  # joins torchrun's process group now: the slices depend on it
-            rank, world = ddp.init_from_env()
-        self.rank, self.world = rank, world
+        self.rank, self.world = ddp.init_from_env()  # joins torchrun's process group now: the slices depend on it
         self.global_batch = batch_size * self.world
         if self.global_batch > len(rows):
             raise SubspacesError(
@@ -103,10 +87,8 @@ def train_sentence_loss(
     card_notes: Sequence[str] = (),
     callback: Callable[[int, float], None] | None = None,
 ) -> FitResult:
-    """Train ``model`` (the ``SentenceTransformer`` ``loss`` holds) by minimising ``loss`` over ``examples``; the best
-    model by ``evaluator`` (or the last) is saved in ``config.output_dir`` as a portable sentence-transformers folder
-    with the base model's ``max_seq_length`` and ``card_notes`` in its card; ``MICLoss.last_terms`` go to the history.
-    """
+    """Minimise ``loss`` over ``examples``; the best model by ``evaluator`` (or the last) is saved in
+    ``config.output_dir`` as a portable sentence-transformers folder with ``card_notes`` in its card."""
     from subspaces.models.encoder import portable
 
     batches = RowBatches(examples, config.batch_size, config.seed, drop_last=config.drop_last)

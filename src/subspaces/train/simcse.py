@@ -1,9 +1,5 @@
-"""SimCSE recipes: unsupervised (dropout views of one sentence) and supervised (NLI triplets).
-
-Defaults are the paper's (Gao et al., 2021, Appendix A), declared once in :mod:`subspaces.train.recipes`
-(``SimCSEConfig``, ``SIMCSE_MODE_DEFAULTS``); both modes pool with ``cls`` (unsup: the MLP in training only) and
-keep the checkpoint best on STS-B dev.
-"""
+"""SimCSE: unsupervised (dropout views of one sentence) and supervised (NLI triplets), the recipe
+(``SimCSEConfig``) in :mod:`subspaces.train.recipes`; the checkpoint best on STS-B dev is kept."""
 
 from __future__ import annotations
 
@@ -31,12 +27,8 @@ def delete_one_word(sentence: str, rng: random.Random) -> str:
 def unsup_examples(
     sentences: Sequence[str], augmentation: Augmentation = "dropout", seed: int = 0
 ) -> list[tuple[str, ...]]:
-    """Rows for unsupervised SimCSE.
-
-    ``dropout``: one column; the loss encodes it twice and dropout makes the two views differ.
-    ``none``: same rows, but the caller switches dropout off (see :func:`set_dropout`), so both views are equal.
-    ``delete_one_word``: two columns, the sentence and a copy with one word deleted.
-    """
+    """Rows for unsupervised SimCSE: one column (``dropout``; ``none``, with dropout switched off by
+    :func:`set_dropout`), or the sentence and a copy with one word deleted (``delete_one_word``)."""
     if augmentation == "delete_one_word":
         rng = random.Random(seed)
         return [(s, delete_one_word(s, rng)) for s in sentences]
@@ -55,11 +47,8 @@ def set_dropout(model, p: float) -> None:
 def train_simcse(
     model, examples: Sequence[tuple[str, ...]], config: SimCSEConfig, evaluator=None, *, card_notes=(), callback=None
 ) -> FitResult:
-    """Train ``model`` with SimCSE's InfoNCE on ``examples`` (1, 2 or 3 columns); see :class:`SimCSEConfig`.
-
-    ``evaluator`` defaults to STS-B dev Spearman (:class:`subspaces.eval.sts.STSBDevEvaluator`) when
-    ``config.stsb_dev``; the best model by it is the one saved.
-    """
+    """Train ``model`` with SimCSE's InfoNCE on ``examples`` (1, 2 or 3 columns); ``evaluator`` defaults to STS-B
+    dev Spearman when ``config.stsb_dev``."""
     loss = SimCSELoss(model, temperature=config.temperature, hard_negative_weight=config.hard_negative_weight)
     if evaluator is None and config.stsb_dev:
         evaluator = STSBDevEvaluator(config.stsb_variant)
