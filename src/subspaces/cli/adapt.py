@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import ThreadsOpt, echo, out, table, user_errors
+from subspaces.cli.common import ThreadsOpt, echo, out, table
 from subspaces.cli.groups import adapt_app
 from subspaces.errors import DataError, SubspacesError
 from subspaces.io import check_file, check_writable, load_embeddings
@@ -21,8 +21,9 @@ def _int_dims(text: str) -> list[int]:
     return [int(d) for d in dims if d is not None]
 
 
-@adapt_app.command("fit")
-@user_errors(interrupted="nothing was written (the adapter is saved only once the fit ends); rerun to fit again")
+@adapt_app.command(
+    "fit", interrupted="nothing was written (the adapter is saved only once the fit ends); rerun to fit again"
+)
 def fit_cmd(
     embeddings: Annotated[Path, typer.Option(help="Stored vectors, .npy or .parquet (one embedding column).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted adapter to.")],
@@ -97,7 +98,6 @@ def fit_cmd(
 
 
 @adapt_app.command("apply")
-@user_errors
 def apply_cmd(
     adapter_dir: Annotated[Path, typer.Argument(help="Folder written by `adapt fit`.")],
     input: Annotated[Path, typer.Argument(help="Vectors to adapt, .npy or .parquet (one embedding column).")],

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import typer
 
-from subspaces.cli.common import DeviceOpt, ThreadsOpt, echo, out, parse_rank, recipe_options, table, user_errors
+from subspaces.cli.common import DeviceOpt, ThreadsOpt, echo, out, parse_rank, recipe_options, table
 from subspaces.cli.groups import cond_app
 from subspaces.cli.train import TrainableLayersOpt, parse_trainable_layers
 from subspaces.cond.recipe import CondTrainConfig
@@ -43,7 +43,6 @@ def _metrics_table(title: str, report: ConditionalEvalResult) -> None:
 
 
 @cond_app.command("train")
-@user_errors
 @recipe_options(
     CondTrainConfig,
     only=(
@@ -100,7 +99,6 @@ def train_cmd(
 
 
 @cond_app.command("eval")
-@user_errors
 def eval_cmd(
     model_dir: Annotated[Path, typer.Argument(help="A folder written by `cond train`.")],
     task: TaskOpt = "wic",
@@ -128,7 +126,6 @@ def eval_cmd(
 
 
 @cond_app.command("search")
-@user_errors
 def search_cmd(
     head: Annotated[Path, typer.Option("--head", help="A tri-encoder folder (`cond train --arch tri`).")],
     query: Annotated[list[str], typer.Option("--query", "-q", help="A query text (repeat for several).")],
@@ -188,7 +185,6 @@ def search_cmd(
 
 
 @cond_app.command("bench")
-@user_errors
 def csts_cache_cmd(
     task: Annotated[
         Task,  # type: ignore[valid-type]

@@ -18,7 +18,6 @@ from subspaces.cli.common import (
     runtime_options,
     show,
     table,
-    user_errors,
 )
 from subspaces.cli.groups import model_app
 from subspaces.data.sts import TASKS, Variant, load_stsb
@@ -42,7 +41,6 @@ RUNTIME = ("device", "threads", "backend", "precision", "dtype")
 
 
 @model_app.command("list")
-@user_errors
 def models_cmd(threads: ThreadsOpt = None) -> None:
     """List the bundled models (resolved offline from installed packages)."""
     rows = []
@@ -58,8 +56,9 @@ def models_cmd(threads: ThreadsOpt = None) -> None:
     show(table("bundled models", ["name", "dim", "package", "description", "path"], rows))
 
 
-@model_app.command("encode")
-@user_errors(interrupted="no embeddings were written (OUTPUT is written only when every text is encoded)")
+@model_app.command(
+    "encode", interrupted="no embeddings were written (OUTPUT is written only when every text is encoded)"
+)
 @runtime_options(*RUNTIME)
 def encode_cmd(
     model: ModelOpt,
@@ -178,7 +177,6 @@ def _check_positive(**values: int | None) -> None:
 
 
 @model_app.command("eval")
-@user_errors
 @runtime_options(*RUNTIME)
 def eval_sts_cmd(
     model: ModelOpt = "minilm-l6",

@@ -7,6 +7,8 @@ from typing import Any
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
+from subspaces.cli.common import user_errors
+
 
 def _usage_pieces(command: Any, ctx: Any) -> list[str]:
     """``[OPTIONS] STORE [QUERY]``: arguments as click (and every docstring here) names them, not typer's
@@ -69,7 +71,16 @@ def _default(cls: Any, base: type) -> bool:
     return cls is base or not isinstance(cls, type)
 
 
-app = typer.Typer(
+class Commands(typer.Typer):
+    """A typer app each of whose commands reports user errors as one line (:func:`~subspaces.cli.common.user_errors`);
+    ``interrupted`` is what the command prints on Ctrl-C."""
+
+    def command(self, name: str | None = None, *, interrupted: str | None = None, **kwargs: Any) -> Any:
+        register = super().command(name, **kwargs)
+        return lambda func: register(user_errors(func, interrupted=interrupted))
+
+
+app = Commands(
     name="subspaces",
     help="Sentence embeddings that adapt: SimCSE, Hyper-CL, Matryoshka+MIC, mini-vec2vec.",
     no_args_is_help=True,
@@ -80,7 +91,7 @@ app = typer.Typer(
 
 def capability(name: str, help: str) -> typer.Typer:
     """The app of one capability: its commands are its verbs (``subspaces NAME VERB``)."""
-    sub = typer.Typer(help=help, no_args_is_help=True)
+    sub = Commands(help=help, no_args_is_help=True)
     app.add_typer(sub, name=name)
     return sub
 
@@ -93,3 +104,6 @@ align_app = capability("align", "Unsupervised alignment of embedding spaces (min
 adapt_app = capability("adapt", "Matryoshka adapter: make the prefixes of embeddings you already have usable.")
 cond_app = capability("cond", "Conditional similarity (Hyper-CL tri-encoders) on WiC and C-STS.")
 kgc_app = capability("kgc", "Knowledge-graph completion (SimKGC bi-encoder, Hyper-CL tri-encoder).")
+store_app = capability(
+    "store", "A vector store (LanceDB folder): add texts, search them exactly, by ANN or by Matryoshka funnel, migrate."
+)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 import typer
 
-from subspaces.cli.common import DeviceOpt, ThreadsOpt, echo, given, out, parse_rank, recipe_options, table, user_errors
+from subspaces.cli.common import DeviceOpt, ThreadsOpt, echo, given, out, parse_rank, recipe_options, table
 from subspaces.cli.groups import kgc_app
 from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt, parse_trainable_layers
 from subspaces.io import check_writable
@@ -37,7 +37,6 @@ def _show(result: KGCEvalResult) -> None:
 
 
 @kgc_app.command("train")
-@user_errors
 @recipe_options(
     KGCTrainConfig,
     only=(
@@ -107,7 +106,6 @@ def _recipe_defaults(name: str, arch: str) -> dict:
 
 
 @kgc_app.command("eval")
-@user_errors
 def evaluate(
     model: str = typer.Argument(
         ..., help="A folder from `kgc train`, or an encoder (name/folder) for the zero-shot bi-encoder."

@@ -22,7 +22,6 @@ from subspaces.cli.common import (
     recipe_options,
     runtime_options,
     table,
-    user_errors,
 )
 from subspaces.cli.groups import matryoshka_app
 from subspaces.cli.train import TrainableLayersOpt, load_for_training, prepare_run, report
@@ -48,7 +47,6 @@ def _help(name: str) -> str:
 
 
 @matryoshka_app.command("train")
-@user_errors
 @recipe_options(MatryoshkaConfig, skip=("output_dir", "description", "show_progress", "stsb_dev"))
 def train_matryoshka_cmd(
     output: Annotated[
@@ -102,7 +100,6 @@ def train_matryoshka_cmd(
 
 
 @matryoshka_app.command("eval")
-@user_errors
 @runtime_options("device", "threads", "backend", "precision")
 def eval_dims_cmd(
     model: Annotated[

@@ -9,7 +9,7 @@ from typing import Annotated, Literal, Optional
 
 import typer
 
-from subspaces.cli.common import ThreadsOpt, echo, user_errors
+from subspaces.cli.common import ThreadsOpt, echo
 from subspaces.cli.groups import vectors_app
 from subspaces.errors import DataError, SubspacesError
 from subspaces.io import (
@@ -33,7 +33,6 @@ Basis = Literal["model", "pca"]
 
 
 @vectors_app.command("search")
-@user_errors
 def search_cmd(
     corpus: Annotated[Path, typer.Option(help="Corpus vectors, .npy or .parquet (rows x dims).")],
     queries: Annotated[Path, typer.Option(help="Query vectors of the same model, .npy or .parquet.")],

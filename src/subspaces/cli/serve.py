@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import ThreadsOpt, console, given, recipe_options, user_errors
+from subspaces.cli.common import ThreadsOpt, console, given, recipe_options
 from subspaces.cli.groups import app
 from subspaces.errors import SubspacesError
 from subspaces.models.backends import AUTO
@@ -18,8 +18,7 @@ from subspaces.serve.settings import ServeSettings, read_api_key
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-@app.command("serve")
-@user_errors(interrupted="the server stopped")
+@app.command("serve", interrupted="the server stopped")
 @recipe_options(ServeSettings, skip=("api_key", "max_body_bytes"))
 def serve_cmd(
     ctx: typer.Context,

@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal, Optional
 
 import typer
 
-from subspaces.cli.common import ModelOpt, RunOptions, ThreadsOpt, echo, runtime_options, show, table, user_errors
-from subspaces.cli.groups import Command, app
+from subspaces.cli.common import ModelOpt, RunOptions, ThreadsOpt, echo, runtime_options, show, table
+from subspaces.cli.groups import Command, store_app
 from subspaces.cli.search import Basis
 from subspaces.errors import SubspacesError
 from subspaces.io import load_embeddings, read_lines, read_queries, save_json
@@ -22,12 +22,6 @@ from subspaces.store.inputs import read_rows
 from subspaces.store.plans import ANN_REFINE, RERANK, RESCORE
 from subspaces.store.search import BASES, unit_prefix
 from subspaces.store.shrink import CANDIDATES
-
-store_app = typer.Typer(
-    help="A vector store (LanceDB folder): add texts, search them exactly, by ANN or by Matryoshka funnel, migrate.",
-    no_args_is_help=True,
-)
-app.add_typer(store_app, name="store")
 
 DirArg = Annotated[Path, typer.Argument(help="The store's folder.")]
 RESUME = "every batch already written is committed whole; rerun the same command to add the rest"
@@ -59,7 +53,6 @@ class RayCommand(Command):
 
 
 @store_app.command("create")
-@user_errors
 @runtime_options("device", "dtype", "threads")
 def create_cmd(
     store: DirArg,
@@ -105,8 +98,7 @@ def _prompts_note(prompts: dict[str, str]) -> str:
     return f"; {', '.join(shown)}" if shown else ""
 
 
-@store_app.command("add", cls=RayCommand)
-@user_errors(interrupted=RESUME)
+@store_app.command("add", cls=RayCommand, interrupted=RESUME)
 @runtime_options(*ENCODERS, *RAY, "threads")
 def add_cmd(
     store: DirArg,
@@ -163,7 +155,6 @@ def _warn_duplicates(store: Path, doubled: dict[str, int]) -> None:
 
 
 @store_app.command("info")
-@user_errors
 def info_cmd(
     store: DirArg,
     json_out: Annotated[bool, typer.Option("--json", help="Print the full record as JSON.")] = False,
@@ -194,8 +185,7 @@ def info_cmd(
     _warn_duplicates(store, {name: space["duplicates"] for name, space in info["spaces"].items()})
 
 
-@store_app.command("repair")
-@user_errors(interrupted="each delete is committed whole; rerun the same command to remove the rest")
+@store_app.command("repair", interrupted="each delete is committed whole; rerun the same command to remove the rest")
 def repair_cmd(store: DirArg, threads: ThreadsOpt = None) -> None:
     """Remove the rows that repeat an id (keeping the first), in every space: a store two writers filled at once.
     Needs no model."""
@@ -215,7 +205,6 @@ def _bytes_per_vector(space: dict) -> str:
 
 
 @store_app.command("index")
-@user_errors
 def index_cmd(
     store: DirArg,
     partitions: Annotated[Optional[int], typer.Option(help="IVF partitions (default about sqrt(rows)).")] = None,
@@ -255,7 +244,6 @@ def index_cmd(
 
 
 @store_app.command("search")
-@user_errors
 @runtime_options(*ENCODERS, "threads")
 def search_cmd(
     store: DirArg,
@@ -381,8 +369,11 @@ def search_cmd(
         echo(f"(first 20 of {len(results):,} queries shown; use --json OUT for all)")
 
 
-@store_app.command("migrate", cls=RayCommand)
-@user_errors(interrupted="the fitted map and every mapped batch are kept; rerun the same command to finish")
+@store_app.command(
+    "migrate",
+    cls=RayCommand,
+    interrupted="the fitted map and every mapped batch are kept; rerun the same command to finish",
+)
 @runtime_options(*ENCODERS, *RAY, "threads")
 def migrate_cmd(
     store: DirArg,
@@ -534,8 +525,7 @@ def _show_migration(store: Path, to: Any, report: dict[str, Any]) -> None:
         show(table(title, ["search", "Recall@10", "nDCG@10"], rows))
 
 
-@store_app.command("shrink")
-@user_errors(interrupted="nothing was recorded; rerun the same command")
+@store_app.command("shrink", interrupted="nothing was recorded; rerun the same command")
 def shrink_cmd(
     store: DirArg,
     dims: Annotated[str, typer.Option(help="Prefix sizes to shrink to, comma-separated, e.g. 32,64,128.")],
@@ -607,8 +597,9 @@ def show_shrink(store: Path, report: dict[str, Any]) -> None:
     )
 
 
-@store_app.command("reembed")
-@user_errors(interrupted="every batch re-embedded is committed and recorded; rerun the same command to continue")
+@store_app.command(
+    "reembed", interrupted="every batch re-embedded is committed and recorded; rerun the same command to continue"
+)
 @runtime_options(*ENCODERS, "threads")
 def reembed_cmd(
     store: DirArg,
@@ -632,8 +623,7 @@ def reembed_cmd(
     )
 
 
-@store_app.command("demo")
-@user_errors(interrupted=RESUME)
+@store_app.command("demo", interrupted=RESUME)
 def demo_cmd(
     store: Annotated[Path, typer.Argument(help="The demo store's folder (reused when rerun).")] = Path(
         "outputs/store-demo"
@@ -756,8 +746,11 @@ def _show_demo_steps(demo: Any) -> None:
             hits(demo.shrink, f"funnel on {size} dims of the {figures['used']} basis, re-ranked at full size")
 
 
-@store_app.command("import", cls=RayCommand)
-@user_errors(interrupted="every batch already written is committed whole; rerun the same command to import the rest")
+@store_app.command(
+    "import",
+    cls=RayCommand,
+    interrupted="every batch already written is committed whole; rerun the same command to import the rest",
+)
 @runtime_options("device", "dtype", *RAY, "threads")
 def import_cmd(
     store: DirArg,
@@ -842,7 +835,6 @@ def import_cmd(
 
 
 @store_app.command("export")
-@user_errors
 def export_cmd(
     store: DirArg,
     output: Annotated[
@@ -862,8 +854,7 @@ def export_cmd(
     )
 
 
-@store_app.command("delete")
-@user_errors(interrupted="each delete is committed whole; rerun the same command to delete the rest")
+@store_app.command("delete", interrupted="each delete is committed whole; rerun the same command to delete the rest")
 def delete_cmd(
     store: DirArg,
     ids: Annotated[Path, typer.Option(help="The ids to delete, one a line.")],

@@ -21,7 +21,6 @@ from subspaces.cli.common import (
     ThreadsOpt,
     echo,
     recipe_options,
-    user_errors,
 )
 from subspaces.cli.groups import simcse_app
 from subspaces.data.nli import is_csv, training_rows
@@ -132,7 +131,6 @@ def report(result: FitResult, output: Path, best_label: str) -> None:
 
 
 @simcse_app.command("train")
-@user_errors
 @recipe_options(
     SimCSEConfig,
     skip=("output_dir", "description", "show_progress", "stsb_dev"),
