@@ -17,7 +17,7 @@ from subspaces.align.metrics import cross_fitted_oracle
 from subspaces.align.neighbours import NeighbourIndex, mean_of_rows, neighbour_means
 from subspaces.align.params import AnchorParams, RefineParams, SearchParams, StructureParams
 from subspaces.align.preprocess import center_normalize, normalize_rows
-from subspaces.align.procrustes import nearest_orthogonal, orthogonality_gap, procrustes
+from subspaces.align.procrustes import orthogonality_gap, polar_factor, procrustes
 from subspaces.align.refine import NeighbourStep, refine_by_neighbours, refine_by_structure
 from subspaces.align.verify import IDENTITY_REFERENCE_MARGIN
 from subspaces.errors import ConvergenceWarning, DataError, DimensionError, SubspacesError
@@ -73,7 +73,7 @@ def test_procrustes_between_different_dimensions_is_semi_orthogonal():
     assert orthogonality_gap(w) < 1e-5
     blended = 0.5 * w + 0.5 * procrustes(x, rng.normal(size=(100, 9)))
     assert orthogonality_gap(blended) > 0.01
-    assert orthogonality_gap(nearest_orthogonal(blended)) < 1e-5
+    assert orthogonality_gap(polar_factor(blended)) < 1e-5
 
 
 def test_qap_recovers_permuted_centroids():
@@ -101,18 +101,18 @@ def test_recovers_a_random_rotation_between_unpaired_clustered_spaces():
     assert report["identity"]["top1"] < 0.1
     assert report["top1"] > 0.95
     diagnostics = aligner.diagnostics_
-    assert diagnostics["orthogonality_gap"] < 1e-4
-    assert diagnostics["nn_similarity"]["final"] >= diagnostics["nn_similarity"]["initial"]
+    assert diagnostics.orthogonality_gap < 1e-4
+    assert diagnostics.nn_similarity.final >= diagnostics.nn_similarity.initial
     # The restart kept is the one with the best label-free score after refinement.
-    finals = [r["nn_similarity"]["final"] for r in diagnostics["restarts"]]
-    assert diagnostics["chosen_restart"] == int(np.argmax(finals))
-    assert diagnostics["converged"] is True
-    assert aligner.converged_ is True and aligner.confidence_ >= 0.9 and not diagnostics["problems"]
-    assert diagnostics["nn_similarity"]["final"] > diagnostics["identity_nn_similarity"]
-    assert diagnostics["trust"]["lift"] > aligner.trust_margin  # trusted on the hub-corrected score too
+    finals = [r.nn_similarity.final for r in diagnostics.restarts]
+    assert diagnostics.chosen_restart == int(np.argmax(finals))
+    assert diagnostics.converged is True
+    assert aligner.converged_ is True and aligner.confidence_ >= 0.9 and not diagnostics.problems
+    assert diagnostics.nn_similarity.final > diagnostics.identity_nn_similarity
+    assert diagnostics.trust["lift"] > aligner.trust_margin  # trusted on the hub-corrected score too
     # Restarts stop at the first pass whose structural search converged (the agreement passes come after them).
-    restarts = [r for r in diagnostics["restarts"] if r["label"].startswith("restart")]
-    last_swapped = [r["structure_swapped"][-1] for r in restarts]
+    restarts = [r for r in diagnostics.restarts if r.label.startswith("restart")]
+    last_swapped = [r.structure_swapped[-1] for r in restarts]
     assert all(share > 0.1 for share in last_swapped[:-1])
     assert len(last_swapped) == FAST["n_restarts"] or last_swapped[-1] <= 0.1
 
@@ -121,8 +121,8 @@ def test_without_a_structural_search_convergence_is_not_judged():
     rng = np.random.default_rng(0)
     source, target = clustered(rng, 1000), clustered(rng, 1000)
     aligner = MiniVec2Vec(**QUICK | {"n_restarts": 2, "structure": StructureParams(n_iter=0)}).fit(source, target)
-    assert aligner.diagnostics_["converged"] is None
-    restarts = [r for r in aligner.diagnostics_["restarts"] if r["label"].startswith("restart")]
+    assert aligner.diagnostics_.converged is None
+    restarts = [r for r in aligner.diagnostics_.restarts if r.label.startswith("restart")]
     assert len(restarts) == 2  # nothing to stop on: every restart runs
 
 
@@ -132,8 +132,8 @@ def test_a_fit_that_never_converges_warns():
     source, target = clustered(rng, 2000, seed=0), clustered(rng, 2000, seed=1)
     with pytest.warns(ConvergenceWarning, match="no pass of the alignment converged"):
         aligner = MiniVec2Vec(**FAST | {"n_restarts": 2, "agreement_threshold": None}).fit(source, target)
-    assert aligner.diagnostics_["converged"] is False and aligner.converged_ is False
-    assert len(aligner.diagnostics_["restarts"]) == 2
+    assert aligner.diagnostics_.converged is False and aligner.converged_ is False
+    assert len(aligner.diagnostics_.restarts) == 2
     # With the agreement check (the default), the unconverged passes are not compared: still flagged.
     with pytest.warns(ConvergenceWarning, match="no two independent passes of the alignment agree"):
         checked = MiniVec2Vec(**FAST | {"n_restarts": 2}).fit(source, target)
@@ -146,7 +146,7 @@ def test_converged_swap_share_decides_how_many_restarts_run(share, passes):
     source, target = clustered(rng, 1000), clustered(rng, 1000)
     settings = {"n_restarts": 3, "converged_swap_share": share, "structure": StructureParams(n_iter=1)}
     aligner = MiniVec2Vec(**QUICK | settings | {"agreement_search": 0}).fit(source, target)
-    assert len(aligner.diagnostics_["restarts"]) == passes
+    assert len(aligner.diagnostics_.restarts) == passes
 
 
 def structural_case(seed: int):
@@ -157,15 +157,15 @@ def structural_case(seed: int):
     source, target, held = clustered(rng, 3000), clustered(rng, 3000) @ q, clustered(rng, 500)
     a, b = center_normalize(source, source.mean(0)), center_normalize(target, target.mean(0))
     x, y = center_normalize(held, source.mean(0)), center_normalize(held @ q, target.mean(0))
-    start = nearest_orthogonal(0.4 * q + 0.6 * ortho_group.rvs(8, random_state=2))
+    start = polar_factor(0.4 * q + 0.6 * ortho_group.rvs(8, random_state=2))
 
     def score(w):
         return bidirectional_nn_similarity(a[:500], b[:500], a, b, w)
 
     def refine(**settings):
-        step = NeighbourStep(a, b, np.random.default_rng(seed), sample_size=1000, k=10, bidirectional=False)
-        shared = {"n_iter": 8, "n_clusters": 10, "n_runs": 3, "sample_size": 3000, "inner_steps": 3}
-        return refine_by_structure(start, step, score=score, **shared | settings)
+        step = NeighbourStep(a, b, np.random.default_rng(seed), RefineParams(sample=1000, k=10, bidirectional=False))
+        shared = {"n_iter": 8, "n_clusters": 10, "n_runs": 3, "sample": 3000, "steps": 3, "stop_swap_share": None}
+        return refine_by_structure(start, step, StructureParams(**shared | settings), score=score)
 
     return x, y, start, score, refine
 
@@ -232,7 +232,8 @@ def test_save_load_round_trip_and_stored_means(tmp_path):
     assert loaded.get_params() == aligner.get_params()
     # The float type the fit ran in and the CPU it ran on are kept with the map.
     assert loaded.precision_ == aligner.precision_ == resolve_precision(None)
-    assert {k: loaded.diagnostics_[k] for k in ("precision", "cpu", "native_bfloat16")} == cpu_record(None)
+    assert {k: getattr(loaded.diagnostics_, k) for k in ("precision", "cpu", "native_bfloat16")} == cpu_record(None)
+    assert loaded.diagnostics_ == aligner.diagnostics_  # every record read back as saved
     # New rows are centred on the *training* mean, not their own: one row transforms the same alone or in a batch.
     np.testing.assert_allclose(loaded.transform(new[:1]), loaded.transform(new)[:1], atol=1e-6)
     expected = center_normalize(new, aligner.source_mean_) @ aligner.matrix_
@@ -322,17 +323,9 @@ def test_refine1_steps_move_a_nearby_map_onto_the_true_rotation(bidirectional):
     q = ortho_group.rvs(8, random_state=1)
     source, target = clustered(rng, 3000), clustered(rng, 3000) @ q
     a, b = center_normalize(source, source.mean(0)), center_normalize(target, target.mean(0))
-    matrix = start = nearest_orthogonal(0.8 * q + 0.2 * ortho_group.rvs(8, random_state=2))
-    step = NeighbourStep(
-        a,
-        b,
-        rng,
-        target_index=NeighbourIndex(b),
-        source_index=NeighbourIndex(a),
-        sample_size=1000,
-        k=10,
-        bidirectional=bidirectional,
-    )
+    matrix = start = polar_factor(0.8 * q + 0.2 * ortho_group.rvs(8, random_state=2))
+    params = RefineParams(sample=1000, k=10, bidirectional=bidirectional)
+    step = NeighbourStep(a, b, rng, params, target_index=NeighbourIndex(b), source_index=NeighbourIndex(a))
     for _ in range(10):
         matrix = step(matrix)
     assert np.linalg.norm(matrix - q) < 0.5 * np.linalg.norm(start - q)
@@ -348,8 +341,8 @@ class NoisyStep:
         self.rotation, self.noise, self.rng = rotation, noise, rng
 
     def __call__(self, matrix: np.ndarray) -> np.ndarray:
-        fitted = nearest_orthogonal(self.rotation + self.noise * self.rng.standard_normal(self.rotation.shape))
-        return nearest_orthogonal(0.5 * matrix + 0.5 * fitted)
+        fitted = polar_factor(self.rotation + self.noise * self.rng.standard_normal(self.rotation.shape))
+        return polar_factor(0.5 * matrix + 0.5 * fitted)
 
 
 @pytest.mark.parametrize("average", [False, True])
@@ -365,14 +358,13 @@ def test_refine1_tail_average_lands_closer_to_the_fixed_point_than_any_iterate(a
 
     recorded.orthogonalize = True
     start = ortho_group.rvs(16, random_state=5)
-    matrix, history = refine_by_neighbours(
-        start, recorded, score=lambda m: -distance(m), n_iter=40, patience=40, score_every=1, average=average
-    )
+    params = RefineParams(n_iter=40, patience=40, score_every=1, average=average)
+    matrix, history = refine_by_neighbours(start, recorded, params, score=lambda m: -distance(m))
     assert len(history.scores) == 40
     best_iterate = min(distance(m) for m in iterates)
     if average:
         assert history.averaged and history.average_score == pytest.approx(-distance(matrix))
-        tail_mean = nearest_orthogonal(np.mean(iterates[20:], axis=0))  # the last half, by hand
+        tail_mean = polar_factor(np.mean(iterates[20:], axis=0))  # the last half, by hand
         np.testing.assert_allclose(matrix, tail_mean, atol=1e-5)
         assert distance(matrix) < 0.7 * best_iterate  # averaging 20 scattered iterates cancels most of the scatter
         assert orthogonality_gap(matrix) < 1e-5
@@ -387,12 +379,11 @@ def test_refine1_scores_every_nth_iteration_and_counts_patience_in_iterations():
     scored = []
     score = lambda m: scored.append(m) or -float(np.linalg.norm(m - q))  # noqa: E731
     _, history = refine_by_neighbours(
-        np.eye(8), step, score=score, n_iter=23, patience=100, score_every=5, average=False
+        np.eye(8), step, RefineParams(n_iter=23, patience=100, score_every=5, average=False), score=score
     )
     assert len(history.scores) == 5 and len(scored) == 6  # iterations 5, 10, 15, 20, the last (23); the start
-    _, history = refine_by_neighbours(
-        q, step, score=lambda m: 0.0, start_score=1.0, n_iter=100, patience=10, score_every=5, average=False
-    )
+    params = RefineParams(n_iter=100, patience=10, score_every=5, average=False)
+    _, history = refine_by_neighbours(q, step, params, score=lambda m: 0.0, start_score=1.0)
     assert history.stopped_early and len(history.scores) == 2  # two checks = 10 iterations without a gain
 
 
@@ -402,11 +393,11 @@ def test_refine1_from_minus_infinity_returns_an_iterate_and_counts_patience_amon
     the first iterate, not from a start no iterate can beat."""
     q = ortho_group.rvs(8, random_state=4)
     score = lambda m: -float(np.linalg.norm(m - q))  # noqa: E731
-    kwargs = {"score": score, "n_iter": 60, "patience": 10, "score_every": 1, "average": False}
-    kept, history = refine_by_neighbours(q, NoisyStep(q, 0.3, np.random.default_rng(0)), **kwargs)
+    params = RefineParams(n_iter=60, patience=10, score_every=1, average=False)
+    kept, history = refine_by_neighbours(q, NoisyStep(q, 0.3, np.random.default_rng(0)), params, score=score)
     assert np.array_equal(kept, q) and history.best_iteration == -1 and history.iterations == 10
     moved, history = refine_by_neighbours(
-        q, NoisyStep(q, 0.3, np.random.default_rng(0)), start_score=float("-inf"), **kwargs
+        q, NoisyStep(q, 0.3, np.random.default_rng(0)), params, score=score, start_score=float("-inf")
     )
     assert not np.array_equal(moved, q) and history.best_iteration >= 0 and history.best_score == score(moved)
     assert history.iterations > 10  # it ran past the first 10 steps: some iterate beat the first one
@@ -540,14 +531,14 @@ def test_how_long_one_pass_ran_does_not_shift_the_next_passes_draws():
             "converged_swap_share": None,
             "structure": StructureParams(n_iter=structure_rounds, patience=5, stop_swap_share=None),
         }
-        return MiniVec2Vec(**settings).fit(source, target).diagnostics_["restarts"]
+        return MiniVec2Vec(**settings).fit(source, target).diagnostics_.restarts
 
     short, long = passes(1), passes(3)
-    assert len(short[0]["structure_swapped"]) == 1 and len(long[0]["structure_swapped"]) == 3
+    assert len(short[0].structure_swapped) == 1 and len(long[0].structure_swapped) == 3
     for key in ("qap_agreement", "mean_qap_objective", "anchor_consistency_initial"):
         assert short[1][key] == long[1][key], key
-    assert short[1]["nn_similarity"]["initial"] == long[1]["nn_similarity"]["initial"]
-    assert short[1]["structure_swapped"][0] == long[1]["structure_swapped"][0]
+    assert short[1].nn_similarity.initial == long[1].nn_similarity.initial
+    assert short[1].structure_swapped[0] == long[1].structure_swapped[0]
 
 
 FIT_AND_HASH = """
@@ -559,7 +550,7 @@ from subspaces.align.params import SearchParams
 rng = np.random.default_rng(0)
 search = SearchParams(probe_size=500, precision={precision!r})
 aligner = MiniVec2Vec(**QUICK | {{"n_restarts": 2, "search": search}}).fit(clustered(rng, 1500), clustered(rng, 1500))
-trust = aligner.diagnostics_["trust"]  # the verdict's inputs too, not only the map
+trust = aligner.diagnostics_.trust  # the verdict's inputs too, not only the map
 verdict = repr((trust["final"], trust["identity"], trust["random_rotation"], aligner.converged_)).encode()
 print(hashlib.sha256(aligner.matrix_.tobytes() + verdict).hexdigest())
 """
@@ -628,7 +619,7 @@ def test_a_map_no_better_than_the_identity_is_flagged():
     with pytest.warns(ConvergenceWarning, match="not clearly better than leaving the vectors unmapped"):
         aligner = MiniVec2Vec(**weak).fit(source, target)
     d = aligner.diagnostics_
-    assert d["trust"]["lift"] <= aligner.trust_margin and d["trust"]["rows"] == [1500, 1500]
+    assert d.trust["lift"] <= aligner.trust_margin and d.trust["rows"] == [1500, 1500]
     assert aligner.converged_ is False and aligner.confidence_ == 0.0
 
 
@@ -638,7 +629,7 @@ def test_too_few_rows_for_trustworthy_clusters_warns():
         aligner = MiniVec2Vec(**QUICK).fit(clustered(rng, 600), clustered(rng, 700))
     assert aligner.converged_ is False
     # refine-2's 40 centroids (15 rows each) are not warned about: that stage is kept only if the score holds.
-    assert not any("refine.centroid" in problem for problem in aligner.diagnostics_["problems"])
+    assert not any("refine.centroid" in problem for problem in aligner.diagnostics_.problems)
 
 
 @pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
@@ -663,12 +654,12 @@ def test_max_seconds_stops_at_the_next_safe_point_and_keeps_a_map(tmp_path):
     with pytest.warns(ConvergenceWarning, match="stopped early: max_seconds=0 reached before the identity candidate"):
         aligner = MiniVec2Vec(**FAST | {"max_seconds": 0}).fit(source, target)
     d = aligner.diagnostics_
-    assert aligner.stopped_early_ and d["stopped_early"] and "max_seconds=0" in d["stop_reason"]
-    assert d["identity_reference"]["skipped"] == "out of time" and d["kept"] == "anchors"
-    (only,) = d["restarts"]  # no further restart began
-    assert only["runs_kept"] == 1  # one anchor run, then the initial map; no refinement step ran
-    assert only["structure_iterations"] == only["refine1_iterations"] == 0
-    assert only["nn_similarity"]["refine2"] is None
+    assert aligner.stopped_early_ and d.stopped_early and "max_seconds=0" in d.stop_reason
+    assert d.identity_reference.skipped == "out of time" and d.kept == "anchors"
+    (only,) = d.restarts  # no further restart began
+    assert only.runs_kept == 1  # one anchor run, then the initial map; no refinement step ran
+    assert only.structure_iterations == only.refine1_iterations == 0
+    assert only.nn_similarity.refine2 is None
     assert aligner.transform(source[:3]).shape == (3, 8)
     aligner.save(tmp_path / "a")
     assert MiniVec2Vec.load(tmp_path / "a").stopped_early_ is True
@@ -681,7 +672,7 @@ def test_a_budget_that_is_not_reached_changes_nothing():
     free = MiniVec2Vec(**QUICK).fit(source, target)
     bounded = MiniVec2Vec(**QUICK | {"max_seconds": 1e6}).fit(source, target)
     np.testing.assert_array_equal(free.matrix_, bounded.matrix_)
-    assert bounded.stopped_early_ is False and bounded.diagnostics_["stop_reason"] is None
+    assert bounded.stopped_early_ is False and bounded.diagnostics_.stop_reason is None
     # An infinite budget is no budget: the same fit as None (unconverged passes refined lazily), saved as null.
     endless = MiniVec2Vec(**QUICK | {"max_seconds": float("inf")}).fit(source, target)
     np.testing.assert_array_equal(free.matrix_, endless.matrix_)
@@ -694,7 +685,7 @@ def test_the_library_refuses_to_apply_an_untrusted_map_unless_forced(tmp_path):
     rng = np.random.default_rng(0)
     aligner = MiniVec2Vec(**QUICK).fit(clustered(rng, 1000), clustered(rng, 1000))
     np.save(tmp_path / "in.npy", clustered(rng, 20).astype(np.float32))
-    aligner.diagnostics_ |= {"trusted": False, "problems": ["a problem"]}
+    aligner.diagnostics_.problems = ["a problem"]
     assert aligner.converged_ is False  # read from the diagnostics, not a copy of them
     with pytest.raises(SubspacesError, match=r"this map is not trusted \(a problem\); refit, or pass --force"):
         apply_to_file(aligner, tmp_path / "in.npy", tmp_path / "out.npy")
@@ -721,8 +712,8 @@ def test_known_pairs_recover_a_rotation_the_unpaired_fit_misses():
     assert evaluate_alignment(unpaired, held, held @ q)["top1"] < 0.2
     assert evaluate_alignment(with_pairs, held, held @ q)["top1"] > 0.98
     d = with_pairs.diagnostics_
-    assert d["n_pairs"] == 50 and len(d["restarts"]) == 1  # the pairs replace the anchors: one pass
-    assert d["restarts"][0]["runs_kept"] == 0 and d["restarts"][0]["qap_agreement"] is None
+    assert d.n_pairs == 50 and len(d.restarts) == 1  # the pairs replace the anchors: one pass
+    assert d.restarts[0].runs_kept == 0 and d.restarts[0].qap_agreement is None
 
 
 def test_known_pairs_stay_fixed_anchors_in_every_refinement_step():
@@ -731,8 +722,10 @@ def test_known_pairs_stay_fixed_anchors_in_every_refinement_step():
     draw, q = gaussian_spaces(rng, dim=8)
     a, b = center_normalize(draw(1000), np.zeros(8)), center_normalize(draw(1000) @ q, np.zeros(8))
     p = center_normalize(draw(100), np.zeros(8))
-    free = NeighbourStep(a, b, np.random.default_rng(0), k=10)
-    anchored = replace(free, rng=np.random.default_rng(0), pairs=(p, p @ q), pair_weight=100.0)
+    free = NeighbourStep(a, b, np.random.default_rng(0), RefineParams(k=10, bidirectional=False))
+    anchored = replace(
+        free, rng=np.random.default_rng(0), pairs=(p, p @ q), params=replace(free.params, pair_weight=100.0)
+    )
     assert np.abs(anchored(q) - q).max() < 0.5 * np.abs(free(q) - q).max()
 
 
@@ -800,12 +793,12 @@ def test_a_fit_to_a_shuffled_target_is_not_trusted():
         aligner = MiniVec2Vec(**FAST).fit(source, shuffled)
     d = aligner.diagnostics_
     assert aligner.converged_ is False and aligner.confidence_ == 0.0
-    assert d["agreement"]["agreement"] < aligner.agreement_threshold
+    assert d.agreement["agreement"] < aligner.agreement_threshold
     # (Here the structure and the trust score catch it too; on the dev pools' shuffled targets they did not.)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         unchecked = MiniVec2Vec(**FAST | {"agreement_threshold": None}).fit(source, shuffled)
-    assert unchecked.diagnostics_["agreement"]["skipped"] == "agreement_threshold is None"
+    assert unchecked.diagnostics_.agreement["skipped"] == "agreement_threshold is None"
     # Here no pass converged, so the search compared none: the kept map is the restarts' choice.
     assert np.array_equal(unchecked.matrix_, aligner.matrix_)
 
@@ -815,20 +808,20 @@ def test_a_good_fit_agrees_with_an_independent_pass():
     q = ortho_group.rvs(8, random_state=1)
     source, target = clustered(rng, 2000), clustered(rng, 2000) @ q
     aligner = MiniVec2Vec(**FAST | {"random_state": 1}).fit(source, target)
-    check = aligner.diagnostics_["agreement"]
+    check = aligner.diagnostics_.agreement
     assert check["agreement"] > 0.9 and check["skipped"] is None and check["threshold"] == 0.55
     assert aligner.confidence_ == pytest.approx(min(check["agreement"], 1.0))
     # An agreeing check pass is refined too, and the better of the two maps by final neighbour similarity is kept.
     assert set(check["check_stage_seconds"]) == {"anchors_and_initial_map", "structure", "refine1", "refine2"}
-    restarts = aligner.diagnostics_["restarts"]
-    assert restarts[-1]["label"] == "agreement check" and restarts[-1]["refined"]
-    candidates = [i for i, r in enumerate(restarts) if r["refined"]]  # the kept restart and the check pass
-    finals = {i: restarts[i]["nn_similarity"]["final"] for i in candidates}
-    assert len(candidates) == 2 and aligner.diagnostics_["chosen_restart"] == max(finals, key=finals.get)
+    restarts = aligner.diagnostics_.restarts
+    assert restarts[-1].label == "agreement check" and restarts[-1].refined
+    candidates = [i for i, r in enumerate(restarts) if r.refined]  # the kept restart and the check pass
+    finals = {i: restarts[i].nn_similarity.final for i in candidates}
+    assert len(candidates) == 2 and aligner.diagnostics_.chosen_restart == max(finals, key=finals.get)
     # agreement_search=0: the check only judges; it is not refined and the map is the restarts' own.
     judged = MiniVec2Vec(**FAST | {"random_state": 1, "agreement_search": 0}).fit(source, target)
-    assert "agreement check" not in [r["label"] for r in judged.diagnostics_["restarts"]]
-    assert judged.diagnostics_["agreement"]["agreement"] == check["agreement"]
+    assert "agreement check" not in [r.label for r in judged.diagnostics_.restarts]
+    assert judged.diagnostics_.agreement["agreement"] == check["agreement"]
 
 
 def test_the_agreement_search_finds_a_right_map_where_the_restarts_held_none():
@@ -849,21 +842,21 @@ def test_the_agreement_search_finds_a_right_map_where_the_restarts_held_none():
     searched = MiniVec2Vec(**settings | {"random_state": 2}).fit(source, target)
     d = searched.diagnostics_
     assert top1(searched) > 0.95 and searched.converged_ is True
-    assert d["agreement"]["agreement"] >= 0.55 and d["agreement"]["search"]["new_passes"] >= 2
-    labels = [r["label"] for r in d["restarts"]]
-    assert labels[:2] == ["restart 1/1", "agreement check"] and labels[d["chosen_restart"]] != "restart 1/1"
-    pairs = {(i, j): value for i, j, value in d["agreement"]["search"]["pairwise"]}
+    assert d.agreement["agreement"] >= 0.55 and d.agreement["search"]["new_passes"] >= 2
+    labels = [r.label for r in d.restarts]
+    assert labels[:2] == ["restart 1/1", "agreement check"] and labels[d.chosen_restart] != "restart 1/1"
+    pairs = {(i, j): value for i, j, value in d.agreement["search"]["pairwise"]}
     agreeing = {i for pair, value in pairs.items() if value >= 0.55 for i in pair}
-    assert d["chosen_restart"] in agreeing
-    finals = {i: d["restarts"][i]["nn_similarity"]["final"] for i in agreeing}
-    assert finals[d["chosen_restart"]] == max(finals.values())
+    assert d.chosen_restart in agreeing
+    finals = {i: d.restarts[i].nn_similarity.final for i in agreeing}
+    assert finals[d.chosen_restart] == max(finals.values())
     # The search's new passes try the second partition scale first, then the restarts' own, in turn.
-    new = [r["anchor_clusters"] for r in d["restarts"] if r["label"].startswith("search pass")]
-    assert new and new == [40, 10, 40, 10][: len(new)] and d["restarts"][0]["anchor_clusters"] == 10
+    new = [r.anchor_clusters for r in d.restarts if r.label.startswith("search pass")]
+    assert new and new == [40, 10, 40, 10][: len(new)] and d.restarts[0].anchor_clusters == 10
     # Where the rows cannot hold the second scale (4 x 1,000 > 1,500), the search keeps the restarts' count.
     kept = MiniVec2Vec(**settings | {"random_state": 2, "search_anchor_clusters": 1000}).fit(source, target)
-    counts = {r["anchor_clusters"] for r in kept.diagnostics_["restarts"]}
-    assert counts == {10} and kept.diagnostics_["agreement"]["search"]["new_passes"] >= 2
+    counts = {r.anchor_clusters for r in kept.diagnostics_.restarts}
+    assert counts == {10} and kept.diagnostics_.agreement["search"]["new_passes"] >= 2
 
 
 def test_known_pairs_skip_the_agreement_check():
@@ -871,7 +864,7 @@ def test_known_pairs_skip_the_agreement_check():
     q = ortho_group.rvs(8, random_state=1)
     source, pairs = clustered(rng, 1500), clustered(rng, 50)
     aligner = MiniVec2Vec(**QUICK).fit(source, clustered(rng, 1500) @ q, pairs=(pairs, pairs @ q))
-    assert aligner.diagnostics_["agreement"]["skipped"] == "known pairs anchor every pass alike"
+    assert aligner.diagnostics_.agreement["skipped"] == "known pairs anchor every pass alike"
 
 
 @pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
@@ -883,13 +876,13 @@ def test_enough_known_pairs_judge_the_map_instead_of_the_structural_swap_share()
     source, target, pairs = clustered(rng, 1500), clustered(rng, 1500) @ q, clustered(rng, 50)
     strict = QUICK | {"converged_swap_share": 0.0, "structure": StructureParams(stop_swap_share=None)}
     judged = MiniVec2Vec(**strict).fit(source, target, pairs=(pairs, pairs @ q))
-    check = judged.diagnostics_["paired_check"]
+    check = judged.diagnostics_.paired_check
     assert check["judged"] and check["pairs"] == 50 and check["top1"] > 0.9
-    assert judged.diagnostics_["converged"] is False  # the structure did not settle at 0 %...
+    assert judged.diagnostics_.converged is False  # the structure did not settle at 0 %...
     assert judged.converged_ and judged.confidence_ == check["top1"]  # ...but the pairs vouch for the map
     few = MiniVec2Vec(**strict).fit(source, target, pairs=(pairs[:10], pairs[:10] @ q))
-    assert not few.diagnostics_["paired_check"]["judged"] and few.converged_ is False
-    assert any("converged" in problem for problem in few.diagnostics_["problems"])
+    assert not few.diagnostics_.paired_check["judged"] and few.converged_ is False
+    assert any("converged" in problem for problem in few.diagnostics_.problems)
 
 
 @pytest.mark.parametrize(
@@ -945,7 +938,7 @@ def test_known_pairs_that_the_map_does_not_place_are_flagged():
             source, target, pairs=shuffled
         )
     assert aligner.converged_ is False and aligner.confidence_ == 0.0
-    assert aligner.diagnostics_["paired_check"]["top1"] < 0.5
+    assert aligner.diagnostics_.paired_check["top1"] < 0.5
 
 
 @pytest.mark.parametrize(("d_in", "d_out"), [(8, 8), (8, 12), (12, 8)])
@@ -961,8 +954,8 @@ def test_a_good_fit_beats_the_random_rotation_control():
     q = ortho_group.rvs(8, random_state=1)
     aligner = MiniVec2Vec(**FAST).fit(clustered(rng, 2000), clustered(rng, 2000) @ q)
     d = aligner.diagnostics_
-    assert d["nn_similarity"]["final"] > d["random_rotation_nn_similarity"] + 0.05
-    assert d["trust"]["final"] > d["trust"]["random_rotation"] and d["trust"]["lift"] > aligner.trust_margin
+    assert d.nn_similarity.final > d.random_rotation_nn_similarity + 0.05
+    assert d.trust["final"] > d.trust["random_rotation"] and d.trust["lift"] > aligner.trust_margin
 
 
 @pytest.mark.parametrize(
@@ -1028,10 +1021,10 @@ def test_polish_continues_a_capped_refine1_and_keeps_the_map_only_if_the_trust_s
     settings = QUICK | {"agreement_threshold": None}
     plain = MiniVec2Vec(**settings | {"refine": capped}).fit(source, target)
     polished = MiniVec2Vec(**settings | {"refine": replace(capped, polish_iter=20)}).fit(source, target)
-    assert plain.diagnostics_["polish"] == {
+    assert plain.diagnostics_.polish == {
         "ran": False, "iterations": 0, "trust_before": None, "trust_after": None, "accepted": False
     }  # fmt: skip
-    p = polished.diagnostics_["polish"]
+    p = polished.diagnostics_.polish
     assert p["ran"] and 1 <= p["iterations"] <= 20 and p["accepted"] == (p["trust_after"] > p["trust_before"])
     same = np.array_equal(polished.matrix_, plain.matrix_)
     assert same != p["accepted"]  # the polished map where accepted, else the pass's own, bit for bit
@@ -1041,7 +1034,7 @@ def test_polish_continues_a_capped_refine1_and_keeps_the_map_only_if_the_trust_s
     # A refine-1 stopped by its patience is not climbing: nothing to polish.
     patient = replace(QUICK["refine"], n_iter=200, patience=2, score_every=1, polish_iter=20)
     settled = MiniVec2Vec(**settings | {"refine": patient}).fit(source, target)
-    assert settled.diagnostics_["restarts"][0]["refine1_stopped_early"] and not settled.diagnostics_["polish"]["ran"]
+    assert settled.diagnostics_.restarts[0].refine1_stopped_early and not settled.diagnostics_.polish["ran"]
 
 
 def test_polish_does_not_run_with_known_pairs():
@@ -1050,7 +1043,7 @@ def test_polish_does_not_run_with_known_pairs():
     source, pairs = clustered(rng, 1500), clustered(rng, 50)
     capped = replace(QUICK["refine"], n_iter=3, patience=100, score_every=1, polish_iter=20)
     aligner = MiniVec2Vec(**QUICK | {"refine": capped}).fit(source, clustered(rng, 1500) @ q, pairs=(pairs, pairs @ q))
-    assert aligner.diagnostics_["restarts"][0]["refine1_iterations"] == 3 and not aligner.diagnostics_["polish"]["ran"]
+    assert aligner.diagnostics_.restarts[0].refine1_iterations == 3 and not aligner.diagnostics_.polish["ran"]
 
 
 def test_init_identity_starts_from_the_vectors_as_they_are_and_needs_equal_dims():
@@ -1061,8 +1054,8 @@ def test_init_identity_starts_from_the_vectors_as_they_are_and_needs_equal_dims(
     aligner = MiniVec2Vec(**FAST | {"init": "identity"}).fit(source, target)
     assert evaluate_alignment(aligner, held, held)["top1"] > 0.95 and aligner.converged_
     d = aligner.diagnostics_
-    assert [r["label"] for r in d["restarts"]] == ["identity start"] and d["restarts"][0]["qap_agreement"] is None
-    assert d["agreement"]["skipped"].startswith("init='identity'") and d["identity_reference"]["skipped"]
+    assert [r.label for r in d.restarts] == ["identity start"] and d.restarts[0].qap_agreement is None
+    assert d.agreement["skipped"].startswith("init='identity'") and d.identity_reference.skipped
     with pytest.raises(DimensionError, match="init='identity' needs equal dims"):
         MiniVec2Vec(**QUICK | {"init": "identity"}).fit(source, target[:, :8])
     with pytest.raises(SubspacesError, match="init must be one of auto, anchors, identity"):
@@ -1090,25 +1083,25 @@ def test_the_identity_candidate_is_kept_where_it_clearly_beats_the_anchored_map_
                 aligner = MiniVec2Vec(**weak | {"random_state": seed, "init": init}).fit(source, target)
             fits[init] = (aligner, evaluate_alignment(aligner, held, held)["top1"], caught)
         anchored, top1, caught = fits["anchors"]
-        reference = anchored.diagnostics_["identity_reference"]
+        reference = anchored.diagnostics_.identity_reference
         flagged = any("init='identity'" in str(w.message) for w in caught)
-        assert (top1 < 0.1, reference["lift"] > IDENTITY_REFERENCE_MARGIN, flagged) == (wrong, wrong, wrong)
-        assert reference["seconds"] > 0 and (anchored.converged_ is False or not wrong)
-        assert anchored.diagnostics_["kept"] == "anchors"
+        assert (top1 < 0.1, reference.lift > IDENTITY_REFERENCE_MARGIN, flagged) == (wrong, wrong, wrong)
+        assert reference.seconds > 0 and (anchored.converged_ is False or not wrong)
+        assert anchored.diagnostics_.kept == "anchors"
         auto, auto_top1, caught = fits["auto"]
         # The same anchored pass and the same candidate: "auto" differs only in which map it keeps.
-        assert auto.diagnostics_["identity_reference"] == reference | {
-            "seconds": auto.diagnostics_["identity_reference"]["seconds"]
-        }
+        assert auto.diagnostics_.identity_reference == replace(
+            reference, seconds=auto.diagnostics_.identity_reference.seconds
+        )
         if wrong:
-            assert auto.diagnostics_["kept"] == "identity reference" and auto_top1 > 0.9
+            assert auto.diagnostics_.kept == "identity reference" and auto_top1 > 0.9
             assert not any("init='identity'" in str(w.message) for w in caught)
-            assert auto.diagnostics_["trust"]["final"] >= reference["trust"]  # the candidate's, polished or not
+            assert auto.diagnostics_.trust["final"] >= reference.trust  # the candidate's, polished or not
             # The map's own diagnostics describe the candidate, not the anchored restart that was not kept.
-            assert auto.diagnostics_["anchor_consistency"] is None
-            assert auto.diagnostics_["nn_similarity"]["final"] == reference["nn_similarity"]
+            assert auto.diagnostics_.anchor_consistency is None
+            assert auto.diagnostics_.nn_similarity.final == reference.nn_similarity
         else:
-            assert auto.diagnostics_["kept"] == "anchors"
+            assert auto.diagnostics_.kept == "anchors"
             np.testing.assert_array_equal(auto.matrix_, anchored.matrix_)
     # (Seed 1's right map is flagged too, by the trust check: here the unrefined identity is as right as it.)
 
@@ -1126,15 +1119,15 @@ def test_the_identity_reference_leaves_a_right_map_alone():
     maps = {}
     for name, truth in (("plain", np.eye(8)), ("rotated", q)):
         aligner = MiniVec2Vec(**settings).fit(source, target @ truth)
-        reference = aligner.diagnostics_["identity_reference"]
-        assert reference["trust"] is not None and reference["lift"] <= IDENTITY_REFERENCE_MARGIN
+        reference = aligner.diagnostics_.identity_reference
+        assert reference.trust is not None and reference.lift <= IDENTITY_REFERENCE_MARGIN
         assert aligner.converged_ and evaluate_alignment(aligner, held, held @ truth)["top1"] > 0.9
-        assert aligner.diagnostics_["kept"] == "anchors"
+        assert aligner.diagnostics_.kept == "anchors"
         maps[name] = aligner.matrix_
     # The rotation control: the same fit on the rotated target gives the rotated map (the reference draws last).
     assert np.abs(maps["rotated"] - maps["plain"] @ q).max() < 1e-3
     # Not run where the dims differ, nor with known pairs (they judge against the identity themselves).
     narrow = MiniVec2Vec(**QUICK).fit(source, target[:, :6])
-    assert narrow.diagnostics_["identity_reference"]["skipped"] == "the dims differ"
+    assert narrow.diagnostics_.identity_reference.skipped == "the dims differ"
     paired = MiniVec2Vec(**QUICK).fit(source, target, pairs=(held[:30], held[:30]))
-    assert paired.diagnostics_["identity_reference"]["skipped"].startswith("known pairs")
+    assert paired.diagnostics_.identity_reference.skipped.startswith("known pairs")

@@ -64,11 +64,11 @@ def test_the_recipe_candidate_is_kept_where_the_anchored_map_is_wrong_and_says_w
     for init in ("anchors", "auto"):
         aligner, _ = fit(source, target @ q, init=init, random_state=0)
         d = aligner.diagnostics_
-        assert d["kept"] == "paper recipe" and d["kept"] in d["kept_why"] and "paper recipe" in d["kept_why"]
-        assert d["recipe_candidate"]["lift"] > d["recipe_candidate"]["margin"] and d["recipe_candidate"]["seconds"] > 0
+        assert d.kept == "paper recipe" and d.kept in d.kept_why and "paper recipe" in d.kept_why
+        assert d.recipe_candidate.lift > d.recipe_candidate.margin and d.recipe_candidate.seconds > 0
         assert evaluate_alignment(aligner, held, held @ q)["top1"] > 0.95
         assert aligner.converged_ and 0 < aligner.confidence_ <= 1
-        assert d["trust"]["final"] >= d["recipe_candidate"]["trust"]  # the candidate's, polished or not
+        assert d.trust["final"] >= d.recipe_candidate.trust  # the candidate's, polished or not
 
 
 @pytest.mark.usefixtures("small_recipe")
@@ -80,7 +80,7 @@ def test_the_recipe_candidate_bounds_the_whole_fit():
     settings = WEAK | {"n_restarts": 3, "structure": StructureParams(), "max_seconds": 300.0, "recipe_budget": 1.0}
     aligner, messages = fit(source, target, **settings)
     d = aligner.diagnostics_
-    assert aligner.stopped_early_ and d["stop_reason"].startswith("recipe_budget=1 x the paper-recipe candidate's")
+    assert aligner.stopped_early_ and d.stop_reason.startswith("recipe_budget=1 x the paper-recipe candidate's")
     assert aligner.fit_seconds_ < 300 and any("stopped early" in m for m in messages)
 
 
@@ -88,10 +88,10 @@ def test_the_recipe_candidate_is_skipped_on_small_pools_and_with_known_pairs():
     rng = np.random.default_rng(0)
     source, target = clustered(rng, 600), clustered(rng, 600)
     aligner, _ = fit(source, target)
-    assert aligner.diagnostics_["recipe_candidate"]["skipped"].startswith("fewer than")
+    assert aligner.diagnostics_.recipe_candidate.skipped.startswith("fewer than")
     paired, _ = fit(source, target, init="anchors")
     paired.fit(source, target, pairs=(source[:30], source[:30]))
-    assert paired.diagnostics_["recipe_candidate"]["skipped"].startswith("known pairs")
+    assert paired.diagnostics_.recipe_candidate.skipped.startswith("known pairs")
 
 
 def test_budget_is_only_ever_tightened_and_recipe_budget_is_checked():

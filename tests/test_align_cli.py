@@ -219,8 +219,8 @@ def test_fit_says_when_no_pass_converged(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "warning:" in result.output and "probably wrong" in result.output
-    assert MiniVec2Vec.load(tmp_path / "aligner").diagnostics_["converged"] is False
-    check = MiniVec2Vec.load(tmp_path / "aligner").diagnostics_["agreement"]
+    assert MiniVec2Vec.load(tmp_path / "aligner").diagnostics_.converged is False
+    check = MiniVec2Vec.load(tmp_path / "aligner").diagnostics_.agreement
     searched = f", best of {check['compared']} passes" if check["search"] else ""
     assert f"agreement with an independent pass: {check['agreement']:.3f}{searched} (trusted: >= 0.55)" in flat(result)
     assert "align apply` refuses it unless --force" in flat(result)
@@ -482,7 +482,7 @@ def test_fit_with_known_pairs(spaces, tmp_path):
     assert "50 known pairs" in flat(result)
     assert "known pairs placed nearest their own target among the 50 pairs (in-sample): 1.000" in flat(result)
     aligner = MiniVec2Vec.load(tmp_path / "aligner")
-    assert aligner.diagnostics_["n_pairs"] == 50 and aligner.diagnostics_["paired_check"]["judged"]
+    assert aligner.diagnostics_.n_pairs == 50 and aligner.diagnostics_.paired_check["judged"]
     x, y = np.load(spaces / "x.npy"), np.load(spaces / "y.npy")
     from subspaces.align import evaluate_alignment
 
@@ -515,7 +515,7 @@ def test_fit_init_identity_is_one_pass_from_the_identity_and_a_bad_init_is_refus
     result = CliRunner().invoke(app, fit_args(spaces, tmp_path / "a", *params_args(tmp_path), "--init", "identity"))
     assert result.exit_code == 0, result.output
     aligner = MiniVec2Vec.load(tmp_path / "a")
-    assert aligner.init == "identity" and aligner.diagnostics_["restarts"][0]["label"] == "identity start"
+    assert aligner.init == "identity" and aligner.diagnostics_.restarts[0].label == "identity start"
     assert "identity start" in flat(result) and "not trusted" in flat(result)
     result = CliRunner().invoke(app, fit_args(spaces, tmp_path / "b", *params_args(tmp_path), "--init", "eye"))
     assert result.exit_code == 2 and "init must be one of auto, anchors, identity" in flat(result)

@@ -46,7 +46,7 @@ def test_a_shortlist_as_large_as_the_set_or_as_wide_as_the_rows_is_exact_search(
     base, queries = anisotropic_rows(rng, 300, 32), anisotropic_rows(rng, 40, 32)
     exact_sims, exact_ids = NeighbourIndex(base).search(queries, 10)
     for settings in ({"shortlist_dims": 32}, {"shortlist_dims": 64}, {"shortlist_dims": 4, "shortlist_factor": 30}):
-        sims, ids = NeighbourIndex(base, **settings).search(queries, 10)
+        sims, ids = NeighbourIndex(base, SearchParams(**settings)).search(queries, 10)
         np.testing.assert_array_equal(ids, exact_ids, err_msg=str(settings))
         np.testing.assert_allclose(sims, exact_sims, atol=1e-5)
 
@@ -55,7 +55,7 @@ def test_a_quarter_of_the_axes_finds_nearly_all_true_neighbours():
     rng = np.random.default_rng(0)
     base, queries = anisotropic_rows(rng, 2000), anisotropic_rows(rng, 200)
     exact = NeighbourIndex(base)
-    shortlisted = NeighbourIndex(base, shortlist_dims=32, shortlist_factor=4)
+    shortlisted = NeighbourIndex(base, SearchParams(shortlist_dims=32, shortlist_factor=4))
     assert shortlisted.axes is not None and shortlisted.axes.shape == (128, 32)
     found = shortlisted.search(queries, 50)[1]
     assert recall(found, exact.search(queries, 50)[1]) >= 0.95  # 0.968 measured
@@ -77,14 +77,6 @@ def test_bad_shortlist_settings_are_one_line_errors(settings, message):
         MiniVec2Vec.from_params({"search": settings})
     assert "\n" not in str(caught.value)
     SearchParams(shortlist_dims=64, ann_lists=0)  # either one alone is fine
-
-
-def test_the_index_refuses_ivf_and_a_shortlist_together_and_bad_values():
-    base = anisotropic_rows(np.random.default_rng(0), 100, 16)
-    with pytest.raises(SubspacesError, match="one approximate search"):
-        NeighbourIndex(base, n_lists=2, shortlist_dims=4)
-    with pytest.raises(SubspacesError, match="shortlist_factor at least 1"):
-        NeighbourIndex(base, shortlist_dims=4, shortlist_factor=0)
 
 
 def test_a_fit_with_a_shortlist_gives_nearly_the_exact_fits_map():

@@ -48,17 +48,17 @@ def test_unconverged_passes_are_refined_only_if_no_later_pass_converges():
     }
     lazy = MiniVec2Vec(**settings).fit(source, target)
     eager = MiniVec2Vec(**settings | {"max_seconds": 1e9}).fit(source, target)
-    skipped, kept = lazy.diagnostics_["restarts"]
-    assert skipped["structure_swapped"][-1] > 0.1 >= kept["structure_swapped"][-1]
-    assert not skipped["refined"] and skipped["refine1_iterations"] == 0 and skipped["nn_similarity"]["final"] is None
-    assert skipped["anchor_consistency_final"] is None and "refine1" not in skipped["stage_seconds"]
-    assert all(r["refined"] for r in eager.diagnostics_["restarts"])
+    skipped, kept = lazy.diagnostics_.restarts
+    assert skipped.structure_swapped[-1] > 0.1 >= kept.structure_swapped[-1]
+    assert not skipped.refined and skipped.refine1_iterations == 0 and skipped.nn_similarity.final is None
+    assert skipped.anchor_consistency_final is None and "refine1" not in skipped.stage_seconds
+    assert all(r.refined for r in eager.diagnostics_.restarts)
     np.testing.assert_array_equal(lazy.matrix_, eager.matrix_)
-    assert lazy.diagnostics_["chosen_restart"] == eager.diagnostics_["chosen_restart"] == 1
+    assert lazy.diagnostics_.chosen_restart == eager.diagnostics_.chosen_restart == 1
     for key in ("nn_similarity", "refine1_scores", "anchor_consistency_final", "structure_scores"):
-        assert kept[key] == eager.diagnostics_["restarts"][1][key], key
-    assert skipped["structure_scores"] == eager.diagnostics_["restarts"][0]["structure_scores"]
-    assert lazy.diagnostics_["trust"] == eager.diagnostics_["trust"]
+        assert getattr(kept, key) == getattr(eager.diagnostics_.restarts[1], key), key
+    assert skipped.structure_scores == eager.diagnostics_.restarts[0].structure_scores
+    assert lazy.diagnostics_.trust == eager.diagnostics_.trust
 
 
 @pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
@@ -68,10 +68,10 @@ def test_when_no_pass_converges_every_pass_is_refined_and_the_best_kept():
     settings = FAST | {"n_restarts": 2, "anchors": replace(FAST["anchors"], n_runs=2)}
     lazy = MiniVec2Vec(**settings).fit(source, target)
     eager = MiniVec2Vec(**settings | {"max_seconds": 1e9}).fit(source, target)
-    assert lazy.diagnostics_["converged"] is False
-    finals = [r["nn_similarity"]["final"] for r in lazy.diagnostics_["restarts"]]
-    assert all(r["refined"] for r in lazy.diagnostics_["restarts"]) and None not in finals
-    assert lazy.diagnostics_["chosen_restart"] == int(np.argmax(finals))
+    assert lazy.diagnostics_.converged is False
+    finals = [r.nn_similarity.final for r in lazy.diagnostics_.restarts]
+    assert all(r.refined for r in lazy.diagnostics_.restarts) and None not in finals
+    assert lazy.diagnostics_.chosen_restart == int(np.argmax(finals))
     np.testing.assert_array_equal(lazy.matrix_, eager.matrix_)
 
 

@@ -34,7 +34,7 @@ source, target, held = clustered(rng, 1200), clustered(rng, 1200) @ q, clustered
 settings = FAST | {{"n_restarts": 1, "search": SearchParams(probe_size=500, precision={precision!r})}}
 aligner = MiniVec2Vec(**settings).fit(source, target)
 print(json.dumps({{"matrix": aligner.matrix_.tolist(), "top1": evaluate_alignment(aligner, held, held @ q)["top1"],
-                  "trusted": aligner.converged_, "precision": aligner.diagnostics_["precision"]}}))
+                  "trusted": aligner.converged_, "precision": aligner.diagnostics_.precision}}))
 """
 
 # Kernels of an older CPU, on any CPU: OpenBLAS's SSE3 kernels, MKL's SSE4.2 path, oneDNN's SSE4.1 path and ATen's

@@ -1,8 +1,5 @@
-"""Unsupervised alignment of embedding spaces (mini-vec2vec).
-
-The public names load on first use (PEP 562), so that the light modules beside them (``params``, ``budget``) can be
-imported, by the command line for one, without the estimator's scientific stack.
-"""
+"""Unsupervised alignment of embedding spaces (mini-vec2vec). The public names load on first use (PEP 562), so the
+light modules beside them (``params``, ``budget``) import without the estimator's scientific stack."""
 
 from __future__ import annotations
 

@@ -3,11 +3,9 @@
     aligner = MiniVec2Vec(random_state=0).fit(source_vectors, target_vectors)   # different texts, no pairs
     moved = aligner.transform(old_store)        # old model's vectors, now in the new model's space
 
-A pass (:mod:`.passes`) is: matched anchors (:mod:`.anchors`, :mod:`.matching`) -> initial map (:mod:`.relative`,
-:mod:`.procrustes`) -> structural refinement -> refine-1 -> refine-2 (:mod:`.refine`), scored label-free
-(:mod:`.diagnostics`). A fit runs, in order: the candidates (a pass from the identity, a pass of the paper recipe's
-stages, :mod:`.recipe`), the restarts, the agreement check and search, the choice of the kept map and its polish;
-:mod:`.verify` then judges the kept map. Evidence for each piece: ``benchmarks/notes/align.md``.
+A pass: matched anchors (:mod:`.anchors`) -> initial map (:mod:`.relative`) -> structure -> refine-1 -> refine-2
+(:mod:`.refine`). A fit runs the candidates (:mod:`.recipe`), the restarts, the agreement check and search, then keeps
+and polishes a map, which :mod:`.verify` judges. Evidence for each piece: ``benchmarks/notes/align.md``.
 """
 
 from __future__ import annotations
@@ -42,7 +40,7 @@ from subspaces.align.params import (
     StructureParams,
     check_together,
 )
-from subspaces.align.passes import CandidateRecord, Pass, PassRecord, StageScores
+from subspaces.align.passes import CandidateRecord, FitDiagnostics, Pass, PassRecord, StageScores
 from subspaces.align.preprocess import center_normalize, check_embeddings, normalize_rows
 from subspaces.align.procrustes import orthogonality_gap, procrustes
 from subspaces.align.recipe import RECIPE_ANCHORS, RECIPE_BUDGET, RECIPE_MIN_ROWS, RECIPE_REFINE
@@ -70,7 +68,8 @@ logger = logging.getLogger(__name__)
 
 INITS = ("auto", "anchors", "identity")
 CHECK_PASS, IDENTITY_PASS, RECIPE_PASS = -1, -2, -3  # the pass numbers of passes that are not restarts
-# What ``diagnostics_["kept"]`` names where a candidate replaced the anchored passes' choice.
+LABELS = {CHECK_PASS: "agreement check", IDENTITY_PASS: "identity start", RECIPE_PASS: "paper recipe"}
+# What ``diagnostics_.kept`` names where a candidate replaced the anchored passes' choice.
 KEPT_CANDIDATES = {"identity": "identity reference", "recipe": "paper recipe"}
 FORMAT_VERSION = 2
 CONFIG_FILE = "aligner.json"
@@ -79,36 +78,33 @@ CONFIG_FILE = "aligner.json"
 class MiniVec2Vec(BaseEstimator):
     """Unsupervised linear alignment of a source embedding space onto a target space (a scikit-learn estimator).
 
-    Each stage's settings are one frozen dataclass (:mod:`.params`), checked when it is built:
-
         MiniVec2Vec(anchors=AnchorParams(n_runs=12), refine=RefineParams(n_iter=50), random_state=0)
 
     Args:
-        anchors, structure, refine, search: the stages' settings (``structure.n_iter=0`` skips that stage).
+        anchors, structure, refine, search: the stages' settings (:mod:`.params`; ``structure.n_iter=0`` skips it).
         n_restarts: at most this many independent passes; the best by label-free score after refinement is kept.
         converged_swap_share: a pass has converged once its last structural round swapped at most this share of
             the seeded cluster pairs; restarts stop there. ``None``: always run ``n_restarts``, judge nothing.
-        trust_margin: the map is trusted only if its CSLS trust score, on rows the fit did not score, beats the
-            best trivial map's (identity, random rotations) by more than this multiple of chance level.
-        agreement_threshold: the map is trusted only if an independent pass agrees with it (mean cosine of the
-            rows mapped by each) at least this much; ``None`` skips the check.
+        trust_margin: trusted only if the map's CSLS trust score on unseen rows beats the best trivial map's
+            (identity, random rotations) by more than this multiple of chance level.
+        agreement_threshold: trusted only if an independent pass agrees with the map (mean cosine of the rows
+            mapped by each) at least this much; ``None`` skips the check.
         agreement_search: where the check disagrees, at most this many more passes are refined until two agree.
-        search_anchor_clusters: the search's new passes alternate between this many anchor clusters and
+        search_anchor_clusters: the search's new passes alternate this many anchor clusters with
             ``anchors.n_clusters`` (``None``: always the latter).
-        init: ``"auto"``: the anchored passes and two candidates (a pass from the identity where the dims agree,
-            a pass of the paper recipe on pools of :data:`RECIPE_MIN_ROWS` rows a side or more), of which the one
-            whose trust score beats the anchored map's most, by more than its margin, is kept; ``"anchors"``: the
-            same, but the identity candidate only flags; ``"identity"``: one pass from the identity (equal dims).
+        init: ``"auto"``: the anchored passes and the candidates (a pass from the identity where the dims agree,
+            one of the paper recipe from :data:`RECIPE_MIN_ROWS` rows a side), the one whose trust score beats the
+            anchored map's most, by more than its margin, kept; ``"anchors"``: the same, but the identity candidate
+            only flags; ``"identity"``: one pass from the identity (equal dims).
         max_seconds: stop at the next safe point after this many seconds, keeping the best map so far
             (``stopped_early_``); ``None`` or ``inf``: no limit (nor ``recipe_budget``'s).
-        recipe_budget: where the paper-recipe candidate ran, the whole fit stops at the next safe point after this
-            many times that pass's own seconds; ``None``: only ``max_seconds`` bounds it.
+        recipe_budget: where the paper-recipe candidate ran, the fit stops after this many times its seconds.
         random_state: seed for every sample, k-means and QAP start.
         verbose: show progress bars.
 
-    Fitted: ``matrix_`` (the map, on centred unit rows), ``diagnostics_`` (every score and check, saved with the
-    map), over which ``converged_``, ``confidence_`` and ``stopped_early_`` read; ``pass_maps_`` (each pass's
-    structured and refined map, in ``diagnostics_["restarts"]`` order; not saved).
+    Fitted: ``matrix_`` (the map, on centred unit rows), ``diagnostics_`` (a :class:`~.passes.FitDiagnostics`,
+    saved with the map; ``converged_``, ``confidence_`` and ``stopped_early_`` read it) and ``pass_maps_`` (each
+    pass's structured and refined map, in ``diagnostics_.restarts`` order; not saved).
     """
 
     def __init__(
@@ -203,10 +199,9 @@ class MiniVec2Vec(BaseEstimator):
     ) -> MiniVec2Vec:
         """Learn the map from unpaired ``source`` (n_a x d_a) and ``target`` (n_b x d_b) vectors.
 
-        ``pairs``: optional known pairs ``(P_a, P_b)``, row i of each embedding the same text (a sample re-embedded
-        with the new model). The initial map is then their orthogonal Procrustes instead of the unpaired anchors,
-        they join every refinement step as fixed anchors, and one pass runs (restarts are for unlucky anchors).
-        From 20 pairs they also judge the map (in-sample top-1 among them, ``diagnostics_["paired_check"]``).
+        ``pairs``: optional known pairs ``(P_a, P_b)``, row i of each embedding the same text. Their Procrustes is
+        the initial map, they join every refinement step as fixed anchors, and one pass runs; from 20 pairs they
+        also judge the map (``diagnostics_.paired_check``).
         """
         from threadpoolctl import threadpool_limits
 
@@ -219,7 +214,6 @@ class MiniVec2Vec(BaseEstimator):
         return self
 
     def _fit(self, source: np.ndarray, target: np.ndarray, pairs: tuple[np.ndarray, np.ndarray] | None) -> list[str]:
-        """:meth:`fit`'s stages; returns the warnings it is to give."""
         budget = Budget(None if self.max_seconds == float("inf") else self.max_seconds)
         self.precision_ = resolve_precision(self.search.precision)  # once: the process's setting could change
         seeds = _Seeds.spawn(self.random_state, self.n_restarts, self.agreement_search)
@@ -242,14 +236,13 @@ class MiniVec2Vec(BaseEstimator):
         self.diagnostics_ = self._diagnostics(
             run, passes, chosen, kept, kept_pass, agreement, polish, trust, candidates, paired
         )
-        return self.diagnostics_["problems"] + (
+        return self.diagnostics_.problems + (
             [f"alignment stopped early: {budget.reason}"] if self.stopped_early_ else []
         )
 
     def _diagnostics(
         self, run, passes, chosen, kept, kept_pass, agreement, polish, trust, candidates, paired
-    ) -> dict[str, Any]:
-        """``diagnostics_``: the verdict on the kept map and every score and check behind it."""
+    ) -> FitDiagnostics:
         anchored = passes[chosen].record
         reference, recipe = candidates["identity"][0], candidates["recipe"][0]
         converged = anchored.converged(self.converged_swap_share)
@@ -265,58 +258,56 @@ class MiniVec2Vec(BaseEstimator):
             reference=reference,
             candidate=recipe if kept == KEPT_CANDIDATES["recipe"] else reference,
         )
-        return {
-            "chosen_restart": chosen,  # the anchored passes' choice (``kept`` says whether it is the map)
-            "converged": converged,
-            "trusted": not problems,
-            "confidence": confidence,
-            "problems": problems,
-            "identity_nn_similarity": run.score(run.eye) if run.eye is not None else None,
-            "random_rotation_nn_similarity": max(run.score(rotation) for rotation in run.rotations),
-            "trust": trust,
-            "agreement": agreement,
-            "polish": polish,
-            "identity_reference": reference.to_dict(),
-            "recipe_candidate": recipe.to_dict(),
-            "init": self.init,
-            "kept": kept,
-            "kept_why": kept_why(kept, trust, reference, recipe),
-            "stopped_early": run.budget.stopped_at is not None,
-            "stop_reason": run.budget.reason,
+        return FitDiagnostics(
+            chosen_restart=chosen,
+            converged=converged,
+            confidence=confidence,
+            problems=problems,
+            identity_nn_similarity=run.score(run.eye) if run.eye is not None else None,
+            random_rotation_nn_similarity=max(run.score(rotation) for rotation in run.rotations),
+            trust=trust,
+            agreement=agreement,
+            polish=polish,
+            identity_reference=reference,
+            recipe_candidate=recipe,
+            init=self.init,
+            kept=kept,
+            kept_why=kept_why(kept, trust, reference, recipe),
+            stop_reason=run.budget.reason,
             **cpu_record(self.precision_),
-            "n_pairs": 0 if run.known is None else len(run.known[0]),
-            "paired_check": paired,
-            # the kept map's own: with a candidate kept, no anchored restart is the map
-            "nn_similarity": dataclasses.asdict(kept_pass.record.nn_similarity),
-            "anchor_consistency": kept_pass.record.anchor_consistency_final,
-            "orthogonality_gap": orthogonality_gap(self.matrix_),
-            "restarts": [started.record.to_dict() for started in passes],
-        }
+            n_pairs=0 if run.known is None else len(run.known[0]),
+            paired_check=paired,
+            nn_similarity=kept_pass.record.nn_similarity,
+            anchor_consistency=kept_pass.record.anchor_consistency_final,
+            orthogonality_gap=orthogonality_gap(self.matrix_),
+            restarts=[started.record for started in passes],
+        )
 
     @property
     def converged_(self) -> bool:
         """Whether the fit trusts its map: no check found a problem."""
-        return bool(self.diagnostics_.get("trusted", False))
+        return self.diagnostics_.trusted
 
     @property
     def confidence_(self) -> float | None:
         """In [0, 1], 0 when not trusted: the agreement of two independent passes, or with 20+ known pairs their
         in-sample top-1, or the structural stage's share of kept cluster pairs (:func:`.verify.verdict`)."""
-        return self.diagnostics_.get("confidence")
+        return self.diagnostics_.confidence
 
     @property
     def stopped_early_(self) -> bool:
-        """Whether ``max_seconds`` ended the fit before its stages did (``diagnostics_["stop_reason"]`` says where)."""
-        return bool(self.diagnostics_.get("stopped_early", False))
+        """Whether ``max_seconds`` ended the fit before its stages did (``diagnostics_.stop_reason`` says where)."""
+        return self.diagnostics_.stopped_early
 
     def check_trusted(self, where: str | os.PathLike[str] | None = None) -> None:
         """Refuse (:class:`SubspacesError`) a map its fit did not trust: applied, it would move vectors to the
         wrong places. ``where`` (the aligner's folder) starts the message."""
         self._check_fitted()
         if not self.converged_:
-            problems = self.diagnostics_.get("problems") or ["its fit did not converge"]
             prefix = f"{where}: " if where is not None else ""
-            raise SubspacesError(f"{prefix}this map is not trusted ({problems[0]}); refit, or pass --force")
+            raise SubspacesError(
+                f"{prefix}this map is not trusted ({self.diagnostics_.problems[0]}); refit, or pass --force"
+            )
 
     # -- the fit's stages ----------------------------------------------------------------------------------------
     def _prepare(self, source, target, pairs, seed: np.random.SeedSequence, budget: Budget) -> _Run:
@@ -358,16 +349,7 @@ class MiniVec2Vec(BaseEstimator):
         return _Run(a, b, a[probes_a], b[probes_b], index_a, index_b, known, eye, rotations, trust_a, trust_b, budget)
 
     def _index(self, rows: np.ndarray, rng: np.random.Generator) -> NeighbourIndex:
-        s = self.search
-        return NeighbourIndex(
-            rows,
-            n_lists=s.ann_lists,
-            n_probe=s.ann_probe,
-            shortlist_dims=s.shortlist_dims,
-            shortlist_factor=s.shortlist_factor,
-            seed=int(rng.integers(2**31)),
-            precision=self.precision_,
-        )
+        return NeighbourIndex(rows, self.search, seed=int(rng.integers(2**31)), precision=self.precision_)
 
     def _candidate(self, run: _Run, name: str, seed) -> tuple[CandidateRecord, Pass | None]:
         """A candidate map and its record: ``"identity"``, refine-1 from the identity (no anchors, structure or
@@ -571,7 +553,10 @@ class MiniVec2Vec(BaseEstimator):
             return matrix, out | {"accepted": False}
         step = dataclasses.replace(kept.step, rng=np.random.default_rng(seed))
         # Patience counts against the polish's own iterates, not its start (a tail average they seldom beat soon).
-        polished, history = self._refine1(run, matrix, step, rp, rp.polish_iter, float("-inf"), "in polishing")
+        polish, out_of_time = dataclasses.replace(rp, n_iter=rp.polish_iter), run.budget.check("in polishing")
+        polished, history = refine_by_neighbours(
+            matrix, step, polish, score=run.score, start_score=float("-inf"), out_of_time=out_of_time
+        )
         polished = polished.astype(np.float32)  # as kept, so its trust score is the fit's (not computed again)
         before, after = run.trust(matrix), run.trust(polished)
         accepted = after > before
@@ -606,43 +591,22 @@ class MiniVec2Vec(BaseEstimator):
         if matched is not None:
             record.take_anchors(matched, ap.n_clusters, anchor_consistency(matched, matrix))
         clock = time.perf_counter()
-        step = NeighbourStep(
-            run.a,
-            run.b,
-            structure_rng,
-            target_index=run.index_b,
-            source_index=run.index_a,
-            sample_size=rp.sample,
-            k=rp.k,
-            alpha=rp.alpha,
-            orthogonalize=rp.orthogonalize,
-            bidirectional=rp.bidirectional,
-            pairs=run.known,
-            pair_weight=rp.pair_weight,
-        )
+        step = NeighbourStep(run.a, run.b, structure_rng, rp, run.index_b, run.index_a, run.known)
         if self.structure.n_iter > 0 and structure_stage:
             matrix, structure = self._structure(run, matrix, step, initial_score, label)
             record.take_structure(structure)
         record.stage_seconds["structure"] = time.perf_counter() - clock
         refine_step = dataclasses.replace(step, rng=refine_rng)
-        return Pass(restart, record, matrix, matrix, matched, refine_step, centroid_rng, rp)
+        return Pass(restart, record, matrix, matrix, matched, refine_step, centroid_rng)
 
     def _structure(self, run: _Run, matrix, step: NeighbourStep, initial_score: float, label: str):
-        sp = self.structure
-        with self._progress(f"structure ({label})", sp.n_iter, "iteration") as tick:
+        with self._progress(f"structure ({label})", self.structure.n_iter, "iteration") as tick:
             return refine_by_structure(
                 matrix,
                 step,
+                self.structure,
                 score=run.score,
-                n_iter=sp.n_iter,
-                n_clusters=sp.n_clusters,
-                n_runs=sp.n_runs,
-                sample_size=sp.sample,
-                kmeans_iter=sp.kmeans_iter,
-                inner_steps=sp.steps,
-                patience=sp.patience,
                 tol=self.refine.tol,
-                stop_swap_share=sp.stop_swap_share,
                 start_score=initial_score,
                 precision=self.precision_,
                 progress=tick,
@@ -652,9 +616,7 @@ class MiniVec2Vec(BaseEstimator):
     def _label(self, restart: int) -> str:
         """A pass's name, saved in its record."""
         if restart < 0:
-            return {CHECK_PASS: "agreement check", IDENTITY_PASS: "identity start", RECIPE_PASS: "paper recipe"}[
-                restart
-            ]
+            return LABELS[restart]
         if restart < self.n_restarts:
             return f"restart {restart + 1}/{self.n_restarts}"
         return f"search pass {restart - self.n_restarts}"
@@ -678,13 +640,19 @@ class MiniVec2Vec(BaseEstimator):
 
     def _finish_pass(self, run: _Run, started: Pass, *, centroid_stage: bool = True) -> None:
         """The rest of a pass: refine-1 -> refine-2 (unless ``centroid_stage`` is False), into its record."""
-        record, seconds, rp = started.record, started.record.stage_seconds, started.refine
+        record, seconds, rp = started.record, started.record.stage_seconds, started.step.params
         where = f"({record.label})"
         clock = time.perf_counter()
         with self._progress(f"refine {where}", rp.n_iter, "iteration") as tick:
-            start_score = record.nn_similarity.structure
-            matrix, history = self._refine1(
-                run, started.matrix, started.step, rp, rp.n_iter, start_score, f"in refine-1 {where}", tick
+            out_of_time = run.budget.check(f"in refine-1 {where}")
+            matrix, history = refine_by_neighbours(
+                started.matrix,
+                started.step,
+                rp,
+                score=run.score,
+                start_score=record.nn_similarity.structure,
+                progress=tick,
+                out_of_time=out_of_time,
             )
         seconds["refine1"] = time.perf_counter() - clock
         clock = time.perf_counter()
@@ -705,22 +673,6 @@ class MiniVec2Vec(BaseEstimator):
         record.take_refinement(history, centroid_score, final_score, accepted)
         if started.anchors is not None:
             record.anchor_consistency_final = anchor_consistency(started.anchors, matrix)
-
-    def _refine1(self, run: _Run, matrix, step, rp: RefineParams, n_iter: int, start_score, where: str, tick=None):
-        """Refine-1 with ``rp`` for ``n_iter`` steps: a pass's refine-1, or the polish."""
-        return refine_by_neighbours(
-            matrix,
-            step,
-            score=run.score,
-            n_iter=n_iter,
-            patience=rp.patience,
-            tol=rp.tol,
-            start_score=start_score,
-            average=rp.average,
-            score_every=rp.score_every,
-            progress=tick,
-            out_of_time=run.budget.check(where),
-        )
 
     @contextlib.contextmanager
     def _progress(self, description: str, total: int, unit: str):
@@ -747,12 +699,8 @@ class MiniVec2Vec(BaseEstimator):
         return center_normalize(check_embeddings(y, "target embeddings", dim=self.n_features_out_), self.target_mean_)
 
     def transform(self, x: np.ndarray, *, centered: bool = False) -> np.ndarray:
-        """Map source vectors into the target space.
-
-        By default the result lives in the target model's own coordinates (the target's training mean added
-        back, typical length restored), so it can be searched with raw vectors of the target model. With
-        ``centered=True`` it is the unit vector in the centred target space (compare with ``preprocess_target``).
-        """
+        """Map source vectors into the target model's own coordinates (its training mean added back, typical length
+        restored); with ``centered=True``, unit vectors in the centred target space (``preprocess_target``'s)."""
         mapped = normalize_rows(self.preprocess_source(x) @ self.matrix_)
         if centered:
             return mapped
@@ -762,11 +710,8 @@ class MiniVec2Vec(BaseEstimator):
         return self.fit(source, target).transform(source)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write ``state.npz`` (map, means) and ``aligner.json`` (parameters, diagnostics) into folder ``path``.
-
-        Each file is replaced atomically, the state first; the config records the state's SHA-256, so a save
-        interrupted between the two leaves a folder that ``load`` refuses instead of mixing old and new.
-        """
+        """Write ``state.npz`` (map, means) and ``aligner.json`` (parameters, diagnostics) into folder ``path``, each
+        atomically, the config holding the state's SHA-256 (:func:`~subspaces.state_folder.write_state_folder`)."""
         self._check_fitted()
         arrays = {
             "matrix": self.matrix_,
@@ -780,7 +725,7 @@ class MiniVec2Vec(BaseEstimator):
             "n_features_in": self.n_features_in_,
             "n_features_out": self.n_features_out_,
             "fit_seconds": self.fit_seconds_,
-            "diagnostics": _plain(self.diagnostics_),
+            "diagnostics": _plain(self.diagnostics_.to_dict()),
         }
         return write_state_folder(path, CONFIG_FILE, arrays, config, format_version=FORMAT_VERSION)
 
@@ -793,6 +738,7 @@ class MiniVec2Vec(BaseEstimator):
             aligner.n_features_in_ = d_in = int(config["n_features_in"])
             aligner.n_features_out_ = d_out = int(config["n_features_out"])
             aligner.fit_seconds_ = float(config["fit_seconds"])
+            aligner.diagnostics_ = FitDiagnostics.from_dict(config["diagnostics"])
         except (KeyError, TypeError, ValueError, SubspacesError) as exc:
             raise DataError(f"not an aligner config ({type(exc).__name__}: {exc})", path=config_path) from exc
         expected = {"matrix": (d_in, d_out), "source_mean": (d_in,), "target_mean": (d_out,)}
@@ -806,16 +752,14 @@ class MiniVec2Vec(BaseEstimator):
         shapes = {name: getattr(aligner, f"{name}_").shape for name in expected}
         if shapes != expected:
             raise DimensionError(f"{state_path}: shapes {shapes} do not fit the config's {d_in} -> {d_out} dimensions")
-        aligner.diagnostics_ = config.get("diagnostics", {})
-        aligner.precision_ = aligner.diagnostics_.get("precision", "float32")
+        aligner.precision_ = aligner.diagnostics_.precision
         return aligner
 
 
 @dataclasses.dataclass
 class _Seeds:
-    """One independent stream per pass and per stage: how far one stage ran (its stopping rule reads scores, which
-    carry the BLAS kernel's rounding) must not shift any later draw. The check's, search's, polish's and
-    candidates' streams come last, so the passes' are those of a fit without them."""
+    """One independent stream per pass and per stage, so how far one stage ran never shifts a later draw; the
+    passes' streams come first, so they are those of a fit without the check, search, polish and candidates."""
 
     setup: np.random.SeedSequence
     passes: list[np.random.SeedSequence]
@@ -834,8 +778,7 @@ class _Seeds:
 
 @dataclasses.dataclass
 class _Run:
-    """What every pass and check of one fit shares: the centred unit rows, their indexes, the probes the
-    label-free score reads, the known pairs, the trivial maps, the rows the trust and agreement read, the budget."""
+    """What every pass and check of one fit shares."""
 
     a: np.ndarray
     b: np.ndarray
@@ -846,7 +789,7 @@ class _Run:
     known: tuple[np.ndarray, np.ndarray] | None
     eye: np.ndarray | None  # the identity, where the dims agree
     rotations: list[np.ndarray]  # random rotations: chance level
-    trust_a: np.ndarray
+    trust_a: np.ndarray  # the rows the trust score and the agreement read
     trust_b: np.ndarray
     budget: Budget
 

@@ -1,9 +1,5 @@
-"""Step 2 of mini-vec2vec: matched anchor pairs from an ensemble of k-means runs on the two unpaired spaces.
-
-Each run clusters an independent subsample of each space, matches the two centroid sets by quadratic
-assignment, and contributes its matched centroid pairs as anchors. Runs whose matching is poor (low agreement
-between the matched similarity structures, a label-free score) can be dropped before the runs are pooled.
-"""
+"""Step 2 of mini-vec2vec: matched anchor pairs. Each k-means run clusters a subsample of each space and matches
+the two centroid sets by quadratic assignment (:mod:`.matching`); the runs' matched centroids are pooled."""
 
 from __future__ import annotations
 
@@ -29,13 +25,12 @@ def kmeans(
     n_iter: int = 25,
     seed: int = 0,
     init: np.ndarray | None = None,
-    n_redo: int = 1,
     precision: str = "float32",
 ) -> np.ndarray:
     """Spherical k-means centroids (unit rows) of unit-norm rows ``x``: :func:`kmeans_runs` with one run."""
     inits = None if init is None else [init]
     return kmeans_runs(
-        x, [np.arange(len(x))], n_clusters, n_iter=n_iter, seeds=[seed], inits=inits, n_redo=n_redo, precision=precision
+        x, [np.arange(len(x))], n_clusters, n_iter=n_iter, seeds=[seed], inits=inits, precision=precision
     )[0]
 
 
@@ -50,12 +45,9 @@ def kmeans_runs(
     n_redo: int = 1,
     precision: str = "float32",
 ) -> list[np.ndarray]:
-    """Spherical k-means of several row samples of ``x`` at once: the centroids (unit rows) of each
-    ``x[samples[r]]``, started at ``inits[r]`` or at ``n_clusters`` of its rows drawn with ``seeds[r]``.
-
-    Each iteration assigns the rows of every run in one product with all runs' centroids, instead of a small
-    product per run; the products run in ``precision``, the centroids are float32 means. ``n_redo`` starts per run
-    (without ``inits``), the tightest kept; an empty cluster takes half of the largest (:func:`_split_into_empty`).
+    """Spherical k-means of several row samples of ``x`` at once (one product with all runs' centroids per
+    iteration, in ``precision``): the float32 unit centroids of each ``x[samples[r]]``, started at ``inits[r]`` or at
+    ``n_clusters`` of its rows drawn with ``seeds[r]``; ``n_redo`` starts a run (without ``inits``), the tightest kept.
     """
     import torch
 
@@ -119,9 +111,8 @@ def kmeans_runs(
 
 
 def _split_into_empty(sums, counts):
-    """Give each empty cluster half of the largest one, as faiss does: the two centroids are its centroid nudged
-    apart (every other coordinate up by 1/1024, the rest down, and the reverse), so a centroid seeded where no
-    row lies (a mapped centroid under a wrong map) comes back among the rows instead of staying where it was."""
+    """Give each empty cluster half of the largest one, as faiss does (the two centroids its centroid nudged apart),
+    so a centroid seeded where no row lies comes back among the rows."""
     import torch
 
     empty = (counts == 0).nonzero(as_tuple=False)
@@ -146,7 +137,6 @@ def _split_into_empty(sums, counts):
 def cluster_means(x: np.ndarray, centroids: np.ndarray) -> np.ndarray:
     """Mean of the rows of ``x`` nearest to each centroid, not re-normalised (an empty cluster gives zeros)."""
     labels = (x @ centroids.T).argmax(axis=1)
-    # A one-hot product: np.add.at is unbuffered, and slow.
     members = np.zeros((len(centroids), len(x)), dtype=np.float32)
     members[labels, np.arange(len(x))] = 1.0
     counts = members.sum(axis=1, keepdims=True)
@@ -188,9 +178,8 @@ def matched_anchors(
     progress: Callable[[int, int], None] | None = None,
     out_of_time: Callable[[], bool] | None = None,
 ) -> AnchorSet:
-    """Pool the matched centroids of ``params.n_runs`` k-means runs, keeping the best ``params.keep`` fraction by
-    agreement; fewer runs once ``out_of_time()`` says so (checked after each run's matching, so at least one is
-    matched; the k-means of all runs come first, batched). ``precision``: the k-means products'."""
+    """Pool the matched centroids of ``params.n_runs`` k-means runs, the best ``params.keep`` fraction by agreement;
+    fewer once ``out_of_time()`` says so (asked after each run's matching, so at least one is matched)."""
     n_runs, n_clusters = params.n_runs, params.n_clusters
     src, tgt, runs, agreements, objectives = [], [], [], [], []
     draws = sample_draws(rng, len(source), len(target), params.sample, n_runs)

@@ -1,7 +1,5 @@
-"""Map a stored vector collection (.npy or .parquet) into the target space, chunk by chunk, atomically.
-
-The streaming (chunked reads, a temporary output renamed into place) is :func:`subspaces.vectors_file.map_vectors_file`.
-"""
+"""Map a stored vector collection (.npy or .parquet) into the target space, chunk by chunk, atomically
+(:func:`subspaces.vectors_file.map_vectors_file`)."""
 
 from __future__ import annotations
 
@@ -24,13 +22,8 @@ def apply_to_file(
     show_progress: bool = False,
     force: bool = False,
 ) -> int:
-    """Write ``aligner.transform`` of every row of ``input_path`` to ``output_path``; returns the row count.
-    A map its fit did not trust is refused unless ``force`` (:meth:`~subspaces.align.MiniVec2Vec.check_trusted`).
-
-    The input is never modified (``output_path`` must be another file). Bad rows (NaN, zero vectors) and a
-    wrong width raise a :class:`DimensionError` naming the row in the file; an unreadable or ragged file a
-    :class:`DataError`.
-    """
+    """Write ``aligner.transform`` of every row of ``input_path`` to ``output_path`` (another file); returns the row
+    count. A map its fit did not trust is refused unless ``force``; a bad row is named by its place in the file."""
 
     def mapped(rows: np.ndarray, where: str, start: int) -> np.ndarray:
         try:

@@ -1,5 +1,4 @@
-"""A fit's wall-clock budget: stages ask at their safe points (between k-means runs, rounds, steps, passes)
-whether it is spent, and the first one that stops records where, so the fit can say why it ended early."""
+"""A fit's wall-clock budget: stages ask at their safe points whether it is spent; the first to stop records where."""
 
 from __future__ import annotations
 
@@ -16,8 +15,8 @@ class Budget:
     bound: str | None = None  # what set ``max_seconds`` where :meth:`tighten` lowered it (None: the caller's limit)
 
     def tighten(self, seconds: float, why: str) -> None:
-        """Lower the limit to ``seconds`` from the start where that is lower (a limit is never raised, nor set where
-        there is none); ``why`` names the new bound in :attr:`reason`."""
+        """Lower the limit to ``seconds`` where that is lower (never raised, nor set where there is none); ``why``
+        names the new bound in :attr:`reason`."""
         if self.max_seconds is not None and seconds < self.max_seconds:
             self.max_seconds, self.bound = seconds, why
 

@@ -11,11 +11,8 @@ from subspaces.align.preprocess import normalize_rows
 
 
 def mean_nn_similarity(source_probe: np.ndarray, target: np.ndarray | NeighbourIndex, matrix: np.ndarray) -> float:
-    """Mean cosine between each mapped source probe and its nearest target vector.
-
-    A right map puts each source vector next to a real target vector (its counterpart or a near paraphrase);
-    a wrong one leaves it in empty space.
-    """
+    """Mean cosine between each mapped source probe and its nearest target vector (a wrong map leaves the probes in
+    empty space)."""
     index = target if isinstance(target, NeighbourIndex) else NeighbourIndex(target)
     forward, _ = index.search(normalize_rows(source_probe @ matrix), 1)
     return float(forward.mean())
@@ -28,21 +25,16 @@ def bidirectional_nn_similarity(
     target: np.ndarray | NeighbourIndex,
     matrix: np.ndarray,
 ) -> float:
-    """Average of :func:`mean_nn_similarity` source->target (``W``) and target->source (``W^T``).
-
-    Scoring both directions keeps a map from looking good by sending everything into one dense region.
-    """
+    """Average of :func:`mean_nn_similarity` source->target (``W``) and target->source (``W^T``), so that sending
+    everything into one dense region does not score well."""
     forward = mean_nn_similarity(source_probe, target, matrix)
     backward = mean_nn_similarity(target_probe, source, matrix.T)
     return 0.5 * (forward + backward)
 
 
 def anchor_consistency(anchors: AnchorSet, matrix: np.ndarray) -> float:
-    """Share of source anchors whose nearest target anchor of the same run, after mapping, is their QAP partner.
-
-    The anchors came from matching cluster *shapes*; a map learned from all the data that agrees with that
-    matching confirms both. Chance level is 1 / clusters per run.
-    """
+    """Share of source anchors whose nearest target anchor of the same run, after mapping, is their QAP partner
+    (chance level: 1 / clusters per run)."""
     mapped = normalize_rows(anchors.source @ matrix)
     hits = 0
     for run in np.unique(anchors.run):
@@ -61,16 +53,12 @@ TRUST_K = 5  # CSLS neighbours of the trust score
 
 
 def csls_score(sims: np.ndarray, k: int = TRUST_K) -> float:
-    """Mean over source rows of the best CSLS (Conneau et al., 2018) among the target rows.
-
+    """Mean over source rows of the best CSLS (Conneau et al., 2018) among the target rows:
     ``CSLS(x, y) = 2 cos(x, y) - r_T(x) - r_S(y)``, ``r`` the mean cosine to the ``k`` nearest rows of the other
-    space. A map that pushes points into a dense region raises their cosines and their ``r_T`` alike, so, unlike
-    the plain nearest-neighbour similarity, it gains nothing from making hubs.
-    """
+    space, so that a map gains nothing from making hubs."""
     import torch
 
     k_t, k_s = min(k, sims.shape[1]), min(k, sims.shape[0])
-    # torch's top-k: twice numpy's partition's speed, the same values, summed in order at any thread count.
     rows = torch.from_numpy(np.ascontiguousarray(sims, dtype=np.float32))
     r_t = rows.topk(k_t, dim=1, sorted=False).values.mean(dim=1)
     r_s = rows.T.contiguous().topk(k_s, dim=1, sorted=False).values.mean(dim=1)

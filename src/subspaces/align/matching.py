@@ -1,10 +1,5 @@
-"""Match two sets of cluster centroids by the shape of their similarity structure (a quadratic assignment).
-
-The two spaces share no coordinates, but if they embed the same kind of text their clusters sit in similar
-configurations. The permutation ``P`` that maximises ``trace(S_a P S_b P^T)`` (``S`` = centroid cosine matrices)
-lines the configurations up. scipy solves it approximately (FAQ or 2-opt); restarts from random starting points
-keep the best objective, since both are local searches.
-"""
+"""Match two sets of cluster centroids by the shape of their similarity structure: the permutation ``P`` that
+maximises ``trace(S_a P S_b P^T)`` (``S``: centroid cosine matrices), a quadratic assignment."""
 
 from __future__ import annotations
 
@@ -31,12 +26,8 @@ def similarity_agreement(sim_a: np.ndarray, sim_b: np.ndarray) -> float:
 
 
 def gram_factor(vectors: np.ndarray) -> np.ndarray:
-    """Rows ``F`` with ``F Fᵀ = H V Vᵀ H`` (``H`` the centring matrix).
-
-    Matching ``F`` instead of ``V`` runs the quadratic assignment on the double-centred Gram matrix of ``V``, the
-    kernel of the paper's notebook. With raw cluster means as ``V`` its diagonal carries each cluster's
-    tightness (the length of a mean of unit vectors), which the cosines of normalised centroids throw away.
-    """
+    """Rows ``F`` with ``F Fᵀ = H V Vᵀ H`` (``H`` the centring matrix): matching ``F`` matches the double-centred
+    Gram matrix of ``V``, the paper notebook's kernel."""
     gram = vectors.astype(np.float64) @ vectors.T.astype(np.float64)
     h = np.eye(len(gram)) - np.full(gram.shape, 1.0 / len(gram))
     gram = h @ gram @ h
@@ -45,10 +36,8 @@ def gram_factor(vectors: np.ndarray) -> np.ndarray:
 
 
 def swap_local_search(sim_a: np.ndarray, sim_b: np.ndarray, perm: np.ndarray, max_steps: int = 10_000) -> np.ndarray:
-    """Best-improvement pairwise-swap (2-opt) ascent of ``sum_ij sim_a[i, j] * sim_b[p(i), p(j)]`` from ``perm``.
-
-    The gain of every swap comes from one matrix product per step (vectorised, unlike scipy's 2-opt).
-    """
+    """Best-improvement pairwise-swap (2-opt) ascent of ``sum_ij sim_a[i, j] * sim_b[p(i), p(j)]`` from ``perm``,
+    every swap's gain from one matrix product per step."""
     perm = perm.copy()
     n = len(perm)
     diag_a = np.diag(sim_a)
@@ -74,21 +63,14 @@ def match_centroids(
     centroids_a: np.ndarray,
     centroids_b: np.ndarray,
     *,
+    rng: np.random.Generator,
     method: str = "faq",
     n_restarts: int = 30,
-    rng: np.random.Generator | None = None,
 ) -> CentroidMatch:
-    """The best quadratic-assignment solution between two equal-sized centroid sets.
-
-    ``n_restarts`` runs of scipy's solver (FAQ from its barycentre, then from random doubly stochastic starts; or
-    2-opt from random permutations), each polished by :func:`swap_local_search`: FAQ stops at the first vertex it
-    reaches on these convex relaxations, the swaps remove the easy mistakes, the restarts cover other basins.
-    """
+    """The best of ``n_restarts`` runs of scipy's quadratic-assignment solver (FAQ from its barycentre, then from
+    random starts; or 2-opt), each polished by :func:`swap_local_search`."""
     if len(centroids_a) != len(centroids_b):
         raise ValueError(f"centroid sets differ in size: {len(centroids_a)} vs {len(centroids_b)}")
-    if method not in ("faq", "2opt"):
-        raise ValueError(f"unknown QAP method {method!r}; use 'faq' or '2opt'")
-    rng = rng if rng is not None else np.random.default_rng()
     sim_a = (centroids_a @ centroids_a.T).astype(np.float64)
     sim_b = (centroids_b @ centroids_b.T).astype(np.float64)
 
@@ -96,7 +78,7 @@ def match_centroids(
         return float((sim_a * sim_b[np.ix_(p, p)]).sum())
 
     best, best_value = None, -np.inf
-    for restart in range(max(1, n_restarts)):
+    for restart in range(n_restarts):
         options: dict = {"maximize": True, "rng": rng}
         if method == "faq":
             options["P0"] = "barycenter" if restart == 0 else "randomized"

@@ -1,11 +1,6 @@
-"""Evaluation on paired held-out vectors: retrieval of each mapped source vector among the true targets.
-
-Every report carries two baselines from the same rows: ``identity`` (no map; only where the dimensions agree)
-and ``oracle`` (orthogonal Procrustes fitted on the true pairs themselves: the best any orthogonal map can do on
-these rows, hence the ceiling for mini-vec2vec), plus ``oracle_cross_fitted`` (each half mapped by Procrustes
-fitted on the other half's pairs: the ceiling without fitting to the scored rows). All are scored in the same
-centred, normalised space.
-"""
+"""Evaluation on paired held-out vectors: retrieval of each mapped source vector among the true targets, beside the
+``identity`` (where the dims agree), the ``oracle`` (Procrustes on the true pairs: the ceiling of an orthogonal map)
+and ``oracle_cross_fitted`` (each half mapped by the other half's Procrustes), all in the centred, unit space."""
 
 from __future__ import annotations
 
@@ -18,14 +13,13 @@ from subspaces.align.procrustes import procrustes
 from subspaces.errors import DimensionError, SubspacesError
 
 POOL_SIZE = 8192  # candidates per retrieval pool, as in the paper
+BATCH = 1024  # rows ranked per product
 
 
-def retrieval_metrics(mapped: np.ndarray, target: np.ndarray, *, pool_size: int = POOL_SIZE, batch: int = 1024) -> dict:
-    """Top-1 accuracy, mean (1-based) rank of the true target, and mean cosine, over pools of ``pool_size``.
-
-    Rows are cut into consecutive pools; row i of ``mapped`` is ranked against every target row of its pool.
-    A tie with the true target counts against it (rank = 1 + number of candidates scoring at least as high).
-    """
+def retrieval_metrics(mapped: np.ndarray, target: np.ndarray, *, pool_size: int = POOL_SIZE) -> dict:
+    """Top-1 accuracy, mean (1-based) rank of the true target, and mean cosine: row i of ``mapped`` ranked against
+    every target row of its pool (consecutive rows, ``pool_size`` a pool); a tie with the true target counts against
+    it."""
     if mapped.shape != target.shape:
         raise DimensionError(f"mapped {mapped.shape} and target {target.shape} rows must pair up")
     if int(pool_size) < 1:
@@ -35,8 +29,8 @@ def retrieval_metrics(mapped: np.ndarray, target: np.ndarray, *, pool_size: int 
     for start in range(0, len(mapped), pool_size):
         stop = min(start + pool_size, len(mapped))
         pool = target[start:stop]
-        for lo in range(start, stop, batch):
-            hi = min(lo + batch, stop)
+        for lo in range(start, stop, BATCH):
+            hi = min(lo + BATCH, stop)
             sims = mapped[lo:hi] @ pool.T
             true = sims[np.arange(hi - lo), np.arange(lo - start, hi - start)]
             ranks[lo:hi] = (sims >= true[:, None]).sum(axis=1)
@@ -44,12 +38,9 @@ def retrieval_metrics(mapped: np.ndarray, target: np.ndarray, *, pool_size: int 
     return {"top1": float((ranks == 1).mean()), "mean_rank": float(ranks.mean()), "cosine": cosine}
 
 
-def cross_fitted_oracle(source: np.ndarray, target: np.ndarray, n_folds: int = 2) -> np.ndarray:
-    """Each row mapped by Procrustes fitted on the *other* folds' true pairs (consecutive folds).
-
-    The in-sample oracle overfits the rows it is scored on; this is the ceiling on rows not seen (docs/align.md).
-    """
-    folds = np.array_split(np.arange(len(source)), n_folds)
+def cross_fitted_oracle(source: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Each half of the rows mapped by Procrustes fitted on the other half's true pairs."""
+    folds = np.array_split(np.arange(len(source)), 2)
     mapped = np.empty((len(source), target.shape[1]), dtype=np.float32)
     for fold in folds:
         rest = np.setdiff1d(np.arange(len(source)), fold)

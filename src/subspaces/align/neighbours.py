@@ -5,52 +5,32 @@ from __future__ import annotations
 import faiss
 import numpy as np
 
+from subspaces.align.params import SearchParams
 from subspaces.align.precision import rank_columns, rank_product
-from subspaces.errors import SubspacesError
 from subspaces.topk import flat_index, funnel
 from subspaces.vectors import principal_axes
 
 QUERY_CHUNK = 4096  # queries per ranking product: bounds the similarity block (4,096 x n) held at once
 
-# The fewest candidates a shortlist re-ranks: the label-free score's k=1 searches would otherwise keep only
-# shortlist_factor rows, and re-ranking a few dozen costs little next to the scan.
-MIN_SHORTLIST = 32
+MIN_SHORTLIST = 32  # the fewest candidates a shortlist re-ranks (the score's k=1 searches would keep a handful)
 
 
 class NeighbourIndex:
-    """A faiss index over unit rows: exact (the default), inverted-file (``n_lists`` > 0) or shortlisted
-    (``shortlist_dims`` > 0), for the searches refinement repeats against one set a hundred times.
-
-    IVF: a query visits about ``n_probe / n_lists`` of the set and misses some true neighbours. Shortlist: every row
-    is scanned on its top ``shortlist_dims`` uncentred principal axes, and a query's ``shortlist_factor * k`` best
-    (at least :data:`MIN_SHORTLIST`) are re-ranked exactly; ``shortlist_dims`` >= the rows' dimension is exact.
-    ``precision``: the exact search ranks by a bfloat16 or float32 product (:mod:`subspaces.align.precision`) and
-    returns float32 similarities; the approximate searches are faiss's, in float32.
+    """Nearest-neighbour search over unit rows, as ``search`` says (:class:`~.params.SearchParams`): exact (the
+    default, ranked in ``precision``), inverted-file (``ann_lists`` > 0) or shortlisted (``shortlist_dims`` > 0: the
+    rows are scanned on their top principal axes, a query's ``shortlist_factor * k`` best, at least
+    :data:`MIN_SHORTLIST`, re-ranked exactly).
     """
 
     def __init__(
-        self,
-        base: np.ndarray,
-        *,
-        n_lists: int = 0,
-        n_probe: int = 8,
-        shortlist_dims: int = 0,
-        shortlist_factor: int = 4,
-        seed: int = 0,
-        precision: str = "float32",
+        self, base: np.ndarray, search: SearchParams = SearchParams(), *, seed: int = 0, precision: str = "float32"
     ) -> None:
-        if n_lists > 0 and shortlist_dims > 0:
-            raise SubspacesError("choose one approximate search: IVF (n_lists) or a shortlist (shortlist_dims)")
-        if shortlist_dims < 0 or shortlist_factor < 1:
-            raise SubspacesError(
-                f"shortlist_dims must be at least 0 and shortlist_factor at least 1, got {shortlist_dims} "
-                f"and {shortlist_factor}"
-            )
+        n_lists, shortlist_dims = search.ann_lists, search.shortlist_dims
         base = np.ascontiguousarray(base, dtype=np.float32)
         dim = base.shape[1]
         self.n = len(base)
         self.axes: np.ndarray | None = None  # the shortlist's projection (dim x shortlist_dims), if any
-        self.base, self.shortlist_factor = base, shortlist_factor
+        self.base, self.shortlist_factor = base, search.shortlist_factor
         # The exact search's rows as contiguous columns (d x n; :func:`rank_columns`): half the time in bfloat16.
         self.columns = None
         if n_lists == 0 and not 0 < shortlist_dims < dim:
@@ -67,7 +47,7 @@ class NeighbourIndex:
             index = faiss.IndexIVFFlat(quantizer, dim, n_lists, faiss.METRIC_INNER_PRODUCT)
             index.cp.seed = int(seed)
             index.train(base)
-            index.nprobe = min(n_probe, n_lists)
+            index.nprobe = min(search.ann_probe, n_lists)
         else:
             index = faiss.IndexFlatIP(dim)
         index.add(base)
@@ -116,15 +96,13 @@ def neighbour_means(
     *,
     precision: str = "float32",
 ) -> np.ndarray:
-    """For each query, the mean of ``values`` over its ``k`` nearest rows of ``search_base`` (same row order):
-    mini-vec2vec's pseudo-pair, a less noisy estimate of the counterpart than one neighbour."""
+    """For each query, the mean of ``values`` over its ``k`` nearest rows of ``search_base`` (same row order)."""
     index = search_base if isinstance(search_base, NeighbourIndex) else NeighbourIndex(search_base, precision=precision)
     return mean_of_rows(values, index.neighbours(queries, k))
 
 
 def mean_of_rows(values: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """Row i is the mean of ``values[ids[i]]``: torch's ``embedding_bag``, which sums the gathered rows without
-    materialising the n x k x d block ``values[ids].mean(1)`` would."""
+    """Row i is the mean of ``values[ids[i]]`` (torch's ``embedding_bag``: no n x k x d block)."""
     import torch
 
     table = torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32))

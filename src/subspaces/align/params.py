@@ -1,8 +1,5 @@
-"""The aligner's settings, one frozen dataclass per stage, each checking its own fields when it is built.
-
-A field's bounds sit beside it (``setting(default, low=..., ...)``), so the rules are read where the setting is
-declared; checks that tie fields of different stages together live in :func:`check_together`.
-"""
+"""The aligner's settings, one frozen dataclass per stage, each checking its own fields (bounds declared beside them,
+``setting(default, low=...)``) when it is built; :func:`check_together` ties stages together."""
 
 from __future__ import annotations
 
@@ -101,14 +98,11 @@ class StageParams:
 
 @dataclass(frozen=True, repr=False)
 class AnchorParams(StageParams):
-    """Matched anchors (k-means runs paired by quadratic assignment) and the initial map from them.
-
-    ``n_runs`` runs (paper: 30) of ``n_clusters`` clusters (paper: 20) on ``sample`` rows of each space
-    (paper: 10,000); ``kmeans_redo`` random starts per k-means, the lowest inertia kept; ``qap_method`` scipy's
-    solver, ``qap_restarts`` starts each polished by swaps; ``kernel`` what it compares (``"cosine"`` of unit
-    centroids, or ``"gram"``, the double-centred Gram of the raw cluster means, the notebook's); ``keep`` the
-    fraction of runs kept, best matching agreement first; the initial map is fitted on ``n_pseudo_pairs``
-    source rows and the mean of their ``relative_k`` nearest targets in relative space (paper: 50).
+    """Matched anchors and the initial map: ``n_runs`` k-means runs of ``n_clusters`` on ``sample`` rows a side
+    (``kmeans_redo`` starts each, the tightest kept), matched by ``qap_method`` from ``qap_restarts`` starts comparing
+    ``kernel`` (``"cosine"`` of unit centroids or ``"gram"`` of raw cluster means, the notebook's); ``keep``: the
+    fraction of runs kept, best agreement first; the initial map is fitted on ``n_pseudo_pairs`` source rows and the
+    mean of their ``relative_k`` nearest targets in relative space.
     """
 
     stage: ClassVar[str] = "anchors"
@@ -127,12 +121,10 @@ class AnchorParams(StageParams):
 
 @dataclass(frozen=True, repr=False)
 class StructureParams(StageParams):
-    """Structural refinement (ours): seeded k-means pairs whose pairing is corrected by cluster structure.
-
-    Up to ``n_iter`` rounds (0 skips the stage) of ``n_runs`` k-means pairs with ``n_clusters`` on ``sample``
-    rows, each followed by ``steps`` refine-1 steps; ends after ``patience`` rounds without a better label-free
-    score, or at the first round that swaps at most ``stop_swap_share`` of the seeded pairs (``None``: never).
-    """
+    """Structural refinement (ours): up to ``n_iter`` rounds (0 skips it) of ``n_runs`` seeded k-means pairs of
+    ``n_clusters`` on ``sample`` rows, their pairing corrected by cluster structure, then ``steps`` refine-1 steps;
+    ends after ``patience`` rounds without a better score, or at the first round that swaps at most
+    ``stop_swap_share`` of the seeded pairs (``None``: never)."""
 
     stage: ClassVar[str] = "structure"
     n_iter: int = setting(10, low=0)
@@ -147,17 +139,13 @@ class StructureParams(StageParams):
 
 @dataclass(frozen=True, repr=False)
 class RefineParams(StageParams):
-    """Refine-1 (neighbour means -> Procrustes, blended) and refine-2 (matched k-means centroids).
-
-    Refine-1: up to ``n_iter`` steps (paper: 100; 50 here) on ``sample`` source rows, mean of ``k`` nearest target rows
-    (paper: 50), blend weight ``alpha`` (paper: 0.5); ``bidirectional`` also pairs target rows with mapped-back
-    source neighbour means; scored every ``score_every`` steps, stopped after ``patience`` steps without a gain
-    of ``tol``; ``average`` also tries the tail average of the iterates. Refine-2: ``centroid_clusters``
-    (paper: 500; 0 skips it), blend ``centroid_alpha``. ``orthogonalize`` projects every blend back onto the
-    orthogonal maps (the paper lets it drift). The structural stage's inner steps use these settings too. With
-    known pairs (``fit(..., pairs=...)``) each pair weighs ``pair_weight`` neighbour-mean pairs in every step.
-    ``polish_iter``: more refine-1 steps on the kept map where its refine-1 was still climbing at its cap, kept only
-    if the trust score rises (0: never).
+    """Refine-1 and refine-2 (also the structural stage's inner steps). Refine-1: up to ``n_iter`` steps on ``sample``
+    source rows, mean of ``k`` nearest target rows, blend weight ``alpha``; ``bidirectional`` also pairs target rows
+    with mapped-back source neighbour means; scored every ``score_every`` steps, stopped after ``patience`` steps
+    without a gain of ``tol``; ``average`` also tries the tail average of the iterates. Refine-2:
+    ``centroid_clusters`` (0 skips it), blend ``centroid_alpha``. ``orthogonalize`` projects every blend back onto
+    the orthogonal maps; known pairs each weigh ``pair_weight``; ``polish_iter``: more refine-1 steps on the kept map
+    where its refine-1 was still climbing at its cap, kept only if the trust score rises (0: never).
     """
 
     stage: ClassVar[str] = "refine"
@@ -180,13 +168,11 @@ class RefineParams(StageParams):
 
 @dataclass(frozen=True, repr=False)
 class SearchParams(StageParams):
-    """Neighbour search and the label-free score: ``ann_lists`` IVF cells (0 = exact; IVF is cheaper per search
-    but less accurate), ``ann_probe`` cells visited per query;
-    ``shortlist_dims`` principal axes a shortlist is scanned on (0 = exact), ``shortlist_factor`` x k candidates
-    re-ranked exactly (:class:`subspaces.align.neighbours.NeighbourIndex`; one approximate search at a time);
-    ``probe_size`` rows of each space scored; ``precision`` the float type of the exact search's and k-means'
-    products (``None``: the process's setting, float32 unless changed; ``"auto"``: bfloat16 where the CPU
-    multiplies it natively; they only rank, the values kept are float32: :mod:`subspaces.numerics`)."""
+    """Neighbour search (:class:`~.neighbours.NeighbourIndex`) and the label-free score: ``ann_lists`` IVF cells
+    (0 = exact), ``ann_probe`` cells visited per query; or ``shortlist_dims`` principal axes a shortlist is scanned on
+    (0 = exact), ``shortlist_factor`` x k candidates re-ranked; ``probe_size`` rows of each space scored;
+    ``precision`` the float type the exact search and k-means rank in (``None``: the process's setting;
+    :mod:`subspaces.numerics`)."""
 
     stage: ClassVar[str] = "search"
     ann_lists: int = setting(0, low=0)

@@ -1,6 +1,6 @@
-"""A pass of the fit (anchors -> initial map -> structure -> refine-1 -> refine-2) as typed records: what is
-saved of it (:class:`PassRecord`, under ``diagnostics_["restarts"]``), what its later stages need (:class:`Pass`),
-and a candidate map's record (:class:`CandidateRecord`)."""
+"""The fit's typed records: a pass's (anchors -> initial map -> structure -> refine-1 -> refine-2; what is saved of
+it, :class:`PassRecord`, and what its later stages need, :class:`Pass`), a candidate map's (:class:`CandidateRecord`)
+and the whole fit's (:class:`FitDiagnostics`, saved with the map)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 
 from subspaces.align.anchors import AnchorSet
-from subspaces.align.params import RefineParams
 from subspaces.align.refine import NeighbourStep, RefineHistory, StructureHistory
 from subspaces.align.verify import IDENTITY_REFERENCE_MARGIN
 
@@ -53,8 +52,8 @@ class PassRecord:
     stage_seconds: dict[str, float] = field(default_factory=dict)
 
     def converged(self, swap_share: float | None) -> bool | None:
-        """Whether the last structural round swapped at most ``swap_share`` of the seeded pairs; None where there
-        is nothing to judge by (no structural stage) or no threshold to judge with."""
+        """Whether the last structural round swapped at most ``swap_share`` of the seeded pairs (None: no structural
+        stage or no threshold)."""
         if swap_share is None or not self.structure_swapped:
             return None
         return self.structure_swapped[-1] <= swap_share
@@ -77,13 +76,14 @@ class PassRecord:
         for name in ("iterations", "best_iteration", "stopped_early", "scores", "average_score", "averaged"):
             setattr(self, f"refine1_{name}", getattr(history, name))
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> PassRecord:
+        return cls(**saved | {"nn_similarity": StageScores(**saved["nn_similarity"])})
 
 
 @dataclass
 class CandidateRecord:
-    """A candidate map's record (``diagnostics_["identity_reference"]``, ``["recipe_candidate"]``)."""
+    """A candidate map's record (``diagnostics_.identity_reference``, ``.recipe_candidate``)."""
 
     trust: float | None = None
     nn_similarity: float | None = None
@@ -109,12 +109,66 @@ class Pass:
     matrix: np.ndarray
     structured: np.ndarray  # the map after the structural stage, kept for diagnosis (``pass_maps_``)
     anchors: AnchorSet | None
-    step: NeighbourStep  # refine-1's step, on the pass's own refine stream
+    step: NeighbourStep  # refine-1's step, on the pass's own refine stream, with the pass's refine settings
     centroid_rng: np.random.Generator
-    refine: RefineParams  # the settings its refine-1 and refine-2 run with (the aligner's, or the recipe's)
 
     @property
     def final_score(self) -> float:
         """The label-free score of a refined pass's final map."""
         assert self.record.nn_similarity.final is not None, f"{self.record.label} is not refined"
         return self.record.nn_similarity.final
+
+
+@dataclass(kw_only=True)
+class FitDiagnostics:
+    """``MiniVec2Vec.diagnostics_``: the verdict on the kept map and every score and check behind it; saved with the
+    map as :meth:`to_dict` (``trusted`` and ``stopped_early`` included), read back by :meth:`from_dict`."""
+
+    chosen_restart: int  # the anchored passes' choice (``kept`` says whether it is the map)
+    converged: bool | None  # the chosen pass's structure converged (None: nothing or no threshold to judge by)
+    confidence: float | None  # :func:`.verify.verdict`'s
+    problems: list[str]  # why the map is not trusted (:func:`.verify.verdict`), each a sentence
+    identity_nn_similarity: float | None  # the trivial maps' label-free scores (identity: where the dims agree)
+    random_rotation_nn_similarity: float
+    trust: dict[str, Any]  # :func:`.verify.trust_report`
+    agreement: dict[str, Any]  # the agreement check and search
+    polish: dict[str, Any]
+    identity_reference: CandidateRecord
+    recipe_candidate: CandidateRecord
+    init: str
+    kept: str  # "anchors", "identity" (init="identity") or a candidate ("identity reference", "paper recipe")
+    kept_why: str
+    stop_reason: str | None  # where the time budget stopped the fit (None: it did not)
+    precision: str  # :func:`subspaces.numerics.cpu_record`'s three
+    cpu: str
+    native_bfloat16: bool
+    n_pairs: int
+    paired_check: dict[str, Any] | None  # :func:`.verify.paired_check`, with known pairs
+    nn_similarity: StageScores  # the kept map's own (with a candidate kept, no anchored restart is the map)
+    anchor_consistency: float | None
+    orthogonality_gap: float
+    restarts: list[PassRecord]  # every pass, in the order they started
+
+    @property
+    def trusted(self) -> bool:
+        return not self.problems
+
+    @property
+    def stopped_early(self) -> bool:
+        return self.stop_reason is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        saved = dataclasses.asdict(self) | {"trusted": self.trusted, "stopped_early": self.stopped_early}
+        return saved | {name: getattr(self, name).to_dict() for name in ("identity_reference", "recipe_candidate")}
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> FitDiagnostics:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(
+            **{name: value for name, value in saved.items() if name in fields}
+            | {name: CandidateRecord(**saved[name]) for name in ("identity_reference", "recipe_candidate")}
+            | {
+                "nn_similarity": StageScores(**saved["nn_similarity"]),
+                "restarts": [PassRecord.from_dict(record) for record in saved["restarts"]],
+            }
+        )

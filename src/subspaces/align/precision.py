@@ -1,12 +1,6 @@
-"""The float type of the aligner's two hot products: a query batch against a whole space (neighbour search) and
-every row against every centroid (k-means). Which type a fit uses is :mod:`subspaces.numerics`' setting (float32
-unless asked otherwise, and why).
-
-Both only *rank*; the values kept (neighbour means, centroids, returned similarities) are recomputed in float32.
-The search's product (:func:`rank_product`) runs in bfloat16 in torch, or in float32 in numpy's BLAS in fixed
-blocks of :data:`BLOCK_ROWS` query rows, each on one BLAS thread, so the bits are the same at any thread count
-(``fit`` holds BLAS to one thread). The k-means products stay torch's in both types.
-"""
+"""The float type of the aligner's two hot products, neighbour search and k-means (:mod:`subspaces.numerics`'
+setting). Both only rank; the values kept are recomputed in float32. The float32 search product runs in fixed blocks
+of :data:`BLOCK_ROWS` rows on one BLAS thread each, so its bits do not depend on the thread count."""
 
 from __future__ import annotations
 
@@ -36,8 +30,7 @@ def _workers(threads: int, pid: int) -> ThreadPoolExecutor:
 
 
 def blocked_product(rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
-    """``rows @ columns`` (float32) in blocks of :data:`BLOCK_ROWS` rows, run on torch's thread count: numpy
-    releases the GIL in a product, so the blocks run side by side, each on the one BLAS thread ``fit`` allows."""
+    """``rows @ columns`` (float32) in blocks of :data:`BLOCK_ROWS` rows, side by side on torch's thread count."""
     import torch
 
     out = np.empty((rows.shape[0], columns.shape[1]), dtype=np.float32)
@@ -56,8 +49,7 @@ def blocked_product(rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
 
 
 def rank_columns(rows: np.ndarray, precision: str | None) -> Any:
-    """``rows`` (n x d, float32) as the contiguous d x n columns :func:`rank_product` multiplies by: a numpy array
-    in float32, a torch tensor in bfloat16 (the type says which product runs)."""
+    """``rows`` (n x d) as the contiguous d x n columns :func:`rank_product` takes: numpy float32 or torch bfloat16."""
     rows = np.ascontiguousarray(rows, dtype=np.float32)
     if resolve(precision) == "float32":
         return np.ascontiguousarray(rows.T)
@@ -67,8 +59,7 @@ def rank_columns(rows: np.ndarray, precision: str | None) -> Any:
 
 
 def rank_product(queries: np.ndarray, columns: Any) -> Any:
-    """``queries`` (float32, contiguous) times :func:`rank_columns`' ``columns``, as a torch tensor for ranking:
-    numpy's blocked product for float32 columns, torch's for bfloat16 ones."""
+    """``queries`` (float32, contiguous) times :func:`rank_columns`' ``columns``, as a torch tensor for ranking."""
     import torch
 
     if isinstance(columns, np.ndarray):

@@ -1,8 +1,5 @@
-"""Step 1 of mini-vec2vec: centre each space on its own training mean, then L2-normalise every row.
-
-Centring removes the large common direction that sentence encoders share across all inputs (the "cone"), so
-cosine structure reflects content; the stored means let new vectors be transformed exactly like the training set.
-"""
+"""Step 1 of mini-vec2vec: centre each space on its own training mean (removing the encoders' common direction),
+then L2-normalise every row."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""Orthogonal Procrustes, also between spaces of different dimension.
-
-``argmin_W ||X W - Y||_F`` over W with orthonormal columns (d_x >= d_y) or rows (d_x < d_y) is ``U V^T`` from the
-thin SVD ``X^T Y = U S V^T``. With equal dimensions that is the classic orthogonal map (scipy's
-``orthogonal_procrustes``, which only takes equal shapes); with unequal ones it equals zero-padding the smaller
-space and solving the square problem, then dropping the padding, so norms and angles are kept on the shared
-``min(d_x, d_y)``-dimensional subspace.
-"""
+"""Orthogonal Procrustes, also between spaces of different dimension: ``argmin_W ||X W - Y||_F`` over W with
+orthonormal columns (d_x >= d_y) or rows (d_x < d_y) is ``U V^T`` from the thin SVD ``X^T Y = U S V^T`` (with
+unequal dims, the same as zero-padding the smaller space)."""
 
 from __future__ import annotations
 
@@ -20,17 +15,12 @@ def procrustes(x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) 
     return polar_factor(cross)
 
 
-def nearest_orthogonal(w: np.ndarray) -> np.ndarray:
-    """The (semi-)orthogonal matrix closest to ``w`` in Frobenius norm (the polar factor, ``U V^T``)."""
-    return polar_factor(w)
-
-
 def polar_factor(m: np.ndarray) -> np.ndarray:
-    """``U V^T`` of ``m = U S V^T`` (float32), from LAPACK's divide-and-conquer SVD in float32.
+    """``U V^T`` of ``m = U S V^T`` (float32): the (semi-)orthogonal matrix nearest ``m``.
 
-    ``m`` comes from float32 rows, so a float64 SVD would only cost more. Where divide-and-conquer does not
-    converge or returns non-finite factors (nearly equal or repeated singular values), the QR-iteration SVD
-    (``gesvd``) in float64. NaN or inf in ``m``: scipy's ``ValueError``."""
+    LAPACK's divide-and-conquer SVD in float32 (``m`` comes from float32 rows); where it does not converge or
+    returns non-finite factors, the QR-iteration SVD (``gesvd``) in float64. NaN or inf in ``m``: scipy's
+    ``ValueError``."""
     from scipy.linalg import LinAlgError, svd
 
     m = np.asarray(m)
@@ -44,10 +34,7 @@ def polar_factor(m: np.ndarray) -> np.ndarray:
 
 
 def orthogonality_gap(w: np.ndarray) -> float:
-    """``||W^T W - I||_F / sqrt(r)`` on the smaller side: 0 for a (semi-)orthogonal map.
-
-    Blending two orthogonal maps (refinement's smoothing) leaves the orthogonal group; this says how far.
-    """
+    """``||W^T W - I||_F / sqrt(r)`` on the smaller side: 0 for a (semi-)orthogonal map."""
     gram = w.T @ w if w.shape[0] >= w.shape[1] else w @ w.T
     r = gram.shape[0]
     return float(np.linalg.norm(gram - np.eye(r, dtype=gram.dtype)) / np.sqrt(r))

@@ -1,7 +1,5 @@
-"""The paper's own stages as one candidate pass of the fit: the author's notebook's settings (below; no structural
-stage) on the library's kernels. Its anchors compare cluster shapes only, so the candidate does not depend on the
-target's coordinates.
-"""
+"""The paper's own stages as one candidate pass of the fit: the author's notebook's settings (no structural stage)
+on the library's kernels."""
 
 from __future__ import annotations
 
@@ -24,7 +22,5 @@ RECIPE_REFINE = RefineParams(
     centroid_alpha=0.5,
     polish_iter=0,
 )
-# The notebook's 500 refine-2 centroids and 10,000-row anchor samples are sized for pools of thousands; below
-# this many rows a side the candidate is not run (it would cluster a handful of rows per centroid).
-RECIPE_MIN_ROWS = 4000
+RECIPE_MIN_ROWS = 4000  # below this many rows a side, the notebook's 500 centroids would hold a handful of rows each
 RECIPE_BUDGET = 2.5  # the whole fit's bound, in units of the recipe candidate's own time

@@ -1,9 +1,5 @@
-"""Step 3 of mini-vec2vec: relative representations and the first map from them.
-
-A vector's relative representation is its cosine to each anchor of its own space (Moschella et al., 2023).
-Matched anchors make the two relative spaces share coordinates, so a source vector's nearest target vectors in
-relative space are candidate counterparts; the mean of its k nearest is its pseudo-pair.
-"""
+"""Step 3 of mini-vec2vec: the first map, from relative representations (cosines to each space's own matched
+anchors; Moschella et al., 2023), in which the two spaces share coordinates."""
 
 from __future__ import annotations
 
@@ -15,11 +11,8 @@ from subspaces.align.procrustes import procrustes
 
 
 def relative_representation(x: np.ndarray, anchors: np.ndarray) -> np.ndarray:
-    """Cosines to the anchors, centred per anchor and L2-normalised per row.
-
-    Centring each anchor's column removes the model's baseline similarity level (static word-vector models
-    give every pair a high cosine, transformers a low one), which would otherwise differ between the spaces.
-    """
+    """Cosines to the anchors, centred per anchor (each model's baseline similarity level differs) and
+    L2-normalised per row."""
     rel = x @ anchors.T
     return normalize_rows(rel - rel.mean(axis=0, keepdims=True))
 

@@ -1,9 +1,6 @@
-"""Verification: whether a finished map is to be trusted. Each check compares the map with something it was not
-fitted to climb: the trivial maps (trust), an independent pass (agreement), the candidates (a map refined from the
-identity, the paper recipe's pass) and the user's known pairs. :func:`verdict` turns their results into the fit's
-problems and confidence. Orchestration (which passes run) is :mod:`.aligner`'s; the scores used while fitting are
-:mod:`.diagnostics`'.
-"""
+"""Whether a finished map is to be trusted: each check compares it with something it was not fitted to climb (the
+trivial maps, an independent pass, the candidates, known pairs); :func:`verdict` turns them into problems and a
+confidence. The scores used while fitting are :mod:`.diagnostics`'."""
 
 from __future__ import annotations
 
@@ -24,29 +21,24 @@ IDENTITY_REFERENCE_MARGIN = 0.25
 
 
 def map_agreement(rows: np.ndarray, first: np.ndarray, second: np.ndarray) -> float:
-    """Mean cosine between ``rows`` mapped by ``first`` and by ``second``: how far two maps found from
-    independent anchors agree (the agreement check of ``MiniVec2Vec.agreement_threshold``)."""
+    """Mean cosine between ``rows`` mapped by ``first`` and by ``second`` (the agreement check)."""
     return float(np.mean(np.sum(normalize_rows(rows @ first) * normalize_rows(rows @ second), axis=1)))
 
 
 def trust_score(source_probe: np.ndarray, target_probe: np.ndarray, matrix: np.ndarray) -> float:
-    """The label-free score the trust check uses: :func:`csls_score` of the mapped source rows among the target
-    rows; score it on rows the fit's stopping rules did not see, as those rules climb their own."""
+    """:func:`csls_score` of the mapped source rows among the target rows, on rows the stopping rules did not see."""
     return csls_score(cross_similarities(source_probe, target_probe, matrix))
 
 
 def trust_lift(final: float, identity: float | None, control: float) -> float:
-    """How far a map's :func:`trust_score` rises above the best trivial map's (the identity where the dims agree,
-    ``None`` otherwise, and ``control``: a random rotation's, chance level), in units of chance level."""
+    """How far a map's :func:`trust_score` rises above the best trivial map's (the identity's, ``None`` where the dims
+    differ, and ``control``, a random rotation's: chance level), in units of chance level."""
     trivial = control if identity is None else max(control, identity)
     return (final - trivial) / max(abs(control), 1e-12)
 
 
 def trust_problem(final: float, identity: float | None, control: float, *, margin: float) -> str | None:
-    """Why a map with trust score ``final`` is not trusted against the trivial maps, or None.
-
-    Trusted when it beats the best trivial map by more than ``margin`` x chance level (:func:`trust_lift`).
-    """
+    """Why a map with trust score ``final`` is not trusted (its :func:`trust_lift` is at most ``margin``), or None."""
     if trust_lift(final, identity, control) > margin:
         return None
     scores = f"random rotation: {control:.4f}, chance level; margin: {margin:g} x chance"
@@ -68,9 +60,8 @@ PAIRED_TOP1_FLOOR = 0.5  # the protocol's line between a broken map and a usable
 
 
 def paired_top1(source: np.ndarray, target: np.ndarray, matrix: np.ndarray) -> float:
-    """Share of known pairs whose mapped source row has its own target row as nearest among the pairs' targets
-    (a tie counts as found, so a pair file that repeats a text loses nothing). Ties within 1e-5: the BLAS may give
-    one dot product two roundings at two places of a product."""
+    """Share of known pairs whose mapped source row has its own target row nearest among the pairs' targets; a tie
+    (within 1e-5: the BLAS may round one dot product two ways) counts as found, so repeated texts lose nothing."""
     sims = cross_similarities(source, target, matrix)
     return float((np.diagonal(sims) >= sims.max(axis=1) - 1e-5).mean())
 
@@ -78,12 +69,9 @@ def paired_top1(source: np.ndarray, target: np.ndarray, matrix: np.ndarray) -> f
 def paired_check(
     pairs: tuple[np.ndarray, np.ndarray], matrix: np.ndarray, identity: np.ndarray | None
 ) -> dict[str, Any]:
-    """How a map fitted with known ``pairs`` (preprocessed rows) places them: top-1 among the pairs (on at most
-    :data:`MAX_JUDGING_PAIRS` of them), the identity's where the dims agree, and the problem if it fails.
-
-    An in-sample check (the map has seen the pairs): it cannot certify a map, but one that places fewer than half
-    of them, or does worse than the identity, is broken. Judged from :data:`MIN_JUDGING_PAIRS` pairs.
-    """
+    """How a map fitted with known ``pairs`` (preprocessed rows) places them: top-1 among the pairs (at most
+    :data:`MAX_JUDGING_PAIRS`), the identity's where the dims agree, and the problem if it fails. In-sample, so it
+    cannot certify a map, but one that places under half of them, or does worse than the identity, is broken."""
     n = len(pairs[0])
     rows = np.linspace(0, n - 1, min(n, MAX_JUDGING_PAIRS)).round().astype(int)
     source, target = pairs[0][rows], pairs[1][rows]
@@ -111,8 +99,8 @@ def paired_check(
 def trust_report(
     trust_a: np.ndarray, trust_b: np.ndarray, final: float, eye: np.ndarray | None, rotations: list, margin: float
 ) -> dict[str, Any]:
-    """The trust check of a map whose trust score is ``final``: the trivial maps' scores on the same rows (the
-    identity ``eye`` where the dims agree, the best of the random ``rotations``) and the lift over them."""
+    """The trust check of a map whose trust score is ``final``: the trivial maps' scores on the same rows (``eye``
+    where the dims agree, the best of the random ``rotations``) and the lift over them."""
     identity = trust_score(trust_a, trust_b, eye) if eye is not None else None
     control = max(trust_score(trust_a, trust_b, rotation) for rotation in rotations)
     return {
@@ -127,8 +115,7 @@ def trust_report(
 
 
 def candidate_beats(record: CandidateRecord) -> bool:
-    """Whether a candidate's (the identity's, the paper recipe's) trust score beats the anchored map's by more than
-    the margin."""
+    """Whether a candidate's trust score beats the anchored map's by more than the margin."""
     return record.lift is not None and record.lift > IDENTITY_REFERENCE_MARGIN
 
 
@@ -150,7 +137,7 @@ def row_count_problems(anchors: AnchorParams, structure: StructureParams, n_sour
 
 
 def kept_why(kept: str, trust: dict[str, Any], reference: CandidateRecord, recipe: CandidateRecord) -> str:
-    """One sentence for ``diagnostics_["kept_why"]``: which map was kept, and the trust scores that chose it."""
+    """One sentence for ``diagnostics_.kept_why``: which map was kept, and the trust scores that chose it."""
     scores = [
         f"{name} {record.trust:.4f} ({record.lift:+.2f} x chance against the anchored map)"
         for name, record in (("identity candidate", reference), ("paper recipe", recipe))
@@ -172,18 +159,14 @@ def verdict(
     paired: dict[str, Any] | None,
     trust: dict[str, Any],
     reference: CandidateRecord,
-    candidate: CandidateRecord | None = None,
+    candidate: CandidateRecord,
 ) -> tuple[list[str], float | None]:
     """The problems found with the kept map (``earlier`` ones first; each a sentence for a warning) and its
-    confidence in [0, 1] (0 when a problem was found): the agreement with an independent pass where it was
-    checked, else the known pairs' top-1 where they judge, else the share of seeded cluster pairs the last
-    structural round kept.
-
-    A candidate kept instead of the anchored map (``candidate``: its record) is not judged by the anchored passes'
-    verdicts; its lead over the anchored map is its confidence."""
+    confidence in [0, 1] (0 with a problem): the agreement with an independent pass where checked, else the known
+    pairs' top-1 where they judge, else the share of seeded cluster pairs the last structural round kept. A kept
+    ``candidate`` is not judged by the anchored passes' checks; its lead over the anchored map is its confidence."""
     judged = paired if paired is not None and paired["judged"] else None
     anchored = kept not in ("identity reference", "paper recipe")
-    candidate = reference if candidate is None else candidate
     problems = list(earlier)
     if anchored and converged is False and agreement["agreement"] is None and judged is None:
         problems.append(

@@ -108,37 +108,36 @@ def _refuse_flat_options(extra: list[str]) -> None:
     raise SubspacesError(f"{name} was replaced by --params FILE.json holding {where} (see docs/align.md)")
 
 
-def _start(record: dict) -> str:
+def _start(record) -> str:
     """What a pass without matched anchors started from, for the diagnostics table."""
-    return "identity start" if record.get("label") == "identity start" else "known pairs"
+    return "identity start" if record.label == "identity start" else "known pairs"
 
 
 def _print_diagnostics(aligner) -> None:
     """The fit's label-free diagnostics: one column per pass, then the checks that judged the kept map."""
     d = aligner.diagnostics_
     stats = {  # one row per statistic, one column per restart: stays readable however many restarts ran
-        "QAP agreement": lambda r: r["qap_agreement"] if r["qap_agreement"] is not None else _start(r),
-        "nn-sim initial": lambda r: r["nn_similarity"]["initial"],
-        "nn-sim structure": lambda r: r["nn_similarity"]["structure"],
+        "QAP agreement": lambda r: r.qap_agreement if r.qap_agreement is not None else _start(r),
+        "nn-sim initial": lambda r: r.nn_similarity.initial,
+        "nn-sim structure": lambda r: r.nn_similarity.structure,
         # a pass that a later converged one replaced is not refined (its refinement would be thrown away)
-        "nn-sim refine-1": lambda r: r["nn_similarity"]["refine1"] if r.get("refined", True) else "not refined",
-        "nn-sim final": lambda r: r["nn_similarity"]["final"] if r.get("refined", True) else "not refined",
-        "last share swapped": lambda r: r["structure_swapped"][-1] if r["structure_swapped"] else float("nan"),
-        "refine-1 iterations": lambda r: r["refine1_iterations"],
-        "anchor consistency": lambda r: r["anchor_consistency_final"],
+        "nn-sim refine-1": lambda r: r.nn_similarity.refine1 if r.refined else "not refined",
+        "nn-sim final": lambda r: r.nn_similarity.final if r.refined else "not refined",
+        "last share swapped": lambda r: r.structure_swapped[-1] if r.structure_swapped else float("nan"),
+        "refine-1 iterations": lambda r: r.refine1_iterations,
+        "anchor consistency": lambda r: r.anchor_consistency_final,
     }
-    anchored_kept = d.get("kept") not in ("identity reference", "paper recipe")  # else a candidate is the map
+    anchored_kept = d.kept not in ("identity reference", "paper recipe")  # else a candidate is the map
     columns = ["statistic"] + [
-        f"{r.get('label', f'restart {i}')}{' (kept)' if anchored_kept and i == d['chosen_restart'] else ''}"
-        for i, r in enumerate(d["restarts"])
+        f"{r.label}{' (kept)' if anchored_kept and i == d.chosen_restart else ''}" for i, r in enumerate(d.restarts)
     ]
     rows = [
-        [name] + [f"{v:.4f}" if isinstance(v := get(r), float) else str(v) for r in d["restarts"]]
+        [name] + [f"{v:.4f}" if isinstance(v := get(r), float) else str(v) for r in d.restarts]
         for name, get in stats.items()
     ]
     out.print(table("label-free diagnostics", columns, rows))
-    out.print(f"orthogonality gap {d['orthogonality_gap']:.2e}")
-    check = d["agreement"]
+    out.print(f"orthogonality gap {d.orthogonality_gap:.2e}")
+    check = d.agreement
     if check["agreement"] is not None:
         searched = f", best of {check['compared']} passes" if check.get("search") else ""
         out.print(
@@ -147,17 +146,17 @@ def _print_diagnostics(aligner) -> None:
         )
     else:
         out.print(f"agreement with an independent pass: not checked ({check['skipped']})")
-    reference = d.get("identity_reference") or {}
-    if reference.get("trust") is not None:
-        kept = d.get("kept") == "identity reference"
+    reference = d.identity_reference
+    if reference.trust is not None:
+        kept = d.kept == "identity reference"
         out.print(
             f"identity candidate (a pass from the identity{', KEPT' if kept else ''}): trust score "
-            f"{reference['trust']:.4f}, {reference['lift']:+.2f} x chance level against the anchored map's "
-            f"(kept or flagged above {reference['margin']:g})"
+            f"{reference.trust:.4f}, {reference.lift:+.2f} x chance level against the anchored map's "
+            f"(kept or flagged above {reference.margin:g})"
         )
-    if d.get("kept_why"):
-        out.print(d["kept_why"])
-    paired = d.get("paired_check")
+    if d.kept_why:
+        out.print(d.kept_why)
+    paired = d.paired_check
     if paired is not None:
         verdict = f"confidence {aligner.confidence_:.2f}" if paired["judged"] else "too few to judge the map by"
         out.print(
@@ -251,8 +250,8 @@ def fit_cmd(
         echo("this map is not trusted; `align apply` refuses it unless --force", label="warning:", style="bold yellow")
     d = aligner.diagnostics_
     echo(
-        f"fitted in {aligner.fit_seconds_:.1f}s ({d['precision']} products on {d['cpu']}, "
-        f"{'native' if d['native_bfloat16'] else 'no native'} bfloat16); wrote {output}"
+        f"fitted in {aligner.fit_seconds_:.1f}s ({d.precision} products on {d.cpu}, "
+        f"{'native' if d.native_bfloat16 else 'no native'} bfloat16); wrote {output}"
     )
 
 

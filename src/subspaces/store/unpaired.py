@@ -72,12 +72,12 @@ def fit(new: np.ndarray, stored: np.ndarray, *, params: dict[str, Any] | None, s
 def verdict(aligner: Any) -> dict[str, Any]:
     """The aligner's trust checks, as a report shows them: trusted or not, why not, and the figures behind."""
     d = aligner.diagnostics_
-    trust, agreement = d.get("trust") or {}, d.get("agreement") or {}
+    trust, agreement = d.trust, d.agreement
     return {
         "trusted": bool(aligner.converged_),
-        "problems": list(d.get("problems") or []),
-        "confidence": _round(d.get("confidence")),
-        "kept": d.get("kept"),
+        "problems": list(d.problems),
+        "confidence": _round(d.confidence),
+        "kept": d.kept,
         "trust_score": trust.get("score"),
         "trust_lift": _round(trust.get("lift")),  # over the best trivial map, in units of chance level
         "trust_margin": trust.get("margin"),
@@ -86,8 +86,8 @@ def verdict(aligner: Any) -> dict[str, Any]:
         "trust_random_rotation": _round(trust.get("random_rotation")),
         "agreement": _round(agreement.get("agreement")),
         "agreement_threshold": agreement.get("threshold"),
-        "stopped_early": bool(d.get("stopped_early")),
-        "stop_reason": d.get("stop_reason"),
+        "stopped_early": d.stopped_early,
+        "stop_reason": d.stop_reason,
     }
 
 
@@ -95,8 +95,7 @@ def refusal(aligner: Any, what: str) -> str | None:
     """The one-line reason ``what`` (the map, named) is not used, or None when the aligner trusts it."""
     if aligner.converged_:
         return None
-    problems = aligner.diagnostics_.get("problems") or ["its fit did not converge"]
-    reason = " ".join(str(problems[0]).split())
+    reason = " ".join(aligner.diagnostics_.problems[0].split())
     return f"{what} is not trusted by the aligner's label-free checks, so nothing was recorded: {reason}"
 
 
