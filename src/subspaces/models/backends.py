@@ -118,13 +118,10 @@ def with_backend(
 ) -> SentenceTransformer:
     """Run ``model``'s transformer (its first module) on ``backend`` at ``precision``; returns ``model``.
 
-    ``dtype`` (torch only; :func:`resolve_dtype`): bfloat16 casts the model's weights in place; callers take its
-    rows as float32 (:func:`subspaces.models.encoder.encode` does).
-
-    The transformer's torch weights are replaced in place by a runtime session on the cached graph (exported on
-    first use). ``threads`` defaults to the count encoding uses (:func:`subspaces.config.encoding_threads`: every
-    usable core where the load-aware default gave some up), else torch's, which
-    :func:`subspaces.config.set_threads` sets; the session keeps it.
+    ``dtype`` (torch only; :func:`resolve_dtype`): bfloat16 casts the weights in place (rows come back as float32
+    from :func:`subspaces.models.encoder.encode`). Otherwise the transformer's weights are replaced in place by a
+    runtime session on the cached graph, run on ``threads`` (default: :func:`subspaces.config.encoding_threads`,
+    else torch's count).
     """
     check_backend(backend, precision)
     if backend == "torch":

@@ -1,82 +1,32 @@
-"""The conditional encoders both tasks share: one protocol, the tri-encoder (:mod:`subspaces.models.triencoder`)
-and one bi-encoder, built and loaded by one pair of functions.
+"""The conditional encoders both tasks share: the tri-encoder (:mod:`subspaces.models.triencoder`) and one
+bi-encoder, built and loaded by one pair of functions.
 
 :class:`~subspaces.models.triencoder.TriEncoder` (Hyper-CL) encodes texts and conditions independently, then a head
 projects; :class:`BiEncoder` (C-STS's baseline, SimKGC) encodes each ``(text, condition)`` pair together, and plain
-texts (KGC's tails) with a tail encoder. Tasks read a model only through :class:`ConditionalEncoder`; both save as
-folders of :mod:`subspaces.models.folder`'s format.
+texts (KGC's tails) with a tail encoder. Both subclass :class:`~subspaces.models.triencoder.ConditionalEncoder` and
+save as folders of :mod:`subspaces.models.folder`'s format.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, Self, runtime_checkable
+from typing import Any, Self
 
-import numpy as np
 import torch
 
 from subspaces.cache import LRUCache
 from subspaces.errors import ModelNotFoundError, SubspacesError
 from subspaces.models.embedding_cache import CacheSettings, EmbeddingCache
-from subspaces.models.folder import encoder_reference, is_model_folder, read_config
+from subspaces.models.folder import TASK_FOLDERS, encoder_reference, is_model_folder, read_config
 from subspaces.models.forward import embed_with_grad
-from subspaces.models.triencoder import EncoderAt, PairModel, TriEncoder, build_tri_encoder
+from subspaces.models.heads import make_head
+from subspaces.models.triencoder import ConditionalEncoder, EncoderAt, TriEncoder
 
 ARCHS = ("tri", "bi")
-__all__ = [
-    "ARCHS",
-    "BiEncoder",
-    "CacheSettings",
-    "ConditionalEncoder",
-    "ConditionalModel",
-    "TriEncoder",
-    "build_model",
-    "load_model",
-    "load_or_zero_shot",
-]
 
 
-@runtime_checkable
-class ConditionalEncoder(Protocol):
-    """What a task reads of a model: texts under conditions, plain texts, the store behind them, and a folder."""
-
-    arch: str  # "tri" or "bi"
-    task: str  # "cond" or "kgc", recorded in the saved folder
-    freeze_encoder: bool
-    metadata: dict[str, Any]  # set by the task's training: label range, seen conditions, dataset, ...
-    store: EmbeddingCache
-    training: bool
-
-    @property
-    def dim(self) -> int: ...
-
-    def encoders(self) -> list[Any]: ...
-
-    def embed_sentences(self, texts: Sequence[Any], description: str | None = None) -> torch.Tensor: ...
-
-    def project(
-        self, texts: Sequence[str], conditions: Sequence[str], description: str | None = None
-    ) -> torch.Tensor: ...  # each text under its condition
-
-    def project_pairs(
-        self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-    def similarity(
-        self, sentences1: Sequence[str], sentences2: Sequence[str], conditions: Sequence[str], *, batch_size: int = 256
-    ) -> np.ndarray: ...
-
-    def caches(self) -> dict[str, LRUCache]: ...
-
-    def cache_stats(self) -> dict[str, Any]: ...
-
-    def clear_caches(self, reset_stats: bool = True) -> None: ...
-
-    def save(self, path: str | Path) -> None: ...
-
-
-class BiEncoder(PairModel):
+class BiEncoder(ConditionalEncoder):
     """``E(text, condition)`` as one text pair; plain texts by ``tail_encoder`` (default: ``encoder``)."""
 
     arch = "bi"
@@ -92,18 +42,10 @@ class BiEncoder(PairModel):
         encode_batch_size: int = 64,
         cache: CacheSettings = CacheSettings(),
     ) -> None:
-        super().__init__()
-        self.encoder = encoder
+        super().__init__(encoder, task, freeze_encoder, encoder_name, encode_batch_size)
         self.tail_encoder = None if tail_encoder is encoder else tail_encoder  # None: shared
-        self.task = task
-        self.freeze_encoder = freeze_encoder
-        self.encoder_name = encoder_name
-        self.encode_batch_size = encode_batch_size
-        self.metadata: dict[str, Any] = {}
-        for enc in self.encoders():
-            for p in enc.parameters():
-                p.requires_grad_(not freeze_encoder)
-        self.store = cache.embedding_cache({"pair": encoder, "sentence": self.encoders()[-1]}, encode_batch_size)
+        self._freeze_encoders()
+        self.store = EmbeddingCache({"pair": encoder, "sentence": self.encoders()[-1]}, cache, encode_batch_size)
 
     @property
     def dim(self) -> int:
@@ -115,20 +57,10 @@ class BiEncoder(PairModel):
     def caches(self) -> dict[str, LRUCache]:
         return {"sentence_condition_pairs": self.store.memory["pair"]}
 
-    def clear_caches(self, reset_stats: bool = True) -> None:
-        self.store.clear(reset_stats)
-
-    def _forget_weights(self) -> None:
-        if not self.freeze_encoder:
-            self.store.clear(reset_stats=False)  # a trainable encoder's vectors
-
     def _embed(self, kind: str, texts: Sequence[Any], description: str | None) -> torch.Tensor:
         if self.freeze_encoder or not self.training:
             return self.store.embed(kind, texts, description)
         return embed_with_grad(self.store.encoders[kind], list(texts))
-
-    def embed_sentences(self, texts: Sequence[Any], description: str | None = None) -> torch.Tensor:
-        return self._embed("sentence", texts, description)
 
     def project(self, texts: Sequence[str], conditions: Sequence[str], description: str | None = None) -> torch.Tensor:
         return self._embed("pair", list(zip(texts, conditions, strict=True)), description)
@@ -184,26 +116,25 @@ def build_model(
     if arch not in ARCHS:
         hint = " (the encoder comes first: build_model(model, arch))" if model in ARCHS else ""
         raise SubspacesError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}{hint}")
-    if arch == "tri":
-        return build_tri_encoder(
-            model,
-            head=head,
-            rank=rank,
-            condition_encoder=condition_encoder,
-            freeze_encoder=freeze_encoder,
-            max_length=max_length,
-            task=task,
-            seed=seed,
-            device=device,
-            head_options=head_options,
-            cache=cache,
-        )
-    if condition_encoder is not None:
+    if arch == "bi" and condition_encoder is not None:
         raise SubspacesError("a separate condition encoder applies to the tri-encoder only")
     encoder = load_encoder(model, max_seq_length=max_length, device=device)
-    tail = None if shared_encoder else load_encoder(model, max_seq_length=max_length, device=device)
-    return BiEncoder(
-        encoder, tail, task=task, freeze_encoder=freeze_encoder, encoder_name=encoder_reference(model), cache=cache
+    name = encoder_reference(model)
+    if arch == "bi":
+        tail = None if shared_encoder else load_encoder(model, max_seq_length=max_length, device=device)
+        return BiEncoder(encoder, tail, task=task, freeze_encoder=freeze_encoder, encoder_name=name, cache=cache)
+    cond = load_encoder(condition_encoder, max_seq_length=max_length, device=device) if condition_encoder else None
+    if seed is not None:
+        torch.manual_seed(seed)
+    return TriEncoder(
+        encoder,
+        make_head(head, int(encoder.get_embedding_dimension() or 0), rank, **(head_options or {})).to(device),
+        condition_encoder=cond,
+        freeze_encoder=freeze_encoder,
+        encoder_name=name,
+        condition_encoder_name=encoder_reference(condition_encoder) if condition_encoder else None,
+        task=task,
+        cache=cache,
     )
 
 
@@ -220,9 +151,6 @@ def load_model(
     config = read_config(path, task=task)
     kind = TriEncoder if config["arch"] == "tri" else BiEncoder
     return kind.load(path, config, max_length=max_length, device=device, cache=cache)
-
-
-TASK_FOLDERS = {"cond": "conditional model folder", "kgc": "KGC model folder"}
 
 
 def is_trained_folder(path: str | Path, task: str) -> bool:

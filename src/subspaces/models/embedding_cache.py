@@ -1,9 +1,10 @@
 """One embedding cache for the conditional and KGC models: an in-memory LRU per kind over optional disk shards.
 
 ``store.embed(kind, texts)`` (kinds: ``sentence``, ``condition``, a bi-encoder's ``pair``) sends every distinct text
-to its encoder once: one content-keyed :class:`~subspaces.cache.LRUCache` per kind, over optional disk shards
-(:class:`EmbeddingShardCache`) keyed by the encoder's *weights* and the texts, so a rerun encodes nothing and a
-fine-tuned encoder never reads a stale vector. Vectors are float32, not normalised.
+to its encoder once: one content-keyed :class:`~subspaces.cache.LRUCache` per kind, over an
+:class:`EmbeddingShardCache` per encoder whose shards, on disk when asked, are keyed by the encoder's *weights* and
+the texts, so a rerun encodes nothing and a fine-tuned encoder never reads a stale vector. Vectors are float32, not
+normalised.
 """
 
 from __future__ import annotations
@@ -24,74 +25,43 @@ from subspaces.io import save_npy
 from subspaces.models.fingerprint import Text, model_fingerprint, texts_key
 from subspaces.progress import Progress
 
-DEFAULT_MEMORY_BYTES = 512 * 2**20
-ENCODE_CHUNK = 1024  # texts per progress update (sentence-transformers batches within a chunk)
-
-
-def encode_texts(
-    encoder: Any,
-    texts: Sequence[Text],
-    *,
-    batch_size: int = 64,
-    description: str = "encoding",
-    show_progress: bool = False,
-) -> np.ndarray:
-    """``encoder``'s float32 ``(n, d)`` embeddings of ``texts`` (no gradients), with a named progress display."""
-    from subspaces.models.encoder import encode
-
-    texts = list(texts)
-    if not texts:
-        return np.zeros((0, int(encoder.get_embedding_dimension())), dtype=np.float32)
-    parts = []
-    with Progress(len(texts), description, unit="text", enabled=show_progress) as bar, torch.no_grad():
-        for start in range(0, len(texts), ENCODE_CHUNK):
-            chunk: Any = texts[start : start + ENCODE_CHUNK]  # strings or (text, pair) tuples: both encode
-            parts.append(
-                np.asarray(encode(encoder, chunk, batch_size=batch_size, show_progress=False), dtype=np.float32)
-            )
-            bar.update(len(chunk))
-    return np.concatenate(parts)
+ENCODE_CHUNK = 1024  # texts per encode call (sentence-transformers length-sorts and batches within one)
 
 
 @dataclass
 class ShardStats:
-    """Shards (and texts) read from disk versus encoded in this object's lifetime."""
+    """Shards read from disk versus encoded (and the texts encoded) in this object's lifetime."""
 
     hit_shards: int = 0
     miss_shards: int = 0
-    hit_texts: int = 0
     miss_texts: int = 0
 
 
 class EmbeddingShardCache:
-    """Encode texts through a disk cache of shards. ``folder=None`` uses ``cache_dir()/kgc-embeddings``.
-
-    Each shard of ``shard_size`` consecutive *distinct* texts is ``<folder>/<fingerprint>/<sha256 of texts>.npy``,
-    written atomically; a damaged shard is recomputed, not trusted.
-    """
+    """Encode texts a shard of ``shard_size`` consecutive *distinct* texts at a time, each shard kept on disk as
+    ``<folder>/<fingerprint>/<sha256 of texts>.npy`` (written atomically; a damaged shard is recomputed, not
+    trusted). ``folder=None``: ``cache_dir()/kgc-embeddings``; ``False``: nothing on disk."""
 
     def __init__(
         self,
         model: Any,
-        folder: str | Path | None = None,
+        folder: str | Path | None | bool = None,
         *,
         shard_size: int = 2048,
         batch_size: int = 64,
         fingerprint: str | None = None,
         show_progress: bool = True,
     ) -> None:
-
         self.model = model
         self.shard_size = shard_size
         self.batch_size = batch_size
-        self.fingerprint = fingerprint or model_fingerprint(model)
-        root = Path(folder) if folder is not None else cache_dir() / "kgc-embeddings"
-        self.folder = root / self.fingerprint
         self.show_progress = show_progress
         self.stats = ShardStats()
-
-    def shard_path(self, texts: Sequence[Text]) -> Path:
-        return self.folder / f"{texts_key(self.fingerprint, texts)}.npy"
+        self.folder: Path | None = None
+        if folder is not False:
+            self.fingerprint = fingerprint or model_fingerprint(model)
+            root = Path(folder) if isinstance(folder, (str, Path)) else cache_dir() / "kgc-embeddings"
+            self.folder = root / self.fingerprint
 
     def encode(self, texts: Sequence[Text], description: str = "encoding") -> np.ndarray:
         """Embeddings of ``texts`` in order, as float32 ``(n, d)``."""
@@ -108,76 +78,65 @@ class EmbeddingShardCache:
         with Progress(len(texts), description, unit="text", enabled=self.show_progress) as bar:
             for start in range(0, len(texts), self.shard_size):
                 shard = texts[start : start + self.shard_size]
-                path = self.shard_path(shard)
-                vectors = self._read(path, len(shard))
+                path = None if self.folder is None else self.folder / f"{texts_key(self.fingerprint, shard)}.npy"
+                vectors = _read(path, len(shard))
                 if vectors is None:
-                    vectors = encode_texts(self.model, shard, batch_size=self.batch_size)
-                    save_npy(path, vectors)
+                    vectors = self._encode(shard)
+                    if path is not None:
+                        save_npy(path, vectors)
                     self.stats.miss_shards += 1
                     self.stats.miss_texts += len(shard)
                 else:
                     self.stats.hit_shards += 1
-                    self.stats.hit_texts += len(shard)
                 parts.append(vectors)
                 bar.update(len(shard))
         return np.concatenate(parts, axis=0)
 
-    @staticmethod
-    def _read(path: Path, rows: int) -> np.ndarray | None:
-        if not path.is_file():
-            return None
-        try:
-            vectors = np.load(path, allow_pickle=False)
-        except (OSError, ValueError):
-            return None
-        if vectors.ndim != 2 or vectors.shape[0] != rows or not np.isfinite(vectors).all():
-            return None
-        return vectors
+    def _encode(self, texts: list[Text]) -> np.ndarray:
+        from subspaces.models.encoder import encode
+
+        chunks: list[Any] = [texts[i : i + ENCODE_CHUNK] for i in range(0, len(texts), ENCODE_CHUNK)]  # str or pairs
+        return np.concatenate(
+            [np.asarray(encode(self.model, c, batch_size=self.batch_size, show_progress=False)) for c in chunks]
+        )
+
+
+def _read(path: Path | None, rows: int) -> np.ndarray | None:
+    if path is None or not path.is_file():
+        return None
+    try:
+        vectors = np.load(path, allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+    if vectors.ndim != 2 or vectors.shape[0] != rows or not np.isfinite(vectors).all():
+        return None
+    return vectors
 
 
 @dataclass(frozen=True)
 class CacheSettings:
     """How a conditional model (tri- or bi-encoder) caches what it computes: one setting for every cache it holds."""
 
-    memory_bytes: int | None = DEFAULT_MEMORY_BYTES  # the bound of each in-memory LRU (None: unbounded)
+    memory_bytes: int | None = 512 * 2**20  # the bound of each in-memory LRU (None: unbounded)
     disk: str | Path | None | bool = False  # disk shards: a folder, None (the default cache folder) or False (none)
     show_progress: bool = False  # a named progress display for large encodings
-
-    def embedding_cache(self, encoders: Mapping[str, Any], batch_size: int) -> EmbeddingCache:
-        return EmbeddingCache(
-            encoders,
-            memory_bytes=self.memory_bytes,
-            disk=self.disk,
-            batch_size=batch_size,
-            show_progress=self.show_progress,
-        )
 
 
 class EmbeddingCache:
     """``embed(kind, texts)`` for the ``encoders`` of each kind (``{"sentence": enc, "condition": enc}``), as the
-    module says; ``disk``, ``memory_bytes``, ``show_progress`` as :class:`CacheSettings`' fields (a progress display
-    only for ``progress_min`` texts or more)."""
+    module says, cached as ``settings`` say (a progress display only for ``progress_min`` texts or more)."""
 
     def __init__(
-        self,
-        encoders: Mapping[str, Any],
-        *,
-        memory_bytes: int | None = DEFAULT_MEMORY_BYTES,
-        disk: str | Path | None | bool = False,
-        batch_size: int = 64,
-        shard_size: int = 2048,
-        show_progress: bool = False,
-        progress_min: int = 2048,
+        self, encoders: Mapping[str, Any], settings: CacheSettings = CacheSettings(), batch_size: int = 64
     ) -> None:
-        if disk is True:
+        if settings.disk is True:
             raise SubspacesError("disk must be a folder, None (the default cache folder) or False")
         self.encoders = dict(encoders)
-        self.memory = {kind: LRUCache(memory_bytes, name=kind) for kind in self.encoders}
-        self.disk = disk
+        self.memory = {kind: LRUCache(settings.memory_bytes, name=kind) for kind in self.encoders}
+        self.disk = settings.disk
         self.batch_size = batch_size
-        self.shard_size = shard_size
-        self.show_progress = show_progress
-        self.progress_min = progress_min
+        self.show_progress = settings.show_progress
+        self.progress_min = 2048
         self.encoded_texts = 0  # texts that went through an encoder (not read from disk)
         self.encode_seconds = 0.0
         self._shards: dict[int, EmbeddingShardCache] = {}
@@ -199,22 +158,14 @@ class EmbeddingCache:
     def _encode(self, kind: str, texts: list[Text], description: str) -> np.ndarray:
         encoder = self.encoders[kind]
         started = time.perf_counter()
-        show = self.show_progress and len(texts) >= self.progress_min
-        if self.disk is False:
-            vectors = encode_texts(
-                encoder, texts, batch_size=self.batch_size, description=description, show_progress=show
-            )
-            self.encoded_texts += len(texts)
-        else:
-            shards = self._shards.get(id(encoder))
-            if shards is None:
-                shards = self._shards[id(encoder)] = EmbeddingShardCache(
-                    encoder, self.disk, shard_size=self.shard_size, batch_size=self.batch_size, show_progress=False
-                )
-            shards.show_progress = show
-            before = shards.stats.miss_texts
-            vectors = shards.encode(texts, description)
-            self.encoded_texts += shards.stats.miss_texts - before
+        shards = self._shards.get(id(encoder))
+        if shards is None:
+            shards = self._shards[id(encoder)] = EmbeddingShardCache(encoder, self.disk)
+        shards.batch_size = self.batch_size
+        shards.show_progress = self.show_progress and len(texts) >= self.progress_min
+        before = shards.stats.miss_texts
+        vectors = shards.encode(texts, description)
+        self.encoded_texts += shards.stats.miss_texts - before
         # (NaN or inf never gets here: encode refuses it, and a shard holding it is recomputed)
         self.encode_seconds += time.perf_counter() - started
         return vectors

@@ -1,15 +1,16 @@
 """Fingerprints: what caches and stores key vectors by, so a changed model never reads a stale vector.
 
 :func:`model_fingerprint` (a whole sentence-transformers model: store manifests, the conditional models' disk
-shards), :func:`weights_hash` (a transformers model: the backends' exported graphs), :func:`texts_key` (one shard of
-texts), :func:`file_sha256` (a written file, checked when read back). Each is recorded on disk: computing one
+shards), :func:`weights_hash` (a transformers model: the backends' exported graphs), :func:`tensors_sha256` (any
+tensors: those and partial fine-tuning's frozen layers), :func:`texts_key` (one shard of texts), :func:`file_sha256`
+(a written file, checked when read back). Each is recorded on disk: computing one
 differently orphans what was recorded.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,8 +50,13 @@ def model_fingerprint(model: torch.nn.Module, extra: str = "") -> str:
 
 def weights_hash(module: Any) -> str:
     """sha256 of a transformers model's config and every tensor of its state (names, dtypes, shapes, bytes)."""
-    digest = hashlib.sha256(module.config.to_json_string(use_diff=False).encode())
-    for name, tensor in sorted(module.state_dict().items()):
+    return tensors_sha256(sorted(module.state_dict().items()), module.config.to_json_string(use_diff=False))
+
+
+def tensors_sha256(named: Iterable[tuple[str, torch.Tensor]], seed: str = "") -> str:
+    """sha256 of ``seed`` and each named tensor's name, dtype, shape and bytes, in order."""
+    digest = hashlib.sha256(seed.encode())
+    for name, tensor in named:
         digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
         digest.update(tensor_bytes(tensor))
     return digest.hexdigest()

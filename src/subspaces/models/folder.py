@@ -14,16 +14,17 @@ The config is written last, so a folder with a config is complete.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 from subspaces.errors import ModelNotFoundError
 from subspaces.io import save_json
 from subspaces.models import registry
+from subspaces.state_folder import built_folder
 
 CONFIG_NAME = "subspaces_model.json"
 FORMAT_VERSION = 1
+TASK_FOLDERS = {"cond": "conditional model folder", "kgc": "KGC model folder"}
 
 
 def is_model_folder(path: str | Path) -> bool:
@@ -45,8 +46,7 @@ def read_config(folder: str | Path, task: str | None = None) -> dict[str, Any]:
     """The folder's config; ``task`` checks what it holds."""
     folder = Path(folder)
     if not (folder / CONFIG_NAME).is_file():
-        what = {"cond": "a conditional model folder", "kgc": "a KGC model folder"}.get(task or "", "a model folder")
-        raise ModelNotFoundError(f"{folder} is not {what} (no {CONFIG_NAME})")
+        raise ModelNotFoundError(f"{folder} is not a {TASK_FOLDERS.get(task or '', 'model folder')} (no {CONFIG_NAME})")
     config = _read_json(folder / CONFIG_NAME)
     version = config.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
@@ -91,10 +91,5 @@ def load_referenced_encoder(folder: Path, ref: str, max_seq_length: int | None =
 
 def save_encoder(encoder: Any, folder: Path) -> None:
     """Write a sentence-transformers folder so that an interrupted save never leaves half of one in place."""
-    tmp = folder.with_name(folder.name + ".saving")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    encoder.save(str(tmp))
-    if folder.exists():
-        shutil.rmtree(folder)
-    tmp.replace(folder)
+    with built_folder(folder) as build:
+        encoder.save(str(build))

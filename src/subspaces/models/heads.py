@@ -80,10 +80,6 @@ class ConditionHead(nn.Module):
         self.dropout = nn.Dropout(dropout)  # before the head's own layers (the transform has its own)
         self.condition_transform = ConditionTransform(dim, init, dropout)
 
-    @property
-    def out_dim(self) -> int:
-        return self.dim
-
     def condition_params(self, condition_emb: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """What the head computes once per condition; each tensor has the batch as its first axis."""
         raise NotImplementedError
@@ -274,7 +270,7 @@ def project_grouped(
     groups = len(params[0])
     if groups > max_groups or len(sentence_emb) < min_rows_per_group * groups:
         return head.project(sentence_emb, tuple(p[index] for p in params))
-    out = sentence_emb.new_empty(len(sentence_emb), head.out_dim)
+    out = sentence_emb.new_empty(len(sentence_emb), head.dim)
     for k in range(groups):
         rows = (index == k).nonzero(as_tuple=True)[0]
         if len(rows):

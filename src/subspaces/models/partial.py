@@ -1,20 +1,15 @@
 """Partial fine-tuning over cached activations: train only the top N transformer layers of a sentence encoder.
 
-The embeddings and the bottom L-N layers are frozen, so their output for an input is computed once (eval mode, no
-gradient), stored as float16, and each step runs only the top N layers and the later modules on it:
+The embeddings and the bottom layers are frozen, so their output for an input is computed once (eval mode, no
+gradient) and stored as float16 (cosine > 0.9999 to the full forward; beyond float16's range it is refused):
 
     with partially_trained([(model, train_texts)], 2, cache_dir=True) as attached:  # all but the top 2 frozen
         ...train as usual: every loss calling model(features), model.encode...      # the cache is filled first
 
-The seam is sentence-transformers' ``Transformer`` module: while attached, its ``preprocess`` adds the cached
-bottom states to the features (``STATES``) and its ``forward`` runs only the top layers on them; an input not in
-the cache is computed and cached there. ``detach`` restores both methods.
-
-Entries are keyed by SHA-256 over the frozen part's identity (weights, settings, frozen layers, max length) and the
-input's token ids. float16 states agree with the full forward to cosine > 0.9999 (tested; figures:
-benchmarks/notes/simcse.md); states beyond float16's range are refused. On disk (``cache_dir``) a folder holds
-``manifest.json`` (the identity) and ``shard-<sha256>.pt`` files, written atomically and checked against their
-name's hash when read.
+While attached, the ``Transformer`` module's ``preprocess`` adds the cached bottom states to the features
+(``STATES``; an input not cached is computed then) and its ``forward`` runs only the top layers on them. Entries are
+keyed by SHA-256 over the frozen part's identity and the input's token ids; on disk a folder holds
+``manifest.json`` (the identity) and ``shard-<sha256>.pt`` files, written atomically and checked when read.
 """
 
 from __future__ import annotations
@@ -34,7 +29,7 @@ from torch import nn
 from subspaces.config import cache_dir as cache_root
 from subspaces.errors import DataError, SubspacesError
 from subspaces.io import atomic_open
-from subspaces.models.fingerprint import file_sha256, tensor_bytes
+from subspaces.models.fingerprint import file_sha256, tensors_sha256
 from subspaces.progress import Progress
 
 FORMAT_VERSION = 1
@@ -216,16 +211,12 @@ class PartialFineTuning:
 
     def _identity(self) -> dict[str, Any]:
         """What the cached states depend on besides the tokens (also the manifest of a cache folder)."""
-        digest = hashlib.sha256()
-        for index, module in enumerate(self._bottom):
-            for name, tensor in module.state_dict().items():
-                digest.update(f"{index}.{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-                digest.update(tensor_bytes(tensor))
+        frozen = ((f"{i}.{name}", t) for i, m in enumerate(self._bottom) for name, t in m.state_dict().items())
         config = self._hf.config
         return {
             "format": FORMAT_VERSION,
             "architecture": type(self._hf).__name__,
-            "frozen_weights_sha256": digest.hexdigest(),
+            "frozen_weights_sha256": tensors_sha256(frozen),
             "frozen_layers": self.frozen_layers,
             "max_seq_length": self.transformer.max_seq_length,
             "hidden_size": config.hidden_size,
@@ -372,9 +363,6 @@ class ActivationStore:
         self._pending_bytes = 0
         if folder is not None:
             self._open(identity)
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
     def __contains__(self, key: str) -> bool:
         return key in self._entries

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import numpy as np
 import torch
@@ -25,7 +25,6 @@ from subspaces.errors import DimensionError, SubspacesError
 from subspaces.io import atomic_path
 from subspaces.models.embedding_cache import CacheSettings, EmbeddingCache
 from subspaces.models.folder import (
-    encoder_reference,
     is_saved_here,
     load_referenced_encoder,
     read_config,
@@ -39,7 +38,6 @@ from subspaces.models.heads import (
     conditional_search,
     corpus_view,
     head_from_config,
-    make_head,
     project_grouped,
 )
 
@@ -73,9 +71,6 @@ class ConditionalCorpus:
         self.vectors = corpus.float()
         self.cache = cache if cache is not None else LRUCache(max_bytes=None, max_items=8, name="conditioned corpus")
 
-    def __len__(self) -> int:
-        return len(self.vectors)
-
     def view(self, key: Any, params: tuple[torch.Tensor, ...]) -> CorpusView:
         """The corpus under the condition ``key`` whose head parameters are ``params`` (batch axis 1)."""
         return self.cache.get_many([key], lambda _: [corpus_view(self.head, self.vectors, params)])[0]
@@ -97,30 +92,49 @@ def _tensor(vectors: np.ndarray | torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(np.asarray(vectors, dtype=np.float32)) if isinstance(vectors, np.ndarray) else vectors
 
 
-class PairModel(nn.Module):
-    """What the two conditional architectures share over their own ``project_pairs``, ``caches`` and
-    ``_rebuild``: similarity, cache statistics, and their folder's common fields."""
+class ConditionalEncoder(nn.Module):
+    """A conditional encoder, what tasks read of a model: texts under conditions (``project``), plain texts
+    (``embed_sentences``), the :class:`EmbeddingCache` behind them (``store``) and a folder (``save``, ``load``).
+    Subclasses set their encoders and ``store``, and define ``project``, ``project_pairs``, ``caches`` and
+    ``_rebuild``."""
 
-    arch = ""
-    task: str
-    freeze_encoder: bool
-    encode_batch_size: int
-    metadata: dict[str, Any]
-    encoder: Any
-
+    arch = ""  # "tri" or "bi"
     store: EmbeddingCache
+
+    def __init__(
+        self, encoder: Any, task: str, freeze_encoder: bool, encoder_name: str | None, encode_batch_size: int
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.task = task  # "cond" or "kgc", recorded in the saved folder
+        self.freeze_encoder = freeze_encoder
+        self.encoder_name = encoder_name
+        self.encode_batch_size = encode_batch_size
+        self.metadata: dict[str, Any] = {}  # set by the task's training: label range, seen conditions, dataset, ...
+
+    def _freeze_encoders(self) -> None:
+        for enc in self.encoders():
+            for p in enc.parameters():
+                p.requires_grad_(not self.freeze_encoder)
+
+    def encoders(self) -> list[Any]:
+        raise NotImplementedError
+
+    def _embed(self, kind: str, texts: Sequence[Any], description: str | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def embed_sentences(self, texts: Sequence[Any], description: str | None = None) -> torch.Tensor:
+        return self._embed("sentence", texts, description)
 
     def project_pairs(
         self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError
 
-    def encoders(self) -> list[Any]:
-        raise NotImplementedError
-
     def _forget_weights(self) -> None:
         """Drop what was computed from weights that are about to change (training) or were replaced (loading)."""
-        raise NotImplementedError
+        if not self.freeze_encoder:
+            self.store.clear(reset_stats=False)  # a trainable encoder's vectors
 
     def train(self, mode: bool = True) -> Self:
         super().train(mode)
@@ -133,6 +147,13 @@ class PairModel(nn.Module):
 
     def caches(self) -> dict[str, LRUCache]:
         raise NotImplementedError
+
+    def clear_caches(self, reset_stats: bool = True) -> None:
+        self.store.clear(reset_stats)
+        for cache in self.caches().values():
+            cache.clear()
+            if reset_stats:
+                cache.reset_stats()
 
     def forward(self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         return self.project_pairs(s1, s2, c)
@@ -248,7 +269,7 @@ class PairModel(nn.Module):
         raise NotImplementedError
 
 
-class TriEncoder(PairModel):
+class TriEncoder(ConditionalEncoder):
     """Encoder + condition head + one embedding store.
 
     Args:
@@ -276,27 +297,18 @@ class TriEncoder(PairModel):
         encode_batch_size: int = 64,
         cache: CacheSettings = CacheSettings(),
     ) -> None:
-        super().__init__()
-        self.encoder = encoder
+        super().__init__(encoder, task, freeze_encoder, encoder_name, encode_batch_size)
         self.head = head
         self.condition_encoder = condition_encoder
-        self.freeze_encoder = freeze_encoder
-        self.encoder_name = encoder_name
         self.condition_encoder_name = condition_encoder_name
-        self.task = task
-        self.encode_batch_size = encode_batch_size
-        self.metadata: dict[str, Any] = {}  # set by the task's training: label range, threshold, dataset, ...
         for enc in self.encoders():
             if int(enc.get_embedding_dimension()) != head.dim:
                 raise SubspacesError(
                     f"head dimension {head.dim} does not match the encoder's {enc.get_embedding_dimension()}"
                 )
-            for p in enc.parameters():
-                p.requires_grad_(not freeze_encoder)
-        self.store = cache.embedding_cache(
-            {"sentence": encoder, "condition": condition_encoder if condition_encoder is not None else encoder},
-            encode_batch_size,
-        )
+        self._freeze_encoders()
+        encoders = {"sentence": encoder, "condition": condition_encoder if condition_encoder is not None else encoder}
+        self.store = EmbeddingCache(encoders, cache, encode_batch_size)
         self.params_cache = LRUCache(cache.memory_bytes, name="condition matrices")  # valid while the head is unchanged
         self.corpus_cache = LRUCache(cache.memory_bytes, name="conditioned corpus")  # each condition's view of corpus
         self.corpus: ConditionalCorpus | None = None  # what search() ranks (index_corpus)
@@ -324,25 +336,14 @@ class TriEncoder(PairModel):
             "conditioned_corpus": self.corpus_cache,
         }
 
-    def clear_caches(self, reset_stats: bool = True) -> None:
-        self.store.clear(reset_stats)
-        for cache in (self.params_cache, self.corpus_cache):
-            cache.clear()
-            if reset_stats:
-                cache.reset_stats()
-
     def _forget_weights(self) -> None:
         self.params_cache.clear()  # the head's W_c and corpus views
         self.corpus_cache.clear()
-        if not self.freeze_encoder:
-            self.store.clear(reset_stats=False)  # and a trainable encoder's vectors
-
-    def _uses_store(self) -> bool:
-        return self.freeze_encoder or not self.training
+        super()._forget_weights()
 
     # --- embeddings --------------------------------------------------------------------------------------
     def _embed(self, kind: str, texts: Sequence[Any], description: str | None) -> torch.Tensor:
-        if self._uses_store():
+        if self.freeze_encoder or not self.training:
             return self.store.embed(kind, texts, description).to(self.head_device)
         encoder = self.store.encoders[kind]
         distinct = list(dict.fromkeys(texts))  # one forward pass per distinct text of the batch
@@ -351,9 +352,6 @@ class TriEncoder(PairModel):
             return vectors
         row = {t: i for i, t in enumerate(distinct)}
         return vectors[[row[t] for t in texts]]
-
-    def embed_sentences(self, texts: Sequence[str], description: str | None = None) -> torch.Tensor:
-        return self._embed("sentence", texts, description)
 
     def embed_conditions(self, texts: Sequence[str], description: str | None = None) -> torch.Tensor:
         return self._embed("condition", texts, description)
@@ -397,11 +395,7 @@ class TriEncoder(PairModel):
     # --- conditional search ------------------------------------------------------------------------------
     def index_corpus(self, corpus: np.ndarray | torch.Tensor | Sequence[str]) -> None:
         """Set what :meth:`search` ranks: sentence vectors (N, d) of this model's encoder, or texts to embed."""
-        if isinstance(corpus, (np.ndarray, torch.Tensor)):
-            vectors = _tensor(corpus)
-        else:
-            with torch.no_grad():
-                vectors = self._eval_embed(list(corpus))
+        vectors = _tensor(corpus) if isinstance(corpus, (np.ndarray, torch.Tensor)) else self._eval_embed(list(corpus))
         self.corpus_cache.clear()  # views of the previous corpus
         self.corpus = ConditionalCorpus(self.head, vectors.to(self.head_device), self.corpus_cache)
 
@@ -415,8 +409,7 @@ class TriEncoder(PairModel):
         if isinstance(query, (np.ndarray, torch.Tensor)):
             vectors = query
         else:
-            with torch.no_grad():
-                vectors = self._eval_embed([query] if isinstance(query, str) else list(query))
+            vectors = self._eval_embed([query] if isinstance(query, str) else list(query))
         with torch.no_grad():
             params, _ = self._eval(lambda: self.condition_params([condition]))
         scores, rows = self.corpus.search(vectors, content_key("conditioned-corpus", condition), params, k)
@@ -436,7 +429,8 @@ class TriEncoder(PairModel):
         return None if seen is None else condition in set(seen)
 
     def _eval_embed(self, texts: list[str]) -> torch.Tensor:
-        return self._eval(lambda: self.embed_sentences(texts))
+        with torch.no_grad():
+            return self._eval(lambda: self.embed_sentences(texts))
 
     # --- persistence -------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
@@ -472,35 +466,8 @@ class TriEncoder(PairModel):
         )
 
 
-def build_tri_encoder(
-    model: str,
-    *,
-    head: str = "hypernet",
-    rank: int | str | None = "auto",
-    condition_encoder: str | None = None,
-    freeze_encoder: bool = True,
-    max_length: int | None = None,
-    task: str = "cond",
-    device: str = "cpu",
-    seed: int | None = None,
-    head_options: dict[str, Any] | None = None,
-    **options: Any,
-) -> TriEncoder:
-    """A fresh tri-encoder on ``model`` (a bundled name or a folder); ``seed`` seeds the head's initialisation;
-    ``rank`` and ``head_options`` go to :func:`~subspaces.models.heads.make_head`."""
-    from subspaces.models.encoder import load_encoder
+def build_tri_encoder(model: str, **options: Any) -> TriEncoder:
+    """A fresh tri-encoder on ``model``: :func:`~subspaces.models.conditional.build_model` with ``arch="tri"``."""
+    from subspaces.models.conditional import build_model
 
-    encoder = load_encoder(model, max_seq_length=max_length, device=device)
-    cond = load_encoder(condition_encoder, max_seq_length=max_length, device=device) if condition_encoder else None
-    if seed is not None:
-        torch.manual_seed(seed)
-    return TriEncoder(
-        encoder,
-        make_head(head, int(encoder.get_embedding_dimension() or 0), rank, **(head_options or {})).to(device),
-        condition_encoder=cond,
-        freeze_encoder=freeze_encoder,
-        encoder_name=encoder_reference(model),
-        condition_encoder_name=encoder_reference(condition_encoder) if condition_encoder else None,
-        task=task,
-        **options,
-    )
+    return cast(TriEncoder, build_model(model, "tri", **options))
