@@ -407,11 +407,8 @@ def iter_parquet_embeddings(path: str | os.PathLike[str], chunk_size: int) -> tu
 
 
 def read_embedding_file(path: str | os.PathLike[str], *, mmap: bool = False) -> tuple[np.ndarray, str | None]:
-    """A 2-D array from ``.npy`` (memory-mapped if ``mmap``) or ``.parquet`` with one list column.
-
-    Returns the array and, for parquet, the embedding column's name (so a writer can keep it). No value checks:
-    see :func:`load_embeddings`. Parquet is read whole; :func:`iter_parquet_embeddings` streams it.
-    """
+    """A 2-D array from ``.npy`` (memory-mapped if ``mmap``) or ``.parquet`` with one list column (read whole), and
+    for parquet the column's name. No value checks: see :func:`load_embeddings`."""
     p = check_file(path)
     column = None
     if p.suffix == ".parquet":
@@ -432,12 +429,12 @@ def read_embedding_file(path: str | os.PathLike[str], *, mmap: bool = False) -> 
     return arr, column
 
 
-def load_embeddings(path: str | os.PathLike[str], *, allow_nan: bool = False) -> np.ndarray:
+def load_embeddings(path: str | os.PathLike[str]) -> np.ndarray:
     """Load a 2-D float array (see :func:`read_embedding_file`), checked for rows and NaN/inf."""
     arr, _ = read_embedding_file(path)
     if arr.shape[0] == 0:
         raise DataError("holds no rows", path=path)
-    if not allow_nan and not np.isfinite(arr).all():
-        bad = np.flatnonzero(~np.isfinite(arr).all(axis=1))
+    bad = np.flatnonzero(~np.isfinite(arr).all(axis=1))
+    if len(bad):
         raise DimensionError(f"{path}: {len(bad)} row(s) hold NaN or inf (first: row {bad[0]})")
     return arr

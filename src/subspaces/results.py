@@ -1,8 +1,5 @@
-"""The one form of a result: a dataclass with typed fields and one JSON form, read as a mapping of that form.
-
-A result's :meth:`~JSONResult.to_dict` is exactly the JSON its command writes (same keys, same order), and
-:meth:`~JSONResult.save` writes that atomically; ``result["key"]``, ``dict(result)`` and ``{**result}`` read the
-JSON form. An evaluator's metrics are not a result: they are a flat ``dict[str, float]`` (:mod:`subspaces.eval.base`).
+"""The one form of a result: a dataclass whose :meth:`~JSONResult.to_dict` is exactly the JSON its command writes,
+read as a mapping of that form (an evaluator's metrics are a flat ``dict[str, float]`` instead).
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""Top-k by inner product over rows held in memory, with faiss: exact search, and funnel search (a shortlist on a
-prefix index, re-ranked by the full vectors; a full-length shortlist gives exactly the exact search's result).
-The store's search plans and the aligner's neighbour search both stand on it."""
+"""Top-k by inner product with faiss: exact search, and funnel search (a shortlist on a prefix index re-ranked by
+the full vectors). The store's search plans and the aligner's neighbour search both stand on it."""
 
 from __future__ import annotations
 
@@ -39,9 +38,8 @@ def flat_index_of(blocks: Iterable[np.ndarray], dim: int) -> Any:
 
 
 def int8_index_of(blocks: Callable[[], Iterable[np.ndarray]], dim: int) -> Any:
-    """:func:`int8_index` over rows given a block at a time (``blocks()``, read twice): the per-dimension ranges
-    of every row come from a first pass, and training on the two rows of those minima and maxima gives the ranges
-    (and so the codes) that training on every row gives."""
+    """:func:`int8_index` over rows given a block at a time (``blocks()``, read twice): training on the two rows of
+    the per-dimension minima and maxima gives the ranges, and so the codes, that training on every row gives."""
     import faiss
 
     low, high = np.full(dim, np.inf, np.float32), np.full(dim, -np.inf, np.float32)
@@ -56,9 +54,8 @@ def int8_index_of(blocks: Callable[[], Iterable[np.ndarray]], dim: int) -> Any:
 
 
 def scans_codes(rows: int, queries: int) -> bool:
-    """Whether a funnel takes its shortlist from 8-bit codes of the prefix (:func:`int8_index`: a large corpus and
-    few queries, a quarter of the bytes to scan) or from floats (a small corpus, or a batch, which takes faiss's
-    matrix-product path); figures: docs/adapt.md."""
+    """Whether a funnel takes its shortlist from 8-bit codes of the prefix (a large corpus and few queries) rather
+    than floats (figures: docs/adapt.md)."""
     return rows >= INT8_SCAN_ROWS and queries < INT8_SCAN_QUERIES
 
 
@@ -85,9 +82,8 @@ def selector(subset: np.ndarray | None) -> Any:
 def exact(
     index: Any, queries: np.ndarray, k: int, *, subset: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Scores and row numbers (each ``len(queries) x k``) of the ``k`` largest inner products in ``index``.
-    ``subset``: only these rows are candidates (applied inside the scan, before the top k); where fewer than
-    ``k`` rows are candidates, the rest of a row is -1."""
+    """Scores and row numbers (each ``len(queries) x k``) of the ``k`` largest inner products in ``index``; with
+    ``subset``, only those rows are candidates (a row short of ``k`` ends in -1s)."""
     if queries.shape[1] != index.d:
         raise DimensionError(f"queries have {queries.shape[1]} dimensions, the index {index.d}")
     queries = np.ascontiguousarray(queries, dtype=np.float32)
@@ -112,9 +108,8 @@ def funnel(
     subset: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Shortlist ``shortlist`` rows on the prefix index, then keep the ``k`` best by full-vector inner product.
-    ``prefix_queries``: the queries as the prefix index reads them (default: their first ``d`` coordinates).
-    ``subset``: only these rows are candidates (the shortlist is taken among them); a row short of ``k``
-    candidates ends in -1s."""
+    ``prefix_queries``: the queries as the prefix index reads them (default: their unit first ``d`` coordinates);
+    ``subset`` as :func:`exact`'s."""
     n = len(vectors) if subset is None else len(subset)
     k = check_k(k, max(n, 1))
     if shortlist < k:
@@ -141,9 +136,8 @@ def funnel(
 def exact_blocks(
     blocks: Iterable[tuple[int, np.ndarray]], queries: np.ndarray, k: int, n: int, *, subset: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`exact` over rows read a block at a time (``(first row, rows)``, ``n`` rows in all), holding one block
-    and each query's best ``k`` so far: the scores are faiss's, as an index over every row gives them. ``subset``:
-    only these rows (ascending) are candidates."""
+    """:func:`exact` over rows read a block at a time (``(first row, rows)``, ``n`` rows in all; ``subset``
+    ascending), holding one block and each query's best ``k`` so far."""
     import faiss
 
     queries = np.ascontiguousarray(queries, dtype=np.float32)

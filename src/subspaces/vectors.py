@@ -1,8 +1,7 @@
 """The leaf of vector maths: unit rows, Matryoshka prefixes, prefix sizes, paired cosines, principal axes, checks.
 
 Rows are the last axis: ``x[..., :dim]`` is a prefix. NumPy arrays keep their float type; torch tensors are
-normalised by torch itself (``torch.nn.functional.normalize``), whose reduction order differs from NumPy's in the
-last bit, so what the encoder and the server return does not change with the type of the rows they hold.
+normalised by torch itself, as the encoder always has (its reduction order differs from NumPy's in the last bit).
 """
 
 from __future__ import annotations
@@ -88,10 +87,8 @@ def resolve_dims(dims: Iterable[int | None], full: int, *, order: Order, what: s
 
 
 def principal_axes(vectors: np.ndarray, *, sample: int = 20_000, seed: int = 0) -> np.ndarray:
-    """The rows' principal axes (``dim x dim``, orthonormal columns, largest variance first), from the covariance
-    of the centred rows of a seeded sample of at most ``sample`` rows. Applied to the rows as they are (not
-    centred), the rotation keeps every inner product, and the first ``d`` coordinates carry the most variance
-    any ``d`` axes can: what makes the prefixes of any model's vectors usable."""
+    """The rows' principal axes (``dim x dim``, orthonormal columns, largest variance first) from a seeded sample
+    of at most ``sample`` rows: a rotation that keeps every inner product and puts the most variance first."""
     if len(vectors) > sample:  # sample before the float64 copy: a store's rows can be many
         vectors = vectors[np.sort(np.random.default_rng(seed).choice(len(vectors), sample, replace=False))]
     x = np.asarray(vectors, dtype=np.float64)
@@ -111,12 +108,9 @@ def check_finite(x: Any, what: str = "embeddings") -> None:
 def check_rows(
     x: Any, what: str, *, dim: int | None = None, fitted: str | None = None, row_offset: int = 0, eps: float = 1e-8
 ) -> np.ndarray:
-    """``x`` as a non-empty 2-D float32 C-contiguous array (no copy where it already is one), or a
-    :class:`DimensionError` naming the first bad row: NaN or inf, or a zero vector (norm below ``eps``), or a
-    width other than ``dim`` (the one ``fitted``, e.g. "the adapter", was fitted on, where given).
-
-    ``row_offset`` is added to the row numbers in messages (for ``x`` a chunk of a larger collection).
-    """
+    """``x`` as a non-empty 2-D float32 C-contiguous array, or a :class:`DimensionError` naming the first bad row
+    (NaN or inf, or a norm below ``eps``; numbered from ``row_offset``) or a width other than ``dim`` (the one
+    ``fitted``, e.g. "the adapter", was fitted on)."""
     x = np.asarray(x)
     if x.ndim != 2 or x.shape[0] == 0:
         raise DimensionError(f"{what}: expected a non-empty 2-D array (rows x dims), got shape {x.shape}")

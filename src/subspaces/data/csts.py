@@ -68,7 +68,10 @@ def read_csts(path: str | Path) -> list[ConditionalPair]:
                 if not s1.strip() or not s2.strip() or not cond.strip():
                     raise DataError("empty sentence or condition", path=p, line=line)
                 label = _label(row[col["label"]], p, line)
-                idx = _int(row[col["idx"]], "idx", p, line) if "idx" in col else number
+                try:
+                    idx = int(row[col["idx"]]) if "idx" in col else number
+                except ValueError:
+                    raise DataError(f"idx {row[col['idx']]!r} is not an integer", path=p, line=line) from None
                 if idx in seen_idx:
                     raise DataError(f"duplicate idx {idx}", path=p, line=line)
                 seen_idx.add(idx)
@@ -115,10 +118,3 @@ def _label(text: str, path: Path, line: int) -> float | None:
             f"label {value} is outside {low:g}..{high:g} (or -1 for a withheld label)", path=path, line=line
         )
     return value
-
-
-def _int(text: str, what: str, path: Path, line: int) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise DataError(f"{what} {text!r} is not an integer", path=path, line=line) from None

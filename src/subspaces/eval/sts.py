@@ -56,16 +56,16 @@ class STSEvaluator(Evaluator):
     truncate_dim: int | None = None
     pairs: dict[str, STSPairs] = field(default_factory=dict, repr=False)
 
-    def check(self) -> None:
-        for task in self.tasks:
-            self._pairs(task)
-
     primary_metric = "avg"
 
     def __post_init__(self) -> None:
         unknown = [t for t in self.tasks if t not in TASKS]
         if unknown:
             raise SubspacesError(f"unknown STS task(s) {unknown}; choose from {', '.join(TASKS)}")
+
+    def check(self) -> None:
+        for task in self.tasks:
+            self._pairs(task)
 
     def _pairs(self, task: str) -> STSPairs:
         if task not in self.pairs:
@@ -103,6 +103,7 @@ def geometry(model, variant: Variant = "original", split: str = "test", batch_si
     return {"alignment": alignment(e1[positive], e2[positive]), "uniformity": uniformity(both)}
 
 
+@dataclass
 class STSBDevEvaluator(Evaluator):
     """STS-B dev Spearman x 100 (``stsb_dev``, the primary metric): SimCSE's checkpoint selection.
 
@@ -110,17 +111,14 @@ class STSBDevEvaluator(Evaluator):
     (``mean``, then the primary metric: the best model is the best over all dims, not at one of them).
     """
 
-    def __init__(
-        self,
-        variant: Variant = "original",
-        batch_size: int = 128,
-        limit: int | None = None,
-        dims: Sequence[int | None] | None = None,
-    ) -> None:
-        self.variant, self.batch_size, self.limit = variant, batch_size, limit
-        self.dims = list(dims) if dims is not None else None
-        self.primary_metric = "stsb_dev" if dims is None else "mean"
-        self._pairs: STSPairs | None = None
+    variant: Variant = "original"
+    batch_size: int = 128
+    limit: int | None = None
+    dims: Sequence[int | None] | None = None
+    _pairs: STSPairs | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.primary_metric = "stsb_dev" if self.dims is None else "mean"
 
     def check(self) -> None:
         self.pairs()
