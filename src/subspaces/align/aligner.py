@@ -300,8 +300,7 @@ class MiniVec2Vec(BaseEstimator):
         return self.diagnostics_.stopped_early
 
     def check_trusted(self, where: str | os.PathLike[str] | None = None) -> None:
-        """Refuse (:class:`SubspacesError`) a map its fit did not trust: applied, it would move vectors to the
-        wrong places. ``where`` (the aligner's folder) starts the message."""
+        """Refuse (:class:`SubspacesError`) a map its fit did not trust; ``where`` (its folder) starts the message."""
         self._check_fitted()
         if not self.converged_:
             prefix = f"{where}: " if where is not None else ""
@@ -352,8 +351,7 @@ class MiniVec2Vec(BaseEstimator):
         return NeighbourIndex(rows, self.search, seed=int(rng.integers(2**31)), precision=self.precision_)
 
     def _candidate(self, run: _Run, name: str, seed) -> tuple[CandidateRecord, Pass | None]:
-        """A candidate map and its record: ``"identity"``, refine-1 from the identity (no anchors, structure or
-        refine-2); ``"recipe"``, a pass of the paper recipe's stages. :meth:`_keep` adds their trust scores."""
+        """A candidate map and its record: ``"identity"`` (refine-1 from the identity) or ``"recipe"``."""
         record = CandidateRecord(skipped=self._candidate_skipped(run, name))
         if record.skipped is not None:
             return record, None
@@ -374,8 +372,7 @@ class MiniVec2Vec(BaseEstimator):
         return record, started
 
     def _candidate_skipped(self, run: _Run, name: str) -> str | None:
-        """Why a candidate does not run: known pairs judge against the identity and start every pass; the
-        recipe's cluster counts need :data:`RECIPE_MIN_ROWS` rows a side."""
+        """Why a candidate does not run (None: it does)."""
         if self.init == "identity":
             return "init='identity'"
         if name == "identity" and run.eye is None:
@@ -400,8 +397,7 @@ class MiniVec2Vec(BaseEstimator):
                 break
             passes.append(self._start_pass(run, restart, seeds[restart]))
             converged = passes[-1].record.converged(self.converged_swap_share) is True
-            # Without a budget an unconverged pass is refined only once no later pass has converged (each stage
-            # draws from its own stream, so the order changes no map); under one, at once, before time runs out.
+            # Without a budget an unconverged pass is refined only once no later one converged; under one, at once.
             if converged or run.budget.max_seconds is not None:
                 self._finish_pass(run, passes[-1])
             if converged:
@@ -455,8 +451,8 @@ class MiniVec2Vec(BaseEstimator):
     def _search(
         self, run: _Run, passes: list[Pass], chosen: int, check: Pass, agreement: float, seeds, out: dict[str, Any]
     ) -> tuple[int, dict[str, Any]]:
-        """The agreement search: refine the check pass, the restarts left unrefined (free), then new passes on
-        their own seeds, until two refined, structurally converged maps agree; keep the best-scoring of them."""
+        """The agreement search: refine the check pass, the unrefined restarts, then new passes, until two refined,
+        structurally converged maps agree; keep the best-scoring of them."""
         threshold = self.agreement_threshold
         assert threshold is not None  # the check ran
         waiting = [check, *(started for started in passes if not started.record.refined)]
@@ -500,8 +496,7 @@ class MiniVec2Vec(BaseEstimator):
         return chosen, out | {"agreement": partner, "compared": compared}
 
     def _agreeing_pairs(self, run: _Run, passes: list[Pass], new: int) -> dict[tuple[int, int], float]:
-        """The agreement of pass ``new`` with every other refined pass, among structurally converged ones only
-        (two wrong maps of many may agree by chance)."""
+        """The agreement of pass ``new`` with every other refined pass, among structurally converged ones only."""
         share = self.converged_swap_share
         if passes[new].record.converged(share) is False:
             return {}
@@ -541,9 +536,8 @@ class MiniVec2Vec(BaseEstimator):
         return KEPT_CANDIDATES[best], candidate, polish, trust
 
     def _polish(self, run: _Run, kept: Pass, seed) -> tuple[np.ndarray, dict[str, Any]]:
-        """The kept map, polished by up to ``refine.polish_iter`` more refine-1 steps where its refine-1 ran to
-        its cap still climbing (not with known pairs, which anchor every step already); the best of the polish's
-        own iterates is kept only if the trust score on unseen rows rises."""
+        """The kept map, polished by up to ``refine.polish_iter`` more refine-1 steps where its refine-1 ran to its
+        cap still climbing (not with known pairs); kept only if the trust score rises."""
         rp, record = self.refine, kept.record
         matrix = kept.matrix.astype(np.float32)
         out: dict[str, Any] = {"ran": False, "iterations": 0, "trust_before": None, "trust_after": None}

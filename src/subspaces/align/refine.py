@@ -131,10 +131,8 @@ def refine_by_neighbours(
     progress: Callable[[int, int], None] | None = None,
     out_of_time: Callable[[], bool] | None = None,
 ) -> tuple[np.ndarray, RefineHistory]:
-    """Refine-1: ``step`` up to ``params.n_iter`` times; the best map by ``score`` and the score history. With
-    ``params.average`` the mean of the last half of the iterates (orthogonalised when the step is) replaces the best
-    single iterate if it scores higher: late iterates scatter around the fixed point.
-    """
+    """Refine-1: ``step`` up to ``params.n_iter`` times; the best map by ``score`` and the history. With
+    ``params.average`` the mean of the last half of the iterates replaces the best one if it scores higher."""
     history = RefineHistory()
     tail: deque[np.ndarray] = deque()  # the last ceil(t / 2) of the t iterates so far: older ones are never averaged
     taken = 0
@@ -182,9 +180,7 @@ def refine_by_structure(
     out_of_time: Callable[[], bool] | None = None,
 ) -> tuple[np.ndarray, StructureHistory]:
     """Up to ``params.n_iter`` rounds of (structural correction, ``params.steps`` refine-1 ``step``s); the best map
-    by ``score``. Stops after ``params.patience`` rounds without a better score, or after the first round that
-    swapped at most ``params.stop_swap_share`` of the seeded pairs (the map agrees with both spaces' structure).
-    """
+    by ``score``, stopping as :class:`~.params.StructureParams` says."""
     source, target = step.source, step.target
     n_clusters = min(params.n_clusters, len(source) // 4, len(target) // 4)
     history = StructureHistory()
@@ -241,8 +237,7 @@ def refine_by_centroids(
     pairs: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Refine-2: Procrustes on ``params.centroid_clusters`` source centroids and the target centroids seeded at
-    their images; one blend. Known ``pairs`` join the fit as in refine-1, each weighing ``params.pair_weight``
-    centroid pairs (without them a nearly shapeless space's centroid pairs could pull a map the pairs had fixed)."""
+    their images, blended in once; known ``pairs`` join the fit as in refine-1."""
     n_clusters = min(params.centroid_clusters, len(source) // 2, len(target) // 2)
     kmeans_iter = params.centroid_kmeans_iter
     source_centroids = kmeans(source, n_clusters, n_iter=kmeans_iter, seed=seed, precision=precision)

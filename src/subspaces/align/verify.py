@@ -54,9 +54,9 @@ def trust_problem(final: float, identity: float | None, control: float, *, margi
     )
 
 
-MIN_JUDGING_PAIRS = 20  # fewer known pairs leave top-1 among them too coarse (and too easy) to judge a map by
-MAX_JUDGING_PAIRS = 4096  # an evenly spaced subset above this: the check holds an n x n block (64 MiB at 4,096)
-PAIRED_TOP1_FLOOR = 0.5  # the protocol's line between a broken map and a usable one, as a share of the pairs
+MIN_JUDGING_PAIRS = 20  # fewer known pairs are too coarse (and too easy) to judge a map by
+MAX_JUDGING_PAIRS = 4096  # an evenly spaced subset above this (the check holds an n x n block)
+PAIRED_TOP1_FLOOR = 0.5  # the line between a broken map and a usable one, as a share of the pairs
 
 
 def paired_top1(source: np.ndarray, target: np.ndarray, matrix: np.ndarray) -> float:
