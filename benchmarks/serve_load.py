@@ -135,17 +135,11 @@ async def load(
         elapsed = time.perf_counter() - began
     ok = codes.get("200", 0)
     fivexx = sum(n for c, n in codes.items() if c.startswith("5"))
-    return {
-        "concurrency": concurrency,
-        "seconds": round(elapsed, 2),
-        "requests_per_s": round(ok / elapsed, 2),
-        "texts_per_s": round(ok * per_request / elapsed, 2),
-        "p50_ms": round(1000 * statistics.median(latencies), 2) if latencies else None,
-        "p99_ms": round(1000 * _quantile(latencies, 0.99), 2) if latencies else None,
-        "status": codes,
-        "5xx": fivexx,
-        "retry_after": sorted(retry_after),
-    }
+    row = {"concurrency": concurrency, "seconds": round(elapsed, 2), "requests_per_s": round(ok / elapsed, 2)}
+    row["texts_per_s"] = round(ok * per_request / elapsed, 2)
+    row["p50_ms"] = round(1000 * statistics.median(latencies), 2) if latencies else None
+    row["p99_ms"] = round(1000 * _quantile(latencies, 0.99), 2) if latencies else None
+    return row | {"status": codes, "5xx": fivexx, "retry_after": sorted(retry_after)}
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -173,19 +167,11 @@ def against_infinity(args: argparse.Namespace) -> dict[str, Any]:
     args.infinity_dtype = args.infinity_dtype or ("bfloat16" if native_bfloat16() else "float32")
     short = sentences(args.texts)
     kinds = {"short": short, "long": paragraphs(short, max(64, args.texts // 9))}
-    result: dict[str, Any] = {
-        "date": str(date.today()),
-        "model": args.model,
-        "cpu": cpu_model(),
-        "native_bfloat16": native_bfloat16(),
-        "native_int8": native_int8(),
-        "threads": args.threads,
-        "cpus": os.cpu_count(),
-        "duration_s": args.duration,
-        "texts_per_request": args.per_request,
-        "infinity_config": f"infinity-emb, torch --dtype {args.infinity_dtype}, its other defaults",
-        "note": "client and servers share this machine's cores; one server at a time",
-    }
+    result: dict[str, Any] = {"date": str(date.today()), "model": args.model, "cpu": cpu_model()}
+    result |= {"native_bfloat16": native_bfloat16(), "native_int8": native_int8(), "threads": args.threads}
+    result |= {"cpus": os.cpu_count(), "duration_s": args.duration, "texts_per_request": args.per_request}
+    result["infinity_config"] = f"infinity-emb, torch --dtype {args.infinity_dtype}, its other defaults"
+    result["note"] = "client and servers share this machine's cores; one server at a time"
     servers: list[tuple[str, str, argparse.Namespace]] = []
     for config in args.ours.split(","):  # backend:precision:dtype
         backend, precision, dtype = (config.split(":") + ["", ""])[:3]  # "auto": the server picks

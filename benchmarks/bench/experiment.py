@@ -84,12 +84,5 @@ def load(path: str | Path) -> Experiment:
             for arm, arm_params in arms[i % len(arms) :] + arms[: i % len(arms)]:
                 cells.append(Cell(pool, role, arm, seed, common | pool_params | arm_params))
     out = Path(spec.get("out", f"benchmarks/results/runner/{spec['name']}"))
-    return Experiment(
-        name=spec["name"],
-        task=spec["task"],
-        path=path,
-        out=out if out.is_absolute() else ROOT / out,
-        cells=cells,
-        compare=compare,
-        bootstrap=int(spec.get("bootstrap", 1000)),
-    )
+    out = out if out.is_absolute() else ROOT / out
+    return Experiment(spec["name"], spec["task"], path, out, cells, compare, int(spec.get("bootstrap", 1000)))

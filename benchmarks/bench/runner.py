@@ -1,12 +1,10 @@
 """Run an experiment file cell by cell, resumably, and write its summary JSON.
 
-Each finished cell is one JSON under ``<out>/cells/`` (written whole, then renamed), so a killed run loses at
-most the cell it was in: ``--resume`` skips the finished ones (a finished cell recorded with other parameters
-stops the run rather than mixing settings). ``<out>/summary.json`` holds the environment, every cell's result less
-its per-row values, the mean and 95 % t-interval over seeds of every numeric result per pool and arm, and the paired
-bootstrap of the experiment's ``compare`` pairs on the per-row values. Each cell records a hash of its task's module
-(code and defaults): a resumed run names the finished cells another version ran (``stale_cells`` in the summary)
-and reruns them only when asked (``--rerun-stale``).
+Each finished cell is one JSON under ``<out>/cells/`` (written whole, then renamed): ``--resume`` skips the finished
+ones (one recorded with other parameters stops the run). ``<out>/summary.json`` holds the environment, every cell's
+result less its per-row values, the mean and 95 % t-interval over seeds of every numeric result per pool and arm,
+and the paired bootstrap of the ``compare`` pairs on the per-row values. Each cell records a hash of its task's
+module: a resumed run names the cells another version ran (``stale_cells``) and reruns them on ``--rerun-stale``.
 """
 
 from __future__ import annotations
@@ -74,20 +72,10 @@ def run(path: str | Path, resume: bool = False, task: Task | None = None, rerun_
         print(f"[{experiment.name}] {cell.key} ({cell.role})", flush=True)
         start = time.perf_counter()
         result = measure(dict(cell.params), cell.seed)
-        record = {
-            "cell": cell.key,
-            "pool": cell.pool,
-            "role": cell.role,
-            "arm": cell.arm,
-            "seed": cell.seed,
-            "params": _plain(cell.params),
-            "seconds": round(time.perf_counter() - start, 3),
-            "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "git": env["git"],
-            "task_code": code,
-            "result": result,
-        }
-        save_json(target, record)
+        record = {"cell": cell.key, "pool": cell.pool, "role": cell.role, "arm": cell.arm, "seed": cell.seed}
+        record |= {"params": _plain(cell.params), "seconds": round(time.perf_counter() - start, 3)}
+        record |= {"finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "git": env["git"]}
+        save_json(target, record | {"task_code": code, "result": result})
     if stale:
         print(
             f"[{experiment.name}] {len(stale)} finished cells were run by other task code (kept; --rerun-stale "
@@ -136,30 +124,16 @@ def summarise(experiment: Experiment, env: dict[str, Any]) -> dict[str, Any]:
                 ya = np.stack([np.asarray(x[name], dtype=float) for x in rows_a], axis=1)
                 yb = np.stack([np.asarray(x[name], dtype=float) for x in rows_b], axis=1)
                 d = paired_mean_difference(ya, yb, n=experiment.bootstrap)
-                paired.setdefault(pool, {}).setdefault(f"{a} - {b}", {})[name] = {
-                    "diff": d.diff,
-                    "low": d.low,
-                    "high": d.high,
-                }
+                pair = paired.setdefault(pool, {}).setdefault(f"{a} - {b}", {})
+                pair[name] = {"diff": d.diff, "low": d.low, "high": d.high}
     try:
         file = str(experiment.path.resolve().relative_to(ROOT))
     except ValueError:
         file = str(experiment.path)
-    return {
-        "schema": SCHEMA,
-        "experiment": {"name": experiment.name, "file": file, "task": experiment.task},
-        "command": f".venv/bin/python benchmarks/run.py {file} --resume",
-        "environment": env,
-        "cells": [
-            {k: v for k, v in r.items() if k != "result"} | {"result": _without_rows(r["result"])} for r in records
-        ],
-        "aggregate": aggregate,
-        "paired": paired,
-    }
-
-
-def _without_rows(result: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in result.items() if k != "rows"}
+    cells = [r | {"result": {k: v for k, v in r["result"].items() if k != "rows"}} for r in records]
+    summary = {"schema": SCHEMA, "experiment": {"name": experiment.name, "file": file, "task": experiment.task}}
+    summary["command"] = f".venv/bin/python benchmarks/run.py {file} --resume"
+    return summary | {"environment": env, "cells": cells, "aggregate": aggregate, "paired": paired}
 
 
 def main(argv: list[str] | None = None, printer: Callable[[str], None] = print) -> None:

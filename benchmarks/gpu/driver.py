@@ -41,12 +41,8 @@ def gpu_record() -> dict[str, Any]:
     record: dict[str, Any] = {"cuda_available": torch.cuda.is_available(), "torch_cuda": torch.version.cuda}
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        record |= {
-            "name": props.name,
-            "memory_gib": round(props.total_memory / 2**30, 1),
-            "multiprocessors": props.multi_processor_count,
-            "capability": f"{props.major}.{props.minor}",
-        }
+        record |= {"name": props.name, "memory_gib": round(props.total_memory / 2**30, 1)}
+        record |= {"multiprocessors": props.multi_processor_count, "capability": f"{props.major}.{props.minor}"}
     try:
         smi = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
         record["driver"] = subprocess.run(smi, capture_output=True, text=True, timeout=20).stdout.strip() or None
@@ -66,36 +62,18 @@ def _kgc_run(
     if args.kgc_batch:
         settings["batch_size"] = args.kgc_batch
     started = time.perf_counter()
+    settings |= {"arch": arch, "freeze_encoder": False, "max_steps": steps, "epochs": args.kgc_max_epochs}
+    settings |= {"seed": seed, "evaluate_split": "test" if evaluate else None, "disk_cache": False, "save_steps": 0}
     report = train_pipeline(
-        output=output,
-        dataset=kg,
-        model=args.model,
-        device=args.device,
-        arch=arch,
-        freeze_encoder=False,
-        max_steps=steps,
-        epochs=args.kgc_max_epochs,
-        seed=seed,
-        evaluate_split="test" if evaluate else None,
-        disk_cache=False,
-        save_steps=0,
-        show_progress=False,
-        recipe=RECIPE,
-        **settings,
+        output=output, dataset=kg, model=args.model, device=args.device, show_progress=False, recipe=RECIPE, **settings
     )
     evaluation = report.eval.to_dict() if report.eval is not None else {"average": {}}
-    return {
-        "arch": arch,
-        "seed": seed,
-        "steps": report.train_result["steps"],
-        "batch_size": settings["batch_size"],
-        "train_seconds": report.train_result["seconds"],
-        "wall_seconds": time.perf_counter() - started,
-        "mrr": evaluation["average"].get("mrr"),
-        "mrr_rerank": (evaluation.get("rerank") or {}).get("average", {}).get("mrr"),
-        "eval": evaluation,
-        "train": report.train_result,
-    }
+    train = report.train_result
+    record = {"arch": arch, "seed": seed, "steps": train["steps"], "batch_size": settings["batch_size"]}
+    record |= {"train_seconds": train["seconds"], "wall_seconds": time.perf_counter() - started}
+    record |= {"mrr": evaluation["average"].get("mrr")}
+    record |= {"mrr_rerank": (evaluation.get("rerank") or {}).get("average", {}).get("mrr")}
+    return record | {"eval": evaluation, "train": train}
 
 
 def kgc_stage(args: argparse.Namespace, deadline: float, path: Path) -> None:
@@ -107,8 +85,7 @@ def kgc_stage(args: argparse.Namespace, deadline: float, path: Path) -> None:
     batch = args.kgc_batch or recipe_settings(RECIPE, "tri")["batch_size"]
     train_rows = len(kg.with_inverses("train"))
     per_epoch = max(1, train_rows // min(batch, train_rows))
-    record: dict[str, Any] = {"recipe": RECIPE, "dataset": args.kgc_dataset, "model": args.model, "paper": PAPER}
-    record["status"] = "probing"
+    record = {"recipe": RECIPE, "dataset": args.kgc_dataset, "model": args.model, "paper": PAPER, "status": "probing"}
     _save(path, record)
     # A first short run pays the process's warm-up (CUDA context, kernel choice); then each arm's probe times a
     # step and what a run costs besides its steps (model, batches), to which a test evaluation is added.
@@ -116,10 +93,8 @@ def kgc_stage(args: argparse.Namespace, deadline: float, path: Path) -> None:
     probe = {}
     for arch in KGC_ARMS:
         r = _kgc_run(args, kg, arch, args.probe_steps, args.seeds[0], work / f"probe-{arch}", evaluate=False)
-        probe[arch] = {
-            "seconds_per_step": r["train_seconds"] / max(1, r["steps"]),
-            "other_seconds": r["wall_seconds"] - r["train_seconds"] + args.kgc_eval_seconds,
-        }
+        other = r["wall_seconds"] - r["train_seconds"] + args.kgc_eval_seconds
+        probe[arch] = {"seconds_per_step": r["train_seconds"] / max(1, r["steps"]), "other_seconds": other}
     runs = len(KGC_ARMS) * len(args.seeds)
     left = deadline - time.time() - args.margin_seconds
     # every run takes the same steps: a seed's pair costs the two arms' step times, plus each run's other costs
@@ -127,12 +102,8 @@ def kgc_stage(args: argparse.Namespace, deadline: float, path: Path) -> None:
     other = sum(p["other_seconds"] for p in probe.values()) * len(args.seeds)
     steps = int((left - other) / (per_pair_step * len(args.seeds)))
     steps = max(1, min(steps, per_epoch * args.kgc_max_epochs))
-    record |= {
-        "status": "running",
-        "plan": {"steps": steps, "steps_per_epoch": per_epoch, "epochs": steps / per_epoch, "runs": runs},
-        "probe": probe,
-        "runs": [],
-    }
+    plan = {"steps": steps, "steps_per_epoch": per_epoch, "epochs": steps / per_epoch, "runs": runs}
+    record |= {"status": "running", "plan": plan, "probe": probe, "runs": []}
     _save(path, record)
     for seed in args.seeds:
         for arch, arm in KGC_ARMS.items():
@@ -166,14 +137,8 @@ def simcse_stage(args: argparse.Namespace, deadline: float, path: Path) -> None:
     from bench.tasks.simcse_scratch import run as simcse_cell
 
     work = Path(tempfile.mkdtemp(prefix="gpu-simcse-"))
-    base = {
-        "batch_size": args.simcse_batch,
-        "lr": args.simcse_lr,
-        "layers": args.simcse_layers,
-        "hidden": args.simcse_hidden,
-        "max_sentences": args.simcse_max_sentences,
-        "work": str(work),
-    }
+    base = {"batch_size": args.simcse_batch, "lr": args.simcse_lr, "layers": args.simcse_layers}
+    base |= {"hidden": args.simcse_hidden, "max_sentences": args.simcse_max_sentences, "work": str(work)}
     record: dict[str, Any] = {"task": "simcse_scratch", "seed": args.simcse_seed, "status": "probing"}
     _save(path, record)
     started = time.perf_counter()
@@ -201,10 +166,9 @@ def headline(stage: str, record: dict[str, Any]) -> dict[str, Any]:
     if stage == "kgc":
         return {"plan": record.get("plan"), "ratios": record.get("ratios"), "paper": PAPER}
     arms = record.get("arms", {})
-    return {
-        "plan": record.get("plan"),
-        "best_stsb_dev": {a: r["after"]["best_stsb_dev"] for a, r in arms.items()},
-        "sts_avg": {a: (r["after"].get("sts") or {}).get("avg") for a, r in arms.items()},
+    best = {a: r["after"]["best_stsb_dev"] for a, r in arms.items()}
+    return {"plan": record.get("plan"), "best_stsb_dev": best} | {
+        "sts_avg": {a: (r["after"].get("sts") or {}).get("avg") for a, r in arms.items()}
     }
 
 

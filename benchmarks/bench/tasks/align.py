@@ -19,13 +19,8 @@ from bench.tables import grid
 
 SOURCE = "minilm-l6"
 DEFAULTS: dict[str, Any] = {
-    "target": "paraphrase-l3",
-    "size": 40_000,
-    "sample": 0,
-    "reserved": 1000,
-    "threads": 2,
-    "params": {},
-}
+    "target": "paraphrase-l3", "size": 40_000, "sample": 0, "reserved": 1000, "threads": 2, "params": {},
+}  # fmt: skip
 
 
 def _distinct(texts: Any) -> list[str]:
@@ -97,11 +92,9 @@ def pool(domain: str, sample: int, size: int, target: str) -> dict[str, np.ndarr
                 save_npy(path, encode(load_encoder(model, backend=backend), rows, batch_size=64).astype(np.float32))
             vectors[f"{model}.{part}"] = np.load(path)
     return {
-        "a": vectors[f"{SOURCE}.train"],
-        "b": vectors[f"{target}.train"],
-        "x": vectors[f"{SOURCE}.eval"],
+        "a": vectors[f"{SOURCE}.train"], "b": vectors[f"{target}.train"], "x": vectors[f"{SOURCE}.eval"],
         "y": vectors[f"{target}.eval"],
-    }
+    }  # fmt: skip
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -117,18 +110,13 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     report = evaluate_alignment(aligner, data["x"][:scored], data["y"][:scored], pool_size=scored)
     top1, oracle, crossed = report["top1"], report["oracle"]["top1"], report["oracle_cross_fitted"]["top1"]
     return {
-        "rows_a_side": len(data["a"]),
-        "scored_pairs": scored,
-        "top1": round(top1, 4),
-        "oracle_top1": round(oracle, 4),
-        "cross_fitted_top1": round(crossed, 4),
-        "of_oracle": round(top1 / oracle, 4),
+        "rows_a_side": len(data["a"]), "scored_pairs": scored, "top1": round(top1, 4), "oracle_top1": round(oracle, 4),
+        "cross_fitted_top1": round(crossed, 4), "of_oracle": round(top1 / oracle, 4),
         "of_cross_fitted": round(top1 / crossed, 4),
         "identity_top1": round(report["identity"]["top1"], 4) if report["identity"] else None,
-        "converged": bool(aligner.converged_),
-        "stopped_early": bool(aligner.stopped_early_),
+        "converged": bool(aligner.converged_), "stopped_early": bool(aligner.stopped_early_),
         "fit_seconds": round(seconds, 1),
-    }
+    }  # fmt: skip
 
 
 def table(summary: dict[str, Any]) -> str:

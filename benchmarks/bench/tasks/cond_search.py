@@ -64,12 +64,11 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         baseline = [(q, *timed(explicit, q)) for q in queries[: p["explicit_queries"]]]  # (query, top k, s)
         agreement = [len(set(search(q[None])[1][0].tolist()) & set(want.tolist())) / k for q, want, _ in baseline]
     return {
-        "view_ms": round(1e3 * view_s, 2),
-        "query_ms": round(1e3 * statistics.median(single), 3),
+        "view_ms": round(1e3 * view_s, 2), "query_ms": round(1e3 * statistics.median(single), 3),
         "batch32_ms_per_query": round(1e3 * batched / len(queries), 3),
         "explicit_ms": round(1e3 * statistics.median([seconds for _, _, seconds in baseline]), 1),
         "topk_agreement": round(min(agreement), 4),
-    }
+    }  # fmt: skip
 
 
 def table(summary: dict[str, Any]) -> str:

@@ -11,15 +11,9 @@ import time
 from typing import Any
 
 DEFAULTS: dict[str, Any] = {
-    "model": "minilm-l6",
-    "backend": "torch",
-    "precision": "fp32",
-    "dtype": "float32",
-    "threads": 2,
-    "n_short": 2048,
-    "n_long": 1024,
-    "n_batch1": 128,
-}
+    "model": "minilm-l6", "backend": "torch", "precision": "fp32", "dtype": "float32", "threads": 2, "n_short": 2048,
+    "n_long": 1024, "n_batch1": 128,
+}  # fmt: skip
 
 
 def texts(kind: str, n: int) -> list[str]:

@@ -1,7 +1,6 @@
-"""Knowledge-graph completion with a frozen encoder under Hyper-CL's released configuration (BENCHMARKS §5,
-notes/kgc.md): ``subspaces kgc train --recipe hypercl-wn18rr --freeze-encoder`` with one head (an arm), then the
-test split's filtered ranking, plain and with SimKGC's 5-hop re-rank. Each cell trains in a scratch folder,
-removed after it (a full-rank hypernet is 0.2 GB); entity embeddings come from the on-disk cache after the first.
+"""KGC with a frozen encoder under Hyper-CL's released configuration (BENCHMARKS §5, notes/kgc.md): ``subspaces kgc
+train --recipe hypercl-wn18rr --freeze-encoder`` with one head (an arm), then the test split's filtered ranking, plain
+and with SimKGC's 5-hop re-rank, in a scratch folder removed after the cell (a full-rank hypernet is 0.2 GB).
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/kgc_frozen.toml --resume
 """
@@ -30,26 +29,21 @@ PAIRS = (("hypernet-full", "hypernet-32"), ("hypernet-32", "concat"), ("concat",
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     p = DEFAULTS | params
     with tempfile.TemporaryDirectory(prefix="kgc-", dir=p["work"]) as tmp:
-        evaluation = Path(tmp) / "eval.json"
-        command = [str(Path(sys.executable).with_name("subspaces")), "kgc", "train", "--output", f"{tmp}/model"]
-        command += ["--dataset", p["dataset"], "--model", p["model"], "--recipe", "hypercl-wn18rr"]
-        command += ["--freeze-encoder", "--head", p["head"], "--rank", str(p["rank"]), "--epochs", str(p["epochs"])]
-        command += ["--seed", str(seed), "--json", str(evaluation)]
-        command += [a for k in OPTIONAL if p.get(k) is not None for a in (f"--{k.replace('_', '-')}", str(p[k]))]
+        options = {"dataset": p["dataset"], "model": p["model"], "recipe": "hypercl-wn18rr", "head": p["head"]}
+        options |= {k: p[k] for k in ("rank", "epochs", *OPTIONAL) if p.get(k) is not None} | {"seed": seed}
+        command = [str(Path(sys.executable).with_name("subspaces")), "kgc", "train", "--freeze-encoder"]
+        command += ["--output", f"{tmp}/model", "--json", f"{tmp}/eval.json"]
+        command += [a for k, v in options.items() for a in (f"--{k.replace('_', '-')}", str(v))]
         subprocess.run(command, check=True)
         model = json.loads((Path(tmp) / "model" / "subspaces_model.json").read_text())["metadata"]
-        result = json.loads(evaluation.read_text())
+        result = json.loads((Path(tmp) / "eval.json").read_text())
     settings = {k: model["train"][k] for k in SETTINGS} | {"neighbour_order": model["neighbour_order"]}
     return {
         "settings": settings,
         "train": {k: model["train_result"][k] for k in ("steps", "seconds", "examples_per_second")},
-        "queries": result["queries"],
-        "test": result["average"],
-        "rerank": result.get("rerank", {}).get("average", {}),
-        "forward": result["forward"],
-        "backward": result["backward"],
-        "inference_seconds": result["inference_seconds"],
-    }
+        "queries": result["queries"], "test": result["average"], "rerank": result.get("rerank", {}).get("average", {}),
+        **{k: result[k] for k in ("forward", "backward", "inference_seconds")},
+    }  # fmt: skip
 
 
 def table(summary: dict[str, Any]) -> str:

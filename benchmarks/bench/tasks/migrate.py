@@ -56,24 +56,17 @@ from bench.environment import ROOT
 DATA = Path(os.environ.get("SUBSPACES_DATA", ROOT.parent / "shared" / "data"))
 K = 10
 DEFAULTS: dict[str, Any] = {
-    "data": "snli",
-    "old": "minilm-l6",
-    "new": "paraphrase-l3",
-    "arm": "reembed",
-    "pairs": 2000,
-    "heldout": 1000,
-    "n_docs": 20_000,
-    "dtype": "bfloat16",
+    "data": "snli", "old": "minilm-l6", "new": "paraphrase-l3", "arm": "reembed", "pairs": 2000, "heldout": 1000,
+    "n_docs": 20_000, "dtype": "bfloat16",
     "maps": None,  # Store.migrate's default: every kind
     "map_params": None,
     "kinds": ["orthogonal", "affine", "lowrank", "mlp"],  # each also fitted alone on the same pairs
     "domain_texts": 5000,  # arm "unpaired": the texts sample's size
     "choice_queries": None,  # "choose": the choose half's query texts (no labels) passed to migrate as --queries
-    "cache": "outputs/migrate-dev-cache",
-    "threads": 2,
+    "cache": "outputs/migrate-dev-cache", "threads": 2,
     "backend": "torch",  # arm "queries" only
     "precision": "fp32",
-}
+}  # fmt: skip
 
 
 # -- data -------------------------------------------------------------------------------------------------------
@@ -270,10 +263,9 @@ def figures(rank: np.ndarray, check: np.ndarray) -> tuple[dict[str, Any], dict[s
     out = {}
     for name, values in ((f"recall@{K}", recall), (f"ndcg@{K}", ndcg)):
         out[name] = {
-            "all": round(float(values.mean()), 4),
-            "choose": round(float(values[~check].mean()), 4),
+            "all": round(float(values.mean()), 4), "choose": round(float(values[~check].mean()), 4),
             "check": round(float(values[check].mean()), 4),
-        }
+        }  # fmt: skip
     return out, {f"recall@{K}": recall.tolist(), f"ndcg@{K}": ndcg.round(5).tolist()}
 
 
@@ -361,12 +353,10 @@ def migrated(
 
     result: dict[str, Any] = {"migrate_seconds": round(migrate_s, 2), "chosen": report["map"]}
     result["report"] = {
-        f"overlap@{K}": report.get(f"overlap@{K}"),
-        "candidates": report.get("candidates", {}),
-        "chosen_by": report.get("chosen_by"),
-        "map_us_per_query": report.get("map_us_per_query"),
+        f"overlap@{K}": report.get(f"overlap@{K}"), "candidates": report.get("candidates", {}),
+        "chosen_by": report.get("chosen_by"), "map_us_per_query": report.get("map_us_per_query"),
         "trust": report.get("trust"),
-    }
+    }  # fmt: skip
     result["metrics"], result["rows"] = figures(evaluate(chosen), check)
     if not p["kinds"]:
         return result
@@ -425,10 +415,9 @@ def ratios(path: str | Path, n: int = 2000) -> dict[str, Any]:
                     x, y = a[mask], b[mask]
                     boot = x[draws[half]].mean(1) / np.maximum(y[draws[half]].mean(1), 1e-12)
                     row[f"{name}/{half}"] = {
-                        "ratio": round(float(x.mean() / y.mean()), 4),
-                        "low": round(float(np.percentile(boot, 2.5)), 4),
+                        "ratio": round(float(x.mean() / y.mean()), 4), "low": round(float(np.percentile(boot, 2.5)), 4),
                         "high": round(float(np.percentile(boot, 97.5)), 4),
-                    }
+                    }  # fmt: skip
             chosen = [r.get("chosen") for r in runs]
             row["chosen"] = chosen
             out[pool][arm] = row

@@ -14,15 +14,9 @@ from typing import Any
 from bench.tables import grid
 
 DEFAULTS: dict[str, Any] = {
-    "model": "minilm-l6",
-    "layers": 0,
-    "batch_size": 64,
-    "max_length": 32,
-    "warmup": 2,
-    "steps": 10,
-    "cached": 2048,
+    "model": "minilm-l6", "layers": 0, "batch_size": 64, "max_length": 32, "warmup": 2, "steps": 10, "cached": 2048,
     "threads": 2,
-}
+}  # fmt: skip
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -64,7 +58,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         "median_step_seconds": round(statistics.median(seconds[p["warmup"] :]), 4),
         "cache_build_seconds": round(cache_seconds, 2) if partial is not None else 0.0,
         "cached_texts": len(set(texts)) if partial is not None else 0,
-    }
+    }  # fmt: skip
 
 
 def table(summary: dict[str, Any]) -> str:

@@ -30,16 +30,9 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     from subspaces.train.simcse import SimCSEConfig, set_dropout, train_simcse, unsup_examples
 
     p: dict[str, Any] = {
-        "steps": 200,
-        "batch_size": 64,
-        "lr": 3e-5,
-        "layers": 4,
-        "hidden": 256,
-        "full_sts": False,
-        "before": False,
-        "max_sentences": None,
-        "work": "outputs/bench-scratch",
-    } | params
+        "steps": 200, "batch_size": 64, "lr": 3e-5, "layers": 4, "hidden": 256, "full_sts": False, "before": False,
+        "max_sentences": None, "work": "outputs/bench-scratch",
+    } | params  # fmt: skip
     aug, steps = p["augmentation"], int(p["steps"])
     sentences = wordnet_sentences()[: p["max_sentences"] or None]
     work = Path(p["work"])
@@ -53,50 +46,31 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
             seed=seed,  # the pooler: CLS, its MLP in training only (build_random_bert's defaults)
         )
 
-    results: dict[str, Any] = {
-        "augmentation": aug,
-        "config": {
-            "steps": steps,
-            "batch_size": p["batch_size"],
-            "lr": p["lr"],
-            "seed": seed,
-            "layers": p["layers"],
-            "hidden": p["hidden"],
-            "max_length": 32,
-            "temperature": 0.05,
-            "pooler": "cls (MLP in training only)",
-            "corpus": "wordnet_sentences",
-            "n_sentences": len(sentences),
-        },
-    }
+    config = {
+        "steps": steps, "batch_size": p["batch_size"], "lr": p["lr"], "seed": seed, "layers": p["layers"],
+        "hidden": p["hidden"], "max_length": 32, "temperature": 0.05, "pooler": "cls (MLP in training only)",
+        "corpus": "wordnet_sentences", "n_sentences": len(sentences),
+    }  # fmt: skip
+    results: dict[str, Any] = {"augmentation": aug, "config": config}
     if p["before"]:
         untrained = fresh().eval()
         results["before"] = {
-            "stsb_dev": STSBDevEvaluator()(untrained)["stsb_dev"],
-            "sts": _sts(untrained) if p["full_sts"] else None,
-        }
+            "stsb_dev": STSBDevEvaluator()(untrained)["stsb_dev"], "sts": _sts(untrained) if p["full_sts"] else None,
+        }  # fmt: skip
     model = fresh()
     if aug == "none":
         set_dropout(model, 0.0)
     cfg = SimCSEConfig(
-        output_dir=str(work / aug),
-        batch_size=p["batch_size"],
-        lr=p["lr"],
-        max_steps=steps,
-        eval_steps=max(1, steps // 2),
-        save_steps=0,
-        seed=seed,
-        resume=False,
-    )
+        output_dir=str(work / aug), batch_size=p["batch_size"], lr=p["lr"], max_steps=steps,
+        eval_steps=max(1, steps // 2), save_steps=0, seed=seed, resume=False,
+    )  # fmt: skip
     t = time.perf_counter()
     res = train_simcse(model, unsup_examples(sentences, aug, seed), cfg)
     best = load_encoder(str(work / aug))
     results["after"] = {
-        "train_seconds": time.perf_counter() - t,
-        "samples_per_second": res.samples_per_second,
-        "best_stsb_dev": res.best_score,
-        "sts": _sts(best) if p["full_sts"] else None,
-    }
+        "train_seconds": time.perf_counter() - t, "samples_per_second": res.samples_per_second,
+        "best_stsb_dev": res.best_score, "sts": _sts(best) if p["full_sts"] else None,
+    }  # fmt: skip
     return results
 
 

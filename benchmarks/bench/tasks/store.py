@@ -40,12 +40,10 @@ def ray_add(texts: list[str], model: str, folder: Path, actors: int) -> dict:
     _, startup_s = timed(scaleout.start, "local", num_cpus=actors)
     _, add_s = timed(Store.create(folder, model).add, texts, ids=range(len(texts)), ray=True, actors=actors)
     return {
-        "n": len(texts),
-        "actors": actors,
-        "runtime_start_seconds": round(startup_s, 2),
+        "n": len(texts), "actors": actors, "runtime_start_seconds": round(startup_s, 2),
         "seconds": round(add_s, 2),  # includes the actors' start and model load
         "texts_per_s": round(len(texts) / add_s, 1),
-    }
+    }  # fmt: skip
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -57,19 +55,10 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     from subspaces.store.demo import wordnet_sentences
 
     p: dict[str, Any] = {
-        "n": 100_000,
-        "queries": 1_000,
-        "model": "minilm-l6",
-        "dims": [32, 64, 128],
-        "shortlists": [5, 10, 20],
-        "bases": ["model", "pca"],
-        "k": 10,
-        "nprobes": 20,
-        "migrate_to": None,
-        "threads": None,
-        "ray_n": 20_000,
+        "n": 100_000, "queries": 1_000, "model": "minilm-l6", "dims": [32, 64, 128], "shortlists": [5, 10, 20],
+        "bases": ["model", "pca"], "k": 10, "nprobes": 20, "migrate_to": None, "threads": None, "ray_n": 20_000,
         "actors": 2,
-    } | params
+    } | params  # fmt: skip
     threads = set_threads(p["threads"])
     n, k = int(p["n"]), int(p["k"])
     texts = wordnet_sentences(n + int(p["queries"]))
@@ -81,15 +70,11 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     _, add_s = timed(store.add, corpus, ids=range(len(corpus)), show_progress=True)
     query_vectors, encode_q_s = timed(encode, store.model(), queries, normalize=True)
     results: dict[str, Any] = {
-        "n": len(corpus),
-        "queries": len(queries),
-        "model": p["model"],
-        "threads": threads,
+        "n": len(corpus), "queries": len(queries), "model": p["model"], "threads": threads,
         "machine": platform.processor() or platform.machine(),
         "add": {"seconds": round(add_s, 2), "texts_per_s": round(len(corpus) / add_s, 1)},
-        "query_encoding_ms": round(1e3 * encode_q_s / len(queries), 3),
-        "search": {},
-    }
+        "query_encoding_ms": round(1e3 * encode_q_s / len(queries), 3), "search": {},
+    }  # fmt: skip
     timing, truth = latencies(store, query_vectors, k)
     results["search"]["exact"] = timing | {"recall@10": 1.0}
     for basis in p["bases"]:

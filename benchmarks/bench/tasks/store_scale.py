@@ -32,24 +32,13 @@ YEARS = (1990, 2025)
 DEFAULTS: dict[str, Any] = {
     "n": 20_000,
     "real": None,  # real WordNet vectors in the corpus (None: every one not held out as a query)
-    "queries": 200,
-    "k": 10,
-    "model": "minilm-l6",
-    "dtype": "bfloat16",
-    "clusters": 1024,
-    "dims": 128,
-    "shortlist": 10,
+    "queries": 200, "k": 10, "model": "minilm-l6", "dtype": "bfloat16", "clusters": 1024, "dims": 128, "shortlist": 10,
     "shrink_dims": [32, 64],  # `store shrink --dims 32,64`, then searched at each (alone and as a funnel)
-    "rescore": 4,
-    "nprobes": 20,
+    "rescore": 4, "nprobes": 20,
     "filter_lang": "de",  # the filtered search: lang = this AND year >= filter_year
-    "filter_year": 2015,
-    "mutations": 1000,
-    "threads": 2,
-    "batch_rows": 4096,
-    "work": None,
+    "filter_year": 2015, "mutations": 1000, "threads": 2, "batch_rows": 4096, "work": None,
     "keep": False,  # keep the store and parquet after the run (default: removed once every stage is recorded)
-}
+}  # fmt: skip
 
 
 def cache_root() -> Path:
@@ -143,13 +132,9 @@ def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
             ids = [f"row-{i}" for i in range(start, start + rows)]
             writer.write_table(rows_table(ids, block, rng.choice(langs, rows, p=shares), rng.integers(*YEARS, rows)))
     return {
-        "wordnet_texts": int(total),
-        "real_rows": int(real),
-        "synthetic_rows": int(p["n"] - real),
-        "clusters": int(clusters),
-        "queries": int(q),
-        "parquet_bytes": path.stat().st_size,
-    }
+        "wordnet_texts": int(total), "real_rows": int(real), "synthetic_rows": int(p["n"] - real),
+        "clusters": int(clusters), "queries": int(q), "parquet_bytes": path.stat().st_size,
+    }  # fmt: skip
 
 
 # -- the stages, each in a process of its own ---------------------------------------------------------------------
@@ -203,13 +188,11 @@ def search(mode: str, args: dict[str, Any]) -> dict[str, Any]:
     lang, year = args["where_check"]
     matching = all(m is not None and m["lang"] == lang and m["year"] >= year for m in filtered.metadata)
     return {
-        "first_search_seconds": round(first_s, 2),
-        "p50_ms": round(timing["p50_ms"], 3),
-        "p99_ms": round(timing["p99_ms"], 3),
-        "qps": round(timing["qps"], 1),
+        "first_search_seconds": round(first_s, 2), "p50_ms": round(timing["p50_ms"], 3),
+        "p99_ms": round(timing["p99_ms"], 3), "qps": round(timing["qps"], 1),
         "filtered": {"ms": round(filtered_s * 1e3, 2), "results": len(filtered.ids), "k": k, "all_match": matching},
         "ids": ids,
-    }
+    }  # fmt: skip
 
 
 def mutate(store: Any, args: dict[str, Any]) -> dict[str, Any]:
@@ -228,7 +211,7 @@ def mutate(store: Any, args: dict[str, Any]) -> dict[str, Any]:
     return {
         "delete": {"seconds": round(delete_s, 2)} | deleted,
         "upsert": {"seconds": round(upsert_s, 2), "replaced": upserted.get("replaced")},
-    }
+    }  # fmt: skip
 
 
 def run_stage(stage: str, args: dict[str, Any], work: Path) -> dict[str, Any]:
@@ -266,7 +249,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         f"int8_rescore{p['rescore']}": {"quantized": True, "rescore": p["rescore"]},
         "ann_refine_default": {"ann": True, "nprobes": p["nprobes"]},
         "ann_refine_none": {"ann": True, "nprobes": p["nprobes"], "refine_factor": None},
-    }
+    }  # fmt: skip
     for d in p["shrink_dims"]:  # after `store shrink`: the basis it chose, alone and as a funnel's first stage
         modes[f"shrunk_{d}_alone"] = {"dims": d, "rerank": "none"}
         modes[f"shrunk_{d}_funnel_x{p['shortlist']}"] = {"dims": d, "shortlist": p["shortlist"]}

@@ -11,13 +11,9 @@ from typing import Any
 from bench.tables import grid
 
 DEFAULTS: dict[str, Any] = {
-    "model": "minilm-l6",
-    "dtype": "float32",
-    "backend": "torch",
-    "precision": "fp32",
-    "variant": "original",
+    "model": "minilm-l6", "dtype": "float32", "backend": "torch", "precision": "fp32", "variant": "original",
     "threads": 2,
-}
+}  # fmt: skip
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
