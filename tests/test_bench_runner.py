@@ -182,3 +182,40 @@ def test_conditional_search_over_the_cached_view_ranks_as_the_explicit_product()
         result = run({"n": 3000, "dim": 32, "rank": rank, "queries": 8, "explicit_queries": 4, "threads": 1}, 0)
         assert result["topk_agreement"] == 1.0
         assert result["query_ms"] > 0 and result["view_ms"] > 0
+
+
+def _fake_summary(tmp_path: Path, task: str, arms: dict[str, dict[str, Any]], pools: list[str], measure: Any) -> str:
+    """The tables a summary of ``task``'s experiment prints, its cells measured by ``measure`` (no training)."""
+    lines = [f'name = "fake"\ntask = "{task}"\nout = "{tmp_path / "out"}"\nseeds = [0, 1]']
+    for name, params in arms.items():
+        lines.append(f'[[arms]]\nname = "{name}"\nparams = {json.dumps(params).replace(":", " =")}')
+    lines += [f'[[pools]]\nname = "{pool}"\nrole = "test"\nparams = {{ domain = "{pool}" }}' for pool in pools]
+    path = tmp_path / "fake.toml"
+    path.write_text("\n".join(lines) + "\n")
+    from bench.tables import markdown
+
+    return markdown(runner.run(path, task=measure))
+
+
+def test_the_kgc_table_gives_each_head_and_the_paired_seed_differences(tmp_path: Path) -> None:
+    def measure(params: dict[str, Any], seed: int) -> dict[str, Any]:
+        mrr = {"hadamard": 0.1, "hypernet": 0.2}[params["head"]] + seed / 100
+        return {"test": {"mrr": mrr, "hits@1": 0.0, "hits@10": 0.4}, "rerank": {"mrr": mrr + 0.01}}
+
+    arms = {"hadamard": {"head": "hadamard"}, "concat": {"head": "hadamard"}, "hypernet-32": {"head": "hypernet"}}
+    text = _fake_summary(tmp_path, "bench.tasks.kgc:run", arms, ["wn18rr"], measure)
+    assert "| hypernet-32 | 2 | 0.205 ± 0.064 | 0.000 ± 0.000 | 0.400 ± 0.000 | 0.215 ± 0.064 |" in text
+    assert "- paired MRR hypernet-32 − concat: +0.100 ± 0.000 over 2 seeds" in text
+
+
+def test_the_simcse_domain_table_gives_each_arm_against_the_start_and_the_control(tmp_path: Path) -> None:
+    def measure(params: dict[str, Any], seed: int) -> dict[str, Any]:
+        gain = {"start": 0.0, "in-domain": 10.0 + seed, "control": 1.0}[params["arm"]]
+        after = {"probes": {"Emotion": 60.0 + gain}, "metrics": {"Emotion": "accuracy"}}
+        return {"after": after | {"clustering_v_measure": {"Emotion": 5.0 + 2 * gain}, "sts": {"avg": 78.0}}}
+
+    arms = {name: {"arm": name} for name in ("start", "in-domain", "control")}
+    text = _fake_summary(tmp_path, "bench.tasks.simcse_domain:run", arms, ["tweets"], measure)
+    assert "| probe Emotion (accuracy) | 60.00 | +10.50 [+10.00, +11.00] | +1.00 [+1.00, +1.00] | +9.50" in text
+    assert "| k-means V-measure Emotion | 5.00 | +21.00 [+20.00, +22.00] |" in text
+    assert "| STS avg | 78.00 | +0.00 [+0.00, +0.00] |" in text
