@@ -1,12 +1,8 @@
 """The FastAPI app: ``create_app(settings)`` builds one; nothing is loaded until it starts.
 
-Routes: ``GET /`` (the page, :mod:`~subspaces.serve.page`), ``POST /v1/embeddings`` (OpenAI's shape),
-``POST /v1/similarity``, ``POST /v1/search`` (with ``--store``; a ``condition`` with ``--head``), ``GET /v1/models``,
-``GET /health`` (200 only once the model is loaded), ``GET /metrics`` (Prometheus), ``GET /openapi.json`` (the
-schema of every route, from the typed request and response models of :mod:`~subspaces.serve.schemas`).
-Every error is a JSON body ``{"error": {"message", "type", "code"}}``: 401 without the API key, 404 for an
-unknown model, 413 for a request over the limits, 422 for malformed JSON or wrong types or values, 503 (with
-``Retry-After``) while loading or when the queue is full, 504 when a request outlasts its timeout.
+The routes are :data:`ROUTES` (``GET /openapi.json`` is their schema, from the typed models of
+:mod:`~subspaces.serve.schemas`); every error is a JSON body ``{"error": {"message", "type", "code"}}`` with a status
+of :data:`ERRORS` (503s with ``Retry-After``).
 """
 
 from __future__ import annotations
@@ -112,12 +108,51 @@ class _State:
             join=engine.join,
         )  # set last: its presence means ready
 
-    def ready(self) -> tuple[Engine, Batcher]:
+    def ready(self, model: str | None = None) -> Engine:
+        """The engine, for a request that names ``model`` (refused unless served here)."""
         if self.engine is None or self.batcher is None:
             if self.failure:
                 raise ApiError(503, f"the model failed to load: {self.failure}", "server_error")
             raise ApiError(503, "the model is loading", "server_error", **{"Retry-After": "1"})
-        return self.engine, self.batcher
+        served = self.settings.served_names
+        if model is not None and not self.settings.accept_any_model and model not in served:
+            raise ApiError(
+                404,
+                f"model {model!r} is not served here; this server serves {', '.join(repr(n) for n in served)} "
+                "(--served-model-name adds a name, --accept-any-model-name serves any)",
+            )
+        return self.engine
+
+    async def encode(self, texts: list[str], prompt_name: str | None = None, *, prompt: str | None = None) -> Any:
+        """Full-size rows of ``texts`` (under the prompt ``prompt_name``, default the model's, or the prompt text
+        ``prompt``) through the batcher, and the tokens they cost: tokenised once, here, and the same tokens both
+        counted and encoded."""
+        engine, batcher = cast("tuple[Engine, Batcher]", (self.engine, self.batcher))
+        # Tokenising a large request is not the loop's job.
+        tokenized = await run_in_threadpool(engine.tokenize, texts, prompt_name, prompt=prompt)
+        counts = tokenized.counts
+        return await self.result(lambda: batcher.encode(tokenized.inputs, counts)), sum(counts)
+
+    async def call(self, fn: Callable[[], Any]) -> Any:
+        """``fn()``, run on the batcher's worker between batches."""
+        return await self.result(lambda: cast(Batcher, self.batcher).call(fn))
+
+    async def result(self, submit: Callable[[], Future]) -> Any:
+        """The result of the job ``submit()`` queues: a full queue is a 503 the client may retry, a timeout a 504
+        (it cancels the job: one still queued is then dropped by the worker, unrun), a refused input a 422."""
+        try:
+            future = submit()
+        except QueueFull as exc:
+            raise ApiError(
+                503, f"the server is busy ({exc}); retry shortly", "server_error", **{"Retry-After": "1"}
+            ) from None
+        timeout = self.settings.request_timeout_s
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except TimeoutError:
+            raise ApiError(504, f"no result within {timeout:g} s", "server_error") from None
+        except SubspacesError as exc:
+            raise ApiError(422, str(exc)) from None
 
 
 def create_app(
@@ -169,7 +204,6 @@ def create_app(
 
     @app.get("/")
     async def index() -> Response:
-
         body, headers = page()
         return Response(body, media_type="text/html; charset=utf-8", headers=headers)
 
@@ -192,7 +226,7 @@ def create_app(
 
     @app.get("/v1/models", dependencies=guarded, response_model=ModelList, responses=ERRORS)
     async def models() -> ModelList:
-        engine, _ = state.ready()
+        engine = state.ready()
         names = list(settings.served_names)
         cards = [
             ModelCard(
@@ -215,8 +249,7 @@ def create_app(
 
     @app.post("/v1/embeddings", dependencies=guarded, response_model=EmbeddingResponse, responses=ERRORS)
     async def embeddings(body: EmbeddingRequest) -> Response:
-        engine, batcher = state.ready()
-        _check_model(body.model, settings)
+        engine = state.ready(body.model)
         ids = body.token_ids()
         count = len(ids) if ids is not None else 1 if isinstance(body.input, str) else len(body.input)
         _check_inputs(count, settings, "input")
@@ -226,28 +259,28 @@ def create_app(
             texts: list[str] = await run_in_threadpool(_checked, engine.decode_ids, ids)
         else:
             texts = [body.input] if isinstance(body.input, str) else cast("list[str]", body.input)
-        rows, tokens = await _encode(engine, batcher, texts, settings.request_timeout_s, body.prompt_name)
+        rows, tokens = await state.encode(texts, body.prompt_name)
         rows = engine.prefix(rows, body.dimensions)
         data = [
             Embedding.model_construct(object="embedding", index=i, embedding=_format(row, body.encoding_format))
             for i, row in enumerate(rows)
         ]
-        usage = Usage(prompt_tokens=tokens, total_tokens=tokens)
-        out = EmbeddingResponse.model_construct(object="list", data=data, model=settings.served_id, usage=usage)
+        out = EmbeddingResponse.model_construct(
+            object="list", data=data, model=settings.served_id, usage=Usage.of(tokens)
+        )
         # Built from typed rows, serialised by pydantic-core in one pass (FastAPI would dump, validate and dump
         # again a response of up to max_inputs x dim floats).
         return Response(out.model_dump_json(), media_type="application/json")
 
     @app.post("/v1/similarity", dependencies=guarded, response_model=SimilarityResponse, responses=ERRORS)
     async def similarity(body: SimilarityRequest) -> SimilarityResponse:
-        engine, batcher = state.ready()
-        _check_model(body.model, settings)
+        engine = state.ready(body.model)
         _check_inputs(len(body.pairs), settings, "pairs")
         if body.condition is None:
             _checked(engine.check_dimensions, body.dimensions)
             _checked(engine.prompt, body.prompt_name)
             texts = [t for pair in body.pairs for t in pair]
-            rows, tokens = await _encode(engine, batcher, texts, settings.request_timeout_s, body.prompt_name)
+            rows, tokens = await state.encode(texts, body.prompt_name)
             rows = engine.prefix(rows, body.dimensions)
             scores = np.einsum("ij,ij->i", rows[0::2], rows[1::2])
         else:
@@ -255,78 +288,31 @@ def create_app(
             pairs, condition = [(a, b) for a, b in body.pairs], body.condition
             texts = [t for pair in body.pairs for t in pair] + [condition]
             tokens = sum(await run_in_threadpool(engine.token_counts, texts))
-            scores = await _wait(batcher, lambda: engine.conditioned_similarity(pairs, condition), settings)
+            scores = await state.call(lambda: engine.conditioned_similarity(pairs, condition))
         data = [Similarity(index=i, score=float(s)) for i, s in enumerate(scores)]
-        usage = Usage(prompt_tokens=tokens, total_tokens=tokens)
-        return SimilarityResponse(data=data, model=settings.served_id, condition=body.condition, usage=usage)
+        return SimilarityResponse(data=data, model=settings.served_id, condition=body.condition, usage=Usage.of(tokens))
 
     if settings.store is not None:
 
         @app.post("/v1/search", dependencies=guarded, response_model=SearchResponse, responses=ERRORS)
         async def search(body: SearchRequest) -> SearchResponse:
-            engine, batcher = state.ready()
-            _check_model(body.model, settings)
+            engine = state.ready(body.model)
             if body.condition is not None:
                 _check_condition(engine, body.dimensions)
             if body.dimensions is not None and not 0 < body.dimensions <= engine.dim:
                 _checked(engine.check_dimensions, body.dimensions)  # the store's funnel has a basis for any model
             # The store's recorded query prompt unless the request names one: the served hits are `store search`'s.
             prompt = _checked(engine.query_prompt, body.prompt_name)
-            rows, tokens = await _encode(engine, batcher, [body.query], settings.request_timeout_s, prompt=prompt)
+            rows, tokens = await state.encode([body.query], prompt=prompt)
             query, condition, basis = engine.prefix(rows, None)[0], body.condition, body.basis
-            hits = await _wait(
-                batcher, lambda: engine.search(query, body.k, body.dimensions, condition, basis), settings
-            )
+            hits = await state.call(lambda: engine.search(query, body.k, body.dimensions, condition, basis))
             data = [
                 SearchResult(rank=i, id=str(id_), score=float(score), text=text)
                 for i, (id_, score, text) in enumerate(zip(hits["ids"], hits["scores"], hits["texts"], strict=True))
             ]
-            usage = Usage(prompt_tokens=tokens, total_tokens=tokens)
-            return SearchResponse(data=data, model=settings.served_id, usage=usage)
+            return SearchResponse(data=data, model=settings.served_id, usage=Usage.of(tokens))
 
     return app
-
-
-async def _encode(
-    engine: Engine,
-    batcher: Batcher,
-    texts: list[str],
-    timeout: float,
-    prompt_name: str | None = None,
-    *,
-    prompt: str | None = None,
-) -> tuple[np.ndarray, int]:
-    """Full-size rows of ``texts`` (under the prompt ``prompt_name``, default the model's, or the prompt text
-    ``prompt``) through the batcher, and the tokens they cost: tokenised once, here, and the same tokens both
-    counted and encoded."""
-    # Tokenising a large request is not the loop's job.
-    tokenized = await run_in_threadpool(engine.tokenize, texts, prompt_name, prompt=prompt)
-    tokens = tokenized.counts
-    return await _result(_queued(lambda: batcher.encode(tokenized.inputs, tokens)), timeout), sum(tokens)
-
-
-async def _wait(batcher: Batcher, fn: Callable[[], Any], settings: ServeSettings) -> Any:
-    return await _result(_queued(lambda: batcher.call(fn)), settings.request_timeout_s)
-
-
-def _queued(submit: Callable[[], Future]) -> Future:
-    """The future ``submit()`` queued; a full queue is a 503 the client may retry."""
-    try:
-        return submit()
-    except QueueFull as exc:
-        raise ApiError(
-            503, f"the server is busy ({exc}); retry shortly", "server_error", **{"Retry-After": "1"}
-        ) from None
-
-
-async def _result(future: Future, timeout: float) -> Any:
-    try:
-        # A timeout cancels the future: a job still queued is then dropped by the worker, unrun.
-        return await asyncio.wait_for(asyncio.wrap_future(future), timeout)
-    except TimeoutError:
-        raise ApiError(504, f"no result within {timeout:g} s", "server_error") from None
-    except SubspacesError as exc:
-        raise ApiError(422, str(exc)) from None
 
 
 def _checked(check: Callable[[Any], Any], value: Any) -> Any:
@@ -334,17 +320,6 @@ def _checked(check: Callable[[Any], Any], value: Any) -> Any:
         return check(value)
     except SubspacesError as exc:
         raise ApiError(422, str(exc)) from None
-
-
-def _check_model(name: str | None, settings: ServeSettings) -> None:
-    if name is None or settings.accept_any_model or name in settings.served_names:
-        return
-    served = ", ".join(repr(n) for n in settings.served_names)
-    raise ApiError(
-        404,
-        f"model {name!r} is not served here; this server serves {served} (--served-model-name adds a name, "
-        "--accept-any-model-name serves any)",
-    )
 
 
 def _check_condition(engine: Engine, dimensions: int | None, prompt_name: str | None = None) -> None:

@@ -103,6 +103,10 @@ class Usage(BaseModel):
     prompt_tokens: int
     total_tokens: int
 
+    @classmethod
+    def of(cls, tokens: int) -> Usage:
+        return cls(prompt_tokens=tokens, total_tokens=tokens)
+
 
 class Embedding(BaseModel):
     object: Literal["embedding"] = "embedding"
