@@ -10,7 +10,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from subspaces.align.params import FIT_SECONDS
-from subspaces.cli.common import ThreadsOpt, echo, out, table, user_errors
+from subspaces.cli.common import ThreadsOpt, echo, out, table
 from subspaces.cli.groups import align_app
 from subspaces.errors import ConvergenceWarning, SubspacesError
 from subspaces.io import check_file, check_not_input, load_embeddings, read_lines, save_json
@@ -165,8 +165,11 @@ def _print_diagnostics(aligner) -> None:
         )
 
 
-@align_app.command("fit", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-@user_errors(interrupted="nothing was written (the aligner is saved only once the fit ends); rerun to fit again")
+@align_app.command(
+    "fit",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    interrupted="nothing was written (the aligner is saved only once the fit ends); rerun to fit again",
+)
 def fit_cmd(
     ctx: typer.Context,
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted aligner to.")],
@@ -256,7 +259,6 @@ def fit_cmd(
 
 
 @align_app.command("apply")
-@user_errors
 def apply_cmd(
     aligner_dir: Annotated[Path, typer.Argument(help="Folder written by `align fit`.")],
     input: Annotated[Path, typer.Argument(help="Source-model vectors, .npy or .parquet (one embedding column).")],
@@ -286,7 +288,6 @@ def apply_cmd(
 
 
 @align_app.command("eval")
-@user_errors
 def eval_cmd(
     aligner_dir: Annotated[Path, typer.Argument(help="Folder written by `align fit`.")],
     source_emb: Annotated[Path, typer.Option(help="Held-out source vectors; row i pairs with target row i.")],

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 Task = Literal[tuple(TASKS)]  # type: ignore[valid-type]
 Split = Literal[SPLITS]  # type: ignore[valid-type]
 TaskOpt = Annotated[Task, typer.Option(help="wic (bundled) or csts (needs --data).")]  # type: ignore[valid-type]
+METRICS = ("accuracy", "auc", "spearman", "pearson", "mse")  # the columns of a report, those the task has
 DataOpt = Annotated[
     Optional[Path], typer.Option("--data", help="Folder with csts_{train,validation,test}.csv (C-STS).")
 ]
@@ -36,7 +37,7 @@ def _metrics_table(title: str, report: ConditionalEvalResult) -> None:
     parts = [(name, m) for name, m in (("all", report.metrics), ("seen", report.seen), ("unseen", report.unseen)) if m]
     if not parts:
         return
-    keys = [k for k in ("accuracy", "auc", "spearman", "pearson", "mse") if k in parts[0][1]]
+    keys = [k for k in METRICS if k in parts[0][1]]
     default_n = "" if report.n is None else report.n
     rows = [[name, m.get("n", default_n), *[f"{m[k]:.4f}" if k in m else "-" for k in keys]] for name, m in parts]
     out.print(table(title, ["conditions", "n", *keys], rows))
@@ -85,7 +86,7 @@ def train_cmd(
     )
     evaluated = [h for h in summary.history if "dev" in h]
     # Only the metrics the task has (C-STS has no accuracy or AUC): no columns of NaN.
-    keys = [k for k in ("accuracy", "auc", "spearman", "pearson", "mse") if any(k in h["dev"] for h in evaluated)]
+    keys = [k for k in METRICS if any(k in h["dev"] for h in evaluated)]
     rows = [
         [
             h["epoch"],

@@ -21,11 +21,12 @@ from subspaces.io import (
     save_json,
     save_npy,
 )
-from subspaces.quantize import Kind, dequantize, load_codes, sidecar
+from subspaces.quantize import CALIBRATION_ROWS, Kind, dequantize, load_codes, sidecar
+from subspaces.store.plans import RESCORE
 from subspaces.store.search import search_quantized, search_vectors
 
-# The defaults of options that only mean something beside another (given alone, they are refused).
-SHORTLIST_FACTOR, RESCORE, CALIBRATION_ROWS = 10, 4, 10_000
+# search_vectors' shortlist factor: the default of --shortlist-factor, which means something only beside --dims.
+SHORTLIST_FACTOR = 10
 
 
 # The bases of ``store.search.BASES`` a vector file has: its own coordinates or its principal axes (no adapter).
@@ -46,7 +47,9 @@ def search_cmd(
     shortlist_factor: Annotated[
         Optional[int],
         typer.Option(
-            min=1, help="With --dims: funnel shortlist size, as a multiple of k. Default: 10.", show_default=False
+            min=1,
+            help=f"With --dims: funnel shortlist size, as a multiple of k. Default: {SHORTLIST_FACTOR}.",
+            show_default=False,
         ),
     ] = None,
     basis: Annotated[
@@ -63,7 +66,8 @@ def search_cmd(
         Optional[int],
         typer.Option(
             min=0,
-            help="With --quantize: rescore RESCORE x k candidates by the float query (0: no rescoring). Default: 4.",
+            help="With --quantize: rescore RESCORE x k candidates by the float query (0: no rescoring). "
+            f"Default: {RESCORE}.",
             show_default=False,
         ),
     ] = None,
@@ -71,7 +75,8 @@ def search_cmd(
         Optional[int],
         typer.Option(
             min=2,
-            help="With --quantize int8: rows of the seeded sample the ranges are read from. Default: 10000.",
+            help="With --quantize int8: rows of the seeded sample the ranges are read from. "
+            f"Default: {CALIBRATION_ROWS}.",
             show_default=False,
         ),
     ] = None,

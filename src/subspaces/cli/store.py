@@ -13,7 +13,7 @@ from subspaces.cli.groups import Command, store_app
 from subspaces.cli.search import Basis
 from subspaces.errors import SubspacesError
 from subspaces.io import load_embeddings, read_lines, read_queries, save_json
-from subspaces.quantize import KINDS
+from subspaces.quantize import CALIBRATION_ROWS, KINDS
 from subspaces.store import Store
 from subspaces.store.core import import_vectors
 from subspaces.store.demo import run as run_demo
@@ -215,7 +215,7 @@ def index_cmd(
     ] = None,
     calibration_rows: Annotated[
         int, typer.Option(min=2, help="With --quantize int8: rows of the seeded sample the ranges are read from.")
-    ] = 10_000,
+    ] = CALIBRATION_ROWS,
     threads: ThreadsOpt = None,
 ) -> None:
     """Build LanceDB's IVF-PQ index over the active space (search it with --ann), or its --quantize copy."""
@@ -679,28 +679,23 @@ def demo_cmd(
         title = f"{result['query']}  (funnel top-{k} overlap {result['overlap']:.0%})"
         show(table(title, ["score", "exact", f"funnel {demo.dims}d x{demo.shortlist}"], rows))
     axes = "the store's principal axes" if demo.basis == "pca" else "the model's coordinates"
-    lines = [
+    slow = " (a store this small is scanned as fast whole; the funnel pays from ~100k rows)"
+    echo(
         f"search: exact {demo.exact_ms:.2f} ms/query; funnel ({demo.dims} of {axes}, a shortlist of "
         f"{demo.shortlist} x k re-ranked at full size) {demo.funnel_ms:.2f} ms/query"
-        + (
-            " (a store this small is scanned as fast whole; the funnel pays from ~100k rows)"
-            if demo.funnel_ms >= demo.exact_ms
-            else ""
-        ),
-        f"the store lies in {demo.path.resolve()}",
-        f'try:   subspaces store search {demo.path} "your query" -k 10',
-        f'       subspaces store search {demo.path} "your query" --dims 128 --basis pca --shortlist 10',
-        f"       subspaces store info {demo.path}",
-        f"the STS table: subspaces model eval --model {demo.model} --json outputs/sts-{demo.model}.json",
-    ]
-    echo(lines.pop(0))  # the search times, under the tables
+        + (slow if demo.funnel_ms >= demo.exact_ms else "")
+    )  # the search times, under the tables
     _show_demo_steps(demo)
+    searches = ["-k 10", "--dims 128 --basis pca --shortlist 10"]
     if demo.query_side is not None:
-        lines.insert(-2, f'       subspaces store search {demo.path} "your query" --model {to}')
+        searches.append(f"--model {to}")
     if demo.shrink is not None:
-        lines.insert(-2, f'       subspaces store search {demo.path} "your query" --dims {shrink_dims}')
-    for line in lines:
-        echo(line)  # unwrapped: the commands copy whole
+        searches.append(f"--dims {shrink_dims}")
+    echo(f"the store lies in {demo.path.resolve()}")  # unwrapped, as what follows: the commands copy whole
+    for i, options in enumerate(searches):
+        echo(f'{"try:  " if i == 0 else "      "} subspaces store search {demo.path} "your query" {options}')
+    echo(f"       subspaces store info {demo.path}")
+    echo(f"the STS table: subspaces model eval --model {demo.model} --json outputs/sts-{demo.model}.json")
 
 
 def _show_demo_steps(demo: Any) -> None:
