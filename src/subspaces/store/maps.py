@@ -78,8 +78,7 @@ class _PairMap(TransformerMixin, BaseEstimator):
     kind = ""
 
     def fit(self, x: np.ndarray, y: np.ndarray, rows: np.ndarray | None = None) -> _PairMap:
-        """Fit on pairs ``x[i] -> y[i]``; ``rows``: stored rows of ``y``'s space (:class:`ResidualMLPMap`'s
-        ``rows_weight``)."""
+        """Fit on pairs ``x[i] -> y[i]``; ``rows``: stored rows of ``y``'s space (for ``rows_weight``)."""
         start = time.perf_counter()
         xs, ys = _pairs(x, y)
         if rows is not None and getattr(self, "rows_weight", None):  # checked only where a map reads them

@@ -350,8 +350,7 @@ def _query_side_unpaired(
 
 
 def _timings(encode_s: float, fit_s: float, encoded: int, rows: int | None) -> dict[str, float]:
-    """A fit's seconds, and a full re-embed's estimate: the new model's rate on the ``encoded`` texts times every
-    row (None: no estimate, some row has no text), to three significant figures (a fast model must not show 0)."""
+    """A fit's seconds, and a full re-embed's estimate to 3 figures (``rows`` None: none, some row has no text)."""
     per_row = encode_s / max(encoded, 1)
     out = {
         "encode_seconds": round(encode_s, 3),
@@ -460,8 +459,7 @@ QUERY_MAPS = "query_maps"
 def _add_query_map(
     store: Store, space: str, encoder: Any, fingerprint: Any, fitted: Any, report: dict[str, Any], options: dict
 ) -> str:
-    """Save ``fitted`` under ``query_maps/SPACE/KEY`` (first: a run killed before the manifest is written leaves a
-    folder the next one replaces) and record it, with ``encoder``'s folder prompts; ``encoder`` stays loaded."""
+    """Save ``fitted`` under ``query_maps/SPACE/KEY`` (first), then record it; ``encoder`` stays loaded."""
     record = store.manifest.spaces[space]
     key = str(1 + max([int(k) for k in record.query_maps] or [0]))
     folder = f"{QUERY_MAPS}/{space}/{key}"

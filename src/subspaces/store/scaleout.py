@@ -251,6 +251,9 @@ def _pool(
     import ray
 
     size = _pool_size(actors)
+    # no restarts on a runtime of our own: a local actor dies only of what a restart repeats, and blocks are committed
+    # whole (a rerun adds the rest); on a cluster, where a node can come back, they stay on
+    restarts: dict[str, Any] = {"max_restarts": 0} if _started_local else {}
     dataset = ray.data.from_arrow(_blocks(table, block_rows, size)).map_batches(
         actor,
         fn_constructor_kwargs=options,
@@ -258,9 +261,7 @@ def _pool(
         batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=size),
         **resources,
-        # no restarts on a runtime of our own: a local actor dies only of what a restart repeats, and blocks are
-        # committed whole (a rerun adds the rest); on a cluster, where a node can come back, they stay on
-        **({"max_restarts": 0} if _started_local else {}),
+        **restarts,
     )
     yield from dataset.iter_batches(batch_size=None, batch_format="pyarrow")
 

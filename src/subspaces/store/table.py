@@ -142,8 +142,7 @@ class Rows:
 
     @property
     def floats(self) -> Any:
-        """The float vectors as searches read them at a few rows: the array in memory, or the vector file by positional
-        reads (its memory map would keep the pages around each row resident)."""
+        """The float vectors as searches read a few rows: in memory, or the vector file's positional reads."""
         return self.file if self.file is not None else self.vectors
 
     def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
