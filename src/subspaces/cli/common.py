@@ -102,7 +102,7 @@ class RunOptions:
         check_backend(self.backend, self.precision)
         check_dtype(self.dtype, self.backend)
 
-    def encoder(self) -> dict[str, str]:
+    def encoder(self) -> dict[str, Any]:
         """``load_encoder``'s runtime arguments."""
         return {"device": self.device, "backend": self.backend, "precision": self.precision, "dtype": self.dtype}
 

@@ -89,7 +89,7 @@ app = Commands(
 )
 
 
-def capability(name: str, help: str) -> typer.Typer:
+def capability(name: str, help: str) -> Commands:
     """The app of one capability: its commands are its verbs (``subspaces NAME VERB``)."""
     sub = Commands(help=help, no_args_is_help=True)
     app.add_typer(sub, name=name)

@@ -318,9 +318,8 @@ class Engine:
         return truncate_rows(rows, dimensions)
 
     def conditioned_similarity(self, pairs: Sequence[tuple[str, str]], condition: str) -> np.ndarray:
-        """``cos(head(E(a), c), head(E(b), c))`` per pair, through the tri-encoder's caches."""
-        if self.tri is None:
-            raise SubspacesError("this server has no condition head: start it with --head DIR")
+        """``cos(head(E(a), c), head(E(b), c))`` per pair, through the tri-encoder's caches (the route checked that
+        there is a head)."""
         first, second = [a for a, _ in pairs], [b for _, b in pairs]
         return self.tri.similarity(first, second, [condition] * len(pairs))
 
@@ -335,13 +334,10 @@ class Engine:
         """The ``k`` store rows nearest one unit query row: ``{"ids", "scores", "texts"}`` (a funnel with
         ``dimensions``: a shortlist on the prefix, re-ranked at full size). Under ``condition``, the store's
         conditional search: query and rows projected by the head's matrix for it, ranked exactly by cosine (the
-        store checks the head sits on its model, and keeps the projected rows of recent conditions)."""
-        if self.store is None:
-            raise SubspacesError("this server has no store: start it with --store DIR")
+        store checks the head sits on its model, and keeps the projected rows of recent conditions). The route
+        exists only with a store, and checked that a condition has a head."""
         if condition is None:
             return self.store.search_vectors(query[None, :], k, dims=dimensions, basis=basis)[0]
-        if self.tri is None:
-            raise SubspacesError("this server has no condition head: start it with --head DIR")
         return self.store.search_vectors(query[None, :], k, condition=condition, head=self.tri)[0]
 
     def cache_stats(self) -> dict[str, dict[str, Any]]:
