@@ -318,8 +318,8 @@ class Engine:
         return truncate_rows(rows, dimensions)
 
     def conditioned_similarity(self, pairs: Sequence[tuple[str, str]], condition: str) -> np.ndarray:
-        """``cos(head(E(a), c), head(E(b), c))`` per pair, through the tri-encoder's caches (the route checked that
-        there is a head)."""
+        """``cos(head(E(a), c), head(E(b), c))`` per pair, through the tri-encoder's caches."""
+        assert self.tri is not None  # the route refuses a condition without a head
         first, second = [a for a, _ in pairs], [b for _, b in pairs]
         return self.tri.similarity(first, second, [condition] * len(pairs))
 
@@ -334,8 +334,8 @@ class Engine:
         """The ``k`` store rows nearest one unit query row: ``{"ids", "scores", "texts"}`` (a funnel with
         ``dimensions``: a shortlist on the prefix, re-ranked at full size). Under ``condition``, the store's
         conditional search: query and rows projected by the head's matrix for it, ranked exactly by cosine (the
-        store checks the head sits on its model, and keeps the projected rows of recent conditions). The route
-        exists only with a store, and checked that a condition has a head."""
+        store checks the head sits on its model, and keeps the projected rows of recent conditions)."""
+        assert self.store is not None and (condition is None or self.tri is not None)  # as the route checked
         if condition is None:
             return self.store.search_vectors(query[None, :], k, dims=dimensions, basis=basis)[0]
         return self.store.search_vectors(query[None, :], k, condition=condition, head=self.tri)[0]
