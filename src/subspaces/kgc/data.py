@@ -6,6 +6,7 @@ prediction: SimKGC's backward direction).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,7 +112,7 @@ def read_table(path: Path, columns: int, *, exact: bool = False) -> list[tuple[l
 def _index_splits(
     folder: Path,
     entity_index: dict[str, int],
-    relation_word: callable,  # type: ignore[valid-type]
+    relation_word: Callable[[str], str],
     relation_index: dict[str, int] | None = None,
 ) -> tuple[dict[str, np.ndarray], list[str]]:
     """Read the three splits; relations are numbered in order of first appearance in train."""
