@@ -135,8 +135,8 @@ async def load(
         elapsed = time.perf_counter() - began
     ok = codes.get("200", 0)
     fivexx = sum(n for c, n in codes.items() if c.startswith("5"))
-    row = {"concurrency": concurrency, "seconds": round(elapsed, 2), "requests_per_s": round(ok / elapsed, 2)}
-    row["texts_per_s"] = round(ok * per_request / elapsed, 2)
+    row: dict[str, Any] = {"concurrency": concurrency, "seconds": round(elapsed, 2)}
+    row |= {"requests_per_s": round(ok / elapsed, 2), "texts_per_s": round(ok * per_request / elapsed, 2)}
     row["p50_ms"] = round(1000 * statistics.median(latencies), 2) if latencies else None
     row["p99_ms"] = round(1000 * _quantile(latencies, 0.99), 2) if latencies else None
     return row | {"status": codes, "5xx": fivexx, "retry_after": sorted(retry_after)}

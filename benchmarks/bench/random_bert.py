@@ -30,9 +30,10 @@ def build_random_bert(
 
     torch.manual_seed(seed)
     tokenizer = BertTokenizerFast.from_pretrained(str(resolve_model_path("minilm-l6")))
-    sizes = {"hidden_size": hidden_size, "num_hidden_layers": num_layers, "num_attention_heads": num_heads}
-    sizes |= {"intermediate_size": 4 * hidden_size, "max_position_embeddings": max_position}
-    dropouts = {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+    sizes: dict[str, Any] = {"hidden_size": hidden_size, "num_hidden_layers": num_layers}
+    sizes |= {"num_attention_heads": num_heads, "intermediate_size": 4 * hidden_size}
+    sizes["max_position_embeddings"] = max_position
+    dropouts: dict[str, Any] = {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
     config = BertConfig(vocab_size=tokenizer.vocab_size, **sizes, **dropouts)
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)

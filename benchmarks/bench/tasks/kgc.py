@@ -19,10 +19,6 @@ from bench.tables import grid
 
 DEFAULTS: dict[str, Any] = {"dataset": "wn18rr", "model": "minilm-l6", "epochs": 4, "rank": "32", "work": None}
 OPTIONAL = ("max_steps", "batch_size", "threads")  # left to the recipe unless given
-# what the archived run recorded of each cell's configuration (benchmarks/results/kgc/official-frozen/*.json)
-SETTINGS = ("head", "rank", "head_dropout", "head_init", "head_activation", "normalize_queries", "self_negatives")
-SETTINGS += ("neighbour_names", "per_example_texts", "batch_size", "head_lr", "margin", "temperature", "pre_batch")
-SETTINGS += ("max_length", "warmup_steps", "rerank_n_hop", "neighbour_weight")
 PAIRS = (("hypernet-full", "hypernet-32"), ("hypernet-32", "concat"), ("concat", "hadamard"))
 
 
@@ -37,7 +33,9 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         subprocess.run(command, check=True)
         model = json.loads((Path(tmp) / "model" / "subspaces_model.json").read_text())["metadata"]
         result = json.loads((Path(tmp) / "eval.json").read_text())
-    settings = {k: model["train"][k] for k in SETTINGS} | {"neighbour_order": model["neighbour_order"]}
+    # the run's whole configuration (a superset of what the archived JSON recorded under "settings")
+    settings = {k: v for k, v in model["train"].items() if k not in ("output_dir", "cache_dir")}
+    settings["neighbour_order"] = model["neighbour_order"]
     return {
         "settings": settings,
         "train": {k: model["train_result"][k] for k in ("steps", "seconds", "examples_per_second")},
