@@ -132,8 +132,6 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         self.random_state = random_state
         self.verbose = verbose
 
-    # -- checks -------------------------------------------------------------------------------------------------
-
     def check_params(self) -> None:
         """Refuse a parameter out of range (a NaN or infinite float included) before any data is read."""
         if int(self.mined) < 0:
@@ -169,8 +167,6 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         if p.min() < 0 or p.max() >= n:
             raise DataError(f"pairs name rows outside 0..{n - 1}")
         return p.astype(np.int64)
-
-    # -- fitting --------------------------------------------------------------------------------------------------
 
     def _module(self, full: int):
         from torch import nn
@@ -304,8 +300,6 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         _, found = topk.exact(topk.flat_index(unit), unit, k)
         return pool[found]
 
-    # -- applying -------------------------------------------------------------------------------------------------
-
     def _g(self, x: np.ndarray) -> np.ndarray:
         w = self.weights_
         if int(self.hidden) == 0:
@@ -330,8 +324,6 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
     def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
         self._check_fitted()
         return np.asarray([f"adapted{i}" for i in range(self.n_features_in_)], dtype=object)
-
-    # -- folder -----------------------------------------------------------------------------------------------------
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write ``state.npz`` (g's arrays) and ``adapter.json`` into ``path`` (:mod:`subspaces.state_folder`: an

@@ -16,7 +16,7 @@ from subspaces.config import dataset_dir
 from subspaces.data.text import file_lines
 from subspaces.data.wic import WIC_SPLITS, read_wic
 from subspaces.errors import DataError
-from subspaces.io import check_file
+from subspaces.io import check_file, read_jsonl
 
 TWEETEVAL_TASKS = ("emoji", "emotion", "hate", "irony", "offensive", "sentiment")
 
@@ -90,19 +90,15 @@ def load_emotion(split: str = "train", folder: str | Path | None = None) -> Labe
         raise DataError(f"Emotion has splits train, validation and test, not {split!r}")
     path = check_file((Path(folder) if folder is not None else dataset_dir("emotion")) / f"{split}.jsonl")
     texts, labels = [], []
-    with open(path, encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                text, label = row["text"], int(row["label"])
-            except (ValueError, KeyError, TypeError) as exc:
-                raise DataError(f"expected {{'text': str, 'label': int}}: {exc}", path=path, line=line_no) from exc
-            if not 0 <= label < len(EMOTION_LABELS):
-                raise DataError(f"label {label} is outside 0..{len(EMOTION_LABELS) - 1}", path=path, line=line_no)
-            texts.append(text)
-            labels.append(label)
+    for line_no, row in read_jsonl(path):
+        try:
+            text, label = row["text"], int(row["label"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise DataError(f"expected {{'text': str, 'label': int}}: {exc}", path=path, line=line_no) from exc
+        if not 0 <= label < len(EMOTION_LABELS):
+            raise DataError(f"label {label} is outside 0..{len(EMOTION_LABELS) - 1}", path=path, line=line_no)
+        texts.append(text)
+        labels.append(label)
     return _non_empty(LabelledTexts(texts, labels, list(EMOTION_LABELS)), path)
 
 

@@ -1,9 +1,6 @@
-"""Conditional similarity records and the C-STS file format.
-
-C-STS (Deshpande et al., 2023) rates two sentences' similarity *with respect to a condition* on 1-5. Its CSVs
-have the columns ``sentence1, sentence2, condition, label`` (the hidden test split has ``label = -1``), and the
-official scorer reads predictions as JSON ``{"idx": score}``. The data is released encrypted under terms that
-forbid redistribution, so it is not bundled: pass the folder that holds ``csts_{train,validation,test}.csv``.
+"""Conditional similarity records and the C-STS file format (Deshpande et al., 2023): CSVs of ``sentence1,
+sentence2, condition, label`` (1-5; -1 in the hidden test split), predictions as JSON ``{"idx": score}``. The data
+may not be redistributed, so it is not bundled.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""WiC (Word-in-Context) as conditional similarity data.
-
-The two sentences are compared *with respect to* the target word: the condition is the word with its part of speech,
-e.g. ``"carry (verb)"``; the label is 1 for ``T`` (same sense), 0 for ``F``. The sentences are kept as they are (no
-marker), so their embeddings stay condition-free and cacheable; the token positions are kept on the records.
+"""WiC (Word-in-Context) as conditional similarity data: the condition is the target word with its part of speech
+(``"carry (verb)"``), the label 1 for the same sense; the sentences are kept unmarked, so their embeddings are
+condition-free and cacheable.
 """
 
 from __future__ import annotations

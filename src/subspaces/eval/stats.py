@@ -29,16 +29,10 @@ class PairedDifference(NamedTuple):
 def paired_bootstrap(
     a: np.ndarray, b: np.ndarray, metric: Metric, n: int = 1000, seed: int = 0, strata: np.ndarray | None = None
 ) -> PairedDifference:
-    """``metric(a) - metric(b)`` and its 95 % percentile interval over ``n`` row resamples.
-
-    Args:
-        a, b: per-row values of the two systems, rows on axis 0 and row-aligned (any further axes, such as seeds,
-            are the metric's business).
-        metric: ``metric(values, rows) -> float``; ``rows`` are the resampled row indices, for looking up gold
-            labels or strata of the picked rows.
-        strata: optional group label per row (for example the STS task of each pair): rows are resampled within
-            their group, so every group keeps its size, as a per-group average metric needs.
-    """
+    """``metric(a) - metric(b)`` and its 95 % percentile interval over ``n`` resamples of the rows (axis 0) of the
+    row-aligned ``a`` and ``b``. ``metric(values, rows)``: ``rows`` are the resampled row indices (to look up gold
+    labels). ``strata``: a group label per row (the STS task of each pair); rows are resampled within their group,
+    so every group keeps its size."""
     a, b = np.asarray(a), np.asarray(b)
     if len(a) != len(b):
         raise SubspacesError(f"paired bootstrap needs row-aligned inputs; got {len(a)} and {len(b)} rows")

@@ -37,16 +37,11 @@ def spearman_x100(pred: np.ndarray, gold: Sequence[float] | np.ndarray) -> float
 
 @dataclass
 class STSEvaluator(Evaluator):
-    """Callable evaluator: ``STSEvaluator()(model)`` -> ``{"STS12": .., ..., "avg": .., "alignment": .., ...}``.
+    """``STSEvaluator()(model)`` -> ``{"STS12": .., ..., "avg": .., "alignment": .., ...}``; the primary metric is
+    ``avg``, the mean Spearman x 100 over ``tasks``.
 
-    Its primary metric is ``avg`` (the mean Spearman x 100 over the chosen tasks).
-
-    Args:
-        tasks: which tasks of the table to run (default: all seven).
-        variant: ``original`` (raw files) or ``senteval`` (SentEval's tokenised, lower-cased copies).
-        geometry: also report alignment (STS-B pairs scored above 4) and uniformity (all STS-B sentences), on the
-            test split (SimCSE's Figure 2 uses the dev split: :func:`geometry`).
-        truncate_dim: evaluate the first ``truncate_dim`` coordinates only (re-normalised).
+    ``variant``: ``original`` (raw files) or ``senteval`` (SentEval's tokenised, lower-cased copies); ``geometry``:
+    also alignment and uniformity on STS-B test (:func:`geometry`); ``truncate_dim``: the first coordinates only.
     """
 
     tasks: Sequence[str] = TASKS
