@@ -120,12 +120,9 @@ def search(
     corpus: np.ndarray | None = None,
     dim: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` rows of ``codes`` for each float query: (scores, ids), both (queries, k), best first.
-
-    ``rescore``: shortlist ``rescore * k`` rows in the quantized space, then re-rank them by the float query
-    against ``corpus`` (float rows, same order as ``codes``) or, without it, the dequantized codes; None ranks by
-    the quantized scores alone (Hamming similarity for binary). Scores are dot products.
-    """
+    """Top-``k`` rows of ``codes`` for each float query: (scores, ids), both (queries, k), best first. ``rescore``:
+    shortlist ``rescore * k`` rows on the codes, re-ranked by dot product with ``corpus`` (float rows in the codes'
+    order) or else the dequantized codes; None ranks by the quantized scores alone (Hamming for binary)."""
     queries = _matrix(queries, "queries")
     d = queries.shape[1] if dim is None else dim
     n = len(codes)

@@ -78,10 +78,8 @@ def read_state_folder(
     written_by: str,
     config_hashed_from: int | None = None,
 ) -> tuple[dict[str, Any], bytes]:
-    """The config (a dict whose ``format_version`` is one of ``versions``) and the state's bytes, checked against
-    its ``state_sha256`` and its fields against its ``config_sha256`` (required from format ``config_hashed_from``
-    on; checked wherever present). ``written_by`` (``"align fit"``) is named when a file is missing.
-    """
+    """The config (``format_version`` one of ``versions``) and the state's bytes, checked against ``state_sha256``
+    and ``config_sha256`` (required from ``config_hashed_from`` on); ``written_by`` names the command that writes it."""
     folder = Path(path)
     config_path, state_path = folder / config_file, folder / STATE_FILE
     for p in (config_path, state_path):

@@ -14,9 +14,7 @@ Ours, beside the paper's:
     L_corr(m) = mean_{u ≤ m < v} max(0, |C_uv| − τ_corr)²     C: batch correlation of prefix dims with the rest
     L_sup(m)  = InfoNCE of unit(y_q[:m]) against unit(y_p[:m]) over the batch's positives (supervised pairs)
 
-L_var and L_corr are MIC's soft-collapse terms read on vectors instead of token states: a floor on every single
-dimension (relative to the prefix's mean, so the common direction of the cone is not what it fights) and the
-decorrelation of the prefix from the rest. Variances are population ones.
+L_var and L_corr are MIC's soft-collapse terms read on vectors instead of token states (population variances).
 """
 
 from __future__ import annotations

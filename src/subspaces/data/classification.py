@@ -1,7 +1,5 @@
-"""Labelled texts and text pairs for probing frozen embeddings: Banking77, Emotion, TweetEval, MRPC, WiC.
-
-Every loader returns plain records with integer labels and the label names; each reads the dataset's own files
-as described in its ``SOURCE.md`` and names the file and line of anything malformed.
+"""Labelled texts and text pairs for probing frozen embeddings: Banking77, Emotion, TweetEval, MRPC, WiC, each
+read from the dataset's own files (its ``SOURCE.md``) as integer labels plus the label names.
 """
 
 from __future__ import annotations
@@ -103,11 +101,8 @@ def load_emotion(split: str = "train", folder: str | Path | None = None) -> Labe
 
 
 def load_tweeteval(task: str, split: str = "train", folder: str | Path | None = None) -> LabelledTexts:
-    """TweetEval ``task`` ``train``/``val``/``test`` from ``{split}_text.txt`` + ``{split}_labels.txt``.
-
-    The sentiment task has no ``train_text.txt`` in our copy (see the dataset's SOURCE.md): asking for it is an
-    error that says so; :mod:`subspaces.eval.dims` trains that probe on ``val`` instead.
-    """
+    """TweetEval ``task`` ``train``/``val``/``test`` from ``{split}_text.txt`` + ``{split}_labels.txt`` (our copy has
+    no sentiment ``train_text.txt``: an error that says so)."""
     if task not in TWEETEVAL_TASKS:
         raise DataError(f"unknown TweetEval task {task!r}; choose one of {', '.join(TWEETEVAL_TASKS)}")
     if split not in ("train", "val", "test"):

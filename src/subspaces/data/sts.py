@@ -1,7 +1,5 @@
-"""STS readers: STS-B, STS12-16 (SentEval 'all' setting), SICK-R.
-
-``variant="original"`` reads the organisers' raw, cased files; ``variant="senteval"`` reads SentEval's
-tokenised, lower-cased copies (what the SimCSE paper evaluates on). STS-B and SICK have one layout for both.
+"""STS readers: STS-B, STS12-16 (SentEval 'all' setting), SICK-R; ``variant``: the organisers' raw files
+(``original``) or SentEval's tokenised, lower-cased copies (``senteval``, what the SimCSE paper evaluates on).
 """
 
 from __future__ import annotations

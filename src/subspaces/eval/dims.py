@@ -59,7 +59,6 @@ def _registry() -> dict[str, DimsTask]:
     return {t.name: t for t in tasks}
 
 
-# Every task but TweetEval-emoji and STS12-16.
 DEFAULT_TASKS = tuple(name for name in _registry() if name != "TweetEval-emoji" and name not in STS_YEARS)
 
 

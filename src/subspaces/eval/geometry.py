@@ -1,7 +1,4 @@
-"""Alignment and uniformity (Wang & Isola, 2020), as used throughout the SimCSE paper.
-
-Both take L2-normalised embeddings. Lower is better for each.
-"""
+"""Alignment and uniformity (Wang & Isola, 2020) of the rows made unit, as in the SimCSE paper; lower is better."""
 
 from __future__ import annotations
 

@@ -100,11 +100,8 @@ def geometry(model, variant: Variant = "original", split: str = "test", batch_si
 
 @dataclass
 class STSBDevEvaluator(Evaluator):
-    """STS-B dev Spearman x 100 (``stsb_dev``, the primary metric): SimCSE's checkpoint selection.
-
-    With ``dims``, also the score at each Matryoshka prefix (``stsb_dev@16``, ..., re-normalised) and their mean
-    (``mean``, then the primary metric: the best model is the best over all dims, not at one of them).
-    """
+    """STS-B dev Spearman x 100 (``stsb_dev``), SimCSE's checkpoint selection; with ``dims``, also each prefix's
+    (``stsb_dev@16``, ...) and their ``mean``, then the primary metric (the best model over all dims)."""
 
     variant: Variant = "original"
     batch_size: int = 128
