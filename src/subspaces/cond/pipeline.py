@@ -108,7 +108,7 @@ def train_conditional(
 
     resolve_device(device)  # fails before the data and the model load
     config = replace(config or CondTrainConfig(), **settings)
-    check_trainable(config.arch, config.freeze_encoder, config.trainable_layers)
+    check_trainable("cond", config.arch, config.freeze_encoder, config.trainable_layers)
     spec = get_task(task)
     train_rows = spec.load("train", data_dir)
     dev_rows = spec.load("validation", data_dir)

@@ -28,12 +28,12 @@ from subspaces.train.recipes import FitConfig
 ENCODER_PREFIXES = ("encoder.", "condition_encoder.")
 
 
-def check_trainable(arch: str, freeze_encoder: bool, trainable_layers: int | str | None) -> None:
+def check_trainable(task: str, arch: str, freeze_encoder: bool, trainable_layers: int | str | None) -> None:
     """Refuse, before anything loads, the settings that leave nothing to train."""
     if arch == "bi" and freeze_encoder:
         raise SubspacesError(
             "a bi-encoder with a frozen encoder has nothing to train (it has no head; --head applies to --arch tri): "
-            "pass --fine-tune, or score it zero-shot with `eval MODEL`"
+            f"pass --fine-tune, or score it zero-shot with `subspaces {task} eval MODEL`"
         )
     if trainable_layers not in (None, "all") and freeze_encoder:
         raise SubspacesError("--trainable-layers trains encoder layers: it needs --fine-tune, not --freeze-encoder")
@@ -114,7 +114,7 @@ def fit(
 ) -> engine.FitResult:
     """Train ``model`` on ``train_rows`` with the engine; keeps the state best on ``dev_rows`` (if given). The run's
     summary (steps, best epoch, the sampler's) is recorded in ``model.metadata["training"]``."""
-    check_trainable(model.arch, model.freeze_encoder, config.trainable_layers)
+    check_trainable("cond", model.arch, model.freeze_encoder, config.trainable_layers)
     loss_fn = ConditionalLoss(
         config.objective,
         temperature=config.temperature,

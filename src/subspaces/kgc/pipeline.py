@@ -101,7 +101,7 @@ def train_pipeline(
     ``settings`` (fields of :class:`~subspaces.kgc.recipes.KGCTrainConfig`) replace the ``config``'s values."""
     config = replace(config or KGCTrainConfig(), **settings)
     arch, freeze_encoder = config.arch, config.freeze_encoder
-    check_trainable(arch, freeze_encoder, config.trainable_layers)
+    check_trainable("kgc", arch, freeze_encoder, config.trainable_layers)
     if config.head_lr is not None and arch != "tri":
         raise SubspacesError("--head-lr is the tri-encoder's head; the bi-encoder has none (use --encoder-lr)")
     from subspaces.models.encoder import resolve_device
