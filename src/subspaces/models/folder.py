@@ -28,18 +28,7 @@ TASK_FOLDERS = {"cond": "conditional model folder", "kgc": "KGC model folder"}
 
 
 def is_model_folder(path: str | Path) -> bool:
-    folder = Path(str(path))
-    return (folder / CONFIG_NAME).is_file()
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ModelNotFoundError(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ModelNotFoundError(f"{path} does not hold a JSON object")
-    return data
+    return (Path(str(path)) / CONFIG_NAME).is_file()
 
 
 def read_config(folder: str | Path, task: str | None = None) -> dict[str, Any]:
@@ -47,7 +36,12 @@ def read_config(folder: str | Path, task: str | None = None) -> dict[str, Any]:
     folder = Path(folder)
     if not (folder / CONFIG_NAME).is_file():
         raise ModelNotFoundError(f"{folder} is not a {TASK_FOLDERS.get(task or '', 'model folder')} (no {CONFIG_NAME})")
-    config = _read_json(folder / CONFIG_NAME)
+    try:
+        config = json.loads((folder / CONFIG_NAME).read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ModelNotFoundError(f"{folder / CONFIG_NAME} is not valid JSON: {exc}") from exc
+    if not isinstance(config, dict):
+        raise ModelNotFoundError(f"{folder / CONFIG_NAME} does not hold a JSON object")
     version = config.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise ModelNotFoundError(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Self, cast
+from typing import Any, Self
 
 import numpy as np
 import torch
@@ -25,6 +25,7 @@ from subspaces.errors import DimensionError, SubspacesError
 from subspaces.io import atomic_path
 from subspaces.models.embedding_cache import CacheSettings, EmbeddingCache
 from subspaces.models.folder import (
+    encoder_reference,
     is_saved_here,
     load_referenced_encoder,
     read_config,
@@ -38,6 +39,7 @@ from subspaces.models.heads import (
     conditional_search,
     corpus_view,
     head_from_config,
+    make_head,
     project_grouped,
 )
 
@@ -466,8 +468,35 @@ class TriEncoder(ConditionalEncoder):
         )
 
 
-def build_tri_encoder(model: str, **options: Any) -> TriEncoder:
-    """A fresh tri-encoder on ``model``: :func:`~subspaces.models.conditional.build_model` with ``arch="tri"``."""
-    from subspaces.models.conditional import build_model
+def build_tri_encoder(
+    model: str,
+    *,
+    head: str = "hypernet",
+    rank: int | str | None = "auto",
+    condition_encoder: str | None = None,
+    freeze_encoder: bool = True,
+    max_length: int | None = None,
+    task: str = "cond",
+    device: str = "cpu",
+    seed: int | None = None,
+    head_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> TriEncoder:
+    """A fresh tri-encoder on ``model`` (a bundled name or a folder); ``seed`` seeds the head's initialisation;
+    ``rank`` and ``head_options`` go to :func:`~subspaces.models.heads.make_head`."""
+    from subspaces.models.encoder import load_encoder
 
-    return cast(TriEncoder, build_model(model, "tri", **options))
+    encoder = load_encoder(model, max_seq_length=max_length, device=device)
+    cond = load_encoder(condition_encoder, max_seq_length=max_length, device=device) if condition_encoder else None
+    if seed is not None:
+        torch.manual_seed(seed)
+    return TriEncoder(
+        encoder,
+        make_head(head, int(encoder.get_embedding_dimension() or 0), rank, **(head_options or {})).to(device),
+        condition_encoder=cond,
+        freeze_encoder=freeze_encoder,
+        encoder_name=encoder_reference(model),
+        condition_encoder_name=encoder_reference(condition_encoder) if condition_encoder else None,
+        task=task,
+        **options,
+    )
