@@ -73,8 +73,8 @@ def test_the_recipe_candidate_is_kept_where_the_anchored_map_is_wrong_and_says_w
 
 @pytest.mark.usefixtures("small_recipe")
 def test_the_recipe_candidate_bounds_the_whole_fit():
-    """recipe_budget=1: the fit may spend what the recipe candidate spent, so the anchored passes after it stop at
-    their first safe point, and the reason names the bound."""
+    """recipe_budget=1: the fit may spend the CPU time the recipe candidate spent, so the anchored passes after it
+    stop at their first safe point, and the reason names the bound."""
     rng = np.random.default_rng(0)
     source, target = clustered(rng, 2000), clustered(rng, 2000)
     settings = WEAK | {"n_restarts": 3, "structure": StructureParams(), "max_seconds": 300.0, "recipe_budget": 1.0}
@@ -96,13 +96,19 @@ def test_the_recipe_candidate_is_skipped_on_small_pools_and_with_known_pairs():
 
 def test_budget_is_only_ever_tightened_and_recipe_budget_is_checked():
     budget = Budget(300.0)
-    budget.tighten(500.0, "looser")
-    assert budget.max_seconds == 300.0 and budget.bound is None
+    budget.tighten(500.0, "cpu")
+    assert not budget.spent("early") and budget.max_seconds == 300.0 and budget.bound == "cpu"
+    budget.tighten(600.0, "looser")
+    assert budget.max_cpu_seconds == 500.0 and budget.bound == "cpu"
     budget.tighten(0.0, "tighter")
-    assert budget.spent("here") and budget.reason.startswith("tighter (0 s) reached here")
+    assert budget.spent("here") and budget.reason.startswith("tighter (0 CPU s) reached here")
+    assert budget.spent("later") and budget.stopped_at == "here"
+    walled = Budget(0.0)
+    walled.tighten(1e9, "cpu")
+    assert walled.spent("now") and walled.reason.startswith("max_seconds=0 reached now")
     unbounded = Budget(None)
     unbounded.tighten(1.0, "x")
-    assert unbounded.max_seconds is None
+    assert unbounded.max_cpu_seconds is None and not unbounded.spent("never")
     for bad in (0.5, True, float("inf")):
         with pytest.raises(SubspacesError, match="recipe_budget"):
             MiniVec2Vec(recipe_budget=bad).check_params()

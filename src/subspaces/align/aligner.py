@@ -98,7 +98,8 @@ class MiniVec2Vec(BaseEstimator):
             only flags; ``"identity"``: one pass from the identity (equal dims).
         max_seconds: stop at the next safe point after this many seconds, keeping the best map so far
             (``stopped_early_``); ``None`` or ``inf``: no limit (nor ``recipe_budget``'s).
-        recipe_budget: where the paper-recipe candidate ran, the fit stops after this many times its seconds.
+        recipe_budget: where the paper-recipe candidate ran, the fit stops after this many times its CPU seconds
+            (this process's: another job's load does not move the bound).
         random_state: seed for every sample, k-means and QAP start.
         verbose: show progress bars.
 
@@ -220,10 +221,10 @@ class MiniVec2Vec(BaseEstimator):
         run = self._prepare(source, target, pairs, seeds.setup, budget)
         # The identity candidate first, so that a fit cut short by its budget still has it.
         candidates = {name: self._candidate(run, name, getattr(seeds, name)) for name in KEPT_CANDIDATES}
-        recipe_seconds = candidates["recipe"][0].seconds
-        if recipe_seconds is not None and self.recipe_budget is not None:
-            why = f"recipe_budget={self.recipe_budget:g} x the paper-recipe candidate's {recipe_seconds:.0f} s"
-            budget.tighten(self.recipe_budget * recipe_seconds, why)
+        recipe_cpu = candidates["recipe"][0].cpu_seconds
+        if recipe_cpu is not None and self.recipe_budget is not None:
+            why = f"recipe_budget={self.recipe_budget:g} x the paper-recipe candidate's {recipe_cpu:.0f} CPU s"
+            budget.tighten(self.recipe_budget * recipe_cpu, why)
         passes = self._restarts(run, seeds.passes)
         chosen = self._best(passes, [i for i, started in enumerate(passes) if started.record.refined])
         chosen, agreement = self._agreement(run, passes, chosen, seeds)
@@ -355,7 +356,7 @@ class MiniVec2Vec(BaseEstimator):
         record = CandidateRecord(skipped=self._candidate_skipped(run, name))
         if record.skipped is not None:
             return record, None
-        clock = time.perf_counter()
+        clock, cpu_clock = time.perf_counter(), time.process_time()
         if name == "identity":
             started = self._start_pass(run, IDENTITY_PASS, seed, start=run.eye, structure_stage=False)
         else:
@@ -365,7 +366,7 @@ class MiniVec2Vec(BaseEstimator):
         self._finish_pass(run, started, centroid_stage=name != "identity")
         # Cut short by the budget it is still a refined map: the trust scores choose between it and the anchored.
         record.nn_similarity = started.record.nn_similarity.final
-        record.seconds = time.perf_counter() - clock
+        record.seconds, record.cpu_seconds = time.perf_counter() - clock, time.process_time() - cpu_clock
         record.cut_short = run.budget.stopped_at is not None
         if name == "recipe":
             record.stage_seconds = started.record.stage_seconds

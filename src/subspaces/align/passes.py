@@ -89,6 +89,7 @@ class CandidateRecord:
     nn_similarity: float | None = None
     lift: float | None = None  # its trust score's lead over the anchored map's, in units of chance level
     seconds: float | None = None
+    cpu_seconds: float | None = None  # this process's, what ``recipe_budget`` multiplies
     skipped: str | None = None  # why it did not run
     margin: float = IDENTITY_REFERENCE_MARGIN
     cut_short: bool = False  # the budget ran out during it
