@@ -245,6 +245,29 @@ def test_save_load_round_trip_and_stored_means(tmp_path):
     )
 
 
+def test_an_aligner_saved_before_format_2_grew_its_records_still_loads(tmp_path):
+    """The first format-2 files (before the trust checks and candidates were recorded) load, untrusted as then."""
+    import json
+
+    rng = np.random.default_rng(0)
+    aligner = MiniVec2Vec(**QUICK).fit(clustered(rng, 1000), clustered(rng, 1000))
+    aligner.save(tmp_path / "aligner")
+    path = tmp_path / "aligner" / "aligner.json"
+    config = json.loads(path.read_text())
+    first = ("chosen_restart", "converged", "nn_similarity", "anchor_consistency", "orthogonality_gap", "restarts")
+    config["diagnostics"] = {key: config["diagnostics"][key] for key in first}
+    for record in config["diagnostics"]["restarts"]:
+        for key in ("label", "refined", "anchor_clusters"):
+            del record[key]
+    path.write_text(json.dumps(config))
+    loaded = MiniVec2Vec.load(tmp_path / "aligner")
+    assert loaded.converged_ is False and loaded.precision_ == "float32" and not loaded.stopped_early_
+    with pytest.raises(SubspacesError, match=r"not trusted \(its fit did not converge\)"):
+        loaded.check_trusted()
+    new = clustered(rng, 7)
+    np.testing.assert_array_equal(loaded.transform(new), aligner.transform(new))
+
+
 def test_cross_fitted_oracle_never_sees_the_pair_it_maps():
     rng = np.random.default_rng(0)
     q = ortho_group.rvs(40, random_state=3)

@@ -78,7 +78,10 @@ class PassRecord:
 
     @classmethod
     def from_dict(cls, saved: dict[str, Any]) -> PassRecord:
-        return cls(**saved | {"nn_similarity": StageScores(**saved["nn_similarity"])})
+        """A saved record; a field an older format-2 file lacks keeps its default."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {name: value for name, value in saved.items() if name in known} | {"label": saved.get("label", "")}
+        return cls(**values | {"nn_similarity": StageScores(**saved["nn_similarity"])})
 
 
 @dataclass
@@ -164,12 +167,20 @@ class FitDiagnostics:
 
     @classmethod
     def from_dict(cls, saved: dict[str, Any]) -> FitDiagnostics:
+        """The saved record. Format 2 grew fields: one an older file lacks reads as unrecorded (None, empty, a
+        candidate skipped), its precision as float32, and its saved ``trusted`` still decides."""
         fields = {f.name for f in dataclasses.fields(cls)}
+        values = dict.fromkeys(fields) | {"problems": [], "trust": {}, "agreement": {}, "polish": {}, "n_pairs": 0}
+        values |= {"precision": "float32", "restarts": []} | {k: v for k, v in saved.items() if k in fields}
+        if not saved.get("trusted", False) and not values["problems"]:
+            values["problems"] = ["its fit did not converge"]
+        unrecorded = {"skipped": "not recorded by the version that fitted this map"}
+        candidates = ("identity_reference", "recipe_candidate")
         return cls(
-            **{name: value for name, value in saved.items() if name in fields}
-            | {name: CandidateRecord(**saved[name]) for name in ("identity_reference", "recipe_candidate")}
+            **values
+            | {name: CandidateRecord(**saved.get(name, unrecorded)) for name in candidates}
             | {
                 "nn_similarity": StageScores(**saved["nn_similarity"]),
-                "restarts": [PassRecord.from_dict(record) for record in saved["restarts"]],
+                "restarts": [PassRecord.from_dict(record) for record in values["restarts"]],
             }
         )
