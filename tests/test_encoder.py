@@ -217,3 +217,14 @@ def test_encoding_on_the_load_aware_default_uses_every_core_for_the_call(tiny_mo
     assert seen == [2] and torch.get_num_threads() == 1
     encode(tiny_model, ["a cat"], threads=1)  # a count asked for is kept
     assert seen == [2, 1] and torch.get_num_threads() == 1
+
+
+def test_the_sts_evaluator_takes_the_arguments_a_sentence_transformers_trainer_passes(tiny_model):
+    from subspaces.data.sts import STSPairs
+    from subspaces.eval.sts import STSEvaluator
+
+    pairs = STSPairs("STSBenchmark", ["a cat", "a dog", "a car"], ["a cat sits", "a bird", "a bus"], [5.0, 1.0, 3.0])
+    evaluator = STSEvaluator(tasks=["STSBenchmark"], geometry=False, pairs={"STSBenchmark": pairs})
+    scores = evaluator(tiny_model)
+    assert evaluator(tiny_model, None, 1, 10) == scores  # SequentialEvaluator's positional call
+    assert evaluator(tiny_model, output_path=None, epoch=1, steps=10) == scores  # the trainer's

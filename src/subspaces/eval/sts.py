@@ -79,7 +79,8 @@ class STSEvaluator(Evaluator):
     def gold(self, task: str) -> np.ndarray:
         return np.asarray(self._pairs(task).scores, dtype=float)
 
-    def __call__(self, model) -> dict[str, float]:
+    def __call__(self, model, output_path: str | None = None, epoch: int = -1, steps: int = -1) -> dict[str, float]:
+        """The scores; ``output_path``, ``epoch`` and ``steps`` (what sentence-transformers' trainer passes) unused."""
         predicted = self.predictions(model)
         self.predicted_ = predicted  # the rows behind the last table, for a paired bootstrap without re-encoding
         scores = {task: spearman_x100(predicted[task], self.gold(task)) for task in self.tasks}
