@@ -170,7 +170,8 @@ class FitDiagnostics:
         """The saved record. Format 2 grew fields: one an older file lacks reads as unrecorded (None, empty, a
         candidate skipped), its precision as float32, and its saved ``trusted`` still decides."""
         fields = {f.name for f in dataclasses.fields(cls)}
-        values = dict.fromkeys(fields) | {"problems": [], "trust": {}, "agreement": {}, "polish": {}, "n_pairs": 0}
+        values: dict[str, Any] = dict.fromkeys(fields)
+        values |= {"problems": [], "trust": {}, "agreement": {}, "polish": {}, "n_pairs": 0}
         values |= {"precision": "float32", "restarts": []} | {k: v for k, v in saved.items() if k in fields}
         if not saved.get("trusted", False) and not values["problems"]:
             values["problems"] = ["its fit did not converge"]
