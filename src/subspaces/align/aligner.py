@@ -650,6 +650,7 @@ class MiniVec2Vec(BaseEstimator):
                 out_of_time=out_of_time,
             )
         seconds["refine1"] = time.perf_counter() - clock
+        assert history.best_score is not None  # the start's score, or a step's
         clock = time.perf_counter()
         centroid_score, accepted = None, False
         if centroid_stage and rp.centroid_clusters > 0 and not run.budget.spent(f"before refine-2 {where}"):
@@ -661,7 +662,9 @@ class MiniVec2Vec(BaseEstimator):
             # Accepted unless it makes the label-free score worse: refinement may not undo a good map.
             if centroid_score >= history.best_score - rp.tol:
                 matrix, accepted = candidate, True
-        final_score = max(history.best_score, centroid_score) if accepted else history.best_score
+        final_score = (
+            max(history.best_score, centroid_score) if accepted and centroid_score is not None else history.best_score
+        )
         seconds["refine2"] = time.perf_counter() - clock
         logger.info("%s: nn-similarity %.4f -> %.4f", record.label, record.nn_similarity.initial, final_score)
         started.matrix = matrix
