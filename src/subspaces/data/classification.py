@@ -28,6 +28,10 @@ class LabelledTexts:
     def __len__(self) -> int:
         return len(self.texts)
 
+    @property
+    def sides(self) -> tuple[list[str]]:
+        return (self.texts,)
+
 
 @dataclass(frozen=True)
 class LabelledPairs:
@@ -38,6 +42,10 @@ class LabelledPairs:
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    @property
+    def sides(self) -> tuple[list[str], list[str]]:
+        return (self.texts1, self.texts2)
 
 
 Records = TypeVar("Records", LabelledTexts, LabelledPairs)
@@ -178,10 +186,8 @@ def load_wic_pairs(split: str = "train", folder: str | Path | None = None) -> La
         raise DataError(f"WiC has splits train, dev and test, not {split!r}")
     root = Path(folder) if folder is not None else dataset_dir("wic")
     name = WIC_SPLITS[split]
-    instances = read_wic(root / f"{name}.data.txt", check_file(root / f"{name}.gold.txt"))
+    rows = read_wic(root / f"{name}.data.txt", check_file(root / f"{name}.gold.txt"))
+    labels = [int(r.label or 0) for r in rows]
     return LabelledPairs(
-        [i.sentence1 for i in instances],
-        [i.sentence2 for i in instances],
-        [int(bool(i.label)) for i in instances],
-        ["different_sense", "same_sense"],
+        [r.sentence1 for r in rows], [r.sentence2 for r in rows], labels, ["different_sense", "same_sense"]
     )

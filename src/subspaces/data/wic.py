@@ -5,7 +5,6 @@ condition-free and cacheable.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from subspaces.config import dataset_dir
@@ -18,33 +17,18 @@ POS_NAMES = {"N": "noun", "V": "verb"}
 WIC_LABEL_RANGE = (0.0, 1.0)
 
 
-@dataclass(frozen=True)
-class WiCInstance:
-    word: str
-    pos: str  # "N" or "V"
-    index1: int
-    index2: int
-    sentence1: str
-    sentence2: str
-    label: bool | None
-
-    @property
-    def condition(self) -> str:
-        """``"carry (verb)"``."""
-        return f"{self.word} ({POS_NAMES[self.pos]})"
-
-
-def read_wic(data_path: str | Path, gold_path: str | Path | None = None) -> list[WiCInstance]:
-    """Read ``*.data.txt`` (TSV: word, PoS, i1-i2, sentence1, sentence2) and, if given, its ``*.gold.txt``."""
+def read_wic(data_path: str | Path, gold_path: str | Path | None = None) -> list[ConditionalPair]:
+    """Read ``*.data.txt`` (TSV: word, PoS, i1-i2, sentence1, sentence2) and, if given, its ``*.gold.txt`` (T/F:
+    labels 1.0/0.0; None without it)."""
     data_path = check_file(data_path)
-    labels: list[bool] | None = None
+    labels: list[float] | None = None
     if gold_path is not None:
         labels = []
         for line_no, text in enumerate(Path(gold_path).read_text(encoding="utf-8").splitlines(), 1):
             if text.strip() not in ("T", "F"):
                 raise DataError(f"gold label must be T or F, got {text!r}", path=gold_path, line=line_no)
-            labels.append(text.strip() == "T")
-    out: list[WiCInstance] = []
+            labels.append(float(text.strip() == "T"))
+    out: list[ConditionalPair] = []
     with open(data_path, encoding="utf-8") as handle:
         for line_no, text in enumerate(handle, 1):
             text = text.rstrip("\n")
@@ -57,15 +41,13 @@ def read_wic(data_path: str | Path, gold_path: str | Path | None = None) -> list
             if pos not in POS_NAMES:
                 raise DataError(f"part of speech must be N or V, got {pos!r}", path=data_path, line=line_no)
             try:
-                i1, i2 = (int(x) for x in indices.split("-"))
+                _i1, _i2 = (int(x) for x in indices.split("-"))
             except ValueError:
                 raise DataError(f"indices must look like 3-7, got {indices!r}", path=data_path, line=line_no) from None
-            label = None
-            if labels is not None:
-                if len(out) >= len(labels):
-                    raise DataError(f"gold file has fewer lines ({len(labels)}) than the data", path=gold_path)
-                label = labels[len(out)]
-            out.append(WiCInstance(word, pos, i1, i2, s1, s2, label))
+            if labels is not None and len(out) >= len(labels):
+                raise DataError(f"gold file has fewer lines ({len(labels)}) than the data", path=gold_path)
+            label = None if labels is None else labels[len(out)]
+            out.append(ConditionalPair(s1, s2, f"{word} ({POS_NAMES[pos]})", label, len(out)))
     if labels is not None and len(labels) != len(out):
         raise DataError(f"gold file has {len(labels)} labels for {len(out)} instances", path=gold_path)
     if not out:
@@ -80,8 +62,4 @@ def load_wic(split: str, data_dir: str | Path | None = None) -> list[Conditional
     folder = Path(data_dir) if data_dir is not None else dataset_dir("wic")
     name = WIC_SPLITS[split]
     gold = folder / f"{name}.gold.txt"
-    instances = read_wic(folder / f"{name}.data.txt", gold if gold.is_file() else None)
-    return [
-        ConditionalPair(i.sentence1, i.sentence2, i.condition, None if i.label is None else float(i.label), idx)
-        for idx, i in enumerate(instances)
-    ]
+    return read_wic(folder / f"{name}.data.txt", gold if gold.is_file() else None)

@@ -20,11 +20,11 @@ from subspaces.data.sts import STS_YEARS, load_task
 from subspaces.data.sts import TASKS as STS_TASKS
 from subspaces.errors import DimensionError, SubspacesError
 from subspaces.eval.base import Evaluator
-from subspaces.eval.sts import encode_once, spearman_x100
+from subspaces.eval.sts import encode_once, prefix_spearman
 from subspaces.io import atomic_path
 from subspaces.progress import progress
 from subspaces.results import JSONResult
-from subspaces.vectors import cosine_rows, resolve_dims, unit_prefix
+from subspaces.vectors import resolve_dims, unit_prefix
 
 Kind = Literal["text", "pair", "sts"]
 
@@ -39,31 +39,31 @@ class DimsTask:
     note: str = ""
 
 
-def _registry() -> dict[str, DimsTask]:
-    def tweeteval(task: str, metric: str, train: str = "train", note: str = "") -> DimsTask:
-        return DimsTask(f"TweetEval-{task}", "text", metric, partial(cls_data.load_tweeteval, task), train, note)
+def _tweeteval(task: str, metric: str, train: str = "train", note: str = "") -> DimsTask:
+    return DimsTask(f"TweetEval-{task}", "text", metric, partial(cls_data.load_tweeteval, task), train, note)
 
-    tasks = [
+
+TASKS = {
+    t.name: t
+    for t in [
         DimsTask("Banking77", "text", "accuracy", cls_data.load_banking77),
         DimsTask("Emotion", "text", "accuracy", cls_data.load_emotion),
-        tweeteval("emotion", "macro_f1"),
-        tweeteval("hate", "macro_f1"),
-        tweeteval("irony", "f1"),
-        tweeteval("offensive", "macro_f1"),
-        tweeteval("emoji", "macro_f1"),
-        tweeteval("sentiment", "macro_recall", "val", "probe trained on val: the train texts are missing"),
+        _tweeteval("emotion", "macro_f1"),
+        _tweeteval("hate", "macro_f1"),
+        _tweeteval("irony", "f1"),
+        _tweeteval("offensive", "macro_f1"),
+        _tweeteval("emoji", "macro_f1"),
+        _tweeteval("sentiment", "macro_recall", "val", "probe trained on val: the train texts are missing"),
         DimsTask("MRPC", "pair", "accuracy", cls_data.load_mrpc),
         DimsTask("WiC", "pair", "accuracy", cls_data.load_wic_pairs),
         *[DimsTask(name, "sts", "spearman") for name in STS_TASKS],
     ]
-    return {t.name: t for t in tasks}
-
-
-DEFAULT_TASKS = tuple(name for name in _registry() if name != "TweetEval-emoji" and name not in STS_YEARS)
+}
+DEFAULT_TASKS = tuple(name for name in TASKS if name != "TweetEval-emoji" and name not in STS_YEARS)
 
 
 def known_tasks() -> list[str]:
-    return list(_registry())
+    return list(TASKS)
 
 
 def pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -130,17 +130,15 @@ class DimsEvaluator(Evaluator):
     primary_metric = "mean"
 
     def __post_init__(self) -> None:
-        registry = _registry()
-        unknown = [t for t in self.tasks if t not in registry]
+        unknown = [t for t in self.tasks if t not in TASKS]
         if unknown:
-            raise SubspacesError(f"unknown task(s) {unknown}; choose from {', '.join(registry)}")
+            raise SubspacesError(f"unknown task(s) {unknown}; choose from {', '.join(TASKS)}")
         if not self.dims:
             raise SubspacesError("no dimensions given")
 
     def check(self) -> None:
-        registry = _registry()
         for task in self.tasks:
-            self._data(registry[task])
+            self._data(TASKS[task])
 
     def resolve_dims(self, full: int) -> list[int]:
         return resolve_dims(self.dims, full, order="given")
@@ -151,12 +149,11 @@ class DimsEvaluator(Evaluator):
             self._cache[task.name] = (None, load_task(task.name)) if load is None else (load(task.train), load("test"))
         return self._cache[task.name]
 
-    def _encode(self, model, texts: Sequence[str]) -> np.ndarray:
-        return encode_once(model, texts, self.batch_size, normalize=False)
-
-    def _encode_pairs(self, model, first: Sequence[str], second: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        both = self._encode(model, [*first, *second])  # one pass over the distinct texts of both sides
-        return both[: len(first)], both[len(first) :]
+    def _encode(self, model, *sides: Sequence[str]) -> list[np.ndarray]:
+        """Each side's rows, from one pass over the distinct texts of all sides."""
+        rows = encode_once(model, [text for side in sides for text in side], self.batch_size, normalize=False)
+        ends = np.cumsum([len(side) for side in sides])
+        return np.split(rows, ends[:-1])
 
     def _probe(self, x_train: np.ndarray, y_train: Sequence[int], x_test: np.ndarray, y_test: Sequence[int]):
         from sklearn.linear_model import LogisticRegression
@@ -173,32 +170,20 @@ class DimsEvaluator(Evaluator):
 
     def evaluate_task(self, model, task_name: str, dims: Sequence[int]) -> tuple[dict[str, float], dict[str, Any]]:
         """Scores of one task at each dim: ``({"16": main metric, ...}, {"16": every metric, ...})``."""
-        task = _registry()[task_name]
+        task = TASKS[task_name]
         train, test = self._data(task)
-        scores: dict[str, float] = {}
-        details: dict[str, Any] = {}
         if task.kind == "sts":
-            e1, e2 = self._encode_pairs(model, test.sentences1, test.sentences2)
-            for d in dims:
-                scores[str(d)] = spearman_x100(cosine_rows(unit_prefix(e1, d), unit_prefix(e2, d)), test.scores)
-            return scores, details
+            e1, e2 = self._encode(model, test.sentences1, test.sentences2)
+            return {str(d): prefix_spearman(e1, e2, test.scores, d) for d in dims}, {}
         tr = _subsample(len(train), self.max_train, self.random_state)
         te = _subsample(len(test), self.max_test, self.random_state + 1)
-        y_train = [train.labels[i] for i in tr]
-        y_test = [test.labels[i] for i in te]
-        if task.kind == "text":
-            x_train_full = self._encode(model, [train.texts[i] for i in tr])
-            x_test_full = self._encode(model, [test.texts[i] for i in te])
-        else:
-            u_train, v_train = self._encode_pairs(model, [train.texts1[i] for i in tr], [train.texts2[i] for i in tr])
-            u_test, v_test = self._encode_pairs(model, [test.texts1[i] for i in te], [test.texts2[i] for i in te])
+        y_train, y_test = [train.labels[i] for i in tr], [test.labels[i] for i in te]
+        x_train = self._encode(model, *([side[i] for i in tr] for side in train.sides))
+        x_test = self._encode(model, *([side[i] for i in te] for side in test.sides))
+        scores: dict[str, float] = {}
+        details: dict[str, Any] = {}
         for d in dims:
-            if task.kind == "text":
-                x_train, x_test = unit_prefix(x_train_full, d), unit_prefix(x_test_full, d)
-            else:
-                x_train = pair_features(unit_prefix(u_train, d), unit_prefix(v_train, d))
-                x_test = pair_features(unit_prefix(u_test, d), unit_prefix(v_test, d))
-            result = self._probe(x_train, y_train, x_test, y_test)
+            result = self._probe(_features(x_train, d), y_train, _features(x_test, d), y_test)
             scores[str(d)] = result[task.metric]
             details[str(d)] = result
         if self.keep_predictions:
@@ -215,14 +200,13 @@ class DimsEvaluator(Evaluator):
         if full is None:
             raise DimensionError("the model does not report its embedding size")
         dims = self.resolve_dims(int(full))
-        registry = _registry()
         report = DimsReport(
             model=name or "model",
             dims=dims,
             scores={},
-            metrics={t: registry[t].metric for t in self.tasks},
+            metrics={t: TASKS[t].metric for t in self.tasks},
             details={},
-            notes={t: registry[t].note for t in self.tasks if registry[t].note},
+            notes={t: TASKS[t].note for t in self.tasks if TASKS[t].note},
             settings={
                 "max_train": self.max_train,
                 "max_test": self.max_test,
@@ -230,13 +214,18 @@ class DimsEvaluator(Evaluator):
                 "random_state": self.random_state,
             },
         )
-        label = f"eval dims {name or 'model'}"
-        for task in progress(self.tasks, label, unit="task", enabled=self.show_progress):
+        for task in progress(self.tasks, f"eval dims {name or 'model'}", unit="task", enabled=self.show_progress):
             scores, details = self.evaluate_task(model, task, dims)
             report.scores[task] = scores
             if details:
                 report.details[task] = details
         return report
+
+
+def _features(sides: Sequence[np.ndarray], dim: int) -> np.ndarray:
+    """A text's unit prefix, or a pair's SentEval features of its sides' unit prefixes."""
+    parts = [unit_prefix(x, dim) for x in sides]
+    return parts[0] if len(parts) == 1 else pair_features(*parts)
 
 
 def plot_dims(reports: Sequence[dict[str, Any]], path: str | Path) -> Path:

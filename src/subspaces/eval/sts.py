@@ -35,6 +35,11 @@ def spearman_x100(pred: np.ndarray, gold: Sequence[float] | np.ndarray) -> float
     return float(spearmanr(pred, gold).statistic * 100)
 
 
+def prefix_spearman(e1: np.ndarray, e2: np.ndarray, gold: Sequence[float], dim: int | None) -> float:
+    """Spearman x 100 of the pairs' cosines at the Matryoshka prefix of size ``dim``."""
+    return spearman_x100(cosine_rows(unit_prefix(e1, dim), unit_prefix(e2, dim)), gold)
+
+
 @dataclass
 class STSEvaluator(Evaluator):
     """``STSEvaluator()(model)`` -> ``{"STS12": .., ..., "avg": .., "alignment": .., ...}``; the primary metric is
@@ -128,8 +133,5 @@ class STSBDevEvaluator(Evaluator):
         if self.dims is None:
             return {"stsb_dev": spearman_x100(cosine_rows(e1, e2), pairs.scores)}
         dims = resolve_dims(self.dims, e1.shape[1], order="descending", what="Matryoshka dims")
-        scores = {
-            f"stsb_dev@{d}": spearman_x100(cosine_rows(unit_prefix(e1, d), unit_prefix(e2, d)), pairs.scores)
-            for d in dims
-        }
+        scores = {f"stsb_dev@{d}": prefix_spearman(e1, e2, pairs.scores, d) for d in dims}
         return {**scores, "mean": float(np.mean(list(scores.values())))}
