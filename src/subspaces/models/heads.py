@@ -4,22 +4,16 @@ A head maps ``(sentence_emb (B, d), condition_emb (B, d)) -> projected (B, d)``;
 ``c`` is ``cos(head(s1, c), head(s2, c))``. The per-condition work is split out so a tri-encoder can cache it:
 ``head(s, c) == head.project(s, head.condition_params(c))``.
 
-Heads (``make_head(kind, dim, rank)``), with ``f`` a d×d linear condition transform started at the identity:
-
-- ``hadamard``: ``s ⊙ f(c)`` (the C-STS tri-encoder baseline).
-- ``concat``: ``act(Linear([s; f(c)]))`` (the other C-STS baseline; the condition only shifts the bias).
-- ``hypernet``: Hyper-CL, ``h = W1(c) (W2(c)ᵀ s)`` with two linear hypernetworks emitting d×K factors;
-  ``rank=None`` emits the whole d×d matrix (an ablation).
-
-Conditional search (:func:`corpus_view`, :func:`conditional_cosines`) keeps per condition what one product with
-the queries needs (the low-rank hypernet: ``W2ᵀd``, K numbers a row). ``dropout`` and ``init="torch"`` follow
-Hyper-CL's released tri-encoder; both are saved in the head's config only when set.
+Heads (:func:`make_head`), with ``f`` a d×d linear condition transform started at the identity: ``hadamard``
+``s ⊙ f(c)`` and ``concat`` ``act(Linear([s; f(c)]))`` (the C-STS baselines), ``hypernet`` (Hyper-CL)
+``W1(c) (W2(c)ᵀ s)`` with d×K factors, or a whole d×d matrix for ``rank=None``. Conditional search
+(:func:`corpus_view`, :func:`conditional_cosines`) keeps per condition what one product with the queries needs.
 """
 
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -38,10 +32,10 @@ class CorpusView(NamedTuple):
     inv_norms: torch.Tensor
 
 
-HEAD_KINDS: tuple[str, ...] = ("hadamard", "concat", "hypernet")
 HEAD_INITS: tuple[str, ...] = ("scaled", "torch")
 # Training with Adam keeps weights, gradients and two moment buffers: 4 float32 copies of every parameter.
 TRAIN_BYTES_PER_PARAM = 16
+HEAD_KINDS = ("hadamard", "concat", "hypernet")
 
 
 class ConditionTransform(nn.Module):
@@ -93,7 +87,13 @@ class ConditionHead(nn.Module):
         return self.project(sentence_emb, tuple(p.expand(len(sentence_emb), *p.shape[1:]) for p in params))
 
     def forward(self, sentence_emb: torch.Tensor, condition_emb: torch.Tensor) -> torch.Tensor:
-        _check_pair(sentence_emb, condition_emb, self.dim)
+        if sentence_emb.ndim != 2 or sentence_emb.shape[-1] != self.dim:
+            raise DimensionError(f"sentence embeddings must be (B, {self.dim}), got {tuple(sentence_emb.shape)}")
+        if condition_emb.shape != sentence_emb.shape:
+            raise DimensionError(
+                f"condition embeddings {tuple(condition_emb.shape)} must match "
+                f"sentence embeddings {tuple(sentence_emb.shape)}"
+            )
         return self.project(sentence_emb, self.condition_params(condition_emb))
 
     def corpus_view(self, corpus: torch.Tensor, params: tuple[torch.Tensor, ...]) -> CorpusView:
@@ -186,24 +186,17 @@ class HypernetHead(ConditionHead):
         self.rank = rank
         if rank is None:
             self.hyper_full = nn.Linear(dim, dim * dim)
+            layers = [self.hyper_full]
         else:
             self.hyper_w1 = nn.Linear(dim, dim * rank)
             self.hyper_w2 = nn.Linear(dim, dim * rank)
+            layers = [self.hyper_w1, self.hyper_w2]
         if init == "scaled":
-            self._rescale_init()
-
-    def _rescale_init(self) -> None:
-        # nn.Linear's default init makes ||W_c s|| shrink with d and K; choose the std so that for unit-norm c
-        # and s, W_c s starts with about unit norm (cosine ignores scale, the optimiser's step size does not):
-        # full: entries of W_c ~ N(0, 1/d); low rank: entries of W1, W2 ~ N(0, (dK)^-1/2).
-        with torch.no_grad():
-            if self.rank is None:
-                nn.init.normal_(self.hyper_full.weight, std=self.dim**-0.5)
-                nn.init.zeros_(self.hyper_full.bias)
-            else:
-                for layer in (self.hyper_w1, self.hyper_w2):
-                    nn.init.normal_(layer.weight, std=(self.dim * self.rank) ** -0.25)
-                    nn.init.zeros_(layer.bias)
+            # nn.Linear's default init makes ||W_c s|| shrink with d and K; these stds make W_c s start with about
+            # unit norm for unit-norm c and s (cosine ignores scale, the optimiser's step size does not).
+            for layer in layers:
+                nn.init.normal_(layer.weight, std=dim**-0.5 if rank is None else (dim * rank) ** -0.25)
+                nn.init.zeros_(layer.bias)
 
     def condition_params(self, condition_emb: torch.Tensor) -> tuple[torch.Tensor, ...]:
         c = self.dropout(self.condition_transform(condition_emb))
@@ -334,16 +327,9 @@ def _inv_sqrt(squared: torch.Tensor) -> torch.Tensor:
 
 
 def head_parameter_count(kind: str, dim: int, rank: int | None = 64) -> int:
-    """Parameters of a head, computed without building it (for the memory check)."""
-    transform = dim * dim + dim
-    if kind == "hadamard":
-        return transform
-    if kind == "concat":
-        return transform + 2 * dim * dim + dim
-    if kind == "hypernet":
-        per_entry = dim + 1  # a weight row of length d plus a bias, per output entry
-        return transform + (dim * dim * per_entry if rank is None else 2 * dim * rank * per_entry)
-    raise SubspacesError(f"unknown head {kind!r}; choose one of {', '.join(HEAD_KINDS)}")
+    """Parameters of a head, counted on torch's meta device (nothing is allocated; for the memory check)."""
+    with torch.device("meta"):
+        return sum(p.numel() for p in _build_head(kind, dim, rank).parameters())
 
 
 def available_memory_bytes() -> int:
@@ -398,24 +384,20 @@ def make_head(
     elif isinstance(rank, str):
         raise SubspacesError(f"rank must be an integer, None (full) or 'auto', got {rank!r}")
     check_head_fits(kind, dim, rank, memory_bytes=memory_bytes)
+    return _build_head(kind, dim, rank, activation=activation, dropout=dropout, init=init)
+
+
+def _build_head(kind: str, dim: int, rank: int | None, activation: str = "relu", **options: Any) -> ConditionHead:
     if kind == "hadamard":
-        return HadamardHead(dim, dropout=dropout, init=init)
+        return HadamardHead(dim, **options)
     if kind == "concat":
-        return ConcatHead(dim, activation=activation, dropout=dropout, init=init)
-    return HypernetHead(dim, rank=rank, dropout=dropout, init=init)
+        return ConcatHead(dim, activation=activation, **options)
+    if kind == "hypernet":
+        return HypernetHead(dim, rank=rank, **options)
+    raise SubspacesError(f"unknown head {kind!r}; choose one of {', '.join(HEAD_KINDS)}")
 
 
 def head_from_config(config: dict) -> ConditionHead:
     """Rebuild a head from :meth:`ConditionHead.config` (as saved in a model folder)."""
     config = dict(config)
     return make_head(config.pop("kind"), config.pop("dim"), config.pop("rank", None), **config)
-
-
-def _check_pair(sentence_emb: torch.Tensor, condition_emb: torch.Tensor, dim: int) -> None:
-    if sentence_emb.ndim != 2 or sentence_emb.shape[-1] != dim:
-        raise DimensionError(f"sentence embeddings must be (B, {dim}), got {tuple(sentence_emb.shape)}")
-    if condition_emb.shape != sentence_emb.shape:
-        raise DimensionError(
-            f"condition embeddings {tuple(condition_emb.shape)} must match "
-            f"sentence embeddings {tuple(sentence_emb.shape)}"
-        )
