@@ -293,6 +293,38 @@ def read_jsonl(path: str | os.PathLike[str], *, label: object = None) -> Iterato
             yield number, record
 
 
+def read_csv(
+    path: str | os.PathLike[str], columns: Sequence[str], optional: Sequence[str] = ()
+) -> Iterator[tuple[int, int, dict[str, str]]]:
+    """``(row number from 0, line number, {column: cell})`` for each non-blank row of a CSV file (``.gz`` read
+    through) whose header names all of ``columns`` (and any of ``optional``); every row has the header's field count,
+    else a :class:`DataError` naming the file and line."""
+    p = check_file(path)
+    with open_text(p, newline="") as handle:
+        reader = csv.reader(handle)
+        try:
+            header = [h.strip() for h in next(reader)]
+            missing = [c for c in columns if c not in header]
+            if missing:
+                *rest, last = columns
+                needed = f"{', '.join(rest)} and {last}" if rest else last
+                message = f"header lacks column(s) {', '.join(missing)}: it must name {needed}, found {header}"
+                raise DataError(message, p, 1)
+            wanted = {c: header.index(c) for c in (*columns, *optional) if c in header}
+            for number, row in enumerate(reader):
+                if not row or all(not c.strip() for c in row):
+                    continue
+                if len(row) != len(header):
+                    raise DataError(f"expected {len(header)} fields, found {len(row)}", p, reader.line_num)
+                yield number, reader.line_num, {c: row[i] for c, i in wanted.items()}
+        except StopIteration:
+            raise DataError("file is empty", path=p) from None
+        except UnicodeDecodeError as exc:
+            raise DataError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=p) from exc
+        except (OSError, EOFError, csv.Error) as exc:  # a truncated gzip, an unreadable file, a broken quote
+            raise DataError(f"cannot read as CSV: {exc}", path=p) from exc
+
+
 def _read_jsonl_texts(path: str | os.PathLike[str], field: str) -> list[str]:
     texts: list[str] = []
     for number, record in read_jsonl(path):

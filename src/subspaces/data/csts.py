@@ -5,13 +5,12 @@ may not be redistributed, so it is not bundled.
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from subspaces.errors import DataError
-from subspaces.io import check_file, save_json
+from subspaces.io import read_csv, save_json
 
 CSTS_LABEL_RANGE = (1.0, 5.0)
 CSTS_SPLITS = ("train", "validation", "test")
@@ -39,44 +38,23 @@ def read_csts(path: str | Path) -> list[ConditionalPair]:
 
     Labels must be numbers in 1..5, or -1/empty for withheld ones (read as ``None``).
     """
-    p = check_file(path)
     rows: list[ConditionalPair] = []
-    with open(p, encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle)
+    seen_idx: set[int] = set()
+    for number, line, row in read_csv(path, REQUIRED_COLUMNS, ("idx",)):
+        s1, s2, cond = row["sentence1"], row["sentence2"], row["condition"]
+        if not s1.strip() or not s2.strip() or not cond.strip():
+            raise DataError("empty sentence or condition", path=path, line=line)
+        label = _label(row["label"], path, line)
         try:
-            header = [h.strip() for h in next(reader)]
-        except StopIteration:
-            raise DataError("file is empty", path=p) from None
-        except UnicodeDecodeError as exc:
-            raise DataError(f"not UTF-8 text ({exc.reason})", path=p) from exc
-        missing = [c for c in REQUIRED_COLUMNS if c not in header]
-        if missing:
-            raise DataError(f"header lacks column(s) {', '.join(missing)}; found {header}", path=p, line=1)
-        col = {name: header.index(name) for name in (*REQUIRED_COLUMNS, "idx") if name in header}
-        seen_idx: set[int] = set()
-        try:
-            for number, row in enumerate(reader):
-                line = reader.line_num
-                if not row or all(not c.strip() for c in row):
-                    continue
-                if len(row) != len(header):
-                    raise DataError(f"expected {len(header)} fields, found {len(row)}", path=p, line=line)
-                s1, s2, cond = row[col["sentence1"]], row[col["sentence2"]], row[col["condition"]]
-                if not s1.strip() or not s2.strip() or not cond.strip():
-                    raise DataError("empty sentence or condition", path=p, line=line)
-                label = _label(row[col["label"]], p, line)
-                try:
-                    idx = int(row[col["idx"]]) if "idx" in col else number
-                except ValueError:
-                    raise DataError(f"idx {row[col['idx']]!r} is not an integer", path=p, line=line) from None
-                if idx in seen_idx:
-                    raise DataError(f"duplicate idx {idx}", path=p, line=line)
-                seen_idx.add(idx)
-                rows.append(ConditionalPair(s1, s2, cond, label, idx))
-        except UnicodeDecodeError as exc:
-            raise DataError(f"not UTF-8 text ({exc.reason})", path=p) from exc
+            idx = int(row["idx"]) if "idx" in row else number
+        except ValueError:
+            raise DataError(f"idx {row['idx']!r} is not an integer", path=path, line=line) from None
+        if idx in seen_idx:
+            raise DataError(f"duplicate idx {idx}", path=path, line=line)
+        seen_idx.add(idx)
+        rows.append(ConditionalPair(s1, s2, cond, label, idx))
     if not rows:
-        raise DataError("holds no rows", path=p)
+        raise DataError("holds no rows", path=path)
     return rows
 
 
@@ -101,7 +79,7 @@ def write_predictions(path: str | Path, rows: Sequence[ConditionalPair], scores:
     save_json(path, {str(r.idx): float(s) for r, s in zip(rows, scores, strict=True)})
 
 
-def _label(text: str, path: Path, line: int) -> float | None:
+def _label(text: str, path: str | Path, line: int) -> float | None:
     text = text.strip()
     if text in ("", "-1", "-1.0"):
         return None
