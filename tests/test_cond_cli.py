@@ -192,9 +192,10 @@ def test_frozen_bi_encoder_training_is_refused(setup):
 def test_search_ranks_a_stored_corpus_under_a_condition(setup, tmp_path):
     import numpy as np
 
-    from subspaces.models.triencoder import TriEncoder, build_tri_encoder
+    from subspaces.models.conditional import build_model
+    from subspaces.models.triencoder import TriEncoder
 
-    build_tri_encoder(str(setup / "enc"), head="hypernet", rank=4, seed=0).save(tmp_path / "head")
+    build_model(str(setup / "enc"), head="hypernet", rank=4, seed=0).save(tmp_path / "head")
     texts = ["a red car", "a blue sea", "a small dog", "a large house", "a green tree"]
     (tmp_path / "corpus.txt").write_text("\n".join(texts) + "\n")
     model = TriEncoder.load(tmp_path / "head")
@@ -230,9 +231,9 @@ def test_search_ranks_a_stored_corpus_under_a_condition(setup, tmp_path):
 
 
 def test_search_notes_a_condition_unseen_in_training(setup, tmp_path):
-    from subspaces.models.triencoder import build_tri_encoder
+    from subspaces.models.conditional import build_model
 
-    model = build_tri_encoder(str(setup / "enc"), head="hypernet", rank=4, seed=0)
+    model = build_model(str(setup / "enc"), head="hypernet", rank=4, seed=0)
     model.metadata["seen_conditions"] = ["the colour"]
     model.save(tmp_path / "head")
     (tmp_path / "corpus.txt").write_text("a red car\na blue sea\n")

@@ -324,9 +324,10 @@ def test_similarity_is_the_cosine_of_the_served_embeddings(serve, engine):
 
 
 def test_conditioned_similarity_uses_the_head_and_caches_its_matrices(tiny_model_dir, tmp_path):
-    from subspaces.models.triencoder import TriEncoder, build_tri_encoder
+    from subspaces.models.conditional import build_model
+    from subspaces.models.triencoder import TriEncoder
 
-    build_tri_encoder(str(tiny_model_dir), head="hypernet", rank=4, seed=0).save(tmp_path / "head")
+    build_model(str(tiny_model_dir), head="hypernet", rank=4, seed=0).save(tmp_path / "head")
     expected = TriEncoder.load(tmp_path / "head").similarity([TEXTS[0], TEXTS[1]], [TEXTS[2], TEXTS[3]], ["colour"] * 2)
     pairs = [[TEXTS[0], TEXTS[2]], [TEXTS[1], TEXTS[3]]]
     with TestClient(
@@ -373,10 +374,11 @@ def _ready(client: TestClient) -> None:
 
 def test_conditioned_search_ranks_by_the_heads_similarity(tiny_model_dir, tmp_path):
     pytest.importorskip("subspaces.store")
-    from subspaces.models.triencoder import TriEncoder, build_tri_encoder
+    from subspaces.models.conditional import build_model
+    from subspaces.models.triencoder import TriEncoder
     from subspaces.store import Store
 
-    build_tri_encoder(str(tiny_model_dir), head="hypernet", rank=4, seed=0).save(tmp_path / "head")
+    build_model(str(tiny_model_dir), head="hypernet", rank=4, seed=0).save(tmp_path / "head")
     Store.create(tmp_path / "store", str(tiny_model_dir)).add(TEXTS, ids=["a", "b", "c", "d"])
     query = "A red guitar in a small house."
     # What the head says of the query and each row under the condition: the order the search must give.

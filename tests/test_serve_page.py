@@ -45,11 +45,11 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def settings(tiny_model_dir, tmp_path_factory) -> ServeSettings:
-    from subspaces.models.triencoder import build_tri_encoder
+    from subspaces.models.conditional import build_model
     from subspaces.store import Store
 
     root = tmp_path_factory.mktemp("page")
-    build_tri_encoder(str(tiny_model_dir), head="hypernet", rank=4, seed=0).save(root / "head")
+    build_model(str(tiny_model_dir), head="hypernet", rank=4, seed=0).save(root / "head")
     Store.create(root / "store", str(tiny_model_dir)).add(TEXTS, ids=["guitar", "dog", "house", "html"])
     return ServeSettings(backend="torch", model=str(tiny_model_dir), store=root / "store", head=root / "head")
 

@@ -20,7 +20,8 @@ from subspaces.errors import ModelNotFoundError, SubspacesError
 from subspaces.models.embedding_cache import CacheSettings, EmbeddingCache
 from subspaces.models.folder import TASK_FOLDERS, encoder_reference, is_model_folder, read_config
 from subspaces.models.forward import embed_with_grad
-from subspaces.models.triencoder import ConditionalEncoder, EncoderAt, TriEncoder, build_tri_encoder
+from subspaces.models.heads import make_head
+from subspaces.models.triencoder import ConditionalEncoder, EncoderAt, TriEncoder
 
 ARCHS = ("tri", "bi")
 
@@ -115,26 +116,26 @@ def build_model(
     if arch not in ARCHS:
         hint = " (the encoder comes first: build_model(model, arch))" if model in ARCHS else ""
         raise SubspacesError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}{hint}")
-    if arch == "tri":
-        return build_tri_encoder(
-            model,
-            head=head,
-            rank=rank,
-            condition_encoder=condition_encoder,
-            freeze_encoder=freeze_encoder,
-            max_length=max_length,
-            task=task,
-            seed=seed,
-            device=device,
-            head_options=head_options,
-            cache=cache,
-        )
-    if condition_encoder is not None:
+    if arch == "bi" and condition_encoder is not None:
         raise SubspacesError("a separate condition encoder applies to the tri-encoder only")
     encoder = load_encoder(model, max_seq_length=max_length, device=device)
-    tail = None if shared_encoder else load_encoder(model, max_seq_length=max_length, device=device)
-    return BiEncoder(
-        encoder, tail, task=task, freeze_encoder=freeze_encoder, encoder_name=encoder_reference(model), cache=cache
+    if arch == "bi":
+        tail = None if shared_encoder else load_encoder(model, max_seq_length=max_length, device=device)
+        return BiEncoder(
+            encoder, tail, task=task, freeze_encoder=freeze_encoder, encoder_name=encoder_reference(model), cache=cache
+        )
+    cond = load_encoder(condition_encoder, max_seq_length=max_length, device=device) if condition_encoder else None
+    if seed is not None:
+        torch.manual_seed(seed)
+    return TriEncoder(
+        encoder,
+        make_head(head, int(encoder.get_embedding_dimension() or 0), rank, **(head_options or {})).to(device),
+        condition_encoder=cond,
+        freeze_encoder=freeze_encoder,
+        encoder_name=encoder_reference(model),
+        condition_encoder_name=encoder_reference(condition_encoder) if condition_encoder else None,
+        task=task,
+        cache=cache,
     )
 
 

@@ -1,16 +1,15 @@
-"""Hyper-CL's tri-encoder: one for conditional similarity (:mod:`subspaces.cond`) and KGC (:mod:`subspaces.kgc`).
+"""Hyper-CL's tri-encoder, for conditional similarity (:mod:`subspaces.cond`) and KGC (:mod:`subspaces.kgc`).
 
-Texts and conditions are encoded independently; a condition head (:mod:`subspaces.models.heads`) projects each
-text under its condition, ``z = head(E(text), E_c(condition))`` (cond: ``cos(z(s1, c), z(s2, c))``; kgc: the query
-``z(h, r)`` scored against every ``E(t)``). Encoder outputs and the head's per-condition parameters are cached
-whenever they do not train; :meth:`TriEncoder.search` ranks stored sentence vectors under any condition without
-re-encoding them (:class:`ConditionalCorpus`). Saved as a folder of :mod:`subspaces.models.folder`'s format
-(``head.pt`` + encoders, or references to them).
+Texts and conditions are encoded independently and a condition head (:mod:`subspaces.models.heads`) projects each
+text under its condition, ``z = head(E(text), E_c(condition))``. What does not train is cached;
+:meth:`TriEncoder.search` ranks stored sentence vectors under any condition without re-encoding them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from abc import abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -25,7 +24,6 @@ from subspaces.errors import DimensionError, SubspacesError
 from subspaces.io import atomic_path
 from subspaces.models.embedding_cache import CacheSettings, EmbeddingCache
 from subspaces.models.folder import (
-    encoder_reference,
     is_saved_here,
     load_referenced_encoder,
     read_config,
@@ -39,7 +37,6 @@ from subspaces.models.heads import (
     conditional_search,
     corpus_view,
     head_from_config,
-    make_head,
     project_grouped,
 )
 
@@ -119,19 +116,19 @@ class ConditionalEncoder(nn.Module):
             for p in enc.parameters():
                 p.requires_grad_(not self.freeze_encoder)
 
-    def encoders(self) -> list[Any]:
-        raise NotImplementedError
+    @abstractmethod
+    def encoders(self) -> list[Any]: ...
 
-    def _embed(self, kind: str, texts: Sequence[Any], description: str | None) -> torch.Tensor:
-        raise NotImplementedError
+    @abstractmethod
+    def _embed(self, kind: str, texts: Sequence[Any], description: str | None) -> torch.Tensor: ...
 
     def embed_sentences(self, texts: Sequence[Any], description: str | None = None) -> torch.Tensor:
         return self._embed("sentence", texts, description)
 
+    @abstractmethod
     def project_pairs(
         self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
     def _forget_weights(self) -> None:
         """Drop what was computed from weights that are about to change (training) or were replaced (loading)."""
@@ -147,8 +144,8 @@ class ConditionalEncoder(nn.Module):
             self._forget_weights()
         return self
 
-    def caches(self) -> dict[str, LRUCache]:
-        raise NotImplementedError
+    @abstractmethod
+    def caches(self) -> dict[str, LRUCache]: ...
 
     def clear_caches(self, reset_stats: bool = True) -> None:
         self.store.clear(reset_stats)
@@ -163,31 +160,28 @@ class ConditionalEncoder(nn.Module):
     def similarity(
         self, sentences1: Sequence[str], sentences2: Sequence[str], conditions: Sequence[str], *, batch_size: int = 256
     ) -> np.ndarray:
-        """``cos`` of the two sentences under each condition, in input order: in batches, in eval mode, without
-        gradients."""
+        """``cos`` of the two sentences under each condition, in input order (in batches, :meth:`_inference`)."""
         if not len(sentences1) == len(sentences2) == len(conditions):
             raise SubspacesError(
                 f"sentences1, sentences2 and conditions differ in length "
                 f"({len(sentences1)}, {len(sentences2)}, {len(conditions)})"
             )
-
-        @torch.no_grad()
-        def cosines() -> np.ndarray:
-            out = []
+        out = []
+        with self._inference():
             for start in range(0, len(conditions), batch_size):
                 sl = slice(start, start + batch_size)
                 z1, z2 = self.project_pairs(sentences1[sl], sentences2[sl], conditions[sl])
                 out.append(F.cosine_similarity(z1, z2, dim=-1).cpu())
-            return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)
+        return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.float32)
 
-        return self._eval(cosines)
-
-    def _eval(self, fn: Any) -> Any:
-        # outside training: no dropout, and the caches in use
+    @contextmanager
+    def _inference(self) -> Iterator[None]:
+        """Eval mode (no dropout, the caches in use) and no gradients; the previous mode afterwards."""
         was_training = self.training
         self.eval()
         try:
-            return fn()
+            with torch.no_grad():
+                yield
         finally:
             self.train(was_training)
 
@@ -264,11 +258,11 @@ class ConditionalEncoder(nn.Module):
         return model.eval()
 
     @classmethod
+    @abstractmethod
     def _rebuild(
         cls, folder: Path, config: dict[str, Any], encoder_at: EncoderAt, *, device: str, **options: Any
     ) -> Self:
         """The model of a saved ``config``: its encoders from ``encoder_at``, its own parts, and ``options``."""
-        raise NotImplementedError
 
 
 class TriEncoder(ConditionalEncoder):
@@ -397,7 +391,11 @@ class TriEncoder(ConditionalEncoder):
     # --- conditional search ------------------------------------------------------------------------------
     def index_corpus(self, corpus: np.ndarray | torch.Tensor | Sequence[str]) -> None:
         """Set what :meth:`search` ranks: sentence vectors (N, d) of this model's encoder, or texts to embed."""
-        vectors = _tensor(corpus) if isinstance(corpus, (np.ndarray, torch.Tensor)) else self._eval_embed(list(corpus))
+        if isinstance(corpus, (np.ndarray, torch.Tensor)):
+            vectors = _tensor(corpus)
+        else:
+            with self._inference():
+                vectors = self.embed_sentences(list(corpus))
         self.corpus_cache.clear()  # views of the previous corpus
         self.corpus = ConditionalCorpus(self.head, vectors.to(self.head_device), self.corpus_cache)
 
@@ -408,12 +406,12 @@ class TriEncoder(ConditionalEncoder):
         under ``condition``; a condition not seen in training is still projected, and ``note`` says so."""
         if self.corpus is None:
             raise SubspacesError("no corpus to search: call index_corpus(vectors or texts) first")
-        if isinstance(query, (np.ndarray, torch.Tensor)):
-            vectors = query
-        else:
-            vectors = self._eval_embed([query] if isinstance(query, str) else list(query))
-        with torch.no_grad():
-            params, _ = self._eval(lambda: self.condition_params([condition]))
+        with self._inference():
+            if isinstance(query, (np.ndarray, torch.Tensor)):
+                vectors = query
+            else:
+                vectors = self.embed_sentences([query] if isinstance(query, str) else list(query))
+            params, _ = self.condition_params([condition])
         scores, rows = self.corpus.search(vectors, content_key("conditioned-corpus", condition), params, k)
         seen = self.condition_seen(condition)
         note = None
@@ -429,10 +427,6 @@ class TriEncoder(ConditionalEncoder):
         the ``seen_conditions`` of its metadata, written by ``cond train`` and ``kgc train``)."""
         seen = self.metadata.get("seen_conditions")
         return None if seen is None else condition in set(seen)
-
-    def _eval_embed(self, texts: list[str]) -> torch.Tensor:
-        with torch.no_grad():
-            return self._eval(lambda: self.embed_sentences(texts))
 
     # --- persistence -------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
@@ -466,37 +460,3 @@ class TriEncoder(ConditionalEncoder):
             condition_encoder_name=condition_name,
             **options,
         )
-
-
-def build_tri_encoder(
-    model: str,
-    *,
-    head: str = "hypernet",
-    rank: int | str | None = "auto",
-    condition_encoder: str | None = None,
-    freeze_encoder: bool = True,
-    max_length: int | None = None,
-    task: str = "cond",
-    device: str = "cpu",
-    seed: int | None = None,
-    head_options: dict[str, Any] | None = None,
-    **options: Any,
-) -> TriEncoder:
-    """A fresh tri-encoder on ``model`` (a bundled name or a folder); ``seed`` seeds the head's initialisation;
-    ``rank`` and ``head_options`` go to :func:`~subspaces.models.heads.make_head`."""
-    from subspaces.models.encoder import load_encoder
-
-    encoder = load_encoder(model, max_seq_length=max_length, device=device)
-    cond = load_encoder(condition_encoder, max_seq_length=max_length, device=device) if condition_encoder else None
-    if seed is not None:
-        torch.manual_seed(seed)
-    return TriEncoder(
-        encoder,
-        make_head(head, int(encoder.get_embedding_dimension() or 0), rank, **(head_options or {})).to(device),
-        condition_encoder=cond,
-        freeze_encoder=freeze_encoder,
-        encoder_name=encoder_reference(model),
-        condition_encoder_name=encoder_reference(condition_encoder) if condition_encoder else None,
-        task=task,
-        **options,
-    )
