@@ -1,15 +1,10 @@
 """Partial fine-tuning over cached activations: train only the top N transformer layers of a sentence encoder.
 
-The embeddings and the bottom layers are frozen, so their output for an input is computed once (eval mode, no
-gradient) and stored as float16 (cosine > 0.9999 to the full forward; beyond float16's range it is refused):
-
-    with partially_trained([(model, train_texts)], 2, cache_dir=True) as attached:  # all but the top 2 frozen
-        ...train as usual: every loss calling model(features), model.encode...      # the cache is filled first
-
-While attached, the ``Transformer`` module's ``preprocess`` adds the cached bottom states to the features
-(``STATES``; an input not cached is computed then) and its ``forward`` runs only the top layers on them. Entries are
-keyed by SHA-256 over the frozen part's identity and the input's token ids; on disk a folder holds
-``manifest.json`` (the identity) and ``shard-<sha256>.pt`` files, written atomically and checked when read.
+The embeddings and bottom layers are frozen, so their output for an input is computed once (eval mode, no
+gradient) and stored as float16. While attached, the ``Transformer`` module's ``preprocess`` adds the cached bottom
+states to the features (``STATES``) and its ``forward`` runs only the top layers on them. Entries are keyed by
+SHA-256 over the frozen part's identity and the input's token ids; on disk a folder holds ``manifest.json`` (the
+identity) and ``shard-<sha256>.pt`` files, written atomically and checked when read.
 """
 
 from __future__ import annotations
@@ -49,25 +44,27 @@ def partial_fine_tuning(
     state_dropout: float = 0.0,
     keyed: bool = False,
 ) -> PartialFineTuning | None:
-    """Attach partial fine-tuning to ``model`` (a ``SentenceTransformer``), or return None for ``None``/``"all"``.
+    """Train only the top ``trainable_layers`` (1..depth, an int or its string) of ``model`` (a
+    ``SentenceTransformer``) over cached outputs of its frozen bottom; ``None``/``"all"``: nothing is attached.
 
-    Args:
-        trainable_layers: how many top transformer layers train (1..depth), as an int or its string ("2");
-            ``None`` or ``"all"``: the model trains whole, nothing is attached.
-        cache_dir: where the bottom states live. ``None``/``False``: in memory only. ``True``: on disk under
-            ``subspaces.config.cache_dir() / "activations" / <key>``. A path: that folder (refused, naming what
-            differs, if it was built for another model or setting).
-        show_progress: show a progress bar in :meth:`PartialFineTuning.prepare`.
-        state_dropout: dropout on the cached bottom states while the top layers train: puts back the noise the
-            frozen bottom no longer adds (SimCSE's dropout views need it; ``benchmarks/notes/simcse.md``).
-        keyed: a path ``cache_dir`` holds one subfolder per frozen bottom, named by its key (as ``True``'s root
-            does), so that several encoders (a tri-encoder's sentence and condition encoders) share one folder.
+    ``cache_dir``: ``None``/``False`` in memory only; ``True`` under ``cache_dir()/activations/<key>``; a path: that
+    folder (refused if built for another model or setting), or with ``keyed`` one subfolder per frozen bottom so
+    that several encoders share it. ``state_dropout``: dropout on the cached states while the top layers train,
+    the noise the frozen bottom no longer adds (SimCSE's dropout views need it).
     """
-    layers = _parse_layers(trainable_layers)
-    if layers is None:
+    if trainable_layers is None or trainable_layers == "all":
         return None
+    if isinstance(trainable_layers, str) and trainable_layers.strip().lstrip("-").isdigit():
+        trainable_layers = int(trainable_layers)
+    if isinstance(trainable_layers, bool) or not isinstance(trainable_layers, int):
+        raise SubspacesError(f"trainable layers must be a whole number or 'all', got {trainable_layers!r}")
     return PartialFineTuning(
-        model, layers, cache_dir=cache_dir, show_progress=show_progress, state_dropout=state_dropout, keyed=keyed
+        model,
+        trainable_layers,
+        cache_dir=cache_dir,
+        show_progress=show_progress,
+        state_dropout=state_dropout,
+        keyed=keyed,
     )
 
 
@@ -113,8 +110,7 @@ def partially_trained(
 
 
 class PartialFineTuning:
-    """The top ``trainable_layers`` of ``model`` train over cached outputs of its frozen bottom (module docstring);
-    ``computed`` counts the inputs whose bottom states this instance computed."""
+    """Attached by :func:`partial_fine_tuning`; ``computed`` counts the inputs whose bottom states it computed."""
 
     batch_size = 64  # inputs per bottom forward in prepare
 
@@ -132,11 +128,10 @@ class PartialFineTuning:
             raise SubspacesError(f"state dropout must be in [0, 1), got {state_dropout!r}")
         self.state_dropout = state_dropout
         self.transformer, self._hf, layers = _transformer_layers(model)
-        _check_forward_supported(self.transformer, self._hf)
         if getattr(self.transformer, _ATTACHED, None) is not None:
             raise SubspacesError("this model is already under partial fine-tuning; detach that first")
         self.total_layers = len(layers)
-        if isinstance(trainable_layers, bool) or not 1 <= trainable_layers <= self.total_layers:
+        if not 1 <= trainable_layers <= self.total_layers:
             raise SubspacesError(
                 f"trainable layers must be between 1 and the model's depth, {self.total_layers}; "
                 f"got {trainable_layers!r}"
@@ -150,14 +145,14 @@ class PartialFineTuning:
         self._preprocess_depth = 0
         self.identity = self._identity()
         self._key_seed = hashlib.sha256(json.dumps(self.identity, sort_keys=True).encode())
-        folder = _cache_folder(cache_dir, self._key_seed.hexdigest()[:16], keyed=keyed)
+        key = self._key_seed.hexdigest()[:16]
+        if cache_dir is None or cache_dir is False:
+            folder = None
+        elif cache_dir is True:
+            folder = cache_root() / "activations" / key
+        else:
+            folder = Path(cache_dir).expanduser() / key if keyed else Path(cache_dir).expanduser()
         self.cache = ActivationStore(folder, self.identity)
-        self.attached = False
-        self._attach()
-
-    # -- attach / detach ---------------------------------------------------------------------------------------
-
-    def _attach(self) -> None:
         module = self.transformer
         self._saved_requires_grad = [(p, p.requires_grad) for m in self._bottom for p in m.parameters()]
         for p, _ in self._saved_requires_grad:
@@ -242,9 +237,9 @@ class PartialFineTuning:
             if types is not None:
                 digest.update(b"|" + types[i, :n].numpy().tobytes())
             keys.append(digest.hexdigest())
-        missing: dict[str, int] = {}
+        missing: dict[str, int] = {}  # the first row of each key not cached
         for i, key in enumerate(keys):
-            if key not in self.cache and key not in missing:
+            if key not in self.cache.entries and key not in missing:
                 missing[key] = i
         if missing:
             self._compute(missing, ids, mask, types, lengths_list)
@@ -279,7 +274,7 @@ class PartialFineTuning:
         keys, lengths = self._ensure(features)
         out = torch.zeros(len(keys), features["input_ids"].shape[1], self._hf.config.hidden_size, dtype=torch.float16)
         for i, (key, n) in enumerate(zip(keys, lengths, strict=True)):
-            out[i, :n] = self.cache.get(key)
+            out[i, :n] = self.cache.entries[key]
         return out
 
     # -- the forward -------------------------------------------------------------------------------------------
@@ -358,20 +353,14 @@ class ActivationStore:
         self.folder = folder
         self.hidden_size = int(identity["hidden_size"])
         self.shard_bytes = SHARD_BYTES
-        self._entries: dict[str, torch.Tensor] = {}
+        self.entries: dict[str, torch.Tensor] = {}
         self._pending: dict[str, torch.Tensor] = {}
         self._pending_bytes = 0
         if folder is not None:
             self._open(identity)
 
-    def __contains__(self, key: str) -> bool:
-        return key in self._entries
-
-    def get(self, key: str) -> torch.Tensor:
-        return self._entries[key]
-
     def add(self, key: str, states: torch.Tensor) -> None:
-        self._entries[key] = states
+        self.entries[key] = states
         if self.folder is not None:
             self._pending[key] = states
             self._pending_bytes += states.numel() * states.element_size()
@@ -422,7 +411,7 @@ class ActivationStore:
                 handle.write(json.dumps(identity, indent=1, sort_keys=True).encode())
         for shard in sorted(folder.glob("shard-*.pt")):
             for key, states in _read_shard(shard, self.hidden_size):
-                self._entries.setdefault(key, states)
+                self.entries.setdefault(key, states)
 
 
 def _read_shard(path: Path, hidden_size: int) -> Iterator[tuple[str, torch.Tensor]]:
@@ -453,29 +442,9 @@ def _read_shard(path: Path, hidden_size: int) -> Iterator[tuple[str, torch.Tenso
     return zip(keys, torch.split(states, lengths.tolist()), strict=True)
 
 
-def _cache_folder(cache_dir: str | os.PathLike[str] | bool | None, key: str, *, keyed: bool = False) -> Path | None:
-    """The folder of one frozen bottom's cache: ``cache_dir`` itself, or its subfolder named ``key`` (the identity's
-    hash; ``True``: under the cache root; ``keyed``: under the path)."""
-    if cache_dir is None or cache_dir is False:
-        return None
-    if cache_dir is True:
-        return cache_root() / "activations" / key
-    folder = Path(cache_dir).expanduser()
-    return folder / key if keyed else folder
-
-
-def _parse_layers(value: int | str | None) -> int | None:
-    if value is None or value == "all":
-        return None
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise SubspacesError(f"trainable layers must be a whole number or 'all', got {value!r}")
-    return value
-
-
 def _transformer_layers(model: Any) -> tuple[Any, Any, nn.ModuleList]:
-    """The model's Transformer module, its Hugging Face model and that model's layer list (BERT-like only)."""
+    """The model's Transformer module, its Hugging Face model and that model's layer list; refuses what partial
+    fine-tuning cannot run (not BERT-like, a layer-reading pooler, flash attention, left padding)."""
     from sentence_transformers.base.modules import Transformer
 
     first = model[0] if len(model) else None
@@ -501,11 +470,7 @@ def _transformer_layers(model: Any) -> tuple[Any, Any, nn.ModuleList]:
             f"partial fine-tuning supports BERT-like encoders (embeddings, then encoder.layer); {type(hf).__name__} "
             "is not one"
         )
-    return first, hf, layers
-
-
-def _check_forward_supported(transformer: Any, hf: Any) -> None:
-    text = transformer.modality_config.get("text", {})
+    text = first.modality_config.get("text", {})
     output = text.get("method_output_name")
     if text.get("method") != "forward" or output not in ("last_hidden_state", ["last_hidden_state"]):
         raise SubspacesError("partial fine-tuning needs a model whose text output is the last hidden state")
@@ -516,6 +481,6 @@ def _check_forward_supported(transformer: Any, hf: Any) -> None:
         )
     if str(getattr(hf.config, "_attn_implementation", "")).startswith("flash"):
         raise SubspacesError("partial fine-tuning needs padded inputs; flash attention flattens them")
-    tokenizer = transformer.tokenizer
-    if tokenizer is not None and getattr(tokenizer, "padding_side", "right") != "right":
+    if first.tokenizer is not None and getattr(first.tokenizer, "padding_side", "right") != "right":
         raise SubspacesError("partial fine-tuning needs a right-padding tokenizer")
+    return first, hf, layers
