@@ -23,6 +23,7 @@ from subspaces.numerics import cpu_record
 from subspaces.progress import Progress
 from subspaces.state_folder import read_state_folder, write_state_folder
 from subspaces.vectors import check_rows, normalize_rows, principal_axes
+from subspaces.vectors_file import map_vectors_file
 
 FORMAT_VERSION = 3  # from 3, adapter.json's own fields are hashed: an edited scale or parameter is refused
 CONFIG_FILE = "adapter.json"
@@ -225,20 +226,21 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
             raise DataError(f"the adapter needs at least 2 rows to compare, got {n}")
         dims = check_dims(self.dims, full)
         pair_rows = self._check_pairs(pairs, n)
+        seed = 0 if self.random_state is None else int(self.random_state)
         start_time = time.perf_counter()
         self.n_features_in_ = full
         self.dims_ = dims if dims[-1] == full else [*dims, full]
         self.scale_ = float(np.linalg.norm(x_np, axis=1).mean())
         rotation = None
         if self.basis == "pca":
-            rotation = principal_axes(x_np, seed=0 if self.random_state is None else int(self.random_state))
+            rotation = principal_axes(x_np, seed=seed)
             x_np = x_np @ rotation
         xs = torch.from_numpy(np.ascontiguousarray(x_np / self.scale_, dtype=np.float32))
         batch = min(int(self.batch_size), n)
         with torch.random.fork_rng(devices=[]):  # seeded without touching the caller's global RNG
-            torch.manual_seed(0 if self.random_state is None else int(self.random_state))
+            torch.manual_seed(seed)
             g = self._module(full)
-            order = torch.Generator().manual_seed(0 if self.random_state is None else int(self.random_state))
+            order = torch.Generator().manual_seed(seed)
             probe = torch.randperm(n, generator=order)[:batch]
             optimiser = torch.optim.AdamW(g.parameters(), lr=self.lr, weight_decay=self.weight_decay)
 
@@ -366,3 +368,30 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         except (KeyError, TypeError, ValueError) as exc:
             raise DataError(f"malformed adapter config: {exc}", path=config_path) from exc
         return adapter
+
+
+def adapt_file(
+    adapter: MatryoshkaAdapter,
+    input_path: str | os.PathLike[str],
+    output_path: str | os.PathLike[str],
+    *,
+    chunk_size: int = 65_536,
+    show_progress: bool = False,
+) -> int:
+    """Write ``adapter.transform`` of every row of ``input_path`` (.npy or .parquet) to ``output_path``, chunk by
+    chunk, atomically (:func:`subspaces.vectors_file.map_vectors_file`, as ``align apply``); returns the row count. A
+    bad row (NaN/inf, zero) or width raises a :class:`DimensionError` naming the row."""
+
+    def adapted(rows: np.ndarray, where: str, start: int) -> np.ndarray:
+        return adapter.transform(check_vectors(rows, where, dim=adapter.n_features_in_, row_offset=start))
+
+    adapter._check_fitted()
+    return map_vectors_file(
+        input_path,
+        output_path,
+        adapted,
+        width=adapter.n_features_in_,
+        label="adapt apply:",
+        chunk_size=chunk_size,
+        show_progress=show_progress,
+    )
