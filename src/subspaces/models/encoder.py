@@ -12,7 +12,6 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal, overload
 
 import numpy as np
 import torch
@@ -50,22 +49,14 @@ def load_encoder(
     precision: str = "fp32",
     dtype: str = "float32",
 ) -> SentenceTransformer:
-    """Load a sentence encoder offline.
+    """Load a sentence encoder offline: a bundled short name, a sentence-transformers folder, a plain transformers
+    folder (mean pooling unless ``pooler``), or a built model (returned with ``pooler``/``max_seq_length`` applied).
 
-    Args:
-        name_or_path: a bundled short name (see ``subspaces model list``), a sentence-transformers folder, or a plain
-            transformers folder (then the pooler defaults to ``mean``). An already-built model is returned as is
-            (after applying ``pooler``/``max_seq_length``).
-        pooler: replace the model's pooling with one of SimCSE's poolers (:mod:`subspaces.models.pooling`).
-        max_seq_length: truncate inputs to this many tokens.
-        mlp_only_train: with ``pooler="cls"``, use the MLP only while training (unsupervised SimCSE's recipe).
-        device: torch device; CPU by default.
-        backend, precision: ``onnx``/``openvino`` run the transformer as an exported graph (fp32 or int8), built
-            once and cached (:mod:`subspaces.models.backends`); CPU only.
-        dtype: ``float32``, ``bfloat16`` or ``auto`` (bfloat16 where the CPU multiplies it natively): what the torch
-            backend runs in (:func:`subspaces.models.backends.resolve_dtype`); :func:`encode` returns float32 rows.
+    ``pooler``: one of SimCSE's (:mod:`subspaces.models.pooling`) instead of the model's own; ``mlp_only_train``:
+    with ``cls``, its MLP in training only. ``backend``/``precision``: ``onnx``/``openvino`` run the transformer as
+    a cached exported graph (fp32 or int8, CPU only); ``dtype``: what the torch backend runs in
+    (:func:`subspaces.models.backends.resolve_dtype`).
     """
-
     if pooler is not None and pooler not in POOLERS:
         raise SubspacesError(f"unknown pooler {pooler!r}; choose one of {', '.join(POOLERS)}")
     check_backend(backend, precision)
@@ -110,7 +101,12 @@ def _check_folder_code(path: Path) -> bool:
             raise ModelNotFoundError(f"{path / 'modules.json'} is unreadable: {exc}") from exc
     reasons = [f"module type {t!r}" for t in types if not t.startswith(("sentence_transformers.", "subspaces."))]
     reasons += [f"Python file {f.relative_to(path)}" for f in sorted(path.rglob("*.py"))][:3]
-    reasons += [f"auto_map in {c.relative_to(path)}" for c in sorted(path.rglob("config.json")) if _declares_code(c)]
+    for config in sorted(path.rglob("config.json")):
+        try:
+            if "auto_map" in json.loads(config.read_text()):
+                reasons.append(f"auto_map in {config.relative_to(path)}")
+        except (OSError, ValueError, TypeError):
+            pass  # transformers will say what is wrong with it
     if reasons:
         raise ModelNotFoundError(
             f"{path} ships its own code ({', '.join(reasons)}); subspaces will not run it. If you trust it, load it "
@@ -138,14 +134,6 @@ def resolve_device(device: str | None) -> str | None:
     elif parsed.type not in ("cpu", "cuda", "mps"):
         raise SubspacesError(f"device {device!r}: use cpu, cuda, cuda:N or mps")
     return device
-
-
-def _declares_code(config: Path) -> bool:
-    """Whether a transformers ``config.json`` points at Python code of its own (``auto_map``)."""
-    try:
-        return "auto_map" in json.loads(config.read_text())
-    except (OSError, ValueError, TypeError):
-        return False  # transformers will say what is wrong with it
 
 
 def portable(model: SentenceTransformer) -> SentenceTransformer:
@@ -189,38 +177,6 @@ def with_pooler(model: SentenceTransformer, pooler: str, *, mlp_only_train: bool
     )
 
 
-@overload
-def encode(
-    model: SentenceTransformer,
-    texts: Sequence[str],
-    *,
-    batch_size: int = ...,
-    normalize: bool = ...,
-    truncate_dim: int | None = ...,
-    output: Literal["numpy"] = ...,
-    show_progress: bool | None = ...,
-    description: str = ...,
-    threads: int | None = ...,
-    prompt: str | None = ...,
-) -> np.ndarray: ...
-
-
-@overload
-def encode(
-    model: SentenceTransformer,
-    texts: Sequence[str],
-    *,
-    batch_size: int = ...,
-    normalize: bool = ...,
-    truncate_dim: int | None = ...,
-    output: Literal["torch"],
-    show_progress: bool | None = ...,
-    description: str = ...,
-    threads: int | None = ...,
-    prompt: str | None = ...,
-) -> torch.Tensor: ...
-
-
 def encode(
     model: SentenceTransformer,
     texts: Sequence[str],
@@ -228,19 +184,18 @@ def encode(
     batch_size: int = 64,
     normalize: bool = False,
     truncate_dim: int | None = None,
-    output: Literal["numpy", "torch"] = "numpy",
     show_progress: bool | None = None,
     description: str = "encoding",
     threads: int | None = None,
     prompt: str | None = None,
-) -> np.ndarray | torch.Tensor:
-    """Embed ``texts`` in input order: sentence-transformers' ``encode`` plus truncation *before* normalisation
-    (prefixes are unit vectors), a progress display named by ``description``, and a check that no row is NaN or a
-    text a tokenizer cannot read (a lone surrogate).
+) -> np.ndarray:
+    """Embed ``texts`` in input order, as float32 rows: sentence-transformers' ``encode`` plus truncation *before*
+    normalisation (prefixes are unit vectors), a progress display, and a check that no row is NaN or a text a
+    tokenizer cannot read (a lone surrogate).
 
-    ``threads``: CPU threads for this call only (:func:`subspaces.config.scoped_threads`); None: the process's
-    setting, or :func:`subspaces.config.encoding_threads`. ``prompt``: the text put before each one (``""``: none,
-    not even the model's default prompt); None: the model's default prompt, if it has one.
+    ``threads``: CPU threads for this call only (None: the process's setting, or
+    :func:`subspaces.config.encoding_threads`). ``prompt``: the text put before each one (``""``: none, not even
+    the model's default prompt; None: the model's default prompt, if it has one).
     """
     if isinstance(texts, str):
         raise TypeError("texts must be a sequence of strings, not one string")
@@ -255,8 +210,7 @@ def encode(
         if truncate_dim is not None and not 0 < truncate_dim <= (dim or truncate_dim):
             raise DimensionError(f"truncate dim {truncate_dim} is outside 1..{dim}")
         if not texts:
-            out = torch.empty(0, truncate_dim or dim or 0)
-            return out.numpy() if output == "numpy" else out
+            return torch.empty(0, truncate_dim or dim or 0).numpy()
         if show_progress is None:
             show_progress = len(texts) >= 2048
 
@@ -279,7 +233,7 @@ def encode(
         emb = torch.cat(parts)
         emb = unit_prefix(emb, truncate_dim) if normalize else truncate(emb, truncate_dim)
         check_finite(emb, "encoded embeddings")
-        return emb.numpy() if output == "numpy" else emb
+        return emb.numpy()
 
 
 def unicode_problem(text: str) -> str | None:
