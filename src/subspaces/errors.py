@@ -11,12 +11,7 @@ class DataError(SubspacesError, ValueError):
     """A data file is missing, empty or malformed. The message names the file and, where known, the line."""
 
     def __init__(self, message: str, path: object | None = None, line: int | None = None) -> None:
-        where = ""
-        if path is not None:
-            where = f"{path}"
-            if line is not None:
-                where += f", line {line}"
-            where += ": "
+        where = "" if path is None else f"{path}: " if line is None else f"{path}, line {line}: "
         super().__init__(where + message)
         self.path = path
         self.line = line

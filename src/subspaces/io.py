@@ -1,4 +1,4 @@
-"""Atomic file writes and plain-text corpus reading."""
+"""Atomic file writes; texts, CSV/JSON-lines records and embeddings read with errors that name the file and line."""
 
 from __future__ import annotations
 
@@ -417,9 +417,13 @@ def _list_batch_to_array(column, path: Path, first_row: int, dim: int | None) ->
     return values.reshape(len(column), dim or 0)
 
 
-def iter_parquet_embeddings(path: str | os.PathLike[str], chunk_size: int) -> tuple[int, str, Iterator[np.ndarray]]:
-    """Row count, column name and chunks (2-D float32) of a one-column parquet file, read batch by batch."""
+def embedding_chunks(path: str | os.PathLike[str], chunk_size: int) -> tuple[int, str | None, Iterator[np.ndarray]]:
+    """Row count, parquet column name (None for .npy) and 2-D float chunks of an embeddings file, read a chunk at a
+    time (a .npy memory-mapped)."""
     p = check_file(path)
+    if p.suffix != ".parquet":
+        source, _ = read_embedding_file(p, mmap=True)
+        return len(source), None, (np.asarray(source[i : i + chunk_size]) for i in range(0, len(source), chunk_size))
     parquet, column = _parquet_column(p)
 
     def chunks() -> Iterator[np.ndarray]:
@@ -444,7 +448,7 @@ def read_embedding_file(path: str | os.PathLike[str], *, mmap: bool = False) -> 
     p = check_file(path)
     column = None
     if p.suffix == ".parquet":
-        n, column, chunks = iter_parquet_embeddings(p, 65_536)
+        n, column, chunks = embedding_chunks(p, 65_536)
         parts = list(chunks)
         if n == 0 or not parts:
             raise DataError("holds no rows", path=p)

@@ -52,14 +52,18 @@ def resolve(precision: str | None = None) -> str:
     return chosen
 
 
-@cache
-def native_bfloat16() -> bool:
-    """Whether this CPU multiplies bfloat16 natively (torch's own capability checks)."""
+def _torch_cpu_has(*checks: str) -> bool:
+    """Whether any of torch's CPU capability checks (``torch.cpu._is_*_supported``) says yes."""
     import torch
 
     cpu: Any = torch.cpu
-    checks = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
     return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
+
+
+@cache
+def native_bfloat16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively."""
+    return _torch_cpu_has("_is_amx_tile_supported", "_is_avx512_bf16_supported")
 
 
 @cache
@@ -70,11 +74,7 @@ def native_int8() -> bool:
         flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
         return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags.split(":", 1)[1].split()))
     except (OSError, StopIteration):
-        import torch
-
-        cpu: Any = torch.cpu
-        checks = ("_is_vnni_supported", "_is_amx_tile_supported")
-        return any(bool(getattr(cpu, name, lambda: False)()) for name in checks)
+        return _torch_cpu_has("_is_vnni_supported", "_is_amx_tile_supported")
 
 
 @cache

@@ -12,18 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from subspaces.errors import DataError, SubspacesError
-from subspaces.io import atomic_path, iter_parquet_embeddings, read_embedding_file, same_file
+from subspaces.io import atomic_path, embedding_chunks, same_file
 from subspaces.progress import Progress
 
 #: ``transform(rows, where, start)``: ``rows`` (the file's rows ``start``.., named ``where`` in errors) mapped.
 RowsTransform = Callable[[np.ndarray, str, int], np.ndarray]
-
-
-def _chunks(path: Path, chunk_size: int) -> tuple[int, str | None, Iterator[np.ndarray]]:
-    if path.suffix == ".parquet":
-        return iter_parquet_embeddings(path, chunk_size)
-    source, _ = read_embedding_file(path, mmap=True)
-    return len(source), None, (np.asarray(source[i : i + chunk_size]) for i in range(0, len(source), chunk_size))
 
 
 @contextlib.contextmanager
@@ -79,7 +72,7 @@ def map_vectors_file(
         raise DataError("output must end in .npy or .parquet", path=out_path)
     if same_file(in_path, out_path):
         raise SubspacesError(f"output must differ from input ({in_path}): the original collection is never modified")
-    n, column, chunks = _chunks(in_path, chunk_size)
+    n, column, chunks = embedding_chunks(in_path, chunk_size)
     if n == 0:
         raise DataError("holds no rows", path=in_path)
     with (

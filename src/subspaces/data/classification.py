@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from subspaces.config import dataset_dir
-from subspaces.data.text import file_lines
 from subspaces.data.wic import WIC_SPLITS, read_wic
 from subspaces.errors import DataError
-from subspaces.io import check_file, read_jsonl
+from subspaces.io import check_file, read_jsonl, read_lines
 
 TWEETEVAL_TASKS = ("emoji", "emotion", "hate", "irony", "offensive", "sentiment")
 
@@ -120,8 +119,8 @@ def load_tweeteval(task: str, split: str = "train", folder: str | Path | None = 
     if not text_path.is_file():
         why = " (the sentiment training texts are missing from this copy; use split 'val')" if split == "train" else ""
         raise DataError("file not found" + (why if task == "sentiment" else ""), path=text_path)
-    texts = file_lines(text_path)
-    raw_labels = [x.strip() for x in file_lines(check_file(label_path))]
+    texts = read_lines(text_path, skip_blank=False)
+    raw_labels = [x.strip() for x in read_lines(label_path, skip_blank=False)]
     if len(texts) != len(raw_labels):
         raise DataError(f"{len(texts)} texts but {len(raw_labels)} labels in {label_path.name}", path=text_path)
     names = _tweeteval_mapping(root / "mapping.txt")

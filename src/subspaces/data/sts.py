@@ -9,9 +9,8 @@ from pathlib import Path
 from typing import Literal
 
 from subspaces.config import dataset_dir
-from subspaces.data.text import file_lines
 from subspaces.errors import DataError
-from subspaces.io import check_file
+from subspaces.io import read_lines
 
 Variant = Literal["original", "senteval"]
 
@@ -56,17 +55,15 @@ def _float(text: str, path: Path, line: int) -> float:
 def read_stsb_file(path: Path) -> STSPairs:
     """One STS-B csv: tab-separated ``genre, file, year, id, score, s1, s2[, src1, src2]``, read without quoting."""
     s1, s2, scores = [], [], []
-    with open(check_file(path), encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, 1):
-            line = line.rstrip("\n")
-            if not line.strip():
-                continue
-            cols = line.split("\t")
-            if len(cols) < 7:
-                raise DataError(f"expected at least 7 tab-separated columns, found {len(cols)}", path=path, line=lineno)
-            scores.append(_float(cols[4], path, lineno))
-            s1.append(cols[5])
-            s2.append(cols[6])
+    for lineno, line in enumerate(read_lines(path, skip_blank=False), 1):
+        cols = line.split("\t")
+        if not line.strip():
+            continue
+        if len(cols) < 7:
+            raise DataError(f"expected at least 7 tab-separated columns, found {len(cols)}", path=path, line=lineno)
+        scores.append(_float(cols[4], path, lineno))
+        s1.append(cols[5])
+        s2.append(cols[6])
     if not scores:
         raise DataError("holds no pairs", path=path)
     return STSPairs(path.stem, s1, s2, scores)
@@ -80,7 +77,7 @@ def load_stsb(split: Literal["train", "dev", "test"] = "test", variant: Variant 
 
 def read_sts_subset(input_path: Path, gold_path: Path) -> tuple[list[str], list[str], list[float], int]:
     """A SemEval STS subset: ``s1\\ts2[\\t...]`` lines aligned with gold-score lines; unscored lines are skipped."""
-    inputs, golds = file_lines(check_file(input_path)), file_lines(check_file(gold_path))
+    inputs, golds = read_lines(input_path, skip_blank=False), read_lines(gold_path, skip_blank=False)
     if len(inputs) != len(golds):
         raise DataError(f"{len(inputs)} input lines but {len(golds)} gold lines in {gold_path.name}", path=input_path)
     s1, s2, scores, skipped = [], [], [], 0
@@ -88,7 +85,7 @@ def read_sts_subset(input_path: Path, gold_path: Path) -> tuple[list[str], list[
         if not gold.strip():
             skipped += 1
             continue
-        cols = row.rstrip("\r").split("\t")
+        cols = row.split("\t")
         if len(cols) < 2:
             raise DataError("expected two tab-separated sentences", path=input_path, line=lineno)
         s1.append(cols[0])
@@ -120,24 +117,21 @@ def load_sts_year(year: str, variant: Variant = "original") -> STSPairs:
 def read_sick_file(path: Path) -> STSPairs:
     """SentEval's SICK TSV with a header ``pair_ID sentence_A sentence_B relatedness_score entailment_judgment``."""
     s1, s2, scores = [], [], []
-    with open(check_file(path), encoding="utf-8") as handle:
-        header = handle.readline().rstrip("\n").split("\t")
-        try:
-            ia, ib, ir = header.index("sentence_A"), header.index("sentence_B"), header.index("relatedness_score")
-        except ValueError:
-            raise DataError(
-                f"header {header} lacks sentence_A/sentence_B/relatedness_score", path=path, line=1
-            ) from None
-        for lineno, line in enumerate(handle, 2):
-            line = line.rstrip("\n").rstrip("\r")
-            if not line.strip():
-                continue
-            cols = line.split("\t")
-            if len(cols) <= max(ia, ib, ir):
-                raise DataError(f"expected {len(header)} columns, found {len(cols)}", path=path, line=lineno)
-            s1.append(cols[ia])
-            s2.append(cols[ib])
-            scores.append(_float(cols[ir], path, lineno))
+    first, *lines = read_lines(path, skip_blank=False)
+    header = first.split("\t")
+    try:
+        ia, ib, ir = (header.index(c) for c in ("sentence_A", "sentence_B", "relatedness_score"))
+    except ValueError:
+        raise DataError(f"header {header} lacks sentence_A/sentence_B/relatedness_score", path=path, line=1) from None
+    for lineno, line in enumerate(lines, 2):
+        cols = line.split("\t")
+        if not line.strip():
+            continue
+        if len(cols) <= max(ia, ib, ir):
+            raise DataError(f"expected {len(header)} columns, found {len(cols)}", path=path, line=lineno)
+        s1.append(cols[ia])
+        s2.append(cols[ib])
+        scores.append(_float(cols[ir], path, lineno))
     if not scores:
         raise DataError("holds no pairs", path=path)
     return STSPairs("SICKRelatedness", s1, s2, scores)

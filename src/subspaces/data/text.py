@@ -15,13 +15,6 @@ def read_corpus(path: str | Path, *, limit: int | None = None) -> list[str]:
     return [line.strip() for line in read_lines(path, limit=limit)]
 
 
-def file_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 file as they are (blank ones included), without the empty string a final newline
-    leaves."""
-    lines = path.read_text(encoding="utf-8").split("\n")
-    return lines[:-1] if lines and lines[-1] == "" else lines
-
-
 def wordnet_sentences(*, limit: int | None = None) -> list[str]:
     """WordNet 3.0 definitions then examples (159,174 distinct lines), the stand-in for SimCSE's wiki1m."""
     folder = dataset_dir("wordnet_sentences")

@@ -55,9 +55,9 @@ class FunctionEvaluator(Evaluator):
 
 
 def as_evaluator(evaluator: Any) -> Evaluator | None:
-    """An :class:`Evaluator` as is; a plain callable wrapped in :class:`FunctionEvaluator`; None stays None."""
+    """An :class:`Evaluator` as is; None stays None; any other callable wrapped in :class:`FunctionEvaluator`, keeping
+    the ``primary_metric`` and ``greater_is_better`` it declares (a duck-typed evaluator from another package)."""
     if evaluator is None or isinstance(evaluator, Evaluator):
         return evaluator
-    if hasattr(evaluator, "primary_metric"):  # duck-typed evaluators (e.g. from another package) keep their metric
-        return FunctionEvaluator(evaluator, evaluator.primary_metric, getattr(evaluator, "greater_is_better", True))
-    return FunctionEvaluator(evaluator)
+    metric = getattr(evaluator, "primary_metric", "score")
+    return FunctionEvaluator(evaluator, metric, getattr(evaluator, "greater_is_better", True))
