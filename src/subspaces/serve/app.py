@@ -124,11 +124,8 @@ class _State:
         return self.engine
 
     async def encode(self, texts: list[str], prompt_name: str | None = None, *, prompt: str | None = None) -> Any:
-        """Full-size rows of ``texts`` (under the prompt ``prompt_name``, default the model's, or the prompt text
-        ``prompt``) through the batcher, and the tokens they cost: tokenised once, here, and the same tokens both
-        counted and encoded."""
+        """Full-size rows of ``texts`` through the batcher (prompts as :meth:`Engine.tokenize`), and their tokens."""
         engine, batcher = cast("tuple[Engine, Batcher]", (self.engine, self.batcher))
-        # Tokenising a large request is not the loop's job.
         tokenized = await run_in_threadpool(engine.tokenize, texts, prompt_name, prompt=prompt)
         counts = tokenized.counts
         return await self.result(lambda: batcher.encode(tokenized.inputs, counts)), sum(counts)
@@ -138,8 +135,8 @@ class _State:
         return await self.result(lambda: cast(Batcher, self.batcher).call(fn))
 
     async def result(self, submit: Callable[[], Future]) -> Any:
-        """The result of the job ``submit()`` queues: a full queue is a 503 the client may retry, a timeout a 504
-        (it cancels the job: one still queued is then dropped by the worker, unrun), a refused input a 422."""
+        """The result of the job ``submit()`` queues: a full queue is a 503, a timeout a 504 (the job is cancelled,
+        so the worker drops it unrun), a refused input a 422."""
         try:
             future = submit()
         except QueueFull as exc:
@@ -158,9 +155,8 @@ class _State:
 def create_app(
     settings: ServeSettings, *, engine: Engine | None = None, on_load_failure: Callable[[str], None] | None = None
 ) -> FastAPI:
-    """The server's app. The model loads in a thread when the app starts (``/health`` says when it is ready), unless
-    ``engine`` is one already loaded. A load that fails leaves the app answering 503 with the reason and calls
-    ``on_load_failure(reason)`` (``subspaces serve`` stops there, so a supervisor sees the exit)."""
+    """The server's app; the model loads in a thread when it starts, unless ``engine`` is given. A failed load
+    leaves it answering 503 with the reason and calls ``on_load_failure(reason)``."""
     state = _State(settings, engine, on_load_failure)
 
     @asynccontextmanager
@@ -268,8 +264,7 @@ def create_app(
         out = EmbeddingResponse.model_construct(
             object="list", data=data, model=settings.served_id, usage=Usage.of(tokens)
         )
-        # Built from typed rows, serialised by pydantic-core in one pass (FastAPI would dump, validate and dump
-        # again a response of up to max_inputs x dim floats).
+        # Serialised in one pass: FastAPI would dump, validate and dump again up to max_inputs x dim floats.
         return Response(out.model_dump_json(), media_type="application/json")
 
     @app.post("/v1/similarity", dependencies=guarded, response_model=SimilarityResponse, responses=ERRORS)
@@ -285,10 +280,10 @@ def create_app(
             scores = np.einsum("ij,ij->i", rows[0::2], rows[1::2])
         else:
             _check_condition(engine, body.dimensions, body.prompt_name)
-            pairs, condition = [(a, b) for a, b in body.pairs], body.condition
-            texts = [t for pair in body.pairs for t in pair] + [condition]
-            tokens = sum(await run_in_threadpool(engine.token_counts, texts))
-            scores = await state.call(lambda: engine.conditioned_similarity(pairs, condition))
+            first, second = [a for a, _ in body.pairs], [b for _, b in body.pairs]
+            conditions = [body.condition] * len(body.pairs)
+            tokens = sum(await run_in_threadpool(engine.token_counts, [*first, *second, body.condition]))
+            scores = await state.call(lambda: engine.tri.similarity(first, second, conditions))  # type: ignore[union-attr]
         data = [Similarity(index=i, score=float(s)) for i, s in enumerate(scores)]
         return SimilarityResponse(data=data, model=settings.served_id, condition=body.condition, usage=Usage.of(tokens))
 
@@ -301,7 +296,6 @@ def create_app(
                 _check_condition(engine, body.dimensions)
             if body.dimensions is not None and not 0 < body.dimensions <= engine.dim:
                 _checked(engine.check_dimensions, body.dimensions)  # the store's funnel has a basis for any model
-            # The store's recorded query prompt unless the request names one: the served hits are `store search`'s.
             prompt = _checked(engine.query_prompt, body.prompt_name)
             rows, tokens = await state.encode([body.query], prompt=prompt)
             query, condition, basis = engine.prefix(rows, None)[0], body.condition, body.basis
@@ -375,9 +369,8 @@ Send = Callable[[Message], Awaitable[None]]
 
 
 class _Guard:
-    """ASGI middleware: refuses bodies over ``max_body_bytes`` (413, before anything parses them) and records
-    every response's route, status and latency. Routes are labelled by their path, unknown paths as ``other``,
-    so a scan of random URLs cannot grow the metrics without bound."""
+    """ASGI middleware: refuses bodies over ``max_body_bytes`` (413, before parsing) and records every response's
+    route (unknown paths as ``other``, so metrics stay bounded), status and latency."""
 
     def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], state: _State) -> None:
         self.app = app

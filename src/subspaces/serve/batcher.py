@@ -1,9 +1,7 @@
-"""Dynamic batching: one worker thread that coalesces queued requests into batches by a token budget.
+"""Dynamic batching: one worker thread coalesces queued encoding jobs into batches within a padded-token budget.
 
-The worker takes the oldest job of one bounded queue and adds the next encoding jobs while the batch's padded size
-stays within the budget (waiting up to ``max_wait`` for more); one forward pass serves them, each job's rows coming
-back through a :class:`concurrent.futures.Future`. Other model work is queued as a *call*, run alone between batches:
-one thread touches the model, and the event loop only waits on futures.
+Other model work is queued as a *call*, run alone between batches, so one thread touches the model; callers wait
+on :class:`concurrent.futures.Future`.
 """
 
 from __future__ import annotations
@@ -53,17 +51,11 @@ class BatchInfo:
 
 
 class Batcher:
-    """Coalesce :meth:`encode` jobs into calls of ``encode_fn`` on one worker thread.
+    """Coalesce :meth:`encode` jobs into calls of ``encode_fn`` (joined inputs -> one row per text) on one worker.
 
-    Args:
-        encode_fn: a batch's joined inputs -> a 2-D array (one row per text, in order).
-        max_batch_tokens: bound of a batch's padded size; a single job above it runs alone.
-        max_wait: seconds the first job of a batch waits for others to join.
-        max_queue: jobs that may wait; :meth:`encode` and :meth:`call` raise :class:`QueueFull` beyond it.
-        on_batch: called after every forward pass (from the worker thread).
-        on_reject: called for every job refused because the queue was full.
-        join: the inputs of a batch's jobs -> ``encode_fn``'s input; by default the jobs' lists of texts, chained.
-            The server's jobs carry tokens (each request is tokenised once, in its own thread), joined by padding.
+    A batch holds at most ``max_batch_tokens`` padded tokens (a larger job runs alone); its first job waits up to
+    ``max_wait`` seconds for others; beyond ``max_queue`` waiting jobs, :class:`QueueFull`. ``on_batch`` and
+    ``on_reject`` are metrics hooks; ``join`` makes ``encode_fn``'s input of the jobs' (default: lists chained).
     """
 
     def __init__(
@@ -96,8 +88,7 @@ class Batcher:
         return len(self._queue)
 
     def encode(self, inputs: Any, tokens: Sequence[int]) -> Future:
-        """Queue ``inputs`` (texts, or what ``join`` takes) with their token counts, one per text; the future's
-        result is their rows, in order."""
+        """Queue ``inputs`` with their token counts, one per text; the future's result is their rows, in order."""
         return self._put(_Encode(inputs, list(tokens)))
 
     def call(self, fn: Callable[[], Any]) -> Future:
@@ -169,8 +160,7 @@ class Batcher:
                 job.future.set_exception(exc)
             return
         seconds = time.perf_counter() - start
-        # Counted before the callers get their rows: a client that has its reply then finds its batch in /metrics
-        # (counting after raced with the next request's read of them).
+        # Counted before the callers get their rows, so a client that has its reply finds its batch in /metrics.
         if self.on_batch is not None:
             tokens = [n for job in live for n in job.tokens]
             info = BatchInfo(len(live), texts, sum(tokens), texts * max(tokens, default=0), seconds)

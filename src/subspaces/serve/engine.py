@@ -1,9 +1,8 @@
-"""The loaded model (and optional Hyper-CL head and store) and the computations the routes ask of it.
+"""The loaded model (and optional Hyper-CL head and store) and what the routes compute with it.
 
-Everything here runs on the batcher's worker thread or in a route's thread pool, never on the event loop. A
-request's texts are tokenised once, in its own thread (:meth:`Engine.tokenize`, which also counts the tokens); the
-worker joins requests and runs them (:meth:`Engine.forward`) at full dimension, unnormalised, so each request
-truncates and normalises its own rows: the served rows are ``encode(..., normalize=True, truncate_dim=d)``'s.
+Runs in a route's thread pool (tokenising) or on the batcher's worker (the forward pass), never on the event loop.
+The worker returns full-size unnormalised rows; each request truncates and normalises its own, so the served rows
+are ``encode(..., normalize=True, truncate_dim=d)``'s.
 """
 
 from __future__ import annotations
@@ -30,9 +29,7 @@ MIN_AXES_ROWS = 2  # a store's principal axes need rows that differ: fewer, and 
 
 @dataclass(frozen=True)
 class Tokenized:
-    """A request's texts as the model will read them, tokenised once: ``inputs`` go to the batcher (which joins
-    several requests' into one batch, :meth:`Engine.join`) and ``counts`` (tokens per text, after truncation)
-    size the batch and the usage."""
+    """A request's texts tokenised once: ``inputs`` for the batcher, ``counts`` (tokens per text, truncated)."""
 
     inputs: Any
     counts: list[int]
@@ -44,8 +41,7 @@ class Engine:
     def __init__(self, settings: ServeSettings) -> None:
         from subspaces.models.encoder import load_encoder
 
-        # The server is an encoder: where the load-aware default gave cores up, encoding's rule (all of them) holds
-        # for the process, set before an ONNX/OpenVINO session takes its count from torch's.
+        # Encoding's thread count for the process, before an ONNX/OpenVINO session copies torch's.
         if (wider := encoding_threads()) is not None:
             set_threads(wider)
         self.backend, self.precision, dtype = settings.runtime
@@ -63,10 +59,9 @@ class Engine:
             from subspaces.store import ModelFingerprint, Store
 
             self.store = Store.open(settings.store)
-            # The route encodes queries with the served model: its vectors must be the store's kind.
+            # Queries are encoded by the served model, so it must be the store's: checked on the torch weights,
+            # before an exported graph (which has no parameters to hash) replaces them.
             space = self.store.manifest.spaces[self.store.manifest.active]
-            # Checked on the torch weights, before an exported graph replaces them (a graph has no parameters to
-            # hash): an fp32 graph gives the same vectors to ~1e-6, an int8 one queries fp32 rows a little less well.
             space.model.check(ModelFingerprint.of(self.model, settings.model), what=f"--model {settings.model}")
         self.matryoshka = _matryoshka_trained(settings.model, self.dim)
         self.adapter: Any | None = None
@@ -84,9 +79,8 @@ class Engine:
         if self.adapter is None and not self.matryoshka and self.store is not None:
             rows = self.store.count()
             if rows >= MIN_AXES_ROWS:
-                # The store's principal axes, the basis its own funnel reads for this model (one fit, shared with it).
-                self.axes = self.store.principal_axes()
-            else:  # no spread to read axes from: they would be an arbitrary basis (an empty store's: the identity)
+                self.axes = self.store.principal_axes()  # the basis the store's own funnel reads
+            else:  # no spread to read axes from
                 self._no_axes = (
                     f"--store {settings.store} holds {rows} row(s), too few for principal axes (restart the server "
                     f"once it holds {MIN_AXES_ROWS} or more)"
@@ -105,18 +99,13 @@ class Engine:
             log.warning("--backend auto: %s; serving on torch", str(exc).splitlines()[0] if str(exc) else exc)
             self.backend, self.precision, self.dtype = "torch", "fp32", resolve_dtype("auto", "torch")
             with_backend(self.model, self.backend, self.precision, dtype=self.dtype)
-        # A fast tokenizer keeps its truncation and padding settings in shared state that each call resets, so
-        # request threads tokenise one at a time; the worker only pads and runs the network, never tokenises.
+        # A fast tokenizer's truncation and padding settings are shared state: request threads tokenise one at a time.
         self._tokenizer_lock = threading.Lock()
         self._padding = self._padding_of_features()
 
-    # --- tokenise once (request threads), encode (the worker) ---------------------------------------------------
     def tokenize(self, texts: Sequence[str], prompt_name: str | None = None, *, prompt: str | None = None) -> Tokenized:
-        """``texts`` tokenised as ``encode`` would, and their token counts read off the attention mask.
-
-        ``prompt_name`` (default: the model's ``default_prompt_name``) or ``prompt`` (a text, ``""``: none) is put
-        before each text, as ``encode`` does. A model whose inputs are not padded token tensors (a static embedding)
-        keeps its texts, prompt in front; its counts are words."""
+        """``texts`` after the prompt ``prompt_name`` (default: the model's) or the text ``prompt``, tokenised as
+        ``encode`` would; a model without padded token inputs (a static embedding) keeps the texts, counted in words."""
         texts = list(texts)
         if prompt is None:
             prompt = self.prompt(prompt_name)
@@ -139,9 +128,8 @@ class Engine:
         return self.prompts[name]
 
     def query_prompt(self, prompt_name: str | None) -> str:
-        """The prompt a ``/v1/search`` query is encoded after: the request's ``prompt_name``'s, else the query prompt
-        the store's active space records (as ``store search`` encodes its queries; ``""``: none), else the model's
-        default, as for any text."""
+        """A ``/v1/search`` query's prompt: ``prompt_name``'s, else the store's recorded query prompt (as ``store
+        search``), else the model's default."""
         if prompt_name is None and self.store is not None:
             recorded = self.store.prompt("query")
             if recorded is not None:
@@ -149,9 +137,8 @@ class Engine:
         return self.prompt(prompt_name)
 
     def decode_ids(self, rows: list[list[int]]) -> list[str]:
-        """Token-id inputs as texts, which are then tokenised by the model as any text (``--token-ids``):
-        ``tiktoken`` reads them as OpenAI's (cl100k_base, what OpenAI's SDKs and LangChain's OpenAIEmbeddings
-        send), ``model`` as the served model's own tokenizer's (special tokens dropped)."""
+        """Token-id inputs as texts: OpenAI's cl100k_base ids (``--token-ids tiktoken``) or the served model's own
+        tokenizer's (``model``, special tokens dropped)."""
         if self.token_ids == "model":
             tokenizer = getattr(self.model, "tokenizer", None)
             if tokenizer is None or not callable(getattr(tokenizer, "decode", None)):
@@ -172,8 +159,7 @@ class Engine:
         return texts
 
     def _openai_encoding(self) -> Any:
-        """tiktoken's cl100k_base, loaded once; when it cannot be (no tiktoken, or its file is not cached and the
-        machine is offline), the reason, kept so that no later request waits for a download again."""
+        """tiktoken's cl100k_base, loaded once; a failure is kept, so no later request waits for a download again."""
         with self._tiktoken_lock:
             if self._tiktoken is None and self._tiktoken_failure is None:
                 try:
@@ -193,8 +179,8 @@ class Engine:
         return self._tiktoken
 
     def join(self, parts: list[Any]) -> Any:
-        """Several requests' ``inputs`` as one batch: token tensors padded to the longest row and stacked. Requests
-        whose shared features differ (another prompt's length) form consecutive groups, one forward pass each."""
+        """Several requests' ``inputs`` as one batch, padded to the longest row; requests whose shared features
+        differ (another prompt's length) form groups, one forward pass each."""
         if self._padding is None:
             return [t for part in parts for t in part]
         if len(parts) == 1:
@@ -226,8 +212,7 @@ class Engine:
         return joined
 
     def forward(self, inputs: Any) -> np.ndarray:
-        """Full-dimension, unnormalised float32 rows of a joined batch, in its order (the batcher's ``encode_fn``),
-        as :func:`subspaces.models.encoder.encode` gives them; run in passes of similar lengths (:func:`passes`)."""
+        """Full-size unnormalised float32 rows of a joined batch, in order, run in passes of similar lengths."""
         import torch
 
         from subspaces.models.encoder import check_finite, encode
@@ -260,12 +245,10 @@ class Engine:
         return rows.numpy()
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:
-        """Tokens the model reads of each text (after truncation at its ``max_seq_length``)."""
         return self.tokenize(texts).counts
 
     def _padding_of_features(self) -> tuple[int, bool] | None:
-        """(pad id, pads on the left) when the model's preprocessing gives padded token rows that requests can be
-        joined from; None for anything else (then the worker encodes texts)."""
+        """(pad id, pads on the left) when the model gives padded token rows; None: the worker encodes texts."""
         import torch
 
         tokenizer = getattr(self.model, "tokenizer", None)
@@ -285,9 +268,8 @@ class Engine:
 
     @property
     def dimensions_basis(self) -> str | None:
-        """What ``dimensions`` reads: ``"adapter"`` (``--adapter``), ``"model"`` (a Matryoshka-trained model's own
-        prefix), ``"pca"`` (the store's principal axes), or None: a prefix of this model's coordinates is not an
-        embedding, so ``dimensions`` below the full size is refused."""
+        """What ``dimensions`` reads a prefix of: ``adapter``, ``model`` (Matryoshka-trained), ``pca`` (the store's
+        principal axes), or None (refused below the full size)."""
         if self.adapter is not None:
             return "adapter"
         if self.matryoshka:
@@ -306,36 +288,24 @@ class Engine:
             )
 
     def prefix(self, rows: np.ndarray, dimensions: int | None) -> np.ndarray:
-        """Unit rows at ``dimensions`` (checked by :meth:`check_dimensions`): full-size rows as the model gives
-        them; a prefix of the adapted rows (``--adapter``), of the model's own (Matryoshka), or of the rows in
-        the store's principal axes (an orthogonal rotation: full-size cosines are kept), L2-normalised again."""
-        if dimensions is None or dimensions == self.dim:  # full size: the model's own vectors, however it is asked
-            return truncate_rows(rows, None)
-        if self.adapter is not None:
-            rows = self.adapter.transform(np.asarray(rows, dtype=np.float32))
-        elif self.axes is not None and not self.matryoshka:
-            rows = np.asarray(rows, dtype=np.float32) @ self.axes
-        return truncate_rows(rows, dimensions)
+        """Unit rows at ``dimensions``, a prefix in :attr:`dimensions_basis` (full size: the model's own rows),
+        L2-normalised again by torch, as the encoder's are."""
+        import torch
 
-    def conditioned_similarity(self, pairs: Sequence[tuple[str, str]], condition: str) -> np.ndarray:
-        """``cos(head(E(a), c), head(E(b), c))`` per pair, through the tri-encoder's caches."""
-        assert self.tri is not None  # the route refuses a condition without a head
-        first, second = [a for a, _ in pairs], [b for _, b in pairs]
-        return self.tri.similarity(first, second, [condition] * len(pairs))
+        if dimensions == self.dim:
+            dimensions = None
+        elif dimensions is not None and self.adapter is not None:
+            rows = self.adapter.transform(np.asarray(rows, dtype=np.float32))
+        elif dimensions is not None and self.axes is not None:
+            rows = np.asarray(rows, dtype=np.float32) @ self.axes
+        return unit_prefix(torch.from_numpy(np.ascontiguousarray(rows)), dimensions).numpy()
 
     def search(
-        self,
-        query: np.ndarray,
-        k: int,
-        dimensions: int | None = None,
-        condition: str | None = None,
-        basis: str | None = None,
+        self, query: np.ndarray, k: int, dimensions: int | None, condition: str | None, basis: str | None
     ) -> dict[str, Any]:
-        """The ``k`` store rows nearest one unit query row: ``{"ids", "scores", "texts"}`` (a funnel with
-        ``dimensions``: a shortlist on the prefix, re-ranked at full size). Under ``condition``, the store's
-        conditional search: query and rows projected by the head's matrix for it, ranked exactly by cosine (the
-        store checks the head sits on its model, and keeps the projected rows of recent conditions)."""
-        assert self.store is not None and (condition is None or self.tri is not None)  # as the route checked
+        """The ``k`` store rows nearest one unit query row (``ids``, ``scores``, ``texts``): the store's funnel at
+        ``dimensions``, or its search under ``condition`` by the head."""
+        assert self.store is not None
         if condition is None:
             return self.store.search_vectors(query[None, :], k, dims=dimensions, basis=basis)[0]
         return self.store.search_vectors(query[None, :], k, condition=condition, head=self.tri)[0]
@@ -350,9 +320,8 @@ class _Groups(list):
 
 
 def passes(order: Any, lengths: list[int]) -> list[Any]:
-    """``order`` (texts sorted longest first, ``lengths`` their token counts) cut into forward passes: a pass ends
-    before it would exceed :data:`PASS_TOKENS` padded tokens, or take a text under half its longest (so padding
-    stays under half of any pass)."""
+    """``order`` (longest first; ``lengths`` its token counts) cut into passes of at most :data:`PASS_TOKENS` padded
+    tokens, none taking a text under half its longest."""
     cuts, start = [], 0
     for i in range(1, len(lengths) + 1):
         width = max(1, lengths[start])
@@ -368,21 +337,13 @@ def _shared(features: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 
 def _matryoshka_trained(model: str, dim: int) -> bool:
-    """Whether the model was trained for truncation, by the store's rule (:func:`subspaces.store.matryoshka.trained`:
-    its folder's ``trainer_state.json`` names ``dims``, or its model card names ``MatryoshkaLoss``)."""
+    """Whether the model was trained for truncation (:func:`subspaces.store.matryoshka.trained`)."""
     try:
         from subspaces.store.fingerprint import ModelFingerprint
         from subspaces.store.matryoshka import trained
     except ImportError:  # an installation without the store: no way to tell, so not trained
         return False
     return trained(ModelFingerprint(name=model, weights="", dimension=dim, pooler="", normalize=True))
-
-
-def truncate_rows(rows: np.ndarray, dimensions: int | None) -> np.ndarray:
-    """The first ``dimensions`` coordinates of each row, L2-normalised again by torch, as the encoder's are."""
-    import torch
-
-    return unit_prefix(torch.from_numpy(np.ascontiguousarray(rows)), dimensions).numpy()
 
 
 def _is_rows(value: Any, rows: int | None = None) -> bool:

@@ -22,14 +22,8 @@ def _help(text: str, *flags: str) -> dict[str, Any]:
 @dataclass(frozen=True)
 class ServeSettings:
     """Everything :func:`subspaces.serve.app.create_app` needs; ``subspaces serve`` derives its options from the
-    fields (their help is each field's ``metadata["help"]``) and reads any field from ``--config FILE``.
-
-    ``max_wait_ms`` 0 (greedy) takes whatever queued while the previous batch ran: it coalesces under load and adds
-    nothing to a lone request's latency (docs/serve.md). ``prompts`` go over the model folder's own; requests pick
-    one by ``prompt_name``. ``backend`` ``auto`` (the default) runs what served fastest on this kind of CPU, within
-    the ``precision`` and ``dtype`` asked (:func:`subspaces.models.backends.fastest_runtime`; :attr:`runtime`), on
-    torch where the model has no graph.
-    """
+    fields (help in ``metadata["help"]``) and reads any field from ``--config FILE``. ``prompts`` go over the model
+    folder's own."""
 
     model: str = field(
         metadata=_help("Bundled model name (see `subspaces model list`) or a local folder.", "--model", "-m")
