@@ -1,18 +1,13 @@
 """Run an encoder's transformer on ONNX Runtime or OpenVINO, in fp32 or int8, exported once and cached.
 
-sentence-transformers' own ``backend="onnx"|"openvino"`` loads through optimum, whose releases pin a transformers
-older than the 5.x this package runs on. So the graph is exported with torch's own ONNX exporter and quantised with
-the runtimes' own tools: ``onnxruntime.quantization.quantize_dynamic`` (int8 weights, activations quantised per
-batch) and, for OpenVINO, ``nncf.quantize`` (static int8, activation ranges calibrated once on
-``calibration.txt``). The torch backend runs in float32, or in bfloat16 (``dtype``; rows given back as float32).
-Speeds and agreement: docs/inference.md.
-
-Only the transformer moves: tokenisation, batching, pooling, Dense and Normalize stay sentence-transformers' own
-modules, so the result is still a ``SentenceTransformer``.
+The graph is exported with torch's own ONNX exporter (optimum, sentence-transformers' route, pins an older
+transformers) and quantised with the runtimes' tools: ONNX Runtime's dynamic int8, OpenVINO's static int8 (nncf,
+calibrated on ``calibration.txt``). Only the transformer moves; tokenisation, pooling and the rest stay
+sentence-transformers' modules. Speeds and agreement: docs/inference.md.
 
 Cache: ``cache_dir()/backends/<weights sha256[:16]>-<backend>-<precision>/`` holds the graph and ``manifest.json``
-(the full weights hash, each file's size and sha256). A folder whose manifest or files do not match is rebuilt,
-never used; a build is renamed into place after its manifest, so an interrupted export leaves nothing that loads.
+(the weights hash, each file's size and sha256). A folder that does not match is rebuilt; a build is renamed into
+place whole, so an interrupted export leaves nothing that loads.
 """
 
 from __future__ import annotations
@@ -55,11 +50,8 @@ log = logging.getLogger(__name__)
 def fastest_runtime(
     device: str = "cpu", precision: str | None = None, dtype: str | None = None
 ) -> tuple[str, str, str]:
-    """``(backend, precision, dtype)`` for backend ``auto``, by rule from what was measured (docs/inference.md).
-    ``precision``/``dtype``: what the user asked (``None``: nothing). A dtype asked, fp32 asked, or another device
-    than the CPU: torch. Otherwise OpenVINO's static int8 graph where the CPU has int8 dot products (VNNI/AMX) and
-    the openvino extra is installed; else torch in bfloat16 where the CPU multiplies it natively; else ONNX
-    Runtime's int8 graph."""
+    """``(backend, precision, dtype)`` for backend ``auto``, by rule from what was measured (docs/inference.md);
+    ``precision``/``dtype``: what the user asked (``None``: nothing)."""
     openvino = all(importlib.util.find_spec(name) is not None for name in ("openvino", "nncf"))
     int8_graph = "openvino" if openvino and native_int8() else "onnx"
     if precision == "int8":
@@ -95,11 +87,8 @@ def check_dtype(dtype: str, backend: str = "torch") -> None:
 
 
 def resolve_dtype(dtype: str, backend: str = "torch") -> str:
-    """``"float32"`` or ``"bfloat16"``: what ``dtype`` (one of :data:`DTYPES`) runs the model in on ``backend``.
-
-    ``auto`` is bfloat16 on the torch backend where the CPU multiplies it natively, else float32. An explicit
-    ``bfloat16`` is honoured everywhere (on a CPU without native support it is emulated: slower than float32, with
-    a warning from :func:`with_backend`), except on an exported graph, which runs fp32 or int8 (``precision``)."""
+    """``"float32"`` or ``"bfloat16"``: what ``dtype`` runs the model in on ``backend`` (``auto``: bfloat16 on torch
+    where the CPU multiplies it natively; an exported graph runs fp32 or int8, ``precision``)."""
     check_dtype(dtype, backend)
     if backend != "torch":
         return "float32"
@@ -116,13 +105,9 @@ def with_backend(
     dtype: str = "float32",
     threads: int | None = None,
 ) -> SentenceTransformer:
-    """Run ``model``'s transformer (its first module) on ``backend`` at ``precision``; returns ``model``.
-
-    ``dtype`` (torch only; :func:`resolve_dtype`): bfloat16 casts the weights in place (rows come back as float32
-    from :func:`subspaces.models.encoder.encode`). Otherwise the transformer's weights are replaced in place by a
-    runtime session on the cached graph, run on ``threads`` (default: :func:`subspaces.config.encoding_threads`,
-    else torch's count).
-    """
+    """Run ``model``'s transformer (its first module) on ``backend`` at ``precision``, in place; returns ``model``.
+    On torch, ``dtype`` bfloat16 casts the weights; else a runtime session on the cached graph replaces them, run on
+    ``threads`` (default: :func:`subspaces.config.encoding_threads`, else torch's count)."""
     check_backend(backend, precision)
     if backend == "torch":
         if resolve_dtype(dtype) == "bfloat16":
@@ -213,7 +198,22 @@ def export(transformer: Any, backend: str, precision: str) -> Path:
     with _build_lock(target):  # another process may be building it: wait, then use its graph
         if is_valid(target, weights):
             return target
-        return _export_unlocked(transformer, backend, precision, weights, target)
+        if target.exists():
+            log.warning("rebuilding %s: its graph is stale, truncated or built by another version", target)
+        fp32 = None if backend == "onnx" and precision == "fp32" else export(transformer, "onnx", "fp32") / "model.onnx"
+        feeds = _calibration_feeds(transformer) if backend == "openvino" and precision == "int8" else None
+        with built_folder(target) as tmp:
+            tmp.mkdir()
+            if fp32 is None:
+                _export_onnx(transformer.model, tmp / "model.onnx")
+            elif backend == "onnx":
+                _quantize_onnx(fp32, tmp / "model.onnx")
+            else:
+                _to_openvino(fp32, tmp / "model.xml", calibration=feeds)
+            files = {p.name: {"size": p.stat().st_size, "sha256": file_sha256(p)} for p in sorted(tmp.iterdir())}
+            meta = {"weights": weights, "backend": backend, "precision": precision, "format": FORMAT}
+            (tmp / "manifest.json").write_text(json.dumps({**meta, "files": files}, indent=1))
+    return target
 
 
 @contextlib.contextmanager
@@ -233,22 +233,6 @@ def _build_lock(target: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _export_unlocked(transformer: Any, backend: str, precision: str, weights: str, target: Path) -> Path:
-    if target.exists():
-        log.warning("rebuilding %s: its graph is stale, truncated or built by another version", target)
-    if backend == "onnx" and precision == "fp32":
-        build = lambda tmp: _export_onnx(transformer.model, tmp / "model.onnx")  # noqa: E731
-    elif backend == "onnx":
-        source = export(transformer, "onnx", "fp32") / "model.onnx"
-        build = lambda tmp: _quantize_onnx(source, tmp / "model.onnx")  # noqa: E731
-    else:
-        source = export(transformer, "onnx", "fp32") / "model.onnx"
-        feeds = _calibration_feeds(transformer) if precision == "int8" else None
-        build = lambda tmp: _to_openvino(source, tmp / "model.xml", calibration=feeds)  # noqa: E731
-    _build_atomically(target, build, {"weights": weights, "backend": backend, "precision": precision})
-    return target
-
-
 def is_valid(folder: Path, weights: str) -> bool:
     """Whether ``folder`` holds a whole graph of these weights: its manifest matches, and every file's size and
     sha256 match the manifest's."""
@@ -263,14 +247,6 @@ def is_valid(folder: Path, weights: str) -> bool:
         )
     except (OSError, ValueError, KeyError, TypeError):
         return False
-
-
-def _build_atomically(target: Path, build: Callable[[Path], None], meta: dict[str, Any]) -> None:
-    with built_folder(target) as tmp:
-        tmp.mkdir()
-        build(tmp)
-        files = {p.name: {"size": p.stat().st_size, "sha256": file_sha256(p)} for p in sorted(tmp.iterdir())}
-        (tmp / "manifest.json").write_text(json.dumps({**meta, "format": FORMAT, "files": files}, indent=1))
 
 
 def _input_names(hf_model: Any) -> tuple[str, ...]:
@@ -324,19 +300,14 @@ def _quantize_onnx(source: Path, path: Path) -> None:
     quantize_dynamic(str(source), str(path), weight_type=QuantType.QInt8, per_channel=True)
 
 
-CALIBRATION_PARAGRAPH = 6  # calibration sentences joined into one input of middle length
-CALIBRATION_LONG = 40  # ... and into inputs as long as the model reads, so every position's ranges are seen
-
-
 def _calibration_feeds(transformer: Any) -> list[dict[str, np.ndarray]]:
-    """The model's inputs for the bundled calibration sentences: batches of 8 sentences, of 4 paragraphs (each
-    :data:`CALIBRATION_PARAGRAPH` sentences joined) and of 4 texts of :data:`CALIBRATION_LONG` sentences (from
-    different starts), all cut at the length the model reads."""
+    """The model's inputs for the bundled calibration sentences: batches of 8 sentences, of 4 paragraphs (6
+    sentences joined) and of 4 texts of 40 sentences (as long as the model reads, so every position's ranges are
+    seen), all cut at the length the model reads."""
     text = importlib.resources.files("subspaces.models").joinpath("calibration.txt").read_text("utf-8")
     lines = [line for line in text.splitlines() if line]
-    step = CALIBRATION_PARAGRAPH
-    paragraphs = [" ".join(lines[i : i + step]) for i in range(0, len(lines), step)]
-    longest = [" ".join((lines * 2)[i : i + CALIBRATION_LONG]) for i in range(0, len(lines), len(lines) // 8)]
+    paragraphs = [" ".join(lines[i : i + 6]) for i in range(0, len(lines), 6)]
+    longest = [" ".join((lines * 2)[i : i + 40]) for i in range(0, len(lines), len(lines) // 8)]
     names = _input_names(transformer.model)
     limits = [
         transformer.max_seq_length,
