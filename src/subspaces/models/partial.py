@@ -35,37 +35,16 @@ _ATTACHED = "_subspaces_partial"  # marks a Transformer module that is under par
 _HALF_MAX = torch.finfo(torch.float16).max
 
 
-def partial_fine_tuning(
-    model: Any,
-    trainable_layers: int | str | None,
-    *,
-    cache_dir: str | os.PathLike[str] | bool | None = None,
-    show_progress: bool = True,
-    state_dropout: float = 0.0,
-    keyed: bool = False,
-) -> PartialFineTuning | None:
-    """Train only the top ``trainable_layers`` (1..depth, an int or its string) of ``model`` (a
-    ``SentenceTransformer``) over cached outputs of its frozen bottom; ``None``/``"all"``: nothing is attached.
-
-    ``cache_dir``: ``None``/``False`` in memory only; ``True`` under ``cache_dir()/activations/<key>``; a path: that
-    folder (refused if built for another model or setting), or with ``keyed`` one subfolder per frozen bottom so
-    that several encoders share it. ``state_dropout``: dropout on the cached states while the top layers train,
-    the noise the frozen bottom no longer adds (SimCSE's dropout views need it).
-    """
+def partial_fine_tuning(model: Any, trainable_layers: int | str | None, **options: Any) -> PartialFineTuning | None:
+    """:class:`PartialFineTuning` of ``model``'s top ``trainable_layers`` (an int or its string), or None for
+    ``None``/``"all"`` (the model trains whole)."""
     if trainable_layers is None or trainable_layers == "all":
         return None
     if isinstance(trainable_layers, str) and trainable_layers.strip().lstrip("-").isdigit():
         trainable_layers = int(trainable_layers)
     if isinstance(trainable_layers, bool) or not isinstance(trainable_layers, int):
         raise SubspacesError(f"trainable layers must be a whole number or 'all', got {trainable_layers!r}")
-    return PartialFineTuning(
-        model,
-        trainable_layers,
-        cache_dir=cache_dir,
-        show_progress=show_progress,
-        state_dropout=state_dropout,
-        keyed=keyed,
-    )
+    return PartialFineTuning(model, trainable_layers, **options)
 
 
 @contextmanager
@@ -110,7 +89,14 @@ def partially_trained(
 
 
 class PartialFineTuning:
-    """Attached by :func:`partial_fine_tuning`; ``computed`` counts the inputs whose bottom states it computed."""
+    """Train only the top ``trainable_layers`` (1..depth) of ``model`` (a ``SentenceTransformer``) over cached outputs
+    of its frozen bottom; ``computed`` counts the inputs whose bottom states this instance computed.
+
+    ``cache_dir``: ``None``/``False`` in memory only; ``True`` under ``cache_dir()/activations/<key>``; a path: that
+    folder (refused if built for another model or setting), or with ``keyed`` one subfolder per frozen bottom so
+    that several encoders share it. ``state_dropout``: dropout on the cached states while the top layers train,
+    the noise the frozen bottom no longer adds (SimCSE's dropout views need it).
+    """
 
     batch_size = 64  # inputs per bottom forward in prepare
 
