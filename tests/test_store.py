@@ -350,9 +350,7 @@ def test_paired_migration_by_default_chooses_among_the_learned_maps(tmp_path):
     from scipy.stats import ortho_group
 
     from subspaces.store.maps import KINDS, load_map
-    from subspaces.store.migrate import _with_defaults
 
-    assert _with_defaults(None, "unpaired") == {}
     old = np.random.default_rng(0).normal(size=(3000, 8)) * np.geomspace(3, 0.3, 8)
     q = ortho_group.rvs(8, random_state=4)
     texts = [f"text {i}" for i in range(3000)]

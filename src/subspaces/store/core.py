@@ -43,15 +43,8 @@ class Store:
 
     ``device``, ``backend``, ``precision`` and ``dtype`` say how the store runs every encoder it loads
     (:class:`Runtime`); every ``add`` and ``search`` encodes after the prompts the space recorded (:mod:`.encoders`).
-
-    **Ids.** Ids given (``ids=``, a JSON id field, a CSV id column) are the caller's, else derived from the text
-    (:func:`~subspaces.store.inputs.text_id`). A row whose id is stored with the same content adds nothing, so an
-    interrupted ``add``, rerun, adds exactly what is missing; an id stored with *another* text is refused, for the
-    whole call and before anything is written, unless ``upsert=True`` replaces those rows (a colliding id is far
-    more often a mistake than an edit). With derived ids a text already stored under any id is skipped.
-
-    **Writers.** Every write holds the store's write lock (:mod:`.lock`); reading needs no lock and loads no model
-    until a query must be encoded.
+    Every write holds the store's write lock (:mod:`.lock`); reading needs no lock and loads no model until a query
+    must be encoded.
     """
 
     def __init__(self, path: Path, manifest: Manifest, runtime: Runtime | None = None) -> None:
@@ -105,9 +98,7 @@ class Store:
         """A new, empty store for ``model`` (a bundled name, a folder, or a loaded SentenceTransformer, then give
         ``name`` to reload it by), in a new or empty folder. Its prompts: ``query_prompt``/``document_prompt`` (``""``:
         none), or ``*_prompt_name`` (one of the model's), else the folder's own (:func:`.encoders.choose_prompts`)."""
-        folder = Path(path)
-        if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-            raise SubspacesError(f"{folder} already exists and is not an empty folder; a store is made in a new one")
+        folder = _new_folder(path)
         runtime = Runtime(device, backend, precision, dtype)
         encoder, fingerprint = load(model, name, runtime)
         prompts = choose_prompts(
@@ -126,15 +117,13 @@ class Store:
         """A new, empty store for vectors of a model this machine cannot run, named ``label``."""
         if dimension < 1:
             raise DimensionError(f"a store's vectors need at least 1 dimension, got {dimension}")
-        return cls._make(Path(path), ModelFingerprint.of_foreign(label, dimension), Runtime())
+        return cls._make(_new_folder(path), ModelFingerprint.of_foreign(label, dimension), Runtime())
 
     @classmethod
     def _make(
         cls, folder: Path, fingerprint: ModelFingerprint, runtime: Runtime, prompts: dict[str, str] | None = None
     ) -> Store:
         """The store folder, its table and manifest (written last: until it is there the folder is no store)."""
-        if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
-            raise SubspacesError(f"{folder} already exists and is not an empty folder; a store is made in a new one")
         folder.mkdir(parents=True, exist_ok=True)
         try:
             Database(folder).create("space_0", fingerprint.dimension)
@@ -406,9 +395,17 @@ class Store:
         # Retired spaces too: a rollback would otherwise bring the replaced rows back; without them it refuses.
         retired = [n for n, s in self.manifest.spaces.items() if s.state == "retired"]
         for name in [*self.manifest.pending(), *retired]:
-            backfill.forget_native(self, name, ids)
-            table = self._table(name)
-            table.delete_rows(table.row_addresses(ids))
+            self._delete_ids(name, ids)
+
+    def _delete_ids(self, name: str, ids: set[str], reason: str | None = None) -> int:
+        """Delete space ``name``'s rows of ``ids`` (``reason``: first mark its quantized copy stale); how many."""
+        backfill.forget_native(self, name, ids)
+        table = self._table(name)
+        addresses = table.row_addresses(ids)
+        if addresses and reason is not None:
+            quantized.invalidate(self, name, reason)
+        table.delete_rows(addresses)
+        return len(addresses)
 
     def _append(self, name: str, blocks: Iterable[Any], bar: Any, replace: set[str] | None = None) -> None:
         """Write ``blocks`` into space ``name`` (:meth:`.table.Table.append`)."""
@@ -434,14 +431,13 @@ class Store:
             if not len(missing):
                 return 0
             aligner = load_map(self.path / space.aligner)  # a learned map (map.json) or a mini-vec2vec aligner
-            meta = self._table(space.mapped_from).columns(["metadata"]).column("metadata").to_pylist()
             dim = space.model.dimension
 
             def mapped_here() -> Iterator[Any]:
                 for start in range(0, len(missing), chunk):
                     rows = missing[start : start + chunk]
                     mapped = ops.unit_prefix(aligner.transform(source.vectors[rows]))
-                    yield block_of(dim, source.ids[rows], source.texts[rows], mapped, [meta[i] for i in rows])
+                    yield block_of(dim, source.ids[rows], source.texts[rows], mapped, source.metadata[rows])
 
             blocks: Iterable[Any] = mapped_here()
             if ray:
@@ -451,7 +447,7 @@ class Store:
                     source.ids[missing],
                     source.texts[missing],
                     source.vectors[missing],
-                    [meta[i] for i in missing],
+                    source.metadata[missing],
                 )
                 blocks = scaleout.map_rows(rows, aligner, dim, block_rows=chunk, actors=actors)
             with Progress(
@@ -477,7 +473,9 @@ class Store:
             self._table(name).create_index(partitions, sub_vectors)
             return {"space": name, "rows": n, "num_partitions": partitions, "num_sub_vectors": sub_vectors}
 
-    def quantize(self, kind: str, space: str | None = None, *, calibration_rows: int = 10_000) -> dict[str, Any]:
+    def quantize(
+        self, kind: str, space: str | None = None, *, calibration_rows: int = quantized.CALIBRATION_ROWS
+    ) -> dict[str, Any]:
         """Write the space's ``int8`` or ``binary`` quantized copy, stale after an ``add`` (:mod:`.quantized`)."""
         with self._writing("store index --quantize"):
             return quantized.write(self, space or self.manifest.active, kind, calibration_rows=calibration_rows)
@@ -561,26 +559,22 @@ class Store:
                     f"{self.path}: the active space changed while this import was being checked (another process "
                     f"committed or rolled back a migration); nothing was written: rerun the import"
                 )
-            stored = self._ids(active)
-            plan, overlap = transfer.validate(
+            plan = transfer.validate(
                 rows,
                 dimension=record.dimension,
-                stored=stored,
+                stored=self._ids(active),
                 known=columns.table_columns(self._table(active).schema),
                 check_rows=check_rows,
+                encoder=encoder,
+                prompt=self.prompt("document", active),
+                min_cosine=min_cosine,
             )
-            prompt = self.prompt("document", active)
-            cosine = None if encoder is None else transfer.check_model(encoder, plan, rows.label(), min_cosine, prompt)
-            return self._import_planned(
-                rows, plan, overlap, cosine, upsert=upsert, show_progress=show_progress, ray=ray, actors=actors
-            )
+            return self._import_planned(rows, plan, upsert=upsert, show_progress=show_progress, ray=ray, actors=actors)
 
     def _import_planned(
         self,
-        source: Any,
-        plan: Any,
-        overlap: Any,
-        cosine: float | None,
+        source: transfer.Source,
+        plan: transfer.Plan,
         *,
         upsert: bool,
         show_progress: bool,
@@ -589,14 +583,14 @@ class Store:
     ) -> dict[str, Any]:
         """The writing pass of a validated import (under the write lock)."""
         active = self.manifest.active
-        changed = transfer.changed(self, active, overlap) if overlap else set()
+        changed = transfer.changed(self, active, plan.overlap)
         if changed and not upsert:
             raise _stored_otherwise(len(changed), sorted(changed)[0], "text, metadata or vector")
-        skip = set(overlap) if overlap else set()
         if plan.columns:
             self._table(active).declare_columns(plan.columns)
         if changed:
             self._forget(changed, active)
+        skip = set(plan.overlap)
         written = transfer.write_rows(self, active, source, plan, skip, changed, show_progress, ray=ray, actors=actors)
         for pending in self.manifest.pending():
             self._sync(pending, show_progress=show_progress)
@@ -609,8 +603,8 @@ class Store:
         }
         if upsert:
             report["replaced"] = len(changed)
-        if cosine is not None:
-            report["mean_cosine"] = round(cosine, 4)
+        if plan.cosine is not None:
+            report["mean_cosine"] = round(plan.cosine, 4)
         return report
 
     def export(self, output: str | os.PathLike[str], *, space: str | None = None) -> dict[str, Any]:
@@ -628,15 +622,9 @@ class Store:
             found = len(wanted & self._ids(self.manifest.active))
             deleted = 0
             for name in self.manifest.spaces:
-                backfill.forget_native(self, name, wanted)
-                table = self._table(name)
-                addresses = table.row_addresses(wanted)
-                if not addresses:
-                    continue
-                quantized.invalidate(self, name, "rows were deleted (store delete)")
-                table.delete_rows(addresses)
+                removed = self._delete_ids(name, wanted, "rows were deleted (store delete)")
                 if name == self.manifest.active:
-                    deleted = len(addresses)
+                    deleted = removed
         return {"deleted": deleted, "missing": len(wanted) - found}
 
     # -- migrating ------------------------------------------------------------------------------------------
@@ -820,11 +808,17 @@ def import_vectors(
     source = transfer.Source(vectors, **options)
     encoder, fingerprint = (None, None) if model is None else load(model, None, runtime)
     expected = fingerprint.dimension if fingerprint is not None else dimension
-    plan, _ = transfer.validate(source, dimension=expected, stored=set(), known={}, check_rows=check_rows)
-    cosine = None
     prompts = encoders.folder_prompts(encoder) if encoder is not None else {}
-    if encoder is not None:
-        cosine = transfer.check_model(encoder, plan, source.label(), minimum, prompt=prompts.get("document"))
+    plan = transfer.validate(
+        source,
+        dimension=expected,
+        stored=set(),
+        known={},
+        check_rows=check_rows,
+        encoder=encoder,
+        prompt=prompts.get("document"),
+        min_cosine=minimum,
+    )
     assert plan.dimension is not None
     record = fingerprint if fingerprint is not None else ModelFingerprint.of_foreign(str(foreign), plan.dimension)
     store = Store._make(folder, record, runtime, prompts)
@@ -832,8 +826,15 @@ def import_vectors(
         store._models[store.manifest.active] = encoder
     # Under the write lock: once the manifest exists, another writer could take the store and append beside this one.
     with store._writing("store import"):
-        report = store._import_planned(source, plan, set(), cosine, upsert=False, **writing)
+        report = store._import_planned(source, plan, upsert=False, **writing)
     return store, report
+
+
+def _new_folder(path: str | os.PathLike[str]) -> Path:
+    folder = Path(path)
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise SubspacesError(f"{folder} already exists and is not an empty folder; a store is made in a new one")
+    return folder
 
 
 def _stored_otherwise(count: int, first: str, what: str) -> DataError:

@@ -106,7 +106,8 @@ def _read_lines(rows: Rows, path: Path) -> None:
 
 
 def _add_text(rows: Rows, text: str, row_id: str | None, meta: dict[str, Any] | None, seen: set[str]) -> None:
-    """Append a text or CSV row, unless it has no visible text (counted) or repeats a text (derived ids)."""
+    """Append a row, unless it has no visible text (counted) or repeats a text (derived ids: the first one's
+    metadata is kept)."""
     if not visible(text):
         rows.invisible += 1
         return
@@ -178,19 +179,12 @@ def _add_record(
     if not visible(text):
         raise DataError(f"the text in field {text_field!r} has no visible character", path=path, line=number)
     key = id_field or "id"
+    row_id = None
     if key in record:
         row_id = record.pop(key)
-        rows.derived = False
+        if not isinstance(row_id, (str, int)) or isinstance(row_id, bool):
+            raise DataError(f"id {row_id!r} must be a string or an integer", path=path, line=number)
+        row_id = str(row_id)
     elif id_field is not None:
         raise DataError(f"no id field {id_field!r}", path=path, line=number)
-    else:
-        row_id = text_id(text)
-        if row_id in seen:  # the same text again, without an id of its own: one row (the first one's metadata)
-            rows.repeated += 1
-            return
-        seen.add(row_id)
-    if not isinstance(row_id, (str, int)) or isinstance(row_id, bool):
-        raise DataError(f"id {row_id!r} must be a string or an integer", path=path, line=number)
-    rows.ids.append(str(row_id))
-    rows.texts.append(text)
-    rows.metadata.append(record or None)
+    _add_text(rows, text, row_id, record, seen)

@@ -22,7 +22,6 @@ from subspaces.store.search import mean_overlap, unit_prefix
 
 FORMAT_VERSION = 1
 CONFIG_FILE = "map.json"
-KINDS = ("orthogonal", "affine", "lowrank", "mlp")
 DIRECTIONS = ("queries", "rows")  # queries: new -> old (query-side); rows: old -> new (a rewrite)
 # Each direction's default parameters (a caller's override them): a query's linear maps are the adjoints of the
 # row maps, its MLP trained on the pairs' similarities (chosen on dev sets: benchmarks/notes/store.md).
@@ -374,12 +373,8 @@ class ResidualMLPMap(_PairMap):
             setattr(self, f"{name}_", arrays[name].astype(np.float32))
 
 
-CLASSES: dict[str, type[_PairMap]] = {
-    "orthogonal": OrthogonalMap,
-    "affine": AffineMap,
-    "lowrank": LowRankAffineMap,
-    "mlp": ResidualMLPMap,
-}
+CLASSES: dict[str, type[_PairMap]] = {c.kind: c for c in (OrthogonalMap, AffineMap, LowRankAffineMap, ResidualMLPMap)}
+KINDS = tuple(CLASSES)
 
 
 def make(kind: str, params: dict[str, Any] | None = None, random_state: int | None = 0) -> _PairMap:
@@ -437,14 +432,7 @@ def agreement(fitted: Any, old: np.ndarray, new: np.ndarray, direction: str, k: 
     new-model rows."""
     if direction == "queries":
         return overlap(fitted.transform(new), old, new, new, k)
-    if direction == "rows":
-        return overlap(new, fitted.transform(old), new, new, k)
-    raise SubspacesError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
-
-
-def query_agreement(fitted: Any, queries: np.ndarray, old: np.ndarray, new: np.ndarray, k: int = 10) -> float:
-    """Top-``k`` agreement of a query-side map on real queries' new-model vectors."""
-    return overlap(fitted.transform(queries), old, queries, new, k)
+    return overlap(new, fitted.transform(old), new, new, k)
 
 
 def _without(rows: np.ndarray, drop: np.ndarray) -> np.ndarray:
@@ -472,8 +460,8 @@ def fit_and_choose(
     with the best held-out :func:`agreement` (ties: the earlier, simpler kind) and refit it on every pair; ``rows``
     (query-side): stored old rows given to every fit. Returns ``(chosen map, candidates by kind, report)``.
 
-    Query-side: with ``queries`` (new-model vectors of real queries) candidates are scored by
-    :func:`query_agreement` among the held-out pairs plus ``among`` (other ``(old, new)`` pairs), and
+    Query-side: with ``queries`` (new-model vectors of real queries) candidates are scored by those queries'
+    agreement among the held-out pairs plus ``among`` (other ``(old, new)`` pairs), and
     :data:`QUERY_SIDE_PREFERRED` is kept unless its disagreement is over :data:`PREFERENCE_MARGIN` times the best's."""
     if direction not in DIRECTIONS:
         raise SubspacesError(f"direction must be one of {', '.join(DIRECTIONS)}, got {direction!r}")
@@ -484,12 +472,11 @@ def fit_and_choose(
     kinds = list(dict.fromkeys(kinds))
     if not kinds:
         raise SubspacesError(f"no map to fit: give at least one of {', '.join(KINDS)}")
-    params = {
-        kind: DIRECTION_DEFAULTS[direction].get(kind, {}) | dict((params or {}).get(kind) or {}) for kind in KINDS
-    } | {kind: value for kind, value in (params or {}).items() if kind not in KINDS}
+    given = params or {}
+    params = {kind: DIRECTION_DEFAULTS[direction].get(kind, {}) | dict(given.get(kind) or {}) for kind in KINDS}
     for kind in kinds:
         make(kind, params.get(kind))  # an unknown kind or parameter is refused before any fit
-    unknown = sorted(set(params) - set(KINDS))
+    unknown = sorted(set(given) - set(KINDS))
     if unknown:
         raise SubspacesError(f"params for unknown map {unknown[0]!r}; the maps are {', '.join(KINDS)}")
     old, new = _check(old, "old vectors"), _check(new, "new vectors")
@@ -521,7 +508,8 @@ def fit_and_choose(
         score = agreement(fitted, old[held], new[held], direction, k)
         report[kind] = {f"selection@{k}": round(score, 4), "fit_seconds": round(fitted.fit_seconds_, 3)}
         if queries is not None:
-            report[kind][f"queries@{k}"] = round(query_agreement(fitted, queries, rows_old, rows_new, k), 4)
+            agreed = overlap(fitted.transform(queries), rows_old, queries, rows_new, k)
+            report[kind][f"queries@{k}"] = round(agreed, 4)
     by = f"queries@{k}" if queries is not None else f"selection@{k}"
     chosen = max(kinds, key=lambda kind: (report[kind][by], -kinds.index(kind)))
     measured = "query texts' agreement" if queries is not None else "held-out agreement"

@@ -163,9 +163,7 @@ def migrate(
         if anchors == "unpaired":
             from subspaces.align import MiniVec2Vec
 
-            aligner: Any = MiniVec2Vec.from_params(
-                _with_defaults(params, anchors), random_state=seed, verbose=show_progress
-            )
+            aligner: Any = MiniVec2Vec.from_params(dict(params or {}), random_state=seed, verbose=show_progress)
             aligner.fit(source, target)
             candidates: dict[str, Any] = {}
             summary: dict[str, Any] = {"chosen": "mini-vec2vec (unpaired)", "direction": "old -> new (rows)"}
@@ -200,13 +198,12 @@ def migrate(
         if query_side:
             report["migrate_seconds"] = round(time.perf_counter() - start, 3)
             _add_query_map(store, source_name, encoder, fingerprint, aligner, report, options)
-            return report | ({"replaced": replaced} if replaced else {})
-
-        new_name = _add_pending_space(store, source_name, fingerprint, aligner, report, options, prompts)
-        store._models[new_name] = encoder
-        store._sync(new_name, show_progress=show_progress, ray=ray, actors=actors)
-        report["migrate_seconds"] = round(time.perf_counter() - start, 3)
-        manifest.save(store.path)
+        else:
+            new_name = _add_pending_space(store, source_name, fingerprint, aligner, report, options, prompts)
+            store._models[new_name] = encoder
+            store._sync(new_name, show_progress=show_progress, ray=ray, actors=actors)
+            report["migrate_seconds"] = round(time.perf_counter() - start, 3)
+            manifest.save(store.path)  # the space's report, with its seconds
         return report | ({"replaced": replaced} if replaced else {})
 
 
@@ -315,14 +312,9 @@ def _query_side_unpaired(
         raise SubspacesError(reason)
     fitted = unpaired_maps.as_query_map(aligner, new)
 
-    report: dict[str, Any] = {
-        "map": "mini-vec2vec (unpaired)",
-        "direction": "new -> old (queries)",
-        "heldout": int(len(held)),
-    }
-    if len(held):
-        report["overlap@10"] = round(pair_maps.agreement(fitted, rows.vectors[held], new_held, "queries"), 4)
-    else:
+    summary = {"chosen": "mini-vec2vec (unpaired)", "direction": "new -> old (queries)"}
+    report = _report(fitted, {}, summary, rows.vectors[held], new_held, "queries")
+    if not len(held):
         report["overlap@10"] = None
         report["overlap_note"] = (
             f"no top-10 overlap with a true re-embed: it needs {MIN_HELDOUT}+ stored rows with texts to re-embed, "
@@ -618,8 +610,12 @@ def qrels_report(
             f"{len(no_text)} judged rows have no text to re-embed (first: id {rows.ids[no_text[0]]!r}); "
             "the qrels' re-embedded baseline needs their texts"
         )
-    qids = list(texts)  # the order _judged_queries encodes them in
-    grades, new_queries = _judged_queries(evaluation, encoder, batch_size)
+    qids = list(texts)
+    grades = [judged[q] for q in qids]
+    query_prompt = folder_prompts(encoder).get("query")
+    new_queries = encoders.encode(
+        encoder, [texts[q] for q in qids], query_prompt, batch_size=batch_size, show_progress=None
+    )
     old_queries = None
     if not store.manifest.spaces[space].model.foreign:
         old_queries = store.encode([texts[q] for q in qids], "query", space, batch_size=batch_size)
@@ -689,11 +685,6 @@ def _discard(store: Store, name: str) -> None:
     backfill.forget_native(store, name)
 
 
-def _with_defaults(params: dict[str, Any] | None, anchors: str) -> dict[str, Any]:
-    """mini-vec2vec's ``params`` for ``anchors``: as given."""
-    return dict(params or {})
-
-
 def commit(store: Store) -> str:
     """Make the pending space active (its rows complete) and retire the old one; returns the new active space."""
     with store._writing("store migrate --commit"):
@@ -741,13 +732,3 @@ def rollback(store: Store) -> str:
         manifest.active = previous
         manifest.save(store.path)
         return previous
-
-
-def _judged_queries(
-    evaluation: tuple[dict[str, str], dict[str, dict[str, float]]], encoder: Any, batch_size: int
-) -> tuple[list[dict[str, float]], np.ndarray]:
-    """The judged queries' grades and their unit vectors by ``encoder``, after its folder's query prompt."""
-    texts, judged = evaluation
-    prompt = folder_prompts(encoder).get("query")
-    vectors = encoders.encode(encoder, list(texts.values()), prompt, batch_size=batch_size, show_progress=None)
-    return [judged[q] for q in texts], vectors

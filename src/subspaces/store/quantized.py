@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,9 +56,6 @@ class Copy:
     invalid: str | None = None  # why the copy no longer matches its table, though the row count may (invalidate)
     fitted_on: dict[str, Any] | None = None  # the precision (float32) and CPU it was made on (numerics.cpu_record)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
 
 def _folder(store: Store, space: str) -> Path:
     return store.path / FOLDER / space
@@ -81,11 +78,11 @@ def write(store: Store, space: str, kind: str, *, calibration_rows: int = CALIBR
     name = f"{kind}-v{loaded.version}-{secrets.token_hex(4)}.npy"  # never overwrites the file a reader may be using
     save_codes(folder / name, codes, kind, loaded.dim, cal)
     copy = Copy(kind, name, loaded.version, len(loaded), codes.shape[1], sampled, fitted_on=cpu_record("float32"))
-    save_json(folder / POINTER, copy.to_dict())
+    save_json(folder / POINTER, asdict(copy))
     for old in folder.glob("*.npy*"):  # earlier copies, now unreferenced
         if not old.name.startswith(name):
             old.unlink(missing_ok=True)
-    return {"space": space} | copy.to_dict()
+    return {"space": space} | asdict(copy)
 
 
 def read(store: Store, space: str) -> Copy | None:
@@ -104,7 +101,7 @@ def invalidate(store: Store, space: str, reason: str) -> None:
     such a write changes): a run killed in between leaves a copy refused, never one read at shifted offsets."""
     copy = read(store, space)
     if copy is not None and copy.invalid is None:
-        save_json(_folder(store, space) / POINTER, replace(copy, invalid=reason).to_dict())
+        save_json(_folder(store, space) / POINTER, asdict(replace(copy, invalid=reason)))
 
 
 def describe(store: Store, space: str) -> dict[str, Any] | None:
@@ -112,7 +109,7 @@ def describe(store: Store, space: str) -> dict[str, Any] | None:
     copy = read(store, space)
     if copy is None:
         return None
-    return copy.to_dict() | {"stale": copy.invalid is not None or _rows_now(store, space, copy) != copy.rows}
+    return asdict(copy) | {"stale": copy.invalid is not None or _rows_now(store, space, copy) != copy.rows}
 
 
 def _rows_now(store: Store, space: str, copy: Copy) -> int:

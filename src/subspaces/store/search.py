@@ -70,7 +70,12 @@ def search_vectors(
 
 
 def search_quantized(
-    corpus: Any, queries: Any, k: int, kind: codes.Kind, rescore: int | None = 4, calibration_rows: int = 10_000
+    corpus: Any,
+    queries: Any,
+    k: int,
+    kind: codes.Kind,
+    rescore: int | None = 4,
+    calibration_rows: int = codes.CALIBRATION_ROWS,
 ) -> tuple[np.ndarray, np.ndarray, str | None]:
     """Scores, corpus rows and what the shortlist was rescored against, searching the unit corpus's codes (int8
     calibrated on ``calibration_rows`` sampled rows, or binary) by cosine; ``rescore x k`` candidates (None: none)

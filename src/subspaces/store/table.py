@@ -212,24 +212,18 @@ class Database:
 
     def open(self, space: str, table: str, on_rewrite: Callable[[str], None] | None = None) -> Table:
         """Space ``space``'s table ``table``."""
-        return Table(self._db, table, space, f"{self.folder}, space {space}", on_rewrite, folder=self.folder)
+        return Table(self._db, table, space, self.folder, on_rewrite)
 
 
 class Table:
     """Space ``space``'s table ``name``; ``on_rewrite(reason)`` runs before a write that moves stored rows."""
 
     def __init__(
-        self,
-        db: Any,
-        name: str,
-        space: str,
-        label: str,
-        on_rewrite: Callable[[str], None] | None = None,
-        *,
-        folder: Path,
+        self, db: Any, name: str, space: str, folder: Path, on_rewrite: Callable[[str], None] | None = None
     ) -> None:
-        self._db, self.name, self.space, self.label, self.on_rewrite = db, name, space, label, on_rewrite
+        self._db, self.name, self.space, self.on_rewrite = db, name, space, on_rewrite
         self.folder = folder  # the store folder, where the table's vector files live (:mod:`.vectorfile`)
+        self.label = f"{folder}, space {space}"
         self._open()
 
     def _open(self) -> None:

@@ -209,15 +209,19 @@ class Source:
                     f"has no field {name!r} (named as the {what} field; it has {', '.join(sorted(names))})",
                     self.label(),
                 )
-        chunk = Chunk(first, _list_vectors(column, self.label(), first))
-        if self.id_field in names:
-            chunk.ids = _ids(batch.column(self.id_field).to_pylist(), self.label(), first)
-        if self.text_field in names:
-            chunk.texts = batch.column(self.text_field).to_pylist()
-        rest = [n for n in names if n not in (vector, self.id_field, self.text_field)]
+        wanted = [n for n in names if n != vector or n in (self.id_field, self.text_field)]
+        values = {n: batch.column(n).to_pylist() for n in wanted}
+        return self._chunk(first, _list_vectors(column, self.label(), first), values, vector)
+
+    def _chunk(self, first: int, vectors: np.ndarray, values: dict[str, list[Any]], vector: str) -> Chunk:
+        """A chunk of ``vectors`` and the fields' ``values`` (name -> one a row): the id, the text, and the others
+        but ``vector`` merged into the metadata."""
+        chunk = Chunk(first, vectors, texts=values.get(self.text_field))
+        if self.id_field in values:
+            chunk.ids = _ids(values[self.id_field], self.label(), first)
+        rest = {n: v for n, v in values.items() if n not in (vector, self.id_field, self.text_field)}
         if rest:
-            values = {n: batch.column(n).to_pylist() for n in rest}
-            chunk.metadata = [_merged(values, i, self.label(), first) for i in range(batch.num_rows)]
+            chunk.metadata = [_merged(rest, i, self.label(), first) for i in range(len(vectors))]
         return chunk
 
     def _jsonl(self) -> Iterator[Chunk]:
@@ -284,20 +288,9 @@ class Source:
             raise DimensionError(
                 f"{label}: row {first + bad} holds {len(values[bad])} numbers, row {first} {first_dim}"
             )
-        chunk = Chunk(first, np.asarray(values, dtype=np.float64).astype(np.float32).reshape(len(values), -1))
-        if given["id"]:
-            chunk.ids = _ids([row[self.id_field] for row in rows], label, first)
-        if given["text"] or any(self.text_field in row for row in rows):  # rows given ids: a text where it is
-            chunk.texts = [row.get(self.text_field) for row in rows]
-        others = [
-            k
-            for k in dict.fromkeys(k for row in rows for k in row)
-            if k not in (vector, self.id_field, self.text_field)
-        ]
-        if others:
-            merged = {n: [row.get(n) for row in rows] for n in others}
-            chunk.metadata = [_merged(merged, i, label, first) for i in range(len(rows))]
-        return chunk
+        vectors = np.asarray(values, dtype=np.float64).astype(np.float32).reshape(len(values), -1)
+        fields = dict.fromkeys(n for row in rows for n in row)  # any row's (rows given ids: a text where it is)
+        return self._chunk(first, vectors, {n: [row.get(n) for row in rows] for n in fields}, vector)
 
 
 def _is_list(kind: Any) -> bool:
@@ -418,11 +411,9 @@ class Plan:
     rows: int = 0
     dimension: int | None = None
     derived: str = "given"  # where ids came from: given, text or vector
-    texts: int = 0  # rows with a text
     columns: dict[str, str] = field(default_factory=dict)
-    stored: int = 0  # rows whose id the store holds
-    changed: set[str] = field(default_factory=set)  # ...with other content
-    sample: tuple[list[str], list[np.ndarray]] = field(default_factory=lambda: ([], []))
+    overlap: dict[str, bytes] = field(default_factory=dict)  # a content digest of each id the store holds
+    cosine: float | None = None  # the declared model's mean cosine with the vectors (None: not checked)
 
 
 def _rows(chunk: Chunk, label: str, dimension: int | None) -> _Rows:
@@ -480,12 +471,22 @@ def _digest(text: str | None, meta: str | None, vector: np.ndarray) -> bytes:
 
 
 def validate(
-    source: Source, *, dimension: int | None, stored: set[str], known: dict[str, str], check_rows: int = CHECK_ROWS
-) -> tuple[Plan, dict[str, bytes]]:
-    """The validating pass, nothing written: the plan, and a content digest of each id already stored."""
+    source: Source,
+    *,
+    dimension: int | None,
+    stored: set[str],
+    known: dict[str, str],
+    check_rows: int = CHECK_ROWS,
+    encoder: Any = None,
+    prompt: str | None = None,
+    min_cosine: float = MIN_COSINE,
+) -> Plan:
+    """The validating pass, nothing written; with ``encoder`` (the declared model), ``check_rows`` texts are
+    re-encoded after ``prompt`` and a mean cosine below ``min_cosine`` with their vectors is refused."""
     plan = Plan(dimension=dimension)
     seen: set[str] = set()
-    overlap: dict[str, bytes] = {}
+    texts: list[str] = []
+    vectors: list[np.ndarray] = []
     label = source.label()
     for chunk in source.chunks():
         if chunk.ids is None:
@@ -501,19 +502,17 @@ def validate(
                 )
             seen.add(row_id)
             if row_id in stored:
-                overlap[row_id] = _digest(rows.texts[i], rows.metadata[i], rows.vectors[i])
-        texts, vectors = plan.sample
+                plan.overlap[row_id] = _digest(rows.texts[i], rows.metadata[i], rows.vectors[i])
         for i, text in enumerate(rows.texts):
-            if text is not None:
-                plan.texts += 1
-                if len(texts) < check_rows:
-                    texts.append(text)
-                    vectors.append(rows.vectors[i])
+            if text is not None and len(texts) < check_rows:
+                texts.append(text)
+                vectors.append(rows.vectors[i])
         plan.rows += len(rows.ids)
     if not plan.rows:
         raise DataError("holds no rows", label)
-    plan.stored = len(overlap)
-    return plan, overlap
+    if encoder is not None and texts:
+        plan.cosine = _check_model(encoder, texts, np.stack(vectors), label, min_cosine, prompt)
+    return plan
 
 
 def changed(store: Store, name: str, overlap: dict[str, bytes]) -> set[str]:
@@ -535,15 +534,14 @@ def changed(store: Store, name: str, overlap: dict[str, bytes]) -> set[str]:
     return out
 
 
-def check_model(encoder: Any, plan: Plan, label: str, min_cosine: float, prompt: str | None = None) -> float | None:
-    """The mean cosine of sample rows with their texts re-encoded (None: no texts); refused if too low."""
-    texts, vectors = plan.sample
-    if not texts:
-        return None
+def _check_model(
+    encoder: Any, texts: list[str], vectors: np.ndarray, label: str, min_cosine: float, prompt: str | None
+) -> float:
+    """The mean cosine of ``vectors`` with their ``texts`` re-encoded; refused if too low."""
     fresh = encode(encoder, texts, prompt, show_progress=None)
-    if fresh.shape[1] != len(vectors[0]):
-        raise DimensionError(f"the declared model gives {fresh.shape[1]}-d vectors; these are {len(vectors[0])}-d")
-    cosine = float(np.mean(np.sum(fresh * np.stack(vectors), axis=1)))
+    if fresh.shape[1] != vectors.shape[1]:
+        raise DimensionError(f"the declared model gives {fresh.shape[1]}-d vectors; these are {vectors.shape[1]}-d")
+    cosine = float(np.mean(np.sum(fresh * vectors, axis=1)))
     if cosine < min_cosine:
         raise DataError(
             f"the declared model did not write these vectors: {len(texts)} of their texts re-encoded by it have a "
