@@ -138,18 +138,12 @@ class LRUCache:
                 else:
                     self.misses += 1
                     first_miss[key] = i
-        if first_miss:
-            positions = list(first_miss.values())
-            values = compute(positions)
-            if len(values) != len(positions):
-                raise ValueError(f"compute returned {len(values)} values for {len(positions)} missing keys")
-            computed = dict(zip(first_miss, values, strict=True))
-            for key, value in computed.items():
-                self.put(key, value)
-            for i, key in enumerate(keys):
-                if out[i] is None:
-                    out[i] = computed[key]
-        return out
+        if not first_miss:
+            return out
+        computed = dict(zip(first_miss, compute(list(first_miss.values())), strict=True))  # one value per miss
+        for key, value in computed.items():
+            self.put(key, value)
+        return [computed.get(key, value) for key, value in zip(keys, out, strict=True)]
 
     def clear(self) -> None:
         """Drop every entry (the counters stay; see :meth:`reset_stats`)."""

@@ -146,8 +146,7 @@ def scoped_threads(threads: int | None = None) -> Iterator[int]:
     global _encoding_cores
     saved_env = {name: os.environ.get(name) for name in (*_POOL_ENVS, "OMP_WAIT_POLICY")}
     saved_encoding = _encoding_cores
-    torch = sys.modules.get("torch")
-    faiss = sys.modules.get("faiss")
+    torch, faiss = sys.modules.get("torch"), sys.modules.get("faiss")
     saved_torch = torch.get_num_threads() if torch is not None else None
     saved_faiss = faiss.omp_get_max_threads() if faiss is not None else None
     limiter = None
@@ -163,9 +162,9 @@ def scoped_threads(threads: int | None = None) -> Iterator[int]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        if torch is not None and saved_torch is not None:
+        if torch is not None:
             torch.set_num_threads(saved_torch)
-        if faiss is not None and saved_faiss is not None:
+        if faiss is not None:
             faiss.omp_set_num_threads(saved_faiss)
 
 

@@ -294,16 +294,17 @@ def read_jsonl(path: str | os.PathLike[str], *, label: object = None) -> Iterato
 
 
 def read_csv(
-    path: str | os.PathLike[str], columns: Sequence[str], optional: Sequence[str] = ()
+    path: str | os.PathLike[str], columns: Sequence[str], optional: Sequence[str] = (), **dialect: Any
 ) -> Iterator[tuple[int, int, dict[str, str]]]:
     """``(row number from 0, line number, {column: cell})`` for each non-blank row of a CSV file (``.gz`` read
-    through) whose header names all of ``columns`` (and any of ``optional``); every row has the header's field count,
-    else a :class:`DataError` naming the file and line."""
+    through, ``dialect``: :func:`csv.reader`'s options) whose header names all of ``columns`` (and any of
+    ``optional``); every row has the header's field count, else a :class:`DataError` naming the file and line."""
     p = check_file(path)
     with open_text(p, newline="") as handle:
-        reader = csv.reader(handle)
+        reader = csv.reader(handle, **dialect)
         try:
             header = [h.strip() for h in next(reader)]
+            header[:1] = [h.removeprefix("\ufeff") for h in header[:1]]  # a byte-order mark
             missing = [c for c in columns if c not in header]
             if missing:
                 *rest, last = columns

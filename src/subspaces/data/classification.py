@@ -13,7 +13,7 @@ from typing import TypeVar
 from subspaces.config import dataset_dir
 from subspaces.data.wic import WIC_SPLITS, read_wic
 from subspaces.errors import DataError
-from subspaces.io import check_file, read_jsonl, read_lines
+from subspaces.io import check_file, read_csv, read_jsonl, read_lines
 
 TWEETEVAL_TASKS = ("emoji", "emotion", "hate", "irony", "offensive", "sentiment")
 
@@ -69,20 +69,11 @@ def load_banking77(split: str = "train", folder: str | Path | None = None) -> La
         raise DataError(f"not a JSON list of intent names: {exc}", path=names_path) from exc
     index = {name: i for i, name in enumerate(names)}
     texts, labels = [], []
-    with open(path, encoding="utf-8", newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if header != ["text", "category"]:
-            raise DataError(f"expected the header text,category, got {header}", path=path, line=1)
-        for row in reader:
-            if not row:
-                continue
-            if len(row) != 2:
-                raise DataError(f"expected 2 fields, found {len(row)}", path=path, line=reader.line_num)
-            if row[1] not in index:
-                raise DataError(f"unknown intent {row[1]!r} (not in categories.json)", path=path, line=reader.line_num)
-            texts.append(row[0])
-            labels.append(index[row[1]])
+    for _, line, row in read_csv(path, ("text", "category")):
+        if row["category"] not in index:
+            raise DataError(f"unknown intent {row['category']!r} (not in categories.json)", path=path, line=line)
+        texts.append(row["text"])
+        labels.append(index[row["category"]])
     return _non_empty(LabelledTexts(texts, labels, names), path)
 
 
@@ -158,23 +149,13 @@ def load_mrpc(split: str = "train", folder: str | Path | None = None) -> Labelle
         raise DataError(f"MRPC has splits train and test, not {split!r}")
     path = check_file((Path(folder) if folder is not None else dataset_dir("mrpc")) / f"msr_paraphrase_{split}.txt")
     texts1, texts2, labels = [], [], []
-    with open(path, encoding="utf-8-sig", newline="") as handle:
-        reader = csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = next(reader, None)
-        if not header or header[0] != "Quality":
-            raise DataError(f"expected a header starting with 'Quality', got {header}", path=path, line=1)
-        for row in reader:
-            if not row:
-                continue
-            if len(row) != 5 or row[0] not in ("0", "1"):
-                raise DataError(
-                    f"expected 5 tab-separated fields with quality 0 or 1, got {len(row)} field(s)",
-                    path=path,
-                    line=reader.line_num,
-                )
-            labels.append(int(row[0]))
-            texts1.append(row[3])
-            texts2.append(row[4])
+    columns = ("Quality", "#1 String", "#2 String")
+    for _, line, row in read_csv(path, columns, delimiter="\t", quoting=csv.QUOTE_NONE):
+        if row["Quality"] not in ("0", "1"):
+            raise DataError(f"quality must be 0 or 1, got {row['Quality']!r}", path=path, line=line)
+        labels.append(int(row["Quality"]))
+        texts1.append(row["#1 String"])
+        texts2.append(row["#2 String"])
     return _non_empty(LabelledPairs(texts1, texts2, labels, ["not_paraphrase", "paraphrase"]), path)
 
 
