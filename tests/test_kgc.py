@@ -864,7 +864,7 @@ def test_training_with_a_checkpoint_dir_resumes_where_it_stopped(tmp_path, tiny_
     def calling(function):  # the loop kgc builds, with ``function(step, loss)`` after each step in place of its own
         class Loop(real_loop):
             def __init__(self, *args, **kwargs):
-                super().__init__(*args, **{**kwargs, "callbacks": [engine.EachStep(function)]})
+                super().__init__(*args, **{**kwargs, "on_step": function})
 
         return Loop
 

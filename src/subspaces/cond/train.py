@@ -175,7 +175,7 @@ def fit(
             evaluator,
             param_groups=param_groups(model, config),
             settings=settings,
-            callbacks=[engine.EachStep(lambda done, loss: losses[(done - 1) // per_epoch].append(loss))],
+            on_step=lambda done, loss: losses[(done - 1) // per_epoch].append(loss),
         ).run()
     model.eval()
     if model.freeze_encoder:

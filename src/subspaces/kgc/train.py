@@ -100,7 +100,7 @@ def train_kgc(
         evaluator,
         param_groups=_param_groups(loss, config),
         settings=settings,
-        callbacks=[engine.EachStep(lambda step, _value: temperatures.__setitem__(step, loss.temperature))],
+        on_step=lambda step, _value: temperatures.__setitem__(step, loss.temperature),
     ).run()
     loss.eval()
     history = [

@@ -1,8 +1,8 @@
 """The training loop every model uses: ``TrainingLoop(module, step, batches, config, evaluator).run()``.
 
 A task supplies a seeded :class:`BatchSource` and ``step`` (batch -> scalar loss); the loop does AdamW with a linear
-schedule and warm-up, clipping and DDP gradient sums, and runs :class:`Callback` objects over one :class:`TrainState`
-(progress, history, evaluation with keep-best, checkpoints). Resuming is exact on the same device type and thread
+schedule and warm-up, clipping and DDP gradient sums, progress, history, evaluation with keep-best and checkpoints
+(one :class:`TrainState`). Resuming is exact on the same device type and thread
 count: the checkpoint holds module, optimiser, schedule, step and the RNG states of the last step boundary, and
 batches are a pure function of (seed, epoch, index). ``checkpoint.pt`` holds only tensors and plain values
 (``weights_only=True``); the run's fingerprint in ``checkpoint.json`` is compared before it is opened. The output
@@ -16,7 +16,7 @@ import json
 import pickle
 import random
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -39,6 +39,8 @@ from subspaces.train.recipes import FitConfig
 class BatchSource(Protocol):
     """Seeded and resumable: ``batch(epoch, index)`` is a pure function of (the source's seed, epoch, index),
     so a run resumed at step k replays exactly the batches an uninterrupted run sees."""
+
+    batch_size: int  # rows per step and process (the throughput figure)
 
     def __len__(self) -> int: ...  # batches per epoch
 
@@ -84,7 +86,9 @@ def seed_everything(seed: int) -> None:
 
 
 def rng_state() -> dict[str, Any]:
-    numpy_state = np.random.get_state()  # noqa: NPY002 - the global state is what libraries draw from
+    """Every RNG's state, the numpy key array as a tensor (what ``torch.load(weights_only=True)`` reads back)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()  # noqa: NPY002 - the global state libraries draw from
+    numpy_state = (str(name), torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))
     state = {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -92,25 +96,12 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    name, keys, pos, has_gauss, cached = state["numpy"]
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])  # noqa: NPY002
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))  # noqa: NPY002
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def _rng_to_plain(state: dict[str, Any]) -> dict[str, Any]:
-    """``state`` with the numpy state's key array as a tensor: what ``torch.load(weights_only=True)`` reads."""
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    return {
-        **state,
-        "numpy": (str(name), torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached)),
-    }
-
-
-def _rng_from_plain(state: dict[str, Any]) -> dict[str, Any]:
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    return {**state, "numpy": (name, keys.numpy().astype(np.uint32), pos, has_gauss, cached)}
 
 
 def _plain(value: Any) -> Any:
@@ -207,13 +198,6 @@ def _trainable_state(module: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.state_dict().items() if k in keep}
 
 
-def _batch_len(batches: BatchSource, batch: Any) -> int:
-    size = getattr(batches, "batch_size", None)
-    if size is not None:
-        return int(size)
-    return len(batch) if hasattr(batch, "__len__") else 0
-
-
 @dataclass
 class TrainState:
     """What the run holds between steps besides the weights and the optimiser (``checkpoint.pt`` keeps it)."""
@@ -228,108 +212,6 @@ class TrainState:
     resumed_from: int = 0
     extended_from: int | None = None
     loss: float = float("nan")  # the last step's loss
-    stop: bool = False  # set by a callback: the run ends after this step (early stopping)
-
-
-class Callback:
-    """What runs around the steps. Each hook gets the :class:`TrainingLoop` (``loop.state``, ``loop.module``...)."""
-
-    def on_train_begin(self, loop: TrainingLoop) -> None: ...
-
-    def on_step_end(self, loop: TrainingLoop) -> None: ...  # after each optimiser step, at the step boundary
-
-    def on_loop_end(self, loop: TrainingLoop) -> None: ...  # the steps stopped, also by an error: release resources
-
-    def on_train_end(self, loop: TrainingLoop) -> None: ...  # the steps finished
-
-
-class ProgressBar(Callback):
-    """A progress display with the running loss and the best score (main process only)."""
-
-    bar: Any = None
-
-    def on_train_begin(self, loop: TrainingLoop) -> None:
-        show = loop.config.show_progress and ddp.is_main()
-        self.bar = (
-            Progress(loop.state.total, loop.config.description, unit="step", initial=loop.state.step) if show else None
-        )
-        self.running: float | None = None
-
-    def on_step_end(self, loop: TrainingLoop) -> None:
-        value, best = loop.state.loss, loop.state.best
-        self.running = value if self.running is None else 0.98 * self.running + 0.02 * value
-        if self.bar is not None:
-            self.bar.update(1, loss=round(self.running, 4), best="-" if best is None else round(best, 2))
-
-    def on_loop_end(self, loop: TrainingLoop) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-class History(Callback):
-    """The loss and lr every 10 steps and at the last; with ``terms`` (the size of each term of the last loss,
-    e.g. ``MICLoss.last_terms``) also at step 1, the start weights, and those steps' entries carry them."""
-
-    def __init__(self, terms: Callable[[], dict[str, float]] | None = None) -> None:
-        self.terms = terms
-
-    def on_step_end(self, loop: TrainingLoop) -> None:
-        state = loop.state
-        if state.step % 10 == 0 or state.step == state.total or (state.step == 1 and self.terms is not None):
-            entry = {"step": state.step, "loss": state.loss, "lr": loop.scheduler.get_last_lr()[0]}
-            if self.terms is not None:
-                entry["terms"] = dict(self.terms())
-            state.history.append(entry)
-
-
-class EachStep(Callback):
-    """``function(step, loss)`` after each optimiser step."""
-
-    def __init__(self, function: Callable[[int, float], None]) -> None:
-        self.function = function
-
-    def on_step_end(self, loop: TrainingLoop) -> None:
-        self.function(loop.state.step, loop.state.loss)
-
-
-class Evaluation(Callback):
-    """Evaluate every ``eval_steps``, at epoch ends if asked, and at the end; keep the best model (saved, or in
-    memory) by the evaluator's primary metric. Without an evaluator the last model is the one kept."""
-
-    def on_train_begin(self, loop: TrainingLoop) -> None:
-        if loop.state.pending_eval:  # the run this resumes was interrupted while evaluating: finish that first
-            loop.evaluate()
-            loop.state.pending_eval = False
-
-    def on_step_end(self, loop: TrainingLoop) -> None:
-        config, done = loop.config, loop.state.step
-        if done < loop.state.total and (
-            (config.eval_steps and done % config.eval_steps == 0)
-            or (config.eval_every_epoch and done % loop.per_epoch == 0)
-        ):
-            loop.state.pending_eval = True
-            loop.evaluate()
-            loop.state.pending_eval = False
-
-    def on_train_end(self, loop: TrainingLoop) -> None:
-        if loop.evaluator is not None:
-            loop.evaluate()
-        elif loop.keep_in_memory:
-            loop.state.best_state = None  # the last state is the one to keep
-        else:
-            loop.save()
-
-
-class Checkpointing(Callback):
-    """``checkpoint.pt`` every ``save_steps`` and at the end (the last state, not the best: extending the run
-    continues from where it stopped)."""
-
-    def on_step_end(self, loop: TrainingLoop) -> None:
-        if loop.config.save_steps and loop.state.step % loop.config.save_steps == 0:
-            loop.checkpoint()
-
-    def on_train_end(self, loop: TrainingLoop) -> None:
-        loop.checkpoint()
 
 
 class TrainingLoop:
@@ -340,8 +222,8 @@ class TrainingLoop:
     ``eval_steps``, at epoch ends if asked, and at the end. ``save_model(folder)`` writes the model when the primary
     metric improves (or once at the end without an evaluator); without it the best state is kept in memory.
     ``settings`` go into the checkpoint's fingerprint (a resume into another run is refused); ``loss_terms`` gives
-    the last loss's terms for the history; ``callbacks`` run after progress and history, before evaluation and
-    checkpointing (so a checkpoint holds what they wrote).
+    the last loss's terms for the history; ``on_step(step, loss)`` runs after each step, before its evaluation and
+    checkpoint (so a checkpoint holds what it wrote).
     """
 
     def __init__(
@@ -356,13 +238,13 @@ class TrainingLoop:
         save_model: Callable[[Path], None] | None = None,
         settings: dict[str, Any] | None = None,
         loss_terms: Callable[[], dict[str, float]] | None = None,
-        callbacks: Sequence[Callback] = (),
+        on_step: Callable[[int, float], None] | None = None,
     ) -> None:
         self.rank, self.world = ddp.init_from_env()
         self.module, self.step_fn, self.batches, self.config = module, step, batches, config
         self.evaluator = as_evaluator(evaluator)
         self.param_groups, self.save_model, self.settings = param_groups, save_model, dict(settings or {})
-        self.callbacks = [ProgressBar(), History(loss_terms), *callbacks, Evaluation(), Checkpointing()]
+        self.loss_terms, self.on_step = loss_terms, on_step
         self.per_epoch = len(batches)
         if self.per_epoch < 1:
             raise SubspacesError("no training batches: the data is smaller than one batch")
@@ -389,10 +271,13 @@ class TrainingLoop:
         start, samples = time.perf_counter(), 0
         self.boundary = rng_state()
         at_boundary = True  # False while an optimiser update is half-applied: an interrupt then must not checkpoint
+        show = self.config.show_progress and ddp.is_main()
+        bar = Progress(state.total, self.config.description, unit="step", initial=state.step) if show else None
+        running: float | None = None  # the displayed loss, smoothed
         try:
-            for callback in self.callbacks:
-                callback.on_train_begin(self)
-            while state.step < state.total and not state.stop:
+            if state.pending_eval:  # the run this resumes was interrupted while evaluating: finish that first
+                self.evaluate()
+            while state.step < state.total:
                 epoch, index = divmod(state.step, self.per_epoch)
                 batch = self.batches.batch(epoch, index)
                 loss = self.step_fn(batch)
@@ -412,20 +297,27 @@ class TrainingLoop:
                 state.step += 1
                 self.boundary = rng_state()
                 at_boundary = True
-                samples += _batch_len(self.batches, batch) * self.world
+                samples += self.batches.batch_size * self.world
                 state.loss = float(loss.detach())
-                for callback in self.callbacks:
-                    callback.on_step_end(self)
+                running = state.loss if running is None else 0.98 * running + 0.02 * state.loss
+                if bar is not None:
+                    bar.update(1, loss=round(running, 4), best="-" if state.best is None else round(state.best, 2))
+                self._step_end()
         except KeyboardInterrupt:
             if at_boundary:
                 self.checkpoint()
             raise
         finally:
-            for callback in self.callbacks:
-                callback.on_loop_end(self)
+            if bar is not None:
+                bar.close()
         seconds = time.perf_counter() - start
-        for callback in self.callbacks:
-            callback.on_train_end(self)
+        if self.evaluator is not None:
+            self.evaluate()
+        elif self.keep_in_memory:
+            state.best_state = None  # the last state is the one to keep
+        else:
+            self.save()
+        self.checkpoint()  # the last state, not the best: extending the run continues from where it stopped
         if state.best_state is not None:
             self.module.load_state_dict(state.best_state, strict=False)
         result = self._result(seconds, samples)
@@ -435,6 +327,25 @@ class TrainingLoop:
                 self.out / run_output.STATE, {**result.to_dict(), "config": asdict(self.config), "settings": recorded}
             )
         return result
+
+    def _step_end(self) -> None:
+        """The history (loss and lr every 10 steps and at the last; with ``loss_terms`` also at step 1, with the
+        terms), ``on_step``, the evaluation due and the checkpoint due."""
+        state, config = self.state, self.config
+        if state.step % 10 == 0 or state.step == state.total or (state.step == 1 and self.loss_terms is not None):
+            entry = {"step": state.step, "loss": state.loss, "lr": self.scheduler.get_last_lr()[0]}
+            if self.loss_terms is not None:
+                entry["terms"] = dict(self.loss_terms())
+            state.history.append(entry)
+        if self.on_step is not None:
+            self.on_step(state.step, state.loss)
+        if state.step < state.total and (
+            (config.eval_steps and state.step % config.eval_steps == 0)
+            or (config.eval_every_epoch and state.step % self.per_epoch == 0)
+        ):
+            self.evaluate()
+        if config.save_steps and state.step % config.save_steps == 0:
+            self.checkpoint()
 
     def _prepare(self) -> None:
         """Check every input before anything is written or trained; build the optimiser; resume if asked."""
@@ -472,16 +383,11 @@ class TrainingLoop:
         self.module.load_state_dict(saved["module"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
-        state.step, state.best, state.best_step, state.history = (
-            done,
-            saved["best"],
-            saved["best_step"],
-            saved["history"],
-        )
+        state.step = state.resumed_from = done
+        state.best, state.best_step, state.history = saved["best"], saved["best_step"], saved["history"]
         state.best_state = saved.get("best_state")
-        set_rng_state(_rng_from_plain(saved["rng"][self.rank]))
+        set_rng_state(saved["rng"][self.rank])
         state.pending_eval = bool(saved.get("pending_eval", False))
-        state.resumed_from = done
         if saved["total"] != state.total and done < state.total:
             # Extending (or shortening) a run: the linear schedule is re-planned for the new total from here on.
             state.extended_from = saved["total"]
@@ -515,7 +421,7 @@ class TrainingLoop:
                 "best_state": state.best_state,
                 "history": _plain(state.history),
                 "pending_eval": state.pending_eval,
-                "rng": [_rng_to_plain(r) for r in rngs],
+                "rng": rngs,
                 **meta,
             }
             with atomic_path(self.ckpt_path) as tmp:
@@ -533,6 +439,7 @@ class TrainingLoop:
         if self.evaluator is None:
             return
         module, state = self.module, self.state
+        state.pending_eval = True  # a checkpoint written by an interrupt now finishes this evaluation on resume
         saved_rng, was_training = rng_state(), module.training
         module.eval()
         try:
@@ -554,6 +461,7 @@ class TrainingLoop:
                 self.save()
             state.best, state.best_step = score, state.step  # only once saved: an interrupt before must not claim it
         state.history.append({"step": state.step, "epoch": (state.step - 1) // self.per_epoch, "eval": metrics})
+        state.pending_eval = False
 
     def _result(self, seconds: float, samples: int, already_complete: bool = False) -> FitResult:
         state = self.state

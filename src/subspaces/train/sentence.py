@@ -16,7 +16,7 @@ from torch import nn
 from subspaces.errors import SubspacesError
 from subspaces.models.partial import partially_trained
 from subspaces.train import distributed as ddp
-from subspaces.train.engine import EachStep, FitResult, TrainingLoop, digest, epoch_order
+from subspaces.train.engine import FitResult, TrainingLoop, digest, epoch_order
 from subspaces.train.recipes import EncoderTrainConfig
 
 Row = tuple[str, ...]
@@ -139,7 +139,7 @@ def train_sentence_loss(
                 save_model=save_model,
                 settings=recorded,
                 loss_terms=(lambda: vars(loss)["last_terms"]) if reports_terms else None,
-                callbacks=[EachStep(callback)] if callback is not None else (),
+                on_step=callback,
             ).run()
     finally:
         model.max_seq_length = inference_length
