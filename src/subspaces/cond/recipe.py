@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from subspaces.losses.settings import setting
 from subspaces.train.recipes import FitConfig
 
 
@@ -13,45 +14,32 @@ from subspaces.train.recipes import FitConfig
 class CondTrainConfig(FitConfig):
     """A conditional-similarity run: the model to build, the objective, and the loop's settings."""
 
-    arch: Literal["tri", "bi"] = field(
-        default="tri", metadata={"help": "tri: sentence and condition encoded apart (cacheable); bi: (s, c) pairs."}
+    arch: Literal["tri", "bi"] = setting(
+        "tri", "tri: sentence and condition encoded apart (cacheable); bi: (s, c) pairs."
     )
-    head: Literal["hypernet", "concat", "hadamard"] = field(default="hypernet", metadata={"help": "Tri-encoder head."})
-    rank: int | str | None = field(
-        default="auto", metadata={"help": "Hypernet rank K, 'auto' (d/12, as Hyper-CL) or None/'full'."}
+    head: Literal["hypernet", "concat", "hadamard"] = setting("hypernet", "Tri-encoder head.")
+    rank: int | str | None = setting("auto", "Hypernet rank K, 'auto' (d/12, as Hyper-CL) or None/'full'.")
+    freeze_encoder: bool = setting(True, "Train only the head on cached embeddings.", "--freeze-encoder/--fine-tune")
+    condition_encoder: str | None = setting(None, "A separate encoder for conditions (tri).")
+    max_length: int | None = setting(
+        None, "Tokens per text (default: the encoder's own limit).", "--max-length", "--max-seq-length"
     )
-    freeze_encoder: bool = field(
-        default=True,
-        metadata={"help": "Train only the head on cached embeddings.", "flags": ("--freeze-encoder/--fine-tune",)},
+    objective: Literal["mse", "quadruplet", "infonce_mse"] = setting(
+        "mse", "mse; quadruplet and infonce_mse need pairs under two conditions."
     )
-    condition_encoder: str | None = field(default=None, metadata={"help": "A separate encoder for conditions (tri)."})
-    max_length: int | None = field(
-        default=None,
-        metadata={
-            "help": "Tokens per text (default: the encoder's own limit).",
-            "flags": ("--max-length", "--max-seq-length"),
-        },
-    )
-    objective: Literal["mse", "quadruplet", "infonce_mse"] = field(
-        default="mse", metadata={"help": "mse; quadruplet and infonce_mse need pairs under two conditions."}
-    )
-    batch_size: int = field(default=32, metadata={"help": "Rows per step."})
-    head_lr: float = field(default=1e-3, metadata={"help": "Learning rate of the head."})
-    encoder_lr: float = field(default=2e-5, metadata={"help": "Learning rate of the encoder when fine-tuning."})
+    batch_size: int = setting(32, "Rows per step.")
+    head_lr: float = setting(1e-3, "Learning rate of the head.")
+    encoder_lr: float = setting(2e-5, "Learning rate of the encoder when fine-tuning.")
     lr: float = field(init=False, repr=False)  # derived: the loop's base rate, the head's (each group has its own)
-    epochs: int = field(default=10, metadata={"help": "Passes over the training rows."})
-    temperature: float = field(default=1.7, metadata={"help": "τ of infonce_mse."})
-    margin: float = field(default=1.0, metadata={"help": "Margin of the quadruplet loss."})
-    in_batch_negatives: bool = field(
-        default=False, metadata={"help": "infonce_mse: other pairs of the batch as negatives."}
+    epochs: int = setting(10, "Passes over the training rows.")
+    temperature: float = setting(1.7, "τ of infonce_mse.")
+    margin: float = setting(1.0, "Margin of the quadruplet loss.")
+    in_batch_negatives: bool = setting(False, "infonce_mse: other pairs of the batch as negatives.")
+    eval_every_epoch: bool = setting(True, "Score the dev split after each epoch.")
+    trainable_layers: int | str | None = setting(
+        None, "Fine-tuning: only the top N transformer layers (None/'all': all)."
     )
-    eval_every_epoch: bool = field(default=True, metadata={"help": "Score the dev split after each epoch."})
-    trainable_layers: int | str | None = field(
-        default=None, metadata={"help": "Fine-tuning: only the top N transformer layers (None/'all': all)."}
-    )
-    cache_dir: str | None = field(
-        default=None, metadata={"help": "Where partial fine-tuning keeps the bottom activations (None: memory)."}
-    )
+    cache_dir: str | None = setting(None, "Where partial fine-tuning keeps the bottom activations (None: memory).")
 
     def __post_init__(self) -> None:
         self.lr = self.head_lr

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from subspaces.errors import SubspacesError
+from subspaces.losses.settings import setting
 from subspaces.train.recipes import FitConfig
 
 Ties = Literal["realistic", "optimistic", "pessimistic"]  # how tied scores rank in evaluation (kgc.ranking)
@@ -19,90 +20,65 @@ class KGCTrainConfig(FitConfig):
     """A KGC run: the model to build, SimKGC's objective, the entity texts, the evaluation, and the loop's settings
     (SimKGC's defaults where they apply to CPU; warm-up capped at a tenth of the run)."""
 
-    arch: Literal["bi", "tri"] = field(default="tri", metadata={"help": "bi (SimKGC) or tri (Hyper-CL tri-encoder)."})
-    head: Literal["hypernet", "concat", "hadamard"] = field(default="hypernet", metadata={"help": "Tri-encoder head."})
-    rank: int | str | None = field(
-        default="auto", metadata={"help": "Hypernet rank K, 'auto' (d/12, as Hyper-CL: 32 for d = 384) or 'full'."}
+    arch: Literal["bi", "tri"] = setting("tri", "bi (SimKGC) or tri (Hyper-CL tri-encoder).")
+    head: Literal["hypernet", "concat", "hadamard"] = setting("hypernet", "Tri-encoder head.")
+    rank: int | str | None = setting("auto", "Hypernet rank K, 'auto' (d/12, as Hyper-CL: 32 for d = 384) or 'full'.")
+    freeze_encoder: bool = setting(
+        False, "Train only the tri-encoder's head on cached embeddings.", "--freeze-encoder/--fine-tune"
     )
-    freeze_encoder: bool = field(
-        default=False,
-        metadata={
-            "help": "Train only the tri-encoder's head on cached embeddings.",
-            "flags": ("--freeze-encoder/--fine-tune",),
-        },
+    shared_encoder: bool = setting(
+        True,
+        "Bi-encoder: one encoder for queries and tails, or two (as SimKGC).",
+        "--shared-encoder/--separate-encoders",
     )
-    shared_encoder: bool = field(
-        default=True,
-        metadata={
-            "help": "Bi-encoder: one encoder for queries and tails, or two (as SimKGC).",
-            "flags": ("--shared-encoder/--separate-encoders",),
-        },
+    max_length: int = setting(50, "Tokens per text (SimKGC: 50).")
+    head_dropout: float = setting(0.0, "Tri-encoder: dropout before the head's layers.")
+    head_init: Literal["scaled", "torch"] = setting(
+        "scaled", "Tri-encoder head init: scaled (identity transform) or torch."
     )
-    max_length: int = field(default=50, metadata={"help": "Tokens per text (SimKGC: 50)."})
-    head_dropout: float = field(default=0.0, metadata={"help": "Tri-encoder: dropout before the head's layers."})
-    head_init: Literal["scaled", "torch"] = field(
-        default="scaled", metadata={"help": "Tri-encoder head init: scaled (identity transform) or torch."}
-    )
-    head_activation: str = field(default="relu", metadata={"help": "Tri-encoder concat head's activation."})
-    batch_size: int = field(default=1024, metadata={"help": "Batch size (in-batch negatives)."})
-    encoder_lr: float = field(
-        default=5e-5, metadata={"help": "Learning rate of the encoder(s) when fine-tuning (and of the temperature)."}
-    )
-    head_lr: float | None = field(
-        default=None,
-        metadata={
-            "help": "Learning rate of the tri-encoder's head (default: 1e-3 frozen, the encoder's when fine-tuning)."
-        },
+    head_activation: str = setting("relu", "Tri-encoder concat head's activation.")
+    batch_size: int = setting(1024, "Batch size (in-batch negatives).")
+    encoder_lr: float = setting(5e-5, "Learning rate of the encoder(s) when fine-tuning (and of the temperature).")
+    head_lr: float | None = setting(
+        None, "Learning rate of the tri-encoder's head (default: 1e-3 frozen, the encoder's when fine-tuning)."
     )
     # derived: the loop's base rate, that of all but a separately-rated head (the name saved folders record it by)
     lr: float = field(init=False, repr=False)
-    warmup_steps: int | None = field(default=400, metadata={"help": "Warm-up steps (at most a tenth of the run)."})
-    weight_decay: float = field(default=1e-4, metadata={"help": "AdamW weight decay (matrices only)."})
-    max_grad_norm: float | None = field(default=10.0, metadata={"help": "Gradient clipping norm."})
-    save_steps: int | None = field(default=50, metadata={"help": "Checkpoint cadence in steps (with output_dir)."})
-    margin: float = field(default=0.02, metadata={"help": "Additive margin on the positive."})
-    temperature: float = field(default=0.05, metadata={"help": "Initial temperature (learnable)."})
-    pre_batch: int = field(
-        default=0, metadata={"help": "Pre-batch queue size in batches (SimKGC: 0 on WN18RR, 2 on FB15k-237)."}
+    warmup_steps: int | None = setting(400, "Warm-up steps (at most a tenth of the run).")
+    weight_decay: float = setting(1e-4, "AdamW weight decay (matrices only).")
+    max_grad_norm: float | None = setting(10.0, "Gradient clipping norm.")
+    save_steps: int | None = setting(50, "Checkpoint cadence in steps (with output_dir).")
+    margin: float = setting(0.02, "Additive margin on the positive.")
+    temperature: float = setting(0.05, "Initial temperature (learnable).")
+    pre_batch: int = setting(0, "Pre-batch queue size in batches (SimKGC: 0 on WN18RR, 2 on FB15k-237).")
+    pre_batch_weight: float = setting(0.5, "Factor on the pre-batch negatives' logits.")
+    self_negatives: bool = setting(True, "Count the head entity itself as a negative.")
+    normalize_queries: bool = setting(True, "Score cos(hr, t); off: the raw projection against unit tails (Hyper-CL).")
+    neighbour_names: bool | None = setting(
+        None,
+        "Append neighbour names to short descriptions (default: on for FB15k-237).",
+        "--neighbour-names/--no-neighbour-names",
     )
-    pre_batch_weight: float = field(default=0.5, metadata={"help": "Factor on the pre-batch negatives' logits."})
-    self_negatives: bool = field(default=True, metadata={"help": "Count the head entity itself as a negative."})
-    normalize_queries: bool = field(
-        default=True, metadata={"help": "Score cos(hr, t); off: the raw projection against unit tails (Hyper-CL)."}
+    per_example_texts: bool | None = setting(
+        None,
+        "Training texts leave each triple's other end out of the neighbour names (SimKGC; default: bi).",
+        "--per-example-texts/--per-entity-texts",
     )
-    neighbour_names: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Append neighbour names to short descriptions (default: on for FB15k-237).",
-            "flags": ("--neighbour-names/--no-neighbour-names",),
-        },
+    disk_cache: str | Path | bool | None = setting(
+        None, "The embedding store's disk shards (None: the default folder; False: none)."
     )
-    per_example_texts: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Training texts leave each triple's other end out of the neighbour names (SimKGC; default: bi).",
-            "flags": ("--per-example-texts/--per-entity-texts",),
-        },
+    evaluate_split: str | None = setting("test", "Split to evaluate after training.")
+    select_on: str | None = setting(None, "Evaluate each epoch on this split and keep the state best by MRR there.")
+    track_on: str | None = setting(None, "Evaluate each epoch on this split (the history) but keep the last state.")
+    rerank_n_hop: int = setting(0, "Evaluation: also report SimKGC's n-hop re-ranking.")
+    neighbour_weight: float = setting(0.05, "Re-ranking: bonus of an entity within n hops.")
+    trainable_layers: int | str | None = setting(
+        None, "Fine-tuning: only the encoders' top N layers (None/'all': all)."
     )
-    disk_cache: str | Path | bool | None = field(
-        default=None, metadata={"help": "The embedding store's disk shards (None: the default folder; False: none)."}
+    cache_dir: str | Path | None = setting(
+        None, "Where partial fine-tuning keeps the bottom activations (None: memory)."
     )
-    evaluate_split: str | None = field(default="test", metadata={"help": "Split to evaluate after training."})
-    select_on: str | None = field(
-        default=None, metadata={"help": "Evaluate each epoch on this split and keep the state best by MRR there."}
-    )
-    track_on: str | None = field(
-        default=None, metadata={"help": "Evaluate each epoch on this split (the history) but keep the last state."}
-    )
-    rerank_n_hop: int = field(default=0, metadata={"help": "Evaluation: also report SimKGC's n-hop re-ranking."})
-    neighbour_weight: float = field(default=0.05, metadata={"help": "Re-ranking: bonus of an entity within n hops."})
-    trainable_layers: int | str | None = field(
-        default=None, metadata={"help": "Fine-tuning: only the encoders' top N layers (None/'all': all)."}
-    )
-    cache_dir: str | Path | None = field(
-        default=None, metadata={"help": "Where partial fine-tuning keeps the bottom activations (None: memory)."}
-    )
-    recipe: str | None = field(default=None, metadata={"help": "The named configuration applied (metadata only)."})
+    recipe: str | None = setting(None, "The named configuration applied (metadata only).")
     description: str = "train kgc"
 
     def __post_init__(self) -> None:

@@ -5,20 +5,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 LayerPrefixMapping = Literal["all", "paired"]
 MAPPINGS: tuple[LayerPrefixMapping, ...] = ("all", "paired")
+
+
+def setting(default: Any, text: str, *flags: str) -> Any:
+    """A recipe field: its default, its help ``text`` and, if not ``--field-name``, its CLI ``flags``."""
+    return field(default=default, metadata={"help": text, "flags": flags} if flags else {"help": text})
 
 
 @dataclass
 class InfoNCESettings:
     """The objective's settings, declared once: :class:`SimCSELoss` and the recipes on it take their defaults here."""
 
-    temperature: float = field(default=0.05, metadata={"help": "InfoNCE temperature."})
-    hard_negative_weight: float = field(
-        default=0.0, metadata={"help": "Log-weight added to each anchor's own hard-negative logit (triplets)."}
-    )
+    temperature: float = setting(0.05, "InfoNCE temperature.")
+    hard_negative_weight: float = setting(0.0, "Log-weight added to each anchor's own hard-negative logit (triplets).")
 
 
 @dataclass
@@ -26,37 +29,27 @@ class MICSettings:
     """MIC's weights and choices, declared once: :class:`MICLoss` and ``matryoshka train`` take their defaults
     from here (what each multiplies: the module docstring; the defaults are our reading, reasoned there)."""
 
-    gamma: float = field(default=0.1, metadata={"help": "MIC: weight of L_align (SCR + SIR)."})
-    tau_corr: float = field(default=0.0, metadata={"help": "MIC/SCR: correlations below this are free."})
-    lambda_corr: float = field(
-        default=100.0, metadata={"help": "MIC/SCR: weight of the prefix-residual decorrelation."}
+    gamma: float = setting(0.1, "MIC: weight of L_align (SCR + SIR).")
+    tau_corr: float = setting(0.0, "MIC/SCR: correlations below this are free.")
+    lambda_corr: float = setting(100.0, "MIC/SCR: weight of the prefix-residual decorrelation.")
+    lambda_var: float = setting(25.0, "MIC/SCR: weight of the per-dimension variance floor.")
+    var_floor: float = setting(0.5, "MIC/SCR: the floor under each dimension's token std.")
+    relative_floor: bool = setting(
+        True,
+        "MIC/SCR: the floor is a fraction of the layer's mean std, or an absolute std (VICReg).",
+        "--relative-floor/--absolute-floor",
     )
-    lambda_var: float = field(default=25.0, metadata={"help": "MIC/SCR: weight of the per-dimension variance floor."})
-    var_floor: float = field(default=0.5, metadata={"help": "MIC/SCR: the floor under each dimension's token std."})
-    relative_floor: bool = field(
-        default=True,
-        metadata={
-            "help": "MIC/SCR: the floor is a fraction of the layer's mean std, or an absolute std (VICReg).",
-            "flags": ("--relative-floor/--absolute-floor",),
-        },
+    lambda_sir: float = setting(1.0, "MIC: weight of SIR inside L_align.")
+    t: float = setting(2.0, "MIC/SIR: uniformity temperature.")
+    lambda_distill: float = setting(
+        0.1, "MIC: weight of self-distillation (prefixes learn the full vector's similarities)."
     )
-    lambda_sir: float = field(default=1.0, metadata={"help": "MIC: weight of SIR inside L_align."})
-    t: float = field(default=2.0, metadata={"help": "MIC/SIR: uniformity temperature."})
-    lambda_distill: float = field(
-        default=0.1,
-        metadata={"help": "MIC: weight of self-distillation (prefixes learn the full vector's similarities)."},
+    distill_temperature: float = setting(0.05, "MIC: softmax temperature of self-distillation.")
+    layers: Sequence[int] | None = setting(
+        None,
+        "MIC: transformer layers to regularise, 1-based (-1 = last). Default: middle,last (all), "
+        "one per dim up to the last (paired).",
     )
-    distill_temperature: float = field(
-        default=0.05, metadata={"help": "MIC: softmax temperature of self-distillation."}
-    )
-    layers: Sequence[int] | None = field(
-        default=None,
-        metadata={
-            "help": "MIC: transformer layers to regularise, 1-based (-1 = last). Default: middle,last (all), "
-            "one per dim up to the last (paired)."
-        },
-    )
-    layer_prefix_mapping: LayerPrefixMapping = field(
-        default="all",
-        metadata={"help": "MIC: all = every layer x every dim; paired = shallower layer <-> smaller dim."},
+    layer_prefix_mapping: LayerPrefixMapping = setting(
+        "all", "MIC: all = every layer x every dim; paired = shallower layer <-> smaller dim."
     )
