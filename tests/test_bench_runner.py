@@ -4,6 +4,7 @@ and the summary holds the environment, the seed aggregates and the paired interv
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +220,56 @@ def test_the_simcse_domain_table_gives_each_arm_against_the_start_and_the_contro
     assert "| probe Emotion (accuracy) | 60.00 | +10.50 [+10.00, +11.00] | +1.00 [+1.00, +1.00] | +9.50" in text
     assert "| k-means V-measure Emotion | 5.00 | +21.00 [+20.00, +22.00] |" in text
     assert "| STS avg | 78.00 | +0.00 [+0.00, +0.00] |" in text
+
+
+def test_the_matryoshka_adapter_task_scores_each_arm_on_tiny_vectors_and_prints_the_section_3_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numpy as np
+
+    from bench.tasks import matryoshka_adapter, migrate
+
+    texts = [f"text {i}" for i in range(120)]
+    rng = np.random.default_rng(0)
+    found = dict(zip(texts, rng.normal(size=(120, 24)).astype(np.float32), strict=True))
+    for i in range(80, 90):  # each STS-B query's relevant sentence is a near copy of it
+        found[texts[i + 10]] = found[texts[i]] + 0.01 * rng.normal(size=24).astype(np.float32)
+    labels = [i % 3 for i in range(80)]
+    probes = {task: [(texts[:60], labels[:60]), (texts[60:80], labels[60:])] for task in ("banking77", "emotion")}
+    stsb = (texts[80:90], texts[90:100], [4.5] * 5 + [1.0] * 5)
+    snli = (texts[110:115], texts[80:110], [[0, 1], [2], [3], [4], [5, 6]])
+    data = (probes, stsb, texts[80:110], np.asarray([[i, i + 10] for i in range(5)]), snli)
+    monkeypatch.setattr(matryoshka_adapter, "tasks", lambda split, limit: data)
+    monkeypatch.setattr(migrate, "vectors", lambda model, rows, params: np.stack([found[t] for t in rows]))
+    path = tmp_path / "mrl.toml"
+    arms = "".join(
+        f'[[arms]]\nname = "{arm}"\nparams = {{ arm = "{arm}" }}\n{"seeds = [0]" if arm in ("raw", "pca") else ""}\n'
+        for arm in ("raw", "pca", "adapter", "adapter_mic", "adapter_pca")
+    )
+    path.write_text(
+        f'name = "mrl"\ntask = "bench.tasks.matryoshka_adapter:run"\nout = "{tmp_path / "out"}"\nseeds = [0, 1]\n'
+        'compare = [["adapter", "raw"]]\nbootstrap = 100\n[params]\ndims = [4, 8, 24]\nthreads = 1\n'
+        "adapter = { epochs = 1, hidden = 8, batch_size = 16 }\n"
+        f'{arms}[[pools]]\nname = "test"\nrole = "test"\n'
+    )
+    assert [c.key for c in load(path).cells if c.seed == 1] == [
+        "test/adapter-seed1",
+        "test/adapter_mic-seed1",
+        "test/adapter_pca-seed1",
+    ]
+    summary = runner.run(path)
+    raw = summary["aggregate"]["test"]["raw"]
+    assert raw["metrics/stsb_r@10/24"]["mean"] == raw["metrics/stsb_ndcg@10/24"]["mean"] == 100
+    assert (
+        raw["metrics/stsb_r@10/24"]["seeds"] == 1 and summary["aggregate"]["test"]["adapter"]["fit_rows"]["seeds"] == 2
+    )
+    assert set(summary["paired"]["test"]["adapter - raw"]) >= {"snli_ndcg@10/4", "banking77/8", "stsb_cosine/24"}
+    from bench.tables import markdown
+
+    text = markdown(summary)
+    assert "| metric (test) | arm | 4 | 8 | 24 |" in text
+    assert "| SNLI nDCG@10 | adapter from the principal axes |" in text
+    assert re.search(
+        r"\| SNLI nDCG@10 \| Δ adapter − raw \| [+−]\d+\.\d\d \[−?\d+\.\d\d, −?\d+\.\d\d\] \([+−]\d+ %\) \|", text
+    )
+    assert re.search(r"\| STS-B Spearman \| raw / adapter \| -?\d+\.\d\d / -?\d+\.\d\d \|", text)

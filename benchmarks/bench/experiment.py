@@ -9,6 +9,7 @@
     [[arms]]
     name = "default"
     params = {}                    # this arm's, over the experiment's
+    seeds = [0]                    # optional: a deterministic arm runs only these of the experiment's seeds
     [[pools]]
     name = "wordnet"
     role = "test"                  # dev: settings are chosen here; test: only reported
@@ -64,12 +65,12 @@ def load(path: str | Path) -> Experiment:
     for key in ("name", "task", "arms", "pools"):
         if key not in spec:
             raise ValueError(f"{path}: '{key}' is required")
-    arms = [(a["name"], dict(a.get("params", {}))) for a in spec["arms"]]
+    arms = [(a["name"], dict(a.get("params", {})), a.get("seeds")) for a in spec["arms"]]
     pools = [(p["name"], p.get("role", "dev"), dict(p.get("params", {}))) for p in spec["pools"]]
     for name, role, _ in pools:
         if role not in ROLES:
             raise ValueError(f"{path}: pool {name!r} has role {role!r}; one of {ROLES}")
-    names = [a for a, _ in arms]
+    names = [a for a, _, _ in arms]
     if len(set(names)) != len(names) or len({p for p, _, _ in pools}) != len(pools):
         raise ValueError(f"{path}: arm and pool names must be unique")
     compare = [(a, b) for a, b in spec.get("compare", [])]
@@ -81,8 +82,9 @@ def load(path: str | Path) -> Experiment:
     cells = []
     for i, seed in enumerate(seeds):
         for pool, role, pool_params in pools:
-            for arm, arm_params in arms[i % len(arms) :] + arms[: i % len(arms)]:
-                cells.append(Cell(pool, role, arm, seed, common | pool_params | arm_params))
+            for arm, arm_params, only in arms[i % len(arms) :] + arms[: i % len(arms)]:
+                if only is None or seed in only:
+                    cells.append(Cell(pool, role, arm, seed, common | pool_params | arm_params))
     out = Path(spec.get("out", f"benchmarks/results/runner/{spec['name']}"))
     out = out if out.is_absolute() else ROOT / out
     return Experiment(spec["name"], spec["task"], path, out, cells, compare, int(spec.get("bootstrap", 1000)))
