@@ -17,7 +17,6 @@ import numpy as np
 
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.io import atomic_open, save_npy
-from subspaces.topk import largest
 
 Kind = Literal["int8", "binary"]
 KINDS: tuple[Kind, ...] = ("int8", "binary")
@@ -138,10 +137,9 @@ def search(
     k = min(k, n)
     first = _quantized_scores(queries, codes, kind, calibration)
     if rescore is None:
-        return largest(first, np.arange(n), k)
-    _, shortlist = largest(first, np.arange(n), min(n, rescore * k))
-    rescored = rescore_shortlist(queries, shortlist, codes, kind, d, calibration, corpus)
-    top_scores, pos = largest(rescored, np.arange(shortlist.shape[1]), k)
+        return _top(first, k)
+    _, shortlist = _top(first, min(n, rescore * k))
+    top_scores, pos = _top(rescore_shortlist(queries, shortlist, codes, kind, d, calibration, corpus), k)
     return top_scores, np.take_along_axis(shortlist, pos, axis=1)
 
 
@@ -156,6 +154,12 @@ def _quantized_scores(queries: np.ndarray, codes: np.ndarray, kind: Kind, cal: I
         return out
     q = quantize(queries, "int8", cal).astype(np.int32)  # exact integer dot products, then float for ranking
     return (q @ codes.astype(np.int32).T).astype(np.float32)
+
+
+def _top(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` highest per row, best first (ties by lower index, so results are deterministic)."""
+    idx = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(scores, idx, axis=1), idx
 
 
 def _matrix(x: np.ndarray, what: str) -> np.ndarray:
