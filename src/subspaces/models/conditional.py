@@ -1,10 +1,6 @@
-"""The conditional encoders both tasks share: the tri-encoder (:mod:`subspaces.models.triencoder`) and one
-bi-encoder, built and loaded by one pair of functions.
-
-:class:`~subspaces.models.triencoder.TriEncoder` (Hyper-CL) encodes texts and conditions independently, then a head
-projects; :class:`BiEncoder` (C-STS's baseline, SimKGC) encodes each ``(text, condition)`` pair together, and plain
-texts (KGC's tails) with a tail encoder. Both subclass :class:`~subspaces.models.triencoder.ConditionalEncoder` and
-save as folders of :mod:`subspaces.models.folder`'s format.
+"""The conditional models both tasks share, built and loaded by one pair of functions: the tri-encoder
+(:mod:`subspaces.models.triencoder`) and :class:`BiEncoder` (C-STS's baseline, SimKGC), which encodes each
+``(text, condition)`` pair together and plain texts (KGC's tails) with a tail encoder.
 """
 
 from __future__ import annotations

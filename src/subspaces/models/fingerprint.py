@@ -1,9 +1,6 @@
 """Fingerprints: what caches and stores key vectors by, so a changed model never reads a stale vector.
 
-:func:`model_fingerprint` (a whole sentence-transformers model: store manifests, the conditional models' disk
-shards), :func:`weights_hash` (a transformers model: the backends' exported graphs), :func:`tensors_sha256` (any
-tensors: those and partial fine-tuning's frozen layers), :func:`texts_key` (one shard of texts), :func:`file_sha256`
-(a written file, checked when read back). Each is recorded on disk: computing one
+Each is recorded on disk (store manifests, embedding shards, exported graphs, activation caches): computing one
 differently orphans what was recorded.
 """
 
@@ -29,10 +26,7 @@ def tensor_bytes(tensor: torch.Tensor) -> bytes:
 
 def model_fingerprint(model: torch.nn.Module, extra: str = "") -> str:
     """A hex digest of the model's parameters and buffers (names, shapes, values), its modules' settings, max
-    length, truncation and prompts, and ``extra``.
-
-    Hashing the weights (about 0.2 s for MiniLM) keys right a fine-tuned model held only in memory.
-    """
+    length, truncation and prompts, and ``extra``; hashing the weights keys right a fine-tuned model in memory."""
     digest = hashlib.sha256(extra.encode())
     digest.update(str(getattr(model, "max_seq_length", "")).encode())
     # Settings that hold no weights change the vectors too: pooling mode, normalisation, truncation, prompts.

@@ -92,10 +92,8 @@ def convert_onnx_bert(
     pooling_mode: str = "mean",
     normalize: bool = False,
 ) -> Path:
-    """Write a sentence-transformers folder (BertModel + pooling) holding the ONNX graph's weights.
-
-    The folder is built in a temporary sibling and renamed into place, so a crash never leaves half a model.
-    """
+    """Write a sentence-transformers folder (BertModel + pooling) holding the ONNX graph's weights (built in a
+    temporary sibling and renamed into place)."""
     import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer

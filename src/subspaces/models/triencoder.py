@@ -92,10 +92,8 @@ def _tensor(vectors: np.ndarray | torch.Tensor) -> torch.Tensor:
 
 
 class ConditionalEncoder(nn.Module):
-    """A conditional encoder, what tasks read of a model: texts under conditions (``project``), plain texts
-    (``embed_sentences``), the :class:`EmbeddingCache` behind them (``store``) and a folder (``save``, ``load``).
-    Subclasses set their encoders and ``store``, and define ``project``, ``project_pairs``, ``caches`` and
-    ``_rebuild``."""
+    """What tasks read of a conditional model: texts under conditions (``project``), plain texts
+    (``embed_sentences``), the :class:`EmbeddingCache` behind them (``store``) and a folder (``save``, ``load``)."""
 
     arch = ""  # "tri" or "bi"
     store: EmbeddingCache
@@ -266,17 +264,9 @@ class ConditionalEncoder(nn.Module):
 
 
 class TriEncoder(ConditionalEncoder):
-    """Encoder + condition head + one embedding store.
-
-    Args:
-        encoder: the text encoder (a ``SentenceTransformer``).
-        head: a :class:`~subspaces.models.heads.ConditionHead` of the encoder's dimension.
-        condition_encoder: a separate encoder for conditions (default: ``encoder``).
-        freeze_encoder: train the head only, on cached embeddings.
-        encoder_name, condition_encoder_name: how a frozen encoder is referenced when saved (no copy of its weights).
-        task: ``"cond"`` or ``"kgc"``, recorded in the saved folder.
-        cache: the bound of each in-memory cache (the head's too), the store's disk shards, progress.
-    """
+    """Encoder + condition head (of the encoder's dimension) + one embedding store. ``condition_encoder``: a
+    separate encoder for conditions; ``freeze_encoder``: train the head only, on cached embeddings;
+    ``encoder_name``/``condition_encoder_name``: how a frozen encoder is referenced when saved (not copied)."""
 
     arch = "tri"
 

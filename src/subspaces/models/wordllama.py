@@ -20,10 +20,8 @@ def convert_wordllama(
     *,
     truncate_dim: int | None = None,
 ) -> Path:
-    """Write a sentence-transformers folder holding WordLlama's token table and tokenizer.
-
-    ``truncate_dim`` keeps a Matryoshka prefix of the table (WordLlama is trained for 64/128/256...).
-    """
+    """Write a sentence-transformers folder holding WordLlama's token table (``truncate_dim``: a Matryoshka prefix
+    of it) and tokenizer."""
     from safetensors import safe_open
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import StaticEmbedding
