@@ -65,8 +65,9 @@ def check_k(k: int, n: int) -> int:
     return min(k, n)
 
 
-def _no_rows(queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The scores and row numbers of a search with no candidate rows: ``len(queries) x 0``."""
+def _no_rows(queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The scores and row numbers of a search with no candidate rows (``k`` still checked): ``len(queries) x 0``."""
+    check_k(k, 1)
     return np.empty((len(queries), 0), np.float32), np.empty((len(queries), 0), np.int64)
 
 
@@ -89,8 +90,7 @@ def exact(
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     n = index.ntotal if subset is None else len(subset)
     if n == 0:
-        check_k(k, 1)
-        return _no_rows(queries)
+        return _no_rows(queries, k)
     params = selector(subset)
     if params is None:
         return index.search(queries, check_k(k, n))
@@ -115,8 +115,8 @@ def funnel(
     if shortlist < k:
         raise SubspacesError(f"shortlist ({shortlist}) must be at least k ({k})")
     if n == 0:
-        return _no_rows(queries)
-    k, shortlist = min(k, n), min(shortlist, n)
+        return _no_rows(queries, k)
+    shortlist = min(shortlist, n)
     if prefix_queries is None:
         prefix_queries = maths.unit_prefix(np.asarray(queries, dtype=np.float32), prefix_index.d)
     _, candidates = exact(prefix_index, prefix_queries, shortlist, subset=subset)
@@ -143,8 +143,7 @@ def exact_blocks(
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     candidates = n if subset is None else len(subset)
     if candidates == 0:
-        check_k(k, 1)
-        return _no_rows(queries)
+        return _no_rows(queries, k)
     k = check_k(k, candidates)
     best = Best(len(queries), k)
     for start, block in blocks:

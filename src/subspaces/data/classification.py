@@ -129,15 +129,14 @@ def load_tweeteval(task: str, split: str = "train", folder: str | Path | None = 
 
 def _tweeteval_mapping(path: Path) -> list[str]:
     names: dict[int, str] = {}
-    with open(check_file(path), encoding="utf-8") as lines:
-        for line_no, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            parts = line.rstrip("\n").split("\t")
-            try:
-                names[int(parts[0])] = parts[1] if len(parts) > 1 else parts[0]
-            except (ValueError, IndexError):
-                raise DataError(f"expected 'id<TAB>name', got {line.strip()!r}", path=path, line=line_no) from None
+    for line_no, line in enumerate(read_lines(path, skip_blank=False), 1):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        try:
+            names[int(parts[0])] = parts[1] if len(parts) > 1 else parts[0]
+        except ValueError:
+            raise DataError(f"expected 'id<TAB>name', got {line.strip()!r}", path=path, line=line_no) from None
     if sorted(names) != list(range(len(names))):
         raise DataError(f"label ids must be 0..{len(names) - 1}, got {sorted(names)}", path=path)
     return [names[i] for i in range(len(names))]

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -26,37 +26,34 @@ from subspaces.progress import progress
 from subspaces.results import JSONResult
 from subspaces.vectors import resolve_dims, unit_prefix
 
-Kind = Literal["text", "pair", "sts"]
-
 
 @dataclass(frozen=True)
 class DimsTask:
     name: str
-    kind: Kind
     metric: str  # accuracy | macro_f1 | f1 | macro_recall | spearman
-    load: Callable[[str], Any] | None = None  # split -> records; None for STS (read by name)
+    load: Callable[[str], Any] | None = None  # split -> labelled texts or pairs; None for STS (read by name)
     train: str = "train"
     note: str = ""
 
 
 def _tweeteval(task: str, metric: str, train: str = "train", note: str = "") -> DimsTask:
-    return DimsTask(f"TweetEval-{task}", "text", metric, partial(cls_data.load_tweeteval, task), train, note)
+    return DimsTask(f"TweetEval-{task}", metric, partial(cls_data.load_tweeteval, task), train, note)
 
 
 TASKS = {
     t.name: t
     for t in [
-        DimsTask("Banking77", "text", "accuracy", cls_data.load_banking77),
-        DimsTask("Emotion", "text", "accuracy", cls_data.load_emotion),
+        DimsTask("Banking77", "accuracy", cls_data.load_banking77),
+        DimsTask("Emotion", "accuracy", cls_data.load_emotion),
         _tweeteval("emotion", "macro_f1"),
         _tweeteval("hate", "macro_f1"),
         _tweeteval("irony", "f1"),
         _tweeteval("offensive", "macro_f1"),
         _tweeteval("emoji", "macro_f1"),
         _tweeteval("sentiment", "macro_recall", "val", "probe trained on val: the train texts are missing"),
-        DimsTask("MRPC", "pair", "accuracy", cls_data.load_mrpc),
-        DimsTask("WiC", "pair", "accuracy", cls_data.load_wic_pairs),
-        *[DimsTask(name, "sts", "spearman") for name in STS_TASKS],
+        DimsTask("MRPC", "accuracy", cls_data.load_mrpc),
+        DimsTask("WiC", "accuracy", cls_data.load_wic_pairs),
+        *[DimsTask(name, "spearman") for name in STS_TASKS],
     ]
 }
 DEFAULT_TASKS = tuple(name for name in TASKS if name != "TweetEval-emoji" and name not in STS_YEARS)
@@ -172,7 +169,7 @@ class DimsEvaluator(Evaluator):
         """Scores of one task at each dim: ``({"16": main metric, ...}, {"16": every metric, ...})``."""
         task = TASKS[task_name]
         train, test = self._data(task)
-        if task.kind == "sts":
+        if task.load is None:  # STS
             e1, e2 = self._encode(model, test.sentences1, test.sentences2)
             return {str(d): prefix_spearman(e1, e2, test.scores, d) for d in dims}, {}
         tr = _subsample(len(train), self.max_train, self.random_state)
