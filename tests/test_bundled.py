@@ -1,4 +1,4 @@
-"""Bundled models registered by ``subspaces.models.bundled``: conversions match their reference runtimes."""
+"""Bundled models of ``subspaces.models.registry``: conversions match their reference runtimes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from subspaces.errors import ModelNotFoundError
-from subspaces.models import bundled
+from subspaces.models import registry
 from subspaces.models.onnx_bert import read_onnx_bert
 from subspaces.models.registry import known_models, package_path
 
@@ -26,9 +26,9 @@ def test_models_are_registered():
 
 def test_mpnet_names_missing_parts(monkeypatch, tmp_path):
     monkeypatch.setenv("SUBSPACES_CACHE", str(tmp_path))
-    monkeypatch.setattr(bundled, "MPNET_PARTS", ("no-such-part-001", "no-such-part-002"))
+    monkeypatch.setattr(registry, "MPNET_PARTS", ("no-such-part-001", "no-such-part-002"))
     with pytest.raises(ModelNotFoundError, match="no-such-part-001, no-such-part-002.*--no-deps"):
-        bundled._mpnet_base()
+        registry._mpnet_base()
 
 
 def max_token_difference(onnx_path, model_dir, texts) -> float:
@@ -63,7 +63,7 @@ def test_paraphrase_l3_converts_to_the_same_model_on_every_machine(tmp_path):
     from subspaces.models.onnx_bert import convert_onnx_bert
     from subspaces.models.registry import resolve
 
-    onnx_path = package_path(bundled.PARAPHRASE_PACKAGE, bundled.PARAPHRASE_ONNX)
+    onnx_path = package_path(registry.PARAPHRASE_PACKAGE, registry.PARAPHRASE_ONNX)
     prints = []
     for name in ("a", "b"):
         folder = convert_onnx_bert(onnx_path, tmp_path / name, tokenizer_dir=resolve("minilm-l6"), max_seq_length=128)
@@ -80,8 +80,8 @@ def test_paraphrase_l3_matches_onnxruntime(monkeypatch, tmp_path):
     from subspaces.models.encoder import encode, load_encoder
 
     monkeypatch.setenv("SUBSPACES_CACHE", str(tmp_path))
-    onnx_path = package_path(bundled.PARAPHRASE_PACKAGE, bundled.PARAPHRASE_ONNX)
-    folder = bundled._paraphrase_l3()
+    onnx_path = package_path(registry.PARAPHRASE_PACKAGE, registry.PARAPHRASE_ONNX)
+    folder = registry._paraphrase_l3()
     assert max_token_difference(onnx_path, folder, TEXTS) < 1e-4
 
     model = load_encoder("paraphrase-l3")
@@ -119,7 +119,7 @@ def test_mpnet_base_unpacks_and_ranks_paraphrases_first(monkeypatch, tmp_path):
     from importlib.metadata import PackageNotFoundError, distribution
 
     try:
-        for part in bundled.MPNET_PARTS:
+        for part in registry.MPNET_PARTS:
             distribution(part)
     except PackageNotFoundError:
         pytest.skip("mpnet-base parts not installed (make install-mpnet)")

@@ -299,7 +299,7 @@ def test_eval_sts_without_data_fails_before_loading_the_model(tmp_path, monkeypa
 
 
 def test_models_lists_full_paths_off_a_terminal_and_says_what_is_not_installed():
-    from subspaces.models import bundled
+    from subspaces.models import registry
 
     result = runner.invoke(app, ["model", "list"])
     assert result.exit_code == 0, result.output
@@ -309,7 +309,7 @@ def test_models_lists_full_paths_off_a_terminal_and_says_what_is_not_installed()
     from importlib.metadata import PackageNotFoundError, distribution
 
     try:
-        distribution(bundled.MPNET_PARTS[0])
+        distribution(registry.MPNET_PARTS[0])
     except PackageNotFoundError:
         assert "not installed: make install-mpnet" in result.output
 

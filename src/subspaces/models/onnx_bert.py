@@ -99,8 +99,6 @@ def convert_onnx_bert(
     from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
-    from subspaces.models.encoder import local_only
-
     weights = read_onnx_bert(onnx_path)
     sd = weights.state_dict
     vocab, hidden = sd["embeddings.word_embeddings.weight"].shape
@@ -136,5 +134,7 @@ def convert_onnx_bert(
         modules = [transformer, Pooling(hidden, pooling_mode=pooling_mode)]
         if normalize:
             modules.append(Normalize())
-        local_only(SentenceTransformer(modules=modules, device="cpu")).save(str(build))
+        model = SentenceTransformer(modules=modules, device="cpu")
+        model.model_card_data.local_files_only = True  # saving it looks nothing up on the hub
+        model.save(str(build))
     return target

@@ -27,8 +27,6 @@ def convert_wordllama(
     from sentence_transformers.sentence_transformer.modules import StaticEmbedding
     from tokenizers import Tokenizer
 
-    from subspaces.models.encoder import local_only
-
     with safe_open(str(weights_path), framework="np", device="cpu") as handle:
         table = handle.get_tensor("embedding.weight").astype("float32")
     if truncate_dim is not None:
@@ -39,5 +37,7 @@ def convert_wordllama(
 
     target = Path(output_dir)
     with built_folder(target) as build:
-        local_only(SentenceTransformer(modules=[module], device="cpu")).save(str(build))
+        model = SentenceTransformer(modules=[module], device="cpu")
+        model.model_card_data.local_files_only = True  # saving it looks nothing up on the hub
+        model.save(str(build))
     return target
