@@ -1,8 +1,6 @@
 """``Store``, the façade: texts and their vectors in an embedded LanceDB folder, searchable exactly, by ANN and by
 funnel. Rows live in the table layer (:mod:`.table`), searches are plans (:mod:`.plans`); migration, import and
-export, re-embedding and shrinking are modules of their own. The folder holds ``store.json`` (:mod:`.manifest`),
-``lance/`` (a table per space), ``aligners/N/``, ``quantized/N/`` and ``write.lock`` (:mod:`.lock`): see
-docs/store.md ("Layout and guarantees").
+export, re-embedding and shrinking are modules of their own. The folder's layout: docs/store.md.
 """
 
 from __future__ import annotations

@@ -225,9 +225,10 @@ def _choice_queries(
         )
     if not query_side or unpaired:
         return []
-    found = list(evaluation[0].values()) if evaluation is not None else None
-    if found is None:
-        found = [str(t) for t in (queries.values() if isinstance(queries, dict) else _read_queries(queries).values())]
+    if evaluation is not None:
+        found = list(evaluation[0].values())
+    else:
+        found = [str(t) for t in (queries if isinstance(queries, dict) else _read_queries(queries)).values()]
     found = list(dict.fromkeys(t for t in found if t.strip()))
     if not found:
         raise DataError("no query text to choose the map by", path=None if isinstance(queries, dict) else queries)
@@ -240,18 +241,16 @@ def _check_unpaired(
     unpaired: bool, texts: Any, query_side: bool, anchors: str, pairs: int | None, maps: Any, map_params: Any
 ) -> None:
     """Refuse, before any work, options an unpaired query-side fit cannot take."""
-    if not unpaired:
-        raise SubspacesError("--texts is the domain sample of an unpaired fit: add --unpaired (and --query-side)")
-    if not query_side:
-        raise SubspacesError("an unpaired map from domain texts is used query-side: add --query-side")
-    if texts is None:
-        raise SubspacesError("--unpaired needs --texts FILE: a sample of domain texts, one a line (or .jsonl)")
-    if anchors != "paired":
-        raise SubspacesError("--unpaired fits mini-vec2vec on the domain texts: drop --anchors unpaired")
-    if pairs is not None:
-        raise SubspacesError("--pairs counts re-embedded store texts; an unpaired fit uses none: drop --pairs")
-    if maps is not None or map_params:
-        raise SubspacesError("--maps are fitted on pairs; an unpaired fit is mini-vec2vec's: drop --maps")
+    for refused, message in (
+        (not unpaired, "--texts is the domain sample of an unpaired fit: add --unpaired (and --query-side)"),
+        (not query_side, "an unpaired map from domain texts is used query-side: add --query-side"),
+        (texts is None, "--unpaired needs --texts FILE: a sample of domain texts, one a line (or .jsonl)"),
+        (anchors != "paired", "--unpaired fits mini-vec2vec on the domain texts: drop --anchors unpaired"),
+        (pairs is not None, "--pairs counts re-embedded store texts; an unpaired fit uses none: drop --pairs"),
+        (maps is not None or map_params, "--maps are fitted on pairs; an unpaired fit is mini-vec2vec's: drop --maps"),
+    ):
+        if refused:
+            raise SubspacesError(message)
 
 
 UNPAIRED_SAMPLE = 20_000  # stored rows a query-side map learns the old space's ranking from (bounded at any size)

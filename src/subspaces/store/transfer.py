@@ -78,7 +78,9 @@ class Source:
         for side in self.side.values():
             if side is not None and not Path(side).is_file():
                 raise DataError("no such file" if not Path(side).exists() else "is a folder, not a file", side)
-        if self.table is None and self.path.is_dir():
+        if self.table is not None:
+            return
+        if self.path.is_dir():
             names = sorted(p.name.removesuffix(".lance") for p in self.path.glob("*.lance"))
             raise DataError(
                 f"is a folder: name the table of this LanceDB database to import (--table; it holds {', '.join(names)})"
@@ -86,13 +88,13 @@ class Source:
                 else "is a folder, not a vectors file or a LanceDB database",
                 self.path,
             )
-        if self.table is None and not self.path.is_file():
+        if not self.path.is_file():
             raise DataError("no such file", self.path)
-        if self.table is None and base_suffix(self.path) not in (".npy", *TABLE_SUFFIXES, *JSON_SUFFIXES):
+        if base_suffix(self.path) not in (".npy", *TABLE_SUFFIXES, *JSON_SUFFIXES):
             raise DataError(
                 "is not a vectors file: give .npy, .parquet, .arrow/.feather, .jsonl or a LanceDB table", self.path
             )
-        if self.table is None and base_suffix(self.path) == ".npy":
+        if base_suffix(self.path) == ".npy":
             fields = (("vector", vector_field), ("id", id_field), ("text", text_field))
             named = [f"{what}_field {name!r}" for what, name in fields if name is not None]
             if named:
@@ -650,25 +652,20 @@ def export(
         array = np.lib.format.open_memmap(
             stack.enter_context(atomic_path(out)), mode="w+", dtype=np.float32, shape=(n, dim)
         )
-        ids_f, texts_f, meta_f = (
+        handles = [
             stack.enter_context(open(stack.enter_context(atomic_path(side)), "w", encoding="utf-8"))
             for side in sides.values()
-        )
+        ]
         done = 0
         for batch in batches():
             rows = batch.num_rows
             if done + rows > n:
                 raise SubspacesError(f"{store.path}: rows were added during the export; run it again")
             array[done : done + rows] = vectors_of(batch.column("vector"), dim)
-            for row_id, text, meta in zip(
-                batch.column("id").to_pylist(),
-                batch.column("text").to_pylist(),
-                batch.column("metadata").to_pylist(),
-                strict=True,
-            ):
-                ids_f.write(json.dumps(row_id, ensure_ascii=False) + "\n")
-                texts_f.write(json.dumps(text, ensure_ascii=False) + "\n")
-                meta_f.write((meta if meta is not None else "null") + "\n")
+            for handle, column in zip(handles, ("id", "text", "metadata"), strict=True):
+                values = batch.column(column).to_pylist()  # metadata: JSON already
+                lines = values if column == "metadata" else [json.dumps(v, ensure_ascii=False) for v in values]
+                handle.write("".join(f"{line if line is not None else 'null'}\n" for line in lines))
             done += rows
         array.flush()
         del array
