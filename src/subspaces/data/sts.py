@@ -41,6 +41,11 @@ class STSPairs:
     def head(self, n: int) -> STSPairs:
         return STSPairs(self.name, self.sentences1[:n], self.sentences2[:n], self.scores[:n])
 
+    def add(self, sentence1: str, sentence2: str, score: float) -> None:
+        self.sentences1.append(sentence1)
+        self.sentences2.append(sentence2)
+        self.scores.append(score)
+
 
 def _float(text: str, path: Path, line: int) -> float:
     try:
@@ -54,19 +59,17 @@ def _float(text: str, path: Path, line: int) -> float:
 
 def read_stsb_file(path: Path) -> STSPairs:
     """One STS-B csv: tab-separated ``genre, file, year, id, score, s1, s2[, src1, src2]``, read without quoting."""
-    s1, s2, scores = [], [], []
+    pairs = STSPairs(path.stem, [], [], [])
     for lineno, line in enumerate(read_lines(path, skip_blank=False), 1):
         cols = line.split("\t")
         if not line.strip():
             continue
         if len(cols) < 7:
             raise DataError(f"expected at least 7 tab-separated columns, found {len(cols)}", path=path, line=lineno)
-        scores.append(_float(cols[4], path, lineno))
-        s1.append(cols[5])
-        s2.append(cols[6])
-    if not scores:
+        pairs.add(cols[5], cols[6], _float(cols[4], path, lineno))
+    if not pairs:
         raise DataError("holds no pairs", path=path)
-    return STSPairs(path.stem, s1, s2, scores)
+    return pairs
 
 
 def load_stsb(split: Literal["train", "dev", "test"] = "test", variant: Variant = "original") -> STSPairs:
@@ -99,24 +102,20 @@ def load_sts_year(year: str, variant: Variant = "original") -> STSPairs:
     if year not in STS_YEARS:
         raise DataError(f"unknown STS year {year!r}; choose one of {', '.join(STS_YEARS)}")
     folder = dataset_dir("sts12-16") / variant / year
-    s1: list[str] = []
-    s2: list[str] = []
-    scores: list[float] = []
-    subsets: dict[str, slice] = {}
-    skipped = 0
+    pairs = STSPairs(year, [], [], [])
     for subset in STS_YEARS[year]:
-        a, b, g, k = read_sts_subset(folder / f"STS.input.{subset}.txt", folder / f"STS.gs.{subset}.txt")
-        subsets[subset] = slice(len(scores), len(scores) + len(g))
-        s1 += a
-        s2 += b
-        scores += g
-        skipped += k
-    return STSPairs(year, s1, s2, scores, subsets, skipped)
+        s1, s2, scores, skipped = read_sts_subset(folder / f"STS.input.{subset}.txt", folder / f"STS.gs.{subset}.txt")
+        pairs.subsets[subset] = slice(len(pairs), len(pairs) + len(scores))
+        pairs.sentences1 += s1
+        pairs.sentences2 += s2
+        pairs.scores += scores
+        pairs.skipped += skipped
+    return pairs
 
 
 def read_sick_file(path: Path) -> STSPairs:
     """SentEval's SICK TSV with a header ``pair_ID sentence_A sentence_B relatedness_score entailment_judgment``."""
-    s1, s2, scores = [], [], []
+    pairs = STSPairs("SICKRelatedness", [], [], [])
     first, *lines = read_lines(path, skip_blank=False)
     header = first.split("\t")
     try:
@@ -129,12 +128,10 @@ def read_sick_file(path: Path) -> STSPairs:
             continue
         if len(cols) <= max(ia, ib, ir):
             raise DataError(f"expected {len(header)} columns, found {len(cols)}", path=path, line=lineno)
-        s1.append(cols[ia])
-        s2.append(cols[ib])
-        scores.append(_float(cols[ir], path, lineno))
-    if not scores:
+        pairs.add(cols[ia], cols[ib], _float(cols[ir], path, lineno))
+    if not pairs:
         raise DataError("holds no pairs", path=path)
-    return STSPairs("SICKRelatedness", s1, s2, scores)
+    return pairs
 
 
 def load_sick(split: Literal["train", "trial", "test"] = "test") -> STSPairs:

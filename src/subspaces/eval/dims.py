@@ -20,7 +20,7 @@ from subspaces.data.sts import STS_YEARS, load_task
 from subspaces.data.sts import TASKS as STS_TASKS
 from subspaces.errors import DimensionError, SubspacesError
 from subspaces.eval.base import Evaluator
-from subspaces.eval.sts import encode_once, prefix_spearman
+from subspaces.eval.sts import encode_sides, prefix_spearman
 from subspaces.io import atomic_path
 from subspaces.progress import progress
 from subspaces.results import JSONResult
@@ -146,12 +146,6 @@ class DimsEvaluator(Evaluator):
             self._cache[task.name] = (None, load_task(task.name)) if load is None else (load(task.train), load("test"))
         return self._cache[task.name]
 
-    def _encode(self, model, *sides: Sequence[str]) -> list[np.ndarray]:
-        """Each side's rows, from one pass over the distinct texts of all sides."""
-        rows = encode_once(model, [text for side in sides for text in side], self.batch_size, normalize=False)
-        ends = np.cumsum([len(side) for side in sides])
-        return np.split(rows, ends[:-1])
-
     def _probe(self, x_train: np.ndarray, y_train: Sequence[int], x_test: np.ndarray, y_test: Sequence[int]):
         from sklearn.linear_model import LogisticRegression
         from sklearn.pipeline import make_pipeline
@@ -170,13 +164,13 @@ class DimsEvaluator(Evaluator):
         task = TASKS[task_name]
         train, test = self._data(task)
         if task.load is None:  # STS
-            e1, e2 = self._encode(model, test.sentences1, test.sentences2)
+            e1, e2 = encode_sides(model, (test.sentences1, test.sentences2), self.batch_size, normalize=False)
             return {str(d): prefix_spearman(e1, e2, test.scores, d) for d in dims}, {}
         tr = _subsample(len(train), self.max_train, self.random_state)
         te = _subsample(len(test), self.max_test, self.random_state + 1)
         y_train, y_test = [train.labels[i] for i in tr], [test.labels[i] for i in te]
-        x_train = self._encode(model, *([side[i] for i in tr] for side in train.sides))
-        x_test = self._encode(model, *([side[i] for i in te] for side in test.sides))
+        x_train = encode_sides(model, [[side[i] for i in tr] for side in train.sides], self.batch_size, normalize=False)
+        x_test = encode_sides(model, [[side[i] for i in te] for side in test.sides], self.batch_size, normalize=False)
         scores: dict[str, float] = {}
         details: dict[str, Any] = {}
         for d in dims:

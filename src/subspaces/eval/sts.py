@@ -15,20 +15,21 @@ from subspaces.eval.geometry import alignment, uniformity
 from subspaces.vectors import cosine_rows, resolve_dims, unit_prefix
 
 
-def encode_once(model, texts: Sequence[str], batch_size: int = 128, **options) -> np.ndarray:
-    """Rows of ``texts`` in order, each distinct text encoded once (``options``: of ``encode``)."""
+def encode_sides(model, sides: Sequence[Sequence[str]], batch_size: int = 128, **options) -> list[np.ndarray]:
+    """Each side's rows in order, from one pass over the distinct texts of all sides (``options``: of ``encode``)."""
     from subspaces.models.encoder import encode
 
+    texts = [text for side in sides for text in side]
     unique = list(dict.fromkeys(texts))
     index = {s: i for i, s in enumerate(unique)}
-    return np.asarray(encode(model, unique, batch_size=batch_size, **options))[[index[s] for s in texts]]
+    rows = np.asarray(encode(model, unique, batch_size=batch_size, **options))[[index[s] for s in texts]]
+    return np.split(rows, np.cumsum([len(side) for side in sides])[:-1])
 
 
 def embed_pairs(model, pairs: STSPairs, batch_size: int = 128, truncate_dim: int | None = None):
     """Unit embeddings of both sides of ``pairs``, each distinct sentence encoded once; (emb1, emb2)."""
-    texts = [*pairs.sentences1, *pairs.sentences2]
-    both = encode_once(model, texts, batch_size, truncate_dim=truncate_dim, normalize=True)
-    return both[: len(pairs)], both[len(pairs) :]
+    sides = (pairs.sentences1, pairs.sentences2)
+    return encode_sides(model, sides, batch_size, truncate_dim=truncate_dim, normalize=True)
 
 
 def spearman_x100(pred: np.ndarray, gold: Sequence[float] | np.ndarray) -> float:
