@@ -49,7 +49,6 @@ class EmbeddingShardCache:
         *,
         shard_size: int = 2048,
         batch_size: int = 64,
-        fingerprint: str | None = None,
         show_progress: bool = True,
     ) -> None:
         self.model = model
@@ -59,7 +58,7 @@ class EmbeddingShardCache:
         self.stats = ShardStats()
         self.folder: Path | None = None
         if folder is not False:
-            self.fingerprint = fingerprint or model_fingerprint(model)
+            self.fingerprint = model_fingerprint(model)
             root = Path(folder) if isinstance(folder, (str, Path)) else cache_dir() / "kgc-embeddings"
             self.folder = root / self.fingerprint
 

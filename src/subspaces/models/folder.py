@@ -69,18 +69,16 @@ def encoder_reference(name_or_path: str) -> str:
     return str(path.resolve()) if path.is_dir() else text
 
 
-def is_saved_here(folder: Path, ref: str) -> bool:
-    """Whether ``ref`` names a sub-folder of ``folder`` (saved weights) rather than a reference to elsewhere."""
-    return not Path(ref).is_absolute() and (folder / ref).is_dir()
-
-
-def load_referenced_encoder(folder: Path, ref: str, max_seq_length: int | None = None, device: str = "cpu") -> Any:
-    """The encoder a config names: ``folder/ref`` when it is a sub-folder, else a bundled name or a path."""
+def load_referenced_encoder(
+    folder: Path, ref: str, max_seq_length: int | None = None, device: str = "cpu"
+) -> tuple[Any, str | None]:
+    """The encoder a config names (``folder/ref`` when that is a sub-folder, else a bundled name or a path) and the
+    reference to keep for it (None: its weights are saved in ``folder``)."""
     from subspaces.models.encoder import load_encoder
 
-    return load_encoder(
-        folder / ref if is_saved_here(folder, ref) else ref, max_seq_length=max_seq_length, device=device
-    )
+    here = not Path(ref).is_absolute() and (folder / ref).is_dir()
+    encoder = load_encoder(folder / ref if here else ref, max_seq_length=max_seq_length, device=device)
+    return encoder, None if here else ref
 
 
 def save_encoder(encoder: Any, folder: Path) -> None:

@@ -24,7 +24,6 @@ from subspaces.errors import DimensionError, SubspacesError
 from subspaces.io import atomic_path
 from subspaces.models.embedding_cache import CacheSettings, EmbeddingCache
 from subspaces.models.folder import (
-    is_saved_here,
     load_referenced_encoder,
     read_config,
     save_encoder,
@@ -237,10 +236,7 @@ class ConditionalEncoder(nn.Module):
         length = max_length or config.get("max_seq_length")
 
         def encoder_at(key: str) -> tuple[Any, str | None]:
-            ref = config.get(key)
-            if not ref:
-                return None, None
-            return load_referenced_encoder(folder, ref, length, device), None if is_saved_here(folder, ref) else ref
+            return load_referenced_encoder(folder, config[key], length, device) if config.get(key) else (None, None)
 
         model = cls._rebuild(
             folder,
