@@ -39,13 +39,10 @@ def fit_cmd(
     rank_weight: Annotated[float, typer.Option(help="Weight of listwise KL self-distillation (ours).")] = 0.0,
     var_weight: Annotated[float, typer.Option(help="Weight of the per-dimension variance floor (MIC-style).")] = 0.0,
     corr_weight: Annotated[float, typer.Option(help="Weight of prefix/rest decorrelation (MIC-style).")] = 0.0,
-    pairs: Annotated[
-        Optional[Path], typer.Option(help="Optional .npy of integer (query row, positive row) pairs: supervised.")
-    ] = None,
+    pairs: Annotated[Optional[Path], typer.Option(help=".npy of (query row, positive row) pairs: supervised.")] = None,
     sup_weight: Annotated[float, typer.Option(help="Weight of the supervised in-batch contrastive loss.")] = 1.0,
     basis: Annotated[
-        str,
-        typer.Option(help="model: adapt the input coordinates; pca: start from the vectors' principal axes (ours)."),
+        str, typer.Option(help="model: adapt the coordinates; pca: start from the principal axes.")
     ] = "model",
     seed: Annotated[int, typer.Option(help="Seeds the initialisation and the batch order.")] = 0,
     threads: ThreadsOpt = None,

@@ -10,18 +10,10 @@ from typing import Annotated, Any, Optional
 import typer
 
 from subspaces.align.params import FIT_SECONDS
-from subspaces.cli.common import ThreadsOpt, echo, out, table
+from subspaces.cli.common import JsonOpt, ThreadsOpt, echo, out, table
 from subspaces.cli.groups import align_app
 from subspaces.errors import ConvergenceWarning, SubspacesError
 from subspaces.io import check_file, check_not_input, load_embeddings, read_lines, save_json
-
-
-def _embed(model: str, texts_path: Path, device: str):
-    from subspaces.models.encoder import encode, load_encoder
-
-    texts = read_lines(texts_path)
-    echo(f"embedding {len(texts)} texts of {texts_path} with {model}")
-    return encode(load_encoder(model, device=device), texts, show_progress=True)
 
 
 def _check_side(name: str, emb: Optional[Path], model: Optional[str], texts: Optional[Path]) -> None:
@@ -39,10 +31,14 @@ def _check_side(name: str, emb: Optional[Path], model: Optional[str], texts: Opt
 
 
 def _load_side(emb: Optional[Path], model: Optional[str], texts: Optional[Path], device: str):
+    """One side's vectors: read from ``emb``, or ``texts`` embedded by ``model`` (:func:`_check_side` checked)."""
     if emb is not None:
         return load_embeddings(emb)
-    assert model is not None and texts is not None  # _check_side refused anything else
-    return _embed(model, texts, device)
+    from subspaces.models.encoder import encode, load_encoder
+
+    lines = read_lines(texts)  # type: ignore[arg-type]
+    echo(f"embedding {len(lines)} texts of {texts} with {model}")
+    return encode(load_encoder(model, device=device), lines, show_progress=True)
 
 
 def _load_pairs(source: Optional[Path], target: Optional[Path]):
@@ -56,19 +52,17 @@ def _load_pairs(source: Optional[Path], target: Optional[Path]):
     return load_embeddings(source), load_embeddings(target)
 
 
-def _read_params(path: Path) -> dict:
-    check_file(path)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise SubspacesError(f"--params {path}: not valid JSON ({exc})") from exc
-
-
 def _aligner(params: Optional[Path], **options):
     """The aligner of ``--params`` (stage-grouped JSON), with the command-line options over it."""
     from subspaces.align import MiniVec2Vec
 
-    grouped = _read_params(params) if params is not None else {}
+    grouped = {}
+    if params is not None:
+        check_file(params)
+        try:
+            grouped = json.loads(params.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise SubspacesError(f"--params {params}: not valid JSON ({exc})") from exc
     aligner = MiniVec2Vec.from_params(grouped, **{k: v for k, v in options.items() if v is not None})
     aligner.check_params()
     return aligner
@@ -180,40 +174,26 @@ def fit_cmd(
     target: Annotated[Optional[str], typer.Option(help="Target model, to embed --target-texts first.")] = None,
     target_texts: Annotated[Optional[Path], typer.Option(help="Texts for the target model, one a line.")] = None,
     params: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--params",
-            help='JSON file of stage settings, e.g. {"anchors": {"n_runs": 12}, "refine": {"n_iter": 50}} '
-            "(stages: anchors, structure, refine, search; see docs/align.md).",
-        ),
+        Optional[Path], typer.Option("--params", help='JSON of stage settings, e.g. {"refine": {"n_iter": 50}}.')
     ] = None,
     n_restarts: Annotated[
-        Optional[int],
-        typer.Option(help="At most this many independent passes; best label-free score wins (default 3)."),
+        Optional[int], typer.Option(help="At most this many passes; the best wins (default 3).")
     ] = None,
     init: Annotated[
         Optional[str],
         typer.Option(
-            help="Where the map starts: 'auto' (default: the paper's anchored passes, and where the dims agree a "
-            "pass from the identity, kept where it clearly scores higher), 'anchors' (the paper's method alone, "
-            "blind to the coordinates) or 'identity' (one pass from the vectors as they are)."
+            help="auto (default: anchored passes, and one from the identity where dims agree), anchors or identity."
         ),
     ] = None,
     max_seconds: Annotated[
         Optional[float],
-        typer.Option(
-            min=0,
-            help=f"Stop at the next safe point after this many seconds, keeping the best map so far (default "
-            f"{FIT_SECONDS:g}, or --params' max_seconds; 'inf': no limit).",
-        ),
+        typer.Option(min=0, help=f"Stop at a safe point after this long (default {FIT_SECONDS:g}; 'inf': no limit)."),
     ] = None,
     pairs_source: Annotated[
-        Optional[Path],
-        typer.Option(help="Known pairs, source side: source-model vectors of some texts (.npy/.parquet)."),
+        Optional[Path], typer.Option(help="Known pairs: source-model vectors of some texts.")
     ] = None,
     pairs_target: Annotated[
-        Optional[Path],
-        typer.Option(help="Known pairs, target side: target-model vectors of the same texts, row for row."),
+        Optional[Path], typer.Option(help="Known pairs: target-model vectors, row for row.")
     ] = None,
     seed: Annotated[int, typer.Option(help="Random seed (samples, k-means, QAP starts).")] = 0,
     device: Annotated[str, typer.Option(help="Torch device for embedding --source-texts / --target-texts.")] = "cpu",
@@ -264,11 +244,7 @@ def apply_cmd(
     input: Annotated[Path, typer.Argument(help="Source-model vectors, .npy or .parquet (one embedding column).")],
     output: Annotated[Path, typer.Argument(help="Where to write the mapped vectors (.npy or .parquet).")],
     centered: Annotated[
-        bool,
-        typer.Option(
-            "--centered/--target-space",
-            help="Unit vectors in the centred target space, or (default) in the target model's own coordinates.",
-        ),
+        bool, typer.Option("--centered/--target-space", help="Unit vectors in the centred or the target's own space.")
     ] = False,
     chunk_size: Annotated[int, typer.Option(min=1, help="Rows mapped per chunk.")] = 65_536,
     threads: ThreadsOpt = None,
@@ -292,10 +268,8 @@ def eval_cmd(
     aligner_dir: Annotated[Path, typer.Argument(help="Folder written by `align fit`.")],
     source_emb: Annotated[Path, typer.Option(help="Held-out source vectors; row i pairs with target row i.")],
     target_emb: Annotated[Path, typer.Option(help="Held-out target vectors of the same texts.")],
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report here (atomically).")] = None,
-    pool_size: Annotated[
-        int, typer.Option(min=1, help="Candidates per retrieval pool (consecutive rows; the last pool holds the rest).")
-    ] = 8192,
+    json_path: JsonOpt = None,
+    pool_size: Annotated[int, typer.Option(min=1, help="Candidates per retrieval pool (consecutive rows).")] = 8192,
     source_name: Annotated[Optional[str], typer.Option(help="Name of the source model in the report.")] = None,
     target_name: Annotated[Optional[str], typer.Option(help="Name of the target model in the report.")] = None,
     threads: ThreadsOpt = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 
-from subspaces.cli.groups import app, plain_help
+from subspaces.cli.groups import app
 
 # Modules that attach commands to the capabilities in ``subspaces.cli.groups`` (``subspaces <capability> <verb>``);
 # importing them is cheap (each command imports torch and the library lazily, inside its body).
@@ -24,7 +24,6 @@ COMMAND_MODULES = (
 
 for _module in COMMAND_MODULES:
     importlib.import_module(_module)
-plain_help(app)  # every command's help screen: STORE, not {store}; --help, not --help <bool>
 
 
 def main() -> None:

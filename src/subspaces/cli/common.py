@@ -1,5 +1,4 @@
-"""Shared CLI helpers: console, error handling, the runtime options every command shares, options derived from
-a recipe dataclass, option parsing."""
+"""Shared CLI helpers: consoles, error handling, the shared options, options derived from a recipe dataclass."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ ModelOpt = Annotated[
 NoEvalOpt = Annotated[bool, typer.Option("--no-eval", help="Skip STS-B dev evaluation; keep the last model.")]
 LimitOpt = Annotated[Optional[int], typer.Option(help="Use only the first N training rows.")]
 
-# The runtime options, declared once: a command takes those it needs by :func:`runtime_options` (or, with the
-# device alone, as ``device: DeviceOpt = DEVICE``); serve derives its own from ServeSettings (``--backend auto``).
+# The runtime options, declared once: a command takes those it needs by :func:`runtime_options`.
 DEVICE = "cpu"
 DeviceOpt = Annotated[str, typer.Option(help="Torch device: cpu, cuda, cuda:N or mps (checked before anything loads).")]
 BackendOpt = Annotated[
@@ -57,6 +55,7 @@ DtypeOpt = Annotated[
 ]
 PoolerOpt = Annotated[Optional[Literal[POOLERS]], typer.Option(help="Override the model's pooling.")]  # type: ignore[valid-type]
 BatchSizeOpt = Annotated[int, typer.Option(help="Texts per forward pass.")]
+JsonOpt = Annotated[Optional[Path], typer.Option("--json", help="Write the report as JSON here.")]
 
 ThreadsOpt = Annotated[
     Optional[int],
@@ -86,8 +85,8 @@ ActorsOpt = Annotated[Optional[int], typer.Option(help="With --ray: encoder acto
 
 @dataclass(frozen=True)
 class RunOptions:
-    """How a command runs its encoders: the options of :func:`runtime_options`, less --threads (which
-    ``user_errors`` applies), with the library's defaults (``load_encoder``, ``Store.open``)."""
+    """How a command runs its encoders: the options of :func:`runtime_options` but --threads, with the library's
+    defaults."""
 
     device: str = DEVICE
     backend: str = "torch"
@@ -112,13 +111,12 @@ class RunOptions:
         return Store.open(store, **self.encoder())
 
     def ray(self) -> bool | str:
-        """What --ray [ADDRESS] asks for, its cluster checked now (also when there turns out to be nothing to do)."""
+        """What --ray [ADDRESS] asks for, its cluster checked now."""
         from subspaces.store.scaleout import choose
 
         return choose(self.ray_option, self.ray_address, note=lambda text: echo(text, label="note:", style="yellow"))
 
 
-# Each runtime option, declared once: its annotation (the defaults are :class:`RunOptions`'s).
 _RUNTIME_OPTIONS: dict[str, Any] = {
     "device": DeviceOpt,
     "dtype": DtypeOpt,
@@ -132,9 +130,8 @@ _RUNTIME_OPTIONS: dict[str, Any] = {
 
 
 def runtime_options(*names: str) -> Callable[[F], F]:
-    """The runtime options ``names`` (``device``, ``dtype``, ``backend``, ``precision``, ``ray_option``,
-    ``ray_address``, ``actors``, ``threads``), in that order, in the place of the decorated command's parameter
-    ``run``, which receives them as one :class:`RunOptions`."""
+    """The runtime options ``names`` (keys of ``_RUNTIME_OPTIONS``) in the place of the command's parameter ``run``,
+    which receives them as one :class:`RunOptions`."""
     defaults = {f.name: f.default for f in dataclasses.fields(RunOptions)}
     options = [
         inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(n), annotation=_RUNTIME_OPTIONS[n])
@@ -149,11 +146,7 @@ RESUMABLE = INTERRUPTED + "; rerun the same command (--resume is the default) to
 
 
 def echo(message: str, *, label: str | None = None, style: str = "", stdout: bool = False) -> None:
-    """Print one message (after ``label`` in ``style``, e.g. ``"note:"``), unwrapped.
-
-    ``message`` is never read as rich markup: it carries user data (paths, texts, queries, model names, error
-    messages) whose brackets must print as typed, and a ``[/x]`` in it must not crash the print.
-    """
+    """Print one message (after ``label`` in ``style``), unwrapped; never read as markup (it holds user data)."""
     parts: list[Any] = [(label, style), " "] if label else []
     (out if stdout else console).print(Text.assemble(*parts, message), highlight=False, soft_wrap=True)
 
@@ -172,16 +165,10 @@ def one_line(message: str) -> str:
 _CAUGHT = (SubspacesError, FileNotFoundError, FileExistsError, IsADirectoryError, NotADirectoryError, PermissionError)
 
 
-def user_errors(func: F | None = None, *, interrupted: str | None = None) -> Any:
-    """The decorator of every command: applies ``--threads`` and checks that ``--json`` (a ``json_path``) can be
-    written before the command runs, and turns user errors (bad paths, names, files) into one red line and exit
-    code 2, not a traceback.
-
-    ``interrupted`` is what Ctrl-C prints; by default :data:`RESUMABLE` for a command with a ``resume``
-    option that is on, else :data:`INTERRUPTED`. Use as ``@user_errors`` or ``@user_errors(interrupted=...)``.
-    """
-    if func is None:
-        return functools.partial(user_errors, interrupted=interrupted)
+def user_errors(func: F, interrupted: str | None = None) -> F:
+    """Every command's wrapper: applies ``--threads``, checks ``--json`` can be written before the work, and turns
+    user errors into one red line and exit code 2; Ctrl-C prints ``interrupted`` (default: :data:`RESUMABLE` for a
+    command resuming, else :data:`INTERRUPTED`)."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -201,12 +188,11 @@ def user_errors(func: F | None = None, *, interrupted: str | None = None) -> Any
             echo(message, label="interrupted:", style="yellow")
             sys.exit(130)
 
-    return wrapper
+    return wrapper  # type: ignore[return-value]
 
 
 def _path_options(kwargs: dict[str, Any]) -> InputPaths:
-    """The command's other path arguments, by the name the user typed them under (``--source-emb``, ``INPUT``):
-    the files ``--json`` must not replace."""
+    """The command's other path arguments by their typed names (``--source-emb``, ``INPUT``): not for --json."""
     from typer.main import get_current_context  # typer's own copy of click: its context, not click's
 
     ctx = get_current_context(silent=True)
@@ -220,16 +206,14 @@ def _path_options(kwargs: dict[str, Any]) -> InputPaths:
 
 
 def _shown_name(param: Any) -> str:
-    """How a parameter is typed: an argument's metavar (its name in upper case by default), an option's first
-    long flag."""
+    """How a parameter is typed: an argument's metavar, an option's first long flag."""
     if param.param_type_name == "argument":
         return param.metavar or param.name.upper()
     return next((o for o in param.opts if o.startswith("--")), param.opts[0])
 
 
 def check_threads(threads: int | None) -> None:
-    """Refuse ``--threads`` above this machine's CPU threads: more can only wait for each other (and a typo such
-    as 1000 for 100 would start a thousand-thread pool). Below 1 is refused by ``set_threads``."""
+    """Refuse ``--threads`` above this machine's CPU threads (below 1: ``set_threads`` refuses)."""
     import os
 
     cpus = os.cpu_count() or 1
@@ -241,16 +225,12 @@ def check_threads(threads: int | None) -> None:
 
 
 def show(renderable: Any) -> None:
-    """Print to stdout; off a terminal (a pipe, a file) at its natural width, not cut to 80 columns."""
-    # A console's width caps every print's, and off a terminal rich assumes 80; so a wide one for that case.
+    """Print to stdout; off a terminal at its natural width, not rich's assumed 80 columns."""
     (out if out.is_terminal else Console(width=100_000)).print(renderable)
 
 
 def table(title: str, columns: list[str], rows: list[list[Any]]) -> Table:
-    """A rich table; floats shown with two decimals; columns of numbers right-aligned, text left.
-
-    Title, headers and cells are plain text, never markup: they hold stored texts, queries and paths.
-    """
+    """A rich table of plain text (never markup); floats with two decimals; number columns right-aligned."""
     cells = [[f"{v:.2f}" if isinstance(v, float) else str(v) for v in r] for r in rows]
     t = Table(title=Text(title))
     for i, c in enumerate(columns):
@@ -306,17 +286,12 @@ def recipe_options(
     build: Callable[..., Any] | None = None,
     notes: dict[str, str] | None = None,
 ) -> Callable[[F], F]:
-    """Derive a command's options from the dataclass ``recipe``: the decorated command declares a parameter
-    ``config`` and receives a ``recipe`` instance there.
+    """Derive a command's options from the dataclass ``recipe``; the command receives the instance as ``config``.
 
-    Each field (of ``only``, less ``skip`` and those the command declares itself) of a plain type (bool, int,
-    float, str, a path, a ``typing.Literal`` of choices, or one of these or None; a tuple of str is a repeatable
-    option) becomes ``--field-name`` (or the field's ``metadata["flags"]``) with the field's default and its
-    ``metadata["help"]`` (and ``notes[name]`` after it). ``--config FILE`` (JSON or
-    TOML: an object of field names) sets any field, those without an option included; options given on the
-    command line win over the file, the file over the library's defaults. The instance is ``build(**given)``
-    (default: the recipe itself) of only what was given: a recipe whose defaults depend on a setting (SimCSE's
-    mode) applies them there.
+    Each field (of ``only``, less ``skip`` and those the command declares) of a plain type (bool, int, float, str,
+    path, Literal, optional; a tuple of str repeats) becomes ``--field-name`` (or ``metadata["flags"]``) with the
+    field's default and ``metadata["help"]`` (``notes[name]`` after it). ``--config FILE`` (JSON or TOML) sets any
+    field; the command line wins over the file. The instance is ``build(**given)`` of only what was given.
     """
     chosen, skipped, hints = None if only is None else set(only), set(skip), typing.get_type_hints(recipe)
     make, extra = build or recipe, notes or {}
@@ -360,8 +335,7 @@ def recipe_options(
 
 
 def expand(name: str, options: list[inspect.Parameter], make: Callable[[dict[str, Any]], Any]) -> Callable[[F], F]:
-    """Put ``options`` in the place of the decorated command's parameter ``name``; the command receives
-    ``make({option: value})`` there. Typer reads the command's options from the signature this writes."""
+    """Put ``options`` in the place of the command's parameter ``name``, which receives ``make({option: value})``."""
 
     def decorate(func: F) -> F:
         signature = inspect.signature(func, eval_str=True)
@@ -414,8 +388,7 @@ def given(ctx: Any, name: str) -> bool:
 
 
 def read_config(path: Path | None, recipe: type) -> dict[str, Any]:
-    """The settings of a ``--config`` file (JSON, or TOML by its ``.toml`` suffix), checked against the fields
-    of ``recipe``; ``{}`` for no file."""
+    """The settings of a ``--config`` file (JSON, or TOML by suffix), checked against ``recipe``'s fields."""
     import json
     import tomllib
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import typer
 
-from subspaces.cli.common import DeviceOpt, ThreadsOpt, echo, out, parse_rank, recipe_options, table
+from subspaces.cli.common import DeviceOpt, JsonOpt, ThreadsOpt, echo, out, parse_rank, recipe_options, table
 from subspaces.cli.groups import cond_app
 from subspaces.cli.train import TrainableLayersOpt, parse_trainable_layers
 from subspaces.cond.recipe import CondTrainConfig
@@ -24,9 +24,7 @@ Task = Literal[tuple(TASKS)]  # type: ignore[valid-type]
 Split = Literal[SPLITS]  # type: ignore[valid-type]
 TaskOpt = Annotated[Task, typer.Option(help="wic (bundled) or csts (needs --data).")]  # type: ignore[valid-type]
 METRICS = ("accuracy", "auc", "spearman", "pearson", "mse")  # the columns of a report, those the task has
-DataOpt = Annotated[
-    Optional[Path], typer.Option("--data", help="Folder with csts_{train,validation,test}.csv (C-STS).")
-]
+DataOpt = Annotated[Optional[Path], typer.Option("--data", help="Folder with csts_{train,validation,test}.csv.")]
 
 
 def _pct(rate: float | None) -> str:
@@ -103,14 +101,10 @@ def train_cmd(
 def eval_cmd(
     model_dir: Annotated[Path, typer.Argument(help="A folder written by `cond train`.")],
     task: TaskOpt = "wic",
-    split: Annotated[
-        Split, typer.Option(help="Split to score (binary tasks pick the threshold on validation).")
-    ] = "test",
+    split: Annotated[Split, typer.Option(help="Split to score (thresholds are picked on validation).")] = "test",
     data: DataOpt = None,
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the report here (atomically).")] = None,
-    predictions: Annotated[
-        Optional[Path], typer.Option(help="C-STS: write {idx: score} predictions (1-5) here.")
-    ] = None,
+    json_path: JsonOpt = None,
+    predictions: Annotated[Optional[Path], typer.Option(help="C-STS: write {idx: score} predictions here.")] = None,
     device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
 ) -> None:
@@ -132,16 +126,13 @@ def search_cmd(
     query: Annotated[list[str], typer.Option("--query", "-q", help="A query text (repeat for several).")],
     condition: Annotated[str, typer.Option("--condition", "-c", help="The condition to rank under.")],
     corpus: Annotated[
-        Optional[Path], typer.Option("--corpus", help="Sentence vectors (.npy/.parquet) of the head's encoder.")
+        Optional[Path], typer.Option("--corpus", help="Vectors of the head's encoder (.npy/.parquet).")
     ] = None,
     corpus_texts: Annotated[
-        Optional[Path],
-        typer.Option(
-            "--corpus-texts", help="One text per line: embedded by the head's encoder, or the labels of --corpus rows."
-        ),
+        Optional[Path], typer.Option("--corpus-texts", help="Texts, one a line: embedded, or labels of --corpus rows.")
     ] = None,
     k: Annotated[int, typer.Option("-k", help="Hits per query.")] = 10,
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the hits here (atomically).")] = None,
+    json_path: JsonOpt = None,
     device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
 ) -> None:
@@ -187,22 +178,15 @@ def search_cmd(
 
 @cond_app.command("bench")
 def csts_cache_cmd(
-    task: Annotated[
-        Task,  # type: ignore[valid-type]
-        typer.Option(help="wic, or csts (needs --data: C-STS is not redistributable)."),
-    ] = "wic",
+    task: TaskOpt = "wic",
     data: DataOpt = None,
     model: Annotated[str, typer.Option("--model", "-m")] = "minilm-l6",
     split: Split = "test",
     rank: Annotated[str, typer.Option(help="Hypernet rank K, 'auto' (d/12) or 'full'.")] = "auto",
-    tri: Annotated[
-        Optional[Path], typer.Option(help="A trained tri-encoder folder (default: a fresh hypernet head).")
-    ] = None,
-    bi: Annotated[
-        Optional[Path], typer.Option(help="A trained bi-encoder folder (default: the plain encoder).")
-    ] = None,
+    tri: Annotated[Optional[Path], typer.Option(help="A trained tri-encoder (default: a fresh hypernet head).")] = None,
+    bi: Annotated[Optional[Path], typer.Option(help="A trained bi-encoder (default: the plain encoder).")] = None,
     limit: Annotated[Optional[int], typer.Option(help="Only the first N rows.")] = None,
-    json_path: Annotated[Optional[Path], typer.Option("--json")] = None,
+    json_path: JsonOpt = None,
     device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
 ) -> None:

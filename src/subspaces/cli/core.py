@@ -9,6 +9,7 @@ import typer
 
 from subspaces.cli.common import (
     BatchSizeOpt,
+    JsonOpt,
     ModelOpt,
     PoolerOpt,
     RunOptions,
@@ -63,44 +64,23 @@ def models_cmd(threads: ThreadsOpt = None) -> None:
 def encode_cmd(
     model: ModelOpt,
     input: Annotated[
-        Path,
-        typer.Option(
-            "--input",
-            "-i",
-            help="Text file, one sentence a line (.txt; - reads standard input), JSON lines (.jsonl: the "
-            "--text-field of each line) or CSV with a header (.csv: the --text-field column); each may be .gz.",
-        ),
+        Path, typer.Option("--input", "-i", help="Text file (one a line; - reads stdin), .jsonl or .csv; maybe .gz.")
     ],
     output: Annotated[
-        Path,
-        typer.Option(
-            "--output",
-            "-o",
-            help="Where to write: .npy, .parquet (one 'embedding' column) or .jsonl (text and embedding a line); "
-            "written atomically.",
-        ),
+        Path, typer.Option("--output", "-o", help=".npy, .parquet or .jsonl (text and embedding a line).")
     ],
     text_field: Annotated[
         Optional[str],
-        typer.Option(
-            help="The field (.jsonl) or column (.csv) that holds the text. Default: text.", show_default=False
-        ),
+        typer.Option(help="The .jsonl field or .csv column of the text. Default: text.", show_default=False),
     ] = None,
     batch_size: BatchSizeOpt = 64,
     truncate_dim: Annotated[Optional[int], typer.Option(help="Keep only the first N dimensions (Matryoshka).")] = None,
     normalize: Annotated[bool, typer.Option("--normalize/--no-normalize", help="L2-normalise rows.")] = False,
     pooler: PoolerOpt = None,
-    max_seq_length: Annotated[
-        Optional[int],
-        typer.Option(help="Tokens read per text (default: the model's); longer texts are cut, and counted."),
-    ] = None,
+    max_seq_length: Annotated[Optional[int], typer.Option(help="Tokens read per text (default: the model's).")] = None,
     run: RunOptions = RunOptions(),
     quantize: Annotated[
-        Optional[Kind],
-        typer.Option(
-            help="Write codes instead of floats (.npy only): int8 (ranges calibrated on up to 10,000 rows) or binary "
-            "(packed bits); OUTPUT.quant.json beside them holds the kind, dimension and int8 ranges."
-        ),
+        Optional[Kind], typer.Option(help="Write int8 or binary codes (.npy), described in OUTPUT.quant.json.")
     ] = None,
 ) -> None:
     """Embed a text file: one row per input line (blank lines included, as zero-length texts), JSON line or CSV
@@ -181,15 +161,13 @@ def _check_positive(**values: int | None) -> None:
 def eval_sts_cmd(
     model: ModelOpt = "minilm-l6",
     pooler: PoolerOpt = None,
-    variant: Annotated[
-        Variant, typer.Option(help="original: raw files; senteval: SentEval's tokenised, lower-cased ones.")
-    ] = "original",
+    variant: Annotated[Variant, typer.Option(help="original, or senteval: SentEval's tokenised files.")] = "original",
     tasks: Annotated[
-        Optional[str], typer.Option(help="Comma-separated subset of STS12..STS16,STSBenchmark,SICKRelatedness.")
+        Optional[str], typer.Option(help="Comma-separated tasks (default: all of STS12-16, STS-B, SICK-R).")
     ] = None,
     truncate_dim: Annotated[Optional[int], typer.Option(help="Evaluate the first N dimensions only.")] = None,
     batch_size: BatchSizeOpt = 128,
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the results as JSON here.")] = None,
+    json_path: JsonOpt = None,
     run: RunOptions = RunOptions(),
 ) -> None:
     """The SimCSE STS table: cosine similarity, Spearman x 100, plus alignment and uniformity."""

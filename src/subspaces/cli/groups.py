@@ -38,7 +38,7 @@ class _Flags:
 
 
 class Command(_Flags, TyperCommand):
-    """A command whose help screen shows its arguments and flags as typed (see :func:`_usage_pieces`)."""
+    """A command whose help screen shows its arguments and flags as typed."""
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         return _usage_pieces(self, ctx)
@@ -51,32 +51,15 @@ class Group(_Flags, TyperGroup):
         return [*_usage_pieces(self, ctx), self.subcommand_metavar]
 
 
-def plain_help(typer_app: typer.Typer) -> None:
-    """Give every command and group of ``typer_app`` and its sub-apps (those of every module, ``store`` and
-    ``adapt`` included) the classes above, unless one chose a class of its own."""
-    if _default(typer_app.info.cls, TyperGroup):
-        typer_app.info.cls = Group
-    for command in typer_app.registered_commands:
-        if _default(command.cls, TyperCommand):
-            command.cls = Command
-    for group in typer_app.registered_groups:
-        if _default(group.cls, TyperGroup):
-            group.cls = Group
-        if group.typer_instance is not None:
-            plain_help(group.typer_instance)
-
-
-def _default(cls: Any, base: type) -> bool:
-    """Whether ``cls`` is typer's own (``base``) or unset (typer marks that with a ``DefaultPlaceholder``)."""
-    return cls is base or not isinstance(cls, type)
-
-
 class Commands(typer.Typer):
-    """A typer app each of whose commands reports user errors as one line (:func:`~subspaces.cli.common.user_errors`);
-    ``interrupted`` is what the command prints on Ctrl-C."""
+    """A typer app of :class:`Group` whose commands are :class:`Command` and report user errors as one line
+    (:func:`~subspaces.cli.common.user_errors`); ``interrupted`` is what a command prints on Ctrl-C."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cls=Group, **kwargs)
 
     def command(self, name: str | None = None, *, interrupted: str | None = None, **kwargs: Any) -> Any:
-        register = super().command(name, **kwargs)
+        register = super().command(name, **{"cls": Command, **kwargs})
         return lambda func: register(user_errors(func, interrupted=interrupted))
 
 

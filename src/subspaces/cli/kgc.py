@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 import typer
 
-from subspaces.cli.common import DeviceOpt, ThreadsOpt, echo, given, out, parse_rank, recipe_options, table
+from subspaces.cli.common import DeviceOpt, JsonOpt, ThreadsOpt, echo, given, out, parse_rank, recipe_options, table
 from subspaces.cli.groups import kgc_app
 from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt, parse_trainable_layers
 from subspaces.io import check_writable
@@ -50,18 +50,14 @@ def train(
     output: Path = typer.Option(..., "--output", "-o", help="Folder for the trained model and its evaluation."),
     dataset: str = typer.Option("wn18rr", help="wn18rr, fb15k237, or a folder in either layout."),
     model: str = typer.Option("minilm-l6", "--model", "-m", help="Bundled encoder name or a local model folder."),
-    rank: str = typer.Option("auto", help="Hypernet rank K, 'auto' (d/12, as Hyper-CL: 32 for d = 384) or 'full'."),
-    recipe: Optional[Recipe] = typer.Option(  # type: ignore[valid-type]
-        None, help="Set every option of a released configuration (docs/kgc.md); options given explicitly win."
-    ),
+    rank: str = typer.Option("auto", help="Hypernet rank K, 'auto' (d/12, as Hyper-CL) or 'full'."),
+    recipe: Optional[Recipe] = typer.Option(None, help="A released configuration (docs/kgc.md); options given win."),  # type: ignore[valid-type]
     eval_split: str = typer.Option("test", help="Split to evaluate after training, or 'none'."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Also write the evaluation here."),
+    json_path: JsonOpt = None,
     device: DeviceOpt = "cpu",
     trainable_layers: TrainableLayersOpt = "all",
     cache_dir: CacheDirOpt = None,
-    checkpoint_dir: Optional[Path] = typer.Option(
-        None, help="Checkpoint the training here every 50 steps and on Ctrl-C; the same command resumes from it."
-    ),
+    checkpoint_dir: Optional[Path] = typer.Option(None, help="Checkpoint here (every 50 steps, on Ctrl-C); resumes."),
     threads: ThreadsOpt = None,
     *,
     config: KGCTrainConfig,
@@ -107,22 +103,14 @@ def _recipe_defaults(name: str, arch: str) -> dict:
 
 @kgc_app.command("eval")
 def evaluate(
-    model: str = typer.Argument(
-        ..., help="A folder from `kgc train`, or an encoder (name/folder) for the zero-shot bi-encoder."
-    ),
-    dataset: Optional[str] = typer.Option(
-        None, help="wn18rr, fb15k237 or a folder (default: the one the model was trained on)."
-    ),
+    model: str = typer.Argument(..., help="A folder of `kgc train`, or an encoder for the zero-shot bi-encoder."),
+    dataset: Optional[str] = typer.Option(None, help="wn18rr, fb15k237 or a folder (default: the model's)."),
     split: str = typer.Option("test", help="test, valid (or validation) or train."),
-    json_path: Optional[Path] = typer.Option(None, "--json", help="Write the metrics as JSON."),
+    json_path: JsonOpt = None,
     predictions: Optional[Path] = typer.Option(None, help="Write per-query rank and top-10 as JSON lines."),
     rerank_n_hop: int = typer.Option(0, help="SimKGC's graph re-ranking (off by default; reported separately)."),
-    neighbour_weight: float = typer.Option(
-        0.05, help="Re-ranking: score bonus of an entity within --rerank-n-hop of the head."
-    ),
-    ties: Ties = typer.Option(
-        "realistic", help="How tied scores rank: realistic (expected rank), optimistic or pessimistic."
-    ),
+    neighbour_weight: float = typer.Option(0.05, help="Re-ranking: bonus of an entity within --rerank-n-hop."),
+    ties: Ties = typer.Option("realistic", help="How ties rank: realistic (expected), optimistic or pessimistic."),
     no_disk_cache: bool = typer.Option(False, "--no-disk-cache", help="Encode everything afresh (for timing)."),
     device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,

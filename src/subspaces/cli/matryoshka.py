@@ -24,7 +24,7 @@ from subspaces.cli.common import (
     table,
 )
 from subspaces.cli.groups import matryoshka_app
-from subspaces.cli.train import TrainableLayersOpt, load_for_training, prepare_run, report
+from subspaces.cli.train import OutputDirOpt, TrainableLayersOpt, load_for_training, prepare_run, report
 from subspaces.data.nli import is_csv, training_rows
 from subspaces.data.text import read_corpus, wordnet_sentences
 from subspaces.errors import SubspacesError
@@ -49,23 +49,15 @@ def _help(name: str) -> str:
 @matryoshka_app.command("train")
 @recipe_options(MatryoshkaConfig, skip=("output_dir", "description", "show_progress", "stsb_dev"))
 def train_matryoshka_cmd(
-    output: Annotated[
-        Path, typer.Option("--output", "-o", help="Folder for the trained model, checkpoint.pt and trainer_state.json.")
-    ],
+    output: OutputDirOpt,
     model: ModelOpt = "minilm-l6",
     data: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Text file (one sentence a line: unsupervised SimCSE) or CSV with sent0,sent1[,hard_neg]. "
-            "Default: the WordNet sentences."
-        ),
+        Optional[Path], typer.Option(help="Text file (one sentence a line) or CSV sent0,sent1[,hard_neg]; WordNet.")
     ] = None,
     dims: Annotated[Optional[str], typer.Option(help="Nested prefix sizes, e.g. 16,32,64,128,full.")] = None,
     weights: Annotated[Optional[str], typer.Option(help=_help("weights"))] = None,
     layers: Annotated[Optional[str], typer.Option(help=_help("layers"))] = None,
-    pooler: Annotated[
-        Optional[str], typer.Option(help="Replace the model's pooling (cls, cls_before_pooler, mean, ...).")
-    ] = None,
+    pooler: Annotated[Optional[str], typer.Option(help="Replace the model's pooling (cls, mean, ...).")] = None,
     trainable_layers: TrainableLayersOpt = "all",
     no_eval: NoEvalOpt = False,
     limit: LimitOpt = None,
@@ -106,19 +98,14 @@ def eval_dims_cmd(
         Optional[list[str]], typer.Option("--model", "-m", help="Model name or folder; repeat to compare several.")
     ] = None,
     dims: Annotated[str, typer.Option(help="Prefix sizes, e.g. 16,32,64,128,full.")] = "16,32,64,128,full",
-    tasks: Annotated[
-        Optional[str],
-        typer.Option(help="Comma-separated tasks (default: all but TweetEval-emoji and STS12-16); see --list-tasks."),
-    ] = None,
-    max_train: Annotated[
-        Optional[int], typer.Option(help="Cap each probe's training rows (seeded random subset).")
-    ] = None,
+    tasks: Annotated[Optional[str], typer.Option(help="Comma-separated tasks (default: see --list-tasks).")] = None,
+    max_train: Annotated[Optional[int], typer.Option(help="Cap each probe's training rows (seeded subset).")] = None,
     max_test: Annotated[Optional[int], typer.Option(help="Cap each probe's test rows.")] = None,
     c: Annotated[float, typer.Option("--C", help="Inverse L2 strength of the logistic-regression probe.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seeds the row subsets.")] = 0,
     batch_size: Annotated[int, typer.Option()] = 64,
     json_path: Annotated[
-        Optional[Path], typer.Option("--json", help="Write the report here; the plot goes next to it (.png).")
+        Optional[Path], typer.Option("--json", help="Write the report here, its plot beside it.")
     ] = None,
     list_tasks: Annotated[bool, typer.Option("--list-tasks", help="Print the task names and exit.")] = False,
     run: RunOptions = RunOptions(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import typer
 
@@ -25,11 +25,7 @@ from subspaces.quantize import CALIBRATION_ROWS, Kind, dequantize, load_codes, s
 from subspaces.store.plans import RESCORE
 from subspaces.store.search import search_quantized, search_vectors
 
-# search_vectors' shortlist factor: the default of --shortlist-factor, which means something only beside --dims.
-SHORTLIST_FACTOR = 10
-
-
-# The bases of ``store.search.BASES`` a vector file has: its own coordinates or its principal axes (no adapter).
+SHORTLIST_FACTOR = 10  # search_vectors' default: --shortlist-factor means something only beside --dims
 Basis = Literal["model", "pca"]
 
 
@@ -37,48 +33,26 @@ Basis = Literal["model", "pca"]
 def search_cmd(
     corpus: Annotated[Path, typer.Option(help="Corpus vectors, .npy or .parquet (rows x dims).")],
     queries: Annotated[Path, typer.Option(help="Query vectors of the same model, .npy or .parquet.")],
-    output: Annotated[
-        Path, typer.Option("--output", "-o", help=".json (rows and scores) or .npy (rows only, queries x k).")
-    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help=".json (rows and scores) or .npy (rows only).")],
     k: Annotated[int, typer.Option("-k", min=1, help="Results per query.")] = 10,
-    dims: Annotated[
-        Optional[int], typer.Option(help="Funnel: shortlist on the first DIMS coordinates (default: exact search).")
-    ] = None,
+    dims: Annotated[Optional[int], typer.Option(help="Funnel: shortlist on the first DIMS coordinates.")] = None,
     shortlist_factor: Annotated[
         Optional[int],
-        typer.Option(
-            min=1,
-            help=f"With --dims: funnel shortlist size, as a multiple of k. Default: {SHORTLIST_FACTOR}.",
-            show_default=False,
-        ),
+        typer.Option(min=1, help=f"With --dims: the shortlist, x k. Default: {SHORTLIST_FACTOR}.", show_default=False),
     ] = None,
     basis: Annotated[
-        Basis,
-        typer.Option(
-            help="Funnel prefixes of the vectors' own coordinates (model) or the corpus's principal axes (pca)."
-        ),
+        Basis, typer.Option(help="Funnel prefixes of the own coordinates or the principal axes.")
     ] = "model",
-    quantize: Annotated[
-        Optional[Kind],
-        typer.Option(help="Search the corpus's int8 (calibrated) or binary codes instead of its floats."),
-    ] = None,
+    quantize: Annotated[Optional[Kind], typer.Option(help="Search the corpus's int8 or binary codes.")] = None,
     rescore: Annotated[
         Optional[int],
         typer.Option(
-            min=0,
-            help="With --quantize: rescore RESCORE x k candidates by the float query (0: no rescoring). "
-            f"Default: {RESCORE}.",
-            show_default=False,
+            min=0, help=f"With --quantize: rescore this x k candidates (0: none; {RESCORE}).", show_default=False
         ),
     ] = None,
     calibration_rows: Annotated[
         Optional[int],
-        typer.Option(
-            min=2,
-            help="With --quantize int8: rows of the seeded sample the ranges are read from. "
-            f"Default: {CALIBRATION_ROWS}.",
-            show_default=False,
-        ),
+        typer.Option(min=2, help=f"With int8: rows the ranges are read from ({CALIBRATION_ROWS}).", show_default=False),
     ] = None,
     threads: ThreadsOpt = None,
 ) -> None:
@@ -90,7 +64,15 @@ def search_cmd(
         raise DataError("--output must end in .json or .npy", path=output)
     if quantize is not None and dims is not None:
         raise SubspacesError("give --dims (funnel) or --quantize, not both")
-    _check_context(dims, shortlist_factor, basis, quantize, rescore, calibration_rows)
+    # An option that would do nothing with the others given is refused.
+    if dims is None and basis == "pca":
+        raise SubspacesError("--basis pca says whose prefix the funnel reads: give --dims too")
+    if dims is None and shortlist_factor is not None:
+        raise SubspacesError("--shortlist-factor sizes the funnel's shortlist: give --dims too, or drop it")
+    if quantize is None and rescore is not None:
+        raise SubspacesError("--rescore re-ranks the shortlist of --quantize: give --quantize too, or drop it")
+    if quantize != "int8" and calibration_rows is not None:
+        raise SubspacesError("--calibration-rows sets the ranges of --quantize int8: give it too, or drop it")
     shortlist_factor = SHORTLIST_FACTOR if shortlist_factor is None else shortlist_factor
     rescore = RESCORE if rescore is None else rescore
     calibration_rows = CALIBRATION_ROWS if calibration_rows is None else calibration_rows
@@ -112,38 +94,17 @@ def search_cmd(
     if output.suffix == ".npy":
         save_npy(output, rows)
     else:
-        report = {
-            "k": int(rows.shape[1]),
-            "dims": dims,
-            "shortlist": None if dims is None else shortlist_factor * k,
-            **({} if quantize is None else _quantized_report(quantize, len(c), k, rescore, against)),
-            "rows": rows.tolist(),
-            "scores": scores.round(6).tolist(),
-        }
+        report: dict[str, Any] = {"k": int(rows.shape[1]), "dims": dims}
+        report["shortlist"] = None if dims is None else shortlist_factor * k
+        if quantize is not None:  # against: "dequantized codes" (int8), "float corpus" (binary) or None
+            shortlist = min(len(c), rescore * k) if against else None
+            report |= {"quantize": quantize, "shortlist": shortlist, "rescored_against": against}
+        report |= {"rows": rows.tolist(), "scores": scores.round(6).tolist()}
         save_json(output, report)
     how = "exact" if dims is None else f"funnel at {dims} dims, shortlist {shortlist_factor * k}"
     if quantize is not None:
         how = f"{quantize} codes" + (f", {rescore * k} rescored against the {against}" if against else "")
     echo(f"{len(q)} queries over {len(c)} rows ({how}) in {seconds:.2f}s (index build included); wrote {output}")
-
-
-def _check_context(
-    dims: int | None,
-    shortlist_factor: int | None,
-    basis: str,
-    quantize: str | None,
-    rescore: int | None,
-    calibration: int | None,
-) -> None:
-    """Refuse an option that would do nothing with the others given (as ``--basis pca`` without ``--dims`` is)."""
-    if dims is None and basis == "pca":
-        raise SubspacesError("--basis pca says whose prefix the funnel reads: give --dims too")
-    if dims is None and shortlist_factor is not None:
-        raise SubspacesError("--shortlist-factor sizes the funnel's shortlist: give --dims too, or drop it")
-    if quantize is None and rescore is not None:
-        raise SubspacesError("--rescore re-ranks the shortlist of --quantize: give --quantize too, or drop it")
-    if quantize != "int8" and calibration is not None:
-        raise SubspacesError("--calibration-rows sets the ranges of --quantize int8: give it too, or drop it")
 
 
 def _load_vectors(path: Path, what: str):
@@ -169,11 +130,3 @@ def _load_vectors(path: Path, what: str):
             path,
         )
     return load_embeddings(path)
-
-
-def _quantized_report(kind: str, rows: int, k: int, rescore: int, against: str | None) -> dict:
-    return {
-        "quantize": kind,
-        "shortlist": min(rows, rescore * k) if against else None,
-        "rescored_against": against,  # "dequantized codes" (int8), "float corpus" (binary) or None
-    }

@@ -8,12 +8,12 @@ from typing import Annotated, Any, Literal, Optional
 
 import typer
 
-from subspaces.cli.common import ModelOpt, RunOptions, ThreadsOpt, echo, runtime_options, show, table
+from subspaces.cli.common import JsonOpt, ModelOpt, RunOptions, ThreadsOpt, echo, runtime_options, show, table
 from subspaces.cli.groups import Command, store_app
 from subspaces.cli.search import Basis
 from subspaces.errors import SubspacesError
 from subspaces.io import load_embeddings, read_lines, read_queries, save_json
-from subspaces.quantize import CALIBRATION_ROWS, KINDS
+from subspaces.quantize import CALIBRATION_ROWS, Kind
 from subspaces.store import Store
 from subspaces.store.core import import_vectors
 from subspaces.store.demo import run as run_demo
@@ -32,7 +32,11 @@ KOpt = Annotated[int, typer.Option("-k", help="Results per query.")]
 UpsertOpt = Annotated[
     bool, typer.Option("--upsert", help="Replace the stored rows whose id is given with other content (else refused).")
 ]
-JsonOutOpt = Annotated[Optional[Path], typer.Option("--json", help="Also write the report as JSON here.")]
+QueriesOpt = Annotated[
+    Optional[Path],
+    typer.Option(help="Sample queries (id<TAB>text a line, or .jsonl) to judge by; or --qrels' queries."),
+]
+QrelsOpt = Annotated[Optional[Path], typer.Option(help="Relevance judgements (TREC, .jsonl or .json): adds Recall@10.")]
 
 
 def _json_outside(json_path: Path | None, store: Path) -> None:
@@ -57,37 +61,19 @@ class RayCommand(Command):
 def create_cmd(
     store: DirArg,
     model: ModelOpt,
-    query_prompt: Annotated[
-        Optional[str],
-        typer.Option(help='Put before every query ("": none). Default: the model folder\'s query prompt.'),
-    ] = None,
-    document_prompt: Annotated[
-        Optional[str],
-        typer.Option(help='Put before every stored text ("": none). Default: the model folder\'s document prompt.'),
-    ] = None,
-    query_prompt_name: Annotated[
-        Optional[str], typer.Option(help="Or: the query prompt, by its name among the model folder's prompts.")
-    ] = None,
-    document_prompt_name: Annotated[
-        Optional[str], typer.Option(help="Or: the document prompt, by its name among the model folder's prompts.")
-    ] = None,
+    query_prompt: Annotated[Optional[str], typer.Option(help='Put before every query ("": none).')] = None,
+    document_prompt: Annotated[Optional[str], typer.Option(help='Put before every stored text ("": none).')] = None,
+    query_prompt_name: Annotated[Optional[str], typer.Option(help="Or: the query prompt, by name.")] = None,
+    document_prompt_name: Annotated[Optional[str], typer.Option(help="Or: the document prompt, by name.")] = None,
     run: RunOptions = RunOptions(),
 ) -> None:
     """Make an empty store for MODEL in a new folder (the model's fingerprint and prompts are recorded).
 
-    Prompts: by default the model folder's prompts named query and document (or passage), as sentence-transformers
-    names them; every later add encodes its texts after the document prompt, every search its queries after the
-    query prompt."""
-    created = Store.create(
-        store,
-        model,
-        device=run.device,
-        dtype=run.dtype,
-        query_prompt=query_prompt,
-        document_prompt=document_prompt,
-        query_prompt_name=query_prompt_name,
-        document_prompt_name=document_prompt_name,
-    )
+    Prompts default to the model folder's query and document (or passage) prompts; adds encode texts after the
+    document prompt, searches encode queries after the query prompt."""
+    prompts = {"query_prompt": query_prompt, "document_prompt": document_prompt}
+    names = {"query_prompt_name": query_prompt_name, "document_prompt_name": document_prompt_name}
+    created = Store.create(store, model, device=run.device, dtype=run.dtype, **prompts, **names)
     space = created.manifest.spaces[created.manifest.active]
     fp = space.model
     echo(f"created store {store} for {fp.label()} ({fp.dimension}-d, {fp.pooler}){_prompts_note(space.prompts)}")
@@ -102,19 +88,11 @@ def _prompts_note(prompts: dict[str, str]) -> str:
 @runtime_options(*ENCODERS, *RAY, "threads")
 def add_cmd(
     store: DirArg,
-    input: Annotated[
-        Path,
-        typer.Option(
-            "--input", "-i", help="texts.txt (one a line), .csv/.tsv with a header, or .jsonl; each may be .gz."
-        ),
-    ],
+    input: Annotated[Path, typer.Option("--input", "-i", help="Text (one a line), .csv/.tsv or .jsonl; maybe .gz.")],
     id_field: Annotated[
-        Optional[str],
-        typer.Option(help="JSON lines or CSV: the id field (default: id if present, else a hash of the text)."),
+        Optional[str], typer.Option(help="The id field (default: id, else a hash of the text).")
     ] = None,
-    text_field: Annotated[
-        str, typer.Option(help="JSON lines or CSV: the text field (a one-column CSV: that column).")
-    ] = "text",
+    text_field: Annotated[str, typer.Option(help="The text field (a one-column CSV: that column).")] = "text",
     upsert: UpsertOpt = False,
     batch_size: Annotated[int, typer.Option(help="Texts per encoder batch.")] = 64,
     write_batch: Annotated[int, typer.Option(help="Rows per committed write (and per Ray block).")] = 1024,
@@ -122,8 +100,7 @@ def add_cmd(
 ) -> None:
     """Encode and append the rows of INPUT the store lacks (rerun after an interruption to finish).
 
-    Ids: INPUT's own (a JSON id field, a CSV id column), else a hash of the text, so files never collide and a
-    text is stored once. An id stored with another text is refused unless --upsert."""
+    Ids are INPUT's own, else a hash of the text; an id stored with another text is refused unless --upsert."""
     opened = run.open(store)  # first: a missing store fails before the input is read
     rows = read_rows(input, id_field=id_field, text_field=text_field)
     result = opened.add(
@@ -187,8 +164,7 @@ def info_cmd(
 
 @store_app.command("repair", interrupted="each delete is committed whole; rerun the same command to remove the rest")
 def repair_cmd(store: DirArg, threads: ThreadsOpt = None) -> None:
-    """Remove the rows that repeat an id (keeping the first), in every space: a store two writers filled at once.
-    Needs no model."""
+    """Remove the rows that repeat an id (keeping the first), in every space. Needs no model."""
     report = Store.open(store).repair()
     for name, counts in report.items():
         differing = f" ({counts['differing']:,} of them with another text)" if counts["differing"] else ""
@@ -209,12 +185,9 @@ def index_cmd(
     store: DirArg,
     partitions: Annotated[Optional[int], typer.Option(help="IVF partitions (default about sqrt(rows)).")] = None,
     sub_vectors: Annotated[Optional[int], typer.Option(help="PQ sub-vectors; must divide the dimension.")] = None,
-    quantize: Annotated[
-        Optional[Literal[KINDS]],  # type: ignore[valid-type]
-        typer.Option(help="Instead: write the quantized copy (int8 or binary codes; search it with --quantized)."),
-    ] = None,
+    quantize: Annotated[Optional[Kind], typer.Option(help="Instead: write the int8 or binary codes copy.")] = None,
     calibration_rows: Annotated[
-        int, typer.Option(min=2, help="With --quantize int8: rows of the seeded sample the ranges are read from.")
+        int, typer.Option(min=2, help="int8: rows the ranges are read from.")
     ] = CALIBRATION_ROWS,
     threads: ThreadsOpt = None,
 ) -> None:
@@ -248,35 +221,26 @@ def index_cmd(
 def search_cmd(
     store: DirArg,
     query: Annotated[Optional[str], typer.Argument(help="One query (or give --queries).")] = None,
-    queries: Annotated[
-        Optional[Path], typer.Option(help="A file of queries, one a line (result i answers line i; no blank lines).")
-    ] = None,
+    queries: Annotated[Optional[Path], typer.Option(help="A file of queries, one a line (no blank lines).")] = None,
     query_vectors: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Query vectors (.npy, rows x the space's dimension) instead of texts: any space, foreign too."
-        ),
+        Optional[Path], typer.Option(help="Query vectors (.npy) instead of texts: any space, foreign too.")
     ] = None,
     where: Annotated[
-        Optional[str],
-        typer.Option(help="SQL filter on the rows, applied before the top k, e.g. \"lang = 'en' AND year > 2020\"."),
+        Optional[str], typer.Option(help="SQL filter applied before the top k, e.g. \"lang = 'en'\".")
     ] = None,
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the results to this JSON file.")] = None,
+    json_path: JsonOpt = None,
     k: KOpt = 10,
     dims: Annotated[Optional[int], typer.Option(help="Search the first DIMS coordinates (Matryoshka prefix).")] = None,
     rerank: Annotated[
         Literal[RERANK],  # type: ignore[valid-type]
         typer.Option(help="With --dims: re-rank the shortlist by full vectors (funnel)."),
     ] = "full",
-    shortlist: Annotated[
-        Optional[int], typer.Option(help="Funnel candidates per query, as a multiple of k (default 10: 10 x k).")
-    ] = None,
+    shortlist: Annotated[Optional[int], typer.Option(help="Funnel candidates per query, x k (default 10).")] = None,
     basis: Annotated[
         Optional[Literal[BASES]],  # type: ignore[valid-type]
         typer.Option(
-            help="With --dims: whose first DIMS axes to read: the model's (a Matryoshka model), the store's principal "
-            "axes (pca: any model; the same full-dimension scores) or the adapter `store shrink` fitted. Default: what "
-            "`store shrink` chose for DIMS, else model for a model trained for truncation (Matryoshka), else pca.",
+            help="With --dims: whose first axes to read: the model's, the store's principal axes (pca) or the "
+            "`store shrink` adapter. Default: what `store shrink` chose, else model for a Matryoshka model, else pca.",
             show_default=False,
         ),
     ] = None,
@@ -284,10 +248,7 @@ def search_cmd(
     refine_factor: Annotated[
         Optional[int],
         typer.Option(
-            min=0,
-            help="With --ann: re-rank REFINE_FACTOR x k of the index's candidates by their full vectors (0: none). "
-            f"Default: {ANN_REFINE}.",
-            show_default=False,
+            min=0, help=f"With --ann: re-rank this x k candidates exactly (0: none; {ANN_REFINE}).", show_default=False
         ),
     ] = None,
     quantized: Annotated[
@@ -296,25 +257,15 @@ def search_cmd(
     rescore: Annotated[
         Optional[int],
         typer.Option(
-            min=0,
-            help="With --quantized: rescore RESCORE x k candidates (int8 by its codes, binary by the floats; 0: none). "
-            f"Default: {RESCORE}.",
-            show_default=False,
+            min=0, help=f"With --quantized: rescore this x k candidates (0: none; {RESCORE}).", show_default=False
         ),
     ] = None,
-    model: Annotated[
-        Optional[str], typer.Option("--model", "-m", help="Query model (default: the store's; must match a space).")
-    ] = None,
-    condition: Annotated[
-        Optional[str], typer.Option(help="Rank by similarity under this condition (needs --head).")
-    ] = None,
-    head: Annotated[
-        Optional[Path], typer.Option(help="A Hyper-CL tri-encoder folder (`cond train`) on the store's model.")
-    ] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="Query model (default: the store's).")] = None,
+    condition: Annotated[Optional[str], typer.Option(help="Rank under this condition (needs --head).")] = None,
+    head: Annotated[Optional[Path], typer.Option(help="A Hyper-CL tri-encoder folder on the store's model.")] = None,
     batch_size: Annotated[int, typer.Option(help="Queries per encoder batch.")] = 64,
     query_prompt: Annotated[
-        Optional[str],
-        typer.Option(help='Put this before the queries instead of the space\'s recorded query prompt ("": none).'),
+        Optional[str], typer.Option(help='Instead of the recorded query prompt ("": none).')
     ] = None,
     run: RunOptions = RunOptions(),
 ) -> None:
@@ -379,74 +330,37 @@ def migrate_cmd(
     store: DirArg,
     to: Annotated[Optional[str], typer.Option("--to", help="The new model (bundled name or folder).")] = None,
     query_side: Annotated[
-        bool,
-        typer.Option(
-            "--query-side",
-            help="Keep the stored vectors (and any index) as they are; map the new model's queries into them "
-            "(also: search a --foreign store by text).",
-        ),
+        bool, typer.Option("--query-side", help="Keep the stored vectors; map the new model's queries into them.")
     ] = False,
     unpaired: Annotated[
-        bool,
-        typer.Option(
-            "--unpaired",
-            help="With --query-side and --texts: no stored text is re-embedded; mini-vec2vec maps the texts' "
-            "new-model vectors onto the stored ones, used only if its trust checks pass (a store without texts).",
-        ),
+        bool, typer.Option("--unpaired", help="With --query-side: fit mini-vec2vec on --texts, re-embedding nothing.")
     ] = False,
     texts: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="With --unpaired: a sample of domain texts (one a line, .jsonl or .csv; 4 a dimension at least)."
-        ),
+        Optional[Path], typer.Option(help="With --unpaired: domain texts (4 a dimension at least).")
     ] = None,
     pairs: Annotated[
-        Optional[int],
-        typer.Option(
-            help="Store texts embedded by the new model to fit the map (default: 2,000 paired, 20,000 unpaired)."
-        ),
+        Optional[int], typer.Option(help="Texts embedded to fit the map (default 2,000 paired, 20,000 unpaired).")
     ] = None,
     maps: Annotated[
-        Optional[str],
-        typer.Option(
-            help="Candidate maps, comma-separated, of orthogonal, affine, lowrank and mlp (default: all); "
-            "the held-out pairs choose among them by top-10 agreement."
-        ),
+        Optional[str], typer.Option(help="Candidate maps of orthogonal,affine,lowrank,mlp (default: all).")
     ] = None,
     holdout: Annotated[float, typer.Option(help="Fraction of the pairs held out to choose the map.")] = 0.2,
     anchors: Annotated[
-        str,
-        typer.Option(
-            help="paired: the re-embedded rows are known pairs (learned maps); "
-            "unpaired: mini-vec2vec without using that they match (rewrite only)."
-        ),
+        str, typer.Option(help="paired: learned maps on known pairs; unpaired: mini-vec2vec (rewrite only).")
     ] = "paired",
-    heldout: Annotated[int, typer.Option(help="Held-out rows (outside the pairs) to measure the migration on.")] = (
-        1_000
-    ),
-    qrels: Annotated[
-        Optional[Path],
-        typer.Option(help="Relevance judgements (qid<TAB>docid[<TAB>grade], TREC, .jsonl or .json): adds Recall@10."),
-    ] = None,
-    queries: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Sample queries' texts (id<TAB>text a line, or .jsonl; no labels needed): with --query-side they "
-            "help choose the map; with --qrels they are the judged queries."
-        ),
-    ] = None,
-    commit: Annotated[bool, typer.Option("--commit", help="Make the pending migration's model the active one.")] = (
-        False
-    ),
-    rollback: Annotated[
-        bool, typer.Option("--rollback", help="Undo the last --commit: the previous model's space active again.")
+    heldout: Annotated[int, typer.Option(help="Rows outside the pairs the migration is measured on.")] = 1_000,
+    qrels: QrelsOpt = None,
+    queries: QueriesOpt = None,
+    commit: Annotated[
+        bool, typer.Option("--commit", help="Make the pending migration's model the active one.")
     ] = False,
+    rollback: Annotated[bool, typer.Option("--rollback", help="Undo the last --commit.")] = False,
     seed: Annotated[int, typer.Option(help="Random seed (samples, the maps).")] = 0,
-    json_path: JsonOutOpt = None,
+    json_path: JsonOpt = None,
     run: RunOptions = RunOptions(),
 ) -> None:
-    """Map the store into a new model's space beside the old one (both searchable), map a new model's queries
-    into the store (--query-side; --unpaired --texts FILE: without pairs), --commit the switch or --rollback it."""
+    """Map the store into a new model's space beside the old one, or map a new model's queries into it
+    (--query-side); --commit the switch or --rollback it."""
     _json_outside(json_path, store)
     if sum([to is not None, commit, rollback]) != 1:
         raise SubspacesError("give --to MODEL to migrate, --commit to switch to a pending migration, or --rollback")
@@ -530,30 +444,16 @@ def shrink_cmd(
     store: DirArg,
     dims: Annotated[str, typer.Option(help="Prefix sizes to shrink to, comma-separated, e.g. 32,64,128.")],
     heldout: Annotated[int, typer.Option(help="Stored rows held out of the fits, as queries (at most a fifth).")] = 500,
-    adapter_basis: Annotated[
-        Basis, typer.Option(help="What the adapter starts from: the model's coordinates or the principal axes.")
-    ] = "pca",
+    adapter_basis: Annotated[Basis, typer.Option(help="What the adapter starts from.")] = "pca",
     epochs: Annotated[int, typer.Option(help="The adapter's training epochs.")] = 20,
-    queries: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Sample queries' texts (id<TAB>text a line, or .jsonl; no labels needed): they, not held-out rows, "
-            "judge which basis keeps the full-size top 10; with --qrels they are the judged queries."
-        ),
-    ] = None,
-    qrels: Annotated[
-        Optional[Path],
-        typer.Option(
-            help="Relevance judgements (qid<TAB>docid[<TAB>grade], TREC, .jsonl or .json): adds Recall@10 and "
-            "nDCG@10 per basis."
-        ),
-    ] = None,
+    queries: QueriesOpt = None,
+    qrels: QrelsOpt = None,
     seed: Annotated[int, typer.Option(help="Random seed (held-out sample, the adapter).")] = 0,
-    json_path: JsonOutOpt = None,
+    json_path: JsonOpt = None,
     threads: ThreadsOpt = None,
 ) -> None:
-    """Fit a Matryoshka adapter and the principal axes on the stored vectors; per DIMS, --dims searches read
-    whichever keeps the full-size top 10 best on held-out rows or --queries (or the raw prefix, if that does)."""
+    """Fit a Matryoshka adapter and the principal axes; per DIMS, --dims searches then read whichever basis keeps
+    the full-size top 10 best on held-out rows or --queries."""
     _json_outside(json_path, store)
     report = Store.open(store).shrink(
         dims,
@@ -604,12 +504,10 @@ def show_shrink(store: Path, report: dict[str, Any]) -> None:
 def reembed_cmd(
     store: DirArg,
     budget: Annotated[Optional[int], typer.Option(help="Rows to re-embed in this run (oldest-mapped first).")] = None,
-    seconds: Annotated[Optional[float], typer.Option(help="Or: stop starting batches after this many seconds.")] = (
-        None
-    ),
-    space: Annotated[Optional[str], typer.Option(help="The mapped space (default: the pending one, else active).")] = (
-        None
-    ),
+    seconds: Annotated[Optional[float], typer.Option(help="Or: stop starting batches after this long.")] = None,
+    space: Annotated[
+        Optional[str], typer.Option(help="The mapped space (default: the pending one, else active).")
+    ] = None,
     run: RunOptions = RunOptions(),
 ) -> None:
     """Replace a migration's mapped rows by true vectors of its model, a budget at a time (resumable)."""
@@ -633,23 +531,14 @@ def demo_cmd(
     k: KOpt = 5,
     dims: Annotated[int, typer.Option(help="Funnel prefix.")] = 128,
     shortlist: Annotated[int, typer.Option(help="Funnel shortlist, a multiple of k.")] = 10,
-    basis: Annotated[
-        Basis,
-        typer.Option(
-            help="With --dims: whose first DIMS axes to read: the model's (a Matryoshka model) or the store's "
-            "principal axes (pca: any model; the same full-dimension scores)."
-        ),
-    ] = "pca",
-    to: Annotated[
-        str, typer.Option("--to", help="Migrate query-side and by rewrite to this model ('' skips both).")
-    ] = "paraphrase-l3",
+    basis: Annotated[Basis, typer.Option(help="Whose first DIMS axes the funnel reads: the model's or pca.")] = "pca",
+    to: Annotated[str, typer.Option("--to", help="Migrate to this model ('' skips it).")] = "paraphrase-l3",
     pairs: Annotated[int, typer.Option(help="Re-embedded pairs each migration is fitted on.")] = 300,
     heldout: Annotated[int, typer.Option(help="Held-out rows each migration and the shrink are measured on.")] = 300,
     shrink_dims: Annotated[int, typer.Option(help="store shrink to this many dimensions (0 skips it).")] = 64,
     threads: ThreadsOpt = None,
 ) -> None:
-    """A store of N WordNet sentences on MODEL, a few queries by exact and funnel search; then migrated to --to
-    query-side and by rewrite, and shrunk to --shrink-dims, each with its report and the first query's hits."""
+    """A store of N WordNet sentences on MODEL searched exactly and by funnel, migrated to --to and shrunk."""
     demo = run_demo(
         store,
         model=model,
@@ -750,52 +639,31 @@ def _show_demo_steps(demo: Any) -> None:
 def import_cmd(
     store: DirArg,
     vectors: Annotated[
-        Path,
-        typer.Option(
-            help="The vectors: .npy, .parquet, .arrow/.feather, .jsonl (each row an object), or a LanceDB database "
-            "folder with --table."
-        ),
+        Path, typer.Option(help="The vectors: .npy, .parquet, .arrow, .jsonl or a LanceDB folder (with --table).")
     ],
-    table_name: Annotated[
-        Optional[str], typer.Option("--table", help="With a LanceDB database: the table to import.")
-    ] = None,
-    ids: Annotated[Optional[Path], typer.Option(help="Ids, one a line (.txt, or .jsonl of JSON strings).")] = None,
+    table_name: Annotated[Optional[str], typer.Option("--table", help="The LanceDB table to import.")] = None,
+    ids: Annotated[Optional[Path], typer.Option(help="Ids, one a line (.txt, or .jsonl of strings).")] = None,
     texts: Annotated[
-        Optional[Path], typer.Option(help="Texts, one a line (.txt; .jsonl of JSON strings or null); optional.")
+        Optional[Path], typer.Option(help="Texts, one a line (.txt, or .jsonl of strings or null).")
     ] = None,
     metadata: Annotated[Optional[Path], typer.Option(help="Metadata, one JSON object (or null) a line.")] = None,
     model: Annotated[
-        Optional[str],
-        typer.Option(
-            "--model", "-m", help="The model that wrote the vectors (checked on a sample where texts are given)."
-        ),
+        Optional[str], typer.Option("--model", "-m", help="The vectors' model (checked on a sample of the texts).")
     ] = None,
-    foreign: Annotated[
-        Optional[str],
-        typer.Option(help="Instead of --model: a label for a model this machine cannot run (search by vector only)."),
-    ] = None,
-    dim: Annotated[
-        Optional[int], typer.Option("--dim", help="With --foreign: the dimension the vectors must have.")
-    ] = None,
+    foreign: Annotated[Optional[str], typer.Option(help="Or: a label for a model this machine cannot run.")] = None,
+    dim: Annotated[Optional[int], typer.Option("--dim", help="With --foreign: the vectors' dimension.")] = None,
     vector_field: Annotated[
-        Optional[str], typer.Option(help="The vector column or field (default: vector, or a table's one list column).")
+        Optional[str], typer.Option(help="The vector column (default: vector, or the one list).")
     ] = None,
-    id_field: Annotated[
-        Optional[str],
-        typer.Option(help="The id column or field; one named must be there (default: id, where the input has it)."),
-    ] = None,
-    text_field: Annotated[
-        Optional[str],
-        typer.Option(help="The text column or field; one named must be there (default: text, where the input has it)."),
-    ] = None,
+    id_field: Annotated[Optional[str], typer.Option(help="The id column (default: id, where present).")] = None,
+    text_field: Annotated[Optional[str], typer.Option(help="The text column (default: text, where present).")] = None,
     upsert: UpsertOpt = False,
     batch_rows: Annotated[int, typer.Option(min=1, help="Rows read, checked and committed at a time.")] = 4096,
     run: RunOptions = RunOptions(),
 ) -> None:
-    """Import vectors another tool wrote into the store (made if DIR is new), without encoding them.
+    """Import vectors another tool wrote into the store (made if new), without encoding them.
 
-    The whole input is checked first (dimension, NaN/inf, zero vectors, repeated ids, lengths); nothing is written
-    unless all of it passes. Rerun after an interruption: only the missing rows are added."""
+    The whole input is checked first; nothing is written unless all of it passes. Rerun after an interruption."""
     if (model is None) == (foreign is None):
         raise SubspacesError("declare the vectors' model: --model NAME_OR_FOLDER, or --foreign LABEL (one of them)")
     if dim is not None and foreign is None:
@@ -833,10 +701,7 @@ def import_cmd(
 def export_cmd(
     store: DirArg,
     output: Annotated[
-        Path,
-        typer.Option(
-            "--output", "-o", help="F.parquet (id, text, vector, metadata) or F.npy (with F.ids/texts/metadata.jsonl)."
-        ),
+        Path, typer.Option("--output", "-o", help="F.parquet, or F.npy (with F.ids/texts/metadata.jsonl).")
     ],
     space: Annotated[Optional[str], typer.Option(help="The space to export (default: the active one).")] = None,
     threads: ThreadsOpt = None,

@@ -38,19 +38,12 @@ if TYPE_CHECKING:
 C = TypeVar("C", SimCSEConfig, MatryoshkaConfig)
 
 TrainableLayersOpt = Annotated[
-    str,
-    typer.Option(
-        help="Train only the top N transformer layers over cached activations of the frozen rest (much "
-        "faster on CPU), or 'all'. The saved model is always the whole model."
-    ),
+    str, typer.Option(help="Train only the top N layers over cached activations of the rest, or 'all'.")
 ]
 CacheDirOpt = Annotated[
-    Optional[Path],
-    typer.Option(
-        help="With --trainable-layers N: keep the cached activations in this folder (reused by later "
-        "runs with the same model and max length). Default: in memory."
-    ),
+    Optional[Path], typer.Option(help="With --trainable-layers N: cache the activations here (default: in memory).")
 ]
+OutputDirOpt = Annotated[Path, typer.Option("--output", "-o", help="Folder for the model, its checkpoint and state.")]
 
 
 def parse_trainable_layers(text: str) -> int | None:
@@ -138,22 +131,15 @@ def report(result: FitResult, output: Path, best_label: str) -> None:
     notes={name: f"--mode sup: {value}." for name, value in SIMCSE_MODE_DEFAULTS["sup"].items()},
 )
 def train_simcse_cmd(
-    data: Annotated[
-        Path, typer.Option(help="unsup: text file, one sentence a line; sup: CSV with sent0,sent1[,hard_neg].")
-    ],
-    output: Annotated[
-        Path, typer.Option("--output", "-o", help="Folder for the trained model, checkpoint.pt and trainer_state.json.")
-    ],
+    data: Annotated[Path, typer.Option(help="unsup: text file, one sentence a line; sup: CSV sent0,sent1[,hard_neg].")],
+    output: OutputDirOpt,
     model: ModelOpt = "minilm-l6",
     pooler: Annotated[
         Optional[Literal[POOLERS]],  # type: ignore[valid-type]
-        typer.Option(
-            help="Default: the base model's pooling (a plain transformers folder has none: then SimCSE's cls, "
-            "with the MLP in training only for unsup)."
-        ),
+        typer.Option(help="Default: the base model's (a plain transformers folder: SimCSE's cls)."),
     ] = None,
     augmentation: Annotated[
-        Augmentation, typer.Option(help="unsup views: dropout, none (dropout off), delete_one_word.")
+        Augmentation, typer.Option(help="unsup views: dropout, none, delete_one_word.")
     ] = "dropout",
     no_eval: NoEvalOpt = False,
     limit: LimitOpt = None,
