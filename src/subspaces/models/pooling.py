@@ -37,12 +37,10 @@ def pool(
     if name in LAYER_POOLERS:
         if hidden_states is None or len(hidden_states) < 3:
             raise ValueError(f"pooler {name!r} needs the hidden states of every layer (output_hidden_states=True)")
-        pair = (
-            (hidden_states[1], hidden_states[-1])
-            if name == "avg_first_last"
-            else (hidden_states[-2], hidden_states[-1])
-        )
-        return masked_mean((pair[0] + pair[1]) / 2.0, attention_mask)
+        other = (
+            hidden_states[1] if name == "avg_first_last" else hidden_states[-2]
+        )  # the first layer's, or the one below
+        return masked_mean((other + hidden_states[-1]) / 2.0, attention_mask)
     raise ValueError(f"unknown pooler {name!r}; choose one of {', '.join(POOLERS)}")
 
 
