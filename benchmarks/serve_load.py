@@ -1,7 +1,6 @@
 """Loopback load test of ``subspaces serve`` beside infinity-emb (issue 56; docs/serve.md "Load test" says what it
 measures and how to install infinity-emb in its own venv): each server in its own subprocess on 127.0.0.1 only,
-one at a time. Its ``--checks`` mode (ours alone: equal embeddings, a 10-minute soak, an overload burst; results in
-``results/serve_load*.json``) is archived: ``git show 5526da2:benchmarks/serve_load.py``.
+one at a time.
 
     python benchmarks/serve_load.py --duration 15   # about 5 minutes: results/serve_vs_infinity.json
     python benchmarks/serve_load.py --smoke         # under a minute: both servers start and answer (a temporary file)
@@ -27,50 +26,40 @@ RESULTS = Path(__file__).parent / "results"
 HOST = "127.0.0.1"  # loopback only, by design
 
 
-# --- our server (run as `serve_load.py --serve`, in a subprocess) ---------------------------------------------------
-def run_server(args: argparse.Namespace) -> None:
+def run_server(options: dict[str, Any]) -> None:
+    """Our server in this process (``serve_load.py --serve JSON``: settings, threads, port)."""
     import uvicorn
 
     from subspaces.config import set_threads
     from subspaces.serve.app import create_app
     from subspaces.serve.settings import ServeSettings
 
-    set_threads(args.threads)
-    names = ("model", "max_batch_tokens", "max_wait_ms", "max_queue", "backend", "precision", "dtype")
-    settings = ServeSettings(**{name: getattr(args, name) for name in names})
-    uvicorn.run(create_app(settings), host=HOST, port=args.port, log_level="warning", access_log=False)
-
-
-# --- the load generator ------------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+    set_threads(options.pop("threads"))
+    port = options.pop("port")
+    uvicorn.run(create_app(ServeSettings(**options)), host=HOST, port=port, log_level="warning", access_log=False)
 
 
 class Server:
     """One server subprocess on a free loopback port; a context manager that waits for /health and stops it."""
 
     def __init__(self, kind: str, args: argparse.Namespace, max_queue: int) -> None:
-        self.kind, self.port = kind, free_port()
-        self.env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-        self.path = "/v1/embeddings"
+        with socket.socket() as sock:
+            sock.bind((HOST, 0))
+            self.kind, self.port = kind, int(sock.getsockname()[1])
+        self.env, self.path = {**os.environ, "HF_HUB_OFFLINE": "1"}, "/v1/embeddings"
         if kind == "infinity":
             from subspaces.models.encoder import resolve_model_path
 
             model = str(resolve_model_path(args.model))
-            command = [str(args.infinity / "bin" / "infinity_emb"), "v2", "--model-id", model, "--host", HOST]
-            command += ["--port", str(self.port), "--engine", "torch", "--device", "cpu"]
-            command += ["--dtype", args.infinity_dtype]
+            self.command = [str(args.infinity / "bin" / "infinity_emb"), "v2", "--model-id", model, "--host", HOST]
+            self.command += ["--port", str(self.port), "--engine", "torch", "--device", "cpu"]
+            self.command += ["--dtype", args.infinity_dtype]
             self.env["OMP_NUM_THREADS"] = str(args.threads)  # torch's intra-op threads, as ours are set
             self.path = "/embeddings"
         else:
-            command = [sys.executable, __file__, "--serve", "--port", str(self.port), "--model", args.model]
-            command += ["--threads", str(args.threads), "--max-queue", str(max_queue)]
-            command += ["--max-batch-tokens", str(args.max_batch_tokens), "--max-wait-ms", str(args.max_wait_ms)]
-            command += ["--backend", args.backend]
-            command += [f"--{name}={getattr(args, name)}" for name in ("precision", "dtype") if getattr(args, name)]
-        self.command = command
+            names = ("model", "max_batch_tokens", "max_wait_ms", "backend", "precision", "dtype", "threads")
+            ours = {n: getattr(args, n) for n in names} | {"max_queue": max_queue, "port": self.port}
+            self.command = [sys.executable, __file__, "--serve", json.dumps(ours)]
         self.url = f"http://{HOST}:{self.port}"
 
     def __enter__(self) -> Server:
@@ -101,8 +90,7 @@ class Server:
 async def load(
     url: str, texts: list[str], concurrency: int, seconds: float, path: str = "/v1/embeddings", per_request: int = 1
 ) -> dict[str, Any]:
-    """``concurrency`` clients sending ``per_request`` texts per request (one: a bare string), back to back, for
-    ``seconds``, to ``path``."""
+    """``concurrency`` clients posting ``per_request`` texts each (one: a bare string), back to back, ``seconds``."""
     import httpx
 
     latencies: list[float] = []
@@ -133,40 +121,27 @@ async def load(
         began = time.perf_counter()
         await asyncio.gather(*(worker(c) for c in range(concurrency)))
         elapsed = time.perf_counter() - began
-    ok = codes.get("200", 0)
-    fivexx = sum(n for c, n in codes.items() if c.startswith("5"))
+    ok, ordered = codes.get("200", 0), sorted(latencies)
     row: dict[str, Any] = {"concurrency": concurrency, "seconds": round(elapsed, 2)}
     row |= {"requests_per_s": round(ok / elapsed, 2), "texts_per_s": round(ok * per_request / elapsed, 2)}
     row["p50_ms"] = round(1000 * statistics.median(latencies), 2) if latencies else None
-    row["p99_ms"] = round(1000 * _quantile(latencies, 0.99), 2) if latencies else None
+    row["p99_ms"] = round(1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 2) if latencies else None
+    fivexx = sum(n for c, n in codes.items() if c.startswith("5"))
     return row | {"status": codes, "5xx": fivexx, "retry_after": sorted(retry_after)}
-
-
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def sentences(n: int) -> list[str]:
-    from subspaces.data.text import wordnet_sentences
-
-    return wordnet_sentences()[:n]
-
-
-def paragraphs(texts: list[str], n: int, joined: int = 9) -> list[str]:
-    """``n`` long texts, each ``joined`` consecutive sentences (the model reads at most its 256 tokens)."""
-    return [" ".join(texts[(i * joined + j) % len(texts)] for j in range(joined)) for i in range(n)]
 
 
 def against_infinity(args: argparse.Namespace) -> dict[str, Any]:
     """Ours and infinity-emb, one server at a time, on short and long texts at each level: texts/s, p50/p99."""
+    from subspaces.data.text import wordnet_sentences
     from subspaces.models.backends import resolve_dtype
     from subspaces.numerics import cpu_model, native_bfloat16, native_int8
     from subspaces.serve.settings import ServeSettings
 
     args.infinity_dtype = args.infinity_dtype or ("bfloat16" if native_bfloat16() else "float32")
-    short = sentences(args.texts)
-    kinds = {"short": short, "long": paragraphs(short, max(64, args.texts // 9))}
+    short = wordnet_sentences()[: args.texts]
+    # long texts: 9 consecutive sentences each (the model reads at most its 256 tokens)
+    long = [" ".join(short[(i * 9 + j) % len(short)] for j in range(9)) for i in range(max(64, args.texts // 9))]
+    kinds = {"short": short, "long": long}
     result: dict[str, Any] = {"date": str(date.today()), "model": args.model, "cpu": cpu_model()}
     result |= {"native_bfloat16": native_bfloat16(), "native_int8": native_int8(), "threads": args.threads}
     result |= {"cpus": os.cpu_count(), "duration_s": args.duration, "texts_per_request": args.per_request}
@@ -188,25 +163,21 @@ def against_infinity(args: argparse.Namespace) -> dict[str, Any]:
                 asyncio.run(load(server.url, texts, max(args.levels), args.warmup, server.path, args.per_request))
                 for level in args.levels:
                     row = asyncio.run(load(server.url, texts, level, args.duration, server.path, args.per_request))
-                    print(
-                        f"{label:32s} {name:5s} c={level:3d}: {row['texts_per_s']:8.1f} texts/s  "
-                        f"p50 {row['p50_ms']} ms  p99 {row['p99_ms']} ms  {row['status']}",
-                        flush=True,
-                    )
+                    print(f"{label:32s} {name:5s} c={level:3d}: {row['texts_per_s']:8.1f} texts/s  p50 {row['p50_ms']} "
+                          f"ms  p99 {row['p99_ms']} ms  {row['status']}", flush=True)  # fmt: skip
                     rows.setdefault(label, {}).setdefault(name, []).append(row)
     result["servers"] = rows
-    peer = rows[servers[-1][0]]
+    peer, ratio = rows[servers[-1][0]], lambda a, b: round(a / b, 2) if a is not None and b else None
     result["ratio_over_infinity"] = {
         label: {
             f"{name} c={o['concurrency']}": {
-                "texts_per_s": round(o["texts_per_s"] / i["texts_per_s"], 2) if i["texts_per_s"] else None,
-                "p99": round(o["p99_ms"] / i["p99_ms"], 2) if o["p99_ms"] and i["p99_ms"] else None,
+                "texts_per_s": ratio(o["texts_per_s"], i["texts_per_s"]), "p99": ratio(o["p99_ms"] or None, i["p99_ms"])
             }
             for name in kinds
             for o, i in zip(rows[label][name], peer[name], strict=True)
         }
         for label, _, _ in servers[:-1]
-    }
+    }  # fmt: skip
     return result
 
 
@@ -227,24 +198,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-queue", type=int, default=256)
     parser.add_argument("--output", type=Path, help="Default: results/serve_vs_infinity.json.")
     parser.add_argument("--smoke", action="store_true", help="A few seconds per phase: checks the script only.")
-    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)  # the server subprocess
-    parser.add_argument("--backend", default="torch", help=argparse.SUPPRESS)  # its runtime, set per --ours entry
-    parser.add_argument("--precision", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--dtype", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve", help=argparse.SUPPRESS)  # the server subprocess: its settings as JSON
     return parser
 
 
 def main() -> None:
     args = build_parser().parse_args()
     if args.serve:
-        run_server(args)
+        run_server(json.loads(args.serve))
         return
     if args.smoke:
         args.duration, args.warmup, args.texts = 2.0, 1.0, 200
-    if args.output is None:
-        smoke = Path(tempfile.gettempdir()) / "serve_load_smoke.json"
-        args.output = smoke if args.smoke else RESULTS / "serve_vs_infinity.json"
+    smoke = Path(tempfile.gettempdir()) / "serve_load_smoke.json"
+    args.output = args.output or (smoke if args.smoke else RESULTS / "serve_vs_infinity.json")
     result = against_infinity(args)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n")

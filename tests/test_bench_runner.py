@@ -15,9 +15,19 @@ from bench.environment import environment
 from bench.experiment import load
 from bench.tasks import resolve
 
+
+def toy(params: dict[str, Any], seed: int) -> dict[str, Any]:
+    """A task of no cost for the runner's tests: noisy per-row scores around an arm's level."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, int(params.get("pool_seed", 0))])
+    rows = np.clip(float(params["level"]) + 0.1 * rng.standard_normal(int(params.get("rows", 50))), 0, 1)
+    return {"score": float(rows.mean()), "n": len(rows), "rows": {"score": rows.round(6).tolist()}}
+
+
 EXPERIMENT = """
 name = "tiny"
-task = "toy"
+task = "test_bench_runner:toy"
 out = "{out}"
 seeds = [0, 1]
 compare = [["good", "base"]]
@@ -57,7 +67,6 @@ def test_cells_are_arms_by_seeds_by_pools_with_arms_rotated(experiment: Path) ->
 
 
 def test_a_killed_run_resumes_and_finished_cells_are_not_rerun(experiment: Path) -> None:
-    toy = resolve("toy")
     calls: list[tuple[float, int]] = []
 
     def killed_after_three(params: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -105,17 +114,17 @@ def test_a_finished_cell_with_other_parameters_stops_the_run(experiment: Path) -
 def test_cells_another_task_code_ran_are_named_and_rerun_only_when_asked(experiment: Path, tmp_path: Path) -> None:
     import importlib.util
 
-    runner.run(experiment)  # by the toy task's module
+    runner.run(experiment)  # by this module's toy task
     source = tmp_path / "changed_task.py"  # the same measurement in another module: other code, another hash
     source.write_text(
-        "from bench.tasks import resolve\n\nCALLS = []\n\n\ndef measure(params, seed):\n"
-        "    CALLS.append(seed)\n    return resolve('toy')(params, seed)\n"
+        "from test_bench_runner import toy\n\nCALLS = []\n\n\ndef measure(params, seed):\n"
+        "    CALLS.append(seed)\n    return toy(params, seed)\n"
     )
     spec = importlib.util.spec_from_file_location("changed_task", source)
     assert spec is not None and spec.loader is not None
     changed = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(changed)
-    assert runner.task_code(changed.measure) != runner.task_code(resolve("toy"))
+    assert runner.task_code(changed.measure) != runner.task_code(toy)
 
     kept = runner.run(experiment, resume=True, task=changed.measure)
     assert changed.CALLS == [] and kept["stale_cells"] == [c.key for c in load(experiment).cells]

@@ -42,8 +42,7 @@ def versions() -> dict[str, str | None]:
 
 
 def commit() -> dict[str, Any]:
-    """The checkout's commit and whether its files differ from it, new files not ignored included (a dirty run
-    is not that commit's)."""
+    """The checkout's commit, and whether its files (new ones too) differ from it."""
 
     def git(*args: str) -> str | None:
         try:

@@ -19,8 +19,7 @@ def build_random_bert(
     pooler: str = "cls",
     seed: int = 0,
 ) -> Any:
-    """The model (a ``SentenceTransformer``; the pooler's MLP in training only), its BERT and ``minilm-l6``'s
-    tokenizer saved in ``output_dir``; ``seed`` fixes the initial weights."""
+    """The model (pooler MLP in training only), with its BERT and minilm-l6's tokenizer in ``output_dir``."""
     import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Transformer

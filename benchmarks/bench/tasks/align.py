@@ -72,9 +72,7 @@ def pool(domain: str, sample: int, size: int, target: str) -> dict[str, np.ndarr
         raise ValueError(f"the target must be another model than the source ({SOURCE})")
     chosen = sorted(set(texts(domain)))
     if len(chosen) < 2000:
-        raise ValueError(
-            f"domain {domain!r} has {len(chosen)} texts here: too few for a pool (is its data folder whole?)"
-        )
+        raise ValueError(f"domain {domain!r} has {len(chosen)} texts here: too few (is its data folder whole?)")
     random.Random(sample).shuffle(chosen)
     chosen = chosen[:size]
     n_eval = min(8192, len(chosen) // 4)
@@ -91,10 +89,8 @@ def pool(domain: str, sample: int, size: int, target: str) -> dict[str, np.ndarr
                 backend = "torch" if model == "wordllama" else "onnx"  # a static model has no graph to export
                 save_npy(path, encode(load_encoder(model, backend=backend), rows, batch_size=64).astype(np.float32))
             vectors[f"{model}.{part}"] = np.load(path)
-    return {
-        "a": vectors[f"{SOURCE}.train"], "b": vectors[f"{target}.train"], "x": vectors[f"{SOURCE}.eval"],
-        "y": vectors[f"{target}.eval"],
-    }  # fmt: skip
+    (a, x), (b, y) = ((vectors[f"{m}.train"], vectors[f"{m}.eval"]) for m in (SOURCE, target))
+    return {"a": a, "b": b, "x": x, "y": y}
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:

@@ -52,13 +52,12 @@ def table(summary: dict[str, Any]) -> str:
     for pool, arms in summary["aggregate"].items():
         base = arms.get("torch-fp32", {})
         for arm, values in arms.items():
-            cells = []
-            for name in ("batch1", "batch64"):
-                if name not in values:
-                    continue
-                mean = values[name]["mean"]
-                ratio = f" ({mean / base[name]['mean']:.2f}×)" if name in base else ""
-                cells.append(f"{mean:,.0f} ± {values[name]['half_width']:,.0f}{ratio}")
+            cells = [
+                f"{values[n]['mean']:,.0f} ± {values[n]['half_width']:,.0f}"
+                + (f" ({values[n]['mean'] / base[n]['mean']:.2f}×)" if n in base else "")
+                for n in ("batch1", "batch64")
+                if n in values
+            ]
             if cells:
                 lines.append(f"| {pool} | {arm} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

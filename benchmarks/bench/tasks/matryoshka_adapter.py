@@ -1,20 +1,13 @@
 """BENCHMARKS §3's adapter regime (issue 17): raw truncation, PCA and ``MatryoshkaAdapter`` on ``minilm-l6``
-vectors (not Matryoshka-trained), on L2-normalised prefixes at 16/32/64/128/384 dims. Everything is fitted,
-unsupervised, on the tasks' unlabelled texts (the paper's setting): Banking77 and Emotion train utterances, the STS-B
-retrieval pool, the SNLI hypotheses (no label, no probe test row, no SNLI query). Arms (``arm``): ``raw`` (first d
-coordinates), ``pca`` (the fit set's principal axes), ``adapter`` (listwise self-distillation on, weight 1; ``seed``
-its ``random_state``), ``adapter_mic`` (plus the MIC-style variance floor and prefix decorrelation, weight 1 each),
-``adapter_pca`` (started from the principal axes). Metrics x 100 per size (per-row values under ``rows``):
-
-- ``banking77``, ``emotion``: accuracy of a logistic-regression probe (``C``, no scaler) on the unit prefixes;
-- ``stsb_spearman``: Spearman of the STS-B pairs' prefix cosines (rows: ``stsb_cosine``);
-- ``stsb_r@10``, ``stsb_ndcg@10``: each STS-B pair scored >= 4 is a query (sentence 1), sentence 2 its relevant
-  document among the split's distinct sentences and the other STS-B splits' as distractors (the query left out);
-- ``snli_r@10``, ``snli_ndcg@10``: each SNLI premise a query, its entailed hypotheses relevant (binary nDCG), among
-  all the split's distinct hypotheses (the neutral and contradicting ones included).
-
-``split`` ``test``, or ``dev``: the last 10 % of Banking77 train (fixed shuffle) held out from the probe, Emotion
-validation, STS-B and SNLI dev. ``limit`` caps every split's rows (smoke runs). Vectors: the migrate task's cache.
+vectors (not Matryoshka-trained), fitted unsupervised on the tasks' unlabelled texts (Banking77 and Emotion train
+utterances, the STS-B retrieval pool, the SNLI hypotheses). Arms (``arm``): ``raw``, ``pca``, ``adapter`` (listwise
+self-distillation on, weight 1; ``seed`` its ``random_state``), ``adapter_mic`` (plus the MIC-style variance floor
+and prefix decorrelation) and ``adapter_pca`` (started from the principal axes). Metrics x 100 on L2-normalised
+prefixes of each size (per-row values under ``rows``): ``banking77``, ``emotion`` (logistic-regression probes, no
+scaler); ``stsb_spearman`` (rows: ``stsb_cosine``); ``stsb_r@10``, ``stsb_ndcg@10`` (each STS-B pair scored >= 4 a
+query with one relevant sentence, the other STS-B splits' sentences as distractors); ``snli_r@10``,
+``snli_ndcg@10`` (each SNLI premise a query, its entailed hypotheses relevant, among all the split's hypotheses).
+``split`` ``dev``: Banking77 train's last 10 % (fixed shuffle) held out, Emotion validation, STS-B and SNLI dev.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/matryoshka_adapter.toml --resume
 """
@@ -34,7 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "limit": None, "threads": 2, "cache": migrate.DEFAULTS["cache"],
     "adapter": {"hidden": 512, "epochs": 20, "batch_size": 512, "lr": 1e-3, "rank_weight": 1.0},
 }  # fmt: skip
-ARMS = {"adapter": {}, "adapter_mic": {"var_weight": 1.0, "corr_weight": 1.0}, "adapter_pca": {"basis": "pca"}}
+ARMS: dict = {"adapter": {}, "adapter_mic": {"var_weight": 1.0, "corr_weight": 1.0}, "adapter_pca": {"basis": "pca"}}
 LABELS = {"raw": "raw truncation", "pca": "PCA truncation", "adapter": "adapter",
           "adapter_mic": "adapter + MIC regularisers", "adapter_pca": "adapter from the principal axes"}  # fmt: skip
 PAIRED = {"banking77": "Banking77 accuracy", "emotion": "Emotion accuracy", "stsb_spearman": "STS-B Spearman"}
@@ -42,25 +35,26 @@ PAIRED = {"banking77": "Banking77 accuracy", "emotion": "Emotion accuracy", "sts
 
 @cache
 def tasks(split: str, limit: int | None) -> tuple[Any, ...]:
-    """Each task's texts on ``split``, each list cut to ``limit``: the probes' (texts, labels) of train and test, the
-    STS-B pairs and gold scores, its retrieval pool and (query, relevant) rows, SNLI's queries, documents, relevant."""
+    """Each task's texts, labels, gold scores and relevant rows on ``split``, lists cut to ``limit``."""
     from subspaces.config import dataset_dir
     from subspaces.data.classification import load_banking77, load_emotion
     from subspaces.data.sts import load_stsb
 
     own = "test" if split == "test" else "dev"
     banking, held = load_banking77("train"), load_banking77("test")
-    emotion = [load_emotion("train"), load_emotion("test" if own == "test" else "validation")]
-    probes = {"banking77": [(banking.texts, banking.labels), (held.texts, held.labels)]}
+    emotion = (load_emotion("train"), load_emotion("test" if own == "test" else "validation"))
+    probes = {
+        "emotion": [(e.texts, e.labels) for e in emotion],
+        "banking77": [(banking.texts, banking.labels), (held.texts, held.labels)],
+    }
     if own == "dev":  # the last 10 % of train, in a fixed shuffled order, held out from the probe
         order = np.random.default_rng(0).permutation(len(banking))
         parts = np.split(order, [int(0.9 * len(order))])
         probes["banking77"] = [([banking.texts[i] for i in o], [banking.labels[i] for i in o]) for o in parts]
-    probes["emotion"] = [(e.texts, e.labels) for e in emotion]
     probes = {task: [(texts[:limit], labels[:limit]) for texts, labels in both] for task, both in probes.items()}
     sts = load_stsb(own)  # type: ignore[arg-type]
     s1, s2, gold = sts.sentences1[:limit], sts.sentences2[:limit], sts.scores[:limit]
-    others = [load_stsb(o) for o in ("train", "dev", "test") if o != own]  # type: ignore[arg-type]
+    others = [load_stsb(o) for o in ("train", "dev", "test") if o != own]
     corpus = list(dict.fromkeys([*s1, *s2, *(t for o in others for t in [*o.sentences1, *o.sentences2][:limit])]))
     where = {t: i for i, t in enumerate(corpus)}
     asked = [(where[a], where[b]) for a, b, score in zip(s1, s2, gold, strict=True) if score >= 4 and a != b]
@@ -97,18 +91,16 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     fit = encoded[[index[t] for t in unlabelled]]
     dims = [d for d in p["dims"] if d <= fit.shape[1]]
     result: dict[str, Any] = {"fit_rows": len(fit), "stsb_documents": len(corpus), "snli_documents": len(documents)}
-    if p["arm"] == "raw":
-        mapped = encoded
-    elif p["arm"] == "pca":
+    mapped = encoded  # raw
+    if p["arm"] == "pca":
         mapped = PCA(random_state=0).fit(fit).transform(encoded).astype(np.float32)
-    else:
+    elif p["arm"] != "raw":
         settings = {"dims": [d for d in dims if d < fit.shape[1]], **p["adapter"], **ARMS[p["arm"]]}
         adapter = MatryoshkaAdapter(**settings, random_state=seed).fit(fit)
         mapped = adapter.transform(encoded)
         result |= {"fit_seconds": round(adapter.fit_seconds_, 1), "history": adapter.history_}
     rows: dict[str, list[float]] = {}
-    metrics: dict[str, float] = {}
-    gains = 1 / np.log2(np.arange(2, 12))
+    metrics, gains = {}, 1 / np.log2(np.arange(2, 12))
     unit = lambda texts, d: unit_prefix(mapped[[index[t] for t in texts]], d).astype(np.float32)  # noqa: E731
     for d in dims:
         for task, ((x, y), (x_test, y_test)) in probes.items():
@@ -140,16 +132,16 @@ def table(summary: dict[str, Any]) -> str:
         paired = summary.get("paired", {}).get(pool, {}).get("adapter - raw", {})
         m = lambda a, n, d, arms=arms: arms.get(a, {}).get(f"metrics/{n}/{d}", {}).get("mean", np.nan)  # noqa: E731
         rows = [
-            f"{LABELS[a]} | " + " | ".join(f"{m(a, 'snli_ndcg@10', d):.2f}" for d in dims) for a in LABELS if a in arms
+            f"SNLI nDCG@10 | {LABELS[a]} | " + " | ".join(f"{m(a, 'snli_ndcg@10', d):.2f}" for d in dims)
+            for a in LABELS
+            if a in arms
         ]
-        rows = [f"SNLI nDCG@10 | {row}" for row in rows]
         deltas = [_delta(paired.get(f"snli_ndcg@10/{d}"), m("raw", "snli_ndcg@10", d)) for d in dims]
         rows.append("SNLI nDCG@10 | Δ adapter − raw | " + " | ".join(deltas))
-        for n, label in PAIRED.items():
-            rows.append(
-                f"{label} | raw / adapter | "
-                + " | ".join(f"{m('raw', n, d):.2f} / {m('adapter', n, d):.2f}" for d in dims)
-            )
+        rows += [
+            f"{label} | raw / adapter | " + " | ".join(f"{m('raw', n, d):.2f} / {m('adapter', n, d):.2f}" for d in dims)
+            for n, label in PAIRED.items()
+        ]
         out.append(grid(f"metric ({pool}) | arm | " + " | ".join(map(str, dims)), rows, left=2))
     return "\n".join(out)
 

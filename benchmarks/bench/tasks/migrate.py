@@ -1,38 +1,27 @@
-"""Migration quality on dev retrieval sets that do not saturate (issue 53 items 2 and 6, and its first target):
-Recall@10 and nDCG@10 of a store migrated to a new model (query-side and rewrite, through ``Store.migrate``) next
-to the old model and a full re-embed, over a corpus of 20,000 documents with one relevant document a query.
+"""Migration quality on retrieval sets that do not saturate (issue 53 items 2 and 6, and its first target): Recall@10
+and nDCG@10 of a store migrated to a new model (query-side and rewrite, through ``Store.migrate``) next to the old
+model and a full re-embed, over a corpus of 20,000 documents with one relevant document a query.
 
-Pools (``data``). DEV, where every default was chosen:
-
-- ``snli``: the unique premises of SNLI *dev* (``s1.dev``) plus WordNet definitions to ``n_docs`` documents;
-  queries: the entailment hypotheses of SNLI dev, each relevant to its premise.
-- ``sick``: the unique first sentences of SICK *train*'s entailment pairs plus SNLI dev's neutral and
-  contradiction hypotheses and WordNet usage examples to ``n_docs`` (another distractor mix); queries: the second
-  sentences of those pairs. (SICK test is another benchmark's test set and is never read.)
-
-TEST, read only to report (no setting was chosen on them):
-
-- ``snli-test``: SNLI *test*'s premises <- its entailment hypotheses, with tweets (TweetEval emoji, test) as the
-  distractors: another distractor domain than dev's WordNet definitions.
-- ``sts``: STS12-16 (news, headlines, forums, captions, glosses, MT output, tweets): each pair scored >= 4 of 5
-  gives a query (its first sentence) and its relevant document (the second); the benchmark's other sentences and
-  then tweets fill the corpus. Its domains and its query-document relation appear in no dev pool.
-
-The queries are split in halves by a fixed seed: ``choose`` (what settings may be tuned on) and ``check``
-(reported beside it, never tuned on). Each model embeds every text once (cached under ``cache``, in ``dtype``).
+Pools (``data``). DEV, where every default was chosen: ``snli`` (the unique premises of SNLI *dev* plus WordNet
+definitions to ``n_docs`` documents; queries: SNLI dev's entailment hypotheses, each relevant to its premise) and
+``sick`` (the first sentences of SICK *train*'s entailment pairs plus SNLI dev's neutral and contradiction
+hypotheses and WordNet usage examples; queries: the pairs' second sentences; SICK test is never read). TEST, only
+reported: ``snli-test`` (SNLI *test*'s premises <- its entailment hypotheses, tweets of TweetEval emoji test as the
+distractors) and ``sts`` (STS12-16: each pair scored >= 4 of 5 a query, its first sentence, and its relevant
+document, the second; the benchmark's other sentences and then tweets fill the corpus: domains and a relation no
+dev pool has). The queries are split in halves by a fixed seed: ``choose`` (settings may be tuned on it) and
+``check`` (never tuned on). Each model embeds every text once (cached under ``cache``, in ``dtype``).
 
 Arms (``arm``): ``reembed`` (new model, queries and every document), ``old`` (old model), ``query-side`` and
 ``rewrite`` with ``pairs`` re-embedded pairs: ``Store.migrate(new, pairs=..., seed=seed, query_side=...)`` on a
 store of the old vectors, the chosen map read back from the store; besides, each map kind fitted on the same
-pairs (the sample ``migrate`` draws, so the chosen kind's figures are the chosen map's); with
-``choice_queries = "choose"`` the choose half's query texts (no labels) are passed as ``queries`` and choose the
-map (then only the ``check`` half is a fair figure). ``unpaired``: no pairs; ``Store.migrate(new, query_side=True,
-unpaired=True, texts=...)`` with ``domain_texts`` of the pool (same sources as the corpus, none of its texts),
-refused (recorded, no figures) where the aligner does not trust its map. In a migration the new model's vectors
-of the sampled texts come from the same cache (``encode`` is looked up, not rerun): a cell costs the fit, and the
-report's encode seconds are not real. Per-query values go under ``rows`` for the paired bootstrap; :func:`ratios`
-gives each migration's Recall@10 and nDCG@10 over the re-embed's with a paired bootstrap interval over queries
-(seeds averaged per query).
+pairs (the sample ``migrate`` draws); with ``choice_queries = "choose"`` the choose half's query texts (no labels)
+choose the map (then only the ``check`` half is a fair figure). ``unpaired``: ``Store.migrate(new, query_side=True,
+unpaired=True, texts=...)`` with ``domain_texts`` of the pool (its sources, none of its texts), refused (recorded,
+no figures) where the aligner does not trust its map. A migration's new-model vectors come from the same cache
+(``encode`` is looked up): a cell costs the fit, and the report's encode seconds are not real. Per-query values go
+under ``rows``; :func:`ratios` gives each migration's figures over the re-embed's with a paired bootstrap interval
+over queries (seeds averaged per query).
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/migrate_dev.toml --resume
     cd benchmarks && OMP_NUM_THREADS=2 ../.venv/bin/python -m bench.tasks.migrate experiments/migrate_dev.toml
@@ -69,7 +58,6 @@ DEFAULTS: dict[str, Any] = {
 }  # fmt: skip
 
 
-# -- data -------------------------------------------------------------------------------------------------------
 def _lines(path: Path) -> list[str]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as handle:
@@ -161,12 +149,9 @@ def domain_texts(data: str, n_docs: int, n: int) -> tuple[str, ...]:
 
 def halves(n: int) -> np.ndarray:
     """``True`` for the ``check`` half of ``n`` queries (fixed seed), ``False`` for ``choose``."""
-    mask = np.zeros(n, dtype=bool)
-    mask[np.random.default_rng(53).permutation(n)[: n // 2]] = True
-    return mask
+    return np.isin(np.arange(n), np.random.default_rng(53).permutation(n)[: n // 2])
 
 
-# -- encoders and the vector cache -------------------------------------------------------------------------------
 _ENCODERS: dict[tuple[str, str], Any] = {}
 _VECTORS: dict[str, dict[str, np.ndarray]] = {}  # model -> text -> unit vector
 _NAMES: dict[int, str] = {}  # id(encoder) -> model
@@ -176,8 +161,7 @@ def encoder(model: str, dtype: str) -> Any:
     if (model, dtype) not in _ENCODERS:
         from subspaces.models.encoder import load_encoder
 
-        loaded = load_encoder(model, dtype=dtype)
-        _ENCODERS[model, dtype] = loaded
+        _ENCODERS[model, dtype] = loaded = load_encoder(model, dtype=dtype)
         _NAMES[id(loaded)] = model
     return _ENCODERS[model, dtype]
 
@@ -186,22 +170,17 @@ def vectors(model: str, texts: list[str] | tuple[str, ...], params: dict[str, An
     """Unit vectors of ``texts`` by ``model``, each text encoded once ever (cache on disk, by model and dtype)."""
     _patch_encode()
     folder = ROOT / params["cache"]
-    stem = folder / f"{model}-{params['dtype']}"
-    known = _VECTORS.get(model)
-    if known is None:
-        known = {}
-        if stem.with_suffix(".npy").is_file():
-            saved = np.load(stem.with_suffix(".npy"))
-            names = json.loads(stem.with_suffix(".json").read_text())
-            known = dict(zip(names, saved, strict=True))
-        _VECTORS[model] = known
+    npy, names = (folder / f"{model}-{params['dtype']}{suffix}" for suffix in (".npy", ".json"))
+    if model not in _VECTORS:  # the disk cache, read once a process
+        _VECTORS[model] = dict(zip(json.loads(names.read_text()), np.load(npy), strict=True)) if npy.is_file() else {}
+    known = _VECTORS[model]
     missing = list(dict.fromkeys(t for t in texts if t not in known))
     if missing:
         encoded = _REAL_ENCODE(encoder(model, params["dtype"]), missing, batch_size=64, normalize=True)
         known.update(zip(missing, encoded, strict=True))
         folder.mkdir(parents=True, exist_ok=True)
-        np.save(stem.with_suffix(".npy"), np.stack(list(known.values())).astype(np.float32))
-        stem.with_suffix(".json").write_text(json.dumps(list(known)))
+        np.save(npy, np.stack(list(known.values())).astype(np.float32))
+        names.write_text(json.dumps(list(known)))
     return np.stack([known[t] for t in texts]).astype(np.float32)
 
 
@@ -226,7 +205,6 @@ def _patch_encode() -> None:
 _REAL_ENCODE: Any = None
 
 
-# -- stores of the old vectors ---------------------------------------------------------------------------------
 _STORES: dict[tuple[str, str, int, str], Any] = {}
 
 
@@ -246,7 +224,6 @@ def store_of(params: dict[str, Any], docs: tuple[str, ...], old_docs: np.ndarray
     return _STORES[key]
 
 
-# -- metrics ---------------------------------------------------------------------------------------------------
 def ranks(queries: np.ndarray, docs: np.ndarray, relevant: np.ndarray, chunk: int = 1024) -> np.ndarray:
     """Each query's relevant document's rank (0 = first) by inner product, exact."""
     out = np.empty(len(queries), dtype=np.int64)
@@ -260,12 +237,9 @@ def ranks(queries: np.ndarray, docs: np.ndarray, relevant: np.ndarray, chunk: in
 def figures(rank: np.ndarray, check: np.ndarray) -> tuple[dict[str, Any], dict[str, list[float]]]:
     recall = (rank < K).astype(float)
     ndcg = np.where(rank < K, 1.0 / np.log2(rank + 2.0), 0.0)
-    out = {}
-    for name, values in ((f"recall@{K}", recall), (f"ndcg@{K}", ndcg)):
-        out[name] = {
-            "all": round(float(values.mean()), 4), "choose": round(float(values[~check].mean()), 4),
-            "check": round(float(values[check].mean()), 4),
-        }  # fmt: skip
+    parts = {"all": np.ones_like(check), "choose": ~check, "check": check}
+    out = {f"{name}@{K}": {part: round(float(v[mask].mean()), 4) for part, mask in parts.items()}
+           for name, v in (("recall", recall), ("ndcg", ndcg))}  # fmt: skip
     return out, {f"recall@{K}": recall.tolist(), f"ndcg@{K}": ndcg.round(5).tolist()}
 
 
@@ -302,7 +276,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     return result | migrated(p, seed, docs, relevant, check, old_docs, new_docs, new_q, sample)
 
 
-def migrated(
+def migrated(  # fmt: skip
     p: dict[str, Any],
     seed: int,
     docs: tuple[str, ...],
@@ -326,15 +300,10 @@ def migrated(
         options = {"unpaired": True, "texts": texts}
     start = time.perf_counter()
     try:
-        report = store.migrate(
-            encoder(p["new"], p["dtype"]),
-            name=p["new"],
-            heldout=int(p["heldout"]),
-            seed=seed,
-            query_side=query_side,
-            queries={str(i): t for i, t in enumerate(choose_texts)} if p["choice_queries"] == "choose" else None,
-            **options,
-        )
+        chooses = {str(i): t for i, t in enumerate(choose_texts)} if p["choice_queries"] == "choose" else None
+        new, held = encoder(p["new"], p["dtype"]), int(p["heldout"])
+        report = store.migrate(new, name=p["new"], heldout=held, seed=seed, query_side=query_side, queries=chooses,
+                               **options)  # fmt: skip
     except SubspacesError as refused:  # an unpaired map its checks do not trust: the refusal is the result
         return {"refused": str(refused), "migrate_seconds": round(time.perf_counter() - start, 2)}
     migrate_s = time.perf_counter() - start
@@ -379,18 +348,14 @@ def migrated(
     return result
 
 
-# -- ratios to the re-embed ---------------------------------------------------------------------------------------
 def ratios(path: str | Path, n: int = 2000) -> dict[str, Any]:
-    """Per pool, each migration arm's (and each map kind's) Recall@10 and nDCG@10 over the re-embed's, with a
-    paired bootstrap 95 % interval over queries (each query's value the mean over seeds), on all queries and on
-    each half."""
+    """Per pool, each migration arm's (and map kind's) figures over the re-embed's [paired bootstrap 95 %], per half."""
     from bench.experiment import load
     from bench.runner import cell_path
 
     experiment = load(path)
     records: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for cell in experiment.cells:
-        target = cell_path(experiment, cell)
+    for cell, target in ((c, cell_path(experiment, c)) for c in experiment.cells):
         if target.is_file():
             records.setdefault((cell.pool, cell.arm), []).append(json.loads(target.read_text())["result"])
     out: dict[str, Any] = {}
@@ -400,7 +365,8 @@ def ratios(path: str | Path, n: int = 2000) -> dict[str, Any]:
         if not base:
             continue
         check = halves(len(base[0]["rows"][f"recall@{K}"]))
-        draws = {name: rng.integers(0, int(m), size=(n, int(m))) for name, m in _sizes(check).items()}
+        sizes = {"all": len(check), "choose": int((~check).sum()), "check": int(check.sum())}
+        draws = {name: rng.integers(0, m, size=(n, m)) for name, m in sizes.items()}
         out[pool] = {}
         for (other_pool, arm), runs in records.items():
             if other_pool != pool or arm == "reembed":
@@ -418,19 +384,12 @@ def ratios(path: str | Path, n: int = 2000) -> dict[str, Any]:
                         "ratio": round(float(x.mean() / y.mean()), 4), "low": round(float(np.percentile(boot, 2.5)), 4),
                         "high": round(float(np.percentile(boot, 97.5)), 4),
                     }  # fmt: skip
-            chosen = [r.get("chosen") for r in runs]
-            row["chosen"] = chosen
-            out[pool][arm] = row
+            out[pool][arm] = row | {"chosen": [r.get("chosen") for r in runs]}
     return out
 
 
-def _sizes(check: np.ndarray) -> dict[str, int]:
-    return {"all": len(check), "choose": int((~check).sum()), "check": int(check.sum())}
-
-
 def table(summary: dict[str, Any]) -> str:
-    """Per pool: each arm's Recall@10 (mean over seeds), ratio to the re-embed [95 % interval] on the check half,
-    and the chosen kinds."""
+    """Per pool: each arm's Recall@10, nDCG@10, ratio to the re-embed [95 % interval] and the chosen kinds."""
     path = ROOT / summary["experiment"]["file"]
     found = ratios(path)
     lines = []
@@ -452,8 +411,7 @@ def table(summary: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    """Write ``<out>/ratios.json``: the environment, the command and date, and per pool and arm the chosen maps,
-    the means over seeds and the ratios to the re-embed (the cells' per-query values stay in ``cells/``)."""
+    """Write ``<out>/ratios.json``: per pool and arm the chosen maps, means over seeds and ratios to the re-embed."""
     import argparse
 
     from bench.experiment import load
@@ -469,21 +427,17 @@ def main() -> None:
     for pool, arms in found.items():
         for arm, row in arms.items():
             means = summary["aggregate"][pool][arm]
-            row["means"] = {
-                name: {"mean": round(v["mean"], 4), "std": round(v["std"], 4)}
-                for name, v in means.items()
-                if name.startswith(wanted)
-            }
+            row["means"] = {n: {"mean": round(v["mean"], 4), "std": round(v["std"], 4)}
+                            for n, v in means.items() if n.startswith(wanted)}  # fmt: skip
+    command = (
+        f"OMP_NUM_THREADS=2 nice -n 10 .venv/bin/python benchmarks/run.py benchmarks/{args.experiment} --resume; "
+        f"cd benchmarks && OMP_NUM_THREADS=2 ../.venv/bin/python -m bench.tasks.migrate {args.experiment}"
+    )
     record = {
-        "command": (
-            f"OMP_NUM_THREADS=2 nice -n 10 .venv/bin/python benchmarks/run.py benchmarks/{args.experiment} --resume; "
-            f"cd benchmarks && OMP_NUM_THREADS=2 ../.venv/bin/python -m bench.tasks.migrate {args.experiment}"
-        ),
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "roles": {cell.pool: cell.role for cell in experiment.cells},
-        "environment": summary["environment"],
+        "command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "roles": {cell.pool: cell.role for cell in experiment.cells}, "environment": summary["environment"],
         "pools": found,
-    }
+    }  # fmt: skip
     save_json(experiment.out / "ratios.json", record)
     print(table(summary))
 

@@ -1,17 +1,13 @@
 """Shrinking stored vectors (issue 53 item 5): Recall@10 of searches at 32/64/128 dimensions after ``store shrink``,
 on retrieval pools of 20,000 documents with one relevant document a query (the store's own search, no re-rank).
 
-Pools (``data``), all DEV (settings are chosen on them; no test split is read):
-
-- ``snli``, ``sick``: as in :mod:`bench.tasks.migrate` (premise <- entailed hypothesis, with distractors);
-- ``wn-names``: WN18RR's WordNet glosses (the definition part) as documents; queries: a lemma whose name occurs
-  once ("labial artery"), relevant to its own definition; short queries, longer documents;
-- ``wn-examples``: the same documents; queries: a usage example of the sense ("she was eating a banana").
-
-Arms (``arm``): ``raw`` (the model's first d coordinates), ``pca`` (the principal axes), ``adapter`` (the
-``MatryoshkaAdapter`` that ``Store.shrink`` fits with ``adapter`` parameters over its defaults, ``seed`` its seed)
-and ``chosen`` (after the same shrink, the basis it chose per size: what ``search --dims d`` reads). The queries
-are encoded once per model (cached, as in the migrate task). Per-query values go under ``rows``.
+Pools (``data``): :mod:`bench.tasks.migrate`'s (dev ``snli``, ``sick``; test ``snli-test``, ``sts``) and two more
+dev pools with WN18RR's WordNet glosses (the definition part) as documents: ``wn-names`` (queries: a lemma whose
+name occurs once, "labial artery", relevant to its own definition) and ``wn-examples`` (queries: a usage example of
+the sense, "she was eating a banana"). Arms (``arm``): ``raw`` (the model's first d coordinates), ``pca`` (the
+principal axes), ``adapter`` (the ``MatryoshkaAdapter`` that ``Store.shrink`` fits with ``adapter`` parameters over
+its defaults, ``seed`` its seed) and ``chosen`` (after the same shrink, the basis it chose per size: what ``search
+--dims d`` reads). Vectors: the migrate task's cache. Per-query values go under ``rows``.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/shrink_dev.toml --resume
 """
@@ -20,6 +16,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections import Counter
 from functools import cache
 from typing import Any
 
@@ -42,9 +39,7 @@ def wordnet(kind: str, n_docs: int, n_queries: int = 3000) -> tuple[tuple[str, .
         lemma = re.sub(r"^__|_[A-Z]{2}_\d+$", "", name).replace("_", " ").strip()
         senses.append((lemma, definition.strip(), examples))
     random.Random(53).shuffle(senses)
-    count: dict[str, int] = {}
-    for lemma, _, _ in senses:
-        count[lemma] = count.get(lemma, 0) + 1
+    count = Counter(lemma for lemma, _, _ in senses)
     docs: list[str] = []
     seen: set[str] = set()
     pairs: list[tuple[str, int]] = []
@@ -54,8 +49,7 @@ def wordnet(kind: str, n_docs: int, n_queries: int = 3000) -> tuple[tuple[str, .
         seen.add(definition)
         docs.append(definition)
         query = examples[0] if kind == "examples" and examples else None
-        if kind == "names":
-            query = lemma if count[lemma] == 1 else None
+        query = (lemma if count[lemma] == 1 else None) if kind == "names" else query
         if query is not None and len(pairs) < n_queries:
             pairs.append((query, len(docs) - 1))
     kept = [(q, r) for q, r in pairs if q not in seen]

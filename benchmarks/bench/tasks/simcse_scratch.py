@@ -37,14 +37,9 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     sentences = wordnet_sentences()[: p["max_sentences"] or None]
     work = Path(p["work"])
 
-    def fresh() -> Any:
-        return build_random_bert(
-            work / f"init-{aug}",
-            num_layers=p["layers"],
-            hidden_size=p["hidden"],
-            num_heads=max(1, p["hidden"] // 64),
-            seed=seed,  # the pooler: CLS, its MLP in training only (build_random_bert's defaults)
-        )
+    def fresh() -> Any:  # the pooler: CLS, its MLP in training only (build_random_bert's defaults)
+        size = {"num_layers": p["layers"], "hidden_size": p["hidden"], "num_heads": max(1, p["hidden"] // 64)}
+        return build_random_bert(work / f"init-{aug}", **size, seed=seed)
 
     config = {
         "steps": steps, "batch_size": p["batch_size"], "lr": p["lr"], "seed": seed, "layers": p["layers"],

@@ -47,8 +47,7 @@ def ray_add(texts: list[str], model: str, folder: Path, actors: int) -> dict:
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
-    """One store built, searched (every setting), added to through Ray and migrated; ``seed`` is unused (the
-    corpus and queries are WordNet's first sentences)."""
+    """One store built, searched in every setting, added to through Ray, migrated; ``seed`` is unused."""
     from subspaces.config import set_threads
     from subspaces.models.encoder import encode
     from subspaces.store import Store
@@ -109,11 +108,8 @@ def render(results: dict[str, Any], title: str = "") -> str:
     """The Markdown rows of one store result (a cell's, or ``benchmarks/results/store_bench.json``)."""
     lines = [f"#### store: {title}", ""] if title else []
     lines.append("| search | p50 ms | p99 ms | queries/s | × exact | Recall@10 |\n|---|---:|---:|---:|---:|---:|")
-    for name, row in results["search"].items():
-        lines.append(
-            f"| {name} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} | {row['qps']:.0f} | "
-            f"{row['speedup_vs_exact']:.2f} | {row['recall@10']:.3f} |"
-        )
+    lines += [f"| {name} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['qps']:.0f} | {r['speedup_vs_exact']:.2f} | "
+              f"{r['recall@10']:.3f} |" for name, r in results["search"].items()]  # fmt: skip
     lines.append(f"\nadd: {results['add']['texts_per_s']} texts/s ({results['add']['seconds']} s)")
     if "add_ray_local" in results:
         ray = results["add_ray_local"]

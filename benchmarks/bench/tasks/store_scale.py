@@ -1,8 +1,7 @@
 """The store at scale (issue 52 item 3; docs/store.md and BENCHMARKS §9 describe the corpus): ``n`` x 384 rows, real
 minilm-l6 vectors of WordNet sentences plus synthetic rows from a mixture fitted to them, imported as another tool's
-parquet dump, then searched in every mode. Each stage runs in a process of its own (``python store_scale.py STAGE
-ARGS``: its own time and peak RSS) and its result is kept in ``work`` (default ``~/.cache/subspaces/store_scale/
-n<n>/``), so a killed run, rerun with ``--resume``, starts at the stage it was in.
+parquet dump, then searched in every mode. Each stage runs in its own process (its own time and peak RSS); its
+result is kept in ``work`` (default ``~/.cache/subspaces/store_scale/n<n>/``), where ``--resume`` starts again.
 
     nice -n 10 env OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/store_1m.toml --resume
 """
@@ -47,14 +46,12 @@ def cache_root() -> Path:
     return cache_dir() / "store_scale"  # ~/.cache/subspaces/store_scale ($SUBSPACES_CACHE where set)
 
 
-# -- the corpus -------------------------------------------------------------------------------------------------
 PART = 10_000  # texts encoded and cached at a time
 
 
 def real_vectors(model: str, dtype: str, need: int) -> tuple[np.ndarray, int]:
-    """minilm-l6 vectors of the first ``need`` distinct WordNet sentences (definitions and examples) in a seeded
-    shuffle, and how many sentences there are; encoded once, ``PART`` at a time, and cached (a larger run encodes
-    only the parts it lacks)."""
+    """minilm-l6 vectors of the first ``need`` WordNet sentences in a seeded shuffle, and how many there are; encoded
+    ``PART`` at a time, once (cached: a larger run encodes only the parts it lacks)."""
     from subspaces.store.demo import wordnet_sentences
 
     texts = wordnet_sentences(10**7)
@@ -137,7 +134,6 @@ def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
     }  # fmt: skip
 
 
-# -- the stages, each in a process of its own ---------------------------------------------------------------------
 def child(stage: str, args: dict[str, Any]) -> dict[str, Any]:
     """One stage, in this process; returns its measurements (with this process's peak RSS)."""
     from subspaces.config import set_threads
@@ -163,16 +159,10 @@ def child(stage: str, args: dict[str, Any]) -> dict[str, Any]:
         target.unlink()
     else:
         out = search(stage, args)
-    out["seconds"] = round(time.perf_counter() - start, 2)
-    out["peak_rss_mib"] = peak_rss_mib()
-    return out
-
-
-def peak_rss_mib() -> float:
-    """This process's peak resident memory, ``VmHWM`` (Linux): ``ru_maxrss`` would count the parent's, carried
-    across exec (the runner, a model loaded)."""
+    # this process's peak resident memory, VmHWM (Linux): ru_maxrss would count the parent's, carried across exec
     status = Path("/proc/self/status").read_text()
-    return round(int(status.split("VmHWM:")[1].split()[0]) / 1024, 1)
+    peak = round(int(status.split("VmHWM:")[1].split()[0]) / 1024, 1)
+    return out | {"seconds": round(time.perf_counter() - start, 2), "peak_rss_mib": peak}
 
 
 def search(mode: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -254,13 +244,10 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         modes[f"shrunk_{d}_alone"] = {"dims": d, "rerank": "none"}
         modes[f"shrunk_{d}_funnel_x{p['shortlist']}"] = {"dims": d, "shortlist": p["shortlist"]}
     args = p | {  # what each stage's process reads
-        "store": str(work / "store"),
-        "parquet": str(work / "corpus.parquet"),
-        "work": str(work),
+        "store": str(work / "store"), "parquet": str(work / "corpus.parquet"), "work": str(work),
         "where": f"lang = '{p['filter_lang']}' AND year >= {int(p['filter_year'])}",
-        "where_check": [p["filter_lang"], int(p["filter_year"])],
-        "modes": modes,
-    }
+        "where_check": [p["filter_lang"], int(p["filter_year"])], "modes": modes,
+    }  # fmt: skip
     stages = {name: run_stage(name, args, work) for name in ("import", "quantize", "index", "shrink")}
     searches = {name: run_stage(name, args, work) for name in modes}
     truth = searches["exact"]["ids"]
@@ -270,23 +257,18 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     if not p["keep"]:
         shutil.rmtree(work / "store", ignore_errors=True)
         (work / "corpus.parquet").unlink(missing_ok=True)
+    what = (
+        f"{p['n']:,} x 384 rows: {corpus['real_rows']:,} real {p['model']} vectors ({p['dtype']}) of WordNet 3.0 "
+        f"definitions and examples, {corpus['synthetic_rows']:,} synthetic rows drawn from a {corpus['clusters']}-"
+        "centroid k-means mixture fitted to them (centroid + Gaussian noise of the pooled within-cluster "
+        f"covariance, scaled per cluster, renormalised); {corpus['queries']} queries: held-out real WordNet vectors, "
+        "one at a time"
+    )
     return {
-        "what": (
-            f"{p['n']:,} x 384 rows: {corpus['real_rows']:,} real {p['model']} vectors ({p['dtype']}) of WordNet 3.0 "
-            f"definitions and examples, {corpus['synthetic_rows']:,} synthetic rows drawn from a {corpus['clusters']}-"
-            "centroid k-means mixture fitted to them (centroid + Gaussian noise of the pooled within-cluster "
-            "covariance, scaled per cluster, renormalised); "
-            f"{corpus['queries']} queries: held-out real WordNet vectors, one at a time"
-        ),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "command": " ".join(sys.argv),
-        "cpu": cpu()["model"],
-        "threads": p["threads"],
-        "corpus": corpus,
-        "stages": stages,
-        "search": searches,
-        "after": after,
-    }
+        "what": what, "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "command": " ".join(sys.argv), "cpu": cpu()["model"], "threads": p["threads"], "corpus": corpus,
+        "stages": stages, "search": searches, "after": after,
+    }  # fmt: skip
 
 
 def table(summary: dict[str, Any]) -> str:
