@@ -95,15 +95,20 @@ class LRUCache:
     def bytes(self) -> int:
         return self._bytes
 
-    def get(self, key: Hashable, default: Any = None) -> Any:
-        with self._lock:
-            entry = self._data.get(key)
-            if entry is None:
-                self.misses += 1
-                return default
+    def _lookup(self, key: Hashable) -> tuple[Any, int] | None:
+        """The entry of ``key``, counted as a hit (and made the most recent) or a miss; call under the lock."""
+        entry = self._data.get(key)
+        if entry is None:
+            self.misses += 1
+        else:
             self.hits += 1
             self._data.move_to_end(key)
-            return entry[0]
+        return entry
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        with self._lock:
+            entry = self._lookup(key)
+            return default if entry is None else entry[0]
 
     def put(self, key: Hashable, value: Any) -> None:
         size = nbytes(value)
@@ -128,15 +133,11 @@ class LRUCache:
         first_miss: dict[Hashable, int] = {}
         with self._lock:
             for i, key in enumerate(keys):
-                entry = self._data.get(key)
-                if entry is not None:
+                if key in first_miss:  # a repeat of a miss in this call: its value is computed once
                     self.hits += 1
-                    self._data.move_to_end(key)
+                elif (entry := self._lookup(key)) is not None:
                     out[i] = entry[0]
-                elif key in first_miss:
-                    self.hits += 1
                 else:
-                    self.misses += 1
                     first_miss[key] = i
         if not first_miss:
             return out

@@ -396,14 +396,12 @@ def _parquet_column(path: Path):
 def _list_batch_to_array(column, path: Path, first_row: int, dim: int | None) -> np.ndarray:
     """A parquet list column (one batch) as a 2-D float32 array; every row must hold ``dim`` numbers."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     if column.null_count:
         row = first_row + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
         raise DataError(f"row {row} of the embedding column is null", path=path)
-    if pa.types.is_fixed_size_list(column.type):
-        lengths = np.full(len(column), column.type.list_size)
-    else:
-        lengths = np.diff(column.offsets.to_numpy())
+    lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
     dim = int(lengths[0]) if dim is None and len(lengths) else dim
     if len(lengths) and (lengths != dim).any():
         row = first_row + int(np.flatnonzero(lengths != dim)[0])
