@@ -54,17 +54,12 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def parse_dims(text: str) -> list[int | None]:
     """``"16,32,full"`` -> ``[16, 32, None]`` (``None``: the full size), in the order given, repeats kept."""
     dims: list[int | None] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        if part == "full":
-            dims.append(None)
-            continue
+    for part in filter(None, (p.strip() for p in text.split(","))):
         try:
-            value = int(part)
+            value = None if part == "full" else int(part)
         except ValueError:
             raise DimensionError(f"bad dimension {part!r} in {text!r}: use integers or 'full'") from None
-        if value <= 0:
+        if value is not None and value <= 0:
             raise DimensionError(f"dimension must be positive, got {value}")
         dims.append(value)
     if not dims:

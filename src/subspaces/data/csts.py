@@ -74,8 +74,6 @@ def load_csts(data_dir: str | Path, split: str) -> list[ConditionalPair]:
 
 def write_predictions(path: str | Path, rows: Sequence[ConditionalPair], scores: Sequence[float]) -> None:
     """The official C-STS prediction file: ``{"idx": score}`` (scores on the 1-5 label scale), written atomically."""
-    if len(rows) != len(scores):
-        raise ValueError(f"{len(rows)} rows but {len(scores)} scores")
     save_json(path, {str(r.idx): float(s) for r, s in zip(rows, scores, strict=True)})
 
 

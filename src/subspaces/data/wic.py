@@ -41,7 +41,7 @@ def read_wic(data_path: str | Path, gold_path: str | Path | None = None) -> list
             if pos not in POS_NAMES:
                 raise DataError(f"part of speech must be N or V, got {pos!r}", path=data_path, line=line_no)
             try:
-                _i1, _i2 = (int(x) for x in indices.split("-"))
+                _i1, _i2 = (int(x) for x in indices.split("-"))  # the target word's positions: checked, not kept
             except ValueError:
                 raise DataError(f"indices must look like 3-7, got {indices!r}", path=data_path, line=line_no) from None
             if labels is not None and len(out) >= len(labels):
