@@ -36,7 +36,6 @@ class _Encode:
 class _Call:
     fn: Callable[[], Any]
     future: Future = field(default_factory=Future)
-    arrived: float = field(default_factory=time.monotonic)
 
 
 @dataclass(frozen=True)

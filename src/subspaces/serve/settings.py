@@ -14,9 +14,9 @@ TokenIds = Literal["tiktoken", "model"]
 TOKEN_IDS: tuple[str, ...] = get_args(TokenIds)
 
 
-def _help(text: str, *flags: str) -> dict[str, Any]:
-    """A field's metadata: its ``--help`` text, and its option's flags where they are not ``--field-name``."""
-    return {"help": text, "flags": flags} if flags else {"help": text}
+def _setting(default: Any, help: str, *flags: str, **kwargs: Any) -> Any:
+    """A field with its ``--help`` text, and its option's flags where they are not ``--field-name``."""
+    return field(default=default, metadata={"help": help, "flags": flags} if flags else {"help": help}, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -25,73 +25,44 @@ class ServeSettings:
     fields (help in ``metadata["help"]``) and reads any field from ``--config FILE``. ``prompts`` go over the model
     folder's own."""
 
-    model: str = field(
-        metadata=_help("Bundled model name (see `subspaces model list`) or a local folder.", "--model", "-m")
+    model: str = field(metadata={"help": "Bundled model name or a local folder.", "flags": ("--model", "-m")})
+    head: Path | None = _setting(None, "A saved Hyper-CL tri-encoder folder, for /v1/similarity's condition.")
+    store: Path | None = _setting(None, "A store folder, for /v1/search.")
+    device: str = _setting("cpu", "Torch device: cpu, cuda, cuda:N or mps (checked before anything loads).")
+    backend: Literal[(*BACKENDS, AUTO)] = _setting(  # type: ignore[valid-type]
+        AUTO,
+        "auto: the fastest measured on this kind of CPU (OpenVINO int8 with VNNI/AMX, else torch bfloat16 where "
+        "native, else ONNX Runtime int8; torch with --dtype or --precision fp32); or torch, onnx, openvino.",
     )
-    head: Path | None = field(
-        default=None, metadata=_help("A saved Hyper-CL tri-encoder folder, for /v1/similarity's condition.")
+    precision: Literal[PRECISIONS] | None = _setting(  # type: ignore[valid-type]
+        None, "fp32 or int8 (an exported graph); default: the backend's (fp32), or auto's pick."
     )
-    store: Path | None = field(default=None, metadata=_help("A store folder, for /v1/search."))
-    device: str = field(
-        default="cpu", metadata=_help("Torch device: cpu, cuda, cuda:N or mps (checked before anything loads).")
+    dtype: Literal[DTYPES] | None = _setting(  # type: ignore[valid-type]
+        None, "What torch runs in (auto: bfloat16 where native); default float32, or auto's pick."
     )
-    backend: Literal[(*BACKENDS, AUTO)] = field(  # type: ignore[valid-type]
-        default=AUTO,
-        metadata=_help(
-            "auto: the fastest measured on this kind of CPU (OpenVINO's static int8 graph where the CPU has VNNI/AMX "
-            "and the openvino extra is installed, else torch in bfloat16 where native, else ONNX Runtime's int8 "
-            "graph; torch with --dtype or --precision fp32); or torch, onnx, openvino."
-        ),
-    )
-    precision: Literal[PRECISIONS] | None = field(  # type: ignore[valid-type]
-        default=None,
-        metadata=_help("fp32 or int8 (int8: an exported graph); default: the backend's (fp32), or auto's pick."),
-    )
-    dtype: Literal[DTYPES] | None = field(  # type: ignore[valid-type]
-        default=None,
-        metadata=_help("What torch runs in (auto: bfloat16 where native); default float32, or auto's pick."),
-    )
-    model_id: str | None = field(
-        default=None, metadata=_help("The model name clients use (default: the model's name or folder name).")
-    )
+    model_id: str | None = _setting(None, "The model name clients use (default: the model's name or folder name).")
     api_key: str | None = field(default=None, repr=False)
-    max_batch_tokens: int = field(default=16384, metadata=_help("Padded tokens (texts x longest) in one batch."))
-    max_wait_ms: float = field(
-        default=0.0, metadata=_help("How long a batch waits for more requests to join it (0: take what has queued).")
+    max_batch_tokens: int = _setting(16384, "Padded tokens (texts x longest) in one batch.")
+    max_wait_ms: float = _setting(0.0, "How long a batch waits for more requests to join it (0: take what has queued).")
+    max_queue: int = _setting(256, "Requests that may wait; more are answered 503.")
+    max_inputs: int = _setting(2048, "Texts (or pairs) in one request; more are answered 413.")
+    max_body_bytes: int = _setting(
+        2 * 2**20, "Size of one request body in bytes (--max-body-mb); more is answered 413."
     )
-    max_queue: int = field(default=256, metadata=_help("Requests that may wait; more are answered 503."))
-    max_inputs: int = field(default=2048, metadata=_help("Texts (or pairs) in one request; more are answered 413."))
-    max_body_bytes: int = field(
-        default=2 * 2**20, metadata=_help("Size of one request body in bytes (--max-body-mb); more is answered 413.")
+    request_timeout_s: float = _setting(30.0, "Seconds a request may take before it is answered 504.", "--timeout")
+    cors_origins: tuple[str, ...] = _setting(
+        (), "An origin browsers may call the API from (repeatable); none by default.", "--cors-origin"
     )
-    request_timeout_s: float = field(
-        default=30.0, metadata=_help("Seconds a request may take before it is answered 504.", "--timeout")
+    aliases: tuple[str, ...] = _setting(
+        (), "Another name requests may give as model (repeatable), e.g. text-embedding-3-small.", "--served-model-name"
     )
-    cors_origins: tuple[str, ...] = field(
-        default=(),
-        metadata=_help("An origin browsers may call the API from (repeatable); none by default.", "--cors-origin"),
-    )
-    aliases: tuple[str, ...] = field(
-        default=(),
-        metadata=_help(
-            "Another name requests may give as model (repeatable), e.g. an SDK's default text-embedding-3-small.",
-            "--served-model-name",
-        ),
-    )
-    accept_any_model: bool = field(
-        default=False, metadata=_help("Serve every request whatever model it names.", "--accept-any-model-name")
-    )
+    accept_any_model: bool = _setting(False, "Serve every request whatever model it names.", "--accept-any-model-name")
     prompts: dict[str, str] = field(default_factory=dict)
-    adapter: Path | None = field(
-        default=None,
-        metadata=_help("A fitted Matryoshka adapter folder (subspaces adapt fit): dimensions reads its prefix."),
+    adapter: Path | None = _setting(
+        None, "A fitted Matryoshka adapter folder (subspaces adapt fit): dimensions reads its prefix."
     )
-    token_ids: TokenIds = field(
-        default="tiktoken",
-        metadata=_help(
-            "How token-id inputs are read: tiktoken (OpenAI's cl100k_base ids, what OpenAI's SDKs and "
-            "LangChain send; decoded to text) or model (the served model's own tokenizer's ids)."
-        ),
+    token_ids: TokenIds = _setting(
+        "tiktoken", "How token-id inputs are read: tiktoken (OpenAI's cl100k_base, as its SDKs send) or model."
     )
 
     def __post_init__(self) -> None:
