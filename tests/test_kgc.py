@@ -15,7 +15,7 @@ from subspaces.errors import DataError, SubspacesError
 from subspaces.kgc.data import fb15k237_relation, load_fb15k237, load_kg, load_wn18rr, wn18rr_name
 from subspaces.kgc.graph import KnownTails, LinkGraph
 from subspaces.kgc.ranking import filtered_ranks, rank_metrics
-from subspaces.kgc.texts import entity_texts, join_name_description
+from subspaces.kgc.texts import KGCTexts, join_name_description
 from subspaces.losses.simkgc import MASKED, SimKGCLoss, false_negative_mask, self_negative_mask
 
 WORDS = ["dog", "cat", "animal", "tree", "oak", "plant", "car", "wheel", "vehicle", "house", "roof", "building"]
@@ -46,7 +46,7 @@ def test_wn18rr_loader_names_texts_and_inverses(tmp_path):
     assert kg.relation_text(2) == "inverse hypernym"
     both = kg.with_inverses("train")
     assert len(both) == 20 and tuple(both[10]) == (2, 2, 0)  # (dog hypernym animal) -> (animal inverse-hypernym dog)
-    assert entity_texts(kg)[0] == "dog: a dog of the kind people call dog"
+    assert KGCTexts.build(kg).entities[0] == "dog: a dog of the kind people call dog"
 
 
 def test_name_and_relation_normalisation():
@@ -98,7 +98,11 @@ def test_fb15k237_names_and_neighbour_texts(tmp_path):
     assert kg.entity_names == ["Ada Lovelace", "London", "Mathematics"]
     assert kg.relation_names[0] == "place of birth person people"
     # No descriptions: neighbour names stand in for them (SimKGC's link-graph text).
-    assert entity_texts(kg) == ["Ada Lovelace: London Mathematics", "London: Ada Lovelace", "Mathematics: Ada Lovelace"]
+    assert KGCTexts.build(kg).entities == [
+        "Ada Lovelace: London Mathematics",
+        "London: Ada Lovelace",
+        "Mathematics: Ada Lovelace",
+    ]
     (folder / "test.txt").write_text("/m/c\t/people/person/profession\t/m/zzz\n")
     with pytest.raises(DataError, match=r"test.txt, line 1: entity '/m/zzz' has no name"):
         load_fb15k237(folder)

@@ -31,26 +31,6 @@ def choose_threshold(scores: np.ndarray, labels: np.ndarray) -> float:
     return float((s[best - 1] + s[best]) / 2)
 
 
-def binary_metrics(scores: np.ndarray, labels: np.ndarray, threshold: float | None) -> dict[str, float]:
-    scores, labels = np.asarray(scores, dtype=np.float64), np.asarray(labels, dtype=np.float64)
-    out: dict[str, float] = {}
-    if threshold is not None:
-        out["accuracy"] = float(((scores >= threshold) == (labels > 0.5)).mean())
-    if len(np.unique(labels)) == 2:
-        out["auc"] = float(roc_auc_score(labels > 0.5, scores))
-        out["spearman"] = float(spearmanr(scores, labels).statistic)
-    return out
-
-
-def graded_metrics(scores: np.ndarray, labels01: np.ndarray) -> dict[str, float]:
-    scores, labels01 = np.asarray(scores, dtype=np.float64), np.asarray(labels01, dtype=np.float64)
-    out = {"mse": float(np.mean((scores - labels01) ** 2))}
-    if len(scores) > 1 and np.ptp(scores) > 0 and np.ptp(labels01) > 0:
-        out["spearman"] = float(spearmanr(scores, labels01).statistic)
-        out["pearson"] = float(pearsonr(scores, labels01).statistic)
-    return out
-
-
 def conditional_metrics(
     scores: np.ndarray,
     labels01: Sequence[float],
@@ -64,9 +44,18 @@ def conditional_metrics(
     scores = np.asarray(scores, dtype=np.float64)
 
     def metrics(mask: np.ndarray) -> dict[str, float]:
+        s, y = scores[mask], labels[mask]
+        out: dict[str, float] = {}
         if binary:
-            return binary_metrics(scores[mask], labels[mask], threshold)
-        return graded_metrics(scores[mask], labels[mask])
+            if threshold is not None:
+                out["accuracy"] = float(((s >= threshold) == (y > 0.5)).mean())
+            if len(np.unique(y)) == 2:
+                out |= {"auc": float(roc_auc_score(y > 0.5, s)), "spearman": float(spearmanr(s, y).statistic)}
+            return out
+        out["mse"] = float(np.mean((s - y) ** 2))
+        if len(s) > 1 and np.ptp(s) > 0 and np.ptp(y) > 0:
+            out |= {"spearman": float(spearmanr(s, y).statistic), "pearson": float(pearsonr(s, y).statistic)}
+        return out
 
     everything = np.ones(len(scores), dtype=bool)
     result: dict[str, object] = {"metrics": metrics(everything), "n": int(len(scores))}

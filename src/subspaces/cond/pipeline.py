@@ -113,17 +113,8 @@ def train_conditional(
     train_rows = spec.load("train", data_dir)
     dev_rows = spec.load("validation", data_dir)
     start = time.perf_counter()
-    cond_model = build_model(
-        model,
-        config.arch,
-        head=config.head,
-        rank=config.rank,
-        freeze_encoder=config.freeze_encoder,
-        condition_encoder=config.condition_encoder,
-        max_length=config.max_length,
-        seed=config.seed,
-        device=device,
-    )
+    built_from = ("head", "rank", "freeze_encoder", "condition_encoder", "max_length", "seed")
+    cond_model = build_model(model, config.arch, device=device, **{name: getattr(config, name) for name in built_from})
     result = fit(cond_model, spec, train_rows, config, dev_rows=dev_rows)
     seconds = time.perf_counter() - start
     cond_model.save(output)
@@ -175,10 +166,8 @@ def evaluate_conditional(
     if labelled:
         dev_rows = spec.load("validation", data_dir) if spec.binary and split != "validation" else None
         result = evaluate(model, spec, labelled, dev_rows=dev_rows, seen_keys=seen_keys)
-        report.metrics = result["metrics"]
-        report.seen, report.unseen = result.get("seen"), result.get("unseen")
-        report.threshold = result.get("threshold")
-        report.n = result["n"]
+        for name in ("metrics", "seen", "unseen", "threshold", "n"):
+            setattr(report, name, result.get(name))
     if predictions is not None:
         if spec.name != "csts":
             raise SubspacesError("prediction files are written in C-STS's {idx: score} form; use --task csts")

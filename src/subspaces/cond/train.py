@@ -70,10 +70,8 @@ def evaluate(
         dev = labelled if dev_rows is None else [r for r in dev_rows if r.label is not None]
         dev_scores = scores if dev_rows is None else predict(model, dev)
         threshold = choose_threshold(dev_scores, np.asarray(task.scaled_labels(dev)))
-    seen = None
-    if seen_keys:
-        keys = set(seen_keys)
-        seen = np.array([task.seen_key(r) in keys for r in labelled])
+    keys = set(seen_keys or ())
+    seen = np.array([task.seen_key(r) in keys for r in labelled]) if keys else None
     result = conditional_metrics(
         scores, task.scaled_labels(labelled), binary=task.binary, threshold=threshold, seen=seen
     )
@@ -147,14 +145,8 @@ def fit(
     losses: dict[int, list[float]] = defaultdict(list)
     steps = total_steps(per_epoch, config)
     evaluator = DevEvaluator(task, dev_rows) if dev_rows is not None and config.eval_every_epoch else None
-    settings = {
-        "objective": config.objective,
-        "batch_size": config.batch_size,
-        "encoder_lr": config.encoder_lr,
-        "temperature": config.temperature,
-        "margin": config.margin,
-        "arch": model.arch,
-    }
+    recorded = ("objective", "batch_size", "encoder_lr", "temperature", "margin")
+    settings = {name: getattr(config, name) for name in recorded} | {"arch": model.arch}
     fit_config = config.loop_config(
         max_steps=steps, eval_steps=None, eval_every_epoch=True, description=f"train cond {model.arch} on {task.name}"
     )
@@ -205,18 +197,11 @@ def _epoch_history(
     engine_history: list[dict[str, Any]], losses: dict[int, list[float]], per_epoch: int
 ) -> list[dict[str, Any]]:
     """One entry per epoch: its last step, mean loss and (if evaluated) the dev metrics."""
-    dev = {entry["epoch"]: entry["eval"] for entry in engine_history if "eval" in entry}
-    out = []
-    for epoch in sorted(losses):
-        entry: dict[str, Any] = {
-            "epoch": epoch,
-            "step": epoch * per_epoch + len(losses[epoch]),
-            "loss": float(np.mean(losses[epoch])),
-        }
-        if epoch in dev:
-            entry["dev"] = dev[epoch]
-        out.append(entry)
-    return out
+    dev = {entry["epoch"]: {"dev": entry["eval"]} for entry in engine_history if "eval" in entry}
+    return [
+        {"epoch": e, "step": e * per_epoch + len(losses[e]), "loss": float(np.mean(losses[e])), **dev.get(e, {})}
+        for e in sorted(losses)
+    ]
 
 
 def _warm_caches(

@@ -110,13 +110,10 @@ def read_table(path: Path, columns: int, *, exact: bool = False) -> list[tuple[l
 
 
 def _index_splits(
-    folder: Path,
-    entity_index: dict[str, int],
-    relation_word: Callable[[str], str],
-    relation_index: dict[str, int] | None = None,
+    folder: Path, entity_index: dict[str, int], relation_word: Callable[[str], str]
 ) -> tuple[dict[str, np.ndarray], list[str]]:
     """Read the three splits; relations are numbered in order of first appearance in train."""
-    relation_index = {} if relation_index is None else relation_index
+    relation_index: dict[str, int] = {}
     splits: dict[str, np.ndarray] = {}
     for split in SPLITS:
         path = _find(folder, f"{split}.txt")

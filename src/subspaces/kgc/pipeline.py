@@ -23,7 +23,7 @@ from subspaces.kgc.ranking import Ties, average_metrics, rank_metrics, rank_quer
 from subspaces.kgc.recipes import KGCTrainConfig
 from subspaces.kgc.texts import KGCTexts
 from subspaces.kgc.train import embed_batch, train_kgc
-from subspaces.losses.simkgc import SimKGCLoss
+from subspaces.losses.simkgc import SETTINGS, SimKGCLoss
 from subspaces.models.conditional import (
     CacheSettings,
     ConditionalModel,
@@ -144,14 +144,9 @@ def train_pipeline(
     loss = SimKGCLoss(
         kgc_model,
         known,
-        margin=config.margin,
-        temperature=config.temperature,
-        pre_batch=config.pre_batch,
-        pre_batch_weight=config.pre_batch_weight,
-        self_negatives=config.self_negatives,
         batch_size=batch_size,
         embed_batch=functools.partial(embed_batch, kgc_model),
-        normalize_queries=config.normalize_queries,
+        **{name: getattr(config, name) for name in SETTINGS},
     )
     tracked = select_on or track_on
     evaluator = RankingEvaluator(kg, tracked, texts, select=bool(select_on)) if tracked else None
@@ -164,10 +159,8 @@ def train_pipeline(
     ):
         result = train_kgc(loss.to(device), examples, config, texts, evaluator)
     output = Path(output)
-    if isinstance(dataset, KnowledgeGraph) or str(dataset) in DATASETS:
-        source = kg.name
-    else:
-        source = str(Path(dataset).resolve())
+    named = isinstance(dataset, KnowledgeGraph) or str(dataset) in DATASETS
+    source = kg.name if named else str(Path(str(dataset)).resolve())
     train = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
     kgc_model.metadata = {
         "dataset": kg.name,
@@ -328,24 +321,11 @@ def evaluate_model(
         average=average_m,
     )
     if n_hop > 0:
+        rerank = {"n_hop": n_hop, "neighbour_weight": neighbour_weight, "normalize_queries": normalize_queries}
         graph = LinkGraph(kg.splits["train"], kg.num_entities)
-        reranked, _ = rank_queries(
-            query_rows,
-            entities,
-            queries,
-            known,
-            ties=ties,
-            graph=graph,
-            n_hop=n_hop,
-            neighbour_weight=neighbour_weight,
-            normalize_queries=normalize_queries,
-        )
-        result.rerank = {
-            "n_hop": n_hop,
-            "neighbour_weight": neighbour_weight,
-            "normalize_queries": normalize_queries,
-            **dict(zip(("forward", "backward", "average"), _by_direction(reranked, n), strict=True)),
-        }
+        reranked, _ = rank_queries(query_rows, entities, queries, known, ties=ties, graph=graph, **rerank)
+        directions = dict(zip(("forward", "backward", "average"), _by_direction(reranked, n), strict=True))
+        result.rerank = {**rerank, **directions}
     if predictions is not None:
         write_predictions(predictions, kg, queries, ranks, top, n)
     return result

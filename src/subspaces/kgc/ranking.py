@@ -18,6 +18,7 @@ from subspaces.kgc.recipes import Ties
 from subspaces.vectors import normalize_rows
 
 HITS_AT = (1, 3, 10)
+TIED_SHARE = {"realistic": 0.5, "optimistic": 0.0, "pessimistic": 1.0}  # of the tied entities ranked above
 
 
 def filtered_ranks(
@@ -28,7 +29,7 @@ def filtered_ranks(
 ) -> np.ndarray:
     """Rank (1 = best) of ``targets[i]`` in row ``i`` of ``scores`` once ``filtered[i]`` (the target kept if
     there) are removed; ``scores`` are not modified."""
-    if ties not in ("realistic", "optimistic", "pessimistic"):
+    if ties not in TIED_SHARE:
         raise ValueError(f"ties must be realistic, optimistic or pessimistic, got {ties!r}")
     scores = scores.detach().float().clone()
     target_index = torch.as_tensor(list(targets), dtype=torch.long)
@@ -40,13 +41,7 @@ def filtered_ranks(
     scores[rows, target_index] = -torch.inf  # count the others only
     better = (scores > target_scores[:, None]).sum(dim=1).double()
     tied = (scores == target_scores[:, None]).sum(dim=1).double()
-    if ties == "optimistic":
-        ranks = 1 + better
-    elif ties == "pessimistic":
-        ranks = 1 + better + tied
-    else:
-        ranks = 1 + better + tied / 2
-    return ranks.numpy()
+    return (1 + better + TIED_SHARE[ties] * tied).numpy()
 
 
 def _filter(scores: torch.Tensor, targets: Sequence[int], filtered: Sequence[Iterable[int]]) -> None:

@@ -33,11 +33,6 @@ def entity_text(
     return join_name_description(kg.entity_names[entity], description)
 
 
-def entity_texts(kg: KnowledgeGraph, neighbour_names: bool | None = None) -> list[str]:
-    """One text per entity (the test-time view: all training neighbours)."""
-    return KGCTexts.build(kg, neighbour_names).entities
-
-
 @dataclass
 class KGCTexts:
     """The texts a model reads for one graph: one per entity and one per relation (inverses included); with a
@@ -60,17 +55,14 @@ class KGCTexts:
         entities = [entity_text(kg, e, graph) for e in range(kg.num_entities)]
         return cls(kg, entities, kg.relation_texts(), graph, per_example)
 
-    def head_text(self, head: int, tail: int) -> str:
-        """``head``'s text with ``tail`` left out of its neighbours (either end of a training triple)."""
-        if self.link_graph is None:
-            return self.entities[head]
-        return entity_text(self.kg, head, self.link_graph, exclude=tail)
-
     def training_texts(self, triples: np.ndarray) -> tuple[list[str], list[str]]:
         """Head and tail texts of training triples: per example (each without the other) or per entity."""
         rows = np.asarray(triples).tolist()
         if self.per_example and self.link_graph is not None:
-            return [self.head_text(h, t) for h, _r, t in rows], [self.head_text(t, h) for h, _r, t in rows]
+            kg, graph = self.kg, self.link_graph
+            return [entity_text(kg, h, graph, t) for h, _r, t in rows], [
+                entity_text(kg, t, graph, h) for h, _r, t in rows
+            ]
         return [self.entities[h] for h, _r, _t in rows], [self.entities[t] for _h, _r, t in rows]
 
     def distinct_training_texts(self, triples: np.ndarray) -> list[str]:

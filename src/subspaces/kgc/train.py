@@ -88,7 +88,6 @@ def train_kgc(
         eval_steps=None,
         eval_every_epoch=evaluator is not None,
         output_dir=None if config.output_dir is None else str(config.output_dir),
-        save_steps=config.save_steps if config.output_dir is not None else None,
     )
     settings = {"batch_size": batches.batch_size, "head_lr": config.rates(frozen)[1]}
     settings.update(loss.get_config_dict())

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 from sentence_transformers.sentence_transformer.losses import MatryoshkaLoss
-from torch import Tensor, nn
+from torch import nn
 
 from subspaces.errors import DimensionError
 from subspaces.losses.settings import InfoNCESettings
@@ -15,15 +15,8 @@ from subspaces.vectors import resolve_dims
 
 
 class MatryoshkaSimCSELoss(MatryoshkaLoss):
-    """MatryoshkaLoss that gives each unsupervised view its own features dict: its output cache would otherwise hold
-    one dict twice, and the smaller prefixes would see no dropout noise between their views."""
-
-    def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
-        features = list(sentence_features)
-        if len(features) == 1 and isinstance(self.loss, SimCSELoss):
-            # two dropout views in two dicts, so the forward cache keeps both outputs
-            features = [features[0], dict(features[0])]
-        return super().forward(features, labels)
+    """MatryoshkaLoss over :class:`SimCSELoss` (the name runs record; SimCSELoss gives each unsupervised view its own
+    features dict, so the forward cache keeps both views' outputs)."""
 
 
 def matryoshka_simcse_loss(

@@ -154,23 +154,21 @@ class MICLoss(nn.Module):
         mapping = mic.layer_prefix_mapping
         if mapping not in MAPPINGS:
             raise ValueError(f"layer_prefix_mapping must be one of {MAPPINGS}, got {mapping!r}")
-        layers = mic.layers
-        if layers is None:
-            layers = (
-                paired_layers(num_layers, len(self.dims))
-                if mapping == "paired"
-                else sorted({(num_layers + 1) // 2, num_layers})
-            )
-        resolved = [self._layer_index(layer, num_layers) for layer in layers]
+        if mic.layers is not None:
+            layers = [self._layer_index(layer, num_layers) for layer in mic.layers]
+        elif mapping == "paired":
+            layers = paired_layers(num_layers, len(self.dims))
+        else:
+            layers = [(num_layers + 1) // 2, num_layers]
         if mapping == "paired":
-            if len(resolved) != len(self.dims):
+            if len(layers) != len(self.dims):
                 raise DimensionError(
-                    f"the paired mapping needs one layer per dim: {len(resolved)} layer(s) for dims {self.dims}"
+                    f"the paired mapping needs one layer per dim: {len(layers)} layer(s) for dims {self.dims}"
                 )
-            self.layers = sorted(resolved)
+            self.layers = sorted(layers)
             self.pairs = list(zip(self.layers, self.dims, strict=True))
         else:
-            self.layers = sorted(set(resolved))
+            self.layers = sorted(set(layers))
             self.pairs = [(layer, d) for layer in self.layers for d in self.dims]
         get_size = getattr(model, "get_embedding_dimension", None)
         embedding_size = int(get_size()) if callable(get_size) else None

@@ -76,9 +76,6 @@ class SimCSELoss(nn.Module):
         self.temperature = temperature
         self.hard_negative_weight = hard_negative_weight
 
-    def embed(self, features: dict[str, Any]) -> Tensor:
-        return self.model(features)["sentence_embedding"]
-
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None = None) -> Tensor:
         features = list(sentence_features)
         if len(features) == 1:  # unsupervised: two dropout views of the same batch
@@ -87,14 +84,8 @@ class SimCSELoss(nn.Module):
             features = [features[0], dict(features[0])]
         if len(features) not in (2, 3):
             raise ValueError(f"SimCSELoss takes 1, 2 or 3 columns, got {len(features)}")
-        embeddings = [self.embed(f) for f in features]
-        return info_nce(
-            embeddings[0],
-            embeddings[1],
-            embeddings[2] if len(embeddings) == 3 else None,
-            temperature=self.temperature,
-            hard_negative_weight=self.hard_negative_weight,
-        )
+        anchors, positives, *negatives = (self.model(f)["sentence_embedding"] for f in features)
+        return info_nce(anchors, positives, *negatives, **self.get_config_dict())
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"temperature": self.temperature, "hard_negative_weight": self.hard_negative_weight}

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 EmbedBatch = Callable[..., tuple[torch.Tensor, ...]]  # (triples, texts) -> (hr, tails, heads)
 MASKED = -1e4
+# The loss's settings (KGCTrainConfig's fields of the same names; a run records them)
+SETTINGS = ("margin", "temperature", "pre_batch", "pre_batch_weight", "self_negatives", "normalize_queries")
 
 
 def false_negative_mask(
@@ -108,7 +110,10 @@ class SimKGCLoss(nn.Module):
     def forward(self, triples: np.ndarray, texts=None) -> torch.Tensor:
         embed: EmbedBatch = self.embed_batch if self.embed_batch is not None else self.model.embed_batch  # type: ignore[assignment]
         hr, tails, heads = embed(triples, texts)
-        return self.loss_from_vectors(hr, tails, heads, np.asarray(triples))
+        logits = self.logits(hr, tails, heads, np.asarray(triples))
+        labels = torch.arange(len(hr), device=logits.device)
+        # SimKGC also trains the reverse direction: each tail picks its (h, r) among the batch's queries.
+        return F.cross_entropy(logits, labels) + F.cross_entropy(logits[:, : len(hr)].T, labels)
 
     def logits(
         self, hr: torch.Tensor, tails: torch.Tensor, heads: torch.Tensor | None, triples: np.ndarray
@@ -132,14 +137,6 @@ class SimKGCLoss(nn.Module):
             self_logits = self_logits.masked_fill(~self_negative_mask(triples, self.known).to(hr.device), MASKED)
             blocks.append(self_logits[:, None])
         return torch.cat(blocks, dim=1)
-
-    def loss_from_vectors(
-        self, hr: torch.Tensor, tails: torch.Tensor, heads: torch.Tensor | None, triples: np.ndarray
-    ) -> torch.Tensor:
-        logits = self.logits(hr, tails, heads, triples)
-        labels = torch.arange(len(hr), device=logits.device)
-        # SimKGC also trains the reverse direction: each tail picks its (h, r) among the batch's queries.
-        return F.cross_entropy(logits, labels) + F.cross_entropy(logits[:, : len(hr)].T, labels)
 
     def _pre_batch_logits(
         self, hr: torch.Tensor, tails: torch.Tensor, triples: np.ndarray, inv_t: torch.Tensor
@@ -165,11 +162,4 @@ class SimKGCLoss(nn.Module):
         return logits
 
     def get_config_dict(self) -> dict:
-        return {
-            "margin": self.margin,
-            "temperature": self.temperature,
-            "pre_batch": self.pre_batch,
-            "pre_batch_weight": self.pre_batch_weight,
-            "self_negatives": self.self_negatives,
-            "normalize_queries": self.normalize_queries,
-        }
+        return {name: getattr(self, name) for name in SETTINGS}

@@ -16,18 +16,6 @@ from subspaces.train.recipes import MatryoshkaConfig
 from subspaces.train.sentence import train_sentence_loss
 
 
-def build_loss(model, config: MatryoshkaConfig) -> nn.Module:
-    """MRL (and MIC around it when ``config.mic``) for ``model``."""
-    loss: nn.Module = matryoshka_simcse_loss(
-        model,
-        list(config.dims),
-        config.weights,
-        temperature=config.temperature,
-        hard_negative_weight=config.hard_negative_weight,
-    )
-    return MICLoss(model, loss, settings=config) if config.mic else loss
-
-
 def train_matryoshka(
     model,
     examples: Sequence[tuple[str, ...]],
@@ -38,7 +26,10 @@ def train_matryoshka(
     callback=None,
 ) -> FitResult:
     """Train ``model`` with MRL (``config.mic``: MRL + MIC) on ``examples``; see :class:`MatryoshkaConfig`."""
-    loss = build_loss(model, config)
+    infonce = {"temperature": config.temperature, "hard_negative_weight": config.hard_negative_weight}
+    loss: nn.Module = matryoshka_simcse_loss(model, list(config.dims), config.weights, **infonce)
+    if config.mic:
+        loss = MICLoss(model, loss, settings=config)
     if evaluator is None and config.stsb_dev:
         evaluator = STSBDevEvaluator(limit=config.stsb_dev_limit, dims=config.dims)  # the primary metric: their mean
     return train_sentence_loss(model, loss, examples, config, evaluator, card_notes=card_notes, callback=callback)

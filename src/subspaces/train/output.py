@@ -21,16 +21,12 @@ STAGING = ".model-saving"  # the next model is written here, then moved into pla
 RUN_FILES = (CHECKPOINT, CHECKPOINT_META, STATE, MANIFEST)
 
 
-def is_run_folder(folder: Path) -> bool:
-    return any((folder / name).exists() for name in RUN_FILES)
-
-
 def check_output_dir(folder: str | Path, overwrite: bool = False) -> None:
     """Refuse a file, or a non-empty folder that is not a run of ours (unless ``overwrite``). Writes nothing."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise SubspacesError(f"--output {folder} is a file; name a folder for the run")
-    if not folder.is_dir() or overwrite or is_run_folder(folder):
+    if not folder.is_dir() or overwrite or any((folder / name).exists() for name in RUN_FILES):
         return
     entries = sorted(p.name for p in folder.iterdir())
     if entries:
@@ -52,13 +48,6 @@ def remove_stale_temporaries(folder: Path) -> list[Path]:
     return stale
 
 
-def written_names(folder: Path) -> set[str]:
-    try:
-        return set(json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return set()
-
-
 def save_model_files(folder: Path, write: Callable[[Path], None], *, overwrite: bool = False) -> None:
     """Run ``write(staging)`` and move what it wrote into ``folder`` one entry at a time (an interrupt leaves each
     whole); an entry the run did not write is a user's file: refused (nothing moved) unless ``overwrite``."""
@@ -67,7 +56,10 @@ def save_model_files(folder: Path, write: Callable[[Path], None], *, overwrite: 
         shutil.rmtree(staging)
     write(staging)
     produced = sorted(p.name for p in staging.iterdir())
-    ours = written_names(folder)
+    try:
+        ours = set(json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        ours = set()
     foreign = [name for name in produced if (folder / name).exists() and name not in ours]
     if foreign and not overwrite:
         shutil.rmtree(staging)
