@@ -41,7 +41,7 @@ AUTO = "auto"  # serve's default: the runtime measured fastest on this kind of C
 PRECISIONS = ("fp32", "int8")
 DTYPES = ("float32", "bfloat16", "auto")
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
-FORMAT = 3  # bump when the export changes, so graphs built by older code are rebuilt (3: OpenVINO int8 is static)
+FORMAT = 3  # bump when the export changes, so graphs built by older code are rebuilt
 OPSET = 17
 
 log = logging.getLogger(__name__)
