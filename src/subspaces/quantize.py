@@ -50,18 +50,12 @@ def calibration_sample(vectors: np.ndarray, rows: int = CALIBRATION_ROWS, seed: 
     return vectors[np.sort(picked)]
 
 
-def calibrate_int8(sample: np.ndarray, *, clip: float = 0.0) -> Int8Calibration:
-    """Ranges from a calibration ``sample`` (rows, dims): min/max, or the ``clip`` and ``1 - clip`` quantiles."""
+def calibrate_int8(sample: np.ndarray) -> Int8Calibration:
+    """Ranges from a calibration ``sample`` (rows, dims): each dimension's min and max."""
     sample = _matrix(sample, "calibration sample")
     if len(sample) < 2:
         raise DataError(f"int8 calibration needs at least 2 rows, got {len(sample)}")
-    if not 0.0 <= clip < 0.5:
-        raise SubspacesError(f"clip must be in [0, 0.5), got {clip}")
-    if clip:
-        low, high = np.quantile(sample, [clip, 1.0 - clip], axis=0)
-    else:
-        low, high = sample.min(axis=0), sample.max(axis=0)
-    return Int8Calibration(low.astype(np.float32), high.astype(np.float32))
+    return Int8Calibration(sample.min(axis=0), sample.max(axis=0))
 
 
 def quantize(embeddings: np.ndarray, kind: Kind, calibration: Int8Calibration | None = None) -> np.ndarray:

@@ -41,9 +41,9 @@ def truncate(x: Any, dim: int | None) -> Any:
     return x if dim is None else x[..., :dim]
 
 
-def unit_prefix(x: Any, dim: int | None = None, *, eps: float = ZERO_NORM) -> Any:
+def unit_prefix(x: Any, dim: int | None = None) -> Any:
     """The first ``dim`` coordinates of each row (``None``: all), L2-normalised again: a Matryoshka prefix."""
-    return normalize_rows(truncate(x, dim), eps=eps)
+    return normalize_rows(truncate(x, dim))
 
 
 def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -68,15 +68,15 @@ def pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.concatenate([u, v, np.abs(u - v), u * v], axis=1)
 
 
-def classification_scores(gold: Sequence[int], pred: Sequence[int], positive: int = 1) -> dict[str, float]:
-    """Accuracy, macro-F1, macro-recall and the positive class's F1, all x 100."""
+def classification_scores(gold: Sequence[int], pred: Sequence[int]) -> dict[str, float]:
+    """Accuracy, macro-F1, macro-recall and class 1's F1 (binary tasks), all x 100."""
     from sklearn.metrics import accuracy_score, f1_score, recall_score
 
     return {
         "accuracy": 100 * float(accuracy_score(gold, pred)),
         "macro_f1": 100 * float(f1_score(gold, pred, average="macro", zero_division=0)),
         "macro_recall": 100 * float(recall_score(gold, pred, average="macro", zero_division=0)),
-        "f1": 100 * float(f1_score(gold, pred, pos_label=positive, average="binary", zero_division=0))
+        "f1": 100 * float(f1_score(gold, pred, pos_label=1, average="binary", zero_division=0))
         if len(set(gold) | set(pred)) <= 2
         else float("nan"),
     }
