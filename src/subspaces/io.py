@@ -300,7 +300,7 @@ def read_csv(
     through, ``dialect``: :func:`csv.reader`'s options) whose header names all of ``columns`` (and any of
     ``optional``); every row has the header's field count, else a :class:`DataError` naming the file and line."""
     p = check_file(path)
-    with open_text(p, newline="") as handle:
+    with _reading(p), open_text(p, newline="") as handle:
         reader = csv.reader(handle, **dialect)
         try:
             header = [h.strip() for h in next(reader)]
@@ -320,8 +320,6 @@ def read_csv(
                 yield number, reader.line_num, {c: row[i] for c, i in wanted.items()}
         except StopIteration:
             raise DataError("file is empty", path=p) from None
-        except UnicodeDecodeError as exc:
-            raise DataError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", path=p) from exc
         except (OSError, EOFError, csv.Error) as exc:  # a truncated gzip, an unreadable file, a broken quote
             raise DataError(f"cannot read as CSV: {exc}", path=p) from exc
 
