@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -114,22 +115,20 @@ class STSBDevEvaluator(Evaluator):
     batch_size: int = 128
     limit: int | None = None
     dims: Sequence[int | None] | None = None
-    _pairs: STSPairs | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.primary_metric = "stsb_dev" if self.dims is None else "mean"
 
     def check(self) -> None:
-        self.pairs()
+        self.pairs  # noqa: B018 - read (and cached) now, so a missing file is reported before training
 
+    @cached_property
     def pairs(self) -> STSPairs:
-        if self._pairs is None:
-            pairs = load_stsb("dev", self.variant)
-            self._pairs = pairs.head(self.limit) if self.limit is not None else pairs
-        return self._pairs
+        pairs = load_stsb("dev", self.variant)
+        return pairs.head(self.limit) if self.limit is not None else pairs
 
     def __call__(self, model) -> dict[str, float]:
-        pairs = self.pairs()
+        pairs = self.pairs
         e1, e2 = embed_pairs(model, pairs, self.batch_size)
         if self.dims is None:
             return {"stsb_dev": spearman_x100(cosine_rows(e1, e2), pairs.scores)}
