@@ -44,8 +44,8 @@ def tasks(split: str, limit: int | None) -> tuple[Any, ...]:
     banking, held = load_banking77("train"), load_banking77("test")
     emotion = (load_emotion("train"), load_emotion("test" if own == "test" else "validation"))
     probes = {
+        "banking77": [(b.texts, b.labels) for b in (banking, held)],
         "emotion": [(e.texts, e.labels) for e in emotion],
-        "banking77": [(banking.texts, banking.labels), (held.texts, held.labels)],
     }
     if own == "dev":  # the last 10 % of train, in a fixed shuffled order, held out from the probe
         order = np.random.default_rng(0).permutation(len(banking))
