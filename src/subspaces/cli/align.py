@@ -36,7 +36,8 @@ def _load_side(emb: Optional[Path], model: Optional[str], texts: Optional[Path],
         return load_embeddings(emb)
     from subspaces.models.encoder import encode, load_encoder
 
-    lines = read_lines(texts)  # type: ignore[arg-type]
+    assert model is not None and texts is not None  # _check_side refused anything else
+    lines = read_lines(texts)
     echo(f"embedding {len(lines)} texts of {texts} with {model}")
     return encode(load_encoder(model, device=device), lines, show_progress=True)
 

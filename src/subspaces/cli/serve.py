@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from subspaces.cli.common import ThreadsOpt, console, given, recipe_options
+from subspaces.cli.common import ThreadsOpt, echo, given, recipe_options
 from subspaces.cli.groups import app
 from subspaces.errors import SubspacesError
 from subspaces.models.backends import AUTO
@@ -25,36 +25,25 @@ def serve_cmd(
     host: Annotated[str, typer.Option(help="Address to listen on; the default is this machine only.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
     api_key_file: Annotated[
-        Optional[Path],
-        typer.Option(help="File whose first line is the API key every route but /health then needs (Bearer)."),
+        Optional[Path], typer.Option(help="File whose first line is the API key routes but /health need (Bearer).")
     ] = None,
     max_body_mb: Annotated[float, typer.Option(help="Size of one request body in MiB; more is answered 413.")] = 2.0,
-    query_prompt: Annotated[
-        Optional[str], typer.Option(help="The prompt named 'query' (over the model folder's own prompts).")
-    ] = None,
+    query_prompt: Annotated[Optional[str], typer.Option(help="The prompt named 'query' (over the model's).")] = None,
     document_prompt: Annotated[
-        Optional[str], typer.Option(help="The prompt named 'document' (over the model folder's own prompts).")
+        Optional[str], typer.Option(help="The prompt named 'document' (over the model's).")
     ] = None,
     threads: ThreadsOpt = None,
     stay_up_on_error: Annotated[
-        bool,
-        typer.Option(
-            "--stay-up-on-error",
-            help="When the model, head or store fails to load, keep answering (503, /health says why) instead of "
-            "exiting with status 2.",
-        ),
+        bool, typer.Option("--stay-up-on-error", help="When loading fails, answer 503 instead of exiting (status 2).")
     ] = False,
     *,
     config: ServeSettings,
 ) -> None:
-    """Serve embeddings over HTTP: OpenAI's /v1/embeddings (with Matryoshka dimensions), /v1/similarity (with a
-    condition under --head), /v1/search (with --store, and a condition under --head), /v1/models, /health, /metrics,
-    and a search page at /. See docs/serve.md.
+    """Serve embeddings over HTTP: OpenAI's /v1/embeddings, /v1/similarity (a condition under --head), /v1/search
+    (with --store), /v1/models, /health, /metrics and a search page at /. See docs/serve.md.
 
-    The model loads after the server starts (/health says when). If it fails to load, the server stops and the
-    command exits with status 2, as a supervisor expects, unless --stay-up-on-error.
-
-    Every setting of ServeSettings is an option here or a key of a --config file."""
+    The model loads after the server starts (/health says when). Every setting of ServeSettings is an option here
+    or a key of a --config file."""
 
     try:
         import uvicorn
@@ -66,7 +55,7 @@ def serve_cmd(
         ) from None
     from subspaces.models.encoder import resolve_device
 
-    # Everything the user typed is checked before the server starts: a bad value fails now, not at the first request.
+    # Checked before the server starts, not at the first request.
     check_model(config.model)
     for name, folder in (("--head", config.head), ("--store", config.store), ("--adapter", config.adapter)):
         if folder is not None and not folder.is_dir():
@@ -90,12 +79,15 @@ def serve_cmd(
     )
     resolve_device(settings.device)
     if host not in LOOPBACK and settings.api_key is None:
-        console.print(
-            f"[yellow]warning:[/] listening on {host} without --api-key-file: anyone who reaches it may use it"
+        echo(
+            f"listening on {host} without --api-key-file: anyone who reaches it may use it",
+            label="warning:",
+            style="yellow",
         )
-    console.print(
-        f"serving {settings.served_id!r} ({' '.join(settings.runtime)}{' (auto)' if settings.backend == AUTO else ''}) "
-        f"on http://{host}:{port} (the model loads now; GET /health says when)"
+    auto = " (auto)" if settings.backend == AUTO else ""
+    echo(
+        f"serving {settings.served_id!r} ({' '.join(settings.runtime)}{auto}) on http://{host}:{port} "
+        "(the model loads now; GET /health says when)"
     )
     failures: list[str] = []
     server: uvicorn.Server | None = None

@@ -71,9 +71,16 @@ def create_cmd(
 
     Prompts default to the model folder's query and document (or passage) prompts; adds encode texts after the
     document prompt, searches encode queries after the query prompt."""
-    prompts = {"query_prompt": query_prompt, "document_prompt": document_prompt}
-    names = {"query_prompt_name": query_prompt_name, "document_prompt_name": document_prompt_name}
-    created = Store.create(store, model, device=run.device, dtype=run.dtype, **prompts, **names)
+    created = Store.create(
+        store,
+        model,
+        device=run.device,
+        dtype=run.dtype,
+        query_prompt=query_prompt,
+        document_prompt=document_prompt,
+        query_prompt_name=query_prompt_name,
+        document_prompt_name=document_prompt_name,
+    )
     space = created.manifest.spaces[created.manifest.active]
     fp = space.model
     echo(f"created store {store} for {fp.label()} ({fp.dimension}-d, {fp.pooler}){_prompts_note(space.prompts)}")
