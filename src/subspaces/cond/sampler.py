@@ -54,7 +54,9 @@ class _Sampler:
             digest.update(f"\x1e{row.sentence1}\x1f{row.sentence2}\x1f{row.condition}\x1f{row.label}".encode())
         return digest.hexdigest()[:16]
 
-    def _summary(self, kept: str) -> str:
+    def summary(self) -> str:
+        k = len(self.units)
+        kept = f"{2 * k} rows in {k} (high, low) pairs" if self.rows_per_unit == 2 else f"{k} rows"
         return "; ".join([kept, *[f"dropped {n} row(s): {why}" for why, n in sorted(self.dropped.items())]])
 
 
@@ -93,9 +95,6 @@ class PairSampler(_Sampler):
                 "pair objectives (quadruplet, infonce_mse) need C-STS-style data -- use --objective mse"
             )
 
-    def summary(self) -> str:
-        return self._summary(f"{2 * len(self.units)} rows in {len(self.units)} (high, low) pairs")
-
 
 @dataclass
 class RowSampler(_Sampler):
@@ -109,6 +108,3 @@ class RowSampler(_Sampler):
             self.dropped["no label"] = len(self.rows) - len(self.units)
         if not self.units:
             raise SubspacesError("no labelled rows to train on")
-
-    def summary(self) -> str:
-        return self._summary(f"{len(self.units)} rows")

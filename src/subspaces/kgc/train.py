@@ -81,16 +81,16 @@ def train_kgc(
     total = total_steps(per_epoch, config)
     temperatures: dict[int, float] = {}
     frozen = bool(getattr(loss.model, "freeze_encoder", False))
+    lr, head_lr = config.rates(frozen)
     fit_config = config.loop_config(
-        lr=config.rates(frozen)[0],
+        lr=lr,
         max_steps=total,
         warmup_steps=min(config.warmup_steps or 0, total // 10),
         eval_steps=None,
         eval_every_epoch=evaluator is not None,
         output_dir=None if config.output_dir is None else str(config.output_dir),
     )
-    settings = {"batch_size": batches.batch_size, "head_lr": config.rates(frozen)[1]}
-    settings.update(loss.get_config_dict())
+    settings = {"batch_size": batches.batch_size, "head_lr": head_lr, **loss.get_config_dict()}
     result = engine.TrainingLoop(
         loss,
         lambda batch: loss(batch, texts),

@@ -71,12 +71,6 @@ def loss_step(model: Any, loss: nn.Module) -> Callable[[list[Row]], torch.Tensor
     return step
 
 
-def loss_description(loss: nn.Module) -> str:
-    get_config = getattr(loss, "get_config_dict", None)
-    config = get_config() if callable(get_config) else {}
-    return f"{type(loss).__name__} {sorted(config.items())!r}"
-
-
 def train_sentence_loss(
     model: Any,
     loss: nn.Module,
@@ -93,7 +87,9 @@ def train_sentence_loss(
 
     batches = RowBatches(examples, config.batch_size, config.seed, drop_last=config.drop_last)
     encoder_fields = {f.name for f in fields(EncoderTrainConfig)}
-    recorded = {name: getattr(config, name) for name in _RECORDED} | {"loss": loss_description(loss)}
+    get_config = getattr(loss, "get_config_dict", None)
+    loss_config = sorted((get_config() if callable(get_config) else {}).items())
+    recorded = {name: getattr(config, name) for name in _RECORDED} | {"loss": f"{type(loss).__name__} {loss_config!r}"}
     recorded |= {f.name: getattr(config, f.name) for f in fields(config) if f.name not in encoder_fields}
     if recorded["trainable_layers"] == "all":
         recorded["trainable_layers"] = None
@@ -151,8 +147,6 @@ _RECORDED = ("batch_size", "max_length", "drop_last", "trainable_layers", "state
 
 def write_card_notes(folder: Path, notes: Sequence[str]) -> None:
     """Append a "Training (subspaces)" section to the model card sentence-transformers wrote (README.md)."""
-    if not notes:
-        return
     card = folder / "README.md"
     text = card.read_text(encoding="utf-8") if card.is_file() else ""
     section = "\n## Training (subspaces)\n\n" + "".join(f"- {note}\n" for note in notes)
