@@ -321,7 +321,11 @@ def evaluate_model(
         average=average_m,
     )
     if n_hop > 0:
-        rerank = {"n_hop": n_hop, "neighbour_weight": neighbour_weight, "normalize_queries": normalize_queries}
+        rerank: dict[str, Any] = {
+            "n_hop": n_hop,
+            "neighbour_weight": neighbour_weight,
+            "normalize_queries": normalize_queries,
+        }
         graph = LinkGraph(kg.splits["train"], kg.num_entities)
         reranked, _ = rank_queries(query_rows, entities, queries, known, ties=ties, graph=graph, **rerank)
         directions = dict(zip(("forward", "backward", "average"), _by_direction(reranked, n), strict=True))

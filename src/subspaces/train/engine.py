@@ -87,7 +87,8 @@ def seed_everything(seed: int) -> None:
 
 def rng_state() -> dict[str, Any]:
     """Every RNG's state, the numpy key array as a tensor (what ``torch.load(weights_only=True)`` reads back)."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()  # noqa: NPY002 - the global state libraries draw from
+    legacy: Any = np.random.get_state()  # noqa: NPY002 - the global state is what libraries draw from
+    name, keys, pos, has_gauss, cached = legacy
     numpy_state = (str(name), torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(cached))
     state = {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
