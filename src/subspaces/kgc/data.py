@@ -47,9 +47,6 @@ class KnowledgeGraph:
             raise IndexError(f"relation index {relation} is outside 0..{2 * n - 1}")
         return self.relation_names[relation] if relation < n else "inverse " + self.relation_names[relation - n]
 
-    def relation_texts(self) -> list[str]:
-        return [self.relation_text(r) for r in range(2 * self.num_relations)]
-
     def with_inverses(self, split: str) -> np.ndarray:
         """``split``'s triples followed by their inverses ``(t, r + R, h)``: both directions, as SimKGC trains."""
         triples = self.splits[split]

@@ -223,8 +223,7 @@ class RankingEvaluator(Evaluator):
     greater_is_better = True
 
     def __init__(self, kg: KnowledgeGraph, split: str, texts: KGCTexts, *, select: bool = True) -> None:
-        self.kg, self.split, self.texts = kg, split, texts
-        self.select = select
+        self.kg, self.split, self.texts, self.select = kg, split, texts, select
 
     def is_better(self, score: float, best: float | None) -> bool:
         return super().is_better(score, best) if self.select else True

@@ -53,7 +53,8 @@ class KGCTexts:
             neighbour_names = not any(kg.entity_descriptions)
         graph = LinkGraph(kg.splits["train"], kg.num_entities, kg.entity_ids) if neighbour_names else None
         entities = [entity_text(kg, e, graph) for e in range(kg.num_entities)]
-        return cls(kg, entities, kg.relation_texts(), graph, per_example)
+        relations = [kg.relation_text(r) for r in range(2 * kg.num_relations)]
+        return cls(kg, entities, relations, graph, per_example)
 
     def training_texts(self, triples: np.ndarray) -> tuple[list[str], list[str]]:
         """Head and tail texts of training triples: per example (each without the other) or per entity."""

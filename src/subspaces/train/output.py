@@ -37,15 +37,12 @@ def check_output_dir(folder: str | Path, overwrite: bool = False) -> None:
         )
 
 
-def remove_stale_temporaries(folder: Path) -> list[Path]:
+def remove_stale_temporaries(folder: Path) -> None:
     """Delete what an earlier run of ours left half-written when it was killed (SIGKILL, power loss)."""
-    stale = [p for name in RUN_FILES for p in folder.glob(f".{name}.*.tmp*")]  # subspaces.io.atomic_path's names
-    for path in stale:
+    for path in [p for name in RUN_FILES for p in folder.glob(f".{name}.*.tmp*")]:  # subspaces.io.atomic_path's names
         path.unlink(missing_ok=True)
     if (folder / STAGING).is_dir():
-        stale.append(folder / STAGING)
         shutil.rmtree(folder / STAGING)
-    return stale
 
 
 def save_model_files(folder: Path, write: Callable[[Path], None], *, overwrite: bool = False) -> None:
