@@ -66,28 +66,29 @@ def native_bfloat16() -> bool:
     return _torch_cpu_has("_is_amx_tile_supported", "_is_avx512_bf16_supported")
 
 
+def _cpuinfo(field: str) -> str | None:
+    """The value of the first ``field`` line of ``/proc/cpuinfo``; None where there is none (not Linux)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith(field)), None)
+
+
 @cache
 def native_int8() -> bool:
     """Whether this CPU has int8 dot-product instructions (AVX512-VNNI, AVX-VNNI or AMX), what static int8 graphs
     run on: ``/proc/cpuinfo``'s flags (no torch import), else torch's own checks."""
-    try:
-        flags = next(line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags"))
-        return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags.split(":", 1)[1].split()))
-    except (OSError, StopIteration):
+    flags = _cpuinfo("flags")
+    if flags is None:
         return _torch_cpu_has("_is_vnni_supported", "_is_amx_tile_supported")
+    return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & set(flags.split()))
 
 
 @cache
 def cpu_model() -> str:
     """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            for line in info:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_record(precision: str | None = None) -> dict[str, Any]:
