@@ -322,9 +322,10 @@ class Store:
             if changed and not upsert:
                 raise _stored_otherwise(len(changed), row_ids[changed[0]], "text or metadata")
             if derived and todo and any(not is_text_id(row_id) for row_id in stored):
-                todo = self._unstored_texts(active, texts, todo)
-            meta_todo = [columns.parsed(meta[i]) for i in todo]
-            self._table(active).prepare_columns(meta_todo)  # refuses a mistyped field first
+                # a text stored under an id of another kind (given, or a line number before ids came from texts)
+                have = set(self._table(active).columns(["text"]).column("text").to_pylist())
+                todo = [i for i in todo if texts[i] not in have]
+            self._table(active).prepare_columns([columns.parsed(meta[i]) for i in todo])  # a mistyped field: refused
             replace = {row_ids[i] for i in changed}
             if replace:
                 self._forget(replace, active)
@@ -378,11 +379,6 @@ class Store:
             for i, row_id in enumerate(row_ids)
             if row_id in have and have[row_id] != ((texts[i],) if derived else (texts[i], strings[i]))
         ]
-
-    def _unstored_texts(self, name: str, texts: list[str], todo: list[int]) -> list[int]:
-        """``todo`` less the rows whose text is stored under another id (ids given before, or line numbers)."""
-        have = set(self._table(name).columns(["text"]).column("text").to_pylist())
-        return [i for i in todo if texts[i] not in have]
 
     def _forget(self, ids: set[str], active: str) -> None:
         """Before rows of ``ids`` are replaced in the active space: mark the quantized copies stale, then delete those
@@ -592,7 +588,7 @@ class Store:
         written = transfer.write_rows(self, active, source, plan, skip, changed, show_progress, ray=ray, actors=actors)
         for pending in self.manifest.pending():
             self._sync(pending, show_progress=show_progress)
-        report = {
+        report: dict[str, Any] = {
             "added": written - len(changed),
             "skipped": plan.rows - written,
             "rows": plan.rows,

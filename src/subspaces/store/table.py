@@ -87,7 +87,7 @@ def block_of(
     ids: Sequence[str] | np.ndarray,
     texts: Sequence[str | None] | np.ndarray,
     vectors: np.ndarray,
-    metadata: Sequence[Any],
+    metadata: Sequence[Any] | np.ndarray,
 ) -> Any:
     """One block of rows in the base schema, as :meth:`Table.append` writes it."""
     import pyarrow as pa
@@ -104,7 +104,7 @@ def block_of(
     )
 
 
-def metadata_strings(metadata: Sequence[Any]) -> list[str | None]:
+def metadata_strings(metadata: Sequence[Any] | np.ndarray) -> list[str | None]:
     return [m if m is None or isinstance(m, str) else json.dumps(m, ensure_ascii=False) for m in metadata]
 
 
