@@ -11,7 +11,6 @@ from scipy.stats import ortho_group
 
 from subspaces.align import MiniVec2Vec, evaluate_alignment, retrieval_metrics
 from subspaces.align.anchors import cluster_means, kmeans
-from subspaces.align.diagnostics import bidirectional_nn_similarity
 from subspaces.align.matching import gram_factor, match_centroids
 from subspaces.align.metrics import cross_fitted_oracle
 from subspaces.align.neighbours import NeighbourIndex, mean_of_rows, neighbour_means
@@ -19,7 +18,7 @@ from subspaces.align.params import AnchorParams, RefineParams, SearchParams, Str
 from subspaces.align.preprocess import center_normalize, normalize_rows
 from subspaces.align.procrustes import orthogonality_gap, polar_factor, procrustes
 from subspaces.align.refine import NeighbourStep, refine_by_neighbours, refine_by_structure
-from subspaces.align.verify import IDENTITY_REFERENCE_MARGIN
+from subspaces.align.verify import IDENTITY_REFERENCE_MARGIN, bidirectional_nn_similarity
 from subspaces.errors import ConvergenceWarning, DataError, DimensionError, SubspacesError
 from subspaces.numerics import cpu_record
 from subspaces.numerics import resolve as resolve_precision
@@ -792,8 +791,7 @@ def test_trust_rule_against_identity_and_random_rotation(final, identity, contro
 def test_the_trust_score_ranks_a_hub_making_map_below_the_true_one():
     """Mapped points crowded around the densest target row (+ noise) lie closer to target rows than the true
     map's do, so the plain neighbour similarity prefers them; CSLS discounts the crowding and does not."""
-    from subspaces.align.diagnostics import cross_similarities, csls_score, mean_nn_similarity
-    from subspaces.align.verify import trust_score
+    from subspaces.align.verify import cross_similarities, csls_score, mean_nn_similarity, trust_score
 
     rng = np.random.default_rng(0)
     q = ortho_group.rvs(8, random_state=1)

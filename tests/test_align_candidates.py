@@ -15,8 +15,14 @@ from scipy.stats import ortho_group
 from subspaces.align import MiniVec2Vec, evaluate_alignment
 from subspaces.align import aligner as aligner_module
 from subspaces.align.budget import Budget
-from subspaces.align.params import AnchorParams, RefineParams, SearchParams, StructureParams
-from subspaces.align.recipe import RECIPE_ANCHORS, RECIPE_REFINE
+from subspaces.align.params import (
+    RECIPE_ANCHORS,
+    RECIPE_REFINE,
+    AnchorParams,
+    RefineParams,
+    SearchParams,
+    StructureParams,
+)
 from subspaces.errors import SubspacesError
 
 

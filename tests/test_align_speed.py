@@ -9,7 +9,7 @@ import pytest
 from scipy.stats import ortho_group
 
 from subspaces.align import MiniVec2Vec
-from subspaces.align.diagnostics import csls_score
+from subspaces.align.verify import csls_score
 from test_align import FAST, clustered
 
 

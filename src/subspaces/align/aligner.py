@@ -3,14 +3,13 @@
     aligner = MiniVec2Vec(random_state=0).fit(source_vectors, target_vectors)   # different texts, no pairs
     moved = aligner.transform(old_store)        # old model's vectors, now in the new model's space
 
-A pass: matched anchors (:mod:`.anchors`) -> initial map (:mod:`.relative`) -> structure -> refine-1 -> refine-2
-(:mod:`.refine`). A fit runs the candidates (:mod:`.recipe`), the restarts, the agreement check and search, then keeps
-and polishes a map, which :mod:`.verify` judges. Evidence for each piece: ``benchmarks/notes/align.md``.
+A pass: matched anchors -> initial map (:mod:`.anchors`) -> structure -> refine-1 -> refine-2 (:mod:`.refine`). A fit
+runs the candidates (the paper recipe's settings are in :mod:`.params`), the restarts, the agreement check and search,
+then keeps and polishes a map, which :mod:`.verify` judges. Evidence for each piece: ``benchmarks/notes/align.md``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
 import io
@@ -26,12 +25,15 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator
 
-from subspaces.align.anchors import matched_anchors
+from subspaces.align.anchors import initial_map, matched_anchors
 from subspaces.align.budget import Budget
-from subspaces.align.diagnostics import anchor_consistency, bidirectional_nn_similarity
 from subspaces.align.neighbours import NeighbourIndex
 from subspaces.align.params import (
     FIT_SECONDS,
+    RECIPE_ANCHORS,
+    RECIPE_BUDGET,
+    RECIPE_MIN_ROWS,
+    RECIPE_REFINE,
     STAGES,
     AnchorParams,
     RefineParams,
@@ -43,11 +45,11 @@ from subspaces.align.params import (
 from subspaces.align.passes import CandidateRecord, FitDiagnostics, Pass, PassRecord, StageScores
 from subspaces.align.preprocess import center_normalize, check_embeddings, normalize_rows
 from subspaces.align.procrustes import orthogonality_gap, procrustes
-from subspaces.align.recipe import RECIPE_ANCHORS, RECIPE_BUDGET, RECIPE_MIN_ROWS, RECIPE_REFINE
 from subspaces.align.refine import NeighbourStep, refine_by_centroids, refine_by_neighbours, refine_by_structure
-from subspaces.align.relative import initial_map
 from subspaces.align.verify import (
     TRUST_ROWS,
+    anchor_consistency,
+    bidirectional_nn_similarity,
     candidate_beats,
     kept_why,
     map_agreement,
@@ -67,8 +69,6 @@ from subspaces.state_folder import STATE_FILE, read_state_folder, write_state_fo
 logger = logging.getLogger(__name__)
 
 INITS = ("auto", "anchors", "identity")
-CHECK_PASS, IDENTITY_PASS, RECIPE_PASS = -1, -2, -3  # the pass numbers of passes that are not restarts
-LABELS = {CHECK_PASS: "agreement check", IDENTITY_PASS: "identity start", RECIPE_PASS: "paper recipe"}
 # What ``diagnostics_.kept`` names where a candidate replaced the anchored passes' choice.
 KEPT_CANDIDATES = {"identity": "identity reference", "recipe": "paper recipe"}
 FORMAT_VERSION = 2
@@ -217,53 +217,29 @@ class MiniVec2Vec(BaseEstimator):
     def _fit(self, source: np.ndarray, target: np.ndarray, pairs: tuple[np.ndarray, np.ndarray] | None) -> list[str]:
         budget = Budget(None if self.max_seconds == float("inf") else self.max_seconds)
         self.precision_ = resolve_precision(self.search.precision)  # once: the process's setting could change
-        seeds = _Seeds.spawn(self.random_state, self.n_restarts, self.agreement_search)
-        run = self._prepare(source, target, pairs, seeds.setup, budget)
+        seeds = _spawn_seeds(self.random_state, self.n_restarts, self.agreement_search)
+        run = self._prepare(source, target, pairs, seeds["setup"], budget)
         # The identity candidate first, so that a fit cut short by its budget still has it.
-        candidates = {name: self._candidate(run, name, getattr(seeds, name)) for name in KEPT_CANDIDATES}
+        candidates = {name: self._candidate(run, name, seeds[name]) for name in KEPT_CANDIDATES}
         recipe_cpu = candidates["recipe"][0].cpu_seconds
         if recipe_cpu is not None and self.recipe_budget is not None:
             why = f"recipe_budget={self.recipe_budget:g} x the paper-recipe candidate's {recipe_cpu:.0f} CPU s"
             budget.tighten(self.recipe_budget * recipe_cpu, why)
-        passes = self._restarts(run, seeds.passes)
+        passes = self._restarts(run, seeds["passes"])
         chosen = self._best(passes, [i for i, started in enumerate(passes) if started.record.refined])
         chosen, agreement = self._agreement(run, passes, chosen, seeds)
         self.pass_maps_ = [
             {"structured": p.structured, "final": p.matrix if p.record.refined else None} for p in passes
         ]
-        kept, kept_pass, polish, trust = self._keep(run, passes[chosen], candidates, seeds.polish)
+        kept, kept_pass, polish, trust = self._keep(run, passes[chosen], candidates, seeds["polish"])
         paired = paired_check(run.known, self.matrix_, run.eye) if run.known is not None else None
         self.fit_seconds_ = budget.elapsed()
-        self.diagnostics_ = self._diagnostics(
-            run, passes, chosen, kept, kept_pass, agreement, polish, trust, candidates, paired
-        )
-        return self.diagnostics_.problems + (
-            [f"alignment stopped early: {budget.reason}"] if self.stopped_early_ else []
-        )
-
-    def _diagnostics(
-        self, run, passes, chosen, kept, kept_pass, agreement, polish, trust, candidates, paired
-    ) -> FitDiagnostics:
-        anchored = passes[chosen].record
         reference, recipe = candidates["identity"][0], candidates["recipe"][0]
-        converged = anchored.converged(self.converged_swap_share)
-        problems, confidence = verdict(
-            earlier=row_count_problems(self.anchors, self.structure, len(run.a), len(run.b)),
-            kept=kept,
-            converged=converged,
-            swapped=anchored.structure_swapped,
-            converged_swap_share=self.converged_swap_share,
-            agreement=agreement,
-            paired=paired,
-            trust=trust,
-            reference=reference,
-            candidate=recipe if kept == KEPT_CANDIDATES["recipe"] else reference,
-        )
-        return FitDiagnostics(
+        d = self.diagnostics_ = FitDiagnostics(
             chosen_restart=chosen,
-            converged=converged,
-            confidence=confidence,
-            problems=problems,
+            converged=passes[chosen].record.converged(self.converged_swap_share),
+            confidence=None,  # both set by the verdict below
+            problems=[],
             identity_nn_similarity=run.score(run.eye) if run.eye is not None else None,
             random_rotation_nn_similarity=max(run.score(rotation) for rotation in run.rotations),
             trust=trust,
@@ -283,6 +259,9 @@ class MiniVec2Vec(BaseEstimator):
             orthogonality_gap=orthogonality_gap(self.matrix_),
             restarts=[started.record for started in passes],
         )
+        earlier = row_count_problems(self.anchors, self.structure, len(run.a), len(run.b))
+        d.problems, d.confidence = verdict(d, earlier, self.converged_swap_share)
+        return d.problems + ([f"alignment stopped early: {budget.reason}"] if d.stopped_early else [])
 
     @property
     def converged_(self) -> bool:
@@ -358,10 +337,10 @@ class MiniVec2Vec(BaseEstimator):
             return record, None
         clock, cpu_clock = time.perf_counter(), time.process_time()
         if name == "identity":
-            started = self._start_pass(run, IDENTITY_PASS, seed, start=run.eye, structure_stage=False)
+            started = self._start_pass(run, "identity start", seed, start=run.eye, structure_stage=False)
         else:
             started = self._start_pass(
-                run, RECIPE_PASS, seed, anchors=RECIPE_ANCHORS, structure_stage=False, refine=RECIPE_REFINE
+                run, "paper recipe", seed, anchors=RECIPE_ANCHORS, structure_stage=False, refine=RECIPE_REFINE
             )
         self._finish_pass(run, started, centroid_stage=name != "identity")
         # Cut short by the budget it is still a refined map: the trust scores choose between it and the anchored.
@@ -389,14 +368,15 @@ class MiniVec2Vec(BaseEstimator):
         """The restarts (or, for ``init="identity"``, the one pass from the identity), refined where they may be
         kept: the first structurally converged pass ends them and replaces every unconverged one."""
         if self.init == "identity":  # every start from the identity is the same start
-            only = self._start_pass(run, IDENTITY_PASS, seeds[0], start=run.eye)
+            only = self._start_pass(run, "identity start", seeds[0], start=run.eye)
             self._finish_pass(run, only)
             return [only]
         passes: list[Pass] = []
         for restart in range(1 if run.known is not None else self.n_restarts):  # known pairs start every pass alike
-            if restart and run.budget.spent(f"before restart {restart + 1}/{self.n_restarts}"):
+            label = f"restart {restart + 1}/{self.n_restarts}"
+            if restart and run.budget.spent(f"before {label}"):
                 break
-            passes.append(self._start_pass(run, restart, seeds[restart]))
+            passes.append(self._start_pass(run, label, seeds[restart]))
             converged = passes[-1].record.converged(self.converged_swap_share) is True
             # Without a budget an unconverged pass is refined only once no later one converged; under one, at once.
             if converged or run.budget.max_seconds is not None:
@@ -415,7 +395,9 @@ class MiniVec2Vec(BaseEstimator):
             key=lambda i: (passes[i].record.converged(self.converged_swap_share) is True, passes[i].final_score),
         )
 
-    def _agreement(self, run: _Run, passes: list[Pass], chosen: int, seeds: _Seeds) -> tuple[int, dict[str, Any]]:
+    def _agreement(
+        self, run: _Run, passes: list[Pass], chosen: int, seeds: dict[str, Any]
+    ) -> tuple[int, dict[str, Any]]:
         """The agreement check (``agreement_threshold``) and, where it disagrees, the search (``agreement_search``):
         the kept pass and the report. ``passes`` grows by the passes refined here."""
         threshold = self.agreement_threshold
@@ -430,7 +412,7 @@ class MiniVec2Vec(BaseEstimator):
             out["skipped"] = "out of time"
         if out["skipped"] is not None or threshold is None:
             return chosen, out
-        check = self._start_pass(run, CHECK_PASS, seeds.check)
+        check = self._start_pass(run, "agreement check", seeds["check"])
         agreement = map_agreement(run.trust_a, passes[chosen].matrix, check.matrix)
         out |= {
             "check_structure_swapped": check.record.structure_swapped,
@@ -443,7 +425,7 @@ class MiniVec2Vec(BaseEstimator):
         if self.agreement_search == 0:  # the check only judges
             return chosen, out | {"agreement": agreement, "compared": 2}
         if agreement < threshold:
-            return self._search(run, passes, chosen, check, agreement, seeds.search, out)
+            return self._search(run, passes, chosen, check, agreement, seeds["search"], out)
         # Agreeing maps can still differ in quality: the check pass is refined too and the better-scoring kept.
         passes.append(check)
         self._finish_pass(run, check)
@@ -471,7 +453,8 @@ class MiniVec2Vec(BaseEstimator):
                 cost += int(started is check)
             else:
                 step, seed = next(fresh)
-                started = self._start_pass(run, self.n_restarts + 1 + step, seed, anchors=scales[step % len(scales)])
+                scale = scales[step % len(scales)]
+                started = self._start_pass(run, f"search pass {step + 1}", seed, anchors=scale)
                 cost += 1
             if started not in passes:
                 passes.append(started)
@@ -562,7 +545,7 @@ class MiniVec2Vec(BaseEstimator):
     def _start_pass(
         self,
         run: _Run,
-        restart: int,
+        label: str,
         seed: np.random.SeedSequence,
         *,
         anchors: AnchorParams | None = None,
@@ -570,10 +553,10 @@ class MiniVec2Vec(BaseEstimator):
         structure_stage: bool = True,
         refine: RefineParams | None = None,
     ) -> Pass:
-        """A pass up to its convergence judgement: anchors (with ``anchors`` for the aligner's settings, or from
-        the known pairs, or the ``start`` map) -> initial map -> structure (unless ``structure_stage`` is False)."""
+        """A pass, named ``label`` in its record, up to its convergence judgement: anchors (with ``anchors`` for the
+        aligner's settings, or from the known pairs, or the ``start`` map) -> initial map -> structure (unless
+        ``structure_stage`` is False)."""
         rng, structure_rng, refine_rng, centroid_rng = (np.random.default_rng(s) for s in seed.spawn(4))
-        label = self._label(restart)
         clock = time.perf_counter()
         ap, rp = anchors or self.anchors, refine or self.refine
         matrix, matched = self._initial_map(run, ap, rng, start, label)
@@ -588,33 +571,22 @@ class MiniVec2Vec(BaseEstimator):
         clock = time.perf_counter()
         step = NeighbourStep(run.a, run.b, structure_rng, rp, run.index_b, run.index_a, run.known)
         if self.structure.n_iter > 0 and structure_stage:
-            matrix, structure = self._structure(run, matrix, step, initial_score, label)
+            with self._progress(f"structure ({label})", self.structure.n_iter, "iteration") as shown:
+                matrix, structure = refine_by_structure(
+                    matrix,
+                    step,
+                    self.structure,
+                    score=run.score,
+                    tol=self.refine.tol,
+                    start_score=initial_score,
+                    precision=self.precision_,
+                    progress=shown.update,
+                    out_of_time=run.budget.check(f"in the structural refinement ({label})"),
+                )
             record.take_structure(structure)
         record.stage_seconds["structure"] = time.perf_counter() - clock
         refine_step = dataclasses.replace(step, rng=refine_rng)
-        return Pass(restart, record, matrix, matrix, matched, refine_step, centroid_rng)
-
-    def _structure(self, run: _Run, matrix, step: NeighbourStep, initial_score: float, label: str):
-        with self._progress(f"structure ({label})", self.structure.n_iter, "iteration") as tick:
-            return refine_by_structure(
-                matrix,
-                step,
-                self.structure,
-                score=run.score,
-                tol=self.refine.tol,
-                start_score=initial_score,
-                precision=self.precision_,
-                progress=tick,
-                out_of_time=run.budget.check(f"in the structural refinement ({label})"),
-            )
-
-    def _label(self, restart: int) -> str:
-        """A pass's name, saved in its record."""
-        if restart < 0:
-            return LABELS[restart]
-        if restart < self.n_restarts:
-            return f"restart {restart + 1}/{self.n_restarts}"
-        return f"search pass {restart - self.n_restarts}"
+        return Pass(record, matrix, matrix, matched, refine_step, centroid_rng)
 
     def _initial_map(self, run: _Run, ap: AnchorParams, rng, start: np.ndarray | None, label: str):
         """The pass's initial map and its matched anchors (None without them)."""
@@ -622,10 +594,10 @@ class MiniVec2Vec(BaseEstimator):
             return start, None
         if run.known is not None:  # known pairs are better anchors than any matching of cluster shapes
             return procrustes(*run.known), None
-        with self._progress(f"anchors ({label})", ap.n_runs, "run") as tick:
+        with self._progress(f"anchors ({label})", ap.n_runs, "run") as shown:
             out_of_time = run.budget.check(f"in the anchor runs ({label})")
             matched = matched_anchors(
-                run.a, run.b, ap, rng=rng, precision=self.precision_, progress=tick, out_of_time=out_of_time
+                run.a, run.b, ap, rng=rng, precision=self.precision_, progress=shown.update, out_of_time=out_of_time
             )
         rows = rng.choice(len(run.a), min(ap.n_pseudo_pairs, len(run.a)), replace=False)
         matrix = initial_map(
@@ -638,7 +610,7 @@ class MiniVec2Vec(BaseEstimator):
         record, seconds, rp = started.record, started.record.stage_seconds, started.step.params
         where = f"({record.label})"
         clock = time.perf_counter()
-        with self._progress(f"refine {where}", rp.n_iter, "iteration") as tick:
+        with self._progress(f"refine {where}", rp.n_iter, "iteration") as shown:
             out_of_time = run.budget.check(f"in refine-1 {where}")
             matrix, history = refine_by_neighbours(
                 started.matrix,
@@ -646,7 +618,7 @@ class MiniVec2Vec(BaseEstimator):
                 rp,
                 score=run.score,
                 start_score=record.nn_similarity.structure,
-                progress=tick,
+                progress=shown.update,
                 out_of_time=out_of_time,
             )
         seconds["refine1"] = time.perf_counter() - clock
@@ -672,14 +644,8 @@ class MiniVec2Vec(BaseEstimator):
         if started.anchors is not None:
             record.anchor_consistency_final = anchor_consistency(started.anchors, matrix)
 
-    @contextlib.contextmanager
-    def _progress(self, description: str, total: int, unit: str):
-        """Yields ``tick(done, total)`` over a :class:`~subspaces.progress.Progress` (None unless ``verbose``)."""
-        if not self.verbose:
-            yield None
-            return
-        with Progress(total, f"align fit: {description}", unit=unit) as shown:
-            yield lambda done, _total: shown.update(done - shown.n)
+    def _progress(self, description: str, total: int, unit: str) -> Progress:
+        return Progress(total, f"align fit: {description}", unit=unit, enabled=self.verbose)
 
     # -- use ----------------------------------------------------------------------------------------------------
     def _check_fitted(self) -> None:
@@ -703,9 +669,6 @@ class MiniVec2Vec(BaseEstimator):
         if centered:
             return mapped
         return (self.target_mean_ + self.target_scale_ * mapped).astype(np.float32)
-
-    def fit_transform(self, source: np.ndarray, target: np.ndarray) -> np.ndarray:
-        return self.fit(source, target).transform(source)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write ``state.npz`` (map, means) and ``aligner.json`` (parameters, diagnostics) into folder ``path``, each
@@ -754,24 +717,13 @@ class MiniVec2Vec(BaseEstimator):
         return aligner
 
 
-@dataclasses.dataclass
-class _Seeds:
+def _spawn_seeds(random_state: int | None, n_restarts: int, n_search: int) -> dict[str, Any]:
     """One independent stream per pass and per stage, so how far one stage ran never shifts a later draw; the
     passes' streams come first, so they are those of a fit without the check, search, polish and candidates."""
-
-    setup: np.random.SeedSequence
-    passes: list[np.random.SeedSequence]
-    check: np.random.SeedSequence
-    search: list[np.random.SeedSequence]
-    polish: np.random.SeedSequence
-    identity: np.random.SeedSequence
-    recipe: np.random.SeedSequence
-
-    @classmethod
-    def spawn(cls, random_state: int | None, n_restarts: int, n_search: int) -> _Seeds:
-        setup, *rest = np.random.SeedSequence(random_state).spawn(5 + n_restarts + n_search)
-        passes, (check, *rest) = rest[:n_restarts], rest[n_restarts:]
-        return cls(setup, passes, check, rest[:n_search], rest[n_search], rest[n_search + 1], rest[n_search + 2])
+    setup, *rest = np.random.SeedSequence(random_state).spawn(5 + n_restarts + n_search)
+    passes, (check, *rest) = rest[:n_restarts], rest[n_restarts:]
+    streams = (setup, passes, check, rest[:n_search], *rest[n_search:])
+    return dict(zip(("setup", "passes", "check", "search", "polish", "identity", "recipe"), streams, strict=True))
 
 
 @dataclasses.dataclass

@@ -1,5 +1,7 @@
-"""Step 2 of mini-vec2vec: matched anchor pairs. Each k-means run clusters a subsample of each space and matches
-the two centroid sets by quadratic assignment (:mod:`.matching`); the runs' matched centroids are pooled."""
+"""Steps 2 and 3 of mini-vec2vec: matched anchor pairs, then the first map. Each k-means run clusters a subsample of
+each space and matches the two centroid sets by quadratic assignment (:mod:`.matching`); the runs' matched centroids
+are pooled. The first map comes from relative representations (cosines to each space's own matched anchors;
+Moschella et al., 2023), in which the two spaces share coordinates."""
 
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ import numpy as np
 import scipy.sparse
 
 from subspaces.align.matching import gram_factor, match_centroids
+from subspaces.align.neighbours import neighbour_means
 from subspaces.align.params import AnchorParams
 from subspaces.align.precision import torch_dtype
 from subspaces.align.preprocess import normalize_rows
+from subspaces.align.procrustes import procrustes
 
 ROW_CHUNK = 32_768  # rows per k-means product: bounds the similarity block (rows x all runs' centroids)
 
@@ -175,7 +179,7 @@ def matched_anchors(
     *,
     rng: np.random.Generator,
     precision: str = "float32",
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[], Any] | None = None,
     out_of_time: Callable[[], bool] | None = None,
 ) -> AnchorSet:
     """Pool the matched centroids of ``params.n_runs`` k-means runs, the best ``params.keep`` fraction by agreement;
@@ -197,7 +201,7 @@ def matched_anchors(
         agreements.append(match.agreement)
         objectives.append(match.objective)
         if progress is not None:
-            progress(run + 1, n_runs)
+            progress()
         if out_of_time is not None and out_of_time():
             break
     n_runs = len(agreements)
@@ -210,3 +214,27 @@ def matched_anchors(
     return AnchorSet(
         np.concatenate(src)[rows], np.concatenate(tgt)[rows], run_of[rows], agreement, np.asarray(objectives), kept
     )
+
+
+def relative_representation(x: np.ndarray, anchors: np.ndarray) -> np.ndarray:
+    """Cosines to the anchors, centred per anchor (each model's baseline similarity level differs) and
+    L2-normalised per row."""
+    rel = x @ anchors.T
+    return normalize_rows(rel - rel.mean(axis=0, keepdims=True))
+
+
+def initial_map(
+    source: np.ndarray,
+    target: np.ndarray,
+    source_anchors: np.ndarray,
+    target_anchors: np.ndarray,
+    *,
+    k: int = 50,
+    precision: str = "float32",
+) -> np.ndarray:
+    """Orthogonal Procrustes from the source rows to their pseudo-pairs: the mean of each one's ``k`` nearest target
+    rows in the shared relative space (searched in ``precision``)."""
+    rel_source = relative_representation(source, source_anchors)
+    rel_target = relative_representation(target, target_anchors)
+    pseudo = neighbour_means(rel_source, rel_target, target, k, precision=precision)
+    return procrustes(source, normalize_rows(pseudo))

@@ -107,8 +107,6 @@ class CandidateRecord:
 class Pass:
     """A pass in progress: its record, its map (structured, then refined) and what refinement needs."""
 
-    restart: int  # its place: 0.. the restarts, -1 the agreement check, -2 from the identity, -3 the paper recipe,
-    # beyond the restarts: search passes
     record: PassRecord
     matrix: np.ndarray
     structured: np.ndarray  # the map after the structural stage, kept for diagnosis (``pass_maps_``)

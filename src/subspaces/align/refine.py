@@ -45,7 +45,7 @@ def _keep_best(
     patience: int,
     tol: float,
     history: RefineHistory,
-    progress: Callable[[int, int], None] | None,
+    progress: Callable[[], Any] | None,
     score_every: int = 1,
     done: Callable[[], bool] | None = None,
     out_of_time: Callable[[], bool] | None = None,
@@ -63,7 +63,7 @@ def _keep_best(
         matrix = step(matrix)
         history.iterations = it + 1
         if progress is not None:
-            progress(it + 1, n_iter)
+            progress()
         if (it + 1) % score_every and it + 1 < n_iter:
             continue
         current = score(matrix)
@@ -100,10 +100,6 @@ class NeighbourStep:
     source_index: NeighbourIndex | None = None
     pairs: tuple[np.ndarray, np.ndarray] | None = None
 
-    @property
-    def orthogonalize(self) -> bool:
-        return self.params.orthogonalize
-
     def __call__(self, matrix: np.ndarray) -> np.ndarray:
         source, target, rng, p = self.source, self.target, self.rng, self.params
         batch = source[rng.choice(len(source), min(p.sample, len(source)), replace=False)]
@@ -114,11 +110,16 @@ class NeighbourStep:
             pseudo_source = neighbour_means(normalize_rows(back @ matrix.T), self.source_index or source, source, p.k)
             batch = np.concatenate([batch, normalize_rows(pseudo_source)])
             pseudo = np.concatenate([pseudo, back])
-        weights = None
-        if self.pairs is not None:
-            weights = np.concatenate([np.ones(len(batch)), np.full(len(self.pairs[0]), p.pair_weight)])
-            batch, pseudo = np.concatenate([batch, self.pairs[0]]), np.concatenate([pseudo, self.pairs[1]])
-        return blend(matrix, procrustes(batch, pseudo, weights), p.alpha, p.orthogonalize)
+        return blend(matrix, _procrustes_with_pairs(batch, pseudo, self.pairs, p.pair_weight), p.alpha, p.orthogonalize)
+
+
+def _procrustes_with_pairs(x: np.ndarray, y: np.ndarray, pairs, pair_weight: float) -> np.ndarray:
+    """Procrustes on the rows ``x`` -> ``y``, known ``pairs`` (if any) joining them as fixed anchors of weight
+    ``pair_weight`` each."""
+    if pairs is None:
+        return procrustes(x, y)
+    weights = np.concatenate([np.ones(len(x)), np.full(len(pairs[0]), pair_weight)])
+    return procrustes(np.concatenate([x, pairs[0]]), np.concatenate([y, pairs[1]]), weights)
 
 
 def refine_by_neighbours(
@@ -128,7 +129,7 @@ def refine_by_neighbours(
     *,
     score: Callable[[np.ndarray], float],
     start_score: float | None = None,
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[], Any] | None = None,
     out_of_time: Callable[[], bool] | None = None,
 ) -> tuple[np.ndarray, RefineHistory]:
     """Refine-1: ``step`` up to ``params.n_iter`` times; the best map by ``score`` and the history. With
@@ -160,7 +161,7 @@ def refine_by_neighbours(
     )
     if params.average and taken >= 2:
         mean = np.mean(tail, axis=0)
-        averaged = polar_factor(mean) if step.orthogonalize else mean.astype(np.float32)
+        averaged = polar_factor(mean) if params.orthogonalize else mean.astype(np.float32)
         history.average_score = score(averaged)
         if history.average_score > history.best_score + params.tol:
             best, history.best_score, history.averaged = averaged, history.average_score, True
@@ -176,7 +177,7 @@ def refine_by_structure(
     tol: float = 1e-4,
     start_score: float | None = None,
     precision: str = "float32",
-    progress: Callable[[int, int], None] | None = None,
+    progress: Callable[[], Any] | None = None,
     out_of_time: Callable[[], bool] | None = None,
 ) -> tuple[np.ndarray, StructureHistory]:
     """Up to ``params.n_iter`` rounds of (structural correction, ``params.steps`` refine-1 ``step``s); the best map
@@ -202,7 +203,8 @@ def refine_by_structure(
         ]
         history.swapped.append(float(np.mean([float((perm != identity).mean()) for perm in perms])))
         matched = np.concatenate([cb[perm] for cb, perm in zip(targets, perms, strict=True)])
-        matrix = blend(matrix, procrustes(np.concatenate(sources), matched), step.params.alpha, step.orthogonalize)
+        new = procrustes(np.concatenate(sources), matched)
+        matrix = blend(matrix, new, step.params.alpha, step.params.orthogonalize)
         for _ in range(params.steps):
             matrix = step(matrix)
         return matrix
@@ -243,10 +245,5 @@ def refine_by_centroids(
     source_centroids = kmeans(source, n_clusters, n_iter=kmeans_iter, seed=seed, precision=precision)
     seeded = normalize_rows(source_centroids @ matrix)
     target_centroids = kmeans(target, n_clusters, n_iter=kmeans_iter, seed=seed, init=seeded, precision=precision)
-    weights = None
-    if pairs is not None:
-        weights = np.concatenate([np.ones(n_clusters), np.full(len(pairs[0]), params.pair_weight)])
-        source_centroids = np.concatenate([source_centroids, pairs[0]])
-        target_centroids = np.concatenate([target_centroids, pairs[1]])
-    new = procrustes(source_centroids, target_centroids, weights)
+    new = _procrustes_with_pairs(source_centroids, target_centroids, pairs, params.pair_weight)
     return blend(matrix, new, params.centroid_alpha, params.orthogonalize)
