@@ -253,8 +253,7 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
 
             def snapshot() -> dict[str, float]:
                 with torch.no_grad():
-                    probe_sup = sup_batch()
-                    return {k: float(v) for k, v in self._terms(g, xs[probe], probe_sup).items()}
+                    return {k: float(v) for k, v in self._terms(g, xs[probe], sup_batch()).items()}
 
             start_terms = snapshot()
             self.history_: list[float] = []
