@@ -190,6 +190,19 @@ def test_evaluator_rejects_bad_arguments(tiny_model, probe_data):
         DimsEvaluator(tasks=["STSBenchmark"], dims=[64])(tiny_model)
 
 
+def test_eval_dims_cli_help_names_the_default_tasks():
+    """--tasks' help says what the default leaves out (--list-tasks prints every task, not the default set)."""
+    import typer
+
+    from subspaces.cli.app import app
+    from subspaces.eval.dims import DEFAULT_TASKS, known_tasks
+
+    command = typer.main.get_command(app).commands["matryoshka"].commands["eval"]  # type: ignore[attr-defined]
+    help_text = next(p.help for p in command.params if p.name == "tasks")
+    assert set(known_tasks()) - set(DEFAULT_TASKS) == {"TweetEval-emoji", "STS12", "STS13", "STS14", "STS15", "STS16"}
+    assert "all but TweetEval-emoji and STS12-16" in help_text
+
+
 def test_eval_dims_cli(tiny_model_dir, probe_data, tmp_path):
     from subspaces.cli.app import app
 

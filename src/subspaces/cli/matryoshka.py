@@ -52,7 +52,10 @@ def train_matryoshka_cmd(
     output: OutputDirOpt,
     model: ModelOpt = "minilm-l6",
     data: Annotated[
-        Optional[Path], typer.Option(help="Text file (one sentence a line) or CSV sent0,sent1[,hard_neg]; WordNet.")
+        Optional[Path],
+        typer.Option(
+            help="Text file (one sentence a line) or CSV sent0,sent1[,hard_neg]. Default: the WordNet sentences."
+        ),
     ] = None,
     dims: Annotated[Optional[str], typer.Option(help="Nested prefix sizes, e.g. 16,32,64,128,full.")] = None,
     weights: Annotated[Optional[str], typer.Option(help=_help("weights"))] = None,
@@ -98,7 +101,10 @@ def eval_dims_cmd(
         Optional[list[str]], typer.Option("--model", "-m", help="Model name or folder; repeat to compare several.")
     ] = None,
     dims: Annotated[str, typer.Option(help="Prefix sizes, e.g. 16,32,64,128,full.")] = "16,32,64,128,full",
-    tasks: Annotated[Optional[str], typer.Option(help="Comma-separated tasks (default: see --list-tasks).")] = None,
+    tasks: Annotated[
+        Optional[str],
+        typer.Option(help="Comma-separated tasks (default: all but TweetEval-emoji and STS12-16; see --list-tasks)."),
+    ] = None,
     max_train: Annotated[Optional[int], typer.Option(help="Cap each probe's training rows (seeded subset).")] = None,
     max_test: Annotated[Optional[int], typer.Option(help="Cap each probe's test rows.")] = None,
     c: Annotated[float, typer.Option("--C", help="Inverse L2 strength of the logistic-regression probe.")] = 1.0,
