@@ -909,3 +909,14 @@ def test_kgc_train_cli_checkpoints_where_asked(tmp_path, tiny_encoder_dir, monke
     result = CliRunner().invoke(app, [*args, "--checkpoint-dir", str(tmp_path / "ckpt")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "ckpt" / "checkpoint.pt").is_file()
+
+
+def test_kgc_train_json_help_says_it_is_the_evaluation():
+    """``kgc train --json`` writes the evaluation only (nothing under --eval-split none): its help says so."""
+    import typer
+
+    from subspaces.cli.app import app
+
+    command = typer.main.get_command(app).commands["kgc"].commands["train"]  # type: ignore[attr-defined]
+    help_text = next(p.help for p in command.params if p.name == "json_path")
+    assert "evaluation" in help_text and "--eval-split none" in help_text

@@ -53,7 +53,9 @@ def train(
     rank: str = typer.Option("auto", help="Hypernet rank K, 'auto' (d/12, as Hyper-CL) or 'full'."),
     recipe: Optional[Recipe] = typer.Option(None, help="A released configuration (docs/kgc.md); options given win."),  # type: ignore[valid-type]
     eval_split: str = typer.Option("test", help="Split to evaluate after training, or 'none'."),
-    json_path: JsonOpt = None,
+    json_path: Optional[Path] = typer.Option(
+        None, "--json", help="Also write the evaluation here, as JSON (none with --eval-split none)."
+    ),
     device: DeviceOpt = "cpu",
     trainable_layers: TrainableLayersOpt = "all",
     cache_dir: CacheDirOpt = None,
