@@ -36,7 +36,10 @@ QueriesOpt = Annotated[
     Optional[Path],
     typer.Option(help="Sample queries (id<TAB>text a line, or .jsonl) to judge by; or --qrels' queries."),
 ]
-QrelsOpt = Annotated[Optional[Path], typer.Option(help="Relevance judgements (TREC, .jsonl or .json): adds Recall@10.")]
+QrelsOpt = Annotated[
+    Optional[Path],
+    typer.Option(help="Relevance judgements (qid<TAB>docid[<TAB>grade], TREC, .jsonl or .json): adds Recall@10."),
+]
 
 
 def _json_outside(json_path: Path | None, store: Path) -> None:
@@ -454,7 +457,12 @@ def shrink_cmd(
     adapter_basis: Annotated[Basis, typer.Option(help="What the adapter starts from.")] = "pca",
     epochs: Annotated[int, typer.Option(help="The adapter's training epochs.")] = 20,
     queries: QueriesOpt = None,
-    qrels: QrelsOpt = None,
+    qrels: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Relevance judgements (qid<TAB>docid[<TAB>grade], TREC, .jsonl or .json): adds Recall@10 and nDCG@10."
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Random seed (held-out sample, the adapter).")] = 0,
     json_path: JsonOpt = None,
     threads: ThreadsOpt = None,

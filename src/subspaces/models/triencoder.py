@@ -7,7 +7,6 @@ text under its condition, ``z = head(E(text), E_c(condition))``. What does not t
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -113,19 +112,19 @@ class ConditionalEncoder(nn.Module):
             for p in enc.parameters():
                 p.requires_grad_(not self.freeze_encoder)
 
-    @abstractmethod
-    def encoders(self) -> list[Any]: ...
+    def encoders(self) -> list[Any]:
+        raise NotImplementedError
 
-    @abstractmethod
-    def _embed(self, kind: str, texts: Sequence[Any], description: str | None) -> torch.Tensor: ...
+    def _embed(self, kind: str, texts: Sequence[Any], description: str | None) -> torch.Tensor:
+        raise NotImplementedError
 
     def embed_sentences(self, texts: Sequence[Any], description: str | None = None) -> torch.Tensor:
         return self._embed("sentence", texts, description)
 
-    @abstractmethod
     def project_pairs(
         self, s1: Sequence[str], s2: Sequence[str], c: Sequence[str]
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
 
     def _forget_weights(self) -> None:
         """Drop what was computed from weights that are about to change (training) or were replaced (loading)."""
@@ -141,8 +140,8 @@ class ConditionalEncoder(nn.Module):
             self._forget_weights()
         return self
 
-    @abstractmethod
-    def caches(self) -> dict[str, LRUCache]: ...
+    def caches(self) -> dict[str, LRUCache]:
+        raise NotImplementedError
 
     def clear_caches(self, reset_stats: bool = True) -> None:
         self.store.clear(reset_stats)
@@ -252,11 +251,11 @@ class ConditionalEncoder(nn.Module):
         return model.eval()
 
     @classmethod
-    @abstractmethod
     def _rebuild(
         cls, folder: Path, config: dict[str, Any], encoder_at: EncoderAt, *, device: str, **options: Any
     ) -> Self:
         """The model of a saved ``config``: its encoders from ``encoder_at``, its own parts, and ``options``."""
+        raise NotImplementedError
 
 
 class TriEncoder(ConditionalEncoder):
