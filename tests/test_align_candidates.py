@@ -79,8 +79,8 @@ def test_the_recipe_candidate_is_kept_where_the_anchored_map_is_wrong_and_says_w
 
 @pytest.mark.usefixtures("small_recipe")
 def test_the_recipe_candidate_bounds_the_whole_fit():
-    """recipe_budget=1: the fit may spend the CPU time the recipe candidate spent, so the anchored passes after it
-    stop at their first safe point, and the reason names the bound."""
+    """recipe_budget=1: the fit may spend the CPU time the recipe candidate spent, so the fit stops at the first safe
+    point after the first anchored restart, which runs whole (refine-1 to its end), and the reason names the bound."""
     rng = np.random.default_rng(0)
     source, target = clustered(rng, 2000), clustered(rng, 2000)
     settings = WEAK | {"n_restarts": 3, "structure": StructureParams(), "max_seconds": 300.0, "recipe_budget": 1.0}
@@ -88,6 +88,9 @@ def test_the_recipe_candidate_bounds_the_whole_fit():
     d = aligner.diagnostics_
     assert aligner.stopped_early_ and d.stop_reason.startswith("recipe_budget=1 x the paper-recipe candidate's")
     assert aligner.fit_seconds_ < 300 and any("stopped early" in m for m in messages)
+    first = d.restarts[0]
+    assert first.label == "restart 1/3" and first.refined and not first.refine1_stopped_early
+    assert "restart 1/3" not in d.stop_reason and len(d.restarts) == 1
 
 
 def test_the_recipe_candidate_is_skipped_on_small_pools_and_with_known_pairs():
