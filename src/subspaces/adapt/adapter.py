@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
+from subspaces import topk
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.numerics import cpu_record
 from subspaces.progress import Progress
@@ -292,8 +293,6 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         """Rows of a seeded pool of at most ``MINED_POOL`` rows, each with its ``mined`` nearest pool rows by cosine:
         column 0 is the row itself, columns 1.. its neighbours (row numbers of ``x``)."""
         import torch
-
-        from subspaces import topk
 
         pool = torch.randperm(len(x), generator=order)[:MINED_POOL].sort().values.numpy()
         unit = normalize_rows(x[pool])

@@ -7,6 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from subspaces.adapt import MatryoshkaAdapter, adapt_file
+from subspaces.adapt.adapter import check_dims, check_vectors
 from subspaces.cli.common import ThreadsOpt, echo, out, table
 from subspaces.cli.groups import adapt_app
 from subspaces.errors import DataError, SubspacesError
@@ -49,9 +51,6 @@ def fit_cmd(
 ) -> None:
     """Fit a residual map whose prefixes keep the full vectors' neighbourhoods; the full vector stays close."""
     import numpy as np
-
-    from subspaces.adapt import MatryoshkaAdapter
-    from subspaces.adapt.adapter import check_dims, check_vectors
 
     check_writable(output, "--output", folder=True)
     wanted = _int_dims(dims)
@@ -103,7 +102,6 @@ def apply_cmd(
     threads: ThreadsOpt = None,
 ) -> None:
     """Adapt a stored collection in chunks; written atomically, the input untouched."""
-    from subspaces.adapt import MatryoshkaAdapter, adapt_file
 
     check_writable(output, "OUTPUT")
 

@@ -9,6 +9,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from subspaces.align import MiniVec2Vec, evaluate_alignment
+from subspaces.align.apply import apply_to_file
 from subspaces.align.params import FIT_SECONDS
 from subspaces.cli.common import JsonOpt, ThreadsOpt, echo, out, table
 from subspaces.cli.groups import align_app
@@ -55,8 +57,6 @@ def _load_pairs(source: Optional[Path], target: Optional[Path]):
 
 def _aligner(params: Optional[Path], **options):
     """The aligner of ``--params`` (stage-grouped JSON), with the command-line options over it."""
-    from subspaces.align import MiniVec2Vec
-
     grouped = {}
     if params is not None:
         check_file(params)
@@ -254,8 +254,6 @@ def apply_cmd(
     ] = False,
 ) -> None:
     """Map a stored collection into the target space, in chunks; written atomically, the input untouched."""
-    from subspaces.align import MiniVec2Vec
-    from subspaces.align.apply import apply_to_file
 
     aligner = MiniVec2Vec.load(aligner_dir)
     if not force:
@@ -276,7 +274,6 @@ def eval_cmd(
     threads: ThreadsOpt = None,
 ) -> None:
     """Top-1, mean rank and cosine on paired held-out vectors, beside identity and oracle-Procrustes baselines."""
-    from subspaces.align import MiniVec2Vec, evaluate_alignment
 
     saved = sorted(p for p in aligner_dir.iterdir() if p.is_file()) if aligner_dir.is_dir() else []
     check_not_input(

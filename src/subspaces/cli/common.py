@@ -23,6 +23,8 @@ from subspaces.errors import DataError, SubspacesError
 from subspaces.io import InputPaths, check_file, check_not_input, check_writable
 from subspaces.models import POOLERS
 from subspaces.models.backends import BACKENDS, DTYPES, PRECISIONS, check_backend, check_dtype
+from subspaces.store import Store
+from subspaces.store.scaleout import choose
 
 console = Console(stderr=True)
 out = Console()
@@ -106,14 +108,10 @@ class RunOptions:
         return {"device": self.device, "backend": self.backend, "precision": self.precision, "dtype": self.dtype}
 
     def open(self, store: Path) -> Any:
-        from subspaces.store import Store
-
         return Store.open(store, **self.encoder())
 
     def ray(self) -> bool | str:
         """What --ray [ADDRESS] asks for, its cluster checked now."""
-        from subspaces.store.scaleout import choose
-
         return choose(self.ray_option, self.ray_address, note=lambda text: echo(text, label="note:", style="yellow"))
 
 

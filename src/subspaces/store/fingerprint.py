@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from subspaces.errors import DimensionError, SubspacesError
+from subspaces.models.fingerprint import model_fingerprint
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,6 @@ class ModelFingerprint:
 
     @classmethod
     def of(cls, model: Any, name: str = "", *, normalize: bool = True) -> ModelFingerprint:
-        from subspaces.models.fingerprint import model_fingerprint
-
         return cls(
             name=name,
             weights=model_fingerprint(model),

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
+from subspaces.align import MiniVec2Vec
 from subspaces.config import scoped_threads
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.state_folder import read_state_folder, write_state_folder
@@ -397,8 +398,6 @@ def load_map(path: str | os.PathLike[str]) -> Any:
 
     folder = Path(path)
     if not (folder / CONFIG_FILE).is_file() and (folder / "aligner.json").is_file():
-        from subspaces.align import MiniVec2Vec
-
         return MiniVec2Vec.load(folder)
     config, state = read_state_folder(
         folder, CONFIG_FILE, versions=(FORMAT_VERSION,), written_by="store migrate", config_hashed_from=1

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from subspaces.align import MiniVec2Vec
 from subspaces.errors import DataError, SubspacesError
 from subspaces.io import check_file, open_text, read_jsonl
 from subspaces.store import backfill, encoders, quantized, scaleout
@@ -161,8 +162,6 @@ def migrate(
         direction = "queries" if query_side else "rows"
         fit_start = time.perf_counter()
         if anchors == "unpaired":
-            from subspaces.align import MiniVec2Vec
-
             aligner: Any = MiniVec2Vec.from_params(dict(params or {}), random_state=seed, verbose=show_progress)
             aligner.fit(source, target)
             candidates: dict[str, Any] = {}

@@ -22,7 +22,7 @@ import numpy as np
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.io import atomic_path, base_suffix, check_writable, open_text, read_jsonl
 from subspaces.progress import Progress
-from subspaces.store import columns
+from subspaces.store import columns, scaleout
 from subspaces.store.encoders import encode
 from subspaces.store.inputs import check_unicode, text_id, visible
 from subspaces.store.table import block_of, first_line, vectors_of
@@ -571,8 +571,6 @@ def write_rows(
     dim = store._space(name).model.dimension
     shared = (source.label(), dim, skip, replace)
     if ray:
-        from subspaces.store import scaleout
-
         scaleout.start(ray)
         prepared = scaleout.prepare_chunks(source.chunks(), store_block, *shared, actors=actors)
     else:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from subspaces.align import MiniVec2Vec
 from subspaces.errors import ConvergenceWarning, DataError
 from subspaces.io import read_texts
 from subspaces.store.maps import OrthogonalMap
@@ -60,7 +61,6 @@ def texts_digest(texts: list[str]) -> str:
 def fit(new: np.ndarray, stored: np.ndarray, *, params: dict[str, Any] | None, seed: int, show_progress: bool) -> Any:
     """mini-vec2vec fitted from ``new`` (the texts' new-model vectors) onto ``stored`` (a sample of the store's
     rows); its problems are kept in ``diagnostics_`` (:func:`verdict`), not warned about: the caller refuses."""
-    from subspaces.align import MiniVec2Vec
 
     aligner = MiniVec2Vec.from_params(dict(params or {}), random_state=seed, verbose=show_progress)
     with warnings.catch_warnings():
