@@ -69,40 +69,6 @@ def _aligner(params: Optional[Path], **options):
     return aligner
 
 
-# The old command line's flat options and the --params settings that replaced them (kmeans_iter served three).
-_FLAT_TABLE = """
-    n_anchor_runs=anchors.n_runs n_anchor_clusters=anchors.n_clusters anchor_sample=anchors.sample
-    kmeans_redo=anchors.kmeans_redo qap_method=anchors.qap_method anchor_kernel=anchors.kernel
-    qap_restarts=anchors.qap_restarts anchor_keep=anchors.keep n_pseudo_pairs=anchors.n_pseudo_pairs
-    relative_k=anchors.relative_k structure_iter=structure.n_iter structure_clusters=structure.n_clusters
-    structure_runs=structure.n_runs structure_sample=structure.sample structure_steps=structure.steps
-    structure_patience=structure.patience structure_stop_swap_share=structure.stop_swap_share
-    refine_iter=refine.n_iter refine_sample=refine.sample refine_k=refine.k refine_alpha=refine.alpha
-    refine_bidirectional=refine.bidirectional refine_patience=refine.patience refine_tol=refine.tol
-    refine_score_every=refine.score_every refine_average=refine.average orthogonalize=refine.orthogonalize
-    centroid_clusters=refine.centroid_clusters centroid_alpha=refine.centroid_alpha ann_lists=search.ann_lists
-    ann_probe=search.ann_probe probe_size=search.probe_size converged_swap_share=converged_swap_share
-    kmeans_iter=anchors.kmeans_iter+structure.kmeans_iter+refine.centroid_kmeans_iter
-"""
-_FLAT_OPTIONS = {
-    old: [place.split(".") for place in new.split("+")]
-    for old, new in (entry.split("=") for entry in _FLAT_TABLE.split())
-}
-
-
-def _refuse_flat_options(extra: list[str]) -> None:
-    """The 37 flat options became ``--params`` settings: name the replacement of one that is still used."""
-    if not extra:
-        return
-    name = extra[0].split("=", 1)[0]
-    flat = name.removeprefix("--").replace("-", "_")
-    places = _FLAT_OPTIONS.get(flat) or _FLAT_OPTIONS.get(flat.removeprefix("no_"))  # booleans had --no- forms
-    if places is None:
-        raise SubspacesError(f"no such option: {name} (see `subspaces align fit --help`)")
-    where = " and ".join("".join(f'{{"{key}": ' for key in path) + "..." + "}" * len(path) for path in places)
-    raise SubspacesError(f"{name} was replaced by --params FILE.json holding {where} (see docs/align.md)")
-
-
 def _start(record) -> str:
     """What a pass without matched anchors started from, for the diagnostics table."""
     return "identity start" if record.label == "identity start" else "known pairs"
@@ -162,11 +128,9 @@ def _print_diagnostics(aligner) -> None:
 
 @align_app.command(
     "fit",
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     interrupted="nothing was written (the aligner is saved only once the fit ends); rerun to fit again",
 )
 def fit_cmd(
-    ctx: typer.Context,
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted aligner to.")],
     source_emb: Annotated[Optional[Path], typer.Option(help="Source-model vectors (.npy/.parquet).")] = None,
     target_emb: Annotated[Optional[Path], typer.Option(help="Target-model vectors of *other* texts.")] = None,
@@ -201,7 +165,6 @@ def fit_cmd(
     threads: ThreadsOpt = None,
 ) -> None:
     """Learn a linear map from the source space into the target space from UNPAIRED vectors (row counts may differ)."""
-    _refuse_flat_options(ctx.args)
     # Everything is checked before any file is read or text embedded: a typo must not cost an embedding run.
     if output.exists() and not output.is_dir():
         raise SubspacesError(f"--output {output} exists and is not a folder")
