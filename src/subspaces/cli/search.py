@@ -23,10 +23,11 @@ from subspaces.io import (
 )
 from subspaces.quantize import CALIBRATION_ROWS, Kind, dequantize, load_codes, sidecar
 from subspaces.store.plans import RESCORE
-from subspaces.store.search import search_quantized, search_vectors
+from subspaces.store.search import BASES, search_quantized, search_vectors
 
 SHORTLIST_FACTOR = 10  # search_vectors' default: --shortlist-factor means something only beside --dims
-Basis = Literal["model", "pca"]
+# The bases of vectors outside a store: an adapter is fitted inside one (`store shrink`).
+Basis = Literal[tuple(b for b in BASES if b != "adapter")]  # type: ignore[valid-type]
 
 
 @vectors_app.command("search")
