@@ -1,10 +1,12 @@
 """Every command-line default equals the library's default for the parameter it feeds.
 
 The walk covers every visible command of the typer app (click's command tree). Each command names the library
-callables and recipe dataclasses it feeds (``FEEDS``); an option is compared with the parameter or field of the same
-name in the first of them that has one (``RENAMED``: where the CLI spells it differently). A default of None means
-"not given: the library decides", and agrees with anything. Disagreements that are meant are listed in ``EXCEPTIONS``
-with the reason.
+callables, recipe dataclasses and settings dicts it feeds (``FEEDS``); an option is compared with the parameter,
+field or key of the same name in the first of them that has one with a default (else it feeds a parameter the
+library requires, which has no default to disagree with). ``RENAMED``: where the CLI spells it differently or says
+it in other terms. A default of None means "not given: the library decides", and agrees with anything; an option
+with any other default that matches nothing fails the walk unless ``UNFED`` says what it is. Disagreements that are
+meant are listed in ``EXCEPTIONS`` with the reason; those not yet decided in ``DISAGREEMENTS`` (strict xfails).
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ import dataclasses
 import enum
 import importlib
 import inspect
+import operator
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Annotated, Any
 
+import pytest
 import typer
 
 # The library's runtime defaults every model-loading command shares (device, backend, precision).
@@ -27,7 +31,7 @@ FEEDS: dict[str, tuple[str, ...]] = {
     "model list": (),
     "model encode": ("subspaces.models.encoder:encode", *RUNTIME),
     "model eval": ("subspaces.eval.sts:STSEvaluator", *RUNTIME),
-    "simcse train": ("subspaces.train.simcse:SimCSEConfig", *RUNTIME),
+    "simcse train": ("subspaces.train.simcse:SimCSEConfig", *RUNTIME, "subspaces.train.simcse:unsup_examples"),
     "matryoshka train": ("subspaces.train.matryoshka:MatryoshkaConfig", *RUNTIME),
     "matryoshka eval": ("subspaces.eval.dims:DimsEvaluator", *RUNTIME),
     "vectors search": ("subspaces.store.search:search_vectors", "subspaces.store.search:search_quantized"),
@@ -38,35 +42,64 @@ FEEDS: dict[str, tuple[str, ...]] = {
     "adapt apply": ("subspaces.adapt:adapt_file",),
     "cond train": ("subspaces.cond.recipe:CondTrainConfig", "subspaces.cond.pipeline:train_conditional"),
     "cond eval": ("subspaces.cond.pipeline:evaluate_conditional",),
-    "cond search": RUNTIME,
+    "cond search": ("subspaces.models.triencoder:TriEncoder.search", "subspaces.models.triencoder:TriEncoder.load"),
     "cond bench": ("subspaces.cond.pipeline:cache_benchmark",),
     "kgc train": ("subspaces.kgc.recipes:KGCTrainConfig", "subspaces.kgc.pipeline:train_pipeline"),
     "kgc eval": ("subspaces.kgc.pipeline:evaluate_model",),
     "store create": ("subspaces.store:Store.create", "subspaces.store:Store.open"),
-    "store add": ("subspaces.store:Store.add", "subspaces.store:Store.open"),
+    "store add": ("subspaces.store:Store.add", "subspaces.store:Store.open", "subspaces.store.inputs:read_rows"),
     "store info": (),
     "store repair": (),
-    "store index": ("subspaces.store:Store.index",),
-    "store search": ("subspaces.store:Store.search", "subspaces.store:Store.open"),
+    "store index": ("subspaces.store:Store.index", "subspaces.store:Store.quantize"),
+    "store search": ("subspaces.store:Store.search", "subspaces.store:Store.open", "subspaces.store.plans:plan"),
     "store migrate": ("subspaces.store.migrate:migrate", "subspaces.store:Store.open"),
-    "store shrink": ("subspaces.store.shrink:shrink",),
+    "store shrink": ("subspaces.store.shrink:shrink", "subspaces.store.shrink:ADAPTER_DEFAULTS"),
     "store reembed": ("subspaces.store.backfill:reembed", "subspaces.store:Store.open"),
-    "store demo": (),
-    "store import": ("subspaces.store.core:import_vectors",),
+    "store demo": ("subspaces.store.demo:run",),
+    "store import": (
+        "subspaces.store.core:import_vectors",
+        "subspaces.store:Store.import_vectors",
+        "subspaces.store.transfer:Source",
+        "subspaces.store.encoders:Runtime",
+    ),
     "store export": ("subspaces.store:Store.export",),
     "store delete": ("subspaces.store:Store.delete",),
 }
 
-# (command, option) -> the library's name for it, where the CLI spells it differently.
-RENAMED: dict[tuple[str, str], str] = {
+# (command, option) -> the library's name for it, where the CLI spells it differently; with the CLI value's meaning
+# in the library's terms, where the CLI says it in other units or the other way round.
+RENAMED: dict[tuple[str, str], str | tuple[str, Callable[[Any], Any]]] = {
     ("serve", "timeout"): "request_timeout_s",
     ("serve", "accept_any_model_name"): "accept_any_model",
     ("serve", "cors_origin"): "cors_origins",
     ("serve", "served_model_name"): "aliases",
+    ("serve", "max_body_mb"): ("max_body_bytes", lambda mb: max(1, int(mb * 2**20))),
+    ("model eval", "model"): "name_or_path",
+    ("simcse train", "model"): "name_or_path",
+    ("simcse train", "no_eval"): ("stsb_dev", operator.not_),
+    ("matryoshka train", "model"): "name_or_path",
+    ("matryoshka train", "no_eval"): ("stsb_dev", operator.not_),
     ("matryoshka eval", "c"): "C",
     ("matryoshka eval", "seed"): "random_state",
     ("adapt fit", "seed"): "random_state",
     ("align fit", "seed"): "random_state",
+    ("kgc train", "eval_split"): "evaluate_split",
+    ("kgc eval", "rerank_n_hop"): "n_hop",
+    ("kgc eval", "no_disk_cache"): ("disk_cache", lambda no: False if no else None),
+    ("store index", "partitions"): "num_partitions",
+    ("store index", "sub_vectors"): "num_sub_vectors",
+    ("store shrink", "adapter_basis"): "basis",
+}
+
+# (command, option) -> what it is, for an option with a default that feeds no library parameter.
+UNFED: dict[tuple[str, str], str] = {
+    ("serve", "host"): "the address this process listens on (uvicorn's), not a setting of the app",
+    ("serve", "port"): "the port this process listens on (uvicorn's), not a setting of the app",
+    ("serve", "stay_up_on_error"): "whether this process exits when the model fails to load",
+    ("matryoshka eval", "list_tasks"): "prints the task names instead of evaluating",
+    ("store info", "json_out"): "prints the record as JSON instead of a table",
+    ("store migrate", "commit"): "runs Store.commit instead of a migration",
+    ("store migrate", "rollback"): "runs Store.rollback instead of a migration",
 }
 
 # (command, option) -> why its default differs from the library's on purpose.
@@ -76,6 +109,13 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
     ("matryoshka train", "trainable_layers"): ALL_LAYERS,
     ("cond train", "trainable_layers"): ALL_LAYERS,
     ("kgc train", "trainable_layers"): ALL_LAYERS,
+}
+
+# (command, option) -> a disagreement the walk found that is not decided yet: its test below is a strict xfail, so
+# the entry must go once either side changes.
+DISAGREEMENTS: dict[tuple[str, str], str] = {
+    ("store demo", "to"): "the command migrates the demo store to paraphrase-l3; run(to=None) does not migrate",
+    ("store demo", "shrink_dims"): "the command shrinks the demo store to 64 dims; run(shrink_dims=None) does not",
 }
 
 
@@ -105,8 +145,15 @@ def resolve(target: str | Callable[..., Any]) -> Any:
     return obj
 
 
+# The "default" of a parameter the library requires: no default to disagree with.
+REQUIRED = object()
+
+
 def library_defaults(target: Any) -> dict[str, Any]:
-    """Parameter (or field) name -> default, of a dataclass, class or function."""
+    """Parameter (or field, or key) name -> default (:data:`REQUIRED` if none), of a dataclass, class, function or
+    dict of settings."""
+    if isinstance(target, Mapping):
+        return dict(target)
     if dataclasses.is_dataclass(target):
         defaults = {}
         for f in dataclasses.fields(target):
@@ -114,9 +161,12 @@ def library_defaults(target: Any) -> dict[str, Any]:
                 defaults[f.name] = f.default
             elif f.default_factory is not dataclasses.MISSING:
                 defaults[f.name] = f.default_factory()
+            else:
+                defaults[f.name] = REQUIRED
         return defaults
-    signature = inspect.signature(target)
-    return {n: p.default for n, p in signature.parameters.items() if p.default is not inspect.Parameter.empty}
+    parameters = inspect.signature(target).parameters.values()
+    keyed = [p for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return {p.name: REQUIRED if p.default is p.empty else p.default for p in keyed}
 
 
 def same(cli: Any, library: Any) -> bool:
@@ -137,25 +187,34 @@ def same(cli: Any, library: Any) -> bool:
 def mismatches(
     app: typer.Typer,
     feeds: dict[str, tuple[Any, ...]],
-    renamed: dict[tuple[str, str], str],
+    renamed: dict[tuple[str, str], Any],
     exceptions: dict[tuple[str, str], str],
+    unfed: dict[tuple[str, str], str],
 ) -> list[str]:
-    """``"command --option: CLI x, library y (target)"`` for every option whose default disagrees."""
+    """``"command --option: ..."`` for every option whose default disagrees with the library's, or that has a
+    default (not None) and feeds nothing the command names."""
     found = []
     for path, command in commands(app):
         targets = [(t, library_defaults(resolve(t))) for t in feeds[path]]
         for param in command.params:
-            if param.param_type_name != "option" or param.name in ("help",) or (path, param.name) in exceptions:
+            key = (path, param.name)
+            if param.param_type_name != "option" or param.name == "help" or key in exceptions or key in unfed:
                 continue
-            name = renamed.get((path, param.name), param.name)
-            for target, defaults in targets:
-                if name in defaults:
-                    if not same(param.default, defaults[name]):
-                        found.append(
-                            f"{path} --{param.name.replace('_', '-')}: CLI {param.default!r}, "
-                            f"library {defaults[name]!r} ({target})"
-                        )
-                    break
+            name, convert = renamed.get(key, param.name), None
+            if isinstance(name, tuple):
+                name, convert = name
+            cli = param.default if convert is None or param.default is None else convert(param.default)
+            option = f"{path} --{param.name.replace('_', '-')}"
+            # a parameter with a default first: one the library requires has none to compare with
+            matched = [(t, d[name]) for t, d in targets if d.get(name, REQUIRED) is not REQUIRED]
+            matched += [(t, d[name]) for t, d in targets if d.get(name) is REQUIRED]
+            if not matched:
+                if param.default is not None:
+                    found.append(f"{option}: default {param.default!r} feeds none of {feeds[path]}")
+                continue
+            target, library = matched[0]
+            if library is not REQUIRED and not same(cli, library):
+                found.append(f"{option}: CLI {param.default!r}, library {library!r} ({target})")
     return found
 
 
@@ -168,31 +227,58 @@ def test_every_command_is_mapped_to_what_it_feeds():
 def test_every_cli_default_equals_the_librarys():
     from subspaces.cli.app import app
 
-    found = mismatches(app, FEEDS, RENAMED, EXCEPTIONS)
+    found = mismatches(app, FEEDS, RENAMED, EXCEPTIONS | DISAGREEMENTS, UNFED)
     assert found == [], "\n".join(found)
 
 
-def test_the_check_catches_a_planted_mismatch():
-    """The walk must be able to fail: a command whose default drifted from its library function's is reported,
-    a renamed option is followed, and an exception silences it."""
+UNDECIDED = [pytest.param(key, marks=pytest.mark.xfail(strict=True, reason=why)) for key, why in DISAGREEMENTS.items()]
 
-    def library(batch_size: int = 64, device: str = "cpu", dims: tuple[int, ...] = (8, 16)) -> None: ...
+
+@pytest.mark.parametrize("option", UNDECIDED)
+def test_undecided_disagreements(option):
+    from subspaces.cli.app import app
+
+    path, name = option
+    found = mismatches(app, FEEDS, RENAMED, EXCEPTIONS, UNFED)
+    assert not [line for line in found if line.startswith(f"{path} --{name.replace('_', '-')}:")]
+
+
+def test_the_check_catches_a_planted_mismatch():
+    """The walk must be able to fail: a command whose default drifted from its library function's is reported, as is
+    an option with a default that feeds nothing; a renamed option is followed (its value converted where the CLI says
+    it the other way round), an option feeding a required parameter agrees, and an exception silences it."""
+
+    def library(model: str, batch_size: int = 64, dims: tuple[int, ...] = (8, 16), evaluate: bool = True) -> None: ...
 
     app = typer.Typer()
     group = typer.Typer()
     app.add_typer(group, name="demo")
 
     @group.command("run")
-    def run(batch_size: int = 32, device: str = "cpu", chunk: int = 64, dims: list[int] = [8, 16]) -> None: ...  # noqa: B006
+    def run(
+        model: str = "m",
+        batch_size: int = 32,
+        chunk: int = 64,
+        dims: list[int] = [8, 16],  # noqa: B006
+        no_eval: bool = False,
+    ) -> None: ...
 
     @group.command("other")
     def other() -> None: ...
 
     feeds = {"demo run": (library,), "demo other": ()}
-    assert mismatches(app, feeds, {}, {}) == [f"demo run --batch-size: CLI 32, library 64 ({library})"]
-    renamed = mismatches(app, feeds, {("demo run", "chunk"): "batch_size"}, {})
+    no_eval = {("demo run", "no_eval"): ("evaluate", operator.not_)}
+    unfed = {("demo run", "chunk"): "the command's own"}
+    drifted = f"demo run --batch-size: CLI 32, library 64 ({library})"
+    assert mismatches(app, feeds, no_eval, {}, unfed) == [drifted]
+    unmatched = f"demo run --chunk: default 64 feeds none of {(library,)}"
+    assert mismatches(app, feeds, no_eval, {}, {}) == [drifted, unmatched]
+    renamed = mismatches(app, feeds, {**no_eval, ("demo run", "chunk"): "batch_size"}, {}, {})
     assert [line.split(":")[0] for line in renamed] == ["demo run --batch-size"]  # --chunk 64 agrees with 64
-    assert mismatches(app, feeds, {}, {("demo run", "batch_size"): "meant"}) == []
+    meant = {("demo run", "batch_size"): "meant"}
+    unconverted = mismatches(app, feeds, {("demo run", "no_eval"): "evaluate"}, meant, unfed)
+    assert unconverted == [f"demo run --no-eval: CLI False, library True ({library})"]
+    assert mismatches(app, feeds, no_eval, meant, unfed) == []
 
 
 def enum_options(app: typer.Typer) -> set[str]:
