@@ -132,14 +132,14 @@ def test_losses_by_hand():
     z1 = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
     z2 = torch.tensor([[2.0, 0.0], [0.0, 3.0]])
     y = torch.tensor([0.75, 0.25])
-    mse = ConditionalLoss("mse")(z1, z2, y)
+    mse = ConditionalLoss(objective="mse")(z1, z2, y)
     assert mse.item() == pytest.approx(((1 - 0.75) ** 2 + 0.25**2) / 2)
-    quad = ConditionalLoss("quadruplet", margin=1.0)(z1, z2, y)
+    quad = ConditionalLoss(objective="quadruplet", margin=1.0)(z1, z2, y)
     assert quad.item() == pytest.approx(0.0)  # cos_high - cos_low = 1 = margin
-    quad_reversed = ConditionalLoss("quadruplet", margin=1.0)(z1, z2.flip(0), y)
+    quad_reversed = ConditionalLoss(objective="quadruplet", margin=1.0)(z1, z2.flip(0), y)
     assert quad_reversed.item() == pytest.approx(2.0)
     tau = 1.5
-    info = ConditionalLoss("infonce_mse", temperature=tau)(z1, z2, y)
+    info = ConditionalLoss(objective="infonce_mse", temperature=tau)(z1, z2, y)
     contrast = -math.log(math.exp(1 / tau) / (math.exp(1 / tau) + math.exp(0)))
     assert info.item() == pytest.approx(contrast + ((1 - 0.75) ** 2 + 0.25**2) / 2, rel=1e-5)
 
@@ -148,8 +148,8 @@ def test_infonce_in_batch_negatives_add_terms():
     torch.manual_seed(0)
     z1, z2 = torch.randn(4, 3), torch.randn(4, 3)
     y = torch.tensor([1.0, 0.0, 1.0, 0.0])
-    plain = ConditionalLoss("infonce_mse")(z1, z2, y)
-    extra = ConditionalLoss("infonce_mse", in_batch_negatives=True)(z1, z2, y)
+    plain = ConditionalLoss(objective="infonce_mse")(z1, z2, y)
+    extra = ConditionalLoss(objective="infonce_mse", in_batch_negatives=True)(z1, z2, y)
     assert extra.item() > plain.item()  # more negatives can only raise the cross-entropy
 
 

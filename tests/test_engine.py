@@ -460,3 +460,22 @@ def test_a_checkpoint_holds_only_what_weights_only_loading_reads(tmp_path):
     ).run()
     state = torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=True)
     assert state["step"] == 3 and state["best"] == 0.5
+
+
+def test_history_by_epoch_is_whole_after_a_resume(tmp_path):
+    """``by_epoch``: one entry per epoch (its last step, mean loss, evaluation under "dev"); a run resumed in the
+    middle of an epoch ends with the history of a run never interrupted."""
+
+    def run(folder, stop_at=None):
+        model = _model()
+        config = _config(folder, eval_every_epoch=True, save_steps=1)
+        evaluator = lambda module: {"score": float(module[0].weight.sum())}  # noqa: E731 - weights, bit for bit
+        return TrainingLoop(model, _step(model, stop_at), Toy(), config, evaluator, by_epoch=True).run()
+
+    straight = run(tmp_path / "a")
+    assert [(e["epoch"], e["step"]) for e in straight.history] == [(0, 8), (1, 12)]  # Toy: 8 batches an epoch
+    assert all(set(e) == {"epoch", "step", "loss", "dev"} for e in straight.history)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "b", stop_at=11)  # 10 steps done: 2 of epoch 1
+    resumed = run(tmp_path / "b")
+    assert resumed.resumed_from == 10 and resumed.history == straight.history

@@ -417,7 +417,7 @@ def test_fine_tuned_tri_encoder_head_learns_at_its_own_rate(tmp_path, tiny_encod
         loss,
         examples,
         KGCTrainConfig(batch_size=4, encoder_lr=1e-12, head_lr=1e-2, max_steps=3, show_progress=False),
-        KGCTexts.build(kg),
+        texts=KGCTexts.build(kg),
     )
     assert result.steps == 3
     assert all(torch.allclose(a, b, atol=1e-9) for a, b in zip(encoder_before, model.encoder.parameters(), strict=True))
@@ -432,7 +432,7 @@ def test_fine_tuned_tri_encoder_head_learns_at_its_own_rate(tmp_path, tiny_encod
             bi,
             examples,
             KGCTrainConfig(batch_size=4, head_lr=1e-3, max_steps=1, show_progress=False),
-            KGCTexts.build(kg),
+            texts=KGCTexts.build(kg),
         )
 
 

@@ -67,7 +67,7 @@ def _kgc_run(
         output=output, dataset=kg, model=args.model, device=args.device, show_progress=False, recipe=RECIPE, **settings
     )
     evaluation = report.eval.to_dict() if report.eval is not None else {"average": {}}
-    train, rerank = report.train_result, (evaluation.get("rerank") or {}).get("average", {}).get("mrr")
+    train, rerank = report.train_result.to_dict(), (evaluation.get("rerank") or {}).get("average", {}).get("mrr")
     return {
         "arch": arch, "seed": seed, "steps": train["steps"], "batch_size": settings["batch_size"],
         "train_seconds": train["seconds"], "wall_seconds": time.perf_counter() - started,

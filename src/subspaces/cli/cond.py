@@ -78,7 +78,7 @@ def train_cmd(
     )
     summary = train_conditional(task, model, output=output, config=config, data_dir=data, device=device)
     echo(
-        f"{output}  ({summary.sampler}; {summary.steps} steps in {summary.train_seconds:.1f}s)",
+        f"{output}  ({summary.sampler}; {summary.steps} steps in {summary.seconds:.1f}s)",
         label="saved",
         style="green",
     )

@@ -85,10 +85,7 @@ def train(
         config = replace(config, **_recipe_defaults(recipe, config.arch), recipe=recipe)
     report = train_pipeline(config, output=output, dataset=dataset, model=model, device=device)
     r = report.train_result
-    echo(
-        f"trained {r['steps']} steps in {r['seconds']:.1f} s ({r['examples_per_second']:.0f} examples/s); "
-        f"saved to {output}"
-    )
+    echo(f"trained {r.steps} steps in {r.seconds:.1f} s ({r.examples_per_second:.0f} examples/s); saved to {output}")
     if report.eval is not None:
         _show(report.eval)
         if json_path is not None:
@@ -110,8 +107,8 @@ def evaluate(
     split: str = typer.Option("test", help="test, valid (or validation) or train."),
     json_path: JsonOpt = None,
     predictions: Optional[Path] = typer.Option(None, help="Write per-query rank and top-10 as JSON lines."),
-    rerank_n_hop: int = typer.Option(0, help="SimKGC's graph re-ranking (off by default; reported separately)."),
-    neighbour_weight: float = typer.Option(0.05, help="Re-ranking: bonus of an entity within --rerank-n-hop."),
+    rerank_n_hop: int = typer.Option(KGCTrainConfig.rerank_n_hop, help="SimKGC's graph re-ranking, N hops (0: off)."),
+    neighbour_weight: float = typer.Option(KGCTrainConfig.neighbour_weight, help="Re-ranking: bonus within the hops."),
     ties: Ties = typer.Option("realistic", help="How ties rank: realistic (expected), optimistic or pessimistic."),
     no_disk_cache: bool = typer.Option(False, "--no-disk-cache", help="Encode everything afresh (for timing)."),
     device: DeviceOpt = "cpu",

@@ -24,14 +24,20 @@ from subspaces.models.conditional import (
     load_or_zero_shot,
 )
 from subspaces.results import JSONResult
+from subspaces.train.engine import FitResult
 
 
-@dataclass
-class ConditionalTrainResult(JSONResult):
-    """What ``cond train`` did; saved as ``OUTPUT/train_result.json``, the best dev score under
-    ``best_dev_<selection_metric>``."""
+@dataclass(kw_only=True)
+class ConditionalTrainResult(FitResult):
+    """What ``cond train`` did: the loop's result (a history entry per epoch) with the run's task, model and
+    settings; saved as ``OUTPUT/train_result.json``, the loop's seconds as ``train_seconds`` and the best dev score
+    as ``best_dev_<selection_metric>``."""
 
     OMIT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"head", "rank"})
+    SAVED = (
+        "task", "model", "arch", "freeze_encoder", "head", "rank", "objective", "train_rows", "sampler", "steps",
+        "seconds", "total_seconds", "best_epoch", "best_score", "history", "config",
+    )  # fmt: skip
 
     task: str
     model: str
@@ -42,19 +48,14 @@ class ConditionalTrainResult(JSONResult):
     objective: str
     train_rows: int
     sampler: str
-    steps: int
-    train_seconds: float  # the optimisation loop only
     total_seconds: float  # including loading, the frozen encoder's one pass, and dev evaluations
     best_epoch: int | None
     selection_metric: str
-    best_dev: float | None
-    history: list[dict[str, Any]]
     config: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
-        plain = super().to_dict()
-        metric = plain.pop("selection_metric")
-        return {(f"best_dev_{metric}" if k == "best_dev" else k): v for k, v in plain.items()}
+        renamed = {"seconds": "train_seconds", "best_score": f"best_dev_{self.selection_metric}"}
+        return {renamed.get(k, k): v for k, v in super().to_dict().items()}
 
 
 @dataclass
@@ -119,20 +120,17 @@ def train_conditional(
     seconds = time.perf_counter() - start
     cond_model.save(output)
     training = cond_model.metadata["training"]
-    summary = ConditionalTrainResult(
+    summary = ConditionalTrainResult.of(
+        result,
         task=task,
         model=model,
         **_describe(cond_model),
         objective=config.objective,
         train_rows=len(train_rows),
         sampler=training["sampler"],
-        steps=result.steps,
-        train_seconds=result.seconds,
         total_seconds=seconds,
         best_epoch=training["best_epoch"],
         selection_metric=spec.selection_metric,
-        best_dev=result.best_score,
-        history=result.history,
         config=asdict(config),
     )
     summary.save(Path(output) / "train_result.json")

@@ -6,13 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from subspaces.losses.settings import setting
+from subspaces.losses.settings import ConditionalSettings, setting
 from subspaces.train.recipes import FitConfig
 
 
 @dataclass
-class CondTrainConfig(FitConfig):
-    """A conditional-similarity run: the model to build, the objective, and the loop's settings."""
+class CondTrainConfig(ConditionalSettings, FitConfig):
+    """A conditional-similarity run: the loop's settings, the objective's (:class:`ConditionalSettings`), and the
+    model to build."""
 
     arch: Literal["tri", "bi"] = setting(
         "tri", "tri: sentence and condition encoded apart (cacheable); bi: (s, c) pairs."
@@ -24,17 +25,11 @@ class CondTrainConfig(FitConfig):
     max_length: int | None = setting(
         None, "Tokens per text (default: the encoder's own limit).", "--max-length", "--max-seq-length"
     )
-    objective: Literal["mse", "quadruplet", "infonce_mse"] = setting(
-        "mse", "mse; quadruplet and infonce_mse need pairs under two conditions."
-    )
     batch_size: int = setting(32, "Rows per step.")
     head_lr: float = setting(1e-3, "Learning rate of the head.")
     encoder_lr: float = setting(2e-5, "Learning rate of the encoder when fine-tuning.")
     lr: float = field(init=False, repr=False)  # derived: the loop's base rate, the head's (each group has its own)
     epochs: int = setting(10, "Passes over the training rows.")
-    temperature: float = setting(1.7, "τ of infonce_mse.")
-    margin: float = setting(1.0, "Margin of the quadruplet loss.")
-    in_batch_negatives: bool = setting(False, "infonce_mse: other pairs of the batch as negatives.")
     eval_every_epoch: bool = setting(True, "Score the dev split after each epoch.")
     trainable_layers: int | str | None = setting(
         None, "Fine-tuning: only the top N transformer layers (None/'all': all)."

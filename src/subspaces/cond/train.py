@@ -4,9 +4,7 @@ best on dev is kept), its evaluation, and the checks both conditional tasks (con
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -110,15 +108,11 @@ def fit(
     *,
     dev_rows: Sequence[ConditionalPair] | None = None,
 ) -> engine.FitResult:
-    """Train ``model`` on ``train_rows`` with the engine; keeps the state best on ``dev_rows`` (if given). The run's
-    summary (steps, best epoch, the sampler's) is recorded in ``model.metadata["training"]``."""
+    """Train ``model`` on ``train_rows`` with the engine; keeps the state best on ``dev_rows`` (if given). The history
+    has one entry per epoch (its mean loss, its dev metrics); the run's summary (steps, best epoch, the sampler's) is
+    recorded in ``model.metadata["training"]``."""
     check_trainable("cond", model.arch, model.freeze_encoder, config.trainable_layers)
-    loss_fn = ConditionalLoss(
-        config.objective,
-        temperature=config.temperature,
-        margin=config.margin,
-        in_batch_negatives=config.in_batch_negatives,
-    )
+    loss_fn = ConditionalLoss(settings=config)
     sampler = (PairSampler if loss_fn.needs_pairs else RowSampler)(train_rows, config.batch_size, seed=config.seed)
     model.metadata.update(
         {
@@ -142,7 +136,6 @@ def fit(
         return loss_fn(z1, z2, labels)
 
     per_epoch = len(sampler)
-    losses: dict[int, list[float]] = defaultdict(list)
     steps = total_steps(per_epoch, config)
     evaluator = DevEvaluator(task, dev_rows) if dev_rows is not None and config.eval_every_epoch else None
     recorded = ("objective", "batch_size", "encoder_lr", "temperature", "margin")
@@ -167,7 +160,7 @@ def fit(
             evaluator,
             param_groups=param_groups(model, config),
             settings=settings,
-            on_step=lambda done, loss: losses[(done - 1) // per_epoch].append(loss),
+            by_epoch=True,
         ).run()
     model.eval()
     if model.freeze_encoder:
@@ -182,7 +175,7 @@ def fit(
         "best_dev": result.best_score,
         "sampler": sampler.summary(),
     }
-    return replace(result, history=_epoch_history(result.history, losses, per_epoch))
+    return result
 
 
 def _training_texts(model: ConditionalModel, rows: Sequence[ConditionalPair]) -> list[tuple[Any, list[Any]]]:
@@ -191,17 +184,6 @@ def _training_texts(model: ConditionalModel, rows: Sequence[ConditionalPair]) ->
         return [(model.encoder, [(s, r.condition) for r in rows for s in (r.sentence1, r.sentence2)])]
     sentences = [s for r in rows for s in (r.sentence1, r.sentence2)]
     return [(model.encoder, sentences), (model.store.encoders["condition"], [r.condition for r in rows])]
-
-
-def _epoch_history(
-    engine_history: list[dict[str, Any]], losses: dict[int, list[float]], per_epoch: int
-) -> list[dict[str, Any]]:
-    """One entry per epoch: its last step, mean loss and (if evaluated) the dev metrics."""
-    dev = {entry["epoch"]: {"dev": entry["eval"]} for entry in engine_history if "eval" in entry}
-    return [
-        {"epoch": e, "step": e * per_epoch + len(losses[e]), "loss": float(np.mean(losses[e])), **dev.get(e, {})}
-        for e in sorted(losses)
-    ]
 
 
 def _warm_caches(

@@ -23,7 +23,7 @@ from subspaces.kgc.ranking import Ties, average_metrics, rank_metrics, rank_quer
 from subspaces.kgc.recipes import KGCTrainConfig
 from subspaces.kgc.texts import KGCTexts
 from subspaces.kgc.train import embed_batch, train_kgc
-from subspaces.losses.simkgc import SETTINGS, SimKGCLoss
+from subspaces.losses.simkgc import SimKGCLoss
 from subspaces.models.conditional import (
     CacheSettings,
     ConditionalModel,
@@ -35,9 +35,7 @@ from subspaces.models.conditional import (
 from subspaces.models.folder import read_config
 from subspaces.models.partial import partially_trained
 from subspaces.results import JSONResult
-from subspaces.train.engine import seed_everything
-
-DEFAULT_MAX_LENGTH = 50  # SimKGC's --max-num-tokens
+from subspaces.train.engine import FitResult, seed_everything
 
 
 @dataclass
@@ -69,6 +67,27 @@ class KGCEvalResult(JSONResult):
     rerank: dict[str, Any] | None = None  # with n_hop > 0: SimKGC's graph re-ranking, beside the plain figures
 
 
+@dataclass(kw_only=True)
+class KGCTrainResult(FitResult):
+    """The loop's result of a KGC run, with what the task adds; its JSON is the model folder's ``train_result``."""
+
+    SAVED = (
+        "steps", "seconds", "examples_per_second", "final_temperature", "best_dev_mrr", "history", "prepare_seconds",
+    )  # fmt: skip
+
+    batch_size: int
+    final_temperature: float
+    prepare_seconds: float  # the frozen encoder's one pass over every text, before training
+
+    @property
+    def examples_per_second(self) -> float:
+        return self.steps * self.batch_size / self.seconds if self.seconds else 0.0
+
+    @property
+    def best_dev_mrr(self) -> float | None:
+        return self.best_score
+
+
 @dataclass
 class KGCResult(JSONResult):
     """What ``train_pipeline`` did: where the model is, the training summary, and the evaluation if one ran."""
@@ -76,7 +95,7 @@ class KGCResult(JSONResult):
     OMIT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"eval"})
 
     output: str
-    train_result: dict[str, Any]
+    train_result: KGCTrainResult
     eval: KGCEvalResult | None = None
 
 
@@ -142,11 +161,7 @@ def train_pipeline(
         prepare_seconds = time.perf_counter() - started
     batch_size = min(config.batch_size, len(examples))  # TripleBatches' (a graph smaller than a batch: one batch)
     loss = SimKGCLoss(
-        kgc_model,
-        known,
-        batch_size=batch_size,
-        embed_batch=functools.partial(embed_batch, kgc_model),
-        **{name: getattr(config, name) for name in SETTINGS},
+        kgc_model, known, settings=config, batch_size=batch_size, embed_batch=functools.partial(embed_batch, kgc_model)
     )
     tracked = select_on or track_on
     evaluator = RankingEvaluator(kg, tracked, texts, select=bool(select_on)) if tracked else None
@@ -157,11 +172,14 @@ def train_pipeline(
         show_progress=config.show_progress,
         description=f"caching activations for kgc {kg.name}",
     ):
-        result = train_kgc(loss.to(device), examples, config, texts, evaluator)
+        result = train_kgc(loss.to(device), examples, config, texts=texts, evaluator=evaluator)
     output = Path(output)
     named = isinstance(dataset, KnowledgeGraph) or str(dataset) in DATASETS
     source = kg.name if named else str(Path(str(dataset)).resolve())
     train = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()}
+    summary = KGCTrainResult.of(
+        result, batch_size=batch_size, final_temperature=loss.temperature, prepare_seconds=prepare_seconds
+    )
     kgc_model.metadata = {
         "dataset": kg.name,
         "dataset_source": source,  # what evaluation reloads: a dataset name or the folder trained on
@@ -175,18 +193,10 @@ def train_pipeline(
         # what TriEncoder.search marks as seen (any other relation text is projected zero-shot, with a note)
         "seen_conditions": sorted({texts.relations[r] for r in set(examples[:, 1].tolist())}),
         "train": {**train, "select_on": select_on, "track_on": track_on},
-        "train_result": {
-            "steps": result.steps,
-            "seconds": result.seconds,
-            "examples_per_second": result.steps * batch_size / result.seconds if result.seconds else 0.0,
-            "final_temperature": loss.temperature,
-            "best_dev_mrr": result.best_score,
-            "history": result.history,
-            "prepare_seconds": prepare_seconds,
-        },
+        "train_result": summary.to_dict(),
     }
     kgc_model.save(output)
-    report = KGCResult(output=str(output), train_result=kgc_model.metadata["train_result"])
+    report = KGCResult(output=str(output), train_result=summary)
     if evaluate_split:
         report.eval = evaluate_model(
             kgc_model,
@@ -248,15 +258,16 @@ def evaluate_model(
     disk_cache: str | Path | bool | None = None,
     predictions: str | Path | None = None,
     ties: Ties = "realistic",
-    n_hop: int = 0,
-    neighbour_weight: float = 0.05,
+    n_hop: int = KGCTrainConfig.rerank_n_hop,
+    neighbour_weight: float = KGCTrainConfig.neighbour_weight,
     model_name: str | None = None,
     show_progress: bool = True,
     device: str = "cpu",
 ) -> KGCEvalResult:
     """Filtered ranking of ``split`` against every entity, forward (tails), backward (heads) and their average, of a
-    trained KGC folder, a model object, or a plain encoder (the zero-shot bi-encoder). ``n_hop > 0`` adds SimKGC's
-    graph re-ranking (under ``rerank``), with raw query vectors where the model trained with them."""
+    trained KGC folder, a model object, or a plain encoder (the zero-shot bi-encoder, at the recipe's ``max_length``).
+    ``n_hop > 0`` adds SimKGC's graph re-ranking (under ``rerank``), with raw query vectors where the model
+    trained with them."""
     from subspaces.models.encoder import resolve_device
 
     resolve_device(device)
@@ -274,7 +285,7 @@ def evaluate_model(
         kgc_model = load_or_zero_shot(
             model,
             task="kgc",
-            zero_shot_max_length=DEFAULT_MAX_LENGTH,
+            zero_shot_max_length=KGCTrainConfig.max_length,
             cache=CacheSettings(disk=disk_cache),
             device=device,
         )

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from subspaces.kgc.graph import KnownTails, LinkGraph
-from subspaces.kgc.recipes import Ties
+from subspaces.kgc.recipes import KGCTrainConfig, Ties
 from subspaces.vectors import normalize_rows
 
 HITS_AT = (1, 3, 10)
@@ -89,7 +89,7 @@ def rank_queries(
     top_k: int = 10,
     graph: LinkGraph | None = None,
     n_hop: int = 0,
-    neighbour_weight: float = 0.05,
+    neighbour_weight: float = KGCTrainConfig.neighbour_weight,
     normalize_queries: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Ranks of ``queries[:, 2]`` for the queries ``(h, r, t)`` by cosine (``normalize_queries=False``: the raw

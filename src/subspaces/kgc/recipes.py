@@ -9,16 +9,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from subspaces.errors import SubspacesError
-from subspaces.losses.settings import setting
+from subspaces.losses.settings import SimKGCSettings, setting
 from subspaces.train.recipes import FitConfig
 
 Ties = Literal["realistic", "optimistic", "pessimistic"]  # how tied scores rank in evaluation (kgc.ranking)
 
 
 @dataclass
-class KGCTrainConfig(FitConfig):
-    """A KGC run: the model to build, SimKGC's objective, the entity texts, the evaluation, and the loop's settings
-    (SimKGC's defaults where they apply to CPU; warm-up capped at a tenth of the run)."""
+class KGCTrainConfig(SimKGCSettings, FitConfig):
+    """A KGC run: the loop's settings, SimKGC's objective (:class:`SimKGCSettings`), the model to build, the entity
+    texts and the evaluation (SimKGC's defaults where they apply to CPU; warm-up capped at a tenth of the run)."""
 
     arch: Literal["bi", "tri"] = setting("tri", "bi (SimKGC) or tri (Hyper-CL tri-encoder).")
     head: Literal["hypernet", "concat", "hadamard"] = setting("hypernet", "Tri-encoder head.")
@@ -48,12 +48,6 @@ class KGCTrainConfig(FitConfig):
     weight_decay: float = setting(1e-4, "AdamW weight decay (matrices only).")
     max_grad_norm: float | None = setting(10.0, "Gradient clipping norm.")
     save_steps: int | None = setting(50, "Checkpoint cadence in steps (with output_dir).")
-    margin: float = setting(0.02, "Additive margin on the positive.")
-    temperature: float = setting(0.05, "Initial temperature (learnable).")
-    pre_batch: int = setting(0, "Pre-batch queue size in batches (SimKGC: 0 on WN18RR, 2 on FB15k-237).")
-    pre_batch_weight: float = setting(0.5, "Factor on the pre-batch negatives' logits.")
-    self_negatives: bool = setting(True, "Count the head entity itself as a negative.")
-    normalize_queries: bool = setting(True, "Score cos(hr, t); off: the raw projection against unit tails (Hyper-CL).")
     neighbour_names: bool | None = setting(
         None,
         "Append neighbour names to short descriptions (default: on for FB15k-237).",

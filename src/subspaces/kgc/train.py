@@ -5,7 +5,6 @@ of the triples; the evaluator is :class:`subspaces.kgc.pipeline.RankingEvaluator
 from __future__ import annotations
 
 import hashlib
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -71,15 +70,16 @@ def train_kgc(
     loss: SimKGCLoss,
     examples: np.ndarray,
     config: KGCTrainConfig,
-    texts: Any = None,
+    *,
+    texts: KGCTexts | None = None,
     evaluator: Evaluator | None = None,
 ) -> engine.FitResult:
-    """Train ``loss.model`` (and the loss's temperature) on ``(n, 3)`` triples, inverses included; with an
-    ``evaluator`` the state best on it (at each epoch end) is kept."""
+    """Train ``loss.model`` (and the loss's temperature) on ``(n, 3)`` triples, inverses included, whose ``texts``
+    the model reads; with an ``evaluator`` the state best on it (at each epoch end) is kept. The history logs each
+    step's epoch and temperature too."""
     batches = TripleBatches(examples, config.batch_size, config.seed)
     per_epoch = len(batches)
     total = total_steps(per_epoch, config)
-    temperatures: dict[int, float] = {}
     frozen = bool(getattr(loss.model, "freeze_encoder", False))
     lr, head_lr = config.rates(frozen)
     fit_config = config.loop_config(
@@ -99,13 +99,7 @@ def train_kgc(
         evaluator,
         param_groups=_param_groups(loss, config),
         settings=settings,
-        on_step=lambda step, _value: temperatures.__setitem__(step, loss.temperature),
+        log=lambda step: {"epoch": (step - 1) // per_epoch, "temperature": loss.temperature},
     ).run()
     loss.eval()
-    history = [
-        {**entry, "epoch": (entry["step"] - 1) // per_epoch, "temperature": temperatures.get(entry["step"])}
-        if "loss" in entry
-        else entry
-        for entry in result.history
-    ]
-    return replace(result, history=history)
+    return result

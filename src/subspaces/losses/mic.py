@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from subspaces.errors import DimensionError
-from subspaces.losses.settings import MAPPINGS, MICSettings
+from subspaces.losses.settings import MAPPINGS, MICSettings, chosen
 from subspaces.models.pooling import masked_mean
 
 
@@ -136,8 +136,7 @@ class MICLoss(nn.Module):
         **changes: Any,
     ) -> None:
         super().__init__()
-        chosen = settings or MICSettings()
-        mic = MICSettings(**{f.name: getattr(chosen, f.name) for f in fields(MICSettings)} | changes)
+        mic = chosen(MICSettings, settings, changes)
         self.model = model
         self.loss = loss
         config = self._transformer().model.config

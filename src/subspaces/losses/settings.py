@@ -4,16 +4,26 @@ classes, and the CLI derives its options from them (no torch here)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, TypeVar
 
 LayerPrefixMapping = Literal["all", "paired"]
 MAPPINGS: tuple[LayerPrefixMapping, ...] = ("all", "paired")
+Objective = Literal["mse", "quadruplet", "infonce_mse"]
+OBJECTIVES: tuple[Objective, ...] = ("mse", "quadruplet", "infonce_mse")
+S = TypeVar("S")
 
 
 def setting(default: Any, text: str, *flags: str) -> Any:
     """A recipe field: its default, its help ``text`` and, if not ``--field-name``, its CLI ``flags``."""
     return field(default=default, metadata={"help": text, "flags": flags} if flags else {"help": text})
+
+
+def chosen(kind: type[S], settings: Any | None, changes: dict[str, Any]) -> S:
+    """A loss's ``kind`` of settings: those of ``settings`` (a ``kind``, or a recipe extending it; None: the
+    defaults) with ``changes`` to single fields."""
+    taken = {} if settings is None else {f.name: getattr(settings, f.name) for f in fields(kind)}  # type: ignore[arg-type]
+    return kind(**taken | changes)
 
 
 @dataclass
@@ -53,3 +63,26 @@ class MICSettings:
     layer_prefix_mapping: LayerPrefixMapping = setting(
         "all", "MIC: all = every layer x every dim; paired = shallower layer <-> smaller dim."
     )
+
+
+@dataclass
+class SimKGCSettings:
+    """SimKGC's objective, declared once: :class:`SimKGCLoss` and ``kgc train`` take their defaults here."""
+
+    margin: float = setting(0.02, "Additive margin on the positive.")
+    temperature: float = setting(0.05, "Initial temperature (learnable).")
+    pre_batch: int = setting(0, "Pre-batch queue size in batches (SimKGC: 0 on WN18RR, 2 on FB15k-237).")
+    pre_batch_weight: float = setting(0.5, "Factor on the pre-batch negatives' logits.")
+    self_negatives: bool = setting(True, "Count the head entity itself as a negative.")
+    normalize_queries: bool = setting(True, "Score cos(hr, t); off: the raw projection against unit tails (Hyper-CL).")
+
+
+@dataclass
+class ConditionalSettings:
+    """The conditional objectives' settings, declared once: :class:`ConditionalLoss` and ``cond train`` take their
+    defaults here."""
+
+    objective: Objective = setting("mse", "mse; quadruplet and infonce_mse need pairs under two conditions.")
+    temperature: float = setting(1.7, "τ of infonce_mse.")
+    margin: float = setting(1.0, "Margin of the quadruplet loss.")
+    in_batch_negatives: bool = setting(False, "infonce_mse: other pairs of the batch as negatives.")

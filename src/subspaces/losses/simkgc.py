@@ -15,20 +15,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from subspaces.losses.settings import SimKGCSettings, chosen
+
 if TYPE_CHECKING:
     from subspaces.kgc.graph import KnownTails
 
 EmbedBatch = Callable[..., tuple[torch.Tensor, ...]]  # (triples, texts) -> (hr, tails, heads)
 MASKED = -1e4
-# The loss's settings (KGCTrainConfig's fields of the same names; a run records them)
-SETTINGS = ("margin", "temperature", "pre_batch", "pre_batch_weight", "self_negatives", "normalize_queries")
 
 
 def false_negative_mask(
@@ -68,23 +69,22 @@ def self_negative_mask(triples: np.ndarray, known: KnownTails) -> torch.Tensor:
 class SimKGCLoss(nn.Module):
     """SimKGC's loss for a KGC model: ``embed_batch(triples, texts) -> (hr, tail, head)`` (default: the model's own
     method). Training the loss trains the model and the temperature; ``known`` holds the training triples with
-    inverses (the false-negative masks)."""
+    inverses (the false-negative masks). ``settings`` (a :class:`SimKGCSettings`, or a recipe extending it) with
+    ``changes`` to single fields; ``batch_size`` sizes the pre-batch queue (default: the first batch's)."""
 
     def __init__(
         self,
         model: nn.Module,
         known: KnownTails,
         *,
-        margin: float = 0.02,
-        temperature: float = 0.05,
-        pre_batch: int = 0,
-        pre_batch_weight: float = 0.5,
-        self_negatives: bool = True,
+        settings: SimKGCSettings | None = None,
         batch_size: int | None = None,
         embed_batch: EmbedBatch | None = None,
-        normalize_queries: bool = True,
+        **changes: Any,
     ) -> None:
         super().__init__()
+        self.settings = chosen(SimKGCSettings, settings, changes)
+        temperature, pre_batch = self.settings.temperature, self.settings.pre_batch
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
         if pre_batch < 0:
@@ -92,12 +92,7 @@ class SimKGCLoss(nn.Module):
         self.model = model
         self.embed_batch = embed_batch
         self.known = known
-        self.margin = margin
         self.log_inv_t = nn.Parameter(torch.tensor(math.log(1.0 / temperature)))
-        self.pre_batch = pre_batch
-        self.pre_batch_weight = pre_batch_weight
-        self.self_negatives = self_negatives
-        self.normalize_queries = normalize_queries
         self._queue_vectors: torch.Tensor | None = None  # (pre_batch * B, d), detached tails of earlier batches
         self._queue_tails: torch.Tensor | None = None  # their entity ids, -1 = empty slot
         self._queue_offset = 0
@@ -119,20 +114,21 @@ class SimKGCLoss(nn.Module):
         self, hr: torch.Tensor, tails: torch.Tensor, heads: torch.Tensor | None, triples: np.ndarray
     ) -> torch.Tensor:
         """The (B, B [+ queue] [+ 1]) logits, masks applied; column i of the first block is row i's positive."""
-        hr = F.normalize(hr, dim=-1) if self.normalize_queries else hr
+        settings = self.settings
+        hr = F.normalize(hr, dim=-1) if settings.normalize_queries else hr
         tails = F.normalize(tails, dim=-1)
         inv_t = self.log_inv_t.exp()
         batch = len(hr)
         logits = hr @ tails.T
-        if self.training and self.margin:
-            logits = logits - self.margin * torch.eye(batch, dtype=logits.dtype, device=logits.device)
+        if self.training and settings.margin:
+            logits = logits - settings.margin * torch.eye(batch, dtype=logits.dtype, device=logits.device)
         logits = logits * inv_t
         mask = false_negative_mask(triples, triples[:, 2], self.known, diagonal=True).to(logits.device)
         logits = logits.masked_fill(~mask, MASKED)
         blocks = [logits]
-        if self.pre_batch and self.training:
+        if settings.pre_batch and self.training:
             blocks.append(self._pre_batch_logits(hr, tails, triples, inv_t))
-        if self.self_negatives and self.training and heads is not None:
+        if settings.self_negatives and self.training and heads is not None:
             self_logits = (hr * F.normalize(heads, dim=-1)).sum(dim=1) * inv_t
             self_logits = self_logits.masked_fill(~self_negative_mask(triples, self.known).to(hr.device), MASKED)
             blocks.append(self_logits[:, None])
@@ -141,14 +137,14 @@ class SimKGCLoss(nn.Module):
     def _pre_batch_logits(
         self, hr: torch.Tensor, tails: torch.Tensor, triples: np.ndarray, inv_t: torch.Tensor
     ) -> torch.Tensor:
-        rows = self._queue_rows or self.pre_batch * len(hr)
+        rows = self._queue_rows or self.settings.pre_batch * len(hr)
         if self._queue_vectors is None or self._queue_vectors.shape != (rows, hr.shape[1]):
             self._queue_vectors = torch.zeros(rows, hr.shape[1], device=hr.device)
             self._queue_tails = torch.full((rows,), -1, dtype=torch.long)
             self._queue_offset = 0
         queue, queue_ids = self._queue_vectors, self._queue_tails
         assert queue is not None and queue_ids is not None
-        logits = hr @ queue.clone().T * inv_t * self.pre_batch_weight  # clone: the queue is updated below
+        logits = hr @ queue.clone().T * inv_t * self.settings.pre_batch_weight  # clone: the queue is updated below
         queue_tails = queue_ids.numpy()
         mask = false_negative_mask(triples, queue_tails, self.known, diagonal=False)
         mask &= torch.as_tensor(queue_tails >= 0)[None, :]
@@ -162,4 +158,5 @@ class SimKGCLoss(nn.Module):
         return logits
 
     def get_config_dict(self) -> dict:
-        return {name: getattr(self, name) for name in SETTINGS}
+        """The settings, the temperature as learnt so far (what a run records)."""
+        return asdict(self.settings) | {"temperature": self.temperature}

@@ -17,10 +17,10 @@ import pickle
 import random
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol, Self
 
 import numpy as np
 import torch
@@ -69,6 +69,20 @@ class FitResult(JSONResult):
     output_dir: str | None = None
     already_complete: bool = False  # the checkpoint had already reached the requested steps: nothing was trained
     extended_from: int | None = None  # the total steps of the run this one extended (its schedule was re-planned)
+
+    # A task's result (a subclass, with the task's fields) names its JSON's keys here (None: every field).
+    SAVED: ClassVar[tuple[str, ...] | None] = None
+
+    @classmethod
+    def of(cls, result: FitResult, **task: Any) -> Self:
+        """The loop's ``result`` as this task's result, with the task's own fields."""
+        return cls(**{f.name: getattr(result, f.name) for f in fields(FitResult)}, **task)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.SAVED is None:
+            return super().to_dict()
+        values = {key: getattr(self, key) for key in self.SAVED}
+        return {key: value for key, value in values.items() if value is not None or key not in self.OMIT_IF_NONE}
 
 
 @lru_cache(maxsize=2)
@@ -213,6 +227,7 @@ class TrainState:
     resumed_from: int = 0
     extended_from: int | None = None
     loss: float = float("nan")  # the last step's loss
+    epoch_losses: list[float] = field(default_factory=list)  # by epoch: the current epoch's step losses
 
 
 class TrainingLoop:
@@ -222,9 +237,13 @@ class TrainingLoop:
     ``evaluator`` (an :class:`~subspaces.eval.base.Evaluator` or a ``module -> float | dict`` callable) runs every
     ``eval_steps``, at epoch ends if asked, and at the end. ``save_model(folder)`` writes the model when the primary
     metric improves (or once at the end without an evaluator); without it the best state is kept in memory.
-    ``settings`` go into the checkpoint's fingerprint (a resume into another run is refused); ``loss_terms`` gives
-    the last loss's terms for the history; ``on_step(step, loss)`` runs after each step, before its evaluation and
-    checkpoint (so a checkpoint holds what it wrote).
+    ``settings`` go into the checkpoint's fingerprint (a resume into another run is refused); ``on_step(step, loss)``
+    runs after each step, before its evaluation and checkpoint (so a checkpoint holds what it wrote).
+
+    The history (checkpointed, so a resumed run's is whole) logs the loss and lr every 10 steps and at the last,
+    with ``log(step)``'s values (a loss's terms, a learnt temperature) and at step 1 too if ``log_first_step``, and
+    each evaluation as it comes; ``by_epoch``: one entry per epoch instead, its last step and mean loss, with its
+    evaluation under ``dev``.
     """
 
     def __init__(
@@ -238,14 +257,16 @@ class TrainingLoop:
         param_groups: list[dict] | None = None,
         save_model: Callable[[Path], None] | None = None,
         settings: dict[str, Any] | None = None,
-        loss_terms: Callable[[], dict[str, float]] | None = None,
+        log: Callable[[int], dict[str, Any]] | None = None,
+        log_first_step: bool = False,
+        by_epoch: bool = False,
         on_step: Callable[[int, float], None] | None = None,
     ) -> None:
         self.rank, self.world = ddp.init_from_env()
         self.module, self.step_fn, self.batches, self.config = module, step, batches, config
         self.evaluator = as_evaluator(evaluator)
         self.param_groups, self.save_model, self.settings = param_groups, save_model, dict(settings or {})
-        self.loss_terms, self.on_step = loss_terms, on_step
+        self.log, self.log_first_step, self.by_epoch, self.on_step = log, log_first_step, by_epoch, on_step
         self.per_epoch = len(batches)
         if self.per_epoch < 1:
             raise SubspacesError("no training batches: the data is smaller than one batch")
@@ -330,14 +351,17 @@ class TrainingLoop:
         return result
 
     def _step_end(self) -> None:
-        """The history (loss and lr every 10 steps and at the last; with ``loss_terms`` also at step 1, with the
-        terms), ``on_step``, the evaluation due and the checkpoint due."""
+        """The history entry due, ``on_step``, the evaluation due and the checkpoint due."""
         state, config = self.state, self.config
-        if state.step % 10 == 0 or state.step == state.total or (state.step == 1 and self.loss_terms is not None):
+        if self.by_epoch:
+            state.epoch_losses.append(state.loss)
+            if state.step % self.per_epoch == 0 or state.step == state.total:
+                epoch, loss = (state.step - 1) // self.per_epoch, float(np.mean(state.epoch_losses))
+                state.history.append({"epoch": epoch, "step": state.step, "loss": loss})
+                state.epoch_losses = []
+        elif state.step % 10 == 0 or state.step == state.total or (state.step == 1 and self.log_first_step):
             entry = {"step": state.step, "loss": state.loss, "lr": self.scheduler.get_last_lr()[0]}
-            if self.loss_terms is not None:
-                entry["terms"] = dict(self.loss_terms())
-            state.history.append(entry)
+            state.history.append(entry | self.log(state.step) if self.log is not None else entry)
         if self.on_step is not None:
             self.on_step(state.step, state.loss)
         if state.step < state.total and (
@@ -387,6 +411,7 @@ class TrainingLoop:
         state.step = state.resumed_from = done
         state.best, state.best_step, state.history = saved["best"], saved["best_step"], saved["history"]
         state.best_state = saved.get("best_state")
+        state.epoch_losses = list(saved.get("epoch_losses", []))
         set_rng_state(saved["rng"][self.rank])
         state.pending_eval = bool(saved.get("pending_eval", False))
         if saved["total"] != state.total and done < state.total:
@@ -422,6 +447,7 @@ class TrainingLoop:
                 "best_state": state.best_state,
                 "history": _plain(state.history),
                 "pending_eval": state.pending_eval,
+                "epoch_losses": list(state.epoch_losses),
                 "rng": rngs,
                 **meta,
             }
@@ -461,7 +487,10 @@ class TrainingLoop:
             else:
                 self.save()
             state.best, state.best_step = score, state.step  # only once saved: an interrupt before must not claim it
-        state.history.append({"step": state.step, "epoch": (state.step - 1) // self.per_epoch, "eval": metrics})
+        if self.by_epoch and state.history and state.history[-1]["step"] == state.step:
+            state.history[-1]["dev"] = metrics  # the epoch's entry
+        else:
+            state.history.append({"step": state.step, "epoch": (state.step - 1) // self.per_epoch, "eval": metrics})
         state.pending_eval = False
 
     def _result(self, seconds: float, samples: int, already_complete: bool = False) -> FitResult:

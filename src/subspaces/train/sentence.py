@@ -134,7 +134,8 @@ def train_sentence_loss(
                 evaluator,
                 save_model=save_model,
                 settings=recorded,
-                loss_terms=(lambda: vars(loss)["last_terms"]) if reports_terms else None,
+                log=(lambda step: {"terms": dict(vars(loss)["last_terms"])}) if reports_terms else None,
+                log_first_step=reports_terms,
                 on_step=callback,
             ).run()
     finally:
