@@ -84,7 +84,6 @@ RENAMED: dict[tuple[str, str], str | tuple[str, Callable[[Any], Any]]] = {
     ("adapt fit", "seed"): "random_state",
     ("align fit", "seed"): "random_state",
     ("kgc train", "eval_split"): "evaluate_split",
-    ("kgc eval", "rerank_n_hop"): "n_hop",
     ("kgc eval", "no_disk_cache"): ("disk_cache", lambda no: False if no else None),
     ("store index", "partitions"): "num_partitions",
     ("store index", "sub_vectors"): "num_sub_vectors",

@@ -124,7 +124,7 @@ def evaluate(
         dataset,
         split=split,
         predictions=predictions,
-        n_hop=rerank_n_hop,
+        rerank_n_hop=rerank_n_hop,
         neighbour_weight=neighbour_weight,
         ties=ties,
         disk_cache=False if no_disk_cache else None,

@@ -64,7 +64,7 @@ class KGCEvalResult(JSONResult):
     condition_lookups: int
     condition_hit_rate: float
     average: dict[str, float]
-    rerank: dict[str, Any] | None = None  # with n_hop > 0: SimKGC's graph re-ranking, beside the plain figures
+    rerank: dict[str, Any] | None = None  # with rerank_n_hop > 0: SimKGC's re-ranking, beside the plain figures
 
 
 @dataclass(kw_only=True)
@@ -204,7 +204,7 @@ def train_pipeline(
             split=evaluate_split,
             texts=texts,
             predictions=output / f"predictions-{evaluate_split}.jsonl",
-            n_hop=config.rerank_n_hop,
+            rerank_n_hop=config.rerank_n_hop,
             neighbour_weight=config.neighbour_weight,
             show_progress=config.show_progress,
             model_name=str(output),
@@ -258,7 +258,7 @@ def evaluate_model(
     disk_cache: str | Path | bool | None = None,
     predictions: str | Path | None = None,
     ties: Ties = "realistic",
-    n_hop: int = KGCTrainConfig.rerank_n_hop,
+    rerank_n_hop: int = KGCTrainConfig.rerank_n_hop,
     neighbour_weight: float = KGCTrainConfig.neighbour_weight,
     model_name: str | None = None,
     show_progress: bool = True,
@@ -266,7 +266,7 @@ def evaluate_model(
 ) -> KGCEvalResult:
     """Filtered ranking of ``split`` against every entity, forward (tails), backward (heads) and their average, of a
     trained KGC folder, a model object, or a plain encoder (the zero-shot bi-encoder, at the recipe's ``max_length``).
-    ``n_hop > 0`` adds SimKGC's graph re-ranking (under ``rerank``), with raw query vectors where the model
+    ``rerank_n_hop > 0`` adds SimKGC's graph re-ranking (under ``rerank``), with raw query vectors where the model
     trained with them."""
     from subspaces.models.encoder import resolve_device
 
@@ -330,9 +330,9 @@ def evaluate_model(
         **_cache_stats(kgc_model),
         average=average_m,
     )
-    if n_hop > 0:
+    if rerank_n_hop > 0:
         rerank: dict[str, Any] = {
-            "n_hop": n_hop,
+            "n_hop": rerank_n_hop,
             "neighbour_weight": neighbour_weight,
             "normalize_queries": normalize_queries,
         }
