@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import typer
 
@@ -26,8 +26,10 @@ from subspaces.store.plans import RESCORE
 from subspaces.store.search import BASES, search_quantized, search_vectors
 
 SHORTLIST_FACTOR = 10  # search_vectors' default: --shortlist-factor means something only beside --dims
-# The bases of vectors outside a store: an adapter is fitted inside one (`store shrink`).
-Basis = Literal[tuple(b for b in BASES if b != "adapter")]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    Basis = str
+else:  # the bases of vectors outside a store (an adapter is fitted inside one, `store shrink`): typer's choices
+    Basis = Literal[tuple(b for b in BASES if b != "adapter")]
 
 
 @vectors_app.command("search")
