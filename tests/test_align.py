@@ -96,9 +96,9 @@ def test_recovers_a_random_rotation_between_unpaired_clustered_spaces():
     held_out = clustered(rng, 500)
     aligner = MiniVec2Vec(**FAST).fit(source, target)
     report = evaluate_alignment(aligner, held_out, held_out @ q + 3.0)
-    assert report["oracle"]["top1"] > 0.99
-    assert report["identity"]["top1"] < 0.1
-    assert report["top1"] > 0.95
+    assert report.oracle.top1 > 0.99
+    assert report.identity.top1 < 0.1
+    assert report.top1 > 0.95
     diagnostics = aligner.diagnostics_
     assert diagnostics.orthogonality_gap < 1e-4
     assert diagnostics.nn_similarity.final >= diagnostics.nn_similarity.initial
@@ -108,7 +108,7 @@ def test_recovers_a_random_rotation_between_unpaired_clustered_spaces():
     assert diagnostics.converged is True
     assert aligner.converged_ is True and aligner.confidence_ >= 0.9 and not diagnostics.problems
     assert diagnostics.nn_similarity.final > diagnostics.identity_nn_similarity
-    assert diagnostics.trust["lift"] > aligner.trust_margin  # trusted on the hub-corrected score too
+    assert diagnostics.trust.lift > aligner.trust_margin  # trusted on the hub-corrected score too
     # Restarts stop at the first pass whose structural search converged (the agreement passes come after them).
     restarts = [r for r in diagnostics.restarts if r.label.startswith("restart")]
     last_swapped = [r.structure_swapped[-1] for r in restarts]
@@ -177,10 +177,10 @@ def test_structural_refinement_pulls_a_poor_map_onto_the_true_rotation():
     for seed in range(8):
         x, y, start, score, refine = structural_case(seed)
         matrix, history = refine()
-        assert retrieval_metrics(x @ start, y)["top1"] < 0.05
+        assert retrieval_metrics(x @ start, y).top1 < 0.05
         assert score(matrix) == history.best_score == history.scores[history.best_iteration]  # best map kept
         assert orthogonality_gap(matrix) < 1e-4
-        if retrieval_metrics(x @ matrix, y)["top1"] > 0.95:
+        if retrieval_metrics(x @ matrix, y).top1 > 0.95:
             pulled_in += 1
             # The structure search corrects many seeded pairs at first and, once the map is right, none or one
             # exchange of two (2 of the 30 seeded pairs) a round: which rounds swap one moves with the CPU's rounding
@@ -213,8 +213,8 @@ def test_different_dimensions(source_dim, target_dim):
     aligner = MiniVec2Vec(**FAST).fit(source, target)
     assert aligner.matrix_.shape == (source_dim, target_dim)
     report = evaluate_alignment(aligner, space(held, source_dim), space(held, target_dim) + 1.0)
-    assert report["identity"] is None
-    assert report["top1"] > 0.9
+    assert report.identity is None
+    assert report.top1 > 0.9
 
 
 @pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")  # QUICK settings: the map is not judged
@@ -276,7 +276,7 @@ def test_cross_fitted_oracle_never_sees_the_pair_it_maps():
     expected = x[:60] @ procrustes(x[60:], y[60:])
     np.testing.assert_allclose(mapped[:60], expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-5)
     in_sample = retrieval_metrics(x @ procrustes(x, y), y)
-    assert retrieval_metrics(mapped, y)["top1"] < in_sample["top1"]
+    assert retrieval_metrics(mapped, y).top1 < in_sample.top1
 
 
 def test_retrieval_metrics_by_hand():
@@ -284,10 +284,10 @@ def test_retrieval_metrics_by_hand():
     mapped = np.array([[1, 0, 0, 0], [0.9, 0.1, 0, 0], [0, 0, 1, 0], [0, 0, 0.2, 1]], dtype=np.float32)
     metrics = retrieval_metrics(mapped, target, pool_size=4)
     # ranks: 1, 2 (row 1 is closer to target 0), 1, 1
-    assert metrics["top1"] == pytest.approx(0.75)
-    assert metrics["mean_rank"] == pytest.approx(1.25)
+    assert metrics.top1 == pytest.approx(0.75)
+    assert metrics.mean_rank == pytest.approx(1.25)
     # pools of 2: rows 0-1 compete only with targets 0-1, rows 2-3 with 2-3
-    assert retrieval_metrics(mapped, target, pool_size=2)["mean_rank"] == pytest.approx(1.25)
+    assert retrieval_metrics(mapped, target, pool_size=2).mean_rank == pytest.approx(1.25)
 
 
 @pytest.mark.parametrize(
@@ -445,7 +445,7 @@ def test_gram_anchor_kernel_recovers_the_rotation():
     q = ortho_group.rvs(8, random_state=1)
     source, target, held = clustered(rng, 3000), clustered(rng, 3000) @ q, clustered(rng, 500)
     aligner = MiniVec2Vec(**FAST | {"anchors": replace(FAST["anchors"], kernel="gram")}).fit(source, target)
-    assert evaluate_alignment(aligner, held, held @ q)["top1"] > 0.95
+    assert evaluate_alignment(aligner, held, held @ q).top1 > 0.95
     with pytest.raises(SubspacesError, match="anchors.kernel must be one of 'cosine', 'gram'"):
         AnchorParams(kernel="euclid")
 
@@ -573,7 +573,7 @@ rng = np.random.default_rng(0)
 search = SearchParams(probe_size=500, precision={precision!r})
 aligner = MiniVec2Vec(**QUICK | {{"n_restarts": 2, "search": search}}).fit(clustered(rng, 1500), clustered(rng, 1500))
 trust = aligner.diagnostics_.trust  # the verdict's inputs too, not only the map
-verdict = repr((trust["final"], trust["identity"], trust["random_rotation"], aligner.converged_)).encode()
+verdict = repr((trust.final, trust.identity, trust.random_rotation, aligner.converged_)).encode()
 print(hashlib.sha256(aligner.matrix_.tobytes() + verdict).hexdigest())
 """
 
@@ -641,7 +641,7 @@ def test_a_map_no_better_than_the_identity_is_flagged():
     with pytest.warns(ConvergenceWarning, match="not clearly better than leaving the vectors unmapped"):
         aligner = MiniVec2Vec(**weak).fit(source, target)
     d = aligner.diagnostics_
-    assert d.trust["lift"] <= aligner.trust_margin and d.trust["rows"] == [1500, 1500]
+    assert d.trust.lift <= aligner.trust_margin and d.trust.rows == [1500, 1500]
     assert aligner.converged_ is False and aligner.confidence_ == 0.0
 
 
@@ -731,8 +731,8 @@ def test_known_pairs_recover_a_rotation_the_unpaired_fit_misses():
     source, target, held, paired = draw(2000), draw(2000) @ q, draw(500), draw(50)
     unpaired = MiniVec2Vec(**FAST).fit(source, target)
     with_pairs = MiniVec2Vec(**FAST).fit(source, target, pairs=(paired, paired @ q))
-    assert evaluate_alignment(unpaired, held, held @ q)["top1"] < 0.2
-    assert evaluate_alignment(with_pairs, held, held @ q)["top1"] > 0.98
+    assert evaluate_alignment(unpaired, held, held @ q).top1 < 0.2
+    assert evaluate_alignment(with_pairs, held, held @ q).top1 > 0.98
     d = with_pairs.diagnostics_
     assert d.n_pairs == 50 and len(d.restarts) == 1  # the pairs replace the anchors: one pass
     assert d.restarts[0].runs_kept == 0 and d.restarts[0].qap_agreement is None
@@ -814,12 +814,12 @@ def test_a_fit_to_a_shuffled_target_is_not_trusted():
         aligner = MiniVec2Vec(**FAST).fit(source, shuffled)
     d = aligner.diagnostics_
     assert aligner.converged_ is False and aligner.confidence_ == 0.0
-    assert d.agreement["agreement"] < aligner.agreement_threshold
+    assert d.agreement.agreement < aligner.agreement_threshold
     # (Here the structure and the trust score catch it too; on the dev pools' shuffled targets they did not.)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         unchecked = MiniVec2Vec(**FAST | {"agreement_threshold": None}).fit(source, shuffled)
-    assert unchecked.diagnostics_.agreement["skipped"] == "agreement_threshold is None"
+    assert unchecked.diagnostics_.agreement.skipped == "agreement_threshold is None"
     # Here no pass converged, so the search compared none: the kept map is the restarts' choice.
     assert np.array_equal(unchecked.matrix_, aligner.matrix_)
 
@@ -830,10 +830,10 @@ def test_a_good_fit_agrees_with_an_independent_pass():
     source, target = clustered(rng, 2000), clustered(rng, 2000) @ q
     aligner = MiniVec2Vec(**FAST | {"random_state": 1}).fit(source, target)
     check = aligner.diagnostics_.agreement
-    assert check["agreement"] > 0.9 and check["skipped"] is None and check["threshold"] == 0.55
-    assert aligner.confidence_ == pytest.approx(min(check["agreement"], 1.0))
+    assert check.agreement > 0.9 and check.skipped is None and check.threshold == 0.55
+    assert aligner.confidence_ == pytest.approx(min(check.agreement, 1.0))
     # An agreeing check pass is refined too, and the better of the two maps by final neighbour similarity is kept.
-    assert set(check["check_stage_seconds"]) == {"anchors_and_initial_map", "structure", "refine1", "refine2"}
+    assert set(check.check_stage_seconds) == {"anchors_and_initial_map", "structure", "refine1", "refine2"}
     restarts = aligner.diagnostics_.restarts
     assert restarts[-1].label == "agreement check" and restarts[-1].refined
     candidates = [i for i, r in enumerate(restarts) if r.refined]  # the kept restart and the check pass
@@ -842,7 +842,7 @@ def test_a_good_fit_agrees_with_an_independent_pass():
     # agreement_search=0: the check only judges; it is not refined and the map is the restarts' own.
     judged = MiniVec2Vec(**FAST | {"random_state": 1, "agreement_search": 0}).fit(source, target)
     assert "agreement check" not in [r.label for r in judged.diagnostics_.restarts]
-    assert judged.diagnostics_.agreement["agreement"] == check["agreement"]
+    assert judged.diagnostics_.agreement.agreement == check.agreement
 
 
 def test_the_agreement_search_finds_a_right_map_where_the_restarts_held_none():
@@ -863,10 +863,10 @@ def test_the_agreement_search_finds_a_right_map_where_the_restarts_held_none():
     searched = MiniVec2Vec(**settings | {"random_state": 2}).fit(source, target)
     d = searched.diagnostics_
     assert top1(searched) > 0.95 and searched.converged_ is True
-    assert d.agreement["agreement"] >= 0.55 and d.agreement["search"]["new_passes"] >= 2
+    assert d.agreement.agreement >= 0.55 and d.agreement.search.new_passes >= 2
     labels = [r.label for r in d.restarts]
     assert labels[:2] == ["restart 1/1", "agreement check"] and labels[d.chosen_restart] != "restart 1/1"
-    pairs = {(i, j): value for i, j, value in d.agreement["search"]["pairwise"]}
+    pairs = {(i, j): value for i, j, value in d.agreement.search.pairwise}
     agreeing = {i for pair, value in pairs.items() if value >= 0.55 for i in pair}
     assert d.chosen_restart in agreeing
     finals = {i: d.restarts[i].nn_similarity.final for i in agreeing}
@@ -877,7 +877,7 @@ def test_the_agreement_search_finds_a_right_map_where_the_restarts_held_none():
     # Where the rows cannot hold the second scale (4 x 1,000 > 1,500), the search keeps the restarts' count.
     kept = MiniVec2Vec(**settings | {"random_state": 2, "search_anchor_clusters": 1000}).fit(source, target)
     counts = {r.anchor_clusters for r in kept.diagnostics_.restarts}
-    assert counts == {10} and kept.diagnostics_.agreement["search"]["new_passes"] >= 2
+    assert counts == {10} and kept.diagnostics_.agreement.search.new_passes >= 2
 
 
 def test_known_pairs_skip_the_agreement_check():
@@ -885,7 +885,7 @@ def test_known_pairs_skip_the_agreement_check():
     q = ortho_group.rvs(8, random_state=1)
     source, pairs = clustered(rng, 1500), clustered(rng, 50)
     aligner = MiniVec2Vec(**QUICK).fit(source, clustered(rng, 1500) @ q, pairs=(pairs, pairs @ q))
-    assert aligner.diagnostics_.agreement["skipped"] == "known pairs anchor every pass alike"
+    assert aligner.diagnostics_.agreement.skipped == "known pairs anchor every pass alike"
 
 
 @pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")
@@ -898,11 +898,11 @@ def test_enough_known_pairs_judge_the_map_instead_of_the_structural_swap_share()
     strict = QUICK | {"converged_swap_share": 0.0, "structure": StructureParams(stop_swap_share=None)}
     judged = MiniVec2Vec(**strict).fit(source, target, pairs=(pairs, pairs @ q))
     check = judged.diagnostics_.paired_check
-    assert check["judged"] and check["pairs"] == 50 and check["top1"] > 0.9
+    assert check.judged and check.pairs == 50 and check.top1 > 0.9
     assert judged.diagnostics_.converged is False  # the structure did not settle at 0 %...
-    assert judged.converged_ and judged.confidence_ == check["top1"]  # ...but the pairs vouch for the map
+    assert judged.converged_ and judged.confidence_ == check.top1  # ...but the pairs vouch for the map
     few = MiniVec2Vec(**strict).fit(source, target, pairs=(pairs[:10], pairs[:10] @ q))
-    assert not few.diagnostics_.paired_check["judged"] and few.converged_ is False
+    assert not few.diagnostics_.paired_check.judged and few.converged_ is False
     assert any("converged" in problem for problem in few.diagnostics_.problems)
 
 
@@ -927,12 +927,12 @@ def test_the_paired_check(n, d_out, scramble, judged, flagged):
     matrix = _random_orthogonal(8, d_out, rng) if scramble else right
     identity = np.eye(8, dtype=np.float32) if d_out == 8 else None
     check = paired_check((source, target), matrix, identity)
-    assert check["judged"] is judged and (check["problem"] is not None) is (judged and flagged)
-    assert check["pairs"] == check["scored"] == n and (check["identity_top1"] is None) is (identity is None)
+    assert check.judged is judged and (check.problem is not None) is (judged and flagged)
+    assert check.pairs == check.scored == n and (check.identity_top1 is None) is (identity is None)
     if scramble:
-        assert check["top1"] < 0.5
+        assert check.top1 < 0.5
     else:
-        assert check["top1"] == 1.0
+        assert check.top1 == 1.0
 
 
 def test_the_paired_check_counts_repeated_texts_and_scores_a_bounded_subset(monkeypatch):
@@ -942,10 +942,10 @@ def test_the_paired_check_counts_repeated_texts_and_scores_a_bounded_subset(monk
     source = center_normalize(rng.normal(size=(30, 8)), np.zeros(8))
     repeated = np.concatenate([source, source[:10]])  # the same text twice: a tie, found either way
     eye = np.eye(8, dtype=np.float32)
-    assert diagnostics.paired_check((repeated, repeated), eye, None)["top1"] == 1.0
+    assert diagnostics.paired_check((repeated, repeated), eye, None).top1 == 1.0
     monkeypatch.setattr(diagnostics, "MAX_JUDGING_PAIRS", 25)
     check = diagnostics.paired_check((source, source), eye, eye)
-    assert check["pairs"] == 30 and check["scored"] == 25
+    assert check.pairs == 30 and check.scored == 25
 
 
 def test_known_pairs_that_the_map_does_not_place_are_flagged():
@@ -959,7 +959,7 @@ def test_known_pairs_that_the_map_does_not_place_are_flagged():
             source, target, pairs=shuffled
         )
     assert aligner.converged_ is False and aligner.confidence_ == 0.0
-    assert aligner.diagnostics_.paired_check["top1"] < 0.5
+    assert aligner.diagnostics_.paired_check.top1 < 0.5
 
 
 @pytest.mark.parametrize(("d_in", "d_out"), [(8, 8), (8, 12), (12, 8)])
@@ -976,7 +976,7 @@ def test_a_good_fit_beats_the_random_rotation_control():
     aligner = MiniVec2Vec(**FAST).fit(clustered(rng, 2000), clustered(rng, 2000) @ q)
     d = aligner.diagnostics_
     assert d.nn_similarity.final > d.random_rotation_nn_similarity + 0.05
-    assert d.trust["final"] > d.trust["random_rotation"] and d.trust["lift"] > aligner.trust_margin
+    assert d.trust.final > d.trust.random_rotation and d.trust.lift > aligner.trust_margin
 
 
 @pytest.mark.parametrize(
@@ -1042,20 +1042,20 @@ def test_polish_continues_a_capped_refine1_and_keeps_the_map_only_if_the_trust_s
     settings = QUICK | {"agreement_threshold": None}
     plain = MiniVec2Vec(**settings | {"refine": capped}).fit(source, target)
     polished = MiniVec2Vec(**settings | {"refine": replace(capped, polish_iter=20)}).fit(source, target)
-    assert plain.diagnostics_.polish == {
+    assert plain.diagnostics_.polish.to_dict() == {
         "ran": False, "iterations": 0, "trust_before": None, "trust_after": None, "accepted": False
     }  # fmt: skip
     p = polished.diagnostics_.polish
-    assert p["ran"] and 1 <= p["iterations"] <= 20 and p["accepted"] == (p["trust_after"] > p["trust_before"])
+    assert p.ran and 1 <= p.iterations <= 20 and p.accepted == (p.trust_after > p.trust_before)
     same = np.array_equal(polished.matrix_, plain.matrix_)
-    assert same != p["accepted"]  # the polished map where accepted, else the pass's own, bit for bit
+    assert same != p.accepted  # the polished map where accepted, else the pass's own, bit for bit
     # judged among its own iterates, the polish always offers a map other than its start
-    assert p["trust_after"] != p["trust_before"]
+    assert p.trust_after != p.trust_before
     np.testing.assert_array_equal(polished.pass_maps_[0]["final"], plain.pass_maps_[0]["final"])
     # A refine-1 stopped by its patience is not climbing: nothing to polish.
     patient = replace(QUICK["refine"], n_iter=200, patience=2, score_every=1, polish_iter=20)
     settled = MiniVec2Vec(**settings | {"refine": patient}).fit(source, target)
-    assert settled.diagnostics_.restarts[0].refine1_stopped_early and not settled.diagnostics_.polish["ran"]
+    assert settled.diagnostics_.restarts[0].refine1_stopped_early and not settled.diagnostics_.polish.ran
 
 
 def test_polish_does_not_run_with_known_pairs():
@@ -1064,7 +1064,7 @@ def test_polish_does_not_run_with_known_pairs():
     source, pairs = clustered(rng, 1500), clustered(rng, 50)
     capped = replace(QUICK["refine"], n_iter=3, patience=100, score_every=1, polish_iter=20)
     aligner = MiniVec2Vec(**QUICK | {"refine": capped}).fit(source, clustered(rng, 1500) @ q, pairs=(pairs, pairs @ q))
-    assert aligner.diagnostics_.restarts[0].refine1_iterations == 3 and not aligner.diagnostics_.polish["ran"]
+    assert aligner.diagnostics_.restarts[0].refine1_iterations == 3 and not aligner.diagnostics_.polish.ran
 
 
 def test_init_identity_starts_from_the_vectors_as_they_are_and_needs_equal_dims():
@@ -1073,10 +1073,10 @@ def test_init_identity_starts_from_the_vectors_as_they_are_and_needs_equal_dims(
     draw, _ = gaussian_spaces(rng)
     source, target, held = draw(2000), draw(2000), draw(500)
     aligner = MiniVec2Vec(**FAST | {"init": "identity"}).fit(source, target)
-    assert evaluate_alignment(aligner, held, held)["top1"] > 0.95 and aligner.converged_
+    assert evaluate_alignment(aligner, held, held).top1 > 0.95 and aligner.converged_
     d = aligner.diagnostics_
     assert [r.label for r in d.restarts] == ["identity start"] and d.restarts[0].qap_agreement is None
-    assert d.agreement["skipped"].startswith("init='identity'") and d.identity_reference.skipped
+    assert d.agreement.skipped.startswith("init='identity'") and d.identity_reference.skipped
     with pytest.raises(DimensionError, match="init='identity' needs equal dims"):
         MiniVec2Vec(**QUICK | {"init": "identity"}).fit(source, target[:, :8])
     with pytest.raises(SubspacesError, match="init must be one of auto, anchors, identity"):
@@ -1102,7 +1102,7 @@ def test_the_identity_candidate_is_kept_where_it_clearly_beats_the_anchored_map_
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 aligner = MiniVec2Vec(**weak | {"random_state": seed, "init": init}).fit(source, target)
-            fits[init] = (aligner, evaluate_alignment(aligner, held, held)["top1"], caught)
+            fits[init] = (aligner, evaluate_alignment(aligner, held, held).top1, caught)
         anchored, top1, caught = fits["anchors"]
         reference = anchored.diagnostics_.identity_reference
         flagged = any("init='identity'" in str(w.message) for w in caught)
@@ -1116,7 +1116,7 @@ def test_the_identity_candidate_is_kept_where_it_clearly_beats_the_anchored_map_
         if wrong:
             assert auto.diagnostics_.kept == "identity reference" and auto_top1 > 0.9
             assert not any("init='identity'" in str(w.message) for w in caught)
-            assert auto.diagnostics_.trust["final"] >= reference.trust  # the candidate's, polished or not
+            assert auto.diagnostics_.trust.final >= reference.trust  # the candidate's, polished or not
             # The map's own diagnostics describe the candidate, not the anchored restart that was not kept.
             assert auto.diagnostics_.anchor_consistency is None
             assert auto.diagnostics_.nn_similarity.final == reference.nn_similarity
@@ -1141,7 +1141,7 @@ def test_the_identity_reference_leaves_a_right_map_alone():
         aligner = MiniVec2Vec(**settings).fit(source, target @ truth)
         reference = aligner.diagnostics_.identity_reference
         assert reference.trust is not None and reference.lift <= IDENTITY_REFERENCE_MARGIN
-        assert aligner.converged_ and evaluate_alignment(aligner, held, held @ truth)["top1"] > 0.9
+        assert aligner.converged_ and evaluate_alignment(aligner, held, held @ truth).top1 > 0.9
         assert aligner.diagnostics_.kept == "anchors"
         maps[name] = aligner.matrix_
     # The rotation control: the same fit on the rotated target gives the rotated map (the reference draws last).

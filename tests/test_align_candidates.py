@@ -72,9 +72,9 @@ def test_the_recipe_candidate_is_kept_where_the_anchored_map_is_wrong_and_says_w
         d = aligner.diagnostics_
         assert d.kept == "paper recipe" and d.kept in d.kept_why and "paper recipe" in d.kept_why
         assert d.recipe_candidate.lift > d.recipe_candidate.margin and d.recipe_candidate.seconds > 0
-        assert evaluate_alignment(aligner, held, held @ q)["top1"] > 0.95
+        assert evaluate_alignment(aligner, held, held @ q).top1 > 0.95
         assert aligner.converged_ and 0 < aligner.confidence_ <= 1
-        assert d.trust["final"] >= d.recipe_candidate.trust  # the candidate's, polished or not
+        assert d.trust.final >= d.recipe_candidate.trust  # the candidate's, polished or not
 
 
 @pytest.mark.usefixtures("small_recipe")

@@ -25,3 +25,8 @@ def test_a_result_is_its_json_form_read_as_a_mapping(tmp_path):
     assert list(Outer("run", Inner(0.5), note="unseen")) == ["name", "inner", "note"]
     result.save(tmp_path / "r.json")
     assert json.loads((tmp_path / "r.json").read_text()) == result.to_dict()
+
+
+def test_a_saved_result_reads_back_without_the_keys_it_does_not_know():
+    assert Outer.from_dict({"name": "run", "inner": Inner(0.5), "dropped": 1}) == Outer("run", Inner(0.5))
+    assert Inner.from_dict(Inner(0.25).to_dict()) == Inner(0.25)

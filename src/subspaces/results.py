@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from subspaces.io import save_json
 
@@ -26,6 +26,13 @@ class JSONResult(Mapping[str, Any]):
                 continue
             out[f.name] = value.to_dict() if isinstance(value, JSONResult) else value
         return out
+
+    @classmethod
+    def from_dict(cls, saved: Mapping[str, Any]) -> Self:
+        """A result from its saved form: keys this version does not know are dropped, fields the saved form
+        lacks keep their defaults (nested results are the subclass's to read)."""
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{name: value for name, value in saved.items() if name in names})
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write :meth:`to_dict` as JSON, atomically (a reader never sees half a file)."""

@@ -42,12 +42,22 @@ from subspaces.align.params import (
     StructureParams,
     check_together,
 )
-from subspaces.align.passes import CandidateRecord, FitDiagnostics, Pass, PassRecord, StageScores
+from subspaces.align.passes import (
+    AgreementCheck,
+    AgreementSearch,
+    CandidateRecord,
+    FitDiagnostics,
+    Pass,
+    PassRecord,
+    PolishRecord,
+    StageScores,
+)
 from subspaces.align.preprocess import center_normalize, check_embeddings, normalize_rows
 from subspaces.align.procrustes import orthogonality_gap, procrustes
 from subspaces.align.refine import NeighbourStep, refine_by_centroids, refine_by_neighbours, refine_by_structure
 from subspaces.align.verify import (
     TRUST_ROWS,
+    TrustCheck,
     anchor_consistency,
     bidirectional_nn_similarity,
     candidate_beats,
@@ -405,43 +415,39 @@ class MiniVec2Vec(BaseEstimator):
 
     def _agreement(
         self, run: _Run, passes: list[Pass], chosen: int, seeds: dict[str, Any]
-    ) -> tuple[int, dict[str, Any]]:
+    ) -> tuple[int, AgreementCheck]:
         """The agreement check (``agreement_threshold``) and, where it disagrees, the search (``agreement_search``):
         the kept pass and the report. ``passes`` grows by the passes refined here."""
         threshold = self.agreement_threshold
-        out: dict[str, Any] = {"agreement": None, "threshold": threshold, "skipped": None, "compared": None}
+        out = AgreementCheck(threshold=threshold)
         if threshold is None:
-            out["skipped"] = "agreement_threshold is None"
+            out.skipped = "agreement_threshold is None"
         elif run.known is not None:
-            out["skipped"] = "known pairs anchor every pass alike"
+            out.skipped = "known pairs anchor every pass alike"
         elif self.init == "identity":
-            out["skipped"] = "init='identity': one start, no independent anchors to agree with"
+            out.skipped = "init='identity': one start, no independent anchors to agree with"
         elif run.budget.spent("before the agreement check"):
-            out["skipped"] = "out of time"
-        if out["skipped"] is not None or threshold is None:
+            out.skipped = "out of time"
+        if out.skipped is not None or threshold is None:
             return chosen, out
         check = self._start_pass(run, "agreement check", seeds["check"])
         agreement = map_agreement(run.trust_a, passes[chosen].matrix, check.matrix)
-        out |= {
-            "check_structure_swapped": check.record.structure_swapped,
-            "check_stage_seconds": check.record.stage_seconds,
-            "check_agreement": agreement,
-            "search": None,
-        }
+        out.check_structure_swapped, out.check_agreement = check.record.structure_swapped, agreement
+        out.check_stage_seconds = check.record.stage_seconds
         if run.budget.stopped_at is not None:  # a check pass cut short is weaker: its disagreement proves nothing
-            return chosen, out | {"skipped": "out of time during the check pass"}
+            return chosen, dataclasses.replace(out, skipped="out of time during the check pass")
         if self.agreement_search == 0:  # the check only judges
-            return chosen, out | {"agreement": agreement, "compared": 2}
+            return chosen, dataclasses.replace(out, agreement=agreement, compared=2)
         if agreement < threshold:
             return self._search(run, passes, chosen, check, agreement, seeds["search"], out)
         # Agreeing maps can still differ in quality: the check pass is refined too and the better-scoring kept.
         passes.append(check)
         self._finish_pass(run, check)
-        return self._best(passes, [chosen, len(passes) - 1]), out | {"agreement": agreement, "compared": 2}
+        return self._best(passes, [chosen, len(passes) - 1]), dataclasses.replace(out, agreement=agreement, compared=2)
 
     def _search(
-        self, run: _Run, passes: list[Pass], chosen: int, check: Pass, agreement: float, seeds, out: dict[str, Any]
-    ) -> tuple[int, dict[str, Any]]:
+        self, run: _Run, passes: list[Pass], chosen: int, check: Pass, agreement: float, seeds, out: AgreementCheck
+    ) -> tuple[int, AgreementCheck]:
         """The agreement search: refine the check pass, the unrefined restarts, then new passes, until two refined,
         structurally converged maps agree; keep the best-scoring of them."""
         threshold = self.agreement_threshold
@@ -471,21 +477,19 @@ class MiniVec2Vec(BaseEstimator):
             if max(pairs.values(), default=-1.0) >= threshold:
                 break
         refined = [i for i, started in enumerate(passes) if started.record.refined]
-        out["search"] = {
-            "passes_refined": len(refined),
-            "new_passes": cost,
-            "pairwise": [[i, j, value] for (i, j), value in sorted(pairs.items())],
-        }
+        pairwise = [[i, j, value] for (i, j), value in sorted(pairs.items())]
+        out.search = AgreementSearch(passes_refined=len(refined), new_passes=cost, pairwise=pairwise)
         if not pairs:  # no two converged maps to compare: the check's verdict on the kept map stands
-            return chosen, out | {"agreement": agreement, "compared": 2}
+            return chosen, dataclasses.replace(out, agreement=agreement, compared=2)
         compared = len({i for pair in pairs for i in pair})  # the refined, converged passes compared
         best = max(pairs.values())
         if best < threshold:  # the restarts' choice stands, now among every refined pass; it is flagged
-            return self._best(passes, refined), out | {"agreement": max(best, agreement), "compared": compared}
+            out = dataclasses.replace(out, agreement=max(best, agreement), compared=compared)
+            return self._best(passes, refined), out
         agreeing = {i for pair, value in pairs.items() if value >= threshold for i in pair}
         chosen = max(agreeing, key=lambda i: passes[i].final_score)
         partner = max(value for pair, value in pairs.items() if chosen in pair)
-        return chosen, out | {"agreement": partner, "compared": compared}
+        return chosen, dataclasses.replace(out, agreement=partner, compared=compared)
 
     def _agreeing_pairs(self, run: _Run, passes: list[Pass], new: int) -> dict[tuple[int, int], float]:
         """The agreement of pass ``new`` with every other refined pass, among structurally converged ones only."""
@@ -500,12 +504,12 @@ class MiniVec2Vec(BaseEstimator):
 
     def _keep(
         self, run: _Run, anchored: Pass, candidates: dict[str, tuple[CandidateRecord, Pass | None]], seed
-    ) -> tuple[str, Pass, dict[str, Any], dict[str, Any]]:
+    ) -> tuple[str, Pass, PolishRecord, TrustCheck]:
         """The map kept (``matrix_``), polished: the anchored passes' choice, or the candidate (the identity's only
         with ``init="auto"``) whose trust score beats it most, by more than its margin. Returns which was kept, its
         pass, the polish and the trust check; each candidate's record gains its trust score and lift."""
         self.matrix_, polish = self._polish(run, anchored, seed)
-        scored = polish["trust_after"] if polish["accepted"] else polish["trust_before"]  # the polish scored it
+        scored = polish.trust_after if polish.accepted else polish.trust_before  # the polish scored it
         final = run.trust(self.matrix_) if scored is None else scored
         trust = trust_report(run.trust_a, run.trust_b, final, run.eye, run.rotations, self.trust_margin)
         eligible: dict[str, float] = {}  # the candidates that may replace it, by trust score
@@ -513,7 +517,7 @@ class MiniVec2Vec(BaseEstimator):
             if candidate is None:
                 continue
             record.trust = run.trust(candidate.matrix.astype(np.float32))
-            record.lift = (record.trust - final) / max(abs(trust["random_rotation"]), 1e-12)
+            record.lift = (record.trust - final) / max(abs(trust.random_rotation), 1e-12)
             # init="anchors" keeps its map independent of the target's coordinates: the identity only flags there
             if candidate_beats(record) and (name != "identity" or self.init == "auto"):
                 eligible[name] = record.trust
@@ -523,20 +527,19 @@ class MiniVec2Vec(BaseEstimator):
         candidate = candidates[best][1]
         assert candidate is not None
         self.matrix_, polish = self._polish(run, candidate, seed)
-        final = polish["trust_after"] if polish["accepted"] else eligible[best]
-        trust |= {"final": final, "lift": trust_lift(final, trust["identity"], trust["random_rotation"])}
+        final = polish.trust_after if polish.accepted and polish.trust_after is not None else eligible[best]
+        trust.final, trust.lift = final, trust_lift(final, trust.identity, trust.random_rotation)
         return KEPT_CANDIDATES[best], candidate, polish, trust
 
-    def _polish(self, run: _Run, kept: Pass, seed) -> tuple[np.ndarray, dict[str, Any]]:
+    def _polish(self, run: _Run, kept: Pass, seed) -> tuple[np.ndarray, PolishRecord]:
         """The kept map, polished by up to ``refine.polish_iter`` more refine-1 steps where its refine-1 ran to its
         cap still climbing (not with known pairs); kept only if the trust score rises."""
         rp, record = self.refine, kept.record
         matrix = kept.matrix.astype(np.float32)
-        out: dict[str, Any] = {"ran": False, "iterations": 0, "trust_before": None, "trust_after": None}
         climbing = record.refined and record.refine1_iterations == rp.n_iter and not record.refine1_stopped_early
         unpaired = kept.step.pairs is None
         if rp.polish_iter == 0 or not climbing or not unpaired or run.budget.spent("before polishing the kept map"):
-            return matrix, out | {"accepted": False}
+            return matrix, PolishRecord()
         step = dataclasses.replace(kept.step, rng=np.random.default_rng(seed))
         # Patience counts against the polish's own iterates, not its start (a tail average they seldom beat soon).
         polish, out_of_time = dataclasses.replace(rp, n_iter=rp.polish_iter), run.budget.check("in polishing")
@@ -546,8 +549,9 @@ class MiniVec2Vec(BaseEstimator):
         polished = polished.astype(np.float32)  # as kept, so its trust score is the fit's (not computed again)
         before, after = run.trust(matrix), run.trust(polished)
         accepted = after > before
-        out |= {"ran": True, "iterations": history.iterations, "trust_before": before, "trust_after": after}
-        return (polished if accepted else matrix), out | {"accepted": accepted}
+        return (polished if accepted else matrix), PolishRecord(
+            ran=True, iterations=history.iterations, trust_before=before, trust_after=after, accepted=accepted
+        )
 
     # -- one pass ------------------------------------------------------------------------------------------------
     def _start_pass(

@@ -4,19 +4,44 @@ and ``oracle_cross_fitted`` (each half mapped by the other half's Procrustes), a
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
 from subspaces.align.preprocess import normalize_rows
 from subspaces.align.procrustes import procrustes
 from subspaces.errors import DimensionError, SubspacesError
+from subspaces.results import JSONResult
 
 POOL_SIZE = 8192  # candidates per retrieval pool, as in the paper
 BATCH = 1024  # rows ranked per product
 
 
-def retrieval_metrics(mapped: np.ndarray, target: np.ndarray, *, pool_size: int = POOL_SIZE) -> dict:
+@dataclass
+class RetrievalMetrics(JSONResult):
+    """:func:`retrieval_metrics`' figures."""
+
+    top1: float
+    mean_rank: float  # of the true target, 1-based
+    cosine: float
+
+
+@dataclass
+class AlignmentEval(JSONResult):
+    """:func:`evaluate_alignment`'s report (``align eval``'s JSON): the fitted map's retrieval, then the baselines'."""
+
+    n_eval: int
+    pool_size: int
+    top1: float
+    mean_rank: float
+    cosine: float
+    n_pools: int
+    identity: RetrievalMetrics | None  # None: the dims differ
+    oracle: RetrievalMetrics
+    oracle_cross_fitted: RetrievalMetrics
+
+
+def retrieval_metrics(mapped: np.ndarray, target: np.ndarray, *, pool_size: int = POOL_SIZE) -> RetrievalMetrics:
     """Top-1 accuracy, mean (1-based) rank of the true target, and mean cosine: row i of ``mapped`` ranked against
     every target row of its pool (consecutive rows, ``pool_size`` a pool); a tie with the true target counts against
     it."""
@@ -35,7 +60,7 @@ def retrieval_metrics(mapped: np.ndarray, target: np.ndarray, *, pool_size: int 
             true = sims[np.arange(hi - lo), np.arange(lo - start, hi - start)]
             ranks[lo:hi] = (sims >= true[:, None]).sum(axis=1)
     cosine = float(np.einsum("ij,ij->i", mapped, target).mean())
-    return {"top1": float((ranks == 1).mean()), "mean_rank": float(ranks.mean()), "cosine": cosine}
+    return RetrievalMetrics(top1=float((ranks == 1).mean()), mean_rank=float(ranks.mean()), cosine=cosine)
 
 
 def cross_fitted_oracle(source: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -48,17 +73,22 @@ def cross_fitted_oracle(source: np.ndarray, target: np.ndarray) -> np.ndarray:
     return normalize_rows(mapped)
 
 
-def evaluate_alignment(aligner, source: np.ndarray, target: np.ndarray, *, pool_size: int = POOL_SIZE) -> dict:
+def evaluate_alignment(aligner, source: np.ndarray, target: np.ndarray, *, pool_size: int = POOL_SIZE) -> AlignmentEval:
     """Score a fitted aligner on paired rows (row i of ``source`` and ``target`` embed the same text)."""
     if len(source) != len(target):
         raise DimensionError(f"paired evaluation needs equal row counts, got {len(source)} and {len(target)}")
     a = aligner.preprocess_source(source)
     b = aligner.preprocess_target(target)
     # Pools are consecutive rows; the last one holds the remainder (shuffle paired rows beforehand if ordered).
-    report: dict[str, Any] = {"n_eval": len(a), "pool_size": min(pool_size, len(a))}
-    report |= retrieval_metrics(normalize_rows(a @ aligner.matrix_), b, pool_size=pool_size)
-    report["n_pools"] = -(-len(a) // pool_size)
-    report["identity"] = retrieval_metrics(a, b, pool_size=pool_size) if a.shape[1] == b.shape[1] else None
-    report["oracle"] = retrieval_metrics(normalize_rows(a @ procrustes(a, b)), b, pool_size=pool_size)
-    report["oracle_cross_fitted"] = retrieval_metrics(cross_fitted_oracle(a, b), b, pool_size=pool_size)
-    return report
+    mapped = retrieval_metrics(normalize_rows(a @ aligner.matrix_), b, pool_size=pool_size)
+    return AlignmentEval(
+        n_eval=len(a),
+        pool_size=min(pool_size, len(a)),
+        top1=mapped.top1,
+        mean_rank=mapped.mean_rank,
+        cosine=mapped.cosine,
+        n_pools=-(-len(a) // pool_size),
+        identity=retrieval_metrics(a, b, pool_size=pool_size) if a.shape[1] == b.shape[1] else None,
+        oracle=retrieval_metrics(normalize_rows(a @ procrustes(a, b)), b, pool_size=pool_size),
+        oracle_cross_fitted=retrieval_metrics(cross_fitted_oracle(a, b), b, pool_size=pool_size),
+    )

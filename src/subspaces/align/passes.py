@@ -1,18 +1,20 @@
 """The fit's typed records: a pass's (anchors -> initial map -> structure -> refine-1 -> refine-2; what is saved of
-it, :class:`PassRecord`, and what its later stages need, :class:`Pass`), a candidate map's (:class:`CandidateRecord`)
-and the whole fit's (:class:`FitDiagnostics`, saved with the map)."""
+it, :class:`PassRecord`, and what its later stages need, :class:`Pass`), a candidate map's (:class:`CandidateRecord`),
+the agreement check's and the polish's, and the whole fit's (:class:`FitDiagnostics`, saved with the map)."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
 from subspaces.align.anchors import AnchorSet
 from subspaces.align.refine import NeighbourStep, RefineHistory, StructureHistory
-from subspaces.align.verify import IDENTITY_REFERENCE_MARGIN
+from subspaces.align.verify import IDENTITY_REFERENCE_MARGIN, PairedCheck, TrustCheck
+from subspaces.results import JSONResult
 
 
 @dataclass
@@ -85,8 +87,10 @@ class PassRecord:
 
 
 @dataclass
-class CandidateRecord:
+class CandidateRecord(JSONResult):
     """A candidate map's record (``diagnostics_.identity_reference``, ``.recipe_candidate``)."""
+
+    OMIT_IF_NONE: ClassVar[frozenset[str]] = frozenset({"stage_seconds"})
 
     trust: float | None = None
     nn_similarity: float | None = None
@@ -98,9 +102,57 @@ class CandidateRecord:
     cut_short: bool = False  # the budget ran out during it
     stage_seconds: dict[str, float] | None = None  # the paper recipe's, once run
 
+
+@dataclass
+class AgreementSearch(JSONResult):
+    """The agreement search's record: the passes refined in all, the new ones it ran, each compared pair's agreement."""
+
+    passes_refined: int
+    new_passes: int
+    pairwise: list[list[Any]]  # [i, j, agreement] of passes i < j, both refined and converged
+
+
+@dataclass
+class AgreementCheck(JSONResult):
+    """``diagnostics_.agreement``: the agreement check and search; the check pass's fields are written once it ran."""
+
+    OMIT_IF_NONE: ClassVar[frozenset[str]] = frozenset(
+        {"check_structure_swapped", "check_stage_seconds", "check_agreement"}
+    )
+
+    agreement: float | None = None  # the kept map's with an independent pass (None: not judged)
+    threshold: float | None = None
+    skipped: str | None = None  # why it did not judge
+    compared: int | None = None  # the passes compared
+    check_structure_swapped: list[float] | None = None
+    check_stage_seconds: dict[str, float] | None = None
+    check_agreement: float | None = None  # the check pass's with the restarts' choice
+    search: AgreementSearch | None = None
+
+    @property
+    def disagrees(self) -> bool:
+        """The check judged, and no two passes agree."""
+        return self.agreement is not None and self.threshold is not None and self.agreement < self.threshold
+
     def to_dict(self) -> dict[str, Any]:
-        record = dataclasses.asdict(self)
-        return record if self.stage_seconds is not None else {k: v for k, v in record.items() if k != "stage_seconds"}
+        saved = super().to_dict()
+        return saved if self.check_agreement is not None else {k: v for k, v in saved.items() if k != "search"}
+
+    @classmethod
+    def from_dict(cls, saved: Mapping[str, Any]) -> Self:
+        search = saved.get("search")
+        return super().from_dict({**saved, "search": None if search is None else AgreementSearch.from_dict(search)})
+
+
+@dataclass
+class PolishRecord(JSONResult):
+    """``diagnostics_.polish``: the kept map's polish (refine-1 continued), accepted where its trust score rose."""
+
+    ran: bool = False
+    iterations: int = 0
+    trust_before: float | None = None
+    trust_after: float | None = None
+    accepted: bool = False
 
 
 @dataclass
@@ -132,9 +184,9 @@ class FitDiagnostics:
     problems: list[str]  # why the map is not trusted (:func:`.verify.verdict`), each a sentence
     identity_nn_similarity: float | None  # the trivial maps' label-free scores (identity: where the dims agree)
     random_rotation_nn_similarity: float
-    trust: dict[str, Any]  # :func:`.verify.trust_report`
-    agreement: dict[str, Any]  # the agreement check and search
-    polish: dict[str, Any]
+    trust: TrustCheck | None  # :func:`.verify.trust_report` (None: a file from before it was recorded)
+    agreement: AgreementCheck
+    polish: PolishRecord
     identity_reference: CandidateRecord
     recipe_candidate: CandidateRecord
     init: str
@@ -145,7 +197,7 @@ class FitDiagnostics:
     cpu: str
     native_bfloat16: bool
     n_pairs: int
-    paired_check: dict[str, Any] | None  # :func:`.verify.paired_check`, with known pairs
+    paired_check: PairedCheck | None  # :func:`.verify.paired_check`, with known pairs
     nn_similarity: StageScores  # the kept map's own (with a candidate kept, no anchored restart is the map)
     anchor_consistency: float | None
     orthogonality_gap: float
@@ -161,24 +213,29 @@ class FitDiagnostics:
 
     def to_dict(self) -> dict[str, Any]:
         saved = dataclasses.asdict(self) | {"trusted": self.trusted, "stopped_early": self.stopped_early}
-        return saved | {name: getattr(self, name).to_dict() for name in ("identity_reference", "recipe_candidate")}
+        records = ("trust", "agreement", "polish", "identity_reference", "recipe_candidate", "paired_check")
+        return saved | {name: None if (r := getattr(self, name)) is None else r.to_dict() for name in records}
 
     @classmethod
     def from_dict(cls, saved: dict[str, Any]) -> FitDiagnostics:
-        """The saved record. Format 2 grew fields: one an older file lacks reads as unrecorded (None, empty, a
-        candidate skipped), its precision as float32, and its saved ``trusted`` still decides."""
+        """The saved record. Format 2 grew fields: one an older file lacks reads as unrecorded (None, empty, a check
+        or candidate skipped, no polish), its precision as float32, and its saved ``trusted`` still decides."""
         fields = {f.name for f in dataclasses.fields(cls)}
         values: dict[str, Any] = dict.fromkeys(fields)
-        values |= {"problems": [], "trust": {}, "agreement": {}, "polish": {}, "n_pairs": 0}
-        values |= {"precision": "float32", "restarts": []} | {k: v for k, v in saved.items() if k in fields}
+        values |= {"problems": [], "n_pairs": 0, "precision": "float32", "restarts": []}
+        values |= {k: v for k, v in saved.items() if k in fields}
         if not saved.get("trusted", False) and not values["problems"]:
             values["problems"] = ["its fit did not converge"]
         unrecorded = {"skipped": "not recorded by the version that fitted this map"}
-        candidates = ("identity_reference", "recipe_candidate")
+        trust, paired, candidates = values["trust"], values["paired_check"], ("identity_reference", "recipe_candidate")
         return cls(
             **values
-            | {name: CandidateRecord(**saved.get(name, unrecorded)) for name in candidates}
+            | {name: CandidateRecord.from_dict(saved.get(name, unrecorded)) for name in candidates}
             | {
+                "trust": TrustCheck.from_dict(trust) if trust else None,
+                "agreement": AgreementCheck.from_dict(saved.get("agreement") or unrecorded),
+                "polish": PolishRecord.from_dict(saved.get("polish", {})),
+                "paired_check": None if paired is None else PairedCheck.from_dict(paired),
                 "nn_similarity": StageScores(**saved["nn_similarity"]),
                 "restarts": [PassRecord.from_dict(record) for record in values["restarts"]],
             }

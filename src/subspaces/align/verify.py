@@ -6,13 +6,15 @@ pairs); :func:`verdict` turns them into problems and a confidence."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from subspaces.align.anchors import AnchorSet
 from subspaces.align.neighbours import NeighbourIndex
 from subspaces.align.preprocess import normalize_rows
+from subspaces.results import JSONResult
 
 if TYPE_CHECKING:
     from subspaces.align.params import AnchorParams, StructureParams
@@ -126,9 +128,19 @@ def paired_top1(source: np.ndarray, target: np.ndarray, matrix: np.ndarray) -> f
     return float((np.diagonal(sims) >= sims.max(axis=1) - 1e-5).mean())
 
 
-def paired_check(
-    pairs: tuple[np.ndarray, np.ndarray], matrix: np.ndarray, identity: np.ndarray | None
-) -> dict[str, Any]:
+@dataclass
+class PairedCheck(JSONResult):
+    """:func:`paired_check`'s record (``diagnostics_.paired_check``)."""
+
+    pairs: int
+    scored: int  # an evenly spaced subset of at most MAX_JUDGING_PAIRS
+    judged: bool  # enough pairs (MIN_JUDGING_PAIRS) to judge the map by
+    top1: float
+    identity_top1: float | None  # None: the dims differ
+    problem: str | None
+
+
+def paired_check(pairs: tuple[np.ndarray, np.ndarray], matrix: np.ndarray, identity: np.ndarray | None) -> PairedCheck:
     """How a map fitted with known ``pairs`` (preprocessed rows) places them: top-1 among the pairs (at most
     :data:`MAX_JUDGING_PAIRS`), the identity's where the dims agree, and the problem if it fails. In-sample, so it
     cannot certify a map, but one that places under half of them, or does worse than the identity, is broken."""
@@ -146,32 +158,38 @@ def paired_check(
             f"vectors among those pairs (in-sample; trusted: >= {PAIRED_TOP1_FLOOR:.0%} and no worse than leaving "
             f"them unmapped{against}); check that row i of both pair files embeds the same text."
         )
-    return {
-        "pairs": n,
-        "scored": len(rows),
-        "judged": judged,
-        "top1": top1,
-        "identity_top1": unmapped,
-        "problem": problem,
-    }
+    return PairedCheck(pairs=n, scored=len(rows), judged=judged, top1=top1, identity_top1=unmapped, problem=problem)
+
+
+@dataclass
+class TrustCheck(JSONResult):
+    """:func:`trust_report`'s record (``diagnostics_.trust``): the kept map's trust score beside the trivial maps'."""
+
+    final: float
+    identity: float | None  # None: the dims differ
+    random_rotation: float  # chance level
+    lift: float  # :func:`trust_lift`
+    margin: float
+    score: str
+    rows: list[int]  # each side's rows scored
 
 
 def trust_report(
     trust_a: np.ndarray, trust_b: np.ndarray, final: float, eye: np.ndarray | None, rotations: list, margin: float
-) -> dict[str, Any]:
+) -> TrustCheck:
     """The trust check of a map whose trust score is ``final``: the trivial maps' scores on the same rows (``eye``
     where the dims agree, the best of the random ``rotations``) and the lift over them."""
     identity = trust_score(trust_a, trust_b, eye) if eye is not None else None
     control = max(trust_score(trust_a, trust_b, rotation) for rotation in rotations)
-    return {
-        "final": final,
-        "identity": identity,
-        "random_rotation": control,
-        "lift": trust_lift(final, identity, control),
-        "margin": margin,
-        "score": f"csls (k={TRUST_K})",
-        "rows": [len(trust_a), len(trust_b)],
-    }
+    return TrustCheck(
+        final=final,
+        identity=identity,
+        random_rotation=control,
+        lift=trust_lift(final, identity, control),
+        margin=margin,
+        score=f"csls (k={TRUST_K})",
+        rows=[len(trust_a), len(trust_b)],
+    )
 
 
 def candidate_beats(record: CandidateRecord) -> bool:
@@ -196,7 +214,7 @@ def row_count_problems(anchors: AnchorParams, structure: StructureParams, n_sour
     return problems
 
 
-def kept_why(kept: str, trust: dict[str, Any], reference: CandidateRecord, recipe: CandidateRecord) -> str:
+def kept_why(kept: str, trust: TrustCheck, reference: CandidateRecord, recipe: CandidateRecord) -> str:
     """One sentence for ``diagnostics_.kept_why``: which map was kept, and the trust scores that chose it."""
     scores = [
         f"{name} {record.trust:.4f} ({record.lift:+.2f} x chance against the anchored map)"
@@ -205,7 +223,7 @@ def kept_why(kept: str, trust: dict[str, Any], reference: CandidateRecord, recip
     ]
     margin = f"a candidate replaces the anchored map above +{IDENTITY_REFERENCE_MARGIN:g} x chance"
     listed = f"; candidates' CSLS trust: {', '.join(scores)}; {margin}" if scores else "; no candidate ran"
-    return f"kept: {kept}, CSLS trust {trust['final']:.4f} (chance {trust['random_rotation']:.4f}){listed}"
+    return f"kept: {kept}, CSLS trust {trust.final:.4f} (chance {trust.random_rotation:.4f}){listed}"
 
 
 def verdict(
@@ -216,37 +234,38 @@ def verdict(
     pairs' top-1 where they judge, else the share of seeded cluster pairs the last structural round kept. A kept
     candidate is not judged by the anchored passes' checks; its lead over the anchored map is its confidence."""
     kept, converged, agreement, paired, trust = d.kept, d.converged, d.agreement, d.paired_check, d.trust
+    assert trust is not None  # a fit records it
     reference = d.identity_reference
     candidate = d.recipe_candidate if kept == "paper recipe" else reference
     swapped = d.restarts[d.chosen_restart].structure_swapped
-    judged = paired if paired is not None and paired["judged"] else None
+    judged = paired if paired is not None and paired.judged else None
     anchored = kept not in ("identity reference", "paper recipe")
     problems = list(earlier)
-    if anchored and converged is False and agreement["agreement"] is None and judged is None:
+    if anchored and converged is False and agreement.agreement is None and judged is None:
         problems.append(
             f"no pass of the alignment converged: the kept one's structural search still swapped "
             f"{swapped[-1]:.0%} of the seeded cluster pairs in its last round "
             f"(converged: <= {converged_swap_share:.0%}); the map is probably wrong. Try more n_restarts, "
             f"more data, or check the pair on a few paired texts."
         )
-    if judged is not None and judged["problem"] is not None:
-        problems.append(judged["problem"])
-    problem = trust_problem(trust["final"], trust["identity"], trust["random_rotation"], margin=trust["margin"])
+    if judged is not None and judged.problem is not None:
+        problems.append(judged.problem)
+    problem = trust_problem(trust.final, trust.identity, trust.random_rotation, margin=trust.margin)
     if problem is not None:
         problems.append(problem)
     if candidate_beats(reference) and kept == "anchors":
         problems.append(
             f"a map refined from the identity (the vectors left as they are, then refine-1) "
             f"scores clearly higher than the fitted map on the label-free score (CSLS "
-            f"{reference.trust:.4f} against {trust['final']:.4f}; chance level {trust['random_rotation']:.4f}): "
+            f"{reference.trust:.4f} against {trust.final:.4f}; chance level {trust.random_rotation:.4f}): "
             f"the two models probably share coordinates and the fitted map is in a worse basin. Refit with "
             f"init='identity' (--init identity), or check the pair on a few paired texts."
         )
-    if anchored and agreement["agreement"] is not None and agreement["agreement"] < agreement["threshold"]:
+    if anchored and agreement.disagrees:
         problems.append(
-            f"no two independent passes of the alignment agree ({agreement['compared']} compared): their maps "
-            f"give the same rows a mean cosine of {agreement['agreement']:.2f} at most (trusted: >= "
-            f"{agreement['threshold']:g}; passes whose structure did not converge are not compared); a right "
+            f"no two independent passes of the alignment agree ({agreement.compared} compared): their maps "
+            f"give the same rows a mean cosine of {agreement.agreement:.2f} at most (trusted: >= "
+            f"{agreement.threshold:g}; passes whose structure did not converge are not compared); a right "
             f"map is found again from other anchors, so this one is probably wrong. Try more data, more "
             f"agreement_search passes, or fit with a few hundred known pairs (--pairs-source/--pairs-target)."
         )
@@ -254,8 +273,8 @@ def verdict(
     if not anchored:  # the kept candidate's lead over the anchored map, in units of chance level, capped
         assert candidate.lift is not None
         confidence = min(float(candidate.lift), 1.0)
-    elif agreement["agreement"] is not None:
-        confidence = min(max(agreement["agreement"], 0.0), 1.0)
+    elif agreement.agreement is not None:
+        confidence = min(max(agreement.agreement, 0.0), 1.0)
     elif judged is not None:
-        confidence = judged["top1"]
+        confidence = judged.top1
     return problems, 0.0 if problems else confidence
