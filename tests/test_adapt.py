@@ -264,7 +264,7 @@ def test_fit_cli_errors_write_nothing(tmp_path):
     (tmp_path / "broken.npy").write_bytes(b"")
     cases = {
         "x.npy --dims 32,16": "strictly increasing",
-        "x.npy --dims 16,128": "go above",
+        "x.npy --dims 16,128": "outside 1..64",
         "empty.npy": "no rows",
         "zero.npy": "zero vectors",
         "broken.npy": "not a readable",

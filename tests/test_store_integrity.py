@@ -101,8 +101,8 @@ def test_cli_refuses_a_conflicting_id_in_one_line_and_upserts_on_request(tmp_pat
 
 @pytest.mark.filterwarnings("ignore::subspaces.errors.ConvergenceWarning")  # a tiny fit
 def test_an_upsert_remaps_the_pending_space_and_makes_the_quantized_copy_stale(tmp_path):
-    from subspaces.store import search as ops
     from subspaces.store.maps import load_map
+    from subspaces.vectors import normalize_rows
 
     rng = np.random.default_rng(0)
     texts = [f"text {i}" for i in range(301)]  # the last: the replacement text of row 3
@@ -119,7 +119,7 @@ def test_an_upsert_remaps_the_pending_space_and_makes_the_quantized_copy_stale(t
     assert mapped.texts[row] == texts[300]
     aligner = load_map(made.path / made.manifest.spaces["1"].aligner)
     own = made._load_rows("0").vectors[made._load_rows("0").ids == "3"]
-    np.testing.assert_allclose(mapped.vectors[row], ops.unit_prefix(aligner.transform(own))[0], atol=1e-5)
+    np.testing.assert_allclose(mapped.vectors[row], normalize_rows(aligner.transform(own))[0], atol=1e-5)
     with pytest.raises(SubspacesError, match="stale .rows were replaced"):
         made.search(texts[5], model=old_model, quantized=True)
     assert made.info()["spaces"]["0"]["quantized"]["stale"]

@@ -75,6 +75,15 @@ def test_a_query_map_is_the_adjoint_of_the_row_map_and_ranks_as_the_rewrite_does
     assert (by_query == by_rows).all()
 
 
+def test_the_orthogonal_map_is_the_scaled_procrustes_by_hand():
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(100, 6)), rng.normal(size=(100, 6))
+    fitted = maps.OrthogonalMap().fit(x, y)
+    xc, yc = x - x.mean(0), y - y.mean(0)
+    u, s, vt = np.linalg.svd(xc.T @ yc)
+    np.testing.assert_allclose(fitted.weight_, u @ vt * (s.sum() / (xc**2).sum()), rtol=1e-5, atol=1e-6)
+
+
 def test_maps_save_load_and_refuse_in_one_line(tmp_path):
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(300, 12)), rng.normal(size=(300, 10))

@@ -91,8 +91,8 @@ def test_a_ray_add_refuses_a_model_that_is_not_the_stores_before_writing(runtime
 def test_a_migration_on_ray_maps_every_row_by_the_fitted_aligner(runtime, tmp_path, tiny_model_dir):
     from bench.random_bert import build_random_bert
     from subspaces.models.encoder import portable
-    from subspaces.store import search as ops
     from subspaces.store.maps import load_map
+    from subspaces.vectors import normalize_rows
 
     store = Store.create(tmp_path / "s", str(tiny_model_dir))
     store.add(sentences(300), ids=range(300), write_batch=300)
@@ -108,7 +108,7 @@ def test_a_migration_on_ray_maps_every_row_by_the_fitted_aligner(runtime, tmp_pa
     source, mapped = rows_by_id(store, "0"), rows_by_id(store, "1")
     ids = sorted(source)
     assert sorted(mapped) == ids
-    expected = ops.unit_prefix(aligner.transform(np.stack([source[i][1] for i in ids])))
+    expected = normalize_rows(aligner.transform(np.stack([source[i][1] for i in ids])))
     np.testing.assert_allclose(np.stack([mapped[i][1] for i in ids]), expected, atol=1e-5)
 
 

@@ -52,6 +52,27 @@ def test_dims_parse_in_the_given_order_and_resolve_in_the_order_asked_for():
         resolve_dims([], 64, order="given")
 
 
+def test_a_dtype_converts_numpy_rows_first_and_a_tensor_keeps_its_own():
+    got = normalize_rows([[3.0, 4.0], [0.0, 0.0]], dtype=np.float32)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.array([[0.6, 0.8], [0.0, 0.0]], dtype=np.float32))
+    x = np.random.default_rng(0).normal(size=(20, 6))
+    np.testing.assert_array_equal(unit_prefix(x, 4, dtype=np.float32), unit_prefix(x.astype(np.float32), 4))
+    assert unit_prefix(torch.ones(2, 3, dtype=torch.float64), 2, dtype=np.float32).dtype == torch.float64
+
+
+def test_dims_read_from_text_rise_strictly_where_asked_and_may_exclude_the_full_size():
+    assert resolve_dims("16,full", 32, order="increasing") == [16, 32]
+    for bad in ([16, 16], [16, 8]):
+        with pytest.raises(DimensionError, match="strictly increasing"):
+            resolve_dims(bad, 32, order="increasing")
+    assert resolve_dims("16, 8,16", 32, order="ascending", below_full=True) == [8, 16]
+    with pytest.raises(DimensionError, match=r"dims \[32\] are outside 1..31 \(the vectors have 32 dimensions\)"):
+        resolve_dims("8,full", 32, order="ascending", below_full=True)
+    with pytest.raises(DimensionError, match="integers"):
+        resolve_dims(["eight"], 32, order="given")
+
+
 def test_principal_axes_are_orthonormal_and_ordered_by_variance():
     x = np.random.default_rng(0).normal(size=(500, 4)) * [0.1, 3.0, 1.0, 0.5]
     axes = principal_axes(x)

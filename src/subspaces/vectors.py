@@ -16,7 +16,7 @@ from subspaces.errors import DimensionError
 
 ZERO_NORM = 1e-12  # a row shorter than this has no direction: it is divided by this, so a zero row stays zero
 
-Order = Literal["given", "ascending", "descending"]
+Order = Literal["given", "increasing", "ascending", "descending"]
 
 
 def _is_tensor(x: Any) -> bool:
@@ -24,12 +24,14 @@ def _is_tensor(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.Tensor)
 
 
-def normalize_rows(x: Any, *, eps: float = ZERO_NORM) -> Any:
-    """Each row (last axis) divided by ``max(its L2 norm, eps)``; same array type and float type as ``x``."""
+def normalize_rows(x: Any, *, eps: float = ZERO_NORM, dtype: Any = None) -> Any:
+    """Each row (last axis) divided by ``max(its L2 norm, eps)``; same array type and float type as ``x``, or
+    NumPy rows (an array, a list) converted to ``dtype`` first (a tensor keeps its own)."""
     if _is_tensor(x):
         import torch
 
         return torch.nn.functional.normalize(x, dim=-1, eps=eps)
+    x = x if dtype is None else np.asarray(x, dtype=dtype)
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 
@@ -41,8 +43,10 @@ def truncate(x: Any, dim: int | None) -> Any:
     return x if dim is None else x[..., :dim]
 
 
-def unit_prefix(x: Any, dim: int | None = None) -> Any:
-    """The first ``dim`` coordinates of each row (``None``: all), L2-normalised again: a Matryoshka prefix."""
+def unit_prefix(x: Any, dim: int | None = None, *, dtype: Any = None) -> Any:
+    """The first ``dim`` coordinates of each row (``None``: all), L2-normalised again: a Matryoshka prefix
+    (``dtype``: as :func:`normalize_rows`)."""
+    x = x if dtype is None or _is_tensor(x) else np.asarray(x, dtype=dtype)
     return normalize_rows(truncate(x, dim))
 
 
@@ -67,17 +71,29 @@ def parse_dims(text: str) -> list[int | None]:
     return dims
 
 
-def resolve_dims(dims: Iterable[int | None], full: int, *, order: Order, what: str = "dims") -> list[int]:
-    """Prefix sizes of ``full``-sized rows: ``None`` becomes ``full``, repeats go, each is checked to be in
-    1..full; in the ``order`` asked for (``given``: as listed, first occurrence kept)."""
-    resolved = list(dict.fromkeys(full if d is None else int(d) for d in dims))
-    if order != "given":
+def resolve_dims(
+    dims: str | Iterable[int | None], full: int, *, order: Order, what: str = "dims", below_full: bool = False
+) -> list[int]:
+    """Prefix sizes of ``full``-sized rows (a string as :func:`parse_dims` reads it): ``None`` becomes ``full``,
+    repeats go, each is checked to be in 1..full (1..full-1 with ``below_full``: a part of the rows, not all); in
+    the ``order`` asked for (``given``: as listed, first occurrence kept; ``increasing``: as listed, which must
+    rise strictly)."""
+    given = parse_dims(dims) if isinstance(dims, str) else list(dims)
+    try:
+        values = [full if d is None else int(d) for d in given]
+    except (TypeError, ValueError):
+        raise DimensionError(f"{what} must be integers or 'full', got {given!r}") from None
+    if order == "increasing" and any(b <= a for a, b in zip(values, values[1:], strict=False)):
+        raise DimensionError(f"{what} {values} must be strictly increasing")
+    resolved = list(dict.fromkeys(values))
+    if order in ("ascending", "descending"):
         resolved.sort(reverse=order == "descending")
     if not resolved:
         raise DimensionError(f"no {what} given")
-    bad = [d for d in resolved if not 0 < d <= full]
+    top = full - 1 if below_full else full
+    bad = [d for d in resolved if not 0 < d <= top]
     if bad:
-        raise DimensionError(f"{what} {bad} are outside 1..{full} (the model's embedding size)")
+        raise DimensionError(f"{what} {bad} are outside 1..{top} (the vectors have {full} dimensions)")
     return resolved
 
 

@@ -19,11 +19,11 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from subspaces import topk
-from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.errors import DataError, SubspacesError
 from subspaces.numerics import cpu_record
 from subspaces.progress import Progress
 from subspaces.state_folder import read_state_folder, write_state_folder
-from subspaces.vectors import check_rows, normalize_rows, principal_axes
+from subspaces.vectors import check_rows, normalize_rows, principal_axes, resolve_dims
 from subspaces.vectors_file import map_vectors_file
 
 FORMAT_VERSION = 3  # from 3, adapter.json's own fields are hashed: an edited scale or parameter is refused
@@ -37,23 +37,6 @@ def check_vectors(x: np.ndarray, what: str, dim: int | None = None, row_offset: 
     return check_rows(x, what, dim=dim, fitted="the adapter", row_offset=row_offset)
 
 
-def check_dims(dims: Sequence[int], full: int) -> list[int]:
-    """``dims`` as a list: positive, strictly increasing, none above ``full``."""
-    try:
-        values = [int(d) for d in dims]
-    except (TypeError, ValueError):
-        raise DimensionError(f"dims must be integers, got {dims!r}") from None
-    if not values:
-        raise DimensionError("dims is empty: give the prefix sizes to train, e.g. 16,32,64,128")
-    if any(d < 1 for d in values):
-        raise DimensionError(f"dims {values} must be positive")
-    if any(b <= a for a, b in zip(values, values[1:], strict=False)):
-        raise DimensionError(f"dims {values} must be strictly increasing")
-    if values[-1] > full:
-        raise DimensionError(f"dims {values} go above the vectors' {full} dimensions")
-    return values
-
-
 def _finite(value: Any) -> bool:
     try:
         return math.isfinite(value)
@@ -65,7 +48,7 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
     """A residual map on frozen embeddings whose prefixes keep the full vectors' neighbourhoods (scikit-learn API).
 
     Args:
-        dims: prefix sizes to train, strictly increasing; the full size is always added.
+        dims: prefix sizes to train, strictly increasing (``None``: the full size, which is always added).
         hidden: width of g's hidden layer (ReLU); 0 makes g a linear map.
         epochs, batch_size, lr, weight_decay: AdamW over shuffled batches of rows; similarities are in-batch.
         topk: neighbours per row in the top-k term.
@@ -88,7 +71,7 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
 
     def __init__(
         self,
-        dims: Sequence[int] = (16, 32, 64, 128),
+        dims: Sequence[int | None] = (16, 32, 64, 128),
         hidden: int = 512,
         epochs: int = 20,
         batch_size: int = 512,
@@ -225,7 +208,7 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         n, full = x_np.shape
         if n < 2:
             raise DataError(f"the adapter needs at least 2 rows to compare, got {n}")
-        dims = check_dims(self.dims, full)
+        dims = resolve_dims(self.dims, full, order="increasing")
         pair_rows = self._check_pairs(pairs, n)
         seed = 0 if self.random_state is None else int(self.random_state)
         start_time = time.perf_counter()
@@ -330,7 +313,7 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
         interrupted save, or an edited ``adapter.json``, is refused by :meth:`load`)."""
         self._check_fitted()
         params = self.get_params()
-        params["dims"] = [int(d) for d in params["dims"]]
+        params["dims"] = resolve_dims(params["dims"], self.n_features_in_, order="increasing")  # integers
         config = {
             "class": "MatryoshkaAdapter",
             "params": params,

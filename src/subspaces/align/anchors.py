@@ -70,7 +70,7 @@ def kmeans_runs(
         for redo in range(n_redo):
             members[torch.from_numpy(where), r * n_redo + redo] = True
             if inits is not None:
-                starts.append(torch.from_numpy(normalize_rows(np.asarray(inits[r], dtype=np.float32))))
+                starts.append(torch.from_numpy(normalize_rows(inits[r])))
             else:
                 starts.append(full[torch.from_numpy(where[draw.choice(len(where), k, replace=False)])])
     centroids = torch.cat(starts)  # (runs·K, d)
@@ -104,7 +104,7 @@ def kmeans_runs(
                 )
                 sums += torch.from_numpy(onehot @ values[begin:end].numpy())
         means = _split_into_empty(sums, counts[:-1].view(n_runs, k))
-        return means / means.norm(dim=1, keepdim=True).clamp_min(1e-12), closeness
+        return normalize_rows(means), closeness
 
     for _ in range(n_iter - 1):
         centroids, _ = step(centroids, low)

@@ -4,33 +4,42 @@ unequal dims, the same as zero-padding the smaller space)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
-def procrustes(x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-    """The (semi-)orthogonal ``W`` (d_x x d_y) that best maps rows of ``x`` onto the paired rows of ``y``."""
+def procrustes(
+    x: np.ndarray, y: np.ndarray, weights: np.ndarray | None = None, *, scaled: bool = False, dtype: Any = np.float32
+) -> np.ndarray:
+    """The (semi-)orthogonal ``W`` (d_x x d_y) that best maps rows of ``x`` onto the paired rows of ``y``, in
+    ``dtype``; ``scaled``: times the one scale that best fits it, ``trace(S) / |x|^2``."""
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"procrustes needs paired rows, got {x.shape[0]} and {y.shape[0]}")
     cross = (x * weights[:, None]).T @ y if weights is not None else x.T @ y
-    return polar_factor(cross)
+    w, singular_values = _polar(cross, dtype)
+    return w * (singular_values.sum() / max(float((x**2).sum()), 1e-12)) if scaled else w
 
 
 def polar_factor(m: np.ndarray) -> np.ndarray:
-    """``U V^T`` of ``m = U S V^T`` (float32): the (semi-)orthogonal matrix nearest ``m``.
+    """``U V^T`` of ``m = U S V^T`` (float32): the (semi-)orthogonal matrix nearest ``m``."""
+    return _polar(m, np.float32)[0]
 
-    LAPACK's divide-and-conquer SVD in float32 (``m`` comes from float32 rows); where it does not converge or
-    returns non-finite factors, the QR-iteration SVD (``gesvd``) in float64. NaN or inf in ``m``: scipy's
-    ``ValueError``."""
+
+def _polar(m: np.ndarray, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``U V^T`` and ``S`` of ``m = U S V^T``, by LAPACK's divide-and-conquer SVD (``gesdd``) in ``dtype``; where
+    it does not converge or returns non-finite factors, the QR-iteration SVD (``gesvd``) in float64. NaN or inf in
+    ``m``: scipy's ``ValueError``."""
     from scipy.linalg import LinAlgError, svd
 
     m = np.asarray(m)
     try:
-        u, _, vt = svd(m.astype(np.float32), full_matrices=False, lapack_driver="gesdd")
+        u, s, vt = svd(m.astype(dtype), full_matrices=False, lapack_driver="gesdd")
         if not (np.isfinite(u).all() and np.isfinite(vt).all()):
             raise LinAlgError("gesdd returned non-finite factors")
-    except LinAlgError:  # finite here: check_finite above has passed
-        u, _, vt = svd(m.astype(np.float64), full_matrices=False, check_finite=False, lapack_driver="gesvd")
-    return (u @ vt).astype(np.float32)
+    except LinAlgError:  # finite here: svd's own check has passed
+        u, s, vt = svd(m.astype(np.float64), full_matrices=False, check_finite=False, lapack_driver="gesvd")
+    return (u @ vt).astype(dtype), s
 
 
 def orthogonality_gap(w: np.ndarray) -> float:

@@ -8,19 +8,12 @@ from typing import Annotated, Optional
 import typer
 
 from subspaces.adapt import MatryoshkaAdapter, adapt_file
-from subspaces.adapt.adapter import check_dims, check_vectors
+from subspaces.adapt.adapter import check_vectors
 from subspaces.cli.common import ThreadsOpt, echo, out, table
 from subspaces.cli.groups import adapt_app
-from subspaces.errors import DataError, SubspacesError
+from subspaces.errors import DataError
 from subspaces.io import check_file, check_writable, load_embeddings
-from subspaces.vectors import parse_dims
-
-
-def _int_dims(text: str) -> list[int]:
-    dims = parse_dims(text)
-    if any(d is None for d in dims):
-        raise SubspacesError("--dims takes prefix sizes only (the full size is always trained)")
-    return [int(d) for d in dims if d is not None]
+from subspaces.vectors import parse_dims, resolve_dims
 
 
 @adapt_app.command(
@@ -53,9 +46,9 @@ def fit_cmd(
     import numpy as np
 
     check_writable(output, "--output", folder=True)
-    wanted = _int_dims(dims)
+    prefixes = parse_dims(dims)  # a typo fails before the vectors are read
     adapter = MatryoshkaAdapter(
-        dims=wanted,
+        dims=prefixes,
         hidden=hidden,
         epochs=epochs,
         batch_size=batch_size,
@@ -74,7 +67,7 @@ def fit_cmd(
     )
     adapter.check_params()  # a bad weight fails now, not after the vectors are read or trained on
     x = load_embeddings(embeddings)
-    check_dims(wanted, x.shape[1])  # before training, with the file named in what follows
+    adapter.dims = wanted = resolve_dims(prefixes, x.shape[1], order="increasing", what="--dims")
     x = check_vectors(x, str(embeddings))
     pair_rows = None
     if pairs is not None:

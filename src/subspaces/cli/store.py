@@ -20,8 +20,9 @@ from subspaces.store.demo import run as run_demo
 from subspaces.store.encoders import Runtime
 from subspaces.store.inputs import read_rows
 from subspaces.store.plans import ANN_REFINE, RERANK, RESCORE
-from subspaces.store.search import BASES, unit_prefix
-from subspaces.store.shrink import CANDIDATES
+from subspaces.store.search import BASES
+from subspaces.store.shrink import ADAPTER_DEFAULTS, CANDIDATES
+from subspaces.vectors import normalize_rows
 
 DirArg = Annotated[Path, typer.Argument(help="The store's folder.")]
 RESUME = "every batch already written is committed whole; rerun the same command to add the rest"
@@ -313,7 +314,7 @@ def search_cmd(
         vectors = load_embeddings(query_vectors)
         if not np.linalg.norm(vectors, axis=1).all():
             raise SubspacesError(f"{query_vectors}: a zero query vector has no direction to search by")
-        results = opened.search_vectors(unit_prefix(vectors), k, **options)
+        results = opened.search_vectors(normalize_rows(vectors, dtype=np.float32), k, **options)
         for i, result in enumerate(results):
             result.query = f"vector {i}"
     else:
@@ -454,8 +455,8 @@ def shrink_cmd(
     store: DirArg,
     dims: Annotated[str, typer.Option(help="Prefix sizes to shrink to, comma-separated, e.g. 32,64,128.")],
     heldout: Annotated[int, typer.Option(help="Stored rows held out of the fits, as queries (at most a fifth).")] = 500,
-    adapter_basis: Annotated[Basis, typer.Option(help="What the adapter starts from.")] = "pca",
-    epochs: Annotated[int, typer.Option(help="The adapter's training epochs.")] = 20,
+    adapter_basis: Annotated[Basis, typer.Option(help="What the adapter starts from.")] = ADAPTER_DEFAULTS["basis"],
+    epochs: Annotated[int, typer.Option(help="The adapter's training epochs.")] = ADAPTER_DEFAULTS["epochs"],
     queries: QueriesOpt = None,
     qrels: Annotated[
         Optional[Path],

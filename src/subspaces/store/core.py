@@ -20,7 +20,6 @@ from subspaces.models.fingerprint import model_fingerprint
 from subspaces.progress import Progress
 from subspaces.store import backfill, columns, encoders, plans, quantized, scaleout, transfer
 from subspaces.store import migrate as migration
-from subspaces.store import search as ops
 from subspaces.store.encoders import Runtime, check_prompt, choose_prompts, load
 from subspaces.store.fingerprint import ModelFingerprint
 from subspaces.store.inputs import check_unicode, is_text_id, text_id, unicode_problem, visible
@@ -31,6 +30,7 @@ from subspaces.store.results import SearchResult
 from subspaces.store.shrink import describe as describe_shrink
 from subspaces.store.shrink import shrink as shrink_space
 from subspaces.store.table import Database, Rows, Table, block_of, metadata_strings
+from subspaces.vectors import normalize_rows
 
 
 class Store:
@@ -431,7 +431,7 @@ class Store:
             def mapped_here() -> Iterator[Any]:
                 for start in range(0, len(missing), chunk):
                     rows = missing[start : start + chunk]
-                    mapped = ops.unit_prefix(aligner.transform(source.vectors[rows]))
+                    mapped = normalize_rows(aligner.transform(source.vectors[rows]), dtype=np.float32)
                     yield block_of(dim, source.ids[rows], source.texts[rows], mapped, source.metadata[rows])
 
             blocks: Iterable[Any] = mapped_here()

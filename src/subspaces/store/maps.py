@@ -16,10 +16,12 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 
 from subspaces.align import MiniVec2Vec
+from subspaces.align.procrustes import procrustes
 from subspaces.config import scoped_threads
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.state_folder import read_state_folder, write_state_folder
-from subspaces.store.search import mean_overlap, unit_prefix
+from subspaces.store.search import mean_overlap
+from subspaces.vectors import normalize_rows
 
 FORMAT_VERSION = 1
 CONFIG_FILE = "map.json"
@@ -65,13 +67,6 @@ def _ridge(xc: np.ndarray, yc: np.ndarray, alpha: float) -> np.ndarray:
     return np.linalg.solve(gram + alpha * max(scale, 1e-12) * np.eye(gram.shape[0]), xc.T @ yc)
 
 
-def _procrustes(xc: np.ndarray, yc: np.ndarray) -> np.ndarray:
-    """The (semi-)orthogonal ``R`` minimising ``|xc R - yc|`` times the scale that best fits it."""
-    u, s, vt = np.linalg.svd(xc.T @ yc, full_matrices=False)
-    rotation = u @ vt
-    return rotation * (s.sum() / max(float((xc**2).sum()), 1e-12))
-
-
 class _PairMap(TransformerMixin, BaseEstimator):
     """What every map shares: checks, unit-length output, saving; a linear one is ``unit(x @ weight_ + bias_)``."""
 
@@ -107,7 +102,7 @@ class _PairMap(TransformerMixin, BaseEstimator):
         if len(y) == 1:  # one query: a dot product costs less than a norm over an axis
             y *= np.float32(1.0 / max(float(np.sqrt(np.dot(y[0], y[0]))), 1e-12))
             return y
-        return unit_prefix(y)
+        return normalize_rows(y, dtype=np.float32)
 
     def _apply(self, x: np.ndarray) -> np.ndarray:
         y = x @ self.weight_
@@ -151,7 +146,7 @@ class OrthogonalMap(_PairMap):
 
     def _fit(self, x: np.ndarray, y: np.ndarray, rows: np.ndarray | None = None) -> None:
         mx, my = x.mean(0), y.mean(0)
-        weight = _procrustes(x - mx, y - my)
+        weight = procrustes(x - mx, y - my, scaled=True, dtype=np.float64)
         self._linear(weight, my - mx @ weight)
 
 
@@ -206,7 +201,7 @@ class LowRankAffineMap(_Adjointable):
             raise SubspacesError(f"rank must be at least 1, got {self.rank}")
         mx, my = x.mean(0), y.mean(0)
         xc, yc = x - mx, y - my
-        base = _procrustes(xc, yc)
+        base = procrustes(xc, yc, scaled=True, dtype=np.float64)
         residual = _ridge(xc, yc - xc @ base, self.alpha)
         _, _, vt = np.linalg.svd(xc @ residual, full_matrices=False)
         top = vt[: min(self.rank, vt.shape[0])]
@@ -326,11 +321,11 @@ class ResidualMLPMap(_PairMap):
             out.bias.zero_()
         modules = torch.nn.ModuleList([affine, hidden, out])
         act = torch.nn.GELU(approximate="tanh")
-        tx, ty = torch.from_numpy(x.astype(np.float32)), torch.from_numpy(unit_prefix(y))
-        ux = torch.from_numpy(unit_prefix(x))
+        tx, ty = torch.from_numpy(x.astype(np.float32)), torch.from_numpy(normalize_rows(y, dtype=np.float32))
+        ux = torch.from_numpy(normalize_rows(x, dtype=np.float32))
         optimiser = torch.optim.AdamW(modules.parameters(), lr=self.lr, weight_decay=self.weight_decay)
         if rows is not None:
-            stored = torch.from_numpy(unit_prefix(rows))
+            stored = torch.from_numpy(normalize_rows(rows, dtype=np.float32))
             near = self._nearest_rows(ty, stored)
         for _ in range(self.epochs):
             order = torch.randperm(len(tx), generator=generator)
@@ -343,14 +338,14 @@ class ResidualMLPMap(_PairMap):
                 if self.objective == "cosine":
                     loss = (1 - F.cosine_similarity(mapped, ty[batch], dim=1)).mean()
                 elif self.objective == "query-similarity":
-                    unit_mapped = F.normalize(mapped, dim=1)
+                    unit_mapped = normalize_rows(mapped)
                     loss = self._listwise(unit_mapped @ ty[batch].T, ux[batch] @ ux[batch].T)
                     if rows is not None:
                         drawn = torch.randint(len(stored), (self.rows_random,), generator=generator)
                         scored = stored[torch.cat([near[batch].reshape(-1), drawn]).unique()]
                         loss = loss + self.rows_weight * self._listwise(unit_mapped @ scored.T, ty[batch] @ scored.T)
                 else:
-                    unit_mapped = F.normalize(mapped, dim=1)
+                    unit_mapped = normalize_rows(mapped)
                     loss = self._listwise(ty[batch] @ unit_mapped.T, ty[batch] @ ty[batch].T)
                 optimiser.zero_grad()
                 loss.backward()
@@ -422,7 +417,8 @@ def overlap(queries_a: np.ndarray, rows_a: np.ndarray, queries_b: np.ndarray, ro
 
 
 def _top(queries: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
-    return np.argpartition(-(unit_prefix(queries) @ unit_prefix(rows).T), k - 1, axis=1)[:, :k]
+    unit_queries, unit_rows = (normalize_rows(x, dtype=np.float32) for x in (queries, rows))
+    return np.argpartition(-(unit_queries @ unit_rows.T), k - 1, axis=1)[:, :k]
 
 
 def agreement(fitted: Any, old: np.ndarray, new: np.ndarray, direction: str, k: int = 10) -> float:
@@ -533,8 +529,8 @@ def fit_and_choose(
 def query_microseconds(fitted: Any, dim: int, repeats: int = 2_000, seed: int = 0) -> dict[str, float]:
     """Median µs to map one query vector alone, and per query within a batch of 1,000."""
     rng = np.random.default_rng(seed)
-    one = unit_prefix(rng.normal(size=(1, dim)))
-    batch = unit_prefix(rng.normal(size=(1_000, dim)))
+    one = normalize_rows(rng.normal(size=(1, dim)), dtype=np.float32)
+    batch = normalize_rows(rng.normal(size=(1_000, dim)), dtype=np.float32)
 
     def ns_per_row(x: np.ndarray) -> float:
         start = time.perf_counter_ns()

@@ -16,10 +16,10 @@ import numpy as np
 
 from subspaces.config import default_threads
 from subspaces.errors import SubspacesError
-from subspaces.store import search as ops
 from subspaces.store.encoders import encode, load
 from subspaces.store.fingerprint import ModelFingerprint
 from subspaces.store.table import block_of, vectors_of
+from subspaces.vectors import normalize_rows
 
 LOCAL = "local"
 CONNECT_TIMEOUT_S = 5.0  # how long a cluster's address may take to accept a connection before it is refused
@@ -204,7 +204,7 @@ class _Map:
 
     def __call__(self, block: Any) -> Any:
         source = vectors_of(block.column("vector"), block.schema.field("vector").type.list_size)
-        mapped = ops.unit_prefix(self.aligner.transform(source))
+        mapped = normalize_rows(self.aligner.transform(source), dtype=np.float32)
         return block_of(
             self.dim, block.column("id"), block.column("text"), mapped, block.column("metadata").to_pylist()
         )

@@ -15,20 +15,16 @@ from subspaces import vectors as maths
 from subspaces.errors import DimensionError, SubspacesError
 
 
-def unit_prefix(vectors: np.ndarray, dims: int | None = None) -> np.ndarray:
-    """The first ``dims`` columns (all if None) as float32 unit rows (zero rows stay zero)."""
-    return maths.unit_prefix(np.asarray(vectors, dtype=np.float32), dims)
-
-
 def prefix_rows(vectors: np.ndarray, dims: int, axes: np.ndarray | None = None) -> np.ndarray:
     """Rows' first ``dims`` coordinates (in the orthonormal basis ``axes``, if given), re-normalised."""
     x = np.asarray(vectors, dtype=np.float32)
-    return unit_prefix(x @ axes[:, :dims] if axes is not None else x, dims)
+    return maths.unit_prefix(x @ axes[:, :dims] if axes is not None else x, dims, dtype=np.float32)
 
 
 def top_rows(rows: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
     """Each query's ``k`` nearest rows by cosine, exactly (row numbers, best first)."""
-    return topk.exact(topk.flat_index(unit_prefix(rows)), unit_prefix(queries), k)[1]
+    rows, queries = (maths.normalize_rows(x, dtype=np.float32) for x in (rows, queries))
+    return topk.exact(topk.flat_index(rows), queries, k)[1]
 
 
 def mean_overlap(a: np.ndarray, b: np.ndarray) -> float:
@@ -42,7 +38,9 @@ BASES = ("model", "pca", "adapter")
 
 def _unit_pair(corpus: Any, queries: Any) -> tuple[np.ndarray, np.ndarray]:
     """Checked corpus and query rows of one width, unit length."""
-    corpus, queries = (unit_prefix(maths.check_rows(x, what)) for x, what in ((corpus, "corpus"), (queries, "queries")))
+    corpus, queries = (
+        maths.normalize_rows(maths.check_rows(x, what)) for x, what in ((corpus, "corpus"), (queries, "queries"))
+    )
     if queries.shape[1] != corpus.shape[1]:
         raise DimensionError(f"queries have {queries.shape[1]} dimensions, the corpus {corpus.shape[1]}")
     return corpus, queries

@@ -17,10 +17,11 @@ import numpy as np
 
 from subspaces import topk
 from subspaces.adapt import MatryoshkaAdapter
-from subspaces.errors import DimensionError, SubspacesError
+from subspaces.errors import SubspacesError
 from subspaces.numerics import cpu_record
 from subspaces.store import search as ops
 from subspaces.store.migrate import _read_queries, judged_figures, load_qrels
+from subspaces.vectors import resolve_dims, unit_prefix
 
 if TYPE_CHECKING:
     from subspaces.store.core import Store
@@ -37,20 +38,6 @@ ADAPTER_DEFAULTS: dict[str, Any] = {
     "mined": 10,
 }
 FIT_SAMPLE = 50_000  # rows the candidates are fitted and checked on: enough for 384 dims, bounded at any size
-
-
-def parse_dims(text: str | list[int] | tuple[int, ...], full: int) -> list[int]:
-    """``"32,64,128"`` (or a list) as sorted distinct prefix sizes, each in 1..full-1."""
-    try:
-        values = [int(d) for d in (text.split(",") if isinstance(text, str) else text) if str(d).strip()]
-    except ValueError:
-        raise DimensionError(f"--dims must be integers separated by commas, got {text!r}") from None
-    if not values:
-        raise DimensionError("--dims is empty: give the prefix sizes to shrink to, e.g. 32,64,128")
-    bad = [d for d in values if not 0 < d < full]
-    if bad:
-        raise DimensionError(f"dims {bad} are outside 1..{full - 1} (the space has {full} dimensions)")
-    return sorted(set(values))
 
 
 def shrink(
@@ -75,7 +62,7 @@ def shrink(
         record = store._space(name)
         store._searchable(name)
         full = record.model.dimension
-        sizes = parse_dims(dims, full)
+        sizes = resolve_dims(dims, full, order="ascending", below_full=True)
         params = ADAPTER_DEFAULTS | dict(adapter_params or {})
         params.pop("dims", None)
         asked = {"dims": sizes, "heldout": heldout, "seed": seed, "k": k, "adapter": _plain(params)}
@@ -213,8 +200,8 @@ def _qrels_figures(
     bases = {"model": lambda x: x, "pca": lambda x: x @ axes, "adapter": adapter.transform}
 
     def figures(project: Any, d: int | None) -> dict[str, float]:
-        blocks = ((first, ops.unit_prefix(project(block), d)) for first, block in rows.blocks())
-        _, top = topk.exact_blocks(blocks, ops.unit_prefix(project(queries), d), k, len(rows))
+        blocks = ((first, unit_prefix(project(block), d, dtype=np.float32)) for first, block in rows.blocks())
+        _, top = topk.exact_blocks(blocks, unit_prefix(project(queries), d, dtype=np.float32), k, len(rows))
         return judged_figures(top, ids, grades, k)
 
     out: dict[str, Any] = {"queries": len(queries), "full": figures(bases["model"], None)}
