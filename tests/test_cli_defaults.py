@@ -112,10 +112,7 @@ EXCEPTIONS: dict[tuple[str, str], str] = {
 
 # (command, option) -> a disagreement the walk found that is not decided yet: its test below is a strict xfail, so
 # the entry must go once either side changes.
-DISAGREEMENTS: dict[tuple[str, str], str] = {
-    ("store demo", "to"): "the command migrates the demo store to paraphrase-l3; run(to=None) does not migrate",
-    ("store demo", "shrink_dims"): "the command shrinks the demo store to 64 dims; run(shrink_dims=None) does not",
-}
+DISAGREEMENTS: dict[tuple[str, str], str] = {}
 
 
 def commands(app: typer.Typer) -> Iterator[tuple[str, Any]]:

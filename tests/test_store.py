@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 
@@ -526,8 +527,9 @@ def wordnet(tmp_path, monkeypatch):
 def test_demo_builds_then_reuses_then_grows_and_rebuilds_for_another_model(wordnet, tmp_path, tiny_model_dir):
     from bench.random_bert import build_random_bert
     from subspaces.models.encoder import portable
-    from subspaces.store.demo import run
+    from subspaces.store.demo import run as run_demo
 
+    run = functools.partial(run_demo, to=None, shrink_dims=None)  # the search part alone
     folder = tmp_path / "demo"
     first = run(folder, model=str(tiny_model_dir), n=40, k=3, dims=8, shortlist=2, show_progress=False)
     assert (first.rows, first.added, first.rebuilt) == (40, 40, False)

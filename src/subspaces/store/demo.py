@@ -69,12 +69,13 @@ def run(
     shortlist: int = 10,
     basis: str = "pca",
     show_progress: bool = True,
-    to: str | None = None,
+    to: str | None = "paraphrase-l3",
     pairs: int = 300,
     heldout: int = 300,
-    shrink_dims: int | None = None,
+    shrink_dims: int | None = 64,
 ) -> Demo:
-    """Build (or reuse) a store of ``n`` WordNet sentences, search it, then migrate (``to``) and shrink it."""
+    """Build (or reuse) a store of ``n`` WordNet sentences, search it, then migrate (``to``; None: not) and shrink it
+    (``shrink_dims``; None: not), as ``store demo`` does."""
     from subspaces.models.encoder import encode
 
     if n < 1:
