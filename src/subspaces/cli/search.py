@@ -23,9 +23,8 @@ from subspaces.io import (
 )
 from subspaces.quantize import CALIBRATION_ROWS, Kind, dequantize, load_codes, sidecar
 from subspaces.store.plans import RESCORE
-from subspaces.store.search import BASES, search_quantized, search_vectors
+from subspaces.store.search import BASES, SHORTLIST_FACTOR, search_quantized, search_vectors
 
-SHORTLIST_FACTOR = 10  # search_vectors' default: --shortlist-factor means something only beside --dims
 if TYPE_CHECKING:
     Basis = str
 else:  # the bases of vectors outside a store (an adapter is fitted inside one, `store shrink`): typer's choices

@@ -46,8 +46,16 @@ def _unit_pair(corpus: Any, queries: Any) -> tuple[np.ndarray, np.ndarray]:
     return corpus, queries
 
 
+SHORTLIST_FACTOR = 10  # the funnel's shortlist, x k
+
+
 def search_vectors(
-    corpus: Any, queries: Any, k: int, dims: int | None = None, shortlist_factor: int = 10, basis: str = "model"
+    corpus: Any,
+    queries: Any,
+    k: int,
+    dims: int | None = None,
+    shortlist_factor: int = SHORTLIST_FACTOR,
+    basis: str = "model",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Scores and corpus rows (each queries x k) by cosine; with ``dims``, a funnel as the store's."""
     if basis not in BASES:
