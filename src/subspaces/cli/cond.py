@@ -201,18 +201,16 @@ def csts_cache_cmd(
     )
     phases = ("cold", "warm", "new_conditions")
     rows = []
-    for name, run in report["runs"].items():
+    for name, run in report.runs.items():
         for phase in phases:
             r = run[phase]
             rows.append(
                 [f"{name}-encoder", phase, f"{r['seconds']:.2f}", f"{r['rows_per_second']:.1f}", _pct(r["hit_rate"])]
             )
-    out.print(
-        table(f"{task} {split} ({report['rows']} rows)", ["model", "cache", "seconds", "rows/s", "hit rate"], rows)
-    )
+    out.print(table(f"{task} {split} ({report.rows} rows)", ["model", "cache", "seconds", "rows/s", "hit rate"], rows))
     echo(
         "tri-encoder speed relative to the bi-encoder: "
-        + ", ".join(f"{phase} {report[f'tri_speedup_{phase}']:.2f}x" for phase in phases)
+        + ", ".join(f"{phase} {getattr(report, f'tri_speedup_{phase}'):.2f}x" for phase in phases)
     )
     if json_path is not None:
-        save_json(json_path, report)
+        report.save(json_path)

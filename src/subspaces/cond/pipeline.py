@@ -183,6 +183,21 @@ def evaluate_conditional(
     return report
 
 
+@dataclass
+class CacheBenchmark(JSONResult):
+    """:func:`cache_benchmark`'s report: per model (``runs["bi"]``, ``runs["tri"]``) its description and, per pass
+    (cold, warm, new_conditions), seconds, rows/s, hit rates and bytes; the tri-encoder's speed-up per pass."""
+
+    task: str
+    split: str
+    rows: int
+    model: str
+    runs: dict[str, dict[str, Any]]
+    tri_speedup_cold: float
+    tri_speedup_warm: float
+    tri_speedup_new_conditions: float
+
+
 def cache_benchmark(
     task: str,
     model: str,
@@ -194,7 +209,7 @@ def cache_benchmark(
     bi: str | Path | None = None,
     limit: int | None = None,
     device: str = "cpu",
-) -> dict[str, Any]:
+) -> CacheBenchmark:
     """Inference time and cache hit rate of a bi- and a tri-encoder (untrained unless saved ones are given) on the
     same rows: *cold*, *warm* (the same pass again) and *new_conditions* (permuted conditions, caches warm)."""
     spec = get_task(task)
@@ -210,7 +225,7 @@ def cache_benchmark(
     s1, s2, c = [r.sentence1 for r in rows], [r.sentence2 for r in rows], [r.condition for r in rows]
     shuffled = [c[i] for i in np.random.default_rng(0).permutation(len(c))]
     passes = {"cold": c, "warm": c, "new_conditions": shuffled}
-    report: dict[str, Any] = {"task": task, "split": split, "rows": len(rows), "model": model, "runs": {}}
+    runs_by_model: dict[str, dict[str, Any]] = {}
     for name, m in models.items():
         m.eval()
         m.clear_caches(reset_stats=True)
@@ -228,9 +243,9 @@ def cache_benchmark(
                 "bytes": stats["bytes"],
                 "caches": {k: v["hit_rate"] for k, v in stats["caches"].items()},
             }
-        report["runs"][name] = {**{k: v for k, v in _describe(m).items() if v is not None}, **runs}
-    for phase in passes:
-        report[f"tri_speedup_{phase}"] = (
-            report["runs"]["bi"][phase]["seconds"] / report["runs"]["tri"][phase]["seconds"]
-        )
-    return report
+        runs_by_model[name] = {**{k: v for k, v in _describe(m).items() if v is not None}, **runs}
+    speedup = {
+        f"tri_speedup_{phase}": runs_by_model["bi"][phase]["seconds"] / runs_by_model["tri"][phase]["seconds"]
+        for phase in passes
+    }
+    return CacheBenchmark(task=task, split=split, rows=len(rows), model=model, runs=runs_by_model, **speedup)
