@@ -282,3 +282,48 @@ def test_the_matryoshka_adapter_task_scores_each_arm_on_tiny_vectors_and_prints_
         r"\| SNLI nDCG@10 \| Δ adapter − raw \| [+−]\d+\.\d\d \[−?\d+\.\d\d, −?\d+\.\d\d\] \([+−]\d+ %\) \|", text
     )
     assert re.search(r"\| STS-B Spearman \| raw / adapter \| -?\d+\.\d\d / -?\d+\.\d\d \|", text)
+
+
+def test_the_matryoshka_encoder_task_trains_each_arm_on_a_tiny_model_and_prints_the_section_3_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_model_dir: Path
+) -> None:
+    import numpy as np
+
+    from bench.tasks import matryoshka_adapter, matryoshka_encoder
+
+    texts = [f"a sentence about thing {i}" for i in range(60)]
+    probes = {
+        task: [(texts[:24], [i % 2 for i in range(24)]), (texts[24:36], [i % 2 for i in range(12)])]
+        for task in ("banking77", "emotion")
+    }
+    stsb = (texts[36:44], texts[44:52], [4.5, 1.0, 3.0, 2.5, 4.0, 0.5, 5.0, 2.0])
+    snli = (texts[52:56], texts[36:52], [[0, 1], [2], [3], [4, 5]])
+    data = (probes, stsb, texts[36:52], np.asarray([[i, i + 8] for i in range(3)]), snli)
+    monkeypatch.setattr(matryoshka_adapter, "tasks", lambda split, limit: data)
+    triplets = [(texts[i], texts[i + 1], texts[i + 2]) for i in range(0, 48, 3)]
+    monkeypatch.setattr(matryoshka_encoder, "training_rows", lambda limit: triplets)
+    path = tmp_path / "encoder.toml"
+    path.write_text(
+        f'name = "encoder"\ntask = "bench.tasks.matryoshka_encoder:run"\nout = "{tmp_path / "out"}"\nseeds = [0, 1]\n'
+        'compare = [["mic", "mrl"]]\nbootstrap = 100\n'
+        f'[params]\nmodel = "{tiny_model_dir}"\ndims = [4, 8, 32]\nthreads = 1\nsteps = 2\nbatch_size = 4\n'
+        f'trainable_layers = 1\nwork = "{tmp_path / "work"}"\ncache = "{tmp_path / "cache"}"\n'
+        '[[arms]]\nname = "start"\nparams = { arm = "start" }\nseeds = [0]\n'
+        '[[arms]]\nname = "mrl"\nparams = { arm = "mrl" }\n[[arms]]\nname = "mic"\nparams = { arm = "mic" }\n'
+        '[[pools]]\nname = "test"\nrole = "test"\n'
+    )
+    summary = runner.run(path)
+    mic = next(c["result"] for c in summary["cells"] if c["arm"] == "mic")
+    assert mic["terms_last"] and mic["seconds_per_step"] > 0 and mic["dims"] == [4, 8, 32]
+    spearman = summary["aggregate"]["test"]["mrl"]["metrics/stsb_spearman/8"]["mean"]
+    assert set(summary["paired"]["test"]["mic - mrl"]) >= {"stsb_spearman/4", "snli_ndcg@10/8", "banking77/4"}
+    cell = json.loads((tmp_path / "out" / "cells" / "test" / "mrl-seed0.json").read_text())["result"]
+    assert np.mean(cell["rows"]["stsb_spearman/8"]) == pytest.approx(cell["metrics"]["stsb_spearman/8"] / 100, abs=1e-5)
+    assert -100 <= spearman <= 100
+    from bench.tables import markdown
+
+    text = markdown(summary)
+    assert "| arm | seeds | Banking77 4 | Banking77 8 | Emotion 4 |" in text and "| SNLI nDCG@10 32 |" in text
+    assert re.search(r"\| start \| 1 \| \d+\.\d\d \|", text)
+    assert re.search(r"\| Δ mic − mrl \| \| [+-]\d+\.\d\d \[[+-]\d+\.\d\d, [+-]\d+\.\d\d\] \|", text)
+    assert re.search(r"step time / MRL's: mrl 1\.00× \(\d\.\d{3} s\), mic \d+\.\d\d×", text)
