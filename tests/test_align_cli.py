@@ -14,7 +14,7 @@ from subspaces.align import MiniVec2Vec
 from subspaces.cli.app import app
 from test_align import clustered
 
-# The stage settings of test_align.FAST, as `--params` JSON.
+# The stage settings of test_align.FAST, as `--config` JSON.
 FAST_PARAMS = {
     "anchors": {"n_runs": 6, "n_clusters": 10, "sample": 1000, "kmeans_redo": 3, "n_pseudo_pairs": 1000},
     "refine": {"n_iter": 30, "sample": 500, "centroid_clusters": 40},
@@ -23,10 +23,10 @@ FAST_PARAMS = {
 
 
 def params_args(tmp_path, params: dict = FAST_PARAMS, name: str = "params.json") -> list[str]:
-    """``--params FILE`` for ``params``, written into ``tmp_path``."""
+    """``--config FILE`` for ``params``, written into ``tmp_path``."""
     path = tmp_path / name
     path.write_text(json.dumps(params))
-    return ["--params", str(path)]
+    return ["--config", str(path)]
 
 
 def flat(result) -> str:
@@ -153,15 +153,18 @@ def test_user_errors_exit_2_without_traceback(spaces, tmp_path):
     assert not (tmp_path / "o.npy").exists()  # the failed apply left nothing half-written
 
 
-def test_cli_defaults_match_the_estimator():
+def test_cli_defaults_are_the_estimators():
     from subspaces.cli.align import fit_cmd
 
     cli = {name: p.default for name, p in inspect.signature(fit_cmd).parameters.items()}
-    assert cli["seed"] == inspect.signature(MiniVec2Vec.__init__).parameters["random_state"].default
-    assert cli["n_restarts"] is None and cli["params"] is None  # unset: the estimator's (or --params') value
+    library = {name: p.default for name, p in inspect.signature(MiniVec2Vec.__init__).parameters.items()}
+    for name in ("n_restarts", "init", "max_seconds"):
+        assert cli[name] == library[name], name
+    assert cli["seed"] == library["random_state"]
+    assert cli["config_file"] is None and cli["config_alias"] is None
 
 
-def test_params_file_is_read_by_stage_and_bad_keys_name_the_valid_ones(spaces, tmp_path):
+def test_config_file_is_read_by_stage_and_bad_keys_name_the_valid_ones(spaces, tmp_path):
     from subspaces.align.params import AnchorParams
 
     loaded = MiniVec2Vec.load(spaces / "aligner")
@@ -170,7 +173,7 @@ def test_params_file_is_read_by_stage_and_bad_keys_name_the_valid_ones(spaces, t
     base = fit_args(spaces, tmp_path / "o")
     cases = {
         "unknown refine setting(s) iters; valid: n_iter, sample, k,": {"refine": {"iters": 3}},
-        "unknown aligner parameter(s) anchor; valid: anchors, structure, refine, search,": {"anchor": {}},
+        "--config sets anchor, not settings of MiniVec2Vec (those are: agreement_search,": {"anchor": {}},
         "anchors.keep must be above 0, got 0": {"anchors": {"keep": 0}},
         "anchors settings must be a JSON object": {"anchors": [1]},
     }
@@ -179,9 +182,9 @@ def test_params_file_is_read_by_stage_and_bad_keys_name_the_valid_ones(spaces, t
         assert result.exit_code == 2 and message in flat(result), (message, result.output)
         assert "fitting" not in result.output and "Traceback" not in result.output
     (tmp_path / "broken.json").write_text("{")
-    result = CliRunner().invoke(app, base + ["--params", str(tmp_path / "broken.json")])
-    assert result.exit_code == 2 and "not valid JSON" in flat(result)
-    # The stage settings are keys of --params, not options.
+    result = CliRunner().invoke(app, base + ["--config", str(tmp_path / "broken.json")])
+    assert result.exit_code == 2 and "--config is not valid JSON" in flat(result)
+    # The stage settings are keys of --config, not options.
     for option in ("--refine-iter", "--no-such-thing"):
         result = CliRunner().invoke(app, base + [option, "5"])
         assert result.exit_code == 2 and f"No such option: {option}" in flat(result), result.output
@@ -453,7 +456,7 @@ def test_fit_has_a_time_budget_by_default(spaces, tmp_path):
     result = CliRunner().invoke(app, fit_args(spaces, tmp_path / "a", *params_args(tmp_path)))
     assert result.exit_code == 0, result.output
     assert MiniVec2Vec.load(tmp_path / "a").max_seconds == FIT_SECONDS == 300
-    # --params' own max_seconds is kept, the option wins over it, and 'inf' lifts the bound.
+    # --config's own max_seconds is kept, the option wins over it, and 'inf' lifts the bound.
     budget = params_args(tmp_path, FAST_PARAMS | {"max_seconds": 120}, name="budget.json")
     for i, (extra, expected) in enumerate((([], 120), (["--max-seconds", "60"], 60), (["--max-seconds", "inf"], None))):
         result = CliRunner().invoke(app, fit_args(spaces, tmp_path / f"b{i}", *budget, *extra))
@@ -510,3 +513,44 @@ def test_fit_init_identity_is_one_pass_from_the_identity_and_a_bad_init_is_refus
     result = CliRunner().invoke(app, fit_args(spaces, tmp_path / "b", *params_args(tmp_path), "--init", "eye"))
     assert result.exit_code == 2 and "init must be one of auto, anchors, identity" in flat(result)
     assert not (tmp_path / "b").exists()
+
+
+def toml_of(params: dict) -> str:
+    """``params`` (top-level values, then one table per stage) as TOML."""
+    top = [f"{key} = {json.dumps(value)}" for key, value in params.items() if not isinstance(value, dict)]
+    tables = [
+        f"[{key}]\n" + "\n".join(f"{name} = {json.dumps(v)}" for name, v in value.items())
+        for key, value in params.items()
+        if isinstance(value, dict)
+    ]
+    return "\n".join(top) + "\n" + "\n\n".join(tables) + "\n"
+
+
+def test_fit_reads_a_toml_config_and_the_old_params_spelling_still_works(spaces, tmp_path):
+    """--config takes TOML (stages as tables) as it takes JSON; --params (hidden) is the same file under its old
+    name and says so; the file's random_state holds unless --seed is given."""
+    settings = FAST_PARAMS | {"n_restarts": 1, "random_state": 5}
+    (tmp_path / "fit.toml").write_text(toml_of(settings))
+    (tmp_path / "fit.json").write_text(json.dumps(settings))
+    runs = {
+        "toml": ["--config", str(tmp_path / "fit.toml")],
+        "params": ["--params", str(tmp_path / "fit.json")],
+        "seeded": ["--config", str(tmp_path / "fit.toml"), "--seed", "0"],
+    }
+    fitted = {}
+    for name, args in runs.items():
+        result = CliRunner().invoke(app, fit_args(spaces, tmp_path / name, *args))
+        assert result.exit_code == 0, result.output
+        assert ("--params is now --config" in flat(result)) == (name == "params"), result.output
+        fitted[name] = MiniVec2Vec.load(tmp_path / name)
+    toml, params, seeded = fitted.values()
+    assert toml.anchors.n_runs == 6 and toml.refine.n_iter == 30 and toml.n_restarts == 1
+    assert toml.random_state == params.random_state == 5 and seeded.random_state == 0
+    np.testing.assert_array_equal(toml.matrix_, params.matrix_)
+    assert "--params" not in flat(CliRunner().invoke(app, ["align", "fit", "--help"]))
+    both = CliRunner().invoke(app, fit_args(spaces, tmp_path / "both", *runs["toml"], *runs["params"]))
+    assert both.exit_code == 2 and "give --config or --params, not both" in flat(both)
+    (tmp_path / "bad.toml").write_text("[refine\n")
+    bad = CliRunner().invoke(app, fit_args(spaces, tmp_path / "bad", "--config", str(tmp_path / "bad.toml")))
+    assert bad.exit_code == 2 and "--config is not valid TOML" in flat(bad)
+    assert not (tmp_path / "both").exists() and not (tmp_path / "bad").exists()

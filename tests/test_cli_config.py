@@ -10,7 +10,7 @@ from typing import Literal, Optional
 import typer
 from typer.testing import CliRunner
 
-from subspaces.cli.common import recipe_options, user_errors
+from subspaces.cli.common import estimator_options, recipe_options, user_errors
 
 
 @dataclass
@@ -84,3 +84,75 @@ def test_cond_train_reads_recipe_settings_from_a_config_file_and_the_command_lin
     CliRunner().invoke(subspaces_app, args)
     CliRunner().invoke(subspaces_app, [*args, "--max-length", "20", "--freeze-encoder"])
     assert [(c.freeze_encoder, c.max_length, c.epochs) for c in seen] == [(False, 77, 3), (True, 20, 3)]
+
+
+class Estimator:
+    """A toy estimator.
+
+    Args:
+        sizes: sizes, as ``"1,2"``.
+        lr, decay: AdamW's
+            settings (:class:`~torch.optim.AdamW`).
+        random_state: the seed.
+        verbose: talk.
+
+    Fitted: nothing.
+    """
+
+    def __init__(
+        self, sizes: tuple[int, ...] = (1, 2), lr: float = 0.1, decay: float = 0.0, random_state: int = 0, verbose=False
+    ) -> None:
+        self.params = {"sizes": sizes, "lr": lr, "decay": decay, "random_state": random_state, "verbose": verbose}
+
+
+def test_docstring_args_reads_grouped_names_and_continuations_as_plain_text():
+    from subspaces.cli.common import docstring_args
+
+    assert docstring_args(Estimator) == {
+        "sizes": 'Sizes, as "1,2".',
+        "lr": "AdamW's settings (AdamW).",
+        "decay": "AdamW's settings (AdamW).",
+        "random_state": "The seed.",
+        "verbose": "Talk.",
+    }
+
+
+estimator_app = typer.Typer()
+
+
+@estimator_app.command()
+@user_errors
+@estimator_options(
+    Estimator,
+    into="estimator",
+    only=("sizes", "lr", "random_state"),
+    flags={"random_state": "--seed"},
+    parse={"sizes": lambda text: tuple(int(x) for x in text.split(","))},
+    fixed={"verbose": True},
+    alias="--old",
+)
+def fit(out: str = "o", *, estimator: Estimator) -> None:
+    print(json.dumps(estimator.params))
+
+
+@estimator_app.command()
+def other_fit() -> None: ...
+
+
+def test_estimator_options_derive_from_init_and_the_file_sets_any_parameter(tmp_path):
+    def run(*args: str):
+        return CliRunner().invoke(estimator_app, ["fit", *args])
+
+    help_text = " ".join(run("--help").output.split())
+    assert "--seed" in help_text and "The seed." in help_text and "[default: 1,2]" in help_text
+    assert "--decay" not in help_text and "--old" not in help_text and "--random-state" not in help_text
+    assert json.loads(run().stdout) == {"sizes": [1, 2], "lr": 0.1, "decay": 0.0, "random_state": 0, "verbose": True}
+    (tmp_path / "e.toml").write_text('decay = 0.5\nsizes = "3,4"\nrandom_state = 7\nverbose = false\n')
+    got = json.loads(run("--config", str(tmp_path / "e.toml"), "--seed", "9").stdout)
+    assert got == {"sizes": [3, 4], "lr": 0.1, "decay": 0.5, "random_state": 9, "verbose": False}
+    old = run("--old", str(tmp_path / "e.toml"), "--sizes", "5")
+    assert old.exit_code == 0 and "--old is now --config" in old.output and '"sizes": [5]' in old.output
+    (tmp_path / "bad.json").write_text(json.dumps({"rate": 1}))
+    result = run("--config", str(tmp_path / "bad.json"))
+    assert result.exit_code == 2
+    assert "--config sets rate, not settings of Estimator (those are: decay, lr," in result.output

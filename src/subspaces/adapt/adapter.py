@@ -48,20 +48,32 @@ class MatryoshkaAdapter(TransformerMixin, BaseEstimator):
     """A residual map on frozen embeddings whose prefixes keep the full vectors' neighbourhoods (scikit-learn API).
 
     Args:
-        dims: prefix sizes to train, strictly increasing (``None``: the full size, which is always added).
+        dims: prefix sizes to train, strictly increasing: integers, or a string such as ``"16,32,full"``
+            (``None`` or ``full``: the full size, which is always added).
         hidden: width of g's hidden layer (ReLU); 0 makes g a linear map.
-        epochs, batch_size, lr, weight_decay: AdamW over shuffled batches of rows; similarities are in-batch.
+        epochs: passes over the shuffled rows.
+        batch_size: rows per AdamW step (the similarities are in-batch).
+        lr: AdamW's learning rate.
+        weight_decay: AdamW's weight decay.
         topk: neighbours per row in the top-k term.
-        pair_weight, topk_weight, rec_weight: the paper's three terms (see :mod:`subspaces.adapt.losses`).
-        rank_weight, rank_temperature, var_weight, var_floor, corr_weight, tau_corr: listwise self-distillation and
-            MIC-style variance floor and prefix decorrelation on the output (ours; off by default).
-        sup_weight, sup_temperature: in-batch InfoNCE on the ``pairs`` given to :meth:`fit` (if any).
+        pair_weight: weight of the paper's all-pairs similarity term (:mod:`subspaces.adapt.losses`).
+        topk_weight: weight of the paper's top-k similarity term.
+        rec_weight: weight of the paper's reconstruction term.
+        rank_weight: weight of listwise KL self-distillation (ours; off by default).
+        rank_temperature: softmax temperature of the listwise term.
+        var_weight: weight of the MIC-style hinge on each output dimension's spread (off by default).
+        var_floor: the spread (batch std over the dimensions' mean) below which that hinge counts.
+        corr_weight: weight of the MIC-style prefix/rest decorrelation (off by default).
+        tau_corr: the correlation above which that decorrelation counts.
+        sup_weight: weight of in-batch InfoNCE on the ``pairs`` given to :meth:`fit` (if any).
+        sup_temperature: temperature of that InfoNCE.
         mined: ``k > 0``: half of each batch is random rows of a seeded pool of at most ``MINED_POOL`` rows, the
             other half one of each of those rows' ``k`` nearest pool rows (the close neighbours top-10 search
             separates); 0: random rows.
-        basis: ``"pca"``: g acts on the input rotated into its principal axes (every full-size cosine kept), so
-            training starts from PCA truncation; ``"model"``: on the input coordinates.
+        basis: where g acts: ``model``, on the input coordinates; ``pca``, on the input rotated into its principal
+            axes (every full-size cosine kept), so that training starts from PCA truncation.
         random_state: seeds the initialisation and the batch order.
+        verbose: show a progress bar.
 
     Fitted: ``n_features_in_``, ``dims_`` (with the full size), ``scale_`` (mean input norm), ``weights_`` (g's
     arrays, and ``rotation`` with ``basis="pca"``), ``history_`` (mean loss per epoch), ``loss_terms_`` (each

@@ -9,7 +9,7 @@ import typer
 
 from subspaces.adapt import MatryoshkaAdapter, adapt_file
 from subspaces.adapt.adapter import check_vectors
-from subspaces.cli.common import ThreadsOpt, echo, out, table
+from subspaces.cli.common import ThreadsOpt, echo, estimator_options, out, table
 from subspaces.cli.groups import adapt_app
 from subspaces.errors import DataError
 from subspaces.io import check_file, check_writable, load_embeddings
@@ -19,55 +19,32 @@ from subspaces.vectors import parse_dims, resolve_dims
 @adapt_app.command(
     "fit", interrupted="nothing was written (the adapter is saved only once the fit ends); rerun to fit again"
 )
+@estimator_options(
+    MatryoshkaAdapter,
+    into="adapter",
+    only=(
+        "dims", "hidden", "epochs", "batch_size", "lr", "topk", "pair_weight", "topk_weight", "rec_weight",
+        "rank_weight", "var_weight", "corr_weight", "sup_weight", "basis", "random_state",
+    ),
+    flags={"random_state": "--seed"},
+    parse={"dims": parse_dims},  # "16,32,full"; a typo fails before the vectors are read
+    fixed={"verbose": True},
+)  # fmt: skip
 def fit_cmd(
     embeddings: Annotated[Path, typer.Option(help="Stored vectors, .npy or .parquet (one embedding column).")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted adapter to.")],
-    dims: Annotated[str, typer.Option(help="Prefix sizes to train, strictly increasing.")] = "16,32,64,128",
-    hidden: Annotated[int, typer.Option(min=0, help="Hidden width of the residual MLP; 0 = a linear map.")] = 512,
-    epochs: Annotated[int, typer.Option(min=1)] = 20,
-    batch_size: Annotated[int, typer.Option(min=2, help="Rows per batch (similarities are in-batch).")] = 512,
-    lr: Annotated[float, typer.Option(help="AdamW learning rate.")] = 1e-3,
-    topk: Annotated[int, typer.Option(min=1, help="Neighbours per row in the top-k loss.")] = 10,
-    pair_weight: Annotated[float, typer.Option(help="Weight of the all-pairs similarity loss.")] = 1.0,
-    topk_weight: Annotated[float, typer.Option(help="Weight of the top-k similarity loss.")] = 1.0,
-    rec_weight: Annotated[float, typer.Option(help="Weight of the reconstruction loss.")] = 1.0,
-    rank_weight: Annotated[float, typer.Option(help="Weight of listwise KL self-distillation (ours).")] = 0.0,
-    var_weight: Annotated[float, typer.Option(help="Weight of the per-dimension variance floor (MIC-style).")] = 0.0,
-    corr_weight: Annotated[float, typer.Option(help="Weight of prefix/rest decorrelation (MIC-style).")] = 0.0,
     pairs: Annotated[Optional[Path], typer.Option(help=".npy of (query row, positive row) pairs: supervised.")] = None,
-    sup_weight: Annotated[float, typer.Option(help="Weight of the supervised in-batch contrastive loss.")] = 1.0,
-    basis: Annotated[
-        str, typer.Option(help="model: adapt the coordinates; pca: start from the principal axes.")
-    ] = "model",
-    seed: Annotated[int, typer.Option(help="Seeds the initialisation and the batch order.")] = 0,
+    *,
+    adapter: MatryoshkaAdapter,
     threads: ThreadsOpt = None,
 ) -> None:
     """Fit a residual map whose prefixes keep the full vectors' neighbourhoods; the full vector stays close."""
     import numpy as np
 
     check_writable(output, "--output", folder=True)
-    prefixes = parse_dims(dims)  # a typo fails before the vectors are read
-    adapter = MatryoshkaAdapter(
-        dims=prefixes,
-        hidden=hidden,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        topk=topk,
-        pair_weight=pair_weight,
-        topk_weight=topk_weight,
-        rec_weight=rec_weight,
-        rank_weight=rank_weight,
-        var_weight=var_weight,
-        corr_weight=corr_weight,
-        sup_weight=sup_weight,
-        basis=basis,
-        random_state=seed,
-        verbose=True,
-    )
     adapter.check_params()  # a bad weight fails now, not after the vectors are read or trained on
     x = load_embeddings(embeddings)
-    adapter.dims = wanted = resolve_dims(prefixes, x.shape[1], order="increasing", what="--dims")
+    adapter.dims = wanted = resolve_dims(adapter.dims, x.shape[1], order="increasing", what="--dims")
     x = check_vectors(x, str(embeddings))
     pair_rows = None
     if pairs is not None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import warnings
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -11,8 +10,7 @@ import typer
 
 from subspaces.align import MiniVec2Vec, evaluate_alignment
 from subspaces.align.apply import apply_to_file
-from subspaces.align.params import FIT_SECONDS
-from subspaces.cli.common import JsonOpt, ThreadsOpt, echo, out, table
+from subspaces.cli.common import JsonOpt, ThreadsOpt, echo, estimator_options, out, table
 from subspaces.cli.groups import align_app
 from subspaces.errors import ConvergenceWarning, SubspacesError
 from subspaces.io import check_file, check_not_input, load_embeddings, read_lines, save_json
@@ -53,20 +51,6 @@ def _load_pairs(source: Optional[Path], target: Optional[Path]):
     for path in (source, target):
         check_file(path)
     return load_embeddings(source), load_embeddings(target)
-
-
-def _aligner(params: Optional[Path], **options):
-    """The aligner of ``--params`` (stage-grouped JSON), with the command-line options over it."""
-    grouped = {}
-    if params is not None:
-        check_file(params)
-        try:
-            grouped = json.loads(params.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise SubspacesError(f"--params {params}: not valid JSON ({exc})") from exc
-    aligner = MiniVec2Vec.from_params(grouped, **{k: v for k, v in options.items() if v is not None})
-    aligner.check_params()
-    return aligner
 
 
 def _start(record) -> str:
@@ -130,6 +114,15 @@ def _print_diagnostics(aligner) -> None:
     "fit",
     interrupted="nothing was written (the aligner is saved only once the fit ends); rerun to fit again",
 )
+@estimator_options(
+    MiniVec2Vec,
+    into="aligner",
+    only=("n_restarts", "init", "max_seconds", "random_state"),
+    build=lambda **params: MiniVec2Vec.from_params(params),  # the file's stages nest: {"refine": {"n_iter": 50}}
+    flags={"random_state": "--seed"},
+    fixed={"verbose": True},
+    alias="--params",
+)
 def fit_cmd(
     output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the fitted aligner to.")],
     source_emb: Annotated[Optional[Path], typer.Option(help="Source-model vectors (.npy/.parquet).")] = None,
@@ -138,33 +131,20 @@ def fit_cmd(
     source_texts: Annotated[Optional[Path], typer.Option(help="Texts for the source model, one a line.")] = None,
     target: Annotated[Optional[str], typer.Option(help="Target model, to embed --target-texts first.")] = None,
     target_texts: Annotated[Optional[Path], typer.Option(help="Texts for the target model, one a line.")] = None,
-    params: Annotated[
-        Optional[Path], typer.Option("--params", help='JSON of stage settings, e.g. {"refine": {"n_iter": 50}}.')
-    ] = None,
-    n_restarts: Annotated[
-        Optional[int], typer.Option(help="At most this many passes; the best wins (default 3).")
-    ] = None,
-    init: Annotated[
-        Optional[str],
-        typer.Option(
-            help="auto (default: anchored passes, and one from the identity where dims agree), anchors or identity."
-        ),
-    ] = None,
-    max_seconds: Annotated[
-        Optional[float],
-        typer.Option(min=0, help=f"Stop at a safe point after this long (default {FIT_SECONDS:g}; 'inf': no limit)."),
-    ] = None,
     pairs_source: Annotated[
         Optional[Path], typer.Option(help="Known pairs: source-model vectors of some texts.")
     ] = None,
     pairs_target: Annotated[
         Optional[Path], typer.Option(help="Known pairs: target-model vectors, row for row.")
     ] = None,
-    seed: Annotated[int, typer.Option(help="Random seed (samples, k-means, QAP starts).")] = 0,
+    *,
+    aligner: MiniVec2Vec,
     device: Annotated[str, typer.Option(help="Torch device for embedding --source-texts / --target-texts.")] = "cpu",
     threads: ThreadsOpt = None,
 ) -> None:
-    """Learn a linear map from the source space into the target space from UNPAIRED vectors (row counts may differ)."""
+    """Learn a linear map from the source space into the target space from UNPAIRED vectors (row counts may differ).
+
+    --config FILE sets any MiniVec2Vec parameter, the stages' settings nested: {"refine": {"n_iter": 50}}."""
     # Everything is checked before any file is read or text embedded: a typo must not cost an embedding run.
     if output.exists() and not output.is_dir():
         raise SubspacesError(f"--output {output} exists and is not a folder")
@@ -174,9 +154,7 @@ def fit_cmd(
         from subspaces.models.encoder import resolve_device
 
         resolve_device(device)
-    aligner = _aligner(
-        params, n_restarts=n_restarts, init=init, max_seconds=max_seconds, random_state=seed, verbose=True
-    )
+    aligner.check_params()
     pairs = _load_pairs(pairs_source, pairs_target)
     a = _load_side(source_emb, source, source_texts, device)
     b = _load_side(target_emb, target, target_texts, device)

@@ -272,64 +272,162 @@ def parse_rank(text: str) -> int | str | None:
     return value
 
 
-# Field types a recipe option can take on the command line; fields of other types are set with --config FILE.
+# Types a setting can take as an option; settings of other types are set with --config FILE.
 _OPTION_TYPES = (bool, int, float, str, Path)
 
 
-def recipe_options(
-    recipe: type,
+@dataclass(frozen=True)
+class Setting:
+    """One setting a command derives an option from: a recipe dataclass's field or an estimator's parameter."""
+
+    name: str
+    hint: Any  # its type
+    default: Any  # inspect.Parameter.empty where it has none
+    help: str | None = None
+    flags: tuple[str, ...] | None = None
+
+
+def recipe_settings(recipe: type) -> list[Setting]:
+    """A dataclass's fields, with their ``metadata`` help and flags."""
+    hints = typing.get_type_hints(recipe)
+    settings = []
+    for f in dataclasses.fields(recipe):
+        default = f.default
+        if default is dataclasses.MISSING:
+            factory = f.default_factory
+            default = inspect.Parameter.empty if factory is dataclasses.MISSING else factory()
+        settings.append(Setting(f.name, hints[f.name], default, f.metadata.get("help"), f.metadata.get("flags")))
+    return settings
+
+
+def estimator_settings(estimator: type) -> list[Setting]:
+    """An estimator's ``__init__`` parameters, with their help from its docstring's ``Args:`` section."""
+    hints, helps = typing.get_type_hints(estimator.__init__), docstring_args(estimator)  # type: ignore[misc]
+    parameters = list(inspect.signature(estimator.__init__).parameters.values())[1:]  # type: ignore[misc]
+    return [Setting(p.name, hints.get(p.name, Any), p.default, helps.get(p.name)) for p in parameters]
+
+
+_ARG = re.compile(r"(\w+(?:, \w+)*): (.*)")  # "name: text" or "name, other: text"
+_ROLE = re.compile(r":\w+:`(~?)\.?([^`]+)`")  # :class:`~.passes.X` -> X, :mod:`a.b` -> a.b
+
+
+def docstring_args(owner: type) -> dict[str, str]:
+    """Name -> plain text of the ``Args:`` section of ``owner``'s docstring; ``a, b: text`` gives both the text."""
+    lines = (inspect.getdoc(owner) or "").splitlines()
+    start = next((i + 1 for i, line in enumerate(lines) if line.strip() == "Args:"), len(lines))
+    texts: dict[str, str] = {}
+    indent: int | None = None
+    names: list[str] = []
+    for line in lines[start:]:
+        depth = len(line) - len(line.lstrip())
+        indent = depth if indent is None else indent
+        entry = _ARG.fullmatch(line.strip())
+        if not line.strip() or depth < indent or (depth == indent and entry is None):
+            break
+        if depth == indent and entry is not None:
+            names = entry[1].split(", ")
+            texts.update(dict.fromkeys(names, entry[2]))
+        else:  # a continuation line
+            texts.update({name: f"{texts[name]} {line.strip()}" for name in names})
+    return {name: _plain(text) for name, text in texts.items()}
+
+
+def _plain(text: str) -> str:
+    """A docstring's text as a help line: roles and literals as plain words, a capital first letter."""
+    text = _ROLE.sub(lambda m: m[2].split(".")[-1] if m[1] else m[2], text).replace("``", "")
+    return text[:1].upper() + text[1:]
+
+
+def recipe_options(recipe: type, *, build: Callable[..., Any] | None = None, **options: Any) -> Callable[[F], F]:
+    """Options derived from the dataclass ``recipe`` (:func:`settings_options`); the command receives the instance
+    as ``config``."""
+    return settings_options(recipe.__name__, recipe_settings(recipe), build or recipe, "config", **options)
+
+
+def estimator_options(
+    estimator: type, *, into: str, build: Callable[..., Any] | None = None, **options: Any
+) -> Callable[[F], F]:
+    """Options derived from ``estimator``'s ``__init__`` (:func:`settings_options`), each default and type from its
+    signature, each help from its docstring; the command receives the estimator as ``into``."""
+    return settings_options(estimator.__name__, estimator_settings(estimator), build or estimator, into, **options)
+
+
+def settings_options(
+    owner: str,
+    settings: list[Setting],
+    make: Callable[..., Any],
+    into: str,
     *,
     only: Iterable[str] | None = None,
     skip: Iterable[str] = (),
-    build: Callable[..., Any] | None = None,
     notes: dict[str, str] | None = None,
+    flags: dict[str, str] | None = None,
+    parse: dict[str, Callable[[str], Any]] | None = None,
+    fixed: dict[str, Any] | None = None,
+    alias: str | None = None,
 ) -> Callable[[F], F]:
-    """Derive a command's options from the dataclass ``recipe``; the command receives the instance as ``config``.
+    """Derive a command's options from ``settings`` (of ``owner``); the command's parameter ``into`` receives
+    ``make(**given)`` of only the settings given: ``fixed`` (the command's own values), under a ``--config FILE``
+    (JSON or TOML, any setting), under the options given on the command line.
 
-    Each field (of ``only``, less ``skip`` and those the command declares) of a plain type (bool, int, float, str,
-    path, Literal, optional; a tuple of str repeats) becomes ``--field-name`` (or ``metadata["flags"]``) with the
-    field's default and ``metadata["help"]`` (``notes[name]`` after it). ``--config FILE`` (JSON or TOML) sets any
-    field; the command line wins over the file. The instance is ``build(**given)`` of only what was given.
+    Each setting (of ``only``, less ``skip`` and those the command declares) of a plain type (bool, int, float, str,
+    path, Literal, optional; a tuple of str repeats) becomes ``--setting-name`` (or its ``flags``, or
+    ``flags[name]``) with its default and help (``notes[name]`` after it). One in ``parse`` is a string option (a
+    sequence default shown comma-joined) that ``parse[name]`` reads, as it reads a string from the file.
+    ``alias``: an old spelling of ``--config``, hidden, that says so when used.
     """
-    chosen, skipped, hints = None if only is None else set(only), set(skip), typing.get_type_hints(recipe)
-    make, extra = build or recipe, notes or {}
-    config_file = inspect.Parameter(
-        "config_file",
-        inspect.Parameter.KEYWORD_ONLY,
-        default=None,
-        annotation=Annotated[
-            Optional[Path],
-            typer.Option(
-                "--config", help=f"JSON or TOML file of {recipe.__name__} settings (any field); options given here win."
-            ),
-        ],
-    )
+    chosen, skipped, extra, renamed = None if only is None else set(only), set(skip), notes or {}, flags or {}
+    parsers, known = parse or {}, [s.name for s in settings]
+    about = f"JSON or TOML file of {owner} settings (any of them); options given here win."
+    config_files = [_config_option("config_file", ("--config",), about)]
+    if alias is not None:
+        config_files.append(_config_option("config_alias", (alias,), None, hidden=True))
 
     def decorate(func: F) -> F:
         declared = set(inspect.signature(func).parameters)
         derived: list[inspect.Parameter] = []
-        names: dict[str, str] = {}  # an option's parameter -> its field
-        for f in dataclasses.fields(recipe):
-            if f.name in declared or f.name in skipped or (chosen is not None and f.name not in chosen):
+        names: dict[str, str] = {}  # an option's parameter -> its setting
+        for s in settings:
+            if s.name in declared or s.name in skipped or (chosen is not None and s.name not in chosen):
                 continue
-            option = _field_option(f, hints[f.name], extra.get(f.name))
+            flag = (renamed[s.name],) if s.name in renamed else s.flags
+            option = _option(s, flag, extra.get(s.name), s.name in parsers)
             if option is not None:
                 derived.append(option)
-                names[option.name] = f.name
+                names[option.name] = s.name
 
-        def settings(values: dict[str, Any]) -> Any:
+        def values_given(values: dict[str, Any]) -> Any:
             from typer.main import get_current_context  # typer's own copy of click: its context, not click's
 
             ctx = get_current_context()
-            fields = read_config(values.pop("config_file"), recipe)
+            path, old = values.pop("config_file"), values.pop("config_alias", None)
+            if old is not None:
+                if path is not None:
+                    raise SubspacesError(f"give --config or {alias}, not both ({alias} is its old spelling)")
+                echo(
+                    f"{alias} is now --config (JSON or TOML); {alias} goes in the next release",
+                    label="note:",
+                    style="yellow",
+                )
+                path = old
+            chosen_values = {**(fixed or {}), **read_config(path, owner, known)}
             for name, value in values.items():  # given on the command line: wins over the file
                 if given(ctx, name):
-                    fields[names[name]] = tuple(value) if isinstance(value, list) else value
-            return make(**fields)
+                    chosen_values[names[name]] = tuple(value) if isinstance(value, list) else value
+            for name, read in parsers.items():
+                if isinstance(chosen_values.get(name), str):
+                    chosen_values[name] = read(chosen_values[name])
+            return make(**chosen_values)
 
-        return expand("config", [*derived, config_file], settings)(func)
+        return expand(into, [*derived, *config_files], values_given)(func)
 
     return decorate
+
+
+def _config_option(name: str, flags: tuple[str, ...], help: str | None, hidden: bool = False) -> inspect.Parameter:
+    option = typer.Option(*flags, help=help, hidden=hidden)
+    annotation = Annotated[Optional[Path], option]
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
 
 
 def expand(name: str, options: list[inspect.Parameter], make: Callable[[dict[str, Any]], Any]) -> Callable[[F], F]:
@@ -353,27 +451,24 @@ def expand(name: str, options: list[inspect.Parameter], make: Callable[[dict[str
     return decorate
 
 
-def _field_option(f: dataclasses.Field, hint: Any, note: str | None = None) -> inspect.Parameter | None:
-    """The typer parameter of one recipe field, or None where its type has no plain command-line form."""
-    args = typing.get_args(hint)
+def _option(s: Setting, flags: tuple[str, ...] | None, note: str | None, parsed: bool) -> inspect.Parameter | None:
+    """The typer parameter of one setting, or None where its type has no plain command-line form."""
+    args = typing.get_args(s.hint)
     optional = type(None) in args
-    base = next((a for a in args if a is not type(None)), hint) if optional and len(args) == 2 else hint
+    base = next((a for a in args if a is not type(None)), s.hint) if optional and len(args) == 2 else s.hint
     repeated = typing.get_origin(base) is tuple and typing.get_args(base) == (str, ...)
-    if typing.get_origin(base) is not Literal and base not in _OPTION_TYPES and not repeated:
+    default = s.default
+    if parsed:  # a string the command's parser reads
+        base, optional, repeated = str, False, False
+        default = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+    elif typing.get_origin(base) is not Literal and base not in _OPTION_TYPES and not repeated:
         return None
-    flag = "--" + f.name.replace("_", "-")
-    declaration = (f"{flag}/--no-{f.name.replace('_', '-')}",) if base is bool and not optional else (flag,)
-    declaration = f.metadata.get("flags") or declaration
-    info = typer.Option(*declaration, help=" ".join(filter(None, (f.metadata.get("help"), note))) or None)
+    flag = "--" + s.name.replace("_", "-")
+    declaration = flags or ((f"{flag}/--no-{s.name.replace('_', '-')}",) if base is bool and not optional else (flag,))
+    info = typer.Option(*declaration, help=" ".join(filter(None, (s.help, note))) or None)
     name = declaration[0].split("/")[0].lstrip("-").replace("-", "_")
-    if repeated:  # None (not given) leaves the field's default
-        default: Any = None
-    elif f.default is not dataclasses.MISSING:
-        default = f.default
-    elif f.default_factory is not dataclasses.MISSING:
-        default = f.default_factory()
-    else:
-        default = inspect.Parameter.empty
+    if repeated:  # None (not given) leaves the setting's default
+        default = None
     kind = Optional[list[str]] if repeated else Optional[base] if optional else base
     annotation = Annotated[kind, info]  # type: ignore[valid-type]
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
@@ -385,8 +480,8 @@ def given(ctx: Any, name: str) -> bool:
     return source is not None and source.name != "DEFAULT"
 
 
-def read_config(path: Path | None, recipe: type) -> dict[str, Any]:
-    """The settings of a ``--config`` file (JSON, or TOML by suffix), checked against ``recipe``'s fields."""
+def read_config(path: Path | None, owner: str, known: Iterable[str]) -> dict[str, Any]:
+    """The settings of a ``--config`` file (JSON, or TOML by suffix), checked to be among ``known`` of ``owner``."""
     import json
     import tomllib
 
@@ -399,12 +494,10 @@ def read_config(path: Path | None, recipe: type) -> dict[str, Any]:
         raise DataError(f"--config is not valid {'TOML' if path.suffix == '.toml' else 'JSON'}: {exc}", path) from None
     if not isinstance(settings, dict):
         raise DataError("--config must hold an object of settings", path)
-    known = {f.name for f in dataclasses.fields(recipe)}
-    unknown = sorted(set(settings) - known)
+    unknown = sorted(set(settings) - set(known))
     if unknown:
         raise DataError(
-            f"--config sets {', '.join(unknown)}, not settings of {recipe.__name__} "
-            f"(those are: {', '.join(sorted(known))})",
+            f"--config sets {', '.join(unknown)}, not settings of {owner} (those are: {', '.join(sorted(known))})",
             path,
         )
     return settings
