@@ -1,14 +1,11 @@
-"""BENCHMARKS §3's encoder regime (issue 17): do MIC's terms make a fine-tuned encoder's 16- and 32-d prefixes better
-than MRL's? ``minilm-l6`` (not Matryoshka-trained) has its top ``trainable_layers`` trained over the bottom layers'
-cached activations with supervised SimCSE (InfoNCE at temperature 0.05, the contradiction as hard negative) on the
-3,172 SNLI-dev triplets of ``snli_devtest_triplets.csv``: batch 64, max length 32, 1,000 steps, lr 5e-5 for every arm
-(SimCSE's, not tuned), no warm-up, the last step kept. Arms (``arm``): ``start`` (untrained), ``mrl`` (InfoNCE at each
-size of ``dims``, weight 1), ``mic`` (MRL + MIC's terms at MatryoshkaConfig's defaults, on the trained layers: under
-partial fine-tuning the frozen ones have no states); for the notes' fuller table ``simcse`` (full size only),
-``mrl_scr``, ``mrl_sir`` and ``mic_gamma1`` (γ = 1). Each model is measured as matryoshka_adapter's ``raw`` arm on
-``split`` (probes, STS-B, SNLI retrieval; 4 SNLI-test premises and 155 hypotheses occur among the training texts),
-plus per-row ``stsb_spearman`` values for STS-B's paired interval. A killed training resumes from its checkpoint
-under ``work``; ``seconds_per_step`` is the training loop's own.
+"""BENCHMARKS §3's encoder regime (issue 17): do MIC's terms make a fine-tuned encoder's 16/32-d prefixes better than
+MRL's? ``minilm-l6``'s top ``trainable_layers`` train over the bottom's cached activations with supervised SimCSE
+(temperature 0.05, contradiction as hard negative) on the 3,172 SNLI-dev triplets: batch 64, length 32, 1,000 steps,
+lr 5e-5 for every arm (not tuned), no warm-up, last step kept. Arms: ``start`` (untrained), ``mrl`` (InfoNCE at each
+of ``dims``), ``mic`` (MRL + MIC's terms at their defaults, on the trained layers: frozen ones have no states), and
+``ARMS``' others for the notes' fuller table. Each model is measured as matryoshka_adapter's ``raw`` arm on ``split``
+(4 SNLI-test premises and 155 hypotheses occur in training), plus per-row ``stsb_spearman`` for STS-B's interval.
+A killed training resumes from its checkpoint under ``work``; ``seconds_per_step`` is the training loop's own.
 
     OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/matryoshka_encoder.toml --resume
 """
@@ -67,7 +64,7 @@ def trained(p: dict[str, Any], seed: int) -> tuple[str, dict[str, Any]]:
     )  # fmt: skip
     result = train_matryoshka(load_encoder(p["model"]), training_rows(p["train_limit"]), config)
     state = json.loads((folder / STATE).read_text())  # the run that finished (a finished folder trains nothing)
-    terms = [h["terms"] for h in result.history if "terms" in h]
+    terms = [h["terms"] for h in result.history if "terms" in h]  # MIC's term sizes at the last logged step
     record = {"train_seconds": state["seconds"], "terms_last": terms[-1] if terms else None}
     return str(folder), record | {"seconds_per_step": state["seconds"] / max(1, state["steps"] - state["resumed_from"])}
 

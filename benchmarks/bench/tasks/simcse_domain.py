@@ -14,6 +14,8 @@ import hashlib
 import json
 import random
 import time
+from functools import reduce
+from operator import getitem
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +128,6 @@ def table(summary: dict[str, Any]) -> str:
         kept = ("after/probes/", "after/clustering_v_measure/", "after/sts/avg")
         names = [n for n in arms.get("start", {}) if n.startswith(kept)]
         metrics = cells[0]["result"]["after"]["metrics"]
-
         rows = []
         for name in names:
             start = _per_seed(cells, "start", name)
@@ -143,13 +144,7 @@ def table(summary: dict[str, Any]) -> str:
 
 def _per_seed(cells: list[dict[str, Any]], arm: str, name: str) -> dict[int, float]:
     """An arm's figure ``name`` ("after/sts/avg") by seed."""
-    found = {}
-    for cell in (c for c in cells if c["arm"] == arm):
-        value = cell["result"]
-        for key in name.split("/"):
-            value = value[key]
-        found[cell["seed"]] = float(value)
-    return found
+    return {c["seed"]: float(reduce(getitem, name.split("/"), c["result"])) for c in cells if c["arm"] == arm}
 
 
 def _difference(a: dict[int, float], b: dict[int, float]) -> str:

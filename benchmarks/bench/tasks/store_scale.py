@@ -46,29 +46,25 @@ def cache_root() -> Path:
     return cache_dir() / "store_scale"  # ~/.cache/subspaces/store_scale ($SUBSPACES_CACHE where set)
 
 
-PART = 10_000  # texts encoded and cached at a time
-
-
-def real_vectors(model: str, dtype: str, need: int) -> tuple[np.ndarray, int]:
+def real_vectors(model: str, dtype: str, need: int, part: int = 10_000) -> tuple[np.ndarray, int]:
     """minilm-l6 vectors of the first ``need`` WordNet sentences in a seeded shuffle, and how many there are; encoded
-    ``PART`` at a time, once (cached: a larger run encodes only the parts it lacks)."""
+    ``part`` at a time, once (cached: a larger run encodes only the parts it lacks)."""
     from subspaces.store.demo import wordnet_sentences
 
     texts = wordnet_sentences(10**7)
     order = np.random.default_rng(0).permutation(len(texts))
     folder = cache_root() / f"wordnet-{model}-{dtype}-{len(texts)}"
     parts, encoder = [], None
-    for first in range(0, min(need, len(texts)), PART):
-        path = folder / f"part-{first // PART:03d}.npy"
+    for first in range(0, min(need, len(texts)), part):
+        path = folder / f"part-{first // part:03d}.npy"
         if not path.is_file():
             from subspaces.io import save_npy
             from subspaces.models.encoder import encode, load_encoder
 
             encoder = encoder or load_encoder(model, dtype=dtype)
-            batch = [texts[i] for i in order[first : first + PART]]
+            batch = [texts[i] for i in order[first : first + part]]
             vectors, seconds = timed(encode, encoder, batch, batch_size=128, normalize=True)
             print(f"encoded {len(batch):,} WordNet texts in {seconds:.0f} s", flush=True)
-            path.parent.mkdir(parents=True, exist_ok=True)
             save_npy(path, np.asarray(vectors, dtype=np.float32))
         parts.append(np.load(path))
     return np.concatenate(parts)[:need], len(texts)
@@ -110,8 +106,7 @@ def write_corpus(p: dict[str, Any], work: Path) -> dict[str, Any]:
     per_row = np.bincount(label, (residual**2).sum(1), minlength=clusters) / np.maximum(counts, 1)
     spread = np.sqrt(per_row / np.trace(covariance))
     weights = counts / counts.sum()
-    text = pa.string()
-    schema = pa.schema({"id": text, "vector": pa.list_(pa.float32(), dim), "lang": text, "year": pa.int64()})
+    schema = rows_table([], np.empty((0, dim), np.float32), pa.array([], pa.string()), []).schema
     path = work / "corpus.parquet"
     langs, shares = [lang for lang, _ in LANGS], [share for _, share in LANGS]
     with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema) as writer:
