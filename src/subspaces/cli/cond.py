@@ -10,11 +10,13 @@ import typer
 
 from subspaces.cli.common import DeviceOpt, JsonOpt, ThreadsOpt, echo, out, parse_rank, recipe_options, table
 from subspaces.cli.groups import cond_app
+from subspaces.cli.search import CONDITION, CORPUS, HEAD, KOpt, QueryArg, QueryFileOpt, query_texts, show_results
 from subspaces.cli.train import TrainableLayersOpt, parse_trainable_layers
 from subspaces.cond.recipe import CondTrainConfig
 from subspaces.cond.tasks import SPLITS, TASKS
 from subspaces.errors import DataError
-from subspaces.io import check_writable, load_embeddings, read_lines, save_json
+from subspaces.io import check_writable, load_embeddings, read_lines
+from subspaces.store.results import SearchResult
 
 if TYPE_CHECKING:
     from subspaces.cond.pipeline import ConditionalEvalResult
@@ -122,17 +124,17 @@ def eval_cmd(
 
 @cond_app.command("search")
 def search_cmd(
-    head: Annotated[Path, typer.Option("--head", help="A tri-encoder folder (`cond train --arch tri`).")],
-    query: Annotated[list[str], typer.Option("--query", "-q", help="A query text (repeat for several).")],
-    condition: Annotated[str, typer.Option("--condition", "-c", help="The condition to rank under.")],
-    corpus: Annotated[
-        Optional[Path], typer.Option("--corpus", help="Vectors of the head's encoder (.npy/.parquet).")
-    ] = None,
+    head: Annotated[Path, HEAD],
+    condition: Annotated[str, CONDITION],
+    query: QueryArg = None,
+    queries: QueryFileOpt = None,
+    corpus: Annotated[Optional[Path], CORPUS] = None,
     corpus_texts: Annotated[
         Optional[Path], typer.Option("--corpus-texts", help="Texts, one a line: embedded, or labels of --corpus rows.")
     ] = None,
-    k: Annotated[int, typer.Option("-k", help="Hits per query.")] = 10,
+    k: KOpt = 10,
     json_path: JsonOpt = None,
+    old_query: Annotated[Optional[list[str]], typer.Option("--query", "-q", hidden=True)] = None,
     device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
 ) -> None:
@@ -142,6 +144,9 @@ def search_cmd(
     from subspaces.models.triencoder import TriEncoder
 
     resolve_device(device)
+    if sum(x is not None for x in (query, queries, old_query)) != 1:
+        raise DataError("give one QUERY or --queries FILE")
+    texts_asked = old_query or query_texts(query, queries)
     texts = read_lines(corpus_texts) if corpus_texts is not None else None
     vectors = load_embeddings(corpus) if corpus is not None else None
     source = vectors if vectors is not None else texts
@@ -151,29 +156,22 @@ def search_cmd(
         raise DataError(f"{corpus} has {len(vectors)} rows but {corpus_texts} {len(texts)} texts: give one text a row")
     model = TriEncoder.load(head, device=device)
     model.index_corpus(source)
-    hits = model.search(query, condition, k)
+    hits = model.search(texts_asked, condition, k)
     if hits.note:
         echo(hits.note, label="note:", style="yellow")
-    results: list[dict[str, Any]] = [
-        {
-            "query": q,
-            "hits": [
-                {"row": int(r), "score": float(sc), **({"text": texts[r]} if texts is not None else {})}
-                for r, sc in zip(rows, scores, strict=True)
-            ],
-        }
-        for q, rows, scores in zip(query, hits.rows, hits.scores, strict=True)
-    ]
-    for result in results:
-        rows = [[i + 1, h["row"], f"{h['score']:.4f}", h.get("text", "")] for i, h in enumerate(result["hits"])]
-        out.print(table(f"{result['query']} | {condition}", ["rank", "row", "score", "text"], rows))
-    if json_path is not None:
-        cache = model.cache_stats()["caches"]["conditioned_corpus"]
-        save_json(
-            json_path,
-            {"condition": condition, "seen": hits.seen, "note": hits.note, "k": k, "results": results, "cache": cache},
+    results = [
+        SearchResult(
+            query=q,
+            ids=rows.tolist(),
+            scores=[float(s) for s in scores],
+            texts=[texts[r] for r in rows] if texts is not None else [],
         )
-        echo(f"wrote {json_path}")
+        for q, rows, scores in zip(texts_asked, hits.rows, hits.scores, strict=True)
+    ]
+    report: dict[str, Any] = {"condition": condition, "seen": hits.seen, "note": hits.note, "k": k}
+    if json_path is not None:
+        report["cache"] = model.cache_stats()["caches"]["conditioned_corpus"]
+    show_results(results, json_path, report=report, condition=condition, rows=True)
 
 
 @cond_app.command("bench")

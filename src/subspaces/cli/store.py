@@ -10,9 +10,23 @@ import typer
 
 from subspaces.cli.common import JsonOpt, ModelOpt, RunOptions, ThreadsOpt, echo, runtime_options, show, table
 from subspaces.cli.groups import Command, store_app
-from subspaces.cli.search import Basis
+from subspaces.cli.search import (
+    CONDITION,
+    HEAD,
+    Basis,
+    BasisOpt,
+    DimsOpt,
+    KOpt,
+    QueryArg,
+    QueryFileOpt,
+    QueryVectorsOpt,
+    RescoreOpt,
+    ShortlistOpt,
+    query_texts,
+    show_results,
+)
 from subspaces.errors import SubspacesError
-from subspaces.io import load_embeddings, read_lines, read_queries, save_json
+from subspaces.io import load_embeddings, read_lines, save_json
 from subspaces.quantize import CALIBRATION_ROWS, Kind
 from subspaces.store import Store
 from subspaces.store.core import import_vectors
@@ -20,7 +34,6 @@ from subspaces.store.demo import run as run_demo
 from subspaces.store.encoders import Runtime
 from subspaces.store.inputs import read_rows
 from subspaces.store.plans import ANN_REFINE, RERANK, RESCORE
-from subspaces.store.search import BASES
 from subspaces.store.shrink import ADAPTER_DEFAULTS, CANDIDATES
 from subspaces.vectors import normalize_rows
 
@@ -29,7 +42,6 @@ RESUME = "every batch already written is committed whole; rerun the same command
 # The runtime options of the commands that encode (--threads last); a store's vectors are float32 on every CPU
 # unless --dtype asks otherwise.
 ENCODERS, RAY = ("device", "dtype", "backend", "precision"), ("ray_option", "ray_address", "actors")
-KOpt = Annotated[int, typer.Option("-k", help="Results per query.")]
 UpsertOpt = Annotated[
     bool, typer.Option("--upsert", help="Replace the stored rows whose id is given with other content (else refused).")
 ]
@@ -231,30 +243,21 @@ def index_cmd(
 @runtime_options(*ENCODERS, "threads")
 def search_cmd(
     store: DirArg,
-    query: Annotated[Optional[str], typer.Argument(help="One query (or give --queries).")] = None,
-    queries: Annotated[Optional[Path], typer.Option(help="A file of queries, one a line (no blank lines).")] = None,
-    query_vectors: Annotated[
-        Optional[Path], typer.Option(help="Query vectors (.npy) instead of texts: any space, foreign too.")
-    ] = None,
+    query: QueryArg = None,
+    queries: QueryFileOpt = None,
+    query_vectors: QueryVectorsOpt = None,
     where: Annotated[
         Optional[str], typer.Option(help="SQL filter applied before the top k, e.g. \"lang = 'en'\".")
     ] = None,
     json_path: JsonOpt = None,
     k: KOpt = 10,
-    dims: Annotated[Optional[int], typer.Option(help="Search the first DIMS coordinates (Matryoshka prefix).")] = None,
+    dims: DimsOpt = None,
     rerank: Annotated[
         Literal[RERANK],  # type: ignore[valid-type]
         typer.Option(help="With --dims: re-rank the shortlist by full vectors (funnel)."),
     ] = "full",
-    shortlist: Annotated[Optional[int], typer.Option(help="Funnel candidates per query, x k (default 10).")] = None,
-    basis: Annotated[
-        Optional[Literal[BASES]],  # type: ignore[valid-type]
-        typer.Option(
-            help="With --dims: whose first axes to read: the model's, the store's principal axes (pca) or the "
-            "`store shrink` adapter. Default: what `store shrink` chose, else model for a Matryoshka model, else pca.",
-            show_default=False,
-        ),
-    ] = None,
+    shortlist: ShortlistOpt = None,
+    basis: BasisOpt = None,
     ann: Annotated[bool, typer.Option("--ann", help="Use the store's ANN index (`store index`).")] = False,
     refine_factor: Annotated[
         Optional[int],
@@ -265,15 +268,10 @@ def search_cmd(
     quantized: Annotated[
         bool, typer.Option("--quantized", help="Search the quantized copy (`store index --quantize`).")
     ] = False,
-    rescore: Annotated[
-        Optional[int],
-        typer.Option(
-            min=0, help=f"With --quantized: rescore this x k candidates (0: none; {RESCORE}).", show_default=False
-        ),
-    ] = None,
+    rescore: RescoreOpt = None,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Query model (default: the store's).")] = None,
-    condition: Annotated[Optional[str], typer.Option(help="Rank under this condition (needs --head).")] = None,
-    head: Annotated[Optional[Path], typer.Option(help="A Hyper-CL tri-encoder folder on the store's model.")] = None,
+    condition: Annotated[Optional[str], CONDITION] = None,
+    head: Annotated[Optional[Path], HEAD] = None,
     batch_size: Annotated[int, typer.Option(help="Queries per encoder batch.")] = 64,
     query_prompt: Annotated[
         Optional[str], typer.Option(help='Instead of the recorded query prompt ("": none).')
@@ -318,17 +316,9 @@ def search_cmd(
         for i, result in enumerate(results):
             result.query = f"vector {i}"
     else:
-        texts = [query] if query is not None else read_queries(queries)  # type: ignore[arg-type]
+        texts = query_texts(query, queries)
         results = opened.search(texts, k, model=model, batch_size=batch_size, query_prompt=query_prompt, **options)
-    if json_path is not None:
-        save_json(json_path, {"results": [result.to_dict() for result in results]})
-        echo(f"wrote {len(results):,} results to {json_path}")
-        return
-    for result in results[:20]:
-        rows = [[i, f"{s:.4f}", t] for i, s, t in zip(result["ids"], result["scores"], result["texts"], strict=True)]
-        show(table(f"{result['query']}", ["id", "score", "text"], rows))
-    if len(results) > 20:
-        echo(f"(first 20 of {len(results):,} queries shown; use --json OUT for all)")
+    show_results(results, json_path, condition=condition, columns=True)
 
 
 @store_app.command(
