@@ -325,5 +325,5 @@ def test_the_matryoshka_encoder_task_trains_each_arm_on_a_tiny_model_and_prints_
     text = markdown(summary)
     assert "| arm | seeds | Banking77 4 | Banking77 8 | Emotion 4 |" in text and "| SNLI nDCG@10 32 |" in text
     assert re.search(r"\| start \| 1 \| \d+\.\d\d \|", text)
-    assert re.search(r"\| Δ mic − mrl \| \| [+-]\d+\.\d\d \[[+-]\d+\.\d\d, [+-]\d+\.\d\d\] \|", text)
+    assert re.search(r"\| Δ mic − mrl \| \| [+−]\d+\.\d\d \[−?\d+\.\d\d, −?\d+\.\d\d\] \|", text)
     assert re.search(r"step time / MRL's: mrl 1\.00× \(\d\.\d{3} s\), mic \d+\.\d\d×", text)

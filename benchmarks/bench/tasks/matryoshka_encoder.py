@@ -108,7 +108,7 @@ def table(summary: dict[str, Any]) -> str:
             seeds = got[f"metrics/{shown[0][0]}/{shown[0][1]}"]["seeds"]
             rows.append(f"{arm} | {seeds} | " + " | ".join(_mean_std(got[f"metrics/{n}/{d}"]) for n, d in shown))
         for pair, paired in summary.get("paired", {}).get(pool, {}).items():
-            deltas = " | ".join(_delta(paired.get(f"{n}/{d}")) for n, d in shown)
+            deltas = " | ".join(matryoshka_adapter._delta(paired.get(f"{n}/{d}"), 0) for n, d in shown)
             rows.append(f"Δ {pair.replace(' - ', ' − ')} | | {deltas}")
         out.append(grid(header, rows))
         mrl = arms.get("mrl", {}).get("seconds_per_step", {}).get("mean")
@@ -120,7 +120,3 @@ def table(summary: dict[str, Any]) -> str:
 
 def _mean_std(cell: dict[str, Any]) -> str:
     return f"{cell['mean']:.2f}" + (f" ± {cell['std']:.2f}" if cell["seeds"] > 1 else "")
-
-
-def _delta(got: dict[str, float] | None) -> str:
-    return "–" if not got else "{:+.2f} [{:+.2f}, {:+.2f}]".format(*(100 * got[k] for k in ("diff", "low", "high")))
