@@ -100,11 +100,10 @@ def show_results(
     rows: bool = False,
     columns: bool = False,
 ) -> None:
-    """Every search command's results. With --json: ``{**report, "results": [{"query", "hits": [{"rank", "id",
-    "score", "text", "metadata"}]}]}``, text and metadata where the source has them; ``rows``: ids are row numbers,
-    also written as ``row`` and shown as the table's ``row`` column; ``columns``: each query also keeps the
-    result's ``ids``, ``scores``, ``texts`` and ``metadata`` lists (store search wrote those). Else a table a query
-    (rank, id, score, text where known) for the first :data:`SHOWN` queries."""
+    """Every search command's results: with --json ``{**report, "results": [{"query", "hits": [{"rank", "id",
+    "score", "text", "metadata"}]}]}`` (text, metadata: where known), else a table a query (rank, id, score, text)
+    for the first :data:`SHOWN`. ``rows``: the ids are row numbers (also ``row``, as before); ``columns``: each
+    query also keeps its ``ids``, ``scores``, ``texts`` and ``metadata`` lists (store search wrote those)."""
     if json_path is not None:
         entries = [
             {"query": r.query, **({k: v for k, v in r.to_dict().items() if k != "query"} if columns else {})}
@@ -212,11 +211,11 @@ def search_cmd(
     if output is not None and output.suffix == ".npy":
         save_npy(output, rows)
         echo(f"wrote {output}")
-    report: dict[str, Any] = {"k": int(rows.shape[1]), "dims": dims}
-    report["shortlist"] = None if dims is None else shortlist * k
+    funnel = None if dims is None else shortlist * k
+    report: dict[str, Any] = {"k": int(rows.shape[1]), "dims": dims, "shortlist": funnel}
     if quantize is not None:  # against: "dequantized codes" (int8), "float corpus" (binary) or None
-        report |= {"quantize": quantize, "shortlist": min(len(c), rescore * k) if against else None}
-        report["rescored_against"] = against
+        rescored = min(len(c), rescore * k) if against else None
+        report |= {"quantize": quantize, "shortlist": rescored, "rescored_against": against}
     report |= {"rows": rows.tolist(), "scores": scores.tolist()}  # the rows and scores also as columns, as before
     results = [
         SearchResult(query=f"vector {i}", ids=r.tolist(), scores=s.tolist(), texts=[])
