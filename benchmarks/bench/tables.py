@@ -25,7 +25,7 @@ def markdown(summary: dict[str, Any]) -> str:
         lines.append("|---|---:|" + "---:|" * len(names))
         for arm, cells in arms.items():
             seeds = max((c["seeds"] for c in cells.values()), default=0)
-            lines.append(f"| {arm} | {seeds} | " + " | ".join(_mean_std(cells.get(n)) for n in names) + " |")
+            lines.append(f"| {arm} | {seeds} | " + " | ".join(mean_std(cells.get(n)) for n in names) + " |")
         lines.append("")
     for pool, pairs in summary.get("paired", {}).items():
         lines += [f"### {pool}: paired bootstrap 95 % intervals", "", "| difference | rows | diff [low, high] |"]
@@ -39,5 +39,6 @@ def markdown(summary: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _mean_std(cell: dict[str, Any] | None) -> str:
-    return "-" if cell is None else f"{cell['mean']:.4g}" + (f" ± {cell['std']:.2g}" if cell["seeds"] > 1 else "")
+def mean_std(cell: dict[str, Any] | None, mean: str = ".4g", std: str = ".2g") -> str:
+    """A figure's mean over seeds, ± its std where there are several seeds."""
+    return "-" if cell is None else f"{cell['mean']:{mean}}" + (f" ± {cell['std']:{std}}" if cell["seeds"] > 1 else "")

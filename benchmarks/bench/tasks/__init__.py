@@ -22,6 +22,15 @@ def resolve(name: str) -> Task:
     return task
 
 
+def cell_params(defaults: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+    """A cell's parameters over its task's defaults, with torch's threads set to their ``threads``."""
+    from subspaces.config import set_threads
+
+    p = defaults | params
+    set_threads(p["threads"])
+    return p
+
+
 def task_table(name: str) -> Callable[[dict[str, Any]], str] | None:
     module = TASKS.get(name, name).partition(":")[0]
     try:

@@ -1,9 +1,6 @@
 """Conditional search speed (BENCHMARKS §4): ms per query of ``cos(W_c q, W_c d)`` over ``n`` random unit vectors
 with a random hypernet head (``rank`` K, or 0: full rank): the condition's view built (the second build), a query
-against it (median), in batches of 32, and the explicit baseline with its top-k agreement. Seeds are repeats.
-
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/cond_search.toml --resume
-"""
+against it (median), in batches of 32, and the explicit baseline with its top-k agreement. Seeds are repeats."""
 
 from __future__ import annotations
 
@@ -14,6 +11,7 @@ import numpy as np
 
 from bench.stats import timed
 from bench.tables import grid
+from bench.tasks import cell_params
 
 DEFAULTS: dict[str, Any] = {"dim": 384, "rank": 32, "threads": 2, "queries": 64, "explicit_queries": 5, "k": 10}
 
@@ -30,11 +28,9 @@ def _unit_rows(n: int, d: int, seed: int, block: int = 131_072) -> np.ndarray:
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     import torch
 
-    from subspaces.config import set_threads
     from subspaces.models.heads import conditional_search, corpus_view, make_head
 
-    p = DEFAULTS | params
-    set_threads(p["threads"])
+    p = cell_params(DEFAULTS, params)
     torch.manual_seed(seed)
     head = make_head("hypernet", p["dim"], p["rank"] or None).eval()
     corpus = torch.from_numpy(_unit_rows(p["n"], p["dim"], seed))

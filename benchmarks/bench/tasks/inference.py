@@ -1,14 +1,13 @@
 """CPU inference (BENCHMARKS §7): sentences/s of one arm (``backend``, ``precision``, ``dtype``) on ``short``
 (WordNet examples) or ``long`` texts (WN18RR definitions) at batch 1 and 64, after an untimed export and warm-up.
-Seeds are repeats (the runner rotates the arms' order). STS per arm: ``inference_sts.toml``.
-
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/inference.toml --resume
-"""
+Seeds are repeats (the runner rotates the arms' order). STS per arm: ``inference_sts.toml``."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
+
+from bench.tasks import cell_params
 
 DEFAULTS: dict[str, Any] = {
     "model": "minilm-l6", "backend": "torch", "precision": "fp32", "dtype": "float32", "threads": 2, "n_short": 2048,
@@ -35,11 +34,9 @@ def _rate(model: Any, batch: list[str], batch_size: int) -> float:
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
-    from subspaces.config import set_threads
     from subspaces.models.encoder import load_encoder
 
-    p = DEFAULTS | params
-    set_threads(p["threads"])
+    p = cell_params(DEFAULTS, params)
     batch = texts(p["kind"], p[f"n_{p['kind']}"])
     model = load_encoder(p["model"], backend=p["backend"], precision=p["precision"], dtype=p["dtype"])
     _rate(model, batch[:64], 64)  # export (once per weights) and warm-up, untimed

@@ -1,9 +1,6 @@
 """KGC with a frozen encoder under Hyper-CL's released configuration (BENCHMARKS §5, notes/kgc.md): ``subspaces kgc
 train --recipe hypercl-wn18rr --freeze-encoder`` with one head (an arm), then the test split's filtered ranking, plain
-and with SimKGC's 5-hop re-rank, in a scratch folder removed after the cell (a full-rank hypernet is 0.2 GB).
-
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/kgc_frozen.toml --resume
-"""
+and with SimKGC's 5-hop re-rank, in a scratch folder removed after the cell (a full-rank hypernet is 0.2 GB)."""
 
 from __future__ import annotations
 

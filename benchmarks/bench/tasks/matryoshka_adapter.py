@@ -7,10 +7,7 @@ prefixes of each size (per-row values under ``rows``): ``banking77``, ``emotion`
 scaler); ``stsb_spearman`` (rows: ``stsb_cosine``); ``stsb_r@10``, ``stsb_ndcg@10`` (each STS-B pair scored >= 4 a
 query with one relevant sentence, the other STS-B splits' sentences as distractors); ``snli_r@10``,
 ``snli_ndcg@10`` (each SNLI premise a query, its entailed hypotheses relevant, among all the split's hypotheses).
-``split`` ``dev``: Banking77 train's last 10 % (fixed shuffle) held out, Emotion validation, STS-B and SNLI dev.
-
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/matryoshka_adapter.toml --resume
-"""
+``split`` ``dev``: Banking77 train's last 10 % (fixed shuffle) held out, Emotion validation, STS-B and SNLI dev."""
 
 from __future__ import annotations
 
@@ -20,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from bench.tables import grid
-from bench.tasks import migrate
+from bench.tasks import cell_params, migrate
 
 DEFAULTS: dict[str, Any] = {
     "model": "minilm-l6", "dtype": "float32", "split": "test", "dims": [16, 32, 64, 128, 384], "C": 10.0,
@@ -76,12 +73,10 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     from sklearn.linear_model import LogisticRegression
 
     from subspaces.adapt import MatryoshkaAdapter
-    from subspaces.config import set_threads
     from subspaces.eval.sts import spearman_x100
     from subspaces.vectors import cosine_rows, unit_prefix
 
-    p = DEFAULTS | params
-    set_threads(p["threads"])
+    p = cell_params(DEFAULTS, params)
     probes, (s1, s2, gold), corpus, asked, (queries, documents, relevant) = tasks(p["split"], p["limit"])
     labelled = [t for both in probes.values() for texts, _ in both for t in texts]
     every = list(dict.fromkeys(labelled + corpus + queries + documents))

@@ -1,14 +1,11 @@
 """BENCHMARKS §3's encoder regime (issue 17): do MIC's terms make a fine-tuned encoder's 16/32-d prefixes better than
 MRL's? ``minilm-l6``'s top ``trainable_layers`` train over the bottom's cached activations with supervised SimCSE
-(temperature 0.05, contradiction as hard negative) on the 3,172 SNLI-dev triplets: batch 64, length 32, 1,000 steps,
-lr 5e-5 for every arm (not tuned), no warm-up, last step kept. Arms: ``start`` (untrained), ``mrl`` (InfoNCE at each
-of ``dims``), ``mic`` (MRL + MIC's terms at their defaults, on the trained layers: frozen ones have no states), and
-``ARMS``' others for the notes' fuller table. Each model is measured as matryoshka_adapter's ``raw`` arm on ``split``
-(4 SNLI-test premises and 155 hypotheses occur in training), plus per-row ``stsb_spearman`` for STS-B's interval.
-A killed training resumes from its checkpoint under ``work``; ``seconds_per_step`` is the training loop's own.
-
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/matryoshka_encoder.toml --resume
-"""
+(temperature 0.05, contradiction as hard negative) on the 3,172 SNLI-dev triplets, ``DEFAULTS`` for every arm, no
+warm-up, last step kept. Arms: ``start`` (untrained), ``mrl`` (InfoNCE at each of ``dims``), ``mic`` (MRL + MIC's
+terms at their defaults, on the trained layers: frozen ones have no states), and ``ARMS``' others for the notes.
+Each model is measured as matryoshka_adapter's ``raw`` arm on ``split`` (4 SNLI-test premises and 155 hypotheses
+occur in training), plus per-row ``stsb_spearman`` for STS-B's interval. A killed training resumes from its
+checkpoint under ``work``; ``seconds_per_step`` is the training loop's own."""
 
 from __future__ import annotations
 
@@ -18,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from bench.tables import grid
-from bench.tasks import matryoshka_adapter
+from bench.tables import grid, mean_std
+from bench.tasks import cell_params, matryoshka_adapter
 
 DEFAULTS: dict[str, Any] = matryoshka_adapter.DEFAULTS | {
     "steps": 1000, "batch_size": 64, "max_length": 32, "lr": 5e-5, "trainable_layers": 2, "save_steps": 100,
@@ -82,10 +79,7 @@ def spearman_rows(cosines: list[float], gold: Any) -> list[float]:
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
-    from subspaces.config import set_threads
-
-    p = DEFAULTS | params
-    set_threads(p["threads"])
+    p = cell_params(DEFAULTS, params)
     # a trained model by its absolute path: migrate.vectors keeps its encoded texts beside its folder
     model, record = (p["model"], {}) if p["arm"] == "start" else trained(p, seed)
     result = matryoshka_adapter.run(p | {"arm": "raw", "model": model}, seed)
@@ -106,7 +100,8 @@ def table(summary: dict[str, Any]) -> str:
         rows = []
         for arm, got in arms.items():
             seeds = got[f"metrics/{shown[0][0]}/{shown[0][1]}"]["seeds"]
-            rows.append(f"{arm} | {seeds} | " + " | ".join(_mean_std(got[f"metrics/{n}/{d}"]) for n, d in shown))
+            figures = " | ".join(mean_std(got[f"metrics/{n}/{d}"], ".2f", ".2f") for n, d in shown)
+            rows.append(f"{arm} | {seeds} | {figures}")
         for pair, paired in summary.get("paired", {}).get(pool, {}).items():
             deltas = " | ".join(matryoshka_adapter._delta(paired.get(f"{n}/{d}"), 0) for n, d in shown)
             rows.append(f"Δ {pair.replace(' - ', ' − ')} | | {deltas}")
@@ -116,7 +111,3 @@ def table(summary: dict[str, Any]) -> str:
         if mrl and times:
             out.append("step time / MRL's: " + ", ".join(f"{a} {t / mrl:.2f}× ({t:.3f} s)" for a, t in times.items()))
     return "\n".join(out) + "\n"
-
-
-def _mean_std(cell: dict[str, Any]) -> str:
-    return f"{cell['mean']:.2f}" + (f" ± {cell['std']:.2f}" if cell["seeds"] > 1 else "")

@@ -21,15 +21,10 @@ unpaired=True, texts=...)`` with ``domain_texts`` of the pool (its sources, none
 no figures) where the aligner does not trust its map. A migration's new-model vectors come from the same cache
 (``encode`` is looked up): a cell costs the fit, and the report's encode seconds are not real. Per-query values go
 under ``rows``; :func:`ratios` gives each migration's figures over the re-embed's with a paired bootstrap interval
-over queries (seeds averaged per query).
-
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/migrate_dev.toml --resume
-    cd benchmarks && OMP_NUM_THREADS=2 ../.venv/bin/python -m bench.tasks.migrate experiments/migrate_dev.toml
-"""
+over queries (seeds averaged per query)."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import tempfile
@@ -41,6 +36,8 @@ from typing import Any
 import numpy as np
 
 from bench.environment import ROOT
+from bench.tasks import cell_params
+from subspaces.io import read_lines
 
 DATA = Path(os.environ.get("SUBSPACES_DATA", ROOT.parent / "shared" / "data"))
 K = 10
@@ -59,9 +56,7 @@ DEFAULTS: dict[str, Any] = {
 
 
 def _lines(path: Path) -> list[str]:
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        return [line.strip() for line in handle]
+    return [line.strip() for line in read_lines(path, skip_blank=False)]
 
 
 @cache
@@ -245,10 +240,7 @@ def figures(rank: np.ndarray, check: np.ndarray) -> tuple[dict[str, Any], dict[s
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     """One cell: an arm's Recall@10 and nDCG@10 on a pool (``seed``: the migration's pair sample)."""
-    from subspaces.config import set_threads
-
-    p = DEFAULTS | params
-    set_threads(p["threads"])
+    p = cell_params(DEFAULTS, params)
     _patch_encode()
     docs, queries, relevant_t = dataset(p["data"], int(p["n_docs"]))
     relevant = np.asarray(relevant_t)

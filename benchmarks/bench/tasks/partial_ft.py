@@ -1,9 +1,6 @@
 """Step time of full against partial fine-tuning (BENCHMARKS §6): a fresh ``minilm-l6`` under ``--trainable-layers
 layers`` (0: all), SimCSE's unsupervised loss on WordNet sentences; the frozen layers' cache built first (timed
-apart), then the median of ``steps`` timed steps after ``warmup``. Seeds are repeats.
-
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/partial_ft.toml --resume
-"""
+apart), then the median of ``steps`` timed steps after ``warmup``. Seeds are repeats."""
 
 from __future__ import annotations
 
@@ -12,6 +9,7 @@ import time
 from typing import Any
 
 from bench.tables import grid
+from bench.tasks import cell_params
 
 DEFAULTS: dict[str, Any] = {
     "model": "minilm-l6", "layers": 0, "batch_size": 64, "max_length": 32, "warmup": 2, "steps": 10, "cached": 2048,
@@ -22,15 +20,13 @@ DEFAULTS: dict[str, Any] = {
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     import torch
 
-    from subspaces.config import set_threads
     from subspaces.data.text import wordnet_sentences
     from subspaces.losses.simcse import SimCSELoss
     from subspaces.models.encoder import load_encoder
     from subspaces.models.partial import partial_fine_tuning
     from subspaces.train.sentence import loss_step
 
-    p = DEFAULTS | params
-    set_threads(p["threads"])
+    p = cell_params(DEFAULTS, params)
     torch.manual_seed(seed)
     n = p["batch_size"]
     texts = wordnet_sentences()[: max(p["cached"], (p["warmup"] + p["steps"]) * n)]

@@ -1,9 +1,6 @@
 """Quantized embeddings (BENCHMARKS §7): the top-10 overlap of int8 and binary search with float exact search
 (WN18RR definitions as the corpus, WordNet examples as queries), unrescored and 4x rescored from the codes or from
-the float rows; bytes per vector. The int8 ranges are calibrated on corpus rows drawn by the seed.
-
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/quantized.toml --resume
-"""
+the float rows; bytes per vector. The int8 ranges are calibrated on corpus rows drawn by the seed."""
 
 from __future__ import annotations
 
@@ -12,16 +9,16 @@ from typing import Any
 import numpy as np
 
 from bench.tables import grid
+from bench.tasks import cell_params
 from bench.tasks.inference import DEFAULTS, texts
+from bench.tasks.store import recall
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
-    from subspaces.config import set_threads
     from subspaces.models.encoder import encode, load_encoder
     from subspaces.quantize import calibrate_int8, calibration_sample, quantize, search
 
-    p = DEFAULTS | {"n_corpus": 20_000, "n_queries": 1000} | params
-    set_threads(p["threads"])
+    p = cell_params(DEFAULTS | {"n_corpus": 20_000, "n_queries": 1000}, params)
     model = load_encoder(p["model"])
     corpus = encode(model, texts("long", p["n_corpus"]), normalize=True, show_progress=False)
     queries = encode(model, texts("short", p["n_queries"]), normalize=True, show_progress=False)
@@ -34,8 +31,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         arms: dict[str, dict[str, Any]] = {"none": {"rescore": None}, "codes": {}, "float": {"corpus": corpus}}
         for name, extra in arms.items():
             ids = search(queries, codes, kind=kind, k=10, calibration=calibration, **extra)[1]
-            overlap = [len(set(a) & set(b)) / 10 for a, b in zip(ids, truth, strict=True)]
-            out[kind][f"recall@10/rescore-{name}"] = round(float(np.mean(overlap)), 4)
+            out[kind][f"recall@10/rescore-{name}"] = round(recall(ids, truth), 4)
     return out
 
 

@@ -1,8 +1,5 @@
 """Serving beside infinity-emb (BENCHMARKS §8): ``benchmarks/serve_load.py``'s side-by-side load test as a cell;
-seeds are repeats. Run it on an otherwise idle machine.
-
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/serve.toml --resume
-"""
+seeds are repeats. Run it on an otherwise idle machine."""
 
 from __future__ import annotations
 

@@ -7,10 +7,7 @@ name occurs once, "labial artery", relevant to its own definition) and ``wn-exam
 the sense, "she was eating a banana"). Arms (``arm``): ``raw`` (the model's first d coordinates), ``pca`` (the
 principal axes), ``adapter`` (the ``MatryoshkaAdapter`` that ``Store.shrink`` fits with ``adapter`` parameters over
 its defaults, ``seed`` its seed) and ``chosen`` (after the same shrink, the basis it chose per size: what ``search
---dims d`` reads). Vectors: the migrate task's cache. Per-query values go under ``rows``.
-
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/shrink_dev.toml --resume
-"""
+--dims d`` reads). Vectors: the migrate task's cache. Per-query values go under ``rows``."""
 
 from __future__ import annotations
 
@@ -22,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.tasks import migrate
+from bench.tasks import cell_params, migrate
 
 DEFAULTS: dict[str, Any] = migrate.DEFAULTS | {"model": "minilm-l6", "dims": [32, 64, 128], "adapter": {}}
 
@@ -64,15 +61,10 @@ def dataset(data: str, n_docs: int) -> tuple[tuple[str, ...], tuple[str, ...], t
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     """One cell: an arm's Recall@10 at each size of ``dims`` on a pool."""
-    from subspaces.config import set_threads
-
-    p = DEFAULTS | params
-    set_threads(p["threads"])
+    p = cell_params(DEFAULTS, params)
     docs, queries, relevant = dataset(p["data"], int(p["n_docs"]))
-    cache_params = p | {"cache": p.get("vector_cache", migrate.DEFAULTS["cache"])}
-    doc_vectors = migrate.vectors(p["model"], docs, cache_params)
-    query_vectors = migrate.vectors(p["model"], queries, cache_params)
-    store = migrate.store_of(cache_params | {"old": p["model"]}, docs, doc_vectors)
+    doc_vectors, query_vectors = migrate.vectors(p["model"], docs, p), migrate.vectors(p["model"], queries, p)
+    store = migrate.store_of(p | {"old": p["model"]}, docs, doc_vectors)
     result: dict[str, Any] = {"docs": len(docs), "queries": len(queries)}
     if p["arm"] in ("adapter", "chosen"):
         report = store.shrink(p["dims"], seed=seed, adapter_params=p["adapter"])
@@ -112,11 +104,3 @@ def table(summary: dict[str, Any], dims: tuple[int, ...] = (32, 64)) -> str:
             lines.append(f"| {pool} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    import sys
-
-    from bench.runner import main
-
-    main(sys.argv[1:])

@@ -1,12 +1,8 @@
 """Domain adaptation with unsupervised SimCSE (issue 19; notes/simcse.md "Domain adaptation"). A pool is the domain
 measured (``tweets``, ``banking``); an arm is what the full ``minilm-l6`` is trained on first: nothing (``start``), the
 domain's unlabelled training text (``in-domain``) or 64,000 WordNet sentences (``control``: the objective's share).
-Top 2 layers over cached activations, state dropout 0.1, 1,000 steps of 64, lr 3e-5, max length 32. Measured on the
-domain's test rows: logistic-regression probes, k-means V-measure (mean of 3 k-means seeds), the 7-task STS avg.
-A trained model is kept under ``work``: the control trains once a seed for both pools.
-
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/simcse_domain.toml --resume
-"""
+Measured on the domain's test rows: logistic-regression probes, k-means V-measure (mean of 3 k-means seeds), the
+7-task STS avg. A trained model is kept under ``work``: the control trains once a seed for both pools."""
 
 from __future__ import annotations
 
@@ -28,7 +24,6 @@ TRAINING = ("model", "steps", "batch_size", "max_length", "lr", "state_dropout")
 DEFAULTS: dict[str, Any] = {
     "model": "minilm-l6", "steps": 1000, "batch_size": 64, "max_length": 32, "lr": 3e-5, "state_dropout": 0.1,
     "max_train": 5000, "max_test": 3000,  # probe rows per split (seeded subsets)
-    "cluster_rows": None, "sts_tasks": None,  # test rows clustered, STS tasks (None: all)
     "work": "outputs/bench-simcse-domain",
 }  # fmt: skip
 
@@ -50,7 +45,7 @@ def training_texts(domain: str) -> list[str]:
     return sorted({t.strip() for t in texts if t.strip()})
 
 
-def v_measure(model: Any, task: str, limit: int | None) -> float:
+def v_measure(model: Any, task: str) -> float:
     import numpy as np
     from sklearn.cluster import KMeans
     from sklearn.metrics import v_measure_score
@@ -60,7 +55,7 @@ def v_measure(model: Any, task: str, limit: int | None) -> float:
 
     loaders = {"Emotion": cls.load_emotion, "Banking77": cls.load_banking77}
     rows = loaders[task]("test") if task in loaders else cls.load_tweeteval(task.removeprefix("TweetEval-"), "test")
-    texts, labels = list(rows.texts)[:limit], list(rows.labels)[:limit]
+    texts, labels = list(rows.texts), list(rows.labels)
     emb = np.asarray(encode(model, texts, batch_size=128, normalize=True, show_progress=False))
     found = [KMeans(len(set(labels)), n_init=3, random_state=s).fit_predict(emb) for s in range(3)]
     return 100 * float(np.mean([v_measure_score(labels, a) for a in found]))
@@ -74,12 +69,11 @@ def measure(model: Any, domain: str, p: dict[str, Any]) -> dict[str, Any]:
     probes = DimsEvaluator(tasks=PROBES[domain], dims=[None], max_train=p["max_train"], max_test=p["max_test"])
     report = probes.report(model).to_dict()
     full = str(report["dims"][0])
-    sts = STSEvaluator(tasks=p["sts_tasks"]) if p["sts_tasks"] else STSEvaluator()
     return {
         "probes": {t: report["scores"][t][full] for t in PROBES[domain]},  # x 100
         "metrics": report["metrics"],
-        "clustering_v_measure": {t: v_measure(model, t, p["cluster_rows"]) for t in CLUSTERING[domain]},
-        "sts": sts(model),
+        "clustering_v_measure": {t: v_measure(model, t) for t in CLUSTERING[domain]},
+        "sts": STSEvaluator()(model),
     }  # fmt: skip
 
 

@@ -1,9 +1,6 @@
 """Unsupervised SimCSE from a random small BERT with one augmentation (an arm; notes/simcse.md §1.2), every arm
 from the same weights and sentences; STS-B dev always, ``full_sts`` the STS table, ``before`` the untrained model's.
-A result has ``benchmarks/results/simcse_scratch_<aug>.json``'s schema.
-
-    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/run.py benchmarks/experiments/simcse_scratch.toml --resume
-"""
+A result has ``benchmarks/results/simcse_scratch_<aug>.json``'s schema."""
 
 from __future__ import annotations
 

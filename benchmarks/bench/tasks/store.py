@@ -1,9 +1,6 @@
 """The vector-store benchmark (BENCHMARKS §9's 100k rows; the result has ``benchmarks/results/store_bench.json``'s
 schema): add ``n`` WordNet sentences (one process, then ``ray_n`` through Ray Data), search ``queries`` other ones
-one at a time (p50/p99, Recall@10 against exact) in every mode, then migrate to ``migrate_to``.
-
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/store.toml --resume
-"""
+one at a time (p50/p99, Recall@10 against exact) in every mode, then migrate to ``migrate_to``."""
 
 from __future__ import annotations
 

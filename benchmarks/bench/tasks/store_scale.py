@@ -1,10 +1,5 @@
-"""The store at scale (issue 52 item 3; docs/store.md and BENCHMARKS §9 describe the corpus): ``n`` x 384 rows, real
-minilm-l6 vectors of WordNet sentences plus synthetic rows from a mixture fitted to them, imported as another tool's
-parquet dump, then searched in every mode. Each stage runs in its own process (its own time and peak RSS); its
-result is kept in ``work`` (default ``~/.cache/subspaces/store_scale/n<n>/``), where ``--resume`` starts again.
-
-    nice -n 10 env OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/store_1m.toml --resume
-"""
+"""The store at scale (issue 52 item 3; store_1m.toml, docs/store.md): :func:`write_corpus`'s parquet imported, then
+searched in every mode, each stage in its own process, its result kept in ``work`` (where ``--resume`` starts)."""
 
 from __future__ import annotations
 
@@ -36,7 +31,6 @@ DEFAULTS: dict[str, Any] = {
     "rescore": 4, "nprobes": 20,
     "filter_lang": "de",  # the filtered search: lang = this AND year >= filter_year
     "filter_year": 2015, "mutations": 1000, "threads": 2, "batch_rows": 4096, "work": None,
-    "keep": False,  # keep the store and parquet after the run (default: removed once every stage is recorded)
 }  # fmt: skip
 
 
@@ -249,9 +243,8 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     for result in searches.values():
         result["recall@10"] = round(recall(result.pop("ids"), truth), 4)
     after = {name: run_stage(name, args, work) for name in ("mutate", "export")}
-    if not p["keep"]:
-        shutil.rmtree(work / "store", ignore_errors=True)
-        (work / "corpus.parquet").unlink(missing_ok=True)
+    shutil.rmtree(work / "store", ignore_errors=True)  # every stage is recorded: the store and parquet can go
+    (work / "corpus.parquet").unlink(missing_ok=True)
     what = (
         f"{p['n']:,} x 384 rows: {corpus['real_rows']:,} real {p['model']} vectors ({p['dtype']}) of WordNet 3.0 "
         f"definitions and examples, {corpus['synthetic_rows']:,} synthetic rows drawn from a {corpus['clusters']}-"

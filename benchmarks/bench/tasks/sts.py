@@ -1,14 +1,12 @@
 """The STS table (BENCHMARKS §1): ``STSEvaluator``'s Spearman x 100 and alignment/uniformity of a bundled model
-(a pool) in one runtime (an arm: ``dtype``, ``backend``, ``precision``); deterministic: one seed.
-
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/sts.toml --resume
-"""
+(a pool) in one runtime (an arm: ``dtype``, ``backend``, ``precision``); deterministic: one seed."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from bench.tables import grid
+from bench.tasks import cell_params
 
 DEFAULTS: dict[str, Any] = {
     "model": "minilm-l6", "dtype": "float32", "backend": "torch", "precision": "fp32", "variant": "original",
@@ -17,12 +15,10 @@ DEFAULTS: dict[str, Any] = {
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
-    from subspaces.config import set_threads
     from subspaces.eval.sts import STSEvaluator
     from subspaces.models.encoder import load_encoder
 
-    p = DEFAULTS | params
-    set_threads(p["threads"])
+    p = cell_params(DEFAULTS, params)
     evaluator = STSEvaluator(variant=p["variant"])
     scores = evaluator(load_encoder(p["model"], dtype=p["dtype"], backend=p["backend"], precision=p["precision"]))
     digits = {name: 2 if name in (*evaluator.tasks, "avg") else 4 for name in scores}  # Spearman x 100; geometry
