@@ -22,17 +22,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmark package, bench
 from bench.environment import environment
+from subspaces.io import save_json
 
 RECIPE = "hypercl-wn18rr"
 KGC_ARMS = {"bi": "bi-simkgc", "tri": "tri-hypernet-full"}
 SIMCSE_ARMS = ("dropout", "none", "delete_one_word")
 PAPER = {"tri_mrr": 0.616, "bi_mrr": 0.666, "tri_over_bi": 0.616 / 0.666}
-
-
-def _save(path: Path, record: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2, default=str))
-    tmp.replace(path)
 
 
 def gpu_record() -> dict[str, Any]:
@@ -85,7 +80,7 @@ def kgc_stage(args: argparse.Namespace, deadline: float, path: Path) -> None:
     train_rows = len(kg.with_inverses("train"))
     per_epoch = max(1, train_rows // min(batch, train_rows))
     record = {"recipe": RECIPE, "dataset": args.kgc_dataset, "model": args.model, "paper": PAPER, "status": "probing"}
-    _save(path, record)
+    save_json(path, record)
     # A first short run pays the process's warm-up (CUDA context, kernel choice); then each arm's probe times a
     # step and what a run costs besides its steps (model, batches), to which a test evaluation is added.
     _kgc_run(args, kg, "bi", 2, args.seeds[0], work / "warm-up", evaluate=False)
@@ -103,16 +98,14 @@ def kgc_stage(args: argparse.Namespace, deadline: float, path: Path) -> None:
     plan = {"steps": steps, "steps_per_epoch": per_epoch, "epochs": steps / per_epoch}
     plan["runs"] = len(KGC_ARMS) * len(args.seeds)
     record |= {"status": "running", "plan": plan, "probe": probe, "runs": []}
-    _save(path, record)
+    save_json(path, record)
     for seed in args.seeds:
         for arch, arm in KGC_ARMS.items():
             r = _kgc_run(args, kg, arch, steps, seed, work / f"{arm}-seed{seed}")
             record["runs"].append({"arm": arm, **r})
             record["ratios"] = kgc_ratios(record["runs"])
-            _save(path, record)
+            save_json(path, record)
             print(f"kgc {arm} seed {seed}: MRR {r['mrr']:.4f} (5-hop {r['mrr_rerank']})", flush=True)
-    record["status"] = "done"
-    _save(path, record)
 
 
 def kgc_ratios(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -138,7 +131,7 @@ def simcse_stage(args: argparse.Namespace, deadline: float, path: Path) -> None:
     base = {"batch_size": args.simcse_batch, "lr": args.simcse_lr, "layers": args.simcse_layers}
     base |= {"hidden": args.simcse_hidden, "max_sentences": args.simcse_max_sentences, "work": str(work)}
     record: dict[str, Any] = {"task": "simcse_scratch", "seed": args.simcse_seed, "status": "probing"}
-    _save(path, record)
+    save_json(path, record)
     started = time.perf_counter()
     probe = simcse_cell(base | {"augmentation": "dropout", "steps": args.probe_steps}, args.simcse_seed)
     per_step = args.simcse_batch / probe["after"]["samples_per_second"]
@@ -147,14 +140,12 @@ def simcse_stage(args: argparse.Namespace, deadline: float, path: Path) -> None:
     left = deadline - time.time() - args.margin_seconds - 3 * other
     steps = max(1, min(args.simcse_max_steps, int((left / len(SIMCSE_ARMS) - other) / per_step)))
     record |= {"status": "running", "plan": {"steps": steps, "seconds_per_step_probe": per_step}, "arms": {}}
-    _save(path, record)
+    save_json(path, record)
     for i, arm in enumerate(SIMCSE_ARMS):
         params = base | {"augmentation": arm, "steps": steps, "full_sts": True, "before": i == 0}
         record["arms"][arm] = simcse_cell(params, args.simcse_seed)
-        _save(path, record)
+        save_json(path, record)
         print(f"simcse {arm}: best STS-B dev {record['arms'][arm]['after']['best_stsb_dev']:.2f}", flush=True)
-    record["status"] = "done"
-    _save(path, record)
 
 
 STAGES = {"kgc": kgc_stage, "simcse": simcse_stage}
@@ -178,7 +169,7 @@ def run_stages(args: argparse.Namespace) -> dict[str, Any]:
         path = out / f"{stage}.json"
         if box < args.min_stage_seconds:
             summary["stages"][stage] = {"status": f"not started: {box:.0f} s left"}
-            _save(out / "summary.json", summary)
+            save_json(out / "summary.json", summary)
             continue
         command = [sys.executable, __file__, *args.argv, "--stage", stage, "--deadline", str(time.time() + box)]
         started = time.time()
@@ -190,9 +181,9 @@ def run_stages(args: argparse.Namespace) -> dict[str, Any]:
         record = json.loads(path.read_text()) if path.is_file() else {}
         if record and record.get("status") != "done":
             record["status"] = status
-            _save(path, record)
+            save_json(path, record)
         summary["stages"][stage] = {"status": status, "seconds": time.time() - started, **headline(stage, record)}
-        _save(out / "summary.json", summary)
+        save_json(out / "summary.json", summary)
     return summary
 
 
@@ -244,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     env = environment() | {"gpu": gpu_record(), "device": args.device, "install": args.install}
     env["command"] = "benchmarks/gpu/driver.py " + " ".join(args.argv)
-    _save(out / "environment.json", env)
+    save_json(out / "environment.json", env)
     summary = run_stages(args)
     print(json.dumps(summary, indent=2, default=str), flush=True)
 
