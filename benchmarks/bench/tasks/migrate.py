@@ -147,18 +147,17 @@ def halves(n: int) -> np.ndarray:
     return np.isin(np.arange(n), np.random.default_rng(53).permutation(n)[: n // 2])
 
 
-_ENCODERS: dict[tuple[str, str], Any] = {}
 _VECTORS: dict[str, dict[str, np.ndarray]] = {}  # model -> text -> unit vector
 _NAMES: dict[int, str] = {}  # id(encoder) -> model
 
 
+@cache
 def encoder(model: str, dtype: str) -> Any:
-    if (model, dtype) not in _ENCODERS:
-        from subspaces.models.encoder import load_encoder
+    from subspaces.models.encoder import load_encoder
 
-        _ENCODERS[model, dtype] = loaded = load_encoder(model, dtype=dtype)
-        _NAMES[id(loaded)] = model
-    return _ENCODERS[model, dtype]
+    loaded = load_encoder(model, dtype=dtype)
+    _NAMES[id(loaded)] = model
+    return loaded
 
 
 def vectors(model: str, texts: list[str] | tuple[str, ...], params: dict[str, Any]) -> np.ndarray:

@@ -8,6 +8,7 @@ import json
 import platform
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ def latencies(store, vectors: np.ndarray, k: int, **options) -> tuple[dict[str, 
     return timing, [hits[0]["ids"] for hits, _ in searches]
 
 
-def recall(found: list[list[str]], truth: list[list[str]]) -> float:
+def recall(found: Iterable[Any], truth: Iterable[Any]) -> float:
+    """The mean share of each row of ``truth`` (ids, or positions) that its row of ``found`` holds."""
     return float(np.mean([len(set(a) & set(b)) / len(b) for a, b in zip(found, truth, strict=True)]))
 
 
