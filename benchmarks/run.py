@@ -1,9 +1,5 @@
-"""Run a benchmark experiment file (arms x seeds x pools, each pool dev or test), resumably; print its tables.
-
-.venv/bin/python benchmarks/run.py benchmarks/experiments/store.toml            # a fresh run
-.venv/bin/python benchmarks/run.py benchmarks/experiments/store.toml --resume   # continue a killed one
-.venv/bin/python benchmarks/run.py benchmarks/experiments/store.toml --table    # the tables of its summary
-"""
+"""Run a benchmark experiment file (arms x seeds x pools, each pool dev or test), resumably; print its tables:
+``benchmarks/run.py benchmarks/experiments/NAME.toml [--resume] [--rerun-stale] [--table]`` (``--help`` says each)."""
 
 from bench.runner import main  # benchmarks/ is this script's folder, so its package imports as ``bench``
 
