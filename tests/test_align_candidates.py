@@ -93,6 +93,22 @@ def test_the_recipe_candidate_bounds_the_whole_fit():
     assert "restart 1/3" not in d.stop_reason and len(d.restarts) == 1
 
 
+@pytest.mark.usefixtures("small_recipe")
+def test_the_recipe_bound_does_not_stop_the_polish_of_the_kept_map():
+    """The CPU bound ends the search for more passes; the kept map, still climbing, is polished all the same (only the
+    caller's wall-clock limit stops that)."""
+    rng = np.random.default_rng(0)
+    source, target = clustered(rng, 2000), clustered(rng, 2000)
+    refine = replace(WEAK["refine"], polish_iter=5)
+    settings = WEAK | {"refine": refine, "n_restarts": 3, "structure": StructureParams(), "max_seconds": 300.0}
+    aligner, _ = fit(source, target, **settings, init="anchors", recipe_budget=1.0)
+    d = aligner.diagnostics_
+    assert d.stop_reason.startswith("recipe_budget=1") and d.kept == "anchors"
+    first = d.restarts[d.chosen_restart]
+    assert first.refine1_iterations == refine.n_iter and not first.refine1_stopped_early  # still climbing
+    assert d.polish.ran and d.polish.iterations > 0
+
+
 def test_the_recipe_candidate_is_skipped_on_small_pools_and_with_known_pairs():
     rng = np.random.default_rng(0)
     source, target = clustered(rng, 600), clustered(rng, 600)
@@ -112,9 +128,10 @@ def test_budget_is_only_ever_tightened_and_recipe_budget_is_checked():
     budget.tighten(0.0, "tighter")
     assert budget.spent("here") and budget.reason.startswith("tighter (0 CPU s) reached here")
     assert budget.spent("later") and budget.stopped_at == "here"
+    assert not budget.wall_spent()  # the CPU bound stopped it, not the wall clock
     walled = Budget(0.0)
     walled.tighten(1e9, "cpu")
-    assert walled.spent("now") and walled.reason.startswith("max_seconds=0 reached now")
+    assert walled.wall_spent() and walled.spent("now") and walled.reason.startswith("max_seconds=0 reached now")
     unbounded = Budget(None)
     unbounded.tighten(1.0, "x")
     assert unbounded.max_cpu_seconds is None and not unbounded.spent("never")

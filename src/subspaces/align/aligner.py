@@ -538,11 +538,18 @@ class MiniVec2Vec(BaseEstimator):
         matrix = kept.matrix.astype(np.float32)
         climbing = record.refined and record.refine1_iterations == rp.n_iter and not record.refine1_stopped_early
         unpaired = kept.step.pairs is None
-        if rp.polish_iter == 0 or not climbing or not unpaired or run.budget.spent("before polishing the kept map"):
+        if rp.polish_iter == 0 or not climbing or not unpaired:
+            return matrix, PolishRecord()
+        # recipe_budget's CPU bound ends the search for better passes, not the polish of the one kept: that answers
+        # only to the caller's wall-clock limit.
+        budget = run.budget
+        cpu_bound = budget.stopped_by == "cpu"
+        out_of_time = budget.wall_spent if cpu_bound else budget.check("in polishing")
+        if budget.wall_spent() if cpu_bound else budget.spent("before polishing the kept map"):
             return matrix, PolishRecord()
         step = dataclasses.replace(kept.step, rng=np.random.default_rng(seed))
         # Patience counts against the polish's own iterates, not its start (a tail average they seldom beat soon).
-        polish, out_of_time = dataclasses.replace(rp, n_iter=rp.polish_iter), run.budget.check("in polishing")
+        polish = dataclasses.replace(rp, n_iter=rp.polish_iter)
         polished, history = refine_by_neighbours(
             matrix, step, polish, score=run.score, start_score=float("-inf"), out_of_time=out_of_time
         )

@@ -39,6 +39,10 @@ class Budget:
             self.stopped_at = where
         return True
 
+    def wall_spent(self) -> bool:
+        """Whether the caller's wall-clock limit is reached, whatever a tighter CPU bound said."""
+        return self.max_seconds is not None and self.elapsed() >= self.max_seconds
+
     def elapsed(self) -> float:
         return time.perf_counter() - self.start
 
