@@ -46,7 +46,8 @@ class Exact:
 
 @dataclass(frozen=True)
 class Funnel:
-    """A prefix shortlist of ``shortlist * k`` rows (default ``10 * k``) re-ranked by full vectors (``rerank``)."""
+    """A prefix shortlist of ``shortlist * k`` rows (default: ``SHORTLIST_FACTOR``) re-ranked by full vectors
+    (``rerank``)."""
 
     dims: int
     rerank: bool = True
@@ -76,7 +77,8 @@ class Funnel:
         if not self.rerank:
             return _found(rows, *topk.exact(prefixes[key], prefix_queries, k, subset=subset))
         admitted = len(rows) if subset is None else len(subset)
-        size = topk.check_k(k, max(admitted, 1)) * (self.shortlist if self.shortlist is not None else 10)
+        factor = ops.SHORTLIST_FACTOR if self.shortlist is None else self.shortlist
+        size = topk.check_k(k, max(admitted, 1)) * factor
         found = topk.funnel(prefixes[key], rows.floats, vectors, k, size, prefix_queries=prefix_queries, subset=subset)
         return _found(rows, *found)
 

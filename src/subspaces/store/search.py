@@ -68,7 +68,7 @@ def search_vectors(
     if not 0 < dims <= corpus.shape[1]:
         raise DimensionError(f"--dims {dims} is outside 1..{corpus.shape[1]}")
     if shortlist_factor < 1:
-        raise SubspacesError(f"--shortlist-factor must be at least 1, got {shortlist_factor}")
+        raise SubspacesError(f"--shortlist must be at least 1, got {shortlist_factor}")
     axes = maths.principal_axes(corpus) if basis == "pca" else None
     prefixes = prefix_rows(corpus, dims, axes)
     index = topk.int8_index(prefixes) if topk.scans_codes(len(corpus), len(queries)) else topk.flat_index(prefixes)
