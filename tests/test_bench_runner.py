@@ -16,6 +16,15 @@ from bench.experiment import load
 from bench.tasks import resolve
 
 
+@pytest.fixture(autouse=True)
+def _library_encode_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench.tasks.migrate swaps the library's ``encode`` for its cached one (in a benchmark process, for good); here
+    the swap ends with the test, so later tests in this worker see the library's own function."""
+    import subspaces.models.encoder as module
+
+    monkeypatch.setattr(module, "encode", module.encode)
+
+
 def toy(params: dict[str, Any], seed: int) -> dict[str, Any]:
     """A task of no cost for the runner's tests: noisy per-row scores around an arm's level."""
     import numpy as np
