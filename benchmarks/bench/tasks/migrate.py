@@ -113,14 +113,20 @@ def _sts_pairs() -> list[tuple[str, str, float]]:
 
 
 def domain_texts(data: str, n_docs: int, n: int) -> tuple[str, ...]:
-    """``n`` unlabelled texts of a test pool's domain for an unpaired migration, none in its corpus or queries, mixed
-    as the corpus is: its own source's other texts (STS-B train/dev for ``sts``, SNLI dev for ``snli-test``) and, in
-    the corpus's share of tweets, tweets of TweetEval emoji *train* (the corpus's are from its test split)."""
-    if data not in ("sts", "snli-test"):
-        raise ValueError(f"domain texts are drawn for the test pools only (sts, snli-test), not {data!r}")
+    """``n`` unlabelled texts of a pool's domain for an unpaired migration, none in its corpus or queries, mixed as
+    the corpus is: its own source's other texts (STS-B train/dev for ``sts``, SNLI dev for ``snli-test``, SNLI dev's
+    other hypotheses for the dev pool ``snli``) and, in the corpus's share of fillers, tweets of TweetEval emoji
+    *train* (the corpus's are from its test split; for ``snli``, WordNet definitions the corpus did not take)."""
+    if data not in ("sts", "snli-test", "snli"):
+        raise ValueError(f"domain texts are drawn for the pools sts, snli-test and snli only, not {data!r}")
     docs, queries, _ = dataset(data, n_docs)
     taken = set(docs) | set(queries)
     emoji = DATA / "tweeteval" / "emoji"
+    if data == "snli":  # dev: SNLI dev's other hypotheses, and the WordNet definitions the corpus did not take
+        nli = DATA / "nli" / "senteval_snli"
+        own = _lines(nli / "s2.dev")
+        fillers = _lines(DATA / "wordnet_sentences" / "wordnet30_definitions.txt.gz")
+        return _mixed(own, fillers, set(fillers), docs, taken, n)
     if data == "sts":
         rows = [
             line.split("\t")
@@ -130,13 +136,17 @@ def domain_texts(data: str, n_docs: int, n: int) -> tuple[str, ...]:
         own = [text.strip() for row in rows if len(row) > 6 for text in row[5:7]]
     else:
         own = [t for name in ("s1", "s2") for t in _lines(DATA / "nli" / "senteval_snli" / f"{name}.dev")]
-    tweet_share = len(set(docs) & set(_lines(emoji / "test_text.txt"))) / len(docs)
+    return _mixed(own, _lines(emoji / "train_text.txt"), set(_lines(emoji / "test_text.txt")), docs, taken, n)
+
+
+def _mixed(
+    own: list[str], fillers: list[str], corpus_fillers: set[str], docs: tuple[str, ...], taken: set[str], n: int
+) -> tuple[str, ...]:
+    """``n`` texts of ``own`` and ``fillers`` not in ``taken``, in the corpus's share of its filler texts."""
+    share = len(set(docs) & corpus_fillers) / len(docs)
     rng = np.random.default_rng(53)
     picked = []
-    for source, count in (
-        (own, n - round(n * tweet_share)),
-        (_lines(emoji / "train_text.txt"), round(n * tweet_share)),
-    ):
+    for source, count in ((own, n - round(n * share)), (fillers, round(n * share))):
         fresh = [t for t in dict.fromkeys(source) if t and t not in taken]
         picked += [fresh[i] for i in rng.permutation(len(fresh))[:count]]
     return tuple(picked)
