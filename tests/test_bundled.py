@@ -58,8 +58,8 @@ def max_token_difference(onnx_path, model_dir, texts) -> float:
 @pytest.mark.slow
 def test_paraphrase_l3_converts_to_the_same_model_on_every_machine(tmp_path):
     """Two conversions are one model to the store's fingerprint (BERT's unused pooler is zeroed, not random)."""
+    from subspaces.fingerprint import model_fingerprint
     from subspaces.models.encoder import load_encoder
-    from subspaces.models.fingerprint import model_fingerprint
     from subspaces.models.onnx_bert import convert_onnx_bert
     from subspaces.models.registry import resolve
 

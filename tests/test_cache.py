@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from subspaces.cache import LRUCache, content_key, nbytes
+from subspaces.cache import LRUCache, nbytes
 from subspaces.errors import SubspacesError
+from subspaces.fingerprint import content_key
 
 
 def vec(n=4, value=0.0):

@@ -455,8 +455,8 @@ def test_embedding_store_key_separates_models_that_share_weights_but_differ_in_s
     """Same weights, other vectors (a Normalize module added, a truncation): another cache key, no shared shards."""
     from sentence_transformers.models import Normalize
 
+    from subspaces.fingerprint import model_fingerprint
     from subspaces.models.encoder import load_encoder
-    from subspaces.models.fingerprint import model_fingerprint
 
     base = model_fingerprint(load_encoder(str(tiny_model_dir)))
     assert base == model_fingerprint(load_encoder(str(tiny_model_dir)))

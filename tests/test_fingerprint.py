@@ -12,11 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from subspaces.cache import content_key
 from subspaces.cond.sampler import PairSampler, RowSampler
 from subspaces.data.csts import ConditionalPair
+from subspaces.fingerprint import content_key, file_sha256, model_fingerprint, tensors_sha256, texts_key, weights_hash
 from subspaces.kgc.train import TripleBatches
-from subspaces.models.fingerprint import file_sha256, model_fingerprint, tensors_sha256, texts_key, weights_hash
 from subspaces.state_folder import config_sha256, write_state_folder
 from subspaces.store import shrink
 from subspaces.store.inputs import text_id

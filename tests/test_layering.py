@@ -43,6 +43,7 @@ LAYERS: dict[str, int] = {
             "numerics",
             "results",
             "cache",
+            "fingerprint",
             "state_folder",
             "vectors_file",
             "quantize",

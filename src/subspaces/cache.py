@@ -1,14 +1,13 @@
 """Content-keyed, memory-bounded LRU caches with hit statistics.
 
 cache = LRUCache(max_bytes=256 * 2**20)
-key = content_key("minilm-l6", "sentence", text)     # the content, not the position, is the key
+key = content_key("minilm-l6", "sentence", text)     # subspaces.fingerprint: the content, not the position
 vectors = cache.get_many(keys, compute)               # computes only the misses, in one batch
 cache.stats()  # -> CacheStats(hits, misses, evictions, items, bytes, max_bytes, hit_rate)
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -18,16 +17,6 @@ from typing import Any
 import numpy as np
 
 from subspaces.errors import SubspacesError
-
-
-def content_key(*parts: object) -> str:
-    """A short stable key for content: SHA-1 of the parts (e.g. model name, kind, text), unambiguously joined."""
-    digest = hashlib.sha1()
-    for part in parts:
-        data = str(part).encode("utf-8")
-        digest.update(len(data).to_bytes(8, "little"))  # length prefix: ("ab", "c") != ("a", "bc")
-        digest.update(data)
-    return digest.hexdigest()
 
 
 def nbytes(value: Any) -> int:

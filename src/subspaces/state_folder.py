@@ -6,7 +6,6 @@ file is replaced atomically, the state first, so an interrupted save or a hand-e
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from subspaces.errors import DataError
+from subspaces.fingerprint import json_sha256, sha256_hex
 from subspaces.io import atomic_open
 
 STATE_FILE = "state.npz"
@@ -57,7 +57,7 @@ def write_state_folder(
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     state = buffer.getvalue()
-    record = {"format_version": format_version, **config, "state_sha256": hashlib.sha256(state).hexdigest()}
+    record = {"format_version": format_version, **config, "state_sha256": sha256_hex(state)}
     record = json.loads(json.dumps(record))  # as it will be read back (tuples as lists), so the hash is of that
     if hash_config:
         record["config_sha256"] = config_sha256(record)
@@ -104,7 +104,7 @@ def read_state_folder(
         )
     state = state_path.read_bytes()
     expected = config.get("state_sha256")
-    if hashlib.sha256(state).hexdigest() != expected:
+    if sha256_hex(state) != expected:
         raise DataError(f"does not belong to {config_file} beside it (an interrupted save?); refit", path=state_path)
     return config, state
 
@@ -112,6 +112,4 @@ def read_state_folder(
 def config_sha256(config: Mapping[str, Any]) -> str:
     """SHA-256 of every field of ``config`` but ``config_sha256`` itself, in a canonical JSON form (sorted keys,
     no spaces), so the hash is of the values, not of the file's layout."""
-    fields = {k: v for k, v in config.items() if k != "config_sha256"}
-    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return json_sha256({k: v for k, v in config.items() if k != "config_sha256"}, compact=True)

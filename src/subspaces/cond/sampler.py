@@ -4,14 +4,15 @@ replays the same batches."""
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from subspaces.data.csts import ConditionalPair
 from subspaces.errors import SubspacesError
+from subspaces.fingerprint import sha256_hex
 from subspaces.train.engine import epoch_order
 
 
@@ -47,12 +48,9 @@ class _Sampler:
         return (self.batch(epoch, i) for i in range(len(self)))
 
     def fingerprint(self) -> str:
-        digest = hashlib.sha256(f"{self.batch_size}|{self.seed}".encode())
-        for unit in self.units:
-            digest.update(repr(unit).encode())
-        for row in self.rows:
-            digest.update(f"\x1e{row.sentence1}\x1f{row.sentence2}\x1f{row.condition}\x1f{row.label}".encode())
-        return digest.hexdigest()[:16]
+        units = (repr(unit).encode() for unit in self.units)
+        rows = (f"\x1e{r.sentence1}\x1f{r.sentence2}\x1f{r.condition}\x1f{r.label}".encode() for r in self.rows)
+        return sha256_hex(chain([f"{self.batch_size}|{self.seed}".encode()], units, rows), 16)
 
     def summary(self) -> str:
         k = len(self.units)

@@ -4,7 +4,6 @@ of the triples; the evaluator is :class:`subspaces.kgc.pipeline.RankingEvaluator
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import numpy as np
@@ -13,6 +12,7 @@ import torch
 from subspaces.cond.train import total_steps
 from subspaces.errors import SubspacesError
 from subspaces.eval.base import Evaluator
+from subspaces.fingerprint import sha256_hex
 from subspaces.kgc.recipes import KGCTrainConfig
 from subspaces.kgc.texts import KGCTexts
 from subspaces.losses.simkgc import SimKGCLoss
@@ -49,9 +49,7 @@ class TripleBatches:
         return self.examples[order[index * self.batch_size : (index + 1) * self.batch_size]]
 
     def fingerprint(self) -> str:
-        digest = hashlib.sha256(f"{self.batch_size}|{self.seed}".encode())
-        digest.update(self.examples.tobytes())
-        return digest.hexdigest()[:16]
+        return sha256_hex((f"{self.batch_size}|{self.seed}".encode(), self.examples.tobytes()), 16)
 
 
 def _param_groups(loss: SimKGCLoss, config: KGCTrainConfig) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ import numpy as np
 
 from subspaces.config import cache_dir, encoding_threads
 from subspaces.errors import SubspacesError
-from subspaces.models.fingerprint import file_sha256, weights_hash
+from subspaces.fingerprint import file_sha256, weights_hash
 from subspaces.numerics import native_bfloat16, native_int8
 from subspaces.state_folder import built_folder
 

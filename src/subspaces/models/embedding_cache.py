@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from subspaces.cache import LRUCache, content_key
+from subspaces.cache import LRUCache
 from subspaces.config import cache_dir
 from subspaces.errors import SubspacesError
+from subspaces.fingerprint import Text, content_key, model_fingerprint, texts_key
 from subspaces.io import save_npy
-from subspaces.models.fingerprint import Text, model_fingerprint, texts_key
 from subspaces.progress import Progress
 
 ENCODE_CHUNK = 1024  # texts per encode call (sentence-transformers length-sorts and batches within one)

@@ -9,7 +9,6 @@ identity) and ``shard-<sha256>.pt`` files, written atomically and checked when r
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -23,8 +22,8 @@ from torch import nn
 
 from subspaces.config import cache_dir as cache_root
 from subspaces.errors import DataError, SubspacesError
+from subspaces.fingerprint import file_sha256, sha256_hex, tensors_sha256
 from subspaces.io import atomic_open
-from subspaces.models.fingerprint import file_sha256, tensors_sha256
 from subspaces.progress import Progress
 
 FORMAT_VERSION = 1
@@ -130,8 +129,8 @@ class PartialFineTuning:
         self.computed = 0
         self._preprocess_depth = 0
         self.identity = self._identity()
-        self._key_seed = hashlib.sha256(json.dumps(self.identity, sort_keys=True).encode())
-        key = self._key_seed.hexdigest()[:16]
+        self._key_seed = json.dumps(self.identity, sort_keys=True).encode()
+        key = sha256_hex(self._key_seed, 16)
         if cache_dir is None or cache_dir is False:
             folder = None
         elif cache_dir is True:
@@ -218,11 +217,10 @@ class PartialFineTuning:
         lengths_list = lengths.tolist()
         keys = []
         for i, n in enumerate(lengths_list):
-            digest = self._key_seed.copy()
-            digest.update(ids[i, :n].numpy().tobytes())
+            row = [self._key_seed, ids[i, :n].numpy().tobytes()]
             if types is not None:
-                digest.update(b"|" + types[i, :n].numpy().tobytes())
-            keys.append(digest.hexdigest())
+                row.append(b"|" + types[i, :n].numpy().tobytes())
+            keys.append(sha256_hex(row))
         missing: dict[str, int] = {}  # the first row of each key not cached
         for i, key in enumerate(keys):
             if key not in self.cache.entries and key not in missing:
@@ -366,7 +364,7 @@ class ActivationStore:
         buffer = io.BytesIO()
         torch.save(payload, buffer)
         data = buffer.getvalue()
-        with atomic_open(self.folder / f"shard-{hashlib.sha256(data).hexdigest()[:32]}.pt", "wb") as handle:
+        with atomic_open(self.folder / f"shard-{sha256_hex(data, 32)}.pt", "wb") as handle:
             handle.write(data)  # never half-written: a killed writer leaves no shard
         self._pending.clear()
         self._pending_bytes = 0

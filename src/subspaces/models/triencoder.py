@@ -18,8 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from subspaces.cache import LRUCache, content_key
+from subspaces.cache import LRUCache
 from subspaces.errors import DimensionError, SubspacesError
+from subspaces.fingerprint import content_key
 from subspaces.io import atomic_path
 from subspaces.models.embedding_cache import CacheSettings, EmbeddingCache
 from subspaces.models.folder import (

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import base64
 import functools
-import hashlib
 import re
 from importlib import resources
+
+from subspaces.fingerprint import sha256_hex
 
 
 @functools.cache
@@ -19,7 +20,7 @@ def page() -> tuple[bytes, dict[str, str]]:
     """The page's bytes and the headers to send with it."""
     html = resources.files("subspaces.serve").joinpath("page.html").read_text(encoding="utf-8")
     scripts = re.findall(r"<script>(.*?)</script>", html, flags=re.DOTALL)
-    hashes = " ".join(f"'sha256-{base64.b64encode(hashlib.sha256(s.encode()).digest()).decode()}'" for s in scripts)
+    hashes = " ".join(f"'sha256-{base64.b64encode(bytes.fromhex(sha256_hex(s.encode()))).decode()}'" for s in scripts)
     policy = (
         f"default-src 'none'; script-src {hashes}; style-src 'unsafe-inline'; connect-src 'self'; "
         "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"

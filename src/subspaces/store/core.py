@@ -16,7 +16,7 @@ from typing import Any, overload
 import numpy as np
 
 from subspaces.errors import DataError, DimensionError, SubspacesError
-from subspaces.models.fingerprint import model_fingerprint
+from subspaces.fingerprint import model_fingerprint
 from subspaces.progress import Progress
 from subspaces.store import backfill, columns, encoders, plans, quantized, scaleout, transfer
 from subspaces.store import migrate as migration

@@ -10,13 +10,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from subspaces.errors import DimensionError, SubspacesError
-from subspaces.models.fingerprint import model_fingerprint
+from subspaces.fingerprint import model_fingerprint
 
 
 @dataclass(frozen=True)
 class ModelFingerprint:
     name: str  # the bundled name or folder it was loaded from ("" for a model built in memory)
-    weights: str  # models.fingerprint.model_fingerprint: a hash of every parameter and buffer, and the max length
+    weights: str  # subspaces.fingerprint.model_fingerprint: a hash of every parameter and buffer, and the max length
     dimension: int
     pooler: str  # the modules after the transformer, e.g. "Pooling(mean)" or "Pooling(cls)+Dense"
     normalize: bool  # whether the stored vectors are unit length (cosine = inner product)

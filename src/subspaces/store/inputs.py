@@ -6,7 +6,6 @@ nothing visible are skipped and counted; in JSON lines they are refused.
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
 import unicodedata
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from subspaces.errors import DataError
+from subspaces.fingerprint import sha256_hex
 from subspaces.io import open_text, read_jsonl
 
 BOM = "\ufeff"  # a byte-order mark that some editors (Excel's "CSV UTF-8") write first: not part of the text
@@ -32,7 +32,7 @@ class Rows:
 
 def text_id(text: str) -> str:
     """The id of a text that has none of its own: the first 16 hex digits of its UTF-8 SHA-256 (stable)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+    return sha256_hex(text.encode("utf-8"), 16)
 
 
 def is_text_id(row_id: str) -> bool:

@@ -7,8 +7,6 @@ read by ``search(dims=d)``. See docs/store.md ("Shrinking").
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import time
 from typing import TYPE_CHECKING, Any
@@ -18,6 +16,7 @@ import numpy as np
 from subspaces import topk
 from subspaces.adapt import MatryoshkaAdapter
 from subspaces.errors import SubspacesError
+from subspaces.fingerprint import json_sha256
 from subspaces.numerics import cpu_record
 from subspaces.store import search as ops
 from subspaces.store.migrate import _read_queries, judged_figures, load_qrels
@@ -184,8 +183,10 @@ def _judged(store: Store, name: str, queries: Any, qrels: Any) -> dict[str, Any]
         raise SubspacesError("--queries holds no query")
     qids = list(texts)
     grades = load_qrels(qrels, texts)[1] if qrels is not None else None
-    digest = hashlib.sha256(json.dumps([texts, grades], sort_keys=True).encode()).hexdigest()
-    out: dict[str, Any] = {"vectors": store.encode([str(texts[q]) for q in qids], "query", name), "digest": digest}
+    out: dict[str, Any] = {
+        "vectors": store.encode([str(texts[q]) for q in qids], "query", name),
+        "digest": json_sha256([texts, grades]),
+    }
     judged = [i for i, q in enumerate(qids) if grades is not None and q in grades]
     out["judged"] = np.asarray(judged, dtype=np.int64)
     out["grades"] = None if grades is None else [grades[qids[i]] for i in judged]

@@ -10,7 +10,6 @@ M))``, with ``(x - mu_s) M`` taken at its mean length ``c`` over the texts, is `
 
 from __future__ import annotations
 
-import hashlib
 import warnings
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import numpy as np
 
 from subspaces.align import MiniVec2Vec
 from subspaces.errors import ConvergenceWarning, DataError
+from subspaces.fingerprint import texts_sha256
 from subspaces.io import read_texts
 from subspaces.store.maps import OrthogonalMap
 
@@ -52,10 +52,7 @@ def check_count(texts: list[str], path: Any, dims: tuple[int, int]) -> None:
 
 def texts_digest(texts: list[str]) -> str:
     """What identifies a texts sample among a query map's options (a rerun with the same texts is the same fit)."""
-    digest = hashlib.sha256()
-    for text in texts:
-        digest.update(text.encode("utf-8") + b"\n")
-    return digest.hexdigest()[:16]
+    return texts_sha256(texts, b"\n", 16)
 
 
 def fit(new: np.ndarray, stored: np.ndarray, *, params: dict[str, Any] | None, seed: int, show_progress: bool) -> Any:

@@ -11,7 +11,6 @@ folder's layout: :mod:`subspaces.train.output`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import pickle
 import random
@@ -28,6 +27,7 @@ from torch import nn
 
 from subspaces.errors import SubspacesError
 from subspaces.eval.base import Evaluator, as_evaluator
+from subspaces.fingerprint import texts_sha256
 from subspaces.io import atomic_path, save_json
 from subspaces.progress import Progress
 from subspaces.results import JSONResult
@@ -130,15 +130,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def digest(parts: Any) -> str:
-    """A short stable hash of an iterable of values (their ``str``)."""
-    h = hashlib.sha256()
-    for part in parts:
-        h.update(str(part).encode("utf-8", "surrogatepass"))
-        h.update(b"\x1e")
-    return h.hexdigest()[:16]
-
-
 def _fingerprint(
     module: nn.Module, batches: BatchSource, config: FitConfig, settings: dict[str, Any], world: int
 ) -> dict[str, str]:
@@ -147,7 +138,9 @@ def _fingerprint(
     return {
         **{f"setting {k}": repr(v) for k, v in {**fixed, **settings}.items()},
         "data": batches.fingerprint(),
-        "model architecture": digest(f"{name}:{tuple(p.shape)}" for name, p in module.state_dict().items()),
+        "model architecture": texts_sha256(
+            (f"{n}:{tuple(p.shape)}" for n, p in module.state_dict().items()), b"\x1e", 16
+        ),
         "processes": str(world),
     }
 

@@ -14,9 +14,10 @@ import torch
 from torch import nn
 
 from subspaces.errors import SubspacesError
+from subspaces.fingerprint import texts_sha256
 from subspaces.models.partial import partially_trained
 from subspaces.train import distributed as ddp
-from subspaces.train.engine import FitResult, TrainingLoop, digest, epoch_order
+from subspaces.train.engine import FitResult, TrainingLoop, epoch_order
 from subspaces.train.recipes import EncoderTrainConfig
 
 Row = tuple[str, ...]
@@ -52,7 +53,7 @@ class RowBatches:
         return [self.rows[i] for i in order[lo : lo + self.batch_size]]
 
     def fingerprint(self) -> str:
-        return digest("\x1f".join(row) for row in self.rows)
+        return texts_sha256(("\x1f".join(row) for row in self.rows), b"\x1e", 16)
 
     def texts(self) -> list[str]:
         """The distinct texts of every column, in first-seen order (what a partial-fine-tuning cache needs)."""

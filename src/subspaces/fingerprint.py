@@ -1,0 +1,105 @@
+"""Content hashes: what caches, stores, checkpoints and saved folders key or check their contents by.
+
+Each is recorded on disk (store manifests and row ids, query-map options, embedding and activation shards,
+checkpoints, fitted folders, exported graphs): computing one differently orphans what was recorded, so
+tests/test_fingerprint.py pins their values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+Text = str | tuple[str, str]
+
+
+def sha256_hex(chunks: bytes | Iterable[bytes], length: int = 64) -> str:
+    """The first ``length`` hex digits of the SHA-256 of ``chunks`` (bytes, or byte strings hashed as one)."""
+    digest = hashlib.sha256()
+    for chunk in [chunks] if isinstance(chunks, bytes) else chunks:
+        digest.update(chunk)
+    return digest.hexdigest()[:length]
+
+
+def texts_sha256(texts: Iterable[str], end: bytes, length: int = 64) -> str:
+    """:func:`sha256_hex` of each text's UTF-8 (lone surrogates kept) followed by ``end``."""
+    return sha256_hex((text.encode("utf-8", "surrogatepass") + end for text in texts), length)
+
+
+def json_sha256(value: Any, *, compact: bool = False) -> str:
+    """The hex SHA-256 of ``value`` as JSON with sorted keys (``compact``: no spaces), so of its values, not of the
+    layout of a file that holds it."""
+    return sha256_hex(json.dumps(value, sort_keys=True, separators=(",", ":") if compact else None).encode())
+
+
+def file_sha256(path: Path) -> str:
+    """The hex SHA-256 of a file's bytes, read a block at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def content_key(*parts: object) -> str:
+    """A short stable key for content: SHA-1 of the parts (e.g. model name, kind, text), unambiguously joined."""
+    digest = hashlib.sha1()
+    for part in parts:
+        data = str(part).encode("utf-8")
+        digest.update(len(data).to_bytes(8, "little"))  # length prefix: ("ab", "c") != ("a", "bc")
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def texts_key(fingerprint: str, texts: Sequence[Text]) -> str:
+    """The key of a shard of ``texts`` (strings or pairs) encoded by the model of ``fingerprint``."""
+    digest = hashlib.sha256(fingerprint.encode())
+    for text in texts:
+        digest.update(b"\x1e")
+        digest.update("\x1f".join(text).encode() if isinstance(text, tuple) else text.encode())
+    return digest.hexdigest()[:32]
+
+
+def tensor_bytes(tensor: torch.Tensor) -> bytes:
+    """A tensor's raw bytes, read on the CPU in row-major order."""
+    import torch
+
+    return tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+
+
+def tensors_sha256(named: Iterable[tuple[str, torch.Tensor]], seed: str = "") -> str:
+    """The hex SHA-256 of ``seed`` and each named tensor's name, dtype, shape and bytes, in order."""
+    digest = hashlib.sha256(seed.encode())
+    for name, tensor in named:
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor_bytes(tensor))
+    return digest.hexdigest()
+
+
+def weights_hash(module: Any) -> str:
+    """:func:`tensors_sha256` of a transformers model's state, seeded with its config."""
+    return tensors_sha256(sorted(module.state_dict().items()), module.config.to_json_string(use_diff=False))
+
+
+def model_fingerprint(model: torch.nn.Module, extra: str = "") -> str:
+    """A hex digest of the model's parameters and buffers (names, shapes, values), its modules' settings, max
+    length, truncation and prompts, and ``extra``; hashing the weights keys right a fine-tuned model in memory."""
+    digest = hashlib.sha256(extra.encode())
+    digest.update(str(getattr(model, "max_seq_length", "")).encode())
+    # Settings that hold no weights change the vectors too: pooling mode, normalisation, truncation, prompts.
+    for name, child in model.named_children():
+        get_config = getattr(child, "get_config_dict", None)
+        config = get_config() if callable(get_config) else {}
+        digest.update(f"{name}:{type(child).__name__}:{sorted(config.items())!r}".encode())
+    digest.update(repr((getattr(model, "truncate_dim", None), getattr(model, "prompts", None))).encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor_bytes(tensor))
+    return digest.hexdigest()[:24]
