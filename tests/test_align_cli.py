@@ -214,8 +214,8 @@ def test_fit_says_when_no_pass_converged(tmp_path):
     assert "warning:" in result.output and "probably wrong" in result.output
     assert MiniVec2Vec.load(tmp_path / "aligner").diagnostics_.converged is False
     check = MiniVec2Vec.load(tmp_path / "aligner").diagnostics_.agreement
-    searched = f", best of {check['compared']} passes" if check["search"] else ""
-    assert f"agreement with an independent pass: {check['agreement']:.3f}{searched} (trusted: >= 0.55)" in flat(result)
+    searched = f", best of {check.compared} passes" if check.search is not None else ""
+    assert f"agreement with an independent pass: {check.agreement:.3f}{searched} (trusted: >= 0.55)" in flat(result)
     assert "align apply` refuses it unless --force" in flat(result)
     np.save(tmp_path / "store.npy", np.load(tmp_path / "a.npy")[:10])
     apply = ["align", "apply", str(tmp_path / "aligner"), str(tmp_path / "store.npy"), str(tmp_path / "out.npy")]
@@ -475,11 +475,11 @@ def test_fit_with_known_pairs(spaces, tmp_path):
     assert "50 known pairs" in flat(result)
     assert "known pairs placed nearest their own target among the 50 pairs (in-sample): 1.000" in flat(result)
     aligner = MiniVec2Vec.load(tmp_path / "aligner")
-    assert aligner.diagnostics_.n_pairs == 50 and aligner.diagnostics_.paired_check["judged"]
+    assert aligner.diagnostics_.n_pairs == 50 and aligner.diagnostics_.paired_check.judged
     x, y = np.load(spaces / "x.npy"), np.load(spaces / "y.npy")
     from subspaces.align import evaluate_alignment
 
-    assert evaluate_alignment(aligner, x, y)["top1"] > 0.95
+    assert evaluate_alignment(aligner, x, y).top1 > 0.95
 
 
 @pytest.mark.parametrize(

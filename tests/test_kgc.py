@@ -262,7 +262,7 @@ def test_frozen_tri_encoder_trains_saves_loads_and_evaluates(tmp_path, tiny_enco
         disk_cache=tmp_path / "cache",
         show_progress=False,
     )
-    history = report.train_result["history"]
+    history = report.train_result.history
     assert history[-1]["loss"] < history[0]["loss"]  # the head learns on the cached embeddings
     result = report.eval
     assert result.queries == 6 and set(result.average) == {"mrr", "mr", "hits@1", "hits@3", "hits@10"}
@@ -324,7 +324,7 @@ def test_pipelines_return_results_that_save_as_json(tmp_path, tiny_encoder_dir):
     ]  # fmt: skip  (the keys `kgc eval --json` has always written; "rerank" only with --rerank-n-hop)
     report.eval.save(tmp_path / "again.json")
     assert json.loads((tmp_path / "again.json").read_text()) == saved
-    assert report["eval"]["average"] == report.eval.average  # the dict-style read the docs showed still works
+    assert report.to_dict()["eval"]["average"] == report.eval.average
 
 
 def test_device_reaches_the_encoders_and_is_checked_first(tmp_path, tiny_encoder_dir, monkeypatch):
@@ -860,7 +860,7 @@ def test_training_with_a_checkpoint_dir_resumes_where_it_stopped(tmp_path, tiny_
         "show_progress": False,
     }
     whole = train_pipeline(output=tmp_path / "whole", **common)
-    steps = whole.train_result["steps"]
+    steps = whole.train_result.steps
     assert steps >= 4
 
     real_loop = engine.TrainingLoop
@@ -887,7 +887,7 @@ def test_training_with_a_checkpoint_dir_resumes_where_it_stopped(tmp_path, tiny_
         patch.setattr(engine, "TrainingLoop", calling(lambda step, value: seen.append(step)))
         resumed = train_pipeline(output=tmp_path / "cut", output_dir=tmp_path / "ckpt", **common)
     assert seen == list(range(steps // 2 + 1, steps + 1))  # only the steps the interrupted run had not taken
-    assert resumed.train_result["steps"] == steps
+    assert resumed.train_result.steps == steps
     from subspaces.models.triencoder import TriEncoder
 
     a = TriEncoder.load(tmp_path / "whole").state_dict()

@@ -33,7 +33,7 @@ q = ortho_group.rvs(8, random_state=1)
 source, target, held = clustered(rng, 1200), clustered(rng, 1200) @ q, clustered(rng, 300)
 settings = FAST | {{"n_restarts": 1, "search": SearchParams(probe_size=500, precision={precision!r})}}
 aligner = MiniVec2Vec(**settings).fit(source, target)
-print(json.dumps({{"matrix": aligner.matrix_.tolist(), "top1": evaluate_alignment(aligner, held, held @ q)["top1"],
+print(json.dumps({{"matrix": aligner.matrix_.tolist(), "top1": evaluate_alignment(aligner, held, held @ q).top1,
                   "trusted": aligner.converged_, "precision": aligner.diagnostics_.precision}}))
 """
 

@@ -18,11 +18,10 @@ class Outer(JSONResult):
     note: str | None = None
 
 
-def test_a_result_is_its_json_form_read_as_a_mapping(tmp_path):
+def test_a_result_writes_its_json_form(tmp_path):
     result = Outer("run", Inner(0.5))
     assert result.to_dict() == {"name": "run", "inner": {"score": 0.5}}  # None left out where it does not apply
-    assert dict(result) == {**result} == result.to_dict() and result["inner"] == {"score": 0.5}
-    assert list(Outer("run", Inner(0.5), note="unseen")) == ["name", "inner", "note"]
+    assert list(Outer("run", Inner(0.5), note="unseen").to_dict()) == ["name", "inner", "note"]
     result.save(tmp_path / "r.json")
     assert json.loads((tmp_path / "r.json").read_text()) == result.to_dict()
 

@@ -1,18 +1,18 @@
-"""The one form of a result: a dataclass whose :meth:`~JSONResult.to_dict` is exactly the JSON its command writes,
-read as a mapping of that form (an evaluator's metrics are a flat ``dict[str, float]`` instead).
+"""The one form of a result: a dataclass read by its attributes, whose :meth:`~JSONResult.to_dict` is exactly the
+JSON its command writes (an evaluator's metrics are a flat ``dict[str, float]`` instead).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any, ClassVar, Self
 
 from subspaces.io import save_json
 
 
-class JSONResult(Mapping[str, Any]):
+class JSONResult:
     """A base for dataclasses: fields in :attr:`OMIT_IF_NONE` are left out of the JSON when None (a metric or
     block that does not apply), every other field is written, nested results as their own JSON form."""
 
@@ -37,12 +37,3 @@ class JSONResult(Mapping[str, Any]):
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write :meth:`to_dict` as JSON, atomically (a reader never sees half a file)."""
         save_json(path, self.to_dict())
-
-    def __getitem__(self, key: str) -> Any:
-        return self.to_dict()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.to_dict())
-
-    def __len__(self) -> int:
-        return len(self.to_dict())

@@ -105,12 +105,12 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     scored = len(data["x"]) - int(p["reserved"])
     report = evaluate_alignment(aligner, data["x"][:scored], data["y"][:scored], pool_size=scored)
     d = aligner.diagnostics_
-    top1, oracle, crossed = report["top1"], report["oracle"]["top1"], report["oracle_cross_fitted"]["top1"]
+    top1, oracle, crossed = report.top1, report.oracle.top1, report.oracle_cross_fitted.top1
     return {
         "rows_a_side": len(data["a"]), "scored_pairs": scored, "top1": round(top1, 4), "oracle_top1": round(oracle, 4),
         "cross_fitted_top1": round(crossed, 4), "of_oracle": round(top1 / oracle, 4),
         "of_cross_fitted": round(top1 / crossed, 4),
-        "identity_top1": round(report["identity"]["top1"], 4) if report["identity"] else None,
+        "identity_top1": round(report.identity.top1, 4) if report.identity else None,
         "converged": bool(aligner.converged_), "stopped_early": bool(aligner.stopped_early_),
         "fit_seconds": round(seconds, 1), "kept": d.kept, "stop_reason": d.stop_reason,
         "polish": ("accepted" if d.polish.accepted else "rejected") if d.polish.ran else "skipped",

@@ -83,14 +83,14 @@ def _print_diagnostics(aligner) -> None:
     out.print(table("label-free diagnostics", columns, rows))
     out.print(f"orthogonality gap {d.orthogonality_gap:.2e}")
     check = d.agreement
-    if check["agreement"] is not None:
-        searched = f", best of {check['compared']} passes" if check.get("search") else ""
+    if check.agreement is not None:
+        searched = f", best of {check.compared} passes" if check.search is not None else ""
         out.print(
-            f"agreement with an independent pass: {check['agreement']:.3f}{searched} (trusted: >= "
-            f"{check['threshold']:g}); confidence {aligner.confidence_:.2f}"
+            f"agreement with an independent pass: {check.agreement:.3f}{searched} (trusted: >= "
+            f"{check.threshold:g}); confidence {aligner.confidence_:.2f}"
         )
     else:
-        out.print(f"agreement with an independent pass: not checked ({check['skipped']})")
+        out.print(f"agreement with an independent pass: not checked ({check.skipped})")
     reference = d.identity_reference
     if reference.trust is not None:
         kept = d.kept == "identity reference"
@@ -103,10 +103,10 @@ def _print_diagnostics(aligner) -> None:
         out.print(d.kept_why)
     paired = d.paired_check
     if paired is not None:
-        verdict = f"confidence {aligner.confidence_:.2f}" if paired["judged"] else "too few to judge the map by"
+        verdict = f"confidence {aligner.confidence_:.2f}" if paired.judged else "too few to judge the map by"
         out.print(
-            f"known pairs placed nearest their own target among the {paired['scored']} pairs (in-sample): "
-            f"{paired['top1']:.3f}; {verdict}"
+            f"known pairs placed nearest their own target among the {paired.scored} pairs (in-sample): "
+            f"{paired.top1:.3f}; {verdict}"
         )
 
 
@@ -222,7 +222,8 @@ def eval_cmd(
     )
     aligner = MiniVec2Vec.load(aligner_dir)
     report: dict[str, Any] = {"source": source_name or source_emb.stem, "target": target_name or target_emb.stem}
-    report |= evaluate_alignment(aligner, load_embeddings(source_emb), load_embeddings(target_emb), pool_size=pool_size)
+    scores = evaluate_alignment(aligner, load_embeddings(source_emb), load_embeddings(target_emb), pool_size=pool_size)
+    report |= scores.to_dict()
     report["fit_seconds"] = aligner.fit_seconds_
     if json_path is not None:
         save_json(json_path, report)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,14 +13,24 @@ from subspaces.store.columns import parsed
 
 
 @dataclass(eq=False, kw_only=True)
-class SearchResult(JSONResult):
-    """One query's ``k`` nearest rows, best first: ids, scores, texts (or None) and metadata (or None)."""
+class SearchResult(JSONResult, Mapping[str, Any]):
+    """One query's ``k`` nearest rows, best first: ids, scores, texts (or None) and metadata (or None). It also
+    reads as the dict :meth:`Store.search` returned before it (``result["ids"]``, ``{**result}``; docs/store.md)."""
 
     query: str | None = None
     ids: list[str]
     scores: list[float]
     texts: list[str | None]
     metadata: list[dict[str, Any] | None] = field(default_factory=list)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.to_dict())
+
+    def __len__(self) -> int:
+        return len(self.to_dict())
 
 
 def hits(
