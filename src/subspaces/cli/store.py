@@ -3,12 +3,24 @@ store."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from subspaces.cli.common import JsonOpt, ModelOpt, RunOptions, ThreadsOpt, echo, runtime_options, show, table
+from subspaces.cli.common import (
+    JsonOpt,
+    ModelOpt,
+    RunOptions,
+    ThreadsOpt,
+    echo,
+    given,
+    recipe_options,
+    runtime_options,
+    show,
+    table,
+)
 from subspaces.cli.groups import Command, store_app
 from subspaces.cli.search import (
     CONDITION,
@@ -33,7 +45,7 @@ from subspaces.store.core import import_vectors
 from subspaces.store.demo import run as run_demo
 from subspaces.store.encoders import Runtime
 from subspaces.store.inputs import read_rows
-from subspaces.store.plans import ANN_REFINE, RERANK, RESCORE
+from subspaces.store.plans import SearchSettings
 from subspaces.store.shrink import ADAPTER_DEFAULTS, CANDIDATES
 from subspaces.vectors import normalize_rows
 
@@ -241,7 +253,9 @@ def index_cmd(
 
 @store_app.command("search")
 @runtime_options(*ENCODERS, "threads")
+@recipe_options(SearchSettings)
 def search_cmd(
+    ctx: typer.Context,
     store: DirArg,
     query: QueryArg = None,
     queries: QueryFileOpt = None,
@@ -252,72 +266,51 @@ def search_cmd(
     json_path: JsonOpt = None,
     k: KOpt = 10,
     dims: DimsOpt = None,
-    rerank: Annotated[
-        Literal[RERANK],  # type: ignore[valid-type]
-        typer.Option(help="With --dims: re-rank the shortlist by full vectors (funnel)."),
-    ] = "full",
     shortlist: ShortlistOpt = None,
     basis: BasisOpt = None,
-    ann: Annotated[bool, typer.Option("--ann", help="Use the store's ANN index (`store index`).")] = False,
-    refine_factor: Annotated[
-        Optional[int],
-        typer.Option(
-            min=0, help=f"With --ann: re-rank this x k candidates exactly (0: none; {ANN_REFINE}).", show_default=False
-        ),
-    ] = None,
-    quantized: Annotated[
-        bool, typer.Option("--quantized", help="Search the quantized copy (`store index --quantize`).")
-    ] = False,
     rescore: RescoreOpt = None,
+    *,
+    config: SearchSettings,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Query model (default: the store's).")] = None,
     condition: Annotated[Optional[str], CONDITION] = None,
     head: Annotated[Optional[Path], HEAD] = None,
-    batch_size: Annotated[int, typer.Option(help="Queries per encoder batch.")] = 64,
-    query_prompt: Annotated[
-        Optional[str], typer.Option(help='Instead of the recorded query prompt ("": none).')
-    ] = None,
     run: RunOptions = RunOptions(),
 ) -> None:
-    """The nearest rows of QUERY, or of each line of --queries (results in query order)."""
+    """The nearest rows of QUERY, or of each line of --queries (results in query order).
+
+    Every SearchSettings field is an option here (those the search family shares declared with it) or a key of a
+    --config file."""
     import numpy as np
 
+    family = {"k": k, "dims": dims, "shortlist": shortlist, "basis": basis, "rescore": rescore}
+    config = replace(config, **{name: value for name, value in family.items() if given(ctx, name)})
     if sum(x is not None for x in (query, queries, query_vectors)) != 1:
         raise SubspacesError("give one QUERY, --queries FILE or --query-vectors FILE.npy")
-    if refine_factor is not None and not ann:
+    if config.refine_factor is not None and not config.ann:
         raise SubspacesError("--refine-factor re-ranks the ANN index's candidates: give --ann too, or drop it")
-    if shortlist is not None and (dims is None or rerank == "none"):
+    if config.shortlist is not None and (config.dims is None or config.rerank == "none"):
         raise SubspacesError("--shortlist sizes the funnel's shortlist: give --dims (with --rerank full), or drop it")
-    if rescore is not None and not quantized:
+    if config.rescore is not None and not config.quantized:
         raise SubspacesError("--rescore re-ranks the shortlist of --quantized: give --quantized too, or drop it")
     _json_outside(json_path, store)
     opened = run.open(store)
-    options = {
-        "dims": dims,
-        "rerank": rerank,
-        "shortlist": shortlist,
-        "basis": basis,
-        "ann": ann,
-        "refine_factor": (ANN_REFINE if refine_factor is None else refine_factor) or None,
-        "where": where,
-        "condition": condition,
-        "head": head,
-        "quantized": quantized,
-        "rescore": (RESCORE if rescore is None else rescore) or None,
-    }
+    options = config.plan_options() | {"where": where, "condition": condition, "head": head}
     if query_vectors is not None:
-        if model is not None or query_prompt is not None:
+        if model is not None or config.query_prompt is not None:
             raise SubspacesError(
                 "--model and --query-prompt encode text queries; --query-vectors are searched in the active space"
             )
         vectors = load_embeddings(query_vectors)
         if not np.linalg.norm(vectors, axis=1).all():
             raise SubspacesError(f"{query_vectors}: a zero query vector has no direction to search by")
-        results = opened.search_vectors(normalize_rows(vectors, dtype=np.float32), k, **options)
+        results = opened.search_vectors(normalize_rows(vectors, dtype=np.float32), config.k, **options)
         for i, result in enumerate(results):
             result.query = f"vector {i}"
     else:
         texts = query_texts(query, queries)
-        results = opened.search(texts, k, model=model, batch_size=batch_size, query_prompt=query_prompt, **options)
+        results = opened.search(
+            texts, config.k, model=model, batch_size=config.batch_size, query_prompt=config.query_prompt, **options
+        )
     show_results(results, json_path, condition=condition, columns=True)
 
 

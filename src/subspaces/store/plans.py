@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union, get_args
 
 import numpy as np
 
@@ -25,10 +25,57 @@ from subspaces.store.table import Rows, check_filter, column_objects, vectors_of
 if TYPE_CHECKING:
     from subspaces.store.core import Store
 
-RERANK = ("full", "none")
+Rerank = Literal["full", "none"]
+RERANK: tuple[str, ...] = get_args(Rerank)
 ANN_REFINE = 4  # an ANN search re-ranks k x this many of the index's candidates by their full vectors
 RESCORE = 4  # a quantized search rescores k x this many candidates
 MATCHES_KEPT = 16  # the where= filters whose matches are kept per table version
+
+
+def _setting(default: Any, help: str, *flags: str) -> Any:
+    return field(default=default, metadata={"help": help, "flags": flags} if flags else {"help": help})
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """How a store search ranks, declared once (``store search`` derives its options from these fields):
+    :meth:`plan_options` are :func:`plan`'s keywords, ``k`` and ``batch_size`` :meth:`Store.search`'s.
+    ``refine_factor`` and ``rescore`` as on the command line: None is the default multiple, 0 none."""
+
+    k: int = _setting(10, "Results per query.", "-k")
+    dims: Optional[int] = _setting(
+        None, "Funnel: shortlist by the first DIMS coordinates of --basis, then re-rank at full size."
+    )
+    rerank: Rerank = _setting("full", "With --dims: re-rank the shortlist by full vectors (funnel).")
+    shortlist: Optional[int] = _setting(None, f"With --dims: the funnel's shortlist, x k ({ops.SHORTLIST_FACTOR}).")
+    basis: Optional[ops.Basis] = _setting(None, "With --dims: whose first axes the funnel reads (model, pca, adapter).")
+    ann: bool = _setting(False, "Use the store's ANN index (`store index`).", "--ann")
+    refine_factor: Optional[int] = _setting(
+        None, f"With --ann: re-rank this x k candidates exactly (0: none; {ANN_REFINE})."
+    )
+    quantized: bool = _setting(False, "Search the quantized copy (`store index --quantize`).", "--quantized")
+    rescore: Optional[int] = _setting(None, f"With --quantized: rescore this x k candidates (0: none; {RESCORE}).")
+    batch_size: int = _setting(64, "Queries per encoder batch.")
+    query_prompt: Optional[str] = _setting(None, 'Instead of the recorded query prompt ("": none).')
+
+    def __post_init__(self) -> None:
+        for name in ("refine_factor", "rescore"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise SubspacesError(f"{name} is a multiple of k, at least 0 (0: none), got {value}")
+
+    def plan_options(self) -> dict[str, Any]:
+        """:func:`plan`'s keywords (``where``, ``condition`` and ``head`` aside)."""
+        return {
+            "dims": self.dims,
+            "rerank": self.rerank,
+            "shortlist": self.shortlist,
+            "basis": self.basis,
+            "ann": self.ann,
+            "refine_factor": (ANN_REFINE if self.refine_factor is None else self.refine_factor) or None,
+            "quantized": self.quantized,
+            "rescore": (RESCORE if self.rescore is None else self.rescore) or None,
+        }
 
 
 @dataclass(frozen=True)

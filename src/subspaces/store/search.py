@@ -5,7 +5,7 @@ trained for truncation: orthogonal, so full-dimension scores are unchanged), and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -33,7 +33,8 @@ def mean_overlap(a: np.ndarray, b: np.ndarray) -> float:
 
 
 # whose first ``dims`` coordinates a prefix reads: the model's, the principal axes' or the ``store shrink`` adapter's
-BASES = ("model", "pca", "adapter")
+Basis = Literal["model", "pca", "adapter"]
+BASES: tuple[str, ...] = get_args(Basis)
 
 
 def _unit_pair(corpus: Any, queries: Any) -> tuple[np.ndarray, np.ndarray]:

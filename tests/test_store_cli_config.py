@@ -1,0 +1,35 @@
+"""``store search``, ``store migrate`` and ``store import`` derive their settings' options from the library's
+settings dataclasses and read them from ``--config FILE`` too; an option given on the command line wins."""
+
+from __future__ import annotations
+
+import pytest
+
+from subspaces.store import Store
+from test_store import cli, sentences
+
+
+@pytest.fixture
+def folder(tmp_path, tiny_model_dir):
+    Store.create(tmp_path / "s", str(tiny_model_dir)).add(sentences(40), ids=range(40), write_batch=40)
+    return tmp_path / "s"
+
+
+def test_store_search_reads_its_settings_from_a_config_file_and_the_command_line_wins(folder, tmp_path, monkeypatch):
+    seen = []
+
+    def captured(self, texts, k, **options):
+        seen.append({"k": k} | options)
+        return []
+
+    monkeypatch.setattr(Store, "search", captured)
+    config = tmp_path / "search.toml"
+    config.write_text('k = 3\ndims = 8\nrerank = "none"\nbatch_size = 2\nquery_prompt = "q: "\n')
+    assert cli("store", "search", folder, "a query", "--config", config).exit_code == 0
+    result = cli("store", "search", folder, "a query", "--config", config, "-k", "5", "--rerank", "full")
+    assert result.exit_code == 0, result.output
+    chosen = [(s["k"], s["dims"], s["rerank"], s["batch_size"], s["query_prompt"]) for s in seen]
+    assert chosen == [(3, 8, "none", 2, "q: "), (5, 8, "full", 2, "q: ")]
+    config.write_text("refine_factor = 2\n")  # the command's checks read the file's settings too
+    result = cli("store", "search", folder, "a query", "--config", config)
+    assert result.exit_code == 2 and "--refine-factor re-ranks the ANN index's candidates" in result.output
