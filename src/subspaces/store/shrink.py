@@ -183,10 +183,8 @@ def _judged(store: Store, name: str, queries: Any, qrels: Any) -> dict[str, Any]
         raise SubspacesError("--queries holds no query")
     qids = list(texts)
     grades = load_qrels(qrels, texts)[1] if qrels is not None else None
-    out: dict[str, Any] = {
-        "vectors": store.encode([str(texts[q]) for q in qids], "query", name),
-        "digest": json_sha256([texts, grades]),
-    }
+    digest = json_sha256([texts, grades])
+    out: dict[str, Any] = {"vectors": store.encode([str(texts[q]) for q in qids], "query", name), "digest": digest}
     judged = [i for i, q in enumerate(qids) if grades is not None and q in grades]
     out["judged"] = np.asarray(judged, dtype=np.int64)
     out["grades"] = None if grades is None else [grades[qids[i]] for i in judged]
