@@ -48,6 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "map_params": None,
     "kinds": ["orthogonal", "affine", "lowrank", "mlp"],  # each also fitted alone on the same pairs
     "domain_texts": 5000,  # arm "unpaired": the texts sample's size
+    "domain_from": "pool",  # arm "unpaired": "pool" (the pool's own sources) or "tweets" (a wrong domain: emoji train)
     "choice_queries": None,  # "choose": the choose half's query texts (no labels) passed to migrate as --queries
     "cache": "outputs/migrate-dev-cache", "threads": 2,
     "backend": "torch",  # arm "queries" only
@@ -112,16 +113,19 @@ def _sts_pairs() -> list[tuple[str, str, float]]:
     return out
 
 
-def domain_texts(data: str, n_docs: int, n: int) -> tuple[str, ...]:
+def domain_texts(data: str, docs: tuple[str, ...], n: int) -> tuple[str, ...]:
     """``n`` unlabelled texts of a pool's domain for an unpaired migration, none in its corpus or queries, mixed as
     the corpus is: its own source's other texts (STS-B train/dev for ``sts``, SNLI dev for ``snli-test``, SNLI dev's
     other hypotheses for the dev pool ``snli``) and, in the corpus's share of fillers, tweets of TweetEval emoji
-    *train* (the corpus's are from its test split; for ``snli``, WordNet definitions the corpus did not take)."""
+    *train* (the corpus's are from its test split; for ``snli``, WordNet definitions the corpus did not take).
+    ``data="tweets"``: emoji train tweets alone, a wrong domain (a user's mistake) for the refusal's calibration."""
+    emoji = DATA / "tweeteval" / "emoji"
+    if data == "tweets":  # a wrong domain for any pool but the tweets among its fillers (a user's mistake)
+        return _mixed([], _lines(emoji / "train_text.txt"), set(docs), docs, set(docs), n, share=1.0)
     if data not in ("sts", "snli-test", "snli"):
         raise ValueError(f"domain texts are drawn for the pools sts, snli-test and snli only, not {data!r}")
-    docs, queries, _ = dataset(data, n_docs)
+    _, queries, _ = dataset(data, len(docs))
     taken = set(docs) | set(queries)
-    emoji = DATA / "tweeteval" / "emoji"
     if data == "snli":  # dev: SNLI dev's other hypotheses, and the WordNet definitions the corpus did not take
         nli = DATA / "nli" / "senteval_snli"
         own = _lines(nli / "s2.dev")
@@ -140,10 +144,16 @@ def domain_texts(data: str, n_docs: int, n: int) -> tuple[str, ...]:
 
 
 def _mixed(
-    own: list[str], fillers: list[str], corpus_fillers: set[str], docs: tuple[str, ...], taken: set[str], n: int
+    own: list[str],
+    fillers: list[str],
+    corpus_fillers: set[str],
+    docs: tuple[str, ...],
+    taken: set[str],
+    n: int,
+    share: float | None = None,
 ) -> tuple[str, ...]:
     """``n`` texts of ``own`` and ``fillers`` not in ``taken``, in the corpus's share of its filler texts."""
-    share = len(set(docs) & corpus_fillers) / len(docs)
+    share = len(set(docs) & corpus_fillers) / len(docs) if share is None else share
     rng = np.random.default_rng(53)
     picked = []
     for source, count in ((own, n - round(n * share)), (fillers, round(n * share))):
@@ -297,7 +307,8 @@ def migrated(  # fmt: skip
     options: dict[str, Any] = {"pairs": int(p["pairs"]), "maps": p["maps"], "map_params": p["map_params"]}
     if p["arm"] == "unpaired":
         texts = Path(tempfile.mkdtemp(prefix="migrate-domain-")) / "texts.txt"
-        texts.write_text("".join(t + "\n" for t in domain_texts(p["data"], len(docs), int(p["domain_texts"]))))
+        data = "tweets" if p["domain_from"] == "tweets" else p["data"]
+        texts.write_text("".join(t + "\n" for t in domain_texts(data, docs, int(p["domain_texts"]))))
         options = {"unpaired": True, "texts": texts}
     start = time.perf_counter()
     try:
