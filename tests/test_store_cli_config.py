@@ -3,6 +3,8 @@ settings dataclasses and read them from ``--config FILE`` too; an option given o
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from subspaces.store import Store
@@ -33,3 +35,20 @@ def test_store_search_reads_its_settings_from_a_config_file_and_the_command_line
     config.write_text("refine_factor = 2\n")  # the command's checks read the file's settings too
     result = cli("store", "search", folder, "a query", "--config", config)
     assert result.exit_code == 2 and "--refine-factor re-ranks the ANN index's candidates" in result.output
+
+
+def test_store_migrate_reads_its_settings_from_a_config_file_and_the_command_line_wins(folder, tmp_path, monkeypatch):
+    seen = []
+
+    def captured(self, model, **options):
+        seen.append(options)
+        return {}
+
+    monkeypatch.setattr(Store, "migrate", captured)
+    config = tmp_path / "migrate.json"
+    config.write_text(json.dumps({"pairs": 100, "maps": "orthogonal,affine", "heldout": 40, "seed": 3}))
+    assert cli("store", "migrate", folder, "--to", "other", "--config", config).exit_code == 0
+    result = cli("store", "migrate", folder, "--to", "other", "--config", config, "--seed", "5", "--maps", "affine")
+    assert result.exit_code == 0, result.output
+    chosen = [(s["pairs"], s["maps"], s["heldout"], s["seed"], s["holdout"], s["anchors"]) for s in seen]
+    assert chosen == [(100, ["orthogonal", "affine"], 40, 3, 0.2, "paired"), (100, ["affine"], 40, 5, 0.2, "paired")]

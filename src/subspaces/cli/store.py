@@ -3,7 +3,7 @@ store."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -45,6 +45,7 @@ from subspaces.store.core import import_vectors
 from subspaces.store.demo import run as run_demo
 from subspaces.store.encoders import Runtime
 from subspaces.store.inputs import read_rows
+from subspaces.store.migrate import MigrationSettings
 from subspaces.store.plans import SearchSettings
 from subspaces.store.shrink import ADAPTER_DEFAULTS, CANDIDATES
 from subspaces.vectors import normalize_rows
@@ -320,6 +321,7 @@ def search_cmd(
     interrupted="the fitted map and every mapped batch are kept; rerun the same command to finish",
 )
 @runtime_options(*ENCODERS, *RAY, "threads")
+@recipe_options(MigrationSettings, parse={"maps": lambda text: [m.strip() for m in text.split(",") if m.strip()]})
 def migrate_cmd(
     store: DirArg,
     to: Annotated[Optional[str], typer.Option("--to", help="The new model (bundled name or folder).")] = None,
@@ -332,29 +334,21 @@ def migrate_cmd(
     texts: Annotated[
         Optional[Path], typer.Option(help="With --unpaired: domain texts (4 a dimension at least).")
     ] = None,
-    pairs: Annotated[
-        Optional[int], typer.Option(help="Texts embedded to fit the map (default 2,000 paired, 20,000 unpaired).")
-    ] = None,
-    maps: Annotated[
-        Optional[str], typer.Option(help="Candidate maps of orthogonal,affine,lowrank,mlp (default: all).")
-    ] = None,
-    holdout: Annotated[float, typer.Option(help="Fraction of the pairs held out to choose the map.")] = 0.2,
-    anchors: Annotated[
-        str, typer.Option(help="paired: learned maps on known pairs; unpaired: mini-vec2vec (rewrite only).")
-    ] = "paired",
-    heldout: Annotated[int, typer.Option(help="Rows outside the pairs the migration is measured on.")] = 1_000,
+    *,
+    config: MigrationSettings,
     qrels: QrelsOpt = None,
     queries: QueriesOpt = None,
     commit: Annotated[
         bool, typer.Option("--commit", help="Make the pending migration's model the active one.")
     ] = False,
     rollback: Annotated[bool, typer.Option("--rollback", help="Undo the last --commit.")] = False,
-    seed: Annotated[int, typer.Option(help="Random seed (samples, the maps).")] = 0,
     json_path: JsonOpt = None,
     run: RunOptions = RunOptions(),
 ) -> None:
     """Map the store into a new model's space beside the old one, or map a new model's queries into it
-    (--query-side); --commit the switch or --rollback it."""
+    (--query-side); --commit the switch or --rollback it.
+
+    Every MigrationSettings field is an option here or a key of a --config file."""
     _json_outside(json_path, store)
     if sum([to is not None, commit, rollback]) != 1:
         raise SubspacesError("give --to MODEL to migrate, --commit to switch to a pending migration, or --rollback")
@@ -367,16 +361,11 @@ def migrate_cmd(
         return
     report = opened.migrate(
         to,
-        pairs=pairs,
-        anchors=anchors,
-        heldout=heldout,
-        seed=seed,
+        **asdict(config),
         show_progress=True,
         ray=run.ray(),
         actors=run.actors,
         query_side=query_side,
-        maps=None if maps is None else [m.strip() for m in maps.split(",") if m.strip()],
-        holdout=holdout,
         qrels=qrels,
         queries=queries,
         unpaired=unpaired,

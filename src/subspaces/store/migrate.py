@@ -11,14 +11,16 @@ import functools
 import json
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
 from subspaces.align import MiniVec2Vec
 from subspaces.errors import DataError, SubspacesError
 from subspaces.io import check_file, open_text, read_jsonl
+from subspaces.losses.settings import setting
 from subspaces.store import backfill, encoders, quantized, scaleout
 from subspaces.store import maps as pair_maps
 from subspaces.store import search as ops
@@ -32,24 +34,37 @@ if TYPE_CHECKING:
     from subspaces.store.core import Store
 
 
+@dataclass(frozen=True)
+class MigrationSettings:
+    """How :func:`migrate` fits and measures its map, declared once: its keywords' defaults, and ``store migrate``'s
+    options (and ``--config`` keys)."""
+
+    pairs: Optional[int] = setting(None, "Texts embedded to fit the map (default 2,000 paired, 20,000 unpaired).")
+    maps: Optional[tuple[str, ...]] = setting(None, "Candidate maps of orthogonal,affine,lowrank,mlp (default: all).")
+    holdout: float = setting(0.2, "Fraction of the pairs held out to choose the map.")
+    anchors: str = setting("paired", "paired: learned maps on known pairs; unpaired: mini-vec2vec (rewrite only).")
+    heldout: int = setting(1_000, "Rows outside the pairs the migration is measured on.")
+    seed: int = setting(0, "Random seed (samples, the maps).")
+
+
 def migrate(
     store: Store,
     model: Any,
     *,
     name: str | None = None,
-    pairs: int | None = None,
-    anchors: str = "paired",
-    heldout: int = 1_000,
+    pairs: int | None = MigrationSettings.pairs,
+    anchors: str = MigrationSettings.anchors,
+    heldout: int = MigrationSettings.heldout,
     params: dict[str, Any] | None = None,
-    seed: int = 0,
+    seed: int = MigrationSettings.seed,
     batch_size: int = 64,
     show_progress: bool = False,
     ray: bool | str = False,
     actors: int | None = None,
     query_side: bool = False,
-    maps: list[str] | tuple[str, ...] | None = None,
+    maps: list[str] | tuple[str, ...] | None = MigrationSettings.maps,
     map_params: dict[str, dict[str, Any]] | None = None,
-    holdout: float = 0.2,
+    holdout: float = MigrationSettings.holdout,
     qrels: Any = None,
     queries: Any = None,
     unpaired: bool = False,

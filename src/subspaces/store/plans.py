@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Optional, Union, get_args
 
 import numpy as np
@@ -15,6 +15,7 @@ import numpy as np
 from subspaces import topk
 from subspaces.cache import LRUCache
 from subspaces.errors import DimensionError, SubspacesError
+from subspaces.losses.settings import setting
 from subspaces.store import search as ops
 from subspaces.store.matryoshka import trained
 from subspaces.store.quantized import search_copy
@@ -32,31 +33,27 @@ RESCORE = 4  # a quantized search rescores k x this many candidates
 MATCHES_KEPT = 16  # the where= filters whose matches are kept per table version
 
 
-def _setting(default: Any, help: str, *flags: str) -> Any:
-    return field(default=default, metadata={"help": help, "flags": flags} if flags else {"help": help})
-
-
 @dataclass(frozen=True)
 class SearchSettings:
     """How a store search ranks, declared once (``store search`` derives its options from these fields):
     :meth:`plan_options` are :func:`plan`'s keywords, ``k`` and ``batch_size`` :meth:`Store.search`'s.
     ``refine_factor`` and ``rescore`` as on the command line: None is the default multiple, 0 none."""
 
-    k: int = _setting(10, "Results per query.", "-k")
-    dims: Optional[int] = _setting(
+    k: int = setting(10, "Results per query.", "-k")
+    dims: Optional[int] = setting(
         None, "Funnel: shortlist by the first DIMS coordinates of --basis, then re-rank at full size."
     )
-    rerank: Rerank = _setting("full", "With --dims: re-rank the shortlist by full vectors (funnel).")
-    shortlist: Optional[int] = _setting(None, f"With --dims: the funnel's shortlist, x k ({ops.SHORTLIST_FACTOR}).")
-    basis: Optional[ops.Basis] = _setting(None, "With --dims: whose first axes the funnel reads (model, pca, adapter).")
-    ann: bool = _setting(False, "Use the store's ANN index (`store index`).", "--ann")
-    refine_factor: Optional[int] = _setting(
+    rerank: Rerank = setting("full", "With --dims: re-rank the shortlist by full vectors (funnel).")
+    shortlist: Optional[int] = setting(None, f"With --dims: the funnel's shortlist, x k ({ops.SHORTLIST_FACTOR}).")
+    basis: Optional[ops.Basis] = setting(None, "With --dims: whose first axes the funnel reads (model, pca, adapter).")
+    ann: bool = setting(False, "Use the store's ANN index (`store index`).", "--ann")
+    refine_factor: Optional[int] = setting(
         None, f"With --ann: re-rank this x k candidates exactly (0: none; {ANN_REFINE})."
     )
-    quantized: bool = _setting(False, "Search the quantized copy (`store index --quantize`).", "--quantized")
-    rescore: Optional[int] = _setting(None, f"With --quantized: rescore this x k candidates (0: none; {RESCORE}).")
-    batch_size: int = _setting(64, "Queries per encoder batch.")
-    query_prompt: Optional[str] = _setting(None, 'Instead of the recorded query prompt ("": none).')
+    quantized: bool = setting(False, "Search the quantized copy (`store index --quantize`).", "--quantized")
+    rescore: Optional[int] = setting(None, f"With --quantized: rescore this x k candidates (0: none; {RESCORE}).")
+    batch_size: int = setting(64, "Queries per encoder batch.")
+    query_prompt: Optional[str] = setting(None, 'Instead of the recorded query prompt ("": none).')
 
     def __post_init__(self) -> None:
         for name in ("refine_factor", "rescore"):
