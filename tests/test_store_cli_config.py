@@ -52,3 +52,27 @@ def test_store_migrate_reads_its_settings_from_a_config_file_and_the_command_lin
     assert result.exit_code == 0, result.output
     chosen = [(s["pairs"], s["maps"], s["heldout"], s["seed"], s["holdout"], s["anchors"]) for s in seen]
     assert chosen == [(100, ["orthogonal", "affine"], 40, 3, 0.2, "paired"), (100, ["affine"], 40, 5, 0.2, "paired")]
+
+
+def test_store_import_reads_its_settings_from_a_config_file_and_the_command_line_wins(tmp_path, monkeypatch):
+    import numpy as np
+
+    import subspaces.cli.store as commands
+
+    seen = []
+
+    def captured(store, vectors, **options):
+        seen.append(options)
+        raise KeyboardInterrupt  # stop before any work (exit 130)
+
+    monkeypatch.setattr(commands, "import_vectors", captured)
+    np.save(tmp_path / "v.npy", np.eye(4, dtype=np.float32))
+    config = tmp_path / "import.toml"
+    config.write_text("batch_rows = 2\ncheck_rows = 8\nmin_cosine = 0.9\n")
+    args = ["store", "import", tmp_path / "s", "--vectors", tmp_path / "v.npy", "--foreign", "m", "--config", config]
+    assert cli(*args).exit_code == 130
+    assert cli(*args, "--batch-rows", "3").exit_code == 130
+    assert [(s["batch_rows"], s["check_rows"], s["min_cosine"]) for s in seen] == [(2, 8, 0.9), (3, 8, 0.9)]
+    config.write_text("batch_rows = 0\n")
+    result = cli(*args)
+    assert result.exit_code == 2 and "batch_rows must be at least 1, got 0" in result.output

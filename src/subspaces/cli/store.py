@@ -48,6 +48,7 @@ from subspaces.store.inputs import read_rows
 from subspaces.store.migrate import MigrationSettings
 from subspaces.store.plans import SearchSettings
 from subspaces.store.shrink import ADAPTER_DEFAULTS, CANDIDATES
+from subspaces.store.transfer import ImportSettings
 from subspaces.vectors import normalize_rows
 
 DirArg = Annotated[Path, typer.Argument(help="The store's folder.")]
@@ -624,6 +625,7 @@ def _show_demo_steps(demo: Any) -> None:
     interrupted="every batch already written is committed whole; rerun the same command to import the rest",
 )
 @runtime_options("device", "dtype", *RAY, "threads")
+@recipe_options(ImportSettings, only=("vector_field", "id_field", "text_field", "batch_rows"))
 def import_cmd(
     store: DirArg,
     vectors: Annotated[
@@ -640,18 +642,15 @@ def import_cmd(
     ] = None,
     foreign: Annotated[Optional[str], typer.Option(help="Or: a label for a model this machine cannot run.")] = None,
     dim: Annotated[Optional[int], typer.Option("--dim", help="With --foreign: the vectors' dimension.")] = None,
-    vector_field: Annotated[
-        Optional[str], typer.Option(help="The vector column (default: vector, or the one list).")
-    ] = None,
-    id_field: Annotated[Optional[str], typer.Option(help="The id column (default: id, where present).")] = None,
-    text_field: Annotated[Optional[str], typer.Option(help="The text column (default: text, where present).")] = None,
+    *,
+    config: ImportSettings,
     upsert: UpsertOpt = False,
-    batch_rows: Annotated[int, typer.Option(min=1, help="Rows read, checked and committed at a time.")] = 4096,
     run: RunOptions = RunOptions(),
 ) -> None:
     """Import vectors another tool wrote into the store (made if new), without encoding them.
 
-    The whole input is checked first; nothing is written unless all of it passes. Rerun after an interruption."""
+    The whole input is checked first; nothing is written unless all of it passes. Rerun after an interruption.
+    Every ImportSettings field is a key of a --config file (check_rows, min_cosine: there only)."""
     if (model is None) == (foreign is None):
         raise SubspacesError("declare the vectors' model: --model NAME_OR_FOLDER, or --foreign LABEL (one of them)")
     if dim is not None and foreign is None:
@@ -667,14 +666,11 @@ def import_cmd(
         ids=ids,
         texts=texts,
         metadata=metadata,
-        vector_field=vector_field,
-        id_field=id_field,
-        text_field=text_field,
         upsert=upsert,
-        batch_rows=batch_rows,
         show_progress=True,
         ray=run.ray(),
         actors=run.actors,
+        **asdict(config),
     )
     replaced = f"replaced {report['replaced']:,}, " if "replaced" in report else ""
     cosine = report.get("mean_cosine")  # present where the declared model was checked

@@ -15,12 +15,13 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.io import atomic_path, base_suffix, check_writable, open_text, read_jsonl
+from subspaces.losses.settings import setting
 from subspaces.progress import Progress
 from subspaces.store import columns, scaleout
 from subspaces.store.encoders import encode
@@ -37,6 +38,23 @@ MIN_COSINE = 0.95  # the mean cosine below which the declared model did not writ
 TABLE_SUFFIXES = (".parquet", ".arrow", ".feather", ".ipc")
 JSON_SUFFIXES = (".jsonl", ".ndjson")
 UNIT = 1e-6  # a row whose length is 1 within this is kept as given (float32 rounding of a unit vector)
+
+
+@dataclass(frozen=True)
+class ImportSettings:
+    """How an import reads its input and checks a declared model, declared once: ``store import``'s options (and
+    ``--config`` keys); :func:`.core.import_vectors` takes them as keywords (``Source``'s and the check's)."""
+
+    vector_field: Optional[str] = setting(None, "The vector column (default: vector, or the one list).")
+    id_field: Optional[str] = setting(None, "The id column (default: id, where present).")
+    text_field: Optional[str] = setting(None, "The text column (default: text, where present).")
+    batch_rows: int = setting(BATCH_ROWS, "Rows read, checked and committed at a time.")
+    check_rows: int = setting(CHECK_ROWS, "Texts re-encoded to check a declared --model.")
+    min_cosine: float = setting(MIN_COSINE, "The mean cosine of those below which the declared model is refused.")
+
+    def __post_init__(self) -> None:  # refused before a model loads or the input is read
+        if self.batch_rows < 1:
+            raise SubspacesError(f"batch_rows must be at least 1, got {self.batch_rows}")
 
 
 @dataclass
