@@ -284,7 +284,7 @@ def search_cmd(
     --config file."""
     import numpy as np
 
-    family = {"k": k, "dims": dims, "shortlist": shortlist, "basis": basis, "rescore": rescore}
+    family: dict[str, Any] = {"k": k, "dims": dims, "shortlist": shortlist, "basis": basis, "rescore": rescore}
     config = replace(config, **{name: value for name, value in family.items() if given(ctx, name)})
     if sum(x is not None for x in (query, queries, query_vectors)) != 1:
         raise SubspacesError("give one QUERY, --queries FILE or --query-vectors FILE.npy")
