@@ -278,12 +278,10 @@ def search_cmd(
     head: Annotated[Optional[Path], HEAD] = None,
     run: RunOptions = RunOptions(),
 ) -> None:
-    """The nearest rows of QUERY, or of each line of --queries (results in query order).
-
-    Every SearchSettings field is an option here (those the search family shares declared with it) or a key of a
-    --config file."""
+    """The nearest rows of QUERY, or of each line of --queries (results in query order)."""
     import numpy as np
 
+    # the options the search family shares keep their one declaration (cli/search.py); given, they win over --config
     family: dict[str, Any] = {"k": k, "dims": dims, "shortlist": shortlist, "basis": basis, "rescore": rescore}
     config = replace(config, **{name: value for name, value in family.items() if given(ctx, name)})
     if sum(x is not None for x in (query, queries, query_vectors)) != 1:
@@ -347,9 +345,7 @@ def migrate_cmd(
     run: RunOptions = RunOptions(),
 ) -> None:
     """Map the store into a new model's space beside the old one, or map a new model's queries into it
-    (--query-side); --commit the switch or --rollback it.
-
-    Every MigrationSettings field is an option here or a key of a --config file."""
+    (--query-side); --commit the switch or --rollback it."""
     _json_outside(json_path, store)
     if sum([to is not None, commit, rollback]) != 1:
         raise SubspacesError("give --to MODEL to migrate, --commit to switch to a pending migration, or --rollback")
@@ -650,7 +646,7 @@ def import_cmd(
     """Import vectors another tool wrote into the store (made if new), without encoding them.
 
     The whole input is checked first; nothing is written unless all of it passes. Rerun after an interruption.
-    Every ImportSettings field is a key of a --config file (check_rows, min_cosine: there only)."""
+    --config also sets check_rows and min_cosine (ImportSettings)."""
     if (model is None) == (foreign is None):
         raise SubspacesError("declare the vectors' model: --model NAME_OR_FOLDER, or --foreign LABEL (one of them)")
     if dim is not None and foreign is None:
