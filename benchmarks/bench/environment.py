@@ -9,26 +9,19 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from subspaces.numerics import cpu_model
+
 ROOT = Path(__file__).resolve().parents[2]
 # CPU flags that change which kernels run (bfloat16 and AMX matmuls, AVX-512); the rest are not recorded
 FEATURES = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_int8", "amx_tile")
 
 
 def cpu() -> dict[str, Any]:
-    """``lscpu``'s model name and which of ``FEATURES`` the CPU has (``/proc/cpuinfo`` where lscpu is absent)."""
-    model, flags = platform.processor() or platform.machine(), ""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        out = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    for line in out.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("Model name", "model name") and value.strip():
-            model = value.strip()
-        elif key.strip() in ("Flags", "flags"):
-            flags = value
-    present = set(flags.split())
-    return {"model": model, "cores": os.cpu_count(), "features": {f: f in present for f in FEATURES}}
+    """The CPU's model name and which of ``FEATURES`` it has (``/proc/cpuinfo``'s flags; none where it is absent)."""
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.is_file() else []
+    present = set(next((line.split(":", 1)[1] for line in lines if line.startswith("flags")), "").split())
+    return {"model": cpu_model(), "cores": os.cpu_count(), "features": {f: f in present for f in FEATURES}}
 
 
 def versions() -> dict[str, str | None]:

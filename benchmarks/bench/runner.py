@@ -13,6 +13,7 @@ import inspect
 import json
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from subspaces.io import atomic_open, save_json
 
 from .environment import ROOT, environment
 from .experiment import Cell, Experiment, load
-from .stats import paired_mean_difference, seed_interval
+from .stats import paired_mean_difference, seed_interval, timed
 from .tables import markdown
 from .tasks import Task, resolve
 
@@ -67,10 +68,8 @@ def run(path: str | Path, resume: bool = False, task: Task | None = None, rerun_
                 stale.append(cell.key)
                 continue
         print(f"[{experiment.name}] {cell.key} ({cell.role})", flush=True)
-        start = time.perf_counter()
-        result = measure(dict(cell.params), cell.seed)
-        record = {"cell": cell.key, "pool": cell.pool, "role": cell.role, "arm": cell.arm, "seed": cell.seed}
-        record |= {"params": _plain(cell.params), "seconds": round(time.perf_counter() - start, 3)}
+        result, seconds = timed(measure, dict(cell.params), cell.seed)
+        record = {"cell": cell.key} | asdict(cell) | {"params": _plain(cell.params), "seconds": round(seconds, 3)}
         record |= {"finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "git": env["git"]}
         save_json(target, record | {"task_code": code, "result": result})
     if stale:
@@ -98,21 +97,21 @@ def _numbers(result: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, fl
 
 def summarise(experiment: Experiment, env: dict[str, Any]) -> dict[str, Any]:
     records = [json.loads(cell_path(experiment, c).read_text()) for c in experiment.cells]
-    aggregate: dict[str, dict[str, Any]] = {}
-    for pool in dict.fromkeys(r["pool"] for r in records):
-        aggregate[pool] = {}
-        for arm in dict.fromkeys(r["arm"] for r in records if r["pool"] == pool):
-            runs = [r for r in records if r["pool"] == pool and r["arm"] == arm]
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}  # per pool, per arm, in run order
+    for r in records:
+        runs.setdefault(r["pool"], {}).setdefault(r["arm"], []).append(r)
+    aggregate: dict[str, dict[str, Any]] = {pool: {} for pool in runs}
+    for pool, arms in runs.items():
+        for arm, done in arms.items():
             values: dict[str, list[float]] = {}
-            for r in runs:
+            for r in done:
                 for name, v in _numbers(r["result"]):
                     values.setdefault(name, []).append(v)
-            aggregate[pool][arm] = {n: seed_interval(v) for n, v in values.items() if len(v) == len(runs)}
+            aggregate[pool][arm] = {n: seed_interval(v) for n, v in values.items() if len(v) == len(done)}
     paired: dict[str, dict[str, Any]] = {}
     for a, b in experiment.compare:
-        for pool in aggregate:
-            rows_a = [r["result"].get("rows", {}) for r in records if r["pool"] == pool and r["arm"] == a]
-            rows_b = [r["result"].get("rows", {}) for r in records if r["pool"] == pool and r["arm"] == b]
+        for pool, arms in runs.items():
+            rows_a, rows_b = ([r["result"].get("rows", {}) for r in arms.get(arm, [])] for arm in (a, b))
             for name in sorted(set.intersection(*(set(x) for x in rows_a + rows_b))) if rows_a and rows_b else []:
                 # seeds of an arm as columns; an arm with fewer seeds (a deterministic baseline) is its mean
                 ya = np.stack([np.asarray(x[name], dtype=float) for x in rows_a], axis=1)

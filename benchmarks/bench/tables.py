@@ -21,19 +21,17 @@ def markdown(summary: dict[str, Any]) -> str:
     own = task_table(summary["experiment"]["task"])
     for pool, arms in ({} if own is not None else summary["aggregate"]).items():
         names = list(dict.fromkeys(n for cells in arms.values() for n in cells))
-        lines += [f"### {pool} ({roles[pool]})", "", "| arm | seeds | " + " | ".join(names) + " |"]
-        lines.append("|---|---:|" + "---:|" * len(names))
+        rows = []
         for arm, cells in arms.items():
             seeds = max((c["seeds"] for c in cells.values()), default=0)
-            lines.append(f"| {arm} | {seeds} | " + " | ".join(mean_std(cells.get(n)) for n in names) + " |")
-        lines.append("")
+            rows.append(f"{arm} | {seeds} | " + " | ".join(mean_std(cells.get(n)) for n in names))
+        lines += [f"### {pool} ({roles[pool]})", "", grid("arm | seeds | " + " | ".join(names), rows)]
     for pool, pairs in summary.get("paired", {}).items():
-        lines += [f"### {pool}: paired bootstrap 95 % intervals", "", "| difference | rows | diff [low, high] |"]
-        lines.append("|---|---|---|")
-        for name, per_rows in pairs.items():
-            for rows, d in per_rows.items():
-                lines.append(f"| {name} | {rows} | {d['diff']:+.4g} [{d['low']:+.4g}, {d['high']:+.4g}] |")
-        lines.append("")
+        rows = []
+        for name, diffs in pairs.items():
+            rows += [f"{name} | {n} | {d['diff']:+.4g} [{d['low']:+.4g}, {d['high']:+.4g}]" for n, d in diffs.items()]
+        head = "difference | rows | diff [low, high]"
+        lines += [f"### {pool}: paired bootstrap 95 % intervals", "", grid(head, rows, left=3)]
     if own is not None:
         lines.append(own(summary))
     return "\n".join(lines).rstrip() + "\n"

@@ -4,9 +4,10 @@ Seeds are repeats (the runner rotates the arms' order). STS per arm: ``inference
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
+from bench.stats import timed
+from bench.tables import grid
 from bench.tasks import cell_params
 
 DEFAULTS: dict[str, Any] = {
@@ -28,9 +29,8 @@ def texts(kind: str, n: int) -> list[str]:
 def _rate(model: Any, batch: list[str], batch_size: int) -> float:
     from subspaces.models.encoder import encode
 
-    start = time.perf_counter()
-    encode(model, batch, batch_size=batch_size, show_progress=False)
-    return round(len(batch) / (time.perf_counter() - start), 1)
+    _, seconds = timed(encode, model, batch, batch_size=batch_size, show_progress=False)
+    return round(len(batch) / seconds, 1)
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
 
 def table(summary: dict[str, Any]) -> str:
     """Per pool (model, text kind): each arm's mean sentences/s over repeats ± the 95 % half-width, × torch fp32."""
-    lines = ["| pool | arm | batch 1 | batch 64 |", "|---|---|---:|---:|"]
+    rows = []
     for pool, arms in summary["aggregate"].items():
         base = arms.get("torch-fp32", {})
         for arm, values in arms.items():
@@ -56,5 +56,5 @@ def table(summary: dict[str, Any]) -> str:
                 if n in values
             ]
             if cells:
-                lines.append(f"| {pool} | {arm} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+                rows.append(f"{pool} | {arm} | " + " | ".join(cells))
+    return grid("pool | arm | batch 1 | batch 64", rows, left=2)
