@@ -53,16 +53,11 @@ def wordnet(kind: str, n_docs: int, n_queries: int = 3000) -> tuple[tuple[str, .
     return tuple(docs), tuple(q for q, _ in kept), tuple(r for _, r in kept)
 
 
-def dataset(data: str, n_docs: int) -> tuple[tuple[str, ...], tuple[str, ...], tuple[int, ...]]:
-    if data.startswith("wn-"):
-        return wordnet(data[3:], n_docs)
-    return migrate.dataset(data, n_docs)
-
-
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     """One cell: an arm's Recall@10 at each size of ``dims`` on a pool."""
     p = cell_params(DEFAULTS, params)
-    docs, queries, relevant = dataset(p["data"], int(p["n_docs"]))
+    data, n_docs = p["data"], int(p["n_docs"])
+    docs, queries, relevant = wordnet(data[3:], n_docs) if data.startswith("wn-") else migrate.dataset(data, n_docs)
     doc_vectors, query_vectors = migrate.vectors(p["model"], docs, p), migrate.vectors(p["model"], queries, p)
     store = migrate.store_of(p | {"old": p["model"]}, docs, doc_vectors)
     result: dict[str, Any] = {"docs": len(docs), "queries": len(queries)}

@@ -6,7 +6,6 @@ Measured on the domain's test rows: logistic-regression probes, k-means V-measur
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
@@ -50,11 +49,10 @@ def v_measure(model: Any, task: str) -> float:
     from sklearn.cluster import KMeans
     from sklearn.metrics import v_measure_score
 
-    from subspaces.data import classification as cls
+    from subspaces.eval.dims import TASKS
     from subspaces.models.encoder import encode
 
-    loaders = {"Emotion": cls.load_emotion, "Banking77": cls.load_banking77}
-    rows = loaders[task]("test") if task in loaders else cls.load_tweeteval(task.removeprefix("TweetEval-"), "test")
+    rows = TASKS[task].load("test")  # type: ignore[misc]  # a classification task: it has a loader
     texts, labels = list(rows.texts), list(rows.labels)
     emb = np.asarray(encode(model, texts, batch_size=128, normalize=True, show_progress=False))
     found = [KMeans(len(set(labels)), n_init=3, random_state=s).fit_predict(emb) for s in range(3)]
@@ -79,11 +77,12 @@ def measure(model: Any, domain: str, p: dict[str, Any]) -> dict[str, Any]:
 
 def trained(domain: str, seed: int, p: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
     """The model trained on ``domain``'s text with ``seed`` and the training record, trained once per settings."""
+    from subspaces.fingerprint import json_sha256
     from subspaces.models.encoder import load_encoder
     from subspaces.train.simcse import SimCSEConfig, train_simcse, unsup_examples
 
     settings = {k: p[k] for k in TRAINING}
-    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:8]
+    digest = json_sha256(settings)[:8]
     folder = Path(p["work"]) / f"{domain}_seed{seed}-{digest}"  # a checkpoint resumes only its own settings
     marker = folder / "bench-train.json"
     if marker.is_file() and json.loads(marker.read_text())["settings"] == settings:
