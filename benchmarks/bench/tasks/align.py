@@ -1,10 +1,8 @@
 """Unsupervised alignment (BENCHMARKS §2): ``MiniVec2Vec()`` with the shipped defaults fitted on two disjoint
 unpaired halves of a pool sample (``minilm-l6`` and ``target`` vectors), scored by top-1 retrieval on its held-out
 pairs beside the in-sample and the cross-fitted orthogonal oracles. Dev domains: wordnet, tweets; test: utterances,
-questions, sts, mrpc, captions, entities. Vectors are cached under the cache folder's ``align_bench/``.
-
-    OMP_NUM_THREADS=2 .venv/bin/python benchmarks/run.py benchmarks/experiments/align_dev.toml --resume
-"""
+questions, sts, mrpc, captions, entities (experiments/align_*.toml). Vectors are cached under the cache folder's
+``align_bench/``."""
 
 from __future__ import annotations
 
@@ -16,15 +14,12 @@ import numpy as np
 
 from bench.stats import timed
 from bench.tables import grid
+from bench.tasks import cell_params
 
 SOURCE = "minilm-l6"
 DEFAULTS: dict[str, Any] = {
     "target": "paraphrase-l3", "size": 40_000, "sample": 0, "reserved": 1000, "threads": 2, "params": {},
 }  # fmt: skip
-
-
-def _distinct(texts: Any) -> list[str]:
-    return list(dict.fromkeys(t.strip() for t in texts if t and t.strip()))
 
 
 def texts(domain: str) -> list[str]:
@@ -59,7 +54,7 @@ def texts(domain: str) -> list[str]:
         found = [line.split("\t", 1)[1].replace("_", " ") for line in lines if "\t" in line]
     else:
         raise ValueError(f"unknown domain {domain!r}")
-    return _distinct(found)
+    return list(dict.fromkeys(t.strip() for t in found if t and t.strip()))
 
 
 def pool(domain: str, sample: int, size: int, target: str) -> dict[str, np.ndarray]:
@@ -95,10 +90,8 @@ def pool(domain: str, sample: int, size: int, target: str) -> dict[str, np.ndarr
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     from subspaces.align import MiniVec2Vec, evaluate_alignment
-    from subspaces.config import set_threads
 
-    p = DEFAULTS | params
-    set_threads(p["threads"])
+    p = cell_params(DEFAULTS, params)
     data = pool(p["domain"], int(p["sample"]), int(p["size"]), p["target"])
     aligner = MiniVec2Vec.from_params(p["params"], random_state=seed, verbose=False)
     _, seconds = timed(aligner.fit, data["a"], data["b"])
