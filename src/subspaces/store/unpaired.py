@@ -75,14 +75,14 @@ def verdict(aligner: Any) -> dict[str, Any]:
         "problems": list(d.problems),
         "confidence": _round(d.confidence),
         "kept": d.kept,
-        "trust_score": trust.get("score"),
-        "trust_lift": _round(trust.get("lift")),  # over the best trivial map, in units of chance level
-        "trust_margin": trust.get("margin"),
-        "trust_final": _round(trust.get("final")),
-        "trust_identity": _round(trust.get("identity")),
-        "trust_random_rotation": _round(trust.get("random_rotation")),
-        "agreement": _round(agreement.get("agreement")),
-        "agreement_threshold": agreement.get("threshold"),
+        "trust_score": getattr(trust, "score", None),
+        "trust_lift": _round(getattr(trust, "lift", None)),  # over the best trivial map, in units of chance level
+        "trust_margin": getattr(trust, "margin", None),
+        "trust_final": _round(getattr(trust, "final", None)),
+        "trust_identity": _round(getattr(trust, "identity", None)),
+        "trust_random_rotation": _round(getattr(trust, "random_rotation", None)),
+        "agreement": _round(agreement.agreement),
+        "agreement_threshold": agreement.threshold,
         "stopped_early": d.stopped_early,
         "stop_reason": d.stop_reason,
     }
