@@ -85,6 +85,5 @@ def load(path: str | Path) -> Experiment:
             for arm, arm_params, only in arms[i % len(arms) :] + arms[: i % len(arms)]:
                 if only is None or seed in only:
                     cells.append(Cell(pool, role, arm, seed, common | pool_params | arm_params))
-    out = Path(spec.get("out", f"benchmarks/results/runner/{spec['name']}"))
-    out = out if out.is_absolute() else ROOT / out
+    out = ROOT / spec.get("out", f"benchmarks/results/runner/{spec['name']}")  # an absolute out stays as it is
     return Experiment(spec["name"], spec["task"], path, out, cells, compare, int(spec.get("bootstrap", 1000)))

@@ -114,8 +114,7 @@ def summarise(experiment: Experiment, env: dict[str, Any]) -> dict[str, Any]:
             rows_a, rows_b = ([r["result"].get("rows", {}) for r in arms.get(arm, [])] for arm in (a, b))
             for name in sorted(set.intersection(*(set(x) for x in rows_a + rows_b))) if rows_a and rows_b else []:
                 # seeds of an arm as columns; an arm with fewer seeds (a deterministic baseline) is its mean
-                ya = np.stack([np.asarray(x[name], dtype=float) for x in rows_a], axis=1)
-                yb = np.stack([np.asarray(x[name], dtype=float) for x in rows_b], axis=1)
+                ya, yb = (np.stack([np.asarray(x[name], dtype=float) for x in s], axis=1) for s in (rows_a, rows_b))
                 d = paired_mean_difference(ya, yb, n=experiment.bootstrap)
                 pair = paired.setdefault(pool, {}).setdefault(f"{a} - {b}", {})
                 pair[name] = {"diff": d.diff, "low": d.low, "high": d.high}

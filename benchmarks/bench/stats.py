@@ -32,6 +32,5 @@ def seed_interval(values: Sequence[float]) -> dict[str, float | int]:
 
 def paired_mean_difference(a: np.ndarray, b: np.ndarray, n: int = 1000, seed: int = 0) -> PairedDifference:
     """mean(a) - mean(b) over row-aligned per-row values; a 2-d input's columns (seeds) are averaged first."""
-    a2 = np.asarray(a, dtype=float).reshape(len(a), -1).mean(axis=1)
-    b2 = np.asarray(b, dtype=float).reshape(len(b), -1).mean(axis=1)
+    a2, b2 = (np.asarray(x, dtype=float).reshape(len(x), -1).mean(axis=1) for x in (a, b))
     return paired_bootstrap(a2, b2, lambda v, _: float(np.mean(v)), n=n, seed=seed)

@@ -53,8 +53,7 @@ def _kgc_run(
     from subspaces.kgc.recipes import recipe_settings
 
     settings = recipe_settings(RECIPE, arch)
-    if args.kgc_batch:
-        settings["batch_size"] = args.kgc_batch
+    settings["batch_size"] = args.kgc_batch or settings["batch_size"]
     started = time.perf_counter()
     settings |= {"arch": arch, "freeze_encoder": False, "max_steps": steps, "epochs": args.kgc_max_epochs}
     settings |= {"seed": seed, "evaluate_split": "test" if evaluate else None, "disk_cache": False, "save_steps": 0}
@@ -228,8 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.device.startswith("cuda"):  # TF32 products (the released run uses fp16 autocast; these loops are fp32)
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out)  # save_json makes the folder
     if args.stage:
         STAGES[args.stage](args, args.deadline, out / f"{args.stage}.json")
         return

@@ -1,6 +1,5 @@
-"""Quantized embeddings (BENCHMARKS §7): the top-10 overlap of int8 and binary search with float exact search
-(WN18RR definitions as the corpus, WordNet examples as queries), unrescored and 4x rescored from the codes or from
-the float rows; bytes per vector. The int8 ranges are calibrated on corpus rows drawn by the seed."""
+"""Quantized embeddings (BENCHMARKS §7; quantized.toml says on what): int8 and binary search's top-10 overlap with
+float search, unrescored and 4x rescored from the codes or the float rows; int8 ranges from a seeded corpus sample."""
 
 from __future__ import annotations
 

@@ -134,12 +134,9 @@ def child(stage: str, args: dict[str, Any]) -> dict[str, Any]:
     if stage == "import":
         _, report = import_vectors(args["store"], args["parquet"], foreign=args["model"], batch_rows=args["batch_rows"])
         out: dict[str, Any] = {"report": report}
-    elif stage == "quantize":
-        out = {"report": Store.open(args["store"]).quantize("int8")}
-    elif stage == "index":
-        out = {"report": Store.open(args["store"]).index()}
-    elif stage == "shrink":
-        out = {"report": Store.open(args["store"]).shrink(args["shrink_dims"])}
+    elif stage in ("quantize", "index", "shrink"):  # the Store method of that name
+        arguments = {"quantize": ["int8"], "index": [], "shrink": [args["shrink_dims"]]}[stage]
+        out = {"report": getattr(Store.open(args["store"]), stage)(*arguments)}
     elif stage == "mutate":
         out = mutate(Store.open(args["store"]), args)
     elif stage == "export":
