@@ -32,9 +32,8 @@ def cell_params(defaults: dict[str, Any], params: dict[str, Any]) -> dict[str, A
 
 
 def task_table(name: str) -> Callable[[dict[str, Any]], str] | None:
-    module = TASKS.get(name, name).partition(":")[0]
+    """The task module's own ``table``, if it has one (a module that does not import here: none)."""
     try:
-        table: Callable[[dict[str, Any]], str] | None = getattr(import_module(module), "table", None)
+        return getattr(import_module(TASKS.get(name, name).partition(":")[0]), "table", None)
     except ImportError:
         return None
-    return table

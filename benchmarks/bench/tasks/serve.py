@@ -22,8 +22,7 @@ def table(summary: dict[str, Any]) -> str:
     for cell in summary["cells"]:
         result = cell["result"]
         out.append(f"### {cell['pool']} / {cell['arm']} / seed {cell['seed']} ({result['cpu']}, {result['date']})")
-        out.append("| server | texts | c | texts/s | p99 ms | x infinity |")
-        out.append("|---|---|---:|---:|---:|---:|")
+        out += ["| server | texts | c | texts/s | p99 ms | x infinity |", "|---|---|---:|---:|---:|---:|"]
         ratios = result["ratio_over_infinity"]
         for label, kinds in result["servers"].items():
             for kind, rows in kinds.items():

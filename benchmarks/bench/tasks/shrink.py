@@ -81,13 +81,10 @@ def table(summary: dict[str, Any], dims: tuple[int, ...] = (32, 64)) -> str:
     """Per size: each arm's Recall@10 (mean over seeds) per pool, and the adapter's and the chosen basis's gain
     over raw truncation and over the principal axes, in % of theirs [paired bootstrap 95 % interval]."""
     lines = []
+    head = "| pool | raw | pca | paper's terms | adapter | chosen | adapter vs raw | adapter vs pca | chosen vs pca |"
     for d in dims:
         name = f"recall@10/{d}"
-        lines += [f"### Recall@10 at {d} dims", ""]
-        lines += [
-            "| pool | raw | pca | paper's terms | adapter | chosen | adapter vs raw | adapter vs pca | chosen vs pca |"
-        ]
-        lines.append("|---|---:|---:|---:|---:|---:|---|---|---|")
+        lines += [f"### Recall@10 at {d} dims", "", head, "|---|---:|---:|---:|---:|---:|---|---|---|"]
         for pool, arms in summary["aggregate"].items():
             mean = {arm: values.get(f"metrics/{name}", {}).get("mean", float("nan")) for arm, values in arms.items()}
             cells = [f"{mean.get(a, float('nan')):.3f}" for a in ("raw", "pca", "adapter-paper", "adapter", "chosen")]
