@@ -160,8 +160,9 @@ def search(mode: str, args: dict[str, Any]) -> dict[str, Any]:
     k = args["k"]
     _, first_s = timed(store.search_vectors, queries[:1], k, **options)  # builds the vector file, index, codes
     timing, ids = latencies(store, queries, k, **options)
-    (filtered,), filtered_s = timed(store.search_vectors, queries[:1], k, where=args["where"], **options)
-    lang, year = args["where_check"]
+    lang, year = args["filter_lang"], int(args["filter_year"])
+    where = f"lang = '{lang}' AND year >= {year}"
+    (filtered,), filtered_s = timed(store.search_vectors, queries[:1], k, where=where, **options)
     matching = all(m is not None and m["lang"] == lang and m["year"] >= year for m in filtered.metadata)
     return {
         "first_search_seconds": round(first_s, 2), "p50_ms": round(timing["p50_ms"], 3),
@@ -230,9 +231,7 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         modes[f"shrunk_{d}_alone"] = {"dims": d, "rerank": "none"}
         modes[f"shrunk_{d}_funnel_x{p['shortlist']}"] = {"dims": d, "shortlist": p["shortlist"]}
     args = p | {  # what each stage's process reads
-        "store": str(work / "store"), "parquet": str(work / "corpus.parquet"), "work": str(work),
-        "where": f"lang = '{p['filter_lang']}' AND year >= {int(p['filter_year'])}",
-        "where_check": [p["filter_lang"], int(p["filter_year"])], "modes": modes,
+        "store": str(work / "store"), "parquet": str(work / "corpus.parquet"), "work": str(work), "modes": modes,
     }  # fmt: skip
     stages = {name: run_stage(name, args, work) for name in ("import", "quantize", "index", "shrink")}
     searches = {name: run_stage(name, args, work) for name in modes}
