@@ -380,8 +380,12 @@ def ratios(path: str | Path, n: int = 2000) -> dict[str, Any]:
         sizes = {"all": len(check), "choose": int((~check).sum()), "check": int(check.sum())}
         draws = {name: rng.integers(0, m, size=(n, m)) for name, m in sizes.items()}
         out[pool] = {}
-        for (other_pool, arm), runs in records.items():
+        for (other_pool, arm), cells in records.items():
             if other_pool != pool or arm == "reembed":
+                continue
+            runs = [r for r in cells if "rows" in r]  # a refused unpaired map has no figures
+            if not runs:
+                out[pool][arm] = {"refused": len(cells)}
                 continue
             names = [key for key in runs[0]["rows"] if all(key in r["rows"] for r in runs)]
             row: dict[str, Any] = {"seeds": len(runs)}
@@ -396,7 +400,7 @@ def ratios(path: str | Path, n: int = 2000) -> dict[str, Any]:
                         "ratio": round(float(x.mean() / y.mean()), 4), "low": round(float(np.percentile(boot, 2.5)), 4),
                         "high": round(float(np.percentile(boot, 97.5)), 4),
                     }  # fmt: skip
-            out[pool][arm] = row | {"chosen": [r.get("chosen") for r in runs]}
+            out[pool][arm] = row | {"chosen": [r.get("chosen") for r in runs], "refused": len(cells) - len(runs)}
     return out
 
 
@@ -417,6 +421,7 @@ def table(summary: dict[str, Any]) -> str:
                 got = row.get(f"recall@{K}/{half}")
                 cells.append(f"{got['ratio']:.3f} [{got['low']:.3f}, {got['high']:.3f}]" if got else "-")
             chosen = ",".join(sorted({str(c) for c in row.get("chosen", []) if c})) or "-"
+            chosen += f" (refused: {row['refused']})" if row.get("refused") else ""
             lines.append(f"| {arm} | {chosen} | {r:.3f} | {g:.3f} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
