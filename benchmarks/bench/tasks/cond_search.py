@@ -27,6 +27,7 @@ def _unit_rows(n: int, d: int, seed: int, block: int = 131_072) -> np.ndarray:
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     import torch
+    from torch.nn.functional import normalize
 
     from subspaces.models.heads import conditional_search, corpus_view, make_head
 
@@ -47,11 +48,8 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
 
         def explicit(q: torch.Tensor) -> torch.Tensor:  # form W_c, project every row, normalise, rank
             w = head.projection_matrix(condition)[0]
-            projected = torch.nn.functional.normalize(q[None] @ w.T, dim=1)[0]
-            chunks = [
-                torch.nn.functional.normalize(corpus[i : i + 65_536] @ w.T, dim=1) @ projected
-                for i in range(0, len(corpus), 65_536)
-            ]
+            projected = normalize(q[None] @ w.T, dim=1)[0]
+            chunks = [normalize(corpus[i : i + 65_536] @ w.T, dim=1) @ projected for i in range(0, len(corpus), 65_536)]
             return torch.topk(torch.cat(chunks), k).indices
 
         search(queries[:2])  # warm-up
