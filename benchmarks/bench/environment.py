@@ -49,14 +49,10 @@ def commit() -> dict[str, Any]:
 
 
 def threads() -> dict[str, Any]:
-    found: dict[str, Any] = {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    try:
-        import torch
+    import torch  # a dependency of subspaces
 
-        found["torch"] = torch.get_num_threads()
-    except ImportError:
-        found["torch"] = None
-    return found
+    found: dict[str, Any] = {v: os.environ.get(v) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    return found | {"torch": torch.get_num_threads()}
 
 
 def environment() -> dict[str, Any]:

@@ -8,7 +8,6 @@ the per-row values. Each cell records a hash of its task's module: a resumed run
 from __future__ import annotations
 
 import argparse
-import hashlib
 import inspect
 import json
 import time
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from subspaces.fingerprint import sha256_hex
 from subspaces.io import atomic_open, save_json
 
 from .environment import ROOT, environment
@@ -43,7 +43,7 @@ def task_code(task: Task) -> str:
     """A short hash of the module that defines ``task``: its code and its defaults."""
     source = inspect.getsourcefile(task)
     text = Path(source).read_bytes() if source else repr(task).encode()
-    return hashlib.sha256(text).hexdigest()[:12]
+    return sha256_hex(text, 12)
 
 
 def run(path: str | Path, resume: bool = False, task: Task | None = None, rerun_stale: bool = False) -> dict[str, Any]:
