@@ -35,8 +35,7 @@ def build_random_bert(
     dropouts: dict[str, Any] = {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
     config = BertConfig(vocab_size=tokenizer.vocab_size, **sizes, **dropouts)
     folder = Path(output_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    BertModel(config).save_pretrained(folder)
+    BertModel(config).save_pretrained(folder)  # makes the folder
     tokenizer.save_pretrained(folder)
     transformer = Transformer(str(folder), max_seq_length=max_position)
     return with_pooler(SentenceTransformer(modules=[transformer], device="cpu"), pooler, mlp_only_train=True)
