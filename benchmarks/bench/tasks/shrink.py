@@ -37,19 +37,17 @@ def wordnet(kind: str, n_docs: int, n_queries: int = 3000) -> tuple[tuple[str, .
         senses.append((lemma, definition.strip(), examples))
     random.Random(53).shuffle(senses)
     count = Counter(lemma for lemma, _, _ in senses)
-    docs: list[str] = []
-    seen: set[str] = set()
+    docs: dict[str, None] = {}  # ordered and without repeats: a definition's position is its document's
     pairs: list[tuple[str, int]] = []
     for lemma, definition, examples in senses:
-        if len(docs) >= n_docs or not definition or definition in seen:
+        if len(docs) >= n_docs or not definition or definition in docs:
             continue
-        seen.add(definition)
-        docs.append(definition)
+        docs[definition] = None
         query = examples[0] if kind == "examples" and examples else None
         query = (lemma if count[lemma] == 1 else None) if kind == "names" else query
         if query is not None and len(pairs) < n_queries:
             pairs.append((query, len(docs) - 1))
-    kept = [(q, r) for q, r in pairs if q not in seen]
+    kept = [(q, r) for q, r in pairs if q not in docs]
     return tuple(docs), tuple(q for q, _ in kept), tuple(r for _, r in kept)
 
 
