@@ -121,39 +121,27 @@ def domain_texts(data: str, docs: tuple[str, ...], n: int) -> tuple[str, ...]:
     ``data="tweets"``: emoji train tweets alone, a wrong domain (a user's mistake) for the refusal's calibration."""
     emoji = DATA / "tweeteval" / "emoji"
     if data == "tweets":  # a wrong domain for any pool but the tweets among its fillers (a user's mistake)
-        return _mixed([], _lines(emoji / "train_text.txt"), set(docs), docs, set(docs), n, share=1.0)
+        return _mixed([], _lines(emoji / "train_text.txt"), 1.0, set(docs), n)
     if data not in ("sts", "snli-test", "snli"):
         raise ValueError(f"domain texts are drawn for the pools sts, snli-test and snli only, not {data!r}")
-    _, queries, _ = dataset(data, len(docs))
-    taken = set(docs) | set(queries)
+    taken = set(docs) | set(dataset(data, len(docs))[1])
+    fillers, in_corpus = _lines(emoji / "train_text.txt"), set(_lines(emoji / "test_text.txt"))
     if data == "snli":  # dev: SNLI dev's other hypotheses, and the WordNet definitions the corpus did not take
-        nli = DATA / "nli" / "senteval_snli"
-        own = _lines(nli / "s2.dev")
+        own = _lines(DATA / "nli" / "senteval_snli" / "s2.dev")
         fillers = _lines(DATA / "wordnet_sentences" / "wordnet30_definitions.txt.gz")
-        return _mixed(own, fillers, set(fillers), docs, taken, n)
-    if data == "sts":
+        in_corpus = set(fillers)
+    elif data == "sts":
         rows = [
-            line.split("\t")
-            for split in ("train", "dev")
-            for line in _lines(DATA / "stsb" / "original" / f"sts-{split}.csv")
+            line.split("\t") for part in ("train", "dev") for line in _lines(DATA / f"stsb/original/sts-{part}.csv")
         ]
         own = [text.strip() for row in rows if len(row) > 6 for text in row[5:7]]
     else:
         own = [t for name in ("s1", "s2") for t in _lines(DATA / "nli" / "senteval_snli" / f"{name}.dev")]
-    return _mixed(own, _lines(emoji / "train_text.txt"), set(_lines(emoji / "test_text.txt")), docs, taken, n)
+    return _mixed(own, fillers, len(set(docs) & in_corpus) / len(docs), taken, n)
 
 
-def _mixed(
-    own: list[str],
-    fillers: list[str],
-    corpus_fillers: set[str],
-    docs: tuple[str, ...],
-    taken: set[str],
-    n: int,
-    share: float | None = None,
-) -> tuple[str, ...]:
-    """``n`` texts of ``own`` and ``fillers`` not in ``taken``, in the corpus's share of its filler texts."""
-    share = len(set(docs) & corpus_fillers) / len(docs) if share is None else share
+def _mixed(own: list[str], fillers: list[str], share: float, taken: set[str], n: int) -> tuple[str, ...]:
+    """``n`` texts of ``own`` and (a ``share`` of them) ``fillers``, none in ``taken``, each drawn at random."""
     rng = np.random.default_rng(53)
     picked = []
     for source, count in ((own, n - round(n * share)), (fillers, round(n * share))):
