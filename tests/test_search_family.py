@@ -10,11 +10,13 @@ import typing
 from typing import Annotated, Any
 
 import numpy as np
+import pytest
 import typer
 from typer.testing import CliRunner
 
 from subspaces.cli.app import app
-from subspaces.cli.search import KOpt
+from subspaces.cli.search import KOpt, query_texts
+from subspaces.errors import SubspacesError
 
 FAMILY = ("vectors search", "store search", "cond search")
 VECTORS, STORE, COND = FAMILY
@@ -133,6 +135,16 @@ def test_the_check_catches_an_option_declared_again_differently():
     ]
     assert differences(found, {"k": ("x one", "x three")}, {("k", "x three"): "why"}, set()) == []
     assert differences(found, {"k": ("x one", "x four")}, {}, set()) == ["k: missing from x four"]
+
+
+def test_query_texts_takes_one_source_and_refuses_both(tmp_path):
+    lines = tmp_path / "q.txt"
+    lines.write_text("first\nsecond\n")
+    assert query_texts("a query", None) == ["a query"]
+    assert query_texts(None, lines) == ["first", "second"]
+    for query, queries, message in (("a query", lines, "not both"), (None, None, "give a QUERY")):
+        with pytest.raises(SubspacesError, match=message):
+            query_texts(query, queries)
 
 
 def test_every_search_writes_and_prints_one_shape(tiny_model_dir, tmp_path):

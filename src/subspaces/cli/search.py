@@ -76,7 +76,9 @@ SHOWN = 20  # queries printed as tables; --json writes every one
 
 
 def query_texts(query: str | None, queries: Path | None) -> list[str]:
-    """QUERY, or the lines of --queries."""
+    """QUERY, or the lines of --queries (one of them: both is refused, so no query is silently dropped)."""
+    if query is not None and queries is not None:
+        raise SubspacesError("give a QUERY or --queries FILE, not both")
     if query is not None:
         return [query]
     if queries is None:
