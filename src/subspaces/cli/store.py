@@ -266,7 +266,7 @@ def search_cmd(
         Optional[str], typer.Option(help="SQL filter applied before the top k, e.g. \"lang = 'en'\".")
     ] = None,
     json_path: JsonOpt = None,
-    k: KOpt = 10,
+    k: KOpt = SearchSettings.k,
     dims: DimsOpt = None,
     shortlist: ShortlistOpt = None,
     basis: BasisOpt = None,
