@@ -44,6 +44,7 @@ LAYERS: dict[str, int] = {
             "results",
             "cache",
             "fingerprint",
+            "settings",
             "state_folder",
             "vectors_file",
             "quantize",

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from subspaces.losses.settings import ConditionalSettings, setting
+from subspaces.losses.settings import ConditionalSettings
+from subspaces.settings import setting
 from subspaces.train.recipes import FitConfig
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from subspaces.errors import SubspacesError
-from subspaces.losses.settings import SimKGCSettings, setting
+from subspaces.losses.settings import SimKGCSettings
+from subspaces.settings import setting
 from subspaces.train.recipes import FitConfig
 
 Ties = Literal["realistic", "optimistic", "pessimistic"]  # how tied scores rank in evaluation (kgc.ranking)

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from subspaces.errors import SubspacesError
-from subspaces.losses.settings import OBJECTIVES, ConditionalSettings, chosen
+from subspaces.losses.settings import OBJECTIVES, ConditionalSettings
+from subspaces.settings import chosen
 
 
 class ConditionalLoss(nn.Module):

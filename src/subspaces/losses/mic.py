@@ -19,8 +19,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from subspaces.errors import DimensionError
-from subspaces.losses.settings import MAPPINGS, MICSettings, chosen
+from subspaces.losses.settings import MAPPINGS, MICSettings
 from subspaces.models.pooling import masked_mean
+from subspaces.settings import chosen
 
 
 def token_statistics(hidden: Tensor, attention_mask: Tensor, eps: float = 1e-6) -> tuple[Tensor, Tensor]:

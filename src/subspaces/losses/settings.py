@@ -4,26 +4,15 @@ classes, and the CLI derives its options from them (no torch here)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass
+from typing import Literal
+
+from subspaces.settings import setting
 
 LayerPrefixMapping = Literal["all", "paired"]
 MAPPINGS: tuple[LayerPrefixMapping, ...] = ("all", "paired")
 Objective = Literal["mse", "quadruplet", "infonce_mse"]
 OBJECTIVES: tuple[Objective, ...] = ("mse", "quadruplet", "infonce_mse")
-S = TypeVar("S")
-
-
-def setting(default: Any, text: str, *flags: str) -> Any:
-    """A recipe field: its default, its help ``text`` and, if not ``--field-name``, its CLI ``flags``."""
-    return field(default=default, metadata={"help": text, "flags": flags} if flags else {"help": text})
-
-
-def chosen(kind: type[S], settings: Any | None, changes: dict[str, Any]) -> S:
-    """A loss's ``kind`` of settings: those of ``settings`` (a ``kind``, or a recipe extending it; None: the
-    defaults) with ``changes`` to single fields."""
-    taken = {} if settings is None else {f.name: getattr(settings, f.name) for f in fields(kind)}  # type: ignore[arg-type]
-    return kind(**taken | changes)
 
 
 @dataclass

@@ -23,7 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from subspaces.losses.settings import SimKGCSettings, chosen
+from subspaces.losses.settings import SimKGCSettings
+from subspaces.settings import chosen
 
 if TYPE_CHECKING:
     from subspaces.kgc.graph import KnownTails

@@ -5,18 +5,14 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from subspaces.errors import SubspacesError
 from subspaces.models.backends import AUTO, BACKENDS, DTYPES, PRECISIONS, check_backend, check_dtype, fastest_runtime
+from subspaces.settings import setting
 
 TokenIds = Literal["tiktoken", "model"]
 TOKEN_IDS: tuple[str, ...] = get_args(TokenIds)
-
-
-def _setting(default: Any, help: str, *flags: str, **kwargs: Any) -> Any:
-    """A field with its ``--help`` text, and its option's flags where they are not ``--field-name``."""
-    return field(default=default, metadata={"help": help, "flags": flags} if flags else {"help": help}, **kwargs)
 
 
 @dataclass(frozen=True)
@@ -26,42 +22,40 @@ class ServeSettings:
     folder's own."""
 
     model: str = field(metadata={"help": "Bundled model name or a local folder.", "flags": ("--model", "-m")})
-    head: Path | None = _setting(None, "A saved Hyper-CL tri-encoder folder, for /v1/similarity's condition.")
-    store: Path | None = _setting(None, "A store folder, for /v1/search.")
-    device: str = _setting("cpu", "Torch device: cpu, cuda, cuda:N or mps (checked before anything loads).")
-    backend: Literal[(*BACKENDS, AUTO)] = _setting(  # type: ignore[valid-type]
+    head: Path | None = setting(None, "A saved Hyper-CL tri-encoder folder, for /v1/similarity's condition.")
+    store: Path | None = setting(None, "A store folder, for /v1/search.")
+    device: str = setting("cpu", "Torch device: cpu, cuda, cuda:N or mps (checked before anything loads).")
+    backend: Literal[(*BACKENDS, AUTO)] = setting(  # type: ignore[valid-type]
         AUTO,
         "auto: the fastest measured on this kind of CPU (OpenVINO int8 with VNNI/AMX, else torch bfloat16 where "
         "native, else ONNX Runtime int8; torch with --dtype or --precision fp32); or torch, onnx, openvino.",
     )
-    precision: Literal[PRECISIONS] | None = _setting(  # type: ignore[valid-type]
+    precision: Literal[PRECISIONS] | None = setting(  # type: ignore[valid-type]
         None, "fp32 or int8 (an exported graph); default: the backend's (fp32), or auto's pick."
     )
-    dtype: Literal[DTYPES] | None = _setting(  # type: ignore[valid-type]
+    dtype: Literal[DTYPES] | None = setting(  # type: ignore[valid-type]
         None, "What torch runs in (auto: bfloat16 where native); default float32, or auto's pick."
     )
-    model_id: str | None = _setting(None, "The model name clients use (default: the model's name or folder name).")
+    model_id: str | None = setting(None, "The model name clients use (default: the model's name or folder name).")
     api_key: str | None = field(default=None, repr=False)
-    max_batch_tokens: int = _setting(16384, "Padded tokens (texts x longest) in one batch.")
-    max_wait_ms: float = _setting(0.0, "How long a batch waits for more requests to join it (0: take what has queued).")
-    max_queue: int = _setting(256, "Requests that may wait; more are answered 503.")
-    max_inputs: int = _setting(2048, "Texts (or pairs) in one request; more are answered 413.")
-    max_body_bytes: int = _setting(
-        2 * 2**20, "Size of one request body in bytes (--max-body-mb); more is answered 413."
-    )
-    request_timeout_s: float = _setting(30.0, "Seconds a request may take before it is answered 504.", "--timeout")
-    cors_origins: tuple[str, ...] = _setting(
+    max_batch_tokens: int = setting(16384, "Padded tokens (texts x longest) in one batch.")
+    max_wait_ms: float = setting(0.0, "How long a batch waits for more requests to join it (0: take what has queued).")
+    max_queue: int = setting(256, "Requests that may wait; more are answered 503.")
+    max_inputs: int = setting(2048, "Texts (or pairs) in one request; more are answered 413.")
+    max_body_bytes: int = setting(2 * 2**20, "Size of one request body in bytes (--max-body-mb); more is answered 413.")
+    request_timeout_s: float = setting(30.0, "Seconds a request may take before it is answered 504.", "--timeout")
+    cors_origins: tuple[str, ...] = setting(
         (), "An origin browsers may call the API from (repeatable); none by default.", "--cors-origin"
     )
-    aliases: tuple[str, ...] = _setting(
+    aliases: tuple[str, ...] = setting(
         (), "Another name requests may give as model (repeatable), e.g. text-embedding-3-small.", "--served-model-name"
     )
-    accept_any_model: bool = _setting(False, "Serve every request whatever model it names.", "--accept-any-model-name")
+    accept_any_model: bool = setting(False, "Serve every request whatever model it names.", "--accept-any-model-name")
     prompts: dict[str, str] = field(default_factory=dict)
-    adapter: Path | None = _setting(
+    adapter: Path | None = setting(
         None, "A fitted Matryoshka adapter folder (subspaces adapt fit): dimensions reads its prefix."
     )
-    token_ids: TokenIds = _setting(
+    token_ids: TokenIds = setting(
         "tiktoken", "How token-id inputs are read: tiktoken (OpenAI's cl100k_base, as its SDKs send) or model."
     )
 

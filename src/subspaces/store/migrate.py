@@ -20,7 +20,7 @@ import numpy as np
 from subspaces.align import MiniVec2Vec
 from subspaces.errors import DataError, SubspacesError
 from subspaces.io import check_file, open_text, read_jsonl
-from subspaces.losses.settings import setting
+from subspaces.settings import setting
 from subspaces.store import backfill, encoders, quantized, scaleout
 from subspaces.store import maps as pair_maps
 from subspaces.store import search as ops

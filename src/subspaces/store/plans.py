@@ -15,7 +15,7 @@ import numpy as np
 from subspaces import topk
 from subspaces.cache import LRUCache
 from subspaces.errors import DimensionError, SubspacesError
-from subspaces.losses.settings import setting
+from subspaces.settings import setting
 from subspaces.store import search as ops
 from subspaces.store.matryoshka import trained
 from subspaces.store.quantized import search_copy

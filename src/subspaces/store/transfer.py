@@ -21,8 +21,8 @@ import numpy as np
 
 from subspaces.errors import DataError, DimensionError, SubspacesError
 from subspaces.io import atomic_path, base_suffix, check_writable, open_text, read_jsonl
-from subspaces.losses.settings import setting
 from subspaces.progress import Progress
+from subspaces.settings import setting
 from subspaces.store import columns, scaleout
 from subspaces.store.encoders import encode
 from subspaces.store.inputs import check_unicode, text_id, visible

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from subspaces.losses.settings import InfoNCESettings, MICSettings, setting
+from subspaces.losses.settings import InfoNCESettings, MICSettings
+from subspaces.settings import setting
 
 Mode = Literal["unsup", "sup"]
 Augmentation = Literal["dropout", "none", "delete_one_word"]  # unsup SimCSE's two views of a sentence
