@@ -1,9 +1,11 @@
 """The three search commands (``vectors search`` over vector files, ``store search`` over a store, ``cond search``
 over a corpus under a condition) are one family: an option they share has one name, one default, one type and one
-help text (declared once, in ``subspaces.cli.search``), and every one prints and writes its results in one shape."""
+help text (declared once: a field of ``SearchSettings`` where it is a search setting, else in
+``subspaces.cli.search``), and every one prints and writes its results in one shape."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import types
 import typing
@@ -17,6 +19,7 @@ from typer.testing import CliRunner
 from subspaces.cli.app import app
 from subspaces.cli.search import KOpt, query_texts
 from subspaces.errors import SubspacesError
+from subspaces.store.plans import SearchSettings
 
 FAMILY = ("vectors search", "store search", "cond search")
 VECTORS, STORE, COND = FAMILY
@@ -107,6 +110,18 @@ def differences(
 
 def test_the_family_declares_each_shared_option_once():
     assert differences(commands(app), SHARED, OWN_DEFAULT, REQUIRED) == []
+
+
+def test_the_family_options_are_the_search_settings_fields():
+    """An option the family shares with ``SearchSettings`` takes its flags, help and default (but ``OWN_DEFAULT``)
+    from the field, in every command that has it."""
+    found = commands(app)
+    for field in dataclasses.fields(SearchSettings):
+        for path in SHARED.get(field.name, ()):
+            param = next(p for p in found[path].params if p.name == field.name)
+            assert param.opts == list(field.metadata.get("flags", ["--" + field.name.replace("_", "-")]))
+            assert param.help == field.metadata["help"]
+            assert (field.name, path) in OWN_DEFAULT or param.default == field.default, (path, field.name)
 
 
 def test_the_check_catches_an_option_declared_again_differently():

@@ -338,6 +338,16 @@ def _plain(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+def setting_option(recipe: type, name: str, **limits: Any) -> Any:
+    """The option :func:`recipe_options` derives from ``recipe``'s field ``name`` (with typer's ``limits``, e.g.
+    ``min``), as an annotation, for commands that declare it themselves with their own default."""
+    s = next(s for s in recipe_settings(recipe) if s.name == name)
+    option = _option(s, s.flags, None, False, limits)
+    if option is None:
+        raise TypeError(f"{recipe.__name__}.{name} has no command-line form")
+    return option.annotation
+
+
 def recipe_options(recipe: type, *, build: Callable[..., Any] | None = None, **options: Any) -> Callable[[F], F]:
     """Options derived from the dataclass ``recipe`` (:func:`settings_options`); the command receives the instance
     as ``config``."""
@@ -365,6 +375,7 @@ def settings_options(
     parse: dict[str, Callable[[str], Any]] | None = None,
     fixed: dict[str, Any] | None = None,
     alias: str | None = None,
+    limits: dict[str, dict[str, Any]] | None = None,
 ) -> Callable[[F], F]:
     """Derive a command's options from ``settings`` (of ``owner``); the command's parameter ``into`` receives
     ``make(**given)`` of only the settings given: ``fixed`` (the command's own values), under a ``--config FILE``
@@ -372,8 +383,9 @@ def settings_options(
 
     Each setting (of ``only``, less ``skip`` and those the command declares) of a plain type (bool, int, float, str,
     path, Literal, optional; a tuple of str repeats) becomes ``--setting-name`` (or its ``flags``, or
-    ``flags[name]``) with its default and help (``notes[name]`` after it). One in ``parse`` is a string option (a
-    sequence default shown comma-joined) that ``parse[name]`` reads, as it reads a string from the file.
+    ``flags[name]``) with its default and help (``notes[name]`` after it) and typer's ``limits[name]`` (``min``).
+    One in ``parse`` is a string option (a sequence default shown comma-joined) that ``parse[name]`` reads, as it
+    reads a string from the file.
     ``alias``: an old spelling of ``--config``, hidden, that says so when used.
     """
     chosen, skipped, extra, renamed = None if only is None else set(only), set(skip), notes or {}, flags or {}
@@ -391,7 +403,7 @@ def settings_options(
             if s.name in declared or s.name in skipped or (chosen is not None and s.name not in chosen):
                 continue
             flag = (renamed[s.name],) if s.name in renamed else s.flags
-            option = _option(s, flag, extra.get(s.name), s.name in parsers)
+            option = _option(s, flag, extra.get(s.name), s.name in parsers, (limits or {}).get(s.name, {}))
             if option is not None:
                 derived.append(option)
                 names[option.name] = s.name
@@ -451,7 +463,9 @@ def expand(name: str, options: list[inspect.Parameter], make: Callable[[dict[str
     return decorate
 
 
-def _option(s: Setting, flags: tuple[str, ...] | None, note: str | None, parsed: bool) -> inspect.Parameter | None:
+def _option(
+    s: Setting, flags: tuple[str, ...] | None, note: str | None, parsed: bool, limits: dict[str, Any]
+) -> inspect.Parameter | None:
     """The typer parameter of one setting, or None where its type has no plain command-line form."""
     args = typing.get_args(s.hint)
     optional = type(None) in args
@@ -465,7 +479,7 @@ def _option(s: Setting, flags: tuple[str, ...] | None, note: str | None, parsed:
         return None
     flag = "--" + s.name.replace("_", "-")
     declaration = flags or ((f"{flag}/--no-{s.name.replace('_', '-')}",) if base is bool and not optional else (flag,))
-    info = typer.Option(*declaration, help=" ".join(filter(None, (s.help, note))) or None)
+    info = typer.Option(*declaration, help=" ".join(filter(None, (s.help, note))) or None, **limits)
     name = declaration[0].split("/")[0].lstrip("-").replace("-", "_")
     if repeated:  # None (not given) leaves the setting's default
         default = None

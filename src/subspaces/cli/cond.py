@@ -16,6 +16,7 @@ from subspaces.cond.recipe import CondTrainConfig
 from subspaces.cond.tasks import SPLITS, TASKS
 from subspaces.errors import DataError
 from subspaces.io import check_writable, load_embeddings, read_lines
+from subspaces.store.plans import SearchSettings
 from subspaces.store.results import SearchResult
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def search_cmd(
     corpus_texts: Annotated[
         Optional[Path], typer.Option("--corpus-texts", help="Texts, one a line: embedded, or labels of --corpus rows.")
     ] = None,
-    k: KOpt = 10,
+    k: KOpt = SearchSettings.k,
     json_path: JsonOpt = None,
     old_query: Annotated[Optional[list[str]], typer.Option("--query", "-q", hidden=True)] = None,
     device: DeviceOpt = "cpu",

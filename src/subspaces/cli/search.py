@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import typer
 
-from subspaces.cli.common import JsonOpt, ThreadsOpt, echo, show, table
+from subspaces.cli.common import JsonOpt, ThreadsOpt, echo, setting_option, show, table
 from subspaces.cli.groups import vectors_app
 from subspaces.errors import DataError, SubspacesError
 from subspaces.io import (
@@ -25,7 +25,7 @@ from subspaces.io import (
     save_npy,
 )
 from subspaces.quantize import CALIBRATION_ROWS, Kind, dequantize, load_codes, sidecar
-from subspaces.store.plans import RESCORE
+from subspaces.store.plans import RESCORE, SearchSettings
 from subspaces.store.results import SearchResult
 from subspaces.store.search import BASES, SHORTLIST_FACTOR, search_quantized, search_vectors
 
@@ -43,32 +43,18 @@ QueryVectorsOpt = Annotated[
     typer.Option(help="Query vectors instead of texts (.npy or .parquet), of the corpus's model (a store's: any)."),
 ]
 CORPUS = typer.Option("--corpus", help="Corpus vectors (.npy or .parquet, rows x dims) of the queries' model.")
-KOpt = Annotated[int, typer.Option("-k", min=1, help="Results per query.")]
-DimsOpt = Annotated[
-    Optional[int],
-    typer.Option(help="Funnel: shortlist by the first DIMS coordinates of --basis, then re-rank at full size."),
-]
-ShortlistOpt = Annotated[
-    Optional[int],
-    typer.Option(min=1, help=f"With --dims: the funnel's shortlist, x k ({SHORTLIST_FACTOR}).", show_default=False),
-]
-BasisOpt = Annotated[
-    Optional[Literal[BASES]],  # type: ignore[valid-type]
-    typer.Option(
-        help="With --dims: whose first axes the funnel reads: the model's, the principal axes (pca) or the "
-        "`store shrink` adapter (a store's). Default: model for vector files; in a store, what `store shrink` "
-        "chose, else model for a Matryoshka model, else pca.",
-        show_default=False,
-    ),
-]
-RescoreOpt = Annotated[
-    Optional[int],
-    typer.Option(
-        min=0,
-        help=f"With codes (--quantize, a store's --quantized): rescore this x k candidates (0: none; {RESCORE}).",
-        show_default=False,
-    ),
-]
+# The options the family shares with SearchSettings are its fields (name, flags, type, default, help), with these
+# range checks before a command runs; `store search` derives them with the rest, the others declare them.
+LIMITS: dict[str, dict[str, Any]] = {"k": {"min": 1}, "shortlist": {"min": 1}, "rescore": {"min": 0}}
+if TYPE_CHECKING:
+    KOpt = int
+    DimsOpt = ShortlistOpt = RescoreOpt = Optional[int]
+    BasisOpt = Optional[str]
+else:
+    KOpt, DimsOpt, ShortlistOpt, BasisOpt, RescoreOpt = (
+        setting_option(SearchSettings, name, **LIMITS.get(name, {}))
+        for name in ("k", "dims", "shortlist", "basis", "rescore")
+    )
 CONDITION = typer.Option("--condition", "-c", help="Rank under this condition (needs --head).")
 HEAD = typer.Option("--head", help="A Hyper-CL tri-encoder folder (`cond train --arch tri`); a store's: on its model.")
 
@@ -140,7 +126,7 @@ def _hits(result: SearchResult, rows: bool) -> list[dict[str, Any]]:
 def search_cmd(
     corpus: Annotated[Path, CORPUS],
     query_vectors: QueryVectorsOpt = None,
-    k: KOpt = 10,
+    k: KOpt = SearchSettings.k,
     dims: DimsOpt = None,
     shortlist: ShortlistOpt = None,
     basis: BasisOpt = "model",

@@ -3,7 +3,7 @@ store."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -15,7 +15,6 @@ from subspaces.cli.common import (
     RunOptions,
     ThreadsOpt,
     echo,
-    given,
     recipe_options,
     runtime_options,
     show,
@@ -25,15 +24,12 @@ from subspaces.cli.groups import Command, store_app
 from subspaces.cli.search import (
     CONDITION,
     HEAD,
+    LIMITS,
     Basis,
-    BasisOpt,
-    DimsOpt,
     KOpt,
     QueryArg,
     QueryFileOpt,
     QueryVectorsOpt,
-    RescoreOpt,
-    ShortlistOpt,
     query_texts,
     show_results,
 )
@@ -255,9 +251,8 @@ def index_cmd(
 
 @store_app.command("search")
 @runtime_options(*ENCODERS, "threads")
-@recipe_options(SearchSettings)
+@recipe_options(SearchSettings, limits=LIMITS)
 def search_cmd(
-    ctx: typer.Context,
     store: DirArg,
     query: QueryArg = None,
     queries: QueryFileOpt = None,
@@ -266,11 +261,6 @@ def search_cmd(
         Optional[str], typer.Option(help="SQL filter applied before the top k, e.g. \"lang = 'en'\".")
     ] = None,
     json_path: JsonOpt = None,
-    k: KOpt = SearchSettings.k,
-    dims: DimsOpt = None,
-    shortlist: ShortlistOpt = None,
-    basis: BasisOpt = None,
-    rescore: RescoreOpt = None,
     *,
     config: SearchSettings,
     model: Annotated[Optional[str], typer.Option("--model", "-m", help="Query model (default: the store's).")] = None,
@@ -281,9 +271,6 @@ def search_cmd(
     """The nearest rows of QUERY, or of each line of --queries (results in query order)."""
     import numpy as np
 
-    # the options the search family shares keep their one declaration (cli/search.py); given, they win over --config
-    family: dict[str, Any] = {"k": k, "dims": dims, "shortlist": shortlist, "basis": basis, "rescore": rescore}
-    config = replace(config, **{name: value for name, value in family.items() if given(ctx, name)})
     if sum(x is not None for x in (query, queries, query_vectors)) != 1:
         raise SubspacesError("give one QUERY, --queries FILE or --query-vectors FILE.npy")
     if config.refine_factor is not None and not config.ann:

@@ -35,7 +35,7 @@ MATCHES_KEPT = 16  # the where= filters whose matches are kept per table version
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """How a store search ranks, declared once (``store search`` derives its options from these fields):
+    """How a store search ranks, declared once (the search commands derive their options from these fields):
     :meth:`plan_options` are :func:`plan`'s keywords, ``k`` and ``batch_size`` :meth:`Store.search`'s.
     ``refine_factor`` and ``rescore`` as on the command line: None is the default multiple, 0 none."""
 
@@ -45,13 +45,20 @@ class SearchSettings:
     )
     rerank: Rerank = setting("full", "With --dims: re-rank the shortlist by full vectors (funnel).")
     shortlist: Optional[int] = setting(None, f"With --dims: the funnel's shortlist, x k ({ops.SHORTLIST_FACTOR}).")
-    basis: Optional[ops.Basis] = setting(None, "With --dims: whose first axes the funnel reads (model, pca, adapter).")
+    basis: Optional[ops.Basis] = setting(
+        None,
+        "With --dims: whose first axes the funnel reads: the model's, the principal axes (pca) or the `store shrink` "
+        "adapter (a store's). Default: model for vector files; in a store, what `store shrink` chose, else model for "
+        "a Matryoshka model, else pca.",
+    )
     ann: bool = setting(False, "Use the store's ANN index (`store index`).", "--ann")
     refine_factor: Optional[int] = setting(
         None, f"With --ann: re-rank this x k candidates exactly (0: none; {ANN_REFINE})."
     )
     quantized: bool = setting(False, "Search the quantized copy (`store index --quantize`).", "--quantized")
-    rescore: Optional[int] = setting(None, f"With --quantized: rescore this x k candidates (0: none; {RESCORE}).")
+    rescore: Optional[int] = setting(
+        None, f"With codes (--quantize, a store's --quantized): rescore this x k candidates (0: none; {RESCORE})."
+    )
     batch_size: int = setting(64, "Queries per encoder batch.")
     query_prompt: Optional[str] = setting(None, 'Instead of the recorded query prompt ("": none).')
 
