@@ -1,7 +1,7 @@
-"""Every content hash the package records on disk or keys a cache by keeps its value: store row ids, query-map
-options, checkpoints' data and model fingerprints, embedding-cache and activation-cache keys, fitted folders'
-hashes, exported graphs' weight hashes. A changed value orphans what users have on disk, so each is pinned here
-for fixed inputs."""
+"""Every content hash the package records on disk or keys a cache by keeps its value: store row ids (of texts and
+of imported vectors), the digests `store import` compares stored rows by, query-map options, checkpoints' data and
+model fingerprints, embedding-cache and activation-cache keys, fitted folders' hashes, exported graphs' weight
+hashes. A changed value orphans what users have on disk, so each is pinned here for fixed inputs."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from subspaces.data.csts import ConditionalPair
 from subspaces.fingerprint import content_key, file_sha256, model_fingerprint, tensors_sha256, texts_key, weights_hash
 from subspaces.kgc.train import TripleBatches
 from subspaces.state_folder import config_sha256, write_state_folder
-from subspaces.store import shrink
+from subspaces.store import shrink, transfer
 from subspaces.store.inputs import text_id
 from subspaces.store.unpaired import texts_digest
 from subspaces.train.sentence import RowBatches
@@ -72,6 +72,26 @@ def _file(tmp_path) -> str:
     return file_sha256(path)
 
 
+def _vector_ids() -> str:
+    """The ids `store import` gives rows that have neither ids nor texts (of their unit vectors)."""
+    chunk = transfer.Chunk(0, np.array([[3.0, 4.0], [0.0, 2.0]], dtype=np.float32))
+    return ",".join(transfer._rows(chunk, "t", None).ids)
+
+
+def _row_digests(tmp_path) -> str:
+    """What `store import` compares an already stored id's text, metadata and vector by (absent ones included)."""
+    np.save(tmp_path / "v.npy", np.array([[3.0, 4.0], [0.0, 2.0]], dtype=np.float32))
+    (tmp_path / "ids.txt").write_text("a\nb\n")
+    (tmp_path / "texts.jsonl").write_text('"red house \\u00fc"\nnull\n')
+    (tmp_path / "meta.jsonl").write_text('{"n": 1, "w": "\\u00fc"}\nnull\n')
+    sides = {
+        side: tmp_path / name
+        for side, name in (("ids", "ids.txt"), ("texts", "texts.jsonl"), ("metadata", "meta.jsonl"))
+    }
+    plan = transfer.validate(transfer.Source(tmp_path / "v.npy", **sides), dimension=None, stored={"a", "b"}, known={})
+    return ",".join(plan.overlap[row_id].hex() for row_id in ("a", "b"))
+
+
 COMPUTED = {
     "text_id": lambda tmp: text_id("red house \u00fc"),
     "texts_digest": lambda tmp: texts_digest(["a cat", "\u00fcn\u00efcode", ""]),
@@ -87,6 +107,8 @@ COMPUTED = {
     "tensors_sha256": lambda tmp: tensors_sha256(_tensors(), "seed"),
     "weights_hash": lambda tmp: weights_hash(_module()),
     "model_fingerprint": lambda tmp: model_fingerprint(_module(), "extra"),
+    "vector_ids": lambda tmp: _vector_ids(),
+    "row_digests": _row_digests,
 }
 
 PINNED = {
@@ -104,6 +126,8 @@ PINNED = {
     "tensors_sha256": "0eaa48eff9c35c0ec8b0ad5813876162f0971666bc3a61f30d837065e47a8a71",
     "weights_hash": "729767a3708b5724e191b5b3a9d781a6dcdbe61c55e942c7dc182445eabde7de",
     "model_fingerprint": "a4ddcfd8a12c4af4310f318d",
+    "vector_ids": "9d2c143dc5e2c8df,22b6f43bd8d27738",
+    "row_digests": "20be075507a4f5fff9279481533d4aeb,b81155b2c2d926b92b1d4d1818cff503",
 }
 
 
