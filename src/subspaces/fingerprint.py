@@ -32,6 +32,16 @@ def texts_sha256(texts: Iterable[str], end: bytes, length: int = 64) -> str:
     return sha256_hex((text.encode("utf-8", "surrogatepass") + end for text in texts), length)
 
 
+def row_digest(text: str | None, metadata: str | None, vector: bytes) -> bytes:
+    """A 16-byte BLAKE2b of a row's content: its text and metadata JSON (None told apart from "") and its vector's
+    float32 bytes; `store import` compares rows with ids already stored by it."""
+    digest = hashlib.blake2b(digest_size=16)
+    for part in (text, metadata):
+        digest.update(b"\x00" if part is None else b"\x01" + part.encode("utf-8") + b"\x00")
+    digest.update(vector)
+    return digest.digest()
+
+
 def json_sha256(value: Any, *, compact: bool = False) -> str:
     """The hex SHA-256 of ``value`` as JSON with sorted keys (``compact``: no spaces), so of its values, not of the
     layout of a file that holds it."""

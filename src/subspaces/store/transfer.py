@@ -9,7 +9,6 @@ JSON-lines side files. Formats and refusals: docs/store.md ("Import and export")
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 
 from subspaces.errors import DataError, DimensionError, SubspacesError
+from subspaces.fingerprint import row_digest, sha256_hex
 from subspaces.io import atomic_path, base_suffix, check_writable, open_text, read_jsonl
 from subspaces.progress import Progress
 from subspaces.settings import setting
@@ -478,16 +478,12 @@ def _rows(chunk: Chunk, label: str, dimension: int | None) -> _Rows:
             )
         ids = [text_id(t) for t in texts]  # type: ignore[arg-type]
     else:
-        ids = [hashlib.sha256(v.tobytes()).hexdigest()[:16] for v in vectors]
+        ids = [sha256_hex(v.tobytes(), 16) for v in vectors]
     return _Rows(chunk.first, ids, texts, vectors, strings, parsed)
 
 
 def _digest(text: str | None, meta: str | None, vector: np.ndarray) -> bytes:
-    h = hashlib.blake2b(digest_size=16)
-    for part in (text, meta):
-        h.update(b"\x00" if part is None else b"\x01" + part.encode("utf-8") + b"\x00")
-    h.update(np.asarray(vector, dtype=np.float32).tobytes())
-    return h.digest()
+    return row_digest(text, meta, np.asarray(vector, dtype=np.float32).tobytes())
 
 
 def validate(
