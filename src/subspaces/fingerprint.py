@@ -8,6 +8,7 @@ tests/test_fingerprint.py pins their values.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -50,11 +51,8 @@ def json_sha256(value: Any, *, compact: bool = False) -> str:
 
 def file_sha256(path: Path) -> str:
     """The hex SHA-256 of a file's bytes, read a block at a time."""
-    digest = hashlib.sha256()
     with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return sha256_hex(iter(lambda: fh.read(1 << 20), b""))
 
 
 def content_key(*parts: object) -> str:
@@ -69,11 +67,8 @@ def content_key(*parts: object) -> str:
 
 def texts_key(fingerprint: str, texts: Sequence[Text]) -> str:
     """The key of a shard of ``texts`` (strings or pairs) encoded by the model of ``fingerprint``."""
-    digest = hashlib.sha256(fingerprint.encode())
-    for text in texts:
-        digest.update(b"\x1e")
-        digest.update("\x1f".join(text).encode() if isinstance(text, tuple) else text.encode())
-    return digest.hexdigest()[:32]
+    joined = ("\x1f".join(text) if isinstance(text, tuple) else text for text in texts)
+    return sha256_hex(itertools.chain([fingerprint.encode()], (b"\x1e" + text.encode() for text in joined)), 32)
 
 
 def tensor_bytes(tensor: torch.Tensor) -> bytes:
@@ -84,12 +79,10 @@ def tensor_bytes(tensor: torch.Tensor) -> bytes:
 
 
 def tensors_sha256(named: Iterable[tuple[str, torch.Tensor]], seed: str = "") -> str:
-    """The hex SHA-256 of ``seed`` and each named tensor's name, dtype, shape and bytes, in order."""
-    digest = hashlib.sha256(seed.encode())
-    for name, tensor in named:
-        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
-        digest.update(tensor_bytes(tensor))
-    return digest.hexdigest()
+    """The hex SHA-256 of ``seed`` and each named tensor's name, dtype, shape and bytes, in order (one tensor's bytes
+    in memory at a time)."""
+    parts = (part for name, t in named for part in (f"{name}:{t.dtype}:{tuple(t.shape)}".encode(), tensor_bytes(t)))
+    return sha256_hex(itertools.chain([seed.encode()], parts))
 
 
 def weights_hash(module: Any) -> str:
