@@ -24,17 +24,14 @@ def _usage_pieces(command: Any, ctx: Any) -> list[str]:
     return pieces
 
 
-def _flags_take_no_value(params: list[Any]) -> list[Any]:
-    """A flag (``--help``, ``--ann``, ``--normalize/--no-normalize``) takes no value: no ``<bool>`` after it."""
-    for param in params:
-        if getattr(param, "is_flag", False) and param.metavar is None:
-            param.metavar = ""
-    return params
-
-
 class _Flags:
     def get_params(self, ctx: Any) -> list[Any]:
-        return _flags_take_no_value(super().get_params(ctx))  # type: ignore[misc]
+        """A flag (``--help``, ``--ann``, ``--normalize/--no-normalize``) takes no value: no ``<bool>`` after it."""
+        params = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
 
 
 class Command(_Flags, TyperCommand):
