@@ -301,13 +301,10 @@ class Source:
             ):
                 raise DataError(f"row {i}: field {vector!r} is not a list of numbers", label)
             values.append(value)
-        dims = {len(v) for v in values}
-        if len(dims) > 1:
-            first_dim = len(values[0])
-            bad = next(i for i, v in enumerate(values) if len(v) != first_dim)
-            raise DimensionError(
-                f"{label}: row {first + bad} holds {len(values[bad])} numbers, row {first} {first_dim}"
-            )
+        size = len(values[0])
+        bad = next((i for i, v in enumerate(values) if len(v) != size), None)
+        if bad is not None:
+            raise DimensionError(f"{label}: row {first + bad} holds {len(values[bad])} numbers, row {first} {size}")
         vectors = np.asarray(values, dtype=np.float64).astype(np.float32).reshape(len(values), -1)
         fields = dict.fromkeys(n for row in rows for n in row)  # any row's (rows given ids: a text where it is)
         return self._chunk(first, vectors, {n: [row.get(n) for row in rows] for n in fields}, vector)
@@ -342,12 +339,14 @@ def _list_vectors(column: Any, label: str, first: int) -> np.ndarray:
 
 
 def _ids(values: list[Any], label: str, first: int) -> list[str]:
-    out = []
     for i, value in enumerate(values, first):
-        if isinstance(value, bool) or not isinstance(value, (str, int)) or (isinstance(value, str) and not value):
+        if not _is_id(value):
             raise DataError(f"row {i}: the id {value!r} is not a non-empty string or an integer", label)
-        out.append(str(value))
-    return out
+    return [str(value) for value in values]
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, (str, int)) and not isinstance(value, bool) and value != ""
 
 
 def _merged(values: dict[str, list[Any]], i: int, label: str, first: int) -> dict[str, Any] | None:
@@ -391,7 +390,7 @@ def _side_lines(path: Path, what: str) -> Iterator[Any]:
                     raise DataError(f"not JSON ({exc})", path, number) from None
                 if what == "metadata" and value is not None and not isinstance(value, dict):
                     raise DataError(f"metadata is a {type(value).__name__}, not an object", path, number)
-                if what == "ids" and (isinstance(value, bool) or not isinstance(value, (str, int)) or value == ""):
+                if what == "ids" and not _is_id(value):
                     raise DataError(f"the id {value!r} is not a non-empty string or an integer", path, number)
                 if what == "texts" and value is not None and not isinstance(value, str):
                     raise DataError(f"the text is a {type(value).__name__}, not a string", path, number)
