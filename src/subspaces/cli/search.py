@@ -48,7 +48,9 @@ CORPUS = typer.Option("--corpus", help="Corpus vectors (.npy or .parquet, rows x
 LIMITS: dict[str, dict[str, Any]] = {"k": {"min": 1}, "shortlist": {"min": 1}, "rescore": {"min": 0}}
 if TYPE_CHECKING:
     KOpt = int
-    DimsOpt = ShortlistOpt = RescoreOpt = Optional[int]
+    DimsOpt = Optional[int]
+    ShortlistOpt = Optional[int]
+    RescoreOpt = Optional[int]
     BasisOpt = Optional[str]
 else:
     KOpt, DimsOpt, ShortlistOpt, BasisOpt, RescoreOpt = (
