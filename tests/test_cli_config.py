@@ -79,11 +79,35 @@ def test_cond_train_reads_recipe_settings_from_a_config_file_and_the_command_lin
         raise RuntimeError("stop before training")
 
     monkeypatch.setattr(pipeline, "train_conditional", captured)
-    (tmp_path / "cfg.json").write_text(json.dumps({"freeze_encoder": False, "max_length": 77, "epochs": 3}))
+    (tmp_path / "cfg.json").write_text(json.dumps({"freeze_encoder": False, "max_length": 77, "epochs": 3, "rank": 8}))
     args = ["cond", "train", "-o", str(tmp_path / "out"), "--config", str(tmp_path / "cfg.json")]
     CliRunner().invoke(subspaces_app, args)
-    CliRunner().invoke(subspaces_app, [*args, "--max-length", "20", "--freeze-encoder"])
-    assert [(c.freeze_encoder, c.max_length, c.epochs) for c in seen] == [(False, 77, 3), (True, 20, 3)]
+    CliRunner().invoke(subspaces_app, [*args, "--max-length", "20", "--freeze-encoder", "--rank", "auto"])
+    assert [(c.freeze_encoder, c.max_length, c.epochs, c.rank) for c in seen] == [
+        (False, 77, 3, 8),
+        (True, 20, 3, "auto"),
+    ]
+
+
+def test_kgc_train_takes_the_config_files_rank_unless_the_command_line_gives_one(tmp_path, monkeypatch):
+    """--rank is hand-declared (it parses 'full'); a --config file's rank must not be replaced by its default."""
+    import subspaces.kgc.pipeline as pipeline
+    from subspaces.cli.app import app as subspaces_app
+
+    seen = []
+
+    def captured(config, **_):
+        seen.append(config.rank)
+        raise RuntimeError("stop before training")
+
+    monkeypatch.setattr(pipeline, "train_pipeline", captured)
+    (tmp_path / "cfg.toml").write_text('rank = "full"\n')
+    args = ["kgc", "train", "-o", str(tmp_path / "out"), "--config", str(tmp_path / "cfg.toml")]
+    CliRunner().invoke(subspaces_app, args)
+    CliRunner().invoke(subspaces_app, [*args, "--rank", "16"])
+    (tmp_path / "cfg.toml").write_text("rank = 4\n")
+    CliRunner().invoke(subspaces_app, args)
+    assert seen == [None, 16, 4]
 
 
 class Estimator:

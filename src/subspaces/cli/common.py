@@ -257,6 +257,16 @@ def parse_numbers(text: str | None, what: str, kind: type = float) -> list[Any] 
         raise SubspacesError(f"bad {what} {text!r}: use comma-separated {noun}") from None
 
 
+def chosen_rank(text: str, configured: int | str | None) -> int | str | None:
+    """A train command's hypernet rank: ``--rank`` where the command line gives it, else the recipe's (a ``--config``
+    file's; its ``"full"`` read as None), which the option's default must not replace."""
+    from typer.main import get_current_context  # typer's own copy of click: its context, not click's
+
+    if given(get_current_context(), "rank"):
+        return parse_rank(text)
+    return parse_rank(configured) if isinstance(configured, str) else configured
+
+
 def parse_rank(text: str) -> int | str | None:
     """``--rank`` of a hypernet head: a positive integer, ``auto`` (about d/12) or ``full`` (None)."""
     if text == "full":

@@ -8,7 +8,17 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
 
 import typer
 
-from subspaces.cli.common import DeviceOpt, JsonOpt, ThreadsOpt, echo, out, parse_rank, recipe_options, table
+from subspaces.cli.common import (
+    DeviceOpt,
+    JsonOpt,
+    ThreadsOpt,
+    chosen_rank,
+    echo,
+    out,
+    parse_rank,
+    recipe_options,
+    table,
+)
 from subspaces.cli.groups import cond_app
 from subspaces.cli.search import CONDITION, CORPUS, HEAD, KOpt, QueryArg, QueryFileOpt, query_texts, show_results
 from subspaces.cli.train import TrainableLayersOpt, parse_trainable_layers
@@ -77,7 +87,10 @@ def train_cmd(
     check_writable(output, "--output", folder=True)  # before the work, not after it
     layers = parse_trainable_layers(trainable_layers)
     config = replace(
-        config, rank=parse_rank(rank), freeze_encoder=config.freeze_encoder and layers is None, trainable_layers=layers
+        config,
+        rank=chosen_rank(rank, config.rank),
+        freeze_encoder=config.freeze_encoder and layers is None,
+        trainable_layers=layers,
     )
     summary = train_conditional(task, model, output=output, config=config, data_dir=data, device=device)
     echo(

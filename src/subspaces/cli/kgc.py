@@ -8,7 +8,17 @@ from typing import TYPE_CHECKING, Literal, Optional
 
 import typer
 
-from subspaces.cli.common import DeviceOpt, JsonOpt, ThreadsOpt, echo, given, out, parse_rank, recipe_options, table
+from subspaces.cli.common import (
+    DeviceOpt,
+    JsonOpt,
+    ThreadsOpt,
+    chosen_rank,
+    echo,
+    given,
+    out,
+    recipe_options,
+    table,
+)
 from subspaces.cli.groups import kgc_app
 from subspaces.cli.train import CacheDirOpt, TrainableLayersOpt, parse_trainable_layers
 from subspaces.io import check_writable
@@ -75,7 +85,7 @@ def train(
     check_writable(output, "--output", folder=True)  # before the work, not after it
     config = replace(
         config,
-        rank=parse_rank(rank),
+        rank=chosen_rank(rank, config.rank),
         evaluate_split=None if eval_split == "none" else eval_split,
         trainable_layers=parse_trainable_layers(trainable_layers),
         cache_dir=cache_dir,
