@@ -48,7 +48,7 @@ DEFAULTS: dict[str, Any] = {
     "map_params": None,
     "kinds": ["orthogonal", "affine", "lowrank", "mlp"],  # each also fitted alone on the same pairs
     "domain_texts": 5000,  # arm "unpaired": the texts sample's size
-    "domain_from": "pool",  # arm "unpaired": "pool" (the pool's own sources) or "tweets" (a wrong domain: emoji train)
+    "domain_from": "pool",  # arm "unpaired": "pool" (mixed as the corpus), "own", "fillers" or "tweets" (wrong domain)
     "choice_queries": None,  # "choose": the choose half's query texts (no labels) passed to migrate as --queries
     "cache": "outputs/migrate-dev-cache", "threads": 2,
     "backend": "torch",  # arm "queries" only
@@ -113,12 +113,14 @@ def _sts_pairs() -> list[tuple[str, str, float]]:
     return out
 
 
-def domain_texts(data: str, docs: tuple[str, ...], n: int) -> tuple[str, ...]:
+def domain_texts(data: str, docs: tuple[str, ...], n: int, mix: str = "pool") -> tuple[str, ...]:
     """``n`` unlabelled texts of a pool's domain for an unpaired migration, none in its corpus or queries, mixed as
     the corpus is: its own source's other texts (STS-B train/dev for ``sts``, SNLI dev for ``snli-test``, SNLI dev's
     other hypotheses for the dev pool ``snli``) and, in the corpus's share of fillers, tweets of TweetEval emoji
     *train* (the corpus's are from its test split; for ``snli``, WordNet definitions the corpus did not take).
-    ``data="tweets"``: emoji train tweets alone, a wrong domain (a user's mistake) for the refusal's calibration."""
+    ``data="tweets"``: emoji train tweets alone, a wrong domain (a user's mistake) for the refusal's calibration.
+    ``mix``: "pool" (as the corpus), "own" (the own source alone: for ``snli``, texts like its queries) or
+    "fillers" (the fillers alone): samples drawn otherwise than the store's rows."""
     emoji = DATA / "tweeteval" / "emoji"
     if data == "tweets":  # a wrong domain for any pool but the tweets among its fillers (a user's mistake)
         return _mixed([], _lines(emoji / "train_text.txt"), 1.0, set(docs), n)
@@ -137,7 +139,8 @@ def domain_texts(data: str, docs: tuple[str, ...], n: int) -> tuple[str, ...]:
         own = [text.strip() for row in rows if len(row) > 6 for text in row[5:7]]
     else:
         own = [t for name in ("s1", "s2") for t in _lines(DATA / "nli" / "senteval_snli" / f"{name}.dev")]
-    return _mixed(own, fillers, len(set(docs) & in_corpus) / len(docs), taken, n)
+    share = {"own": 0.0, "fillers": 1.0}.get(mix, len(set(docs) & in_corpus) / len(docs))
+    return _mixed(own, fillers, share, taken, n)
 
 
 def _mixed(own: list[str], fillers: list[str], share: float, taken: set[str], n: int) -> tuple[str, ...]:
@@ -269,8 +272,12 @@ def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
         q, d = (new_q, new_docs) if arm == "reembed" else (old_q, old_docs)
         result["metrics"], result["rows"] = figures(ranks(q, d, relevant), check)
         return result
+    if arm == "unpaired-map":
+        fitted, found = unpaired_map(p, seed, docs, old_docs)
+        result["metrics"], result["rows"] = figures(ranks(fitted.transform(new_q), old_docs, relevant), check)
+        return result | found
     if arm not in ("query-side", "rewrite", "unpaired"):
-        raise ValueError(f"unknown arm {arm!r}: reembed, old, query-side, rewrite or unpaired")
+        raise ValueError(f"unknown arm {arm!r}: reembed, old, query-side, rewrite, unpaired or unpaired-map")
     sample = [q for q, in_check in zip(queries, check, strict=True) if not in_check]
     return result | migrated(p, seed, docs, relevant, check, old_docs, new_docs, new_q, sample)
 
@@ -296,7 +303,7 @@ def migrated(  # fmt: skip
     if p["arm"] == "unpaired":
         texts = Path(tempfile.mkdtemp(prefix="migrate-domain-")) / "texts.txt"
         data = "tweets" if p["domain_from"] == "tweets" else p["data"]
-        texts.write_text("".join(t + "\n" for t in domain_texts(data, docs, int(p["domain_texts"]))))
+        texts.write_text("".join(t + "\n" for t in domain_texts(data, docs, int(p["domain_texts"]), p["domain_from"])))
         options = {"unpaired": True, "texts": texts}
     start = time.perf_counter()
     try:
@@ -348,6 +355,22 @@ def migrated(  # fmt: skip
     return result
 
 
+def unpaired_map(p: dict[str, Any], seed: int, docs: tuple[str, ...], old_docs: np.ndarray) -> tuple[Any, dict]:
+    """The ``unpaired`` arm's fit and map (the store's steps, all its rows the stored sample), with the refusal the
+    store would give it: scored whether or not, to calibrate that refusal."""
+    from subspaces.store import unpaired
+
+    data = "tweets" if p["domain_from"] == "tweets" else p["data"]
+    new_t = vectors(p["new"], domain_texts(data, docs, int(p["domain_texts"]), p["domain_from"]), p)
+    start = time.perf_counter()
+    aligner = unpaired.fit(new_t, old_docs, params=None, seed=seed, show_progress=False)
+    fitted = unpaired.as_query_map(aligner, new_t)
+    spreads = unpaired.spread(fitted.transform(new_t), old_docs, seed=seed)
+    report = {"trust": unpaired.verdict(aligner) | {"spread": spreads}}
+    found = {"migrate_seconds": round(time.perf_counter() - start, 2), "report": report}
+    return fitted, found | {"refusal": unpaired.refusal(aligner, "the map", spreads)}
+
+
 def ratios(path: str | Path, n: int = 2000) -> dict[str, Any]:
     """Per pool, each migration arm's (and map kind's) figures over the re-embed's [paired bootstrap 95 %], per half."""
     from bench.experiment import load
@@ -388,7 +411,10 @@ def ratios(path: str | Path, n: int = 2000) -> dict[str, Any]:
                         "ratio": round(float(x.mean() / y.mean()), 4), "low": round(float(np.percentile(boot, 2.5)), 4),
                         "high": round(float(np.percentile(boot, 97.5)), 4),
                     }  # fmt: skip
-            out[pool][arm] = row | {"chosen": [r.get("chosen") for r in runs], "refused": len(cells) - len(runs)}
+            out[pool][arm] = row | {
+                "chosen": [r.get("chosen") for r in runs], "refused": len(cells) - len(runs),
+                "would_refuse": sum(bool(r.get("refusal")) for r in runs),  # arm unpaired-map
+            }  # fmt: skip
     return out
 
 

@@ -320,10 +320,12 @@ def _query_side_unpaired(
     fit_start = time.perf_counter()
     aligner = unpaired_maps.fit(new, rows.vectors[stored], params=params, seed=seed, show_progress=show_progress)
     fit_s = time.perf_counter() - fit_start
-    reason = unpaired_maps.refusal(aligner, f"the unpaired map of {fingerprint.label()}'s queries into space {name}")
+    fitted = unpaired_maps.as_query_map(aligner, new)
+    spreads = unpaired_maps.spread(fitted.transform(new), rows.vectors[stored], seed=seed)
+    what = f"the unpaired map of {fingerprint.label()}'s queries into space {name}"
+    reason = unpaired_maps.refusal(aligner, what, spreads)
     if reason is not None:
         raise SubspacesError(reason)
-    fitted = unpaired_maps.as_query_map(aligner, new)
 
     summary = {"chosen": "mini-vec2vec (unpaired)", "direction": "new -> old (queries)"}
     report = _report(fitted, {}, summary, rows.vectors[held], new_held, "queries")
@@ -339,7 +341,7 @@ def _query_side_unpaired(
         "anchors": "unpaired",
         "texts": len(domain),
         "stored_sample": int(len(stored)),
-        "trust": unpaired_maps.verdict(aligner),
+        "trust": unpaired_maps.verdict(aligner) | {"spread": spreads},
     } | _timings(encode_s, fit_s, len(domain) + len(held), n if len(with_text) == n else None)
     report |= pair_maps.query_microseconds(fitted, fingerprint.dimension)
     if evaluation is not None:

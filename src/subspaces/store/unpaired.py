@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from subspaces.align import MiniVec2Vec
+from subspaces.align.anchors import kmeans
 from subspaces.errors import ConvergenceWarning, DataError
 from subspaces.fingerprint import texts_sha256
 from subspaces.io import read_texts
@@ -24,6 +25,8 @@ from subspaces.store.maps import OrthogonalMap
 
 TEXTS_PER_DIMENSION = 4  # as the paired fit's default pair count: fewer leave a d x d map poorly posed
 SAMPLE = 20_000  # texts encoded and stored rows read, at most (the aligner's own default sample is 10,000)
+REGIONS = 50  # spherical k-means regions of the stored rows that the mapped texts' spread is compared over
+MISMATCH_LIMIT = 0.21  # the most :func:`spread` mismatch a map is used with (chosen on dev: docs/store.md)
 
 
 def read_domain_texts(path: str | Path, *, limit: int = SAMPLE, seed: int = 0) -> list[str]:
@@ -88,12 +91,20 @@ def verdict(aligner: Any) -> dict[str, Any]:
     }
 
 
-def refusal(aligner: Any, what: str) -> str | None:
-    """The one-line reason ``what`` (the map, named) is not used, or None when the aligner trusts it."""
-    if aligner.converged_:
-        return None
-    reason = " ".join(aligner.diagnostics_.problems[0].split())
-    return f"{what} is not trusted by the aligner's label-free checks, so nothing was recorded: {reason}"
+def refusal(aligner: Any, what: str, spreads: dict[str, float]) -> str | None:
+    """The one-line reason ``what`` (the map, named) is not used, or None when the aligner trusts it and the mapped
+    texts spread over the store as its rows do (:func:`spread`'s mismatch at most :data:`MISMATCH_LIMIT`)."""
+    if not aligner.converged_:
+        reason = " ".join(aligner.diagnostics_.problems[0].split())
+        return f"{what} is not trusted by the aligner's label-free checks, so nothing was recorded: {reason}"
+    if spreads["mismatch"] > MISMATCH_LIMIT:
+        return (
+            f"{what} is not used, so nothing was recorded: the mapped texts spread over the store's regions unlike "
+            f"its rows (total variation {spreads['mismatch']:.3f} over {REGIONS} regions, above {MISMATCH_LIMIT}; "
+            f"sampling alone gives {spreads['floor']:.3f}). Give texts drawn as the store's were (the same sources, "
+            "in the same proportions): queries alone, or one source of several, give a wrong map"
+        )
+    return None
 
 
 def as_query_map(aligner: Any, new: np.ndarray) -> OrthogonalMap:
@@ -109,6 +120,27 @@ def as_query_map(aligner: Any, new: np.ndarray) -> OrthogonalMap:
     mapped.fit_seconds_ = float(aligner.fit_seconds_)
     mapped._linear(weight, target_mean - source_mean @ weight)
     return mapped
+
+
+def spread(mapped: np.ndarray, stored: np.ndarray, *, seed: int) -> dict[str, float]:
+    """How differently the mapped texts spread over the store than its rows do: the total variation distance between
+    the shares of ``stored`` and of ``mapped`` (unit rows in the store's space) in :data:`REGIONS` spherical k-means
+    regions of the stored rows (``mismatch``), and the same for as many stored rows drawn at random (``floor``, what
+    sampling alone gives). mini-vec2vec matches the two samples' distributions, so texts drawn otherwise than the
+    store's rows (its queries alone, one source of several) are spread wrongly, and their map with them."""
+    rng = np.random.default_rng(seed)
+    fit_rows = stored[rng.permutation(len(stored))[: min(len(stored), SAMPLE // 2)]]
+    centroids = kmeans(fit_rows, min(REGIONS, len(fit_rows)), seed=seed)
+
+    def shares(x: np.ndarray) -> np.ndarray:
+        return np.bincount((x @ centroids.T).argmax(axis=1), minlength=len(centroids)) / len(x)
+
+    rows = shares(stored)
+    drawn = stored[rng.permutation(len(stored))[: min(len(mapped), len(stored))]]
+    return {
+        "mismatch": _round(0.5 * np.abs(rows - shares(np.asarray(mapped, dtype=np.float32))).sum()),
+        "floor": _round(0.5 * np.abs(rows - shares(drawn)).sum()),
+    }
 
 
 def _round(value: Any, digits: int = 4) -> Any:
