@@ -55,16 +55,11 @@ def copy_model(source: Path, dest: Path, dtype: str) -> None:
     import torch
     from safetensors.torch import load_file, save_file
 
-    for path in source.rglob("*"):
-        if path.is_dir() or path.name in MODEL_SKIP:
-            continue
-        target = dest / path.relative_to(source)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if path.suffix == ".safetensors":
-            cast = getattr(torch, dtype)
-            save_file({k: v.to(cast) if v.is_floating_point() else v for k, v in load_file(path).items()}, target)
-        else:
-            shutil.copy2(path, target)
+    shutil.copytree(source, dest, ignore=shutil.ignore_patterns(*MODEL_SKIP, "*.safetensors"), dirs_exist_ok=True)
+    cast = getattr(torch, dtype)
+    for path in source.rglob("*.safetensors"):
+        weights = {k: v.to(cast) if v.is_floating_point() else v for k, v in load_file(path).items()}
+        save_file(weights, dest / path.relative_to(source))
 
 
 def build(data_root: Path, model_dir: Path, carry: Path = CARRY, root: Path = ROOT) -> dict[str, Any]:
