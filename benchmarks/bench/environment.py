@@ -34,18 +34,19 @@ def versions() -> dict[str, str | None]:
     return found
 
 
+def output(*command: str, timeout: float = 10) -> str | None:
+    """A command's standard output, stripped, run in the checkout; None where it cannot run or fails."""
+    try:
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True, timeout=timeout)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip()
+
+
 def commit() -> dict[str, Any]:
     """The checkout's commit, and whether its files (new ones too) differ from it."""
-
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True, timeout=10)
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip()
-
-    status = git("status", "--porcelain")
-    return {"commit": git("rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
+    status = output("git", "status", "--porcelain")
+    return {"commit": output("git", "rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
 
 
 def threads() -> dict[str, Any]:

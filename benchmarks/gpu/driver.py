@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmark package, bench
-from bench.environment import environment
+from bench.environment import environment, output
 from subspaces.io import save_json
 
 RECIPE = "hypercl-wn18rr"
@@ -38,11 +38,7 @@ def gpu_record() -> dict[str, Any]:
         props = torch.cuda.get_device_properties(0)
         record |= {"name": props.name, "memory_gib": round(props.total_memory / 2**30, 1)}
         record |= {"multiprocessors": props.multi_processor_count, "capability": f"{props.major}.{props.minor}"}
-    try:
-        smi = ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]
-        record["driver"] = subprocess.run(smi, capture_output=True, text=True, timeout=20).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        record["driver"] = None
+    record["driver"] = output("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", timeout=20) or None
     return record
 
 
