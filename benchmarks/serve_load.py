@@ -42,12 +42,12 @@ def run_server(options: dict[str, Any]) -> None:
 class Server:
     """One server subprocess on a free loopback port; a context manager that waits for /health and stops it."""
 
-    def __init__(self, kind: str, args: argparse.Namespace, max_queue: int) -> None:
+    def __init__(self, args: argparse.Namespace, ours: dict[str, Any] | None) -> None:
         with socket.socket() as sock:
             sock.bind((HOST, 0))
-            self.kind, self.port = kind, int(sock.getsockname()[1])
+            self.kind, self.port = "infinity" if ours is None else "ours", int(sock.getsockname()[1])
         self.env, self.path = {**os.environ, "HF_HUB_OFFLINE": "1"}, "/v1/embeddings"
-        if kind == "infinity":
+        if ours is None:
             from subspaces.models.encoder import resolve_model_path
 
             model = str(resolve_model_path(args.model))
@@ -57,9 +57,8 @@ class Server:
             self.env["OMP_NUM_THREADS"] = str(args.threads)  # torch's intra-op threads, as ours are set
             self.path = "/embeddings"
         else:
-            names = ("model", "max_batch_tokens", "max_wait_ms", "backend", "precision", "dtype", "threads")
-            ours = {n: getattr(args, n) for n in names} | {"max_queue": max_queue, "port": self.port}
-            self.command = [sys.executable, __file__, "--serve", json.dumps(ours)]
+            settings = ours | {n: getattr(args, n) for n in ("max_batch_tokens", "max_wait_ms", "max_queue", "threads")}
+            self.command = [sys.executable, __file__, "--serve", json.dumps(settings | {"port": self.port})]
         self.url = f"http://{HOST}:{self.port}"
 
     def __enter__(self) -> Server:
@@ -147,18 +146,17 @@ def against_infinity(args: argparse.Namespace) -> dict[str, Any]:
     result |= {"cpus": os.cpu_count(), "duration_s": args.duration, "texts_per_request": args.per_request}
     result["infinity_config"] = f"infinity-emb, torch --dtype {args.infinity_dtype}, its other defaults"
     result["note"] = "client and servers share this machine's cores; one server at a time"
-    servers: list[tuple[str, str, argparse.Namespace]] = []
+    servers: list[tuple[str, dict[str, Any] | None]] = []  # each server's label and our settings (None: infinity)
     for config in args.ours.split(","):  # backend:precision:dtype
         backend, precision, dtype = (config.split(":") + ["", ""])[:3]  # "auto": the server picks
-        precision, dtype = precision or None, dtype or None
-        ours = argparse.Namespace(**{**vars(args), "backend": backend, "precision": precision, "dtype": dtype})
-        runtime = ServeSettings(model=args.model, backend=backend, precision=precision, dtype=dtype).runtime
+        ours = {"model": args.model, "backend": backend, "precision": precision or None, "dtype": dtype or None}
+        runtime = ServeSettings(**ours).runtime
         ran = f"{runtime[0]}:{runtime[1]}:{resolve_dtype(runtime[2], runtime[0])}"
-        servers.append((f"ours {config} = {ran}", "ours", ours))
-    servers.append((f"infinity {args.infinity_dtype}", "infinity", args))
+        servers.append((f"ours {config} = {ran}", ours))
+    servers.append((f"infinity {args.infinity_dtype}", None))
     rows: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for label, kind, options in servers:
-        with Server(kind, options, args.max_queue) as server:
+    for label, ours in servers:
+        with Server(args, ours) as server:
             for name, texts in kinds.items():
                 asyncio.run(load(server.url, texts, max(args.levels), args.warmup, server.path, args.per_request))
                 for level in args.levels:
@@ -176,7 +174,7 @@ def against_infinity(args: argparse.Namespace) -> dict[str, Any]:
             for name in kinds
             for o, i in zip(rows[label][name], peer[name], strict=True)
         }
-        for label, _, _ in servers[:-1]
+        for label, _ in servers[:-1]
     }  # fmt: skip
     return result
 
