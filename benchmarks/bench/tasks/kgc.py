@@ -14,16 +14,15 @@ from typing import Any
 from bench.stats import seed_interval
 from bench.tables import grid
 
-DEFAULTS: dict[str, Any] = {"dataset": "wn18rr", "model": "minilm-l6", "epochs": 4, "rank": "32", "work": None}
-OPTIONAL = ("max_steps", "batch_size", "threads")  # left to the recipe unless given
+DEFAULTS: dict[str, Any] = {"dataset": "wn18rr", "model": "minilm-l6", "epochs": 4, "rank": "32"}
 PAIRS = (("hypernet-full", "hypernet-32"), ("hypernet-32", "concat"), ("concat", "hadamard"))
 
 
 def run(params: dict[str, Any], seed: int) -> dict[str, Any]:
     p = DEFAULTS | params
-    with tempfile.TemporaryDirectory(prefix="kgc-", dir=p["work"]) as tmp:
+    with tempfile.TemporaryDirectory(prefix="kgc-") as tmp:
         options = {"dataset": p["dataset"], "model": p["model"], "recipe": "hypercl-wn18rr", "head": p["head"]}
-        options |= {k: p[k] for k in ("rank", "epochs", *OPTIONAL) if p.get(k) is not None} | {"seed": seed}
+        options |= {k: p[k] for k in ("rank", "epochs") if p.get(k) is not None} | {"seed": seed}
         command = [str(Path(sys.executable).with_name("subspaces")), "kgc", "train", "--freeze-encoder"]
         command += ["--output", f"{tmp}/model", "--json", f"{tmp}/eval.json"]
         command += [a for k, v in options.items() for a in (f"--{k.replace('_', '-')}", str(v))]
