@@ -64,8 +64,7 @@ def copy_model(source: Path, dest: Path, dtype: str) -> None:
 
 def build(data_root: Path, model_dir: Path, carry: Path = CARRY, root: Path = ROOT) -> dict[str, Any]:
     """Write ``carry``: ``data.tar.xz``, ``model/`` (float16) and ``manifest.json``; then check the sizes."""
-    if carry.exists():
-        shutil.rmtree(carry)
+    shutil.rmtree(carry, ignore_errors=True)
     carry.mkdir(parents=True)
     with tarfile.open(carry / "data.tar.xz", "w:xz") as tar:
         for name in DATA:
