@@ -34,7 +34,7 @@ def versions() -> dict[str, str | None]:
     return found
 
 
-def output(*command: str, timeout: float = 10) -> str | None:
+def stdout_of(*command: str, timeout: float = 10) -> str | None:
     """A command's standard output, stripped, run in the checkout; None where it cannot run or fails."""
     try:
         done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True, timeout=timeout)
@@ -45,8 +45,8 @@ def output(*command: str, timeout: float = 10) -> str | None:
 
 def commit() -> dict[str, Any]:
     """The checkout's commit, and whether its files (new ones too) differ from it."""
-    status = output("git", "status", "--porcelain")
-    return {"commit": output("git", "rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
+    status = stdout_of("git", "status", "--porcelain")
+    return {"commit": stdout_of("git", "rev-parse", "HEAD"), "dirty": None if status is None else bool(status)}
 
 
 def threads() -> dict[str, Any]:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the benchmark package, bench
-from bench.environment import environment, output
+from bench.environment import environment, stdout_of
 from subspaces.io import save_json
 
 RECIPE = "hypercl-wn18rr"
@@ -38,7 +38,8 @@ def gpu_record() -> dict[str, Any]:
         props = torch.cuda.get_device_properties(0)
         record |= {"name": props.name, "memory_gib": round(props.total_memory / 2**30, 1)}
         record |= {"multiprocessors": props.multi_processor_count, "capability": f"{props.major}.{props.minor}"}
-    record["driver"] = output("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader", timeout=20) or None
+    smi = ("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader")
+    record["driver"] = stdout_of(*smi, timeout=20) or None
     return record
 
 
