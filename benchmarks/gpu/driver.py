@@ -165,20 +165,19 @@ def run_stages(args: argparse.Namespace) -> dict[str, Any]:
         path = out / f"{stage}.json"
         if box < args.min_stage_seconds:
             summary["stages"][stage] = {"status": f"not started: {box:.0f} s left"}
-            save_json(out / "summary.json", summary)
-            continue
-        command = [sys.executable, __file__, *args.argv, "--stage", stage, "--deadline", str(time.time() + box)]
-        started = time.time()
-        try:
-            done = subprocess.run(command, timeout=box + args.grace_seconds)
-            status = "done" if done.returncode == 0 else f"failed (exit {done.returncode})"
-        except subprocess.TimeoutExpired:
-            status = f"stopped at its {box:.0f} s box"
-        record = json.loads(path.read_text()) if path.is_file() else {}
-        if record and record.get("status") != "done":
-            record["status"] = status
-            save_json(path, record)
-        summary["stages"][stage] = {"status": status, "seconds": time.time() - started, **headline(stage, record)}
+        else:
+            command = [sys.executable, __file__, *args.argv, "--stage", stage, "--deadline", str(time.time() + box)]
+            started = time.time()
+            try:
+                done = subprocess.run(command, timeout=box + args.grace_seconds)
+                status = "done" if done.returncode == 0 else f"failed (exit {done.returncode})"
+            except subprocess.TimeoutExpired:
+                status = f"stopped at its {box:.0f} s box"
+            record = json.loads(path.read_text()) if path.is_file() else {}
+            if record and record.get("status") != "done":
+                record["status"] = status
+                save_json(path, record)
+            summary["stages"][stage] = {"status": status, "seconds": time.time() - started, **headline(stage, record)}
         save_json(out / "summary.json", summary)
     return summary
 
