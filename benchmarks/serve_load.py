@@ -155,8 +155,8 @@ def against_infinity(args: argparse.Namespace) -> dict[str, Any]:
         servers.append((f"ours {config} = {ran}", ours))
     servers.append((f"infinity {args.infinity_dtype}", None))
     rows: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for label, ours in servers:
-        with Server(args, ours) as server:
+    for label, settings in servers:
+        with Server(args, settings) as server:
             for name, texts in kinds.items():
                 asyncio.run(load(server.url, texts, max(args.levels), args.warmup, server.path, args.per_request))
                 for level in args.levels:
