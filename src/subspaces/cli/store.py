@@ -318,7 +318,8 @@ def migrate_cmd(
         bool, typer.Option("--unpaired", help="With --query-side: fit mini-vec2vec on --texts, re-embedding nothing.")
     ] = False,
     texts: Annotated[
-        Optional[Path], typer.Option(help="With --unpaired: domain texts (4 a dimension at least).")
+        Optional[Path],
+        typer.Option(help="With --unpaired: domain texts drawn as the store's were (4 a dimension at least)."),
     ] = None,
     *,
     config: MigrationSettings,
