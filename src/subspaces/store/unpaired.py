@@ -1,8 +1,8 @@
 """A query-side map fitted without pairs: a new model's queries into a store's vectors, learned by mini-vec2vec
 (:mod:`subspaces.align`) from a sample of domain texts the user gives and a sample of the stored vectors. This is
 how a store nobody can re-embed (a ``--foreign`` store) becomes searchable by text, when the aligner's own
-label-free verdict trusts the map: a map it does not trust is refused with its first reason, since a wrong map
-would return confident, wrong results.
+label-free verdict trusts the map and the mapped texts spread over the store as its rows do (:func:`spread`): a map
+that fails either is refused with the reason, since a wrong map would return confident, wrong results.
 
 The kept map is an :class:`~subspaces.store.maps.OrthogonalMap`: mini-vec2vec's ``unit(mu_t + s * unit((x - mu_s)
 M))``, with ``(x - mu_s) M`` taken at its mean length ``c`` over the texts, is ``unit((x - mu_s) M s / c + mu_t)``.
